@@ -1,0 +1,49 @@
+/* contract.h: a module's gradient contract, as declared in a case file or a
+ * dump's `contract` attribute: a flat map of keys to values. A value is a
+ * string ("dequant"), a number, or a one-key object flattened to its key plus
+ * an optional number ({"clipped": 3} -> str "clipped", num 3;
+ * {"sr": {"seed": 5}} -> str "sr", num 5). Each class declares the keys it
+ * takes (qc_key_spec); the plan validates against them, so modules and
+ * references only read. */
+#ifndef QC_CONTRACT_H
+#define QC_CONTRACT_H
+
+#define QC_MAX_KV 32
+
+typedef struct qc_kv {
+  char key[48];
+  char str[64];   /* "" for a plain number */
+  double num;
+  int has_num;
+} qc_kv;
+
+typedef struct qc_contract {
+  int n;
+  qc_kv kv[QC_MAX_KV];
+} qc_contract;
+
+/* What a class accepts for one contract key. */
+typedef struct qc_key_spec {
+  const char *key;
+  const char *values;  /* "a|b|c": allowed strings; NULL: a number; "a|b|{c}": c takes a number */
+  const char *dflt;    /* default as the string form ("none", "identity", "1e-6") */
+  const char *help;    /* one line for the README and --help */
+} qc_key_spec;
+
+/* Lookups return the declared default when the key is absent. */
+const char *qc_contract_str(const qc_contract *c, const char *key, const char *dflt);
+double qc_contract_num(const qc_contract *c, const char *key, double dflt);
+/* 1 when key is present. */
+int qc_contract_has(const qc_contract *c, const char *key);
+const qc_kv *qc_contract_get(const qc_contract *c, const char *key);
+/* Set (or replace) a key. */
+int qc_contract_set(qc_contract *c, const char *key, const char *str, double num, int has_num);
+/* Merge: every key of `over` replaces the same key in c. */
+int qc_contract_merge(qc_contract *c, const qc_contract *over);
+/* Check c against a NULL-terminated spec list: unknown keys and values not
+ * allowed fail with a message naming `where` and the key. Fills defaults. */
+int qc_contract_validate(qc_contract *c, const qc_key_spec *spec, const char *where);
+/* Render as a JSON object string into buf. */
+char *qc_contract_json(const qc_contract *c, char *buf, int n);
+
+#endif

@@ -1,0 +1,62 @@
+/* err.c: the single error channel (see qc.h). */
+#include "qc.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int qc_quiet = 0;
+int qc_verbose = 0;
+
+static char g_msg[1024];
+static char g_hint[512];
+
+static void vset(char *buf, size_t n, const char *fmt, va_list ap) {
+  if (buf[0]) return; /* first error wins */
+  vsnprintf(buf, n, fmt, ap);
+}
+
+int qc_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset(g_msg, sizeof g_msg, fmt, ap);
+  va_end(ap);
+  return QC_EINPUT;
+}
+
+int qc_err_sys(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset(g_msg, sizeof g_msg, fmt, ap);
+  va_end(ap);
+  return QC_ESYS;
+}
+
+void qc_hint(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset(g_hint, sizeof g_hint, fmt, ap);
+  va_end(ap);
+}
+
+const char *qc_err_msg(void) { return g_msg; }
+const char *qc_err_hint(void) { return g_hint; }
+void qc_err_clear(void) { g_msg[0] = 0; g_hint[0] = 0; }
+
+void qc_err_print(void) {
+  fprintf(stderr, "qatcheck: error: %s\n", g_msg[0] ? g_msg : "unknown error");
+  if (g_hint[0]) fprintf(stderr, "hint: %s\n", g_hint);
+}
+
+void *qc_malloc(size_t n, const char *what) {
+  void *p = malloc(n ? n : 1);
+  if (!p) qc_err_sys("out of memory: %zu bytes for %s", n, what);
+  return p;
+}
+
+void *qc_calloc(size_t n, size_t size, const char *what) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) qc_err_sys("out of memory: %zu x %zu bytes for %s", n, size, what);
+  return p;
+}

@@ -1,0 +1,51 @@
+/* main.c: the verb table (git style). One verb = one file in src/cli/ and
+ * one row here. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "qc.h"
+
+int qc_cmd_vjp(int argc, char **argv);
+
+static const qc_verb g_verbs[] = {
+    {"vjp", qc_cmd_vjp, "layer 1: each production VJP against an independent float64 reference"},
+};
+static const int g_nverbs = (int)(sizeof g_verbs / sizeof g_verbs[0]);
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: qatcheck <verb> [options]\n\n"
+             "qatcheck audits the backward pass of quantized, inference-aligned training.\n\n"
+             "verbs:\n");
+  for (int i = 0; i < g_nverbs; i++) fprintf(f, "  %-10s %s\n", g_verbs[i].name, g_verbs[i].help);
+  fprintf(f, "\n`qatcheck <verb> --help` describes a verb. `qatcheck --version` prints the version.\n"
+             "exit status: 0 pass, 1 a defect found, 2 cannot judge\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+    printf("qatcheck %s\n", QC_VERSION);
+    return 0;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  for (int i = 0; i < g_nverbs; i++)
+    if (strcmp(argv[1], g_verbs[i].name) == 0) {
+      int rc = g_verbs[i].fn(argc - 1, argv + 1);
+      if (rc >= QC_EINPUT) {
+        if (qc_err_msg()[0]) qc_err_print();
+        return 2;
+      }
+      return rc;
+    }
+  qc_err("unknown verb '%s'", argv[1]);
+  qc_hint("run 'qatcheck --help' for the list of verbs");
+  qc_err_print();
+  return 2;
+}

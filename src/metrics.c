@@ -1,0 +1,85 @@
+/* metrics.c: one float64 pass over (g, r) and the verdict (see metrics.h). */
+#include "metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void qc_metrics_finish(double ss_g, double ss_r, double ss_d, double dot, qc_metrics *m) {
+  m->norm_g = sqrt(ss_g);
+  m->norm_r = sqrt(ss_r);
+  m->norm_diff = sqrt(ss_d);
+  m->rel_l2 = m->norm_diff / fmax(m->norm_r, QC_EPS_NORM);
+  m->norm_ratio = m->norm_r > 0 ? m->norm_g / m->norm_r : (m->norm_g > 0 ? INFINITY : NAN);
+  if (m->norm_g > 0 && m->norm_r > 0) {
+    m->cosine = dot / (m->norm_g * m->norm_r);
+    m->cosine_null = 0;
+  } else {
+    m->cosine = NAN;
+    m->cosine_null = 1;
+  }
+  m->sqnr_db = ss_d > 0 ? 10.0 * log10(ss_r / ss_d) : INFINITY;
+}
+
+void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics *m) {
+  memset(m, 0, sizeof *m);
+  m->worst = -1;
+  m->noise_multiple = NAN;
+  m->noise_floor = NAN;
+  /* four partial sums, combined at the end: fewer rounding steps than one */
+  double sg = 0, sr = 0, sd = 0, dt = 0, mx = -1;
+  int64_t worst = -1, bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = g[i], b = r[i];
+    if (!isfinite(a)) { bad++; continue; }
+    double d = a - b;
+    sg += a * a;
+    sr += b * b;
+    sd += d * d;
+    dt += a * b;
+    double ad = fabs(d);
+    if (ad > mx) { mx = ad; worst = i; }
+  }
+  m->nonfinite = bad;
+  m->max_abs = mx < 0 ? 0 : mx;
+  m->worst = worst;
+  qc_metrics_finish(sg, sr, sd, dt, m);
+}
+
+int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
+  why[0] = 0;
+  if (m->nonfinite > 0) {
+    snprintf(why, (size_t)whylen, "%lld non-finite value(s) in the candidate", (long long)m->nonfinite);
+    return QC_V_FAIL;
+  }
+  /* a NaN metric never satisfies a bound: every test below is written so
+   * that NaN falls on the failing side */
+  if (t->has_rel_l2 && !(m->rel_l2 <= t->rel_l2)) {
+    snprintf(why, (size_t)whylen, "rel_l2 %.3g > %.3g", m->rel_l2, t->rel_l2);
+    return QC_V_FAIL;
+  }
+  if (t->has_max_abs && !(m->max_abs <= t->max_abs)) {
+    snprintf(why, (size_t)whylen, "max_abs %.3g > %.3g", m->max_abs, t->max_abs);
+    return QC_V_FAIL;
+  }
+  if (t->has_cosine_min && !m->cosine_null && !(m->cosine >= t->cosine_min)) {
+    snprintf(why, (size_t)whylen, "cosine %.9g < %.9g", m->cosine, t->cosine_min);
+    return QC_V_FAIL;
+  }
+  if (t->has_norm_ratio && m->norm_r > 0 &&
+      !(m->norm_ratio >= t->norm_lo && m->norm_ratio <= t->norm_hi)) {
+    snprintf(why, (size_t)whylen, "norm_ratio %.9g outside [%.9g, %.9g]", m->norm_ratio, t->norm_lo, t->norm_hi);
+    return QC_V_FAIL;
+  }
+  if (t->has_noise_multiple && !(m->noise_multiple <= t->noise_multiple)) {
+    snprintf(why, (size_t)whylen, "noise_multiple %.3g > %.3g", m->noise_multiple, t->noise_multiple);
+    return QC_V_FAIL;
+  }
+  /* With a zero reference, only exact agreement (or a declared max_abs) passes:
+   * cosine and norm ratio are undefined there and rel_l2 degenerates. */
+  if (m->norm_r == 0 && !t->has_max_abs && m->max_abs != 0) {
+    snprintf(why, (size_t)whylen, "reference is zero but candidate is not (max_abs %.3g) and no max_abs declared", m->max_abs);
+    return QC_V_FAIL;
+  }
+  return QC_V_PASS;
+}

@@ -1,0 +1,45 @@
+/* metrics.h: the comparison of one candidate gradient g with its reference r,
+ * computed in one float64 pass, and the single verdict function. */
+#ifndef QC_METRICS_H
+#define QC_METRICS_H
+
+#include <stdint.h>
+
+typedef struct qc_metrics {
+  double max_abs;        /* max |g - r| over finite pairs */
+  int64_t worst;         /* flat index of max_abs (-1 if none) */
+  double rel_l2;         /* ||g - r|| / max(||r||, eps) */
+  double norm_ratio;     /* ||g|| / ||r|| (NAN when ||r|| = 0) */
+  double cosine;         /* <g, r> / (||g|| ||r||) */
+  int cosine_null;       /* 1 when a norm is zero: cosine undefined */
+  double sqnr_db;        /* 10 log10(||r||^2 / ||g - r||^2); +INF when equal */
+  int64_t nonfinite;     /* non-finite values in g */
+  double norm_g, norm_r, norm_diff;
+  double noise_multiple; /* error / noise floor (NAN when not computed) */
+  double noise_floor;    /* rel-L2 of the reference rounded to the candidate dtype */
+} qc_metrics;
+
+#define QC_EPS_NORM 1e-30
+
+/* Compute metrics of g against r (n elements each), float64 throughout. */
+void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics *out);
+/* Fill out->rel_l2-style fields from accumulated sums (for backends that
+ * accumulate in parts): ss_g = sum g^2, ss_r = sum r^2, ss_d = sum (g-r)^2,
+ * dot = sum g r. */
+void qc_metrics_finish(double ss_g, double ss_r, double ss_d, double dot, qc_metrics *out);
+
+/* Tolerances declared for one gradient tensor. */
+typedef struct qc_tol {
+  int has_rel_l2, has_max_abs, has_cosine_min, has_norm_ratio, has_noise_multiple;
+  double rel_l2, max_abs, cosine_min, norm_lo, norm_hi, noise_multiple;
+  char reasoning[1024];
+} qc_tol;
+
+enum { QC_V_PASS = 0, QC_V_FAIL = 1 };
+
+/* The one verdict: QC_V_PASS only if every declared bound holds, nothing is
+ * non-finite and no metric is NaN where a bound needs it. Writes the first
+ * violated bound into why ("" on pass). */
+int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen);
+
+#endif

@@ -1,0 +1,210 @@
+/* modules/linear.c: the production linear VJP as a BF16 trainer runs it.
+ *
+ *   forward  Y[M,N] = X[M,K] W[N,K]^T + b[N]      (X may be [..., K])
+ *   d_x      [M,K]  = dY[M,N] W_ref[N,K]           bf16 operands, fp32 acc, bf16 out
+ *   d_weight [N,K]  = dY^T[N,M] X_ref[M,K]         bf16 operands, fp32 acc, bf16 out
+ *   d_bias   [N]    = sum_m dY[m,:]                fp32 sum, bf16 out
+ *
+ * W_ref is the weight the contract names (dx_weight: dequant or master),
+ * X_ref the input it names (dw_input). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend/backend.h"
+#include "../module.h"
+#include "../numerics/formats.h"
+#include "../qc.h"
+#include "../rng.h"
+#include "../numerics/quant.h"
+
+static const qc_key_spec linear_keys[] = {
+    {"weight_format", QC_WEIGHT_FORMATS, "none", "how the forward quantized the weight"},
+    {"activation_format", QC_ACT_FORMATS, "none", "how the forward quantized the input X"},
+    {"dx_weight", "dequant|master", "dequant", "weight used for d_x: dequant(quant(W)) or the master W"},
+    {"dw_input", "original|quantized", "original", "input used for d_weight: X or dequant(quant(X))"},
+    {"ste", "identity|{clipped}", "identity", "surrogate derivative of the rounding"},
+    {"rounding", "rn|{sr}", "rn", "weight rounding: nearest-even, or stochastic with a seed"},
+    {"profile", QC_PROFILES, "vllm", "quantizer convention profile"},
+    {NULL, NULL, NULL, NULL}};
+
+/* The tensors of a linear module and its sizes. */
+typedef struct {
+  const qc_tensor *x, *w, *bias, *dy;
+  int64_t M, K, N;
+} lin_view;
+
+static int lin_view_get(const qc_module *m, const qc_tensor *dy, lin_view *v) {
+  int rc;
+  memset(v, 0, sizeof *v);
+  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &v->x))) return rc;
+  if ((rc = qc_module_need(m, "params", "weight", 2, 2, &v->w))) return rc;
+  v->bias = qc_tset_get(&m->params, "bias");
+  v->dy = dy;
+  v->K = v->x->shape[v->x->ndim - 1];
+  v->M = qc_numel(v->x) / (v->K ? v->K : 1);
+  v->N = v->w->shape[0];
+  if (v->w->shape[1] != v->K)
+    return qc_err("%s: params/weight is [%lld, %lld] but inputs/x has %lld features: expected weight [N, %lld]", m->path,
+                  (long long)v->w->shape[0], (long long)v->w->shape[1], (long long)v->K, (long long)v->K);
+  if (v->bias && (v->bias->ndim != 1 || v->bias->shape[0] != v->N))
+    return qc_err("%s: params/bias must be [%lld]", m->path, (long long)v->N);
+  if (dy->shape[dy->ndim - 1] != v->N || qc_numel(dy) != v->M * v->N)
+    return qc_err("%s: dY '%s' must hold [%lld, %lld] (tokens x out_features)", m->path, dy->name, (long long)v->M, (long long)v->N);
+  return QC_OK;
+}
+
+/* W_ref for d_x: the master weight, or dequant(quant(W)) under the contract. */
+static int lin_weight_ref(const qc_module *m, const lin_view *v, double *out) {
+  int rc = qc_tensor_to_f64(v->w, out);
+  if (rc) return rc;
+  const char *fmt = qc_contract_str(&m->contract, "weight_format", "none");
+  if (strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0 || strcmp(fmt, "none") == 0) return QC_OK;
+  int64_t n = v->N * v->K;
+  float *f = qc_malloc((size_t)n * sizeof *f, "linear weight fake-quant");
+  if (!f) return QC_ESYS;
+  for (int64_t i = 0; i < n; i++) f[i] = (float)out[i];
+  rc = qc_fake_quant(fmt, qc_contract_str(&m->contract, "profile", "vllm"), v->N, v->K, f, f, "params/weight");
+  for (int64_t i = 0; i < n && !rc; i++) out[i] = f[i];
+  free(f);
+  return rc;
+}
+
+/* X_ref for d_weight: X, or dequant(quant(X)) when dw_input = quantized. */
+static int lin_input_ref(const qc_module *m, const lin_view *v, double *out) {
+  int rc = qc_tensor_to_f64(v->x, out);
+  if (rc) return rc;
+  const char *fmt = qc_contract_str(&m->contract, "activation_format", "none");
+  if (strcmp(qc_contract_str(&m->contract, "dw_input", "original"), "original") == 0 || strcmp(fmt, "none") == 0) return QC_OK;
+  int64_t n = v->M * v->K;
+  float *f = qc_malloc((size_t)n * sizeof *f, "linear input fake-quant");
+  if (!f) return QC_ESYS;
+  for (int64_t i = 0; i < n; i++) f[i] = (float)out[i];
+  rc = qc_fake_quant(fmt, qc_contract_str(&m->contract, "profile", "vllm"), v->M, v->K, f, f, "inputs/x");
+  for (int64_t i = 0; i < n && !rc; i++) out[i] = f[i];
+  free(f);
+  return rc;
+}
+
+/* Round n doubles to bf16 bit patterns. */
+static void to_bf16(const double *in, uint16_t *out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = qc_f32_to_bf16((float)in[i]);
+}
+
+/* Production VJP (see the file comment). */
+static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  lin_view v;
+  int rc = lin_view_get(m, dy, &v);
+  if (rc) return rc;
+  const int64_t M = v.M, K = v.K, N = v.N;
+  double *w = NULL, *x = NULL, *g = NULL;
+  uint16_t *wb = NULL, *xb = NULL, *gb = NULL;
+  float *acc = NULL;
+  qc_tensor dx = {0}, dw = {0}, db = {0};
+
+  rc = QC_ESYS;
+  w = qc_malloc((size_t)(N * K) * sizeof *w, "linear weight");
+  x = qc_malloc((size_t)(M * K) * sizeof *x, "linear input");
+  g = qc_malloc((size_t)(M * N) * sizeof *g, "linear dY");
+  wb = qc_malloc((size_t)(N * K) * sizeof *wb, "linear weight bf16");
+  xb = qc_malloc((size_t)(M * K) * sizeof *xb, "linear input bf16");
+  gb = qc_malloc((size_t)(M * N) * sizeof *gb, "linear dY bf16");
+  acc = qc_malloc((size_t)((M * K > N * K ? M * K : N * K) + 1) * sizeof *acc, "linear accumulator");
+  if (!w || !x || !g || !wb || !xb || !gb || !acc) goto done;
+
+  /* operands per the contract, then rounded to bf16 as the trainer holds them */
+  if ((rc = lin_weight_ref(m, &v, w))) goto done;
+  if ((rc = qc_tensor_to_f64(v.dy, g))) goto done;
+  to_bf16(w, wb, N * K);
+  to_bf16(g, gb, M * N);
+
+  int64_t wshape[2] = {N, K}, bshape[1] = {N};
+  if ((rc = qc_tensor_alloc(&dx, "d_x", QC_BF16, v.x->ndim, v.x->shape))) goto done;
+  if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_N, QC_OP_N, M, K, N, gb, N, wb, K, acc, K))) goto done;
+  for (int64_t i = 0; i < M * K; i++) ((uint16_t *)dx.data)[i] = qc_f32_to_bf16(acc[i]);
+
+  if ((rc = lin_input_ref(m, &v, x))) goto done;
+  to_bf16(x, xb, M * K);
+  if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_BF16, 2, wshape))) goto done;
+  if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_T, QC_OP_N, N, K, M, gb, N, xb, K, acc, K))) goto done;
+  for (int64_t i = 0; i < N * K; i++) ((uint16_t *)dw.data)[i] = qc_f32_to_bf16(acc[i]);
+
+  if ((rc = qc_tset_add(grads, &dx)) || (rc = qc_tset_add(grads, &dw))) goto done;
+  if (v.bias) {
+    if ((rc = qc_tensor_alloc(&db, "d_bias", QC_BF16, 1, bshape))) goto done;
+    for (int64_t n = 0; n < N; n++) acc[n] = 0.0f;
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t n = 0; n < N; n++) acc[n] += qc_bf16_to_f32(gb[i * N + n]);
+    for (int64_t n = 0; n < N; n++) ((uint16_t *)db.data)[n] = qc_f32_to_bf16(acc[n]);
+    if ((rc = qc_tset_add(grads, &db))) goto done;
+  }
+  rc = QC_OK;
+done:
+  qc_tensor_free(&dx);
+  qc_tensor_free(&dw);
+  qc_tensor_free(&db);
+  free(w); free(x); free(g); free(wb); free(xb); free(gb); free(acc);
+  return rc;
+}
+
+/* Generated linear: shape row [M, K, N] (tokens, in_features, out_features),
+ * optional 4th entry 0 to drop the bias. X ~ N(0,1), W ~ N(0,1)/sqrt(K),
+ * b ~ 0.1 N(0,1), all held as bf16 like a BF16 trainer's tensors. values =
+ * "special" plants zero rows, a zero weight row, and entries at and beyond
+ * +-448 * (row amax / 448) so quantized formats saturate and hit floors. */
+static int linear_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
+  if (gp->nshape < 3 || gp->nshape > 4)
+    return qc_err("linear: generate shape needs [M, K, N] (optionally a 4th entry 0 for no bias), got %d entries", gp->nshape);
+  int64_t M = gp->shape[0], K = gp->shape[1], N = gp->shape[2];
+  int bias = gp->nshape == 4 ? gp->shape[3] != 0 : 1;
+  if (M < 1 || K < 1 || N < 1) return qc_err("linear: generate shape entries must be >= 1");
+  int special = gp->values && strcmp(gp->values, "special") == 0;
+  int heavy = gp->values && strcmp(gp->values, "heavy_tail") == 0;
+  qc_tensor x = {0}, w = {0}, b = {0};
+  int64_t xs[2] = {M, K}, ws[2] = {N, K}, bs[1] = {N};
+  int rc;
+  if ((rc = qc_tensor_alloc(&x, "x", QC_BF16, 2, xs)) || (rc = qc_tensor_alloc(&w, "weight", QC_BF16, 2, ws))) goto fail;
+  uint16_t *xp = x.data, *wp = w.data;
+  double ws_ = 1.0 / sqrt((double)K);
+  for (int64_t i = 0; i < M * K; i++) {
+    double val = qc_rng_normal(rng);
+    if (heavy) val = val / (0.05 + qc_rng_uniform(rng));
+    xp[i] = qc_f32_to_bf16((float)val);
+  }
+  for (int64_t i = 0; i < N * K; i++) {
+    double val = qc_rng_normal(rng) * ws_;
+    if (heavy && qc_rng_uniform(rng) < 0.001) val *= 50.0;
+    wp[i] = qc_f32_to_bf16((float)val);
+  }
+  if (special) {
+    if (M > 1) memset(xp + (M / 2) * K, 0, (size_t)K * 2);            /* a zero token */
+    if (N > 1) memset(wp + (N - 1) * K, 0, (size_t)K * 2);            /* a zero output row */
+    for (int64_t i = 0; i < M * K; i += 97) xp[i] = qc_f32_to_bf16(i % 2 ? 448.0f : -1e4f); /* saturation */
+    for (int64_t i = 0; i < N * K; i += 89) wp[i] = qc_f32_to_bf16(i % 3 ? 1e-8f : -3.0f); /* tiny and large */
+  }
+  if ((rc = qc_tset_add(&m->inputs, &x)) || (rc = qc_tset_add(&m->params, &w))) goto fail;
+  if (bias) {
+    if ((rc = qc_tensor_alloc(&b, "bias", QC_BF16, 1, bs))) goto fail;
+    for (int64_t i = 0; i < N; i++) ((uint16_t *)b.data)[i] = qc_f32_to_bf16((float)(0.1 * qc_rng_normal(rng)));
+    if ((rc = qc_tset_add(&m->params, &b))) goto fail;
+  }
+  *ondim = 2;
+  oshape[0] = M;
+  oshape[1] = N;
+  return QC_OK;
+fail:
+  qc_tensor_free(&x);
+  qc_tensor_free(&w);
+  qc_tensor_free(&b);
+  return rc;
+}
+
+const qc_class qc_class_linear = {
+    .name = "linear",
+    .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
+    .shape_help = "[M, K, N] or [M, K, N, 0] (no bias): tokens, in_features, out_features",
+    .keys = linear_keys,
+    .generate = linear_generate,
+    .production = linear_vjp,
+    .not_checked = "",
+};

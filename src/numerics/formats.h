@@ -1,0 +1,36 @@
+/* formats.h: element encodings of spec/numerics.md, scalar. All conversions
+ * from float32 round to nearest, ties to even, unless a name says otherwise.
+ * Decoders are exact. */
+#ifndef QC_FORMATS_H
+#define QC_FORMATS_H
+
+#include <stdint.h>
+
+/* bfloat16: RNE from float32; NaN stays NaN (quiet), Inf stays Inf. */
+uint16_t qc_f32_to_bf16(float x);
+float qc_bf16_to_f32(uint16_t h);
+/* Round a float32 to the nearest bfloat16 value, returned as float32. */
+float qc_round_bf16(float x);
+
+/* IEEE binary16: RNE from float32, overflow to Inf, subnormals kept. */
+uint16_t qc_f32_to_f16(float x);
+float qc_f16_to_f32(uint16_t h);
+
+/* float8_e4m3fn: decode a byte (0x7F/0xFF are NaN). */
+float qc_e4m3_to_f32(uint8_t b);
+/* Encode as CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3):
+ * RNE, |x| > 448 saturates to +-448, NaN -> 0x7F, sign of zero kept. */
+uint8_t qc_f32_to_e4m3(float x);
+
+/* float8_e5m2: decode; encode with SATFINITE (saturate to +-57344, NaN -> 0x7F). */
+float qc_e5m2_to_f32(uint8_t b);
+uint8_t qc_f32_to_e5m2(float x);
+
+/* e2m1 nibble (low 4 bits): decode; encode RNE, saturating at 6, sign kept. */
+float qc_e2m1_to_f32(uint8_t nib);
+uint8_t qc_f32_to_e2m1(float x);
+
+/* E8M0: 2^(b-127); 0xFF is NaN. */
+float qc_e8m0_to_f32(uint8_t b);
+
+#endif

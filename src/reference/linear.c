@@ -1,0 +1,99 @@
+/* reference/linear.c: the float64 linear VJP, from the math.
+ *
+ *   d_x      [M,K] = dY[M,N] W_ref[N,K]      W_ref = W, or dequant(quant(W)) (contract)
+ *   d_weight [N,K] = dY[M,N]^T X_ref[M,K]    X_ref = X, or dequant(quant(X)) (dw_input)
+ *   d_bias   [N]   = sum_m dY[m,:]           when params/bias exists
+ *
+ * Identity STE: the rounding's surrogate derivative is 1, so W_ref is used
+ * as a constant in d_x and d_weight returns to the master unchanged. Clipped
+ * STE {"clipped": T}: d_weight is zero where |W| > T (1 at |W| == T).
+ * Everything in float64; GEMMs through the backend's float64 GEMM only. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend/backend.h"
+#include "../module.h"
+#include "../numerics/quant.h"
+#include "../qc.h"
+
+/* dequant(quant(a)) in place for [rows, cols], when fmt is not "none". */
+static int ref_fake_quant(const qc_module *m, const char *fmt, int64_t rows, int64_t cols, double *a, const char *what) {
+  if (strcmp(fmt, "none") == 0) return QC_OK;
+  int64_t n = rows * cols;
+  float *f = qc_malloc((size_t)n * sizeof *f, what);
+  if (!f) return QC_ESYS;
+  for (int64_t i = 0; i < n; i++) f[i] = (float)a[i];
+  int rc = qc_fake_quant(fmt, qc_contract_str(&m->contract, "profile", "vllm"), rows, cols, f, f, what);
+  for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
+  free(f);
+  return rc;
+}
+
+int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  const qc_tensor *x, *w, *b;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &x))) return rc;
+  if ((rc = qc_module_need(m, "params", "weight", 2, 2, &w))) return rc;
+  b = qc_tset_get(&m->params, "bias");
+  const int64_t K = x->shape[x->ndim - 1], M = qc_numel(x) / K, N = w->shape[0];
+  char s1[64], s2[64];
+  if (w->shape[1] != K)
+    return qc_err("%s: params/weight %s does not match inputs/x %s: expected weight [N, %lld]", m->path,
+                  qc_shape_str(2, w->shape, s1, sizeof s1), qc_shape_str(x->ndim, x->shape, s2, sizeof s2), (long long)K);
+  if (b && (b->ndim != 1 || b->shape[0] != N))
+    return qc_err("%s: params/bias %s: expected [%lld]", m->path, qc_shape_str(b->ndim, b->shape, s1, sizeof s1), (long long)N);
+  if (dy->ndim < 1 || dy->shape[dy->ndim - 1] != N || qc_numel(dy) != M * N)
+    return qc_err("%s: dY '%s' %s: expected [%lld, %lld] (tokens, out_features)", m->path, dy->name,
+                  qc_shape_str(dy->ndim, dy->shape, s1, sizeof s1), (long long)M, (long long)N);
+
+  double *W = NULL, *X = NULL, *G = NULL;
+  qc_tensor dx = {0}, dw = {0}, db = {0};
+  int64_t ws[2] = {N, K}, bs[1] = {N};
+  rc = QC_ESYS;
+  if (!(W = qc_malloc((size_t)(N * K) * 8, "reference weight"))) goto done;
+  if (!(X = qc_malloc((size_t)(M * K) * 8, "reference input"))) goto done;
+  if (!(G = qc_malloc((size_t)(M * N) * 8, "reference dY"))) goto done;
+  if ((rc = qc_tensor_to_f64(w, W)) || (rc = qc_tensor_to_f64(x, X)) || (rc = qc_tensor_to_f64(dy, G))) goto done;
+
+  const qc_contract *c = &m->contract;
+  const char *wf = qc_contract_str(c, "weight_format", "none");
+  const char *af = qc_contract_str(c, "activation_format", "none");
+  /* clipped STE mask is taken from the master weight, before W is replaced */
+  const qc_kv *ste = qc_contract_get(c, "ste");
+  int clipped = ste && strcmp(ste->str, "clipped") == 0;
+  double T = clipped ? ste->num : 0;
+
+  /* d_weight = dY^T X_ref */
+  if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
+      (rc = ref_fake_quant(m, af, M, K, X, "inputs/x")))
+    goto done;
+  if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_F64, 2, ws))) goto done;
+  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
+  if (clipped)
+    for (int64_t i = 0; i < N * K; i++)
+      if (fabs(W[i]) > T) ((double *)dw.data)[i] = 0.0;
+
+  /* d_x = dY W_ref */
+  if (strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0 &&
+      (rc = ref_fake_quant(m, wf, N, K, W, "params/weight")))
+    goto done;
+  if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
+  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;
+
+  if ((rc = qc_tset_add(grads, &dx)) || (rc = qc_tset_add(grads, &dw))) goto done;
+  if (b) {
+    if ((rc = qc_tensor_alloc(&db, "d_bias", QC_F64, 1, bs))) goto done;
+    double *d = db.data;
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t n = 0; n < N; n++) d[n] += G[i * N + n];
+    if ((rc = qc_tset_add(grads, &db))) goto done;
+  }
+  rc = QC_OK;
+done:
+  qc_tensor_free(&dx);
+  qc_tensor_free(&dw);
+  qc_tensor_free(&db);
+  free(W); free(X); free(G);
+  return rc;
+}
