@@ -35,13 +35,13 @@ done
 
 if [ -x build/test_gpu ] && [ "${QC_SKIP_GPU_TESTS:-0}" != 1 ]; then
   echo "== gpu tests (build/test_gpu)"
-  build/test_gpu 2>&1 | tee /tmp/qc_gpu.$$
+  build/test_gpu --verbose 2>&1 | tee /tmp/qc_gpu.$$
   line=$(grep -E '^\[====\] Synthesis' /tmp/qc_gpu.$$ | tail -1)
   gp=$(printf '%s' "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
   gf=$(printf '%s' "$line" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
   gc=$(printf '%s' "$line" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
   gs=$(grep -cE '^\[SKIP\]' /tmp/qc_gpu.$$)
-  if [ -n "$gp" ]; then pass=$((pass+gp-gs)); skip=$((skip+gs)); fail=$((fail+gf+gc)); fi
+  if [ -n "$gp" ]; then pass=$((pass+gp)); skip=$((skip+gs)); fail=$((fail+gf+gc)); else fail=$((fail+1)); failed="$failed gpu(no-synthesis)"; fi
   rm -f /tmp/qc_gpu.$$
 fi
 
