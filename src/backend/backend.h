@@ -5,11 +5,16 @@
 #ifndef QC_BACKEND_H
 #define QC_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../metrics.h"
 
 typedef enum { QC_OP_N = 0, QC_OP_T = 1 } qc_op;
+
+struct qc_qout;
+struct qc_linear_audit;
+struct qc_linear_audit_out;
 
 typedef struct qc_backend {
   const char *name;        /* "cpu", "cuda:0" */
@@ -25,7 +30,69 @@ typedef struct qc_backend {
   /* Metrics of g against r, n elements, float64 accumulation. */
   int (*metrics)(const struct qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out);
   void *priv;
+
+  /* ---- additive, device-resident ops (NULL where a backend lacks them) ----
+   * Device buffers: memory on the backend's device, filled with upload and
+   * read with download (both on the backend's one stream; download waits).
+   * host_alloc gives pinned host memory, so uploads run at full link speed. */
+  int (*buf_alloc)(const struct qc_backend *be, size_t bytes, const char *what, void **dptr);
+  void (*buf_free)(const struct qc_backend *be, void *dptr);
+  int (*upload)(const struct qc_backend *be, void *dst, const void *src, size_t bytes);
+  int (*download)(const struct qc_backend *be, void *dst, const void *src, size_t bytes);
+  int (*host_alloc)(const struct qc_backend *be, size_t bytes, const char *what, void **hptr);
+  void (*host_free)(const struct qc_backend *be, void *hptr);
+  /* Quantize a host float32 [rows, cols] matrix under fmt/profile; fills
+   * every non-NULL field of *q (host memory sized per qc_qlayout). */
+  int (*quantize)(const struct qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
+                  const float *in, struct qc_qout *q);
+  /* The fused linear audit on device buffers (see qc_linear_audit). */
+  int (*audit_linear)(const struct qc_backend *be, const struct qc_linear_audit *a, struct qc_linear_audit_out *o);
 } qc_backend;
+
+/* Where a quantizer's results go. Scale groups form a grid of srows x scols
+ * (qc_qlayout). NULL fields are not produced. */
+typedef struct qc_qout {
+  float *deq;         /* [rows, cols] dequant(quant(x)) in float32 */
+  uint8_t *q;         /* payload: [rows, cols] fp8 bytes, or [rows, (cols+1)/2] e2m1 pairs (low nibble first) */
+  float *scale;       /* [srows, scols] the dequantization multiplier s (value = q * s) */
+  uint8_t *scale_b;   /* [srows, scols] scale bytes: E8M0 (mx*, *_ue8m0) or E4M3 (nvfp4); 0 for float scales */
+  float gscale;       /* nvfp4: the global encode scale g = 2688 / amax; else 0 */
+} qc_qout;
+
+/* The scale grid of fmt for a [rows, cols] matrix: groups of grows x gcols
+ * elements (tails partial), srows x scols of them, packed = 1 for e2m1
+ * payloads. QC_EINPUT (message naming fmt) for an unknown format. */
+int qc_qlayout(const char *fmt, int64_t rows, int64_t cols, int64_t *grows, int64_t *gcols, int64_t *srows,
+               int64_t *scols, int *packed);
+
+/* The in-memory audit of a linear layer's d_x and d_weight on one backend:
+ *   W_ref = dequant(quant(W)) under weight_format (W itself for "none")
+ *   reference  d_x = dY W_ref, d_weight = dY^T X           float64 GEMMs
+ *   candidate  the same products with bf16 operands, fp32 accumulation and
+ *              bf16 output (builtin), or the given candidate tensors
+ *   metrics    one fused pass per gradient (qc_metrics, noise floor too)
+ * Pointers are the backend's buffers (buf_alloc; host memory on the CPU). */
+typedef struct qc_linear_audit {
+  int64_t M, K, N;
+  const uint16_t *x;        /* [M, K] bf16 */
+  const uint16_t *w;        /* [N, K] bf16, the master weight */
+  const uint16_t *dy;       /* [M, N] bf16 */
+  const uint16_t *dx_cand;  /* [M, K] bf16 candidate d_x, or NULL: builtin candidate */
+  const uint16_t *dw_cand;  /* [N, K] bf16 candidate d_weight, or NULL: builtin candidate */
+  const char *weight_format; /* "none", "fp8_block128", ... */
+  const char *profile;      /* NULL = "vllm" */
+} qc_linear_audit;
+
+typedef struct qc_linear_audit_out {
+  qc_metrics dx, dw;        /* metrics of the candidate against the reference */
+  double *dx_ref, *dw_ref;  /* optional host [M, K] / [N, K]: the float64 references are copied here */
+  uint16_t *dx_out, *dw_out; /* optional host bf16: the builtin candidate's gradients */
+  double ms_quant, ms_cand, ms_ref, ms_metrics; /* device time of each stage (0 on the CPU) */
+  size_t device_bytes;      /* device memory the audit held at its peak */
+} qc_linear_audit_out;
+
+/* Device memory the fused linear audit needs for M, K, N (bytes). */
+size_t qc_linear_audit_bytes(int64_t M, int64_t K, int64_t N);
 
 /* The CPU backend (always there). */
 const qc_backend *qc_backend_cpu(void);

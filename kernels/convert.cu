@@ -1,0 +1,28 @@
+/* convert.cu: element conversions between bf16, float32 and float64 (RNE). */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels.h"
+
+template <typename A, typename B, typename F> __global__ void k_map(const A *in, B *out, int64_t n, F f) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = f(in[i]);
+}
+
+struct bf16_f64 { __device__ double operator()(uint16_t h) const { return (double)__bfloat162float(__ushort_as_bfloat16(h)); } };
+struct bf16_f32 { __device__ float operator()(uint16_t h) const { return __bfloat162float(__ushort_as_bfloat16(h)); } };
+struct f32_bf16 { __device__ uint16_t operator()(float x) const { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); } };
+struct f64_bf16 { __device__ uint16_t operator()(double x) const { return __bfloat16_as_ushort(__double2bfloat16(x)); } };
+
+template <typename A, typename B, typename F> static int launch(const A *in, B *out, int64_t n, void *stream) {
+  if (n <= 0) return 0;
+  int64_t blocks = (n + 255) / 256;
+  if (blocks > 132 * 16) blocks = 132 * 16;
+  k_map<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(in, out, n, F());
+  return (int)cudaGetLastError();
+}
+
+extern "C" int qk_bf16_to_f64(const uint16_t *in, double *out, int64_t n, void *s) { return launch<uint16_t, double, bf16_f64>(in, out, n, s); }
+extern "C" int qk_bf16_to_f32(const uint16_t *in, float *out, int64_t n, void *s) { return launch<uint16_t, float, bf16_f32>(in, out, n, s); }
+extern "C" int qk_f32_to_bf16(const float *in, uint16_t *out, int64_t n, void *s) { return launch<float, uint16_t, f32_bf16>(in, out, n, s); }
+extern "C" int qk_f64_to_bf16(const double *in, uint16_t *out, int64_t n, void *s) { return launch<double, uint16_t, f64_bf16>(in, out, n, s); }

@@ -1,0 +1,79 @@
+/* kernels.h: the CUDA kernels' host launchers (the .cu files in kernels/), called by the
+ * CUDA backend (src/backend/cuda.cu) and nothing else. Pointers are device
+ * pointers; every launcher enqueues on `stream` (a cudaStream_t) and returns
+ * a cudaError_t as int (0 = success), from the launch itself. */
+#ifndef QC_KERNELS_H
+#define QC_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Quantizer formats of spec/numerics.md, profile vllm. */
+typedef enum {
+  QK_NONE = 0,
+  QK_FP8_TENSOR,
+  QK_FP8_ROW,            /* fp8_token / fp8_channel: one scale per row */
+  QK_FP8_GROUP128,
+  QK_FP8_GROUP128_UE8M0,
+  QK_FP8_BLOCK128,
+  QK_FP8_BLOCK128_UE8M0,
+  QK_NVFP4,
+  QK_MXFP8,
+  QK_MXFP4
+} qk_fmt;
+
+/* One quantization: in [rows, cols] (float32, or bf16 when in_bf16) to any
+ * of the outputs that are non-NULL (layouts as qc_qout in backend.h). */
+typedef struct qk_qargs {
+  qk_fmt fmt;
+  int64_t rows, cols;
+  int in_bf16;
+  const void *in;
+  float *deq;            /* [rows, cols] dequantized, float32 */
+  uint16_t *deq_bf16;    /* [rows, cols] dequantized, rounded to bf16 */
+  double *deq_f64;       /* [rows, cols] dequantized, widened to float64 (exact) */
+  uint8_t *q;            /* payload bytes */
+  float *scale;          /* [srows, scols] dequant multiplier */
+  uint8_t *scale_b;      /* [srows, scols] scale bytes */
+  /* scratch, 4 words, zeroed by the launcher: [0] amax bits, [1] non-finite
+   * count, [2] global scale g (nvfp4) bits */
+  uint32_t *scratch;
+} qk_qargs;
+
+int qk_quantize(const qk_qargs *a, void *stream);
+
+/* Element conversions, n elements. */
+int qk_bf16_to_f64(const uint16_t *in, double *out, int64_t n, void *stream);
+int qk_bf16_to_f32(const uint16_t *in, float *out, int64_t n, void *stream);
+int qk_f32_to_bf16(const float *in, uint16_t *out, int64_t n, void *stream);
+int qk_f64_to_bf16(const double *in, uint16_t *out, int64_t n, void *stream);
+
+/* The fused metrics pass: float64 sums of g^2, r^2, (g-r)^2, g r and
+ * (bf16(r) - r)^2 over finite g, max |g - r| with its lowest index, count
+ * of non-finite g. Deterministic: a fixed grid from n alone, a fixed tree
+ * in each block and a fixed tree over the blocks, so two runs are
+ * bit-identical. g is float64 (g_kind 0), bf16 (1) or float32 (2). */
+typedef struct qk_msum {
+  double sg, sr, sd, dt, snf, mx;
+  int64_t idx, bad;
+} qk_msum;
+/* Device scratch the metrics pass needs (partials + the result). */
+size_t qk_metrics_scratch_bytes(void);
+/* Writes the result to res (device) after `scratch`. */
+int qk_metrics(const void *g, int g_kind, const double *r, int64_t n, void *scratch, qk_msum *res, void *stream);
+
+/* Conformance: for 2^32 float32 bit patterns from `start` (count of them),
+ * out[i] = __nv_cvt_float_to_fp8(bits(start + i), __NV_SATFINITE, kind)
+ * (kind 0 = E4M3, 1 = E5M2), and mism[0] += how many differ from the same
+ * rule written in plain integer arithmetic from spec/numerics.md. out may
+ * be NULL. */
+int qk_fp8_conform(uint64_t start, uint64_t count, int kind, uint8_t *out, unsigned long long *mism, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,138 @@
+/* metrics.cu: the fused, deterministic metrics pass (kernels.h, qk_metrics).
+ * One read of g and r: 8 consecutive elements a thread a step (16-byte
+ * loads of g in bf16, four 16-byte loads of r), float64 sums. The grid
+ * depends on n only; each block sums a contiguous chunk in a fixed order,
+ * then a fixed tree; one block combines the partials by a fixed tree. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "kernels.h"
+
+#define MT 256          /* threads per block */
+#define MV 8            /* elements a thread per step */
+#define MAXB 512        /* blocks at most (partials); 64 B each in shared memory */
+
+struct macc {
+  double sg, sr, sd, dt, snf, mx;
+  long long idx, bad;
+};
+
+__device__ __forceinline__ void macc_init(macc &a) {
+  a.sg = a.sr = a.sd = a.dt = a.snf = 0.0;
+  a.mx = -1.0;
+  a.idx = -1;
+  a.bad = 0;
+}
+
+__device__ __forceinline__ void macc_add(macc &a, double g, double r, long long i) {
+  if (!isfinite(g)) { a.bad++; return; }
+  double d = g - r;
+  a.sg += g * g;
+  a.sr += r * r;
+  a.sd += d * d;
+  a.dt += g * r;
+  double e = (double)__bfloat162float(__double2bfloat16(r)) - r;
+  a.snf += e * e;
+  double ad = fabs(d);
+  if (ad > a.mx) { a.mx = ad; a.idx = i; }
+}
+
+/* b covers indices after a's: ties keep the lower index. */
+__device__ __forceinline__ void macc_merge(macc &a, const macc &b) {
+  a.sg += b.sg; a.sr += b.sr; a.sd += b.sd; a.dt += b.dt; a.snf += b.snf;
+  a.bad += b.bad;
+  if (b.mx > a.mx || (b.mx == a.mx && b.idx >= 0 && (a.idx < 0 || b.idx < a.idx))) { a.mx = b.mx; a.idx = b.idx; }
+}
+
+/* Fixed tree over blockDim.x (a power of two) accumulators in shared memory. */
+__device__ void tree(macc *sh, macc v) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s; s >>= 1) {
+    if (threadIdx.x < s) macc_merge(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+}
+
+template <int KIND> __device__ __forceinline__ double gload(const void *g, long long i) {
+  if (KIND == 0) return ((const double *)g)[i];
+  if (KIND == 1) return (double)__bfloat162float(((const __nv_bfloat16 *)g)[i]);
+  return (double)((const float *)g)[i];
+}
+
+/* 8 values of g from element i (a multiple of 8, so 16-byte aligned). */
+template <int KIND> __device__ __forceinline__ void gload8(const void *g, long long i, double *o) {
+  if (KIND == 1) {
+    uint4 v = *(const uint4 *)((const __nv_bfloat16 *)g + i);
+    const __nv_bfloat16 *h = (const __nv_bfloat16 *)&v;
+#pragma unroll
+    for (int k = 0; k < 8; k++) o[k] = (double)__bfloat162float(h[k]);
+  } else if (KIND == 2) {
+    float4 a = *(const float4 *)((const float *)g + i), b = *(const float4 *)((const float *)g + i + 4);
+    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      double2 v = *(const double2 *)((const double *)g + i + 2 * k);
+      o[2 * k] = v.x; o[2 * k + 1] = v.y;
+    }
+  }
+}
+
+template <int KIND> __global__ void __launch_bounds__(MT) k_metrics(const void *g, const double *r, long long n, long long chunk, macc *part) {
+  __shared__ macc sh[MT];
+  macc a;
+  macc_init(a);
+  const long long lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+  for (long long base = lo; base < hi; base += MT * MV) {
+    long long i = base + (long long)threadIdx.x * MV;
+    if (i + MV <= hi) {
+      double gv[MV], rv[MV];
+      gload8<KIND>(g, i, gv);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        double2 v = *(const double2 *)(r + i + 2 * k);
+        rv[2 * k] = v.x; rv[2 * k + 1] = v.y;
+      }
+#pragma unroll
+      for (int k = 0; k < MV; k++) macc_add(a, gv[k], rv[k], i + k);
+    } else {
+      for (long long j = i; j < hi; j++) macc_add(a, gload<KIND>(g, j), r[j], j);
+    }
+  }
+  tree(sh, a);
+  if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+__global__ void __launch_bounds__(MAXB) k_metrics_final(const macc *part, int nb, qk_msum *res) {
+  __shared__ macc sh[MAXB];
+  macc a;
+  macc_init(a);
+  if ((int)threadIdx.x < nb) a = part[threadIdx.x];
+  tree(sh, a);
+  if (threadIdx.x == 0) {
+    res->sg = sh[0].sg; res->sr = sh[0].sr; res->sd = sh[0].sd; res->dt = sh[0].dt; res->snf = sh[0].snf;
+    res->mx = sh[0].mx; res->idx = sh[0].idx; res->bad = sh[0].bad;
+  }
+}
+
+extern "C" size_t qk_metrics_scratch_bytes(void) { return MAXB * sizeof(macc); }
+
+extern "C" int qk_metrics(const void *g, int g_kind, const double *r, int64_t n, void *scratch, qk_msum *res, void *stream) {
+  cudaStream_t st = (cudaStream_t)stream;
+  /* chunk: a multiple of one block step, so every chunk starts 16-byte aligned */
+  long long step = MT * MV;
+  long long chunk = ((n + MAXB - 1) / MAXB + step - 1) / step * step;
+  if (chunk == 0) chunk = step;
+  int nb = (int)((n + chunk - 1) / chunk);
+  if (nb < 1) nb = 1;
+  macc *part = (macc *)scratch;
+  if (g_kind == 0) k_metrics<0><<<nb, MT, 0, st>>>(g, r, n, chunk, part);
+  else if (g_kind == 1) k_metrics<1><<<nb, MT, 0, st>>>(g, r, n, chunk, part);
+  else k_metrics<2><<<nb, MT, 0, st>>>(g, r, n, chunk, part);
+  cudaError_t e = cudaGetLastError();
+  if (e) return (int)e;
+  k_metrics_final<<<1, MAXB, 0, st>>>(part, nb, res);
+  return (int)cudaGetLastError();
+}

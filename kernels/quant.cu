@@ -1,0 +1,322 @@
+/* quant.cu: the quantizers of spec/numerics.md (profile vllm) on the GPU,
+ * byte for byte as the CPU ones: every float32 step is written with the
+ * round-to-nearest intrinsics (__fmul_rn, __fdiv_rn, __frcp_rn), so nvcc
+ * can neither contract nor approximate them, and E4M3 is CUDA's own
+ * __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), the conversion the
+ * spec defines the format by (bench/fp8_conformance checks it against the
+ * spec's rule over all 2^32 inputs).
+ *
+ * Kernels: a tensor-wide amax (fp8_tensor, nvfp4's global scale), one warp
+ * per 1xG group along a row (token/channel, group128, nvfp4, mx), one block
+ * of 256 threads per 128x128 tile (block128, two-stage ue8m0). */
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "kernels.h"
+#include "qk_elem.cuh"
+
+/* ---- scales ---------------------------------------------------------------- */
+
+/* What a group's scale gives the element loop. */
+struct qscale {
+  float s;       /* dequant multiplier: value = q * s */
+  float mul;     /* encode multiplier (mode 0) or divisor (mode 1) */
+  int divide;    /* 1: x / s (a true division); 0: x * mul */
+  int clampv;    /* 1: clamp to +-(element max) before encoding */
+  uint8_t b;     /* scale byte (E8M0 or E4M3), 0 for float scales */
+};
+
+/* The group scale of fmt from the group's amax (g: nvfp4 global scale). */
+__device__ __forceinline__ qscale group_scale(qk_fmt fmt, float amax, float g) {
+  qscale q = {0.f, 0.f, 0, 0, 0};
+  switch (fmt) {
+  case QK_FP8_TENSOR:
+    q.s = __fdiv_rn(amax, 448.f);
+    q.mul = q.s > 0.f ? __frcp_rn(q.s) : 0.f;
+    q.clampv = 1;
+    break;
+  case QK_FP8_ROW:
+    q.s = fmaxf(__fdiv_rn(amax, 448.f), __frcp_rn(229376.f));
+    q.mul = q.s;
+    q.divide = 1;
+    q.clampv = 1;
+    break;
+  case QK_FP8_GROUP128:
+    q.s = __fdiv_rn(fmaxf(amax, 1e-10f), 448.f);
+    q.mul = q.s;
+    q.divide = 1;
+    q.clampv = 1;
+    break;
+  case QK_FP8_GROUP128_UE8M0:
+    q.s = qk_ceil2(fmaxf(__fdiv_rn(amax, 448.f), 1e-10f));
+    q.b = qk_e8m0_byte(q.s);
+    q.mul = __frcp_rn(q.s);
+    q.clampv = 1;
+    break;
+  case QK_FP8_BLOCK128:
+  case QK_FP8_BLOCK128_UE8M0: /* first stage; the second is in the tile kernel */
+    q.s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.f);
+    q.mul = __frcp_rn(q.s);
+    break;
+  case QK_NVFP4: {
+    /* an all-zero tensor has g = inf: its block scales are 0, not inf * 0 */
+    uint8_t sf = isinf(g) ? 0 : qk_f32_to_e4m3(fminf(__fmul_rn(g, __fmul_rn(amax, __frcp_rn(6.f))), 448.f));
+    float sff = qk_e4m3_to_f32(sf);
+    q.b = sf;
+    q.mul = sf != 0 ? __frcp_rn(__fmul_rn(sff, __frcp_rn(g))) : 0.f;
+    q.s = __fdiv_rn(sff, g);
+    q.clampv = 1;
+    break;
+  }
+  case QK_MXFP8: /* the scale is what its E8M0 byte decodes to: amax 0 -> byte 0 -> 2^-127 */
+    q.b = qk_e8m0_byte(qk_ceil2(__fdiv_rn(amax, 448.f)));
+    q.s = qk_e8m0_to_f32(q.b);
+    q.mul = __frcp_rn(q.s);
+    break;
+  case QK_MXFP4:
+    q.b = qk_e8m0_byte(qk_ceil2(__fdiv_rn(amax, 6.f)));
+    q.s = qk_e8m0_to_f32(q.b);
+    q.mul = __frcp_rn(q.s);
+    break;
+  default:
+    break;
+  }
+  return q;
+}
+
+static __device__ __forceinline__ bool fmt_fp4(qk_fmt f) { return f == QK_NVFP4 || f == QK_MXFP4; }
+
+/* Encode one element under its group's scale: the payload code (e4m3 byte
+ * or e2m1 nibble) and its dequantized value q * s. */
+__device__ __forceinline__ uint8_t encode(qk_fmt fmt, const qscale &sc, float x, float *deq) {
+  bool fp4 = fmt_fp4(fmt);
+  float lim = fp4 ? 6.f : 448.f;
+  float v = sc.divide ? __fdiv_rn(x, sc.mul) : __fmul_rn(x, sc.mul);
+  if (sc.clampv) v = fminf(fmaxf(v, -lim), lim);
+  if (fmt == QK_FP8_TENSOR && sc.s == 0.f) v = __fmul_rn(x, 0.f); /* all-zero tensor: signed zeros */
+  uint8_t c = fp4 ? qk_f32_to_e2m1(v) : qk_f32_to_e4m3(v);
+  float dec = fp4 ? qk_e2m1_to_f32(c) : qk_e4m3_to_f32(c);
+  *deq = __fmul_rn(dec, sc.s);
+  return c;
+}
+
+/* ---- loads and stores -------------------------------------------------------- */
+
+__device__ __forceinline__ float load_in(const qk_qargs &a, int64_t i) {
+  return a.in_bf16 ? __bfloat162float(((const __nv_bfloat16 *)a.in)[i]) : ((const float *)a.in)[i];
+}
+
+__device__ __forceinline__ void store_deq(const qk_qargs &a, int64_t i, float d) {
+  if (a.deq) a.deq[i] = d;
+  if (a.deq_bf16) a.deq_bf16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(d));
+  if (a.deq_f64) a.deq_f64[i] = (double)d;
+}
+
+/* ---- tensor-wide amax ---------------------------------------------------------- */
+
+/* scratch[0] = bits of max |x| (non-negative floats order as integers),
+ * scratch[1] += non-finite count. */
+__global__ void k_amax(qk_qargs a) {
+  int64_t n = a.rows * a.cols;
+  float m = 0.f;
+  unsigned bad = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float x = load_in(a, i);
+    if (!isfinite(x)) bad++;
+    else m = fmaxf(m, fabsf(x));
+  }
+  for (int o = 16; o; o >>= 1) {
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    bad += __shfl_xor_sync(0xffffffffu, bad, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicMax(&a.scratch[0], __float_as_uint(m));
+    if (bad) atomicAdd(&a.scratch[1], bad);
+  }
+}
+
+/* nvfp4's global scale g = 2688 / amax into scratch[2]. */
+__global__ void k_global_scale(qk_qargs a) {
+  float amax = __uint_as_float(a.scratch[0]);
+  a.scratch[2] = __float_as_uint(__fdiv_rn(2688.f, amax));
+}
+
+/* ---- 1xG groups along rows: one warp per group ------------------------------------ */
+
+/* Lane l takes element pairs (2p, 2p+1) of the group, p = l, l+32, ...; so a
+ * packed e2m1 byte has one writer. */
+__global__ void k_rowgroups(qk_qargs a, int64_t G) {
+  const int64_t ngr = (a.cols + G - 1) / G;
+  const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= a.rows * ngr) return;
+  const int64_t row = warp / ngr, grp = warp % ngr;
+  const int64_t c0 = grp * G, gw = min(G, a.cols - c0);
+  const int64_t base = row * a.cols + c0;
+  float m = 0.f;
+  unsigned bad = 0;
+  for (int64_t j = 2 * lane; j < gw; j += 64) {
+    float x0 = load_in(a, base + j);
+    float x1 = j + 1 < gw ? load_in(a, base + j + 1) : 0.f;
+    if (!isfinite(x0) || !isfinite(x1)) { bad++; continue; }
+    m = fmaxf(m, fmaxf(fabsf(x0), fabsf(x1)));
+  }
+  for (int o = 16; o; o >>= 1) {
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    bad += __shfl_xor_sync(0xffffffffu, bad, o);
+  }
+  if (bad) {
+    if (lane == 0) atomicAdd(&a.scratch[1], bad);
+    return;
+  }
+  const float g = a.fmt == QK_NVFP4 ? __uint_as_float(a.scratch[2]) : 0.f;
+  const qscale sc = group_scale(a.fmt, m, g);
+  if (lane == 0) {
+    if (a.scale) a.scale[warp] = sc.s;
+    if (a.scale_b) a.scale_b[warp] = sc.b;
+  }
+  const bool fp4 = fmt_fp4(a.fmt);
+  const int64_t prow = fp4 ? (a.cols + 1) / 2 : a.cols;
+  for (int64_t j = 2 * lane; j < gw; j += 64) {
+    float d0, d1 = 0.f;
+    uint8_t c0b = encode(a.fmt, sc, load_in(a, base + j), &d0), c1b = 0;
+    bool two = j + 1 < gw;
+    if (two) c1b = encode(a.fmt, sc, load_in(a, base + j + 1), &d1);
+    store_deq(a, base + j, d0);
+    if (two) store_deq(a, base + j + 1, d1);
+    if (a.q) {
+      if (fp4) {
+        a.q[row * prow + (c0 + j) / 2] = (uint8_t)(c0b | (c1b << 4));
+      } else {
+        a.q[base + j] = c0b;
+        if (two) a.q[base + j + 1] = c1b;
+      }
+    }
+  }
+}
+
+/* Whole-tensor scale (fp8_tensor): elementwise with the one scale. */
+__global__ void k_tensor(qk_qargs a) {
+  int64_t n = a.rows * a.cols;
+  const qscale sc = group_scale(a.fmt, __uint_as_float(a.scratch[0]), 0.f);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && a.scale) a.scale[0] = sc.s;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float d;
+    uint8_t c = encode(a.fmt, sc, load_in(a, i), &d);
+    store_deq(a, i, d);
+    if (a.q) a.q[i] = c;
+  }
+}
+
+/* ---- 128x128 tiles: one block of 256 threads, 2 rows x 128 columns a step --------- */
+
+__device__ __forceinline__ float block_max(float v, float *sh) {
+  for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = sh[0];
+  for (int w = 1; w < 8; w++) r = fmaxf(r, sh[w]);
+  return r;
+}
+
+__global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
+  __shared__ float sh[8];
+  __shared__ unsigned shbad;
+  const int64_t br = blockIdx.y, bc = blockIdx.x;
+  const int tc = threadIdx.x & 127, tr = threadIdx.x >> 7;
+  const int64_t col = bc * 128 + tc;
+  const bool colok = col < a.cols;
+  float v[64];
+  float m = 0.f;
+  unsigned bad = 0;
+  if (threadIdx.x == 0) shbad = 0;
+#pragma unroll
+  for (int s = 0; s < 64; s++) {
+    int64_t row = br * 128 + 2 * s + tr;
+    v[s] = (colok && row < a.rows) ? load_in(a, row * a.cols + col) : 0.f; /* zero padding */
+    if (!isfinite(v[s])) bad++;
+    else m = fmaxf(m, fabsf(v[s]));
+  }
+  if (bad) atomicAdd(&shbad, bad);
+  m = block_max(m, sh);
+  if (shbad) {
+    if (threadIdx.x == 0) atomicAdd(&a.scratch[1], shbad);
+    return;
+  }
+  qscale sc = group_scale(a.fmt, m, 0.f);
+  uint8_t code[64];
+#pragma unroll
+  for (int s = 0; s < 64; s++) code[s] = encode(a.fmt, sc, v[s], &v[s]);
+  if (a.fmt == QK_FP8_BLOCK128_UE8M0) {
+    /* second stage: requantize the dequantized tile with a power-of-two scale */
+    float m2 = 0.f;
+#pragma unroll
+    for (int s = 0; s < 64; s++) m2 = fmaxf(m2, fabsf(v[s]));
+    m2 = block_max(m2, sh);
+    sc.s = qk_ceil2(__fdiv_rn(fmaxf(m2, 1e-4f), 448.f));
+    sc.mul = __frcp_rn(sc.s);
+    sc.b = qk_e8m0_byte(sc.s);
+#pragma unroll
+    for (int s = 0; s < 64; s++) code[s] = encode(a.fmt, sc, v[s], &v[s]);
+  }
+  const int64_t sidx = br * ((a.cols + 127) / 128) + bc;
+  if (threadIdx.x == 0) {
+    if (a.scale) a.scale[sidx] = sc.s;
+    if (a.scale_b) a.scale_b[sidx] = sc.b;
+  }
+  if (!colok) return;
+#pragma unroll
+  for (int s = 0; s < 64; s++) {
+    int64_t row = br * 128 + 2 * s + tr;
+    if (row < a.rows) {
+      store_deq(a, row * a.cols + col, v[s]);
+      if (a.q) a.q[row * a.cols + col] = code[s];
+    }
+  }
+}
+
+/* ---- launcher ------------------------------------------------------------------ */
+
+static int64_t group_width(const qk_qargs *a) {
+  switch (a->fmt) {
+  case QK_FP8_ROW: return a->cols;
+  case QK_FP8_GROUP128:
+  case QK_FP8_GROUP128_UE8M0: return 128;
+  case QK_NVFP4: return 16;
+  case QK_MXFP8:
+  case QK_MXFP4: return 32;
+  default: return 0;
+  }
+}
+
+extern "C" int qk_quantize(const qk_qargs *a, void *stream) {
+  cudaStream_t st = (cudaStream_t)stream;
+  cudaError_t e = cudaMemsetAsync(a->scratch, 0, 4 * sizeof(uint32_t), st);
+  if (e) return (int)e;
+  const int64_t n = a->rows * a->cols;
+  if (n == 0) return 0;
+  const int amax_blocks = (int)min((int64_t)1024, (n + 255) / 256);
+  if (a->fmt == QK_FP8_TENSOR || a->fmt == QK_NVFP4) {
+    k_amax<<<amax_blocks, 256, 0, st>>>(*a);
+    if ((e = cudaGetLastError())) return (int)e;
+  }
+  if (a->fmt == QK_FP8_TENSOR) {
+    k_tensor<<<amax_blocks, 256, 0, st>>>(*a);
+  } else if (a->fmt == QK_FP8_BLOCK128 || a->fmt == QK_FP8_BLOCK128_UE8M0) {
+    dim3 grid((unsigned)((a->cols + 127) / 128), (unsigned)((a->rows + 127) / 128));
+    k_block128<<<grid, 256, 0, st>>>(*a);
+  } else {
+    int64_t G = group_width(a);
+    if (G <= 0) return (int)cudaErrorInvalidValue;
+    if (a->fmt == QK_NVFP4) {
+      k_global_scale<<<1, 1, 0, st>>>(*a);
+      if ((e = cudaGetLastError())) return (int)e;
+    }
+    int64_t warps = a->rows * ((a->cols + G - 1) / G);
+    k_rowgroups<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(*a, G);
+  }
+  return (int)cudaGetLastError();
+}
