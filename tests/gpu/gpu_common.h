@@ -1,0 +1,43 @@
+/* gpu_common.h: helpers shared by the GPU tests: open the device or skip,
+ * deterministic random data, norm-wise comparison. */
+#ifndef QC_GPU_COMMON_H
+#define QC_GPU_COMMON_H
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backend/backend.h"
+#include "qc.h"
+#include "rng.h"
+
+/* The CUDA backend, or skip the test (no device, or a build without CUDA). */
+static inline const qc_backend *gpu_or_skip(void) {
+  const qc_backend *be = NULL;
+  qc_err_clear();
+  if (qc_backend_open("cuda:0", &be) != QC_OK) cr_skip_test("no CUDA device: %s", qc_err_msg());
+  return be;
+}
+
+/* n doubles, N(0, 1) * scale, from seed. */
+static inline double *gpu_randn(int64_t n, uint64_t seed, double scale) {
+  qc_rng r;
+  qc_rng_seed(&r, seed);
+  double *a = malloc((size_t)n * sizeof *a);
+  cr_assert_not_null(a);
+  for (int64_t i = 0; i < n; i++) a[i] = qc_rng_normal(&r) * scale;
+  return a;
+}
+
+/* ||a - b|| / ||b|| over n doubles. */
+static inline double gpu_rel(const double *a, const double *b, int64_t n) {
+  double d = 0, s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    d += (a[i] - b[i]) * (a[i] - b[i]);
+    s += b[i] * b[i];
+  }
+  return sqrt(d) / (sqrt(s) > 0 ? sqrt(s) : 1);
+}
+
+#endif

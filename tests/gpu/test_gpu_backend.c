@@ -1,0 +1,103 @@
+/* test_gpu_backend.c: the CUDA backend's seam ops against the CPU backend:
+ * metrics (same values, deterministic), float64 and bf16 GEMMs, device
+ * errors. Every test skips without a device. */
+#include <string.h>
+
+#include "gpu_common.h"
+#include "numerics/formats.h"
+
+Test(gpu_backend, bad_index_is_input_error) {
+  const qc_backend *be = gpu_or_skip();
+  qc_backend_close(be);
+  const qc_backend *bad = NULL;
+  qc_err_clear();
+  int rc = qc_backend_open("cuda:99", &bad);
+  cr_expect_eq(rc, QC_EINPUT, "cuda:99 gave %d", rc);
+  cr_expect_null(bad);
+  cr_expect(strstr(qc_err_msg(), "out of range") != NULL, "message: %s", qc_err_msg());
+}
+
+Test(gpu_backend, metrics_match_cpu_and_repeat_bitwise) {
+  const qc_backend *be = gpu_or_skip();
+  const int64_t n = 1000003; /* not a multiple of the kernel's step */
+  double *g = gpu_randn(n, 1, 1.0), *r = gpu_randn(n, 2, 1.0);
+  for (int64_t i = 0; i < n; i++) g[i] = r[i] + 1e-3 * g[i];
+  g[17] = NAN;
+  g[999999] = INFINITY;
+  /* a tie for the max: the lower index must win */
+  g[5000] = r[5000] + 7.0;
+  g[900000] = r[900000] + 7.0;
+  qc_metrics c, a, b;
+  qc_metrics_compute(g, r, n, &c);
+  cr_assert_eq(be->metrics(be, g, r, n, &a), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->metrics(be, g, r, n, &b), QC_OK, "%s", qc_err_msg());
+  cr_expect_eq(memcmp(&a, &b, sizeof a), 0, "two GPU runs differ");
+  cr_expect_eq(a.nonfinite, 2);
+  cr_expect_eq(a.nonfinite, c.nonfinite);
+  cr_expect_eq(a.worst, c.worst, "worst %lld vs cpu %lld", (long long)a.worst, (long long)c.worst);
+  cr_expect_eq(a.worst, 5000);
+  cr_expect_eq(a.max_abs, c.max_abs);
+  cr_expect(fabs(a.norm_g - c.norm_g) <= 1e-12 * c.norm_g);
+  cr_expect(fabs(a.norm_r - c.norm_r) <= 1e-12 * c.norm_r);
+  cr_expect(fabs(a.rel_l2 - c.rel_l2) <= 1e-12 * c.rel_l2, "rel_l2 %.17g vs %.17g", a.rel_l2, c.rel_l2);
+  cr_expect(fabs(a.cosine - c.cosine) <= 1e-12);
+  free(g);
+  free(r);
+  qc_backend_close(be);
+}
+
+Test(gpu_backend, metrics_all_nonfinite_and_empty) {
+  const qc_backend *be = gpu_or_skip();
+  double g[3] = {NAN, INFINITY, -INFINITY}, r[3] = {1, 2, 3};
+  qc_metrics a, c;
+  qc_metrics_compute(g, r, 3, &c);
+  cr_assert_eq(be->metrics(be, g, r, 3, &a), QC_OK, "%s", qc_err_msg());
+  cr_expect_eq(a.nonfinite, 3);
+  cr_expect_eq(a.worst, -1);
+  cr_expect_eq(a.max_abs, c.max_abs);
+  cr_assert_eq(be->metrics(be, g, r, 0, &a), QC_OK, "%s", qc_err_msg());
+  cr_expect_eq(a.worst, -1);
+  cr_expect_eq(a.nonfinite, 0);
+  qc_backend_close(be);
+}
+
+/* op(A) [m,k] op(B) [k,n] on both backends, every transpose, odd sizes. */
+Test(gpu_backend, gemm_f64_matches_cpu) {
+  const qc_backend *be = gpu_or_skip(), *cpu = qc_backend_cpu();
+  const int64_t m = 67, n = 45, k = 131;
+  double *A = gpu_randn(m * k, 3, 1.0), *B = gpu_randn(k * n, 4, 1.0);
+  double *c1 = calloc((size_t)(m * n), 8), *c2 = calloc((size_t)(m * n), 8);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      cr_assert_eq(cpu->gemm_f64(cpu, ta, tb, m, n, k, A, lda, B, ldb, c1, n), QC_OK);
+      cr_assert_eq(be->gemm_f64(be, ta, tb, m, n, k, A, lda, B, ldb, c2, n), QC_OK, "%s", qc_err_msg());
+      double rel = gpu_rel(c2, c1, m * n);
+      cr_expect(rel <= 1e-14, "ta %d tb %d: rel %.3g", ta, tb, rel);
+    }
+  free(A); free(B); free(c1); free(c2);
+  qc_backend_close(be);
+}
+
+Test(gpu_backend, gemm_bf16_matches_cpu) {
+  const qc_backend *be = gpu_or_skip(), *cpu = qc_backend_cpu();
+  const int64_t m = 64, n = 48, k = 272;
+  double *a = gpu_randn(m * k, 5, 1.0), *b = gpu_randn(k * n, 6, 1.0);
+  uint16_t *A = malloc((size_t)(m * k) * 2), *B = malloc((size_t)(k * n) * 2);
+  float *c1 = calloc((size_t)(m * n), 4), *c2 = calloc((size_t)(m * n), 4);
+  double *d1 = malloc((size_t)(m * n) * 8), *d2 = malloc((size_t)(m * n) * 8);
+  for (int64_t i = 0; i < m * k; i++) A[i] = qc_f32_to_bf16((float)a[i]);
+  for (int64_t i = 0; i < k * n; i++) B[i] = qc_f32_to_bf16((float)b[i]);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      cr_assert_eq(cpu->gemm_bf16(cpu, ta, tb, m, n, k, A, lda, B, ldb, c1, n), QC_OK);
+      cr_assert_eq(be->gemm_bf16(be, ta, tb, m, n, k, A, lda, B, ldb, c2, n), QC_OK, "%s", qc_err_msg());
+      for (int64_t i = 0; i < m * n; i++) { d1[i] = c1[i]; d2[i] = c2[i]; }
+      double rel = gpu_rel(d2, d1, m * n);
+      /* exact bf16 products, fp32 sums in another order: float32 rounding only */
+      cr_expect(rel <= 1e-6, "ta %d tb %d: rel %.3g", ta, tb, rel);
+    }
+  free(a); free(b); free(A); free(B); free(c1); free(c2); free(d1); free(d2);
+  qc_backend_close(be);
+}

@@ -1,0 +1,137 @@
+/* test_gpu_quant.c: the GPU quantizers. Against the CPU quantizers where
+ * this branch has them (bit-identical dequantized values, so identical
+ * payload decodes, negative zero included); always against the spec's
+ * scale formulas evaluated here in C float32, and for self-consistency
+ * (deq = decode(q) * s, scale bytes, error bounded by the format's step).
+ * Skips without a device. */
+#include <string.h>
+
+#include "gpu_common.h"
+#include "numerics/formats.h"
+#include "numerics/quant.h"
+
+static uint32_t fb(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static float bf(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static float ceil2f(float s) { uint32_t u = fb(s); if (u & 0x7fffffu) u = (u & 0xff800000u) + 0x800000u; return bf(u); }
+
+/* A [rows, cols] test matrix: normals over 2^-10..2^9 row scales, a zero
+ * row, a zero 128x128 tile, tiny negatives (negative zeros), exact powers
+ * of two, values that hit the floors. */
+static float *qdata(int64_t rows, int64_t cols, uint64_t seed) {
+  double *n = gpu_randn(rows * cols, seed, 1.0);
+  float *x = malloc((size_t)(rows * cols) * 4);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) x[i * cols + j] = (float)(n[i * cols + j] * ldexp(1.0, (int)(i % 20) - 10));
+  free(n);
+  for (int64_t j = 0; j < cols; j++) x[3 * cols + j] = 0.0f;                       /* zero row */
+  for (int64_t i = 128; i < rows && i < 256; i++)
+    for (int64_t j = 0; j < 128 && j < cols; j++) x[i * cols + j] = 0.0f;           /* zero tile */
+  for (int64_t j = 0; j < cols; j++) x[5 * cols + j] = j % 2 ? -1e-30f : 1e-12f;   /* floors, -0 */
+  for (int64_t j = 0; j < cols; j++) x[7 * cols + j] = ldexpf(1.0f, (int)(j % 40) - 20); /* powers of two */
+  x[9 * cols + 1] = 448.0f;
+  x[9 * cols + 2] = -448.0f * 1.0001f;
+  return x;
+}
+
+static const char *const g_fmts[] = {"fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",
+                                     "fp8_block128", "fp8_block128_ue8m0", "nvfp4", "mxfp8", "mxfp4"};
+
+/* The spec's scale for fmt from the group amax (NAN: not checked here). */
+static float spec_scale(const char *f, float amax) {
+  if (!strcmp(f, "fp8_tensor")) return amax / 448.f;
+  if (!strcmp(f, "fp8_token") || !strcmp(f, "fp8_channel")) return fmaxf(amax / 448.f, 1.f / 229376.f);
+  if (!strcmp(f, "fp8_group128")) return fmaxf(amax, 1e-10f) / 448.f;
+  if (!strcmp(f, "fp8_group128_ue8m0")) return ceil2f(fmaxf(amax / 448.f, 1e-10f));
+  if (!strcmp(f, "fp8_block128")) return fmaxf(amax, 1e-4f) / 448.f;
+  if (!strcmp(f, "mxfp8")) { float s = ceil2f(amax / 448.f); return s == 0 ? ldexpf(1.f, -127) : s; }
+  if (!strcmp(f, "mxfp4")) { float s = ceil2f(amax / 6.f); return s == 0 ? ldexpf(1.f, -127) : s; }
+  return NAN;
+}
+
+static void check_format(const qc_backend *be, const char *f, int64_t rows, int64_t cols, const float *x) {
+  int64_t gr, gc, sr, sc;
+  int packed;
+  cr_assert_eq(qc_qlayout(f, rows, cols, &gr, &gc, &sr, &sc, &packed), QC_OK);
+  int64_t n = rows * cols, nq = packed ? rows * ((cols + 1) / 2) : n;
+  qc_qout q = {.deq = malloc((size_t)n * 4), .q = malloc((size_t)nq), .scale = malloc((size_t)(sr * sc) * 4),
+               .scale_b = malloc((size_t)(sr * sc))};
+  qc_qout q2 = {.deq = malloc((size_t)n * 4), .q = malloc((size_t)nq)};
+  cr_assert_eq(be->quantize(be, f, "vllm", rows, cols, x, &q), QC_OK, "%s: %s", f, qc_err_msg());
+  cr_assert_eq(be->quantize(be, f, NULL, rows, cols, x, &q2), QC_OK, "%s: %s", f, qc_err_msg());
+  cr_expect_eq(memcmp(q.deq, q2.deq, (size_t)n * 4), 0, "%s: two runs differ", f);
+  cr_expect_eq(memcmp(q.q, q2.q, (size_t)nq), 0, "%s: two runs' bytes differ", f);
+  int bad = 0;
+  for (int64_t gi = 0; gi < sr; gi++)
+    for (int64_t gj = 0; gj < sc; gj++) {
+      float amax = 0;
+      int64_t i1 = (gi + 1) * gr < rows ? (gi + 1) * gr : rows, j1 = (gj + 1) * gc < cols ? (gj + 1) * gc : cols;
+      for (int64_t i = gi * gr; i < i1; i++)
+        for (int64_t j = gj * gc; j < j1; j++) amax = fmaxf(amax, fabsf(x[i * cols + j]));
+      float s = q.scale[gi * sc + gj], want = spec_scale(f, amax);
+      if (!isnan(want) && fb(s) != fb(want) && bad++ < 5)
+        cr_expect(0, "%s group (%lld, %lld): scale %a, spec %a (amax %a)", f, (long long)gi, (long long)gj, s, want, amax);
+      uint8_t b = q.scale_b[gi * sc + gj];
+      if (strstr(f, "mx") || strstr(f, "ue8m0"))
+        cr_expect(fb(qc_e8m0_to_f32(b)) == fb(s) || (b == 0 && s == ldexpf(1.f, -127)), "%s: scale byte %u vs %a", f, b, s);
+      for (int64_t i = gi * gr; i < i1; i++)
+        for (int64_t j = gj * gc; j < j1; j++) {
+          int64_t k = i * cols + j;
+          float dec = packed ? qc_e2m1_to_f32((uint8_t)((q.q[i * ((cols + 1) / 2) + j / 2] >> (4 * (j % 2))) & 15))
+                             : qc_e4m3_to_f32(q.q[k]);
+          float deq = dec * s;
+          if (fb(deq) != fb(q.deq[k]) && bad++ < 5)
+            cr_expect(0, "%s [%lld, %lld]: deq %a but decode(q) * s = %a", f, (long long)i, (long long)j, q.deq[k], deq);
+          double err = fabs((double)q.deq[k] - x[k]), lim = packed ? 0.25 * fabs(x[k]) + 0.25 * s : 0.0625 * fabs(x[k]) + s / 512;
+          if (!strcmp(f, "fp8_block128_ue8m0")) lim *= 2; /* two roundings */
+          if (err > lim && bad++ < 5)
+            cr_expect(0, "%s [%lld, %lld]: x %a -> %a, error above one step", f, (long long)i, (long long)j, x[k], q.deq[k]);
+          if (x[k] == 0 && signbit(x[k]) == 0 && q.deq[k] != 0 && bad++ < 5) cr_expect(0, "%s: zero not kept", f);
+        }
+    }
+  cr_expect_eq(bad, 0, "%s: %d mismatches", f, bad);
+  /* tiny negatives keep their sign (negative zero bytes) */
+  if (!packed && strcmp(f, "fp8_tensor")) cr_expect_eq(q.q[5 * cols + 1] & 0x80, 0x80, "%s: -1e-30 lost its sign", f);
+  /* the CPU quantizer, when this branch has it: bit-identical values */
+  if (qc_quant_known(f)) {
+    float *cpu = malloc((size_t)n * 4);
+    cr_assert_eq(qc_fake_quant(f, "vllm", rows, cols, x, cpu, "x"), QC_OK, "%s", qc_err_msg());
+    int64_t first = -1, cnt = 0;
+    for (int64_t k = 0; k < n; k++)
+      if (fb(cpu[k]) != fb(q.deq[k])) { if (first < 0) first = k; cnt++; }
+    cr_expect_eq(cnt, 0, "%s: %lld values differ from the CPU quantizer, first at %lld: x %a cpu %a gpu %a", f,
+                 (long long)cnt, (long long)first, first >= 0 ? x[first] : 0, first >= 0 ? cpu[first] : 0,
+                 first >= 0 ? q.deq[first] : 0);
+    free(cpu);
+  }
+  free(q.deq); free(q.q); free(q.scale); free(q.scale_b); free(q2.deq); free(q2.q);
+}
+
+Test(gpu_quant, every_format_spec_and_cpu, .timeout = 300) {
+  const qc_backend *be = gpu_or_skip();
+  const int64_t shapes[3][2] = {{300, 456}, {1, 16}, {129, 130}};
+  for (int s = 0; s < 3; s++) {
+    float *x = qdata(shapes[s][0], shapes[s][1], 11 + (uint64_t)s);
+    for (size_t f = 0; f < sizeof g_fmts / sizeof g_fmts[0]; f++) check_format(be, g_fmts[f], shapes[s][0], shapes[s][1], x);
+    free(x);
+  }
+  qc_backend_close(be);
+}
+
+Test(gpu_quant, nonfinite_and_unknown_refused) {
+  const qc_backend *be = gpu_or_skip();
+  float x[256];
+  for (int i = 0; i < 256; i++) x[i] = (float)i;
+  x[200] = INFINITY;
+  float out[256];
+  qc_qout q = {.deq = out};
+  qc_err_clear();
+  cr_expect_eq(be->quantize(be, "fp8_block128", "vllm", 2, 128, x, &q), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "non-finite") != NULL, "message: %s", qc_err_msg());
+  qc_err_clear();
+  x[200] = 1;
+  cr_expect_eq(be->quantize(be, "fp8_block128", "te", 2, 128, x, &q), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "profile") != NULL, "message: %s", qc_err_msg());
+  qc_err_clear();
+  cr_expect_eq(be->quantize(be, "fp9", "vllm", 2, 128, x, &q), QC_EINPUT);
+  qc_backend_close(be);
+}
