@@ -56,7 +56,9 @@ PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=$(BUILD)/plugins/%.so)
 
 .PHONY: all deps demo test test-unit test-e2e test-gpu asan clean check-independence bench
 
-all: check-independence qatcheck $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS)
+BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu_linear,)
+
+all: check-independence qatcheck $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS) $(BENCH_GPU)
 
 qatcheck: $(OBJ_C) $(OBJ_CU)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -rdynamic
@@ -74,6 +76,9 @@ $(BUILD)/test_unit: $(TEST_OBJ) $(LIB_OBJ)
 
 $(BUILD)/test_gpu: $(GPU_TEST_OBJ) $(LIB_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -lcriterion
+
+$(BUILD)/bench_gpu_linear: $(BUILD)/bench/gpu_linear.o $(LIB_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
 	@mkdir -p $(dir $@)

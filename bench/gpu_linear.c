@@ -1,0 +1,144 @@
+/* gpu_linear.c: the benchmark driver of bench/gpu_linear.sh. Runs the
+ * in-memory linear audit (quantize W, candidate bf16 GEMMs, float64
+ * reference GEMMs, metrics) on --device cuda[:N] for one shape and prints
+ * "key value" lines: the audit's median time, its parts timed alone (the
+ * floor), device copy and metrics bandwidth, upload time from pinned
+ * memory. --conformance instead runs CUDA's FP8 conversions over all 2^32
+ * float32 bit patterns against the spec's rule. Exit 2 on bad input or no
+ * device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/cuda.h"
+#include "numerics/formats.h"
+#include "qc.h"
+#include "rng.h"
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* n bf16 values N(0, 1) * scale. */
+static void fill(uint16_t *p, int64_t n, qc_rng *r, double scale) {
+  for (int64_t i = 0; i < n; i++) p[i] = qc_f32_to_bf16((float)(qc_rng_normal(r) * scale));
+}
+
+/* All 2^32 patterns, both FP8 kinds, in 16 chunks each. */
+static int conformance(const qc_backend *be) {
+  const char *names[2] = {"e4m3", "e5m2"};
+  for (int kind = 0; kind < 2; kind++) {
+    unsigned long long total = 0;
+    double t0 = now_ms();
+    for (uint64_t c = 0; c < 16; c++) {
+      unsigned long long m = 0;
+      int rc = qc_cuda_fp8_conformance(be, kind, NULL, c << 28, (uint64_t)1 << 28, &m);
+      if (rc) return rc;
+      total += m;
+    }
+    printf("conformance_%s_inputs 4294967296\nconformance_%s_mismatches %llu\nconformance_%s_ms %.1f\n", names[kind],
+           names[kind], total, names[kind], now_ms() - t0);
+  }
+  return QC_OK;
+}
+
+int main(int argc, char **argv) {
+  const char *device = "cuda:0", *fmt = "fp8_block128";
+  int64_t M = 8192, K = 7168, N = 4096;
+  int reps = 7, conf = 0, rc;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    else if (!strcmp(argv[i], "--M") && i + 1 < argc) M = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--K") && i + 1 < argc) K = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--N") && i + 1 < argc) N = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) fmt = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--conformance")) conf = 1;
+    else {
+      fprintf(stderr, "qatcheck: error: gpu_linear: unknown argument '%s'\n"
+                      "usage: gpu_linear [--device cuda:N] [--M m --K k --N n] [--fmt F] [--reps R] [--conformance]\n", argv[i]);
+      return 2;
+    }
+  }
+  if (M < 1 || K < 1 || N < 1 || reps < 1 || reps > 64) {
+    fprintf(stderr, "qatcheck: error: gpu_linear: M, K, N must be >= 1 and reps in 1..64\n");
+    return 2;
+  }
+  const qc_backend *be = NULL;
+  if ((rc = qc_backend_open(device, &be)) != QC_OK) {
+    qc_err_print();
+    return 2;
+  }
+  char name[160];
+  printf("device %s\n", qc_cuda_device_name(be, name, sizeof name));
+  if (conf) {
+    rc = conformance(be);
+    if (rc) qc_err_print();
+    qc_backend_close(be);
+    return rc ? 2 : 0;
+  }
+  size_t nx = (size_t)(M * K) * 2, nw = (size_t)(N * K) * 2, ny = (size_t)(M * N) * 2;
+  uint16_t *hx = NULL, *hw = NULL, *hy = NULL;
+  void *dx = NULL, *dw = NULL, *dy = NULL;
+  double *t = calloc((size_t)reps, sizeof *t);
+  qc_linear_audit_out o;
+  qc_cuda_bench b;
+  memset(&o, 0, sizeof o);
+  memset(&b, 0, sizeof b);
+  if ((rc = be->host_alloc(be, nx, "X", (void **)&hx)) || (rc = be->host_alloc(be, nw, "W", (void **)&hw)) ||
+      (rc = be->host_alloc(be, ny, "dY", (void **)&hy)) || (rc = be->buf_alloc(be, nx, "X", &dx)) ||
+      (rc = be->buf_alloc(be, nw, "W", &dw)) || (rc = be->buf_alloc(be, ny, "dY", &dy)))
+    goto done;
+  {
+    qc_rng r;
+    qc_rng_seed(&r, 20261129);
+    fill(hx, M * K, &r, 1.0);
+    fill(hw, N * K, &r, 1.0 / 84.66); /* 1/sqrt(K) at K = 7168 */
+    fill(hy, M * N, &r, 1.0);
+  }
+  double t0 = now_ms();
+  uint16_t probe;
+  if ((rc = be->upload(be, dx, hx, nx)) || (rc = be->upload(be, dw, hw, nw)) || (rc = be->upload(be, dy, hy, ny)) ||
+      (rc = be->download(be, &probe, dy, 2)))
+    goto done;
+  double up = now_ms() - t0;
+  qc_linear_audit a = {.M = M, .K = K, .N = N, .x = dx, .w = dw, .dy = dy, .weight_format = fmt, .profile = "vllm"};
+  if ((rc = be->audit_linear(be, &a, &o))) goto done; /* warm-up */
+  for (int i = 0; i < reps; i++) {
+    t0 = now_ms();
+    if ((rc = be->audit_linear(be, &a, &o))) goto done;
+    t[i] = now_ms() - t0;
+  }
+  qsort(t, (size_t)reps, sizeof *t, cmp_d);
+  if ((rc = qc_cuda_bench_parts(be, &a, reps, &b))) goto done;
+  printf("shape %lld %lld %lld\nformat %s\nreps %d\n", (long long)M, (long long)K, (long long)N, fmt, reps);
+  printf("audit_ms %.4f\naudit_min_ms %.4f\n", t[reps / 2], t[0]);
+  printf("stage_quant_ms %.4f\nstage_cand_ms %.4f\nstage_ref_ms %.4f\nstage_metrics_ms %.4f\n", o.ms_quant, o.ms_cand,
+         o.ms_ref, o.ms_metrics);
+  printf("floor_dgemm2_ms %.4f\nfloor_bf16x2_ms %.4f\nfloor_ms %.4f\n", b.ms_dgemm2, b.ms_bf16x2, b.ms_dgemm2 + b.ms_bf16x2);
+  printf("dgemm_tflops %.2f\nbf16_tflops %.2f\n", b.dgemm_tflops, b.bf16_tflops);
+  printf("copy_gbs %.1f\nmetrics_gbs %.1f\nmetrics_ms %.4f\n", b.copy_gbs, b.metrics_gbs, b.ms_metrics);
+  printf("upload_ms %.3f\nupload_gbs %.1f\ndevice_gib %.3f\n", up, (nx + nw + ny) / (up * 1e6), o.device_bytes / 1073741824.0);
+  printf("dx_rel_l2 %.6g\ndw_rel_l2 %.6g\ndx_noise_floor %.6g\ndw_noise_floor %.6g\n", o.dx.rel_l2, o.dw.rel_l2,
+         o.dx.noise_floor, o.dw.noise_floor);
+done:
+  if (rc) qc_err_print();
+  if (hx) be->host_free(be, hx);
+  if (hw) be->host_free(be, hw);
+  if (hy) be->host_free(be, hy);
+  be->buf_free(be, dx);
+  be->buf_free(be, dw);
+  be->buf_free(be, dy);
+  free(t);
+  qc_backend_close(be);
+  return rc ? 2 : 0;
+}
