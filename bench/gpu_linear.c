@@ -125,6 +125,13 @@ int main(int argc, char **argv) {
   printf("stage_quant_ms %.4f\nstage_cand_ms %.4f\nstage_ref_ms %.4f\nstage_metrics_ms %.4f\n", o.ms_quant, o.ms_cand,
          o.ms_ref, o.ms_metrics);
   printf("floor_dgemm2_ms %.4f\nfloor_bf16x2_ms %.4f\nfloor_ms %.4f\n", b.ms_dgemm2, b.ms_bf16x2, b.ms_dgemm2 + b.ms_bf16x2);
+  {
+    /* bytes the audit moves outside the GEMMs (quantize W, widen X and dY,
+     * two metrics passes), at the measured copy bandwidth */
+    double mk = (double)M * K, nk = (double)N * K, mn = (double)M * N;
+    double bytes = nk * (2 + 8 + 2) + (mk + mn) * (2 + 8) + (mk + nk) * (2 + 8);
+    printf("mem_bytes %.0f\nfloor_mem_ms %.4f\n", bytes, bytes / (b.copy_gbs * 1e6));
+  }
   printf("dgemm_tflops %.2f\nbf16_tflops %.2f\n", b.dgemm_tflops, b.bf16_tflops);
   printf("copy_gbs %.1f\nmetrics_gbs %.1f\nmetrics_ms %.4f\n", b.copy_gbs, b.metrics_gbs, b.ms_metrics);
   printf("upload_ms %.3f\nupload_gbs %.1f\ndevice_gib %.3f\n", up, (nx + nw + ny) / (up * 1e6), o.device_bytes / 1073741824.0);

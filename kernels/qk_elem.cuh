@@ -24,9 +24,10 @@ __device__ __forceinline__ uint8_t qk_f32_to_e2m1(float x) {
   return (uint8_t)(c | (signbit(x) ? 8 : 0));
 }
 
+/* Exact decode by selects (no table in local memory). */
 __device__ __forceinline__ float qk_e2m1_to_f32(uint8_t c) {
-  const float mag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  float v = mag[c & 7];
+  int m = c & 7;
+  float v = m < 4 ? 0.5f * (float)m : m == 4 ? 2.f : m == 5 ? 3.f : m == 6 ? 4.f : 6.f;
   return (c & 8) ? -v : v;
 }
 

@@ -247,20 +247,20 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
     return;
   }
   qscale sc = group_scale(a.fmt, m, 0.f);
-  uint8_t code[64];
-#pragma unroll
-  for (int s = 0; s < 64; s++) code[s] = encode(a.fmt, sc, v[s], &v[s]);
   if (a.fmt == QK_FP8_BLOCK128_UE8M0) {
     /* second stage: requantize the dequantized tile with a power-of-two scale */
     float m2 = 0.f;
 #pragma unroll
-    for (int s = 0; s < 64; s++) m2 = fmaxf(m2, fabsf(v[s]));
+    for (int s = 0; s < 64; s++) {
+      float d;
+      encode(a.fmt, sc, v[s], &d);
+      v[s] = d;
+      m2 = fmaxf(m2, fabsf(d));
+    }
     m2 = block_max(m2, sh);
     sc.s = qk_ceil2(__fdiv_rn(fmaxf(m2, 1e-4f), 448.f));
     sc.mul = __frcp_rn(sc.s);
     sc.b = qk_e8m0_byte(sc.s);
-#pragma unroll
-    for (int s = 0; s < 64; s++) code[s] = encode(a.fmt, sc, v[s], &v[s]);
   }
   const int64_t sidx = br * ((a.cols + 127) / 128) + bc;
   if (threadIdx.x == 0) {
@@ -268,12 +268,15 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
     if (a.scale_b) a.scale_b[sidx] = sc.b;
   }
   if (!colok) return;
+  /* encode and store in one pass: no second array of codes in registers */
 #pragma unroll
   for (int s = 0; s < 64; s++) {
     int64_t row = br * 128 + 2 * s + tr;
     if (row < a.rows) {
-      store_deq(a, row * a.cols + col, v[s]);
-      if (a.q) a.q[row * a.cols + col] = code[s];
+      float d;
+      uint8_t c = encode(a.fmt, sc, v[s], &d);
+      store_deq(a, row * a.cols + col, d);
+      if (a.q) a.q[row * a.cols + col] = c;
     }
   }
 }

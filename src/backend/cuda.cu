@@ -39,6 +39,16 @@ typedef struct cu {
   qk_msum *mres;            /* [2] metrics results */
   uint32_t *qscratch;       /* [4] quantizer scratch */
   cudaEvent_t ev[6];
+  struct lt_plan {          /* cuBLASLt descriptors and algorithm per GEMM shape */
+    int used;
+    qc_op ta, tb;
+    int64_t m, n, k, lda, ldb, ldd;
+    cudaDataType_t dt;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+  } plans[8];
+  int next_plan;
 } cu;
 
 static cu *C(const qc_backend *be) { return (cu *)be->priv; }
@@ -101,29 +111,47 @@ done:
   return rc;
 }
 
-/* bf16 x bf16 -> dt (CUDA_R_32F or CUDA_R_16BF), fp32 accumulation. */
-static int lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
-                   const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt) {
+static void plan_free(struct cu::lt_plan *p) {
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  memset(p, 0, sizeof *p);
+}
+
+/* The cached plan for this GEMM, or a new one (descriptors + the heuristic's
+ * first algorithm; evicting round robin). QC_EINPUT when cuBLASLt has none. */
+static int plan_get(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldd,
+                    cudaDataType_t dt, struct cu::lt_plan **out) {
   int rc = QC_OK, nres = 0;
-  cublasLtMatmulDesc_t op = NULL;
-  cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+  struct cu::lt_plan *p;
   cublasLtMatmulPreference_t pref = NULL;
   cublasLtMatmulHeuristicResult_t h;
   cublasOperation_t opa = tb == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const float one = 1.0f, zero = 0.0f;
   size_t wsb = WS_BYTES;
+  for (int i = 0; i < 8; i++) {
+    p = &c->plans[i];
+    if (p->used && p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
+        p->ldd == ldd && p->dt == dt) {
+      *out = p;
+      return QC_OK;
+    }
+  }
+  p = &c->plans[c->next_plan];
+  c->next_plan = (c->next_plan + 1) % 8;
+  plan_free(p);
   memset(&h, 0, sizeof h);
-  BK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "cublasLt TRANSA");
-  BK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "cublasLt TRANSB");
-  BK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, tb == QC_OP_N ? n : k, tb == QC_OP_N ? k : n, ldb), "cublasLt layout B");
-  BK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, ta == QC_OP_N ? k : m, ta == QC_OP_N ? m : k, lda), "cublasLt layout A");
-  BK(cublasLtMatrixLayoutCreate(&ld, dt, n, m, ldd), "cublasLt layout C");
+  BK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "cublasLt TRANSA");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "cublasLt TRANSB");
+  BK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, tb == QC_OP_N ? n : k, tb == QC_OP_N ? k : n, ldb), "cublasLt layout B");
+  BK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, ta == QC_OP_N ? k : m, ta == QC_OP_N ? m : k, lda), "cublasLt layout A");
+  BK(cublasLtMatrixLayoutCreate(&p->ld, dt, n, m, ldd), "cublasLt layout C");
   BK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb),
      "cublasLt workspace preference");
   {
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, ld, ld, pref, 1, &h, &nres);
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &h, &nres);
     if (s != CUBLAS_STATUS_SUCCESS || nres == 0) {
       rc = qc_err("%s: cuBLASLt has no algorithm for a bf16 x bf16 -> %s GEMM (m %lld, n %lld, k %lld, fp32 "
                   "accumulation) on this GPU (status %d)",
@@ -132,14 +160,26 @@ static int lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, c
       goto done;
     }
   }
-  BK(cublasLtMatmul(c->lt, op, &one, B, la, A, lb, &zero, D, ld, D, ld, &h.algo, c->ws, WS_BYTES, c->st),
-     "cublasLtMatmul");
+  p->algo = h.algo;
+  p->used = 1;
+  p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldd = ldd; p->dt = dt;
+  *out = p;
 done:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (ld) cublasLtMatrixLayoutDestroy(ld);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  if (op) cublasLtMatmulDescDestroy(op);
+  if (rc) plan_free(p);
+  return rc;
+}
+
+/* bf16 x bf16 -> dt (CUDA_R_32F or CUDA_R_16BF), fp32 accumulation, fp32 scale. */
+static int lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
+                   const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt) {
+  int rc;
+  struct cu::lt_plan *p = NULL;
+  const float one = 1.0f, zero = 0.0f;
+  if ((rc = plan_get(c, ta, tb, m, n, k, lda, ldb, ldd, dt, &p))) return rc;
+  BK(cublasLtMatmul(c->lt, p->op, &one, B, p->la, A, p->lb, &zero, D, p->ld, D, p->ld, &p->algo, c->ws, WS_BYTES, c->st),
+     "cublasLtMatmul");
+done:
   return rc;
 }
 
@@ -432,13 +472,18 @@ static int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_li
   CK(cudaEventRecord(c->ev[4], c->st), "event");
   {
     qk_msum s[2];
+    uint32_t qs[4] = {0, 0, 0, 0};
     CK(cudaMemcpyAsync(s, c->mres, sizeof s, cudaMemcpyDeviceToHost, c->st), "download metrics");
+    if (q.fmt != QK_NONE) CK(cudaMemcpyAsync(qs, c->qscratch, sizeof qs, cudaMemcpyDeviceToHost, c->st), "download quantizer status");
     if (o->dx_ref) CK(cudaMemcpyAsync(o->dx_ref, rx, mk * 8, cudaMemcpyDeviceToHost, c->st), "download d_x reference");
     if (o->dw_ref) CK(cudaMemcpyAsync(o->dw_ref, rw, nk * 8, cudaMemcpyDeviceToHost, c->st), "download d_weight reference");
     if (o->dx_out) CK(cudaMemcpyAsync(o->dx_out, gx, mk * 2, cudaMemcpyDeviceToHost, c->st), "download d_x candidate");
     if (o->dw_out) CK(cudaMemcpyAsync(o->dw_out, gw, nk * 2, cudaMemcpyDeviceToHost, c->st), "download d_weight candidate");
-    if (q.fmt != QK_NONE && (rc = check_finite(c, "params/weight"))) goto done;
     CK(cudaStreamSynchronize(c->st), "linear audit");
+    if (qs[1]) {
+      rc = qc_err("params/weight: %u non-finite value(s): a quantizer never maps NaN or Inf silently", qs[1]);
+      goto done;
+    }
     metrics_fill(&s[0], &o->dx);
     metrics_fill(&s[1], &o->dw);
   }
@@ -550,6 +595,7 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   cudaSetDevice(c->dev);
   for (int i = 0; i < 6; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+  for (int i = 0; i < 8; i++) plan_free(&c->plans[i]);
   if (c->lt) cublasLtDestroy(c->lt);
   if (c->blas) cublasDestroy(c->blas);
   cudaFree(c->ws);

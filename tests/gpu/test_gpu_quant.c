@@ -83,7 +83,10 @@ static void check_format(const qc_backend *be, const char *f, int64_t rows, int6
             cr_expect(0, "%s [%lld, %lld]: deq %a but decode(q) * s = %a", f, (long long)i, (long long)j, q.deq[k], deq);
           double err = fabs((double)q.deq[k] - x[k]), lim = packed ? 0.25 * fabs(x[k]) + 0.25 * s : 0.0625 * fabs(x[k]) + s / 512;
           if (!strcmp(f, "fp8_block128_ue8m0")) lim *= 2; /* two roundings */
-          if (err > lim && bad++ < 5)
+          /* nvfp4 with a subnormal or zero block scale (a block far below the
+           * tensor's amax) underflows or saturates by design: no step bound */
+          int nvsub = !strcmp(f, "nvfp4") && (b & 0x7f) < 0x08;
+          if (!nvsub && err > lim && bad++ < 5)
             cr_expect(0, "%s [%lld, %lld]: x %a -> %a, error above one step", f, (long long)i, (long long)j, x[k], q.deq[k]);
           if (x[k] == 0 && signbit(x[k]) == 0 && q.deq[k] != 0 && bad++ < 5) cr_expect(0, "%s: zero not kept", f);
         }
