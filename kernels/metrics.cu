@@ -32,7 +32,7 @@ __device__ __forceinline__ void macc_add(macc &a, double g, double r, long long 
   a.sr += r * r;
   a.sd += d * d;
   a.dt += g * r;
-  double e = (double)__bfloat162float(__double2bfloat16(r)) - r;
+  double e = (double)__bfloat162float(__float2bfloat16_rn((float)r)) - r; /* as qc_noise_floor: via float32 */
   a.snf += e * e;
   double ad = fabs(d);
   if (ad > a.mx) { a.mx = ad; a.idx = i; }

@@ -36,13 +36,42 @@ int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, 
   if (!rc) rc = ctx->be->metrics(ctx->be, gd, (const double *)r->data, n, &k->m);
   free(gd);
   if (rc) return rc;
-  k->has_metrics = 1;
   k->m.noise_floor = qc_noise_floor((const double *)r->data, n, g->dtype);
+  qc_audit_verdict(k, t);
+  return QC_OK;
+}
+
+void qc_audit_verdict(qc_check *k, const qc_tol *t) {
+  k->has_metrics = 1;
   if (isnan(k->m.noise_floor)) k->m.noise_multiple = NAN;
   else if (k->m.noise_floor > 0) k->m.noise_multiple = k->m.rel_l2 / k->m.noise_floor;
   else k->m.noise_multiple = k->m.rel_l2 == 0 ? 0 : INFINITY;
   k->verdict = qc_judge(&k->m, t, k->why, sizeof k->why);
-  return QC_OK;
+}
+
+void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *tensor, int ndim, const int64_t *shape,
+                   const qc_tol *t) {
+  memset(k, 0, sizeof *k);
+  snprintf(k->module, sizeof k->module, "%s", m->path);
+  snprintf(k->cls, sizeof k->cls, "%s", m->cls->name);
+  snprintf(k->dy, sizeof k->dy, "%s", dy);
+  snprintf(k->tensor, sizeof k->tensor, "%s", tensor);
+  k->ndim = ndim;
+  memcpy(k->shape, shape, (size_t)ndim * sizeof *shape);
+  k->has_tol = 1;
+  k->tol = *t;
+  k->m.noise_multiple = k->m.noise_floor = NAN;
+}
+
+const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor) {
+  const qc_tol *t = qc_case_tol_for(a->cs, tensor);
+  if (!t) {
+    qc_err("case '%s': no tolerance for '%s': module '%s' (class %s) has this gradient", a->cs->path, tensor, m->path,
+           m->cls->name);
+    qc_hint("declare \"%s\": {\"rel_l2\": ..., \"reasoning\": \"...\"} under tolerances; 'qatcheck tol' derives one",
+            tensor);
+  }
+  return t;
 }
 
 static double now_s(void) {
@@ -69,32 +98,27 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     const qc_tensor *dy = &m->grad_out.t[i];
     qc_tset ref = {0}, cand = {0};
     const qc_tset *cset = NULL;
+    int fused = 0;
     double t0 = now_s();
-    int rc = row->reference(a->ctx, m, dy, &ref);
+    int rc = qc_audit_linear_fused(a, m, i, &fused); /* the backend's fused op, where it applies */
+    if (rc || fused) {
+      if (!rc && qc_verbose) fprintf(stderr, "qatcheck: %s dy=%s: fused %s audit %.3f s\n", m->path, dy->name, a->ctx->be->name, now_s() - t0);
+      if (rc) return rc;
+      continue;
+    }
+    rc = row->reference(a->ctx, m, dy, &ref);
     double t1 = now_s();
     if (!rc) rc = run_candidate(a, m, i, &cand, &cset);
     double t2 = now_s();
     for (int j = 0; !rc && j < ref.n; j++) {
       const qc_tensor *r = &ref.t[j];
-      const qc_tol *t = qc_case_tol_for(a->cs, r->name);
+      const qc_tol *t = qc_audit_tol(a, m, r->name);
       if (!t) {
-        rc = qc_err("case '%s': no tolerance for '%s': module '%s' (class %s) has this gradient", a->cs->path, r->name,
-                    m->path, m->cls->name);
-        qc_hint("declare \"%s\": {\"rel_l2\": ..., \"reasoning\": \"...\"} under tolerances; 'qatcheck tol' derives one",
-                r->name);
+        rc = QC_EINPUT;
         break;
       }
       qc_check k;
-      memset(&k, 0, sizeof k);
-      snprintf(k.module, sizeof k.module, "%s", m->path);
-      snprintf(k.cls, sizeof k.cls, "%s", m->cls->name);
-      snprintf(k.dy, sizeof k.dy, "%s", dy->name);
-      snprintf(k.tensor, sizeof k.tensor, "%s", r->name);
-      k.ndim = r->ndim;
-      memcpy(k.shape, r->shape, sizeof k.shape);
-      k.has_tol = 1;
-      k.tol = *t;
-      k.m.noise_multiple = k.m.noise_floor = NAN;
+      qc_check_init(&k, m, dy->name, r->name, r->ndim, r->shape, t);
       const qc_tensor *g = qc_tset_get(cset, r->name);
       char s1[96], s2[96];
       if (!g) {

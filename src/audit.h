@@ -27,6 +27,22 @@ int qc_audit_module(qc_audit *a, const qc_module *m);
  * check k's metrics, noise floor and verdict under tolerance t. */
 int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k);
 
+/* Fill check k's noise multiple and verdict from its metrics and noise
+ * floor (k->m) under tolerance t. */
+void qc_audit_verdict(qc_check *k, const qc_tol *t);
+
+/* Start check k: its names, the reference's shape, tolerance t; no metrics. */
+void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *tensor, int ndim, const int64_t *shape,
+                   const qc_tol *t);
+
+/* The case's tolerance for a gradient, or NULL with the error set. */
+const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor);
+
+/* When the backend has a fused linear audit and module m (dY index i) fits
+ * it (audit_fused.c), run it, append the checks and set *done = 1; else
+ * leave *done = 0 and touch nothing. */
+int qc_audit_linear_fused(qc_audit *a, const qc_module *m, int i, int *done);
+
 /* The noise floor: rel-L2 between r and r rounded to dtype (bf16, f16,
  * f32); NAN for dtypes without a defined rounding here, 0 for float64. */
 double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype);

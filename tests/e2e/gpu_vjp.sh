@@ -1,0 +1,39 @@
+#!/bin/sh
+# gpu_vjp.sh: `qatcheck vjp` on --device cuda against --device cpu: every
+# case in cases/ plus bias-less generated cases (the fused device audit),
+# the same checks with the same verdicts and metrics close; an out-of-range
+# device index exits 2. Skips (77) without a CUDA device.
+. "$(dirname "$0")/lib.inc"
+"$QATCHECK" vjp --case cases/linear_bf16.json --device cuda --quiet >/dev/null 2>"$T/probe"
+if grep -qE "no CUDA device|built without CUDA" "$T/probe"; then echo "skip: $(head -1 "$T/probe")"; exit 77; fi
+expect_exit 2 "out-of-range device index" "$QATCHECK" vjp --case cases/linear_bf16.json --device cuda:99
+grep -q "out of range" "$T/err" && ok "says out of range" || bad "no 'out of range' line: $(cat "$T/err")"
+for fmt in none fp8_block128 mxfp8 nvfp4; do
+  cat >"$T/nobias_$fmt.json" <<EOF
+{"name": "nobias_$fmt", "module": "linear",
+ "contract": {"weight_format": "$fmt", "dx_weight": "dequant"},
+ "data": {"generate": {"shapes": [[64, 256, 128, 0], [1, 512, 256, 0], [300, 384, 257, 0]], "seed": 3}},
+ "candidate": "builtin", "dy": ["random", "zero", "sparse"],
+ $LIN_TOL}
+EOF
+done
+for c in cases/*.json "$T"/nobias_*.json; do
+  n=$(basename "$c" .json)
+  "$QATCHECK" vjp --case "$c" --device cpu --json "$T/cpu_$n.json" --quiet >/dev/null 2>"$T/cpu_err"; r1=$?
+  if [ $r1 -eq 2 ] && grep -q "not implemented" "$T/cpu_err"; then echo "skip $n: $(head -1 "$T/cpu_err")"; continue; fi
+  "$QATCHECK" vjp --case "$c" --device cuda --json "$T/gpu_$n.json" --quiet >/dev/null 2>"$T/gpu_err"; r2=$?
+  if [ $r1 -ne $r2 ]; then bad "$n: cpu exit $r1, cuda exit $r2 ($(head -1 "$T/gpu_err"))"; continue; fi
+  if "$PY" - "$T/cpu_$n.json" "$T/gpu_$n.json" <<'EOF'
+import json, sys
+a, b = (json.load(open(p))["checks"] for p in sys.argv[1:3])
+key = lambda c: (c["module"], c["dy"], c["tensor"])
+assert [key(c) for c in a] == [key(c) for c in b], "different checks"
+for c, g in zip(a, b):
+    assert c["verdict"] == g["verdict"], f"{key(c)}: cpu {c['verdict']} cuda {g['verdict']}"
+    x, y = c["metrics"]["rel_l2"], g["metrics"]["rel_l2"]
+    assert abs(x - y) <= 0.05 * abs(x) + 1e-12, f"{key(c)}: rel_l2 cpu {x} cuda {y}"
+print(f"{len(a)} checks agree")
+EOF
+  then ok "$n: exit $r1 on both, same verdicts"; else bad "$n: cpu and cuda disagree"; fi
+done
+finish
