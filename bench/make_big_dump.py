@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""make_big_dump.py: a qatcheck dump of one prefill-sized linear module
+(bias-less, as in most LLM projections) for bench/gpu_dump_e2e.sh. The
+candidate gradients come from PyTorch on the GPU as a BF16 trainer computes
+them (bf16 matmuls, fp32 accumulation, bf16 outputs).
+    make_big_dump.py OUT.h5 [--m 8192 --k 7168 --n 4096]"""
+import argparse
+
+import h5py
+import numpy as np
+import torch
+
+
+def write(group, name, t):
+    """A bf16 tensor as the dump schema wants it: uint16 bits + dtype attribute."""
+    ds = group.create_dataset(name, data=t.contiguous().view(torch.int16).cpu().numpy().view(np.uint16))
+    ds.attrs["dtype"] = "bfloat16"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--m", type=int, default=8192)
+    ap.add_argument("--k", type=int, default=7168)
+    ap.add_argument("--n", type=int, default=4096)
+    a = ap.parse_args()
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(a.m, a.k, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(a.n, a.k, device="cuda", generator=g) / a.k ** 0.5).bfloat16()
+    dy = torch.randn(a.m, a.n, device="cuda", generator=g).bfloat16()
+    with h5py.File(a.out, "w") as f:
+        f.attrs["qatcheck_dump"] = 1
+        m = f.create_group("/model.layers.0.mlp.down_proj")
+        m.attrs["class"] = "linear"
+        m.attrs["contract"] = '{"weight_format": "none", "dx_weight": "master"}'
+        write(m.require_group("inputs"), "x", x)
+        write(m.require_group("params"), "weight", w)
+        write(m.require_group("grad_out"), "dy", dy)
+        gg = m.require_group("grads").require_group("dy")
+        write(gg, "d_x", dy @ w)
+        write(gg, "d_weight", dy.t() @ x)
+
+
+if __name__ == "__main__":
+    main()
