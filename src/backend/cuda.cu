@@ -519,7 +519,9 @@ extern "C" int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *
   cw = (uint16_t *)carve(&p, nk * 2);
   (void)mn;
   if (!(t = (float *)calloc((size_t)reps * 4, sizeof *t))) return qc_err_sys("bench: out of memory");
-  if ((rc = dalloc(c, mk * 8, "copy-bandwidth target", &dst))) goto done;
+  /* copy bandwidth on 1 GiB (several times the L2 at any shape); the
+   * metrics pass on the larger of the two gradients */
+  if ((rc = dalloc(c, (size_t)2 << 30, "copy-bandwidth buffers", &dst))) goto done;
   for (int i = 0; i < reps; i++) {
     CK(cudaEventRecord(c->ev[0], c->st), "event");
     if ((rc = dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K)) ||
@@ -530,9 +532,10 @@ extern "C" int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *
         (rc = lt_gemm(c, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
       goto done;
     CK(cudaEventRecord(c->ev[2], c->st), "event");
-    CK(cudaMemcpyAsync(dst, rx, mk * 8, cudaMemcpyDeviceToDevice, c->st), "device copy");
+    CK(cudaMemcpyAsync((char *)dst + ((size_t)1 << 30), dst, (size_t)1 << 30, cudaMemcpyDeviceToDevice, c->st), "device copy");
     CK(cudaEventRecord(c->ev[3], c->st), "event");
-    if ((rc = metrics_dev(c, cx, 1, rx, (int64_t)mk, 0, NULL))) goto done;
+    if ((rc = mk >= nk ? metrics_dev(c, cx, 1, rx, (int64_t)mk, 0, NULL) : metrics_dev(c, cw, 1, rw, (int64_t)nk, 0, NULL)))
+      goto done;
     CK(cudaEventRecord(c->ev[4], c->st), "event");
     CK(cudaEventSynchronize(c->ev[4]), "bench");
     t[4 * i + 0] = ev_ms(c->ev[0], c->ev[1]);
@@ -550,8 +553,8 @@ extern "C" int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *
     double med = n ? v[n / 2] : 0;
     if (f == 0) r->ms_dgemm2 = med;
     if (f == 1) r->ms_bf16x2 = med;
-    if (f == 2) r->copy_gbs = 2.0 * (double)mk * 8 / (med * 1e6);
-    if (f == 3) { r->ms_metrics = med; r->metrics_gbs = (double)mk * 10 / (med * 1e6); }
+    if (f == 2) r->copy_gbs = 2.0 * (double)((size_t)1 << 30) / (med * 1e6);
+    if (f == 3) { r->ms_metrics = med; r->metrics_gbs = (double)(mk >= nk ? mk : nk) * 10 / (med * 1e6); }
   }
   r->dgemm_tflops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_dgemm2 * 1e9);
   r->bf16_tflops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_bf16x2 * 1e9);

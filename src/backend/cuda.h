@@ -15,9 +15,9 @@ void qc_backend_cuda_close(const qc_backend *be);
 typedef struct qc_cuda_bench {
   double ms_dgemm2;     /* the two float64 reference GEMMs */
   double ms_bf16x2;     /* the two bf16 candidate GEMMs */
-  double ms_metrics;    /* one metrics pass over d_x (bf16 g, float64 r) */
+  double ms_metrics;    /* one metrics pass over the larger gradient (bf16 g, float64 r) */
   double dgemm_tflops, bf16_tflops;
-  double copy_gbs;      /* device-to-device copy, bytes read + written per second / 1e9 */
+  double copy_gbs;      /* device-to-device copy of 1 GiB, bytes read + written per second / 1e9 */
   double metrics_gbs;   /* metrics pass, bytes read per second / 1e9 */
 } qc_cuda_bench;
 
