@@ -61,8 +61,7 @@ __device__ __forceinline__ qscale group_scale(qk_fmt fmt, float amax, float g) {
     q.mul = __frcp_rn(q.s);
     break;
   case QK_NVFP4: {
-    /* an all-zero tensor has g = inf: its block scales are 0, not inf * 0 */
-    uint8_t sf = isinf(g) ? 0 : qk_f32_to_e4m3(fminf(__fmul_rn(g, __fmul_rn(amax, __frcp_rn(6.f))), 448.f));
+    uint8_t sf = qk_f32_to_e4m3(fminf(__fmul_rn(g, __fmul_rn(amax, __frcp_rn(6.f))), 448.f));
     float sff = qk_e4m3_to_f32(sf);
     q.b = sf;
     q.mul = sf != 0 ? __frcp_rn(__fmul_rn(sff, __frcp_rn(g))) : 0.f;
@@ -137,10 +136,12 @@ __global__ void k_amax(qk_qargs a) {
   }
 }
 
-/* nvfp4's global scale g = 2688 / amax into scratch[2]. */
+/* nvfp4's global scale g = 2688 / amax into scratch[2]; an all-zero tensor
+ * gets g = 1 (the sources define none; every payload and block scale is 0
+ * either way), as the CPU quantizer does. */
 __global__ void k_global_scale(qk_qargs a) {
   float amax = __uint_as_float(a.scratch[0]);
-  a.scratch[2] = __float_as_uint(__fdiv_rn(2688.f, amax));
+  a.scratch[2] = __float_as_uint(amax == 0.f ? 1.f : __fdiv_rn(2688.f, amax));
 }
 
 /* ---- 1xG groups along rows: one warp per group ------------------------------------ */
