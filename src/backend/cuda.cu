@@ -395,6 +395,26 @@ static void *carve(char **p, size_t bytes) {
   return r;
 }
 
+/* The fused audit's buffers in the arena (the same layout for the audit and
+ * for the benchmark that times its parts). */
+typedef struct lin_bufs {
+  double *wq64, *x64, *dy64, *rx, *rw; /* W_ref, X, dY, references d_x, d_weight: float64 */
+  uint16_t *wq16, *cx, *cw;           /* W_ref, builtin candidates d_x, d_weight: bf16 */
+} lin_bufs;
+
+static void lin_layout(const cu *c, int64_t M, int64_t K, int64_t N, lin_bufs *b) {
+  const size_t mk = (size_t)(M * K), nk = (size_t)(N * K), mn = (size_t)(M * N);
+  char *p = (char *)c->arena;
+  b->wq64 = (double *)carve(&p, nk * 8);
+  b->x64 = (double *)carve(&p, mk * 8);
+  b->dy64 = (double *)carve(&p, mn * 8);
+  b->rx = (double *)carve(&p, mk * 8);
+  b->rw = (double *)carve(&p, nk * 8);
+  b->wq16 = (uint16_t *)carve(&p, nk * 2);
+  b->cx = (uint16_t *)carve(&p, mk * 2);
+  b->cw = (uint16_t *)carve(&p, nk * 2);
+}
+
 static float ev_ms(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
   cudaEventElapsedTime(&ms, a, b);
@@ -409,7 +429,7 @@ static int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_li
   const char *fmt = a->weight_format ? a->weight_format : "none";
   size_t need = qc_linear_audit_bytes(M, K, N);
   qk_qargs q;
-  char *p;
+  lin_bufs bu;
   uint16_t *wq16, *cx, *cw;
   double *wq64, *x64, *dy64, *rx, *rw;
   const uint16_t *wref, *gx, *gw;
@@ -428,15 +448,9 @@ static int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_li
   if (qc_verbose)
     fprintf(stderr, "qatcheck: %s: linear audit [M %lld, K %lld, N %lld] holds %.3f GiB of device memory\n", c->name,
             (long long)M, (long long)K, (long long)N, need / GiB);
-  p = (char *)c->arena;
-  wq64 = (double *)carve(&p, nk * 8);
-  x64 = (double *)carve(&p, mk * 8);
-  dy64 = (double *)carve(&p, mn * 8);
-  rx = (double *)carve(&p, mk * 8);
-  rw = (double *)carve(&p, nk * 8);
-  wq16 = (uint16_t *)carve(&p, nk * 2);
-  cx = (uint16_t *)carve(&p, mk * 2);
-  cw = (uint16_t *)carve(&p, nk * 2);
+  lin_layout(c, M, K, N, &bu);
+  wq64 = bu.wq64; x64 = bu.x64; dy64 = bu.dy64; rx = bu.rx; rw = bu.rw;
+  wq16 = bu.wq16; cx = bu.cx; cw = bu.cw;
 
   CK(cudaEventRecord(c->ev[0], c->st), "event");
   /* W_ref (bf16 for the candidate, float64 for the reference), X and dY in float64 */
@@ -504,20 +518,14 @@ extern "C" int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *
   const int64_t M = a->M, K = a->K, N = a->N;
   const size_t mk = (size_t)(M * K), nk = (size_t)(N * K), mn = (size_t)(M * N);
   void *dst = NULL;
-  char *p = (char *)c->arena;
+  lin_bufs bu;
   double *wq64, *x64, *dy64, *rx, *rw;
   uint16_t *cx, *cw;
   float *t = NULL;
   if (!c->arena || c->arena_bytes < qc_linear_audit_bytes(M, K, N)) return qc_err("bench: run the audit first");
-  wq64 = (double *)carve(&p, nk * 8);
-  x64 = (double *)carve(&p, mk * 8);
-  dy64 = (double *)carve(&p, mn * 8);
-  rx = (double *)carve(&p, mk * 8);
-  rw = (double *)carve(&p, nk * 8);
-  carve(&p, nk * 2);
-  cx = (uint16_t *)carve(&p, mk * 2);
-  cw = (uint16_t *)carve(&p, nk * 2);
-  (void)mn;
+  lin_layout(c, M, K, N, &bu);
+  wq64 = bu.wq64; x64 = bu.x64; dy64 = bu.dy64; rx = bu.rx; rw = bu.rw;
+  cx = bu.cx; cw = bu.cw;
   if (!(t = (float *)calloc((size_t)reps * 4, sizeof *t))) return qc_err_sys("bench: out of memory");
   /* copy bandwidth on 1 GiB (several times the L2 at any shape); the
    * metrics pass on the larger of the two gradients */
