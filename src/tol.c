@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "numerics/formats.h"
 #include "numerics/quant.h"
 #include "qc.h"
 
@@ -165,30 +164,4 @@ void qc_tol_fill(const qc_tol_terms *t, const char *reasoning, qc_tol *out) {
   out->has_max_abs = t->has_max_abs;
   out->max_abs = t->max_abs;
   snprintf(out->reasoning, sizeof out->reasoning, "%s", reasoning ? reasoning : "");
-}
-
-double qc_round_to_dtype(double x, qc_dtype dt) {
-  switch (dt) {
-    case QC_F32: return (float)x;
-    case QC_BF16: return qc_round_bf16((float)x);
-    case QC_F16: return qc_f16_to_f32(qc_f32_to_f16((float)x));
-    default: return x;
-  }
-}
-
-double qc_noise_floor(const double *r, int64_t n, qc_dtype dt) {
-  double ss_r = 0, ss_d = 0;
-  for (int64_t i = 0; i < n; i++) {
-    if (!isfinite(r[i])) continue;
-    double d = qc_round_to_dtype(r[i], dt) - r[i];
-    ss_r += r[i] * r[i];
-    ss_d += d * d;
-  }
-  return sqrt(ss_d) / fmax(sqrt(ss_r), QC_EPS_NORM);
-}
-
-double qc_noise_multiple(double err, double floor) {
-  if (isnan(err) || isnan(floor)) return NAN;
-  if (floor > 0) return err / floor;
-  return err > 0 ? INFINITY : 0.0;
 }

@@ -20,7 +20,6 @@
 #include <stdint.h>
 
 #include "metrics.h"
-#include "tensor.h"
 
 #define QC_TOL_LAMBDA 1.0
 #define QC_TOL_MARGIN 1.5
@@ -68,20 +67,5 @@ void qc_tol_fill(const qc_tol_terms *t, const char *reasoning, qc_tol *out);
 /* Round x up (dir > 0) or down (dir < 0) to `digits` significant decimal
  * digits, returning the double nearest that short decimal (it prints short). */
 double qc_tol_round(double x, int digits, int dir);
-
-/* Round one float64 value to dtype dt as a candidate with a float32
- * accumulator storing dt would: through float32, then RNE to float32,
- * bfloat16 or float16. Other dtypes (float64; gradients are not stored in
- * fp8) return x unchanged. */
-double qc_round_to_dtype(double x, qc_dtype dt);
-
-/* The noise floor: rel-L2 of the reference r [n] rounded to the candidate's
- * output dtype against r itself, the error no correct implementation storing
- * dt can avoid. 0 when r is exactly representable (or all zero). */
-double qc_noise_floor(const double *r, int64_t n, qc_dtype dt);
-
-/* err / floor, with 0/0 = 0 and x/0 = +inf (a zero floor means every
- * correct candidate equals the reference exactly). */
-double qc_noise_multiple(double err, double floor);
 
 #endif
