@@ -3,7 +3,8 @@ model whose middle linear is a custom autograd.Function (inference forward,
 own backward, as production wires it: bf16 operands, fp32 accumulation,
 bf16 out); one training step is dumped with scripts/qatdump.py.
 
-usage: qatdump_torch.py OUT.h5 [ok|missing_scale|transposed]"""
+usage: qatdump_torch.py OUT.h5 [ok|missing_scale|transposed|frozen]
+(frozen: the Function linear's weight does not require grad)"""
 import os
 import sys
 
@@ -68,6 +69,8 @@ class Model(torch.nn.Module):
 def main():
     torch.manual_seed(0)
     model = Model()
+    if DEFECT == "frozen":
+        model.proj.weight.requires_grad_(False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, target = torch.randn(48, 32), torch.randn(48, 8)
     with qatdump.attach(model, sys.argv[1], modules=r"^proj$"):
