@@ -146,10 +146,11 @@ void qc_tol_reasoning(const qc_tol_spec *s, const qc_tol_terms *t, const char *c
   else
     app(buf, n, &o, "; %s operands as the reference sees them (none rounded)", op);
   if (t->u_fmt > 0) app(buf, n, &o, "; one operand quantized to %s u/sqrt(3) = %.3g", s->format, t->e_fmt);
-  app(buf, n, &o, "; rel_l2 = %g x root-sum-square = %.3g; cosine >= sqrt(1-e^2), norm ratio in [1-e, 1+e]; "
-      "noise_multiple = e/(u/sqrt(3))", t->margin, t->rel_l2);
+  app(buf, n, &o, "; rel_l2 = %.4g x root-sum-square = %.3g (margin %s); cosine >= sqrt(1-e^2), norm ratio in [1-e, 1+e]; "
+      "noise_multiple = e/(u/sqrt(3))", t->margin, t->rel_l2,
+      t->margin == QC_TOL_MARGIN ? "sqrt(3): the output term becomes u, RNE's worst case" : "as given");
   if (t->has_max_abs)
-    app(buf, n, &o, "; max_abs = %g x %g x (u_out + lambda*sqrt(K)*u_acc + n*u_op + u_fmt)", t->margin, s->scale);
+    app(buf, n, &o, "; max_abs = %.4g x %g x (u_out + lambda*sqrt(K)*u_acc + n*u_op + u_fmt)", t->margin, s->scale);
   if (cmdline) app(buf, n, &o, "; derived by: %s", cmdline);
 }
 

@@ -35,7 +35,8 @@ static void tol_help(void) {
          "                        that the reference does not reproduce (default none)\n"
          "  --tensor NAME         the gradient's name (default d_x)\n"
          "  --lambda L            Higham-Mary lambda (default %g)\n"
-         "  --margin M            safety factor, at least 1 (default %g)\n"
+         "  --margin M            safety factor, at least 1 (default sqrt(3) = %.4g: the output\n"
+         "                        term becomes u, the worst case of one rounding)\n"
          "  --scale S             bound on (|A||B|)_i, adds max_abs (default: no max_abs)\n"
          "  --help                this text\n"
          "exit status: 0 printed, 2 bad options\n",

@@ -23,11 +23,12 @@ Test(tol, worked_example_bf16_k7168) {
   cr_expect(NEAR(t.e_out, 0.00390625 / sqrt(3.0), 1e-12));            /* 2.2552e-3 */
   cr_expect(NEAR(t.e_acc, sqrt(7168.0) * ldexp(1, -24), 1e-12));       /* 5.046e-6 */
   cr_expect_eq(t.e_op, 0);
-  cr_expect_eq(t.rel_l2, 0.00339);   /* 1.5 * 2.25521e-3 = 3.38282e-3, up to 3 digits */
-  cr_expect_eq(t.cosine_min, 0.99999425);  /* 1 - sqrt(1 - e^2) = 5.746e-6 -> 5.75e-6 */
-  cr_expect_eq(t.norm_lo, 0.99661);
-  cr_expect_eq(t.norm_hi, 1.00339);
-  cr_expect_eq(t.noise_multiple, 1.51);     /* 0.00339 / 2.2552e-3 = 1.5032 */
+  /* sqrt(3) sqrt(e_out^2 + e_acc^2) = sqrt(u^2 + 3 e_acc^2) = 3.90626e-3, up to 3 digits */
+  cr_expect_eq(t.rel_l2, 0.00391);
+  cr_expect_eq(t.cosine_min, 0.99999235);  /* 1 - sqrt(1 - e^2) = 7.644e-6 -> 7.65e-6 */
+  cr_expect_eq(t.norm_lo, 0.99609);
+  cr_expect_eq(t.norm_hi, 1.00391);
+  cr_expect_eq(t.noise_multiple, 1.74);     /* 0.00391 / 2.2552e-3 = 1.7338 */
   cr_expect_eq(t.has_max_abs, 0);
 }
 
@@ -91,7 +92,7 @@ Test(tol, reasoning_names_every_term_and_the_command) {
   char why[1024];
   cr_assert_eq(qc_tol_derive(&s, &t), QC_OK);
   qc_tol_reasoning(&s, &t, "qatcheck tol --out-dtype bf16 --k 512", why, sizeof why);
-  cr_expect(strstr(why, "u/sqrt(3)") && strstr(why, "Higham-Mary") && strstr(why, "lambda=1") &&
+  cr_expect(strstr(why, "u/sqrt(3)") && strstr(why, "Higham-Mary") && strstr(why, "margin sqrt(3)") && strstr(why, "lambda=1") &&
                 strstr(why, "K=512") && strstr(why, "1 operand(s) rounded") && strstr(why, "mxfp8") &&
                 strstr(why, "derived by: qatcheck tol --out-dtype bf16 --k 512"),
             "%s", why);
