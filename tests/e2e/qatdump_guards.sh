@@ -4,20 +4,13 @@
 # backward), keeps the forward's master and dY dtype, marks frozen
 # parameters; vjp then checks d_x and d_bias of a frozen-weight linear and
 # does not expect d_weight. Skips (77) without torch.
-set -u
-QATCHECK=${QATCHECK:-./qatcheck}
-PY=${PY:-/usr/bin/python3}
-here=$(cd "$(dirname "$0")" && pwd)
-"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
-tmp=$(mktemp -d) || exit 2
-trap 'rm -rf "$tmp"' EXIT
-"$PY" "$here/qatdump_guards.py" "$tmp" || exit 1
+. "$(dirname "$0")/lib.inc"
+. "$(dirname "$0")/qatdump.inc"
+tmp=$T
+"$PY" "$HERE/qatdump_guards.py" "$tmp" || exit 1
 
-"$PY" "$here/qatdump_torch.py" "$tmp/dump.h5" frozen || { echo "FAIL: dumping the frozen model"; exit 1; }
-{ printf '{"name": "frozen", "data": {"dump": "dump.h5"}, "candidate": "dump", "tolerances": {'
-  "$QATCHECK" tol --out-dtype bf16 --k 64 --tensor d_x | sed '1d;$d'; printf ','
-  "$QATCHECK" tol --out-dtype bf16 --k 48 --tensor d_weight | sed '1d;$d'; printf ','
-  "$QATCHECK" tol --out-dtype bf16 --k 48 --tensor d_bias | sed '1d;$d'; printf '}}\n'; } >"$tmp/case.json"
+"$PY" "$HERE/qatdump_torch.py" "$tmp/dump.h5" frozen || { echo "FAIL: dumping the frozen model"; exit 1; }
+tol_case "$tmp/dump.h5" proj >"$tmp/case.json" || { echo "FAIL: qatcheck tol"; exit 1; }
 "$QATCHECK" vjp --case "$tmp/case.json" --json "$tmp/r.json" >"$tmp/out.txt" 2>&1
 rc=$?
 [ $rc -eq 0 ] || { echo "FAIL: vjp on the frozen-weight dump exit $rc"; cat "$tmp/out.txt"; exit 1; }

@@ -5,34 +5,15 @@
 # the dump passes (exit 0); a planted defect in the Function's backward (a
 # missing scale, a transposed product on the square weight) fails (exit 1)
 # naming d_x. Skips (77) without torch.
-set -u
-QATCHECK=${QATCHECK:-./qatcheck}
-PY=${PY:-/usr/bin/python3}
-here=$(cd "$(dirname "$0")" && pwd)
-"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
-tmp=$(mktemp -d) || exit 2
-trap 'rm -rf "$tmp"' EXIT
-
-# tolerances derived, never typed: d_x reduces over N=64 out-features,
-# d_weight and d_bias over M=48 tokens; bf16 operands, fp32 accumulation
-tol() { "$QATCHECK" tol --out-dtype bfloat16 --operand-dtype bfloat16 --acc-dtype float32 --k "$1" --tensor "$2"; }
-tol 64 d_x >"$tmp/t_dx.json" && tol 48 d_weight >"$tmp/t_dw.json" && tol 48 d_bias >"$tmp/t_db.json" || {
-  echo "FAIL: qatcheck tol"; exit 1; }
-"$PY" - "$tmp" <<'PYEOF' || { echo "FAIL: building the case"; exit 1; }
-import json, sys
-d = sys.argv[1]
-tols = {}
-for f in ("t_dx", "t_dw", "t_db"):
-    tols.update(json.load(open("%s/%s.json" % (d, f))))
-case = {"name": "qatdump_torch", "data": {"dump": "dump.h5", "modules": "proj"}, "candidate": "dump",
-        "tolerances": tols}
-json.dump(case, open(d + "/case.json", "w"), indent=1)
-PYEOF
+. "$(dirname "$0")/lib.inc"
+. "$(dirname "$0")/qatdump.inc"
+tmp=$T
+tol_case "$tmp/dump.h5" proj >"$tmp/case.json" || { echo "FAIL: qatcheck tol"; exit 1; }
 
 fail=0
 for defect in ok missing_scale transposed; do
   rm -f "$tmp/dump.h5"
-  "$PY" "$here/qatdump_torch.py" "$tmp/dump.h5" "$defect" || { echo "FAIL: dumping ($defect)"; fail=1; continue; }
+  "$PY" "$HERE/qatdump_torch.py" "$tmp/dump.h5" "$defect" || { echo "FAIL: dumping ($defect)"; fail=1; continue; }
   "$QATCHECK" vjp --case "$tmp/case.json" --json "$tmp/report.json" >"$tmp/out.txt" 2>&1
   rc=$?
   want=0; [ "$defect" = ok ] || want=1
