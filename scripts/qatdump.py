@@ -193,6 +193,11 @@ class Dumper:
             for pn, p in m._parameters.items():
                 if p is None:
                     continue
+                if self._fsdp and not _is_dtensor(p):
+                    # FSDP2 swaps in the unsharded compute copy for the forward
+                    raise QatDumpError("module '%s': parameter '%s' is an unsharded plain tensor inside an FSDP "
+                                       "forward: the compute copy, not the sharded master; refusing (dump from "
+                                       "an unsharded, single-rank run)" % (rec.name, pn))
                 master = p.full_tensor() if _is_dtensor(p) else p  # the sharded master, gathered
                 rec.params[pn] = (master.detach().clone(), not p.requires_grad)
                 if p.requires_grad:

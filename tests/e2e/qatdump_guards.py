@@ -74,6 +74,29 @@ class FSDPWrapped(torch.nn.Module):  # the class name fully_shard gives a wrappe
 
 expect_refusal("FSDP unsharded copy", ["'lin'", "FSDP", "sharded master"], lambda: qatdump.attach(FSDPWrapped()))
 
+# a DTensor-like (FSDP2-sharded) parameter: its master is gathered from the
+# shards, its gradient is refused (reduce-scattered across ranks)
+class FakeDTensor(torch.nn.Parameter):
+    placements = ("Shard(0)",)
+
+    def to_local(self):
+        return self.detach()
+
+    def full_tensor(self):
+        return self.master  # the gathered shards of the master
+
+sharded = torch.nn.Sequential(torch.nn.Linear(32, 4))
+master = sharded[0].weight.detach().clone()
+sharded[0].weight = FakeDTensor(master.bfloat16().float())  # what the forward computes with
+sharded[0].weight.master = master
+expect_refusal("DTensor gradient", ["'0'", "DTensor", "reduce-scattered"], lambda: step(sharded, x, tmp + "/s.h5"))
+sharded[0].weight.requires_grad_(False)
+step(sharded, x, tmp + "/s.h5")
+with h5py.File(tmp + "/s.h5", "r") as f:
+    w = torch.from_numpy(f["0/params/weight"][()])
+    if not torch.equal(w, master) or f["0/params/weight"].attrs.get("frozen") != "1":
+        failures.append("frozen DTensor master not dumped from its gathered shards")
+
 # no backward before write
 def no_backward():
     m = torch.nn.Sequential(torch.nn.Linear(32, 4))
