@@ -93,7 +93,8 @@ int qc_cmd_tol(int argc, char **argv) {
       qc_hint("run 'qatcheck tol --help'");
       return QC_EINPUT;
     }
-    if ((rc = num_arg(nums[hit], v, hit == 0 ? 1 : 0, &d))) return rc;
+    static const double lo[] = {1, 0, 1e-3, 1, 0};  /* --lambda > 0, --margin >= 1 */
+    if ((rc = num_arg(nums[hit], v, lo[hit], &d))) return rc;
     if ((hit == 0 || hit == 1) && d != (double)(int64_t)d)
       return qc_err("option '%s' is '%s': expected a whole number", nums[hit], v);
     switch (hit) {
