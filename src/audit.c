@@ -2,6 +2,7 @@
 #include "audit.h"
 
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,12 @@ static int in_words(const char *list, const char *name) {
   return 0;
 }
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* The candidate's gradients for dY index i. */
 static int run_candidate(qc_audit *a, const qc_module *m, int i, qc_tset *out, const qc_tset **use) {
   const qc_tensor *dy = &m->grad_out.t[i];
@@ -70,8 +77,11 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     const qc_tensor *dy = &m->grad_out.t[i];
     qc_tset ref = {0}, cand = {0};
     const qc_tset *cset = NULL;
+    double t0 = now_s();
     int rc = row->reference(a->ctx, m, dy, &ref);
+    double t1 = now_s();
     if (!rc) rc = run_candidate(a, m, i, &cand, &cset);
+    double t2 = now_s();
     for (int j = 0; !rc && j < ref.n; j++) {
       const qc_tensor *r = &ref.t[j];
       const qc_tol *t = qc_case_tol_for(a->cs, r->name);
@@ -117,6 +127,9 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
       }
       if (!rc) rc = qc_results_add(a->res, &k);
     }
+    if (qc_verbose)
+      fprintf(stderr, "qatcheck: %s dy=%s: reference %.3f s, candidate %.3f s, compare %.3f s\n", m->path, dy->name, t1 - t0,
+              t2 - t1, now_s() - t2);
     qc_tset_free(&ref);
     qc_tset_free(&cand);
     if (rc) return rc;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../audit.h"
 #include "../backend/backend.h"
@@ -101,12 +102,12 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
     m.cls = row->cls;
     snprintf(m.path, sizeof m.path, "%s", row->cls->name);
     int rc = set_contract(&m, cs, NULL, profile);
+    clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
     if (!rc) {
-      if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m.path);
+      if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
       rc = qc_audit_module(a, &m);
     }
-    a->frozen = NULL;
     qc_module_free(&m);
     if (rc) return rc;
   }
