@@ -111,7 +111,12 @@ int qc_tol_derive(const qc_tol_spec *s, qc_tol_terms *t) {
   t->cosine_min = one_minus_up(1.0 - sqrt(1.0 - e * e));
   t->norm_lo = one_minus_up(e);
   t->norm_hi = 1.0 + e;
-  t->noise_multiple = qc_tol_round(e / t->e_out, 3, +1);
+  /* A correct candidate rounds c = r + d, d its pre-rounding error, to the
+   * same grid the floor rounds r to: E (round(c) - r)^2 = ulp^2/12 + d^2, so
+   * the multiple is sqrt(1 + (|d| / floor)^2); the floor of real data is at
+   * least e_out / 2 (every mantissa at the top of its binade). */
+  double pre = t->margin * sqrt(t->e_acc * t->e_acc + t->e_op * t->e_op + t->e_fmt * t->e_fmt);
+  t->noise_multiple = qc_tol_round(sqrt(1.0 + pow(2.0 * pre / t->e_out, 2)), 3, +1);
   if (s->scale > 0) {
     t->has_max_abs = 1;
     t->max_abs = qc_tol_round(t->margin * s->scale *
@@ -147,8 +152,9 @@ void qc_tol_reasoning(const qc_tol_spec *s, const qc_tol_terms *t, const char *c
     app(buf, n, &o, "; %s operands as the reference sees them (none rounded)", op);
   if (t->u_fmt > 0) app(buf, n, &o, "; one operand quantized to %s u/sqrt(3) = %.3g", s->format, t->e_fmt);
   app(buf, n, &o, "; rel_l2 = %.4g x root-sum-square = %.3g (margin %s); cosine >= sqrt(1-e^2), norm ratio in [1-e, 1+e]; "
-      "noise_multiple = e/(u/sqrt(3))", t->margin, t->rel_l2,
-      t->margin == QC_TOL_MARGIN ? "sqrt(3): the output term becomes u, RNE's worst case" : "as given");
+      "noise_multiple = sqrt(1 + (2 d/(u/sqrt(3)))^2), d = margin x the non-output terms = %.3g", t->margin, t->rel_l2,
+      t->margin == QC_TOL_MARGIN ? "sqrt(3): the output term becomes u, RNE's worst case" : "as given",
+      t->margin * sqrt(t->e_acc * t->e_acc + t->e_op * t->e_op + t->e_fmt * t->e_fmt));
   if (t->has_max_abs)
     app(buf, n, &o, "; max_abs = %.4g x %g x (u_out + lambda*sqrt(K)*u_acc + n*u_op + u_fmt)", t->margin, s->scale);
   if (cmdline) app(buf, n, &o, "; derived by: %s", cmdline);

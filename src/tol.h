@@ -9,7 +9,9 @@
  *   rel_l2      = margin * sqrt(e_out^2 + e_acc^2 + e_op^2 + e_fmt^2) = e
  *   cosine_min  = sqrt(1 - e^2)      (||g - r|| <= e ||r|| bounds the angle by asin e)
  *   norm_ratio  = [1 - e, 1 + e]     (triangle inequality)
- *   noise_multiple = e / e_out       (the floor is the output rounding itself)
+ *   noise_multiple = sqrt(1 + (2 d / e_out)^2), d = margin sqrt(e_acc^2 + e_op^2 + e_fmt^2)
+ *                 (a correct candidate rounds r + d to the grid the floor
+ *                 rounds r to; the floor of real data is >= e_out / 2)
  *   max_abs     = margin * S (u_out + lambda sqrt(K) u_acc + n_op u_op + u_fmt)
  *                 when S bounds (|A||B|)_i, the worst case per element.
  * Bounds are rounded outward to three significant digits. */

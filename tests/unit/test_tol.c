@@ -28,7 +28,8 @@ Test(tol, worked_example_bf16_k7168) {
   cr_expect_eq(t.cosine_min, 0.99999235);  /* 1 - sqrt(1 - e^2) = 7.644e-6 -> 7.65e-6 */
   cr_expect_eq(t.norm_lo, 0.99609);
   cr_expect_eq(t.norm_hi, 1.00391);
-  cr_expect_eq(t.noise_multiple, 1.74);     /* 0.00391 / 2.2552e-3 = 1.7338 */
+  /* sqrt(1 + (2 sqrt(3) 5.046e-6 / 2.2552e-3)^2) = 1.00003, up to 3 digits */
+  cr_expect_eq(t.noise_multiple, 1.01);
   cr_expect_eq(t.has_max_abs, 0);
 }
 
@@ -48,6 +49,8 @@ Test(tol, worked_example_fp16_accumulation) {
   cr_expect_eq(t.rel_l2, 0.0313);
   cr_expect(t.cosine_min <= sqrt(1 - t.rel_l2 * t.rel_l2));
   cr_expect(t.cosine_min >= sqrt(1 - t.rel_l2 * t.rel_l2) - 1e-6);
+  double nm = sqrt(1 + pow(2 * sqrt(e_acc * e_acc + e_op * e_op) / e_out, 2)); /* 222 */
+  cr_expect(t.noise_multiple >= nm && t.noise_multiple <= nm * 1.01, "noise_multiple %g vs %g", t.noise_multiple, nm);
   cr_expect(t.has_max_abs);
   double ma = 4 * (u + 2 * 32 * u + 2 * u);  /* 0.13086 -> 0.131 */
   cr_expect(t.max_abs >= ma && t.max_abs <= ma * 1.01, "max_abs %g vs %g", t.max_abs, ma);
@@ -129,13 +132,15 @@ Test(tol, noise_floor) {
 }
 
 /* One trial: bf16 operands A [M, K], B [K, N]; the candidate accumulates
- * in float32 and stores bf16, times `scale`; rel-L2 against float64. */
-static double bf16_gemm_trial(qc_rng *rng, int M, int K, int N, float scale) {
+ * in float32 and stores bf16, times `scale`. Returns its rel-L2 against the
+ * float64 reference and puts its noise multiple (rel-L2 over the floor,
+ * the reference rounded to bf16) in *multiple. */
+static double bf16_gemm_trial(qc_rng *rng, int M, int K, int N, float scale, double *multiple) {
   float *a = malloc(sizeof(float) * (size_t)(M * K)), *b = malloc(sizeof(float) * (size_t)(K * N));
   cr_assert(a && b);
   for (int i = 0; i < M * K; i++) a[i] = qc_round_bf16((float)qc_rng_normal(rng));
   for (int i = 0; i < K * N; i++) b[i] = qc_round_bf16((float)qc_rng_normal(rng));
-  double ss_r = 0, ss_d = 0;
+  double ss_r = 0, ss_d = 0, ss_f = 0;
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       float acc = 0;
@@ -144,17 +149,20 @@ static double bf16_gemm_trial(qc_rng *rng, int M, int K, int N, float scale) {
         acc += a[i * K + k] * b[k * N + j];  /* bf16 x bf16 is exact in float32 */
         ref += (double)a[i * K + k] * b[k * N + j];
       }
-      double g = qc_round_bf16(acc * scale);
+      double g = qc_round_bf16(acc * scale), f = qc_round_bf16((float)ref);
       ss_r += ref * ref;
       ss_d += (g - ref) * (g - ref);
+      ss_f += (f - ref) * (f - ref);
     }
   free(a);
   free(b);
+  *multiple = sqrt(ss_d / ss_f);
   return sqrt(ss_d / ss_r);
 }
 
-/* Correct bf16 candidates land under the derived bound in >= 99% of
- * trials at every K; a 0.5% scale error lands over it in >= 99%. */
+/* Correct bf16 candidates land under the derived rel-L2 and noise-multiple
+ * bounds in >= 99% of trials at every K; a 0.5% scale error lands over
+ * both in >= 99%, and a 0.1% one over the noise multiple. */
 Test(tol, bf16_bound_admits_correct_rejects_scale_error, .timeout = 120) {
   const int Ks[] = {16, 256, 2048, 8192};
   const int trials[] = {200, 200, 100, 40};
@@ -164,17 +172,28 @@ Test(tol, bf16_bound_admits_correct_rejects_scale_error, .timeout = 120) {
     qc_tol_spec s = {.out_dtype = "bfloat16", .operand_dtype = "bfloat16", .acc_dtype = "float32", .k = Ks[c]};
     qc_tol_terms t;
     cr_assert_eq(qc_tol_derive(&s, &t), QC_OK);
-    int under = 0, over = 0;
-    double worst = 0;
+    int under = 0, under_nm = 0, over = 0, over_nm = 0, over_small = 0;
+    double worst = 0, worst_nm = 0, nm;
     for (int i = 0; i < trials[c]; i++) {
-      double e = bf16_gemm_trial(&rng, 8, Ks[c], 8, 1.0f);
+      double e = bf16_gemm_trial(&rng, 8, Ks[c], 8, 1.0f, &nm);
       under += e <= t.rel_l2;
+      under_nm += nm <= t.noise_multiple;
       worst = fmax(worst, e);
-      over += bf16_gemm_trial(&rng, 8, Ks[c], 8, 1.005f) > t.rel_l2;
+      worst_nm = fmax(worst_nm, nm);
+      over += bf16_gemm_trial(&rng, 8, Ks[c], 8, 1.005f, &nm) > t.rel_l2;
+      over_nm += nm > t.noise_multiple;
+      bf16_gemm_trial(&rng, 8, Ks[c], 8, 1.001f, &nm);
+      over_small += nm > t.noise_multiple;
     }
-    cr_expect(under * 100 >= 99 * trials[c], "K=%d: %d of %d correct candidates under %g (worst %g)", Ks[c], under,
-              trials[c], t.rel_l2, worst);
-    cr_expect(over * 100 >= 99 * trials[c], "K=%d: only %d of %d scaled candidates over %g", Ks[c], over, trials[c],
-              t.rel_l2);
+    cr_expect(under * 100 >= 99 * trials[c], "K=%d: %d of %d correct candidates under rel_l2 %g (worst %g)", Ks[c],
+              under, trials[c], t.rel_l2, worst);
+    cr_expect(under_nm * 100 >= 99 * trials[c], "K=%d: %d of %d correct candidates under noise_multiple %g (worst %g)",
+              Ks[c], under_nm, trials[c], t.noise_multiple, worst_nm);
+    cr_expect(over * 100 >= 99 * trials[c], "K=%d: only %d of %d scaled candidates over rel_l2 %g", Ks[c], over,
+              trials[c], t.rel_l2);
+    cr_expect(over_nm * 100 >= 99 * trials[c], "K=%d: only %d of %d scaled candidates over noise_multiple %g", Ks[c],
+              over_nm, trials[c], t.noise_multiple);
+    cr_expect(over_small * 100 >= 99 * trials[c], "K=%d: only %d of %d 0.1%%-scaled candidates over noise_multiple %g",
+              Ks[c], over_small, trials[c], t.noise_multiple);
   }
 }
