@@ -15,6 +15,9 @@ typedef struct qc_audit {
   const qc_case *cs;          /* tolerances and candidate kind */
   qc_plugin *plugin;          /* when cs->cand == QC_CAND_PLUGIN */
   qc_results *res;            /* checks are appended here */
+  const char *frozen;         /* "d_weight d_bias": gradients of frozen parameters of
+                                 the module being audited (dump attribute frozen="1");
+                                 not expected, so no check when the candidate has none */
 } qc_audit;
 
 /* Audit module m (cls and contract set; grad_out holds the dYs; cand set
@@ -28,8 +31,8 @@ int qc_audit_module(qc_audit *a, const qc_module *m);
 int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k);
 
 /* Fill check k's noise multiple and verdict from its metrics and noise
- * floor (k->m) under tolerance t. */
-void qc_audit_verdict(qc_check *k, const qc_tol *t);
+ * floor (k->m) under tolerance t; gdt is the candidate's element type. */
+void qc_audit_verdict(qc_check *k, qc_dtype gdt, const qc_tol *t);
 
 /* Start check k: its names, the reference's shape, tolerance t; no metrics. */
 void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *tensor, int ndim, const int64_t *shape,

@@ -96,12 +96,12 @@ int qc_audit_linear_fused(qc_audit *a, const qc_module *m, int i, int *done) {
   qc_check_init(&k, m, dy->name, "d_x", x->ndim, x->shape, tx);
   snprintf(k.cand_dtype, sizeof k.cand_dtype, "bfloat16");
   k.m = o.dx;
-  qc_audit_verdict(&k, tx);
+  qc_audit_verdict(&k, QC_BF16, tx);
   if ((rc = qc_results_add(a->res, &k))) goto done;
   qc_check_init(&k, m, dy->name, "d_weight", 2, wshape, tw);
   snprintf(k.cand_dtype, sizeof k.cand_dtype, "bfloat16");
   k.m = o.dw;
-  qc_audit_verdict(&k, tw);
+  qc_audit_verdict(&k, QC_BF16, tw);
   if ((rc = qc_results_add(a->res, &k))) goto done;
   if (b) {
     if ((rc = bias_grads(dy, M, N, &bref, cb ? NULL : &bcand))) goto done;
