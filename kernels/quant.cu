@@ -241,8 +241,10 @@ __device__ __forceinline__ void load8(const qk_qargs &a, int64_t i, bool vec, in
   }
 }
 
-/* Encode 8 values and store what is asked for (vectorized when vec). */
-__device__ __forceinline__ void store8(const qk_qargs &a, const qscale &sc, int64_t i, bool vec, int n, const float *v) {
+/* Encode 8 values and store what is asked for (vectorized when vec; the
+ * float64 values into `stage` instead of memory when it is not NULL). */
+__device__ __forceinline__ void store8(const qk_qargs &a, const qscale &sc, int64_t i, bool vec, int n, const float *v,
+                                       float *stage) {
   float d[8];
   uint8_t c[8];
 #pragma unroll
@@ -265,9 +267,13 @@ __device__ __forceinline__ void store8(const qk_qargs &a, const qscale &sc, int6
     for (int k = 0; k < 8; k++) h[k] = __float2bfloat16_rn(d[k]);
     *(uint4 *)(a.deq_bf16 + i) = u;
   }
-  if (a.deq_f64) {
+  if (a.deq_f64 && !stage) {
 #pragma unroll
     for (int k = 0; k < 4; k++) *(double2 *)(a.deq_f64 + i + 2 * k) = make_double2(d[2 * k], d[2 * k + 1]);
+  }
+  if (stage) { /* float64 goes out through shared memory, coalesced (k_block128) */
+    *(float4 *)stage = make_float4(d[0], d[1], d[2], d[3]);
+    *(float4 *)(stage + 4) = make_float4(d[4], d[5], d[6], d[7]);
   }
   if (a.q) {
     uint2 u;
@@ -280,6 +286,7 @@ __device__ __forceinline__ void store8(const qk_qargs &a, const qscale &sc, int6
 
 __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
   __shared__ float sh[8];
+  __shared__ __align__(16) float tile[16][128 + 4];
   const int64_t br = blockIdx.y, bc = blockIdx.x;
   const int tc = threadIdx.x & 15, tr = threadIdx.x >> 4;
   const int64_t c0 = bc * 128 + tc * 8;
@@ -325,11 +332,24 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
     if (a.scale) a.scale[sidx] = sc.s;
     if (a.scale_b) a.scale_b[sidx] = sc.b;
   }
-  if (n == 0) return;
+  /* With every column of the tile inside the matrix, float64 (2/3 of the
+   * bytes written) goes through shared memory: 16 rows x 128 columns a
+   * step, then each warp writes 256 contiguous bytes. */
+  const bool staged = a.deq_f64 && (a.cols & 7) == 0 && bc * 128 + 128 <= a.cols;
 #pragma unroll
   for (int s = 0; s < 8; s++) {
     int64_t row = br * 128 + 16 * s + tr;
-    if (row < a.rows) store8(a, sc, row * a.cols + c0, vec, n, v + 8 * s);
+    if (row < a.rows && n > 0) store8(a, sc, row * a.cols + c0, vec, n, v + 8 * s, staged ? &tile[tr][tc * 8] : NULL);
+    if (staged) {
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        int e = threadIdx.x + 256 * j, r = e >> 7, cc = e & 127;
+        int64_t orow = br * 128 + 16 * s + r;
+        if (orow < a.rows) a.deq_f64[orow * a.cols + bc * 128 + cc] = (double)tile[r][cc];
+      }
+      __syncthreads();
+    }
   }
 }
 
