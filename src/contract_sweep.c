@@ -1,0 +1,646 @@
+/* contract_sweep.c: layer 2 over a checkpoint (see contract_sweep.h). One
+ * unit (a module, or one expert of a routed-experts group) is in memory at a
+ * time: its weight, its dYs and their dX / dW. */
+#include "contract_sweep.h"
+
+#include <ctype.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "dump.h"
+#include "numerics/quant.h"
+#include "qc.h"
+#include "rng.h"
+
+#define DSETLEN (QC_PATHLEN + 160)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- names ---------------------------------------------------------------- */
+
+/* Is [s, s+n) a non-empty run of digits? */
+static int all_digits(const char *s, size_t n) {
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!isdigit((unsigned char)s[i])) return 0;
+  return 1;
+}
+
+void qc_contract_classify(const char *path, char *cls, int clslen, int *layer, int *expert) {
+  size_t o = 0, cap = (size_t)clslen;
+  int prev_experts = 0;
+  *layer = -1;
+  *expert = -1;
+  const char *p = path;
+  while (*p && o + 1 < cap) {
+    if (*p == '.' || *p == '/') {
+      cls[o++] = *p++;
+      continue;
+    }
+    size_t n = strcspn(p, "./");
+    int star = 0;
+    if (all_digits(p, n) && n < 10) {
+      int v = atoi(p);
+      if (prev_experts && *expert < 0) { *expert = v; star = 1; }
+      else if (*layer < 0) { *layer = v; star = 1; }
+    }
+    prev_experts = n == 7 && strncmp(p, "experts", 7) == 0;
+    if (star) cls[o++] = '*';
+    else
+      for (size_t i = 0; i < n && o + 1 < cap; i++) cls[o++] = p[i];
+    p += n;
+  }
+  cls[o] = 0;
+}
+
+int qc_contract_expert_name(const char *path, int e, char *out, int outlen) {
+  const char *p = path;
+  while ((p = strstr(p, "experts")) != NULL) {
+    int starts = p == path || p[-1] == '.' || p[-1] == '/';
+    int ends = p[7] == 0 || p[7] == '.' || p[7] == '/';
+    if (starts && ends) break;
+    p += 7;
+  }
+  if (!p)
+    return qc_err("'%s/params/weight' is 3-D but the module path has no 'experts' component: "
+                  "expected a linear weight [N, K] or routed experts [E, N, K] under '...experts...'", path);
+  int head = (int)(p + 7 - path);
+  if (snprintf(out, (size_t)outlen, "%.*s.%d%s", head, path, e, p + 7) >= outlen)
+    return qc_err("'%s': module path too long", path);
+  return QC_OK;
+}
+
+uint64_t qc_contract_seed(uint64_t seed, const char *module, const char *what) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const char *parts[3] = {module, "#", what};
+  for (int k = 0; k < 3; k++)
+    for (const unsigned char *c = (const unsigned char *)parts[k]; *c; c++) h = (h ^ *c) * 0x100000001b3ull;
+  return seed ^ h;
+}
+
+/* ---- dump helpers ------------------------------------------------------------ */
+
+typedef struct name_list {
+  int n, cap;
+  char (*name)[QC_NAMELEN];
+} name_list;
+
+static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
+  (void)info;
+  name_list *l = op;
+  hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+  if (o < 0) return 0;
+  int is_dset = H5Iget_type(o) == H5I_DATASET;
+  H5Oclose(o);
+  if (!is_dset) return 0;
+  if (strlen(name) >= QC_NAMELEN) return -1;
+  if (l->n == l->cap) {
+    int nc = l->cap ? 2 * l->cap : 8;
+    void *p = realloc(l->name, (size_t)nc * sizeof *l->name);
+    if (!p) return -1;
+    l->name = p;
+    l->cap = nc;
+  }
+  snprintf(l->name[l->n++], QC_NAMELEN, "%s", name);
+  return 0;
+}
+
+/* Names of the datasets directly in group `group` of file f (none if the
+ * group is absent), in name order. */
+static int list_datasets(hid_t f, const char *file, const char *group, name_list *out) {
+  memset(out, 0, sizeof *out);
+  if (H5Lexists(f, group, H5P_DEFAULT) <= 0) return QC_OK;
+  hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+  if (g < 0) return qc_err("%s: '%s' is not a group", file, group);
+  hsize_t idx = 0;
+  herr_t r = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, list_cb, out);
+  H5Gclose(g);
+  if (r < 0) {
+    free(out->name);
+    memset(out, 0, sizeof *out);
+    return qc_err("%s: cannot list group '%s' (a dataset name longer than %d characters?)", file, group, QC_NAMELEN - 1);
+  }
+  return QC_OK;
+}
+
+/* 1 when dataset path exists in f. */
+static int dset_exists(hid_t f, const char *path) {
+  char buf[DSETLEN];
+  /* H5Lexists needs every intermediate link to exist */
+  for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+    snprintf(buf, sizeof buf, "%.*s", (int)(p - path), path);
+    if (H5Lexists(f, buf, H5P_DEFAULT) <= 0) return 0;
+  }
+  return H5Lexists(f, path, H5P_DEFAULT) > 0;
+}
+
+/* Master weights, dY and X must decode to real numbers element for element. */
+static int check_real(const char *dset, const qc_tensor *info) {
+  qc_dtype t = info->dtype;
+  if (t == QC_F64 || t == QC_F32 || t == QC_F16 || t == QC_BF16) return QC_OK;
+  return qc_err("'%s' has element type %s: expected float64, float32, float16 or bfloat16", dset, qc_dtype_name(t));
+}
+
+/* Read dataset dset (slice `index` of its first dimension when index >= 0)
+ * decoded to float64 into out (rows x cols elements, checked). */
+static int read_f64(qc_dump *d, const char *dset, long long index, int64_t rows, int64_t cols, double *out) {
+  qc_tensor t = {0};
+  int rc = index >= 0 ? qc_dump_read_slice(d, dset, index, &t) : qc_dump_read(d, dset, &t);
+  if (rc) return rc;
+  if (qc_numel(&t) != rows * cols) {
+    qc_tensor_free(&t);
+    return qc_err("'%s': read %lld elements: expected %lld x %lld", dset, (long long)qc_numel(&t), (long long)rows,
+                  (long long)cols);
+  }
+  rc = qc_tensor_to_f64(&t, out);
+  qc_tensor_free(&t);
+  return rc;
+}
+
+/* ---- one module group -------------------------------------------------------- */
+
+/* A dY (or X) source of a module: a dataset, or generated. */
+typedef struct src {
+  char name[QC_NAMELEN];  /* "dy" or "generated" */
+  char dset[DSETLEN];     /* "" when generated */
+  int per_expert;         /* 3-D [E, M, *]: slice by expert */
+  int64_t M;
+} src;
+
+typedef struct group_plan {
+  const char *path;
+  int experts;            /* 1 for a 3-D weight */
+  int64_t E, N, K;
+  char wdset[DSETLEN];
+  int ndy;
+  src *dy;
+  src x;                  /* used when activation formats are asked */
+  int need_x;
+} group_plan;
+
+static int push_row(qc_sweep *s, qc_crow **out) {
+  if (s->n == s->cap) {
+    int nc = s->cap ? 2 * s->cap : 64;
+    void *p = realloc(s->rows, (size_t)nc * sizeof *s->rows);
+    if (!p) return qc_err_sys("out of memory for contract rows");
+    s->rows = p;
+    s->cap = nc;
+  }
+  *out = &s->rows[s->n++];
+  memset(*out, 0, sizeof **out);
+  return QC_OK;
+}
+
+/* Inspect a module group: weight layout, dY sources, X source; every shape
+ * checked before any data is read. */
+static int plan_group(qc_dump *d, hid_t f, const char *path, const qc_sweep_opts *o, group_plan *g) {
+  const char *file = qc_dump_path(d);
+  char gdir[DSETLEN], s1[96];
+  qc_tensor info = {0};
+  int rc;
+  memset(g, 0, sizeof *g);
+  g->path = path;
+  snprintf(g->wdset, sizeof g->wdset, "%s/params/weight", path);
+  if (!dset_exists(f, g->wdset)) return qc_err("%s: linear module '%s' has no dataset 'params/weight'", file, path);
+  if ((rc = qc_dump_info(d, g->wdset, &info))) return rc;
+  if ((rc = check_real(g->wdset, &info))) return rc;
+  if (info.ndim == 3) {
+    char tmp[QC_PATHLEN + 16];
+    if ((rc = qc_contract_expert_name(path, 0, tmp, sizeof tmp))) return rc;
+    g->experts = 1;
+    g->E = info.shape[0];
+  } else if (info.ndim == 2) {
+    g->E = 1;
+  } else {
+    return qc_err("'%s' is %s: expected a linear weight [N, K] or routed experts [E, N, K]", g->wdset,
+                  qc_shape_str(info.ndim, info.shape, s1, sizeof s1));
+  }
+  g->N = info.shape[info.ndim - 2];
+  g->K = info.shape[info.ndim - 1];
+  if (g->E < 1 || g->N < 1 || g->K < 1)
+    return qc_err("'%s' is %s: expected no empty dimension", g->wdset, qc_shape_str(info.ndim, info.shape, s1, sizeof s1));
+
+  name_list dl;
+  snprintf(gdir, sizeof gdir, "%s/grad_out", path);
+  if ((rc = list_datasets(f, file, gdir, &dl))) return rc;
+  g->ndy = dl.n ? dl.n : 1;
+  g->dy = calloc((size_t)g->ndy, sizeof *g->dy);
+  if (!g->dy) { free(dl.name); return qc_err_sys("out of memory"); }
+  if (dl.n == 0) {
+    snprintf(g->dy[0].name, QC_NAMELEN, "generated");
+    g->dy[0].M = o->tokens;
+  }
+  for (int i = 0; i < dl.n; i++) {
+    src *y = &g->dy[i];
+    snprintf(y->name, QC_NAMELEN, "%s", dl.name[i]);
+    snprintf(y->dset, sizeof y->dset, "%s/%s", gdir, dl.name[i]);
+    if ((rc = qc_dump_info(d, y->dset, &info)) || (rc = check_real(y->dset, &info))) break;
+    qc_shape_str(info.ndim, info.shape, s1, sizeof s1);
+    int ok2 = info.ndim == 2, ok3 = info.ndim == 3 && g->experts && info.shape[0] == g->E;
+    if (!ok2 && !ok3) {
+      rc = qc_err("dY '%s' is %s: expected [M, %lld]%s", y->dset, s1, (long long)g->N,
+                  g->experts ? " or one per expert [E, M, N]" : "");
+      break;
+    }
+    if (info.shape[info.ndim - 1] != g->N) {
+      rc = qc_err("dY '%s' is %s: expected width %lld (the out_features of '%s', weight [.., %lld, %lld])", y->dset, s1,
+                  (long long)g->N, g->wdset, (long long)g->N, (long long)g->K);
+      break;
+    }
+    y->per_expert = ok3;
+    y->M = info.shape[info.ndim - 2];
+    if (y->M < 1) { rc = qc_err("dY '%s' is %s: expected at least one token", y->dset, s1); break; }
+  }
+  free(dl.name);
+  if (rc) return rc;
+
+  for (int i = 0; i < o->na; i++) g->need_x |= strcmp(o->afmt[i], "none") != 0;
+  if (!g->need_x) return QC_OK;
+  snprintf(g->x.dset, sizeof g->x.dset, "%s/inputs/x", path);
+  if (!dset_exists(f, g->x.dset)) {
+    g->x.dset[0] = 0;
+    snprintf(g->x.name, QC_NAMELEN, "generated");
+    return QC_OK;
+  }
+  snprintf(g->x.name, QC_NAMELEN, "x");
+  if ((rc = qc_dump_info(d, g->x.dset, &info)) || (rc = check_real(g->x.dset, &info))) return rc;
+  qc_shape_str(info.ndim, info.shape, s1, sizeof s1);
+  int ok2 = info.ndim == 2, ok3 = info.ndim == 3 && g->experts && info.shape[0] == g->E;
+  if ((!ok2 && !ok3) || info.shape[info.ndim - 1] != g->K)
+    return qc_err("input '%s' is %s: expected [M, %lld]%s", g->x.dset, s1, (long long)g->K,
+                  g->experts ? " or one per expert [E, M, K]" : "");
+  g->x.per_expert = ok3;
+  g->x.M = info.shape[info.ndim - 2];
+  for (int i = 0; i < g->ndy; i++)
+    if (g->dy[i].M != g->x.M)
+      return qc_err("input '%s' has %lld tokens but dY '%s' has %lld: expected the same M", g->x.dset,
+                    (long long)g->x.M, g->dy[i].dset[0] ? g->dy[i].dset : "generated", (long long)g->dy[i].M);
+  return QC_OK;
+}
+
+/* Fill a [rows, cols] buffer: from the source's dataset (sliced per expert)
+ * or generated N(0, 1) from the row module's seed. */
+static int load_src(qc_dump *d, const src *y, int expert, const char *module, const char *what, uint64_t seed,
+                    int64_t cols, double *out) {
+  if (y->dset[0]) return read_f64(d, y->dset, y->per_expert ? expert : -1, y->M, cols, out);
+  qc_rng r;
+  qc_rng_seed(&r, qc_contract_seed(seed, module, what));
+  for (int64_t i = 0; i < y->M * cols; i++) out[i] = qc_rng_normal(&r);
+  return QC_OK;
+}
+
+/* out = dequant(quant(in)) for [rows, cols] under fmt, through float32. */
+static int fake_quant_f64(const char *fmt, const char *profile, int64_t rows, int64_t cols, const double *in,
+                          float *tmp, double *out, const char *what) {
+  int64_t n = rows * cols;
+  for (int64_t i = 0; i < n; i++) tmp[i] = (float)in[i];
+  int rc = qc_fake_quant(fmt, profile, rows, cols, tmp, tmp, what);
+  for (int64_t i = 0; i < n && !rc; i++) out[i] = tmp[i];
+  return rc;
+}
+
+/* Add a row comparing g with r (n elements) and judge it. */
+static int add_row(qc_sweep *s, const qc_backend *be, const qc_sweep_opts *o, const char *module, const char *tensor,
+                   const char *wf, const char *af, const char *dy, int64_t rows, int64_t cols, const double *g,
+                   const double *r) {
+  qc_crow *w;
+  int rc = push_row(s, &w);
+  if (rc) return rc;
+  snprintf(w->module, sizeof w->module, "%s", module);
+  qc_contract_classify(module, w->cls, sizeof w->cls, &w->layer, &w->expert);
+  snprintf(w->wfmt, sizeof w->wfmt, "%s", wf);
+  snprintf(w->afmt, sizeof w->afmt, "%s", af);
+  snprintf(w->dy, sizeof w->dy, "%s", dy);
+  w->tensor = tensor;
+  w->shape[0] = rows;
+  w->shape[1] = cols;
+  double t0 = now_s();
+  if ((rc = be->metrics(be, g, r, rows * cols, &w->m))) return rc;
+  s->t_metrics += now_s() - t0;
+  qc_tol tol;
+  memset(&tol, 0, sizeof tol);
+  tol.has_cosine_min = o->has_cos_min;
+  tol.cosine_min = o->cos_min;
+  tol.has_norm_ratio = o->has_norm;
+  tol.norm_lo = o->norm_lo;
+  tol.norm_hi = o->norm_hi;
+  w->fail = qc_judge(&w->m, &tol, w->why, sizeof w->why) != QC_V_PASS;
+  return QC_OK;
+}
+
+/* GEMM through the backend, timed and counted. */
+static int gemm(qc_sweep *s, const qc_backend *be, qc_op ta, int64_t m, int64_t n, int64_t k, const double *A,
+                int64_t lda, const double *B, double *C) {
+  double t0 = now_s();
+  int rc = be->gemm_f64(be, ta, QC_OP_N, m, n, k, A, lda, B, n, C, n);
+  s->t_gemm += now_s() - t0;
+  s->gemm_flops += 2.0 * (double)m * (double)n * (double)k;
+  return rc;
+}
+
+/* Buffers of one unit, sized for the group. */
+typedef struct unit_bufs {
+  double *W, *Wq, *X, *Xq, *dA, *dB;
+  double **G, **dXm;
+  float *f;
+} unit_bufs;
+
+static void bufs_free(unit_bufs *b, int ndy) {
+  free(b->W); free(b->Wq); free(b->X); free(b->Xq); free(b->dA); free(b->dB); free(b->f);
+  for (int i = 0; i < ndy; i++) {
+    if (b->G) free(b->G[i]);
+    if (b->dXm) free(b->dXm[i]);
+  }
+  free(b->G); free(b->dXm);
+  memset(b, 0, sizeof *b);
+}
+
+static int bufs_alloc(unit_bufs *b, const group_plan *g) {
+  int64_t N = g->N, K = g->K, Mx = 1;
+  for (int i = 0; i < g->ndy; i++) Mx = g->dy[i].M > Mx ? g->dy[i].M : Mx;
+  int64_t big = N * K > Mx * K ? N * K : Mx * K;
+  memset(b, 0, sizeof *b);
+  b->W = malloc((size_t)(N * K) * sizeof(double));
+  b->Wq = malloc((size_t)(N * K) * sizeof(double));
+  b->f = malloc((size_t)big * sizeof(float));
+  b->dA = malloc((size_t)big * sizeof(double));
+  b->G = calloc((size_t)g->ndy, sizeof *b->G);
+  b->dXm = calloc((size_t)g->ndy, sizeof *b->dXm);
+  int ok = b->W && b->Wq && b->f && b->dA && b->G && b->dXm;
+  for (int i = 0; ok && i < g->ndy; i++) {
+    b->G[i] = malloc((size_t)(g->dy[i].M * N) * sizeof(double));
+    b->dXm[i] = malloc((size_t)(g->dy[i].M * K) * sizeof(double));
+    ok = b->G[i] && b->dXm[i];
+  }
+  if (ok && g->need_x) {
+    b->X = malloc((size_t)(Mx * K) * sizeof(double));
+    b->Xq = malloc((size_t)(Mx * K) * sizeof(double));
+    b->dB = malloc((size_t)big * sizeof(double));
+    ok = b->X && b->Xq && b->dB;
+  }
+  if (!ok) {
+    bufs_free(b, g->ndy);
+    return qc_err_sys("out of memory for module '%s' (weight [%lld, %lld])", g->path, (long long)N, (long long)K);
+  }
+  return QC_OK;
+}
+
+/* One unit: module (or expert e of it) named `module`. */
+static int run_unit(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const group_plan *g, int e,
+                    const char *module, unit_bufs *b, qc_sweep *s) {
+  const int64_t N = g->N, K = g->K;
+  char what[QC_PATHLEN + 32];
+  int rc;
+  double t0 = now_s();
+  if ((rc = read_f64(d, g->wdset, g->experts ? e : -1, N, K, b->W))) return rc;
+  for (int i = 0; i < g->ndy; i++)
+    if ((rc = load_src(d, &g->dy[i], e, module, "dy", o->seed, N, b->G[i]))) return rc;
+  s->t_read += now_s() - t0;
+  if (!g->dy[0].dset[0]) s->dy_generated = 1;
+
+  /* d_x rows: dY W against dY dequant(quant(W)) */
+  for (int i = 0; i < g->ndy; i++)
+    if ((rc = gemm(s, be, QC_OP_N, g->dy[i].M, K, N, b->G[i], N, b->W, b->dXm[i]))) return rc;
+  snprintf(what, sizeof what, "%s/params/weight", module);
+  for (int w = 0; w < o->nw; w++) {
+    const double *Wq = b->W;
+    if (strcmp(o->wfmt[w], "none") != 0) {
+      t0 = now_s();
+      if ((rc = fake_quant_f64(o->wfmt[w], o->profile, N, K, b->W, b->f, b->Wq, what))) return rc;
+      s->t_quant += now_s() - t0;
+      Wq = b->Wq;
+    }
+    for (int i = 0; i < g->ndy; i++) {
+      const int64_t M = g->dy[i].M;
+      if ((rc = gemm(s, be, QC_OP_N, M, K, N, b->G[i], N, Wq, b->dA))) return rc;
+      if ((rc = add_row(s, be, o, module, "d_x", o->wfmt[w], "none", g->dy[i].name, M, K, b->dA, b->dXm[i]))) return rc;
+    }
+  }
+  if (!g->need_x) return QC_OK;
+
+  /* d_weight rows: dY^T X against dY^T dequant(quant(X)) */
+  snprintf(what, sizeof what, "%s/inputs/x", module);
+  for (int i = 0; i < g->ndy; i++) {
+    const int64_t M = g->dy[i].M;
+    src xs = g->x;
+    xs.M = M;
+    t0 = now_s();
+    if ((rc = load_src(d, &xs, e, module, "x", o->seed, K, b->X))) return rc;
+    s->t_read += now_s() - t0;
+    if (!xs.dset[0]) s->x_generated = 1;
+    if ((rc = gemm(s, be, QC_OP_T, N, K, M, b->G[i], N, b->X, b->dB))) return rc;
+    for (int a = 0; a < o->na; a++) {
+      if (strcmp(o->afmt[a], "none") == 0) continue;
+      t0 = now_s();
+      if ((rc = fake_quant_f64(o->afmt[a], o->profile, M, K, b->X, b->f, b->Xq, what))) return rc;
+      s->t_quant += now_s() - t0;
+      if ((rc = gemm(s, be, QC_OP_T, N, K, M, b->G[i], N, b->Xq, b->dA))) return rc;
+      if ((rc = add_row(s, be, o, module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, b->dA, b->dB))) return rc;
+    }
+  }
+  return QC_OK;
+}
+
+int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
+  qc_dump_entry *ents = NULL;
+  int nent = 0, rc;
+  double t_start = now_s();
+  memset(s, 0, sizeof *s);
+  if ((rc = qc_dump_modules(d, o->modules, &ents, &nent))) return rc;
+  int nlin = 0;
+  for (int i = 0; i < nent; i++)
+    if (strcmp(ents[i].cls, "linear") == 0) ents[nlin++] = ents[i];
+  if (nlin == 0) {
+    free(ents);
+    if (o->modules && o->modules[0])
+      qc_err("%s: no linear module group matches --modules '%s' (%d module group(s) matched)", qc_dump_path(d), o->modules, nent);
+    else
+      qc_err("%s: no linear module group: expected groups with attribute class = \"linear\"", qc_dump_path(d));
+    qc_hint("a linear module is a group with string attribute class=linear holding params/weight [N, K]");
+    return QC_EINPUT;
+  }
+
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  hid_t f = H5Fopen(qc_dump_path(d), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) { free(ents); return qc_err("%s: cannot open for listing", qc_dump_path(d)); }
+
+  /* plan every group first: bad input exits before any work */
+  group_plan *plans = calloc((size_t)nlin, sizeof *plans);
+  if (!plans) { rc = qc_err_sys("out of memory"); goto done; }
+  for (int i = 0; i < nlin; i++) {
+    if ((rc = plan_group(d, f, ents[i].path, o, &plans[i]))) goto done;
+    s->units += (int)plans[i].E;
+    s->expert_groups += plans[i].experts;
+  }
+  s->modules = nlin;
+
+  int done_units = 0;
+  for (int i = 0; i < nlin; i++) {
+    group_plan *g = &plans[i];
+    unit_bufs b;
+    if ((rc = bufs_alloc(&b, g))) goto done;
+    for (int e = 0; e < g->E && !rc; e++) {
+      char module[QC_PATHLEN + 16];
+      if (g->experts) rc = qc_contract_expert_name(g->path, e, module, sizeof module);
+      else snprintf(module, sizeof module, "%s", g->path);
+      if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", ++done_units, s->units, module);
+      if (!rc) rc = run_unit(d, be, o, g, e, module, &b, s);
+    }
+    bufs_free(&b, g->ndy);
+    if (rc) goto done;
+  }
+  if (o->progress) fprintf(stderr, "\r\033[K");
+  if (s->n == 0) { rc = qc_err("%s: nothing to check: the linear groups hold no experts", qc_dump_path(d)); goto done; }
+  rc = qc_contract_summarize(s);
+done:
+  if (rc && o->progress) fprintf(stderr, "\n");
+  if (plans)
+    for (int i = 0; i < nlin; i++) free(plans[i].dy);
+  free(plans);
+  free(ents);
+  H5Fclose(f);
+  s->t_total = now_s() - t_start;
+  return rc;
+}
+
+/* ---- classes and outliers ------------------------------------------------------ */
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (sorted in place); NAN when n = 0. */
+static double median(double *v, int n) {
+  if (n == 0) return NAN;
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median absolute deviation of v[0..n) from m (tmp: n doubles). */
+static double mad(const double *v, int n, double m, double *tmp) {
+  for (int i = 0; i < n; i++) tmp[i] = fabs(v[i] - m);
+  return median(tmp, n);
+}
+
+static int same_class(const qc_crow *r, const qc_cclass *c) {
+  return strcmp(r->cls, c->cls) == 0 && strcmp(r->tensor, c->tensor) == 0 && strcmp(r->wfmt, c->wfmt) == 0 &&
+         strcmp(r->afmt, c->afmt) == 0;
+}
+
+/* Summarize class c over its rows idx[0..n); mark outliers. */
+static void summarize_one(qc_sweep *s, qc_cclass *c, const int *idx, int n, double *a, double *b, double *t) {
+  int k = 0;
+  /* cosine */
+  for (int i = 0; i < n; i++)
+    if (!s->rows[idx[i]].m.cosine_null) a[k++] = s->rows[idx[i]].m.cosine;
+  c->cos_med = median(a, k);
+  c->cos_min = k ? a[0] : NAN;
+  c->cos_max = k ? a[k - 1] : NAN;
+  /* norm ratio (finite only) */
+  int kn = 0;
+  for (int i = 0; i < n; i++)
+    if (isfinite(s->rows[idx[i]].m.norm_ratio)) b[kn++] = s->rows[idx[i]].m.norm_ratio;
+  double nr_med = median(b, kn);
+  c->nr_med = nr_med;
+  c->nr_min = kn ? b[0] : NAN;
+  c->nr_max = kn ? b[kn - 1] : NAN;
+  double nr_mad = kn ? mad(b, kn, nr_med, t) : NAN;
+  /* rel_l2 on a log scale */
+  for (int i = 0; i < n; i++) t[i] = s->rows[idx[i]].m.rel_l2;
+  c->rel_med = median(t, n);
+  for (int i = 0; i < n; i++) a[i] = log10(fmax(s->rows[idx[i]].m.rel_l2, 1e-12));
+  for (int i = 0; i < n; i++) b[i] = a[i];
+  double lr_med = median(b, n), lr_mad = mad(a, n, lr_med, t);
+  /* distinct layers */
+  c->layers = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = s->rows[idx[j]].layer == s->rows[idx[i]].layer;
+    c->layers += !seen;
+  }
+  c->rows = n;
+  for (int i = 0; i < n; i++) c->fails += s->rows[idx[i]].fail;
+  if (n < QC_OUTLIER_MIN_ROWS) return;
+  double lr_scale = fmax(1.4826 * lr_mad, QC_OUTLIER_LOG_FLOOR);
+  double nr_scale = fmax(fmax(1.4826 * nr_mad, 0.1 * c->rel_med), 1e-12);
+  for (int i = 0; i < n; i++) {
+    qc_crow *r = &s->rows[idx[i]];
+    double lr = log10(fmax(r->m.rel_l2, 1e-12));
+    double zl = fabs(lr - lr_med) / lr_scale;
+    double zn = isfinite(r->m.norm_ratio) ? fabs(r->m.norm_ratio - nr_med) / nr_scale : 0;
+    if (zl > QC_OUTLIER_Z)
+      snprintf(r->outlier_why, sizeof r->outlier_why, "rel_l2 %.4g vs class median %.4g (%.1f robust sd on a log scale)",
+               r->m.rel_l2, c->rel_med, zl);
+    else if (zn > QC_OUTLIER_Z)
+      snprintf(r->outlier_why, sizeof r->outlier_why, "norm ratio %.6f vs class median %.6f (%.1f robust sd)",
+               r->m.norm_ratio, nr_med, zn);
+    else
+      continue;
+    r->outlier = 1;
+    c->outliers++;
+  }
+}
+
+/* Table order: d_x before d_weight, then formats in the order first seen,
+ * then classes in the order first seen (checkpoint order). */
+static int cmp_class(const void *pa, const void *pb) {
+  const qc_cclass *a = pa, *b = pb;
+  int ta = strcmp(a->tensor, "d_x") != 0, tb = strcmp(b->tensor, "d_x") != 0;
+  if (ta != tb) return ta - tb;
+  if (a->combo_first != b->combo_first) return a->combo_first - b->combo_first;
+  return a->first - b->first;
+}
+
+int qc_contract_summarize(qc_sweep *s) {
+  int rc = QC_OK;
+  free(s->cls);
+  s->cls = NULL;
+  s->ncls = 0;
+  int *idx = malloc((size_t)(s->n + 1) * sizeof *idx);
+  double *a = malloc((size_t)(s->n + 1) * sizeof *a), *b = malloc((size_t)(s->n + 1) * sizeof *b);
+  double *t = malloc((size_t)(s->n + 1) * sizeof *t);
+  int *done = calloc((size_t)(s->n + 1), sizeof *done);
+  s->cls = calloc((size_t)(s->n + 1), sizeof *s->cls);
+  if (!idx || !a || !b || !t || !done || !s->cls) { rc = qc_err_sys("out of memory for contract classes"); goto out; }
+  for (int i = 0; i < s->n; i++) {
+    if (done[i]) continue;
+    qc_cclass *c = &s->cls[s->ncls++];
+    const qc_crow *r = &s->rows[i];
+    snprintf(c->cls, sizeof c->cls, "%s", r->cls);
+    c->tensor = r->tensor;
+    snprintf(c->wfmt, sizeof c->wfmt, "%s", r->wfmt);
+    snprintf(c->afmt, sizeof c->afmt, "%s", r->afmt);
+    int n = 0;
+    for (int j = i; j < s->n; j++)
+      if (!done[j] && same_class(&s->rows[j], c)) { idx[n++] = j; done[j] = 1; }
+    for (int j = 0; j < n; j++) { s->rows[idx[j]].outlier = 0; s->rows[idx[j]].outlier_why[0] = 0; }
+    c->first = i;
+    c->combo_first = i;
+    for (int j = 0; j < i; j++)
+      if (s->rows[j].tensor == r->tensor && !strcmp(s->rows[j].wfmt, r->wfmt) && !strcmp(s->rows[j].afmt, r->afmt)) {
+        c->combo_first = j;
+        break;
+      }
+    summarize_one(s, c, idx, n, a, b, t);
+  }
+  qsort(s->cls, (size_t)s->ncls, sizeof *s->cls, cmp_class);
+out:
+  free(idx); free(a); free(b); free(t); free(done);
+  return rc;
+}
+
+void qc_sweep_free(qc_sweep *s) {
+  free(s->rows);
+  free(s->cls);
+  memset(s, 0, sizeof *s);
+}
