@@ -242,7 +242,10 @@ static int plan_group(qc_dump *d, hid_t f, const char *path, const qc_sweep_opts
   for (int i = 0; i < dl.n; i++) {
     src *y = &g->dy[i];
     snprintf(y->name, QC_NAMELEN, "%s", dl.name[i]);
-    snprintf(y->dset, sizeof y->dset, "%s/%s", gdir, dl.name[i]);
+    if (snprintf(y->dset, sizeof y->dset, "%s/%s", gdir, dl.name[i]) >= (int)sizeof y->dset) {
+      rc = qc_err("'%s/%s': dataset path too long", gdir, dl.name[i]);
+      break;
+    }
     if ((rc = qc_dump_info(d, y->dset, &info)) || (rc = check_real(y->dset, &info))) break;
     qc_shape_str(info.ndim, info.shape, s1, sizeof s1);
     int ok2 = info.ndim == 2, ok3 = info.ndim == 3 && g->experts && info.shape[0] == g->E;
@@ -312,7 +315,7 @@ static int fake_quant_f64(const char *fmt, const char *profile, int64_t rows, in
 static int add_row(qc_sweep *s, const qc_backend *be, const qc_sweep_opts *o, const char *module, const char *tensor,
                    const char *wf, const char *af, const char *dy, int64_t rows, int64_t cols, const double *g,
                    const double *r) {
-  qc_crow *w;
+  qc_crow *w = NULL;
   int rc = push_row(s, &w);
   if (rc) return rc;
   snprintf(w->module, sizeof w->module, "%s", module);

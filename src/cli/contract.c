@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../backend/backend.h"
+#include "../check.h"
 #include "../contract_sweep.h"
 #include "../dump.h"
 #include "../numerics/quant.h"
@@ -164,24 +165,6 @@ static const char *outlier_rule(void) {
   return buf;
 }
 
-/* Write text to path whole or not at all: a temporary file beside it, then rename. */
-static int write_atomic(const char *path, const char *text) {
-  char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-    return qc_err("--json '%s': path too long", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return qc_err("--json '%s': cannot write '%s': %s", path, tmp, strerror(errno));
-  size_t n = strlen(text);
-  int ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno;
-    remove(tmp);
-    return qc_err("--json '%s': cannot write: %s", path, strerror(e));
-  }
-  return QC_OK;
-}
-
 typedef struct run_info {
   const char *dump, *device, *profile, *modules;
   const char *wlist, *alist;
@@ -243,8 +226,12 @@ static int write_report(const char *path, const run_info *ri, const qc_sweep *s)
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   if (!text) return qc_err_sys("out of memory rendering the JSON report");
-  int rc = write_atomic(path, text);
-  cJSON_free(text);
+  size_t n = strlen(text);
+  char *withnl = realloc(text, n + 2);
+  if (!withnl) { free(text); return qc_err_sys("out of memory rendering the JSON report"); }
+  memcpy(withnl + n, "\n", 2);
+  int rc = qc_write_atomic(path, withnl, n + 1);
+  free(withnl);
   return rc;
 }
 
