@@ -11,12 +11,15 @@ Presets:
       layer index. BF16 master weights N(0, 0.02^2); every linear has
       grad_out/dy [16, N] and inputs/x [16, K] (bfloat16; experts: one per
       expert). Datasets are gzip-compressed (the file stays under 2 MB). Layer PLANTED_LAYER's mlp.down_proj is heavy-tailed (Student t,
-      1.5 degrees of freedom): the outlier the verb must find.
+      1.2 degrees of freedom): the outlier the verb must find.
   bench: --layers L layers of q/k/v/o/gate/up/down, each [--hidden, --hidden]
       BF16, no grad_out/ (the verb generates dY with --tokens), written one
       module at a time.
 
-usage: make_checkpoint.py OUT.h5 [--preset small|bench] [--layers L] [--hidden H] [--seed S]
+  --no-data: the small preset without grad_out/ and inputs/ (the verb then
+      generates dY and X from --tokens/--seed).
+
+usage: make_checkpoint.py OUT.h5 [--preset small|bench] [--layers L] [--hidden H] [--seed S] [--no-data]
 """
 import argparse
 import sys
@@ -26,6 +29,7 @@ import numpy as np
 
 PLANTED_LAYER = 3
 PLANTED_MODULE = "/model.layers.%d.mlp.down_proj" % PLANTED_LAYER
+WITH_DATA = True  # write grad_out/ and inputs/ (--no-data clears it)
 
 
 def bf16_bits(a):
@@ -45,6 +49,8 @@ def linear(f, path, w, dy=None, x=None, compress=False):
     g = f.require_group(path)
     g.attrs["class"] = "linear"
     put(f, path + "/params/weight", bf16_bits(w), "bfloat16", compress)
+    if not WITH_DATA:
+        return
     if dy is not None:
         put(f, path + "/grad_out/dy", bf16_bits(dy), "bfloat16", compress)
     if x is not None:
@@ -64,7 +70,7 @@ def small(f, layers, seed):
         for name, n, k in shapes:
             path = "%s.%s" % (base, name)
             if path == PLANTED_MODULE:
-                w = 0.02 * rng.standard_t(1.5, size=(n, k))
+                w = 0.02 * rng.standard_t(1.2, size=(n, k))
             else:
                 w = 0.02 * rng.standard_normal((n, k))
             linear(f, path, w.astype(np.float32), rng.standard_normal((M, n)), rng.standard_normal((M, k)), True)
@@ -92,7 +98,10 @@ def main():
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-data", action="store_true")
     a = ap.parse_args()
+    global WITH_DATA
+    WITH_DATA = not a.no_data
     with h5py.File(a.out, "w", track_order=False) as f:
         f.attrs["qatcheck_dump"] = np.int64(1)
         if a.preset == "small":
