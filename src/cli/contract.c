@@ -83,7 +83,7 @@ static int parse_num(const char *opt, const char *s, double *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (!*s || *end || errno || !isfinite(v)) return qc_err("%s: '%s': expected a finite number", opt, s);
+  if (!*s || *end || errno || !isfinite(v)) return qc_err("%s '%s': expected a finite number", opt, s);
   *out = v;
   return QC_OK;
 }
@@ -95,7 +95,7 @@ static int parse_int(const char *opt, const char *s, unsigned long long lo, unsi
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
   if (!*s || *s == '-' || *end || errno || v < lo || v > hi)
-    return qc_err("%s: '%s': expected an integer in [%llu, %llu]", opt, s, lo, hi);
+    return qc_err("%s '%s': expected an integer in [%llu, %llu]", opt, s, lo, hi);
   *out = v;
   return QC_OK;
 }
