@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <hdf5.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,16 +302,6 @@ static int load_src(qc_dump *d, const src *y, int expert, const char *module, co
   return QC_OK;
 }
 
-/* out = dequant(quant(in)) for [rows, cols] under fmt, through float32. */
-static int fake_quant_f64(const char *fmt, const char *profile, int64_t rows, int64_t cols, const double *in,
-                          float *tmp, double *out, const char *what) {
-  int64_t n = rows * cols;
-  for (int64_t i = 0; i < n; i++) tmp[i] = (float)in[i];
-  int rc = qc_fake_quant(fmt, profile, rows, cols, tmp, tmp, what);
-  for (int64_t i = 0; i < n && !rc; i++) out[i] = tmp[i];
-  return rc;
-}
-
 /* Add a row comparing g with r (n elements) and judge it. */
 static int add_row(qc_sweep *s, const qc_backend *be, const qc_sweep_opts *o, const char *module, const char *tensor,
                    const char *wf, const char *af, const char *dy, int64_t rows, int64_t cols, const double *g,
@@ -350,107 +341,259 @@ static int gemm(qc_sweep *s, const qc_backend *be, qc_op ta, int64_t m, int64_t 
   return rc;
 }
 
-/* Buffers of one unit, sized for the group. */
-typedef struct unit_bufs {
-  double *W, *Wq, *X, *Xq, *dA, *dB;
-  double **G, **dXm;
-  float *f;
-} unit_bufs;
+/* ---- the pipeline -----------------------------------------------------------
+ * A worker thread prepares unit u+1 (reads its weight and dYs, quantizes the
+ * weight under every format, reads X and quantizes it) while the main thread
+ * runs unit u's GEMMs and metrics. Two slots alternate; the HDF5 library is
+ * only ever called by one thread at a time (the worker, or the main thread
+ * between units). */
 
-static void bufs_free(unit_bufs *b, int ndy) {
-  free(b->W); free(b->Wq); free(b->X); free(b->Xq); free(b->dA); free(b->dB); free(b->f);
-  for (int i = 0; i < ndy; i++) {
-    if (b->G) free(b->G[i]);
-    if (b->dXm) free(b->dXm[i]);
-  }
-  free(b->G); free(b->dXm);
-  memset(b, 0, sizeof *b);
+typedef struct sizes {
+  int64_t nk, mn, mk, m, ndy;   /* largest N*K, M*N, M*K, M and dY count over the groups */
+} sizes;
+
+/* One prepared unit. */
+typedef struct slot {
+  const group_plan *g;
+  int e;
+  char module[QC_PATHLEN + 16];
+  double *W;      /* [N, K] master weight */
+  float *Wq;      /* [nw][N, K] dequant(quant(W)) per weight format (slot unused for "none") */
+  double *G;      /* [ndy][M, N] */
+  double *X;      /* [ndy][M, K] when activation formats are asked */
+  float *Xq;      /* [ndy][na][M, K] */
+  float *f;       /* scratch [max(N K, M K)] */
+  double t_read, t_quant;
+  int dy_gen, x_gen;
+  /* worker arguments and result */
+  qc_dump *d;
+  const qc_sweep_opts *o;
+  const sizes *z;
+  int rc;
+} slot;
+
+static void slot_free(slot *sl) {
+  free(sl->W); free(sl->Wq); free(sl->G); free(sl->X); free(sl->Xq); free(sl->f);
+  memset(sl, 0, sizeof *sl);
 }
 
-static int bufs_alloc(unit_bufs *b, const group_plan *g) {
-  int64_t N = g->N, K = g->K, Mx = 1;
-  for (int i = 0; i < g->ndy; i++) Mx = g->dy[i].M > Mx ? g->dy[i].M : Mx;
-  int64_t big = N * K > Mx * K ? N * K : Mx * K;
-  memset(b, 0, sizeof *b);
-  b->W = malloc((size_t)(N * K) * sizeof(double));
-  b->Wq = malloc((size_t)(N * K) * sizeof(double));
-  b->f = malloc((size_t)big * sizeof(float));
-  b->dA = malloc((size_t)big * sizeof(double));
-  b->G = calloc((size_t)g->ndy, sizeof *b->G);
-  b->dXm = calloc((size_t)g->ndy, sizeof *b->dXm);
-  int ok = b->W && b->Wq && b->f && b->dA && b->G && b->dXm;
-  for (int i = 0; ok && i < g->ndy; i++) {
-    b->G[i] = malloc((size_t)(g->dy[i].M * N) * sizeof(double));
-    b->dXm[i] = malloc((size_t)(g->dy[i].M * K) * sizeof(double));
-    ok = b->G[i] && b->dXm[i];
-  }
-  if (ok && g->need_x) {
-    b->X = malloc((size_t)(Mx * K) * sizeof(double));
-    b->Xq = malloc((size_t)(Mx * K) * sizeof(double));
-    b->dB = malloc((size_t)big * sizeof(double));
-    ok = b->X && b->Xq && b->dB;
+static int slot_alloc(slot *sl, const sizes *z, const qc_sweep_opts *o, int need_x) {
+  memset(sl, 0, sizeof *sl);
+  int64_t big = z->nk > z->mk ? z->nk : z->mk;
+  sl->W = malloc((size_t)z->nk * sizeof(double));
+  sl->Wq = malloc((size_t)(z->nk * (o->nw ? o->nw : 1)) * sizeof(float));
+  sl->G = malloc((size_t)(z->mn * z->ndy) * sizeof(double));
+  sl->f = malloc((size_t)big * sizeof(float));
+  int ok = sl->W && sl->Wq && sl->G && sl->f;
+  if (ok && need_x) {
+    sl->X = malloc((size_t)(z->mk * z->ndy) * sizeof(double));
+    sl->Xq = malloc((size_t)(z->mk * z->ndy * (o->na ? o->na : 1)) * sizeof(float));
+    ok = sl->X && sl->Xq;
   }
   if (!ok) {
-    bufs_free(b, g->ndy);
-    return qc_err_sys("out of memory for module '%s' (weight [%lld, %lld])", g->path, (long long)N, (long long)K);
+    slot_free(sl);
+    return qc_err_sys("out of memory for the unit buffers (largest weight %lld elements)", (long long)z->nk);
   }
   return QC_OK;
 }
 
-/* One unit: module (or expert e of it) named `module`. */
-static int run_unit(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const group_plan *g, int e,
-                    const char *module, unit_bufs *b, qc_sweep *s) {
+/* dequant(quant(in)) of [rows, cols] under fmt into out (float32; in as float64). */
+static int fake_quant_f32(const char *fmt, const char *profile, int64_t rows, int64_t cols, const double *in,
+                          float *out, const char *what) {
+  for (int64_t i = 0; i < rows * cols; i++) out[i] = (float)in[i];
+  return qc_fake_quant(fmt, profile, rows, cols, out, out, what);
+}
+
+/* Prepare the slot's unit: everything read and quantized, nothing multiplied. */
+static int prepare(slot *sl) {
+  const group_plan *g = sl->g;
+  const qc_sweep_opts *o = sl->o;
   const int64_t N = g->N, K = g->K;
-  char what[QC_PATHLEN + 32];
+  char what[QC_PATHLEN + 64];
   int rc;
   double t0 = now_s();
-  if ((rc = read_f64(d, g->wdset, g->experts ? e : -1, N, K, b->W))) return rc;
+  sl->t_read = sl->t_quant = 0;
+  if ((rc = read_f64(sl->d, g->wdset, g->experts ? sl->e : -1, N, K, sl->W))) return rc;
   for (int i = 0; i < g->ndy; i++)
-    if ((rc = load_src(d, &g->dy[i], e, module, "dy", o->seed, N, b->G[i]))) return rc;
-  s->t_read += now_s() - t0;
-  if (!g->dy[0].dset[0]) s->dy_generated = 1;
+    if ((rc = load_src(sl->d, &g->dy[i], sl->e, sl->module, "dy", o->seed, N, sl->G + i * sl->z->mn))) return rc;
+  sl->dy_gen = !g->dy[0].dset[0];
+  sl->t_read += now_s() - t0;
+  t0 = now_s();
+  snprintf(what, sizeof what, "%s/params/weight", sl->module);
+  for (int w = 0; w < o->nw; w++)
+    if (strcmp(o->wfmt[w], "none") != 0 &&
+        (rc = fake_quant_f32(o->wfmt[w], o->profile, N, K, sl->W, sl->Wq + w * sl->z->nk, what)))
+      return rc;
+  sl->t_quant += now_s() - t0;
+  if (!g->need_x) return QC_OK;
+  snprintf(what, sizeof what, "%s/inputs/x", sl->module);
+  for (int i = 0; i < g->ndy; i++) {
+    src xs = g->x;
+    xs.M = g->dy[i].M;
+    double *X = sl->X + i * sl->z->mk;
+    t0 = now_s();
+    if ((rc = load_src(sl->d, &xs, sl->e, sl->module, "x", o->seed, K, X))) return rc;
+    sl->x_gen = !xs.dset[0];
+    sl->t_read += now_s() - t0;
+    t0 = now_s();
+    for (int a = 0; a < o->na; a++)
+      if (strcmp(o->afmt[a], "none") != 0 &&
+          (rc = fake_quant_f32(o->afmt[a], o->profile, xs.M, K, X, sl->Xq + (i * o->na + a) * sl->z->mk, what)))
+        return rc;
+    sl->t_quant += now_s() - t0;
+  }
+  return QC_OK;
+}
 
+static void *prepare_thread(void *arg) {
+  slot *sl = arg;
+  sl->rc = prepare(sl);
+  return NULL;
+}
+
+/* The main thread's buffers. */
+typedef struct work {
+  double *Wd;     /* [N, K] a quantized weight widened to float64 */
+  double *dXm;    /* [ndy][M, K] dY W */
+  double *dA;     /* [max(M K, N K)] a candidate */
+  double *dB;     /* [N, K] dY^T X */
+  double *Xd;     /* [M, K] a quantized X widened */
+} work;
+
+static void work_free(work *w) {
+  free(w->Wd); free(w->dXm); free(w->dA); free(w->dB); free(w->Xd);
+  memset(w, 0, sizeof *w);
+}
+
+static int work_alloc(work *w, const sizes *z, int need_x) {
+  memset(w, 0, sizeof *w);
+  int64_t big = z->nk > z->mk ? z->nk : z->mk;
+  w->Wd = malloc((size_t)z->nk * sizeof(double));
+  w->dXm = malloc((size_t)(z->mk * z->ndy) * sizeof(double));
+  w->dA = malloc((size_t)big * sizeof(double));
+  int ok = w->Wd && w->dXm && w->dA;
+  if (ok && need_x) {
+    w->dB = malloc((size_t)z->nk * sizeof(double));
+    w->Xd = malloc((size_t)z->mk * sizeof(double));
+    ok = w->dB && w->Xd;
+  }
+  if (!ok) {
+    work_free(w);
+    return qc_err_sys("out of memory for the GEMM buffers (largest weight %lld elements)", (long long)z->nk);
+  }
+  return QC_OK;
+}
+
+static void widen(const float *in, double *out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = in[i];
+}
+
+/* Unit of slot sl: the GEMMs and one row per (dY, format). */
+static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl, work *w, qc_sweep *s) {
+  const group_plan *g = sl->g;
+  const int64_t N = g->N, K = g->K;
+  const sizes *z = sl->z;
+  int rc;
   /* d_x rows: dY W against dY dequant(quant(W)) */
   for (int i = 0; i < g->ndy; i++)
-    if ((rc = gemm(s, be, QC_OP_N, g->dy[i].M, K, N, b->G[i], N, b->W, b->dXm[i]))) return rc;
-  snprintf(what, sizeof what, "%s/params/weight", module);
-  for (int w = 0; w < o->nw; w++) {
-    const double *Wq = b->W;
-    if (strcmp(o->wfmt[w], "none") != 0) {
-      t0 = now_s();
-      if ((rc = fake_quant_f64(o->wfmt[w], o->profile, N, K, b->W, b->f, b->Wq, what))) return rc;
-      s->t_quant += now_s() - t0;
-      Wq = b->Wq;
+    if ((rc = gemm(s, be, QC_OP_N, g->dy[i].M, K, N, sl->G + i * z->mn, N, sl->W, w->dXm + i * z->mk))) return rc;
+  for (int f = 0; f < o->nw; f++) {
+    const double *Wq = sl->W;
+    if (strcmp(o->wfmt[f], "none") != 0) {
+      widen(sl->Wq + f * z->nk, w->Wd, N * K);
+      Wq = w->Wd;
     }
     for (int i = 0; i < g->ndy; i++) {
       const int64_t M = g->dy[i].M;
-      if ((rc = gemm(s, be, QC_OP_N, M, K, N, b->G[i], N, Wq, b->dA))) return rc;
-      if ((rc = add_row(s, be, o, module, "d_x", o->wfmt[w], "none", g->dy[i].name, M, K, b->dA, b->dXm[i]))) return rc;
+      if ((rc = gemm(s, be, QC_OP_N, M, K, N, sl->G + i * z->mn, N, Wq, w->dA))) return rc;
+      if ((rc = add_row(s, be, o, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->dA, w->dXm + i * z->mk)))
+        return rc;
     }
   }
   if (!g->need_x) return QC_OK;
-
   /* d_weight rows: dY^T X against dY^T dequant(quant(X)) */
-  snprintf(what, sizeof what, "%s/inputs/x", module);
   for (int i = 0; i < g->ndy; i++) {
     const int64_t M = g->dy[i].M;
-    src xs = g->x;
-    xs.M = M;
-    t0 = now_s();
-    if ((rc = load_src(d, &xs, e, module, "x", o->seed, K, b->X))) return rc;
-    s->t_read += now_s() - t0;
-    if (!xs.dset[0]) s->x_generated = 1;
-    if ((rc = gemm(s, be, QC_OP_T, N, K, M, b->G[i], N, b->X, b->dB))) return rc;
+    const double *G = sl->G + i * z->mn;
+    if ((rc = gemm(s, be, QC_OP_T, N, K, M, G, N, sl->X + i * z->mk, w->dB))) return rc;
     for (int a = 0; a < o->na; a++) {
       if (strcmp(o->afmt[a], "none") == 0) continue;
-      t0 = now_s();
-      if ((rc = fake_quant_f64(o->afmt[a], o->profile, M, K, b->X, b->f, b->Xq, what))) return rc;
-      s->t_quant += now_s() - t0;
-      if ((rc = gemm(s, be, QC_OP_T, N, K, M, b->G[i], N, b->Xq, b->dA))) return rc;
-      if ((rc = add_row(s, be, o, module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, b->dA, b->dB))) return rc;
+      widen(sl->Xq + (i * o->na + a) * z->mk, w->Xd, M * K);
+      if ((rc = gemm(s, be, QC_OP_T, N, K, M, G, N, w->Xd, w->dA))) return rc;
+      if ((rc = add_row(s, be, o, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->dA, w->dB)))
+        return rc;
     }
   }
   return QC_OK;
+}
+
+/* Point slot sl at unit u (group and expert) of the plans. */
+static int slot_set(slot *sl, const group_plan *plans, const int *ug, const int *ue, int u) {
+  sl->g = &plans[ug[u]];
+  sl->e = ue[u];
+  if (sl->g->experts) return qc_contract_expert_name(sl->g->path, sl->e, sl->module, sizeof sl->module);
+  snprintf(sl->module, sizeof sl->module, "%s", sl->g->path);
+  return QC_OK;
+}
+
+/* Run every unit through the two-slot pipeline. */
+static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const group_plan *plans, int nplan,
+                     qc_sweep *s) {
+  sizes z = {1, 1, 1, 1, 1};
+  int need_x = 0, rc;
+  for (int i = 0; i < nplan; i++) {
+    const group_plan *g = &plans[i];
+    need_x |= g->need_x;
+    if (g->N * g->K > z.nk) z.nk = g->N * g->K;
+    if (g->ndy > z.ndy) z.ndy = g->ndy;
+    for (int j = 0; j < g->ndy; j++) {
+      int64_t M = g->dy[j].M;
+      if (M > z.m) z.m = M;
+      if (M * g->N > z.mn) z.mn = M * g->N;
+      if (M * g->K > z.mk) z.mk = M * g->K;
+    }
+  }
+  int *ug = malloc((size_t)s->units * sizeof *ug), *ue = malloc((size_t)s->units * sizeof *ue);
+  slot sl[2];
+  work w;
+  memset(sl, 0, sizeof sl);
+  memset(&w, 0, sizeof w);
+  if (!ug || !ue) { rc = qc_err_sys("out of memory"); goto out; }
+  for (int i = 0, u = 0; i < nplan; i++)
+    for (int e = 0; e < plans[i].E; e++, u++) { ug[u] = i; ue[u] = e; }
+  if ((rc = slot_alloc(&sl[0], &z, o, need_x)) || (rc = slot_alloc(&sl[1], &z, o, need_x)) ||
+      (rc = work_alloc(&w, &z, need_x)))
+    goto out;
+  for (int k = 0; k < 2; k++) { sl[k].d = d; sl[k].o = o; sl[k].z = &z; }
+  if ((rc = slot_set(&sl[0], plans, ug, ue, 0)) || (rc = prepare(&sl[0]))) goto out;
+  for (int u = 0; u < s->units; u++) {
+    slot *cur = &sl[u % 2], *next = &sl[(u + 1) % 2];
+    pthread_t th;
+    int started = 0;
+    if (u + 1 < s->units) {
+      if ((rc = slot_set(next, plans, ug, ue, u + 1))) goto out;
+      started = pthread_create(&th, NULL, prepare_thread, next) == 0;
+      if (!started && (next->rc = prepare(next)) != QC_OK) { rc = next->rc; goto out; }
+    }
+    if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", u + 1, s->units, cur->module);
+    s->t_read += cur->t_read;
+    s->t_quant += cur->t_quant;
+    s->dy_generated |= cur->dy_gen;
+    s->x_generated |= cur->x_gen;
+    rc = compute(be, o, cur, &w, s);
+    if (started) pthread_join(th, NULL);
+    if (rc) goto out;
+    if (u + 1 < s->units && (rc = next->rc)) goto out;
+  }
+  if (o->progress) fprintf(stderr, "\r\033[K");
+out:
+  if (rc && o->progress) fprintf(stderr, "\n");
+  slot_free(&sl[0]);
+  slot_free(&sl[1]);
+  work_free(&w);
+  free(ug);
+  free(ue);
+  return rc;
 }
 
 int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
@@ -486,26 +629,10 @@ int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, 
   }
   s->modules = nlin;
 
-  int done_units = 0;
-  for (int i = 0; i < nlin; i++) {
-    group_plan *g = &plans[i];
-    unit_bufs b;
-    if ((rc = bufs_alloc(&b, g))) goto done;
-    for (int e = 0; e < g->E && !rc; e++) {
-      char module[QC_PATHLEN + 16];
-      if (g->experts) rc = qc_contract_expert_name(g->path, e, module, sizeof module);
-      else snprintf(module, sizeof module, "%s", g->path);
-      if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", ++done_units, s->units, module);
-      if (!rc) rc = run_unit(d, be, o, g, e, module, &b, s);
-    }
-    bufs_free(&b, g->ndy);
-    if (rc) goto done;
-  }
-  if (o->progress) fprintf(stderr, "\r\033[K");
+  if ((rc = run_units(d, be, o, plans, nlin, s))) goto done;
   if (s->n == 0) { rc = qc_err("%s: nothing to check: the linear groups hold no experts", qc_dump_path(d)); goto done; }
   rc = qc_contract_summarize(s);
 done:
-  if (rc && o->progress) fprintf(stderr, "\n");
   if (plans)
     for (int i = 0; i < nlin; i++) free(plans[i].dy);
   free(plans);
