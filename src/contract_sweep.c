@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "dump.h"
@@ -536,9 +537,20 @@ static int slot_set(slot *sl, const group_plan *plans, const int *ug, const int 
   return QC_OK;
 }
 
+/* Overlap preparing the next unit with this unit's GEMMs? Yes when the GEMMs
+ * run on a device, or the host has cores to spare besides the BLAS threads
+ * (4 or more online); on a 2-core host the worker only slows the BLAS down
+ * (bench/RESULTS.md). QATCHECK_OVERLAP=0/1 overrides. */
+static int want_overlap(const qc_backend *be) {
+  const char *env = getenv("QATCHECK_OVERLAP");
+  if (env && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
+  return be != qc_backend_cpu() || sysconf(_SC_NPROCESSORS_ONLN) >= 4;
+}
+
 /* Run every unit through the two-slot pipeline. */
 static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const group_plan *plans, int nplan,
                      qc_sweep *s) {
+  const int overlap = want_overlap(be);
   sizes z = {1, 1, 1, 1, 1};
   int need_x = 0, rc;
   for (int i = 0; i < nplan; i++) {
@@ -572,8 +584,7 @@ static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, c
     int started = 0;
     if (u + 1 < s->units) {
       if ((rc = slot_set(next, plans, ug, ue, u + 1))) goto out;
-      started = pthread_create(&th, NULL, prepare_thread, next) == 0;
-      if (!started && (next->rc = prepare(next)) != QC_OK) { rc = next->rc; goto out; }
+      started = overlap && pthread_create(&th, NULL, prepare_thread, next) == 0;
     }
     if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", u + 1, s->units, cur->module);
     s->t_read += cur->t_read;
@@ -582,6 +593,7 @@ static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, c
     s->x_generated |= cur->x_gen;
     rc = compute(be, o, cur, &w, s);
     if (started) pthread_join(th, NULL);
+    if (!started && !rc && u + 1 < s->units) next->rc = prepare(next);
     if (rc) goto out;
     if (u + 1 < s->units && (rc = next->rc)) goto out;
   }
