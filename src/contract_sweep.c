@@ -405,6 +405,9 @@ static int fake_quant_f32(const char *fmt, const char *profile, int64_t rows, in
   return qc_fake_quant(fmt, profile, rows, cols, out, out, what);
 }
 
+/* HDF5 (not thread-safe as built) and generated data are read under this lock. */
+static pthread_mutex_t g_read_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Prepare the slot's unit: everything read and quantized, nothing multiplied. */
 static int prepare(slot *sl) {
   const group_plan *g = sl->g;
@@ -412,13 +415,16 @@ static int prepare(slot *sl) {
   const int64_t N = g->N, K = g->K;
   char what[QC_PATHLEN + 64];
   int rc;
-  double t0 = now_s();
   sl->t_read = sl->t_quant = 0;
-  if ((rc = read_f64(sl->d, g->wdset, g->experts ? sl->e : -1, N, K, sl->W))) return rc;
-  for (int i = 0; i < g->ndy; i++)
-    if ((rc = load_src(sl->d, &g->dy[i], sl->e, sl->module, "dy", o->seed, N, sl->G + i * sl->z->mn))) return rc;
-  sl->dy_gen = !g->dy[0].dset[0];
+  pthread_mutex_lock(&g_read_lock);
+  double t0 = now_s();
+  rc = read_f64(sl->d, g->wdset, g->experts ? sl->e : -1, N, K, sl->W);
+  for (int i = 0; i < g->ndy && !rc; i++)
+    rc = load_src(sl->d, &g->dy[i], sl->e, sl->module, "dy", o->seed, N, sl->G + i * sl->z->mn);
   sl->t_read += now_s() - t0;
+  pthread_mutex_unlock(&g_read_lock);
+  if (rc) return rc;
+  sl->dy_gen = !g->dy[0].dset[0];
   t0 = now_s();
   snprintf(what, sizeof what, "%s/params/weight", sl->module);
   for (int w = 0; w < o->nw; w++)
@@ -432,10 +438,13 @@ static int prepare(slot *sl) {
     src xs = g->x;
     xs.M = g->dy[i].M;
     double *X = sl->X + i * sl->z->mk;
+    pthread_mutex_lock(&g_read_lock);
     t0 = now_s();
-    if ((rc = load_src(sl->d, &xs, sl->e, sl->module, "x", o->seed, K, X))) return rc;
-    sl->x_gen = !xs.dset[0];
+    rc = load_src(sl->d, &xs, sl->e, sl->module, "x", o->seed, K, X);
     sl->t_read += now_s() - t0;
+    pthread_mutex_unlock(&g_read_lock);
+    if (rc) return rc;
+    sl->x_gen = !xs.dset[0];
     t0 = now_s();
     for (int a = 0; a < o->na; a++)
       if (strcmp(o->afmt[a], "none") != 0 &&
@@ -537,22 +546,47 @@ static int slot_set(slot *sl, const group_plan *plans, const int *ug, const int 
   return QC_OK;
 }
 
-/* Overlap preparing the next unit with this unit's GEMMs? Yes when the GEMMs
- * run on a device, or the host has cores to spare besides the BLAS threads
- * (4 or more online); on a 2-core host the worker only slows the BLAS down
- * (bench/RESULTS.md). QATCHECK_OVERLAP=0/1 overrides. */
-static int want_overlap(const qc_backend *be) {
-  const char *env = getenv("QATCHECK_OVERLAP");
-  if (env && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
-  return be != qc_backend_cpu() || sysconf(_SC_NPROCESSORS_ONLN) >= 4;
+/* How many units to prepare ahead on worker threads while the main thread
+ * multiplies (0: none, everything in one thread, one unit in memory). More
+ * than 0 only when the GEMMs run on a device or the host has 4 or more cores
+ * (on 2 cores a worker just slows the BLAS down, bench/RESULTS.md): a quarter
+ * of the online cores, at most QC_MAX_AHEAD, and no more than a quarter of
+ * physical memory's worth of unit buffers. QATCHECK_AHEAD=N overrides. */
+#define QC_MAX_AHEAD 8
+static int units_ahead(const qc_backend *be, size_t slot_bytes) {
+  const char *env = getenv("QATCHECK_AHEAD");
+  if (env && *env) {
+    int v = atoi(env);
+    return v < 0 ? 0 : v > QC_MAX_AHEAD ? QC_MAX_AHEAD : v;
+  }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int p = be != qc_backend_cpu() ? (ncpu >= 4 ? (int)(ncpu / 4) : 1) : (ncpu >= 4 ? (int)(ncpu / 4) : 0);
+  if (p > QC_MAX_AHEAD) p = QC_MAX_AHEAD;
+  double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  while (p > 0 && (double)(p + 1) * (double)slot_bytes > 0.25 * mem) p--;
+  return p;
 }
 
-/* Run every unit through the two-slot pipeline. */
+/* A unit in flight: its slot, worker thread and whether one was started. */
+typedef struct flight {
+  pthread_t th;
+  int started;
+} flight;
+
+/* Start preparing unit u in slot sl: on a worker thread when ahead > 0. */
+static int launch(slot *sl, flight *fl, const group_plan *plans, const int *ug, const int *ue, int u, int ahead) {
+  int rc = slot_set(sl, plans, ug, ue, u);
+  if (rc) return rc;
+  fl->started = ahead > 0 && pthread_create(&fl->th, NULL, prepare_thread, sl) == 0;
+  if (!fl->started) sl->rc = prepare(sl);
+  return QC_OK;
+}
+
+/* Run every unit: units u+1 .. u+ahead are prepared while unit u multiplies. */
 static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const group_plan *plans, int nplan,
                      qc_sweep *s) {
-  const int overlap = want_overlap(be);
   sizes z = {1, 1, 1, 1, 1};
-  int need_x = 0, rc;
+  int need_x = 0, rc = QC_OK;
   for (int i = 0; i < nplan; i++) {
     const group_plan *g = &plans[i];
     need_x |= g->need_x;
@@ -565,43 +599,56 @@ static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, c
       if (M * g->K > z.mk) z.mk = M * g->K;
     }
   }
+  size_t slot_bytes = (size_t)z.nk * (8 + 4 * (size_t)o->nw) + (size_t)(z.mn * z.ndy) * 8 +
+                      (need_x ? (size_t)(z.mk * z.ndy) * (8 + 4 * (size_t)o->na) : 0);
+  int ahead = units_ahead(be, slot_bytes), nslot = ahead + 1;
+  s->ahead = ahead;
   int *ug = malloc((size_t)s->units * sizeof *ug), *ue = malloc((size_t)s->units * sizeof *ue);
-  slot sl[2];
+  slot *sl = calloc((size_t)nslot, sizeof *sl);
+  flight *fl = calloc((size_t)nslot, sizeof *fl);
   work w;
-  memset(sl, 0, sizeof sl);
   memset(&w, 0, sizeof w);
-  if (!ug || !ue) { rc = qc_err_sys("out of memory"); goto out; }
+  if (!ug || !ue || !sl || !fl) { rc = qc_err_sys("out of memory"); goto out; }
   for (int i = 0, u = 0; i < nplan; i++)
     for (int e = 0; e < plans[i].E; e++, u++) { ug[u] = i; ue[u] = e; }
-  if ((rc = slot_alloc(&sl[0], &z, o, need_x)) || (rc = slot_alloc(&sl[1], &z, o, need_x)) ||
-      (rc = work_alloc(&w, &z, need_x)))
-    goto out;
-  for (int k = 0; k < 2; k++) { sl[k].d = d; sl[k].o = o; sl[k].z = &z; }
-  if ((rc = slot_set(&sl[0], plans, ug, ue, 0)) || (rc = prepare(&sl[0]))) goto out;
+  for (int k = 0; k < nslot; k++) {
+    if ((rc = slot_alloc(&sl[k], &z, o, need_x))) goto out;
+    sl[k].d = d; sl[k].o = o; sl[k].z = &z;
+  }
+  if ((rc = work_alloc(&w, &z, need_x))) goto out;
+  /* units 0 .. ahead-1 start now (unit 0 in this thread when ahead is 0) */
+  int launched = 0;
+  for (; launched < (ahead ? ahead : 1) && launched < s->units; launched++)
+    if ((rc = launch(&sl[launched % nslot], &fl[launched % nslot], plans, ug, ue, launched, ahead))) goto out;
   for (int u = 0; u < s->units; u++) {
-    slot *cur = &sl[u % 2], *next = &sl[(u + 1) % 2];
-    pthread_t th;
-    int started = 0;
-    if (u + 1 < s->units) {
-      if ((rc = slot_set(next, plans, ug, ue, u + 1))) goto out;
-      started = overlap && pthread_create(&th, NULL, prepare_thread, next) == 0;
+    slot *cur = &sl[u % nslot];
+    flight *cf = &fl[u % nslot];
+    if (cf->started) { pthread_join(cf->th, NULL); cf->started = 0; }
+    if ((rc = cur->rc)) goto out;
+    /* the slot of unit u-1 is free: start unit u+ahead in it */
+    if (ahead && launched < s->units) {
+      if ((rc = launch(&sl[launched % nslot], &fl[launched % nslot], plans, ug, ue, launched, ahead))) goto out;
+      launched++;
     }
     if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", u + 1, s->units, cur->module);
     s->t_read += cur->t_read;
     s->t_quant += cur->t_quant;
     s->dy_generated |= cur->dy_gen;
     s->x_generated |= cur->x_gen;
-    rc = compute(be, o, cur, &w, s);
-    if (started) pthread_join(th, NULL);
-    if (!started && !rc && u + 1 < s->units) next->rc = prepare(next);
-    if (rc) goto out;
-    if (u + 1 < s->units && (rc = next->rc)) goto out;
+    if ((rc = compute(be, o, cur, &w, s))) goto out;
+    if (!ahead && launched < s->units) {
+      if ((rc = launch(&sl[launched % nslot], &fl[launched % nslot], plans, ug, ue, launched, ahead))) goto out;
+      launched++;
+    }
   }
   if (o->progress) fprintf(stderr, "\r\033[K");
 out:
   if (rc && o->progress) fprintf(stderr, "\n");
-  slot_free(&sl[0]);
-  slot_free(&sl[1]);
+  for (int k = 0; fl && k < nslot; k++)
+    if (fl[k].started) pthread_join(fl[k].th, NULL);
+  for (int k = 0; sl && k < nslot; k++) slot_free(&sl[k]);
+  free(sl);
+  free(fl);
   work_free(&w);
   free(ug);
   free(ue);

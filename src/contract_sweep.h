@@ -2,7 +2,8 @@
  * `qatcheck contract --master-vs-dequant`, spec/interfaces.md section 5).
  *
  * For every linear module group of a dump (one expert of a routed-experts
- * [E, N, K] weight at a time), every dY and every precision combination:
+ * [E, N, K] weight at a time: a "unit"), every dY and every precision
+ * combination:
  *   d_x rows:      r = dY W            g = dY dequant(quant(W))      [M, K]
  *   d_weight rows: r = dY^T X          g = dY^T dequant(quant(X))    [N, K]
  * both in float64 through the backend's float64 GEMM. Rows are then grouped
@@ -72,6 +73,7 @@ typedef struct qc_sweep {
   int ncls;
   int modules, expert_groups, units;   /* linear groups, of which routed-expert groups; units = rows' modules */
   int dy_generated, x_generated;       /* any generated dY / X */
+  int ahead;                           /* units prepared ahead on worker threads (0: one unit in memory) */
   double t_read, t_quant, t_gemm, t_metrics, t_total;  /* seconds */
   double gemm_flops;                   /* 2 M N K summed over the GEMMs done */
 } qc_sweep;
