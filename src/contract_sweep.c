@@ -168,6 +168,15 @@ static int read_f64(qc_dump *d, const char *dset, long long index, int64_t rows,
   return rc;
 }
 
+/* Refuse a non-finite value: neither convention has a defined gradient then. */
+static int check_finite(const double *a, int64_t rows, int64_t cols, const char *module, const char *what) {
+  for (int64_t i = 0; i < rows * cols; i++)
+    if (!isfinite(a[i]))
+      return qc_err("%s/%s: non-finite value %g at [%lld, %lld]: expected finite master values", module, what, a[i],
+                    (long long)(i / cols), (long long)(i % cols));
+  return QC_OK;
+}
+
 /* ---- one module group -------------------------------------------------------- */
 
 /* A dY (or X) source of a module: a dataset, or generated. */
@@ -424,6 +433,10 @@ static int prepare(slot *sl) {
   sl->t_read += now_s() - t0;
   pthread_mutex_unlock(&g_read_lock);
   if (rc) return rc;
+  if ((rc = check_finite(sl->W, N, K, sl->module, "params/weight"))) return rc;
+  for (int i = 0; i < g->ndy; i++)
+    if ((rc = check_finite(sl->G + i * sl->z->mn, g->dy[i].M, N, sl->module, g->dy[i].dset[0] ? "grad_out" : "dy")))
+      return rc;
   sl->dy_gen = !g->dy[0].dset[0];
   t0 = now_s();
   snprintf(what, sizeof what, "%s/params/weight", sl->module);
@@ -443,7 +456,7 @@ static int prepare(slot *sl) {
     rc = load_src(sl->d, &xs, sl->e, sl->module, "x", o->seed, K, X);
     sl->t_read += now_s() - t0;
     pthread_mutex_unlock(&g_read_lock);
-    if (rc) return rc;
+    if (rc || (rc = check_finite(X, xs.M, K, sl->module, "inputs/x"))) return rc;
     sl->x_gen = !xs.dset[0];
     t0 = now_s();
     for (int a = 0; a < o->na; a++)

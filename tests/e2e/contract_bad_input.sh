@@ -36,6 +36,11 @@ with dump("noweight.h5") as f:
     f["/model.layers.0.q_proj/params/bias"] = np.ones(4, np.float32)
 with dump("weight1d.h5") as f:
     lin(f, "/model.layers.0.q_proj", np.ones(8))
+with dump("nan.h5") as f:
+    lin(f, "/model.layers.0.q_proj", np.ones((4, 8)), np.ones((3, 4)))
+    w = np.ones((4, 8)); w[2, 5] = np.nan
+    lin(f, "/model.layers.1.q_proj", w, np.ones((3, 4)))
+    lin(f, "/model.layers.2.q_proj", np.ones((4, 8)), np.ones((3, 4)))
 with h5py.File(t + "/notadump.h5", "w") as f:
     lin(f, "/model.layers.0.q_proj", np.ones((4, 8)))
 PYEOF
@@ -62,6 +67,8 @@ expect2 "1-D weight" "expected a linear weight \[N, K\]" $M $N --dump "$T/weight
 expect2 "no params/weight" "has no dataset 'params/weight'" $M $N --dump "$T/noweight.h5"
 expect2 "dY wrong width" "grad_out/dy' is \[3, 5\]: expected width 4" $M $N --dump "$T/width.h5"
 expect2 "expert dY wrong E" "expected \[M, 4\] or one per expert" $M $N --dump "$T/experts_e.h5"
+expect2 "non-finite weight" "q_proj/params/weight: non-finite value nan at \[2, 5\]" $M $N --dump "$T/nan.h5"
+QATCHECK_AHEAD=2 expect2 "non-finite weight, prepared ahead" "non-finite value nan at \[2, 5\]" $M $N --dump "$T/nan.h5"
 expect2 "unknown weight format" "unknown format 'fp9'" $M --weight-format none,fp9 --dump "$T/ok.h5"
 expect2 "activation format as weight format" "unknown format 'fp8_token'" $M --weight-format fp8_token --dump "$T/ok.h5"
 expect2 "unknown activation format" "unknown format 'nvfp4'" $M $N --activation-format nvfp4 --dump "$T/ok.h5"

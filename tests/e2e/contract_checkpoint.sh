@@ -62,6 +62,12 @@ for k in r["classes"]:
     assert k["cosine"]["min"] <= k["cosine"]["median"] <= k["cosine"]["max"]
 PYEOF
 
+# units prepared ahead on worker threads give the very same rows, in order
+QATCHECK_AHEAD=3 "$QATCHECK" contract --master-vs-dequant --dump "$CKPT" --weight-format $WF --activation-format $AF \
+  --quiet --json "$T/a.json" || fail "QATCHECK_AHEAD=3: exit $?"
+"$PY" -c 'import json,sys; a,b=(json.load(open(p))["rows"] for p in sys.argv[1:]); assert a==b' "$T/r.json" "$T/a.json" \
+  || fail "rows differ when units are prepared ahead"
+
 # thresholds: nvfp4 rows have cosine ~0.995, fp8 ~0.9996: with 0.999 only nvfp4 fails: they fail, exit 1
 "$QATCHECK" contract --master-vs-dequant --dump "$CKPT" --weight-format nvfp4,fp8_block128 --cosine-min 0.999 \
   --quiet --json "$T/t.json"
