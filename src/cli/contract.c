@@ -219,6 +219,7 @@ static int write_report(const char *path, const run_info *ri, const qc_sweep *s)
   cJSON_AddNumberToObject(tm, "gemm", s->t_gemm);
   cJSON_AddNumberToObject(tm, "metrics", s->t_metrics);
   cJSON_AddNumberToObject(tm, "gemm_flops", s->gemm_flops);
+  cJSON_AddNumberToObject(tm, "units_ahead", s->ahead);
   cJSON *rows = cJSON_AddArrayToObject(root, "rows");
   for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(rows, row_json(&s->rows[i]));
   cJSON *cls = cJSON_AddArrayToObject(root, "classes");
