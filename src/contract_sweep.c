@@ -407,11 +407,9 @@ static int slot_alloc(slot *sl, const sizes *z, const qc_sweep_opts *o, int need
   return QC_OK;
 }
 
-/* dequant(quant(in)) of [rows, cols] under fmt into out (float32; in as float64). */
-static int fake_quant_f32(const char *fmt, const char *profile, int64_t rows, int64_t cols, const double *in,
-                          float *out, const char *what) {
-  for (int64_t i = 0; i < rows * cols; i++) out[i] = (float)in[i];
-  return qc_fake_quant(fmt, profile, rows, cols, out, out, what);
+/* in (float64) narrowed to float32: exact for BF16/FP16/FP32 master values. */
+static void narrow(const double *in, float *out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = (float)in[i];
 }
 
 /* HDF5 (not thread-safe as built) and generated data are read under this lock. */
@@ -440,9 +438,10 @@ static int prepare(slot *sl) {
   sl->dy_gen = !g->dy[0].dset[0];
   t0 = now_s();
   snprintf(what, sizeof what, "%s/params/weight", sl->module);
+  narrow(sl->W, sl->f, N * K);
   for (int w = 0; w < o->nw; w++)
     if (strcmp(o->wfmt[w], "none") != 0 &&
-        (rc = fake_quant_f32(o->wfmt[w], o->profile, N, K, sl->W, sl->Wq + w * sl->z->nk, what)))
+        (rc = qc_fake_quant(o->wfmt[w], o->profile, N, K, sl->f, sl->Wq + w * sl->z->nk, what)))
       return rc;
   sl->t_quant += now_s() - t0;
   if (!g->need_x) return QC_OK;
@@ -459,9 +458,10 @@ static int prepare(slot *sl) {
     if (rc || (rc = check_finite(X, xs.M, K, sl->module, "inputs/x"))) return rc;
     sl->x_gen = !xs.dset[0];
     t0 = now_s();
+    narrow(X, sl->f, xs.M * K);
     for (int a = 0; a < o->na; a++)
       if (strcmp(o->afmt[a], "none") != 0 &&
-          (rc = fake_quant_f32(o->afmt[a], o->profile, xs.M, K, X, sl->Xq + (i * o->na + a) * sl->z->mk, what)))
+          (rc = qc_fake_quant(o->afmt[a], o->profile, xs.M, K, sl->f, sl->Xq + (i * o->na + a) * sl->z->mk, what)))
         return rc;
     sl->t_quant += now_s() - t0;
   }
