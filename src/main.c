@@ -8,10 +8,12 @@
 
 int qc_cmd_vjp(int argc, char **argv);
 int qc_cmd_contract(int argc, char **argv);
+int qc_cmd_tol(int argc, char **argv);
 
 static const qc_verb g_verbs[] = {
     {"vjp", qc_cmd_vjp, "layer 1: each production VJP against an independent float64 reference"},
     {"contract", qc_cmd_contract, "layer 2: dX from the master vs the dequantized weight, per class and layer"},
+    {"tol", qc_cmd_tol, "derive tolerances, with their reasoning, from dtypes, reduction length and format"},
 };
 static const int g_nverbs = (int)(sizeof g_verbs / sizeof g_verbs[0]);
 
