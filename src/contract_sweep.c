@@ -637,7 +637,17 @@ static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, c
     slot *cur = &sl[u % nslot];
     flight *cf = &fl[u % nslot];
     if (cf->started) { pthread_join(cf->th, NULL); cf->started = 0; }
-    if ((rc = cur->rc)) goto out;
+    if ((rc = cur->rc)) {
+      /* workers share the one error channel: let them finish, then redo this
+       * (the first failing) unit alone so the message is its own */
+      for (int k = 0; ahead && k < nslot; k++)
+        if (fl[k].started) { pthread_join(fl[k].th, NULL); fl[k].started = 0; }
+      if (ahead) {
+        qc_err_clear();
+        if (prepare(cur) == QC_OK) rc = qc_err_sys("%s: preparing the unit failed on a worker thread", cur->module);
+      }
+      goto out;
+    }
     /* the slot of unit u-1 is free: start unit u+ahead in it */
     if (ahead && launched < s->units) {
       if ((rc = launch(&sl[launched % nslot], &fl[launched % nslot], plans, ug, ue, launched, ahead))) goto out;
