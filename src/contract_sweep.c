@@ -678,6 +678,29 @@ out:
   return rc;
 }
 
+/* Natural order of paths: runs of digits compare as numbers, so layer 2
+ * comes before layer 10. */
+static int cmp_natural(const void *pa, const void *pb) {
+  const char *a = ((const qc_dump_entry *)pa)->path, *b = ((const qc_dump_entry *)pb)->path;
+  while (*a && *b) {
+    if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+      while (*a == '0') a++;
+      while (*b == '0') b++;
+      size_t na = strspn(a, "0123456789"), nb = strspn(b, "0123456789");
+      if (na != nb) return na < nb ? -1 : 1;
+      int c = strncmp(a, b, na);
+      if (c) return c;
+      a += na;
+      b += nb;
+      continue;
+    }
+    if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+    a++;
+    b++;
+  }
+  return (unsigned char)*a - (unsigned char)*b;
+}
+
 int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
   qc_dump_entry *ents = NULL;
   int nent = 0, rc;
@@ -687,6 +710,7 @@ int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, 
   int nlin = 0;
   for (int i = 0; i < nent; i++)
     if (strcmp(ents[i].cls, "linear") == 0) ents[nlin++] = ents[i];
+  qsort(ents, (size_t)nlin, sizeof *ents, cmp_natural);
   if (nlin == 0) {
     free(ents);
     if (o->modules && o->modules[0])

@@ -2,7 +2,8 @@
 # contract_bad_input.sh: `qatcheck contract` refuses input it cannot judge
 # with exit 2, one clear "qatcheck: error:" line naming the problem, and no
 # report: missing file, not a dump, no linear groups, a 3-D weight without an
-# expert layout, unknown formats, a dY of the wrong width, bad options.
+# expert layout, unknown formats, a dY of the wrong width, bad options. Also
+# the good cases beside them pass (and in natural layer order).
 set -u
 QATCHECK=${QATCHECK:-./qatcheck}
 PY=${PY:-/usr/bin/python3}
@@ -36,6 +37,9 @@ with dump("noweight.h5") as f:
     f["/model.layers.0.q_proj/params/bias"] = np.ones(4, np.float32)
 with dump("weight1d.h5") as f:
     lin(f, "/model.layers.0.q_proj", np.ones(8))
+with dump("order.h5") as f:
+    for l in (10, 2, 1, 0, 11):
+        lin(f, "/model.layers.%d.q_proj" % l, np.ones((4, 8)), np.ones((3, 4)))
 with dump("nan.h5") as f:
     lin(f, "/model.layers.0.q_proj", np.ones((4, 8)), np.ones((3, 4)))
     w = np.ones((4, 8)); w[2, 5] = np.nan
@@ -84,4 +88,7 @@ expect2 "absent device" "cuda:99" $M $N --dump "$T/ok.h5" --device cuda:99
 # and the good dump passes (the bad cases above fail for their own reason)
 "$QATCHECK" contract $M $N --dump "$T/ok.h5" --quiet --json "$T/r.json" || fail "ok.h5: exit $?, expected 0"
 "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["verdict"]=="pass" and len(r["rows"])==1 and r["rows"][0]["metrics"]["rel_l2"]==0' "$T/r.json" || fail "ok.h5 report"
+# rows come in natural layer order (2 before 10), whatever HDF5's name order
+"$QATCHECK" contract $M $N --dump "$T/order.h5" --quiet --json "$T/r.json" || fail "order.h5: exit $?"
+"$PY" -c 'import json,sys; m=[r["layer"] for r in json.load(open(sys.argv[1]))["rows"]]; assert m==[0,1,2,10,11], m' "$T/r.json" || fail "row order"
 echo ok
