@@ -710,7 +710,7 @@ int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, 
   int nlin = 0;
   for (int i = 0; i < nent; i++)
     if (strcmp(ents[i].cls, "linear") == 0) ents[nlin++] = ents[i];
-  qsort(ents, (size_t)nlin, sizeof *ents, cmp_natural);
+  if (nlin > 1) qsort(ents, (size_t)nlin, sizeof *ents, cmp_natural);
   if (nlin == 0) {
     free(ents);
     if (o->modules && o->modules[0])
