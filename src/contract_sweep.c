@@ -562,7 +562,8 @@ static int slot_set(slot *sl, const group_plan *plans, const int *ug, const int 
 /* How many units to prepare ahead on worker threads while the main thread
  * multiplies (0: none, everything in one thread, one unit in memory). More
  * than 0 only when the GEMMs run on a device or the host has 4 or more cores
- * (on 2 cores a worker just slows the BLAS down, bench/RESULTS.md): a quarter
+ * (on 2 cores the worker competes with the BLAS threads and gained nothing
+ * measurable, bench/RESULTS.md): a quarter
  * of the online cores, at most QC_MAX_AHEAD, and no more than a quarter of
  * physical memory's worth of unit buffers. QATCHECK_AHEAD=N overrides. */
 #define QC_MAX_AHEAD 8
