@@ -4,7 +4,6 @@
 #include "contract_sweep.h"
 
 #include <ctype.h>
-#include <hdf5.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -91,60 +90,6 @@ uint64_t qc_contract_seed(uint64_t seed, const char *module, const char *what) {
 
 /* ---- dump helpers ------------------------------------------------------------ */
 
-typedef struct name_list {
-  int n, cap;
-  char (*name)[QC_NAMELEN];
-} name_list;
-
-static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
-  (void)info;
-  name_list *l = op;
-  hid_t o = H5Oopen(g, name, H5P_DEFAULT);
-  if (o < 0) return 0;
-  int is_dset = H5Iget_type(o) == H5I_DATASET;
-  H5Oclose(o);
-  if (!is_dset) return 0;
-  if (strlen(name) >= QC_NAMELEN) return -1;
-  if (l->n == l->cap) {
-    int nc = l->cap ? 2 * l->cap : 8;
-    void *p = realloc(l->name, (size_t)nc * sizeof *l->name);
-    if (!p) return -1;
-    l->name = p;
-    l->cap = nc;
-  }
-  snprintf(l->name[l->n++], QC_NAMELEN, "%s", name);
-  return 0;
-}
-
-/* Names of the datasets directly in group `group` of file f (none if the
- * group is absent), in name order. */
-static int list_datasets(hid_t f, const char *file, const char *group, name_list *out) {
-  memset(out, 0, sizeof *out);
-  if (H5Lexists(f, group, H5P_DEFAULT) <= 0) return QC_OK;
-  hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
-  if (g < 0) return qc_err("%s: '%s' is not a group", file, group);
-  hsize_t idx = 0;
-  herr_t r = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, list_cb, out);
-  H5Gclose(g);
-  if (r < 0) {
-    free(out->name);
-    memset(out, 0, sizeof *out);
-    return qc_err("%s: cannot list group '%s' (a dataset name longer than %d characters?)", file, group, QC_NAMELEN - 1);
-  }
-  return QC_OK;
-}
-
-/* 1 when dataset path exists in f. */
-static int dset_exists(hid_t f, const char *path) {
-  char buf[DSETLEN];
-  /* H5Lexists needs every intermediate link to exist */
-  for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
-    snprintf(buf, sizeof buf, "%.*s", (int)(p - path), path);
-    if (H5Lexists(f, buf, H5P_DEFAULT) <= 0) return 0;
-  }
-  return H5Lexists(f, path, H5P_DEFAULT) > 0;
-}
-
 /* Master weights, dY and X must decode to real numbers element for element. */
 static int check_real(const char *dset, const qc_tensor *info) {
   qc_dtype t = info->dtype;
@@ -213,7 +158,7 @@ static int push_row(qc_sweep *s, qc_crow **out) {
 
 /* Inspect a module group: weight layout, dY sources, X source; every shape
  * checked before any data is read. */
-static int plan_group(qc_dump *d, hid_t f, const char *path, const qc_sweep_opts *o, group_plan *g) {
+static int plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, group_plan *g) {
   const char *file = qc_dump_path(d);
   char gdir[DSETLEN], s1[96];
   qc_tensor info = {0};
@@ -221,7 +166,7 @@ static int plan_group(qc_dump *d, hid_t f, const char *path, const qc_sweep_opts
   memset(g, 0, sizeof *g);
   g->path = path;
   snprintf(g->wdset, sizeof g->wdset, "%s/params/weight", path);
-  if (!dset_exists(f, g->wdset)) return qc_err("%s: linear module '%s' has no dataset 'params/weight'", file, path);
+  if (!qc_dump_exists(d, g->wdset)) return qc_err("%s: linear module '%s' has no dataset 'params/weight'", file, path);
   if ((rc = qc_dump_info(d, g->wdset, &info))) return rc;
   if ((rc = check_real(g->wdset, &info))) return rc;
   if (info.ndim == 3) {
@@ -240,21 +185,22 @@ static int plan_group(qc_dump *d, hid_t f, const char *path, const qc_sweep_opts
   if (g->E < 1 || g->N < 1 || g->K < 1)
     return qc_err("'%s' is %s: expected no empty dimension", g->wdset, qc_shape_str(info.ndim, info.shape, s1, sizeof s1));
 
-  name_list dl;
+  char (*dl_name)[QC_NAMELEN] = NULL;
+  int dl_n = 0;
   snprintf(gdir, sizeof gdir, "%s/grad_out", path);
-  if ((rc = list_datasets(f, file, gdir, &dl))) return rc;
-  g->ndy = dl.n ? dl.n : 1;
+  if ((rc = qc_dump_list(d, gdir, &dl_name, &dl_n))) return rc;
+  g->ndy = dl_n ? dl_n : 1;
   g->dy = calloc((size_t)g->ndy, sizeof *g->dy);
-  if (!g->dy) { free(dl.name); return qc_err_sys("out of memory"); }
-  if (dl.n == 0) {
+  if (!g->dy) { free(dl_name); return qc_err_sys("out of memory"); }
+  if (dl_n == 0) {
     snprintf(g->dy[0].name, QC_NAMELEN, "generated");
     g->dy[0].M = o->tokens;
   }
-  for (int i = 0; i < dl.n; i++) {
+  for (int i = 0; i < dl_n; i++) {
     src *y = &g->dy[i];
-    snprintf(y->name, QC_NAMELEN, "%s", dl.name[i]);
-    if (snprintf(y->dset, sizeof y->dset, "%s/%s", gdir, dl.name[i]) >= (int)sizeof y->dset) {
-      rc = qc_err("'%s/%s': dataset path too long", gdir, dl.name[i]);
+    snprintf(y->name, QC_NAMELEN, "%s", dl_name[i]);
+    if (snprintf(y->dset, sizeof y->dset, "%s/%s", gdir, dl_name[i]) >= (int)sizeof y->dset) {
+      rc = qc_err("'%s/%s': dataset path too long", gdir, dl_name[i]);
       break;
     }
     if ((rc = qc_dump_info(d, y->dset, &info)) || (rc = check_real(y->dset, &info))) break;
@@ -274,13 +220,13 @@ static int plan_group(qc_dump *d, hid_t f, const char *path, const qc_sweep_opts
     y->M = info.shape[info.ndim - 2];
     if (y->M < 1) { rc = qc_err("dY '%s' is %s: expected at least one token", y->dset, s1); break; }
   }
-  free(dl.name);
+  free(dl_name);
   if (rc) return rc;
 
   for (int i = 0; i < o->na; i++) g->need_x |= strcmp(o->afmt[i], "none") != 0;
   if (!g->need_x) return QC_OK;
   snprintf(g->x.dset, sizeof g->x.dset, "%s/inputs/x", path);
-  if (!dset_exists(f, g->x.dset)) {
+  if (!qc_dump_exists(d, g->x.dset)) {
     g->x.dset[0] = 0;
     snprintf(g->x.name, QC_NAMELEN, "generated");
     return QC_OK;
@@ -722,15 +668,11 @@ int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, 
     return QC_EINPUT;
   }
 
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  hid_t f = H5Fopen(qc_dump_path(d), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) { free(ents); return qc_err("%s: cannot open for listing", qc_dump_path(d)); }
-
   /* plan every group first: bad input exits before any work */
   group_plan *plans = calloc((size_t)nlin, sizeof *plans);
   if (!plans) { rc = qc_err_sys("out of memory"); goto done; }
   for (int i = 0; i < nlin; i++) {
-    if ((rc = plan_group(d, f, ents[i].path, o, &plans[i]))) goto done;
+    if ((rc = plan_group(d, ents[i].path, o, &plans[i]))) goto done;
     s->units += (int)plans[i].E;
     s->expert_groups += plans[i].experts;
   }
@@ -744,7 +686,6 @@ done:
     for (int i = 0; i < nlin; i++) free(plans[i].dy);
   free(plans);
   free(ents);
-  H5Fclose(f);
   s->t_total = now_s() - t_start;
   return rc;
 }
