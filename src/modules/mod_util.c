@@ -61,21 +61,18 @@ int qc_mod_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t
   int64_t n = qc_numel(t);
   double *d = qc_mod_f64(t, what);
   int64_t *ids = d ? qc_malloc((size_t)(n + 1) * sizeof *ids, what) : NULL;
-  if (!ids) {
-    free(d);
-    return QC_ESYS;
-  }
-  for (int64_t i = 0; i < n; i++) {
+  int rc = ids ? QC_OK : QC_ESYS;
+  for (int64_t i = 0; ids && i < n; i++) {
     if (!(d[i] == floor(d[i])) || fabs(d[i]) > 9.0e15) {
-      free(d);
-      free(ids);
-      return qc_err("%s: dataset '%s' element %lld is %g: expected an integer", m->path, what, (long long)i, d[i]);
+      rc = qc_err("%s: dataset '%s' element %lld is %g: expected an integer", m->path, what, (long long)i, d[i]);
+      break;
     }
     ids[i] = (int64_t)d[i];
   }
   free(d);
-  *out = ids;
-  return QC_OK;
+  if (rc) free(ids);
+  else *out = ids;
+  return rc;
 }
 
 int qc_mod_unary_vjp(const qc_module *m, const qc_tensor *dy, qc_tset *grads, qc_mod_deriv_f32 deriv, int variant) {
