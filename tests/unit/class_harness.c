@@ -118,3 +118,28 @@ void h_expect_fail(h_inst *in, qc_vjp_fn cand, double tol, const char *tensor) {
   cr_expect_eq(ok, 0, "%s: planted defect passed (worst rel_l2 %.3g)", in->m.path, w);
   cr_expect_str_eq(fail, tensor, "%s: the failure names '%s', expected '%s'", in->m.path, fail, tensor);
 }
+
+void h_sweep(const char *cls, const char *const *shapes, int nshapes, const char *const *const *sets, int nsets,
+             uint64_t seed, double tol, double tol_special) {
+  for (int s = 0; s < nshapes; s++)
+    for (int c = 0; c < nsets; c++)
+      for (int v = 0; v < 2; v++) {
+        h_inst in;
+        h_make(&in, cls, shapes[s], seed++, v ? "special" : "normal", sets[c]);
+        h_expect_pass(&in, v ? tol_special : tol);
+        h_free(&in);
+      }
+}
+
+void h_expect_refused(h_inst *in, const char *needle) {
+  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_tset g = {0};
+  qc_vjp_fn fn[2] = {in->row->reference, in->row->cls->production};
+  for (int i = 0; i < 2; i++) {
+    qc_err_clear();
+    cr_expect_eq(fn[i](&ctx, &in->m, &in->dy, &g), QC_EINPUT, "%s VJP accepted bad input", i ? "production" : "reference");
+    cr_expect(strstr(qc_err_msg(), needle) != NULL, "message '%s' does not name '%s'", qc_err_msg(), needle);
+    qc_tset_free(&g);
+  }
+  qc_err_clear();
+}
