@@ -141,6 +141,16 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     m.cls = row->cls;
     if (!rc) rc = set_contract(&m, cs, contract, profile);
     if (!rc) rc = select_dy(&m, cs, cs->dump);
+    char frozen[1024] = "";
+    for (int j = 0; !rc && j < m.params.n; j++) {  /* qatdump marks frozen parameters */
+      char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];
+      snprintf(ds, sizeof ds, "%s/params/%s", ents[i].path, m.params.t[j].name);
+      if (qc_dump_get_attr(d, ds, "frozen", v, sizeof v) == QC_OK && strcmp(v, "1") == 0) {
+        size_t l = strlen(frozen);
+        snprintf(frozen + l, sizeof frozen - l, "%sd_%s", l ? " " : "", m.params.t[j].name);
+      }
+    }
+    a->frozen = frozen;
     if (!rc && m.grad_out.n == 0) {
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
     }
@@ -148,6 +158,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
       if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m.path);
       rc = qc_audit_module(a, &m);
     }
+    a->frozen = NULL;
     qc_module_free(&m);
   }
 done:
