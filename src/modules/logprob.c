@@ -185,9 +185,9 @@ static int logprob_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *on
       mask[i] = !pad && (s >= (S > 2 ? 2 : S - 1));
       ids[i] = pad ? -100 : (int64_t)(qc_rng_uniform(rng) * (double)V);
     }
+  static const float ext[] = {1e4f, -1e4f, 1e-30f};
+  qc_mod_values(gp, rng, z, B * S, V, ext, 3);
   if (qc_mod_special(gp)) {
-    static const float ext[] = {1e4f, -1e4f, 1e-30f};
-    qc_mod_plant_special(z, B * S, V, ext, 3);
     int64_t i = B * S - 1 - (B >= 3 ? S : 0);  /* a counted row when there is one */
     for (int64_t s = 0; s < B * S && (mask[i] == 0 || i == (B * S) / 2); s++) i = (i + 1) % (B * S);
     if (mask[i]) z[i * V + ids[i]] = qc_f32_to_bf16(60.0f);

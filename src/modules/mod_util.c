@@ -50,7 +50,11 @@ int qc_mod_gen_bf16(qc_tset *set, const char *name, int ndim, const int64_t *sha
   return QC_OK;
 }
 
-void qc_mod_plant_special(uint16_t *p, int64_t rows, int64_t cols, const float *extremes, int n) {
+void qc_mod_values(const qc_gen *g, qc_rng *rng, uint16_t *p, int64_t rows, int64_t cols, const float *extremes, int n) {
+  if (g->values && strcmp(g->values, "heavy_tail") == 0)
+    for (int64_t i = 0; i < rows * cols; i++)
+      p[i] = qc_f32_to_bf16((float)(qc_bf16_to_f32(p[i]) / (0.05 + qc_rng_uniform(rng))));
+  if (!qc_mod_special(g)) return;
   if (rows > 1) memset(p + (rows / 2) * cols, 0, (size_t)cols * sizeof *p);
   for (int64_t i = 5, j = 0; i < rows * cols; i += 37, j++) p[i] = qc_f32_to_bf16(extremes[j % n]);
 }
@@ -116,10 +120,8 @@ int qc_mod_unary_generate(const char *cls, const qc_gen *gp, qc_rng *rng, qc_mod
   int rc = qc_mod_gen_bf16(&m->inputs, "x", 2, gp->shape, rng, scale, &x);
   if (rc) return rc;
   for (int64_t i = 3; i < gp->shape[0] * gp->shape[1]; i += 11) x[i] = 0;
-  if (qc_mod_special(gp)) {
-    static const float ext[] = {3e4f, -3e4f, 1e-30f, -1e-30f, -0.0f};
-    qc_mod_plant_special(x, gp->shape[0], gp->shape[1], ext, 5);
-  }
+  static const float ext[] = {3e4f, -3e4f, 1e-30f, -1e-30f, -0.0f};
+  qc_mod_values(gp, rng, x, gp->shape[0], gp->shape[1], ext, 5);
   *ondim = 2;
   memcpy(oshape, gp->shape, 2 * sizeof *oshape);
   return QC_OK;

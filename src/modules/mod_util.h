@@ -21,9 +21,11 @@ int qc_mod_add(qc_tset *set, const char *name, qc_dtype dt, int ndim, const int6
 /* Add a bfloat16 tensor of N(0, scale^2) draws to set; *data points at it. */
 int qc_mod_gen_bf16(qc_tset *set, const char *name, int ndim, const int64_t *shape, qc_rng *rng, double scale,
                     uint16_t **data);
-/* values = "special" on a [rows, cols] bf16 tensor: row rows/2 zeroed, and
- * every 37th element (from element 5) replaced by extremes[i % n]. */
-void qc_mod_plant_special(uint16_t *p, int64_t rows, int64_t cols, const float *extremes, int n);
+/* Apply the generate request's values to a [rows, cols] bf16 tensor:
+ * "special": row rows/2 zeroed and every 37th element (from element 5)
+ * replaced by extremes[i % n]; "heavy_tail": every element divided by
+ * 0.05 + U(0,1) (magnitudes up to 20x); "normal": unchanged. */
+void qc_mod_values(const qc_gen *g, qc_rng *rng, uint16_t *p, int64_t rows, int64_t cols, const float *extremes, int n);
 /* 1 when the generate request asks for values = "special". */
 int qc_mod_special(const qc_gen *g);
 /* Read integer ids (any integer or float dtype holding integers) into a new

@@ -145,10 +145,8 @@ int qc_mod_norm_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim
     if ((gp->nshape < 3 || gp->shape[2] != 0) && (rc = qc_mod_gen_bf16(&m->params, "bias", 1, &D, rng, 0.1, &b)))
       return rc;
   }
-  if (qc_mod_special(gp)) {
-    static const float ext[] = {3e4f, -3e4f, 1e-30f, 0.0f};
-    qc_mod_plant_special(x, T, D, ext, 4);
-  }
+  static const float ext[] = {3e4f, -3e4f, 1e-30f, 0.0f};
+  qc_mod_values(gp, rng, x, T, D, ext, 4);
   *ondim = 2;
   oshape[0] = T;
   oshape[1] = D;

@@ -143,10 +143,8 @@ static int rope_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim
   if ((rc = qc_mod_add(&m->inputs, "positions", QC_I64, 1, &T, (void **)&pos))) return rc;
   int64_t start = (int64_t)(qc_rng_uniform(rng) * 4096);
   for (int64_t t = 0; t < T; t++) pos[t] = t < (T + 1) / 2 ? start + t : t - (T + 1) / 2;
-  if (qc_mod_special(gp)) {
-    static const float ext[] = {3e4f, -3e4f, 1e-30f};
-    qc_mod_plant_special(x, T, H * D, ext, 3);
-  }
+  static const float ext[] = {3e4f, -3e4f, 1e-30f};
+  qc_mod_values(gp, rng, x, T, H * D, ext, 3);
   *ondim = 3;
   memcpy(oshape, gp->shape, 3 * sizeof *oshape);
   return QC_OK;

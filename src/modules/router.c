@@ -165,7 +165,8 @@ done:
  * 1 has logits[0] = -1e4, so its top-k includes a zero score. topk_ids
  * [T, k] (int64) are the top k of score + bias under m->contract's score
  * (default softmax), ties to the lower index, then frozen. values =
- * "special": logits +-80 (saturated sigmoid) and a zero row. */
+ * "special": logits +-80 (saturated sigmoid) and a zero row; "heavy_tail":
+ * logits of tokens from 2 on divided by 0.05 + U(0,1). */
 static int router_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
   if (gp->nshape != 3) return qc_err("router: generate shape needs [T, E, k] (tokens, experts, top-k), got %d entries", gp->nshape);
   const int64_t T = gp->shape[0], E = gp->shape[1], K = gp->shape[2];
@@ -182,6 +183,8 @@ static int router_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ond
   b[0] = 2.0f;
   for (int64_t e = 0; e < E; e++) x[e] = 0.25f;
   if (T > 1) x[E] = -1e4f;
+  if (gp->values && strcmp(gp->values, "heavy_tail") == 0)
+    for (int64_t i = 2 * E; i < T * E; i++) x[i] = (float)(x[i] / (0.05 + qc_rng_uniform(rng)));
   if (qc_mod_special(gp)) {
     for (int64_t i = 2 * E + 1; i < T * E; i += 7) x[i] = i % 2 ? 80.0f : -80.0f;
     if (T > 3) memset(x + 3 * E, 0, (size_t)E * sizeof *x);

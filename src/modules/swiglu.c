@@ -119,12 +119,10 @@ static int swiglu_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ond
   int rc;
   if ((rc = qc_mod_gen_bf16(&m->inputs, "gate", 2, gp->shape, rng, 3.0, &g))) return rc;
   if ((rc = qc_mod_gen_bf16(&m->inputs, "up", 2, gp->shape, rng, 3.0, &u))) return rc;
-  if (qc_mod_special(gp)) {
-    static const float eg[] = {7.0f, 10.0f, -7.0f, 3e4f, -3e4f, 1e-30f};
-    static const float eu[] = {-7.0f, 7.0f, -10.0f, 10.0f, 3e4f, 1e-30f};
-    qc_mod_plant_special(g, gp->shape[0], gp->shape[1], eg, 6);
-    qc_mod_plant_special(u, gp->shape[0], gp->shape[1], eu, 6);
-  }
+  static const float eg[] = {7.0f, 10.0f, -7.0f, 3e4f, -3e4f, 1e-30f};
+  static const float eu[] = {-7.0f, 7.0f, -10.0f, 10.0f, 3e4f, 1e-30f};
+  qc_mod_values(gp, rng, g, gp->shape[0], gp->shape[1], eg, 6);
+  qc_mod_values(gp, rng, u, gp->shape[0], gp->shape[1], eu, 6);
   *ondim = 2;
   memcpy(oshape, gp->shape, 2 * sizeof *oshape);
   return QC_OK;

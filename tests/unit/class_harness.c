@@ -123,10 +123,11 @@ void h_sweep(const char *cls, const char *const *shapes, int nshapes, const char
              uint64_t seed, double tol, double tol_special) {
   for (int s = 0; s < nshapes; s++)
     for (int c = 0; c < nsets; c++)
-      for (int v = 0; v < 2; v++) {
+      for (int v = 0; v < 3; v++) {
+        static const char *const values[] = {"normal", "heavy_tail", "special"};
         h_inst in;
-        h_make(&in, cls, shapes[s], seed++, v ? "special" : "normal", sets[c]);
-        h_expect_pass(&in, v ? tol_special : tol);
+        h_make(&in, cls, shapes[s], seed++, values[v], sets[c]);
+        h_expect_pass(&in, v == 2 ? tol_special : tol);
         h_free(&in);
       }
 }

@@ -46,9 +46,10 @@ void h_expect_pass(h_inst *in, double tol);
 void h_expect_fail(h_inst *in, qc_vjp_fn cand, double tol, const char *tensor);
 
 
-/* Builtin vs reference over every shape x contract set x {normal, special}
- * (sets may hold NULL for the class defaults) with rel_l2 bounds tol
- * (normal values) and tol_special; seeds count up from seed. */
+/* Builtin vs reference over every shape x contract set x {normal,
+ * heavy_tail, special} (sets may hold NULL for the class defaults) with
+ * rel_l2 bounds tol (normal, heavy_tail) and tol_special; seeds count up
+ * from seed. */
 void h_sweep(const char *cls, const char *const *shapes, int nshapes, const char *const *const *sets, int nsets,
              uint64_t seed, double tol, double tol_special);
 /* Both the reference and the production VJP refuse in (QC_EINPUT), and
