@@ -53,8 +53,8 @@ static int lp_view_get(const qc_module *m, lp_view *v) {
   v->B = v->logits->ndim == 3 ? v->logits->shape[0] : 1;
   v->S = qc_numel(v->logits) / (v->V * v->B);
   const int64_t n = v->B * v->S;
-  if (qc_numel(idt) != n) return qc_err("%s: saved/token_ids has %lld entries: expected %lld (one per position of inputs/logits)", m->path, (long long)qc_numel(idt), (long long)n);
-  if (mt && qc_numel(mt) != n) return qc_err("%s: saved/loss_mask has %lld entries: expected %lld", m->path, (long long)qc_numel(mt), (long long)n);
+  if (qc_numel(idt) != n) return qc_err("%s: 'saved/token_ids' has %lld entries: expected %lld (one per position of 'inputs/logits')", m->path, (long long)qc_numel(idt), (long long)n);
+  if (mt && qc_numel(mt) != n) return qc_err("%s: 'saved/loss_mask' has %lld entries: expected %lld", m->path, (long long)qc_numel(mt), (long long)n);
   v->temp = qc_contract_num(&m->contract, "temperature", 1);
   double sh = qc_contract_num(&m->contract, "vocab_shards", 1);
   if (!(v->temp > 0)) return qc_err("%s: contract key 'temperature' is %g: expected > 0", m->path, v->temp);
@@ -74,7 +74,7 @@ static int lp_view_get(const qc_module *m, lp_view *v) {
       if (mask && mask[i] == 0) continue;
       if (v->ids[i] < 0 || v->ids[i] >= v->V) {
         free(mask);
-        return qc_err("%s: saved/token_ids[%lld] is %lld at a counted position: expected 0..%lld", m->path, (long long)i, (long long)v->ids[i], (long long)v->V - 1);
+        return qc_err("%s: 'saved/token_ids'[%lld] is %lld at a counted position: expected 0..%lld", m->path, (long long)i, (long long)v->ids[i], (long long)v->V - 1);
       }
       v->w[i] = 1.0;
       cnt++;

@@ -39,10 +39,10 @@ static int norm_view_get(const qc_module *m, int center, norm_view *v) {
   v->D = v->x->shape[v->x->ndim - 1];
   v->rows = qc_numel(v->x) / v->D;
   if (v->w->shape[0] != v->D)
-    return qc_err("%s: params/weight has %lld elements but inputs/x has %lld features: expected weight [%lld]", m->path,
+    return qc_err("%s: 'params/weight' has %lld elements but 'inputs/x' has %lld features: expected weight [%lld]", m->path,
                   (long long)v->w->shape[0], (long long)v->D, (long long)v->D);
   if (v->b && (v->b->ndim != 1 || v->b->shape[0] != v->D))
-    return qc_err("%s: params/bias must be [%lld]", m->path, (long long)v->D);
+    return qc_err("%s: 'params/bias' must be [%lld]", m->path, (long long)v->D);
   return QC_OK;
 }
 

@@ -44,7 +44,7 @@ static int rope_view_get(const qc_module *m, rope_view *v) {
   double rd = qc_contract_num(&m->contract, "rotary_dim", 0);
   v->R = rd == 0 ? v->D : (int64_t)rd;
   if (v->pos->shape[0] != v->T)
-    return qc_err("%s: inputs/positions has %lld entries: expected %lld (one per token of inputs/x)", m->path,
+    return qc_err("%s: 'inputs/positions' has %lld entries: expected %lld (one per token of 'inputs/x')", m->path,
                   (long long)v->pos->shape[0], (long long)v->T);
   if (rd != floor(rd) || v->R < 2 || v->R > v->D || v->R % 2)
     return qc_err("%s: contract key 'rotary_dim' is %g: expected an even number from 2 to head_dim %lld (0 for all)",

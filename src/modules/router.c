@@ -49,7 +49,7 @@ static int rt_view_get(const qc_module *m, rt_view *v) {
   v->E = v->logits->shape[1];
   v->k = v->ids->shape[1];
   if (v->ids->shape[0] != v->T || v->k > v->E)
-    return qc_err("%s: saved/topk_ids is [%lld, %lld]: expected [%lld, k] with k <= %lld experts", m->path,
+    return qc_err("%s: 'saved/topk_ids' is [%lld, %lld]: expected [%lld, k] with k <= %lld experts", m->path,
                   (long long)v->ids->shape[0], (long long)v->k, (long long)v->T, (long long)v->E);
   const char *sc = qc_contract_str(&m->contract, "score", "softmax");
   v->score = strcmp(sc, "sigmoid") == 0 ? SC_SIGMOID : strcmp(sc, "sqrt_softplus") == 0 ? SC_SQRT_SOFTPLUS : SC_SOFTMAX;
@@ -60,9 +60,9 @@ static int rt_view_get(const qc_module *m, rt_view *v) {
   for (int64_t t = 0; t < v->T; t++)
     for (int64_t j = 0; j < v->k; j++) {
       int64_t e = v->id[t * v->k + j];
-      if (e < 0 || e >= v->E) return qc_err("%s: saved/topk_ids[%lld, %lld] is %lld: expected an expert 0..%lld", m->path, (long long)t, (long long)j, (long long)e, (long long)v->E - 1);
+      if (e < 0 || e >= v->E) return qc_err("%s: 'saved/topk_ids'[%lld, %lld] is %lld: expected an expert 0..%lld", m->path, (long long)t, (long long)j, (long long)e, (long long)v->E - 1);
       for (int64_t i = 0; i < j; i++)
-        if (v->id[t * v->k + i] == e) return qc_err("%s: saved/topk_ids row %lld selects expert %lld twice: expected distinct ids", m->path, (long long)t, (long long)e);
+        if (v->id[t * v->k + i] == e) return qc_err("%s: 'saved/topk_ids' row %lld selects expert %lld twice: expected distinct ids", m->path, (long long)t, (long long)e);
     }
   return QC_OK;
 }

@@ -36,7 +36,7 @@ static int swiglu_view_get(const qc_module *m, swiglu_view *v) {
   if ((rc = qc_module_need(m, "inputs", "gate", 1, QC_MAXDIM, &v->gate))) return rc;
   if ((rc = qc_module_need(m, "inputs", "up", 1, QC_MAXDIM, &v->up))) return rc;
   if (!qc_shape_eq(v->gate, v->up))
-    return qc_err("%s: inputs/gate %s and inputs/up %s: expected the same shape", m->path,
+    return qc_err("%s: 'inputs/gate' %s and 'inputs/up' %s: expected the same shape", m->path,
                   qc_shape_str(v->gate->ndim, v->gate->shape, s1, sizeof s1), qc_shape_str(v->up->ndim, v->up->shape, s2, sizeof s2));
   v->L = qc_contract_num(&m->contract, "limit", 0);
   v->block = strcmp(qc_contract_str(&m->contract, "at_limit", "pass"), "block") == 0;

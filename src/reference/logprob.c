@@ -47,8 +47,8 @@ int qc_ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   mt = qc_tset_get(&m->saved, "loss_mask");
   const int64_t V = lt->shape[lt->ndim - 1], B = lt->ndim == 3 ? lt->shape[0] : 1, S = qc_numel(lt) / V / B;
   const double T = qc_contract_num(&m->contract, "temperature", 1), ns = qc_contract_num(&m->contract, "vocab_shards", 1);
-  if (qc_numel(it) != B * S) return qc_err("%s: saved/token_ids: expected %lld entries (positions of inputs/logits)", m->path, (long long)(B * S));
-  if (mt && qc_numel(mt) != B * S) return qc_err("%s: saved/loss_mask: expected %lld entries", m->path, (long long)(B * S));
+  if (qc_numel(it) != B * S) return qc_err("%s: 'saved/token_ids': expected %lld entries (positions of 'inputs/logits')", m->path, (long long)(B * S));
+  if (mt && qc_numel(mt) != B * S) return qc_err("%s: 'saved/loss_mask': expected %lld entries", m->path, (long long)(B * S));
   if (!(T > 0)) return qc_err("%s: contract key 'temperature' = %g: expected > 0", m->path, T);
   if (!(ns >= 1) || ns != floor(ns) || V % (int64_t)ns) return qc_err("%s: contract key 'vocab_shards' = %g: expected a divisor of V = %lld", m->path, ns, (long long)V);
   if ((rc = qc_module_check_dy(m, dy, B * S, "one value per position of inputs/logits"))) return rc;
@@ -67,7 +67,7 @@ int qc_ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   for (int64_t i = 0; i < B * S; i++) {
     if (mask[i] == 0) continue;
     if (id[i] < 0 || id[i] >= V) {
-      rc = qc_err("%s: saved/token_ids[%lld] = %lld is outside the vocab 0..%lld at a counted position", m->path, (long long)i, (long long)id[i], (long long)(V - 1));
+      rc = qc_err("%s: 'saved/token_ids'[%lld] = %lld is outside the vocab 0..%lld at a counted position", m->path, (long long)i, (long long)id[i], (long long)(V - 1));
       goto done;
     }
     const double *z = Z + i * V;

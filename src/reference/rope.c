@@ -23,7 +23,7 @@ int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_t
   const qc_contract *c = &m->contract;
   const double rdim = qc_contract_num(c, "rotary_dim", 0), theta = qc_contract_num(c, "theta", 10000);
   const int64_t R = rdim == 0 ? D : (int64_t)rdim;
-  if (pt->shape[0] != T) return qc_err("%s: inputs/positions: expected [%lld], one per token", m->path, (long long)T);
+  if (pt->shape[0] != T) return qc_err("%s: 'inputs/positions': expected [%lld], one per token", m->path, (long long)T);
   if (rdim != floor(rdim) || R % 2 || R < 2 || R > D)
     return qc_err("%s: contract key 'rotary_dim' = %g: expected even, 2..%lld, or 0", m->path, rdim, (long long)D);
   if (!(theta > 1)) return qc_err("%s: contract key 'theta' = %g: expected > 1", m->path, theta);

@@ -29,7 +29,7 @@ int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   if ((rc = qc_module_need(m, "inputs", "logits", 2, 2, &lt))) return rc;
   if ((rc = qc_module_need(m, "saved", "topk_ids", 2, 2, &it))) return rc;
   const int64_t T = lt->shape[0], E = lt->shape[1], k = it->shape[1];
-  if (it->shape[0] != T || k > E) return qc_err("%s: saved/topk_ids: expected [%lld, k <= %lld]", m->path, (long long)T, (long long)E);
+  if (it->shape[0] != T || k > E) return qc_err("%s: 'saved/topk_ids': expected [%lld, k <= %lld]", m->path, (long long)T, (long long)E);
   if ((rc = qc_module_check_dy(m, dy, T * k, "the shape of saved/topk_ids [T, k]"))) return rc;
   const char *fn = qc_contract_str(&m->contract, "score", "softmax");
   const int norm = strcmp(qc_contract_str(&m->contract, "normalize", "no"), "yes") == 0;
@@ -45,9 +45,9 @@ int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
     const double *x = X + t * E, *g = G + t * k;
     const int64_t *sel = id + t * k;
     for (int64_t j = 0; j < k; j++) {
-      if (sel[j] < 0 || sel[j] >= E) { rc = qc_err("%s: saved/topk_ids[%lld, %lld] = %lld: expected 0..%lld", m->path, (long long)t, (long long)j, (long long)sel[j], (long long)(E - 1)); goto done; }
+      if (sel[j] < 0 || sel[j] >= E) { rc = qc_err("%s: 'saved/topk_ids'[%lld, %lld] = %lld: expected 0..%lld", m->path, (long long)t, (long long)j, (long long)sel[j], (long long)(E - 1)); goto done; }
       for (int64_t i = j + 1; i < k; i++)
-        if (sel[i] == sel[j]) { rc = qc_err("%s: saved/topk_ids row %lld repeats expert %lld: expected distinct ids", m->path, (long long)t, (long long)sel[j]); goto done; }
+        if (sel[i] == sel[j]) { rc = qc_err("%s: 'saved/topk_ids' row %lld repeats expert %lld: expected distinct ids", m->path, (long long)t, (long long)sel[j]); goto done; }
     }
     /* scores */
     if (strcmp(fn, "softmax") == 0) {
