@@ -22,6 +22,9 @@ expect 0 fd --module gelu --set approximate=tanh --quiet
 expect 0 fd --module logprob --shape 4,5,24 --set normalization=mean_sequences --set vocab_shards=4 --set temperature=0.8 --quiet
 expect 0 fd --module router --set score=sqrt_softplus --set normalize=yes --directions 5 --quiet
 expect 0 fd --module router --values special --set score=sigmoid --set normalize=yes --quiet
+# a disagreement exits 1: a zero RMSNorm row (special values) bends on the
+# scale of sqrt(eps) = 1e-3 = h, which 4-point differences cannot follow
+expect 1 fd --module rmsnorm --values special --quiet
 # bad input: exit 2 with a message
 expect 2 fd
 expect 2 fd --module nosuch
