@@ -23,6 +23,10 @@ for c in cases/*.json "$T"/nobias_*.json; do
   if [ $r1 -eq 2 ] && grep -q "not implemented" "$T/cpu_err"; then echo "skip $n: $(head -1 "$T/cpu_err")"; continue; fi
   "$QATCHECK" vjp --case "$c" --device cuda --json "$T/gpu_$n.json" --quiet >/dev/null 2>"$T/gpu_err"; r2=$?
   if [ $r1 -ne $r2 ]; then bad "$n: cpu exit $r1, cuda exit $r2 ($(head -1 "$T/gpu_err"))"; continue; fi
+  if [ $r1 -eq 2 ]; then
+    if cmp -s "$T/cpu_err" "$T/gpu_err"; then ok "$n: exit 2 on both, same message"; else bad "$n: exit 2 with different messages"; fi
+    continue
+  fi
   if "$PY" - "$T/cpu_$n.json" "$T/gpu_$n.json" <<'EOF'
 import json, sys
 a, b = (json.load(open(p))["checks"] for p in sys.argv[1:3])
