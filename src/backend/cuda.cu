@@ -51,6 +51,7 @@ typedef struct cu {
   int next_plan;
 } cu;
 
+/* The CUDA state behind a backend table. */
 static cu *C(const qc_backend *be) { return (cu *)be->priv; }
 
 /* Turn a failed CUDA call into the one error line. Allocation failures are
@@ -60,6 +61,7 @@ static int cu_fail(const cu *c, const char *what, cudaError_t e) {
   return qc_err_sys("%s: %s: %s", c->name, what, cudaGetErrorString(e));
 }
 
+/* A failed cuBLAS / cuBLASLt call as the one error line (system error). */
 static int blas_fail(const cu *c, const char *what, int s) {
   return qc_err_sys("%s: %s: cuBLAS status %d", c->name, what, s);
 }
@@ -100,6 +102,7 @@ static size_t span(int64_t rows, int64_t cols, int64_t ld, size_t es) {
 /* ---- GEMMs on device pointers (row-major, computed as the column-major
  * transpose: C^T = op(B)^T op(A)^T) ------------------------------------------ */
 
+/* float64 C[m,n] = op(A) op(B) on device pointers, cuBLAS DGEMM, row-major. */
 static int dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda,
                      const double *B, int64_t ldb, double *Cm, int64_t ldc) {
   int rc = QC_OK;
@@ -111,6 +114,7 @@ done:
   return rc;
 }
 
+/* Release a cached cuBLASLt plan. */
 static void plan_free(struct cu::lt_plan *p) {
   if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
   if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
@@ -223,11 +227,13 @@ done:
   return rc;
 }
 
+/* backend.h gemm_f64: host operands staged on the device, cuBLAS DGEMM. */
 static int cu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
                        int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc) {
   return host_gemm(be, 1, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
 }
 
+/* backend.h gemm_bf16: host operands staged, cuBLASLt bf16 x bf16 -> fp32. */
 static int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const uint16_t *A,
                         int64_t lda, const uint16_t *B, int64_t ldb, float *Cm, int64_t ldc) {
   return host_gemm(be, 0, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
@@ -258,6 +264,7 @@ done:
   return rc;
 }
 
+/* backend.h metrics: host g and r (float64) through the fused kernel. */
 static int cu_metrics(const qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out) {
   cu *c = C(be);
   int rc = QC_OK;
@@ -279,6 +286,7 @@ done:
 static int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p) { return dalloc(C(be), bytes, what, p); }
 static void cu_buf_free(const qc_backend *be, void *p) { (void)be; cudaFree(p); }
 
+/* Host to device on the backend's stream (asynchronous for pinned memory). */
 static int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes) {
   cu *c = C(be);
   int rc = QC_OK;
@@ -287,6 +295,7 @@ done:
   return rc;
 }
 
+/* Device to host; waits for the stream. */
 static int cu_download(const qc_backend *be, void *dst, const void *src, size_t bytes) {
   cu *c = C(be);
   int rc = QC_OK;
@@ -296,6 +305,7 @@ done:
   return rc;
 }
 
+/* Pinned host memory (cudaMallocHost). */
 static int cu_host_alloc(const qc_backend *be, size_t bytes, const char *what, void **p) {
   cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
   if (e != cudaSuccess) {
@@ -336,6 +346,8 @@ done:
   return rc;
 }
 
+/* backend.h quantize: a host float32 matrix through kernels/quant.cu; every
+ * non-NULL output of q filled; non-finite input refused. */
 static int cu_quantize(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
                        const float *in, qc_qout *q) {
   cu *c = C(be);
@@ -421,6 +433,8 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
+/* backend.h audit_linear: the whole in-memory linear audit on device
+ * buffers, one stream, one sync at the end (stage times from events). */
 static int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_audit_out *o) {
   cu *c = C(be);
   int rc = QC_OK;
