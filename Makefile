@@ -10,7 +10,7 @@ BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIBS   := -lopenblas
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Isrc -Iinclude $(PKG_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -Isrc -Iinclude $(PKG_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   := $(PKG_LIBS) $(BLAS_LIBS) -ldl -lm -lpthread
 
 # ---- CUDA / NCCL detection -------------------------------------------------

@@ -1,0 +1,113 @@
+/* audit.c: see audit.h. */
+#include "audit.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "numerics/formats.h"
+#include "qc.h"
+
+double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
+  double sd = 0, sr = 0;
+  if (dtype == QC_F64) return 0.0;
+  if (dtype != QC_BF16 && dtype != QC_F16 && dtype != QC_F32) return NAN;
+  for (int64_t i = 0; i < n; i++) {
+    double q;
+    float f = (float)r[i];
+    if (dtype == QC_BF16) q = qc_round_bf16(f);
+    else if (dtype == QC_F16) q = qc_f16_to_f32(qc_f32_to_f16(f));
+    else q = f;
+    double d = q - r[i];
+    sd += d * d;
+    sr += r[i] * r[i];
+  }
+  return sqrt(sd) / fmax(sqrt(sr), QC_EPS_NORM);
+}
+
+int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k) {
+  int64_t n = qc_numel(r);
+  double *gd = qc_malloc((size_t)n * sizeof *gd, "candidate gradient (float64)");
+  if (!gd) return QC_ESYS;
+  int rc = qc_tensor_to_f64(g, gd);
+  if (!rc) rc = ctx->be->metrics(ctx->be, gd, (const double *)r->data, n, &k->m);
+  free(gd);
+  if (rc) return rc;
+  k->has_metrics = 1;
+  k->m.noise_floor = qc_noise_floor((const double *)r->data, n, g->dtype);
+  if (isnan(k->m.noise_floor)) k->m.noise_multiple = NAN;
+  else if (k->m.noise_floor > 0) k->m.noise_multiple = k->m.rel_l2 / k->m.noise_floor;
+  else k->m.noise_multiple = k->m.rel_l2 == 0 ? 0 : INFINITY;
+  k->verdict = qc_judge(&k->m, t, k->why, sizeof k->why);
+  return QC_OK;
+}
+
+/* The candidate's gradients for dY index i. */
+static int run_candidate(qc_audit *a, const qc_module *m, int i, qc_tset *out, const qc_tset **use) {
+  const qc_tensor *dy = &m->grad_out.t[i];
+  switch (a->cs->cand) {
+    case QC_CAND_BUILTIN: *use = out; return m->cls->production(a->ctx, m, dy, out);
+    case QC_CAND_PLUGIN: *use = out; return qc_plugin_vjp(a->plugin, m, dy, out);
+    case QC_CAND_DUMP: *use = m->cand ? &m->cand[i] : out; return QC_OK;
+  }
+  return qc_err("unknown candidate kind");
+}
+
+int qc_audit_module(qc_audit *a, const qc_module *m) {
+  const qc_registry_row *row = qc_registry_find(m->cls->name);
+  if (!row) return qc_err("%s: class '%s' has no registry row", m->path, m->cls->name);
+  for (int i = 0; i < m->grad_out.n; i++) {
+    const qc_tensor *dy = &m->grad_out.t[i];
+    qc_tset ref = {0}, cand = {0};
+    const qc_tset *cset = NULL;
+    int rc = row->reference(a->ctx, m, dy, &ref);
+    if (!rc) rc = run_candidate(a, m, i, &cand, &cset);
+    for (int j = 0; !rc && j < ref.n; j++) {
+      const qc_tensor *r = &ref.t[j];
+      const qc_tol *t = qc_case_tol_for(a->cs, r->name);
+      if (!t) {
+        rc = qc_err("case '%s': no tolerance for '%s': module '%s' (class %s) has this gradient", a->cs->path, r->name,
+                    m->path, m->cls->name);
+        qc_hint("declare \"%s\": {\"rel_l2\": ..., \"reasoning\": \"...\"} under tolerances; 'qatcheck tol' derives one",
+                r->name);
+        break;
+      }
+      qc_check k;
+      memset(&k, 0, sizeof k);
+      snprintf(k.module, sizeof k.module, "%s", m->path);
+      snprintf(k.cls, sizeof k.cls, "%s", m->cls->name);
+      snprintf(k.dy, sizeof k.dy, "%s", dy->name);
+      snprintf(k.tensor, sizeof k.tensor, "%s", r->name);
+      k.ndim = r->ndim;
+      memcpy(k.shape, r->shape, sizeof k.shape);
+      k.has_tol = 1;
+      k.tol = *t;
+      k.m.noise_multiple = k.m.noise_floor = NAN;
+      const qc_tensor *g = qc_tset_get(cset, r->name);
+      char s1[96], s2[96];
+      if (!g) {
+        k.verdict = QC_V_FAIL;
+        snprintf(k.why, sizeof k.why, "missing");
+      } else if (!qc_dtype_is_float(g->dtype) || g->dtype == QC_E2M1X2) {
+        snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
+        k.verdict = QC_V_FAIL;
+        snprintf(k.why, sizeof k.why, "candidate has element type %s: expected a float gradient", qc_dtype_name(g->dtype));
+      } else if (!qc_shape_eq(g, r)) {
+        snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
+        k.verdict = QC_V_FAIL;
+        snprintf(k.why, sizeof k.why, "shape mismatch: candidate %s, reference %s", qc_shape_str(g->ndim, g->shape, s1, sizeof s1),
+                 qc_shape_str(r->ndim, r->shape, s2, sizeof s2));
+      } else {
+        snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
+        rc = qc_audit_compare(a->ctx, g, r, t, &k);
+      }
+      if (!rc) rc = qc_results_add(a->res, &k);
+    }
+    qc_tset_free(&ref);
+    qc_tset_free(&cand);
+    if (rc) return rc;
+  }
+  return QC_OK;
+}

@@ -1,0 +1,34 @@
+/* audit.h: the run and compare stations: for one module instance and each
+ * of its dYs, the reference VJP and the candidate (builtin, dump or plugin)
+ * on the same inputs and the same dY, one judged check per reference
+ * gradient. */
+#ifndef QC_AUDIT_H
+#define QC_AUDIT_H
+
+#include "case.h"
+#include "check.h"
+#include "module.h"
+#include "plugin.h"
+
+typedef struct qc_audit {
+  const qc_ctx *ctx;
+  const qc_case *cs;          /* tolerances and candidate kind */
+  qc_plugin *plugin;          /* when cs->cand == QC_CAND_PLUGIN */
+  qc_results *res;            /* checks are appended here */
+} qc_audit;
+
+/* Audit module m (cls and contract set; grad_out holds the dYs; cand set
+ * when the candidate is the dump). Failed checks are results, not errors;
+ * QC_EINPUT means the run cannot be judged (e.g. a gradient without a
+ * declared tolerance). */
+int qc_audit_module(qc_audit *a, const qc_module *m);
+
+/* Compare candidate g (any float dtype) with reference r (float64) and fill
+ * check k's metrics, noise floor and verdict under tolerance t. */
+int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k);
+
+/* The noise floor: rel-L2 between r and r rounded to dtype (bf16, f16,
+ * f32); NAN for dtypes without a defined rounding here, 0 for float64. */
+double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype);
+
+#endif

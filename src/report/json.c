@@ -1,0 +1,107 @@
+/* json.c: the JSON report of spec/interfaces.md section 4. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+#include "../qc.h"
+
+static const char *verdict_str(int v) { return v == 0 ? "pass" : v == 1 ? "fail" : "error"; }
+
+/* A number, or null when not finite (JSON has no NaN/Inf). */
+static void add_num(cJSON *o, const char *k, double v) {
+  if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
+  else cJSON_AddNullToObject(o, k);
+}
+
+static cJSON *shape_json(int ndim, const int64_t *shape) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < ndim; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[i]));
+  return a;
+}
+
+/* Unravel a flat index into a shape (row-major). */
+static cJSON *index_json(int64_t flat, int ndim, const int64_t *shape) {
+  if (flat < 0) return cJSON_CreateNull();
+  int64_t idx[QC_MAXDIM];
+  for (int i = ndim - 1; i >= 0; i--) {
+    int64_t s = shape[i] ? shape[i] : 1;
+    idx[i] = flat % s;
+    flat /= s;
+  }
+  return shape_json(ndim, idx);
+}
+
+static cJSON *tol_json(const qc_tol *t) {
+  cJSON *o = cJSON_CreateObject();
+  if (t->has_rel_l2) cJSON_AddNumberToObject(o, "rel_l2", t->rel_l2);
+  if (t->has_max_abs) cJSON_AddNumberToObject(o, "max_abs", t->max_abs);
+  if (t->has_cosine_min) cJSON_AddNumberToObject(o, "cosine_min", t->cosine_min);
+  if (t->has_norm_ratio) {
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(t->norm_lo));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(t->norm_hi));
+    cJSON_AddItemToObject(o, "norm_ratio", a);
+  }
+  if (t->has_noise_multiple) cJSON_AddNumberToObject(o, "noise_multiple", t->noise_multiple);
+  cJSON_AddStringToObject(o, "reasoning", t->reasoning);
+  return o;
+}
+
+int qc_report_json(const char *path, const qc_report_info *info, const qc_results *r) {
+  cJSON *root = cJSON_CreateObject();
+  if (!root) return qc_err_sys("out of memory building the report");
+  cJSON_AddNumberToObject(root, "qatcheck_report", 1);
+  cJSON_AddStringToObject(root, "tool_version", QC_VERSION);
+  cJSON_AddStringToObject(root, "verb", info->verb);
+  if (info->case_path) {
+    cJSON *c = cJSON_AddObjectToObject(root, "case");
+    cJSON_AddStringToObject(c, "name", info->case_name ? info->case_name : "");
+    cJSON_AddStringToObject(c, "path", info->case_path);
+    cJSON_AddStringToObject(c, "sha256", info->case_sha256 ? info->case_sha256 : "");
+  }
+  if (info->device) cJSON_AddStringToObject(root, "device", info->device);
+  if (info->profile) cJSON_AddStringToObject(root, "profile", info->profile);
+  cJSON_AddStringToObject(root, "verdict", verdict_str(qc_results_verdict(r)));
+  cJSON *checks = cJSON_AddArrayToObject(root, "checks");
+  for (int i = 0; i < r->n; i++) {
+    const qc_check *k = &r->v[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "module", k->module);
+    cJSON_AddStringToObject(o, "class", k->cls);
+    cJSON_AddStringToObject(o, "dy", k->dy);
+    cJSON_AddStringToObject(o, "tensor", k->tensor);
+    cJSON_AddItemToObject(o, "shape", shape_json(k->ndim, k->shape));
+    if (k->cand_dtype[0]) cJSON_AddStringToObject(o, "candidate_dtype", k->cand_dtype);
+    if (k->has_metrics) {
+      cJSON *m = cJSON_AddObjectToObject(o, "metrics");
+      add_num(m, "max_abs", k->m.max_abs);
+      add_num(m, "rel_l2", k->m.rel_l2);
+      add_num(m, "norm_ratio", k->m.norm_ratio);
+      if (k->m.cosine_null) cJSON_AddNullToObject(m, "cosine");
+      else add_num(m, "cosine", k->m.cosine);
+      if (isinf(k->m.sqnr_db) && k->m.sqnr_db > 0) cJSON_AddStringToObject(m, "sqnr_db", "inf");
+      else add_num(m, "sqnr_db", k->m.sqnr_db);
+      cJSON_AddNumberToObject(m, "nonfinite", (double)k->m.nonfinite);
+      add_num(m, "noise_floor", k->m.noise_floor);
+      add_num(m, "noise_multiple", k->m.noise_multiple);
+      cJSON_AddItemToObject(m, "worst_index", index_json(k->m.worst, k->ndim, k->shape));
+    }
+    if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", tol_json(&k->tol));
+    cJSON_AddStringToObject(o, "verdict", k->verdict == QC_V_PASS ? "pass" : "fail");
+    cJSON_AddStringToObject(o, "why", k->why);
+    cJSON_AddItemToArray(checks, o);
+  }
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!text) return qc_err_sys("out of memory printing the report");
+  size_t n = strlen(text);
+  char *withnl = realloc(text, n + 2);
+  if (!withnl) { free(text); return qc_err_sys("out of memory printing the report"); }
+  withnl[n] = '\n';
+  withnl[n + 1] = 0;
+  int rc = qc_write_atomic(path, withnl, n + 1);
+  free(withnl);
+  return rc;
+}

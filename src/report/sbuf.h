@@ -1,0 +1,15 @@
+/* sbuf.h: a growable string for building reports. */
+#ifndef QC_SBUF_H
+#define QC_SBUF_H
+#include <stddef.h>
+typedef struct qc_sbuf {
+  char *s;
+  size_t n, cap;
+  int oom;
+} qc_sbuf;
+/* Append printf-style; on allocation failure sets oom and stops growing. */
+void qc_sbuf_printf(qc_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append s with XML escaping. */
+void qc_sbuf_xml(qc_sbuf *b, const char *s);
+void qc_sbuf_free(qc_sbuf *b);
+#endif

@@ -1,0 +1,129 @@
+/* text.c: the human views of a result list: the stdout table, JUnit XML and
+ * Markdown (see check.h). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../check.h"
+#include "../qc.h"
+#include "sbuf.h"
+
+static const char *fmt_num(char *buf, size_t n, double v, const char *f) {
+  if (isnan(v)) snprintf(buf, n, "-");
+  else snprintf(buf, n, f, v);
+  return buf;
+}
+
+void qc_report_table(const qc_report_info *info, const qc_results *r) {
+  if (qc_quiet) return;
+  int wm = 6;
+  for (int i = 0; i < r->n; i++) {
+    int l = (int)strlen(r->v[i].module);
+    if (l > wm) wm = l;
+  }
+  if (wm > 60) wm = 60;
+  printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-7s %s\n", wm, "module", "dy", "tensor", "rel_l2", "cosine",
+         "norm_ratio", "noise_x", "verdict", "why");
+  for (int i = 0; i < r->n; i++) {
+    const qc_check *k = &r->v[i];
+    char a[32], b[32], c[32], d[32];
+    const char *mod = k->module;
+    int l = (int)strlen(mod);
+    if (l > wm) mod += l - wm;
+    if (k->has_metrics)
+      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-7s %s\n", wm, mod, k->dy, k->tensor,
+             fmt_num(a, sizeof a, k->m.rel_l2, "%.3e"), k->m.cosine_null ? "null" : fmt_num(b, sizeof b, k->m.cosine, "%.9f"),
+             fmt_num(c, sizeof c, k->m.norm_ratio, "%.6f"), fmt_num(d, sizeof d, k->m.noise_multiple, "%.2f"),
+             k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
+    else
+      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-7s %s\n", wm, mod, k->dy, k->tensor, "-", "-", "-", "-",
+             k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
+  }
+  int nf = 0;
+  for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;
+  int v = qc_results_verdict(r);
+  printf("\n%s: %s: %d checks, %d failed%s%s\n", info->verb, v == 0 ? "pass" : v == 1 ? "FAIL" : "nothing checked", r->n,
+         nf, info->device ? " on " : "", info->device ? info->device : "");
+}
+
+int qc_report_junit(const char *path, const qc_report_info *info, const qc_results *r) {
+  qc_sbuf b = {0};
+  int nf = 0;
+  for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;
+  qc_sbuf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"qatcheck %s\" tests=\"%d\" failures=\"%d\">\n",
+                 info->verb, r->n, nf);
+  /* one testsuite per module, in the order modules first appear */
+  for (int i = 0; i < r->n; i++) {
+    int first = 1;
+    for (int j = 0; j < i; j++)
+      if (strcmp(r->v[j].module, r->v[i].module) == 0) first = 0;
+    if (!first) continue;
+    int tn = 0, tf = 0;
+    for (int j = i; j < r->n; j++)
+      if (strcmp(r->v[j].module, r->v[i].module) == 0) { tn++; tf += r->v[j].verdict != QC_V_PASS; }
+    qc_sbuf_printf(&b, "  <testsuite name=\"");
+    qc_sbuf_xml(&b, r->v[i].module);
+    qc_sbuf_printf(&b, "\" tests=\"%d\" failures=\"%d\">\n", tn, tf);
+    for (int j = i; j < r->n; j++) {
+      const qc_check *k = &r->v[j];
+      if (strcmp(k->module, r->v[i].module) != 0) continue;
+      qc_sbuf_printf(&b, "    <testcase classname=\"");
+      qc_sbuf_xml(&b, k->cls);
+      qc_sbuf_printf(&b, "\" name=\"");
+      qc_sbuf_xml(&b, k->dy);
+      qc_sbuf_printf(&b, "/");
+      qc_sbuf_xml(&b, k->tensor);
+      qc_sbuf_printf(&b, "\">");
+      if (k->verdict != QC_V_PASS) {
+        qc_sbuf_printf(&b, "<failure message=\"");
+        qc_sbuf_xml(&b, k->why);
+        qc_sbuf_printf(&b, "\"/>");
+      }
+      if (k->has_metrics)
+        qc_sbuf_printf(&b, "<system-out>rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g</system-out>", k->m.rel_l2,
+                       k->m.cosine, k->m.norm_ratio, k->m.max_abs);
+      qc_sbuf_printf(&b, "</testcase>\n");
+    }
+    qc_sbuf_printf(&b, "  </testsuite>\n");
+  }
+  qc_sbuf_printf(&b, "</testsuites>\n");
+  if (b.oom) { qc_sbuf_free(&b); return qc_err_sys("out of memory building the JUnit report"); }
+  int rc = qc_write_atomic(path, b.s, b.n);
+  qc_sbuf_free(&b);
+  return rc;
+}
+
+int qc_report_markdown(const char *path, const qc_report_info *info, const qc_results *r) {
+  qc_sbuf b = {0};
+  int v = qc_results_verdict(r);
+  qc_sbuf_printf(&b, "# qatcheck %s: %s\n\n", info->verb, v == 0 ? "pass" : v == 1 ? "FAIL" : "nothing checked");
+  if (info->case_path)
+    qc_sbuf_printf(&b, "- case: `%s` (%s), sha256 `%s`\n", info->case_name ? info->case_name : "", info->case_path,
+                   info->case_sha256 ? info->case_sha256 : "");
+  qc_sbuf_printf(&b, "- device: %s\n- qatcheck %s\n\n", info->device ? info->device : "cpu", QC_VERSION);
+  qc_sbuf_printf(&b, "| module | dy | tensor | rel_l2 | cosine | norm_ratio | max_abs | noise x | verdict | why |\n");
+  qc_sbuf_printf(&b, "|---|---|---|---:|---:|---:|---:|---:|---|---|\n");
+  for (int i = 0; i < r->n; i++) {
+    const qc_check *k = &r->v[i];
+    if (k->has_metrics)
+      qc_sbuf_printf(&b, "| `%s` | %s | %s | %.3e | %.9f | %.6f | %.3e | %.2f | %s | %s |\n", k->module, k->dy, k->tensor,
+                     k->m.rel_l2, k->m.cosine, k->m.norm_ratio, k->m.max_abs, k->m.noise_multiple,
+                     k->verdict == QC_V_PASS ? "pass" : "**FAIL**", k->why);
+    else
+      qc_sbuf_printf(&b, "| `%s` | %s | %s | - | - | - | - | - | %s | %s |\n", k->module, k->dy, k->tensor,
+                     k->verdict == QC_V_PASS ? "pass" : "**FAIL**", k->why);
+  }
+  qc_sbuf_printf(&b, "\n## Tolerances and their reasoning\n\n");
+  for (int i = 0; i < r->n; i++) {
+    const qc_check *k = &r->v[i];
+    int seen = 0;
+    for (int j = 0; j < i; j++)
+      if (strcmp(r->v[j].tensor, k->tensor) == 0) seen = 1;
+    if (seen || !k->has_tol) continue;
+    qc_sbuf_printf(&b, "- `%s`: %s\n", k->tensor, k->tol.reasoning);
+  }
+  if (b.oom) { qc_sbuf_free(&b); return qc_err_sys("out of memory building the Markdown report"); }
+  int rc = qc_write_atomic(path, b.s, b.n);
+  qc_sbuf_free(&b);
+  return rc;
+}

@@ -1,0 +1,113 @@
+/* test_dump.c: every element type of the dump schema round-trips; modules
+ * are found by regex; schema errors name the dataset. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dump.h"
+#include "qc.h"
+
+static char g_path[256];
+
+static void tmpfile_path(void) {
+  snprintf(g_path, sizeof g_path, "/tmp/qc_test_dump_%d.h5", (int)getpid());
+}
+
+Test(dump, every_dtype_roundtrips) {
+  tmpfile_path();
+  qc_dump *d;
+  cr_assert_eq(qc_dump_create(g_path, &d), QC_OK, "%s", qc_err_msg());
+  qc_dtype all[] = {QC_F64, QC_F32, QC_F16, QC_BF16, QC_I32, QC_I64, QC_U8, QC_E4M3, QC_E5M2, QC_E8M0, QC_E2M1X2};
+  int n = (int)(sizeof all / sizeof all[0]);
+  for (int i = 0; i < n; i++) {
+    qc_tensor t;
+    int64_t shape[2] = {3, 5};
+    cr_assert_eq(qc_tensor_alloc(&t, "t", all[i], 2, shape), QC_OK);
+    for (size_t b = 0; b < t.nbytes; b++) ((uint8_t *)t.data)[b] = (uint8_t)(b * 37 + i);
+    if (all[i] == QC_F64 || all[i] == QC_F32 || all[i] == QC_F16) /* keep float patterns finite and plain */
+      for (int64_t e = 0; e < 15; e++) {
+        if (all[i] == QC_F64) ((double *)t.data)[e] = e * 0.25 - 1;
+        if (all[i] == QC_F32) ((float *)t.data)[e] = (float)e * 0.5f - 3;
+        if (all[i] == QC_F16) ((uint16_t *)t.data)[e] = (uint16_t)(0x3c00 + e);
+      }
+    char name[64];
+    snprintf(name, sizeof name, "/m/inputs/%s", qc_dtype_name(all[i]));
+    cr_assert_eq(qc_dump_write(d, name, &t), QC_OK, "%s", qc_err_msg());
+    qc_tensor_free(&t);
+  }
+  cr_assert_eq(qc_dump_set_attr(d, "/m", "class", "linear"), QC_OK);
+  qc_dump_close(d);
+
+  cr_assert_eq(qc_dump_open(g_path, &d), QC_OK, "%s", qc_err_msg());
+  for (int i = 0; i < n; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "/m/inputs/%s", qc_dtype_name(all[i]));
+    qc_tensor t;
+    cr_assert_eq(qc_dump_read(d, name, &t), QC_OK, "%s", qc_err_msg());
+    cr_expect_eq(t.dtype, all[i], "%s read back as %s", qc_dtype_name(all[i]), qc_dtype_name(t.dtype));
+    cr_expect_eq(t.ndim, 2);
+    cr_expect_eq(t.shape[1], 5);
+    for (size_t b = 0; b < t.nbytes && all[i] != QC_F64 && all[i] != QC_F32 && all[i] != QC_F16; b++)
+      cr_assert_eq(((uint8_t *)t.data)[b], (uint8_t)(b * 37 + i));
+    if (all[i] == QC_F16) cr_expect_eq(((uint16_t *)t.data)[3], 0x3c03);
+    if (all[i] == QC_F32) cr_expect_eq(((float *)t.data)[3], -1.5f);
+    qc_tensor_free(&t);
+  }
+  qc_dump_entry *e;
+  int ne;
+  cr_assert_eq(qc_dump_modules(d, "^/m$", &e, &ne), QC_OK);
+  cr_expect_eq(ne, 1);
+  cr_expect_str_eq(e[0].cls, "linear");
+  free(e);
+  cr_assert_eq(qc_dump_modules(d, "nomatch", &e, &ne), QC_OK);
+  cr_expect_eq(ne, 0);
+  free(e);
+  qc_err_clear();
+  qc_tensor t;
+  cr_expect_eq(qc_dump_read(d, "/m/inputs/nothere", &t), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "'/m/inputs/nothere'") != NULL, "%s", qc_err_msg());
+  qc_err_clear();
+  cr_expect_eq(qc_dump_modules(d, "(", &e, &ne), QC_EINPUT);
+  qc_err_clear();
+  qc_dump_close(d);
+  unlink(g_path);
+}
+
+Test(dump, slice_reads_one_expert) {
+  tmpfile_path();
+  qc_dump *d;
+  cr_assert_eq(qc_dump_create(g_path, &d), QC_OK);
+  qc_tensor t;
+  int64_t shape[3] = {4, 2, 3};
+  cr_assert_eq(qc_tensor_alloc(&t, "w", QC_F32, 3, shape), QC_OK);
+  for (int i = 0; i < 24; i++) ((float *)t.data)[i] = (float)i;
+  cr_assert_eq(qc_dump_write(d, "/e/params/weight", &t), QC_OK);
+  qc_tensor_free(&t);
+  qc_dump_close(d);
+  cr_assert_eq(qc_dump_open(g_path, &d), QC_OK);
+  cr_assert_eq(qc_dump_read_slice(d, "/e/params/weight", 2, &t), QC_OK, "%s", qc_err_msg());
+  cr_expect_eq(t.ndim, 2);
+  cr_expect_eq(((float *)t.data)[0], 12.0f);
+  cr_expect_eq(((float *)t.data)[5], 17.0f);
+  qc_tensor_free(&t);
+  cr_expect_eq(qc_dump_read_slice(d, "/e/params/weight", 4, &t), QC_EINPUT);
+  qc_err_clear();
+  qc_dump_close(d);
+  unlink(g_path);
+}
+
+Test(dump, not_a_dump) {
+  tmpfile_path();
+  FILE *f = fopen(g_path, "wb");
+  fputs("not hdf5", f);
+  fclose(f);
+  qc_dump *d;
+  cr_expect_eq(qc_dump_open(g_path, &d), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "not an HDF5 file") != NULL, "%s", qc_err_msg());
+  qc_err_clear();
+  cr_expect_eq(qc_dump_open("/nonexistent/x.h5", &d), QC_EINPUT);
+  qc_err_clear();
+  unlink(g_path);
+}
