@@ -71,19 +71,14 @@ static void lin_contract_get(const qc_ctx *ctx, const qc_module *m, lin_contract
   memset(c, 0, sizeof *c);
   c->wfmt = qc_contract_str(k, "weight_format", "none");
   c->afmt = qc_contract_str(k, "activation_format", "none");
-  c->profile = ctx->profile && *ctx->profile ? ctx->profile : qc_contract_str(k, "profile", "vllm");
+  c->profile = qc_contract_str(k, "profile", "vllm"); /* --profile is merged into the contract */
+  (void)ctx;
   c->dx_master = strcmp(qc_contract_str(k, "dx_weight", "dequant"), "master") == 0;
   c->dw_quantized = strcmp(qc_contract_str(k, "dw_input", "original"), "quantized") == 0;
   const qc_kv *ste = qc_contract_get(k, "ste");
   c->clipped = ste && strcmp(ste->str, "clipped") == 0;
   c->T = c->clipped ? (float)ste->num : 0.0f;
-  const qc_kv *rd = qc_contract_get(k, "rounding");
-  if (rd && strcmp(rd->str, "sr") == 0) {
-    c->sr.on = 1;
-    c->sr.seed = (uint64_t)rd->num;
-    c->sr.salt = qc_sr_salt(m->path, "weight");
-    c->sr.step = 0;
-  }
+  qc_sr_from_contract(k, m->path, &c->sr);
 }
 
 /* A tensor as float32 (the quantizers' input), n elements. */

@@ -1,6 +1,8 @@
 /* sr.c: Philox4x32-10 and the stochastic-rounding draw (see sr.h). */
 #include "sr.h"
 
+#include <string.h>
+
 void qc_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
   uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
   for (int r = 0; r < 10; r++) {
@@ -34,4 +36,13 @@ uint32_t qc_sr_salt(const char *module_path, const char *param) {
     for (p = param; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
   }
   return h;
+}
+
+void qc_sr_from_contract(const qc_contract *c, const char *module_path, qc_sr *out) {
+  const qc_kv *rd = qc_contract_get(c, "rounding");
+  memset(out, 0, sizeof *out);
+  if (!rd || strcmp(rd->str, "sr") != 0) return;
+  out->on = 1;
+  out->seed = (uint64_t)rd->num;
+  out->salt = qc_sr_salt(module_path, "weight");
 }

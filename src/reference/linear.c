@@ -67,17 +67,12 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   const qc_contract *c = &m->contract;
   const char *wf = qc_contract_str(c, "weight_format", "none");
   const char *af = qc_contract_str(c, "activation_format", "none");
-  const char *prof = ctx->profile && *ctx->profile ? ctx->profile : qc_contract_str(c, "profile", "vllm");
+  const char *prof = qc_contract_str(c, "profile", "vllm"); /* --profile is merged into the contract */
   const qc_kv *ste = qc_contract_get(c, "ste");
   int clipped = ste && strcmp(ste->str, "clipped") == 0;
   double T = clipped ? (double)(float)ste->num : 0;
-  const qc_kv *rnd = qc_contract_get(c, "rounding");
-  qc_sr sr = {0};
-  if (rnd && strcmp(rnd->str, "sr") == 0) {
-    sr.on = 1;
-    sr.seed = (uint64_t)rnd->num;
-    sr.salt = qc_sr_salt(m->path, "weight");
-  }
+  qc_sr sr;
+  qc_sr_from_contract(c, m->path, &sr);
 
   /* d_weight = dY^T X_ref, then the weight quantizer's STE mask (from the
    * master W, before W is replaced below) */
