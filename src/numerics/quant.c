@@ -249,7 +249,7 @@ static void quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols
         if (use_sr) {
           for (int64_t c = c0; c < c1; c++) {
             float v = b.div ? x[c] / b.k : x[c] * b.k;
-            q[c] = enc_sr(v, pl->fp4, qc_sr_bits(sr, (uint64_t)(r * cols + c)));
+            q[c] = enc_sr(v, pl->fp4, qc_sr_bits(sr, sr->base + (uint64_t)(r * cols + c)));
           }
         } else if (pl->fp4) {
           for (int64_t c = c0; c < c1; c++) q[c] = qc_f32_to_e2m1(b.div ? x[c] / b.k : x[c] * b.k);

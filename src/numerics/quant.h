@@ -58,9 +58,9 @@ void qc_quantized_free(qc_quantized *z);
 
 /* Quantize in[rows, cols] (float32, finite) under fmt/profile. sr NULL or
  * sr->on == 0: round to nearest even; else the payload elements round
- * stochastically by the sr contract with element index r*cols + c (scales
- * always round to nearest). Blocks that run past the matrix edge are padded
- * with zeros (they change no amax). Non-finite input is QC_EINPUT naming
+ * stochastically by the sr contract with element index sr->base + r*cols + c
+ * (scales always round to nearest). Blocks that run past the matrix edge are
+ * padded with zeros (they change no amax). Non-finite input is QC_EINPUT naming
  * `what` and the flat index. Fills *out (caller frees). */
 int qc_quantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
                 qc_quantized *out, const char *what);

@@ -14,6 +14,7 @@ typedef struct qc_sr {
   uint64_t seed;
   uint32_t salt;   /* identifies the parameter (qc_sr_salt) */
   uint32_t step;   /* optimizer step */
+  uint64_t base;   /* global index of this matrix's element 0 (a shard's offset) */
 } qc_sr;
 
 /* Philox4x32-10 (Random123): out = philox(ctr[4], key[2]). */
