@@ -4,7 +4,7 @@ the independent oracle (scripts/conformance/quant_oracle.py), for the quant
 verb and vjp's quantizer check.
 
     make_quant_dump.py OUT.h5 FORMAT [--profile P] [--plant none|payload|negzero|scale|scale_shape|global]
-                                     [--m M --k K --n N] [--seed S]
+                                     [--m M --k K --n N] [--seed S] [--cand-weight dequant|master]
 
 Module /lin: master weight (bf16), x, bias, grad_out/dy, grads/dy/ computed
 from the contract (dx from dequant(quant(W)), bf16 trainer GEMMs), saved/
@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--k", type=int, default=160)
     ap.add_argument("--n", type=int, default=130)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cand-weight", choices=["dequant", "master"], default="dequant",
+                    help="weight the candidate's d_x used (master: a defect under the dequant contract)")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     fmt = a.format
@@ -59,7 +61,7 @@ def main():
     else:
         deq = np.asarray(scale, np.float32).reshape(-1 if fmt != "fp8_tensor" else 1, 1 if fmt == "fp8_tensor" else scale.shape[-1])
     wd = (vals * np.repeat(np.repeat(np.asarray(deq, np.float32).reshape(-(-a.n // br), -(-a.k // bc)), br, 0), bc, 1)[:a.n, :a.k]).astype(np.float32)
-    wd = bf16.round_(wd)
+    wd = bf16.round_(wd) if a.cand_weight == "dequant" else w
     dx = bf16.round_(np.matmul(dy, wd, dtype=np.float32))
     dw = bf16.round_(np.matmul(dy.T, x, dtype=np.float32))
     db = bf16.round_(dy.sum(0, dtype=np.float32))

@@ -3,7 +3,8 @@
 # weight format, catches each planted byte defect (payload, negative zero,
 # scale, global scale) with exit 1 and the first mismatch, refuses a scale of
 # the wrong shape with exit 2, --identify names the producing profile, and
-# vjp on such a dump adds a failed `quantizer` check.
+# vjp on such a dump adds a failed `quantizer` check; a candidate that used
+# the master weight under a dequant contract fails on d_x.
 . "$(dirname "$0")/lib.sh"
 MK="$PY scripts/make_quant_dump.py"
 $PY -c "import ml_dtypes" 2>/dev/null || { echo "ml_dtypes missing (scripts/install-deps.sh)"; exit 77; }
@@ -41,4 +42,11 @@ expect_exit 1 "vjp fails the quantizer check on planted bytes" "$QATCHECK" vjp -
 grep -q "quantizer" "$T/out" || bad "vjp table has no quantizer row"
 sed -i 's/"p.h5"/"mxfp4.h5"/' "$T/case.json"
 expect_exit 0 "vjp passes a dump whose bytes and gradients follow the contract" "$QATCHECK" vjp --case "$T/case.json"
+# the design card's defect: the candidate used the master weight for d_x
+# under a dequant contract (deployed bytes are right, the gradient is not)
+$MK "$T/master.h5" nvfp4 --m 64 --cand-weight master
+sed -i 's/"[a-z0-9]*\.h5"/"master.h5"/' "$T/case.json"
+expect_exit 1 "vjp fails d_x when the candidate used the master weight under dx_weight dequant" "$QATCHECK" vjp --case "$T/case.json"
+grep "d_x" "$T/out" | grep -q FAIL || bad "the failed check is not d_x"
+grep "quantizer" "$T/out" | grep -q pass || bad "the deployed bytes should pass"
 finish
