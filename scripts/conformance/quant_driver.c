@@ -1,7 +1,8 @@
 /* quant_driver.c: qatcheck's numerics behind a byte pipe, for the
  * conformance scripts (scripts/conformance/conformance.py builds it).
- *   quant_driver enc e4m3|e5m2|e2m1 START COUNT
+ *   quant_driver enc e4m3|e5m2|e2m1|e8m0 START COUNT
  *       writes the encoding of float32 bit patterns START .. START+COUNT-1
+ *       (e8m0: the byte of ceil2(x), the scale rule of mxfp8/mxfp4)
  *   quant_driver quant FMT PROFILE ROWS COLS [SEED SALT STEP]
  *       reads ROWS*COLS float32 from stdin, writes payload, scale and
  *       (nvfp4) global-scale bytes. Exit 2 with the error on bad input. */
@@ -16,7 +17,10 @@
 static int enc(const char *fmt, unsigned long long start, unsigned long long count) {
   enum { CH = 1 << 20 };
   static uint8_t buf[CH];
-  uint8_t (*f)(float) = strcmp(fmt, "e4m3") == 0 ? qc_f32_to_e4m3 : strcmp(fmt, "e5m2") == 0 ? qc_f32_to_e5m2 : qc_f32_to_e2m1;
+  uint8_t (*f)(float) = strcmp(fmt, "e4m3") == 0   ? qc_f32_to_e4m3
+                        : strcmp(fmt, "e5m2") == 0 ? qc_f32_to_e5m2
+                        : strcmp(fmt, "e2m1") == 0 ? qc_f32_to_e2m1
+                                                   : qc_e8m0_ceil;
   for (unsigned long long i = 0; i < count; i += CH) {
     size_t n = count - i < CH ? (size_t)(count - i) : CH;
     for (size_t j = 0; j < n; j++) {
