@@ -12,6 +12,7 @@
 
 #include "../qc.h"
 #include "formats.h"
+#include "minifloat.h"
 
 static const char *const g_fmt_names[QC_QF_COUNT] = {
     "none", "fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",
@@ -121,6 +122,10 @@ static int floor_log2(float a) {
   return 31 - __builtin_clz(u & 0x7fffffu) - 149;
 }
 
+/* 2^(b-127) for an E8M0 byte b < 255, from the bits (0 is the subnormal
+ * 2^-127); the quantizers never produce 255. */
+static float e8m0_val(uint8_t b) { return bitsf(b ? (uint32_t)b << 23 : 0x00400000u); }
+
 static float te_scale(float amax) {
   if (amax == 0.0f || !isfinite(amax)) return 1.0f;
   float sc = 448.0f / amax;
@@ -167,7 +172,7 @@ static bscale block_scale(rule_t r, int fp4, float amax, float g) {
     }
     case R_MX:
       b.byte = qc_e8m0_ceil(amax / (fp4 ? 6.0f : 448.0f));
-      b.deq = qc_e8m0_to_f32(b.byte);
+      b.deq = e8m0_val(b.byte);
       b.k = 1.0f / b.deq;
       break;
     case R_MX_OCP: {
@@ -175,7 +180,7 @@ static bscale block_scale(rule_t r, int fp4, float amax, float g) {
       if (e < -127) e = -127;
       if (e > 127) e = 127;
       b.byte = (uint8_t)(e + 127);
-      b.deq = qc_e8m0_to_f32(b.byte);
+      b.deq = e8m0_val(b.byte);
       b.k = 1.0f / b.deq;
       break;
     }
@@ -185,12 +190,14 @@ static bscale block_scale(rule_t r, int fp4, float amax, float g) {
 
 /* ---- element encoders ------------------------------------------------ */
 
-static float g_e4m3_mag[128], g_e2m1_mag[8];
+static float g_e4m3_mag[128], g_e2m1_mag[8], g_e4m3_val[256], g_e2m1_val[16];
 static pthread_once_t g_tab_once = PTHREAD_ONCE_INIT;
 
 static void tables_fill(void) {
   for (int i = 0; i < 128; i++) g_e4m3_mag[i] = qc_e4m3_to_f32((uint8_t)i);
   for (int i = 0; i < 8; i++) g_e2m1_mag[i] = qc_e2m1_to_f32((uint8_t)i);
+  for (int i = 0; i < 256; i++) g_e4m3_val[i] = qc_e4m3_to_f32((uint8_t)i);
+  for (int i = 0; i < 16; i++) g_e2m1_val[i] = qc_e2m1_to_f32((uint8_t)i);
 }
 
 /* Decode tables of the element magnitudes, filled once (thread safe). */
@@ -220,11 +227,97 @@ static uint8_t enc_sr(float v, int fp4, uint32_t r24) {
 
 /* ---- the generic pass -------------------------------------------------- */
 
+/* Largest |x[i]| as float32 bits (for non-negative floats the integer order
+ * is the float order; >= 0x7f800000 means an Inf or NaN is present). Four
+ * accumulators, so the compiler can keep them in vector lanes. */
+static uint32_t abs_max_bits(const float *x, int64_t n) {
+  uint32_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    uint32_t u0 = fbits(x[i]) & 0x7fffffffu, u1 = fbits(x[i + 1]) & 0x7fffffffu;
+    uint32_t u2 = fbits(x[i + 2]) & 0x7fffffffu, u3 = fbits(x[i + 3]) & 0x7fffffffu;
+    m0 = u0 > m0 ? u0 : m0;
+    m1 = u1 > m1 ? u1 : m1;
+    m2 = u2 > m2 ? u2 : m2;
+    m3 = u3 > m3 ? u3 : m3;
+  }
+  for (; i < n; i++) {
+    uint32_t u = fbits(x[i]) & 0x7fffffffu;
+    m0 = u > m0 ? u : m0;
+  }
+  m0 = m1 > m0 ? m1 : m0;
+  m2 = m3 > m2 ? m3 : m2;
+  return m2 > m0 ? m2 : m0;
+}
+
+/* q[i] = encode(x[i] / k) or encode(x[i] * k), round to nearest, four
+ * lanes at a time with GCC vector extensions (the same branch-free formulas
+ * as qc_enc_e4m3 / qc_enc_e2m1 in minifloat.h, which handle the tail).
+ * Inputs are finite (checked before), so the NaN lane of the scalar code
+ * is not needed; an Inf from x * k saturates like the scalar code. */
+typedef float v4sf __attribute__((vector_size(16)));
+typedef int32_t v4si __attribute__((vector_size(16)));
+
+static void enc_run(const float *x, uint8_t *q, int64_t n, float k, int div, int fp4) {
+  const v4sf kk = {k, k, k, k};
+  /* per format: normal threshold, saturation threshold and code, the
+   * exponent rebias, dropped mantissa bits, subnormal scale */
+  const int32_t minnorm = fp4 ? 0x3f800000 : 0x3c800000, satb = fp4 ? 0x40c00000 : 0x43e00000;
+  const int32_t satc = fp4 ? 0x7 : 0x7e, rebias = fp4 ? (126 << 23) : (120 << 23), drop = fp4 ? 22 : 20;
+  const int32_t signshift = fp4 ? 28 : 24, signbit = fp4 ? 0x8 : 0x80;
+  const float subscale = fp4 ? 2.0f : 512.0f;
+  const int32_t half = (1 << (drop - 1)) - 1;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    v4sf v;
+    memcpy(&v, x + i, sizeof v);
+    v = div ? v / kk : v * kk;
+    v4si u = (v4si)v, a = u & 0x7fffffff;
+    v4si sign = ((v4si)((__typeof__(u))((uint32_t __attribute__((vector_size(16))))u >> signshift))) & signbit;
+    v4si r = a - rebias;
+    r = (r + half + ((r >> drop) & 1)) >> drop;
+    v4si sub = (v4si)((v4sf)a * subscale + 12582912.0f) - 0x4b400000;
+    v4si mnorm = a >= minnorm, msat = a >= satb;
+    v4si c = (r & mnorm) | (sub & ~mnorm);
+    c = (satc & msat) | (c & ~msat);
+    c |= sign;
+    q[i] = (uint8_t)c[0];
+    q[i + 1] = (uint8_t)c[1];
+    q[i + 2] = (uint8_t)c[2];
+    q[i + 3] = (uint8_t)c[3];
+  }
+  for (; i < n; i++) {
+    float v = div ? x[i] / k : x[i] * k;
+    q[i] = fp4 ? qc_enc_e2m1(v) : qc_enc_e4m3(v);
+  }
+}
+
+/* Stage 2 of fp8_block128_ue8m0 for one block (rows r0..r1, columns
+ * c0..c1) whose stage-1 codes and multiplier s1 are in place: dequantize
+ * into scratch (float32 q * s1), then requantize with s2 = ceil2(max(amax2,
+ * 1e-4)/448), round to nearest; the block's deq and byte become stage 2's. */
+static void stage2_block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols, uint8_t *codes, float *deq,
+                         uint8_t *sb, float *scratch) {
+  int64_t w = c1 - c0;
+  float s1 = *deq;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *q = codes + r * cols + c0;
+    float *o = scratch + (r - r0) * w;
+    for (int64_t c = 0; c < w; c++) o[c] = g_e4m3_val[q[c]] * s1;
+  }
+  bscale b = block_scale(R_BLOCK_UE8M0, 0, bitsf(abs_max_bits(scratch, (r1 - r0) * w)), 0.0f);
+  *deq = b.deq;
+  *sb = b.byte;
+  for (int64_t r = r0; r < r1; r++) enc_run(scratch + (r - r0) * w, codes + r * cols + c0, w, b.k, b.div, 0);
+}
+
 /* Quantize in[rows, cols] by plan pl into codes[rows*cols] (one element a
  * byte, unpacked), per-block dequant multipliers deq[gr*gc] and scale bytes
- * sb[gr*gc]. rule overrides pl->rule. */
-static void quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
-                       float g, uint8_t *codes, float *deq, uint8_t *sb) {
+ * sb[gr*gc]. rule overrides pl->rule. scratch (br*bc floats) is given for
+ * the two-stage format: each block then goes through stage2_block. Returns
+ * 1 (outputs unfinished) as soon as a block holds a non-finite value, else 0. */
+static int quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
+                      float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch) {
   int64_t br = pl->br ? pl->br : rows, bc = pl->bc ? pl->bc : cols;
   int64_t gr = (rows + br - 1) / br, gc = (cols + bc - 1) / bc;
   int use_sr = sr && sr->on;
@@ -232,14 +325,13 @@ static void quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols
     int64_t r0 = bi * br, r1 = r0 + br < rows ? r0 + br : rows;
     for (int64_t bj = 0; bj < gc; bj++) {
       int64_t c0 = bj * bc, c1 = c0 + bc < cols ? c0 + bc : cols;
-      float amax = 0.0f;
+      uint32_t mb = 0;
       for (int64_t r = r0; r < r1; r++) {
-        const float *x = in + r * cols;
-        for (int64_t c = c0; c < c1; c++) {
-          float a = fabsf(x[c]);
-          amax = a > amax ? a : amax;
-        }
+        uint32_t m = abs_max_bits(in + r * cols + c0, c1 - c0);
+        mb = m > mb ? m : mb;
       }
+      if (mb >= 0x7f800000u) return 1;
+      float amax = bitsf(mb);
       bscale b = block_scale(rule, pl->fp4, amax, g);
       deq[bi * gc + bj] = b.deq;
       sb[bi * gc + bj] = b.byte;
@@ -251,16 +343,14 @@ static void quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols
             float v = b.div ? x[c] / b.k : x[c] * b.k;
             q[c] = enc_sr(v, pl->fp4, qc_sr_bits(sr, sr->base + (uint64_t)(r * cols + c)));
           }
-        } else if (pl->fp4) {
-          for (int64_t c = c0; c < c1; c++) q[c] = qc_f32_to_e2m1(b.div ? x[c] / b.k : x[c] * b.k);
-        } else if (b.div) {
-          for (int64_t c = c0; c < c1; c++) q[c] = qc_f32_to_e4m3(x[c] / b.k);
         } else {
-          for (int64_t c = c0; c < c1; c++) q[c] = qc_f32_to_e4m3(x[c] * b.k);
+          enc_run(x + c0, q + c0, c1 - c0, b.k, b.div, pl->fp4);
         }
       }
+      if (scratch) stage2_block(r0, r1, c0, c1, cols, codes, deq + bi * gc + bj, sb + bi * gc + bj, scratch);
     }
   }
+  return 0;
 }
 
 /* Dequantize codes with per-block multipliers deq into out. */
@@ -268,13 +358,17 @@ static void dequant_pass(const plan_t *pl, int64_t rows, int64_t cols, const uin
                          float *out) {
   int64_t br = pl->br ? pl->br : rows, bc = pl->bc ? pl->bc : cols;
   int64_t gc = (cols + bc - 1) / bc;
-  const float *tab = pl->fp4 ? g_e2m1_mag : g_e4m3_mag;
   for (int64_t r = 0; r < rows; r++) {
     const float *d = deq + (r / br) * gc;
-    for (int64_t c = 0; c < cols; c++) {
-      uint8_t q = codes[r * cols + c];
-      float v = pl->fp4 ? (q & 8 ? -tab[q & 7] : tab[q & 7]) : (q & 0x80 ? -tab[q & 0x7f] : tab[q]);
-      out[r * cols + c] = v * d[c / bc];
+    const uint8_t *q = codes + r * cols;
+    float *o = out + r * cols;
+    for (int64_t j = 0, c0 = 0; j < gc; j++, c0 += bc) {
+      int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
+      float s = d[j];
+      if (pl->fp4)
+        for (int64_t c = c0; c < c1; c++) o[c] = g_e2m1_val[q[c] & 0xf] * s;
+      else
+        for (int64_t c = c0; c < c1; c++) o[c] = g_e4m3_val[q[c]] * s;
     }
   }
 }
@@ -296,8 +390,7 @@ static int check_finite(const float *in, int64_t n, const char *what) {
 
 /* The nvfp4 global scale of the profile (see quant.h). */
 static float nvfp4_global(qc_qprof p, const float *in, int64_t n) {
-  float amax = 0.0f;
-  for (int64_t i = 0; i < n; i++) amax = fmax_(amax, fabsf(in[i]));
+  float amax = bitsf(abs_max_bits(in, n));
   if (amax == 0.0f) return 1.0f; /* all-zero tensor: no scale in the sources; payload 0 either way */
   return p == QC_QP_MODELOPT ? amax / 2688.0f : 2688.0f / amax;
 }
@@ -306,24 +399,18 @@ static float nvfp4_global(qc_qprof p, const float *in, int64_t n) {
  * Buffers: codes [rows*cols], deq and sb [grid]. */
 static int quant_core(qc_qfmt f, qc_qprof p, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
                       uint8_t *codes, float *deq, uint8_t *sb, float *gout, const char *what) {
-  int rc = check_finite(in, rows * cols, what);
-  if (rc) return rc;
   tables_init();
   plan_t pl = make_plan(f, p);
+  if (f == QC_QF_NVFP4 && abs_max_bits(in, rows * cols) >= 0x7f800000u) return check_finite(in, rows * cols, what);
   float g = f == QC_QF_NVFP4 ? nvfp4_global(p, in, rows * cols) : 0.0f;
   if (gout) *gout = g;
-  if (!pl.two_stage) {
-    quant_pass(&pl, pl.rule, rows, cols, in, sr, g, codes, deq, sb);
-    return QC_OK;
-  }
-  /* two stages: block128 (with SR if asked), dequantize, requantize (RN) */
-  float *tmp = qc_malloc((size_t)(rows * cols) * sizeof *tmp + 1, "two-stage requantization buffer");
-  if (!tmp) return QC_ESYS;
-  quant_pass(&pl, R_BLOCK, rows, cols, in, sr, g, codes, deq, sb);
-  dequant_pass(&pl, rows, cols, codes, deq, tmp);
-  quant_pass(&pl, R_BLOCK_UE8M0, rows, cols, tmp, NULL, g, codes, deq, sb);
-  free(tmp);
-  return QC_OK;
+  float *scratch = NULL;
+  if (pl.two_stage && !(scratch = qc_malloc((size_t)(pl.br * pl.bc) * sizeof *scratch, "two-stage block buffer")))
+    return QC_ESYS;
+  /* the two-stage format: stage 1 is fp8_block128 (SR applies there) */
+  int bad = quant_pass(&pl, pl.two_stage ? R_BLOCK : pl.rule, rows, cols, in, sr, g, codes, deq, sb, scratch);
+  free(scratch);
+  return bad ? check_finite(in, rows * cols, what) : QC_OK;
 }
 
 void qc_quant_layout(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, qc_dtype *q_dt, int64_t q_shape[2],
@@ -364,22 +451,26 @@ int qc_quantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const fl
   qc_quant_layout(fmt, prof, rows, cols, &qdt, qs, &sdt, &sn, ss, &gn);
   plan_t pl = make_plan(fmt, prof);
   grid(&pl, rows, cols, &gr, &gc);
-  uint8_t *codes = qc_malloc((size_t)(rows * cols), "quantized codes");
+  uint8_t *codes = NULL;
   float *deq = qc_malloc((size_t)(gr * gc) * sizeof *deq, "block scales");
   uint8_t *sb = qc_malloc((size_t)(gr * gc), "block scale bytes");
   float g = 0.0f;
   int rc = QC_ESYS;
-  if (!codes || !deq || !sb) goto done;
-  if ((rc = quant_core(fmt, prof, rows, cols, in, sr, codes, deq, sb, &g, what))) goto done;
+  if (!deq || !sb) goto done;
   if ((rc = qc_tensor_alloc(&out->q, "weight_q", qdt, 2, qs))) goto done;
   if ((rc = qc_tensor_alloc(&out->scale, "weight_scale", sdt, sn, ss))) goto done;
+  /* e4m3 codes go straight into the payload; e2m1 codes are packed after */
+  rc = QC_ESYS;
+  if (pl.fp4 && !(codes = qc_malloc((size_t)(rows * cols), "quantized codes"))) goto done;
   uint8_t *qp = out->q.data;
-  if (pl.fp4) {
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t c = 0; c < cols; c++) qp[r * qs[1] + c / 2] |= (uint8_t)((codes[r * cols + c] & 0xf) << (4 * (c & 1)));
-  } else {
-    memcpy(qp, codes, (size_t)(rows * cols));
-  }
+  if ((rc = quant_core(fmt, prof, rows, cols, in, sr, pl.fp4 ? codes : qp, deq, sb, &g, what))) goto done;
+  if (pl.fp4)
+    for (int64_t r = 0; r < rows; r++) {
+      const uint8_t *c8 = codes + r * cols;
+      uint8_t *o = qp + r * qs[1];
+      for (int64_t c = 0; c + 1 < cols; c += 2) o[c / 2] = (uint8_t)((c8[c] & 0xf) | (c8[c + 1] << 4));
+      if (cols & 1) o[cols / 2] = c8[cols - 1] & 0xf;
+    }
   if (sdt == QC_F32) memcpy(out->scale.data, deq, (size_t)(gr * gc) * sizeof *deq);
   else memcpy(out->scale.data, sb, (size_t)(gr * gc));
   if (gn) {
@@ -450,8 +541,8 @@ int qc_fake_quant_sr(const char *fmt, const char *profile, int64_t rows, int64_t
   int rc;
   if ((rc = qc_qfmt_parse(fmt, &f))) return rc;
   if (profile && (rc = qc_qprof_parse(profile, &p))) return rc;
-  if ((rc = check_finite(in, rows * cols, what))) return rc;
   if (f == QC_QF_NONE) {
+    if ((rc = check_finite(in, rows * cols, what))) return rc;
     if (out != in) memmove(out, in, (size_t)(rows * cols) * sizeof *out);
     return QC_OK;
   }
