@@ -11,6 +11,7 @@
  * {"clipped": T} zeroes d_weight where |W| > T (weight quantized) and d_x
  * where |X| > T (activation quantized); |v| == T passes (derivative 1). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,7 +136,9 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   if (!wb || !xb || !gb || !acc || !tmp) goto done;
 
   /* d_x = dY W_ref: W_ref = dequant(quant(W)) (with the contract's rounding) or W */
-  if ((rc = lin_operand(&c, v.w, N, K, c.wfmt, !c.dx_master, c.sr.on ? &c.sr : NULL, "params/weight", wb))) goto done;
+  char what[QC_PATHLEN + 32];
+  snprintf(what, sizeof what, "%s: params/weight", m->path);
+  if ((rc = lin_operand(&c, v.w, N, K, c.wfmt, !c.dx_master, c.sr.on ? &c.sr : NULL, what, wb))) goto done;
   if ((rc = lin_operand(&c, v.dy, M, N, "none", 0, NULL, "dY", gb))) goto done;
   int64_t wshape[2] = {N, K}, bshape[1] = {N};
   if ((rc = qc_tensor_alloc(&dx, "d_x", QC_BF16, v.x->ndim, v.x->shape))) goto done;
@@ -144,7 +147,8 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   for (int64_t i = 0; i < M * K; i++) ((uint16_t *)dx.data)[i] = qc_f32_to_bf16(acc[i]);
 
   /* d_weight = dY^T X_ref: X_ref = dequant(quant(X)) (nearest) or X */
-  if ((rc = lin_operand(&c, v.x, M, K, c.afmt, c.dw_quantized, NULL, "inputs/x", xb))) goto done;
+  snprintf(what, sizeof what, "%s: inputs/x", m->path);
+  if ((rc = lin_operand(&c, v.x, M, K, c.afmt, c.dw_quantized, NULL, what, xb))) goto done;
   if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_BF16, 2, wshape))) goto done;
   if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_T, QC_OP_N, N, K, M, gb, N, xb, K, acc, K))) goto done;
   if (c.clipped && strcmp(c.wfmt, "none") != 0 && (rc = ste_mask(v.w, c.T, acc, N * K, tmp))) goto done;

@@ -58,7 +58,6 @@ int qc_deployed_check(const qc_module *m, qc_qfmt fmt, qc_qprof prof, const qc_s
     return qc_err("%s: saved/weight_global_scale is missing: nvfp4 deploys a float32 global scale", m->path);
   int64_t N = w->shape[0], K = w->shape[1], n = N * K;
   char where[QC_PATHLEN + 32];
-  snprintf(where, sizeof where, "%s: saved", m->path);
   float *W = NULL, *de = NULL, *df = NULL;
   double *W64 = NULL;
   qc_quantized exp = {0}, got = {0};
@@ -68,7 +67,9 @@ int qc_deployed_check(const qc_module *m, qc_qfmt fmt, qc_qprof prof, const qc_s
     goto done;
   if ((rc = qc_tensor_to_f64(w, W64))) goto done;
   for (int64_t i = 0; i < n; i++) W[i] = (float)W64[i];
-  if ((rc = qc_quantize(fmt, prof, N, K, W, sr, &exp, "params/weight"))) goto done;
+  snprintf(where, sizeof where, "%s: params/weight", m->path);
+  if ((rc = qc_quantize(fmt, prof, N, K, W, sr, &exp, where))) goto done;
+  snprintf(where, sizeof where, "%s: saved", m->path);
   /* the found tensors, viewed in the expected layout (checks dtype/shape) */
   if ((rc = qc_tensor_copy(&got.q, wq)) || (rc = qc_tensor_copy(&got.scale, ws))) goto done;
   if (wg && fmt == QC_QF_NVFP4 && (rc = qc_tensor_copy(&got.gscale, wg))) goto done;

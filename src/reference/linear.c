@@ -14,6 +14,7 @@
  * salt = FNV-1a of "<module path>.weight", step 0 (docs/numerics.md).
  * Everything in float64; GEMMs through the backend's float64 GEMM only. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,10 +75,13 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   qc_sr sr;
   qc_sr_from_contract(c, m->path, &sr);
 
+  char wx[QC_PATHLEN + 32], ww[QC_PATHLEN + 32];
+  snprintf(wx, sizeof wx, "%s: inputs/x", m->path);
+  snprintf(ww, sizeof ww, "%s: params/weight", m->path);
   /* d_weight = dY^T X_ref, then the weight quantizer's STE mask (from the
    * master W, before W is replaced below) */
   if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
-      (rc = ref_fake_quant(prof, af, M, K, X, NULL, "inputs/x")))
+      (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx)))
     goto done;
   if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_F64, 2, ws))) goto done;
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
@@ -87,7 +91,7 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
 
   /* d_x = dY W_ref, then the activation quantizer's STE mask (from X) */
   if (strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0 &&
-      (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, "params/weight")))
+      (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww)))
     goto done;
   if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;

@@ -32,6 +32,11 @@ $MK "$T/te.h5" fp8_block128 --profile te
 expect_exit 0 "quant --identify finds a profile" "$QATCHECK" quant --dump "$T/te.h5" --module /lin --identify
 grep -q ": te$" "$T/out" || { bad "--identify did not name te alone"; cat "$T/out"; }
 expect_exit 1 "te bytes do not pass as vllm" "$QATCHECK" quant --dump "$T/te.h5" --module /lin --profile vllm
+$MK "$T/nan.h5" fp8_block128 && $PY -c "
+import sys, h5py
+f = h5py.File(sys.argv[1], 'r+'); d = f['lin/params/weight']; a = d[...]; a[2, 3] = 0x7fc0; d[...] = a; f.close()" "$T/nan.h5"
+expect_exit 2 "a NaN master weight is refused, not mapped" "$QATCHECK" quant --dump "$T/nan.h5" --module /lin
+grep -q "non-finite value nan at flat index 323" "$T/err" || bad "the NaN is not located"
 expect_exit 2 "unknown format exits 2" "$QATCHECK" quant --dump "$T/te.h5" --module /lin --format fp9
 expect_exit 2 "unknown profile exits 2" "$QATCHECK" quant --dump "$T/te.h5" --module /lin --profile vllm_cuda_nvfp4
 # vjp: the quantizer check
