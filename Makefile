@@ -10,7 +10,7 @@ BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIBS   := -lopenblas
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -Isrc -Iinclude $(PKG_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
+QC_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -Isrc -Iinclude $(PKG_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   := $(PKG_LIBS) $(BLAS_LIBS) -ldl -lm -lpthread
 
 # ---- CUDA / NCCL detection -------------------------------------------------
@@ -19,30 +19,34 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 ifeq ($(NO_CUDA),1)
   NVCC :=
 endif
+ifeq ($(wildcard src/backend/cuda.cu),)
+  NVCC :=
+endif
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),)
 ifneq ($(NVCC),)
   $(info qatcheck: CUDA found: $(NVCC) -> building the cuda backend (sm_90 + PTX))
-  CFLAGS   += -DQC_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+  QC_CFLAGS += -DQC_HAVE_CUDA=1 -I$(CUDA_HOME)/include
   NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
                -Xcompiler -Wall,-Wextra,-Werror -Isrc -Iinclude -MMD -MP
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
   NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
   ifneq ($(NCCL_H),)
     $(info qatcheck: NCCL found: $(NCCL_H))
-    CFLAGS += -DQC_HAVE_NCCL=1
+    QC_CFLAGS += -DQC_HAVE_NCCL=1
     NVCCFLAGS += -DQC_HAVE_NCCL=1
     CUDA_LIBS += -lnccl
   else
     $(info qatcheck: NCCL not found: distributed checks disabled)
   endif
 else
-  $(info qatcheck: nvcc not found: building the CPU tool only)
+  $(info qatcheck: nvcc (or src/backend/cuda.cu) not found: building the CPU tool only)
 endif
 
 # ---- sources -----------------------------------------------------------------
 SRC_C   := $(wildcard src/*.c src/cli/*.c src/modules/*.c src/reference/*.c src/numerics/*.c src/backend/*.c src/report/*.c)
 SRC_CU  := $(if $(NVCC),$(wildcard kernels/*.cu src/backend/*.cu),)
-BUILD   := build
+# CUDA and CPU-only objects differ (QC_HAVE_CUDA): keep them apart
+BUILD   ?= $(if $(NVCC),build,build-nocuda)
 OBJ_C   := $(SRC_C:%.c=$(BUILD)/%.o)
 OBJ_CU  := $(SRC_CU:%.cu=$(BUILD)/%.cu.o)
 LIB_OBJ := $(filter-out $(BUILD)/src/main.o,$(OBJ_C)) $(OBJ_CU)
@@ -52,32 +56,32 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
 GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 PLUGIN_SRC := $(wildcard tests/plugins/*.c)
-PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=$(BUILD)/plugins/%.so)
+PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=build/plugins/%.so)
 
 .PHONY: all deps demo test test-unit test-e2e test-gpu asan clean check-independence bench
 
 all: check-independence qatcheck $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS)
 
 qatcheck: $(OBJ_C) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -rdynamic
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -rdynamic
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -c $< -o $@
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/test_unit: $(TEST_OBJ) $(LIB_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -lcriterion
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -lcriterion
 
 $(BUILD)/test_gpu: $(GPU_TEST_OBJ) $(LIB_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -lcriterion
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -lcriterion
 
-$(BUILD)/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
+build/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared -o $@ $<
+	$(CC) $(CFLAGS) $(filter-out -MMD -MP,$(QC_CFLAGS)) -fPIC -shared -o $@ $<
 
 # The reference must be written from the math: no production code, no
 # candidate GEMM path (DEVELOPERS.md, "Independence").
@@ -93,24 +97,24 @@ demo: deps
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	sh tests/run.sh
+	TEST_UNIT=$(BUILD)/test_unit TEST_GPU=$(BUILD)/test_gpu sh tests/run.sh
 
 test-gpu: all
-	$(BUILD)/test_gpu
+	$(BUILD)/test_gpu --verbose
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan NO_CUDA=1 \
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	  build-asan/test_unit qatcheck-asan-bin
-	ASAN_OPTIONS=detect_leaks=1 QATCHECK=./qatcheck-asan TEST_UNIT=build-asan/test_unit sh tests/run.sh
+	  build-asan/test_unit build-asan/test_gpu build/plugins/linear_plugin.so qatcheck-asan-bin
+	ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=halt_on_error=1:exitcode=86 QATCHECK=./qatcheck-asan TEST_UNIT=build-asan/test_unit TEST_GPU=build-asan/test_gpu sh tests/run.sh
 
 qatcheck-asan-bin: $(OBJ_C)
-	$(CC) $(CFLAGS) -o qatcheck-asan $^ $(LDLIBS) -rdynamic
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o qatcheck-asan $^ $(LDLIBS) -rdynamic
 
 bench: all
 	sh bench/cpu_linear.sh
 
 clean:
-	rm -rf build build-asan qatcheck qatcheck-asan
+	rm -rf build build-nocuda build-asan qatcheck qatcheck-asan
 
 -include $(OBJ_C:.o=.d) $(OBJ_CU:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d)

@@ -14,6 +14,8 @@
 /* Refuse keys of obj not in the NULL-terminated list `allowed`. */
 static int only_keys(const cJSON *obj, const char *const *allowed, const char *where) {
   for (const cJSON *it = obj->child; it; it = it->next) {
+    for (const cJSON *p = obj->child; p != it; p = p->next)
+      if (strcmp(p->string, it->string) == 0) return qc_err("%s: duplicate key '%s'", where, it->string);
     int ok = 0;
     for (const char *const *a = allowed; *a; a++)
       if (strcmp(it->string, *a) == 0) ok = 1;

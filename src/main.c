@@ -7,10 +7,12 @@
 #include "qc.h"
 
 int qc_cmd_vjp(int argc, char **argv);
+int qc_cmd_tol(int argc, char **argv);
 int qc_cmd_quant(int argc, char **argv);
 
 static const qc_verb g_verbs[] = {
     {"vjp", qc_cmd_vjp, "layer 1: each production VJP against an independent float64 reference"},
+    {"tol", qc_cmd_tol, "derive tolerances, with their reasoning, from dtypes, reduction length and format"},
     {"quant", qc_cmd_quant, "re-quantize a dump's master weight and check its deployed bytes"},
 };
 static const int g_nverbs = (int)(sizeof g_verbs / sizeof g_verbs[0]);

@@ -7,6 +7,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 QATCHECK=${QATCHECK:-./qatcheck}
 TEST_UNIT=${TEST_UNIT:-build/test_unit}
+TEST_GPU=${TEST_GPU:-build/test_gpu}
 export QATCHECK
 PY=${PYTHON:-/usr/bin/python3}
 export PY
@@ -33,9 +34,9 @@ for t in tests/e2e/*.sh; do
   else echo "FAIL $n"; printf '%s\n' "$out" | sed 's/^/    /' | tail -40; fail=$((fail+1)); failed="$failed $n"; fi
 done
 
-if [ -x build/test_gpu ] && [ "${QC_SKIP_GPU_TESTS:-0}" != 1 ]; then
-  echo "== gpu tests (build/test_gpu)"
-  build/test_gpu --verbose 2>&1 | tee /tmp/qc_gpu.$$
+if [ -x "$TEST_GPU" ] && [ "${QC_SKIP_GPU_TESTS:-0}" != 1 ]; then
+  echo "== gpu tests ($TEST_GPU)"
+  "$TEST_GPU" --verbose 2>&1 | tee /tmp/qc_gpu.$$
   line=$(grep -E '^\[====\] Synthesis' /tmp/qc_gpu.$$ | tail -1)
   gp=$(printf '%s' "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
   gf=$(printf '%s' "$line" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../audit.h"
 #include "../backend/backend.h"
@@ -133,9 +134,10 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
     m.cls = row->cls;
     snprintf(m.path, sizeof m.path, "%s", row->cls->name);
     int rc = set_contract(&m, cs, NULL, profile);
+    clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
     if (!rc) {
-      if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m.path);
+      if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
       rc = qc_audit_module(a, &m);
     }
     qc_module_free(&m);
@@ -172,6 +174,16 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     if (!rc) rc = set_contract(&m, cs, contract, profile);
     if (!rc) rc = check_deployed(a, &m);
     if (!rc) rc = select_dy(&m, cs, cs->dump);
+    char frozen[1024] = "";
+    for (int j = 0; !rc && j < m.params.n; j++) {  /* qatdump marks frozen parameters */
+      char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];
+      snprintf(ds, sizeof ds, "%s/params/%s", ents[i].path, m.params.t[j].name);
+      if (qc_dump_get_attr(d, ds, "frozen", v, sizeof v) == QC_OK && strcmp(v, "1") == 0) {
+        size_t l = strlen(frozen);
+        snprintf(frozen + l, sizeof frozen - l, "%sd_%s", l ? " " : "", m.params.t[j].name);
+      }
+    }
+    a->frozen = frozen;
     if (!rc && m.grad_out.n == 0) {
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
     }
@@ -179,6 +191,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
       if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m.path);
       rc = qc_audit_module(a, &m);
     }
+    a->frozen = NULL;
     qc_module_free(&m);
   }
 done:

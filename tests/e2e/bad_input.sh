@@ -1,7 +1,7 @@
 #!/bin/sh
 # Bad input: every case exits 2 with one "qatcheck: error:" line naming the
 # subject, no crash, and no report written.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.inc"
 $PY scripts/make_linear_dump.py "$T/d.h5" || exit 1
 good_gen='"module": "linear", "data": {"generate": {"shapes": [[4, 8, 6]], "seed": 1}}'
 # bad CASE-NAME EXPECTED-SUBSTRING: run the case file $T/CASE-NAME.json

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Planted defects in a dumped linear backward must fail, each on its own
 # tensor, while the correct module beside them passes.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.inc"
 $PY scripts/make_linear_dump.py "$T/d.h5" --defects all || exit 1
 cat >"$T/case.json" <<J
 {"module": "linear", "data": {"dump": "d.h5"}, "candidate": "dump", $LIN_TOL}

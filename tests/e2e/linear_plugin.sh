@@ -1,7 +1,7 @@
 #!/bin/sh
 # A candidate from a plugin (include/qatcheck_plugin.h): the correct one
 # passes, planted defects fail naming the tensor, a plugin error exits 2.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.inc"
 SO="$(pwd)/build/plugins/linear_plugin.so"
 [ -f "$SO" ] || { echo "missing $SO (make all)"; exit 1; }
 mk() { cat >"$T/$1.json" <<J

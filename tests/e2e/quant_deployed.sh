@@ -5,7 +5,7 @@
 # the wrong shape with exit 2, --identify names the producing profile, and
 # vjp on such a dump adds a failed `quantizer` check; a candidate that used
 # the master weight under a dequant contract fails on d_x.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.inc"
 MK="$PY scripts/make_quant_dump.py"
 $PY -c "import ml_dtypes" 2>/dev/null || { echo "ml_dtypes missing (scripts/install-deps.sh)"; exit 77; }
 for f in fp8_tensor fp8_channel fp8_block128 fp8_block128_ue8m0 nvfp4 mxfp8 mxfp4; do

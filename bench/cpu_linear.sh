@@ -1,0 +1,34 @@
+#!/bin/sh
+# bench/cpu_linear.sh: `qatcheck vjp` on a generated 2048 x 2048 x 2048
+# linear (one random dY) against the bare BLAS calls it needs (2 DGEMM + 2
+# SGEMM, bench/blas_floor.c), side by side in one run, best of R each.
+# Target: ratio <= 1.3. Peak memory (max RSS) against the tensors an audit
+# must hold; target <= 1.5.
+#   usage: bench/cpu_linear.sh [M K N] [REPEATS]
+set -eu
+cd "$(dirname "$0")/.."
+M=${1:-2048}; K=${2:-2048}; N=${3:-2048}; R=${4:-3}
+mkdir -p build/bench
+cc -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread -o build/bench/blas_floor bench/blas_floor.c -lopenblas
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+cat >"$T/case.json" <<J
+{"module": "linear", "data": {"generate": {"shapes": [[$M, $K, $N, 0]], "seed": 0}}, "dy": ["random"],
+ "tolerances": {"d_x": {"rel_l2": 4e-3, "reasoning": "bench"}, "d_weight": {"rel_l2": 4e-3, "reasoning": "bench"}}}
+J
+# interleaved, so that load on the machine hits both sides alike
+floor=1e30; best=1e30; rss=0
+for i in $(seq "$R"); do
+  f=$(build/bench/blas_floor "$M" "$K" "$N" 1)
+  floor=$(awk -v a="$floor" -v b="$f" 'BEGIN{print (b < a) ? b : a}')
+  /usr/bin/time -f "%e %M" -o "$T/time" ./qatcheck vjp --case "$T/case.json" --quiet
+  set -- $(cat "$T/time")
+  best=$(awk -v a="$best" -v b="$1" 'BEGIN{print (b < a) ? b : a}')
+  rss=$2
+done
+# what an audit must hold: X, W, dY in bf16; the float64 operands of the
+# reference GEMMs (X, W, dY); the candidate's bf16 gradients and the
+# reference's float64 gradients (d_x, d_weight)
+must=$(awk -v M="$M" -v K="$K" -v N="$N" 'BEGIN{e1=M*K; e2=N*K; e3=M*N; print (2*(e1+e2+e3) + 8*(e1+e2+e3) + 2*(e1+e2) + 8*(e1+e2))/1024}')
+awk -v a="$best" -v f="$floor" -v r="$rss" -v m="$must" -v M="$M" -v K="$K" -v N="$N" 'BEGIN{
+  printf "linear %dx%dx%d: audit %.3f s, BLAS floor %.3f s, ratio %.2f (target <= 1.3)\n", M, K, N, a, f, a/f;
+  printf "peak RSS %.0f MiB, tensors it must hold %.0f MiB, ratio %.2f (target <= 1.5)\n", r/1024, m/1024, r/m }'

@@ -1,0 +1,341 @@
+#!/usr/bin/python3
+"""qatdump: dump a PyTorch model's modules for `qatcheck vjp` (docs/qatdump.md).
+
+One call wraps the model; one training step's forward and backward run as
+usual; the dump is written before the optimizer step:
+
+    import qatdump
+    with qatdump.attach(model, "step.h5", modules=r"mlp\\.", classes={MyLinear: "linear"}):
+        loss = model(batch).loss
+        loss.backward()
+    optimizer.step()
+
+Per selected module the dump holds (spec/interfaces.md section 2):
+  inputs/<x>          what the forward received (as it received it)
+  params/<name>       the master parameters, as they were at the forward
+  saved/<name>        tensors the module's autograd Function saved, when the
+                      module names them (attribute `qatcheck_saved`)
+  outputs/<y>         the visible forward output
+  grad_out/<dy>       the dY its backward received, in the dtype it received
+  grads/<dy>/d_<n>    the gradients its production backward produced: input
+                      gradients from this module alone (not summed with other
+                      consumers of the same input), parameter gradients from
+                      this backward alone (hooks on the parameter, before
+                      accumulation into .grad, before any optimizer scaling)
+Attributes: `class` on each module group, `contract` (JSON) when the module
+has a `qatcheck_contract` dict, `frozen` = "1" on a params/ dataset whose
+parameter does not require grad (and no d_ gradient is written for it).
+
+Guards against the false differences of the method (they raise QatDumpError
+with the module's name): a module called more than once in the step (its
+parameter gradients sum over the calls), a parameter shared with another
+module (its gradient sums over the users), an FSDP-managed parameter that
+is not a DTensor (an unsharded compute copy: cannot tell it from the
+master), a DTensor parameter's gradient (reduce-scattered across ranks, not
+this rank's VJP), an output that received no gradient.
+"""
+import json
+import re
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+__all__ = ["attach", "Dumper", "QatDumpError", "write_tensor", "DEFAULT_CLASSES"]
+
+
+class QatDumpError(RuntimeError):
+    """A dump that would mislead qatcheck; the message names the module."""
+
+
+# torch module classes qatcheck knows without being told
+DEFAULT_CLASSES = {torch.nn.Linear: "linear"}
+
+_FLOAT8 = {}
+for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
+    if hasattr(torch, _name):
+        _FLOAT8[getattr(torch, _name)] = _name
+_FP4 = getattr(torch, "float4_e2m1fn_x2", None)
+
+
+def write_tensor(group, name, t):
+    """Write tensor t as dataset `name` of h5py group `group`, stored per the
+    spec: native float64/32/16 and ints, bfloat16 as uint16 + dtype
+    attribute, float8/float4 payload as uint8 + dtype attribute."""
+    t = t.detach()
+    if _is_dtensor(t):
+        raise QatDumpError("dataset '%s': a DTensor reached the writer: gather it first" % name)
+    t = t.cpu().contiguous()
+    attr = None
+    if t.dtype == torch.bfloat16:
+        arr, attr = t.view(torch.int16).numpy().view(np.uint16), "bfloat16"
+    elif t.dtype in _FLOAT8:
+        arr, attr = t.view(torch.uint8).numpy(), _FLOAT8[t.dtype]
+    elif _FP4 is not None and t.dtype == _FP4:
+        arr, attr = t.view(torch.uint8).numpy(), "float4_e2m1fn_x2"
+    elif t.dtype in (torch.float64, torch.float32, torch.float16, torch.int32, torch.int64, torch.uint8):
+        arr = t.numpy()
+    else:
+        raise QatDumpError("dataset '%s': dtype %s has no dump encoding: expected float64, float32, float16, "
+                           "bfloat16, float8, int32, int64 or uint8" % (name, t.dtype))
+    ds = group.create_dataset(name, data=arr)
+    if attr:
+        ds.attrs["dtype"] = attr
+    return ds
+
+
+def _is_dtensor(t):
+    return type(t).__name__ == "DTensor" or (hasattr(t, "placements") and hasattr(t, "to_local"))
+
+
+def _fsdp_managed(model):
+    """True when fully_shard (FSDP2) or FullyShardedDataParallel wraps part of the model."""
+    for m in model.modules():
+        for c in type(m).__mro__:
+            if c.__name__.startswith(("FSDP", "FullyShardedDataParallel")):
+                return True
+    return False
+
+
+class _Record:
+    """What one module's forward and backward left behind."""
+
+    def __init__(self, name, cls):
+        self.name, self.cls = name, cls
+        self.calls = 0
+        self.inputs = {}        # name -> tensor snapshot
+        self.input_grads = {}   # name -> grad from this module alone
+        self.params = {}        # name -> (snapshot, frozen)
+        self.param_grads = {}   # name -> grad of this backward
+        self.outputs = {}
+        self.grad_out = {}      # dy name -> dY as received
+        self.saved = {}
+        self.dy_expected = []   # dY names the backward should deliver
+        self.handles = []
+
+
+class Dumper:
+    """Hooks on the selected modules of one model; see attach()."""
+
+    def __init__(self, model, path=None, modules=None, classes=None, prefix="/"):
+        self.model, self.path, self.prefix = model, path, prefix
+        self.classes = dict(DEFAULT_CLASSES)
+        self.classes.update(classes or {})
+        rx = re.compile(modules) if modules else None
+        self.records = {}
+        self._handles = []
+        self._fsdp = _fsdp_managed(model)
+        owners = {}
+        for mname, m in model.named_modules():
+            for pn, p in m._parameters.items():
+                if p is not None:
+                    owners.setdefault(id(p), []).append(mname + "." + pn if mname else pn)
+        self._owners = owners
+        for mname, m in model.named_modules():
+            cls = getattr(m, "qatcheck_class", None) or self._class_of(m)
+            if cls is None or (rx is not None and not rx.search(mname)):
+                continue
+            self._guard_params(mname, m)
+            rec = _Record(mname, cls)
+            self.records[mname] = rec
+            self._handles.append(m.register_forward_pre_hook(self._pre_hook(rec)))
+            self._handles.append(m.register_forward_hook(self._post_hook(rec)))
+        if not self.records:
+            raise QatDumpError("no module matched: modules=%r among classes %s" %
+                               (modules, sorted(c.__name__ for c in self.classes)))
+
+    def _class_of(self, m):
+        for c in type(m).__mro__:
+            if c in self.classes:
+                return self.classes[c]
+        return None
+
+    def _guard_params(self, mname, m):
+        for pn, p in m._parameters.items():
+            if p is None:
+                continue
+            users = self._owners.get(id(p), [])
+            if len(users) > 1:
+                raise QatDumpError("module '%s': parameter '%s' is shared with %s: its gradient sums over every "
+                                   "user, not this module's VJP; dump a model without tied weights or select "
+                                   "another module" % (mname, pn, ", ".join(u for u in users if u != mname + "." + pn)))
+            if self._fsdp and not _is_dtensor(p):
+                raise QatDumpError("module '%s': parameter '%s' is FSDP-managed but not a DTensor: it may be the "
+                                   "unsharded compute copy, not the sharded master; cannot tell, so refusing "
+                                   "(dump from an FSDP2 (fully_shard) model whose parameters are DTensors, or "
+                                   "from an unsharded run)" % (mname, pn))
+
+    # -- hooks ---------------------------------------------------------------
+    def _names(self, m, attr, base, n):
+        names = getattr(m, attr, None)
+        if names:
+            return list(names)
+        return [base] if n == 1 else ["%s%d" % (base, i) for i in range(n)]
+
+    def _pre_hook(self, rec):
+        def hook(m, args):
+            rec.calls += 1
+            if rec.calls > 1:
+                return None  # reported in write(): parameter gradients sum over calls
+            tens = [i for i, a in enumerate(args) if torch.is_tensor(a)]
+            names = self._names(m, "qatcheck_inputs", "x", len(tens))
+            new = list(args)
+            for name, i in zip(names, tens):
+                a = args[i]
+                rec.inputs[name] = a.detach().clone()
+                if a.is_floating_point():
+                    # a private alias: its gradient is this module's alone;
+                    # a leaf input gets grad so the backward computes d_x
+                    tap = a.view_as(a) if a.requires_grad else a.detach().requires_grad_(True)
+                    tap.register_hook(self._store(rec.input_grads, name))
+                    new[i] = tap
+            for pn, p in m._parameters.items():
+                if p is None:
+                    continue
+                if self._fsdp and not _is_dtensor(p):
+                    # FSDP2 swaps in the unsharded compute copy for the forward
+                    raise QatDumpError("module '%s': parameter '%s' is an unsharded plain tensor inside an FSDP "
+                                       "forward: the compute copy, not the sharded master; refusing (dump from "
+                                       "an unsharded, single-rank run)" % (rec.name, pn))
+                master = p.full_tensor() if _is_dtensor(p) else p  # the sharded master, gathered
+                rec.params[pn] = (master.detach().clone(), not p.requires_grad)
+                if p.requires_grad:
+                    if _is_dtensor(p):
+                        raise QatDumpError("module '%s': parameter '%s' is a DTensor: its gradient is "
+                                           "reduce-scattered across ranks, not this rank's VJP; dump the "
+                                           "gradients from an unsharded (single-rank) run" % (rec.name, pn))
+                    rec.handles.append(p.register_hook(self._store(rec.param_grads, pn)))
+            return tuple(new)
+        return hook
+
+    def _post_hook(self, rec):
+        def hook(m, args, out):
+            if rec.calls > 1:
+                return None
+            outs = [out] if torch.is_tensor(out) else [o for o in out if torch.is_tensor(o)]
+            names = self._names(m, "qatcheck_outputs", "y", len(outs))
+            for name, o in zip(names, outs):
+                rec.outputs[name] = o.detach().clone()
+                if o.requires_grad:
+                    dyname = "dy" if len(outs) == 1 else "d" + name
+                    rec.dy_expected.append(dyname)
+                    o.register_hook(self._store(rec.grad_out, dyname))
+            saved_names = getattr(m, "qatcheck_saved", None)
+            fn = outs[0].grad_fn if outs else None
+            if saved_names and fn is not None and hasattr(fn, "saved_tensors"):
+                for name, t in zip(saved_names, fn.saved_tensors):
+                    rec.saved[name] = t.detach().clone()
+            return None
+        return hook
+
+    @staticmethod
+    def _store(d, name):
+        def hook(g):
+            d.setdefault(name, []).append(g.detach().clone())
+            return None
+        return hook
+
+    # -- output --------------------------------------------------------------
+    def write(self, path=None):
+        """Write the dump (call after backward, before optimizer.step())."""
+        path = path or self.path
+        if not path:
+            raise QatDumpError("no dump path: pass one to attach() or write()")
+        for rec in self.records.values():
+            if rec.calls == 0:
+                raise QatDumpError("module '%s' did not run in this step: run one forward and backward "
+                                   "inside attach(), or narrow `modules`" % rec.name)
+            if rec.calls > 1:
+                raise QatDumpError("module '%s' ran %d times in this step: its parameter gradients sum over the "
+                                   "calls; dump a step that calls it once" % (rec.name, rec.calls))
+            missing = [n for n in rec.dy_expected if n not in rec.grad_out]
+            if missing or not rec.grad_out:
+                raise QatDumpError("module '%s': output %s received no gradient: run backward before write() "
+                                   "(and make the loss depend on the module)" % (rec.name, missing or "y"))
+            for d in (rec.grad_out, rec.input_grads, rec.param_grads):
+                for n, gs in d.items():
+                    if len(gs) > 1:
+                        raise QatDumpError("module '%s': '%s' received %d gradients: more than one backward ran "
+                                           "inside attach(); dump one step" % (rec.name, n, len(gs)))
+        with h5py.File(path, "w") as f:
+            f.attrs["qatcheck_dump"] = np.int64(1)
+            for rec in self.records.values():
+                self._write_module(f, rec)
+        return path
+
+    def _write_module(self, f, rec):
+        m = dict(self.model.named_modules())[rec.name]
+        gpath = self.prefix + (rec.name or "root")
+        g = f.require_group(gpath)
+        g.attrs["class"] = rec.cls
+        contract = getattr(m, "qatcheck_contract", None)
+        if contract is not None:
+            g.attrs["contract"] = json.dumps(contract)
+        dys = {n: gs[0] for n, gs in rec.grad_out.items()}
+        for role, d in (("inputs", rec.inputs), ("outputs", rec.outputs), ("saved", rec.saved),
+                        ("grad_out", dys)):
+            if d:
+                sub = g.require_group(role)
+                for name, t in d.items():
+                    write_tensor(sub, name, t)
+        psub = g.require_group("params")
+        for name, (t, frozen) in rec.params.items():
+            ds = write_tensor(psub, name, t)
+            if frozen:
+                ds.attrs["frozen"] = "1"
+        # one backward per step: every gradient belongs to the one dY
+        for dyname in rec.grad_out:
+            gg = g.require_group("grads/" + dyname)
+            for d in (rec.input_grads, rec.param_grads):
+                for name, gs in d.items():
+                    write_tensor(gg, "d_" + name, gs[0])
+
+    def detach(self):
+        """Remove every hook this dumper placed."""
+        for h in self._handles:
+            h.remove()
+        for rec in self.records.values():
+            for h in rec.handles:
+                h.remove()
+        self._handles = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.write()
+        finally:
+            self.detach()
+        return False
+
+
+def attach(model, path=None, modules=None, classes=None, prefix="/"):
+    """Hook the modules of `model` whose name matches the regex `modules`
+    (None: all) and whose class is in `classes` ({torch class: qatcheck
+    class}, added to DEFAULT_CLASSES) or that carry a `qatcheck_class`
+    attribute. Run one forward and backward, then write() (or leave the
+    `with` block) before the optimizer step."""
+    return Dumper(model, path, modules, classes, prefix)
+
+
+def _ls(path):
+    with h5py.File(path, "r") as f:
+        def show(name, obj):
+            if isinstance(obj, h5py.Group) and "class" in obj.attrs:
+                print("/%s  class=%s%s" % (name, obj.attrs["class"],
+                                           "  contract=" + obj.attrs["contract"] if "contract" in obj.attrs else ""))
+            elif isinstance(obj, h5py.Dataset):
+                print("  /%s %s %s%s" % (name, list(obj.shape), obj.attrs.get("dtype", obj.dtype),
+                                         " frozen" if "frozen" in obj.attrs else ""))
+        f.visititems(show)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "ls":
+        _ls(sys.argv[2])
+    else:
+        print("usage: qatdump.py ls DUMP.h5   (the library: import qatdump; see docs/qatdump.md)", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,139 @@
+/* cli/tol.c: `qatcheck tol`: derive tolerances for one gradient tensor from
+ * precision and reduction length, and print the case-file JSON with the
+ * reasoning (and the command line that derived it) filled in. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../qc.h"
+#include "../tol.h"
+#include "cli.h"
+
+static void tol_help(void) {
+  printf("usage: qatcheck tol --out-dtype D --k K [options]\n\n"
+         "Derives the tolerances of one gradient tensor g (a reduction of K products,\n"
+         "compared with a float64 reference of the same inputs) and prints the JSON\n"
+         "member for the case file's \"tolerances\", reasoning included:\n"
+         "  rel_l2      margin * sqrt(e_out^2 + e_acc^2 + e_op^2 + e_fmt^2) = e\n"
+         "              e_out = u_out/sqrt(3)        output rounding (rms)\n"
+         "              e_acc = lambda*sqrt(K)*u_acc  accumulation (Higham & Mary 2019)\n"
+         "              e_op  = sqrt(n)*u_op/sqrt(3) n operands rounded to the operand dtype\n"
+         "              e_fmt = u_fmt/sqrt(3)        one operand quantized to --format\n"
+         "  cosine_min  sqrt(1 - e^2);  norm_ratio [1 - e, 1 + e]\n"
+         "  noise_multiple  sqrt(1 + (2d/e_out)^2), d = margin*sqrt(e_acc^2 + e_op^2 + e_fmt^2)\n"
+         "  max_abs     with --scale S: margin*S*(u_out + lambda*sqrt(K)*u_acc + n*u_op + u_fmt)\n\n"
+         "options:\n"
+         "  --out-dtype D         dtype the gradient is stored in (bfloat16, float32, ...; required)\n"
+         "  --k K                 reduction length (required): for a linear, N out-features\n"
+         "                        for d_x, M tokens for d_weight and d_bias\n"
+         "  --operand-dtype D     dtype the product's operands enter in (default: the output dtype)\n"
+         "  --rounded-operands N  operands (0-2) the candidate rounds to the operand dtype that the\n"
+         "                        reference takes unrounded, e.g. 1 for a dequantized weight cast to\n"
+         "                        bf16 (default 0: operands are what the dump or generator holds)\n"
+         "  --acc-dtype D         accumulator dtype (default float32)\n"
+         "  --format F            one operand quantized to F (fp8_*, mxfp8, nvfp4, mxfp4, e4m3, ...)\n"
+         "                        that the reference does not reproduce (default none)\n"
+         "  --tensor NAME         the gradient's name (default d_x)\n"
+         "  --lambda L            Higham-Mary lambda (default %g)\n"
+         "  --margin M            safety factor, at least 1 (default sqrt(3) = %.4g: the output\n"
+         "                        term becomes u, the worst case of one rounding)\n"
+         "  --scale S             bound on (|A||B|)_i, adds max_abs (default: no max_abs)\n"
+         "  --help                this text\n"
+         "exit status: 0 printed, 2 bad options\n",
+         QC_TOL_LAMBDA, QC_TOL_MARGIN);
+}
+
+/* Parse a number option value strictly; message names the option. */
+static int num_arg(const char *opt, const char *v, double lo, double *out) {
+  char *end;
+  errno = 0;
+  double d = strtod(v, &end);
+  if (errno || end == v || *end || !(d >= lo) || d > 1e15)
+    return qc_err("option '%s' is '%s': expected a number of at least %g", opt, v, lo);
+  *out = d;
+  return QC_OK;
+}
+
+/* The command line as a shell would accept it, for the reasoning. */
+static void cmdline(int argc, char **argv, char *buf, size_t n) {
+  size_t o = (size_t)snprintf(buf, n, "qatcheck tol");
+  for (int i = 1; i < argc && o < n; i++) {
+    int plain = strspn(argv[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=/+:,") ==
+                strlen(argv[i]) && argv[i][0];
+    o += (size_t)snprintf(buf + o, n - o, plain ? " %s" : " '%s'", argv[i]);
+  }
+}
+
+int qc_cmd_tol(int argc, char **argv) {
+  qc_tol_spec s = {0};
+  const char *tensor = "d_x", *v = NULL;
+  double d = 0;
+  int rc = QC_OK;
+  cJSON *root = NULL;
+  char *txt = NULL;
+  for (int i = 1; i < argc; i++) {
+    int r;
+    if (qc_opt_help(argv[i])) { tol_help(); return 0; }
+    if ((r = qc_opt_value(argc, argv, &i, "--out-dtype", &s.out_dtype)) ||
+        (r = qc_opt_value(argc, argv, &i, "--operand-dtype", &s.operand_dtype)) ||
+        (r = qc_opt_value(argc, argv, &i, "--acc-dtype", &s.acc_dtype)) ||
+        (r = qc_opt_value(argc, argv, &i, "--format", &s.format)) ||
+        (r = qc_opt_value(argc, argv, &i, "--tensor", &tensor))) {
+      if (r < 0) return QC_EINPUT;
+      continue;
+    }
+    static const char *const nums[] = {"--k", "--rounded-operands", "--lambda", "--margin", "--scale"};
+    int hit = -1;
+    for (int j = 0; j < 5 && hit < 0; j++) {
+      if ((r = qc_opt_value(argc, argv, &i, nums[j], &v)) < 0) return QC_EINPUT;
+      if (r) hit = j;
+    }
+    if (hit < 0) {
+      qc_err("tol: unknown option '%s'", argv[i]);
+      qc_hint("run 'qatcheck tol --help'");
+      return QC_EINPUT;
+    }
+    static const double lo[] = {1, 0, 1e-3, 1, 0};  /* --lambda > 0, --margin >= 1 */
+    if ((rc = num_arg(nums[hit], v, lo[hit], &d))) return rc;
+    if ((hit == 0 || hit == 1) && d != (double)(int64_t)d)
+      return qc_err("option '%s' is '%s': expected a whole number", nums[hit], v);
+    switch (hit) {
+      case 0: s.k = (int64_t)d; break;
+      case 1: s.rounded_operands = d > 2 ? 3 : (int)d; break;
+      case 2: s.lambda = d; break;
+      case 3: s.margin = d; break;
+      default: s.scale = d; break;
+    }
+  }
+  if (!s.k) return qc_err("tol: '--k' is required: expected the reduction length");
+  qc_tol_terms t;
+  if ((rc = qc_tol_derive(&s, &t))) return rc;
+  char cmd[512], why[1024];
+  cmdline(argc, argv, cmd, sizeof cmd);
+  qc_tol_reasoning(&s, &t, cmd, why, sizeof why);
+
+  rc = QC_ESYS;
+  root = cJSON_CreateObject();
+  cJSON *o = root ? cJSON_AddObjectToObject(root, tensor) : NULL;
+  cJSON *nr = cJSON_CreateArray();
+  if (!o || !nr) { cJSON_Delete(nr); goto done; }
+  cJSON_AddNumberToObject(o, "rel_l2", t.rel_l2);
+  if (t.has_max_abs) cJSON_AddNumberToObject(o, "max_abs", t.max_abs);
+  cJSON_AddNumberToObject(o, "cosine_min", t.cosine_min);
+  cJSON_AddItemToArray(nr, cJSON_CreateNumber(t.norm_lo));
+  cJSON_AddItemToArray(nr, cJSON_CreateNumber(t.norm_hi));
+  cJSON_AddItemToObject(o, "norm_ratio", nr);
+  cJSON_AddNumberToObject(o, "noise_multiple", t.noise_multiple);
+  cJSON_AddStringToObject(o, "reasoning", why);
+  txt = cJSON_Print(root);
+  if (!txt) goto done;
+  printf("%s\n", txt);
+  rc = QC_OK;
+done:
+  if (rc == QC_ESYS) qc_err_sys("tol: out of memory building the JSON");
+  free(txt);
+  cJSON_Delete(root);
+  return rc;
+}

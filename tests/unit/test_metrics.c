@@ -1,0 +1,72 @@
+/* test_metrics.c: metrics on hand-computed vectors and the verdict rules. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "metrics.h"
+
+Test(metrics, hand_vectors) {
+  double g[4] = {1, 2, 3, 4}, r[4] = {1, 2, 3, 5};
+  qc_metrics m;
+  qc_metrics_compute(g, r, 4, &m);
+  cr_expect_float_eq(m.max_abs, 1.0, 1e-15);
+  cr_expect_eq(m.worst, 3);
+  cr_expect_float_eq(m.rel_l2, 1.0 / sqrt(39.0), 1e-15);
+  cr_expect_float_eq(m.norm_ratio, sqrt(30.0) / sqrt(39.0), 1e-15);
+  cr_expect_float_eq(m.cosine, 34.0 / (sqrt(30.0) * sqrt(39.0)), 1e-15);
+  cr_expect_float_eq(m.sqnr_db, 10 * log10(39.0), 1e-12);
+  cr_expect_eq(m.nonfinite, 0);
+}
+
+Test(metrics, zero_norm_cosine_is_null) {
+  double g[3] = {0, 0, 0}, r[3] = {0, 0, 0};
+  qc_metrics m;
+  qc_metrics_compute(g, r, 3, &m);
+  cr_expect(m.cosine_null);
+  cr_expect_eq(m.max_abs, 0.0);
+  qc_tol t = {.has_rel_l2 = 1, .rel_l2 = 1e-3, .has_cosine_min = 1, .cosine_min = 0.999};
+  char why[128];
+  cr_expect_eq(qc_judge(&m, &t, why, sizeof why), QC_V_PASS, "%s", why);
+  /* candidate non-zero where the reference is zero: max_abs decides, and without a declared max_abs it fails */
+  double g2[3] = {0, 1e-3, 0};
+  qc_metrics_compute(g2, r, 3, &m);
+  cr_expect(m.cosine_null);
+  cr_expect_eq(qc_judge(&m, &t, why, sizeof why), QC_V_FAIL);
+  qc_tol t2 = t;
+  t2.has_max_abs = 1;
+  t2.max_abs = 1e-2;
+  t2.has_rel_l2 = 0;
+  cr_expect_eq(qc_judge(&m, &t2, why, sizeof why), QC_V_PASS, "%s", why);
+}
+
+Test(metrics, nan_never_passes) {
+  double g[3] = {1, NAN, 3}, r[3] = {1, 2, 3};
+  qc_metrics m;
+  qc_metrics_compute(g, r, 3, &m);
+  cr_expect_eq(m.nonfinite, 1);
+  qc_tol t = {.has_max_abs = 1, .max_abs = 1e9};
+  char why[128];
+  cr_expect_eq(qc_judge(&m, &t, why, sizeof why), QC_V_FAIL);
+  cr_expect(strstr(why, "non-finite") != NULL);
+  double g3[2] = {INFINITY, 0}, r3[2] = {1, 0};
+  qc_metrics_compute(g3, r3, 2, &m);
+  cr_expect_eq(qc_judge(&m, &t, why, sizeof why), QC_V_FAIL);
+}
+
+Test(metrics, each_bound_fails_alone) {
+  double g[2] = {1.01, 0}, r[2] = {1, 0};
+  qc_metrics m;
+  qc_metrics_compute(g, r, 2, &m);
+  char why[128];
+  qc_tol a = {.has_rel_l2 = 1, .rel_l2 = 1e-3};
+  cr_expect_eq(qc_judge(&m, &a, why, sizeof why), QC_V_FAIL);
+  cr_expect(strstr(why, "rel_l2") != NULL);
+  qc_tol b = {.has_norm_ratio = 1, .norm_lo = 0.999, .norm_hi = 1.001};
+  cr_expect_eq(qc_judge(&m, &b, why, sizeof why), QC_V_FAIL);
+  qc_tol c = {.has_max_abs = 1, .max_abs = 1e-3};
+  cr_expect_eq(qc_judge(&m, &c, why, sizeof why), QC_V_FAIL);
+  qc_tol d = {.has_rel_l2 = 1, .rel_l2 = 0.02, .has_norm_ratio = 1, .norm_lo = 0.98, .norm_hi = 1.02};
+  cr_expect_eq(qc_judge(&m, &d, why, sizeof why), QC_V_PASS, "%s", why);
+  m.noise_multiple = NAN;
+  qc_tol e = {.has_noise_multiple = 1, .noise_multiple = 2};
+  cr_expect_eq(qc_judge(&m, &e, why, sizeof why), QC_V_FAIL); /* NaN is never within a bound */
+}
