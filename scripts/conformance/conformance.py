@@ -147,8 +147,10 @@ def quantizers(exe, total, seed):
     bad = 0
     t0 = time.time()
     per = max(1, total // len(O.FORMATS))
+    total_vals = total_runs = 0
     for fmt in O.FORMATS:
         counts = {}
+        nsr = 0
         nvals = 0
         fbad = 0
         while nvals < per:
@@ -160,13 +162,17 @@ def quantizers(exe, total, seed):
                     if rng.random() < 0.2 else None
                 n, why = run_one(exe, fmt, prof, x, sr)
                 counts[prof] = counts.get(prof, 0) + x.size
+                nsr += x.size if sr else 0
                 if n:
                     fbad += n
                     print(f"  MISMATCH {fmt}/{prof} shape {x.shape} sr {sr}: {n} bytes; {why}", flush=True)
             nvals += x.size
-        print(f"quantizer {fmt}: {nvals} values (per profile: {counts}), {fbad} mismatching bytes", flush=True)
+        print(f"quantizer {fmt}: {nvals} values (per profile: {counts}; {nsr} of the profile runs with "
+              f"stochastic rounding), {fbad} mismatching bytes", flush=True)
         bad += fbad
-    print(f"quantizers: {time.time() - t0:.0f} s")
+        total_vals += nvals
+        total_runs += sum(counts.values())
+    print(f"quantizers: {total_vals} values, {total_runs} value-profile comparisons, {time.time() - t0:.0f} s")
     return bad
 
 

@@ -1,7 +1,7 @@
 /* minifloat.c: float32 -> E4M3 / E5M2 / E2M1 / E8M0 encoders and the
- * power-of-two ceiling, by integer arithmetic on the float32 bits (no FPU
- * rounding mode is involved, so results are the same on every host). The
- * encoders live in minifloat.h as inline functions. */
+ * power-of-two ceiling, on the float32 bits (the element encoders live in
+ * minifloat.h as inline functions; their one float operation relies on the
+ * default round-to-nearest-even mode). */
 #include "formats.h"
 
 #include <string.h>

@@ -111,50 +111,40 @@ Test(linear_contract, clipped_ste_needs_a_quantizer) {
   qc_tset_free(&ref); qc_tset_free(&prod); qc_module_free(&m);
 }
 
-Test(linear_contract, dx_weight_master_vs_dequant) {
-  const char *a[] = {"weight_format=nvfp4", "dx_weight=dequant"}, *b[] = {"weight_format=nvfp4", "dx_weight=master"};
+/* Two contracts a and b, each checked production against reference; the
+ * sum of |reference a - reference b| over the first n elements of tensor,
+ * and (when same_tensor) whether `same_tensor` is identical under both. */
+static double contract_diff(const char *const *a, int na, const char *const *b, int nb, const char *tensor, int n,
+                            const char *same_tensor) {
   qc_module ma, mb;
   qc_tset ra, pa, rb, pb;
-  make(&ma, a, 2);
-  make(&mb, b, 2);
+  make(&ma, a, na);
+  make(&mb, b, nb);
   both(&ma, &ra, &pa);
   both(&mb, &rb, &pb);
   double diff = 0;
-  for (int i = 0; i < M * K; i++) diff += fabs(at(&ra, "d_x", i) - at(&rb, "d_x", i));
-  cr_expect_gt(diff, 1e-3, "nvfp4 dequant and master d_x should differ");
-  cr_expect_eq(at(&ra, "d_weight", 11), at(&rb, "d_weight", 11), "d_weight does not depend on dx_weight");
+  for (int i = 0; i < n; i++) diff += fabs(at(&ra, tensor, i) - at(&rb, tensor, i));
+  if (same_tensor)
+    for (int i = 0; i < 16; i++) cr_expect_eq(at(&ra, same_tensor, i), at(&rb, same_tensor, i), "%s[%d] differs", same_tensor, i);
   qc_tset_free(&ra); qc_tset_free(&pa); qc_tset_free(&rb); qc_tset_free(&pb);
   qc_module_free(&ma); qc_module_free(&mb);
+  return diff;
+}
+
+Test(linear_contract, dx_weight_master_vs_dequant) {
+  const char *a[] = {"weight_format=nvfp4", "dx_weight=dequant"}, *b[] = {"weight_format=nvfp4", "dx_weight=master"};
+  cr_expect_gt(contract_diff(a, 2, b, 2, "d_x", M * K, "d_weight"), 1e-3, "nvfp4 dequant and master d_x should differ");
 }
 
 Test(linear_contract, dw_input_quantized_group128) {
   const char *a[] = {"activation_format=fp8_group128", "dw_input=quantized"}, *b[] = {"activation_format=fp8_group128"};
-  qc_module ma, mb;
-  qc_tset ra, pa, rb, pb;
-  make(&ma, a, 2);
-  make(&mb, b, 1);
-  both(&ma, &ra, &pa);
-  both(&mb, &rb, &pb);
-  double diff = 0;
-  for (int i = 0; i < N * K; i++) diff += fabs(at(&ra, "d_weight", i) - at(&rb, "d_weight", i));
-  cr_expect_gt(diff, 1e-3, "quantized and original X give the same d_weight");
-  qc_tset_free(&ra); qc_tset_free(&pa); qc_tset_free(&rb); qc_tset_free(&pb);
-  qc_module_free(&ma); qc_module_free(&mb);
+  cr_expect_gt(contract_diff(a, 2, b, 1, "d_weight", N * K, "d_x"), 1e-3, "quantized and original X give the same d_weight");
 }
 
 Test(linear_contract, sr_rounding_both_sides_seeded) {
+  /* production and reference draw the same bits (both() checks them against each other) */
   const char *a[] = {"weight_format=mxfp4", "rounding=sr:7"}, *b[] = {"weight_format=mxfp4", "rounding=sr:8"};
-  qc_module ma, mb;
-  qc_tset ra, pa, rb, pb;
-  make(&ma, a, 2);
-  make(&mb, b, 2);
-  both(&ma, &ra, &pa);   /* production and reference draw the same bits */
-  both(&mb, &rb, &pb);
-  double diff = 0;
-  for (int i = 0; i < M * K; i++) diff += fabs(at(&ra, "d_x", i) - at(&rb, "d_x", i));
-  cr_expect_gt(diff, 1e-3, "another seed gives the same d_x");
-  qc_tset_free(&ra); qc_tset_free(&pa); qc_tset_free(&rb); qc_tset_free(&pb);
-  qc_module_free(&ma); qc_module_free(&mb);
+  cr_expect_gt(contract_diff(a, 2, b, 2, "d_x", M * K, "d_weight"), 1e-3, "another seed gives the same d_x");
 }
 
 Test(linear_contract, every_weight_and_activation_format) {
