@@ -367,6 +367,57 @@ int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, s
   return rc;
 }
 
+int qc_dump_exists(qc_dump *d, const char *path) {
+  char buf[QC_PATHLEN * 2];
+  if (!path[0]) return 0;
+  /* H5Lexists needs every intermediate link to exist */
+  for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+    snprintf(buf, sizeof buf, "%.*s", (int)(p - path), path);
+    if (H5Lexists(d->file, buf, H5P_DEFAULT) <= 0) return 0;
+  }
+  return H5Lexists(d->file, path, H5P_DEFAULT) > 0;
+}
+
+typedef struct {
+  int n, cap, rc;
+  char (*name)[QC_NAMELEN];
+} name_list;
+
+static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
+  (void)info;
+  name_list *l = op;
+  H5O_info_t oi;
+  if (H5Oget_info_by_name(g, name, &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) return 0;
+  if (strlen(name) >= QC_NAMELEN) { l->rc = qc_err("dataset name '%.40s...' is longer than %d characters", name, QC_NAMELEN - 1); return -1; }
+  if (l->n == l->cap) {
+    int nc = l->cap ? 2 * l->cap : 8;
+    void *p = realloc(l->name, (size_t)nc * sizeof *l->name);
+    if (!p) { l->rc = qc_err_sys("out of memory listing datasets"); return -1; }
+    l->name = p;
+    l->cap = nc;
+  }
+  snprintf(l->name[l->n++], QC_NAMELEN, "%s", name);
+  return 0;
+}
+
+int qc_dump_list(qc_dump *d, const char *group, char (**names)[QC_NAMELEN], int *n) {
+  name_list l = {0};
+  *names = NULL;
+  *n = 0;
+  if (!qc_dump_exists(d, group)) return QC_OK;
+  hid_t g = H5Gopen2(d->file, group, H5P_DEFAULT);
+  if (g < 0) return qc_err("dump '%s': '%s' is not a group", d->path, group);
+  herr_t r = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, list_cb, &l);
+  H5Gclose(g);
+  if (l.rc || r < 0) {
+    free(l.name);
+    return l.rc ? l.rc : qc_err("dump '%s': cannot list group '%s'", d->path, group);
+  }
+  *names = l.name;
+  *n = l.n;
+  return QC_OK;
+}
+
 /* ---- module loading -------------------------------------------------------- */
 
 typedef struct {

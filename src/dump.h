@@ -46,6 +46,12 @@ int qc_dump_read_slice(qc_dump *d, const char *dset, long long index, qc_tensor 
 /* Shape and dtype of a dataset without reading it. */
 int qc_dump_info(qc_dump *d, const char *dset, qc_tensor *shape_only);
 
+/* 1 when `path` (a group or dataset, any depth) exists in the dump. */
+int qc_dump_exists(qc_dump *d, const char *path);
+/* Names of the datasets directly in `group` (none when the group is
+ * absent), in name order. *names is malloc'd; free() it. */
+int qc_dump_list(qc_dump *d, const char *group, char (**names)[QC_NAMELEN], int *n);
+
 /* Write a tensor as dataset `dset` (intermediate groups created), with the
  * `dtype` attribute where the spec requires one. */
 int qc_dump_write(qc_dump *d, const char *dset, const qc_tensor *t);

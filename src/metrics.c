@@ -12,7 +12,13 @@ void qc_metrics_finish(double ss_g, double ss_r, double ss_d, double dot, qc_met
   m->rel_l2 = m->norm_diff / fmax(m->norm_r, QC_EPS_NORM);
   m->norm_ratio = m->norm_r > 0 ? m->norm_g / m->norm_r : (m->norm_g > 0 ? INFINITY : NAN);
   if (m->norm_g > 0 && m->norm_r > 0) {
-    m->cosine = dot / (m->norm_g * m->norm_r);
+    /* near 1, <g,r>/(|g||r|) loses the digits that matter; from
+     * |g-r|^2 = |g|^2 + |r|^2 - 2<g,r>:
+     *   1 - cos = (|g-r|^2 - (|g| - |r|)^2) / (2 |g| |r|)
+     * where |g-r|^2 was summed from exact differences. */
+    double dn = m->norm_g - m->norm_r;
+    double one_minus = (ss_d - dn * dn) / (2.0 * m->norm_g * m->norm_r);
+    m->cosine = one_minus < 1e-3 ? 1.0 - fmax(one_minus, 0.0) : dot / (m->norm_g * m->norm_r);
     m->cosine_null = 0;
   } else {
     m->cosine = NAN;

@@ -38,3 +38,12 @@ int qc_module_need(const qc_module *m, const char *role, const char *name, int m
   *out = t;
   return QC_OK;
 }
+
+int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, const char *want) {
+  char s[96];
+  if (qc_numel(dy) != numel)
+    return qc_err("%s: dY '%s' is %s (%lld elements): expected %s, %lld elements", m->path, dy->name,
+                  qc_shape_str(dy->ndim, dy->shape, s, sizeof s), (long long)qc_numel(dy), want, (long long)numel);
+  if (!qc_dtype_is_float(dy->dtype)) return qc_err("%s: dY '%s' has dtype %s: expected a float type", m->path, dy->name, qc_dtype_name(dy->dtype));
+  return QC_OK;
+}

@@ -56,6 +56,14 @@ typedef struct qc_gen {
  * shape and set *out_ndim/out_shape to the shape of dY. */
 typedef int (*qc_gen_fn)(const qc_gen *g, struct qc_rng *rng, qc_module *m, int *out_ndim, int64_t *out_shape);
 
+/* The visible forward's math in float64, used only by `qatcheck fd` to
+ * cross-check the reference VJP by finite differences. Computes y (allocated
+ * here, QC_F64, shaped like dY) from m's tensors. Discrete branches (clamp
+ * and ReLU masks, top-k, which side of a limit) are decided from `branch`'s
+ * tensors (the unperturbed point), so y is smooth in m's values; branch may
+ * be m itself. Optional: NULL when a class has none (fd then refuses it). */
+typedef int (*qc_fwd_fn)(const qc_module *m, const qc_module *branch, qc_tensor *y);
+
 typedef struct qc_class {
   const char *name;            /* "linear" */
   const char *summary;         /* one line */
@@ -64,6 +72,8 @@ typedef struct qc_class {
   qc_gen_fn generate;
   qc_vjp_fn production;        /* src/modules/<name>.c: as a trainer runs it */
   const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
+  qc_fwd_fn forward;           /* optional float64 forward for `fd` (NULL: none) */
+  const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */
 } qc_class;
 
 /* A registry row: the class and its independent reference. */
@@ -82,4 +92,7 @@ const qc_registry_row *qc_registry_rows(int *n);
  * tensor or wrong rank is QC_EINPUT naming the module, role and tensor. */
 int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
                    const qc_tensor **out);
+/* Check that dY holds `numel` elements laid out as `want` describes
+ * ("[tokens, features]"); QC_EINPUT naming the module and dY otherwise. */
+int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, const char *want);
 #endif

@@ -7,9 +7,33 @@
 
 extern const qc_class qc_class_linear;
 int qc_ref_linear(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_rmsnorm;
+int qc_ref_rmsnorm(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_layernorm;
+int qc_ref_layernorm(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_rope;
+int qc_ref_rope(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_swiglu;
+int qc_ref_swiglu(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_relu2;
+int qc_ref_relu2(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_gelu;
+int qc_ref_gelu(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_logprob;
+int qc_ref_logprob(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_router;
+int qc_ref_router(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
 
 static const qc_registry_row g_rows[] = {
     {&qc_class_linear, qc_ref_linear},
+    {&qc_class_rmsnorm, qc_ref_rmsnorm},
+    {&qc_class_layernorm, qc_ref_layernorm},
+    {&qc_class_rope, qc_ref_rope},
+    {&qc_class_swiglu, qc_ref_swiglu},
+    {&qc_class_relu2, qc_ref_relu2},
+    {&qc_class_gelu, qc_ref_gelu},
+    {&qc_class_logprob, qc_ref_logprob},
+    {&qc_class_router, qc_ref_router},
 };
 
 const qc_registry_row *qc_registry_rows(int *n) {

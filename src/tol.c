@@ -108,7 +108,8 @@ int qc_tol_derive(const qc_tol_spec *s, qc_tol_terms *t) {
   if (e >= 1)
     return qc_err("tol: the derived rel_l2 is %.3g: expected below 1 (at this precision and K the result carries no "
                   "digits; use a wider accumulator)", e);
-  t->cosine_min = one_minus_up(1.0 - sqrt(1.0 - e * e));
+  /* 1 - cosine is resolved to ~1e-16 absolute (metrics.c); keep 1e-12 of room */
+  t->cosine_min = one_minus_up(fmax(1.0 - sqrt(1.0 - e * e), 1e-12));
   t->norm_lo = one_minus_up(e);
   t->norm_hi = 1.0 + e;
   /* A correct candidate rounds c = r + d, d its pre-rounding error, to the

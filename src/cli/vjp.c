@@ -25,7 +25,10 @@ static void help(void) {
   int n;
   const qc_registry_row *r = qc_registry_rows(&n);
   printf("\nmodule classes:\n");
-  for (int i = 0; i < n; i++) printf("  %-10s %s\n", r[i].cls->name, r[i].cls->summary);
+  for (int i = 0; i < n; i++) {
+    printf("  %-10s %s\n", r[i].cls->name, r[i].cls->summary);
+    if (r[i].cls->not_checked && r[i].cls->not_checked[0]) printf("  %-10s not checked: %s\n", "", r[i].cls->not_checked);
+  }
 }
 
 /* Contract for m: the dump's attribute (if any), the case's over it, the

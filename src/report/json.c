@@ -64,6 +64,14 @@ int qc_report_json(const char *path, const qc_report_info *info, const qc_result
   if (info->device) cJSON_AddStringToObject(root, "device", info->device);
   if (info->profile) cJSON_AddStringToObject(root, "profile", info->profile);
   cJSON_AddStringToObject(root, "verdict", verdict_str(qc_results_verdict(r)));
+  /* differentiable inputs each class deliberately leaves unchecked, and why */
+  cJSON *nc = NULL;
+  for (int i = 0; i < r->n; i++) {
+    const qc_registry_row *row = qc_registry_find(r->v[i].cls);
+    if (!row || !row->cls->not_checked || !row->cls->not_checked[0]) continue;
+    if (!nc) nc = cJSON_AddObjectToObject(root, "not_checked");
+    if (!cJSON_GetObjectItemCaseSensitive(nc, r->v[i].cls)) cJSON_AddStringToObject(nc, r->v[i].cls, row->cls->not_checked);
+  }
   cJSON *checks = cJSON_AddArrayToObject(root, "checks");
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];

@@ -70,3 +70,25 @@ Test(metrics, each_bound_fails_alone) {
   qc_tol e = {.has_noise_multiple = 1, .noise_multiple = 2};
   cr_expect_eq(qc_judge(&m, &e, why, sizeof why), QC_V_FAIL); /* NaN is never within a bound */
 }
+
+Test(metrics, cosine_accurate_near_one) {
+  /* g = r + a perturbation of relative size ~1e-6 over 2^20 elements:
+   * 1 - cos ~ 1e-12, where <g,r>/(|g||r|) in double carries ~1e-13 of
+   * rounding; the metric must match a long double evaluation to 1e-3 */
+  enum { N = 1 << 20 };
+  static double g[N], r[N];
+  long double sgg = 0, srr = 0, sgr = 0;
+  for (int i = 0; i < N; i++) {
+    r[i] = 1.0 + (i % 7) * 0.25;
+    g[i] = r[i] + ((i % 2) ? 1e-6 : -1e-6) * (1 + (i % 3));
+    sgg += (long double)g[i] * g[i];
+    srr += (long double)r[i] * r[i];
+    sgr += (long double)g[i] * r[i];
+  }
+  long double exact = 1.0L - sgr / sqrtl(sgg * srr);
+  qc_metrics m;
+  qc_metrics_compute(g, r, N, &m);
+  double got = 1.0 - m.cosine;
+  cr_expect(exact > 1e-13L, "exact 1 - cos = %Lg", exact);
+  cr_expect(fabsl((long double)got - exact) <= 1e-3L * exact + 2.3e-16L, "1 - cos = %g, exact %Lg", got, exact);
+}

@@ -1,0 +1,39 @@
+/* modules/layernorm.c: the production LayerNorm VJP. The math and the
+ * float32 core are shared with rmsnorm (modules/rmsnorm.c, center = 1):
+ *
+ *   forward  y = (x - mean(x)) * rstd * w + b,  rstd = 1/sqrt(var(x) + eps)
+ *   d_x      rstd * (g - mean(g) - xh * mean(g * xh)),  g = dy * w
+ *   d_weight sum_t dy * xh;  d_bias sum_t dy (when params/bias exists) */
+#include "../module.h"
+
+int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int center);
+int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center);
+int qc_mod_norm_generate(const qc_gen *gp, struct qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape, int center);
+
+static int layernorm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  return qc_mod_norm_vjp(ctx, m, dy, grads, 1);
+}
+
+static int layernorm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
+  return qc_mod_norm_forward(m, branch, y, 1);
+}
+
+static int layernorm_generate(const qc_gen *gp, struct qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
+  return qc_mod_norm_generate(gp, rng, m, ondim, oshape, 1);
+}
+
+static const qc_key_spec layernorm_keys[] = {
+    {"eps", NULL, "1e-5", "added to the variance inside the square root"},
+    {NULL, NULL, NULL, NULL}};
+
+const qc_class qc_class_layernorm = {
+    .name = "layernorm",
+    .summary = "y = (x - mean) / sqrt(var + eps) * w + b: d_x, d_weight, d_bias with float32 statistics",
+    .shape_help = "[T, D] or [T, D, 0] (no bias): tokens, hidden size",
+    .keys = layernorm_keys,
+    .generate = layernorm_generate,
+    .production = layernorm_vjp,
+    .not_checked = "",
+    .forward = layernorm_forward,
+    .fd_shape = "7,33",
+};

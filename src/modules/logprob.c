@@ -1,0 +1,211 @@
+/* modules/logprob.c: the production selected-token log-prob VJP, as an RL
+ * trainer writes it over a vocab-parallel LM head: float32, per-shard max
+ * and sum of exponentials combined across shards (the all-reduce) in
+ * float32.
+ *
+ *   logits [B, S, V] (or [T, V]: one sequence), token_ids [B, S], loss_mask [B, S]
+ *   z = logits / temperature, lp[b,s] = z[id] - logsumexp(z)
+ *   forward  y[b,s] = w[b,s] lp[b,s],  w = mask * (1 | 1/N | 1/(n_b B'))
+ *            for normalization sum | mean_tokens | mean_sequences, where N =
+ *            counted tokens in the batch, n_b = counted tokens of sequence b,
+ *            B' = sequences with n_b > 0 (w = 0 when the count is 0)
+ *   d_logits [b,s,v] = dy[b,s] w[b,s] (onehot(id)_v - softmax(z)_v) / temperature
+ * Tokens with mask 0 get zero gradient and their ids are not read (they may
+ * be -100 or any padding id). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../module.h"
+#include "../numerics/formats.h"
+#include "../qc.h"
+#include "mod_util.h"
+
+static const qc_key_spec logprob_keys[] = {
+    {"temperature", NULL, "1", "logits are divided by it before the log-softmax"},
+    {"normalization", "sum|mean_tokens|mean_sequences", "sum",
+     "loss weight per token: 1, 1/(counted tokens), or 1/(tokens of its sequence * non-empty sequences)"},
+    {"vocab_shards", NULL, "1", "vocab-parallel shards (must divide V); reductions combine across shards"},
+    {NULL, NULL, NULL, NULL}};
+
+/* The tensors and sizes of a logprob module, ids and per-token weights. */
+typedef struct {
+  const qc_tensor *logits;
+  int64_t B, S, V, shards;
+  double temp;
+  int64_t *ids;   /* [B*S] */
+  double *w;      /* [B*S] loss weight (0 for masked tokens) */
+} lp_view;
+
+static void lp_view_free(lp_view *v) {
+  free(v->ids);
+  free(v->w);
+}
+
+static int lp_view_get(const qc_module *m, lp_view *v) {
+  const qc_tensor *idt, *mt;
+  int rc;
+  memset(v, 0, sizeof *v);
+  if ((rc = qc_module_need(m, "inputs", "logits", 2, 3, &v->logits))) return rc;
+  if ((rc = qc_module_need(m, "saved", "token_ids", 1, 2, &idt))) return rc;
+  mt = qc_tset_get(&m->saved, "loss_mask");
+  v->V = v->logits->shape[v->logits->ndim - 1];
+  v->B = v->logits->ndim == 3 ? v->logits->shape[0] : 1;
+  v->S = qc_numel(v->logits) / (v->V * v->B);
+  const int64_t n = v->B * v->S;
+  if (qc_numel(idt) != n) return qc_err("%s: 'saved/token_ids' has %lld entries: expected %lld (one per position of 'inputs/logits')", m->path, (long long)qc_numel(idt), (long long)n);
+  if (mt && qc_numel(mt) != n) return qc_err("%s: 'saved/loss_mask' has %lld entries: expected %lld", m->path, (long long)qc_numel(mt), (long long)n);
+  v->temp = qc_contract_num(&m->contract, "temperature", 1);
+  double sh = qc_contract_num(&m->contract, "vocab_shards", 1);
+  if (!(v->temp > 0)) return qc_err("%s: contract key 'temperature' is %g: expected > 0", m->path, v->temp);
+  if (sh != floor(sh) || sh < 1 || fmod((double)v->V, sh) != 0)
+    return qc_err("%s: contract key 'vocab_shards' is %g: expected a whole number dividing the vocab size %lld", m->path, sh, (long long)v->V);
+  v->shards = (int64_t)sh;
+  double *mask = mt ? qc_mod_f64(mt, "logprob mask") : NULL;
+  v->w = qc_calloc((size_t)n + 1, sizeof *v->w, "logprob weights");
+  if (!v->w || (mt && !mask)) { free(mask); return QC_ESYS; }
+  if ((rc = qc_mod_ids(m, idt, "saved/token_ids", &v->ids))) { free(mask); return rc; }
+  const char *norm = qc_contract_str(&m->contract, "normalization", "sum");
+  int64_t total = 0, nonempty = 0;
+  for (int64_t b = 0; b < v->B; b++) {
+    int64_t cnt = 0;
+    for (int64_t s = 0; s < v->S; s++) {
+      int64_t i = b * v->S + s;
+      if (mask && mask[i] == 0) continue;
+      if (v->ids[i] < 0 || v->ids[i] >= v->V) {
+        free(mask);
+        return qc_err("%s: 'saved/token_ids'[%lld] is %lld at a counted position: expected 0..%lld", m->path, (long long)i, (long long)v->ids[i], (long long)v->V - 1);
+      }
+      v->w[i] = 1.0;
+      cnt++;
+    }
+    total += cnt;
+    nonempty += cnt > 0;
+  }
+  for (int64_t b = 0; b < v->B; b++) {
+    int64_t cnt = 0;
+    for (int64_t s = 0; s < v->S; s++) cnt += v->w[b * v->S + s] != 0;
+    double scale = strcmp(norm, "mean_tokens") == 0 ? 1.0 / (double)(total ? total : 1)
+                   : strcmp(norm, "mean_sequences") == 0 ? 1.0 / ((double)(cnt ? cnt : 1) * (double)(nonempty ? nonempty : 1))
+                                                         : 1.0;
+    for (int64_t s = 0; s < v->S; s++) v->w[b * v->S + s] *= scale;
+  }
+  free(mask);
+  return QC_OK;
+}
+
+/* Production VJP (see the file comment). */
+static int logprob_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  lp_view v;
+  int rc = lp_view_get(m, &v);
+  float *z = NULL, *g = NULL, *dl, *smax = NULL, *ssum = NULL;
+  if (rc) goto done;
+  if ((rc = qc_module_check_dy(m, dy, v.B * v.S, "one value per position of inputs/logits"))) goto done;
+  rc = QC_ESYS;
+  z = qc_mod_f32(v.logits, "logprob logits");
+  g = qc_mod_f32(dy, "logprob dY");
+  smax = qc_malloc((size_t)v.shards * sizeof *smax, "logprob shard max");
+  ssum = qc_malloc((size_t)v.shards * sizeof *ssum, "logprob shard sum");
+  if (!z || !g || !smax || !ssum) goto done;
+  if ((rc = qc_mod_add(grads, "d_logits", QC_F32, v.logits->ndim, v.logits->shape, (void **)&dl))) goto done;
+  const int64_t V = v.V, P = V / v.shards;
+  const float invt = 1.0f / (float)v.temp;
+  for (int64_t i = 0; i < v.B * v.S; i++) {
+    if (v.w[i] == 0) continue;
+    float *zr = z + i * V, *dr = dl + i * V;
+    for (int64_t j = 0; j < V; j++) zr[j] = zr[j] / (float)v.temp;
+    for (int64_t k = 0; k < v.shards; k++) {  /* each rank's local reductions */
+      smax[k] = -INFINITY;
+      ssum[k] = 0.0f;
+      for (int64_t j = k * P; j < (k + 1) * P; j++) smax[k] = fmaxf(smax[k], zr[j]);
+      for (int64_t j = k * P; j < (k + 1) * P; j++) ssum[k] += expf(zr[j] - smax[k]);
+    }
+    float M = -INFINITY, Ssum = 0.0f;  /* the all-reduces (max, then sum) */
+    for (int64_t k = 0; k < v.shards; k++) M = fmaxf(M, smax[k]);
+    for (int64_t k = 0; k < v.shards; k++) Ssum += ssum[k] * expf(smax[k] - M);
+    const float lse = M + logf(Ssum), c = g[i] * (float)v.w[i] * invt;
+    for (int64_t j = 0; j < V; j++) dr[j] = -c * expf(zr[j] - lse);
+    dr[v.ids[i]] += c;
+  }
+  rc = QC_OK;
+done:
+  free(z); free(g); free(smax); free(ssum);
+  lp_view_free(&v);
+  return rc;
+}
+
+/* Float64 forward y [B, S] (no discrete branch: ids and mask are fixed). */
+static int logprob_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
+  (void)branch;
+  lp_view v;
+  int rc = lp_view_get(m, &v);
+  double *z = NULL;
+  if (rc) goto done;
+  rc = QC_ESYS;
+  if (!(z = qc_mod_f64(v.logits, "logprob logits"))) goto done;
+  int64_t ys[2] = {v.B, v.S};
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 2, ys))) goto done;
+  for (int64_t i = 0; i < v.B * v.S; i++) {
+    if (v.w[i] == 0) continue;
+    const double *zr = z + i * v.V;
+    double mx = -INFINITY, se = 0;
+    for (int64_t j = 0; j < v.V; j++) mx = fmax(mx, zr[j] / v.temp);
+    for (int64_t j = 0; j < v.V; j++) se += exp(zr[j] / v.temp - mx);
+    ((double *)y->data)[i] = v.w[i] * (zr[v.ids[i]] / v.temp - mx - log(se));
+  }
+  rc = QC_OK;
+done:
+  free(z);
+  lp_view_free(&v);
+  return rc;
+}
+
+/* Generated logprob: shape [B, S, V]. logits ~ 2 N(0,1) bf16, token ids
+ * uniform in [0, V) (int64), loss_mask (uint8): the first min(2, S-1)
+ * positions of each sequence are prompt (0), sequence b has a padded tail of
+ * b * S / (2B) positions (0, id -100), and with B >= 3 the last sequence is
+ * fully masked. values = "special": a spiked row (+60 at the target), a zero
+ * row, and entries +-1e4, 1e-30. */
+static int logprob_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
+  if (gp->nshape != 3) return qc_err("logprob: generate shape needs [B, S, V] (sequences, positions, vocab), got %d entries", gp->nshape);
+  const int64_t B = gp->shape[0], S = gp->shape[1], V = gp->shape[2];
+  if (B < 1 || S < 1 || V < 2) return qc_err("logprob: generate shape needs B >= 1, S >= 1, V >= 2");
+  int64_t bs[2] = {B, S}, *ids;
+  uint16_t *z;
+  uint8_t *mask;
+  int rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "logits", 3, gp->shape, rng, 2.0, &z))) return rc;
+  if ((rc = qc_mod_add(&m->saved, "token_ids", QC_I64, 2, bs, (void **)&ids))) return rc;
+  if ((rc = qc_mod_add(&m->saved, "loss_mask", QC_U8, 2, bs, (void **)&mask))) return rc;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t s = 0; s < S; s++) {
+      int64_t i = b * S + s;
+      int pad = s >= S - b * S / (2 * B) || (B >= 3 && b == B - 1);
+      mask[i] = !pad && (s >= (S > 2 ? 2 : S - 1));
+      ids[i] = pad ? -100 : (int64_t)(qc_rng_uniform(rng) * (double)V);
+    }
+  static const float ext[] = {1e4f, -1e4f, 1e-30f};
+  qc_mod_values(gp, rng, z, B * S, V, ext, 3);
+  if (qc_mod_special(gp)) {
+    int64_t i = B * S - 1 - (B >= 3 ? S : 0);  /* a counted row when there is one */
+    for (int64_t s = 0; s < B * S && (mask[i] == 0 || i == (B * S) / 2); s++) i = (i + 1) % (B * S);
+    if (mask[i]) z[i * V + ids[i]] = qc_f32_to_bf16(60.0f);
+  }
+  *ondim = 2;
+  oshape[0] = B;
+  oshape[1] = S;
+  return QC_OK;
+}
+
+const qc_class qc_class_logprob = {
+    .name = "logprob",
+    .summary = "selected-token log-softmax with temperature, loss mask, normalization, vocab shards: d_logits",
+    .shape_help = "[B, S, V]: sequences, positions, vocab",
+    .keys = logprob_keys,
+    .generate = logprob_generate,
+    .production = logprob_vjp,
+    .not_checked = "",
+    .forward = logprob_forward,
+    .fd_shape = "3,6,40",
+};

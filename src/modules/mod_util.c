@@ -1,0 +1,128 @@
+/* mod_util.c: see mod_util.h. */
+#include "mod_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../numerics/formats.h"
+#include "../qc.h"
+
+double *qc_mod_f64(const qc_tensor *t, const char *what) {
+  double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);
+  if (d && qc_tensor_to_f64(t, d)) {
+    free(d);
+    return NULL;
+  }
+  return d;
+}
+
+float *qc_mod_f32(const qc_tensor *t, const char *what) {
+  double *d = qc_mod_f64(t, what);
+  float *f = d ? qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *f, what) : NULL;
+  if (f)
+    for (int64_t i = 0; i < qc_numel(t); i++) f[i] = (float)d[i];
+  free(d);
+  return f;
+}
+
+int qc_mod_add(qc_tset *set, const char *name, qc_dtype dt, int ndim, const int64_t *shape, void **data) {
+  qc_tensor t = {0};
+  int rc = qc_tensor_alloc(&t, name, dt, ndim, shape);
+  if (rc) return rc;
+  void *p = t.data;
+  if ((rc = qc_tset_add(set, &t))) {
+    qc_tensor_free(&t);
+    return rc;
+  }
+  *data = p;
+  return QC_OK;
+}
+
+int qc_mod_gen_bf16(qc_tset *set, const char *name, int ndim, const int64_t *shape, qc_rng *rng, double scale,
+                    uint16_t **data) {
+  void *p;
+  int rc = qc_mod_add(set, name, QC_BF16, ndim, shape, &p);
+  if (rc) return rc;
+  uint16_t *h = p;
+  for (int64_t i = 0; i < qc_shape_numel(ndim, shape); i++) h[i] = qc_f32_to_bf16((float)(scale * qc_rng_normal(rng)));
+  *data = h;
+  return QC_OK;
+}
+
+void qc_mod_values(const qc_gen *g, qc_rng *rng, uint16_t *p, int64_t rows, int64_t cols, const float *extremes, int n) {
+  if (g->values && strcmp(g->values, "heavy_tail") == 0)
+    for (int64_t i = 0; i < rows * cols; i++)
+      p[i] = qc_f32_to_bf16((float)(qc_bf16_to_f32(p[i]) / (0.05 + qc_rng_uniform(rng))));
+  if (!qc_mod_special(g)) return;
+  if (rows > 1) memset(p + (rows / 2) * cols, 0, (size_t)cols * sizeof *p);
+  for (int64_t i = 5, j = 0; i < rows * cols; i += 37, j++) p[i] = qc_f32_to_bf16(extremes[j % n]);
+}
+
+int qc_mod_special(const qc_gen *g) { return g->values && strcmp(g->values, "special") == 0; }
+
+int qc_mod_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out) {
+  int64_t n = qc_numel(t);
+  double *d = qc_mod_f64(t, what);
+  int64_t *ids = d ? qc_malloc((size_t)(n + 1) * sizeof *ids, what) : NULL;
+  int rc = ids ? QC_OK : QC_ESYS;
+  for (int64_t i = 0; ids && i < n; i++) {
+    if (!(d[i] == floor(d[i])) || fabs(d[i]) > 9.0e15) {
+      rc = qc_err("%s: dataset '%s' element %lld is %g: expected an integer", m->path, what, (long long)i, d[i]);
+      break;
+    }
+    ids[i] = (int64_t)d[i];
+  }
+  free(d);
+  if (rc) free(ids);
+  else *out = ids;
+  return rc;
+}
+
+int qc_mod_unary_vjp(const qc_module *m, const qc_tensor *dy, qc_tset *grads, qc_mod_deriv_f32 deriv, int variant) {
+  const qc_tensor *xt;
+  float *dx;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), "the shape of inputs/x"))) return rc;
+  float *x = qc_mod_f32(xt, "activation input"), *g = qc_mod_f32(dy, "activation dY");
+  rc = QC_ESYS;
+  if (!x || !g) goto done;
+  if ((rc = qc_mod_add(grads, "d_x", QC_F32, xt->ndim, xt->shape, (void **)&dx))) goto done;
+  for (int64_t i = 0; i < qc_numel(xt); i++) dx[i] = g[i] * deriv(x[i], variant);
+  rc = QC_OK;
+done:
+  free(x); free(g);
+  return rc;
+}
+
+int qc_mod_unary_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, qc_mod_fn_f64 fn, int variant) {
+  const qc_tensor *xt, *bt;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
+  if ((rc = qc_module_need(branch, "inputs", "x", 1, QC_MAXDIM, &bt))) return rc;
+  double *x = qc_mod_f64(xt, "activation input"), *b = qc_mod_f64(bt, "activation input");
+  rc = QC_ESYS;
+  if (!x || !b) goto done;
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, xt->ndim, xt->shape))) goto done;
+  for (int64_t i = 0; i < qc_numel(xt); i++) ((double *)y->data)[i] = fn(x[i], b[i], variant);
+  rc = QC_OK;
+done:
+  free(x); free(b);
+  return rc;
+}
+
+int qc_mod_unary_generate(const char *cls, const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape,
+                          double scale) {
+  if (gp->nshape != 2) return qc_err("%s: generate shape needs [T, F] (tokens, features), got %d entries", cls, gp->nshape);
+  if (gp->shape[0] < 1 || gp->shape[1] < 1) return qc_err("%s: generate shape entries must be >= 1", cls);
+  uint16_t *x;
+  int rc = qc_mod_gen_bf16(&m->inputs, "x", 2, gp->shape, rng, scale, &x);
+  if (rc) return rc;
+  for (int64_t i = 3; i < gp->shape[0] * gp->shape[1]; i += 11) x[i] = 0;
+  static const float ext[] = {3e4f, -3e4f, 1e-30f, -1e-30f, -0.0f};
+  qc_mod_values(gp, rng, x, gp->shape[0], gp->shape[1], ext, 5);
+  *ondim = 2;
+  memcpy(oshape, gp->shape, 2 * sizeof *oshape);
+  return QC_OK;
+}

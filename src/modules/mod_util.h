@@ -1,0 +1,48 @@
+/* mod_util.h: small helpers shared by the production class files in
+ * src/modules/ (loading tensors the way a trainer holds them, adding output
+ * tensors, generating bf16 inputs). Never used by src/reference/. */
+#ifndef QC_MOD_UTIL_H
+#define QC_MOD_UTIL_H
+
+#include <stdint.h>
+
+#include "../module.h"
+#include "../rng.h"
+#include "../tensor.h"
+
+/* A new float32 array holding t decoded (qc_numel(t) elements); NULL with
+ * the error set (naming `what`) when out of memory or t is not decodable. */
+float *qc_mod_f32(const qc_tensor *t, const char *what);
+/* The same in float64 (for the classes' float64 forwards). */
+double *qc_mod_f64(const qc_tensor *t, const char *what);
+/* Allocate a zeroed tensor `name` [shape] of dtype dt, add it to set and
+ * point *data at its storage (valid while the set lives). */
+int qc_mod_add(qc_tset *set, const char *name, qc_dtype dt, int ndim, const int64_t *shape, void **data);
+/* Add a bfloat16 tensor of N(0, scale^2) draws to set; *data points at it. */
+int qc_mod_gen_bf16(qc_tset *set, const char *name, int ndim, const int64_t *shape, qc_rng *rng, double scale,
+                    uint16_t **data);
+/* Apply the generate request's values to a [rows, cols] bf16 tensor:
+ * "special": row rows/2 zeroed and every 37th element (from element 5)
+ * replaced by extremes[i % n]; "heavy_tail": every element divided by
+ * 0.05 + U(0,1) (magnitudes up to 20x); "normal": unchanged. */
+void qc_mod_values(const qc_gen *g, qc_rng *rng, uint16_t *p, int64_t rows, int64_t cols, const float *extremes, int n);
+/* 1 when the generate request asks for values = "special". */
+int qc_mod_special(const qc_gen *g);
+/* Read integer ids (any integer or float dtype holding integers) into a new
+ * int64 array; QC_EINPUT naming m and `what` when a value is not an integer. */
+int qc_mod_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out);
+
+#endif
+
+/* Elementwise one-input classes (relu2, gelu): inputs/x [...], y = f(x),
+ * d_x = dy * f'(x). `variant` is the class's contract choice. */
+typedef float (*qc_mod_deriv_f32)(float x, int variant);
+typedef double (*qc_mod_fn_f64)(double x, double branch_x, int variant);
+/* Production VJP: d_x (float32, shape of x) = dy * deriv(x) in float32. */
+int qc_mod_unary_vjp(const qc_module *m, const qc_tensor *dy, qc_tset *grads, qc_mod_deriv_f32 deriv, int variant);
+/* Float64 forward y = fn(x, branch x) (shape of x). */
+int qc_mod_unary_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, qc_mod_fn_f64 fn, int variant);
+/* Generator for [T, F]: x ~ scale N(0,1) bf16 with exact zeros every 11th
+ * element; values = "special" adds a zero row and +-3e4, +-1e-30, -0. */
+int qc_mod_unary_generate(const char *cls, const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape,
+                          double scale);

@@ -1,0 +1,174 @@
+/* modules/rmsnorm.c: the production RMSNorm VJP (and the shared norm core
+ * that modules/layernorm.c uses), as DS4's closed-form FP32 backward.
+ *
+ *   forward  y = (x - mu) * rstd * w (+ b)        x [..., D], w [D], b [D]
+ *            rmsnorm: mu = 0, rstd = 1/sqrt(mean(x^2) + eps)
+ *            layernorm: mu = mean(x), rstd = 1/sqrt(mean((x-mu)^2) + eps)
+ *   d_x      rstd * (g - mean(g) - xh * mean(g * xh)),  g = dy * w, xh = (x - mu) * rstd
+ *            (rmsnorm drops the mean(g) term)
+ *   d_weight sum over tokens of dy * xh
+ *   d_bias   sum over tokens of dy                  (layernorm with params/bias)
+ *
+ * Statistics, the per-row sums and the token reductions run in float32
+ * (sequential, like a straightforward fused kernel); outputs are float32. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../module.h"
+#include "../numerics/formats.h"
+#include "../qc.h"
+#include "mod_util.h"
+
+int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int center);
+int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center);
+int qc_mod_norm_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape, int center);
+
+/* The tensors of a norm module: x [rows, D], weight [D], optional bias. */
+typedef struct {
+  const qc_tensor *x, *w, *b;
+  int64_t rows, D;
+} norm_view;
+
+static int norm_view_get(const qc_module *m, int center, norm_view *v) {
+  int rc;
+  memset(v, 0, sizeof *v);
+  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &v->x))) return rc;
+  if ((rc = qc_module_need(m, "params", "weight", 1, 1, &v->w))) return rc;
+  v->b = center ? qc_tset_get(&m->params, "bias") : NULL;
+  v->D = v->x->shape[v->x->ndim - 1];
+  v->rows = qc_numel(v->x) / v->D;
+  if (v->w->shape[0] != v->D)
+    return qc_err("%s: 'params/weight' has %lld elements but 'inputs/x' has %lld features: expected weight [%lld]", m->path,
+                  (long long)v->w->shape[0], (long long)v->D, (long long)v->D);
+  if (v->b && (v->b->ndim != 1 || v->b->shape[0] != v->D))
+    return qc_err("%s: 'params/bias' must be [%lld]", m->path, (long long)v->D);
+  return QC_OK;
+}
+
+/* Production VJP (see the file comment); center = 1 for layernorm. */
+int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int center) {
+  (void)ctx;
+  norm_view v;
+  int rc = norm_view_get(m, center, &v);
+  if (rc) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), "the shape of inputs/x"))) return rc;
+  const int64_t R = v.rows, D = v.D;
+  const float eps = (float)qc_contract_num(&m->contract, "eps", center ? 1e-5 : 1e-6);
+  float *x = qc_mod_f32(v.x, "norm input"), *w = qc_mod_f32(v.w, "norm weight"), *g = qc_mod_f32(dy, "norm dY");
+  float *dx, *dw, *db = NULL;
+  rc = QC_ESYS;
+  if (!x || !w || !g) goto done;
+  if ((rc = qc_mod_add(grads, "d_x", QC_F32, v.x->ndim, v.x->shape, (void **)&dx))) goto done;
+  if ((rc = qc_mod_add(grads, "d_weight", QC_F32, 1, &D, (void **)&dw))) goto done;
+  if (v.b && (rc = qc_mod_add(grads, "d_bias", QC_F32, 1, &D, (void **)&db))) goto done;
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * D, *gr = g + r * D;
+    float mu = 0.0f, var = 0.0f, sg = 0.0f, sgx = 0.0f;
+    if (center) {
+      for (int64_t i = 0; i < D; i++) mu += xr[i];
+      mu /= (float)D;
+    }
+    for (int64_t i = 0; i < D; i++) var += (xr[i] - mu) * (xr[i] - mu);
+    const float rstd = 1.0f / sqrtf(var / (float)D + eps);
+    for (int64_t i = 0; i < D; i++) {
+      float xh = (xr[i] - mu) * rstd, gw = gr[i] * w[i];
+      sg += gw;
+      sgx += gw * xh;
+      dw[i] += gr[i] * xh;
+      if (db) db[i] += gr[i];
+    }
+    const float msg = center ? sg / (float)D : 0.0f, msgx = sgx / (float)D;
+    for (int64_t i = 0; i < D; i++) dx[r * D + i] = rstd * (gr[i] * w[i] - msg - (xr[i] - mu) * rstd * msgx);
+  }
+  rc = QC_OK;
+done:
+  free(x); free(w); free(g);
+  return rc;
+}
+
+static int rmsnorm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  return qc_mod_norm_vjp(ctx, m, dy, grads, 0);
+}
+
+/* Float64 forward y [rows, D]; a norm has no discrete branch. */
+int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center) {
+  (void)branch;
+  norm_view v;
+  int rc = norm_view_get(m, center, &v);
+  if (rc) return rc;
+  const int64_t R = v.rows, D = v.D;
+  const double eps = qc_contract_num(&m->contract, "eps", center ? 1e-5 : 1e-6);
+  double *x = qc_mod_f64(v.x, "norm input"), *w = qc_mod_f64(v.w, "norm weight");
+  double *b = v.b ? qc_mod_f64(v.b, "norm bias") : NULL;
+  rc = QC_ESYS;
+  if (!x || !w || (v.b && !b)) goto done;
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, v.x->ndim, v.x->shape))) goto done;
+  for (int64_t r = 0; r < R; r++) {
+    double *xr = x + r * D, mu = 0, ms = 0;
+    for (int64_t i = 0; center && i < D; i++) mu += xr[i] / (double)D;
+    for (int64_t i = 0; i < D; i++) ms += (xr[i] - mu) * (xr[i] - mu) / (double)D;
+    for (int64_t i = 0; i < D; i++)
+      ((double *)y->data)[r * D + i] = (xr[i] - mu) / sqrt(ms + eps) * w[i] + (b ? b[i] : 0.0);
+  }
+  rc = QC_OK;
+done:
+  free(x); free(w); free(b);
+  return rc;
+}
+
+static int rmsnorm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
+  return qc_mod_norm_forward(m, branch, y, 0);
+}
+
+/* Generated norm: shape [T, D] (optionally a 3rd entry 0: layernorm without
+ * bias). x ~ N(0,1) (+ a per-row offset for layernorm, so centering
+ * matters), weight ~ 1 + 0.1 N(0,1), bias ~ 0.1 N(0,1), all bf16. values =
+ * "special": a zero row (rstd = 1/sqrt(eps)) and entries +-3e4, 1e-30, 0. */
+int qc_mod_norm_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape, int center) {
+  if (gp->nshape < 2 || gp->nshape > (center ? 3 : 2))
+    return qc_err("%s: generate shape needs [T, D]%s, got %d entries", center ? "layernorm" : "rmsnorm",
+                  center ? " (optionally a 3rd entry 0 for no bias)" : "", gp->nshape);
+  int64_t T = gp->shape[0], D = gp->shape[1];
+  if (T < 1 || D < 1) return qc_err("%s: generate shape entries must be >= 1", center ? "layernorm" : "rmsnorm");
+  int64_t xs[2] = {T, D};
+  uint16_t *x, *w, *b;
+  int rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "x", 2, xs, rng, 1.0, &x))) return rc;
+  if ((rc = qc_mod_gen_bf16(&m->params, "weight", 1, &D, rng, 0.1, &w))) return rc;
+  for (int64_t i = 0; i < D; i++) w[i] = qc_f32_to_bf16(1.0f + qc_bf16_to_f32(w[i]));
+  if (center) {
+    for (int64_t t = 0; t < T; t++) {
+      float off = (float)(2.0 * qc_rng_normal(rng));
+      for (int64_t i = 0; i < D; i++) x[t * D + i] = qc_f32_to_bf16(qc_bf16_to_f32(x[t * D + i]) + off);
+    }
+    if ((gp->nshape < 3 || gp->shape[2] != 0) && (rc = qc_mod_gen_bf16(&m->params, "bias", 1, &D, rng, 0.1, &b)))
+      return rc;
+  }
+  static const float ext[] = {3e4f, -3e4f, 1e-30f, 0.0f};
+  qc_mod_values(gp, rng, x, T, D, ext, 4);
+  *ondim = 2;
+  oshape[0] = T;
+  oshape[1] = D;
+  return QC_OK;
+}
+
+static int rmsnorm_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
+  return qc_mod_norm_generate(gp, rng, m, ondim, oshape, 0);
+}
+
+static const qc_key_spec rmsnorm_keys[] = {
+    {"eps", NULL, "1e-6", "added to mean(x^2) inside the square root"},
+    {NULL, NULL, NULL, NULL}};
+
+const qc_class qc_class_rmsnorm = {
+    .name = "rmsnorm",
+    .summary = "y = x / sqrt(mean(x^2) + eps) * w: d_x, d_weight with float32 statistics",
+    .shape_help = "[T, D]: tokens, hidden size",
+    .keys = rmsnorm_keys,
+    .generate = rmsnorm_generate,
+    .production = rmsnorm_vjp,
+    .not_checked = "",
+    .forward = rmsnorm_forward,
+    .fd_shape = "7,33",
+};

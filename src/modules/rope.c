@@ -1,0 +1,163 @@
+/* modules/rope.c: the production rotary-embedding VJP as a trainer writes
+ * it: inv_freq, angles, cos and sin computed in float32 (torch style), then
+ * the transposed rotation applied to dY.
+ *
+ *   x [T, H, D] or [T, D], positions [T] (integers), p = position + offset
+ *   pair j (j < R/2, R = rotary_dim): half layout (a, b) = (j, j + R/2),
+ *   interleaved (a, b) = (2j, 2j + 1); angle = s * p * theta^(-2j/R),
+ *   s = -1 when inverse = yes (the inverse rotation), else +1
+ *   forward  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos;  y_i = x_i for i >= R
+ *   d_x      d_a = dy_a cos + dy_b sin,  d_b = -dy_a sin + dy_b cos;  d_i = dy_i for i >= R */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../module.h"
+#include "../numerics/formats.h"
+#include "../qc.h"
+#include "mod_util.h"
+
+static const qc_key_spec rope_keys[] = {
+    {"theta", NULL, "10000", "frequency base: pair j turns at theta^(-2j/rotary_dim) per position"},
+    {"rotary_dim", NULL, "0", "leading features rotated (even, <= head_dim); 0 means all of head_dim"},
+    {"layout", "half|interleaved", "half", "pairs (j, j + R/2) (GPT-NeoX/Llama) or (2j, 2j + 1) (GPT-J)"},
+    {"position_offset", NULL, "0", "added to every position before the angle"},
+    {"inverse", "no|yes", "no", "yes: the forward rotates by -angle (inverse RoPE)"},
+    {NULL, NULL, NULL, NULL}};
+
+/* The tensors and sizes of a rope module. */
+typedef struct {
+  const qc_tensor *x, *pos;
+  int64_t T, H, D, R;
+  int interleaved;
+  double sign, offset, theta;
+} rope_view;
+
+static int rope_view_get(const qc_module *m, rope_view *v) {
+  int rc;
+  memset(v, 0, sizeof *v);
+  if ((rc = qc_module_need(m, "inputs", "x", 2, 3, &v->x))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "positions", 1, 1, &v->pos))) return rc;
+  v->T = v->x->shape[0];
+  v->H = v->x->ndim == 3 ? v->x->shape[1] : 1;
+  v->D = v->x->shape[v->x->ndim - 1];
+  double rd = qc_contract_num(&m->contract, "rotary_dim", 0);
+  v->R = rd == 0 ? v->D : (int64_t)rd;
+  if (v->pos->shape[0] != v->T)
+    return qc_err("%s: 'inputs/positions' has %lld entries: expected %lld (one per token of 'inputs/x')", m->path,
+                  (long long)v->pos->shape[0], (long long)v->T);
+  if (rd != floor(rd) || v->R < 2 || v->R > v->D || v->R % 2)
+    return qc_err("%s: contract key 'rotary_dim' is %g: expected an even number from 2 to head_dim %lld (0 for all)",
+                  m->path, rd, (long long)v->D);
+  v->interleaved = strcmp(qc_contract_str(&m->contract, "layout", "half"), "interleaved") == 0;
+  v->sign = strcmp(qc_contract_str(&m->contract, "inverse", "no"), "yes") == 0 ? -1.0 : 1.0;
+  v->offset = qc_contract_num(&m->contract, "position_offset", 0);
+  v->theta = qc_contract_num(&m->contract, "theta", 10000);
+  if (!(v->theta > 1)) return qc_err("%s: contract key 'theta' is %g: expected a number > 1", m->path, v->theta);
+  return QC_OK;
+}
+
+/* Feature indices of pair j. */
+static void rope_pair(const rope_view *v, int64_t j, int64_t *a, int64_t *b) {
+  *a = v->interleaved ? 2 * j : j;
+  *b = v->interleaved ? 2 * j + 1 : j + v->R / 2;
+}
+
+/* Production VJP (see the file comment): float32 throughout. */
+static int rope_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  rope_view v;
+  int64_t *pos = NULL;
+  int rc = rope_view_get(m, &v);
+  if (rc) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), "the shape of inputs/x"))) return rc;
+  if ((rc = qc_mod_ids(m, v.pos, "inputs/positions", &pos))) return rc;
+  float *g = qc_mod_f32(dy, "rope dY"), *inv = qc_malloc((size_t)v.R * sizeof *inv, "rope inv_freq"), *dx;
+  rc = QC_ESYS;
+  if (!g || !inv) goto done;
+  if ((rc = qc_mod_add(grads, "d_x", QC_F32, v.x->ndim, v.x->shape, (void **)&dx))) goto done;
+  memcpy(dx, g, (size_t)qc_numel(v.x) * sizeof *dx);
+  for (int64_t j = 0; j < v.R / 2; j++) inv[j] = 1.0f / powf((float)v.theta, (float)(2 * j) / (float)v.R);
+  for (int64_t t = 0; t < v.T; t++) {
+    float p = (float)((double)pos[t] + v.offset);
+    for (int64_t j = 0; j < v.R / 2; j++) {
+      float ang = (float)v.sign * (p * inv[j]), c = cosf(ang), s = sinf(ang);
+      int64_t a, b;
+      rope_pair(&v, j, &a, &b);
+      for (int64_t h = 0; h < v.H; h++) {
+        int64_t o = (t * v.H + h) * v.D;
+        dx[o + a] = g[o + a] * c + g[o + b] * s;
+        dx[o + b] = g[o + b] * c - g[o + a] * s;
+      }
+    }
+  }
+  rc = QC_OK;
+done:
+  free(g); free(inv); free(pos);
+  return rc;
+}
+
+/* Float64 forward y (shape of x); rope has no discrete branch. */
+static int rope_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
+  (void)branch;
+  rope_view v;
+  int64_t *pos = NULL;
+  int rc = rope_view_get(m, &v);
+  if (rc) return rc;
+  if ((rc = qc_mod_ids(m, v.pos, "inputs/positions", &pos))) return rc;
+  double *x = qc_mod_f64(v.x, "rope x");
+  rc = QC_ESYS;
+  if (!x) goto done;
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, v.x->ndim, v.x->shape))) goto done;
+  double *yd = y->data;
+  memcpy(yd, x, (size_t)qc_numel(v.x) * sizeof *yd);
+  for (int64_t t = 0; t < v.T; t++)
+    for (int64_t j = 0; j < v.R / 2; j++) {
+      double ang = v.sign * ((double)pos[t] + v.offset) * pow(v.theta, -2.0 * (double)j / (double)v.R);
+      int64_t a, b;
+      rope_pair(&v, j, &a, &b);
+      for (int64_t h = 0; h < v.H; h++) {
+        int64_t o = (t * v.H + h) * v.D;
+        yd[o + a] = x[o + a] * cos(ang) - x[o + b] * sin(ang);
+        yd[o + b] = x[o + a] * sin(ang) + x[o + b] * cos(ang);
+      }
+    }
+  rc = QC_OK;
+done:
+  free(x); free(pos);
+  return rc;
+}
+
+/* Generated rope: shape [T, H, D]. x ~ N(0,1) bf16; positions int64 as two
+ * packed sequences: the first starts at a random position below 4096, the
+ * second (from token T/2) restarts at 0. values = "special": a zero token
+ * and entries +-3e4, 1e-30. */
+static int rope_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
+  if (gp->nshape != 3) return qc_err("rope: generate shape needs [T, H, D] (tokens, heads, head_dim), got %d entries", gp->nshape);
+  int64_t T = gp->shape[0], H = gp->shape[1], D = gp->shape[2];
+  if (T < 1 || H < 1 || D < 2) return qc_err("rope: generate shape needs T >= 1, H >= 1, D >= 2");
+  uint16_t *x;
+  int64_t *pos;
+  int rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "x", 3, gp->shape, rng, 1.0, &x))) return rc;
+  if ((rc = qc_mod_add(&m->inputs, "positions", QC_I64, 1, &T, (void **)&pos))) return rc;
+  int64_t start = (int64_t)(qc_rng_uniform(rng) * 4096);
+  for (int64_t t = 0; t < T; t++) pos[t] = t < (T + 1) / 2 ? start + t : t - (T + 1) / 2;
+  static const float ext[] = {3e4f, -3e4f, 1e-30f};
+  qc_mod_values(gp, rng, x, T, H * D, ext, 3);
+  *ondim = 3;
+  memcpy(oshape, gp->shape, 3 * sizeof *oshape);
+  return QC_OK;
+}
+
+const qc_class qc_class_rope = {
+    .name = "rope",
+    .summary = "rotary position embedding (half or interleaved, partial rotary_dim, offset, inverse): d_x",
+    .shape_help = "[T, H, D]: tokens, heads, head_dim",
+    .keys = rope_keys,
+    .generate = rope_generate,
+    .production = rope_vjp,
+    .not_checked = "inputs/positions: integer positions, not differentiable",
+    .forward = rope_forward,
+    .fd_shape = "5,2,12",
+};

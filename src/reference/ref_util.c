@@ -1,0 +1,64 @@
+/* ref_util.c: see ref_util.h. */
+#include "ref_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "../qc.h"
+
+double *qc_refu_load(const qc_tensor *t, const char *what) {
+  double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);
+  if (d && qc_tensor_to_f64(t, d)) {
+    free(d);
+    return NULL;
+  }
+  return d;
+}
+
+int qc_refu_out(qc_tset *grads, const char *name, int ndim, const int64_t *shape, double **data) {
+  qc_tensor t = {0};
+  int rc = qc_tensor_alloc(&t, name, QC_F64, ndim, shape);
+  if (rc) return rc;
+  double *p = t.data;
+  if ((rc = qc_tset_add(grads, &t))) {
+    qc_tensor_free(&t);
+    return rc;
+  }
+  *data = p;
+  return QC_OK;
+}
+
+int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out) {
+  double *v = qc_refu_load(t, what);
+  int64_t *ids = v ? qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *ids, what) : NULL;
+  int rc = ids ? QC_OK : QC_ESYS;
+  for (int64_t i = 0; ids && i < qc_numel(t); i++) {
+    if (v[i] != nearbyint(v[i]) || !(fabs(v[i]) < 4.5e15)) {
+      rc = qc_err("%s: dataset '%s' holds %g at element %lld: expected integer ids", m->path, what, v[i], (long long)i);
+      break;
+    }
+    ids[i] = (int64_t)v[i];
+  }
+  free(v);
+  if (rc) free(ids);
+  else *out = ids;
+  return rc;
+}
+
+int qc_refu_pointwise(const qc_module *m, const qc_tensor *dy, qc_tset *grads, double (*grad)(double x, int variant),
+                      int variant) {
+  const qc_tensor *xt;
+  double *dx;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), "the shape of inputs/x"))) return rc;
+  double *X = qc_refu_load(xt, "reference x"), *G = qc_refu_load(dy, "reference dY");
+  rc = QC_ESYS;
+  if (!X || !G) goto done;
+  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
+  for (int64_t i = 0; i < qc_numel(xt); i++) dx[i] = G[i] * grad(X[i], variant);
+  rc = QC_OK;
+done:
+  free(X); free(G);
+  return rc;
+}

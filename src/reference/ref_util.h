@@ -1,0 +1,26 @@
+/* ref_util.h: helpers shared by the float64 references (src/reference/).
+ * Written apart from src/modules/ on purpose (independence). */
+#ifndef QC_REF_UTIL_H
+#define QC_REF_UTIL_H
+
+#include <stdint.h>
+
+#include "../module.h"
+#include "../tensor.h"
+
+/* A new float64 array holding t decoded; NULL with the error set. */
+double *qc_refu_load(const qc_tensor *t, const char *what);
+/* Allocate a zeroed float64 tensor `name` [shape], add it to grads and point
+ * *data at its storage. */
+int qc_refu_out(qc_tset *grads, const char *name, int ndim, const int64_t *shape, double **data);
+/* Integer ids of t as int64 (exact); QC_EINPUT naming m/what when a value is
+ * not an integer. */
+int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out);
+
+
+
+/* Elementwise one-input references: inputs/x [...], d_x (float64, shape of
+ * x) = dy * grad(x, variant). */
+int qc_refu_pointwise(const qc_module *m, const qc_tensor *dy, qc_tset *grads, double (*grad)(double x, int variant),
+                      int variant);
+#endif

@@ -1,0 +1,69 @@
+/* reference/rmsnorm.c: float64 RMSNorm and LayerNorm VJPs, from the math.
+ *
+ * With n = D features, c = x - mu (mu = 0 for RMSNorm, mean(x) for
+ * LayerNorm), s = sqrt(sum(c^2)/n + eps), y = c/s * w + b:
+ *   dy/dx through c/s:  d_x = (1/s) (P(g) - c * <g, c> / (n s^2)),  g = dy * w
+ *   where P(g) = g - mean(g) for LayerNorm (the centering's Jacobian) and g
+ *   for RMSNorm. d_weight = sum_t dy * c/s, d_bias = sum_t dy.
+ * Everything in float64; reductions are plain sums over <= 2^20 terms. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../module.h"
+#include "../qc.h"
+#include "ref_util.h"
+
+int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered);
+
+/* The shared reference (centered = 1: LayerNorm). */
+int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered) {
+  const qc_tensor *xt, *wt, *bt = NULL;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
+  if ((rc = qc_module_need(m, "params", "weight", 1, 1, &wt))) return rc;
+  if (centered) bt = qc_tset_get(&m->params, "bias");
+  const int64_t n = xt->shape[xt->ndim - 1], rows = qc_numel(xt) / n;
+  if (wt->shape[0] != n) return qc_err("%s: 'params/weight' is [%lld]: expected [%lld] (features of 'inputs/x')", m->path, (long long)wt->shape[0], (long long)n);
+  if (bt && (bt->ndim != 1 || bt->shape[0] != n)) return qc_err("%s: 'params/bias': expected [%lld]", m->path, (long long)n);
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), "the shape of inputs/x"))) return rc;
+  const double eps = qc_contract_num(&m->contract, "eps", centered ? 1e-5 : 1e-6);
+  double *X = qc_refu_load(xt, "reference norm x"), *W = qc_refu_load(wt, "reference norm weight");
+  double *G = qc_refu_load(dy, "reference norm dY"), *c = qc_malloc((size_t)n * sizeof *c, "reference norm row");
+  double *dx, *dw, *db = NULL;
+  rc = QC_ESYS;
+  if (!X || !W || !G || !c) goto done;
+  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
+  if ((rc = qc_refu_out(grads, "d_weight", 1, &n, &dw))) goto done;
+  if (bt && (rc = qc_refu_out(grads, "d_bias", 1, &n, &db))) goto done;
+  for (int64_t r = 0; r < rows; r++) {
+    const double *xr = X + r * n, *gr = G + r * n;
+    double mu = 0, ss = 0, gc = 0, gsum = 0;
+    if (centered) {
+      for (int64_t i = 0; i < n; i++) mu += xr[i];
+      mu /= (double)n;
+    }
+    for (int64_t i = 0; i < n; i++) {
+      c[i] = xr[i] - mu;
+      ss += c[i] * c[i];
+    }
+    const double s2 = ss / (double)n + eps, s = sqrt(s2);
+    for (int64_t i = 0; i < n; i++) {
+      double g = gr[i] * W[i];
+      gc += g * c[i];
+      gsum += g;
+      dw[i] += gr[i] * c[i] / s;
+      if (db) db[i] += gr[i];
+    }
+    const double pm = centered ? gsum / (double)n : 0.0;
+    for (int64_t i = 0; i < n; i++) dx[r * n + i] = (gr[i] * W[i] - pm - c[i] * gc / ((double)n * s2)) / s;
+  }
+  rc = QC_OK;
+done:
+  free(X); free(W); free(G); free(c);
+  return rc;
+}
+
+int qc_ref_rmsnorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  return qc_ref_norm(m, dy, grads, 0);
+}

@@ -1,0 +1,57 @@
+/* reference/rope.c: the float64 RoPE VJP, from the math.
+ *
+ * The forward multiplies each feature pair (a, b) of token t by the rotation
+ * matrix Q(phi) = [[cos, -sin], [sin, cos]], phi = s (p_t + offset)
+ * theta^(-2j/R) (s = -1 for the inverse rotation). Its VJP is Q(phi)^T dy =
+ * Q(-phi) dy. Pairs: half layout (j, j + R/2), interleaved (2j, 2j+1);
+ * features from R on pass through (d_x = dy). Angles in float64. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../module.h"
+#include "../qc.h"
+#include "ref_util.h"
+
+int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  const qc_tensor *xt, *pt;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 2, 3, &xt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "positions", 1, 1, &pt))) return rc;
+  const int64_t T = xt->shape[0], D = xt->shape[xt->ndim - 1], H = qc_numel(xt) / (T * D);
+  const qc_contract *c = &m->contract;
+  const double rdim = qc_contract_num(c, "rotary_dim", 0), theta = qc_contract_num(c, "theta", 10000);
+  const int64_t R = rdim == 0 ? D : (int64_t)rdim;
+  if (pt->shape[0] != T) return qc_err("%s: 'inputs/positions': expected [%lld], one per token", m->path, (long long)T);
+  if (rdim != floor(rdim) || R % 2 || R < 2 || R > D)
+    return qc_err("%s: contract key 'rotary_dim' = %g: expected even, 2..%lld, or 0", m->path, rdim, (long long)D);
+  if (!(theta > 1)) return qc_err("%s: contract key 'theta' = %g: expected > 1", m->path, theta);
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), "the shape of inputs/x"))) return rc;
+  const int inter = strcmp(qc_contract_str(c, "layout", "half"), "interleaved") == 0;
+  const double s = strcmp(qc_contract_str(c, "inverse", "no"), "yes") == 0 ? -1.0 : 1.0;
+  const double off = qc_contract_num(c, "position_offset", 0);
+  int64_t *p = NULL;
+  double *G = NULL, *dx;
+  if ((rc = qc_refu_ids(m, pt, "inputs/positions", &p))) return rc;
+  rc = QC_ESYS;
+  if (!(G = qc_refu_load(dy, "reference rope dY"))) goto done;
+  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < H; h++) {
+      const double *g = G + (t * H + h) * D;
+      double *d = dx + (t * H + h) * D;
+      for (int64_t i = R; i < D; i++) d[i] = g[i];
+      for (int64_t j = 0; j < R / 2; j++) {
+        const int64_t a = inter ? 2 * j : j, b = inter ? 2 * j + 1 : j + R / 2;
+        const double phi = s * ((double)p[t] + off) * exp(-2.0 * (double)j / (double)R * log(theta));
+        /* Q(-phi) [g_a, g_b] */
+        d[a] = cos(phi) * g[a] + sin(phi) * g[b];
+        d[b] = -sin(phi) * g[a] + cos(phi) * g[b];
+      }
+    }
+  rc = QC_OK;
+done:
+  free(p); free(G);
+  return rc;
+}

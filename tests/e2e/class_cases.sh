@@ -1,0 +1,30 @@
+#!/bin/sh
+# class_cases.sh: every shipped case of the classes beyond linear passes with
+# the builtin candidate (exit 0), and its report says pass.
+. "$(dirname "$0")/lib.inc"
+n=0
+for f in cases/rmsnorm.json cases/layernorm.json cases/rope*.json cases/swiglu*.json cases/relu2.json \
+         cases/gelu.json cases/logprob*.json cases/router*.json; do
+  n=$((n+1))
+  expect_exit 0 "$f passes" "$QATCHECK" vjp --case "$f" --quiet --json "$T/r.json"
+  "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["verdict"] == "pass" and r["checks"] else 1)' "$T/r.json" \
+    || bad "$f: report verdict is not pass"
+done
+[ "$n" -ge 13 ] || bad "expected at least 13 class cases, found $n"
+# bad input: a contract the class refuses exits 2 and writes no passing report
+while read -r cls shape contract needle; do
+  cat >"$T/bad.json" <<J
+{"module": "$cls", "contract": $contract, "data": {"generate": {"shapes": [$shape], "seed": 0}},
+ "tolerances": {"d_x": {"rel_l2": 1e-4, "reasoning": "r"}, "d_logits": {"rel_l2": 1e-4, "reasoning": "r"}}}
+J
+  rm -f "$T/bad.r.json"
+  expect_exit 2 "$cls with $contract is refused" "$QATCHECK" vjp --case "$T/bad.json" --json "$T/bad.r.json"
+  grep -q "$needle" "$T/err" || bad "$cls: the message does not name '$needle': $(cat "$T/err")"
+  [ ! -e "$T/bad.r.json" ] || ! grep -q '"pass"' "$T/bad.r.json" || bad "$cls: a refused run wrote a passing report"
+done <<EOF2
+rope [4,2,8] {"rotary_dim":5} rotary_dim
+logprob [2,6,10] {"vocab_shards":3} vocab_shards
+router [4,8,3] {"score":"relu"} score
+swiglu [4,6] {"limit":-1} limit
+EOF2
+finish

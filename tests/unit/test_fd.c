@@ -1,0 +1,116 @@
+/* test_fd.c: finite differences agree with every class's float64 reference
+ * over its contract variants, and catch a reference that is wrong. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "class_harness.h"
+#include "fd.h"
+#include "qc.h"
+
+/* Run fd on a generated instance; returns the number of failing rows. */
+static int fd_fails(const char *cls, const char *shape, const char *const *sets, qc_vjp_fn vjp) {
+  h_inst in;
+  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_fd_opts o;
+  qc_fd_row *rows;
+  int n, bad = 0;
+  qc_fd_defaults(&o);
+  h_make(&in, cls, shape, 5, "normal", sets);
+  qc_err_clear();
+  cr_assert_eq(qc_fd_check(&ctx, &in.m, in.row->cls->forward, vjp ? vjp : in.row->reference, &o, &rows, &n), QC_OK,
+               "%s: %s", cls, qc_err_msg());
+  cr_assert(n >= 3);
+  for (int i = 0; i < n; i++) bad += !rows[i].pass;
+  free(rows);
+  h_free(&in);
+  return bad;
+}
+
+typedef struct {
+  const char *cls, *shape, *sets[5];
+} fd_case;
+
+static const fd_case cases[] = {
+    {"rmsnorm", "7,33", {NULL}},
+    {"rmsnorm", "3,200", {"eps=1e-2", NULL}},
+    {"layernorm", "7,33", {NULL}},
+    {"layernorm", "4,17,0", {"eps=1e-3", NULL}},
+    {"rope", "5,2,12", {NULL}},
+    {"rope", "5,3,16", {"layout=interleaved", "inverse=yes", "position_offset=9", "rotary_dim=8", NULL}},
+    {"rope", "4,1,10", {"layout=half", "rotary_dim=6", "theta=500", NULL}},
+    {"swiglu", "9,21", {NULL}},
+    {"swiglu", "9,21", {"limit=7", NULL}},
+    {"swiglu", "9,21", {"limit=2", "at_limit=block", NULL}},
+    {"relu2", "9,21", {NULL}},
+    {"gelu", "9,21", {NULL}},
+    {"gelu", "9,21", {"approximate=tanh", NULL}},
+    {"logprob", "3,6,40", {NULL}},
+    {"logprob", "3,6,40", {"normalization=mean_tokens", "temperature=0.7", NULL}},
+    {"logprob", "4,5,24", {"normalization=mean_sequences", "vocab_shards=4", NULL}},
+    {"router", "6,8,3", {NULL}},
+    {"router", "6,8,3", {"score=softmax", "normalize=yes", NULL}},
+    {"router", "6,8,3", {"score=sigmoid", "normalize=yes", "route_scale=2.5", NULL}},
+    {"router", "6,8,3", {"score=sqrt_softplus", "normalize=yes", NULL}},
+};
+
+Test(fd, agrees_with_every_reference) {
+  int n;
+  const qc_registry_row *r = qc_registry_rows(&n);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    cr_expect_eq(fd_fails(cases[i].cls, cases[i].shape, cases[i].sets, NULL), 0, "fd disagrees on %s [%s] %s",
+                 cases[i].cls, cases[i].shape, cases[i].sets[0] ? cases[i].sets[0] : "");
+  /* every class with a forward is covered above */
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (size_t j = 0; j < sizeof cases / sizeof cases[0]; j++) seen |= strcmp(cases[j].cls, r[i].cls->name) == 0;
+    cr_expect(seen || !r[i].cls->forward, "class %s has a forward but no fd case", r[i].cls->name);
+  }
+}
+
+/* A reference 1e-4 too large (a subtle scale error). */
+static int scaled_ref(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  int rc = qc_registry_find(m->cls->name)->reference(ctx, m, dy, grads);
+  if (rc) return rc;
+  double *d = grads->t[0].data;
+  for (int64_t i = 0; i < qc_numel(&grads->t[0]); i++) d[i] *= 1.0001;
+  return QC_OK;
+}
+
+/* A reference with one wrong sign, on its largest element. */
+static int one_sign_ref(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  int rc = qc_registry_find(m->cls->name)->reference(ctx, m, dy, grads);
+  if (rc) return rc;
+  double *d = grads->t[0].data;
+  int64_t big = 0;
+  for (int64_t i = 1; i < qc_numel(&grads->t[0]); i++)
+    if (fabs(d[i]) > fabs(d[big])) big = i;
+  d[big] = -d[big];
+  return QC_OK;
+}
+
+Test(fd, catches_a_wrong_reference) {
+  const char *none[] = {NULL};
+  const char *clamp[] = {"limit=7", NULL};
+  cr_expect_gt(fd_fails("rmsnorm", "7,33", none, scaled_ref), 0);
+  cr_expect_gt(fd_fails("gelu", "9,21", none, one_sign_ref), 0);
+  cr_expect_gt(fd_fails("swiglu", "9,21", clamp, one_sign_ref), 0);
+  cr_expect_gt(fd_fails("router", "6,8,3", none, scaled_ref), 0);
+  cr_expect_gt(fd_fails("logprob", "3,6,40", none, one_sign_ref), 0);
+}
+
+Test(fd, refuses_a_class_without_forward) {
+  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_fd_opts o;
+  qc_fd_row *rows;
+  int n;
+  qc_module m = {0};
+  qc_fd_defaults(&o);
+  snprintf(m.path, sizeof m.path, "gen/x");
+  qc_err_clear();
+  cr_expect_eq(qc_fd_check(&ctx, &m, NULL, qc_registry_find("linear")->reference, &o, &rows, &n), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "forward") != NULL, "%s", qc_err_msg());
+}
