@@ -53,10 +53,10 @@ def case(name, description, contract, shapes, values, dx, dw):
 def main():
     case("linear_nvfp4",
          "The design card's example: an NVFP4 weight (e2m1 payload, e4m3 16-block scales, float32 global scale, "
-         "profile vllm), dX from the dequantized weight, identity STE. Decode (M=1), an unaligned tail (M=127), "
-         "prefill M=1024 (the design card's M=4096 passes too but takes ~3 minutes on 2 CPU cores), K=7168, N=2048; "
-         "and K=1000, not a multiple of 16 (the last 16-block of each row zero padded).",
-         {"weight_format": "nvfp4"}, [[1, 7168, 2048], [127, 7168, 2048], [1024, 7168, 2048], [33, 1000, 96]], None,
+         "profile vllm), dX from the dequantized weight, identity STE. The design card's shapes: decode (M=1), an "
+         "unaligned tail (M=127) and prefill (M=4096), K=7168, N=2048 (about a minute on 2 CPU cores); and K=1000, "
+         "not a multiple of 16 (the last 16-block of each row zero padded).",
+         {"weight_format": "nvfp4"}, [[1, 7168, 2048], [127, 7168, 2048], [4096, 7168, 2048], [33, 1000, 96]], None,
          (1, INEXACT.format(what="weight", why="e2m1 times float(sf)/g, a float32 value")), (0, PLAIN))
     case("linear_fp8_block",
          "DeepSeek-style FP8 weight: 128x128 blocks, float32 scales max(amax, 1e-4)/448, zero padded at unaligned "
