@@ -112,6 +112,34 @@ Test(sr, unbiased) {
   free(x); free(y);
 }
 
+Test(sr, boundary_u_equal_to_fraction_rounds_down) {
+  /* The rule rounds up when u < (|v| - lo)/(hi - lo): at equality it rounds
+   * down. Find an element whose draw r24 is a multiple of 16, so that
+   * v = 1 + r24 * 2^-27 is a float32 with fraction exactly u = r24 * 2^-24
+   * between e4m3 1.0 and 1.125 (mxfp8 with a 448 in each block: scale 1). */
+  qc_sr sr = {1, 99, 5, 0, 0};
+  int64_t idx = -1;
+  uint32_t r24 = 0;
+  for (int64_t i = 1; i < 4096 && idx < 0; i++) {
+    r24 = qc_sr_bits(&sr, (uint64_t)i);
+    if (i % 32 && r24 % 16 == 0 && r24) idx = i;
+  }
+  cr_assert_geq(idx, 0);
+  float *x = mx_row(128, 1.0f);
+  x[idx] = 1.0f + ldexpf((float)r24, -27);
+  qc_quantized z;
+  cr_assert_eq(qc_quantize(QC_QF_MXFP8, QC_QP_VLLM, 1, 128 * 32, x, &sr, &z, "x"), QC_OK);
+  cr_expect_eq(((uint8_t *)z.q.data)[idx], 0x38, "u == fraction must round down to 1.0, got 0x%02x",
+               ((uint8_t *)z.q.data)[idx]);
+  /* one ulp more and the same draw rounds up */
+  x[idx] = nextafterf(x[idx], 2.0f);
+  qc_quantized_free(&z);
+  cr_assert_eq(qc_quantize(QC_QF_MXFP8, QC_QP_VLLM, 1, 128 * 32, x, &sr, &z, "x"), QC_OK);
+  cr_expect_eq(((uint8_t *)z.q.data)[idx], 0x39);
+  qc_quantized_free(&z);
+  free(x);
+}
+
 Test(sr, replay_and_split) {
   const int64_t R = 10, C = 48;
   float *x = malloc(R * C * sizeof *x);
