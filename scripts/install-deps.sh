@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is already there. Debian/Ubuntu, as root
 # (or with sudo available).
 set -eu
-pkgs="build-essential pkg-config libcjson-dev libhdf5-dev libcriterion-dev libopenblas-dev python3 python3-h5py python3-numpy python3-torch"
+pkgs="build-essential pkg-config libcjson-dev libhdf5-dev libcriterion-dev libopenblas-dev python3 python3-pip python3-h5py python3-numpy python3-torch"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
