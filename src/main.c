@@ -10,12 +10,14 @@ int qc_cmd_vjp(int argc, char **argv);
 int qc_cmd_contract(int argc, char **argv);
 int qc_cmd_tol(int argc, char **argv);
 int qc_cmd_fd(int argc, char **argv);
+int qc_cmd_quant(int argc, char **argv);
 
 static const qc_verb g_verbs[] = {
     {"vjp", qc_cmd_vjp, "layer 1: each production VJP against an independent float64 reference"},
     {"contract", qc_cmd_contract, "layer 2: dX from the master vs the dequantized weight, per class and layer"},
     {"tol", qc_cmd_tol, "derive tolerances, with their reasoning, from dtypes, reduction length and format"},
     {"fd", qc_cmd_fd, "finite differences: each float64 reference VJP against its float64 forward"},
+    {"quant", qc_cmd_quant, "re-quantize a dump's master weight and check its deployed bytes"},
 };
 static const int g_nverbs = (int)(sizeof g_verbs / sizeof g_verbs[0]);
 

@@ -11,6 +11,7 @@
 #include "../check.h"
 #include "../dump.h"
 #include "../gen.h"
+#include "../numerics/deployed.h"
 #include "../qc.h"
 #include "cli.h"
 
@@ -49,6 +50,37 @@ static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
   }
   snprintf(where, sizeof where, "case '%s': module '%s'", cs->path, m->path);
   return qc_contract_validate(&m->contract, m->cls->keys, where);
+}
+
+/* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check that
+ * qatcheck's quantizer (contract's weight_format, profile, rounding)
+ * reproduces them byte for byte. No check when there are no saved bytes. */
+static int check_deployed(qc_audit *a, const qc_module *m) {
+  const char *fn = qc_contract_str(&m->contract, "weight_format", "none");
+  if (!qc_tset_get(&m->saved, "weight_q") || !qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)
+    return QC_OK;
+  qc_qfmt f;
+  qc_qprof p;
+  qc_sr sr;
+  qc_deployed_result r;
+  int rc;
+  if ((rc = qc_qfmt_parse(fn, &f)) || (rc = qc_qprof_parse(qc_contract_str(&m->contract, "profile", "vllm"), &p))) return rc;
+  qc_sr_from_contract(&m->contract, m->path, &sr);
+  if ((rc = qc_deployed_check(m, f, p, &sr, &r))) return rc;
+  qc_check k;
+  memset(&k, 0, sizeof k);
+  snprintf(k.module, sizeof k.module, "%s", m->path);
+  snprintf(k.cls, sizeof k.cls, "%s", m->cls->name);
+  snprintf(k.dy, sizeof k.dy, "-");
+  snprintf(k.tensor, sizeof k.tensor, "quantizer");
+  const qc_tensor *w = qc_tset_get(&m->params, "weight");
+  k.ndim = w->ndim;
+  memcpy(k.shape, w->shape, sizeof k.shape);
+  snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(qc_tset_get(&m->saved, "weight_q")->dtype));
+  int bad = r.n_payload || r.n_scale || r.n_global || r.n_decoded;
+  k.verdict = bad ? QC_V_FAIL : QC_V_PASS;
+  if (bad) qc_deployed_summary(&r, k.why, sizeof k.why);
+  return qc_results_add(a->res, &k);
 }
 
 /* Keep only the dYs the case names (all when it names none). */
@@ -143,6 +175,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     if ((rc = qc_dump_load_module(d, ents[i].path, cs->cand == QC_CAND_DUMP, &m, contract, sizeof contract))) break;
     m.cls = row->cls;
     if (!rc) rc = set_contract(&m, cs, contract, profile);
+    if (!rc) rc = check_deployed(a, &m);
     if (!rc) rc = select_dy(&m, cs, cs->dump);
     char frozen[1024] = "";
     for (int j = 0; !rc && j < m.params.n; j++) {  /* qatdump marks frozen parameters */

@@ -5,9 +5,13 @@
  *   d_weight [N,K]  = dY^T[N,M] X_ref[M,K]         bf16 operands, fp32 acc, bf16 out
  *   d_bias   [N]    = sum_m dY[m,:]                fp32 sum, bf16 out
  *
- * W_ref is the weight the contract names (dx_weight: dequant or master),
- * X_ref the input it names (dw_input). */
+ * W_ref is the weight the contract names (dx_weight: dequant(quant(W)) with
+ * the contract's rounding, or the master W), X_ref the input it names
+ * (dw_input: X, or dequant(quant(X)) under activation_format). Clipped STE
+ * {"clipped": T} zeroes d_weight where |W| > T (weight quantized) and d_x
+ * where |X| > T (activation quantized); |v| == T passes (derivative 1). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +21,7 @@
 #include "../qc.h"
 #include "../rng.h"
 #include "../numerics/quant.h"
+#include "../numerics/sr.h"
 
 static const qc_key_spec linear_keys[] = {
     {"weight_format", QC_WEIGHT_FORMATS, "none", "how the forward quantized the weight"},
@@ -54,79 +59,99 @@ static int lin_view_get(const qc_module *m, const qc_tensor *dy, lin_view *v) {
   return QC_OK;
 }
 
-/* W_ref for d_x: the master weight, or dequant(quant(W)) under the contract. */
-static int lin_weight_ref(const qc_module *m, const lin_view *v, double *out) {
-  int rc = qc_tensor_to_f64(v->w, out);
-  if (rc) return rc;
-  const char *fmt = qc_contract_str(&m->contract, "weight_format", "none");
-  if (strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0 || strcmp(fmt, "none") == 0) return QC_OK;
-  int64_t n = v->N * v->K;
-  float *f = qc_malloc((size_t)n * sizeof *f, "linear weight fake-quant");
+/* The contract as the production VJP reads it. */
+typedef struct {
+  const char *wfmt, *afmt, *profile;
+  int dx_master, dw_quantized, clipped;
+  float T;      /* clipped STE threshold */
+  qc_sr sr;     /* weight rounding */
+} lin_contract;
+
+static void lin_contract_get(const qc_ctx *ctx, const qc_module *m, lin_contract *c) {
+  const qc_contract *k = &m->contract;
+  memset(c, 0, sizeof *c);
+  c->wfmt = qc_contract_str(k, "weight_format", "none");
+  c->afmt = qc_contract_str(k, "activation_format", "none");
+  c->profile = qc_contract_str(k, "profile", "vllm"); /* --profile is merged into the contract */
+  (void)ctx;
+  c->dx_master = strcmp(qc_contract_str(k, "dx_weight", "dequant"), "master") == 0;
+  c->dw_quantized = strcmp(qc_contract_str(k, "dw_input", "original"), "quantized") == 0;
+  const qc_kv *ste = qc_contract_get(k, "ste");
+  c->clipped = ste && strcmp(ste->str, "clipped") == 0;
+  c->T = c->clipped ? (float)ste->num : 0.0f;
+  qc_sr_from_contract(k, m->path, &c->sr);
+}
+
+/* A tensor as float32 (the quantizers' input), n elements. */
+static int to_f32(const qc_tensor *t, float *out, int64_t n) {
+  double *d = qc_malloc((size_t)n * sizeof *d + 8, "linear decode");
+  if (!d) return QC_ESYS;
+  int rc = qc_tensor_to_f64(t, d);
+  for (int64_t i = 0; i < n && !rc; i++) out[i] = (float)d[i];
+  free(d);
+  return rc;
+}
+
+/* Operand `t` [rows, cols] as bf16: decoded, then dequant(quant(.)) under fmt
+ * when `quantize` is set (sr for the payload rounding, NULL: nearest). */
+static int lin_operand(const lin_contract *c, const qc_tensor *t, int64_t rows, int64_t cols, const char *fmt,
+                       int quantize, const qc_sr *sr, const char *what, uint16_t *out) {
+  int64_t n = rows * cols;
+  float *f = qc_malloc((size_t)n * sizeof *f + 4, what);
   if (!f) return QC_ESYS;
-  for (int64_t i = 0; i < n; i++) f[i] = (float)out[i];
-  rc = qc_fake_quant(fmt, qc_contract_str(&m->contract, "profile", "vllm"), v->N, v->K, f, f, "params/weight");
-  for (int64_t i = 0; i < n && !rc; i++) out[i] = f[i];
+  int rc = to_f32(t, f, n);
+  if (!rc && quantize && strcmp(fmt, "none") != 0) rc = qc_fake_quant_sr(fmt, c->profile, rows, cols, f, f, sr, what);
+  for (int64_t i = 0; i < n && !rc; i++) out[i] = qc_f32_to_bf16(f[i]);
   free(f);
   return rc;
 }
 
-/* X_ref for d_weight: X, or dequant(quant(X)) when dw_input = quantized. */
-static int lin_input_ref(const qc_module *m, const lin_view *v, double *out) {
-  int rc = qc_tensor_to_f64(v->x, out);
-  if (rc) return rc;
-  const char *fmt = qc_contract_str(&m->contract, "activation_format", "none");
-  if (strcmp(qc_contract_str(&m->contract, "dw_input", "original"), "original") == 0 || strcmp(fmt, "none") == 0) return QC_OK;
-  int64_t n = v->M * v->K;
-  float *f = qc_malloc((size_t)n * sizeof *f, "linear input fake-quant");
-  if (!f) return QC_ESYS;
-  for (int64_t i = 0; i < n; i++) f[i] = (float)out[i];
-  rc = qc_fake_quant(fmt, qc_contract_str(&m->contract, "profile", "vllm"), v->M, v->K, f, f, "inputs/x");
-  for (int64_t i = 0; i < n && !rc; i++) out[i] = f[i];
-  free(f);
+/* Clipped STE: zero acc[i] where the quantizer input |v[i]| exceeds T. */
+static int ste_mask(const qc_tensor *v, float T, float *acc, int64_t n, float *tmp) {
+  int rc = to_f32(v, tmp, n);
+  for (int64_t i = 0; i < n && !rc; i++)
+    if (fabsf(tmp[i]) > T) acc[i] = 0.0f;
   return rc;
-}
-
-/* Round n doubles to bf16 bit patterns. */
-static void to_bf16(const double *in, uint16_t *out, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = qc_f32_to_bf16((float)in[i]);
 }
 
 /* Production VJP (see the file comment). */
 static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   lin_view v;
+  lin_contract c;
   int rc = lin_view_get(m, dy, &v);
   if (rc) return rc;
+  lin_contract_get(ctx, m, &c);
   const int64_t M = v.M, K = v.K, N = v.N;
-  double *w = NULL, *x = NULL, *g = NULL;
   uint16_t *wb = NULL, *xb = NULL, *gb = NULL;
-  float *acc = NULL;
+  float *acc = NULL, *tmp = NULL;
   qc_tensor dx = {0}, dw = {0}, db = {0};
+  int64_t big = (M * K > N * K ? M * K : N * K) + 1;
 
   rc = QC_ESYS;
-  w = qc_malloc((size_t)(N * K) * sizeof *w, "linear weight");
-  x = qc_malloc((size_t)(M * K) * sizeof *x, "linear input");
-  g = qc_malloc((size_t)(M * N) * sizeof *g, "linear dY");
   wb = qc_malloc((size_t)(N * K) * sizeof *wb, "linear weight bf16");
   xb = qc_malloc((size_t)(M * K) * sizeof *xb, "linear input bf16");
   gb = qc_malloc((size_t)(M * N) * sizeof *gb, "linear dY bf16");
-  acc = qc_malloc((size_t)((M * K > N * K ? M * K : N * K) + 1) * sizeof *acc, "linear accumulator");
-  if (!w || !x || !g || !wb || !xb || !gb || !acc) goto done;
+  acc = qc_malloc((size_t)big * sizeof *acc, "linear accumulator");
+  tmp = qc_malloc((size_t)big * sizeof *tmp, "linear mask scratch");
+  if (!wb || !xb || !gb || !acc || !tmp) goto done;
 
-  /* operands per the contract, then rounded to bf16 as the trainer holds them */
-  if ((rc = lin_weight_ref(m, &v, w))) goto done;
-  if ((rc = qc_tensor_to_f64(v.dy, g))) goto done;
-  to_bf16(w, wb, N * K);
-  to_bf16(g, gb, M * N);
-
+  /* d_x = dY W_ref: W_ref = dequant(quant(W)) (with the contract's rounding) or W */
+  char what[QC_PATHLEN + 32];
+  snprintf(what, sizeof what, "%s: params/weight", m->path);
+  if ((rc = lin_operand(&c, v.w, N, K, c.wfmt, !c.dx_master, c.sr.on ? &c.sr : NULL, what, wb))) goto done;
+  if ((rc = lin_operand(&c, v.dy, M, N, "none", 0, NULL, "dY", gb))) goto done;
   int64_t wshape[2] = {N, K}, bshape[1] = {N};
   if ((rc = qc_tensor_alloc(&dx, "d_x", QC_BF16, v.x->ndim, v.x->shape))) goto done;
   if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_N, QC_OP_N, M, K, N, gb, N, wb, K, acc, K))) goto done;
+  if (c.clipped && strcmp(c.afmt, "none") != 0 && (rc = ste_mask(v.x, c.T, acc, M * K, tmp))) goto done;
   for (int64_t i = 0; i < M * K; i++) ((uint16_t *)dx.data)[i] = qc_f32_to_bf16(acc[i]);
 
-  if ((rc = lin_input_ref(m, &v, x))) goto done;
-  to_bf16(x, xb, M * K);
+  /* d_weight = dY^T X_ref: X_ref = dequant(quant(X)) (nearest) or X */
+  snprintf(what, sizeof what, "%s: inputs/x", m->path);
+  if ((rc = lin_operand(&c, v.x, M, K, c.afmt, c.dw_quantized, NULL, what, xb))) goto done;
   if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_BF16, 2, wshape))) goto done;
   if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_T, QC_OP_N, N, K, M, gb, N, xb, K, acc, K))) goto done;
+  if (c.clipped && strcmp(c.wfmt, "none") != 0 && (rc = ste_mask(v.w, c.T, acc, N * K, tmp))) goto done;
   for (int64_t i = 0; i < N * K; i++) ((uint16_t *)dw.data)[i] = qc_f32_to_bf16(acc[i]);
 
   if ((rc = qc_tset_add(grads, &dx)) || (rc = qc_tset_add(grads, &dw))) goto done;
@@ -143,7 +168,7 @@ done:
   qc_tensor_free(&dx);
   qc_tensor_free(&dw);
   qc_tensor_free(&db);
-  free(w); free(x); free(g); free(wb); free(xb); free(gb); free(acc);
+  free(wb); free(xb); free(gb); free(acc); free(tmp);
   return rc;
 }
 

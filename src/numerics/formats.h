@@ -33,4 +33,13 @@ uint8_t qc_f32_to_e2m1(float x);
 /* E8M0: 2^(b-127); 0xFF is NaN. */
 float qc_e8m0_to_f32(uint8_t b);
 
+/* Power-of-two ceiling by the exponent bit rule (DeepGEMM ceil_to_ue8m0):
+ * exponent field + 1 when the mantissa is non-zero, mantissa cleared.
+ * ceil2(0) = 0; a subnormal s gives 2^-126. */
+float qc_ceil2(float s);
+/* The E8M0 byte of a power of two p (its float32 exponent field; 0 -> 0). */
+uint8_t qc_ue8m0_of_pow2(float p);
+/* qc_ue8m0_of_pow2(qc_ceil2(s)). */
+uint8_t qc_e8m0_ceil(float s);
+
 #endif

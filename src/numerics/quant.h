@@ -1,22 +1,87 @@
 /* quant.h: quantizers of spec/numerics.md, bulk, on row-major 2-D views.
- * A 1-D tensor is one row; an N-D tensor is [prod(leading), last]. */
+ * A 1-D tensor is one row; an N-D tensor is [prod(leading), last]. Every
+ * format of profile `vllm` plus the named alternative profiles; see
+ * docs/numerics.md for the rules, the padding rule and the profile table. */
 #ifndef QC_QUANT_H
 #define QC_QUANT_H
 
 #include <stdint.h>
 
+#include "../tensor.h"
+#include "sr.h"
+
 /* Formats a contract may name. "none" is the identity. */
 #define QC_WEIGHT_FORMATS "none|fp8_tensor|fp8_channel|fp8_block128|fp8_block128_ue8m0|nvfp4|mxfp8|mxfp4"
 #define QC_ACT_FORMATS "none|fp8_token|fp8_group128|fp8_group128_ue8m0"
-#define QC_PROFILES "vllm|vllm_native|vllm_cuda_nvfp4|te|ocp|modelopt"
+#define QC_PROFILES "vllm|vllm_native|te|ocp|modelopt"
+
+typedef enum {
+  QC_QF_NONE = 0,
+  QC_QF_FP8_TENSOR,          /* one float32 scale */
+  QC_QF_FP8_TOKEN,           /* one float32 scale per row: [rows, 1] */
+  QC_QF_FP8_CHANNEL,         /* same rule, for a weight's output channels */
+  QC_QF_FP8_GROUP128,        /* [rows, ceil(cols/128)] float32 */
+  QC_QF_FP8_GROUP128_UE8M0,  /* same, power-of-two scales (float32 values) */
+  QC_QF_FP8_BLOCK128,        /* [ceil(rows/128), ceil(cols/128)] float32 */
+  QC_QF_FP8_BLOCK128_UE8M0,  /* same, power-of-two, two stages */
+  QC_QF_NVFP4,               /* e2m1 x2, [rows, ceil(cols/16)] e4m3 scales, float32 global [1] */
+  QC_QF_MXFP8,               /* e4m3, [rows, ceil(cols/32)] e8m0 */
+  QC_QF_MXFP4,               /* e2m1 x2, [rows, ceil(cols/32)] e8m0 */
+  QC_QF_COUNT
+} qc_qfmt;
+
+typedef enum { QC_QP_VLLM = 0, QC_QP_VLLM_NATIVE, QC_QP_TE, QC_QP_OCP, QC_QP_MODELOPT, QC_QP_COUNT } qc_qprof;
+
+/* Names <-> enums. Parsing an unknown name is QC_EINPUT with a message
+ * naming it and the known ones. */
+int qc_qfmt_parse(const char *name, qc_qfmt *out);
+int qc_qprof_parse(const char *name, qc_qprof *out);
+const char *qc_qfmt_name(qc_qfmt f);
+const char *qc_qprof_name(qc_qprof p);
 
 /* Is `fmt` a known format name (weight or activation)? */
 int qc_quant_known(const char *fmt);
+
+/* The deployed form of a quantized [rows, cols] matrix:
+ *   q       payload: QC_E4M3 [rows, cols], or QC_E2M1X2 [rows, ceil(cols/2)]
+ *           (element 2i in the low nibble; an odd last column leaves the
+ *           high nibble 0)
+ *   scale   dequantization scales, dtype and shape per format (quant.h enum)
+ *   gscale  nvfp4 only: QC_F32 [1], the profile's global scale (vllm, te:
+ *           g = 2688/amax, dequant divides by it; modelopt: amax/2688,
+ *           dequant multiplies); otherwise empty (ndim 0, no data). */
+typedef struct qc_quantized {
+  qc_tensor q, scale, gscale;
+} qc_quantized;
+
+void qc_quantized_free(qc_quantized *z);
+
+/* Quantize in[rows, cols] (float32, finite) under fmt/profile. sr NULL or
+ * sr->on == 0: round to nearest even; else the payload elements round
+ * stochastically by the sr contract with element index sr->base + r*cols + c
+ * (scales always round to nearest). Blocks that run past the matrix edge are
+ * padded with zeros (they change no amax). Non-finite input is QC_EINPUT naming
+ * `what` and the flat index. Fills *out (caller frees). */
+int qc_quantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
+                qc_quantized *out, const char *what);
+
+/* out[rows, cols] = dequant(z) in float32. z's dtypes and shapes are checked
+ * against the format (QC_EINPUT naming `what` on a mismatch). */
+int qc_dequantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const qc_quantized *z, float *out,
+                  const char *what);
+
+/* The expected dtype and shape of each part for a [rows, cols] matrix
+ * (gscale_ndim 0 when there is none). */
+void qc_quant_layout(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, qc_dtype *q_dt, int64_t q_shape[2],
+                     qc_dtype *s_dt, int *s_ndim, int64_t s_shape[2], int *g_ndim);
 
 /* out = dequant(quant(in)) for a [rows, cols] float32 matrix under format
  * fmt and profile (NULL = "vllm"), round to nearest. Non-finite input is
  * refused (QC_EINPUT naming `what`). in and out may alias. */
 int qc_fake_quant(const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, float *out,
                   const char *what);
+/* The same with stochastic rounding of the payload (sr NULL: nearest). */
+int qc_fake_quant_sr(const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, float *out,
+                     const qc_sr *sr, const char *what);
 
 #endif

@@ -6,25 +6,34 @@
  *
  * Identity STE: the rounding's surrogate derivative is 1, so W_ref is used
  * as a constant in d_x and d_weight returns to the master unchanged. Clipped
- * STE {"clipped": T}: d_weight is zero where |W| > T (1 at |W| == T).
+ * STE {"clipped": T}: the surrogate derivative of a quantizer is 1 where its
+ * input satisfies |v| <= T (so 1 at |v| == T) and 0 where |v| > T; it
+ * multiplies d_weight elementwise by [|W| <= T] when the weight is quantized
+ * and d_x by [|X| <= T] when the activation is quantized. Rounding
+ * {"sr": {"seed": S}}: W_ref's payload rounds stochastically with key S,
+ * salt = FNV-1a of "<module path>.weight", step 0 (docs/numerics.md).
  * Everything in float64; GEMMs through the backend's float64 GEMM only. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../backend/backend.h"
 #include "../module.h"
 #include "../numerics/quant.h"
+#include "../numerics/sr.h"
 #include "../qc.h"
 
-/* dequant(quant(a)) in place for [rows, cols], when fmt is not "none". */
-static int ref_fake_quant(const qc_module *m, const char *fmt, int64_t rows, int64_t cols, double *a, const char *what) {
+/* dequant(quant(a)) in place for [rows, cols], when fmt is not "none"
+ * (sr: stochastic payload rounding, NULL: nearest). */
+static int ref_fake_quant(const char *profile, const char *fmt, int64_t rows, int64_t cols, double *a,
+                          const qc_sr *sr, const char *what) {
   if (strcmp(fmt, "none") == 0) return QC_OK;
   int64_t n = rows * cols;
-  float *f = qc_malloc((size_t)n * sizeof *f, what);
+  float *f = qc_malloc((size_t)n * sizeof *f + 4, what);
   if (!f) return QC_ESYS;
   for (int64_t i = 0; i < n; i++) f[i] = (float)a[i];
-  int rc = qc_fake_quant(fmt, qc_contract_str(&m->contract, "profile", "vllm"), rows, cols, f, f, what);
+  int rc = qc_fake_quant_sr(fmt, profile, rows, cols, f, f, sr, what);
   for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
   free(f);
   return rc;
@@ -59,27 +68,38 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   const qc_contract *c = &m->contract;
   const char *wf = qc_contract_str(c, "weight_format", "none");
   const char *af = qc_contract_str(c, "activation_format", "none");
-  /* clipped STE mask is taken from the master weight, before W is replaced */
+  const char *prof = qc_contract_str(c, "profile", "vllm"); /* --profile is merged into the contract */
   const qc_kv *ste = qc_contract_get(c, "ste");
   int clipped = ste && strcmp(ste->str, "clipped") == 0;
-  double T = clipped ? ste->num : 0;
+  double T = clipped ? (double)(float)ste->num : 0;
+  qc_sr sr;
+  qc_sr_from_contract(c, m->path, &sr);
 
-  /* d_weight = dY^T X_ref */
+  char wx[QC_PATHLEN + 32], ww[QC_PATHLEN + 32];
+  snprintf(wx, sizeof wx, "%s: inputs/x", m->path);
+  snprintf(ww, sizeof ww, "%s: params/weight", m->path);
+  /* d_weight = dY^T X_ref, then the weight quantizer's STE mask (from the
+   * master W, before W is replaced below) */
   if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
-      (rc = ref_fake_quant(m, af, M, K, X, "inputs/x")))
+      (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx)))
     goto done;
   if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_F64, 2, ws))) goto done;
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
-  if (clipped)
+  if (clipped && strcmp(wf, "none") != 0)
     for (int64_t i = 0; i < N * K; i++)
       if (fabs(W[i]) > T) ((double *)dw.data)[i] = 0.0;
 
-  /* d_x = dY W_ref */
+  /* d_x = dY W_ref, then the activation quantizer's STE mask (from X) */
   if (strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0 &&
-      (rc = ref_fake_quant(m, wf, N, K, W, "params/weight")))
+      (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww)))
     goto done;
   if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;
+  if (clipped && strcmp(af, "none") != 0) {
+    if ((rc = qc_tensor_to_f64(x, X))) goto done; /* X may hold dequant(quant(X)) by now */
+    for (int64_t i = 0; i < M * K; i++)
+      if (fabs(X[i]) > T) ((double *)dx.data)[i] = 0.0;
+  }
 
   if ((rc = qc_tset_add(grads, &dx)) || (rc = qc_tset_add(grads, &dw))) goto done;
   if (b) {

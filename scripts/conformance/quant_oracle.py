@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+"""quant_oracle.py: an independent implementation of spec/numerics.md's
+quantizers in numpy + ml_dtypes (element casts by ml_dtypes, not by
+qatcheck's bit code). Used by conformance.py and gen_vectors.py.
+
+quantize(fmt, prof, x[rows, cols] float32, sr=None) -> (payload uint8,
+scale array (float32 or uint8 bytes), gscale float32 or None), the same
+layout qatcheck's qc_quantize writes (docs/numerics.md)."""
+import numpy as np
+import ml_dtypes
+
+F32 = np.float32
+E4M3 = ml_dtypes.float8_e4m3fn
+E5M2 = ml_dtypes.float8_e5m2
+E2M1 = ml_dtypes.float4_e2m1fn
+
+
+def enc_e4m3(v):
+    """SATFINITE e4m3 bytes: clamp to +-448 (sign kept), NaN -> 0x7F."""
+    v = np.asarray(v, F32)
+    b = np.clip(v, F32(-448), F32(448)).astype(E4M3).view(np.uint8).copy()
+    b[np.isnan(v)] = 0x7F
+    return b
+
+
+def enc_e5m2(v):
+    v = np.asarray(v, F32)
+    b = np.clip(v, F32(-57344), F32(57344)).astype(E5M2).view(np.uint8).copy()
+    b[np.isnan(v)] = 0x7F
+    return b
+
+
+def enc_e2m1(v):
+    """E2M1 codes (one a byte, low nibble), saturating at 6, sign kept."""
+    v = np.asarray(v, F32)
+    return np.clip(v, F32(-6), F32(6)).astype(E2M1).view(np.uint8) & 0xF
+
+
+def dec_e4m3(b):
+    return np.asarray(b, np.uint8).view(E4M3).astype(F32)
+
+
+def dec_e2m1(c):
+    return (np.asarray(c, np.uint8) & 0xF).view(E2M1).astype(F32)
+
+
+def ceil2(s):
+    """exponent + 1 when the mantissa is non-zero (float32 bits)."""
+    u = np.asarray(s, F32).view(np.uint32)
+    e = (u >> 23) & 0xFF
+    e = e + ((u & 0x7FFFFF) != 0)
+    return ((u & 0x80000000) | (e.astype(np.uint32) << 23)).view(F32)
+
+
+def e8m0_dec(b):
+    return np.ldexp(F32(1), np.asarray(b, np.int32) - 127).astype(F32)
+
+
+# ---- Philox4x32-10 (Salmon et al. 2011), written independently ------------
+M0, M1, W0, W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
+
+
+def philox(c0, c1, c2, c3, k0, k1):
+    """Vectorised over uint64 arrays holding 32-bit values."""
+    mask = np.uint64(0xFFFFFFFF)
+    c = [np.asarray(v, np.uint64) & mask for v in (c0, c1, c2, c3)]
+    k0 = np.uint64(k0) & mask
+    k1 = np.uint64(k1) & mask
+    for _ in range(10):
+        p0 = np.uint64(M0) * c[0]
+        p1 = np.uint64(M1) * c[2]
+        c = [((p1 >> np.uint64(32)) ^ c[1] ^ k0) & mask, p1 & mask,
+             ((p0 >> np.uint64(32)) ^ c[3] ^ k1) & mask, p0 & mask]
+        k0 = (k0 + np.uint64(W0)) & mask
+        k1 = (k1 + np.uint64(W1)) & mask
+    return c
+
+
+def sr_u(seed, salt, step, index):
+    idx = np.asarray(index, np.uint64)
+    w = philox(idx & np.uint64(0xFFFFFFFF), idx >> np.uint64(32), np.full(idx.shape, salt, np.uint64),
+               np.full(idx.shape, step, np.uint64), seed & 0xFFFFFFFF, seed >> 32)[0]
+    return (w >> np.uint64(8)).astype(F32) * F32(2.0 ** -24)
+
+
+def sr_encode(v, fp4, u):
+    """Stochastic rounding of v: between the neighbouring representable
+    magnitudes lo <= |v| <= hi, round up when u < (|v|-lo)/(hi-lo)."""
+    v = np.asarray(v, F32)
+    vmax = F32(6 if fp4 else 448)
+    if fp4:
+        mags = np.array([0, .5, 1, 1.5, 2, 3, 4, 6], F32)
+    else:
+        mags = dec_e4m3(np.arange(127, dtype=np.uint8))
+    a = np.minimum(np.abs(v), vmax)
+    hi_i = np.searchsorted(mags, a, side="left")       # first mag >= a
+    exact = mags[np.minimum(hi_i, len(mags) - 1)] == a
+    lo_i = np.where(exact, hi_i, hi_i - 1)
+    lo = mags[np.maximum(lo_i, 0)]
+    hi = mags[np.minimum(hi_i, len(mags) - 1)]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = ((a - lo) / (hi - lo)).astype(F32)
+    up = (~exact) & (u < frac)
+    mag = np.where(up, hi, np.where(exact, hi, lo)).astype(F32)
+    out = np.where(np.signbit(v), -mag, mag).astype(F32)
+    return enc_e2m1(out) if fp4 else enc_e4m3(out)
+
+
+# ---- quantizers --------------------------------------------------------------
+BLOCK = {"fp8_tensor": (0, 0), "fp8_token": (1, 0), "fp8_channel": (1, 0), "fp8_group128": (1, 128),
+         "fp8_group128_ue8m0": (1, 128), "fp8_block128": (128, 128), "fp8_block128_ue8m0": (128, 128),
+         "nvfp4": (1, 16), "mxfp8": (1, 32), "mxfp4": (1, 32)}
+FORMATS = list(BLOCK)
+PROFILES = ["vllm", "vllm_native", "te", "ocp", "modelopt"]
+
+
+def _blocks(x, br, bc):
+    """Zero-pad x to whole blocks; return (padded [GR, br, GC, bc], GR, GC)."""
+    rows, cols = x.shape
+    br = br or rows
+    bc = bc or cols
+    gr, gc = -(-rows // br), -(-cols // bc)
+    p = np.zeros((gr * br, gc * bc), F32)
+    p[:rows, :cols] = x
+    return p.reshape(gr, br, gc, bc), gr, gc, br, bc
+
+
+def _te_scale(amax):
+    with np.errstate(divide="ignore"):
+        sc = (F32(448) / amax).astype(F32)
+    sc = np.where(np.isinf(sc), np.finfo(F32).max, sc).astype(F32)
+    return np.where(amax == 0, F32(1), sc).astype(F32)
+
+
+def _scale_rule(fmt, prof, amax, g):
+    """Per-block (factor k, div flag, deq multiplier, stored byte or None)."""
+    f32 = lambda a: np.asarray(a, F32)
+    te = prof == "te"
+    byte = None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if fmt in ("fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_block128") and te or \
+                (fmt in ("fp8_group128_ue8m0", "fp8_block128_ue8m0") and te):
+            sc = _te_scale(amax)
+            if fmt.endswith("ue8m0"):
+                sc = (sc.view(np.uint32) & np.uint32(0xFF800000)).view(F32)
+            return sc, False, f32(F32(1) / sc), None
+        if fmt == "fp8_tensor":
+            s = f32(amax / F32(448))
+            return np.where(s > 0, f32(F32(1) / s), F32(0)), False, s, None
+        if fmt in ("fp8_token", "fp8_channel"):
+            s = np.maximum(f32(amax / F32(448)), F32(1) / F32(229376))
+            return s, True, s, None
+        if fmt == "fp8_group128":
+            s = f32(np.maximum(amax, F32(1e-10)) / F32(448))
+            return s, True, s, None
+        if fmt == "fp8_group128_ue8m0":
+            if prof == "vllm_native":
+                s = np.maximum(np.exp2(np.ceil(np.log2(f32(amax / F32(448))))).astype(F32), F32(1) / F32(229376))
+                return f32(s), True, f32(s), None
+            s = ceil2(np.maximum(f32(amax / F32(448)), F32(1e-10)))
+            return f32(F32(1) / s), False, s, None
+        if fmt in ("fp8_block128", "fp8_block128_ue8m0"):
+            s = f32(np.maximum(amax, F32(1e-4)) / F32(448))
+            return f32(F32(1) / s), False, s, None
+        if fmt == "nvfp4":
+            if prof == "modelopt":
+                v = f32(amax / f32(F32(6) * g))
+                byte = enc_e4m3(np.where(v == 0, F32(1), v))
+                d = f32(dec_e4m3(byte) * g)
+                return np.where(d == 0, F32(0), d), d != 0, d, byte
+            if te:
+                v = f32(amax * f32(g * f32(F32(1) / F32(6))))
+            else:
+                v = np.minimum(f32(g * f32(amax * f32(F32(1) / F32(6)))), F32(448))
+            byte = enc_e4m3(v)
+            sf = dec_e4m3(byte)
+            k = np.where(sf != 0, f32(F32(1) / f32(sf * f32(F32(1) / g))), F32(0))
+            return f32(k), False, f32(sf / g), byte
+        if fmt in ("mxfp8", "mxfp4"):
+            emax_val, emax_elem = (F32(6), 2) if fmt == "mxfp4" else (F32(448), 8)
+            if prof == "ocp":
+                _, ex = np.frexp(amax)  # amax = m * 2^ex, m in [0.5, 1)
+                e = np.where(amax > 0, ex.astype(np.int64) - 1 - emax_elem, -127)
+                byte = (np.clip(e, -127, 127) + 127).astype(np.uint8)
+            else:
+                byte = ((ceil2(f32(amax / emax_val)).view(np.uint32) >> 23) & 0xFF).astype(np.uint8)
+            s = e8m0_dec(byte)
+            return f32(F32(1) / s), False, s, byte
+    raise ValueError(fmt)
+
+
+def _pass(fmt, prof, x, sr, g, stage2=False):
+    rows, cols = x.shape
+    fp4 = fmt in ("nvfp4", "mxfp4")
+    br, bc = BLOCK[fmt]
+    P, gr, gc, br, bc = _blocks(x, br, bc)
+    amax = np.abs(P).max(axis=(1, 3)).astype(F32)               # [GR, GC]
+    if stage2:
+        s = ceil2(np.asarray(np.maximum(amax, F32(1e-4)) / F32(448), F32))
+        k, div, deq, byte = np.asarray(F32(1) / s, F32), False, s, None
+    else:
+        k, div, deq, byte = _scale_rule(fmt, prof, amax, g)
+    kk = np.broadcast_to(np.asarray(k, F32)[:, None, :, None], P.shape)
+    dd = np.broadcast_to(np.asarray(div)[:, None, :, None] if np.ndim(div) else np.asarray(div), P.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.where(dd, P / kk, P * kk).astype(F32)
+    v = v.reshape(gr * br, gc * bc)[:rows, :cols]
+    if sr is not None:
+        seed, salt, step = sr
+        u = sr_u(seed, salt, step, np.arange(rows * cols, dtype=np.uint64)).reshape(rows, cols)
+        codes = sr_encode(v, fp4, u)
+    else:
+        codes = enc_e2m1(v) if fp4 else enc_e4m3(v)
+    return codes, np.asarray(deq, F32), byte
+
+
+def _dequant_codes(fmt, codes, deq):
+    rows, cols = codes.shape
+    br, bc = BLOCK[fmt]
+    br, bc = br or rows, bc or cols
+    vals = dec_e2m1(codes) if fmt in ("nvfp4", "mxfp4") else dec_e4m3(codes)
+    d = np.repeat(np.repeat(deq, br, axis=0), bc, axis=1)[:rows, :cols]
+    return (vals * d).astype(F32)
+
+
+def quantize(fmt, prof, x, sr=None):
+    x = np.asarray(x, F32)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("non-finite input")
+    g = None
+    if fmt == "nvfp4":
+        amax = F32(np.abs(x).max())
+        g = F32(1) if amax == 0 else (F32(amax / F32(2688)) if prof == "modelopt" else F32(F32(2688) / amax))
+    codes, deq, byte = _pass(fmt, prof, x, sr, g)
+    if fmt == "fp8_block128_ue8m0" and prof != "te":
+        codes, deq, byte = _pass(fmt, prof, _dequant_codes(fmt, codes, deq), None, g, stage2=True)
+    if fmt in ("nvfp4", "mxfp4"):
+        rows, cols = codes.shape
+        c = np.zeros((rows, cols + (cols & 1)), np.uint8)
+        c[:, :cols] = codes
+        payload = (c[:, 0::2] | (c[:, 1::2] << 4)).astype(np.uint8)
+    else:
+        payload = codes
+    scale = byte if byte is not None else deq
+    if fmt == "fp8_tensor":
+        scale = scale.reshape(1)
+    return payload, scale, (np.array([g], F32) if g is not None else None)
+
+
+if __name__ == "__main__":
+    # Known answers of Random123's kat_vectors for philox4x32_10.
+    kat = [((0, 0, 0, 0, 0, 0), (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)),
+           ((0xffffffff,) * 6, (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
+           ((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0),
+            (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1))]
+    for args, want in kat:
+        got = tuple(int(w) for w in philox(*args))
+        assert got == want, (args, [hex(v) for v in got])
+    print("philox kat: 3/3 ok")

@@ -1,0 +1,318 @@
+/* test_quant.c: element encoders, ceil2, Philox known answers, stochastic
+ * rounding (unbiased, replayable, split-invariant), the profiles' documented
+ * differences from vllm, padding, refusals, and the oracle's vector file. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "numerics/formats.h"
+#include "numerics/quant.h"
+#include "numerics/sr.h"
+#include "qc.h"
+
+static float bf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+Test(e4m3, satfinite_rne_negzero_nan) {
+  cr_expect_eq(qc_f32_to_e4m3(448.0f), 0x7e);
+  cr_expect_eq(qc_f32_to_e4m3(464.0f), 0x7e);          /* torch gives NaN above 464; SATFINITE saturates */
+  cr_expect_eq(qc_f32_to_e4m3(1e9f), 0x7e);
+  cr_expect_eq(qc_f32_to_e4m3(INFINITY), 0x7e);
+  cr_expect_eq(qc_f32_to_e4m3(-INFINITY), 0xfe);
+  cr_expect_eq(qc_f32_to_e4m3(NAN), 0x7f);
+  cr_expect_eq(qc_f32_to_e4m3(-NAN), 0x7f);
+  cr_expect_eq(qc_f32_to_e4m3(-1e-9f), 0x80);          /* a tiny negative keeps its sign */
+  cr_expect_eq(qc_f32_to_e4m3(-0.0f), 0x80);
+  cr_expect_eq(qc_f32_to_e4m3(ldexpf(1, -10)), 0x00);  /* half the smallest step: tie to even 0 */
+  cr_expect_eq(qc_f32_to_e4m3(ldexpf(3, -10)), 0x02);  /* 1.5 steps: tie to even 2 */
+  cr_expect_eq(qc_f32_to_e4m3(ldexpf(1, -9)), 0x01);
+  cr_expect_eq(qc_f32_to_e4m3(1.0625f), 0x38);         /* 1 + 1/16: tie to even (1.0) */
+  cr_expect_eq(qc_f32_to_e4m3(1.1875f), 0x3a);         /* 1 + 3/16: tie to even (1.25) */
+  for (int b = 0; b < 256; b++) {
+    if ((b & 0x7f) == 0x7f) continue;
+    cr_assert_eq(qc_f32_to_e4m3(qc_e4m3_to_f32((uint8_t)b)), b, "byte 0x%02x", b);
+  }
+}
+
+Test(e5m2, roundtrip_and_saturation) {
+  for (int b = 0; b < 256; b++) {
+    if ((b & 0x7c) == 0x7c) continue; /* Inf/NaN */
+    cr_assert_eq(qc_f32_to_e5m2(qc_e5m2_to_f32((uint8_t)b)), b, "byte 0x%02x", b);
+  }
+  cr_expect_eq(qc_f32_to_e5m2(INFINITY), 0x7b);
+  cr_expect_eq(qc_f32_to_e5m2(-1e30f), 0xfb);
+  cr_expect_eq(qc_f32_to_e5m2(NAN), 0x7f);
+  cr_expect_eq(qc_f32_to_e5m2(-1e-30f), 0x80);
+}
+
+Test(e2m1, spec_ties) {
+  const float in[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 7.0f, -0.1f, -6.5f};
+  const uint8_t want[] = {0x0, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0x7, 0x8, 0xf};
+  for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) cr_expect_eq(qc_f32_to_e2m1(in[i]), want[i], "%g", (double)in[i]);
+  for (int c = 0; c < 16; c++) cr_expect_eq(qc_f32_to_e2m1(qc_e2m1_to_f32((uint8_t)c)), c);
+}
+
+Test(ceil2, exponent_bit_rule) {
+  cr_expect_eq(qc_ceil2(1.0f), 1.0f);
+  cr_expect_eq(qc_ceil2(bf(0x3f800001u)), 2.0f);      /* just above a power of two */
+  cr_expect_eq(qc_ceil2(0.75f), 1.0f);
+  cr_expect_eq(qc_ceil2(3.0f), 4.0f);
+  cr_expect_eq(qc_ceil2(0.0f), 0.0f);
+  cr_expect_eq(qc_ceil2(bf(0x00000001u)), ldexpf(1, -126));
+  cr_expect_eq(qc_e8m0_ceil(500.0f / 448.0f), 128);
+  cr_expect_eq(qc_e8m0_ceil(0.0f), 0);
+}
+
+Test(philox, random123_known_answers) {
+  struct { uint32_t c[4], k[2], want[4]; } kat[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}, {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}, {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}};
+  for (int i = 0; i < 3; i++) {
+    uint32_t o[4];
+    qc_philox4x32_10(kat[i].c, kat[i].k, o);
+    for (int j = 0; j < 4; j++) cr_expect_eq(o[j], kat[i].want[j], "vector %d word %d: %08x", i, j, o[j]);
+  }
+  /* the draw is the first word's top 24 bits, counter (index lo, hi, salt, step), key = seed */
+  qc_sr sr = {1, 0xa4093822299f31d0ull, 0x13198a2e, 0x03707344, 0};
+  sr.seed = ((uint64_t)0x299f31d0 << 32) | 0xa4093822;
+  cr_expect_eq(qc_sr_bits(&sr, ((uint64_t)0x85a308d3 << 32) | 0x243f6a88), 0xd16cfe09u >> 8);
+}
+
+/* A [1, 32*nb] row whose blocks each hold 448 then 31 copies of v, so that
+ * mxfp8's scale is exactly 1 and the payload is v's own rounding. */
+static float *mx_row(int nb, float v) {
+  float *x = malloc((size_t)nb * 32 * sizeof *x);
+  for (int i = 0; i < nb * 32; i++) x[i] = i % 32 ? v : 448.0f;
+  return x;
+}
+
+Test(sr, unbiased) {
+  const int nb = 4096, n = nb * 32;
+  const float v = 1.3f; /* between e4m3 1.25 and 1.375: rounds up with p = 0.4 */
+  float *x = mx_row(nb, v), *y = malloc((size_t)n * sizeof *y);
+  qc_sr sr = {1, 42, 7, 3, 0};
+  cr_assert_eq(qc_fake_quant_sr("mxfp8", "vllm", 1, n, x, y, &sr, "x"), QC_OK);
+  double sum = 0;
+  int cnt = 0, up = 0;
+  for (int i = 0; i < n; i++)
+    if (i % 32) {
+      cr_assert(y[i] == 1.25f || y[i] == 1.375f, "y[%d] = %g", i, (double)y[i]);
+      sum += y[i];
+      up += y[i] == 1.375f;
+      cnt++;
+    }
+  double mean = sum / cnt, sigma = 0.125 * sqrt(0.4 * 0.6 / cnt);
+  cr_expect(fabs(mean - v) < 5 * sigma, "mean %.6f, want %.6f +- %.2e", mean, (double)v, 5 * sigma);
+  cr_expect(up > 0 && up < cnt);
+  /* round to nearest is biased here (all 1.25), which the test would see */
+  cr_assert_eq(qc_fake_quant("mxfp8", "vllm", 1, n, x, y, "x"), QC_OK);
+  cr_expect_eq(y[1], 1.25f);
+  free(x); free(y);
+}
+
+Test(sr, boundary_u_equal_to_fraction_rounds_down) {
+  /* The rule rounds up when u < (|v| - lo)/(hi - lo): at equality it rounds
+   * down. Find an element whose draw r24 is a multiple of 16, so that
+   * v = 1 + r24 * 2^-27 is a float32 with fraction exactly u = r24 * 2^-24
+   * between e4m3 1.0 and 1.125 (mxfp8 with a 448 in each block: scale 1). */
+  qc_sr sr = {1, 99, 5, 0, 0};
+  int64_t idx = -1;
+  uint32_t r24 = 0;
+  for (int64_t i = 1; i < 4096 && idx < 0; i++) {
+    r24 = qc_sr_bits(&sr, (uint64_t)i);
+    if (i % 32 && r24 % 16 == 0 && r24) idx = i;
+  }
+  cr_assert_geq(idx, 0);
+  float *x = mx_row(128, 1.0f);
+  x[idx] = 1.0f + ldexpf((float)r24, -27);
+  qc_quantized z;
+  cr_assert_eq(qc_quantize(QC_QF_MXFP8, QC_QP_VLLM, 1, 128 * 32, x, &sr, &z, "x"), QC_OK);
+  cr_expect_eq(((uint8_t *)z.q.data)[idx], 0x38, "u == fraction must round down to 1.0, got 0x%02x",
+               ((uint8_t *)z.q.data)[idx]);
+  /* one ulp more and the same draw rounds up */
+  x[idx] = nextafterf(x[idx], 2.0f);
+  qc_quantized_free(&z);
+  cr_assert_eq(qc_quantize(QC_QF_MXFP8, QC_QP_VLLM, 1, 128 * 32, x, &sr, &z, "x"), QC_OK);
+  cr_expect_eq(((uint8_t *)z.q.data)[idx], 0x39);
+  qc_quantized_free(&z);
+  free(x);
+}
+
+Test(sr, replay_and_split) {
+  const int64_t R = 10, C = 48;
+  float *x = malloc(R * C * sizeof *x);
+  for (int64_t i = 0; i < R * C; i++) x[i] = sinf((float)i) * 3.0f;
+  qc_sr sr = {1, 0xdeadbeefcafeull, qc_sr_salt("/model.layers.0.mlp.down_proj", "weight"), 5, 0};
+  qc_quantized a, b, top, bot;
+  cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R, C, x, &sr, &a, "x"), QC_OK);
+  cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R, C, x, &sr, &b, "x"), QC_OK);
+  cr_expect_eq(memcmp(a.q.data, b.q.data, a.q.nbytes), 0, "replay gives other bits");
+  /* the same rows quantized as two shards with their global offsets */
+  qc_sr s1 = sr, s2 = sr;
+  s2.base = 4 * C;
+  cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, 4, C, x, &s1, &top, "x"), QC_OK);
+  cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R - 4, C, x + 4 * C, &s2, &bot, "x"), QC_OK);
+  cr_expect_eq(memcmp(a.q.data, top.q.data, top.q.nbytes), 0, "shard 0 differs");
+  cr_expect_eq(memcmp((uint8_t *)a.q.data + 4 * C, bot.q.data, bot.q.nbytes), 0, "shard 1 differs");
+  /* another step draws other bits */
+  qc_quantized c;
+  sr.step = 6;
+  cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R, C, x, &sr, &c, "x"), QC_OK);
+  cr_expect_neq(memcmp(a.q.data, c.q.data, a.q.nbytes), 0);
+  qc_quantized_free(&a); qc_quantized_free(&b); qc_quantized_free(&c); qc_quantized_free(&top); qc_quantized_free(&bot);
+  free(x);
+}
+
+/* Scale (float32) of block 0 under a profile. */
+static float scale0(qc_qfmt f, qc_qprof p, int64_t rows, int64_t cols, const float *x) {
+  qc_quantized z;
+  cr_assert_eq(qc_quantize(f, p, rows, cols, x, NULL, &z, "x"), QC_OK);
+  float s = z.scale.dtype == QC_F32 ? ((float *)z.scale.data)[0] : (float)((uint8_t *)z.scale.data)[0];
+  qc_quantized_free(&z);
+  return s;
+}
+
+Test(profile, vllm_native_group_floor_is_not_pow2) {
+  float x[128] = {1e-3f};
+  float v = scale0(QC_QF_FP8_GROUP128_UE8M0, QC_QP_VLLM, 1, 128, x);
+  float n = scale0(QC_QF_FP8_GROUP128_UE8M0, QC_QP_VLLM_NATIVE, 1, 128, x);
+  cr_expect_eq(v, ldexpf(1, -18));           /* ceil2(1e-3/448) */
+  cr_expect_eq(n, 1.0f / 229376.0f);         /* max(2^-18, 1/229376): not a power of two */
+}
+
+Test(profile, te_all_zero_group_scale_one) {
+  float x[128] = {0};
+  cr_expect_eq(scale0(QC_QF_FP8_GROUP128, QC_QP_VLLM, 1, 128, x), 1e-10f / 448.0f);
+  cr_expect_eq(scale0(QC_QF_FP8_GROUP128, QC_QP_TE, 1, 128, x), 1.0f);
+}
+
+Test(profile, ocp_mx_floor_exponent_saturates) {
+  float x[32] = {500.0f, 1.0f};
+  cr_expect_eq(scale0(QC_QF_MXFP8, QC_QP_VLLM, 1, 32, x), 128.0f); /* ceil2(500/448) = 2 */
+  cr_expect_eq(scale0(QC_QF_MXFP8, QC_QP_OCP, 1, 32, x), 127.0f);  /* 2^(8-8) = 1: 500 saturates to 448 */
+  qc_quantized z;
+  cr_assert_eq(qc_quantize(QC_QF_MXFP8, QC_QP_OCP, 1, 32, x, NULL, &z, "x"), QC_OK);
+  cr_expect_eq(((uint8_t *)z.q.data)[0], 0x7e);
+  qc_quantized_free(&z);
+}
+
+Test(profile, modelopt_nvfp4_zero_block_scale_one) {
+  /* an all-zero 16-block: vllm stores sf = e4m3(0) = 0x00, modelopt replaces
+   * the zero block scale by 1.0 (0x38); the global scales are reciprocal */
+  float x[32] = {0};
+  for (int i = 16; i < 32; i++) x[i] = (float)(i - 20);
+  qc_quantized a, b;
+  cr_assert_eq(qc_quantize(QC_QF_NVFP4, QC_QP_VLLM, 1, 32, x, NULL, &a, "x"), QC_OK);
+  cr_assert_eq(qc_quantize(QC_QF_NVFP4, QC_QP_MODELOPT, 1, 32, x, NULL, &b, "x"), QC_OK);
+  cr_expect_eq(((uint8_t *)a.scale.data)[0], 0x00);
+  cr_expect_eq(((uint8_t *)b.scale.data)[0], 0x38);
+  float ga = *(float *)a.gscale.data, gb = *(float *)b.gscale.data;
+  cr_expect_eq(ga, 2688.0f / 11.0f);
+  cr_expect_eq(gb, 11.0f / 2688.0f);
+  qc_quantized_free(&a); qc_quantized_free(&b);
+}
+
+Test(profile, te_fp8_tensor_scale_association) {
+  /* te stores rcp(448/amax); vllm stores amax/448: they differ in the last bit for some amax */
+  int differ = 0;
+  for (int i = 1; i < 2000 && !differ; i++) {
+    float x[2] = {1.0f + (float)i * 0.001f, 0.5f};
+    differ = scale0(QC_QF_FP8_TENSOR, QC_QP_VLLM, 1, 2, x) != scale0(QC_QF_FP8_TENSOR, QC_QP_TE, 1, 2, x);
+  }
+  cr_expect(differ);
+}
+
+Test(profile, te_block_ue8m0_is_one_stage_vllm_two) {
+  const int64_t R = 128, C = 128;
+  float *x = malloc(R * C * sizeof *x);
+  for (int64_t i = 0; i < R * C; i++) x[i] = cosf((float)i) * 3.3f;
+  qc_quantized a, b;
+  cr_assert_eq(qc_quantize(QC_QF_FP8_BLOCK128_UE8M0, QC_QP_VLLM, R, C, x, NULL, &a, "x"), QC_OK);
+  cr_assert_eq(qc_quantize(QC_QF_FP8_BLOCK128_UE8M0, QC_QP_TE, R, C, x, NULL, &b, "x"), QC_OK);
+  cr_expect_neq(memcmp(a.q.data, b.q.data, a.q.nbytes), 0);
+  qc_quantized_free(&a); qc_quantized_free(&b);
+  free(x);
+}
+
+Test(quant, padding_and_layout) {
+  float x[3 * 17];
+  for (int i = 0; i < 51; i++) x[i] = (float)(i - 25) * 0.1f;
+  qc_quantized z;
+  cr_assert_eq(qc_quantize(QC_QF_NVFP4, QC_QP_VLLM, 3, 17, x, NULL, &z, "x"), QC_OK);
+  cr_expect_eq(z.q.dtype, QC_E2M1X2);
+  cr_expect_eq(z.q.shape[1], 9);
+  cr_expect_eq(z.scale.dtype, QC_E4M3);
+  cr_expect_eq(z.scale.shape[1], 2);       /* K = 17 pads to two 16-blocks */
+  cr_expect_eq(((uint8_t *)z.q.data)[8] >> 4, 0); /* the odd column's high nibble */
+  float y[51], w[51];
+  cr_assert_eq(qc_dequantize(QC_QF_NVFP4, QC_QP_VLLM, 3, 17, &z, y, "z"), QC_OK);
+  cr_assert_eq(qc_fake_quant("nvfp4", "vllm", 3, 17, x, w, "x"), QC_OK);
+  cr_expect_eq(memcmp(y, w, sizeof y), 0);
+  /* a scale of the wrong dtype is refused */
+  z.scale.dtype = QC_F32;
+  cr_expect_eq(qc_dequantize(QC_QF_NVFP4, QC_QP_VLLM, 3, 17, &z, y, "z"), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "dtype") != NULL, "%s", qc_err_msg());
+  qc_err_clear();
+  qc_quantized_free(&z);
+}
+
+Test(quant, refusals) {
+  float x[4] = {1.0f, NAN, 2.0f, 3.0f}, y[4];
+  cr_expect_eq(qc_fake_quant("fp8_token", "vllm", 1, 4, x, y, "inputs/x"), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "non-finite") && strstr(qc_err_msg(), "inputs/x"), "%s", qc_err_msg());
+  qc_err_clear();
+  x[1] = INFINITY;
+  cr_expect_eq(qc_fake_quant("none", "vllm", 1, 4, x, y, "x"), QC_EINPUT);
+  qc_err_clear();
+  x[1] = 0;
+  cr_expect_eq(qc_fake_quant("fp9", "vllm", 1, 4, x, y, "x"), QC_EINPUT);
+  qc_err_clear();
+  cr_expect_eq(qc_fake_quant("mxfp8", "vllm_cuda_nvfp4", 1, 4, x, y, "x"), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "vllm_cuda_nvfp4") != NULL);
+  qc_err_clear();
+  cr_expect(qc_quant_known("fp8_block128_ue8m0"));
+  cr_expect(!qc_quant_known("fp8_block64"));
+}
+
+/* The oracle's vector file: every format x profile, RN and SR, byte for byte. */
+Test(quant, oracle_vectors) {
+  FILE *f = fopen("tests/data/quant_vectors.bin", "rb");
+  cr_assert(f, "tests/data/quant_vectors.bin not found (run from the repository root)");
+  char magic[8];
+  uint32_t count;
+  cr_assert(fread(magic, 1, 8, f) == 8 && memcmp(magic, "QCQV0001", 8) == 0 && fread(&count, 4, 1, f) == 1);
+  cr_assert_eq(count, 100);
+  int seen[QC_QF_COUNT][QC_QP_COUNT] = {{0}};
+  for (uint32_t r = 0; r < count; r++) {
+    struct __attribute__((packed)) { char fmt[24], prof[16]; uint32_t rows, cols, sr_on, salt; uint64_t seed; uint32_t step, nexp; } h;
+    cr_assert(fread(&h, sizeof h, 1, f) == 1);
+    float *x = malloc((size_t)h.rows * h.cols * 4);
+    uint8_t *exp = malloc(h.nexp), *got = malloc(h.nexp + 64);
+    cr_assert(fread(x, 4, (size_t)h.rows * h.cols, f) == (size_t)h.rows * h.cols && fread(exp, 1, h.nexp, f) == h.nexp);
+    qc_qfmt fm;
+    qc_qprof pr;
+    cr_assert_eq(qc_qfmt_parse(h.fmt, &fm), QC_OK);
+    cr_assert_eq(qc_qprof_parse(h.prof, &pr), QC_OK);
+    qc_sr sr = {(int)h.sr_on, h.seed, h.salt, h.step, 0};
+    qc_quantized z;
+    cr_assert_eq(qc_quantize(fm, pr, h.rows, h.cols, x, &sr, &z, "vector"), QC_OK, "%s", qc_err_msg());
+    size_t n = 0;
+    memcpy(got + n, z.q.data, z.q.nbytes); n += z.q.nbytes;
+    memcpy(got + n, z.scale.data, z.scale.nbytes); n += z.scale.nbytes;
+    if (z.gscale.data) { memcpy(got + n, z.gscale.data, z.gscale.nbytes); n += z.gscale.nbytes; }
+    cr_expect_eq(n, h.nexp, "%s/%s sr=%u: %zu bytes, oracle %u", h.fmt, h.prof, h.sr_on, n, h.nexp);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n && i < h.nexp; i++)
+      if (got[i] != exp[i] && bad++ == 0) first = i;
+    cr_expect_eq(bad, 0, "%s/%s sr=%u: %zu mismatching bytes, first at %zu: 0x%02x vs oracle 0x%02x", h.fmt, h.prof,
+                 h.sr_on, bad, first, got[first], exp[first]);
+    seen[fm][pr]++;
+    qc_quantized_free(&z);
+    free(x); free(exp); free(got);
+  }
+  fclose(f);
+  for (int a = 1; a < QC_QF_COUNT; a++)
+    for (int b = 0; b < QC_QP_COUNT; b++) cr_expect_eq(seen[a][b], 2, "%s/%s", qc_qfmt_name((qc_qfmt)a), qc_qprof_name((qc_qprof)b));
+}
