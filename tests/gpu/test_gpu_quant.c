@@ -1,9 +1,9 @@
-/* test_gpu_quant.c: the GPU quantizers. Against the CPU quantizers where
- * this branch has them (bit-identical dequantized values, so identical
- * payload decodes, negative zero included); always against the spec's
- * scale formulas evaluated here in C float32, and for self-consistency
- * (deq = decode(q) * s, scale bytes, error bounded by the format's step).
- * Skips without a device. */
+/* test_gpu_quant.c: the GPU quantizers against the CPU quantizers of
+ * src/numerics (payload bytes, negative zero included, scales, the global
+ * scale and dequantized values: identical), against the spec's scale
+ * formulas evaluated here in C float32, and for self-consistency (deq =
+ * decode(q) * s, scale bytes, error bounded by the format's step). Skips
+ * without a device. */
 #include <string.h>
 
 #include "gpu_common.h"
@@ -98,7 +98,32 @@ static void check_format(const qc_backend *be, const char *f, int64_t rows, int6
   /* tiny negatives keep their sign (negative zero bytes) */
   if (rows > 5 && cols > 1 && !packed && strcmp(f, "fp8_tensor"))
     cr_expect_eq(q.q[5 * cols + 1] & 0x80, 0x80, "%s: -1e-30 lost its sign", f);
-  /* the CPU quantizer, when this branch has it: bit-identical values */
+  /* the CPU quantizer's deployed bytes: payload, scales, global scale */
+  {
+    qc_qfmt cf;
+    qc_quantized z;
+    memset(&z, 0, sizeof z);
+    cr_assert_eq(qc_qfmt_parse(f, &cf), QC_OK);
+    cr_assert_eq(qc_quantize(cf, QC_QP_VLLM, rows, cols, x, NULL, &z, "x"), QC_OK, "%s: %s", f, qc_err_msg());
+    cr_expect_eq((int64_t)z.q.nbytes, nq, "%s: payload sizes", f);
+    int64_t first = -1, cnt = 0;
+    for (int64_t k = 0; k < nq && k < (int64_t)z.q.nbytes; k++)
+      if (((const uint8_t *)z.q.data)[k] != q.q[k]) { if (first < 0) first = k; cnt++; }
+    cr_expect_eq(cnt, 0, "%s [%lld x %lld]: %lld payload bytes differ, first at %lld: cpu 0x%02x gpu 0x%02x", f,
+                 (long long)rows, (long long)cols, (long long)cnt, (long long)first,
+                 first >= 0 ? ((const uint8_t *)z.q.data)[first] : 0, first >= 0 ? q.q[first] : 0);
+    int fscale = z.scale.dtype == QC_F32;
+    cr_expect_eq(qc_numel(&z.scale), sr * sc, "%s: scale count", f);
+    for (int64_t k = 0, bad_s = 0; k < sr * sc && k < qc_numel(&z.scale); k++) {
+      uint32_t cpu = fscale ? fb(((const float *)z.scale.data)[k]) : ((const uint8_t *)z.scale.data)[k];
+      uint32_t gpu = fscale ? fb(q.scale[k]) : q.scale_b[k];
+      if (cpu != gpu && bad_s++ < 3) cr_expect(0, "%s: scale %lld: cpu 0x%x gpu 0x%x", f, (long long)k, cpu, gpu);
+    }
+    if (z.gscale.data) cr_expect_eq(fb(*(const float *)z.gscale.data), fb(q.gscale), "%s: global scale cpu %a gpu %a", f,
+                                    *(const float *)z.gscale.data, q.gscale);
+    qc_quantized_free(&z);
+  }
+  /* the CPU fake quantizer: bit-identical values */
   if (qc_quant_known(f)) {
     float *cpu = malloc((size_t)n * 4);
     cr_assert_eq(qc_fake_quant(f, "vllm", rows, cols, x, cpu, "x"), QC_OK, "%s", qc_err_msg());
