@@ -58,7 +58,7 @@ GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 PLUGIN_SRC := $(wildcard tests/plugins/*.c)
 PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=build/plugins/%.so)
 
-.PHONY: all deps demo test test-unit test-e2e test-gpu asan clean check-independence bench
+.PHONY: bench-bin all deps demo test test-unit test-e2e test-gpu asan clean check-independence bench
 
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu_linear,)
 
@@ -115,6 +115,12 @@ asan:
 
 qatcheck-asan-bin: $(OBJ_C)
 	$(CC) $(CFLAGS) $(QC_CFLAGS) -o qatcheck-asan $^ $(LDLIBS) -rdynamic
+
+bench-bin: build/bench/cpu_linear
+
+build/bench/cpu_linear: bench/cpu_linear.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 bench: all
 	sh bench/cpu_linear.sh

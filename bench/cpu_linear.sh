@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 M=${1:-2048}; K=${2:-2048}; N=${3:-2048}; R=${4:-3}
 mkdir -p build/bench
 cc -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread -o build/bench/blas_floor bench/blas_floor.c -lopenblas
+make -s bench-bin
+# 1. the in-memory audit (what vjp runs per module and dY) vs the BLAS calls
+build/bench/cpu_linear "$M" "$K" "$N" "$R"
+# 2. the whole command (generation, audit, report), and its peak memory
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 cat >"$T/case.json" <<J
 {"module": "linear", "data": {"generate": {"shapes": [[$M, $K, $N, 0]], "seed": 0}}, "dy": ["random"],
@@ -30,5 +34,5 @@ done
 # reference's float64 gradients (d_x, d_weight)
 must=$(awk -v M="$M" -v K="$K" -v N="$N" 'BEGIN{e1=M*K; e2=N*K; e3=M*N; print (2*(e1+e2+e3) + 8*(e1+e2+e3) + 2*(e1+e2) + 8*(e1+e2))/1024}')
 awk -v a="$best" -v f="$floor" -v r="$rss" -v m="$must" -v M="$M" -v K="$K" -v N="$N" 'BEGIN{
-  printf "linear %dx%dx%d: audit %.3f s, BLAS floor %.3f s, ratio %.2f (target <= 1.3)\n", M, K, N, a, f, a/f;
+  printf "qatcheck vjp %dx%dx%d end to end: %.3f s, BLAS floor %.3f s, ratio %.2f\n", M, K, N, a, f, a/f;
   printf "peak RSS %.0f MiB, tensors it must hold %.0f MiB, ratio %.2f (target <= 1.5)\n", r/1024, m/1024, r/m }'

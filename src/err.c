@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <malloc.h>
 #include <string.h>
 
 int qc_quiet = 0;
@@ -59,4 +60,9 @@ void *qc_calloc(size_t n, size_t size, const char *what) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p) qc_err_sys("out of memory: %zu x %zu bytes for %s", n, size, what);
   return p;
+}
+
+void qc_mem_tune(void) {
+  mallopt(M_MMAP_MAX, 0);               /* large buffers from the heap ... */
+  mallopt(M_TRIM_THRESHOLD, 0x7fffffff); /* ... and kept there when freed */
 }

@@ -31,6 +31,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  qc_mem_tune();
   if (argc < 2) {
     usage(stderr);
     return 2;

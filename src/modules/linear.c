@@ -97,6 +97,10 @@ static int to_f32(const qc_tensor *t, float *out, int64_t n) {
 static int lin_operand(const lin_contract *c, const qc_tensor *t, int64_t rows, int64_t cols, const char *fmt,
                        int quantize, const qc_sr *sr, const char *what, uint16_t *out) {
   int64_t n = rows * cols;
+  if (t->dtype == QC_BF16 && !(quantize && strcmp(fmt, "none") != 0)) { /* already what the trainer holds */
+    memcpy(out, t->data, (size_t)n * sizeof *out);
+    return QC_OK;
+  }
   float *f = qc_malloc((size_t)n * sizeof *f + 4, what);
   if (!f) return QC_ESYS;
   int rc = to_f32(t, f, n);

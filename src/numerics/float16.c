@@ -7,18 +7,6 @@
 static uint32_t fbits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float bitsf(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-uint16_t qc_f32_to_bf16(float x) {
-  uint32_t u = fbits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-  uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7fffu + lsb; /* RNE; overflow carries into Inf correctly */
-  return (uint16_t)(u >> 16);
-}
-
-float qc_bf16_to_f32(uint16_t h) { return bitsf((uint32_t)h << 16); }
-
-float qc_round_bf16(float x) { return qc_bf16_to_f32(qc_f32_to_bf16(x)); }
-
 uint16_t qc_f32_to_f16(float x) {
   uint32_t u = fbits(x);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);

@@ -5,12 +5,25 @@
 #define QC_FORMATS_H
 
 #include <stdint.h>
+#include <string.h>
 
-/* bfloat16: RNE from float32; NaN stays NaN (quiet), Inf stays Inf. */
-uint16_t qc_f32_to_bf16(float x);
-float qc_bf16_to_f32(uint16_t h);
+/* bfloat16: RNE from float32; NaN stays NaN (quiet), Inf stays Inf.
+ * Inline: they sit in every conversion loop. */
+static inline uint16_t qc_f32_to_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u); /* RNE; overflow carries into Inf correctly */
+  return (uint16_t)(u >> 16);
+}
+static inline float qc_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
 /* Round a float32 to the nearest bfloat16 value, returned as float32. */
-float qc_round_bf16(float x);
+static inline float qc_round_bf16(float x) { return qc_bf16_to_f32(qc_f32_to_bf16(x)); }
 
 /* IEEE binary16: RNE from float32, overflow to Inf, subnormals kept. */
 uint16_t qc_f32_to_f16(float x);
