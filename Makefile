@@ -128,4 +128,4 @@ bench: all
 clean:
 	rm -rf build build-nocuda build-asan qatcheck qatcheck-asan
 
--include $(OBJ_C:.o=.d) $(OBJ_CU:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d)
+-include $(OBJ_C:.o=.d) $(OBJ_CU:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(BENCH_GPU:%=$(BUILD)/bench/gpu_linear.d)
