@@ -21,22 +21,31 @@ HIDDEN=${HIDDEN:-4096}
 TOKENS=${TOKENS:-512}
 WF=${WF:-nvfp4,fp8_block128,mxfp8}
 CC=${CC:-cc}
+DEVICE=${DEVICE:-cpu}
+BLAS_RATE=${BLAS_RATE:-}
 T=${BENCH_TMP:-$(mktemp -d)}
 mkdir -p "$T"
 now() { date +%s.%N; }
 
-echo "contract bench: $LAYERS layers x 7 modules, [$HIDDEN, $HIDDEN] bf16, $TOKENS tokens, formats $WF"
-"$PY" scripts/make_checkpoint.py "$T/bench.h5" --preset bench --layers "$LAYERS" --hidden "$HIDDEN"
+echo "contract bench (--device $DEVICE): $LAYERS layers x 7 modules, [$HIDDEN, $HIDDEN] bf16, $TOKENS tokens, formats $WF"
+[ -f "$T/bench.h5" ] || "$PY" scripts/make_checkpoint.py "$T/bench.h5" --preset bench --layers "$LAYERS" --hidden "$HIDDEN"
 cat "$T/bench.h5" >/dev/null
 t0=$(now); cat "$T/bench.h5" >/dev/null; t1=$(now)
 
-$CC -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/openblas bench/blas_rate.c -o "$T/blas_rate" -lopenblas
-rate=$("$T/blas_rate" "$TOKENS" "$HIDDEN" "$HIDDEN" 3)
+if [ -z "$BLAS_RATE" ]; then
+  $CC -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/openblas bench/blas_rate.c -o "$T/blas_rate" -lopenblas
+  BLAS_RATE="$T/blas_rate"
+fi
+# GEMM_GFLOPS: the float64 GEMM rate of a device backend (e.g. the DGEMM rate
+# bench/gpu_linear measured on the same GPU); else the CPU's, measured here
+rate=${GEMM_GFLOPS:+x $GEMM_GFLOPS}
+[ -n "$rate" ] || rate=$("$BLAS_RATE" "$TOKENS" "$HIDDEN" "$HIDDEN" 3)
 
 "$QATCHECK" contract --master-vs-dequant --dump "$T/bench.h5" --weight-format "$WF" --tokens "$TOKENS" --quiet \
-  --json "$T/r.json"
+  --device "$DEVICE" --json "$T/r.json"
 # the rate again after the sweep: the faster of the two is the GEMM floor
-rate2=$("$T/blas_rate" "$TOKENS" "$HIDDEN" "$HIDDEN" 3)
+rate2=${GEMM_GFLOPS:+x $GEMM_GFLOPS}
+[ -n "$rate2" ] || rate2=$("$BLAS_RATE" "$TOKENS" "$HIDDEN" "$HIDDEN" 3)
 
 "$PY" - "$T/r.json" "$t0" "$t1" "$rate" "$LAYERS" "$(stat -c %s "$T/bench.h5")" "$(nproc)" "$rate2" <<'PYEOF'
 import json, sys

@@ -322,6 +322,7 @@ typedef struct slot {
   double t_read, t_quant;
   int dy_gen, x_gen;
   /* worker arguments and result */
+  const qc_backend *be;
   qc_dump *d;
   const qc_sweep_opts *o;
   const sizes *z;
@@ -362,6 +363,23 @@ static void narrow(const double *in, float *out, int64_t n) {
 static pthread_mutex_t g_read_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Prepare the slot's unit: everything read and quantized, nothing multiplied. */
+/* out = dequant(quant(in)) [rows, cols]: on the backend's own quantizer when
+ * it has one for this profile (the CUDA kernels, byte-identical to the CPU
+ * quantizers and tested so; profile vllm), else on the CPU. */
+static int fake_quant(const slot *sl, const char *fmt, int64_t rows, int64_t cols, const float *in, float *out,
+                      const char *what) {
+  const char *prof = sl->o->profile ? sl->o->profile : "vllm";
+  if (sl->be && sl->be->quantize && strcmp(prof, "vllm") == 0) {
+    for (int64_t i = 0; i < rows * cols; i++)
+      if (!isfinite(in[i])) return qc_err("%s: non-finite value at flat index %lld", what, (long long)i);
+    qc_qout q;
+    memset(&q, 0, sizeof q);
+    q.deq = out;
+    return sl->be->quantize(sl->be, fmt, prof, rows, cols, in, &q);
+  }
+  return qc_fake_quant(fmt, sl->o->profile, rows, cols, in, out, what);
+}
+
 static int prepare(slot *sl) {
   const group_plan *g = sl->g;
   const qc_sweep_opts *o = sl->o;
@@ -387,7 +405,7 @@ static int prepare(slot *sl) {
   narrow(sl->W, sl->f, N * K);
   for (int w = 0; w < o->nw; w++)
     if (strcmp(o->wfmt[w], "none") != 0 &&
-        (rc = qc_fake_quant(o->wfmt[w], o->profile, N, K, sl->f, sl->Wq + w * sl->z->nk, what)))
+        (rc = fake_quant(sl, o->wfmt[w], N, K, sl->f, sl->Wq + w * sl->z->nk, what)))
       return rc;
   sl->t_quant += now_s() - t0;
   if (!g->need_x) return QC_OK;
@@ -407,7 +425,7 @@ static int prepare(slot *sl) {
     narrow(X, sl->f, xs.M * K);
     for (int a = 0; a < o->na; a++)
       if (strcmp(o->afmt[a], "none") != 0 &&
-          (rc = qc_fake_quant(o->afmt[a], o->profile, xs.M, K, sl->f, sl->Xq + (i * o->na + a) * sl->z->mk, what)))
+          (rc = fake_quant(sl, o->afmt[a], xs.M, K, sl->f, sl->Xq + (i * o->na + a) * sl->z->mk, what)))
         return rc;
     sl->t_quant += now_s() - t0;
   }
@@ -573,7 +591,7 @@ static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, c
     for (int e = 0; e < plans[i].E; e++, u++) { ug[u] = i; ue[u] = e; }
   for (int k = 0; k < nslot; k++) {
     if ((rc = slot_alloc(&sl[k], &z, o, need_x))) goto out;
-    sl[k].d = d; sl[k].o = o; sl[k].z = &z;
+    sl[k].d = d; sl[k].o = o; sl[k].z = &z; sl[k].be = be;
   }
   if ((rc = work_alloc(&w, &z, need_x))) goto out;
   /* units 0 .. ahead-1 start now (unit 0 in this thread when ahead is 0) */
