@@ -27,7 +27,7 @@ ifneq ($(NVCC),)
   $(info qatcheck: CUDA found: $(NVCC) -> building the cuda backend (sm_90 + PTX))
   QC_CFLAGS += -DQC_HAVE_CUDA=1 -I$(CUDA_HOME)/include
   NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-               -Xcompiler -Wall,-Wextra,-Werror -Isrc -Iinclude -MMD -MP
+               -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Isrc -Iinclude -MMD -MP
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
   NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
   ifneq ($(NCCL_H),)
@@ -49,7 +49,10 @@ SRC_CU  := $(if $(NVCC),$(wildcard kernels/*.cu src/backend/*.cu),)
 BUILD   ?= $(if $(NVCC),build,build-nocuda)
 OBJ_C   := $(SRC_C:%.c=$(BUILD)/%.o)
 OBJ_CU  := $(SRC_CU:%.cu=$(BUILD)/%.cu.o)
-LIB_OBJ := $(filter-out $(BUILD)/src/main.o,$(OBJ_C)) $(OBJ_CU)
+LIB_OBJ := $(filter-out $(BUILD)/src/main.o,$(OBJ_C))
+# The CUDA backend is a shared object beside ./qatcheck, loaded by
+# --device cuda only: the CPU tool never loads (or needs) the CUDA libraries.
+CUDA_SO := $(if $(NVCC),libqatcheck_cuda.so,)
 
 TEST_SRC := $(wildcard tests/unit/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -62,10 +65,14 @@ PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=build/plugins/%.so)
 
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu_linear,)
 
-all: check-independence qatcheck $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS) $(BENCH_GPU)
+all: check-independence qatcheck $(CUDA_SO) $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS) $(BENCH_GPU)
 
-qatcheck: $(OBJ_C) $(OBJ_CU)
-	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -rdynamic
+qatcheck: $(OBJ_C)
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -rdynamic
+
+# its undefined qc_* symbols resolve against the executable that loads it (-rdynamic)
+libqatcheck_cuda.so: $(OBJ_CU)
+	$(CC) -shared -o $@ $^ $(CUDA_LIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -76,12 +83,12 @@ $(BUILD)/%.cu.o: %.cu
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/test_unit: $(TEST_OBJ) $(LIB_OBJ)
-	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -lcriterion
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -lcriterion -rdynamic
 
 $(BUILD)/test_gpu: $(GPU_TEST_OBJ) $(LIB_OBJ)
-	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -lcriterion
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -lcriterion -rdynamic
 
-$(BUILD)/bench_gpu_linear: $(BUILD)/bench/gpu_linear.o $(LIB_OBJ)
+$(BUILD)/bench_gpu_linear: $(BUILD)/bench/gpu_linear.o $(LIB_OBJ) $(OBJ_CU)
 	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 build/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
@@ -120,12 +127,12 @@ bench-bin: build/bench/cpu_linear
 
 build/bench/cpu_linear: bench/cpu_linear.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -rdynamic
 
 bench: all
 	sh bench/cpu_linear.sh
 
 clean:
-	rm -rf build build-nocuda build-asan qatcheck qatcheck-asan
+	rm -rf build build-nocuda build-asan qatcheck qatcheck-asan libqatcheck_cuda.so
 
 -include $(OBJ_C:.o=.d) $(OBJ_CU:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(BENCH_GPU:%=$(BUILD)/bench/gpu_linear.d)

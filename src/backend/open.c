@@ -1,15 +1,63 @@
 /* open.c: picks a backend from --device. Never falls back: asking for a GPU
- * that is not there is an error, not a quiet CPU run. */
+ * that is not there is an error, not a quiet CPU run. The CUDA backend is a
+ * shared object (libqatcheck_cuda.so) loaded here on demand, so the CPU tool
+ * neither loads nor needs the CUDA libraries. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../qc.h"
 #include "backend.h"
 
-#ifdef QC_HAVE_CUDA
-int qc_backend_cuda_open(int device, const qc_backend **out);
-void qc_backend_cuda_close(const qc_backend *be);
-#endif
+typedef int (*cuda_open_fn)(int device, const qc_backend **out);
+typedef void (*cuda_close_fn)(const qc_backend *be);
+static void *g_lib;
+static cuda_open_fn g_open;
+static cuda_close_fn g_close;
+
+/* Load libqatcheck_cuda.so from $QATCHECK_CUDA_LIB, else beside the
+ * executable, else one folder above it (test binaries live in build/). */
+static int load_cuda(const char *device) {
+  if (g_lib) return QC_OK;
+  char cand[3][PATH_MAX + 32];
+  int n = 0;
+  const char *env = getenv("QATCHECK_CUDA_LIB");
+  if (env && env[0]) snprintf(cand[n++], sizeof cand[0], "%s", env);
+  char exe[PATH_MAX];
+  ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (l > 0) {
+    exe[l] = 0;
+    char *s = strrchr(exe, '/');
+    if (s) *s = 0;
+    snprintf(cand[n++], sizeof cand[0], "%s/libqatcheck_cuda.so", exe);
+    snprintf(cand[n++], sizeof cand[0], "%s/../libqatcheck_cuda.so", exe);
+  }
+  for (int i = 0; i < n; i++) {
+    if (access(cand[i], F_OK) != 0) continue;
+    void *h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char *e = dlerror();
+      qc_err("--device '%s': cannot load the CUDA backend '%s': %s", device, cand[i], e ? e : "unknown reason");
+      qc_hint("the CUDA runtime and cuBLAS must be installed where qatcheck runs (LD_LIBRARY_PATH)");
+      return QC_EINPUT;
+    }
+    void *o = dlsym(h, "qc_backend_cuda_open"), *c = dlsym(h, "qc_backend_cuda_close");
+    if (!o || !c) {
+      dlclose(h);
+      return qc_err("--device '%s': '%s' is not a qatcheck CUDA backend", device, cand[i]);
+    }
+    memcpy(&g_open, &o, sizeof g_open);
+    memcpy(&g_close, &c, sizeof g_close);
+    g_lib = h;
+    return QC_OK;
+  }
+  qc_err("--device '%s': this qatcheck has no CUDA backend (libqatcheck_cuda.so is not beside it)", device);
+  qc_hint("build where nvcc is found (make builds libqatcheck_cuda.so), set QATCHECK_CUDA_LIB, or use --device cpu");
+  return QC_EINPUT;
+}
 
 int qc_backend_open(const char *device, const qc_backend **out) {
   if (!device || strcmp(device, "cpu") == 0) {
@@ -25,21 +73,14 @@ int qc_backend_open(const char *device, const qc_backend **out) {
         return qc_err("--device '%s': expected cpu, cuda or cuda:N with N a device index", device);
       idx = (int)v;
     }
-#ifdef QC_HAVE_CUDA
-    return qc_backend_cuda_open(idx, out);
-#else
-    (void)idx;
-    qc_err("--device '%s': this qatcheck was built without CUDA", device);
-    qc_hint("install the CUDA toolkit (nvcc) and rebuild, or use --device cpu");
-    return QC_EINPUT;
-#endif
+    int rc = load_cuda(device);
+    if (rc) return rc;
+    return g_open(idx, out);
   }
   return qc_err("--device '%s': expected cpu, cuda or cuda:N", device);
 }
 
 void qc_backend_close(const qc_backend *be) {
   if (!be || be == qc_backend_cpu()) return;
-#ifdef QC_HAVE_CUDA
-  qc_backend_cuda_close(be);
-#endif
+  if (g_close) g_close(be);
 }
