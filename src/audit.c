@@ -36,6 +36,12 @@ int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, 
   if (!rc) rc = ctx->be->metrics(ctx->be, gd, (const double *)r->data, n, &k->m);
   free(gd);
   if (rc) return rc;
+  if (k->m.ref_nonfinite) {
+    qc_err("%s: the reference '%s' has %lld non-finite value(s) for dY '%s': its inputs, parameters or dY are not finite",
+           k->module, k->tensor, (long long)k->m.ref_nonfinite, k->dy);
+    qc_hint("a gradient computed from non-finite data cannot be judged; check the dump");
+    return QC_EINPUT;
+  }
   k->m.noise_floor = qc_noise_floor((const double *)r->data, n, g->dtype);
   qc_audit_verdict(k, g->dtype, t);
   return QC_OK;
@@ -80,9 +86,10 @@ const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *te
 
 /* 1 when `name` is a word of the space-separated list (NULL: none). */
 static int in_words(const char *list, const char *name) {
+  /* list is "/d_a/d_b/": '/' cannot occur in an HDF5 dataset name */
   size_t n = strlen(name);
   for (const char *p = list ? strstr(list, name) : NULL; p; p = strstr(p + 1, name))
-    if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    if (p > list && p[-1] == '/' && p[n] == '/') return 1;
   return 0;
 }
 

@@ -15,7 +15,7 @@ typedef struct qc_audit {
   const qc_case *cs;          /* tolerances and candidate kind */
   qc_plugin *plugin;          /* when cs->cand == QC_CAND_PLUGIN */
   qc_results *res;            /* checks are appended here */
-  const char *frozen;         /* "d_weight d_bias": gradients of frozen parameters of
+  const char *frozen;         /* "/d_weight/d_bias/": gradients of frozen parameters of
                                  the module being audited (dump attribute frozen="1");
                                  not expected, so no check when the candidate has none */
 } qc_audit;

@@ -22,9 +22,12 @@ static int is(const qc_module *m, const char *key, const char *dflt, const char 
 }
 
 /* The bf16 tensor `name` of set s with n elements, or NULL. */
-static const qc_tensor *bf16_of(const qc_tset *s, const char *name, int64_t n) {
+static const qc_tensor *bf16_of(const qc_tset *s, const char *name, int ndim, const int64_t *shape) {
   const qc_tensor *t = s ? qc_tset_get(s, name) : NULL;
-  return t && t->dtype == QC_BF16 && qc_numel(t) == n ? t : NULL;
+  if (!t || t->dtype != QC_BF16 || t->ndim != ndim) return NULL;
+  for (int i = 0; i < ndim; i++)
+    if (t->shape[i] != shape[i]) return NULL; /* a reshaped candidate goes the general path: a shape mismatch */
+  return t;
 }
 
 /* d_bias: the float64 reference (column sums of dY) and the builtin
@@ -67,9 +70,9 @@ int qc_audit_linear_fused(qc_audit *a, const qc_module *m, int i, int *done) {
   const qc_tensor *cx = NULL, *cw = NULL, *cb = NULL;
   if (a->cs->cand == QC_CAND_DUMP) {
     const qc_tset *cs = m->cand ? &m->cand[i] : NULL;
-    cx = bf16_of(cs, "d_x", M * K);
-    cw = bf16_of(cs, "d_weight", N * K);
-    cb = b ? bf16_of(cs, "d_bias", N) : NULL;
+    cx = bf16_of(cs, "d_x", x->ndim, x->shape);
+    cw = bf16_of(cs, "d_weight", 2, w->shape);
+    cb = b ? bf16_of(cs, "d_bias", 1, b->shape) : NULL;
     if (!cx || !cw || (b && !cb)) return QC_OK; /* missing or odd candidates: the general path reports them */
   }
   const qc_tol *tx = qc_audit_tol(a, m, "d_x"), *tw = tx ? qc_audit_tol(a, m, "d_weight") : NULL;

@@ -46,9 +46,12 @@ static int get_number(const cJSON *v, const char *where, const char *key, double
   return QC_OK;
 }
 
-static void resolve(const char *dir, const char *p, char *out, size_t n) {
-  if (p[0] == '/' || !dir[0]) snprintf(out, n, "%s", p);
-  else snprintf(out, n, "%s/%s", dir, p);
+/* out = p, relative to dir; QC_EINPUT when it does not fit (never a
+ * truncated path, which could name another file). */
+static int resolve(const char *dir, const char *p, char *out, size_t n) {
+  int k = (p[0] == '/' || !dir[0]) ? snprintf(out, n, "%s", p) : snprintf(out, n, "%s/%s", dir, p);
+  if (k < 0 || (size_t)k >= n) return qc_err("path '%.60s...' is longer than %zu characters", p, n - 1);
+  return QC_OK;
 }
 
 /* One contract value: string, number, or {"word": N} / {"word": {"k": N}}. */
@@ -194,7 +197,7 @@ static int parse_data(const cJSON *data, const char *where, qc_case *c) {
     if ((rc = only_keys(data, dk, w))) return rc;
     char rel[1024];
     if ((rc = get_string(dump, w, "dump", rel, sizeof rel))) return rc;
-    resolve(c->dir, rel, c->dump, sizeof c->dump);
+    if ((rc = resolve(c->dir, rel, c->dump, sizeof c->dump))) return rc;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(data, "modules");
     if (m && (rc = get_string(m, w, "modules", c->modules_re, sizeof c->modules_re))) return rc;
     c->data = QC_DATA_DUMP;
@@ -206,6 +209,8 @@ static int parse_data(const cJSON *data, const char *where, qc_case *c) {
 int qc_case_parse(const char *text, const char *where, const char *dir, qc_case *c) {
   static const char *const top[] = {"name", "description", "module", "contract", "data", "candidate", "dy", "tolerances", NULL};
   memset(c, 0, sizeof *c);
+  if (strlen(dir ? dir : "") >= sizeof c->dir || strlen(where) >= sizeof c->path)
+    return qc_err("case '%.60s...': path longer than %zu characters", where, sizeof c->path - 1);
   snprintf(c->dir, sizeof c->dir, "%s", dir ? dir : "");
   snprintf(c->path, sizeof c->path, "%s", where);
   const char *endp = NULL;
@@ -266,7 +271,7 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
     char rel[1024];
     if ((rc = get_string(p, pw, "plugin", rel, sizeof rel)) || (rc = get_string(s, pw, "symbol", c->symbol, sizeof c->symbol)))
       goto done;
-    resolve(c->dir, rel, c->plugin, sizeof c->plugin);
+    if ((rc = resolve(c->dir, rel, c->plugin, sizeof c->plugin))) goto done;
     c->cand = QC_CAND_PLUGIN;
   } else {
     rc = qc_err("%s: key 'candidate': expected \"builtin\", \"dump\" or {\"plugin\": ..., \"symbol\": ...}", w);
@@ -297,6 +302,8 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
   }
   if (!cJSON_IsObject(v) || !v->child) { rc = qc_err("%s: key 'tolerances': expected a non-empty object of tensors", w); goto done; }
   for (const cJSON *t = v->child; t; t = t->next) {
+    for (const cJSON *p = v->child; p != t; p = p->next)
+      if (strcmp(p->string, t->string) == 0) { rc = qc_err("%s: tolerances: duplicate key '%s'", w, t->string); goto done; }
     if (c->ntol == QC_MAX_TOL) { rc = qc_err("%s: more than %d tolerances", w, QC_MAX_TOL); goto done; }
     if ((rc = parse_tol(t, w, &c->tol[c->ntol]))) goto done;
     c->ntol++;
@@ -323,6 +330,10 @@ int qc_case_load(const char *path, qc_case *c) {
   if (got != (size_t)n) { free(buf); return qc_err("case '%s': short read", path); }
   buf[n] = 0;
   char dir[1024];
+  if (strlen(path) >= sizeof dir) {
+    free(buf);
+    return qc_err("case '%.60s...': path longer than %zu characters", path, sizeof dir - 1);
+  }
   snprintf(dir, sizeof dir, "%s", path);
   char *s = strrchr(dir, '/');
   if (s) *s = 0; else snprintf(dir, sizeof dir, ".");

@@ -28,12 +28,22 @@ static void silence(void) {
 const char *qc_dump_path(const qc_dump *d) { return d->path; }
 
 /* Read a scalar integer attribute `name` of object `obj`. */
+/* 1 when attribute a holds exactly one element (scalar or a 1-element
+ * array): the only shape read here, so no read can overflow a buffer. */
+static int attr_is_single(hid_t a) {
+  hid_t sp = H5Aget_space(a);
+  if (sp < 0) return 0;
+  hssize_t n = H5Sget_simple_extent_npoints(sp);
+  H5Sclose(sp);
+  return n == 1;
+}
+
 static int read_int_attr(hid_t obj, const char *name, long long *v) {
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return QC_EINPUT;
   hid_t t = H5Aget_type(a);
   int rc = QC_EINPUT;
-  if (t >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Aread(a, H5T_NATIVE_LLONG, v) >= 0) rc = QC_OK;
+  if (t >= 0 && attr_is_single(a) && H5Tget_class(t) == H5T_INTEGER && H5Aread(a, H5T_NATIVE_LLONG, v) >= 0) rc = QC_OK;
   if (t >= 0) H5Tclose(t);
   H5Aclose(a);
   return rc;
@@ -46,7 +56,7 @@ static int read_str_attr(hid_t obj, const char *name, char *buf, size_t n) {
   if (a < 0) return QC_EINPUT;
   hid_t t = H5Aget_type(a);
   int rc = QC_EINPUT;
-  if (t < 0 || H5Tget_class(t) != H5T_STRING) goto done;
+  if (t < 0 || H5Tget_class(t) != H5T_STRING || !attr_is_single(a)) goto done;
   if (H5Tis_variable_str(t) > 0) {
     hid_t mt = H5Tcopy(H5T_C_S1);
     char *s = NULL;
@@ -174,7 +184,22 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
   return 0;
 }
 
+static herr_t link_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
+  (void)g;
+  if (info->type == H5L_TYPE_EXTERNAL) {
+    snprintf((char *)op, QC_PATHLEN, "/%s", name);
+    return 1;
+  }
+  return 0;
+}
+
 int qc_dump_modules(qc_dump *d, const char *regex, qc_dump_entry **out, int *n) {
+  char ext[QC_PATHLEN] = "";
+  if (H5Lvisit(d->file, H5_INDEX_NAME, H5_ITER_INC, link_cb, ext) > 0) {
+    qc_err("dump '%s': '%s' is an external link: module groups in other files are not followed", d->path, ext);
+    qc_hint("copy the linked groups into the dump (h5py: f.copy(...)), or audit the other file itself");
+    return QC_EINPUT;
+  }
   visit_ctx c = {.d = d};
   regex_t re;
   *out = NULL;
@@ -213,7 +238,22 @@ static int dset_dtype(qc_dump *d, hid_t ds, const char *name, qc_dtype *dt, hid_
   qc_dtype native;
   if (cl == H5T_FLOAT && sz == 8) { native = QC_F64; *mem = H5T_NATIVE_DOUBLE; }
   else if (cl == H5T_FLOAT && sz == 4) { native = QC_F32; *mem = H5T_NATIVE_FLOAT; }
-  else if (cl == H5T_FLOAT && sz == 2) { native = QC_F16; *mem = -1; }
+  else if (cl == H5T_FLOAT && sz == 2) {
+    /* read raw (HDF5 1.10 has no half-precision memory type): only the
+     * little-endian IEEE binary16 layout may be taken bit for bit */
+    hid_t ft = H5Dget_type(ds);
+    size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    int ok = ft >= 0 && H5Tget_order(ft) == H5T_ORDER_LE && H5Tget_fields(ft, &spos, &epos, &esize, &mpos, &msize) >= 0 &&
+             spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10 && H5Tget_ebias(ft) == 15;
+    if (ft >= 0) H5Tclose(ft);
+    if (!ok) {
+      qc_err("dump '%s': dataset '%s': a 16-bit float that is not little-endian IEEE binary16", d->path, name);
+      qc_hint("store float16 as numpy '<f2', or bfloat16 as uint16 with dtype='bfloat16'");
+      return QC_EINPUT;
+    }
+    native = QC_F16;
+    *mem = -1;
+  }
   else if (cl == H5T_INTEGER && sz == 4 && sg == H5T_SGN_2) { native = QC_I32; *mem = H5T_NATIVE_INT32; }
   else if (cl == H5T_INTEGER && sz == 8 && sg == H5T_SGN_2) { native = QC_I64; *mem = H5T_NATIVE_INT64; }
   else if (cl == H5T_INTEGER && sz == 1 && sg == H5T_SGN_NONE) { native = QC_U8; *mem = H5T_NATIVE_UINT8; }

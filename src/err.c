@@ -45,9 +45,21 @@ const char *qc_err_msg(void) { return g_msg; }
 const char *qc_err_hint(void) { return g_hint; }
 void qc_err_clear(void) { g_msg[0] = 0; g_hint[0] = 0; }
 
+/* Print s with control characters escaped, so a message stays one line
+ * whatever names (files, groups, datasets) it quotes. */
+static void put_line(const char *prefix, const char *s) {
+  fputs(prefix, stderr);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '\n') fputs("\\n", stderr);
+    else if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
+    else fputc(*p, stderr);
+  }
+  fputc('\n', stderr);
+}
+
 void qc_err_print(void) {
-  fprintf(stderr, "qatcheck: error: %s\n", g_msg[0] ? g_msg : "unknown error");
-  if (g_hint[0]) fprintf(stderr, "hint: %s\n", g_hint);
+  put_line("qatcheck: error: ", g_msg[0] ? g_msg : "unknown error");
+  if (g_hint[0]) put_line("hint: ", g_hint);
 }
 
 void *qc_malloc(size_t n, const char *what) {

@@ -34,9 +34,10 @@ void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics 
   m->noise_floor = NAN;
   /* four partial sums, combined at the end: fewer rounding steps than one */
   double sg = 0, sr = 0, sd = 0, dt = 0, mx = -1;
-  int64_t worst = -1, bad = 0;
+  int64_t worst = -1, bad = 0, rbad = 0;
   for (int64_t i = 0; i < n; i++) {
     double a = g[i], b = r[i];
+    if (!isfinite(b)) { rbad++; continue; }
     if (!isfinite(a)) { bad++; continue; }
     double d = a - b;
     sg += a * a;
@@ -47,6 +48,7 @@ void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics 
     if (ad > mx) { mx = ad; worst = i; }
   }
   m->nonfinite = bad;
+  m->ref_nonfinite = rbad;
   m->max_abs = mx < 0 ? 0 : mx;
   m->worst = worst;
   qc_metrics_finish(sg, sr, sd, dt, m);
@@ -54,6 +56,10 @@ void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics 
 
 int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
   why[0] = 0;
+  if (m->ref_nonfinite > 0) {
+    snprintf(why, (size_t)whylen, "%lld non-finite value(s) in the reference", (long long)m->ref_nonfinite);
+    return QC_V_FAIL;
+  }
   if (m->nonfinite > 0) {
     snprintf(why, (size_t)whylen, "%lld non-finite value(s) in the candidate", (long long)m->nonfinite);
     return QC_V_FAIL;
@@ -68,12 +74,22 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
     snprintf(why, (size_t)whylen, "max_abs %.3g > %.3g", m->max_abs, t->max_abs);
     return QC_V_FAIL;
   }
-  if (t->has_cosine_min && !m->cosine_null && !(m->cosine >= t->cosine_min)) {
-    snprintf(why, (size_t)whylen, "cosine %.9g < %.9g", m->cosine, t->cosine_min);
+  /* cosine is undefined when a norm is zero: then max_abs decides (spec);
+   * with no max_abs declared, a zero against a non-zero fails */
+  int one_zero = m->cosine_null && (m->norm_g > 0 || m->norm_r > 0);
+  if (t->has_cosine_min && (one_zero ? !t->has_max_abs : (!m->cosine_null && !(m->cosine >= t->cosine_min)))) {
+    if (one_zero)
+      snprintf(why, (size_t)whylen, "cosine undefined (%s is zero, %s is not) and no max_abs declared",
+               m->norm_g > 0 ? "reference" : "candidate", m->norm_g > 0 ? "candidate" : "reference");
+    else
+      snprintf(why, (size_t)whylen, "cosine %.9g < %.9g", m->cosine, t->cosine_min);
     return QC_V_FAIL;
   }
-  if (t->has_norm_ratio && m->norm_r > 0 &&
-      !(m->norm_ratio >= t->norm_lo && m->norm_ratio <= t->norm_hi)) {
+  /* the norm ratio of two zero tensors is 1; over a zero reference it is
+   * undefined, and max_abs decides as for the cosine */
+  int ratio_undef = m->norm_r == 0 && m->norm_g > 0;
+  if (t->has_norm_ratio && !(m->norm_r == 0 && m->norm_g == 0) &&
+      (ratio_undef ? !t->has_max_abs : !(m->norm_ratio >= t->norm_lo && m->norm_ratio <= t->norm_hi))) {
     snprintf(why, (size_t)whylen, "norm_ratio %.9g outside [%.9g, %.9g]", m->norm_ratio, t->norm_lo, t->norm_hi);
     return QC_V_FAIL;
   }

@@ -14,6 +14,7 @@ typedef struct qc_metrics {
   int cosine_null;       /* 1 when a norm is zero: cosine undefined */
   double sqnr_db;        /* 10 log10(||r||^2 / ||g - r||^2); +INF when equal */
   int64_t nonfinite;     /* non-finite values in g */
+  int64_t ref_nonfinite; /* non-finite values in r: the run cannot be judged */
   double norm_g, norm_r, norm_diff;
   double noise_multiple; /* error / noise floor (NAN when not computed) */
   double noise_floor;    /* rel-L2 of the reference rounded to the candidate dtype */

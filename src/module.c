@@ -35,6 +35,9 @@ int qc_module_need(const qc_module *m, const char *role, const char *name, int m
     return qc_err("%s: dataset '%s/%s' has rank %d: expected %d to %d", m->path, role, name, t->ndim, min_ndim, max_ndim);
   }
   if (qc_numel(t) == 0) return qc_err("%s: dataset '%s/%s' is empty: expected at least one element", m->path, role, name);
+  if (t->dtype == QC_E2M1X2 && strcmp(role, "saved") != 0)
+    return qc_err("%s: dataset '%s/%s' is packed float4 (two elements a byte): expected a tensor of one element per value",
+                  m->path, role, name);
   *out = t;
   return QC_OK;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../audit.h"
 #include "../backend/backend.h"
@@ -183,7 +184,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
       snprintf(ds, sizeof ds, "%s/params/%s", ents[i].path, m.params.t[j].name);
       if (qc_dump_get_attr(d, ds, "frozen", v, sizeof v) == QC_OK && strcmp(v, "1") == 0) {
         size_t l = strlen(frozen);
-        snprintf(frozen + l, sizeof frozen - l, "%sd_%s", l ? " " : "", m.params.t[j].name);
+        snprintf(frozen + l, sizeof frozen - l, "%sd_%s/", l ? "" : "/", m.params.t[j].name);
       }
     }
     a->frozen = frozen;
@@ -238,9 +239,18 @@ int qc_cmd_vjp(int argc, char **argv) {
     goto done;
   }
   qc_report_info info = {"vjp", cs->name, case_path, cs->sha256, be->name, o.profile};
+  /* all reports or none: a later one that cannot be written takes the
+   * earlier ones back, so no report of an exit-2 run is left behind */
   if (o.json && (rc = qc_report_json(o.json, &info, &res))) goto done;
-  if (o.junit && (rc = qc_report_junit(o.junit, &info, &res))) goto done;
-  if (o.markdown && (rc = qc_report_markdown(o.markdown, &info, &res))) goto done;
+  if (o.junit && (rc = qc_report_junit(o.junit, &info, &res))) {
+    if (o.json) unlink(o.json);
+    goto done;
+  }
+  if (o.markdown && (rc = qc_report_markdown(o.markdown, &info, &res))) {
+    if (o.json) unlink(o.json);
+    if (o.junit) unlink(o.junit);
+    goto done;
+  }
   qc_report_table(&info, &res);
   rc = qc_results_verdict(&res);
 done:

@@ -43,6 +43,8 @@ static int norm_view_get(const qc_module *m, int center, norm_view *v) {
                   (long long)v->w->shape[0], (long long)v->D, (long long)v->D);
   if (v->b && (v->b->ndim != 1 || v->b->shape[0] != v->D))
     return qc_err("%s: 'params/bias' must be [%lld]", m->path, (long long)v->D);
+  double eps = qc_contract_num(&m->contract, "eps", center ? 1e-5 : 1e-6);
+  if (!(eps >= 0)) return qc_err("%s: contract key 'eps' is %g: expected >= 0", m->path, eps);
   return QC_OK;
 }
 

@@ -31,7 +31,11 @@ void qc_sbuf_xml(qc_sbuf *b, const char *s) {
       case '>': qc_sbuf_printf(b, "&gt;"); break;
       case '&': qc_sbuf_printf(b, "&amp;"); break;
       case '"': qc_sbuf_printf(b, "&quot;"); break;
-      default: qc_sbuf_printf(b, "%c", *s); break;
+      default:
+        /* XML 1.0 has no place for other control characters: escape them visibly */
+        if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n' && *s != '\r') qc_sbuf_printf(b, "\\x%02x", (unsigned char)*s);
+        else qc_sbuf_printf(b, "%c", *s);
+        break;
     }
   }
 }
@@ -40,4 +44,13 @@ void qc_sbuf_free(qc_sbuf *b) {
   free(b->s);
   b->s = NULL;
   b->n = b->cap = 0;
+}
+
+void qc_sbuf_md(qc_sbuf *b, const char *s) {
+  for (; *s; s++) {
+    if (*s == '|') qc_sbuf_printf(b, "\\|");
+    else if (*s == '`') qc_sbuf_printf(b, "'");
+    else if ((unsigned char)*s < 0x20) qc_sbuf_printf(b, "\\x%02x", (unsigned char)*s);
+    else qc_sbuf_printf(b, "%c", *s);
+  }
 }

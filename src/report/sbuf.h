@@ -11,5 +11,8 @@ typedef struct qc_sbuf {
 void qc_sbuf_printf(qc_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append s with XML escaping. */
 void qc_sbuf_xml(qc_sbuf *b, const char *s);
+/* Append s for a Markdown table cell: '|' escaped, backquotes and control
+ * characters made harmless. */
+void qc_sbuf_md(qc_sbuf *b, const char *s);
 void qc_sbuf_free(qc_sbuf *b);
 #endif

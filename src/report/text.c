@@ -105,13 +105,19 @@ int qc_report_markdown(const char *path, const qc_report_info *info, const qc_re
   qc_sbuf_printf(&b, "|---|---|---|---:|---:|---:|---:|---:|---|---|\n");
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];
+    qc_sbuf_printf(&b, "| `");
+    qc_sbuf_md(&b, k->module);
+    qc_sbuf_printf(&b, "` | ");
+    qc_sbuf_md(&b, k->dy);
+    qc_sbuf_printf(&b, " | ");
+    qc_sbuf_md(&b, k->tensor);
     if (k->has_metrics)
-      qc_sbuf_printf(&b, "| `%s` | %s | %s | %.3e | %.9f | %.6f | %.3e | %.2f | %s | %s |\n", k->module, k->dy, k->tensor,
-                     k->m.rel_l2, k->m.cosine, k->m.norm_ratio, k->m.max_abs, k->m.noise_multiple,
-                     k->verdict == QC_V_PASS ? "pass" : "**FAIL**", k->why);
+      qc_sbuf_printf(&b, " | %.3e | %.9f | %.6f | %.3e | %.2f | %s | ", k->m.rel_l2, k->m.cosine, k->m.norm_ratio, k->m.max_abs,
+                     k->m.noise_multiple, k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
     else
-      qc_sbuf_printf(&b, "| `%s` | %s | %s | - | - | - | - | - | %s | %s |\n", k->module, k->dy, k->tensor,
-                     k->verdict == QC_V_PASS ? "pass" : "**FAIL**", k->why);
+      qc_sbuf_printf(&b, " | - | - | - | - | - | %s | ", k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
+    qc_sbuf_md(&b, k->why);
+    qc_sbuf_printf(&b, " |\n");
   }
   qc_sbuf_printf(&b, "\n## Tolerances and their reasoning\n\n");
   for (int i = 0; i < r->n; i++) {

@@ -92,3 +92,17 @@ Test(metrics, cosine_accurate_near_one) {
   cr_expect(exact > 1e-13L, "exact 1 - cos = %Lg", exact);
   cr_expect(fabsl((long double)got - exact) <= 1e-3L * exact + 2.3e-16L, "1 - cos = %g, exact %Lg", got, exact);
 }
+
+Test(metrics, zero_candidate_never_passes_on_cosine_alone) {
+  double g[3] = {0, 0, 0}, r[3] = {1, 2, 3};
+  qc_metrics m;
+  qc_metrics_compute(g, r, 3, &m);
+  cr_expect(m.cosine_null);
+  char why[160];
+  qc_tol c = {.has_cosine_min = 1, .cosine_min = 0.9};
+  cr_expect_eq(qc_judge(&m, &c, why, sizeof why), QC_V_FAIL);
+  qc_tol n = {.has_norm_ratio = 1, .norm_lo = 0.9, .norm_hi = 1.1};
+  cr_expect_eq(qc_judge(&m, &n, why, sizeof why), QC_V_FAIL);
+  qc_tol a = {.has_cosine_min = 1, .cosine_min = 0.9, .has_max_abs = 1, .max_abs = 1.0};
+  cr_expect_eq(qc_judge(&m, &a, why, sizeof why), QC_V_FAIL); /* max_abs decides: 3 > 1 */
+}
