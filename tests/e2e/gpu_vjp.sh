@@ -5,7 +5,7 @@
 # device index exits 2. Skips (77) without a CUDA device.
 . "$(dirname "$0")/lib.inc"
 "$QATCHECK" vjp --case cases/linear_bf16.json --device cuda --quiet >/dev/null 2>"$T/probe"
-if grep -qE "no CUDA device|built without CUDA" "$T/probe"; then echo "skip: $(head -1 "$T/probe")"; exit 77; fi
+if grep -qE "no CUDA device|built without CUDA|no CUDA backend|cannot load the CUDA backend" "$T/probe"; then echo "skip: $(head -1 "$T/probe")"; exit 77; fi
 expect_exit 2 "out-of-range device index" "$QATCHECK" vjp --case cases/linear_bf16.json --device cuda:99
 grep -q "out of range" "$T/err" && ok "says out of range" || bad "no 'out of range' line: $(cat "$T/err")"
 for fmt in none fp8_block128 mxfp8 nvfp4; do
