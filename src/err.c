@@ -10,8 +10,9 @@
 int qc_quiet = 0;
 int qc_verbose = 0;
 
-static char g_msg[1024];
-static char g_hint[512];
+/* per thread: a reader thread's error never garbles the main thread's */
+static _Thread_local char g_msg[1024];
+static _Thread_local char g_hint[512];
 
 static void vset(char *buf, size_t n, const char *fmt, va_list ap) {
   if (buf[0]) return; /* first error wins */

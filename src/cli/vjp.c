@@ -1,5 +1,6 @@
 /* vjp.c: `qatcheck vjp --case CASE.json`: layer 1. Plan (the case), load
  * (generator or dump), run and compare (audit.c), report (report/). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,10 +151,53 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
   return QC_OK;
 }
 
+/* One module read from the dump, with what the reader learned. */
+typedef struct load_slot {
+  qc_dump *d;
+  const qc_dump_entry *ent;
+  int with_grads;
+  qc_module m;
+  char contract[4096];
+  char frozen[1024];      /* "/d_weight/d_bias/": gradients of parameters marked frozen="1" */
+  int rc, loaded;
+  char msg[1024], hint[512];
+} load_slot;
+
+/* Read module ent into the slot: every HDF5 call of the audit of a module
+ * happens here, so a reader thread can run it while the main thread audits
+ * the module before (HDF5 itself is used by one thread at a time). */
+static void load_entry(load_slot *s) {
+  qc_err_clear();
+  s->rc = qc_dump_load_module(s->d, s->ent->path, s->with_grads, &s->m, s->contract, sizeof s->contract);
+  s->loaded = s->rc == QC_OK;
+  s->frozen[0] = 0;
+  for (int j = 0; !s->rc && j < s->m.params.n; j++) { /* qatdump marks frozen parameters */
+    char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];
+    snprintf(ds, sizeof ds, "%s/params/%s", s->ent->path, s->m.params.t[j].name);
+    if (qc_dump_get_attr(s->d, ds, "frozen", v, sizeof v) == QC_OK && strcmp(v, "1") == 0) {
+      size_t l = strlen(s->frozen);
+      snprintf(s->frozen + l, sizeof s->frozen - l, "%sd_%s/", l ? "" : "/", s->m.params.t[j].name);
+    }
+  }
+  snprintf(s->msg, sizeof s->msg, "%s", qc_err_msg());
+  snprintf(s->hint, sizeof s->hint, "%s", qc_err_hint());
+}
+
+static void *load_thread(void *arg) {
+  load_slot *s = arg;
+  load_entry(s);
+  return NULL;
+}
+
+/* Audit every matching module group of the dump, one module in memory at a
+ * time plus the next one, whose read overlaps the current audit. */
 static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   qc_dump *d = NULL;
   qc_dump_entry *ents = NULL;
   int n = 0, rc;
+  load_slot *slot = NULL;
+  pthread_t th;
+  int pending = 0;
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   if (n == 0) {
@@ -161,44 +205,66 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     qc_hint("a module group is a group with a string attribute 'class'");
     goto done;
   }
-  for (int i = 0; i < n && !rc; i++) {
+  /* classes first: a bad one stops the run before any data is read */
+  for (int i = 0; i < n; i++) {
     char where[QC_PATHLEN + 1100];
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
-    const qc_registry_row *row = find_class(ents[i].cls, where);
-    if (!row) { rc = QC_EINPUT; break; }
+    if (!find_class(ents[i].cls, where)) { rc = QC_EINPUT; goto done; }
     if (cs->module[0] && strcmp(cs->module, ents[i].cls) != 0) {
       rc = qc_err("%s: has class '%s' but the case declares module '%s'", where, ents[i].cls, cs->module);
       qc_hint("narrow data.modules to the groups of class '%s', or drop 'module' to use each group's class", cs->module);
+      goto done;
+    }
+  }
+  slot = qc_calloc(2, sizeof *slot, "module read slots");
+  if (!slot) { rc = QC_ESYS; goto done; }
+  for (int k = 0; k < 2; k++) {
+    slot[k].d = d;
+    slot[k].with_grads = cs->cand == QC_CAND_DUMP;
+  }
+  slot[0].ent = &ents[0];
+  load_entry(&slot[0]);
+  for (int i = 0; i < n && !rc; i++) {
+    load_slot *cur = &slot[i % 2], *next = &slot[(i + 1) % 2];
+    if (cur->rc) {
+      qc_err("%s", cur->msg[0] ? cur->msg : "cannot read a module");
+      if (cur->hint[0]) qc_hint("%s", cur->hint);
+      rc = cur->rc;
       break;
     }
-    qc_module m;
-    char contract[4096];
-    if ((rc = qc_dump_load_module(d, ents[i].path, cs->cand == QC_CAND_DUMP, &m, contract, sizeof contract))) break;
-    m.cls = row->cls;
-    if (!rc) rc = set_contract(&m, cs, contract, profile);
-    if (!rc) rc = check_deployed(a, &m);
-    if (!rc) rc = select_dy(&m, cs, cs->dump);
-    char frozen[1024] = "";
-    for (int j = 0; !rc && j < m.params.n; j++) {  /* qatdump marks frozen parameters */
-      char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];
-      snprintf(ds, sizeof ds, "%s/params/%s", ents[i].path, m.params.t[j].name);
-      if (qc_dump_get_attr(d, ds, "frozen", v, sizeof v) == QC_OK && strcmp(v, "1") == 0) {
-        size_t l = strlen(frozen);
-        snprintf(frozen + l, sizeof frozen - l, "%sd_%s/", l ? "" : "/", m.params.t[j].name);
-      }
+    if (i + 1 < n) { /* read the next module while this one is audited */
+      next->ent = &ents[i + 1];
+      if (pthread_create(&th, NULL, load_thread, next) == 0) pending = 1;
+      else load_entry(next);
     }
-    a->frozen = frozen;
-    if (!rc && m.grad_out.n == 0) {
+    char where[QC_PATHLEN + 1100];
+    snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
+    qc_module *m = &cur->m;
+    m->cls = qc_registry_find(ents[i].cls)->cls;
+    rc = set_contract(m, cs, cur->contract, profile);
+    if (!rc) rc = check_deployed(a, m);
+    if (!rc) rc = select_dy(m, cs, cs->dump);
+    if (!rc && m->grad_out.n == 0)
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
-    }
     if (!rc) {
-      if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m.path);
-      rc = qc_audit_module(a, &m);
+      a->frozen = cur->frozen;
+      if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m->path);
+      rc = qc_audit_module(a, m);
+      a->frozen = NULL;
     }
-    a->frozen = NULL;
-    qc_module_free(&m);
+    qc_module_free(m);
+    cur->loaded = 0;
+    if (pending) {
+      pthread_join(th, NULL);
+      pending = 0;
+    }
   }
 done:
+  if (pending) pthread_join(th, NULL);
+  if (slot)
+    for (int k = 0; k < 2; k++)
+      if (slot[k].loaded) qc_module_free(&slot[k].m);
+  free(slot);
   free(ents);
   qc_dump_close(d);
   return rc;
