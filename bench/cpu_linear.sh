@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/cpu_linear.sh: `qatcheck vjp` on a generated 2048 x 2048 x 2048
 # linear (one random dY) against the bare BLAS calls it needs (2 DGEMM + 2
-# SGEMM, bench/blas_floor.c), side by side in one run, best of R each.
+# SGEMM of the same shapes), side by side in one run, best of R each.
 # Target: ratio <= 1.3. Peak memory (max RSS) against the tensors an audit
 # must hold; target <= 1.5.
 #   usage: bench/cpu_linear.sh [M K N] [REPEATS]
@@ -9,7 +9,6 @@ set -eu
 cd "$(dirname "$0")/.."
 M=${1:-2048}; K=${2:-2048}; N=${3:-2048}; R=${4:-3}
 mkdir -p build/bench
-cc -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread -o build/bench/blas_floor bench/blas_floor.c -lopenblas
 make -s bench-bin
 # 1. the in-memory audit (what vjp runs per module and dY) vs the BLAS calls
 build/bench/cpu_linear "$M" "$K" "$N" "$R"
@@ -22,7 +21,7 @@ J
 # interleaved, so that load on the machine hits both sides alike
 floor=1e30; best=1e30; rss=0
 for i in $(seq "$R"); do
-  f=$(build/bench/blas_floor "$M" "$K" "$N" 1)
+  f=$(build/bench/cpu_linear "$M" "$K" "$N" 1 floor)
   floor=$(awk -v a="$floor" -v b="$f" 'BEGIN{print (b < a) ? b : a}')
   /usr/bin/time -f "%e %M" -o "$T/time" ./qatcheck vjp --case "$T/case.json" --quiet
   set -- $(cat "$T/time")
