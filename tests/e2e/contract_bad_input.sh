@@ -5,10 +5,7 @@
 # expert layout, unknown formats, a dY of the wrong width, bad options. Also
 # the good cases beside them pass (and in natural layer order).
 set -u
-QATCHECK=${QATCHECK:-./qatcheck}
-PY=${PY:-/usr/bin/python3}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+. "$(dirname "$0")/lib.inc"
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$PY" - "$T" <<'PYEOF' || fail "cannot build the test dumps"
