@@ -93,11 +93,6 @@ static int in_words(const char *list, const char *name) {
   return 0;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* The candidate's gradients for dY index i. */
 static int run_candidate(qc_audit *a, const qc_module *m, int i, qc_tset *out, const qc_tset **use) {
@@ -118,17 +113,17 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     qc_tset ref = {0}, cand = {0};
     const qc_tset *cset = NULL;
     int fused = 0;
-    double t0 = now_s();
+    double t0 = qc_now_s();
     int rc = qc_audit_linear_fused(a, m, i, &fused); /* the backend's fused op, where it applies */
     if (rc || fused) {
-      if (!rc && qc_verbose) fprintf(stderr, "qatcheck: %s dy=%s: fused %s audit %.3f s\n", m->path, dy->name, a->ctx->be->name, now_s() - t0);
+      if (!rc && qc_verbose) fprintf(stderr, "qatcheck: %s dy=%s: fused %s audit %.3f s\n", m->path, dy->name, a->ctx->be->name, qc_now_s() - t0);
       if (rc) return rc;
       continue;
     }
     rc = row->reference(a->ctx, m, dy, &ref);
-    double t1 = now_s();
+    double t1 = qc_now_s();
     if (!rc) rc = run_candidate(a, m, i, &cand, &cset);
-    double t2 = now_s();
+    double t2 = qc_now_s();
     for (int j = 0; !rc && j < ref.n; j++) {
       const qc_tensor *r = &ref.t[j];
       const qc_tol *t = qc_audit_tol(a, m, r->name);
@@ -164,7 +159,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     }
     if (qc_verbose)
       fprintf(stderr, "qatcheck: %s dy=%s: reference %.3f s, candidate %.3f s, compare %.3f s\n", m->path, dy->name, t1 - t0,
-              t2 - t1, now_s() - t2);
+              t2 - t1, qc_now_s() - t2);
     qc_tset_free(&ref);
     qc_tset_free(&cand);
     if (rc) return rc;

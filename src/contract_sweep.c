@@ -20,11 +20,6 @@
 
 #define DSETLEN (QC_PATHLEN + 160)
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- names ---------------------------------------------------------------- */
 
@@ -273,9 +268,9 @@ static int add_row(qc_sweep *s, const qc_backend *be, const qc_sweep_opts *o, co
   w->tensor = tensor;
   w->shape[0] = rows;
   w->shape[1] = cols;
-  double t0 = now_s();
+  double t0 = qc_now_s();
   if ((rc = be->metrics(be, g, r, rows * cols, &w->m))) return rc;
-  s->t_metrics += now_s() - t0;
+  s->t_metrics += qc_now_s() - t0;
   qc_tol tol;
   memset(&tol, 0, sizeof tol);
   tol.has_cosine_min = o->has_cos_min;
@@ -290,9 +285,9 @@ static int add_row(qc_sweep *s, const qc_backend *be, const qc_sweep_opts *o, co
 /* GEMM through the backend, timed and counted. */
 static int gemm(qc_sweep *s, const qc_backend *be, qc_op ta, int64_t m, int64_t n, int64_t k, const double *A,
                 int64_t lda, const double *B, double *C) {
-  double t0 = now_s();
+  double t0 = qc_now_s();
   int rc = be->gemm_f64(be, ta, QC_OP_N, m, n, k, A, lda, B, n, C, n);
-  s->t_gemm += now_s() - t0;
+  s->t_gemm += qc_now_s() - t0;
   s->gemm_flops += 2.0 * (double)m * (double)n * (double)k;
   return rc;
 }
@@ -388,11 +383,11 @@ static int prepare(slot *sl) {
   int rc;
   sl->t_read = sl->t_quant = 0;
   pthread_mutex_lock(&g_read_lock);
-  double t0 = now_s();
+  double t0 = qc_now_s();
   rc = read_f64(sl->d, g->wdset, g->experts ? sl->e : -1, N, K, sl->W);
   for (int i = 0; i < g->ndy && !rc; i++)
     rc = load_src(sl->d, &g->dy[i], sl->e, sl->module, "dy", o->seed, N, sl->G + i * sl->z->mn);
-  sl->t_read += now_s() - t0;
+  sl->t_read += qc_now_s() - t0;
   pthread_mutex_unlock(&g_read_lock);
   if (rc) return rc;
   if ((rc = check_finite(sl->W, N, K, sl->module, "params/weight"))) return rc;
@@ -400,14 +395,14 @@ static int prepare(slot *sl) {
     if ((rc = check_finite(sl->G + i * sl->z->mn, g->dy[i].M, N, sl->module, g->dy[i].dset[0] ? "grad_out" : "dy")))
       return rc;
   sl->dy_gen = !g->dy[0].dset[0];
-  t0 = now_s();
+  t0 = qc_now_s();
   snprintf(what, sizeof what, "%s/params/weight", sl->module);
   narrow(sl->W, sl->f, N * K);
   for (int w = 0; w < o->nw; w++)
     if (strcmp(o->wfmt[w], "none") != 0 &&
         (rc = fake_quant(sl, o->wfmt[w], N, K, sl->f, sl->Wq + w * sl->z->nk, what)))
       return rc;
-  sl->t_quant += now_s() - t0;
+  sl->t_quant += qc_now_s() - t0;
   if (!g->need_x) return QC_OK;
   snprintf(what, sizeof what, "%s/inputs/x", sl->module);
   for (int i = 0; i < g->ndy; i++) {
@@ -415,19 +410,19 @@ static int prepare(slot *sl) {
     xs.M = g->dy[i].M;
     double *X = sl->X + i * sl->z->mk;
     pthread_mutex_lock(&g_read_lock);
-    t0 = now_s();
+    t0 = qc_now_s();
     rc = load_src(sl->d, &xs, sl->e, sl->module, "x", o->seed, K, X);
-    sl->t_read += now_s() - t0;
+    sl->t_read += qc_now_s() - t0;
     pthread_mutex_unlock(&g_read_lock);
     if (rc || (rc = check_finite(X, xs.M, K, sl->module, "inputs/x"))) return rc;
     sl->x_gen = !xs.dset[0];
-    t0 = now_s();
+    t0 = qc_now_s();
     narrow(X, sl->f, xs.M * K);
     for (int a = 0; a < o->na; a++)
       if (strcmp(o->afmt[a], "none") != 0 &&
           (rc = fake_quant(sl, o->afmt[a], xs.M, K, sl->f, sl->Xq + (i * o->na + a) * sl->z->mk, what)))
         return rc;
-    sl->t_quant += now_s() - t0;
+    sl->t_quant += qc_now_s() - t0;
   }
   return QC_OK;
 }
@@ -669,7 +664,7 @@ static int cmp_natural(const void *pa, const void *pb) {
 int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
   qc_dump_entry *ents = NULL;
   int nent = 0, rc;
-  double t_start = now_s();
+  double t_start = qc_now_s();
   memset(s, 0, sizeof *s);
   if ((rc = qc_dump_modules(d, o->modules, &ents, &nent))) return rc;
   int nlin = 0;
@@ -704,7 +699,7 @@ done:
     for (int i = 0; i < nlin; i++) free(plans[i].dy);
   free(plans);
   free(ents);
-  s->t_total = now_s() - t_start;
+  s->t_total = qc_now_s() - t_start;
   return rc;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <malloc.h>
 #include <string.h>
+#include <time.h>
 
 int qc_quiet = 0;
 int qc_verbose = 0;
@@ -78,4 +79,10 @@ void *qc_calloc(size_t n, size_t size, const char *what) {
 void qc_mem_tune(void) {
   mallopt(M_MMAP_MAX, 0);               /* large buffers from the heap ... */
   mallopt(M_TRIM_THRESHOLD, 0x7fffffff); /* ... and kept there when freed */
+}
+
+double qc_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }

@@ -41,6 +41,9 @@ void *qc_calloc(size_t n, size_t size, const char *what);
  * each (measured: ~10% of a 2048^3 linear audit). Called once by main. */
 void qc_mem_tune(void);
 
+/* Seconds on the monotonic clock (for phase timings). */
+double qc_now_s(void);
+
 /* Verbosity flags set by the CLI. */
 extern int qc_quiet;
 extern int qc_verbose;

@@ -136,8 +136,8 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   xb = qc_malloc((size_t)(M * K) * sizeof *xb, "linear input bf16");
   gb = qc_malloc((size_t)(M * N) * sizeof *gb, "linear dY bf16");
   acc = qc_malloc((size_t)big * sizeof *acc, "linear accumulator");
-  tmp = qc_malloc((size_t)big * sizeof *tmp, "linear mask scratch");
-  if (!wb || !xb || !gb || !acc || !tmp) goto done;
+  if (c.clipped) tmp = qc_malloc((size_t)big * sizeof *tmp, "linear mask scratch"); /* only the STE mask needs it */
+  if (!wb || !xb || !gb || !acc || (c.clipped && !tmp)) goto done;
 
   /* d_x = dY W_ref: W_ref = dequant(quant(W)) (with the contract's rounding) or W */
   char what[QC_PATHLEN + 32];
