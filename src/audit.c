@@ -139,20 +139,18 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
         continue;
       }
       char s1[96], s2[96];
+      if (g) snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
       if (!g) {
         k.verdict = QC_V_FAIL;
         snprintf(k.why, sizeof k.why, "missing");
       } else if (!qc_dtype_is_float(g->dtype) || g->dtype == QC_E2M1X2) {
-        snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
         k.verdict = QC_V_FAIL;
         snprintf(k.why, sizeof k.why, "candidate has element type %s: expected a float gradient", qc_dtype_name(g->dtype));
       } else if (!qc_shape_eq(g, r)) {
-        snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
         k.verdict = QC_V_FAIL;
         snprintf(k.why, sizeof k.why, "shape mismatch: candidate %s, reference %s", qc_shape_str(g->ndim, g->shape, s1, sizeof s1),
                  qc_shape_str(r->ndim, r->shape, s2, sizeof s2));
       } else {
-        snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
         rc = qc_audit_compare(a->ctx, g, r, t, &k);
       }
       if (!rc) rc = qc_results_add(a->res, &k);
