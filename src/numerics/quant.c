@@ -13,6 +13,7 @@
 #include "../qc.h"
 #include "formats.h"
 #include "minifloat.h"
+#include "../par.h"
 
 static const char *const g_fmt_names[QC_QF_COUNT] = {
     "none", "fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",
@@ -389,11 +390,11 @@ static int check_finite(const float *in, int64_t n, const char *what) {
 }
 
 /* The nvfp4 global scale of the profile (see quant.h). */
-static float nvfp4_global(qc_qprof p, const float *in, int64_t n) {
-  float amax = bitsf(abs_max_bits(in, n));
+static float nvfp4_g(qc_qprof p, float amax) {
   if (amax == 0.0f) return 1.0f; /* all-zero tensor: no scale in the sources; payload 0 either way */
   return p == QC_QP_MODELOPT ? amax / 2688.0f : 2688.0f / amax;
 }
+static float nvfp4_global(qc_qprof p, const float *in, int64_t n) { return nvfp4_g(p, bitsf(abs_max_bits(in, n))); }
 
 /* Core: codes, per-block deq multipliers, scale bytes and the global scale.
  * Buffers: codes [rows*cols], deq and sb [grid]. */
@@ -563,4 +564,140 @@ int qc_fake_quant_sr(const char *fmt, const char *profile, int64_t rows, int64_t
 int qc_fake_quant(const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, float *out,
                   const char *what) {
   return qc_fake_quant_sr(fmt, profile, rows, cols, in, out, NULL, what);
+}
+
+/* ---- fused, parallel fake-quant to float64 (qc_fake_quant_f64) ------------
+ * The same blocks, scale rules and encoder as quant_pass + dequant_pass, one
+ * block at a time: a block's codes go to a small per-thread buffer and come
+ * straight back as values, out[r, c] = (double)(decode(code) * s) with the
+ * float32 product dequant_pass forms, so the result is qc_fake_quant's
+ * widened, bit for bit. Block rows run in parallel (qc_par_for); a
+ * single-block format (fp8_tensor) splits its rows instead. */
+
+typedef struct fq_ctx {
+  plan_t pl;
+  rule_t rule;                 /* stage 1's rule */
+  int64_t rows, cols, br, bc, gc, ldo;
+  const float *in;
+  double *out;
+  float g;                     /* nvfp4 global scale */
+  bscale one;                  /* the single block's scale (fp8_tensor path) */
+  uint32_t amax[QC_PAR_MAX];   /* per-piece amax bits (reductions) */
+  int bad[QC_PAR_MAX];         /* per-piece: a block held a non-finite value / no memory */
+} fq_ctx;
+
+/* out row segment = decode(codes) * s, widened. */
+static void fq_emit(const uint8_t *codes, int64_t w, float s, int fp4, double *o) {
+  if (fp4)
+    for (int64_t c = 0; c < w; c++) o[c] = (double)(g_e2m1_val[codes[c] & 0xf] * s);
+  else
+    for (int64_t c = 0; c < w; c++) o[c] = (double)(g_e4m3_val[codes[c]] * s);
+}
+
+/* Block rows [lo, hi): every block's scale, codes and values. */
+static void fq_blocks(void *p, int64_t lo, int64_t hi, int tid) {
+  fq_ctx *x = p;
+  const int64_t cols = x->cols, br = x->br, bc = x->bc;
+  int64_t bh = br < x->rows ? br : x->rows, bw = bc < cols ? bc : cols;
+  uint8_t *codes = malloc((size_t)(bh * bw));
+  float *scratch = x->pl.two_stage ? malloc((size_t)(bh * bw) * sizeof *scratch) : NULL;
+  if (!codes || (x->pl.two_stage && !scratch)) { x->bad[tid] = 2; goto out; }
+  for (int64_t bi = lo; bi < hi; bi++) {
+    int64_t r0 = bi * br, r1 = r0 + br < x->rows ? r0 + br : x->rows;
+    for (int64_t bj = 0; bj < x->gc; bj++) {
+      int64_t c0 = bj * bc, c1 = c0 + bc < cols ? c0 + bc : cols, w = c1 - c0;
+      uint32_t mb = 0;
+      for (int64_t r = r0; r < r1; r++) {
+        uint32_t m = abs_max_bits(x->in + r * cols + c0, w);
+        mb = m > mb ? m : mb;
+      }
+      if (mb >= 0x7f800000u) { x->bad[tid] = 1; goto out; }
+      bscale b = block_scale(x->rule, x->pl.fp4, bitsf(mb), x->g);
+      for (int64_t r = r0; r < r1; r++) enc_run(x->in + r * cols + c0, codes + (r - r0) * w, w, b.k, b.div, x->pl.fp4);
+      float s = b.deq;
+      if (x->pl.two_stage) { /* stage 2 (see stage2_block): requantize stage 1's values */
+        for (int64_t i = 0; i < (r1 - r0) * w; i++) scratch[i] = g_e4m3_val[codes[i]] * s;
+        bscale b2 = block_scale(R_BLOCK_UE8M0, 0, bitsf(abs_max_bits(scratch, (r1 - r0) * w)), 0.0f);
+        for (int64_t r = r0; r < r1; r++) enc_run(scratch + (r - r0) * w, codes + (r - r0) * w, w, b2.k, b2.div, 0);
+        s = b2.deq;
+      }
+      for (int64_t r = r0; r < r1; r++) fq_emit(codes + (r - r0) * w, w, s, x->pl.fp4, x->out + r * x->ldo + c0);
+    }
+  }
+out:
+  free(codes);
+  free(scratch);
+}
+
+/* Rows [lo, hi): amax bits into x->amax[tid]. */
+static void fq_amax(void *p, int64_t lo, int64_t hi, int tid) {
+  fq_ctx *x = p;
+  x->amax[tid] = abs_max_bits(x->in + lo * x->cols, (hi - lo) * x->cols);
+}
+
+/* Rows [lo, hi) of the single-block format with scale x->one. */
+static void fq_rows(void *p, int64_t lo, int64_t hi, int tid) {
+  fq_ctx *x = p;
+  uint8_t *codes = malloc((size_t)x->cols);
+  if (!codes) { x->bad[tid] = 2; return; }
+  for (int64_t r = lo; r < hi; r++) {
+    enc_run(x->in + r * x->cols, codes, x->cols, x->one.k, x->one.div, x->pl.fp4);
+    fq_emit(codes, x->cols, x->one.deq, x->pl.fp4, x->out + r * x->ldo);
+  }
+  free(codes);
+}
+
+/* The tensor's amax bits, rows in parallel. */
+static uint32_t fq_tensor_amax(fq_ctx *x) {
+  memset(x->amax, 0, sizeof x->amax);
+  qc_par_for(x->rows, 16, fq_amax, x);
+  uint32_t m = 0;
+  for (int i = 0; i < QC_PAR_MAX; i++) m = x->amax[i] > m ? x->amax[i] : m;
+  return m;
+}
+
+int qc_fake_quant_f64(const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, double *out,
+                      int64_t ldo, const char *what) {
+  qc_qfmt f = QC_QF_NONE;
+  qc_qprof p = QC_QP_VLLM;
+  int rc;
+  if ((rc = qc_qfmt_parse(fmt, &f))) return rc;
+  if (profile && (rc = qc_qprof_parse(profile, &p))) return rc;
+  if (rows < 1 || cols < 1) return QC_OK;
+  tables_init();
+  fq_ctx *x = calloc(1, sizeof *x);
+  if (!x) return qc_err_sys("out of memory for a quantizer");
+  x->pl = make_plan(f, p);
+  x->rule = x->pl.two_stage ? R_BLOCK : x->pl.rule;
+  x->rows = rows;
+  x->cols = cols;
+  x->ldo = ldo;
+  x->in = in;
+  x->out = out;
+  x->br = x->pl.br ? x->pl.br : rows;
+  x->bc = x->pl.bc ? x->pl.bc : cols;
+  int64_t gr = (rows + x->br - 1) / x->br;
+  x->gc = (cols + x->bc - 1) / x->bc;
+  int bad = 0;
+  if (f == QC_QF_NONE) {
+    bad = fq_tensor_amax(x) >= 0x7f800000u;
+    for (int64_t r = 0; !bad && r < rows; r++)
+      for (int64_t c = 0; c < cols; c++) out[r * ldo + c] = in[r * cols + c];
+  } else if (f == QC_QF_NVFP4 || (gr == 1 && x->gc == 1 && !x->pl.two_stage)) {
+    uint32_t m = fq_tensor_amax(x);
+    bad = m >= 0x7f800000u;
+    if (!bad && f == QC_QF_NVFP4) {
+      x->g = nvfp4_g(p, bitsf(m));
+      qc_par_for(gr, 1, fq_blocks, x);
+    } else if (!bad) {
+      x->one = block_scale(x->rule, x->pl.fp4, bitsf(m), 0.0f);
+      qc_par_for(rows, 16, fq_rows, x);
+    }
+  } else {
+    qc_par_for(gr, 1, fq_blocks, x);
+  }
+  for (int i = 0; i < QC_PAR_MAX; i++) bad = bad ? bad : x->bad[i];
+  free(x);
+  if (bad == 2) return qc_err_sys("out of memory for a quantizer's block buffer");
+  return bad ? check_finite(in, rows * cols, what) : QC_OK;
 }

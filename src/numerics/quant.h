@@ -84,4 +84,11 @@ int qc_fake_quant(const char *fmt, const char *profile, int64_t rows, int64_t co
 int qc_fake_quant_sr(const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, float *out,
                      const qc_sr *sr, const char *what);
 
+/* out[r * ldo + c] = dequant(quant(in))[r, c] widened to float64: exactly
+ * qc_fake_quant's float32 values, computed block by block on qc_par_for's
+ * threads without a full-size temporary. Round to nearest; non-finite input
+ * is QC_EINPUT naming `what`. ldo >= cols. */
+int qc_fake_quant_f64(const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, double *out,
+                      int64_t ldo, const char *what);
+
 #endif

@@ -316,3 +316,69 @@ Test(quant, oracle_vectors) {
   for (int a = 1; a < QC_QF_COUNT; a++)
     for (int b = 0; b < QC_QP_COUNT; b++) cr_expect_eq(seen[a][b], 2, "%s/%s", qc_qfmt_name((qc_qfmt)a), qc_qprof_name((qc_qprof)b));
 }
+
+/* qc_fake_quant_f64 (fused, parallel, float64 out with a leading dimension)
+ * gives qc_fake_quant's float32 values widened, bit for bit, for every
+ * format and profile, on shapes with partial blocks, one row, zeros and a
+ * heavy tail; the columns beyond cols are left alone; non-finite input is
+ * refused like the float32 path. Run with 1 and 3 threads. */
+static void fq64_compare(const char *fmt, const char *prof, int64_t rows, int64_t cols, const float *in) {
+  float *ref = malloc((size_t)(rows * cols) * sizeof *ref);
+  int64_t ldo = cols + 3;
+  double *out = malloc((size_t)(rows * ldo) * sizeof *out);
+  cr_assert(ref && out);
+  for (int64_t i = 0; i < rows * ldo; i++) out[i] = -7.5;
+  int r1 = qc_fake_quant(fmt, prof, rows, cols, in, ref, "t");
+  int r2 = qc_fake_quant_f64(fmt, prof, rows, cols, in, out, ldo, "t");
+  cr_assert_eq(r1, r2, "%s/%s [%lld, %lld]: status %d vs %d", fmt, prof, (long long)rows, (long long)cols, r1, r2);
+  for (int64_t r = 0; r1 == QC_OK && r < rows; r++)
+    for (int64_t c = 0; c < ldo; c++) {
+      double want = c < cols ? (double)ref[r * cols + c] : -7.5;
+      double got = out[r * ldo + c];
+      cr_assert(memcmp(&want, &got, 8) == 0, "%s/%s [%lld, %lld] at [%lld, %lld]: %a vs %a", fmt, prof, (long long)rows,
+                (long long)cols, (long long)r, (long long)c, got, want);
+    }
+  free(ref);
+  free(out);
+}
+
+Test(fake_quant_f64, equals_float32_path_widened) {
+  static const char *fmts[] = {"none", "fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",
+                               "fp8_block128", "fp8_block128_ue8m0", "nvfp4", "mxfp8", "mxfp4"};
+  static const char *profs[] = {"vllm", "vllm_native", "te", "ocp", "modelopt"};
+  static const int64_t shapes[][2] = {{1, 1}, {1, 200}, {3, 17}, {130, 260}, {257, 129}, {64, 64}};
+  uint64_t s = 12345;
+  for (int th = 0; th < 2; th++) {
+    setenv("QATCHECK_THREADS", th ? "3" : "1", 1);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+      int64_t rows = shapes[k][0], cols = shapes[k][1];
+      float *in = malloc((size_t)(rows * cols) * sizeof *in);
+      cr_assert(in);
+      for (int64_t i = 0; i < rows * cols; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        double u = ((s >> 11) + 0.5) * 0x1p-53;
+        in[i] = (float)((u - 0.5) * (i % 97 == 0 ? 3e3 : 1.0));   /* a heavy tail every 97th element */
+        if (i % 31 == 5) in[i] = 0.0f;
+      }
+      for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+        for (size_t p = 0; p < sizeof profs / sizeof profs[0]; p++) fq64_compare(fmts[f], profs[p], rows, cols, in);
+      memset(in, 0, (size_t)(rows * cols) * sizeof *in); /* all zeros */
+      for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) fq64_compare(fmts[f], "vllm", rows, cols, in);
+      free(in);
+    }
+  }
+  unsetenv("QATCHECK_THREADS");
+}
+
+Test(fake_quant_f64, refuses_non_finite) {
+  float in[4 * 40];
+  double out[4 * 40];
+  for (int i = 0; i < 160; i++) in[i] = 0.25f * (float)(i % 7);
+  in[77] = NAN;
+  static const char *fmts[] = {"none", "fp8_tensor", "fp8_block128", "fp8_block128_ue8m0", "nvfp4", "mxfp4"};
+  for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+    cr_expect_eq(qc_fake_quant_f64(fmts[f], "vllm", 4, 40, in, out, 40, "w"), QC_EINPUT, "%s", fmts[f]);
+    cr_expect(strstr(qc_err_msg(), "flat index 77") != NULL || strstr(qc_err_msg(), "non-finite") != NULL, "%s: %s", fmts[f],
+              qc_err_msg());
+  }
+}
