@@ -3,8 +3,11 @@
  * single message naming the file and the object. */
 #include "dump.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <regex.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@ struct qc_dump {
   hid_t file;
   char path[1024];
   int writable;
+  int fd;          /* the same file for qc_dump_pread; -1 when direct reads are off (userblock, no descriptor) */
 };
 
 static void silence(void) {
@@ -118,6 +122,12 @@ int qc_dump_open(const char *path, qc_dump **out) {
   if (!d) { H5Fclose(fid); return QC_ESYS; }
   d->file = fid;
   snprintf(d->path, sizeof d->path, "%s", path);
+  /* direct reads take HDF5's addresses as file offsets: only without a userblock */
+  d->fd = -1;
+  hid_t fcpl = H5Fget_create_plist(fid);
+  hsize_t ub = 1;
+  if (fcpl >= 0 && H5Pget_userblock(fcpl, &ub) >= 0 && ub == 0) d->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fcpl >= 0) H5Pclose(fcpl);
   *out = d;
   return QC_OK;
 }
@@ -138,6 +148,7 @@ int qc_dump_create(const char *path, qc_dump **out) {
   if (!d) { H5Fclose(fid); return QC_ESYS; }
   d->file = fid;
   d->writable = 1;
+  d->fd = -1;
   snprintf(d->path, sizeof d->path, "%s", path);
   *out = d;
   return QC_OK;
@@ -146,6 +157,7 @@ int qc_dump_create(const char *path, qc_dump **out) {
 void qc_dump_close(qc_dump *d) {
   if (!d) return;
   if (d->file >= 0) H5Fclose(d->file);
+  if (d->fd >= 0) close(d->fd);
   free(d);
 }
 
@@ -336,35 +348,25 @@ int qc_dump_info(qc_dump *d, const char *dset, qc_tensor *t) {
   return QC_OK;
 }
 
-/* Read dataset `dset` (whole, or slice `index` of dim 0 when index >= 0). */
-static int read_impl(qc_dump *d, const char *dset, long long index, qc_tensor *out) {
-  hid_t ds, mem;
-  int nd;
-  hsize_t dims[QC_MAXDIM];
-  qc_dtype dt;
-  hid_t owned = -1;
-  memset(out, 0, sizeof *out);
-  int rc = dset_open(d, dset, &ds, &nd, dims);
-  if (rc) return rc;
-  if ((rc = dset_dtype(d, ds, dset, &dt, &mem))) goto done;
-  if (mem < 0) mem = owned = H5Dget_type(ds); /* float16: the file's type, no conversion */
-  int64_t shape[QC_MAXDIM];
-  int ond = nd;
+/* The extent read for (dset, index): shape and element count; checks the
+ * slice index. ds open. */
+static int read_extent(qc_dump *d, const char *dset, long long index, int nd, const hsize_t *dims, int *ond,
+                       int64_t *shape) {
   if (index >= 0) {
-    if (nd < 1 || (hsize_t)index >= dims[0]) {
-      rc = qc_err("dump '%s': dataset '%s': slice %lld is out of range", d->path, dset, index);
-      goto done;
-    }
-    ond = nd - 1;
+    if (nd < 1 || (hsize_t)index >= dims[0])
+      return qc_err("dump '%s': dataset '%s': slice %lld is out of range", d->path, dset, index);
+    *ond = nd - 1;
     for (int i = 1; i < nd; i++) shape[i - 1] = (int64_t)dims[i];
   } else {
+    *ond = nd;
     for (int i = 0; i < nd; i++) shape[i] = (int64_t)dims[i];
   }
-  if ((rc = qc_tensor_alloc(out, base_name(dset), dt, ond, shape))) {
-    if (rc == QC_EINPUT) qc_hint("dataset '%s' of dump '%s'", dset, d->path);
-    goto done;
-  }
-  if (out->nbytes == 0) goto done;
+  return QC_OK;
+}
+
+/* H5Dread of (dset, index) from the open ds into buf, memory type mem. */
+static int read_ds(qc_dump *d, hid_t ds, hid_t mem, const char *dset, long long index, int nd, const hsize_t *dims,
+                   void *buf) {
   herr_t st;
   if (index >= 0) {
     hid_t fs = H5Dget_space(ds);
@@ -375,27 +377,113 @@ static int read_impl(qc_dump *d, const char *dset, long long index, qc_tensor *o
     hid_t ms = H5Screate_simple(nd, count, NULL);
     st = (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
              ? -1
-             : H5Dread(ds, mem, ms, fs, H5P_DEFAULT, out->data);
+             : H5Dread(ds, mem, ms, fs, H5P_DEFAULT, buf);
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
   } else {
-    st = H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data);
+    st = H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   }
-  if (st < 0) {
-    qc_tensor_free(out);
-    rc = qc_err("dump '%s': dataset '%s': read failed (truncated or corrupt file?)", d->path, dset);
+  if (st < 0) return qc_err("dump '%s': dataset '%s': read failed (truncated or corrupt file?)", d->path, dset);
+  return QC_OK;
+}
+
+/* Read dataset `dset` (whole, or slice `index` of dim 0 when index >= 0)
+ * into a new tensor (buf NULL), or into buf of cap bytes (the element count
+ * and size must fill it exactly). */
+static int read_impl(qc_dump *d, const char *dset, long long index, qc_tensor *out, void *buf, size_t cap) {
+  hid_t ds, mem;
+  int nd, ond;
+  hsize_t dims[QC_MAXDIM];
+  qc_dtype dt;
+  hid_t owned = -1;
+  int64_t shape[QC_MAXDIM];
+  if (out) memset(out, 0, sizeof *out);
+  int rc = dset_open(d, dset, &ds, &nd, dims);
+  if (rc) return rc;
+  if ((rc = dset_dtype(d, ds, dset, &dt, &mem))) goto done;
+  if (mem < 0) mem = owned = H5Dget_type(ds); /* float16: the file's type, no conversion */
+  if ((rc = read_extent(d, dset, index, nd, dims, &ond, shape))) goto done;
+  if (buf) {
+    size_t want = (size_t)qc_shape_numel(ond, shape) * qc_dtype_size(dt);
+    if (want != cap) {
+      rc = qc_err("dump '%s': dataset '%s' holds %zu bytes: expected %zu", d->path, dset, want, cap);
+      goto done;
+    }
+    if (want) rc = read_ds(d, ds, mem, dset, index, nd, dims, buf);
+    goto done;
   }
+  if ((rc = qc_tensor_alloc(out, base_name(dset), dt, ond, shape))) {
+    if (rc == QC_EINPUT) qc_hint("dataset '%s' of dump '%s'", dset, d->path);
+    goto done;
+  }
+  if (out->nbytes == 0) goto done;
+  if ((rc = read_ds(d, ds, mem, dset, index, nd, dims, out->data))) qc_tensor_free(out);
 done:
   if (owned >= 0) H5Tclose(owned);
   H5Dclose(ds);
   return rc;
 }
 
-int qc_dump_read(qc_dump *d, const char *dset, qc_tensor *out) { return read_impl(d, dset, -1, out); }
+int qc_dump_read(qc_dump *d, const char *dset, qc_tensor *out) { return read_impl(d, dset, -1, out, NULL, 0); }
 
 int qc_dump_read_slice(qc_dump *d, const char *dset, long long index, qc_tensor *out) {
   if (index < 0) return qc_err("dump '%s': dataset '%s': negative slice index", d->path, dset);
-  return read_impl(d, dset, index, out);
+  return read_impl(d, dset, index, out, NULL, 0);
+}
+
+int qc_dump_read_into(qc_dump *d, const char *dset, long long index, void *buf, size_t nbytes) {
+  if (!buf && nbytes) return qc_err("dump '%s': dataset '%s': no buffer", d->path, dset);
+  return read_impl(d, dset, index, NULL, buf ? buf : (void *)"", nbytes);
+}
+
+int qc_dump_locate(qc_dump *d, const char *dset, long long index, qc_dump_loc *loc) {
+  hid_t ds, mem, dcpl = -1, ft = -1;
+  int nd, ond;
+  hsize_t dims[QC_MAXDIM];
+  int64_t shape[QC_MAXDIM];
+  memset(loc, 0, sizeof *loc);
+  loc->offset = -1;
+  int rc = dset_open(d, dset, &ds, &nd, dims);
+  if (rc) return rc;
+  if ((rc = dset_dtype(d, ds, dset, &loc->dtype, &mem)) || (rc = read_extent(d, dset, index, nd, dims, &ond, shape)))
+    goto done;
+  size_t es = qc_dtype_size(loc->dtype);
+  loc->nbytes = (size_t)qc_shape_numel(ond, shape) * es;
+  if (d->fd < 0 || loc->nbytes == 0) goto done;
+  /* bytes as stored = bytes as read only for contiguous, unfiltered,
+   * allocated storage in this machine's own layout */
+  dcpl = H5Dget_create_plist(ds);
+  ft = H5Dget_type(ds);
+  if (dcpl < 0 || ft < 0 || H5Pget_layout(dcpl) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl) != 0 ||
+      H5Pget_external_count(dcpl) != 0)
+    goto done;
+  if (mem >= 0 && H5Tequal(ft, mem) <= 0) goto done;                  /* float16 (mem -1): LE binary16, checked */
+  {
+    int64_t all[QC_MAXDIM];
+    for (int i = 0; i < nd; i++) all[i] = (int64_t)dims[i];
+    size_t total = (size_t)qc_shape_numel(nd, all) * es;
+    haddr_t a = H5Dget_offset(ds);
+    if (a == HADDR_UNDEF || H5Dget_storage_size(ds) != (hsize_t)total) goto done;
+    loc->offset = (long long)a + (index >= 0 ? index * (long long)loc->nbytes : 0);
+  }
+done:
+  if (ft >= 0) H5Tclose(ft);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  H5Dclose(ds);
+  return rc;
+}
+
+int qc_dump_pread(const qc_dump *d, const char *dset, const qc_dump_loc *loc, void *buf) {
+  if (loc->offset < 0 || d->fd < 0) return qc_err("dump '%s': dataset '%s': no direct read", d->path, dset);
+  size_t got = 0;
+  while (got < loc->nbytes) {
+    ssize_t r = pread(d->fd, (char *)buf + got, loc->nbytes - got, (off_t)(loc->offset + (long long)got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return qc_err_sys("dump '%s': dataset '%s': read failed: %s", d->path, dset, strerror(errno));
+    if (r == 0) return qc_err("dump '%s': dataset '%s': the file ends early (truncated?)", d->path, dset);
+    got += (size_t)r;
+  }
+  return QC_OK;
 }
 
 int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, size_t n) {

@@ -43,6 +43,29 @@ int qc_dump_read(qc_dump *d, const char *dset, qc_tensor *out);
 /* Read slice i of the first dimension of a dataset (shape[1:]): one expert
  * of an [E, N, K] weight, without reading the rest. */
 int qc_dump_read_slice(qc_dump *d, const char *dset, long long index, qc_tensor *out);
+/* Read dataset `dset` (slice `index` of its first dimension when index >= 0)
+ * into buf, elements as stored (qc_dump_info's dtype, raw bits for bfloat16,
+ * float16 and the 8-bit types); nbytes must be exactly its size. */
+int qc_dump_read_into(qc_dump *d, const char *dset, long long index, void *buf, size_t nbytes);
+
+/* Where the bytes of a dataset (or its slice `index`, index >= 0) lie. */
+typedef struct qc_dump_loc {
+  qc_dtype dtype;       /* as qc_dump_info */
+  size_t nbytes;        /* element count x element size */
+  long long offset;     /* file offset for qc_dump_pread, or -1: read it with qc_dump_read_into */
+} qc_dump_loc;
+
+/* Locate a dataset (slice). offset >= 0 only when the bytes in the file
+ * are exactly the bytes qc_dump_read_into would give: contiguous,
+ * unfiltered, fully allocated storage in this machine's layout, in a file
+ * without a userblock. */
+int qc_dump_locate(qc_dump *d, const char *dset, long long index, qc_dump_loc *loc);
+
+/* Read a located dataset with pread on the dump's own descriptor. It makes
+ * no HDF5 call, so any number of threads may read at once (while one thread
+ * uses HDF5). A short file is QC_EINPUT naming dset. */
+int qc_dump_pread(const qc_dump *d, const char *dset, const qc_dump_loc *loc, void *buf);
+
 /* Shape and dtype of a dataset without reading it. */
 int qc_dump_info(qc_dump *d, const char *dset, qc_tensor *shape_only);
 

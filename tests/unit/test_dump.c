@@ -111,3 +111,93 @@ Test(dump, not_a_dump) {
   qc_err_clear();
   unlink(g_path);
 }
+
+/* qc_dump_pread and qc_dump_read_into give qc_dump_read's bytes, whole and
+ * per slice, for every element type; a chunked dataset and a file with a
+ * userblock are not located for direct reads (offset -1) but still read. */
+#include <hdf5.h>
+static void check_direct(qc_dump *d, const char *dset, long long index, int want_direct) {
+  qc_tensor t;
+  qc_dump_loc loc;
+  int rc = index >= 0 ? qc_dump_read_slice(d, dset, index, &t) : qc_dump_read(d, dset, &t);
+  cr_assert_eq(rc, QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(qc_dump_locate(d, dset, index, &loc), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(loc.dtype, t.dtype, "%s", dset);
+  cr_assert_eq(loc.nbytes, t.nbytes, "%s", dset);
+  cr_assert_eq(loc.offset >= 0, want_direct, "%s [%lld]: offset %lld", dset, index, loc.offset);
+  uint8_t *buf = malloc(t.nbytes + 1);
+  cr_assert(buf);
+  cr_assert_eq(qc_dump_read_into(d, dset, index, buf, t.nbytes), QC_OK, "%s", qc_err_msg());
+  cr_assert(memcmp(buf, t.data, t.nbytes) == 0, "%s [%lld]: read_into differs", dset, index);
+  cr_assert_eq(qc_dump_read_into(d, dset, index, buf, t.nbytes + 1), QC_EINPUT, "a wrong size must be refused");
+  if (want_direct) {
+    memset(buf, 0xa5, t.nbytes);
+    cr_assert_eq(qc_dump_pread(d, dset, &loc, buf), QC_OK, "%s", qc_err_msg());
+    cr_assert(memcmp(buf, t.data, t.nbytes) == 0, "%s [%lld]: pread differs", dset, index);
+  }
+  free(buf);
+  qc_tensor_free(&t);
+}
+
+Test(dump, direct_reads_match_hdf5) {
+  tmpfile_path();
+  qc_dump *d;
+  cr_assert_eq(qc_dump_create(g_path, &d), QC_OK, "%s", qc_err_msg());
+  qc_dtype all[] = {QC_F64, QC_F32, QC_F16, QC_BF16, QC_U8, QC_E4M3};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    qc_tensor t;
+    int64_t shape[3] = {3, 4, 6};
+    cr_assert_eq(qc_tensor_alloc(&t, "t", all[i], 3, shape), QC_OK);
+    for (size_t b = 0; b < t.nbytes; b++) ((uint8_t *)t.data)[b] = (uint8_t)(b * 29 + i);
+    char name[64];
+    snprintf(name, sizeof name, "/m/params/%s", qc_dtype_name(all[i]));
+    cr_assert_eq(qc_dump_write(d, name, &t), QC_OK, "%s", qc_err_msg());
+    qc_tensor_free(&t);
+  }
+  qc_dump_close(d);
+  /* a chunked dataset beside them, through the HDF5 API */
+  hid_t f = H5Fopen(g_path, H5F_ACC_RDWR, H5P_DEFAULT);
+  hsize_t dims[2] = {8, 8}, chunk[2] = {4, 4};
+  hid_t sp = H5Screate_simple(2, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(pl, 2, chunk);
+  hid_t ds = H5Dcreate2(f, "/m/params/chunked", H5T_NATIVE_FLOAT, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+  float v[64];
+  for (int i = 0; i < 64; i++) v[i] = (float)i * 0.5f;
+  cr_assert(ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+  H5Dclose(ds); H5Pclose(pl); H5Sclose(sp); H5Fclose(f);
+
+  cr_assert_eq(qc_dump_open(g_path, &d), QC_OK, "%s", qc_err_msg());
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "/m/params/%s", qc_dtype_name(all[i]));
+    check_direct(d, name, -1, 1);
+    check_direct(d, name, 0, 1);
+    check_direct(d, name, 2, 1);
+  }
+  check_direct(d, "/m/params/chunked", -1, 0);
+  check_direct(d, "/m/params/chunked", 3, 0);
+  qc_dump_loc loc;
+  cr_assert_eq(qc_dump_locate(d, "/m/params/float32", 3, &loc), QC_EINPUT, "slice 3 of [3, ...] is out of range");
+  qc_dump_close(d);
+  unlink(g_path);
+
+  /* a userblock shifts HDF5's addresses: no direct reads there */
+  hid_t fc = H5Pcreate(H5P_FILE_CREATE);
+  H5Pset_userblock(fc, 512);
+  f = H5Fcreate(g_path, H5F_ACC_TRUNC, fc, H5P_DEFAULT);
+  long long one = 1;
+  hid_t asp = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, "qatcheck_dump", H5T_STD_I64LE, asp, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_LLONG, &one);
+  H5Aclose(a); H5Sclose(asp);
+  sp = H5Screate_simple(2, dims, NULL);
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  ds = H5Dcreate2(f, "/u/params/weight", H5T_NATIVE_FLOAT, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+  cr_assert(ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+  H5Dclose(ds); H5Sclose(sp); H5Pclose(lcpl); H5Fclose(f); H5Pclose(fc);
+  cr_assert_eq(qc_dump_open(g_path, &d), QC_OK, "%s", qc_err_msg());
+  check_direct(d, "/u/params/weight", -1, 0);
+  qc_dump_close(d);
+  unlink(g_path);
+}
