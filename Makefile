@@ -89,7 +89,7 @@ $(BUILD)/test_gpu: $(GPU_TEST_OBJ) $(LIB_OBJ)
 	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -lcriterion -rdynamic
 
 $(BUILD)/bench_gpu_linear: $(BUILD)/bench/gpu_linear.o $(LIB_OBJ) $(OBJ_CU)
-	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) -rdynamic
 
 build/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
 	@mkdir -p $(dir $@)

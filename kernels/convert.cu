@@ -1,5 +1,6 @@
 /* convert.cu: element conversions between bf16, float32 and float64 (RNE). */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels.h"
@@ -9,6 +10,11 @@ template <typename A, typename B, typename F> __global__ void k_map(const A *in,
     out[i] = f(in[i]);
 }
 
+struct f64_f64 { __device__ double operator()(double x) const { return x; } };
+struct f32_f64 { __device__ double operator()(float x) const { return (double)x; } };
+struct f16_f64 { __device__ double operator()(uint16_t h) const { return (double)__half2float(__ushort_as_half(h)); } };
+struct f64_f32 { __device__ float operator()(double x) const { return (float)x; } };
+struct f16_f32 { __device__ float operator()(uint16_t h) const { return __half2float(__ushort_as_half(h)); } };
 struct bf16_f64 { __device__ double operator()(uint16_t h) const { return (double)__bfloat162float(__ushort_as_bfloat16(h)); } };
 struct bf16_f32 { __device__ float operator()(uint16_t h) const { return __bfloat162float(__ushort_as_bfloat16(h)); } };
 struct f32_bf16 { __device__ uint16_t operator()(float x) const { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); } };
@@ -26,3 +32,22 @@ extern "C" int qk_bf16_to_f64(const uint16_t *in, double *out, int64_t n, void *
 extern "C" int qk_bf16_to_f32(const uint16_t *in, float *out, int64_t n, void *s) { return launch<uint16_t, float, bf16_f32>(in, out, n, s); }
 extern "C" int qk_f32_to_bf16(const float *in, uint16_t *out, int64_t n, void *s) { return launch<float, uint16_t, f32_bf16>(in, out, n, s); }
 extern "C" int qk_f64_to_bf16(const double *in, uint16_t *out, int64_t n, void *s) { return launch<double, uint16_t, f64_bf16>(in, out, n, s); }
+
+extern "C" int qk_to_f64(int kind, const void *in, double *out, int64_t n, void *s) {
+  switch (kind) {
+    case QK_T_F64: return launch<double, double, f64_f64>((const double *)in, out, n, s);
+    case QK_T_F32: return launch<float, double, f32_f64>((const float *)in, out, n, s);
+    case QK_T_F16: return launch<uint16_t, double, f16_f64>((const uint16_t *)in, out, n, s);
+    case QK_T_BF16: return launch<uint16_t, double, bf16_f64>((const uint16_t *)in, out, n, s);
+  }
+  return (int)cudaErrorInvalidValue;
+}
+
+extern "C" int qk_to_f32(int kind, const void *in, float *out, int64_t n, void *s) {
+  switch (kind) {
+    case QK_T_F64: return launch<double, float, f64_f32>((const double *)in, out, n, s);
+    case QK_T_F16: return launch<uint16_t, float, f16_f32>((const uint16_t *)in, out, n, s);
+    case QK_T_BF16: return launch<uint16_t, float, bf16_f32>((const uint16_t *)in, out, n, s);
+  }
+  return (int)cudaErrorInvalidValue;
+}

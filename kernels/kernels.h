@@ -51,6 +51,11 @@ int qk_bf16_to_f64(const uint16_t *in, double *out, int64_t n, void *stream);
 int qk_bf16_to_f32(const uint16_t *in, float *out, int64_t n, void *stream);
 int qk_f32_to_bf16(const float *in, uint16_t *out, int64_t n, void *stream);
 int qk_f64_to_bf16(const double *in, uint16_t *out, int64_t n, void *stream);
+/* Any float element type to float64 (exact) or float32 (RNE from float64;
+ * kind QK_T_F32 is not accepted by qk_to_f32: use the input as it is). */
+enum { QK_T_F64 = 0, QK_T_F32 = 1, QK_T_F16 = 2, QK_T_BF16 = 3 };
+int qk_to_f64(int kind, const void *in, double *out, int64_t n, void *stream);
+int qk_to_f32(int kind, const void *in, float *out, int64_t n, void *stream);
 
 /* The fused metrics pass: float64 sums of g^2, r^2, (g-r)^2, g r and
  * (bf16(r) - r)^2 over finite g, max |g - r| with its lowest index, count

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "dump.h"
+#include "numerics/formats.h"
 #include "numerics/quant.h"
 #include "qc.h"
 #include "rng.h"
@@ -92,31 +93,6 @@ static int check_real(const char *dset, const qc_tensor *info) {
   return qc_err("'%s' has element type %s: expected float64, float32, float16 or bfloat16", dset, qc_dtype_name(t));
 }
 
-/* Read dataset dset (slice `index` of its first dimension when index >= 0)
- * decoded to float64 into out (rows x cols elements, checked). */
-static int read_f64(qc_dump *d, const char *dset, long long index, int64_t rows, int64_t cols, double *out) {
-  qc_tensor t = {0};
-  int rc = index >= 0 ? qc_dump_read_slice(d, dset, index, &t) : qc_dump_read(d, dset, &t);
-  if (rc) return rc;
-  if (qc_numel(&t) != rows * cols) {
-    qc_tensor_free(&t);
-    return qc_err("'%s': read %lld elements: expected %lld x %lld", dset, (long long)qc_numel(&t), (long long)rows,
-                  (long long)cols);
-  }
-  rc = qc_tensor_to_f64(&t, out);
-  qc_tensor_free(&t);
-  return rc;
-}
-
-/* Refuse a non-finite value: neither convention has a defined gradient then. */
-static int check_finite(const double *a, int64_t rows, int64_t cols, const char *module, const char *what) {
-  for (int64_t i = 0; i < rows * cols; i++)
-    if (!isfinite(a[i]))
-      return qc_err("%s/%s: non-finite value %g at [%lld, %lld]: expected finite master values", module, what, a[i],
-                    (long long)(i / cols), (long long)(i % cols));
-  return QC_OK;
-}
-
 /* ---- one module group -------------------------------------------------------- */
 
 /* A dY (or X) source of a module: a dataset, or generated. */
@@ -125,13 +101,19 @@ typedef struct src {
   char dset[DSETLEN];     /* "" when generated */
   int per_expert;         /* 3-D [E, M, *]: slice by expert */
   int64_t M;
+  qc_dump_loc loc;        /* a dataset's bytes (slice 0 when per_expert) */
+  int gen;                /* generated: index into the shared generated tensors */
+  int xgen;               /* for a dY: its generated X (when X is generated) */
 } src;
+
+#define QC_SWEEP_MAXDY 64
 
 typedef struct group_plan {
   const char *path;
   int experts;            /* 1 for a 3-D weight */
   int64_t E, N, K;
   char wdset[DSETLEN];
+  qc_dump_loc wloc;       /* the weight's bytes (expert 0 when experts) */
   int ndy;
   src *dy;
   src x;                  /* used when activation formats are asked */
@@ -179,11 +161,16 @@ static int plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, grou
   g->K = info.shape[info.ndim - 1];
   if (g->E < 1 || g->N < 1 || g->K < 1)
     return qc_err("'%s' is %s: expected no empty dimension", g->wdset, qc_shape_str(info.ndim, info.shape, s1, sizeof s1));
+  if ((rc = qc_dump_locate(d, g->wdset, g->experts ? 0 : -1, &g->wloc))) return rc;
 
   char (*dl_name)[QC_NAMELEN] = NULL;
   int dl_n = 0;
   snprintf(gdir, sizeof gdir, "%s/grad_out", path);
   if ((rc = qc_dump_list(d, gdir, &dl_name, &dl_n))) return rc;
+  if (dl_n > QC_SWEEP_MAXDY) {
+    free(dl_name);
+    return qc_err("'%s' holds %d dY datasets: expected at most %d", gdir, dl_n, QC_SWEEP_MAXDY);
+  }
   g->ndy = dl_n ? dl_n : 1;
   g->dy = calloc((size_t)g->ndy, sizeof *g->dy);
   if (!g->dy) { free(dl_name); return qc_err_sys("out of memory"); }
@@ -214,6 +201,7 @@ static int plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, grou
     y->per_expert = ok3;
     y->M = info.shape[info.ndim - 2];
     if (y->M < 1) { rc = qc_err("dY '%s' is %s: expected at least one token", y->dset, s1); break; }
+    if ((rc = qc_dump_locate(d, y->dset, ok3 ? 0 : -1, &y->loc))) break;
   }
   free(dl_name);
   if (rc) return rc;
@@ -235,6 +223,7 @@ static int plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, grou
                   g->experts ? " or one per expert [E, M, K]" : "");
   g->x.per_expert = ok3;
   g->x.M = info.shape[info.ndim - 2];
+  if ((rc = qc_dump_locate(d, g->x.dset, ok3 ? 0 : -1, &g->x.loc))) return rc;
   for (int i = 0; i < g->ndy; i++)
     if (g->dy[i].M != g->x.M)
       return qc_err("input '%s' has %lld tokens but dY '%s' has %lld: expected the same M", g->x.dset,
@@ -242,21 +231,11 @@ static int plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, grou
   return QC_OK;
 }
 
-/* Fill a [rows, cols] buffer: from the source's dataset (sliced per expert)
- * or generated N(0, 1) from the row module's seed. */
-static int load_src(qc_dump *d, const src *y, int expert, const char *module, const char *what, uint64_t seed,
-                    int64_t cols, double *out) {
-  if (y->dset[0]) return read_f64(d, y->dset, y->per_expert ? expert : -1, y->M, cols, out);
-  qc_rng r;
-  qc_rng_seed(&r, qc_contract_seed(seed, module, what));
-  for (int64_t i = 0; i < y->M * cols; i++) out[i] = qc_rng_normal(&r);
-  return QC_OK;
-}
-
-/* Add a row comparing g with r (n elements) and judge it. */
-static int add_row(qc_sweep *s, const qc_backend *be, const qc_sweep_opts *o, const char *module, const char *tensor,
-                   const char *wf, const char *af, const char *dy, int64_t rows, int64_t cols, const double *g,
-                   const double *r) {
+/* Add a row comparing buffer g with r (rows x cols) through the backend's
+ * queued metrics; its verdict is given after sync (judge_rows). The rows
+ * array does not move meanwhile (reserve_rows). */
+static int add_row(qc_sweep *s, const qc_backend *be, const char *module, const char *tensor, const char *wf,
+                   const char *af, const char *dy, int64_t rows, int64_t cols, const double *g, const double *r) {
   qc_crow *w = NULL;
   int rc = push_row(s, &w);
   if (rc) return rc;
@@ -269,8 +248,13 @@ static int add_row(qc_sweep *s, const qc_backend *be, const qc_sweep_opts *o, co
   w->shape[0] = rows;
   w->shape[1] = cols;
   double t0 = qc_now_s();
-  if ((rc = be->metrics(be, g, r, rows * cols, &w->m))) return rc;
+  rc = be->metrics_buf(be, g, r, rows * cols, &w->m);
   s->t_metrics += qc_now_s() - t0;
+  return rc;
+}
+
+/* Verdicts of rows [from, s->n) against the thresholds. */
+static void judge_rows(qc_sweep *s, const qc_sweep_opts *o, int from) {
   qc_tol tol;
   memset(&tol, 0, sizeof tol);
   tol.has_cosine_min = o->has_cos_min;
@@ -278,153 +262,180 @@ static int add_row(qc_sweep *s, const qc_backend *be, const qc_sweep_opts *o, co
   tol.has_norm_ratio = o->has_norm;
   tol.norm_lo = o->norm_lo;
   tol.norm_hi = o->norm_hi;
-  w->fail = qc_judge(&w->m, &tol, w->why, sizeof w->why) != QC_V_PASS;
+  for (int i = from; i < s->n; i++) {
+    qc_crow *w = &s->rows[i];
+    w->fail = qc_judge(&w->m, &tol, w->why, sizeof w->why) != QC_V_PASS;
+  }
+}
+
+/* Room for `more` rows, so that queued metrics can point into the array. */
+static int reserve_rows(qc_sweep *s, int more) {
+  if (s->n + more <= s->cap) return QC_OK;
+  int nc = s->cap ? s->cap : 64;
+  while (nc < s->n + more) nc *= 2;
+  void *p = realloc(s->rows, (size_t)nc * sizeof *s->rows);
+  if (!p) return qc_err_sys("out of memory for contract rows");
+  s->rows = p;
+  s->cap = nc;
   return QC_OK;
 }
 
-/* GEMM through the backend, timed and counted. */
+/* GEMM on backend buffers, timed and counted. */
 static int gemm(qc_sweep *s, const qc_backend *be, qc_op ta, int64_t m, int64_t n, int64_t k, const double *A,
                 int64_t lda, const double *B, double *C) {
   double t0 = qc_now_s();
-  int rc = be->gemm_f64(be, ta, QC_OP_N, m, n, k, A, lda, B, n, C, n);
+  int rc = be->gemm_f64_buf(be, ta, QC_OP_N, m, n, k, A, lda, B, n, C, n);
   s->t_gemm += qc_now_s() - t0;
   s->gemm_flops += 2.0 * (double)m * (double)n * (double)k;
   return rc;
 }
 
+/* ---- generated dY and X ---------------------------------------------------------
+ * One generated tensor per (what, M, cols), shared by every module of that
+ * width: the layers of a class then see the same dY, so their rows differ
+ * only by their weights (common random numbers). */
+
+typedef struct gen_t {
+  char what[4];        /* "dy" or "x" */
+  int64_t M, cols;
+  double *host;        /* [M, cols] N(0, 1) */
+  void *buf;           /* the backend's copy (host itself on a host-memory backend) */
+} gen_t;
+
+typedef struct gens {
+  gen_t *v;
+  int n;
+} gens;
+
+/* Index of the generated (what, M, cols), added when new. */
+static int gen_index(gens *G, const char *what, int64_t M, int64_t cols, int *idx) {
+  for (int i = 0; i < G->n; i++)
+    if (!strcmp(G->v[i].what, what) && G->v[i].M == M && G->v[i].cols == cols) { *idx = i; return QC_OK; }
+  void *p = realloc(G->v, (size_t)(G->n + 1) * sizeof *G->v);
+  if (!p) return qc_err_sys("out of memory");
+  G->v = p;
+  gen_t *g = &G->v[G->n];
+  memset(g, 0, sizeof *g);
+  snprintf(g->what, sizeof g->what, "%s", what);
+  g->M = M;
+  g->cols = cols;
+  *idx = G->n++;
+  return QC_OK;
+}
+
+/* Fill every generated tensor from its seed and hand it to the backend. */
+static int gen_fill(gens *G, const qc_backend *be, uint64_t seed) {
+  int rc;
+  for (int i = 0; i < G->n; i++) {
+    gen_t *g = &G->v[i];
+    size_t n = (size_t)(g->M * g->cols);
+    char label[64];
+    if (!(g->host = qc_malloc(n * sizeof(double), "generated dY / X"))) return QC_ESYS;
+    qc_rng r;
+    snprintf(label, sizeof label, "%lldx%lld", (long long)g->M, (long long)g->cols);
+    qc_rng_seed(&r, qc_contract_seed(seed, label, g->what));
+    for (size_t k = 0; k < n; k++) g->host[k] = qc_rng_normal(&r);
+    if (be->host_memory) { g->buf = g->host; continue; }
+    if ((rc = be->buf_alloc(be, n * sizeof(double), "generated dY / X", &g->buf)) ||
+        (rc = be->upload(be, g->buf, g->host, n * sizeof(double))))
+      return rc;
+  }
+  return QC_OK;
+}
+
+static void gen_free(gens *G, const qc_backend *be) {
+  for (int i = 0; i < G->n; i++) {
+    if (G->v[i].buf && G->v[i].buf != G->v[i].host) be->buf_free(be, G->v[i].buf);
+    free(G->v[i].host);
+  }
+  free(G->v);
+  memset(G, 0, sizeof *G);
+}
+
 /* ---- the pipeline -----------------------------------------------------------
- * A worker thread prepares unit u+1 (reads its weight and dYs, quantizes the
- * weight under every format, reads X and quantizes it) while the main thread
- * runs unit u's GEMMs and metrics. Two slots alternate; the HDF5 library is
- * only ever called by one thread at a time (the worker, or the main thread
- * between units). */
+ * Worker threads read units u+1 .. u+ahead (weight, dYs, X as stored, each
+ * checked finite) into pinned host slots while the main thread runs unit u
+ * on the backend: upload, widen, quantize, GEMMs and metrics queued in
+ * order, one sync per unit. Contiguous datasets are read with pread (no
+ * HDF5 call, so the workers read in parallel); others through HDF5 under a
+ * lock, which the main thread also holds for its own HDF5 calls. */
 
 typedef struct sizes {
-  int64_t nk, mn, mk, m, ndy;   /* largest N*K, M*N, M*K, M and dY count over the groups */
+  int64_t nk, mn, mk, ndy;     /* largest N*K, M*N, M*K and dY count over the groups */
+  size_t wb, yb, xb;           /* largest weight, one dY and one X as stored (bytes) */
 } sizes;
 
-/* One prepared unit. */
+/* One unit's data as stored. */
 typedef struct slot {
   const group_plan *g;
   int e;
   char module[QC_PATHLEN + 16];
-  double *W;      /* [N, K] master weight */
-  float *Wq;      /* [nw][N, K] dequant(quant(W)) per weight format (slot unused for "none") */
-  double *G;      /* [ndy][M, N] */
-  double *X;      /* [ndy][M, K] when activation formats are asked */
-  float *Xq;      /* [ndy][na][M, K] */
-  float *f;       /* scratch [max(N K, M K)] */
-  double t_read, t_quant;
-  int dy_gen, x_gen;
+  void *w;                     /* [N, K] of g->wloc.dtype */
+  void *y;                     /* [ndy] x z->yb: dY datasets as stored */
+  void *x;                     /* [ndy] x z->xb: X datasets as stored */
+  double t_read;
   /* worker arguments and result */
-  const qc_backend *be;
   qc_dump *d;
-  const qc_sweep_opts *o;
   const sizes *z;
   int rc;
 } slot;
 
-static void slot_free(slot *sl) {
-  free(sl->W); free(sl->Wq); free(sl->G); free(sl->X); free(sl->Xq); free(sl->f);
-  memset(sl, 0, sizeof *sl);
-}
-
-static int slot_alloc(slot *sl, const sizes *z, const qc_sweep_opts *o, int need_x) {
-  memset(sl, 0, sizeof *sl);
-  int64_t big = z->nk > z->mk ? z->nk : z->mk;
-  sl->W = malloc((size_t)z->nk * sizeof(double));
-  sl->Wq = malloc((size_t)(z->nk * (o->nw ? o->nw : 1)) * sizeof(float));
-  sl->G = malloc((size_t)(z->mn * z->ndy) * sizeof(double));
-  sl->f = malloc((size_t)big * sizeof(float));
-  int ok = sl->W && sl->Wq && sl->G && sl->f;
-  if (ok && need_x) {
-    sl->X = malloc((size_t)(z->mk * z->ndy) * sizeof(double));
-    sl->Xq = malloc((size_t)(z->mk * z->ndy * (o->na ? o->na : 1)) * sizeof(float));
-    ok = sl->X && sl->Xq;
-  }
-  if (!ok) {
-    slot_free(sl);
-    return qc_err_sys("out of memory for the unit buffers (largest weight %lld elements)", (long long)z->nk);
-  }
-  return QC_OK;
-}
-
-/* in (float64) narrowed to float32: exact for BF16/FP16/FP32 master values. */
-static void narrow(const double *in, float *out, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = (float)in[i];
-}
-
-/* HDF5 (not thread-safe as built) and generated data are read under this lock. */
 static pthread_mutex_t g_read_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Prepare the slot's unit: everything read and quantized, nothing multiplied. */
-/* out = dequant(quant(in)) [rows, cols]: on the backend's own quantizer when
- * it has one for this profile (the CUDA kernels, byte-identical to the CPU
- * quantizers and tested so; profile vllm), else on the CPU. */
-static int fake_quant(const slot *sl, const char *fmt, int64_t rows, int64_t cols, const float *in, float *out,
-                      const char *what) {
-  const char *prof = sl->o->profile ? sl->o->profile : "vllm";
-  if (sl->be && sl->be->quantize && strcmp(prof, "vllm") == 0) {
-    for (int64_t i = 0; i < rows * cols; i++)
-      if (!isfinite(in[i])) return qc_err("%s: non-finite value at flat index %lld", what, (long long)i);
-    qc_qout q;
-    memset(&q, 0, sizeof q);
-    q.deq = out;
-    return sl->be->quantize(sl->be, fmt, prof, rows, cols, in, &q);
+/* Is every element of buf (n of dt) finite? Else the flat index of the first that is not. */
+static int64_t first_nonfinite(const void *buf, qc_dtype dt, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    int bad;
+    switch (dt) {
+      case QC_F64: bad = !isfinite(((const double *)buf)[i]); break;
+      case QC_F32: bad = !isfinite(((const float *)buf)[i]); break;
+      case QC_F16: bad = (((const uint16_t *)buf)[i] & 0x7c00) == 0x7c00; break;
+      default: bad = (((const uint16_t *)buf)[i] & 0x7f80) == 0x7f80; break; /* bfloat16 */
+    }
+    if (bad) return i;
   }
-  return qc_fake_quant(fmt, sl->o->profile, rows, cols, in, out, what);
+  return -1;
 }
 
+/* One located dataset (slice e when per-expert) into buf, checked finite. */
+static int read_one(slot *sl, const char *dset, const qc_dump_loc *loc, int per_expert, int64_t rows, int64_t cols,
+                    void *buf, const char *what) {
+  int rc;
+  if (loc->offset >= 0) {
+    qc_dump_loc l = *loc;
+    if (per_expert) l.offset += (long long)sl->e * (long long)l.nbytes;
+    rc = qc_dump_pread(sl->d, dset, &l, buf);
+  } else {
+    pthread_mutex_lock(&g_read_lock);
+    rc = qc_dump_read_into(sl->d, dset, per_expert ? sl->e : -1, buf, loc->nbytes);
+    pthread_mutex_unlock(&g_read_lock);
+  }
+  if (rc) return rc;
+  int64_t i = first_nonfinite(buf, loc->dtype, rows * cols);
+  if (i < 0) return QC_OK;
+  double v = loc->dtype == QC_F64 ? ((const double *)buf)[i]
+             : loc->dtype == QC_F32 ? ((const float *)buf)[i]
+             : loc->dtype == QC_F16 ? qc_f16_to_f32(((const uint16_t *)buf)[i])
+                                    : qc_bf16_to_f32(((const uint16_t *)buf)[i]);
+  return qc_err("%s/%s: non-finite value %g at [%lld, %lld]: expected finite master values", sl->module, what, v,
+                (long long)(i / cols), (long long)(i % cols));
+}
+
+/* Read the slot's unit: everything as stored, nothing converted. */
 static int prepare(slot *sl) {
   const group_plan *g = sl->g;
-  const qc_sweep_opts *o = sl->o;
-  const int64_t N = g->N, K = g->K;
-  char what[QC_PATHLEN + 64];
-  int rc;
-  sl->t_read = sl->t_quant = 0;
-  pthread_mutex_lock(&g_read_lock);
+  const sizes *z = sl->z;
   double t0 = qc_now_s();
-  rc = read_f64(sl->d, g->wdset, g->experts ? sl->e : -1, N, K, sl->W);
-  for (int i = 0; i < g->ndy && !rc; i++)
-    rc = load_src(sl->d, &g->dy[i], sl->e, sl->module, "dy", o->seed, N, sl->G + i * sl->z->mn);
-  sl->t_read += qc_now_s() - t0;
-  pthread_mutex_unlock(&g_read_lock);
-  if (rc) return rc;
-  if ((rc = check_finite(sl->W, N, K, sl->module, "params/weight"))) return rc;
-  for (int i = 0; i < g->ndy; i++)
-    if ((rc = check_finite(sl->G + i * sl->z->mn, g->dy[i].M, N, sl->module, g->dy[i].dset[0] ? "grad_out" : "dy")))
-      return rc;
-  sl->dy_gen = !g->dy[0].dset[0];
-  t0 = qc_now_s();
-  snprintf(what, sizeof what, "%s/params/weight", sl->module);
-  narrow(sl->W, sl->f, N * K);
-  for (int w = 0; w < o->nw; w++)
-    if (strcmp(o->wfmt[w], "none") != 0 &&
-        (rc = fake_quant(sl, o->wfmt[w], N, K, sl->f, sl->Wq + w * sl->z->nk, what)))
-      return rc;
-  sl->t_quant += qc_now_s() - t0;
-  if (!g->need_x) return QC_OK;
-  snprintf(what, sizeof what, "%s/inputs/x", sl->module);
-  for (int i = 0; i < g->ndy; i++) {
-    src xs = g->x;
-    xs.M = g->dy[i].M;
-    double *X = sl->X + i * sl->z->mk;
-    pthread_mutex_lock(&g_read_lock);
-    t0 = qc_now_s();
-    rc = load_src(sl->d, &xs, sl->e, sl->module, "x", o->seed, K, X);
-    sl->t_read += qc_now_s() - t0;
-    pthread_mutex_unlock(&g_read_lock);
-    if (rc || (rc = check_finite(X, xs.M, K, sl->module, "inputs/x"))) return rc;
-    sl->x_gen = !xs.dset[0];
-    t0 = qc_now_s();
-    narrow(X, sl->f, xs.M * K);
-    for (int a = 0; a < o->na; a++)
-      if (strcmp(o->afmt[a], "none") != 0 &&
-          (rc = fake_quant(sl, o->afmt[a], xs.M, K, sl->f, sl->Xq + (i * o->na + a) * sl->z->mk, what)))
-        return rc;
-    sl->t_quant += qc_now_s() - t0;
+  int rc = read_one(sl, g->wdset, &g->wloc, g->experts, g->N, g->K, sl->w, "params/weight");
+  for (int i = 0; i < g->ndy && !rc; i++) {
+    const src *y = &g->dy[i];
+    if (y->dset[0])
+      rc = read_one(sl, y->dset, &y->loc, y->per_expert, y->M, g->N, (char *)sl->y + (size_t)i * z->yb, "grad_out");
+    if (!rc && g->need_x && g->x.dset[0])
+      rc = read_one(sl, g->x.dset, &g->x.loc, g->x.per_expert, y->M, g->K, (char *)sl->x + (size_t)i * z->xb, "inputs/x");
   }
-  return QC_OK;
+  sl->t_read = qc_now_s() - t0;
+  return rc;
 }
 
 static void *prepare_thread(void *arg) {
@@ -433,79 +444,128 @@ static void *prepare_thread(void *arg) {
   return NULL;
 }
 
-/* The main thread's buffers. */
+/* The backend's buffers for one unit. */
 typedef struct work {
-  double *Wd;     /* [N, K] a quantized weight widened to float64 */
-  double *dXm;    /* [ndy][M, K] dY W */
-  double *dA;     /* [max(M K, N K)] a candidate */
-  double *dB;     /* [N, K] dY^T X */
-  double *Xd;     /* [M, K] a quantized X widened */
+  void *wraw, *yraw, *xraw;    /* uploads of the slot (NULL on a host-memory backend) */
+  double *w64, *wq64;          /* [N, K] master and a dequantized weight */
+  double *y64;                 /* [ndy][M, N] dY datasets widened */
+  double *xm;                  /* [ndy][M, K] dY W */
+  double *x64, *xq64;          /* [M, K] X and a quantized X */
+  double *rw;                  /* [N, K] dY^T X */
+  double *a;                   /* [max(M K, N K)] a candidate */
+  float *scratch;              /* [max(N K, M K)] a quantizer's float32 input */
 } work;
 
-static void work_free(work *w) {
-  free(w->Wd); free(w->dXm); free(w->dA); free(w->dB); free(w->Xd);
+static void work_free(work *w, const qc_backend *be) {
+  void *p[] = {w->wraw, w->yraw, w->xraw, w->w64, w->wq64, w->y64, w->xm, w->x64, w->xq64, w->rw, w->a, w->scratch};
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+    if (p[i]) be->buf_free(be, p[i]);
   memset(w, 0, sizeof *w);
 }
 
-static int work_alloc(work *w, const sizes *z, int need_x) {
+static int work_alloc(work *w, const qc_backend *be, const sizes *z, int need_x) {
   memset(w, 0, sizeof *w);
   int64_t big = z->nk > z->mk ? z->nk : z->mk;
-  w->Wd = malloc((size_t)z->nk * sizeof(double));
-  w->dXm = malloc((size_t)(z->mk * z->ndy) * sizeof(double));
-  w->dA = malloc((size_t)big * sizeof(double));
-  int ok = w->Wd && w->dXm && w->dA;
-  if (ok && need_x) {
-    w->dB = malloc((size_t)z->nk * sizeof(double));
-    w->Xd = malloc((size_t)z->mk * sizeof(double));
-    ok = w->dB && w->Xd;
+  int rc = be->buf_alloc(be, (size_t)z->nk * 8, "master weight (float64)", (void **)&w->w64);
+  if (!rc) rc = be->buf_alloc(be, (size_t)z->nk * 8, "dequantized weight (float64)", (void **)&w->wq64);
+  if (!rc) rc = be->buf_alloc(be, (size_t)(z->mn * z->ndy) * 8, "dY (float64)", (void **)&w->y64);
+  if (!rc) rc = be->buf_alloc(be, (size_t)(z->mk * z->ndy) * 8, "dY W (float64)", (void **)&w->xm);
+  if (!rc) rc = be->buf_alloc(be, (size_t)big * 8, "a candidate gradient", (void **)&w->a);
+  if (!rc) rc = be->buf_alloc(be, (size_t)big * 4, "quantizer input (float32)", (void **)&w->scratch);
+  if (!rc && need_x) rc = be->buf_alloc(be, (size_t)z->mk * 8, "X (float64)", (void **)&w->x64);
+  if (!rc && need_x) rc = be->buf_alloc(be, (size_t)z->mk * 8, "quantized X (float64)", (void **)&w->xq64);
+  if (!rc && need_x) rc = be->buf_alloc(be, (size_t)z->nk * 8, "dY^T X (float64)", (void **)&w->rw);
+  if (!rc && !be->host_memory) {
+    rc = be->buf_alloc(be, z->wb, "weight as stored", &w->wraw);
+    if (!rc) rc = be->buf_alloc(be, z->yb * (size_t)z->ndy, "dY as stored", &w->yraw);
+    if (!rc && need_x) rc = be->buf_alloc(be, z->xb * (size_t)z->ndy, "X as stored", &w->xraw);
   }
-  if (!ok) {
-    work_free(w);
-    return qc_err_sys("out of memory for the GEMM buffers (largest weight %lld elements)", (long long)z->nk);
-  }
-  return QC_OK;
+  if (rc) work_free(w, be);
+  return rc;
 }
 
-static void widen(const float *in, double *out, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = in[i];
+/* The slot's bytes at `host` on the backend: the host pointer itself on a
+ * host-memory backend, else uploaded into dev. */
+static int stage(const qc_backend *be, void *dev, const void *host, size_t bytes, const void **out) {
+  if (be->host_memory) { *out = host; return QC_OK; }
+  *out = dev;
+  return be->upload(be, dev, host, bytes);
 }
 
-/* Unit of slot sl: the GEMMs and one row per (dY, format). */
-static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl, work *w, qc_sweep *s) {
+/* Unit of slot sl on the backend: the GEMMs and one row per (dY, format). */
+static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl, work *w, const gens *G, qc_sweep *s) {
   const group_plan *g = sl->g;
-  const int64_t N = g->N, K = g->K;
   const sizes *z = sl->z;
-  int rc;
+  const int64_t N = g->N, K = g->K;
+  const char *prof = o->profile ? o->profile : "vllm";
+  const void *wsrc, *ysrc = NULL, *xsrc = NULL;
+  const double *y64[QC_SWEEP_MAXDY];
+  char what[QC_PATHLEN + 64];
+  int rc, first = s->n;
+  double t0;
+  if ((rc = reserve_rows(s, g->ndy * (o->nw + o->na)))) return rc;
+  /* the weight, widened; each dY widened (or the shared generated one) */
+  if ((rc = stage(be, w->wraw, sl->w, g->wloc.nbytes, &wsrc))) return rc;
+  if ((rc = be->to_f64(be, g->wloc.dtype, wsrc, N * K, w->w64))) return rc;
+  for (int i = 0; i < g->ndy; i++) {
+    const src *y = &g->dy[i];
+    if (!y->dset[0]) { y64[i] = G->v[y->gen].buf; continue; }
+    if ((rc = stage(be, (char *)w->yraw + (size_t)i * z->yb, (const char *)sl->y + (size_t)i * z->yb, y->loc.nbytes, &ysrc)) ||
+        (rc = be->to_f64(be, y->loc.dtype, ysrc, y->M * N, w->y64 + i * z->mn)))
+      return rc;
+    y64[i] = w->y64 + i * z->mn;
+  }
   /* d_x rows: dY W against dY dequant(quant(W)) */
   for (int i = 0; i < g->ndy; i++)
-    if ((rc = gemm(s, be, QC_OP_N, g->dy[i].M, K, N, sl->G + i * z->mn, N, sl->W, w->dXm + i * z->mk))) return rc;
+    if ((rc = gemm(s, be, QC_OP_N, g->dy[i].M, K, N, y64[i], N, w->w64, w->xm + i * z->mk))) return rc;
+  snprintf(what, sizeof what, "%s/params/weight", sl->module);
   for (int f = 0; f < o->nw; f++) {
-    const double *Wq = sl->W;
+    const double *wq = w->w64;
     if (strcmp(o->wfmt[f], "none") != 0) {
-      widen(sl->Wq + f * z->nk, w->Wd, N * K);
-      Wq = w->Wd;
+      t0 = qc_now_s();
+      rc = be->fake_quant_f64(be, o->wfmt[f], prof, N, K, g->wloc.dtype, wsrc, w->scratch, w->wq64, what);
+      s->t_quant += qc_now_s() - t0;
+      if (rc) return rc;
+      wq = w->wq64;
     }
     for (int i = 0; i < g->ndy; i++) {
       const int64_t M = g->dy[i].M;
-      if ((rc = gemm(s, be, QC_OP_N, M, K, N, sl->G + i * z->mn, N, Wq, w->dA))) return rc;
-      if ((rc = add_row(s, be, o, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->dA, w->dXm + i * z->mk)))
+      if ((rc = gemm(s, be, QC_OP_N, M, K, N, y64[i], N, wq, w->a)) ||
+          (rc = add_row(s, be, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
         return rc;
     }
   }
-  if (!g->need_x) return QC_OK;
   /* d_weight rows: dY^T X against dY^T dequant(quant(X)) */
-  for (int i = 0; i < g->ndy; i++) {
+  snprintf(what, sizeof what, "%s/inputs/x", sl->module);
+  for (int i = 0; g->need_x && i < g->ndy; i++) {
     const int64_t M = g->dy[i].M;
-    const double *G = sl->G + i * z->mn;
-    if ((rc = gemm(s, be, QC_OP_T, N, K, M, G, N, sl->X + i * z->mk, w->dB))) return rc;
+    const double *x64;
+    qc_dtype xdt = QC_F64;
+    if (g->x.dset[0]) {
+      if ((rc = stage(be, (char *)w->xraw + (size_t)i * z->xb, (const char *)sl->x + (size_t)i * z->xb, g->x.loc.nbytes, &xsrc)) ||
+          (rc = be->to_f64(be, g->x.loc.dtype, xsrc, M * K, w->x64)))
+        return rc;
+      x64 = w->x64;
+      xdt = g->x.loc.dtype;
+    } else {
+      x64 = xsrc = G->v[g->dy[i].xgen].buf;
+    }
+    if ((rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, x64, w->rw))) return rc;
     for (int a = 0; a < o->na; a++) {
       if (strcmp(o->afmt[a], "none") == 0) continue;
-      widen(sl->Xq + (i * o->na + a) * z->mk, w->Xd, M * K);
-      if ((rc = gemm(s, be, QC_OP_T, N, K, M, G, N, w->Xd, w->dA))) return rc;
-      if ((rc = add_row(s, be, o, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->dA, w->dB)))
+      t0 = qc_now_s();
+      rc = be->fake_quant_f64(be, o->afmt[a], prof, M, K, xdt, xsrc, w->scratch, w->xq64, what);
+      s->t_quant += qc_now_s() - t0;
+      if (rc || (rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, w->xq64, w->a)) ||
+          (rc = add_row(s, be, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
         return rc;
     }
   }
+  t0 = qc_now_s();
+  rc = be->sync(be);
+  s->t_sync += qc_now_s() - t0;
+  if (rc) return rc;
+  judge_rows(s, o, first);
   return QC_OK;
 }
 
@@ -518,13 +578,12 @@ static int slot_set(slot *sl, const group_plan *plans, const int *ug, const int 
   return QC_OK;
 }
 
-/* How many units to prepare ahead on worker threads while the main thread
- * multiplies (0: none, everything in one thread, one unit in memory). More
- * than 0 only when the GEMMs run on a device or the host has 4 or more cores
- * (on 2 cores the worker competes with the BLAS threads and gained nothing
- * measurable, bench/RESULTS.md): a quarter
- * of the online cores, at most QC_MAX_AHEAD, and no more than a quarter of
- * physical memory's worth of unit buffers. QATCHECK_AHEAD=N overrides. */
+/* How many units are read ahead on worker threads while the main thread
+ * runs one on the backend (0: none, one unit in memory). Reading is a copy
+ * out of the page cache and a finiteness scan, light next to the GEMMs: on
+ * the CPU one reader (when there are 2 or more cores); on a device, where
+ * the reads are the floor, half the cores, at most QC_MAX_AHEAD; never more
+ * slots than a quarter of physical memory holds. QATCHECK_AHEAD=N overrides. */
 #define QC_MAX_AHEAD 8
 static int units_ahead(const qc_backend *be, size_t slot_bytes) {
   const char *env = getenv("QATCHECK_AHEAD");
@@ -533,20 +592,34 @@ static int units_ahead(const qc_backend *be, size_t slot_bytes) {
     return v < 0 ? 0 : v > QC_MAX_AHEAD ? QC_MAX_AHEAD : v;
   }
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  int p = be != qc_backend_cpu() ? (ncpu >= 4 ? (int)(ncpu / 4) : 1) : (ncpu >= 4 ? (int)(ncpu / 4) : 0);
+  int p = be->host_memory ? (ncpu >= 2 ? 1 : 0) : (ncpu >= 4 ? (int)(ncpu / 2) : 1);
   if (p > QC_MAX_AHEAD) p = QC_MAX_AHEAD;
   double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
   while (p > 0 && (double)(p + 1) * (double)slot_bytes > 0.25 * mem) p--;
   return p;
 }
 
-/* A unit in flight: its slot, worker thread and whether one was started. */
+static void slot_free(slot *sl, const qc_backend *be) {
+  if (sl->w) be->host_free(be, sl->w);
+  if (sl->y) be->host_free(be, sl->y);
+  if (sl->x) be->host_free(be, sl->x);
+  sl->w = sl->y = sl->x = NULL;
+}
+
+static int slot_alloc(slot *sl, const qc_backend *be, const sizes *z, int need_x) {
+  int rc = be->host_alloc(be, z->wb, "a unit's weight", &sl->w);
+  if (!rc) rc = be->host_alloc(be, z->yb * (size_t)z->ndy, "a unit's dY", &sl->y);
+  if (!rc && need_x) rc = be->host_alloc(be, z->xb * (size_t)z->ndy, "a unit's X", &sl->x);
+  return rc;
+}
+
+/* A unit in flight: its worker thread, and whether one was started. */
 typedef struct flight {
   pthread_t th;
   int started;
 } flight;
 
-/* Start preparing unit u in slot sl: on a worker thread when ahead > 0. */
+/* Start reading unit u into slot sl: on a worker thread when ahead > 0. */
 static int launch(slot *sl, flight *fl, const group_plan *plans, const int *ug, const int *ue, int u, int ahead) {
   int rc = slot_set(sl, plans, ug, ue, u);
   if (rc) return rc;
@@ -555,40 +628,47 @@ static int launch(slot *sl, flight *fl, const group_plan *plans, const int *ug, 
   return QC_OK;
 }
 
-/* Run every unit: units u+1 .. u+ahead are prepared while unit u multiplies. */
+/* Run every unit: units u+1 .. u+ahead are read while unit u computes. */
 static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const group_plan *plans, int nplan,
-                     qc_sweep *s) {
-  sizes z = {1, 1, 1, 1, 1};
+                     const gens *G, qc_sweep *s) {
+  sizes z = {1, 1, 1, 1, 1, 1, 1};
   int need_x = 0, rc = QC_OK;
   for (int i = 0; i < nplan; i++) {
     const group_plan *g = &plans[i];
-    need_x |= g->need_x;
     if (g->N * g->K > z.nk) z.nk = g->N * g->K;
+    if (g->wloc.nbytes > z.wb) z.wb = g->wloc.nbytes;
     if (g->ndy > z.ndy) z.ndy = g->ndy;
+    need_x |= g->need_x;
     for (int j = 0; j < g->ndy; j++) {
-      int64_t M = g->dy[j].M;
-      if (M > z.m) z.m = M;
+      const int64_t M = g->dy[j].M;
       if (M * g->N > z.mn) z.mn = M * g->N;
       if (M * g->K > z.mk) z.mk = M * g->K;
+      if (g->dy[j].loc.nbytes > z.yb) z.yb = g->dy[j].loc.nbytes;
     }
+    if (g->need_x && g->x.loc.nbytes > z.xb) z.xb = g->x.loc.nbytes;
   }
-  size_t slot_bytes = (size_t)z.nk * (8 + 4 * (size_t)o->nw) + (size_t)(z.mn * z.ndy) * 8 +
-                      (need_x ? (size_t)(z.mk * z.ndy) * (8 + 4 * (size_t)o->na) : 0);
-  int ahead = units_ahead(be, slot_bytes), nslot = ahead + 1;
-  s->ahead = ahead;
   int *ug = malloc((size_t)s->units * sizeof *ug), *ue = malloc((size_t)s->units * sizeof *ue);
-  slot *sl = calloc((size_t)nslot, sizeof *sl);
-  flight *fl = calloc((size_t)nslot, sizeof *fl);
+  slot *sl = NULL;
+  flight *fl = NULL;
+  int nslot = 0;
   work w;
   memset(&w, 0, sizeof w);
-  if (!ug || !ue || !sl || !fl) { rc = qc_err_sys("out of memory"); goto out; }
+  if (!ug || !ue) { rc = qc_err_sys("out of memory"); goto out; }
   for (int i = 0, u = 0; i < nplan; i++)
     for (int e = 0; e < plans[i].E; e++, u++) { ug[u] = i; ue[u] = e; }
+  int ahead = units_ahead(be, z.wb + (z.yb + (need_x ? z.xb : 0)) * (size_t)z.ndy);
+  if (ahead > s->units - 1) ahead = s->units > 1 ? s->units - 1 : 0;
+  s->ahead = ahead;
+  nslot = ahead + 1;
+  sl = calloc((size_t)nslot, sizeof *sl);
+  fl = calloc((size_t)nslot, sizeof *fl);
+  if (!sl || !fl) { rc = qc_err_sys("out of memory"); goto out; }
   for (int k = 0; k < nslot; k++) {
-    if ((rc = slot_alloc(&sl[k], &z, o, need_x))) goto out;
-    sl[k].d = d; sl[k].o = o; sl[k].z = &z; sl[k].be = be;
+    if ((rc = slot_alloc(&sl[k], be, &z, need_x))) goto out;
+    sl[k].d = d;
+    sl[k].z = &z;
   }
-  if ((rc = work_alloc(&w, &z, need_x))) goto out;
+  if ((rc = work_alloc(&w, be, &z, need_x))) goto out;
   /* units 0 .. ahead-1 start now (unit 0 in this thread when ahead is 0) */
   int launched = 0;
   for (; launched < (ahead ? ahead : 1) && launched < s->units; launched++)
@@ -596,29 +676,28 @@ static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, c
   for (int u = 0; u < s->units; u++) {
     slot *cur = &sl[u % nslot];
     flight *cf = &fl[u % nslot];
+    double t0 = qc_now_s();
     if (cf->started) { pthread_join(cf->th, NULL); cf->started = 0; }
+    s->t_wait += qc_now_s() - t0;
     if ((rc = cur->rc)) {
-      /* workers share the one error channel: let them finish, then redo this
-       * (the first failing) unit alone so the message is its own */
+      /* workers share no error channel with this thread: let them finish,
+       * then read this (the first failing) unit again here for its message */
       for (int k = 0; ahead && k < nslot; k++)
         if (fl[k].started) { pthread_join(fl[k].th, NULL); fl[k].started = 0; }
       if (ahead) {
         qc_err_clear();
-        if (prepare(cur) == QC_OK) rc = qc_err_sys("%s: preparing the unit failed on a worker thread", cur->module);
+        if ((rc = prepare(cur)) == QC_OK) rc = qc_err_sys("%s: reading the unit failed on a worker thread", cur->module);
       }
       goto out;
     }
-    /* the slot of unit u-1 is free: start unit u+ahead in it */
+    /* the slot of unit u-1 is free (its work synced): start unit u+ahead in it */
     if (ahead && launched < s->units) {
       if ((rc = launch(&sl[launched % nslot], &fl[launched % nslot], plans, ug, ue, launched, ahead))) goto out;
       launched++;
     }
     if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", u + 1, s->units, cur->module);
     s->t_read += cur->t_read;
-    s->t_quant += cur->t_quant;
-    s->dy_generated |= cur->dy_gen;
-    s->x_generated |= cur->x_gen;
-    if ((rc = compute(be, o, cur, &w, s))) goto out;
+    if ((rc = compute(be, o, cur, &w, G, s))) goto out;
     if (!ahead && launched < s->units) {
       if ((rc = launch(&sl[launched % nslot], &fl[launched % nslot], plans, ug, ue, launched, ahead))) goto out;
       launched++;
@@ -629,10 +708,11 @@ out:
   if (rc && o->progress) fprintf(stderr, "\n");
   for (int k = 0; fl && k < nslot; k++)
     if (fl[k].started) pthread_join(fl[k].th, NULL);
-  for (int k = 0; sl && k < nslot; k++) slot_free(&sl[k]);
+  if (rc) be->sync(be); /* nothing queued may outlive the buffers */
+  for (int k = 0; sl && k < nslot; k++) slot_free(&sl[k], be);
   free(sl);
   free(fl);
-  work_free(&w);
+  work_free(&w, be);
   free(ug);
   free(ue);
   return rc;
@@ -664,6 +744,7 @@ static int cmp_natural(const void *pa, const void *pb) {
 int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
   qc_dump_entry *ents = NULL;
   int nent = 0, rc;
+  gens G = {NULL, 0};
   double t_start = qc_now_s();
   memset(s, 0, sizeof *s);
   if ((rc = qc_dump_modules(d, o->modules, &ents, &nent))) return rc;
@@ -691,10 +772,31 @@ int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, 
   }
   s->modules = nlin;
 
-  if ((rc = run_units(d, be, o, plans, nlin, s))) goto done;
+  /* the generated dY and X, one per shape */
+  for (int i = 0; i < nlin; i++) {
+    group_plan *g = &plans[i];
+    for (int j = 0; j < g->ndy; j++) {
+      src *y = &g->dy[j];
+      if (!y->dset[0]) {
+        if ((rc = gen_index(&G, "dy", y->M, g->N, &y->gen))) goto done;
+        s->dy_generated = 1;
+      }
+      if (g->need_x && !g->x.dset[0]) {
+        if ((rc = gen_index(&G, "x", y->M, g->K, &y->xgen))) goto done;
+        s->x_generated = 1;
+      }
+    }
+  }
+  double t0 = qc_now_s();
+  rc = gen_fill(&G, be, o->seed);
+  s->t_gen = qc_now_s() - t0;
+  if (rc) goto done;
+
+  if ((rc = run_units(d, be, o, plans, nlin, &G, s))) goto done;
   if (s->n == 0) { rc = qc_err("%s: nothing to check: the linear groups hold no experts", qc_dump_path(d)); goto done; }
   rc = qc_contract_summarize(s);
 done:
+  gen_free(&G, be);
   if (plans)
     for (int i = 0; i < nlin; i++) free(plans[i].dy);
   free(plans);

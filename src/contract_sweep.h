@@ -74,7 +74,11 @@ typedef struct qc_sweep {
   int modules, expert_groups, units;   /* linear groups, of which routed-expert groups; units = rows' modules */
   int dy_generated, x_generated;       /* any generated dY / X */
   int ahead;                           /* units prepared ahead on worker threads (0: one unit in memory) */
-  double t_read, t_quant, t_gemm, t_metrics, t_total;  /* seconds */
+  /* seconds: generating dY/X; reading units (summed over the readers);
+   * waiting for a unit to be read; in the quantizer, GEMM and metrics calls
+   * (the work itself on the CPU, queueing it on a device); waiting for the
+   * device at the end of each unit; the whole sweep */
+  double t_gen, t_read, t_wait, t_quant, t_gemm, t_metrics, t_sync, t_total;
   double gemm_flops;                   /* 2 M N K summed over the GEMMs done */
 } qc_sweep;
 
@@ -90,7 +94,8 @@ void qc_contract_classify(const char *path, char *cls, int clslen, int *layer, i
  * has no "experts" component. */
 int qc_contract_expert_name(const char *path, int e, char *out, int outlen);
 
-/* Seed of generated data for one row module: seed XOR fnv1a64("<module>#<what>"). */
+/* Seed of generated data: seed XOR fnv1a64("<label>#<what>"); the sweep
+ * labels a generated tensor by its shape, "<M>x<cols>" (one per shape). */
 uint64_t qc_contract_seed(uint64_t seed, const char *module, const char *what);
 
 /* Run the sweep over dump d. Fills s (rows, classes, outliers, verdicts).

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "../metrics.h"
+#include "../tensor.h"
 
 typedef enum { QC_OP_N = 0, QC_OP_T = 1 } qc_op;
 
@@ -47,6 +48,27 @@ typedef struct qc_backend {
                   const float *in, struct qc_qout *q);
   /* The fused linear audit on device buffers (see qc_linear_audit). */
   int (*audit_linear)(const struct qc_backend *be, const struct qc_linear_audit *a, struct qc_linear_audit_out *o);
+
+  /* ---- building blocks on buffers (the contract sweep) ----------------------
+   * Pointers are buf_alloc'd buffers (host memory when host_memory is 1, so
+   * host data may be passed without an upload). Ops are queued in order on
+   * the backend's stream and may still run when they return; results are
+   * final after sync. Inputs are finite (the caller checked them). */
+  int host_memory;
+  /* dst[i] = (double)src[i], n elements of dt (float64, float32, float16, bfloat16). */
+  int (*to_f64)(const struct qc_backend *be, qc_dtype dt, const void *src, int64_t n, double *dst);
+  /* dst [rows, cols] = dequant(quant(src)) widened to float64 (qc_fake_quant_f64's
+   * values) under fmt/profile; src of dt as above; scratch: rows*cols floats
+   * (the float32 copy of a float64 / float16 src). */
+  int (*fake_quant_f64)(const struct qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
+                        qc_dtype dt, const void *src, float *scratch, double *dst, const char *what);
+  /* gemm_f64 on buffers. */
+  int (*gemm_f64_buf)(const struct qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k,
+                      const double *A, int64_t lda, const double *B, int64_t ldb, double *C, int64_t ldc);
+  /* metrics of g against r (buffers, float64); *out is filled by sync. */
+  int (*metrics_buf)(const struct qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out);
+  /* Wait for every queued op; fill the pending metrics. */
+  int (*sync)(const struct qc_backend *be);
 } qc_backend;
 
 /* Where a quantizer's results go. Scale groups form a grid of srows x scols

@@ -5,6 +5,8 @@
 
 #include "../qc.h"
 #include "../numerics/formats.h"
+#include "../numerics/quant.h"
+#include "../par.h"
 #include "backend.h"
 
 static CBLAS_TRANSPOSE tr(qc_op o) { return o == QC_OP_T ? CblasTrans : CblasNoTrans; }
@@ -51,7 +53,83 @@ static int cpu_metrics(const qc_backend *be, const double *g, const double *r, i
   return QC_OK;
 }
 
+/* ---- building blocks on host memory (backend.h) ---- */
+
+static int cpu_alloc(const qc_backend *be, size_t bytes, const char *what, void **p) {
+  (void)be;
+  *p = qc_malloc(bytes ? bytes : 1, what);
+  return *p ? QC_OK : QC_ESYS;
+}
+static void cpu_free(const qc_backend *be, void *p) { (void)be; free(p); }
+static int cpu_copy(const qc_backend *be, void *dst, const void *src, size_t bytes) {
+  (void)be;
+  if (bytes) memcpy(dst, src, bytes);
+  return QC_OK;
+}
+
+/* A conversion of n elements of dtype dt to float64 or float32, in pieces. */
+typedef struct conv_ctx {
+  qc_dtype dt;
+  const void *src;
+  void *dst;
+  int to64;
+} conv_ctx;
+
+static void conv_piece(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const conv_ctx *x = p;
+#define CONV(T, EXPR)                                                        \
+  do {                                                                       \
+    const T *s_ = (const T *)x->src;                                         \
+    if (x->to64) for (int64_t i = lo; i < hi; i++) ((double *)x->dst)[i] = (double)(EXPR); \
+    else for (int64_t i = lo; i < hi; i++) ((float *)x->dst)[i] = (float)(EXPR); \
+  } while (0)
+  switch (x->dt) {
+    case QC_F64: CONV(double, s_[i]); break;
+    case QC_F32: CONV(float, s_[i]); break;
+    case QC_F16: CONV(uint16_t, qc_f16_to_f32(s_[i])); break;
+    case QC_BF16: CONV(uint16_t, qc_bf16_to_f32(s_[i])); break;
+    default: break;
+  }
+#undef CONV
+}
+
+static int conv(qc_dtype dt, const void *src, int64_t n, void *dst, int to64) {
+  if (dt != QC_F64 && dt != QC_F32 && dt != QC_F16 && dt != QC_BF16)
+    return qc_err("cannot convert element type %s to a float", qc_dtype_name(dt));
+  conv_ctx x = {dt, src, dst, to64};
+  qc_par_for(n, 1 << 16, conv_piece, &x);
+  return QC_OK;
+}
+
+static int cpu_to_f64(const qc_backend *be, qc_dtype dt, const void *src, int64_t n, double *dst) {
+  (void)be;
+  return conv(dt, src, n, dst, 1);
+}
+
+static int cpu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
+                              qc_dtype dt, const void *src, float *scratch, double *dst, const char *what) {
+  (void)be;
+  const float *in = src;
+  int rc;
+  if (dt != QC_F32) {
+    if ((rc = conv(dt, src, rows * cols, scratch, 0))) return rc;
+    in = scratch;
+  }
+  return qc_fake_quant_f64(fmt, profile, rows, cols, in, dst, cols, what);
+}
+
+static int cpu_metrics_buf(const qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out) {
+  return cpu_metrics(be, g, r, n, out);
+}
+
+static int cpu_sync(const qc_backend *be) { (void)be; return QC_OK; }
+
 static const qc_backend g_cpu = {
-    .name = "cpu", .gemm_f64 = cpu_gemm_f64, .gemm_bf16 = cpu_gemm_bf16, .metrics = cpu_metrics, .priv = NULL};
+    .name = "cpu", .gemm_f64 = cpu_gemm_f64, .gemm_bf16 = cpu_gemm_bf16, .metrics = cpu_metrics, .priv = NULL,
+    .buf_alloc = cpu_alloc, .buf_free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
+    .host_alloc = cpu_alloc, .host_free = cpu_free,
+    .host_memory = 1, .to_f64 = cpu_to_f64, .fake_quant_f64 = cpu_fake_quant_f64, .gemm_f64_buf = cpu_gemm_f64,
+    .metrics_buf = cpu_metrics_buf, .sync = cpu_sync};
 
 const qc_backend *qc_backend_cpu(void) { return &g_cpu; }

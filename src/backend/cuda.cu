@@ -17,6 +17,8 @@
 
 extern "C" {
 #include "../qc.h"
+#include "../numerics/formats.h"
+#include "../numerics/quant.h"
 #include "backend.h"
 #include "cuda.h"
 #include "../../kernels/kernels.h"
@@ -24,6 +26,7 @@ extern "C" {
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 #define WS_BYTES ((size_t)32 << 20)
+#define PEND 64
 
 typedef struct cu {
   qc_backend be;
@@ -36,7 +39,9 @@ typedef struct cu {
   void *arena;              /* the fused audit's scratch, grown on demand */
   size_t arena_bytes;
   void *mscratch;           /* metrics partials */
-  qk_msum *mres;            /* [2] metrics results */
+  qk_msum *mres;            /* [2 + PEND] metrics results: 2 for the fused audit, PEND for metrics_buf */
+  qc_metrics *pend[64];     /* metrics_buf results waiting for sync: host destinations of mres[2 + i] */
+  int npend;
   uint32_t *qscratch;       /* [4] quantizer scratch */
   cudaEvent_t ev[6];
   struct lt_plan {          /* cuBLASLt descriptors and algorithm per GEMM shape */
@@ -398,6 +403,117 @@ done:
   return rc;
 }
 
+
+/* ---- building blocks on device buffers (backend.h) ---------------------------- */
+
+/* A float dtype as a conversion kernel's kind; -1 for others. */
+static int tkind(qc_dtype dt) {
+  switch (dt) {
+    case QC_F64: return QK_T_F64;
+    case QC_F32: return QK_T_F32;
+    case QC_F16: return QK_T_F16;
+    case QC_BF16: return QK_T_BF16;
+    default: return -1;
+  }
+}
+
+static int cu_to_f64(const qc_backend *be, qc_dtype dt, const void *src, int64_t n, double *dst) {
+  cu *c = C(be);
+  int rc = QC_OK, k = tkind(dt);
+  if (k < 0) return qc_err("%s: cannot convert element type %s to a float", c->name, qc_dtype_name(dt));
+  CK((cudaError_t)qk_to_f64(k, src, dst, n, c->st), "convert to float64");
+done:
+  return rc;
+}
+
+/* Profiles without kernels: the host quantizer on a downloaded copy. */
+static int fake_quant_host(cu *c, const char *fmt, const char *profile, int64_t rows, int64_t cols, qc_dtype dt,
+                           const void *src, double *dst, const char *what) {
+  int rc = QC_OK;
+  size_t n = (size_t)(rows * cols), es = qc_dtype_size(dt);
+  void *raw = malloc(n * es);
+  float *f = (float *)malloc(n * sizeof(float));
+  double *o = (double *)malloc(n * sizeof(double));
+  if (!raw || !f || !o) { rc = qc_err_sys("%s: out of host memory for a host quantizer", c->name); goto done; }
+  CK(cudaMemcpyAsync(raw, src, n * es, cudaMemcpyDeviceToHost, c->st), "download quantizer input");
+  CK(cudaStreamSynchronize(c->st), "download quantizer input");
+  for (size_t i = 0; i < n; i++)
+    f[i] = dt == QC_F32 ? ((const float *)raw)[i] : dt == QC_F64 ? (float)((const double *)raw)[i]
+           : dt == QC_F16 ? qc_f16_to_f32(((const uint16_t *)raw)[i]) : qc_bf16_to_f32(((const uint16_t *)raw)[i]);
+  if ((rc = qc_fake_quant_f64(fmt, profile, rows, cols, f, o, cols, what))) goto done;
+  CK(cudaMemcpyAsync(dst, o, n * sizeof(double), cudaMemcpyHostToDevice, c->st), "upload dequantized");
+  CK(cudaStreamSynchronize(c->st), "upload dequantized");
+done:
+  free(raw);
+  free(f);
+  free(o);
+  return rc;
+}
+
+static int cu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
+                             qc_dtype dt, const void *src, float *scratch, double *dst, const char *what) {
+  cu *c = C(be);
+  int rc = QC_OK, k = tkind(dt);
+  qk_qargs q;
+  memset(&q, 0, sizeof q);
+  if (k < 0) return qc_err("%s: cannot quantize element type %s", c->name, qc_dtype_name(dt));
+  if (profile && strcmp(profile, "vllm") != 0) return fake_quant_host(c, fmt, profile, rows, cols, dt, src, dst, what);
+  if ((rc = qfmt(c, fmt, profile, &q.fmt))) return rc;
+  if (q.fmt == QK_NONE) return qc_err("%s: fake_quant_f64 needs a format, not 'none'", c->name);
+  q.rows = rows;
+  q.cols = cols;
+  q.in = src;
+  q.in_bf16 = dt == QC_BF16;
+  if (dt == QC_F64 || dt == QC_F16) {
+    CK((cudaError_t)qk_to_f32(k, src, scratch, rows * cols, c->st), "convert to float32");
+    q.in = scratch;
+  }
+  q.deq_f64 = dst;
+  q.scratch = c->qscratch;
+  CK((cudaError_t)qk_quantize(&q, c->st), "quantizer kernel");
+done:
+  return rc;
+}
+
+static int cu_gemm_f64_buf(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                           int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  if (m == 0 || n == 0) return QC_OK;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; i++) CK(cudaMemsetAsync(Cm + i * ldc, 0, (size_t)n * 8, c->st), "zero GEMM output");
+    return QC_OK;
+  }
+  rc = dgemm_dev(c, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+done:
+  return rc;
+}
+
+static int cu_sync(const qc_backend *be) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  qk_msum s[PEND];
+  if (c->npend) CK(cudaMemcpyAsync(s, c->mres + 2, (size_t)c->npend * sizeof *s, cudaMemcpyDeviceToHost, c->st), "download metrics");
+  CK(cudaStreamSynchronize(c->st), "queued device work");
+  for (int i = 0; i < c->npend; i++) {
+    metrics_fill(&s[i], c->pend[i]);
+    c->pend[i]->noise_floor = NAN; /* as qc_metrics_compute: the caller computes it for its dtype */
+  }
+done:
+  c->npend = 0;
+  return rc;
+}
+
+static int cu_metrics_buf(const qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  if (c->npend == PEND && (rc = cu_sync(be))) return rc;
+  CK((cudaError_t)qk_metrics(g, 0, r, n, c->mscratch, c->mres + 2 + c->npend, c->st), "metrics kernel");
+  c->pend[c->npend++] = out;
+done:
+  return rc;
+}
+
 /* ---- the fused linear audit ------------------------------------------------- */
 
 /* Carve the next `bytes` (256-aligned) out of the arena. */
@@ -665,7 +781,7 @@ extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
   BK(cublasLtCreate(&c->lt), "cublasLtCreate");
   if ((rc = dalloc(c, WS_BYTES, "cuBLASLt workspace", &c->ws)) ||
       (rc = dalloc(c, qk_metrics_scratch_bytes(), "metrics scratch", &c->mscratch)) ||
-      (rc = dalloc(c, 2 * sizeof(qk_msum), "metrics result", (void **)&c->mres)) ||
+      (rc = dalloc(c, (2 + PEND) * sizeof(qk_msum), "metrics result", (void **)&c->mres)) ||
       (rc = dalloc(c, 4 * sizeof(uint32_t), "quantizer scratch", (void **)&c->qscratch)))
     goto done;
   for (int i = 0; i < 6; i++) CK(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
@@ -682,6 +798,12 @@ extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
   c->be.host_free = cu_host_free;
   c->be.quantize = cu_quantize;
   c->be.audit_linear = cu_audit_linear;
+  c->be.host_memory = 0;
+  c->be.to_f64 = cu_to_f64;
+  c->be.fake_quant_f64 = cu_fake_quant_f64;
+  c->be.gemm_f64_buf = cu_gemm_f64_buf;
+  c->be.metrics_buf = cu_metrics_buf;
+  c->be.sync = cu_sync;
   *out = &c->be;
   if (qc_verbose) fprintf(stderr, "qatcheck: %s: %s, %.1f GiB\n", c->name, pr.name, pr.totalGlobalMem / GiB);
   return QC_OK;

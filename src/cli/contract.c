@@ -203,7 +203,7 @@ static int write_report(const char *path, const run_info *ri, const qc_sweep *s)
   cJSON_AddNumberToObject(gen, "tokens", (double)o->tokens);
   cJSON_AddNumberToObject(gen, "seed", (double)o->seed);
   cJSON_AddStringToObject(gen, "distribution", "normal(0, 1), float64");
-  cJSON_AddStringToObject(gen, "seed_rule", "xoshiro256** seeded by splitmix64(seed XOR fnv1a64(\"<module>#dy\" or \"<module>#x\"))");
+  cJSON_AddStringToObject(gen, "seed_rule", "one tensor per shape, shared by every module of that width: xoshiro256** seeded by splitmix64(seed XOR fnv1a64(\"<M>x<N>#dy\" or \"<M>x<K>#x\"))");
   cJSON_AddStringToObject(root, "outlier_rule", outlier_rule());
   cJSON *sum = cJSON_AddObjectToObject(root, "summary");
   cJSON_AddNumberToObject(sum, "modules", s->modules);
@@ -214,10 +214,13 @@ static int write_report(const char *path, const run_info *ri, const qc_sweep *s)
   cJSON_AddNumberToObject(sum, "outliers", ri->outliers);
   cJSON *tm = cJSON_AddObjectToObject(root, "timing_s");
   cJSON_AddNumberToObject(tm, "total", s->t_total);
+  cJSON_AddNumberToObject(tm, "generate", s->t_gen);
   cJSON_AddNumberToObject(tm, "read", s->t_read);
+  cJSON_AddNumberToObject(tm, "wait_read", s->t_wait);
   cJSON_AddNumberToObject(tm, "quantize", s->t_quant);
   cJSON_AddNumberToObject(tm, "gemm", s->t_gemm);
   cJSON_AddNumberToObject(tm, "metrics", s->t_metrics);
+  cJSON_AddNumberToObject(tm, "sync", s->t_sync);
   cJSON_AddNumberToObject(tm, "gemm_flops", s->gemm_flops);
   cJSON_AddNumberToObject(tm, "units_ahead", s->ahead);
   cJSON *rows = cJSON_AddArrayToObject(root, "rows");
@@ -366,8 +369,10 @@ int qc_cmd_contract(int argc, char **argv) {
   if (co.json && (rc = write_report(co.json, &ri, &s))) goto done;
   if (!qc_quiet) print_table(&ri, &s);
   if (qc_verbose)
-    fprintf(stderr, "contract: %.3f s total: read %.3f, quantize %.3f, gemm %.3f (%.3g GFLOP), metrics %.3f\n", s.t_total,
-            s.t_read, s.t_quant, s.t_gemm, s.gemm_flops * 1e-9, s.t_metrics);
+    fprintf(stderr,
+            "contract: %.3f s total: generate %.3f, read %.3f (waited %.3f), quantize %.3f, gemm %.3f (%.3g GFLOP), "
+            "metrics %.3f, sync %.3f\n",
+            s.t_total, s.t_gen, s.t_read, s.t_wait, s.t_quant, s.t_gemm, s.gemm_flops * 1e-9, s.t_metrics, s.t_sync);
   rc = ri.fails ? QC_FAIL : QC_OK;
 done:
   qc_sweep_free(&s);

@@ -1,0 +1,50 @@
+#!/bin/sh
+# gpu_contract.sh: `qatcheck contract --master-vs-dequant` on --device cuda
+# against --device cpu on the committed checkpoint (grad_out/ and inputs/
+# datasets, routed experts, every weight format with GPU kernels, activation
+# formats), on a generated-dY run, and under profile te (quantized on the
+# host, the rest on the device): the same rows in the same order, metrics
+# equal to 1e-9 relative, the same verdicts and outliers; the independent
+# numpy check agrees with the cuda report. Skips (77) without a CUDA device.
+. "$(dirname "$0")/lib.inc"
+CK=cases/data/contract_ckpt.h5
+"$QATCHECK" contract --master-vs-dequant --dump "$CK" --device "${GPU_DEVICE:-cuda}" --quiet >/dev/null 2>"$T/probe"
+if grep -qE "no CUDA device|built without CUDA|no CUDA backend|cannot load the CUDA backend" "$T/probe"; then echo "skip: $(head -1 "$T/probe")"; exit 77; fi
+compare() { # name: cpu_$1.json against gpu_$1.json
+  "$PY" - "$T/cpu_$1.json" "$T/gpu_$1.json" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ra, rb = a["rows"], b["rows"]
+key = lambda r: (r["module"], r["tensor"], r["weight_format"], r["activation_format"], r["dy"])
+assert [key(r) for r in ra] == [key(r) for r in rb], "different rows"
+worst = 0.0
+for x, y in zip(ra, rb):
+    for m in ("cosine", "norm_ratio", "rel_l2"):
+        u, v = x["metrics"][m], y["metrics"][m]
+        if u is None or v is None:
+            assert u == v, f"{key(x)} {m}: cpu {u} cuda {v}"
+            continue
+        d = abs(u - v) / max(abs(u), 1e-300)
+        worst = max(worst, d)
+        assert d <= 1e-9, f"{key(x)} {m}: cpu {u!r} cuda {v!r}"
+    assert x["verdict"] == y["verdict"] and x["outlier"] == y["outlier"], f"{key(x)}: verdict or outlier differs"
+print(f"{len(ra)} rows agree, worst relative difference {worst:.2e}")
+PYEOF
+}
+run_both() { # name args...: the same call on both devices; exit codes must match
+  n=$1; shift
+  "$QATCHECK" contract --master-vs-dequant "$@" --device cpu --json "$T/cpu_$n.json" --quiet >/dev/null 2>"$T/e1"; r1=$?
+  "$QATCHECK" contract --master-vs-dequant "$@" --device "${GPU_DEVICE:-cuda}" --json "$T/gpu_$n.json" --quiet >/dev/null 2>"$T/e2"; r2=$?
+  if [ $r1 -ne $r2 ]; then bad "$n: cpu exit $r1, cuda exit $r2 ($(head -1 "$T/e2"))"; return; fi
+  if [ $r1 -eq 2 ]; then bad "$n: exit 2 on both: $(head -1 "$T/e1")"; return; fi
+  if compare "$n" >"$T/cmp" 2>&1; then ok "$n: exit $r1 on both; $(tail -1 "$T/cmp")"; else bad "$n: $(tail -3 "$T/cmp")"; fi
+}
+run_both ckpt --dump "$CK" --weight-format nvfp4,fp8_block128,fp8_block128_ue8m0,mxfp8,mxfp4,fp8_tensor,fp8_channel,none \
+  --activation-format fp8_token,fp8_group128,fp8_group128_ue8m0
+run_both thresholds --dump "$CK" --weight-format nvfp4,mxfp8 --cosine-min 0.999 --norm-ratio 0.99,1.01
+run_both te --dump "$CK" --weight-format nvfp4,fp8_block128 --profile te
+"$PY" scripts/make_checkpoint.py "$T/nodata.h5" --no-data --layers 2 >/dev/null || bad "make_checkpoint --no-data"
+run_both generated --dump "$T/nodata.h5" --tokens 24 --seed 5 --weight-format fp8_block128,nvfp4 --activation-format fp8_token
+if "$PY" scripts/contract_check.py "$CK" "$T/gpu_ckpt.json" >"$T/chk" 2>&1; then ok "numpy check agrees with the cuda report: $(tail -1 "$T/chk")"
+else bad "numpy check disagrees with the cuda report: $(tail -3 "$T/chk")"; fi
+finish
