@@ -110,13 +110,8 @@ static int cpu_to_f64(const qc_backend *be, qc_dtype dt, const void *src, int64_
 static int cpu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
                               qc_dtype dt, const void *src, float *scratch, double *dst, const char *what) {
   (void)be;
-  const float *in = src;
-  int rc;
-  if (dt != QC_F32) {
-    if ((rc = conv(dt, src, rows * cols, scratch, 0))) return rc;
-    in = scratch;
-  }
-  return qc_fake_quant_f64(fmt, profile, rows, cols, in, dst, cols, what);
+  (void)scratch; /* converted a block row at a time instead */
+  return qc_fake_quant_f64_dt(fmt, profile, rows, cols, dt, src, dst, cols, what);
 }
 
 static int cpu_metrics_buf(const qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out) {

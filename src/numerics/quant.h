@@ -90,5 +90,10 @@ int qc_fake_quant_sr(const char *fmt, const char *profile, int64_t rows, int64_t
  * is QC_EINPUT naming `what`. ldo >= cols. */
 int qc_fake_quant_f64(const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, double *out,
                       int64_t ldo, const char *what);
+/* The same on input of element type dt (float32, float64 narrowed to
+ * float32 by rounding to nearest, float16 or bfloat16 bits widened exactly),
+ * converted a block row at a time. */
+int qc_fake_quant_f64_dt(const char *fmt, const char *profile, int64_t rows, int64_t cols, qc_dtype dt, const void *in,
+                         double *out, int64_t ldo, const char *what);
 
 #endif

@@ -382,3 +382,43 @@ Test(fake_quant_f64, refuses_non_finite) {
               qc_err_msg());
   }
 }
+
+/* qc_fake_quant_f64_dt on bfloat16, float16 and float64 input equals
+ * qc_fake_quant_f64 on the same values as float32 (float64 narrowed by
+ * rounding), bit for bit, for every format (vllm and te), two thread counts. */
+Test(fake_quant_f64, any_input_dtype) {
+  static const char *fmts[] = {"none", "fp8_tensor", "fp8_channel", "fp8_group128", "fp8_block128", "fp8_block128_ue8m0",
+                               "nvfp4", "mxfp8", "mxfp4"};
+  const int64_t rows = 131, cols = 200, n = rows * cols;
+  uint16_t *b = malloc((size_t)n * 2), *h = malloc((size_t)n * 2);
+  double *d = malloc((size_t)n * 8), *o1 = malloc((size_t)n * 8), *o2 = malloc((size_t)n * 8);
+  float *f = malloc((size_t)n * 4);
+  cr_assert(b && h && d && o1 && o2 && f);
+  uint64_t s = 99;
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    d[i] = (((s >> 11) + 0.5) * 0x1p-53 - 0.5) * (i % 53 == 0 ? 200.0 : 1.0) + 1e-9 * (double)(i % 7);
+    b[i] = qc_f32_to_bf16((float)d[i]);
+    h[i] = qc_f32_to_f16((float)d[i]);
+  }
+  for (int th = 0; th < 2; th++) {
+    setenv("QATCHECK_THREADS", th ? "4" : "1", 1);
+    for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++)
+      for (int p = 0; p < 2; p++) {
+        const char *prof = p ? "te" : "vllm";
+        for (int t = 0; t < 3; t++) {
+          qc_dtype dt = t == 0 ? QC_BF16 : t == 1 ? QC_F16 : QC_F64;
+          const void *src = t == 0 ? (const void *)b : t == 1 ? (const void *)h : (const void *)d;
+          for (int64_t i = 0; i < n; i++) f[i] = t == 0 ? qc_bf16_to_f32(b[i]) : t == 1 ? qc_f16_to_f32(h[i]) : (float)d[i];
+          cr_assert_eq(qc_fake_quant_f64(fmts[k], prof, rows, cols, f, o1, cols, "t"), QC_OK, "%s", qc_err_msg());
+          cr_assert_eq(qc_fake_quant_f64_dt(fmts[k], prof, rows, cols, dt, src, o2, cols, "t"), QC_OK, "%s", qc_err_msg());
+          cr_assert(memcmp(o1, o2, (size_t)n * 8) == 0, "%s/%s dtype %s differs", fmts[k], prof, qc_dtype_name(dt));
+        }
+      }
+  }
+  unsetenv("QATCHECK_THREADS");
+  b[77] = 0x7fc0; /* a bfloat16 NaN */
+  cr_expect_eq(qc_fake_quant_f64_dt("nvfp4", "vllm", rows, cols, QC_BF16, b, o2, cols, "w"), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "flat index 77") != NULL, "%s", qc_err_msg());
+  free(b); free(h); free(d); free(o1); free(o2); free(f);
+}
