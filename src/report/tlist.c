@@ -144,7 +144,7 @@ int qc_tlist_markdown(const qc_tlist *l, const char *path, const char *verb, con
   int nf = qc_tlist_failures(l);
   qc_sbuf_printf(&b, "# qatcheck %s: %s\n\n", verb, l->n == 0 ? "nothing checked" : nf ? "FAIL" : "pass");
   if (preamble && preamble[0]) qc_sbuf_printf(&b, "%s\n", preamble);
-  qc_sbuf_printf(&b, "- %d checks, %d failed\n- qatcheck %s\n\n", l->n, nf, QC_VERSION);
+  qc_sbuf_printf(&b, "- %d check(s), %d failed\n- qatcheck %s\n\n", l->n, nf, QC_VERSION);
   qc_sbuf_printf(&b, "| suite | check | verdict | detail |\n|---|---|---|---|\n");
   for (int i = 0; i < l->n; i++) {
     const qc_tent *e = &l->v[i];
