@@ -48,6 +48,13 @@ typedef struct qc_report_info {
 int qc_write_atomic(const char *path, const char *data, size_t n);
 
 int qc_report_json(const char *path, const qc_report_info *info, const qc_results *r);
+/* For verbs with their own report body: a new object holding the envelope
+ * (qatcheck_report, tool_version, verb, verdict: 0 "pass", 1 "fail"; a run
+ * that exits 2 writes no report), NULL out of memory; and the writer that
+ * prints it, newline-terminated, atomically to path and deletes it. */
+struct cJSON;
+struct cJSON *qc_report_envelope(const char *verb, int verdict);
+int qc_report_json_write(const char *path, struct cJSON *root);
 int qc_report_junit(const char *path, const qc_report_info *info, const qc_results *r);
 int qc_report_markdown(const char *path, const qc_report_info *info, const qc_results *r);
 /* The readable table on stdout: module, dY, tensor, rel-L2, cosine, norm

@@ -122,7 +122,8 @@ int qc_fd_check(const qc_ctx *ctx, const qc_module *m, qc_fwd_fn fwd, qc_vjp_fn 
       row->vjp = dot(u, g->data, n, NULL);
       for (int64_t i = 0; i < n; i++) ng += ((double *)g->data)[i] * ((double *)g->data)[i];
       row->jvp = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * o->h);
-      row->bound = o->tol * sqrt(nu * ng) + 1e-12 * fabs_sum;
+      row->scale = sqrt(nu * ng);
+      row->bound = o->tol * row->scale + 1e-12 * fabs_sum;
       row->pass = fabs(row->vjp - row->jvp) <= row->bound;
     }
   }

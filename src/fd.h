@@ -26,7 +26,8 @@ typedef struct qc_fd_row {
   int dir;
   double vjp;               /* <u, J^T v> from the VJP */
   double jvp;               /* <J u, v> from the differences */
-  double bound;             /* allowed |vjp - jvp| */
+  double scale;             /* ||u|| ||J^T v||: |vjp - jvp| / scale is the relative error */
+  double bound;             /* allowed |vjp - jvp|: tol * scale + 1e-12 sum |y v| */
   int pass;
 } qc_fd_row;
 

@@ -29,7 +29,17 @@ int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o);
 int qc_opt_value(int argc, char **argv, int *i, const char *name, const char **val);
 /* 1 if argv[*i] is --help or -h. */
 int qc_opt_help(const char *arg);
-/* Print the common options' help block. */
+/* Print the common options' help block (every option) and the exit statuses. */
 void qc_common_help(void);
+/* The common options' block only, for a verb that prints its own exit
+ * statuses: --markdown and --profile listed when flags name them, --device
+ * as cpu only under QC_HELP_CPU_ONLY. */
+enum { QC_HELP_MARKDOWN = 1, QC_HELP_PROFILE = 2, QC_HELP_CPU_ONLY = 4 };
+void qc_common_help_opts(unsigned flags);
+/* --device for a verb with no device work: NULL and "cpu" are QC_OK;
+ * "cuda" or "cuda:N" is refused as "<verb>: --device cuda is not supported:
+ * <why>"; anything else with qc_backend_open's message. Never loads the
+ * CUDA backend. */
+int qc_opt_cpu_only(const char *verb, const char *device, const char *why);
 
 #endif

@@ -16,6 +16,7 @@
 #include "../dump.h"
 #include "../numerics/quant.h"
 #include "../qc.h"
+#include "../report/tlist.h"
 #include "cli.h"
 
 #define DEFAULT_WFMT "nvfp4,fp8_block128,mxfp8"
@@ -239,6 +240,24 @@ static int write_report(const char *path, const run_info *ri, const qc_sweep *s)
   return rc;
 }
 
+/* JUnit: one testcase per row (suite: the class; module; tensor/format/dy),
+ * a failure when the row crossed --cosine-min or --norm-ratio. */
+static int write_junit(const char *path, const qc_sweep *s) {
+  qc_tlist l = {0};
+  int rc = QC_OK;
+  for (int i = 0; i < s->n && !rc; i++) {
+    const qc_crow *r = &s->rows[i];
+    char name[QC_NAMELEN + 2 * QC_FMTLEN + 16], out[320];
+    snprintf(name, sizeof name, "%s/%s/%s", r->tensor, strcmp(r->tensor, "d_x") == 0 ? r->wfmt : r->afmt, r->dy);
+    snprintf(out, sizeof out, "cosine=%.9g norm_ratio=%.9g rel_l2=%.6g%s%s", r->m.cosine, r->m.norm_ratio, r->m.rel_l2,
+             r->outlier ? " outlier: " : "", r->outlier ? r->outlier_why : "");
+    rc = qc_tlist_add(&l, r->cls, r->module, name, r->fail ? r->why : NULL, out);
+  }
+  if (!rc) rc = qc_tlist_junit(&l, path, "contract");
+  qc_tlist_free(&l);
+  return rc;
+}
+
 /* ---- console ----------------------------------------------------------------------- */
 
 static void print_table(const run_info *ri, const qc_sweep *s) {
@@ -339,7 +358,7 @@ int qc_cmd_contract(int argc, char **argv) {
     return QC_EINPUT;
   }
   if (!dump_path) return qc_err("contract: expected --dump CKPT.h5");
-  if (co.junit || co.markdown) return qc_err("contract: --junit and --markdown are not supported by this verb yet: use --json");
+  if (co.markdown) return qc_err("contract: --markdown is not supported by this verb yet: use --json or --junit");
   if (co.profile && !in_list(co.profile, QC_PROFILES))
     return qc_err("--profile '%s': unknown profile: expected one of %s", co.profile, QC_PROFILES);
   char wbuf[512], abuf[512];
@@ -367,6 +386,10 @@ int qc_cmd_contract(int argc, char **argv) {
     ri.outliers += s.rows[i].outlier;
   }
   if (co.json && (rc = write_report(co.json, &ri, &s))) goto done;
+  if (co.junit && (rc = write_junit(co.junit, &s))) { /* both reports or none */
+    if (co.json) unlink(co.json);
+    goto done;
+  }
   if (!qc_quiet) print_table(&ri, &s);
   if (qc_verbose)
     fprintf(stderr,

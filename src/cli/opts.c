@@ -1,7 +1,9 @@
 /* opts.c: option parsing shared by the verbs (see cli.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../backend/backend.h"
 #include "../qc.h"
 #include "cli.h"
 
@@ -31,16 +33,42 @@ int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o) {
   return 0;
 }
 
-void qc_common_help(void) {
+/* "cuda" or "cuda:N", N a device index, as qc_backend_open reads it. */
+static int is_cuda(const char *device) {
+  if (strncmp(device, "cuda", 4) != 0) return 0;
+  if (device[4] == 0) return 1;
+  if (device[4] != ':' || !device[5]) return 0;
+  char *end;
+  long v = strtol(device + 5, &end, 10);
+  return !*end && v >= 0 && v <= 1024;
+}
+
+int qc_opt_cpu_only(const char *verb, const char *device, const char *why) {
+  if (!device || strcmp(device, "cpu") == 0) return QC_OK;
+  if (is_cuda(device)) return qc_err("%s: --device cuda is not supported: %s", verb, why);
+  /* not a device name at all: the backend's own words for it */
+  const qc_backend *be = NULL;
+  int rc = qc_backend_open(device, &be);
+  if (rc) return rc;
+  qc_backend_close(be); /* it took a name is_cuda did not: refuse it all the same */
+  return qc_err("%s: --device '%s' is not supported: %s", verb, device, why);
+}
+
+void qc_common_help_opts(unsigned flags) {
   printf("common options:\n"
          "  --json PATH        write the JSON report (atomically)\n"
-         "  --junit PATH       write a JUnit XML report\n"
-         "  --markdown PATH    write a Markdown report\n"
-         "  --device DEV       cpu (default) or cuda[:N]\n"
-         "  --profile NAME     quantizer profile (default: the contract's, else vllm)\n"
-         "  --quiet            print nothing but errors\n"
-         "  --verbose          print progress and memory use\n"
-         "  --help             this text\n"
-         "exit status: 0 every check passed (and at least one ran), 1 a check failed,\n"
+         "  --junit PATH       write a JUnit XML report\n");
+  if (flags & QC_HELP_MARKDOWN) printf("  --markdown PATH    write a Markdown report\n");
+  if (flags & QC_HELP_CPU_ONLY) printf("  --device DEV       cpu (the default and the only one: cuda[:N] is refused)\n");
+  else printf("  --device DEV       cpu (default) or cuda[:N]\n");
+  if (flags & QC_HELP_PROFILE) printf("  --profile NAME     quantizer profile (default: the contract's, else vllm)\n");
+  printf("  --quiet            print nothing but errors\n"
+         "  --verbose          print progress and timings on stderr\n"
+         "  --help             this text\n");
+}
+
+void qc_common_help(void) {
+  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_PROFILE);
+  printf("exit status: 0 every check passed (and at least one ran), 1 a check failed,\n"
          "             2 the run could not be judged (bad input, nothing to check)\n");
 }

@@ -6,10 +6,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "../check.h"
 #include "../qc.h"
+#include "../report/tlist.h"
 #include "../tol.h"
 #include "cli.h"
+
+#define TOL_NO_DEVICE "tol derives its bounds arithmetically on the host and has no device work"
 
 static void tol_help(void) {
   printf("usage: qatcheck tol --out-dtype D --k K [options]\n\n"
@@ -39,10 +44,14 @@ static void tol_help(void) {
          "  --lambda L            Higham-Mary lambda (default %g)\n"
          "  --margin M            safety factor, at least 1 (default sqrt(3) = %.4g: the output\n"
          "                        term becomes u, the worst case of one rounding)\n"
-         "  --scale S             bound on (|A||B|)_i, adds max_abs (default: no max_abs)\n"
-         "  --help                this text\n"
-         "exit status: 0 printed, 2 bad options\n",
+         "  --scale S             bound on (|A||B|)_i, adds max_abs (default: no max_abs)\n\n"
+         "The JSON member goes to stdout (not under --quiet). The report options record the\n"
+         "derivation: --json the inputs, every term and the member; --junit and --markdown\n"
+         "list each derived bound as a passed testcase (tol judges nothing, so nothing fails).\n"
+         "The command line in the reasoning leaves the report and output options out.\n\n",
          QC_TOL_LAMBDA, QC_TOL_MARGIN);
+  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY);
+  printf("exit status: 0 derived, 2 bad options\n");
 }
 
 /* Parse a number option value strictly; message names the option. */
@@ -56,49 +65,141 @@ static int num_arg(const char *opt, const char *v, double lo, double *out) {
   return QC_OK;
 }
 
-/* The command line as a shell would accept it, for the reasoning. */
-static void cmdline(int argc, char **argv, char *buf, size_t n) {
+/* The command line as a shell would accept it, for the reasoning; the
+ * arguments marked in skip (report and output options) left out. */
+static void cmdline(int argc, char **argv, const char *skip, char *buf, size_t n) {
   size_t o = (size_t)snprintf(buf, n, "qatcheck tol");
   for (int i = 1; i < argc && o < n; i++) {
+    if (skip[i]) continue;
     int plain = strspn(argv[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=/+:,") ==
                 strlen(argv[i]) && argv[i][0];
     o += (size_t)snprintf(buf + o, n - o, plain ? " %s" : " '%s'", argv[i]);
   }
 }
 
+static cJSON *num_or_null(double v, int has) { return has ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+/* The case-file member: {"<tensor>": {rel_l2, max_abs, cosine_min, norm_ratio, noise_multiple, reasoning}}. */
+static cJSON *member_json(const char *tensor, const qc_tol_terms *t, const char *why) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON *o = root ? cJSON_AddObjectToObject(root, tensor) : NULL;
+  cJSON *nr = cJSON_CreateArray();
+  if (!o || !nr) {
+    cJSON_Delete(nr);
+    cJSON_Delete(root);
+    return NULL;
+  }
+  cJSON_AddNumberToObject(o, "rel_l2", t->rel_l2);
+  if (t->has_max_abs) cJSON_AddNumberToObject(o, "max_abs", t->max_abs);
+  cJSON_AddNumberToObject(o, "cosine_min", t->cosine_min);
+  cJSON_AddItemToArray(nr, cJSON_CreateNumber(t->norm_lo));
+  cJSON_AddItemToArray(nr, cJSON_CreateNumber(t->norm_hi));
+  cJSON_AddItemToObject(o, "norm_ratio", nr);
+  cJSON_AddNumberToObject(o, "noise_multiple", t->noise_multiple);
+  cJSON_AddStringToObject(o, "reasoning", why);
+  return root;
+}
+
+/* The JSON report: envelope, the command, the inputs with defaults
+ * resolved, every term, and the member as a case file takes it. */
+static int write_json(const char *path, const char *tensor, const qc_tol_spec *s, const qc_tol_terms *t,
+                      const char *cmd, cJSON *member) {
+  cJSON *root = qc_report_envelope("tol", 0);
+  if (!root) return qc_err_sys("tol: out of memory building the report");
+  cJSON_AddStringToObject(root, "command", cmd);
+  cJSON *in = cJSON_AddObjectToObject(root, "inputs");
+  cJSON_AddStringToObject(in, "tensor", tensor);
+  cJSON_AddStringToObject(in, "out_dtype", s->out_dtype);
+  cJSON_AddStringToObject(in, "operand_dtype", s->operand_dtype ? s->operand_dtype : s->out_dtype);
+  cJSON_AddStringToObject(in, "acc_dtype", s->acc_dtype ? s->acc_dtype : "float32");
+  cJSON_AddStringToObject(in, "format", s->format ? s->format : "none");
+  cJSON_AddNumberToObject(in, "k", (double)s->k);
+  cJSON_AddNumberToObject(in, "rounded_operands", s->rounded_operands);
+  cJSON_AddNumberToObject(in, "lambda", t->lambda);
+  cJSON_AddNumberToObject(in, "margin", t->margin);
+  cJSON_AddItemToObject(in, "scale", num_or_null(s->scale, s->scale > 0));
+  cJSON *tm = cJSON_AddObjectToObject(root, "terms");
+  cJSON_AddNumberToObject(tm, "u_out", t->u_out);
+  cJSON_AddNumberToObject(tm, "u_op", t->u_op);
+  cJSON_AddNumberToObject(tm, "u_acc", t->u_acc);
+  cJSON_AddNumberToObject(tm, "u_fmt", t->u_fmt);
+  cJSON_AddNumberToObject(tm, "e_out", t->e_out);
+  cJSON_AddNumberToObject(tm, "e_acc", t->e_acc);
+  cJSON_AddNumberToObject(tm, "e_op", t->e_op);
+  cJSON_AddNumberToObject(tm, "e_fmt", t->e_fmt);
+  cJSON *dup = cJSON_Duplicate(member, 1);
+  if (!dup) {
+    cJSON_Delete(root);
+    return qc_err_sys("tol: out of memory building the report");
+  }
+  cJSON_AddItemToObject(root, "tolerances", dup);
+  return qc_report_json_write(path, root);
+}
+
+/* The JUnit/Markdown list: one passed testcase per derived bound (the
+ * reasoning is the JSON's and the Markdown preamble's). */
+static int bounds_list(qc_tlist *l, const char *tensor, const qc_tol_terms *t) {
+  char out[160];
+  int rc;
+  snprintf(out, sizeof out, "rel_l2 <= %.9g", t->rel_l2);
+  if ((rc = qc_tlist_add(l, tensor, "tol", "rel_l2", NULL, out))) return rc;
+  if (t->has_max_abs) {
+    snprintf(out, sizeof out, "max_abs <= %.9g", t->max_abs);
+    if ((rc = qc_tlist_add(l, tensor, "tol", "max_abs", NULL, out))) return rc;
+  }
+  snprintf(out, sizeof out, "cosine >= %.12g", t->cosine_min);
+  if ((rc = qc_tlist_add(l, tensor, "tol", "cosine_min", NULL, out))) return rc;
+  snprintf(out, sizeof out, "norm_ratio in [%.9g, %.9g]", t->norm_lo, t->norm_hi);
+  if ((rc = qc_tlist_add(l, tensor, "tol", "norm_ratio", NULL, out))) return rc;
+  snprintf(out, sizeof out, "noise_multiple <= %.9g", t->noise_multiple);
+  return qc_tlist_add(l, tensor, "tol", "noise_multiple", NULL, out);
+}
+
 int qc_cmd_tol(int argc, char **argv) {
   qc_tol_spec s = {0};
+  qc_common_opts co = {0};
   const char *tensor = "d_x", *v = NULL;
   double d = 0;
   int rc = QC_OK;
-  cJSON *root = NULL;
+  cJSON *member = NULL;
   char *txt = NULL;
+  qc_tlist tl = {0};
+  char *skip = qc_calloc((size_t)argc + 1, 1, "tol arguments");
+  if (!skip) return QC_ESYS;
   for (int i = 1; i < argc; i++) {
-    int r;
-    if (qc_opt_help(argv[i])) { tol_help(); return 0; }
+    int r, at = i;
+    if (qc_opt_help(argv[i])) { tol_help(); goto done; }
+    if ((r = qc_opt_common(argc, argv, &i, &co))) {
+      if (r < 0) { rc = QC_EINPUT; goto done; }
+      for (int j = at; j <= i; j++) skip[j] = 1;
+      continue;
+    }
     if ((r = qc_opt_value(argc, argv, &i, "--out-dtype", &s.out_dtype)) ||
         (r = qc_opt_value(argc, argv, &i, "--operand-dtype", &s.operand_dtype)) ||
         (r = qc_opt_value(argc, argv, &i, "--acc-dtype", &s.acc_dtype)) ||
         (r = qc_opt_value(argc, argv, &i, "--format", &s.format)) ||
         (r = qc_opt_value(argc, argv, &i, "--tensor", &tensor))) {
-      if (r < 0) return QC_EINPUT;
+      if (r < 0) { rc = QC_EINPUT; goto done; }
       continue;
     }
     static const char *const nums[] = {"--k", "--rounded-operands", "--lambda", "--margin", "--scale"};
     int hit = -1;
     for (int j = 0; j < 5 && hit < 0; j++) {
-      if ((r = qc_opt_value(argc, argv, &i, nums[j], &v)) < 0) return QC_EINPUT;
+      if ((r = qc_opt_value(argc, argv, &i, nums[j], &v)) < 0) { rc = QC_EINPUT; goto done; }
       if (r) hit = j;
     }
     if (hit < 0) {
       qc_err("tol: unknown option '%s'", argv[i]);
       qc_hint("run 'qatcheck tol --help'");
-      return QC_EINPUT;
+      rc = QC_EINPUT;
+      goto done;
     }
     static const double lo[] = {1, 0, 1e-3, 1, 0};  /* --lambda > 0, --margin >= 1 */
-    if ((rc = num_arg(nums[hit], v, lo[hit], &d))) return rc;
-    if ((hit == 0 || hit == 1) && d != (double)(int64_t)d)
-      return qc_err("option '%s' is '%s': expected a whole number", nums[hit], v);
+    if ((rc = num_arg(nums[hit], v, lo[hit], &d))) goto done;
+    if ((hit == 0 || hit == 1) && d != (double)(int64_t)d) {
+      rc = qc_err("option '%s' is '%s': expected a whole number", nums[hit], v);
+      goto done;
+    }
     switch (hit) {
       case 0: s.k = (int64_t)d; break;
       case 1: s.rounded_operands = d > 2 ? 3 : (int)d; break;
@@ -107,33 +208,47 @@ int qc_cmd_tol(int argc, char **argv) {
       default: s.scale = d; break;
     }
   }
-  if (!s.k) return qc_err("tol: '--k' is required: expected the reduction length");
+  if ((rc = qc_opt_cpu_only("tol", co.device, TOL_NO_DEVICE))) goto done;
+  if (co.profile) {
+    rc = qc_err("tol: --profile is not supported: the bounds do not depend on a quantizer profile (the format's unit "
+                "roundoff is the same under every profile)");
+    goto done;
+  }
+  if (!s.k) {
+    rc = qc_err("tol: '--k' is required: expected the reduction length");
+    goto done;
+  }
   qc_tol_terms t;
-  if ((rc = qc_tol_derive(&s, &t))) return rc;
+  if ((rc = qc_tol_derive(&s, &t))) goto done;
   char cmd[512], why[1024];
-  cmdline(argc, argv, cmd, sizeof cmd);
+  cmdline(argc, argv, skip, cmd, sizeof cmd);
   qc_tol_reasoning(&s, &t, cmd, why, sizeof why);
 
   rc = QC_ESYS;
-  root = cJSON_CreateObject();
-  cJSON *o = root ? cJSON_AddObjectToObject(root, tensor) : NULL;
-  cJSON *nr = cJSON_CreateArray();
-  if (!o || !nr) { cJSON_Delete(nr); goto done; }
-  cJSON_AddNumberToObject(o, "rel_l2", t.rel_l2);
-  if (t.has_max_abs) cJSON_AddNumberToObject(o, "max_abs", t.max_abs);
-  cJSON_AddNumberToObject(o, "cosine_min", t.cosine_min);
-  cJSON_AddItemToArray(nr, cJSON_CreateNumber(t.norm_lo));
-  cJSON_AddItemToArray(nr, cJSON_CreateNumber(t.norm_hi));
-  cJSON_AddItemToObject(o, "norm_ratio", nr);
-  cJSON_AddNumberToObject(o, "noise_multiple", t.noise_multiple);
-  cJSON_AddStringToObject(o, "reasoning", why);
-  txt = cJSON_Print(root);
-  if (!txt) goto done;
-  printf("%s\n", txt);
+  if (!(member = member_json(tensor, &t, why)) || !(txt = cJSON_Print(member))) goto done;
+  if ((co.junit || co.markdown) && bounds_list(&tl, tensor, &t)) goto done;
+  /* all reports or none */
+  if (co.json && (rc = write_json(co.json, tensor, &s, &t, cmd, member))) goto done;
+  if (co.junit && (rc = qc_tlist_junit(&tl, co.junit, "tol"))) {
+    if (co.json) unlink(co.json);
+    goto done;
+  }
+  if (co.markdown) {
+    char pre[1700];
+    snprintf(pre, sizeof pre, "- tensor: `%s`\n- reasoning: %s", tensor, why);
+    if ((rc = qc_tlist_markdown(&tl, co.markdown, "tol", pre))) {
+      if (co.json) unlink(co.json);
+      if (co.junit) unlink(co.junit);
+      goto done;
+    }
+  }
+  if (!qc_quiet) printf("%s\n", txt);
   rc = QC_OK;
 done:
-  if (rc == QC_ESYS) qc_err_sys("tol: out of memory building the JSON");
+  if (rc == QC_ESYS && !qc_err_msg()[0]) qc_err_sys("tol: out of memory building the JSON");
+  free(skip);
   free(txt);
-  cJSON_Delete(root);
+  cJSON_Delete(member);
+  qc_tlist_free(&tl);
   return rc;
 }

@@ -49,6 +49,31 @@ static cJSON *tol_json(const qc_tol *t) {
   return o;
 }
 
+cJSON *qc_report_envelope(const char *verb, int verdict) {
+  cJSON *root = cJSON_CreateObject();
+  if (!root) return NULL;
+  cJSON_AddNumberToObject(root, "qatcheck_report", 1);
+  cJSON_AddStringToObject(root, "tool_version", QC_VERSION);
+  cJSON_AddStringToObject(root, "verb", verb);
+  cJSON_AddStringToObject(root, "verdict", verdict_str(verdict));
+  return root;
+}
+
+int qc_report_json_write(const char *path, cJSON *root) {
+  if (!root) return qc_err_sys("out of memory building the report");
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!text) return qc_err_sys("out of memory printing the report");
+  size_t n = strlen(text);
+  char *withnl = realloc(text, n + 2);
+  if (!withnl) { free(text); return qc_err_sys("out of memory printing the report"); }
+  withnl[n] = '\n';
+  withnl[n + 1] = 0;
+  int rc = qc_write_atomic(path, withnl, n + 1);
+  free(withnl);
+  return rc;
+}
+
 int qc_report_json(const char *path, const qc_report_info *info, const qc_results *r) {
   cJSON *root = cJSON_CreateObject();
   if (!root) return qc_err_sys("out of memory building the report");
@@ -101,15 +126,5 @@ int qc_report_json(const char *path, const qc_report_info *info, const qc_result
     cJSON_AddStringToObject(o, "why", k->why);
     cJSON_AddItemToArray(checks, o);
   }
-  char *text = cJSON_Print(root);
-  cJSON_Delete(root);
-  if (!text) return qc_err_sys("out of memory printing the report");
-  size_t n = strlen(text);
-  char *withnl = realloc(text, n + 2);
-  if (!withnl) { free(text); return qc_err_sys("out of memory printing the report"); }
-  withnl[n] = '\n';
-  withnl[n + 1] = 0;
-  int rc = qc_write_atomic(path, withnl, n + 1);
-  free(withnl);
-  return rc;
+  return qc_report_json_write(path, root);
 }

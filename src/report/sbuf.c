@@ -24,19 +24,43 @@ void qc_sbuf_printf(qc_sbuf *b, const char *fmt, ...) {
   }
 }
 
+/* Length of the well-formed UTF-8 sequence at s that XML 1.0 allows (no
+ * surrogates, no U+FFFE/U+FFFF, no overlong forms), or 0. */
+static int utf8_len(const unsigned char *s) {
+  unsigned c = s[0], cp;
+  int n;
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) { n = 2; cp = c & 0x1f; }
+  else if (c >= 0xe0 && c <= 0xef) { n = 3; cp = c & 0x0f; }
+  else if (c >= 0xf0 && c <= 0xf4) { n = 4; cp = c & 0x07; }
+  else return 0;
+  for (int i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    cp = cp << 6 | (s[i] & 0x3f);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
+  if ((cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe || cp == 0xffff) return 0;
+  return n;
+}
+
 void qc_sbuf_xml(qc_sbuf *b, const char *s) {
-  for (; *s; s++) {
-    switch (*s) {
+  while (*s) {
+    unsigned char c = (unsigned char)*s;
+    int n = 1;
+    switch (c) {
       case '<': qc_sbuf_printf(b, "&lt;"); break;
       case '>': qc_sbuf_printf(b, "&gt;"); break;
       case '&': qc_sbuf_printf(b, "&amp;"); break;
       case '"': qc_sbuf_printf(b, "&quot;"); break;
       default:
-        /* XML 1.0 has no place for other control characters: escape them visibly */
-        if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n' && *s != '\r') qc_sbuf_printf(b, "\\x%02x", (unsigned char)*s);
-        else qc_sbuf_printf(b, "%c", *s);
+        /* XML 1.0 has no place for other control characters or bytes that
+         * are not UTF-8 (an HDF5 name can hold any): escape them visibly */
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') qc_sbuf_printf(b, "\\x%02x", c);
+        else if ((n = utf8_len((const unsigned char *)s)) == 0) { qc_sbuf_printf(b, "\\x%02x", c); n = 1; }
+        else qc_sbuf_printf(b, "%.*s", n, s);
         break;
     }
+    s += n;
   }
 }
 

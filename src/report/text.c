@@ -7,6 +7,7 @@
 #include "../check.h"
 #include "../qc.h"
 #include "sbuf.h"
+#include "tlist.h"
 
 static const char *fmt_num(char *buf, size_t n, double v, const char *f) {
   if (isnan(v)) snprintf(buf, n, "-");
@@ -47,49 +48,20 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
 }
 
 int qc_report_junit(const char *path, const qc_report_info *info, const qc_results *r) {
-  qc_sbuf b = {0};
-  int nf = 0;
-  for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;
-  qc_sbuf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"qatcheck %s\" tests=\"%d\" failures=\"%d\">\n",
-                 info->verb, r->n, nf);
   /* one testsuite per module, in the order modules first appear */
-  for (int i = 0; i < r->n; i++) {
-    int first = 1;
-    for (int j = 0; j < i; j++)
-      if (strcmp(r->v[j].module, r->v[i].module) == 0) first = 0;
-    if (!first) continue;
-    int tn = 0, tf = 0;
-    for (int j = i; j < r->n; j++)
-      if (strcmp(r->v[j].module, r->v[i].module) == 0) { tn++; tf += r->v[j].verdict != QC_V_PASS; }
-    qc_sbuf_printf(&b, "  <testsuite name=\"");
-    qc_sbuf_xml(&b, r->v[i].module);
-    qc_sbuf_printf(&b, "\" tests=\"%d\" failures=\"%d\">\n", tn, tf);
-    for (int j = i; j < r->n; j++) {
-      const qc_check *k = &r->v[j];
-      if (strcmp(k->module, r->v[i].module) != 0) continue;
-      qc_sbuf_printf(&b, "    <testcase classname=\"");
-      qc_sbuf_xml(&b, k->cls);
-      qc_sbuf_printf(&b, "\" name=\"");
-      qc_sbuf_xml(&b, k->dy);
-      qc_sbuf_printf(&b, "/");
-      qc_sbuf_xml(&b, k->tensor);
-      qc_sbuf_printf(&b, "\">");
-      if (k->verdict != QC_V_PASS) {
-        qc_sbuf_printf(&b, "<failure message=\"");
-        qc_sbuf_xml(&b, k->why);
-        qc_sbuf_printf(&b, "\"/>");
-      }
-      if (k->has_metrics)
-        qc_sbuf_printf(&b, "<system-out>rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g</system-out>", k->m.rel_l2,
-                       k->m.cosine, k->m.norm_ratio, k->m.max_abs);
-      qc_sbuf_printf(&b, "</testcase>\n");
-    }
-    qc_sbuf_printf(&b, "  </testsuite>\n");
+  qc_tlist l = {0};
+  int rc = QC_OK;
+  for (int i = 0; i < r->n && !rc; i++) {
+    const qc_check *k = &r->v[i];
+    char name[2 * QC_NAMELEN + 2], out[256];
+    snprintf(name, sizeof name, "%s/%s", k->dy, k->tensor);
+    if (k->has_metrics)
+      snprintf(out, sizeof out, "rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g", k->m.rel_l2, k->m.cosine,
+               k->m.norm_ratio, k->m.max_abs);
+    rc = qc_tlist_add(&l, k->module, k->cls, name, k->verdict != QC_V_PASS ? k->why : NULL, k->has_metrics ? out : NULL);
   }
-  qc_sbuf_printf(&b, "</testsuites>\n");
-  if (b.oom) { qc_sbuf_free(&b); return qc_err_sys("out of memory building the JUnit report"); }
-  int rc = qc_write_atomic(path, b.s, b.n);
-  qc_sbuf_free(&b);
+  if (!rc) rc = qc_tlist_junit(&l, path, info->verb);
+  qc_tlist_free(&l);
   return rc;
 }
 
