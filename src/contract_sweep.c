@@ -382,17 +382,43 @@ typedef struct slot {
 
 static pthread_mutex_t g_read_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Is every element of buf (n of dt) finite? Else the flat index of the first that is not. */
+/* The flat index of the first non-finite element of buf (n of dt), or -1.
+ * Chunks of 4096 are OR-reduced without branches (vector lanes), and only a
+ * chunk that holds one is searched. */
 static int64_t first_nonfinite(const void *buf, qc_dtype dt, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    int bad;
+  for (int64_t c0 = 0; c0 < n; c0 += 4096) {
+    int64_t c1 = c0 + 4096 < n ? c0 + 4096 : n;
+    unsigned bad = 0;
     switch (dt) {
-      case QC_F64: bad = !isfinite(((const double *)buf)[i]); break;
-      case QC_F32: bad = !isfinite(((const float *)buf)[i]); break;
-      case QC_F16: bad = (((const uint16_t *)buf)[i] & 0x7c00) == 0x7c00; break;
-      default: bad = (((const uint16_t *)buf)[i] & 0x7f80) == 0x7f80; break; /* bfloat16 */
+      case QC_F64:
+        for (int64_t i = c0; i < c1; i++) {
+          uint64_t u;
+          memcpy(&u, (const double *)buf + i, 8);
+          bad |= (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        }
+        break;
+      case QC_F32:
+        for (int64_t i = c0; i < c1; i++) {
+          uint32_t u;
+          memcpy(&u, (const float *)buf + i, 4);
+          bad |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        break;
+      case QC_F16:
+        for (int64_t i = c0; i < c1; i++) bad |= (((const uint16_t *)buf)[i] & 0x7c00) == 0x7c00;
+        break;
+      default: /* bfloat16 */
+        for (int64_t i = c0; i < c1; i++) bad |= (((const uint16_t *)buf)[i] & 0x7f80) == 0x7f80;
+        break;
     }
-    if (bad) return i;
+    if (!bad) continue;
+    for (int64_t i = c0; i < c1; i++) {
+      double v = dt == QC_F64 ? ((const double *)buf)[i]
+                 : dt == QC_F32 ? ((const float *)buf)[i]
+                 : dt == QC_F16 ? qc_f16_to_f32(((const uint16_t *)buf)[i])
+                                : qc_bf16_to_f32(((const uint16_t *)buf)[i]);
+      if (!isfinite(v)) return i;
+    }
   }
   return -1;
 }
