@@ -24,6 +24,10 @@ typedef struct qc_metrics {
 
 /* Compute metrics of g against r (n elements each), float64 throughout. */
 void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics *out);
+/* The same metrics with the sums formed over fixed chunks of 65536 elements
+ * on qc_par_for's threads and added in chunk order: the same result for any
+ * thread count; within rounding (a few ulps) of qc_metrics_compute. */
+void qc_metrics_compute_par(const double *g, const double *r, int64_t n, qc_metrics *m);
 /* Fill out->rel_l2-style fields from accumulated sums (for backends that
  * accumulate in parts): ss_g = sum g^2, ss_r = sum r^2, ss_d = sum (g-r)^2,
  * dot = sum g r. */

@@ -1,6 +1,8 @@
 /* test_metrics.c: metrics on hand-computed vectors and the verdict rules. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "metrics.h"
 
@@ -105,4 +107,42 @@ Test(metrics, zero_candidate_never_passes_on_cosine_alone) {
   cr_expect_eq(qc_judge(&m, &n, why, sizeof why), QC_V_FAIL);
   qc_tol a = {.has_cosine_min = 1, .cosine_min = 0.9, .has_max_abs = 1, .max_abs = 1.0};
   cr_expect_eq(qc_judge(&m, &a, why, sizeof why), QC_V_FAIL); /* max_abs decides: 3 > 1 */
+}
+
+/* The chunked parallel pass: the serial pass's values within rounding, the
+ * same worst index (ties: the lowest), the same non-finite counts, and
+ * bit-identical for 1 and 4 threads. */
+Test(metrics, parallel_pass_matches_serial) {
+  int64_t n = 3 * 65536 + 17;
+  double *g = malloc((size_t)n * 8), *r = malloc((size_t)n * 8);
+  cr_assert(g && r);
+  uint64_t s = 7;
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    r[i] = ((s >> 11) * 0x1p-53 - 0.5);
+    g[i] = r[i] * (1 + 1e-3 * ((i % 13) - 6));
+  }
+  g[70000] = r[70000] + 5.0; /* the worst, twice: the lower index wins */
+  g[140000] = r[140000] + 5.0;
+  g[5] = NAN;
+  r[190000] = INFINITY;
+  qc_metrics a, b, c;
+  qc_metrics_compute(g, r, n, &a);
+  setenv("QATCHECK_THREADS", "1", 1);
+  qc_metrics_compute_par(g, r, n, &b);
+  setenv("QATCHECK_THREADS", "4", 1);
+  qc_metrics_compute_par(g, r, n, &c);
+  unsetenv("QATCHECK_THREADS");
+  cr_expect(memcmp(&b, &c, sizeof b) == 0, "thread count changed the result");
+  cr_expect_eq(b.worst, 70000);
+  cr_expect_eq(a.worst, b.worst);
+  cr_expect_eq(a.nonfinite, 1);
+  cr_expect_eq(b.nonfinite, 1);
+  cr_expect_eq(b.ref_nonfinite, 1);
+  cr_expect(fabs(a.rel_l2 - b.rel_l2) <= 1e-13 * a.rel_l2, "rel_l2 %.17g vs %.17g", a.rel_l2, b.rel_l2);
+  cr_expect(fabs(a.cosine - b.cosine) <= 1e-14, "cosine %.17g vs %.17g", a.cosine, b.cosine);
+  cr_expect(fabs(a.norm_ratio - b.norm_ratio) <= 1e-14, "norm ratio %.17g vs %.17g", a.norm_ratio, b.norm_ratio);
+  cr_expect_eq(a.max_abs, b.max_abs);
+  free(g);
+  free(r);
 }
