@@ -16,6 +16,7 @@
 #include "../dump.h"
 #include "../numerics/quant.h"
 #include "../qc.h"
+#include "../report/sbuf.h"
 #include "../report/tlist.h"
 #include "cli.h"
 
@@ -258,6 +259,79 @@ static int write_junit(const char *path, const qc_sweep *s) {
   return rc;
 }
 
+/* Markdown: the verdict, the run, the per-class table, outliers, failed rows,
+ * then every row (per layer), written atomically. */
+static int write_markdown(const char *path, const run_info *ri, const qc_sweep *s) {
+  qc_sbuf b = {0};
+  qc_sbuf_printf(&b, "# qatcheck contract: %s\n\n- comparison: master vs dequant (`--master-vs-dequant`)\n",
+                 ri->fails ? "FAIL" : "pass");
+  qc_sbuf_printf(&b, "- dump: `");
+  qc_sbuf_md(&b, ri->dump);
+  qc_sbuf_printf(&b, "`\n- device: %s, profile: %s\n- weight formats: ", ri->device, ri->profile);
+  qc_sbuf_md(&b, ri->wlist);
+  qc_sbuf_printf(&b, "; activation formats: ");
+  qc_sbuf_md(&b, ri->alist);
+  qc_sbuf_printf(&b, "\n- %d linear module group(s), %d unit(s), %d row(s), %d failed, %d outlier(s)\n", s->modules,
+                 s->units, s->n, ri->fails, ri->outliers);
+  if (s->dy_generated)
+    qc_sbuf_printf(&b, "- dY: generated, normal, %lld tokens, seed %llu\n", (long long)ri->o->tokens,
+                   (unsigned long long)ri->o->seed);
+  qc_sbuf_printf(&b, "- d_x: g = dY dequant(quant(W)), r = dY W; d_weight: g = dY^T dequant(quant(X)), r = dY^T X; "
+                     "float64\n\n## Classes\n\n"
+                     "| tensor | weight | activation | class | rows | layers | cosine min | median | max "
+                     "| norm ratio min | median | max | outliers | failed |\n"
+                     "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (int i = 0; i < s->ncls; i++) {
+    const qc_cclass *c = &s->cls[i];
+    qc_sbuf_printf(&b, "| %s | %s | %s | `", c->tensor, c->wfmt, c->afmt);
+    qc_sbuf_md(&b, c->cls);
+    qc_sbuf_printf(&b, "` | %d | %d | %.6f | %.6f | %.6f | %.6f | %.6f | %.6f | %d | %d |\n", c->rows, c->layers,
+                   c->cos_min, c->cos_med, c->cos_max, c->nr_min, c->nr_med, c->nr_max, c->outliers, c->fails);
+  }
+  qc_sbuf_printf(&b, "\n## Outliers (%d)\n\n", ri->outliers);
+  qc_sbuf_md(&b, outlier_rule());
+  qc_sbuf_printf(&b, "\n\n");
+  for (int i = 0; i < s->n; i++)
+    if (s->rows[i].outlier) {
+      const qc_crow *r = &s->rows[i];
+      qc_sbuf_printf(&b, "- `");
+      qc_sbuf_md(&b, r->module);
+      qc_sbuf_printf(&b, "` %s weight=%s activation=%s dy=", r->tensor, r->wfmt, r->afmt);
+      qc_sbuf_md(&b, r->dy);
+      qc_sbuf_printf(&b, ": ");
+      qc_sbuf_md(&b, r->outlier_why);
+      qc_sbuf_printf(&b, "\n");
+    }
+  if (ri->fails) {
+    qc_sbuf_printf(&b, "\n## Failed rows (%d)\n\n", ri->fails);
+    for (int i = 0; i < s->n; i++)
+      if (s->rows[i].fail) {
+        const qc_crow *r = &s->rows[i];
+        qc_sbuf_printf(&b, "- `");
+        qc_sbuf_md(&b, r->module);
+        qc_sbuf_printf(&b, "` %s weight=%s activation=%s dy=", r->tensor, r->wfmt, r->afmt);
+        qc_sbuf_md(&b, r->dy);
+        qc_sbuf_printf(&b, ": ");
+        qc_sbuf_md(&b, r->why);
+        qc_sbuf_printf(&b, "\n");
+      }
+  }
+  qc_sbuf_printf(&b, "\n## Rows\n\n| module | layer | expert | tensor | weight | activation | dY | cosine | norm ratio "
+                     "| rel_l2 | verdict |\n| --- | ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | --- |\n");
+  for (int i = 0; i < s->n; i++) {
+    const qc_crow *r = &s->rows[i];
+    qc_sbuf_printf(&b, "| `");
+    qc_sbuf_md(&b, r->module);
+    qc_sbuf_printf(&b, "` | %d | %d | %s | %s | %s | ", r->layer, r->expert, r->tensor, r->wfmt, r->afmt);
+    qc_sbuf_md(&b, r->dy);
+    qc_sbuf_printf(&b, " | %.9f | %.9f | %.4g | %s%s |\n", r->m.cosine, r->m.norm_ratio, r->m.rel_l2,
+                   r->fail ? "FAIL" : "pass", r->outlier ? ", outlier" : "");
+  }
+  int rc = b.oom ? qc_err_sys("out of memory rendering the Markdown report") : qc_write_atomic(path, b.s, b.n);
+  qc_sbuf_free(&b);
+  return rc;
+}
+
 /* ---- console ----------------------------------------------------------------------- */
 
 static void print_table(const run_info *ri, const qc_sweep *s) {
@@ -358,7 +432,6 @@ int qc_cmd_contract(int argc, char **argv) {
     return QC_EINPUT;
   }
   if (!dump_path) return qc_err("contract: expected --dump CKPT.h5");
-  if (co.markdown) return qc_err("contract: --markdown is not supported by this verb yet: use --json or --junit");
   if (co.profile && !in_list(co.profile, QC_PROFILES))
     return qc_err("--profile '%s': unknown profile: expected one of %s", co.profile, QC_PROFILES);
   char wbuf[512], abuf[512];
@@ -386,8 +459,13 @@ int qc_cmd_contract(int argc, char **argv) {
     ri.outliers += s.rows[i].outlier;
   }
   if (co.json && (rc = write_report(co.json, &ri, &s))) goto done;
-  if (co.junit && (rc = write_junit(co.junit, &s))) { /* both reports or none */
+  if (co.junit && (rc = write_junit(co.junit, &s))) { /* every report or none */
     if (co.json) unlink(co.json);
+    goto done;
+  }
+  if (co.markdown && (rc = write_markdown(co.markdown, &ri, &s))) {
+    if (co.json) unlink(co.json);
+    if (co.junit) unlink(co.junit);
     goto done;
   }
   if (!qc_quiet) print_table(&ri, &s);

@@ -100,15 +100,8 @@ one_error_line() {
 for v in vjp contract tol quant fd; do
   if [ $v = quant ] && [ $have_quant = 0 ]; then echo "skip quant: ml_dtypes missing (scripts/install-deps.sh)"; continue; fi
   rm -f "$T"/r.* "$T"/f.*
-  # a passing run: every report, verdict pass, exit 0 (contract has no
-  # Markdown report: it says so, exit 2, rather than ignore --markdown)
+  # a passing run: every report, verdict pass, exit 0
   md="--markdown $T/r.md"
-  if [ $v = contract ]; then
-    # shellcheck disable=SC2046,SC2086
-    expect_exit 2 "contract refuses --markdown" "$QATCHECK" $(args_pass $v) $md
-    one_error_line "contract --markdown"
-    md=
-  fi
   # shellcheck disable=SC2046,SC2086
   expect_exit 0 "$v passes with --json --junit $md" "$QATCHECK" $(args_pass $v) \
     --json "$T/r.json" --junit "$T/r.xml" $md

@@ -92,4 +92,21 @@ grep -q "dY: generated.*8 tokens, seed 7" "$T/gout" || fail "generated dY not st
 "$PY" -c 'import json,sys; g=json.load(open(sys.argv[1]))["generated"]; assert g["dy"] and g["x"] and g["tokens"]==8 and g["seed"]==7, g' "$T/g.json" \
   || fail "generated dY not recorded in the report"
 "$PY" scripts/contract_check.py "$T/nodata.h5" "$T/g.json" --require fp8_block128,nvfp4,fp8_token || fail "generated run disagrees"
+
+# the Markdown report: the class table (one line per class of the JSON), the
+# outliers, and on a threshold crossing FAIL with the failed rows
+"$QATCHECK" contract --master-vs-dequant --dump "$CKPT" --weight-format nvfp4,mxfp8 --cosine-min 0.999 \
+  --json "$T/m.json" --markdown "$T/m.md" --quiet; [ $? -eq 1 ] || fail "threshold run with --markdown: expected exit 1"
+head -1 "$T/m.md" | grep -q "^# qatcheck contract: FAIL" || fail "Markdown report does not say FAIL"
+grep -q "^## Failed rows" "$T/m.md" || fail "Markdown report lists no failed rows"
+"$PY" - "$T/m.json" "$T/m.md" <<'PYEOF' || fail "Markdown class table disagrees with the JSON"
+import json, sys
+r = json.load(open(sys.argv[1])); md = open(sys.argv[2]).read()
+table = md.split("## Classes")[1].split("## Outliers")[0]
+lines = [l for l in table.splitlines() if l.startswith("| d_")]
+assert len(lines) == len(r["classes"]), (len(lines), len(r["classes"]))
+rows = md.split("## Rows")[1]
+assert sum(1 for l in rows.splitlines() if l.startswith("| `")) == len(r["rows"])
+assert md.count("FAIL |") == r["summary"]["failed"], "failed rows in the row table"
+PYEOF
 echo "ok"
