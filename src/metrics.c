@@ -32,41 +32,51 @@ void qc_metrics_finish(double ss_g, double ss_r, double ss_d, double dot, qc_met
   m->sqnr_db = ss_d > 0 ? 10.0 * log10(ss_r / ss_d) : INFINITY;
 }
 
-void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics *m) {
+/* Sums of one contiguous run [i0, i1): four partial sums, combined at the
+ * end (fewer rounding steps than one), the largest |g - r| at its lowest
+ * index, non-finite counts. */
+typedef struct mpart {
+  double sg, sr, sd, dt, mx;
+  int64_t worst, bad, rbad;
+} mpart;
+
+static mpart msum(const double *g, const double *r, int64_t i0, int64_t i1) {
+  mpart q = {0, 0, 0, 0, -1, -1, 0, 0};
+  for (int64_t i = i0; i < i1; i++) {
+    double a = g[i], b = r[i];
+    if (!isfinite(b)) { q.rbad++; continue; }
+    if (!isfinite(a)) { q.bad++; continue; }
+    double d = a - b;
+    q.sg += a * a;
+    q.sr += b * b;
+    q.sd += d * d;
+    q.dt += a * b;
+    double ad = fabs(d);
+    if (ad > q.mx) { q.mx = ad; q.worst = i; }
+  }
+  return q;
+}
+
+/* The metrics from the sums. */
+static void mfinish(const mpart *t, qc_metrics *m) {
   memset(m, 0, sizeof *m);
-  m->worst = -1;
   m->noise_multiple = NAN;
   m->noise_floor = NAN;
-  /* four partial sums, combined at the end: fewer rounding steps than one */
-  double sg = 0, sr = 0, sd = 0, dt = 0, mx = -1;
-  int64_t worst = -1, bad = 0, rbad = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double a = g[i], b = r[i];
-    if (!isfinite(b)) { rbad++; continue; }
-    if (!isfinite(a)) { bad++; continue; }
-    double d = a - b;
-    sg += a * a;
-    sr += b * b;
-    sd += d * d;
-    dt += a * b;
-    double ad = fabs(d);
-    if (ad > mx) { mx = ad; worst = i; }
-  }
-  m->nonfinite = bad;
-  m->ref_nonfinite = rbad;
-  m->max_abs = mx < 0 ? 0 : mx;
-  m->worst = worst;
-  qc_metrics_finish(sg, sr, sd, dt, m);
+  m->nonfinite = t->bad;
+  m->ref_nonfinite = t->rbad;
+  m->max_abs = t->mx < 0 ? 0 : t->mx;
+  m->worst = t->worst;
+  qc_metrics_finish(t->sg, t->sr, t->sd, t->dt, m);
+}
+
+void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics *m) {
+  mpart t = msum(g, r, 0, n);
+  mfinish(&t, m);
 }
 
 /* ---- the same pass on qc_par_for's threads --------------------------------- */
 
 #define QC_MCHUNK 65536
-
-typedef struct mpart {
-  double sg, sr, sd, dt, mx;
-  int64_t worst, bad, rbad;
-} mpart;
 
 typedef struct mctx {
   const double *g, *r;
@@ -80,20 +90,7 @@ static void mchunks(void *pv, int64_t lo, int64_t hi, int tid) {
   const mctx *x = pv;
   for (int64_t c = lo; c < hi; c++) {
     int64_t i0 = c * QC_MCHUNK, i1 = i0 + QC_MCHUNK < x->n ? i0 + QC_MCHUNK : x->n;
-    mpart q = {0, 0, 0, 0, -1, -1, 0, 0};
-    for (int64_t i = i0; i < i1; i++) {
-      double a = x->g[i], b = x->r[i];
-      if (!isfinite(b)) { q.rbad++; continue; }
-      if (!isfinite(a)) { q.bad++; continue; }
-      double d = a - b;
-      q.sg += a * a;
-      q.sr += b * b;
-      q.sd += d * d;
-      q.dt += a * b;
-      double ad = fabs(d);
-      if (ad > q.mx) { q.mx = ad; q.worst = i; }
-    }
-    x->p[c] = q;
+    x->p[c] = msum(x->g, x->r, i0, i1);
   }
 }
 
@@ -103,9 +100,6 @@ void qc_metrics_compute_par(const double *g, const double *r, int64_t n, qc_metr
   if (!p) { qc_metrics_compute(g, r, n, m); return; }
   mctx x = {g, r, n, p};
   qc_par_for(nc, 1, mchunks, &x);
-  memset(m, 0, sizeof *m);
-  m->noise_multiple = NAN;
-  m->noise_floor = NAN;
   mpart t = {0, 0, 0, 0, -1, -1, 0, 0};
   for (int64_t c = 0; c < nc; c++) { /* chunk order: the lowest index wins a tie */
     t.sg += p[c].sg; t.sr += p[c].sr; t.sd += p[c].sd; t.dt += p[c].dt;
@@ -113,11 +107,7 @@ void qc_metrics_compute_par(const double *g, const double *r, int64_t n, qc_metr
     if (p[c].mx > t.mx) { t.mx = p[c].mx; t.worst = p[c].worst; }
   }
   free(p);
-  m->nonfinite = t.bad;
-  m->ref_nonfinite = t.rbad;
-  m->max_abs = t.mx < 0 ? 0 : t.mx;
-  m->worst = t.worst;
-  qc_metrics_finish(t.sg, t.sr, t.sd, t.dt, m);
+  mfinish(&t, m);
 }
 
 int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {

@@ -259,6 +259,17 @@ static int write_junit(const char *path, const qc_sweep *s) {
   return rc;
 }
 
+/* One Markdown list item naming a row, then `note`. */
+static void md_item(qc_sbuf *b, const qc_crow *r, const char *note) {
+  qc_sbuf_printf(b, "- `");
+  qc_sbuf_md(b, r->module);
+  qc_sbuf_printf(b, "` %s weight=%s activation=%s dy=", r->tensor, r->wfmt, r->afmt);
+  qc_sbuf_md(b, r->dy);
+  qc_sbuf_printf(b, ": ");
+  qc_sbuf_md(b, note);
+  qc_sbuf_printf(b, "\n");
+}
+
 /* Markdown: the verdict, the run, the per-class table, outliers, failed rows,
  * then every row (per layer), written atomically. */
 static int write_markdown(const char *path, const run_info *ri, const qc_sweep *s) {
@@ -292,29 +303,11 @@ static int write_markdown(const char *path, const run_info *ri, const qc_sweep *
   qc_sbuf_md(&b, outlier_rule());
   qc_sbuf_printf(&b, "\n\n");
   for (int i = 0; i < s->n; i++)
-    if (s->rows[i].outlier) {
-      const qc_crow *r = &s->rows[i];
-      qc_sbuf_printf(&b, "- `");
-      qc_sbuf_md(&b, r->module);
-      qc_sbuf_printf(&b, "` %s weight=%s activation=%s dy=", r->tensor, r->wfmt, r->afmt);
-      qc_sbuf_md(&b, r->dy);
-      qc_sbuf_printf(&b, ": ");
-      qc_sbuf_md(&b, r->outlier_why);
-      qc_sbuf_printf(&b, "\n");
-    }
+    if (s->rows[i].outlier) md_item(&b, &s->rows[i], s->rows[i].outlier_why);
   if (ri->fails) {
     qc_sbuf_printf(&b, "\n## Failed rows (%d)\n\n", ri->fails);
     for (int i = 0; i < s->n; i++)
-      if (s->rows[i].fail) {
-        const qc_crow *r = &s->rows[i];
-        qc_sbuf_printf(&b, "- `");
-        qc_sbuf_md(&b, r->module);
-        qc_sbuf_printf(&b, "` %s weight=%s activation=%s dy=", r->tensor, r->wfmt, r->afmt);
-        qc_sbuf_md(&b, r->dy);
-        qc_sbuf_printf(&b, ": ");
-        qc_sbuf_md(&b, r->why);
-        qc_sbuf_printf(&b, "\n");
-      }
+      if (s->rows[i].fail) md_item(&b, &s->rows[i], s->rows[i].why);
   }
   qc_sbuf_printf(&b, "\n## Rows\n\n| module | layer | expert | tensor | weight | activation | dY | cosine | norm ratio "
                      "| rel_l2 | verdict |\n| --- | ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | --- |\n");
