@@ -4,6 +4,7 @@
 #include "contract_sweep.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -106,7 +107,6 @@ typedef struct src {
   int xgen;               /* for a dY: its generated X (when X is generated) */
 } src;
 
-#define QC_SWEEP_MAXDY 64
 
 typedef struct group_plan {
   const char *path;
@@ -167,10 +167,6 @@ static int plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, grou
   int dl_n = 0;
   snprintf(gdir, sizeof gdir, "%s/grad_out", path);
   if ((rc = qc_dump_list(d, gdir, &dl_name, &dl_n))) return rc;
-  if (dl_n > QC_SWEEP_MAXDY) {
-    free(dl_name);
-    return qc_err("'%s' holds %d dY datasets: expected at most %d", gdir, dl_n, QC_SWEEP_MAXDY);
-  }
   g->ndy = dl_n ? dl_n : 1;
   g->dy = calloc((size_t)g->ndy, sizeof *g->dy);
   if (!g->dy) { free(dl_name); return qc_err_sys("out of memory"); }
@@ -372,8 +368,9 @@ typedef struct slot {
   char module[QC_PATHLEN + 16];
   void *w;                     /* [N, K] of g->wloc.dtype */
   void *y;                     /* [ndy] x z->yb: dY datasets as stored */
-  void *x;                     /* [ndy] x z->xb: X datasets as stored */
+  void *x;                     /* [z->xb]: X as stored (one X for every dY of a unit) */
   double t_read;
+  char err[1024], hint[512];    /* a worker's error (qc_err is per thread) */
   /* worker arguments and result */
   qc_dump *d;
   const sizes *z;
@@ -423,9 +420,10 @@ static int64_t first_nonfinite(const void *buf, qc_dtype dt, int64_t n) {
   return -1;
 }
 
-/* One located dataset (slice e when per-expert) into buf, checked finite. */
+/* One located dataset (slice e when per-expert) into buf, checked finite;
+ * `quantized`: float64 values must also fit float32, the quantizers' input. */
 static int read_one(slot *sl, const char *dset, const qc_dump_loc *loc, int per_expert, int64_t rows, int64_t cols,
-                    void *buf, const char *what) {
+                    void *buf, int quantized) {
   int rc;
   if (loc->offset >= 0) {
     qc_dump_loc l = *loc;
@@ -437,14 +435,23 @@ static int read_one(slot *sl, const char *dset, const qc_dump_loc *loc, int per_
     pthread_mutex_unlock(&g_read_lock);
   }
   if (rc) return rc;
+  char where[40] = "";
+  if (per_expert) snprintf(where, sizeof where, " (expert %d)", sl->e);
   int64_t i = first_nonfinite(buf, loc->dtype, rows * cols);
-  if (i < 0) return QC_OK;
-  double v = loc->dtype == QC_F64 ? ((const double *)buf)[i]
-             : loc->dtype == QC_F32 ? ((const float *)buf)[i]
-             : loc->dtype == QC_F16 ? qc_f16_to_f32(((const uint16_t *)buf)[i])
-                                    : qc_bf16_to_f32(((const uint16_t *)buf)[i]);
-  return qc_err("%s/%s: non-finite value %g at [%lld, %lld]: expected finite master values", sl->module, what, v,
-                (long long)(i / cols), (long long)(i % cols));
+  if (i >= 0) {
+    double v = loc->dtype == QC_F64 ? ((const double *)buf)[i]
+               : loc->dtype == QC_F32 ? ((const float *)buf)[i]
+               : loc->dtype == QC_F16 ? qc_f16_to_f32(((const uint16_t *)buf)[i])
+                                      : qc_bf16_to_f32(((const uint16_t *)buf)[i]);
+    return qc_err("%s%s: non-finite value %g at [%lld, %lld]: expected finite values", dset, where, v,
+                  (long long)(i / cols), (long long)(i % cols));
+  }
+  if (!quantized || loc->dtype != QC_F64) return QC_OK;
+  for (i = 0; i < rows * cols; i++)
+    if (fabs(((const double *)buf)[i]) > FLT_MAX)
+      return qc_err("%s%s: value %g at [%lld, %lld] overflows float32, the quantizers' input type", dset, where,
+                    ((const double *)buf)[i], (long long)(i / cols), (long long)(i % cols));
+  return QC_OK;
 }
 
 /* Read the slot's unit: everything as stored, nothing converted. */
@@ -452,14 +459,14 @@ static int prepare(slot *sl) {
   const group_plan *g = sl->g;
   const sizes *z = sl->z;
   double t0 = qc_now_s();
-  int rc = read_one(sl, g->wdset, &g->wloc, g->experts, g->N, g->K, sl->w, "params/weight");
+  int rc = read_one(sl, g->wdset, &g->wloc, g->experts, g->N, g->K, sl->w, 1);
   for (int i = 0; i < g->ndy && !rc; i++) {
     const src *y = &g->dy[i];
     if (y->dset[0])
-      rc = read_one(sl, y->dset, &y->loc, y->per_expert, y->M, g->N, (char *)sl->y + (size_t)i * z->yb, "grad_out");
-    if (!rc && g->need_x && g->x.dset[0])
-      rc = read_one(sl, g->x.dset, &g->x.loc, g->x.per_expert, y->M, g->K, (char *)sl->x + (size_t)i * z->xb, "inputs/x");
+      rc = read_one(sl, y->dset, &y->loc, y->per_expert, y->M, g->N, (char *)sl->y + (size_t)i * z->yb, 0);
   }
+  if (!rc && g->need_x && g->x.dset[0]) /* every dY of the unit has X's tokens (plan_group) */
+    rc = read_one(sl, g->x.dset, &g->x.loc, g->x.per_expert, g->x.M, g->K, sl->x, 1);
   sl->t_read = qc_now_s() - t0;
   return rc;
 }
@@ -467,6 +474,10 @@ static int prepare(slot *sl) {
 static void *prepare_thread(void *arg) {
   slot *sl = arg;
   sl->rc = prepare(sl);
+  if (sl->rc) { /* hand the message to the main thread */
+    snprintf(sl->err, sizeof sl->err, "%s", qc_err_msg());
+    snprintf(sl->hint, sizeof sl->hint, "%s", qc_err_hint());
+  }
   return NULL;
 }
 
@@ -480,12 +491,14 @@ typedef struct work {
   double *rw;                  /* [N, K] dY^T X */
   double *a;                   /* [max(M K, N K)] a candidate */
   float *scratch;              /* [max(N K, M K)] a quantizer's float32 input */
+  const double **y64p;         /* [ndy] each dY's float64 buffer (its own, or the generated one) */
 } work;
 
 static void work_free(work *w, const qc_backend *be) {
   void *p[] = {w->wraw, w->yraw, w->xraw, w->w64, w->wq64, w->y64, w->xm, w->x64, w->xq64, w->rw, w->a, w->scratch};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
     if (p[i]) be->buf_free(be, p[i]);
+  free(w->y64p);
   memset(w, 0, sizeof *w);
 }
 
@@ -504,8 +517,9 @@ static int work_alloc(work *w, const qc_backend *be, const sizes *z, int need_x)
   if (!rc && !be->host_memory) {
     rc = be->buf_alloc(be, z->wb, "weight as stored", &w->wraw);
     if (!rc) rc = be->buf_alloc(be, z->yb * (size_t)z->ndy, "dY as stored", &w->yraw);
-    if (!rc && need_x) rc = be->buf_alloc(be, z->xb * (size_t)z->ndy, "X as stored", &w->xraw);
+    if (!rc && need_x) rc = be->buf_alloc(be, z->xb, "X as stored", &w->xraw);
   }
+  if (!rc && !(w->y64p = calloc((size_t)z->ndy, sizeof *w->y64p))) rc = qc_err_sys("out of memory");
   if (rc) work_free(w, be);
   return rc;
 }
@@ -525,7 +539,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
   const int64_t N = g->N, K = g->K;
   const char *prof = o->profile ? o->profile : "vllm";
   const void *wsrc, *ysrc = NULL, *xsrc = NULL;
-  const double *y64[QC_SWEEP_MAXDY];
+  const double **y64 = w->y64p;
   char what[QC_PATHLEN + 64];
   int rc, first = s->n;
   double t0;
@@ -563,14 +577,14 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
   }
   /* d_weight rows: dY^T X against dY^T dequant(quant(X)) */
   snprintf(what, sizeof what, "%s/inputs/x", sl->module);
+  if (g->need_x && g->x.dset[0] &&
+      ((rc = stage(be, w->xraw, sl->x, g->x.loc.nbytes, &xsrc)) || (rc = be->to_f64(be, g->x.loc.dtype, xsrc, g->x.M * K, w->x64))))
+    return rc;
   for (int i = 0; g->need_x && i < g->ndy; i++) {
     const int64_t M = g->dy[i].M;
     const double *x64;
     qc_dtype xdt = QC_F64;
     if (g->x.dset[0]) {
-      if ((rc = stage(be, (char *)w->xraw + (size_t)i * z->xb, (const char *)sl->x + (size_t)i * z->xb, g->x.loc.nbytes, &xsrc)) ||
-          (rc = be->to_f64(be, g->x.loc.dtype, xsrc, M * K, w->x64)))
-        return rc;
       x64 = w->x64;
       xdt = g->x.loc.dtype;
     } else {
@@ -635,7 +649,7 @@ static void slot_free(slot *sl, const qc_backend *be) {
 static int slot_alloc(slot *sl, const qc_backend *be, const sizes *z, int need_x) {
   int rc = be->host_alloc(be, z->wb, "a unit's weight", &sl->w);
   if (!rc) rc = be->host_alloc(be, z->yb * (size_t)z->ndy, "a unit's dY", &sl->y);
-  if (!rc && need_x) rc = be->host_alloc(be, z->xb * (size_t)z->ndy, "a unit's X", &sl->x);
+  if (!rc && need_x) rc = be->host_alloc(be, z->xb, "a unit's X", &sl->x);
   return rc;
 }
 
@@ -649,6 +663,7 @@ typedef struct flight {
 static int launch(slot *sl, flight *fl, const group_plan *plans, const int *ug, const int *ue, int u, int ahead) {
   int rc = slot_set(sl, plans, ug, ue, u);
   if (rc) return rc;
+  sl->err[0] = sl->hint[0] = 0;
   fl->started = ahead > 0 && pthread_create(&fl->th, NULL, prepare_thread, sl) == 0;
   if (!fl->started) sl->rc = prepare(sl);
   return QC_OK;
@@ -673,6 +688,11 @@ static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, c
     }
     if (g->need_x && g->x.loc.nbytes > z.xb) z.xb = g->x.loc.nbytes;
   }
+  /* per-dY strides in whole 256-byte lines: every dY's buffers stay aligned
+   * for the device's vector loads */
+  z.mn = (z.mn + 31) / 32 * 32;
+  z.mk = (z.mk + 31) / 32 * 32;
+  z.yb = (z.yb + 255) / 256 * 256;
   int *ug = malloc((size_t)s->units * sizeof *ug), *ue = malloc((size_t)s->units * sizeof *ue);
   slot *sl = NULL;
   flight *fl = NULL;
@@ -717,13 +737,15 @@ static int run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, c
     if (cf->started) { pthread_join(cf->th, NULL); cf->started = 0; }
     s->t_wait += qc_now_s() - t0;
     if ((rc = cur->rc)) {
-      /* workers share no error channel with this thread: let them finish,
-       * then read this (the first failing) unit again here for its message */
+      /* the first failing unit: let the other workers finish, then report
+       * the message its worker left in the slot */
       for (int k = 0; ahead && k < nslot; k++)
         if (fl[k].started) { pthread_join(fl[k].th, NULL); fl[k].started = 0; }
       if (ahead) {
         qc_err_clear();
-        if ((rc = prepare(cur)) == QC_OK) rc = qc_err_sys("%s: reading the unit failed on a worker thread", cur->module);
+        if (rc == QC_ESYS) qc_err_sys("%s", cur->err[0] ? cur->err : "reading a unit failed on a worker thread");
+        else qc_err("%s", cur->err[0] ? cur->err : "reading a unit failed on a worker thread");
+        if (cur->hint[0]) qc_hint("%s", cur->hint);
       }
       goto out;
     }

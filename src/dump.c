@@ -313,6 +313,17 @@ static int dset_open(qc_dump *d, const char *name, hid_t *ds, int *ndim, hsize_t
   if (ex <= 0) return qc_err("dump '%s': dataset '%s' is missing", d->path, name);
   *ds = H5Dopen2(d->file, name, H5P_DEFAULT);
   if (*ds < 0) return qc_err("dump '%s': '%s' is not a readable dataset", d->path, name);
+  /* data kept in other files is not followed (as external links are not) */
+  hid_t dcpl = H5Dget_create_plist(*ds);
+  int elsewhere = dcpl < 0 || H5Pget_layout(dcpl) == H5D_VIRTUAL || H5Pget_external_count(dcpl) != 0;
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (elsewhere) {
+    H5Dclose(*ds);
+    qc_err("dump '%s': dataset '%s' is a virtual dataset or has external storage (data that may live in other files): not followed",
+           d->path, name);
+    qc_hint("write the tensor into the dump itself (h5py create_dataset with data=...)");
+    return QC_EINPUT;
+  }
   hid_t sp = H5Dget_space(*ds);
   int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
   if (nd < 0 || nd > QC_MAXDIM) {

@@ -40,7 +40,7 @@ typedef struct cu {
   size_t arena_bytes;
   void *mscratch;           /* metrics partials */
   qk_msum *mres;            /* [2 + PEND] metrics results: 2 for the fused audit, PEND for metrics_buf */
-  qc_metrics *pend[64];     /* metrics_buf results waiting for sync: host destinations of mres[2 + i] */
+  qc_metrics *pend[PEND];   /* metrics_buf results waiting for sync: host destinations of mres[2 + i] */
   int npend;
   uint32_t *qscratch;       /* [4] quantizer scratch */
   cudaEvent_t ev[6];

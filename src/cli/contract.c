@@ -393,7 +393,8 @@ int qc_cmd_contract(int argc, char **argv) {
       continue;
     }
     if ((r = qc_opt_value(argc, argv, &i, "--seed", &v))) {
-      if (r < 0 || (rc = parse_int("--seed", v, 0, ~0ull, &u))) return QC_EINPUT;
+      /* at most 2^53: the report records the seed as a JSON number, exactly */
+      if (r < 0 || (rc = parse_int("--seed", v, 0, 1ull << 53, &u))) return QC_EINPUT;
       o.seed = u;
       continue;
     }

@@ -42,6 +42,34 @@ with dump("nan.h5") as f:
     w = np.ones((4, 8)); w[2, 5] = np.nan
     lin(f, "/model.layers.1.q_proj", w, np.ones((3, 4)))
     lin(f, "/model.layers.2.q_proj", np.ones((4, 8)), np.ones((3, 4)))
+with dump("nan_expert_dy.h5") as f:  # a NaN in expert 1's dY of a per-expert [E, M, N] dY
+    dy = np.ones((2, 3, 4)); dy[1, 2, 3] = np.nan
+    lin(f, "/model.layers.0.mlp.experts.down_proj", np.ones((2, 4, 8)), dy)
+with dump("nan_x.h5") as f:
+    lin(f, "/model.layers.0.q_proj", np.ones((4, 8)), np.ones((3, 4)))
+    x = np.ones((3, 8)); x[1, 6] = -np.inf
+    f["/model.layers.0.q_proj/inputs/x"] = x.astype(np.float32)
+with dump("big64.h5") as f:  # finite in float64, beyond float32: the quantizers cannot take it
+    f.require_group("/model.layers.0.q_proj").attrs["class"] = "linear"
+    w = np.ones((4, 8)); w[3, 5] = 1e39
+    f["/model.layers.0.q_proj/params/weight"] = w
+with dump("virtual.h5") as f:  # a virtual dataset (its data could live in any file)
+    f["/src/w"] = np.ones((4, 8), np.float32)
+    f.require_group("/model.layers.0.q_proj").attrs["class"] = "linear"
+    lay = h5py.VirtualLayout(shape=(4, 8), dtype=np.float32)
+    lay[:] = h5py.VirtualSource(t + "/virtual.h5", "/src/w", shape=(4, 8))
+    f.create_virtual_dataset("/model.layers.0.q_proj/params/weight", lay)
+with dump("external.h5") as f:  # external raw storage in another file
+    f.require_group("/model.layers.0.q_proj").attrs["class"] = "linear"
+    open(t + "/external.bin", "wb").write(np.ones((4, 8), np.float32).tobytes())
+    f.create_dataset("/model.layers.0.q_proj/params/weight", shape=(4, 8), dtype=np.float32,
+                     external=[(t + "/external.bin", 0, 128)])
+with dump("multidy.h5") as f:  # several grad_out datasets of other token counts and an odd width
+    f.require_group("/model.layers.0.q_proj").attrs["class"] = "linear"
+    rng = np.random.default_rng(3)
+    f["/model.layers.0.q_proj/params/weight"] = rng.standard_normal((5, 97)).astype(np.float32)
+    for k, m in enumerate((7, 5, 3)):
+        f["/model.layers.0.q_proj/grad_out/dy%d" % k] = rng.standard_normal((m, 5)).astype(np.float32)
 with h5py.File(t + "/notadump.h5", "w") as f:
     lin(f, "/model.layers.0.q_proj", np.ones((4, 8)))
 PYEOF
@@ -70,6 +98,14 @@ expect2 "dY wrong width" "grad_out/dy' is \[3, 5\]: expected width 4" $M $N --du
 expect2 "expert dY wrong E" "expected \[M, 4\] or one per expert" $M $N --dump "$T/experts_e.h5"
 expect2 "non-finite weight" "q_proj/params/weight: non-finite value nan at \[2, 5\]" $M $N --dump "$T/nan.h5"
 QATCHECK_AHEAD=2 expect2 "non-finite weight, prepared ahead" "/model.layers.1.q_proj/params/weight: non-finite value nan at \[2, 5\]" $M $N --dump "$T/nan.h5"
+QATCHECK_AHEAD=2 expect2 "non-finite expert dY, read ahead" "/model.layers.0.mlp.experts.down_proj/grad_out/dy (expert 1): non-finite value nan at \[2, 3\]" $M $N --dump "$T/nan_expert_dy.h5"
+expect2 "non-finite X" "/model.layers.0.q_proj/inputs/x: non-finite value -inf at \[1, 6\]" $M $N --activation-format fp8_token --dump "$T/nan_x.h5"
+expect2 "float64 weight beyond float32" "params/weight: value 1e+39 at \[3, 5\] overflows float32" $M --weight-format nvfp4 --dump "$T/big64.h5"
+expect2 "virtual dataset" "is a virtual dataset or has external storage" $M $N --dump "$T/virtual.h5"
+expect2 "external storage" "is a virtual dataset or has external storage" $M $N --dump "$T/external.h5"
+expect2 "seed beyond 2^53" "expected an integer in \[0, 9007199254740992\]" $M $N --dump "$T/ok.h5" --seed 9007199254740993
+"$QATCHECK" contract $M --dump "$T/multidy.h5" --weight-format nvfp4,fp8_block128 --json "$T/md.json" --quiet || fail "three dY datasets: exit $?"
+"$PY" scripts/contract_check.py "$T/multidy.h5" "$T/md.json" --require nvfp4,fp8_block128 >"$T/chk" || { cat "$T/chk"; fail "three dY datasets of 7, 5, 3 tokens: rows disagree with the checker"; }
 expect2 "unknown weight format" "unknown format 'fp9'" $M --weight-format none,fp9 --dump "$T/ok.h5"
 expect2 "activation format as weight format" "unknown format 'fp8_token'" $M --weight-format fp8_token --dump "$T/ok.h5"
 expect2 "unknown activation format" "unknown format 'nvfp4'" $M $N --activation-format nvfp4 --dump "$T/ok.h5"

@@ -43,6 +43,27 @@ run_both ckpt --dump "$CK" --weight-format nvfp4,fp8_block128,fp8_block128_ue8m0
   --activation-format fp8_token,fp8_group128,fp8_group128_ue8m0
 run_both thresholds --dump "$CK" --weight-format nvfp4,mxfp8 --cosine-min 0.999 --norm-ratio 0.99,1.01
 run_both te --dump "$CK" --weight-format nvfp4,fp8_block128 --profile te
+# several dY datasets of other token counts (7, 5, 3) and odd widths: per-dY
+# buffers at odd offsets must stay aligned for the device's vector loads
+"$PY" - "$T/multidy.h5" <<'PYEOF' || bad "cannot build the multi-dY checkpoint"
+import sys, h5py, numpy as np
+rng = np.random.default_rng(5)
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["qatcheck_dump"] = np.int64(1)
+    for l in range(4):
+        p = "/model.layers.%d.q_proj" % l
+        f.require_group(p).attrs["class"] = "linear"
+        f[p + "/params/weight"] = rng.standard_normal((5, 97)).astype(np.float32)
+        f[p + "/inputs/x"] = rng.standard_normal((7, 97)).astype(np.float32)
+        for k, m in enumerate((7, 7, 7)):
+            f[p + "/grad_out/dy%d" % k] = rng.standard_normal((m, 5)).astype(np.float32)
+    f.require_group("/lm_head").attrs["class"] = "linear"
+    f["/lm_head/params/weight"] = rng.standard_normal((33, 97)).astype(np.float32)
+    for k, m in enumerate((7, 5, 3)):
+        f["/lm_head/grad_out/dy%d" % k] = rng.standard_normal((m, 33)).astype(np.float32)
+PYEOF
+run_both multidy --dump "$T/multidy.h5" --weight-format nvfp4,fp8_block128,mxfp8 --modules layers --activation-format fp8_token,fp8_group128
+run_both multidy_m --dump "$T/multidy.h5" --weight-format nvfp4,fp8_block128,mxfp8 --modules lm_head
 "$PY" scripts/make_checkpoint.py "$T/nodata.h5" --no-data --layers 2 >/dev/null || bad "make_checkpoint --no-data"
 run_both generated --dump "$T/nodata.h5" --tokens 24 --seed 5 --weight-format fp8_block128,nvfp4 --activation-format fp8_token
 if "$PY" scripts/contract_check.py "$CK" "$T/gpu_ckpt.json" >"$T/chk" 2>&1; then ok "numpy check agrees with the cuda report: $(tail -1 "$T/chk")"
