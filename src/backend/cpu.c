@@ -67,44 +67,32 @@ static int cpu_copy(const qc_backend *be, void *dst, const void *src, size_t byt
   return QC_OK;
 }
 
-/* A conversion of n elements of dtype dt to float64 or float32, in pieces. */
+/* A conversion of n elements of dtype dt to float64, in pieces. */
 typedef struct conv_ctx {
   qc_dtype dt;
   const void *src;
-  void *dst;
-  int to64;
+  double *dst;
 } conv_ctx;
 
 static void conv_piece(void *p, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   const conv_ctx *x = p;
-#define CONV(T, EXPR)                                                        \
-  do {                                                                       \
-    const T *s_ = (const T *)x->src;                                         \
-    if (x->to64) for (int64_t i = lo; i < hi; i++) ((double *)x->dst)[i] = (double)(EXPR); \
-    else for (int64_t i = lo; i < hi; i++) ((float *)x->dst)[i] = (float)(EXPR); \
-  } while (0)
   switch (x->dt) {
-    case QC_F64: CONV(double, s_[i]); break;
-    case QC_F32: CONV(float, s_[i]); break;
-    case QC_F16: CONV(uint16_t, qc_f16_to_f32(s_[i])); break;
-    case QC_BF16: CONV(uint16_t, qc_bf16_to_f32(s_[i])); break;
+    case QC_F64: memcpy(x->dst + lo, (const double *)x->src + lo, (size_t)(hi - lo) * sizeof(double)); break;
+    case QC_F32: for (int64_t i = lo; i < hi; i++) x->dst[i] = ((const float *)x->src)[i]; break;
+    case QC_F16: for (int64_t i = lo; i < hi; i++) x->dst[i] = qc_f16_to_f32(((const uint16_t *)x->src)[i]); break;
+    case QC_BF16: for (int64_t i = lo; i < hi; i++) x->dst[i] = qc_bf16_to_f32(((const uint16_t *)x->src)[i]); break;
     default: break;
   }
-#undef CONV
-}
-
-static int conv(qc_dtype dt, const void *src, int64_t n, void *dst, int to64) {
-  if (dt != QC_F64 && dt != QC_F32 && dt != QC_F16 && dt != QC_BF16)
-    return qc_err("cannot convert element type %s to a float", qc_dtype_name(dt));
-  conv_ctx x = {dt, src, dst, to64};
-  qc_par_for(n, 1 << 16, conv_piece, &x);
-  return QC_OK;
 }
 
 static int cpu_to_f64(const qc_backend *be, qc_dtype dt, const void *src, int64_t n, double *dst) {
   (void)be;
-  return conv(dt, src, n, dst, 1);
+  if (dt != QC_F64 && dt != QC_F32 && dt != QC_F16 && dt != QC_BF16)
+    return qc_err("cannot convert element type %s to a float", qc_dtype_name(dt));
+  conv_ctx x = {dt, src, dst};
+  qc_par_for(n, 1 << 16, conv_piece, &x);
+  return QC_OK;
 }
 
 static int cpu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
