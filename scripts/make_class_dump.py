@@ -12,11 +12,17 @@ Modules (class, contract):
   /model.layers.0.mlp.act          swiglu   {"limit": 7}
   /model.lm_head.logprob           logprob  {"temperature": 0.7, "normalization": "mean_tokens"}
   /model.layers.0.mlp.router       router   {"score": "sigmoid", "normalize": "yes"}
+  /model.layers.0.self_attn.sdpa   attention {"causal": true} (GQA 8/2, S 33, D 20)
 Defects (group /defect.<name>, same class and contract as above):
   rmsnorm_no_mean     rmsnorm d_x without the mean term           -> d_x
   swiglu_clamp_pass   swiglu d_up with the clamp derivative 1     -> d_up
   logprob_count       logprob mean over all positions, not counted -> d_logits
   router_ids          router gradient at re-selected experts      -> d_logits
+Attention, checked apart by tests/e2e/class_dump.sh (a wrong saved LSE
+spoils every gradient, not one):
+  /defect.attention_lse_log2  saved lse in log2 under lse_base "e", the
+                      trainer's gradients computed from it -> d_q, d_k, d_v
+  /bad.attention_no_lse       no saved/lse: the run cannot be judged (exit 2)
 """
 import argparse
 import json
@@ -68,6 +74,39 @@ def router_vjp(x, ids, dy):
     ds = np.zeros_like(x)
     np.put_along_axis(ds, ids, ds_sel, 1)
     return {"d_logits": (ds * s * (F(1) - s)).astype(F)}
+
+
+def attention_fwd(q, k, v, scale, causal):
+    """float64 forward: O [B, Hq, S, D] and the natural LSE [B, Hq, S]."""
+    grp = q.shape[1] // k.shape[1]
+    kr, vr = (np.repeat(t.astype(np.float64), grp, axis=1) for t in (k, v))
+    s = scale * q.astype(np.float64) @ kr.swapaxes(-1, -2)
+    S = q.shape[2]
+    if causal:
+        s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
+    mx = s.max(-1, keepdims=True)
+    lse = mx[..., 0] + np.log(np.exp(s - mx).sum(-1))
+    return np.exp(s - lse[..., None]) @ vr, lse
+
+
+def attention_vjp(q, k, v, o, lse, dy, scale, causal):
+    """flash-attention backward in float32 from the saved O and (natural) LSE."""
+    B, Hq, S, D = q.shape
+    Hkv = k.shape[1]
+    grp = Hq // Hkv
+    kr, vr = np.repeat(k, grp, axis=1), np.repeat(v, grp, axis=1)
+    s = (q @ kr.swapaxes(-1, -2)) * F(scale)
+    p = np.exp(s - lse[..., None].astype(F))
+    if causal:
+        p = np.where(np.tril(np.ones((S, S), bool)), p, F(0))
+    dv = p.swapaxes(-1, -2) @ dy
+    dp = dy @ vr.swapaxes(-1, -2)
+    delta = (dy * o).sum(-1, keepdims=True, dtype=F)
+    ds = p * (dp - delta)
+    dq = F(scale) * (ds @ kr)
+    dk = F(scale) * (ds.swapaxes(-1, -2) @ q)
+    red = lambda t: t.reshape(B, Hkv, grp, S, D).sum(2, dtype=F)  # noqa: E731
+    return {"d_q": dq.astype(F), "d_k": red(dk), "d_v": red(dv)}
 
 
 def group(f, path, cls, contract, inputs, params, saved, dys, grads, bf=True):
@@ -132,6 +171,18 @@ def main():
         for path, use in (("/model.layers.0.mlp.router", tk), ("/defect.router_ids", tk_nobias)):
             group(f, path, "router", ctr, {"logits": xl}, {"bias": bias}, {"topk_ids": tk}, dys,
                   lambda dy, use=use: router_vjp(xl, use, dy), bf=False)
+        # attention [B=2, Hq=8, Hkv=2, S=33, D=20], causal: q, k, v bf16 values, out/lse float32
+        q, k, v = nrm(2, 8, 33, 20), nrm(2, 2, 33, 20), nrm(2, 2, 33, 20)
+        sc = 1 / np.sqrt(20)
+        o64, lse64 = attention_fwd(q, k, v, sc, True)
+        o, lse = o64.astype(F), lse64.astype(F)
+        lse2 = (lse64 / np.log(2)).astype(F)
+        dys = {"dy": nrm(2, 8, 33, 20)}
+        for path, ls in (("/model.layers.0.self_attn.sdpa", lse), ("/defect.attention_lse_log2", lse2)):
+            group(f, path, "attention", {"causal": True}, {"q": q, "k": k, "v": v}, {}, {"out": o, "lse": ls}, dys,
+                  lambda dy, ls=ls: attention_vjp(q, k, v, o, ls, dy.astype(F), sc, True), bf=False)
+        group(f, "/bad.attention_no_lse", "attention", {"causal": True}, {"q": q, "k": k, "v": v}, {}, {"out": o}, dys,
+              lambda dy: attention_vjp(q, k, v, o, lse, dy.astype(F), sc, True), bf=False)
 
 
 if __name__ == "__main__":

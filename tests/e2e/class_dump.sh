@@ -25,4 +25,31 @@ swiglu /model.layers.0.mlp.act swiglu_clamp_pass d_up {"d_gate":{"rel_l2":1e-6,"
 logprob /model.lm_head.logprob logprob_count d_logits {"d_logits":{"rel_l2":5e-5,"reasoning":"fp32 log-sum-exp"}}
 router /model.layers.0.mlp.router router_ids d_logits {"d_logits":{"rel_l2":2e-6,"reasoning":"fp32 scores"}}
 EOF2
+# attention: an LSE saved in log2 under lse_base "e" spoils every gradient the
+# saved LSE feeds: the trainer's own (dump) and the builtin flash backward
+# (which reads the saved LSE) both fail on d_q, d_k and d_v; the correct
+# sibling passes; a group without saved/lse cannot be judged (exit 2)
+ATOL='{"d_q":{"rel_l2":1e-5,"reasoning":"fp32 flash backward"},"d_k":{"rel_l2":1e-5,"reasoning":"fp32 flash backward"},"d_v":{"rel_l2":1e-5,"reasoning":"fp32 flash backward"}}'
+for cand in dump builtin; do
+  cat >"$T/att.json" <<J
+{"module": "attention", "data": {"dump": "d.h5", "modules": "^(/model\\\\.layers\\\\.0\\\\.self_attn\\\\.sdpa|/defect\\\\.attention_lse_log2)\$"}, "candidate": "$cand", "tolerances": $ATOL}
+J
+  expect_exit 1 "attention ($cand): dump with an LSE saved in log2 fails" "$QATCHECK" vjp --case "$T/att.json" --json "$T/att.r.json"
+  $PY - "$T/att.r.json" <<'P' || bad "attention ($cand): report does not fail exactly /defect.attention_lse_log2 on d_q, d_k, d_v"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = {(c["module"], c["tensor"]) for c in r["checks"] if c["verdict"] == "fail"}
+assert failed == {("/defect.attention_lse_log2", t) for t in ("d_q", "d_k", "d_v")}, failed
+good = [c for c in r["checks"] if c["module"] == "/model.layers.0.self_attn.sdpa"]
+assert len(good) == 3 and all(c["verdict"] == "pass" for c in good), good
+print("defect /defect.attention_lse_log2 fails on d_q, d_k, d_v; the correct module passes")
+P
+done
+cat >"$T/att.json" <<J
+{"module": "attention", "data": {"dump": "d.h5", "modules": "^/bad\\\\.attention_no_lse\$"}, "candidate": "builtin", "tolerances": $ATOL}
+J
+rm -f "$T/att.r.json"
+expect_exit 2 "attention: a group without saved/lse is refused" "$QATCHECK" vjp --case "$T/att.json" --json "$T/att.r.json"
+[ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "saved/lse" "$T/err" || bad "attention: the message does not name saved/lse: $(cat "$T/err")"
+[ ! -e "$T/att.r.json" ] || bad "attention: a refused run wrote a report"
 finish

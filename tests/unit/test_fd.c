@@ -55,6 +55,8 @@ static const fd_case cases[] = {
     {"router", "6,8,3", {"score=softmax", "normalize=yes", NULL}},
     {"router", "6,8,3", {"score=sigmoid", "normalize=yes", "route_scale=2.5", NULL}},
     {"router", "6,8,3", {"score=sqrt_softplus", "normalize=yes", NULL}},
+    {"attention", "2,4,2,5,6", {NULL}},
+    {"attention", "1,8,2,7,9", {"causal=false", "softmax_scale=0.3", NULL}},
 };
 
 Test(fd, agrees_with_every_reference) {
@@ -100,6 +102,8 @@ Test(fd, catches_a_wrong_reference) {
   cr_expect_gt(fd_fails("swiglu", "9,21", clamp, one_sign_ref), 0);
   cr_expect_gt(fd_fails("router", "6,8,3", none, scaled_ref), 0);
   cr_expect_gt(fd_fails("logprob", "3,6,40", none, one_sign_ref), 0);
+  cr_expect_gt(fd_fails("attention", "2,4,2,5,6", none, scaled_ref), 0);
+  cr_expect_gt(fd_fails("attention", "2,4,2,5,6", none, one_sign_ref), 0);
 }
 
 Test(fd, refuses_a_class_without_forward) {

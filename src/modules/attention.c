@@ -1,0 +1,257 @@
+/* modules/attention.c: the production scaled-dot-product-attention VJP, as
+ * the flash-attention / cuDNN backward computes it: from the output O and
+ * the log-sum-exp LSE the forward saved, never a recomputed normalizer.
+ *
+ *   q [B, Hq, S, D], k, v [B, Hkv, S, D] (GQA: Hq a multiple of Hkv; query
+ *   head h reads kv head h / (Hq / Hkv)); saved out [B, Hq, S, D] (O) and
+ *   lse [B, Hq, S]; dY = dO [B, Hq, S, D]; c = softmax_scale (1/sqrt(D))
+ *   causal: key j is visible to query i when j <= i
+ *   P_ij   = exp(c q_i.k_j - LSE_i)                 lse_base = e
+ *          = exp2(c log2(e) q_i.k_j - LSE_i)        lse_base = 2
+ *   Delta_i = sum_d dO_id O_id
+ *   dS_ij  = P_ij (dO_i.v_j - Delta_i)
+ *   d_q_i  = c sum_j dS_ij k_j;  d_k_j = c sum_i dS_ij q_i;  d_v_j = sum_i P_ij dO_i
+ * d_k and d_v sum over the query heads sharing a kv head. float32
+ * throughout, float32 gradients. A saved O or LSE that is not the forward of
+ * q, k, v under the contract (wrong base, wrong scale, stale) makes these
+ * gradients wrong, and the float64 reference (which recomputes the softmax)
+ * catches it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../module.h"
+#include "../numerics/formats.h"
+#include "../qc.h"
+#include "mod_util.h"
+
+static const qc_key_spec attention_keys[] = {
+    {"causal", "true|false", "true", "true: query i attends to keys j <= i"},
+    {"softmax_scale", NULL, NULL, "logit scale c in softmax(c Q K^T); default 1/sqrt(head_dim)"},
+    {"lse_base", "e|2", "e", "base of the saved log-sum-exp: e (natural) or 2 (log2, as some kernels store it)"},
+    {NULL, NULL, NULL, NULL}};
+
+/* The tensors and sizes of an attention module. */
+typedef struct {
+  const qc_tensor *q, *k, *v, *o, *lse;
+  int64_t B, Hq, Hkv, S, D;
+  int causal, base2;
+  double scale;
+} at_view;
+
+/* inputs only (the forward and generator need no saved tensors) */
+static int at_view_inputs(const qc_module *m, at_view *a) {
+  int rc;
+  memset(a, 0, sizeof *a);
+  if ((rc = qc_module_need(m, "inputs", "q", 4, 4, &a->q))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "k", 4, 4, &a->k))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "v", 4, 4, &a->v))) return rc;
+  a->B = a->q->shape[0];
+  a->Hq = a->q->shape[1];
+  a->S = a->q->shape[2];
+  a->D = a->q->shape[3];
+  a->Hkv = a->k->shape[1];
+  if (a->k->shape[0] != a->B || a->k->shape[2] != a->S || a->k->shape[3] != a->D || a->Hkv < 1)
+    return qc_err("%s: 'inputs/k' is [%lld, %lld, %lld, %lld]: expected [%lld, Hkv, %lld, %lld] (q is [B, Hq, S, D])",
+                  m->path, (long long)a->k->shape[0], (long long)a->k->shape[1], (long long)a->k->shape[2],
+                  (long long)a->k->shape[3], (long long)a->B, (long long)a->S, (long long)a->D);
+  if (a->Hq % a->Hkv)
+    return qc_err("%s: 'inputs/k' has %lld kv heads: expected a divisor of the %lld query heads of 'inputs/q' (GQA)",
+                  m->path, (long long)a->Hkv, (long long)a->Hq);
+  for (int d = 0; d < 4; d++)
+    if (a->v->shape[d] != a->k->shape[d])
+      return qc_err("%s: 'inputs/v' is [%lld, %lld, %lld, %lld]: expected the shape of 'inputs/k'", m->path,
+                    (long long)a->v->shape[0], (long long)a->v->shape[1], (long long)a->v->shape[2],
+                    (long long)a->v->shape[3]);
+  a->causal = strcmp(qc_contract_str(&m->contract, "causal", "true"), "true") == 0;
+  a->base2 = strcmp(qc_contract_str(&m->contract, "lse_base", "e"), "2") == 0;
+  a->scale = qc_contract_has(&m->contract, "softmax_scale") ? qc_contract_num(&m->contract, "softmax_scale", 0)
+                                                             : 1.0 / sqrt((double)a->D);
+  if (!(a->scale > 0) || !isfinite(a->scale))
+    return qc_err("%s: contract key 'softmax_scale' is %g: expected a finite number > 0", m->path, a->scale);
+  return QC_OK;
+}
+
+static int at_view_get(const qc_module *m, at_view *a) {
+  int rc = at_view_inputs(m, a);
+  if (rc) return rc;
+  if ((rc = qc_module_need(m, "saved", "out", 4, 4, &a->o))) return rc;
+  if ((rc = qc_module_need(m, "saved", "lse", 3, 3, &a->lse))) return rc;
+  for (int d = 0; d < 4; d++)
+    if (a->o->shape[d] != a->q->shape[d])
+      return qc_err("%s: 'saved/out' is [%lld, %lld, %lld, %lld]: expected the shape of 'inputs/q' [B, Hq, S, D]",
+                    m->path, (long long)a->o->shape[0], (long long)a->o->shape[1], (long long)a->o->shape[2],
+                    (long long)a->o->shape[3]);
+  for (int d = 0; d < 3; d++)
+    if (a->lse->shape[d] != a->q->shape[d])
+      return qc_err("%s: 'saved/lse' is [%lld, %lld, %lld]: expected [B, Hq, S] = [%lld, %lld, %lld]", m->path,
+                    (long long)a->lse->shape[0], (long long)a->lse->shape[1], (long long)a->lse->shape[2],
+                    (long long)a->B, (long long)a->Hq, (long long)a->S);
+  return QC_OK;
+}
+
+/* Production VJP (see the file comment). */
+static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  at_view a;
+  int rc = at_view_get(m, &a);
+  if (rc) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(a.q), "the shape of inputs/q [B, Hq, S, D]"))) return rc;
+  float *q = qc_mod_f32(a.q, "attention q"), *k = qc_mod_f32(a.k, "attention k"), *v = qc_mod_f32(a.v, "attention v");
+  float *o = qc_mod_f32(a.o, "attention out"), *lse = qc_mod_f32(a.lse, "attention lse"), *g = qc_mod_f32(dy, "attention dY");
+  float *dq, *dk, *dv;
+  rc = QC_ESYS;
+  if (!q || !k || !v || !o || !lse || !g) goto done;
+  if ((rc = qc_mod_add(grads, "d_q", QC_F32, 4, a.q->shape, (void **)&dq))) goto done;
+  if ((rc = qc_mod_add(grads, "d_k", QC_F32, 4, a.k->shape, (void **)&dk))) goto done;
+  if ((rc = qc_mod_add(grads, "d_v", QC_F32, 4, a.v->shape, (void **)&dv))) goto done;
+  const int64_t S = a.S, D = a.D, group = a.Hq / a.Hkv;
+  const float c = (float)a.scale, c2 = (float)(a.scale * 1.4426950408889634); /* c log2(e) */
+  for (int64_t b = 0; b < a.B; b++)
+    for (int64_t h = 0; h < a.Hq; h++) {
+      const int64_t qo = (b * a.Hq + h) * S * D, ko = (b * a.Hkv + h / group) * S * D;
+      for (int64_t i = 0; i < S; i++) {
+        const float *qi = q + qo + i * D, *gi = g + qo + i * D, *oi = o + qo + i * D;
+        const float L = lse[(b * a.Hq + h) * S + i];
+        float delta = 0.0f;
+        for (int64_t d = 0; d < D; d++) delta += gi[d] * oi[d];
+        const int64_t jn = a.causal ? i + 1 : S;
+        for (int64_t j = 0; j < jn; j++) {
+          const float *kj = k + ko + j * D, *vj = v + ko + j * D;
+          float s = 0.0f, dp = 0.0f;
+          for (int64_t d = 0; d < D; d++) {
+            s += qi[d] * kj[d];
+            dp += gi[d] * vj[d];
+          }
+          const float p = a.base2 ? exp2f(c2 * s - L) : expf(c * s - L);
+          const float ds = c * (p * (dp - delta));
+          float *dqi = dq + qo + i * D, *dkj = dk + ko + j * D, *dvj = dv + ko + j * D;
+          for (int64_t d = 0; d < D; d++) {
+            dqi[d] += ds * kj[d];
+            dkj[d] += ds * qi[d];
+            dvj[d] += p * gi[d];
+          }
+        }
+      }
+    }
+  rc = QC_OK;
+done:
+  free(q); free(k); free(v); free(o); free(lse); free(g);
+  return rc;
+}
+
+/* float64 forward of one instance: O [B, Hq, S, D] and the natural LSE
+ * [B, Hq, S] (either may be NULL). Max-subtracted softmax. */
+static int attention_fwd64(const at_view *a, const double *q, const double *k, const double *v, double *o, double *lse) {
+  const int64_t S = a->S, D = a->D, group = a->Hq / a->Hkv;
+  double *p = qc_malloc((size_t)S * sizeof *p, "attention probabilities");
+  if (!p) return QC_ESYS;
+  for (int64_t b = 0; b < a->B; b++)
+    for (int64_t h = 0; h < a->Hq; h++) {
+      const int64_t qo = (b * a->Hq + h) * S * D, ko = (b * a->Hkv + h / group) * S * D;
+      for (int64_t i = 0; i < S; i++) {
+        const int64_t jn = a->causal ? i + 1 : S;
+        double mx = -INFINITY, z = 0;
+        for (int64_t j = 0; j < jn; j++) {
+          double s = 0;
+          for (int64_t d = 0; d < D; d++) s += q[qo + i * D + d] * k[ko + j * D + d];
+          p[j] = a->scale * s;
+          mx = fmax(mx, p[j]);
+        }
+        for (int64_t j = 0; j < jn; j++) z += (p[j] = exp(p[j] - mx));
+        if (lse) lse[(b * a->Hq + h) * S + i] = mx + log(z);
+        for (int64_t d = 0; o && d < D; d++) {
+          double acc = 0;
+          for (int64_t j = 0; j < jn; j++) acc += p[j] * v[ko + j * D + d];
+          o[qo + i * D + d] = acc / z;
+        }
+      }
+    }
+  free(p);
+  return QC_OK;
+}
+
+/* Float64 forward y = O (shape of q); no discrete branch (the mask is fixed). */
+static int attention_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
+  (void)branch;
+  at_view a;
+  int rc = at_view_inputs(m, &a);
+  if (rc) return rc;
+  double *q = qc_mod_f64(a.q, "attention q"), *k = qc_mod_f64(a.k, "attention k"), *v = qc_mod_f64(a.v, "attention v");
+  rc = QC_ESYS;
+  if (!q || !k || !v) goto done;
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 4, a.q->shape))) goto done;
+  rc = attention_fwd64(&a, q, k, v, y->data, NULL);
+done:
+  free(q); free(k); free(v);
+  return rc;
+}
+
+/* Generated attention: shape [B, Hq, Hkv, S, D]. q, k, v ~ N(0,1) bf16;
+ * saved out (float32) and lse (float32, in the contract's base) from the
+ * float64 forward under the contract. values = "special": query rows of
+ * head 0 scaled by 64 (logits in the hundreds: the LSE formula must not
+ * overflow), a zero query row (uniform attention), keys +-30 at a few
+ * entries; "heavy_tail": every input divided by 0.05 + U(0,1). */
+static int attention_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
+  if (gp->nshape != 5)
+    return qc_err("attention: generate shape needs [B, Hq, Hkv, S, D] (batch, query heads, kv heads, sequence, head_dim), got %d entries",
+                  gp->nshape);
+  const int64_t B = gp->shape[0], Hq = gp->shape[1], Hkv = gp->shape[2], S = gp->shape[3], D = gp->shape[4];
+  if (B < 1 || Hq < 1 || Hkv < 1 || S < 1 || D < 1)
+    return qc_err("attention: generate shape needs B, Hq, Hkv, S, D >= 1");
+  if (Hq % Hkv)
+    return qc_err("attention: generate shape: Hkv = %lld kv heads must divide Hq = %lld query heads (GQA)", (long long)Hkv,
+                  (long long)Hq);
+  const int64_t qs[4] = {B, Hq, S, D}, ks[4] = {B, Hkv, S, D}, ls[3] = {B, Hq, S};
+  uint16_t *q, *k, *v;
+  float *o, *lse;
+  int rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "q", 4, qs, rng, 1.0, &q))) return rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "k", 4, ks, rng, 1.0, &k))) return rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "v", 4, ks, rng, 1.0, &v))) return rc;
+  if (qc_mod_special(gp)) {
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t i = 0; i < S; i++)
+        for (int64_t d = 0; d < D; d++) {
+          uint16_t *x = q + ((b * Hq) * S + i) * D + d;
+          *x = qc_f32_to_bf16(64.0f * qc_bf16_to_f32(*x));
+        }
+    if (Hq > 1 && S > 2) memset(q + (S * D + (S / 2) * D), 0, (size_t)D * sizeof *q);
+    for (int64_t i = 3; i < B * Hkv * S * D; i += 41) k[i] = qc_f32_to_bf16(i % 2 ? 30.0f : -30.0f);
+  } else {
+    static const float none[] = {0.0f};
+    qc_mod_values(gp, rng, q, B * Hq * S, D, none, 1);
+    qc_mod_values(gp, rng, k, B * Hkv * S, D, none, 1);
+    qc_mod_values(gp, rng, v, B * Hkv * S, D, none, 1);
+  }
+  if ((rc = qc_mod_add(&m->saved, "out", QC_F32, 4, qs, (void **)&o))) return rc;
+  if ((rc = qc_mod_add(&m->saved, "lse", QC_F32, 3, ls, (void **)&lse))) return rc;
+  at_view a;
+  if ((rc = at_view_inputs(m, &a))) return rc;
+  double *qd = qc_mod_f64(a.q, "attention q"), *kd = qc_mod_f64(a.k, "attention k"), *vd = qc_mod_f64(a.v, "attention v");
+  double *od = qc_malloc((size_t)(B * Hq * S * D) * sizeof *od, "attention out"), *ld = qc_malloc((size_t)(B * Hq * S) * sizeof *ld, "attention lse");
+  rc = QC_ESYS;
+  if (!qd || !kd || !vd || !od || !ld) goto done;
+  if ((rc = attention_fwd64(&a, qd, kd, vd, od, ld))) goto done;
+  for (int64_t i = 0; i < B * Hq * S * D; i++) o[i] = (float)od[i];
+  for (int64_t i = 0; i < B * Hq * S; i++) lse[i] = (float)(a.base2 ? ld[i] * 1.4426950408889634 : ld[i]);
+  *ondim = 4;
+  memcpy(oshape, qs, sizeof qs);
+  rc = QC_OK;
+done:
+  free(qd); free(kd); free(vd); free(od); free(ld);
+  return rc;
+}
+
+const qc_class qc_class_attention = {
+    .name = "attention",
+    .summary = "scaled dot-product attention (causal, GQA) from the saved O and LSE, flash-attention style: d_q, d_k, d_v",
+    .shape_help = "[B, Hq, Hkv, S, D]: batch, query heads, kv heads, sequence, head_dim",
+    .keys = attention_keys,
+    .generate = attention_generate,
+    .production = attention_vjp,
+    .not_checked = "saved/out, saved/lse: the forward's saved results, not inputs (checked through the gradients they feed)",
+    .forward = attention_forward,
+    .fd_shape = "2,4,2,5,6",
+};

@@ -1,0 +1,105 @@
+/* reference/attention.c: the float64 VJP of scaled dot-product attention,
+ * from the math, with its own softmax.
+ *
+ * Query head h of batch b reads kv head h / (Hq / Hkv). For query i:
+ *   s_ij = c q_i.k_j over the visible keys (j <= i when causal, else all),
+ *   P_ij = exp(s_ij - max_j s) / sum_l exp(s_il - max_l s),
+ *   O_i  = sum_j P_ij v_j.
+ * The chain rule, with g = dO:
+ *   dL/dP_ij = g_i.v_j
+ *   dL/ds_ij = P_ij (dL/dP_ij - sum_l P_il dL/dP_il)   (the softmax Jacobian)
+ *   d_q_i = c sum_j dL/ds_ij k_j;  d_k_j += c dL/ds_ij q_i;  d_v_j += P_ij g_i
+ * summed over every query head of a kv head's group. The saved out and lse
+ * are required to be present and well-shaped (they belong to the module),
+ * but never read: the reference recomputes the softmax, so a wrongly saved
+ * O or LSE (base, scale, a stale forward) shows up as a gradient mismatch. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../module.h"
+#include "../qc.h"
+#include "ref_util.h"
+
+static int same4(const qc_tensor *a, const int64_t *s) {
+  return a->shape[0] == s[0] && a->shape[1] == s[1] && a->shape[2] == s[2] && a->shape[3] == s[3];
+}
+
+int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  const qc_tensor *qt, *kt, *vt, *ot, *lt;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "q", 4, 4, &qt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "k", 4, 4, &kt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "v", 4, 4, &vt))) return rc;
+  if ((rc = qc_module_need(m, "saved", "out", 4, 4, &ot))) return rc;
+  if ((rc = qc_module_need(m, "saved", "lse", 3, 3, &lt))) return rc;
+  const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
+  const int64_t kvs[4] = {B, Hkv, S, D};
+  if (!same4(kt, kvs) || Hkv < 1 || Hq % Hkv)
+    return qc_err("%s: 'inputs/k': expected [%lld, Hkv, %lld, %lld] with Hkv dividing the %lld query heads", m->path,
+                  (long long)B, (long long)S, (long long)D, (long long)Hq);
+  if (!same4(vt, kvs)) return qc_err("%s: 'inputs/v': expected the shape of 'inputs/k'", m->path);
+  if (!same4(ot, qt->shape)) return qc_err("%s: 'saved/out': expected the shape of 'inputs/q'", m->path);
+  if (lt->shape[0] != B || lt->shape[1] != Hq || lt->shape[2] != S)
+    return qc_err("%s: 'saved/lse': expected [%lld, %lld, %lld]", m->path, (long long)B, (long long)Hq, (long long)S);
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(qt), "the shape of inputs/q [B, Hq, S, D]"))) return rc;
+  const qc_contract *c = &m->contract;
+  const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
+  const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);
+  if (!(sc > 0) || !isfinite(sc)) return qc_err("%s: contract key 'softmax_scale' = %g: expected > 0", m->path, sc);
+  const char *base = qc_contract_str(c, "lse_base", "e");
+  if (strcmp(base, "e") != 0 && strcmp(base, "2") != 0)
+    return qc_err("%s: contract key 'lse_base' = '%s': expected e or 2", m->path, base);
+  const int64_t grp = Hq / Hkv;
+  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *dq, *dk, *dv;
+  rc = QC_ESYS;
+  if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
+      !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")))
+    goto done;
+  if (!(P = qc_malloc((size_t)S * sizeof *P, "reference softmax row")) ||
+      !(dP = qc_malloc((size_t)S * sizeof *dP, "reference dL/dP row")))
+    goto done;
+  if ((rc = qc_refu_out(grads, "d_q", 4, qt->shape, &dq))) goto done;
+  if ((rc = qc_refu_out(grads, "d_k", 4, kt->shape, &dk))) goto done;
+  if ((rc = qc_refu_out(grads, "d_v", 4, vt->shape, &dv))) goto done;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < Hq; h++) {
+      const double *q = Q + (b * Hq + h) * S * D, *g = G + (b * Hq + h) * S * D;
+      const double *k = K + (b * Hkv + h / grp) * S * D, *v = V + (b * Hkv + h / grp) * S * D;
+      double *gq = dq + (b * Hq + h) * S * D, *gk = dk + (b * Hkv + h / grp) * S * D, *gv = dv + (b * Hkv + h / grp) * S * D;
+      for (int64_t i = 0; i < S; i++) {
+        const int64_t n = causal ? i + 1 : S; /* keys 0..n-1 are visible */
+        double mx = -INFINITY, z = 0, pd = 0;
+        for (int64_t j = 0; j < n; j++) {
+          double s = 0;
+          for (int64_t d = 0; d < D; d++) s += q[i * D + d] * k[j * D + d];
+          P[j] = sc * s;
+          if (P[j] > mx) mx = P[j];
+        }
+        for (int64_t j = 0; j < n; j++) {
+          P[j] = exp(P[j] - mx);
+          z += P[j];
+        }
+        for (int64_t j = 0; j < n; j++) {
+          P[j] /= z;
+          double t = 0;
+          for (int64_t d = 0; d < D; d++) t += g[i * D + d] * v[j * D + d];
+          dP[j] = t;
+          pd += P[j] * t;
+        }
+        for (int64_t j = 0; j < n; j++) {
+          const double ds = P[j] * (dP[j] - pd);
+          for (int64_t d = 0; d < D; d++) {
+            gq[i * D + d] += sc * ds * k[j * D + d];
+            gk[j * D + d] += sc * ds * q[i * D + d];
+            gv[j * D + d] += P[j] * g[i * D + d];
+          }
+        }
+      }
+    }
+  rc = QC_OK;
+done:
+  free(Q); free(K); free(V); free(G); free(P); free(dP);
+  return rc;
+}
