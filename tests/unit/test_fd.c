@@ -55,6 +55,10 @@ static const fd_case cases[] = {
     {"router", "6,8,3", {"score=softmax", "normalize=yes", NULL}},
     {"router", "6,8,3", {"score=sigmoid", "normalize=yes", "route_scale=2.5", NULL}},
     {"router", "6,8,3", {"score=sqrt_softplus", "normalize=yes", NULL}},
+    {"moe", "5,6,4,4,2", {NULL}},
+    {"moe", "6,8,5,4,3", {"limit=1", NULL}},
+    {"moe", "6,8,5,4,3", {"limit=1", "at_limit=block", NULL}},
+    {"moe", "9,8,5,5,4", {"activation=relu2", NULL}},
 };
 
 Test(fd, agrees_with_every_reference) {
