@@ -4,13 +4,13 @@
 . "$(dirname "$0")/lib.inc"
 n=0
 for f in cases/rmsnorm.json cases/layernorm.json cases/rope*.json cases/swiglu*.json cases/relu2.json \
-         cases/gelu.json cases/logprob*.json cases/router*.json cases/attention*.json; do
+         cases/gelu.json cases/logprob*.json cases/router*.json cases/attention*.json cases/moe*.json; do
   n=$((n+1))
   expect_exit 0 "$f passes" "$QATCHECK" vjp --case "$f" --quiet --json "$T/r.json"
   "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["verdict"] == "pass" and r["checks"] else 1)' "$T/r.json" \
     || bad "$f: report verdict is not pass"
 done
-[ "$n" -ge 15 ] || bad "expected at least 15 class cases, found $n"
+[ "$n" -ge 17 ] || bad "expected at least 17 class cases, found $n"
 # bad input: a contract the class refuses exits 2 and writes no passing report
 while read -r cls shape contract needle; do
   cat >"$T/bad.json" <<J
@@ -32,5 +32,7 @@ attention [1,4,2,5,8] {"causal":"yes"} causal
 attention [1,4,2,5,8] {"softmax_scale":-1} softmax_scale
 attention [1,4,3,5,8] {} Hkv
 attention [1,4,2,5] {} B,
+moe [4,8,4,3,2] {"activation":"gelu"} activation
+moe [4,8,4,3,2] {"activation":"relu2","limit":7} limit
 EOF2
 finish

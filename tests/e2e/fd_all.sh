@@ -12,7 +12,7 @@ expect() { # expect RC ARGS...
 }
 classes=$("$Q" fd --help | sed -n 's/.*--module CLASS *the class; one of: *//p')
 [ -n "$classes" ] || { echo "FAIL: fd --help lists no classes"; exit 1; }
-for c in rmsnorm layernorm rope swiglu relu2 gelu logprob router attention; do
+for c in rmsnorm layernorm rope swiglu relu2 gelu logprob router attention moe; do
   case " $classes " in *" $c "*) ;; *) echo "FAIL: fd --help does not list $c"; fail=1 ;; esac
 done
 for c in $classes; do expect 0 fd --module "$c" --quiet; done
@@ -24,6 +24,8 @@ expect 0 fd --module router --set score=sqrt_softplus --set normalize=yes --dire
 expect 0 fd --module router --values special --set score=sigmoid --set normalize=yes --quiet
 expect 0 fd --module attention --shape 1,8,2,7,10 --set causal=false --set softmax_scale=0.3 --quiet
 expect 0 fd --module attention --shape 2,4,4,1,5 --quiet
+expect 0 fd --module moe --set activation=relu2 --shape 9,8,5,5,4 --quiet
+expect 0 fd --module moe --set limit=1 --set at_limit=block --shape 6,8,5,4,3 --seed 3 --quiet
 # a disagreement exits 1: a zero RMSNorm row (special values) bends on the
 # scale of sqrt(eps) = 1e-3 = h, which 4-point differences cannot follow
 expect 1 fd --module rmsnorm --values special --quiet
@@ -38,6 +40,9 @@ expect 2 fd --module rope --set layout=diagonal
 expect 2 fd --module rope --set rotary_dim=5
 expect 2 fd --module logprob --set vocab_shards=3
 expect 2 fd --module router --shape 4,3,5
+expect 2 fd --module moe --shape 4,8,4
+expect 2 fd --module moe --set activation=gelu
+expect 2 fd --module moe --set activation=relu2 --set limit=7
 expect 2 fd --module gelu --bogus
 expect 2 fd --module attention --shape 1,4,3,5,8
 expect 2 fd --module attention --set lse_base=ten

@@ -57,6 +57,10 @@ static const fd_case cases[] = {
     {"router", "6,8,3", {"score=sqrt_softplus", "normalize=yes", NULL}},
     {"attention", "2,4,2,5,6", {NULL}},
     {"attention", "1,8,2,7,9", {"causal=false", "softmax_scale=0.3", NULL}},
+    {"moe", "5,6,4,4,2", {NULL}},
+    {"moe", "6,8,5,4,3", {"limit=1", NULL}},
+    {"moe", "6,8,5,4,3", {"limit=1", "at_limit=block", NULL}},
+    {"moe", "9,8,5,5,4", {"activation=relu2", NULL}},
 };
 
 Test(fd, agrees_with_every_reference) {

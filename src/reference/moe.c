@@ -1,0 +1,144 @@
+/* reference/moe.c: float64 VJP of routed experts with fixed top-k ids, from
+ * the definition, token by token and slot by slot (no sort, no grouping).
+ *
+ * For token t and slot j, e = ids[t, j] (fixed; not differentiated):
+ *   h = W1_e x_t  (W1_e = w1[e], [2F, H] swiglu or [F, H] relu2)
+ *   a = act(h),   y = W2_e a  (W2_e = w2[e], [H, F]),  out_t = sum_j w_tj y
+ * so, with dy_t = dL/dout_t:
+ *   dL/dw_tj  = <dy_t, y>
+ *   dL/da     = w_tj W2_e^T dy_t,            dL/dW2_e += w_tj dy_t a^T
+ *   dL/dh     = act'(h) * dL/da
+ *   dL/dW1_e += dL/dh x_t^T,                 dL/dx_t  += W1_e^T dL/dh
+ * act: relu2 a = max(h, 0)^2, a' = 2 max(h, 0); swiglu a_f = silu(g') u' with
+ * g = h_f, u = h_{F+f}, g' = min(g, L), u' = clamp(u, -L, L) (L = 0: no
+ * clamp), d/dg = u' silu'(g') [g inside], d/du = silu(g') [u inside],
+ * silu'(z) = sigma(z) (1 + z (1 - sigma(z))); at exactly +-L the clamp's
+ * derivative is 1 under at_limit = pass, 0 under block. Every sum over a
+ * token's slots accumulates, so a token routed twice to one expert counts
+ * twice; an expert nobody selects gets zero gradients. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../module.h"
+#include "../qc.h"
+#include "ref_util.h"
+
+static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
+
+int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  const qc_tensor *xt, *w1t, *w2t, *it, *wtt;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 2, 2, &xt))) return rc;
+  if ((rc = qc_module_need(m, "params", "w1", 3, 3, &w1t))) return rc;
+  if ((rc = qc_module_need(m, "params", "w2", 3, 3, &w2t))) return rc;
+  if ((rc = qc_module_need(m, "saved", "topk_ids", 2, 2, &it))) return rc;
+  const char *role = qc_tset_get(&m->inputs, "topk_weights") ? "inputs" : "saved";
+  if ((rc = qc_module_need(m, role, "topk_weights", 1, QC_MAXDIM, &wtt))) return rc;
+  const char *act = qc_contract_str(&m->contract, "activation", "swiglu");
+  const int relu2 = strcmp(act, "relu2") == 0;
+  if (!relu2 && strcmp(act, "swiglu") != 0) return qc_err("%s: contract key 'activation' = '%s': expected swiglu or relu2", m->path, act);
+  const double L = qc_contract_num(&m->contract, "limit", 0);
+  const int pass = strcmp(qc_contract_str(&m->contract, "at_limit", "pass"), "pass") == 0;
+  if (!(L >= 0)) return qc_err("%s: contract key 'limit' = %g: expected >= 0", m->path, L);
+  if (L > 0 && relu2) return qc_err("%s: contract key 'limit' = %g: only activation swiglu has a clamp", m->path, L);
+  const int64_t T = xt->shape[0], H = xt->shape[1], E = w2t->shape[0], F = w2t->shape[2], k = it->shape[1];
+  const int64_t R = relu2 ? F : 2 * F;
+  if (w2t->shape[1] != H || F < 1 || E < 1) return qc_err("%s: 'params/w2': expected [E, H, F] with H = %lld", m->path, (long long)H);
+  if (w1t->shape[0] != E || w1t->shape[1] != R || w1t->shape[2] != H)
+    return qc_err("%s: 'params/w1' is [%lld, %lld, %lld]: expected [%lld, %lld, %lld] for activation %s", m->path,
+                  (long long)w1t->shape[0], (long long)w1t->shape[1], (long long)w1t->shape[2], (long long)E, (long long)R,
+                  (long long)H, act);
+  if (it->shape[0] != T) return qc_err("%s: 'saved/topk_ids': expected [%lld, k]", m->path, (long long)T);
+  if (wtt->ndim != 2 || wtt->shape[0] != T || wtt->shape[1] != k)
+    return qc_err("%s: '%s/topk_weights': expected [T, k] = [%lld, %lld]", m->path, role, (long long)T, (long long)k);
+  if ((rc = qc_module_check_dy(m, dy, T * H, "the shape of inputs/x [T, H]"))) return rc;
+  int64_t *id = NULL;
+  double *X = NULL, *W1 = NULL, *W2 = NULL, *Wt = NULL, *G = NULL, *h = NULL, *a = NULL, *ga = NULL, *gh = NULL;
+  double *dx, *dw1, *dw2, *dwt;
+  if ((rc = qc_refu_ids(m, it, "saved/topk_ids", &id))) return rc;
+  for (int64_t i = 0; i < T * k; i++)
+    if (id[i] < 0 || id[i] >= E) {
+      rc = qc_err("%s: 'saved/topk_ids'[%lld, %lld] = %lld: expected 0..%lld", m->path, (long long)(i / k), (long long)(i % k),
+                  (long long)id[i], (long long)(E - 1));
+      goto done;
+    }
+  rc = QC_ESYS;
+  if (!(X = qc_refu_load(xt, "reference moe x")) || !(W1 = qc_refu_load(w1t, "reference moe w1")) ||
+      !(W2 = qc_refu_load(w2t, "reference moe w2")) || !(Wt = qc_refu_load(wtt, "reference moe topk_weights")) ||
+      !(G = qc_refu_load(dy, "reference moe dY")))
+    goto done;
+  if (!(h = qc_malloc((size_t)R * sizeof *h, "reference h")) || !(a = qc_malloc((size_t)F * sizeof *a, "reference a")) ||
+      !(ga = qc_malloc((size_t)F * sizeof *ga, "reference dL/da")) || !(gh = qc_malloc((size_t)R * sizeof *gh, "reference dL/dh")))
+    goto done;
+  int64_t ws[2] = {T, k};
+  if ((rc = qc_refu_out(grads, "d_x", 2, xt->shape, &dx)) || (rc = qc_refu_out(grads, "d_w1", 3, w1t->shape, &dw1)) ||
+      (rc = qc_refu_out(grads, "d_w2", 3, w2t->shape, &dw2)) || (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
+    goto done;
+  for (int64_t t = 0; t < T; t++) {
+    const double *xr = X + t * H, *g = G + t * H;
+    for (int64_t j = 0; j < k; j++) {
+      const int64_t e = id[t * k + j];
+      const double w = Wt[t * k + j], *A1 = W1 + e * R * H, *A2 = W2 + e * H * F;
+      double *D1 = dw1 + e * R * H, *D2 = dw2 + e * H * F;
+      for (int64_t r = 0; r < R; r++) {
+        double s = 0;
+        for (int64_t c = 0; c < H; c++) s += A1[r * H + c] * xr[c];
+        h[r] = s;
+      }
+      for (int64_t f = 0; f < F; f++) {
+        if (relu2) {
+          a[f] = h[f] > 0 ? h[f] * h[f] : 0.0;
+        } else {
+          double z = h[f], u = h[F + f];
+          if (L > 0) {
+            z = z > L ? L : z;
+            u = u > L ? L : (u < -L ? -L : u);
+          }
+          a[f] = z * sigma(z) * u;
+        }
+      }
+      /* dL/dw = <dy_t, W2_e a>;  dL/da = w W2_e^T dy_t;  dW2_e += w dy_t a^T */
+      double dot = 0;
+      for (int64_t f = 0; f < F; f++) ga[f] = 0;
+      for (int64_t c = 0; c < H; c++) {
+        double yc = 0;
+        for (int64_t f = 0; f < F; f++) {
+          yc += A2[c * F + f] * a[f];
+          ga[f] += w * g[c] * A2[c * F + f];
+          D2[c * F + f] += w * g[c] * a[f];
+        }
+        dot += g[c] * yc;
+      }
+      dwt[t * k + j] = dot;
+      /* dL/dh */
+      for (int64_t f = 0; f < F; f++) {
+        if (relu2) {
+          gh[f] = h[f] > 0 ? ga[f] * 2.0 * h[f] : 0.0;
+        } else {
+          double z = h[f], u = h[F + f], dz = 1.0, du = 1.0;
+          if (L > 0) {
+            if (z > L || (z == L && !pass)) dz = 0.0;
+            if (fabs(u) > L || (fabs(u) == L && !pass)) du = 0.0;
+            z = z > L ? L : z;
+            u = u > L ? L : (u < -L ? -L : u);
+          }
+          const double sg = sigma(z);
+          gh[f] = dz == 0.0 ? 0.0 : ga[f] * u * (sg + z * sg * (1.0 - sg));
+          gh[F + f] = du == 0.0 ? 0.0 : ga[f] * z * sg;
+        }
+      }
+      /* dW1_e += dL/dh x_t^T;  d_x_t += W1_e^T dL/dh */
+      for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < H; c++) {
+          D1[r * H + c] += gh[r] * xr[c];
+          dx[t * H + c] += A1[r * H + c] * gh[r];
+        }
+    }
+  }
+  rc = QC_OK;
+done:
+  free(id); free(X); free(W1); free(W2); free(Wt); free(G); free(h); free(a); free(ga); free(gh);
+  return rc;
+}

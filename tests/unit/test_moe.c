@@ -1,0 +1,231 @@
+/* test_moe.c: the builtin routed-experts VJP against the float64 reference
+ * (swiglu with and without the clamp, relu2; an empty expert, repeated
+ * routing, tied weights), what the generator plants, planted defects (a
+ * wrong inverse permutation, repeated-token contributions overwritten, no
+ * d_topk_weights, relu's derivative under relu2), and bad input. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "class_harness.h"
+#include "fd.h"
+#include "qc.h"
+
+/* The unit tests' dY is float32 N(0,1), which the production rounds to bf16
+ * (one more operand rounding than the shipped cases, whose dY is bf16): 3
+ * operands at u/sqrt(3) each, sqrt(3) x 2.26e-3 = 3.9e-3 rms, with margin 3
+ * as the cases' d_topk_weights: each of its elements is one length-H dot
+ * with random-signed dY (cancellation), and small shapes have few of them
+ * (measured up to 8.9e-3 at [5, 64, 32, 3, 3]: 15 elements). The planted
+ * defects below are off by 0.1 or more. */
+#define MOE_TOL 1.2e-2
+
+Test(moe, builtin_matches_reference) {
+  const char *shapes[] = {"1,64,32,16,8", "37,96,48,9,4", "5,64,32,3,3", "64,128,40,6,2"};
+  const char *sw[] = {NULL};
+  const char *swc[] = {"limit=7", NULL};
+  const char *swb[] = {"limit=2", "at_limit=block", NULL};
+  const char *r2[] = {"activation=relu2", NULL};
+  const char *const *sets[] = {sw, swc, swb, r2};
+  h_sweep("moe", shapes, 4, sets, 4, 301, MOE_TOL, MOE_TOL);
+}
+
+/* The generator plants an empty expert (E-1), repeated routing (tokens 1, 5,
+ * ...: slot 1 = slot 0) and tied weights (token 0: 1/k each). */
+Test(moe, generator_plants_empty_expert_repeats_and_ties) {
+  h_inst in;
+  h_make(&in, "moe", "9,16,8,5,3", 7, "normal", NULL);
+  const int64_t *id = qc_tset_get(&in.m.saved, "topk_ids")->data;
+  const float *w = qc_tset_get(&in.m.inputs, "topk_weights")->data;
+  for (int i = 0; i < 9 * 3; i++) cr_expect(id[i] >= 0 && id[i] < 4, "id %lld in 0..3 (expert 4 empty)", (long long)id[i]);
+  cr_expect_eq(id[3], id[4], "token 1 routed twice to one expert");
+  cr_expect_eq(id[15], id[16], "token 5 routed twice to one expert");
+  cr_expect(w[0] == w[1] && w[1] == w[2], "token 0 has tied weights");
+  double s = w[3] + w[4] + w[5];
+  cr_expect(fabs(s - 1) < 1e-6, "token 1's weights are softmax-normalized (sum %g)", s);
+  /* the empty expert's gradients are exactly zero in both implementations */
+  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_tset a = {0}, b = {0};
+  cr_assert_eq(in.row->reference(&ctx, &in.m, &in.dy, &a), QC_OK);
+  cr_assert_eq(in.row->cls->production(&ctx, &in.m, &in.dy, &b), QC_OK);
+  const double *ra = qc_tset_get(&a, "d_w1")->data;
+  const float *pb = qc_tset_get(&b, "d_w1")->data;
+  const int64_t per = 16 * 16;
+  for (int64_t i = 4 * per; i < 5 * per; i++) cr_expect(ra[i] == 0 && pb[i] == 0);
+  qc_tset_free(&a);
+  qc_tset_free(&b);
+  h_free(&in);
+}
+
+enum { D_NONE, D_WRONG_INVERSE, D_OVERWRITE, D_NO_DWT, D_RELU_DERIV };
+
+/* A second implementation of the production pipeline (sort by expert, per
+ * expert products, restore), in float64 loops, with one defect planted. */
+static int moe_variant(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int defect) {
+  const qc_tensor *xt = qc_tset_get(&m->inputs, "x"), *w1t = qc_tset_get(&m->params, "w1"),
+                  *w2t = qc_tset_get(&m->params, "w2"), *it = qc_tset_get(&m->saved, "topk_ids"),
+                  *wtt = qc_tset_get(&m->inputs, "topk_weights");
+  const int relu2 = strcmp(qc_contract_str(&m->contract, "activation", "swiglu"), "relu2") == 0;
+  const int64_t T = xt->shape[0], H = xt->shape[1], E = w2t->shape[0], F = w2t->shape[2], k = it->shape[1];
+  const int64_t R = relu2 ? F : 2 * F, N = T * k;
+  const int64_t *id = it->data;
+  double *x = h_f64(xt), *w1 = h_f64(w1t), *w2 = h_f64(w2t), *wt = h_f64(wtt), *g = h_f64(dy);
+  double *dx = calloc((size_t)(T * H), sizeof *dx), *dw1 = calloc((size_t)(E * R * H), sizeof *dw1);
+  double *dw2 = calloc((size_t)(E * H * F), sizeof *dw2), *dwt = calloc((size_t)N, sizeof *dwt);
+  double *h = malloc((size_t)R * sizeof *h), *a = malloc((size_t)F * sizeof *a), *da = malloc((size_t)F * sizeof *da);
+  double *dh = malloc((size_t)R * sizeof *dh), *tmp = calloc((size_t)(T * H), sizeof *tmp);
+  int64_t *perm = malloc((size_t)N * sizeof *perm), *inv = malloc((size_t)N * sizeof *inv), r = 0;
+  char *touched = calloc((size_t)T, 1);
+  for (int64_t e = 0; e < E; e++)
+    for (int64_t s = 0; s < N; s++)
+      if (id[s] == e) perm[r++] = s;
+  for (int64_t i = 0; i < N; i++) inv[perm[i]] = i;
+  for (int64_t row = 0; row < N; row++) {
+    const int64_t s = perm[row], t = s / k, e = id[s];
+    /* the restore target: the token of this sorted row */
+    const int64_t dst = defect == D_WRONG_INVERSE ? inv[row] / k : t;
+    for (int64_t q = 0; q < R; q++) {
+      h[q] = 0;
+      for (int64_t c = 0; c < H; c++) h[q] += w1[(e * R + q) * H + c] * x[t * H + c];
+    }
+    for (int64_t f = 0; f < F; f++) {
+      double gg = h[f], u = relu2 ? 0 : h[F + f], sg = 1 / (1 + exp(-gg));
+      a[f] = relu2 ? (gg > 0 ? gg * gg : 0) : gg * sg * u;
+    }
+    for (int64_t f = 0; f < F; f++) da[f] = 0;
+    for (int64_t c = 0; c < H; c++) {
+      double y = 0;
+      for (int64_t f = 0; f < F; f++) {
+        y += w2[(e * H + c) * F + f] * a[f];
+        da[f] += wt[s] * g[t * H + c] * w2[(e * H + c) * F + f];
+        dw2[(e * H + c) * F + f] += wt[s] * g[t * H + c] * a[f];
+      }
+      dwt[s] += g[t * H + c] * y;
+    }
+    for (int64_t f = 0; f < F; f++) {
+      if (relu2) {
+        dh[f] = h[f] > 0 ? da[f] * (defect == D_RELU_DERIV ? 1.0 : 2.0 * h[f]) : 0.0;
+      } else {
+        double gg = h[f], u = h[F + f], sg = 1 / (1 + exp(-gg));
+        dh[f] = da[f] * u * sg * (1 + gg * (1 - sg));
+        dh[F + f] = da[f] * gg * sg;
+      }
+    }
+    for (int64_t q = 0; q < R; q++)
+      for (int64_t c = 0; c < H; c++) dw1[(e * R + q) * H + c] += dh[q] * x[t * H + c];
+    /* per-expert scatter buffer, flushed into d_x when the expert's group ends */
+    for (int64_t c = 0; c < H; c++) {
+      double v = 0;
+      for (int64_t q = 0; q < R; q++) v += w1[(e * R + q) * H + c] * dh[q];
+      if (defect == D_OVERWRITE) tmp[dst * H + c] = v; /* the same token twice in one expert: the first is lost */
+      else tmp[dst * H + c] += v;
+    }
+    touched[dst] = 1;
+    if (row + 1 == N || id[perm[row + 1]] != e)
+      for (int64_t tt = 0; tt < T; tt++) {
+        if (!touched[tt]) continue;
+        for (int64_t c = 0; c < H; c++) dx[tt * H + c] += tmp[tt * H + c], tmp[tt * H + c] = 0;
+        touched[tt] = 0;
+      }
+  }
+  int64_t ws[2] = {T, k};
+  qc_tensor td = {0}, t1 = {0}, t2 = {0}, tw = {0};
+  cr_assert_eq(qc_tensor_alloc(&td, "d_x", QC_F32, 2, xt->shape), QC_OK);
+  cr_assert_eq(qc_tensor_alloc(&t1, "d_w1", QC_F32, 3, w1t->shape), QC_OK);
+  cr_assert_eq(qc_tensor_alloc(&t2, "d_w2", QC_F32, 3, w2t->shape), QC_OK);
+  cr_assert_eq(qc_tensor_alloc(&tw, "d_topk_weights", QC_F32, 2, ws), QC_OK);
+  cr_assert_eq(qc_tset_add(grads, &td), QC_OK);
+  cr_assert_eq(qc_tset_add(grads, &t1), QC_OK);
+  cr_assert_eq(qc_tset_add(grads, &t2), QC_OK);
+  if (defect != D_NO_DWT) cr_assert_eq(qc_tset_add(grads, &tw), QC_OK);
+  else qc_tensor_free(&tw);
+  h_set(grads, "d_x", dx, T * H);
+  h_set(grads, "d_w1", dw1, E * R * H);
+  h_set(grads, "d_w2", dw2, E * H * F);
+  if (defect != D_NO_DWT) h_set(grads, "d_topk_weights", dwt, N);
+  free(x); free(w1); free(w2); free(wt); free(g); free(dx); free(dw1); free(dw2); free(dwt);
+  free(h); free(a); free(da); free(dh); free(tmp); free(perm); free(inv); free(touched);
+  return QC_OK;
+}
+
+/* The defect's worst rel_l2, logged (--verbose), then the expected failure. */
+static void expect_fail_logged(h_inst *in, qc_vjp_fn cand, const char *what, const char *tensor) {
+  char fail[256];
+  double worst;
+  h_compare(in, cand, MOE_TOL, fail, sizeof fail, &worst);
+  cr_log_info("moe defect %-16s fails on %-24s worst rel_l2 %.3g (tol %.3g)", what, fail, worst, MOE_TOL);
+  h_expect_fail(in, cand, MOE_TOL, tensor);
+}
+
+#define VARIANT(name, d) \
+  static int name(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) { \
+    (void)ctx; \
+    return moe_variant(m, dy, grads, d); \
+  }
+VARIANT(moe_correct, D_NONE)
+VARIANT(moe_wrong_inverse, D_WRONG_INVERSE)
+VARIANT(moe_overwrite, D_OVERWRITE)
+VARIANT(moe_no_dwt, D_NO_DWT)
+VARIANT(moe_relu_deriv, D_RELU_DERIV)
+
+Test(moe, planted_defects_fail_naming_tensor) {
+  const char *sw[] = {NULL};
+  const char *r2[] = {"activation=relu2", NULL};
+  h_inst in;
+  h_make(&in, "moe", "37,48,24,9,4", 41, "normal", sw);
+  h_expect_pass(&in, MOE_TOL);
+  /* the defect-free variant passes: each failure below is its defect's */
+  char fail[256];
+  double worst;
+  cr_expect_eq(h_compare(&in, moe_correct, 1e-6, fail, sizeof fail, &worst), 1, "correct variant fails on %s (%g)", fail, worst);
+  expect_fail_logged(&in, moe_wrong_inverse, "wrong_inverse", "d_x");
+  expect_fail_logged(&in, moe_overwrite, "overwrite", "d_x");
+  expect_fail_logged(&in, moe_no_dwt, "no_dwt", "missing d_topk_weights");
+  h_free(&in);
+  h_make(&in, "moe", "37,48,24,9,4", 42, "normal", r2);
+  h_expect_pass(&in, MOE_TOL);
+  cr_expect_eq(h_compare(&in, moe_correct, 1e-6, fail, sizeof fail, &worst), 1, "correct relu2 variant fails on %s (%g)", fail, worst);
+  expect_fail_logged(&in, moe_relu_deriv, "relu_deriv", "d_x");
+  expect_fail_logged(&in, moe_wrong_inverse, "wrong_inverse", "d_x");
+  h_free(&in);
+}
+
+/* Without repeated routing the overwrite defect is invisible: it is the
+ * repeated (token, expert) pairs that catch it. */
+Test(moe, overwrite_defect_needs_repeats) {
+  h_inst in;
+  h_make(&in, "moe", "1,32,16,6,3", 5, "normal", NULL); /* T = 1: token 0 only, no repeat */
+  char fail[256];
+  double worst;
+  cr_expect_eq(h_compare(&in, moe_overwrite, 1e-6, fail, sizeof fail, &worst), 1, "%s %g", fail, worst);
+  h_free(&in);
+}
+
+Test(moe, bad_input_is_refused) {
+  h_inst in;
+  h_make(&in, "moe", "6,8,4,5,2", 1, "normal", NULL);
+  int64_t *id = qc_tset_get_mut(&in.m.saved, "topk_ids")->data, keep = id[3];
+  id[3] = 5; /* out of range */
+  h_expect_refused(&in, "topk_ids");
+  id[3] = -1;
+  h_expect_refused(&in, "topk_ids");
+  id[3] = keep;
+  /* w1 [E, 2F, H] under a relu2 contract (which needs [E, F, H]) */
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "activation=relu2"), QC_OK);
+  h_expect_refused(&in, "w1");
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "activation=swiglu"), QC_OK);
+  /* weights [T*k, 1] instead of [T, k] */
+  qc_tensor *w = qc_tset_get_mut(&in.m.inputs, "topk_weights");
+  w->shape[0] = 12;
+  w->shape[1] = 1;
+  h_expect_refused(&in, "topk_weights");
+  w->shape[0] = 6;
+  w->shape[1] = 2;
+  /* a clamp under relu2 */
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "limit=7"), QC_OK);
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "activation=relu2"), QC_OK);
+  h_expect_refused(&in, "limit");
+  h_free(&in);
+}
