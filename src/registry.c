@@ -27,6 +27,8 @@ extern const qc_class qc_class_attention;
 int qc_ref_attention(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
 extern const qc_class qc_class_moe;
 int qc_ref_moe(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_ssd;
+int qc_ref_ssd(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
 
 static const qc_registry_row g_rows[] = {
     {&qc_class_linear, qc_ref_linear},
@@ -40,6 +42,7 @@ static const qc_registry_row g_rows[] = {
     {&qc_class_router, qc_ref_router},
     {&qc_class_attention, qc_ref_attention},
     {&qc_class_moe, qc_ref_moe},
+    {&qc_class_ssd, qc_ref_ssd},
 };
 
 const qc_registry_row *qc_registry_rows(int *n) {

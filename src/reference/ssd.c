@@ -1,0 +1,138 @@
+/* reference/ssd.c: the float64 VJP of the Mamba-2 SSD scan (one group, no D,
+ * no gate), from the sequential recurrence, no chunking.
+ *
+ * Per batch b and head h, state h_t [P, N], g_t = exp(dt_t A):
+ *   h_0 = initial_state (contract initial_state = true) or 0
+ *   h_t = g_t h_{t-1} + dt_t x_t (x) B_t,     y_t = h_t C_t
+ * Reverse mode with the adjoint state G_t = dL/dh_t, t = L..1:
+ *   G_t = dy_t (x) C_t + g_{t+1} G_{t+1}       (G_{L+1} = 0)
+ *   d_C_t  += h_t^T dy_t                        (summed over heads)
+ *   d_x_t   = dt_t G_t B_t
+ *   d_B_t  += dt_t G_t^T x_t                    (summed over heads)
+ *   e_t     = g_t <G_t, h_{t-1}>                (dL/d(dt_t A))
+ *   d_dt_t  = A e_t + x_t . (G_t B_t)
+ *   d_A    += dt_t e_t
+ *   d_initial_state = g_1 G_1
+ * Every h_t of a (b, h) is kept from the forward sweep. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../module.h"
+#include "../qc.h"
+#include "ref_util.h"
+
+int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  const qc_tensor *xt, *dtt, *at, *bt, *ct, *h0t = NULL;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 4, 4, &xt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "dt", 3, 3, &dtt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "A", 1, 1, &at))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "Bm", 3, 3, &bt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "Cm", 3, 3, &ct))) return rc;
+  const int64_t Bt = xt->shape[0], L = xt->shape[1], H = xt->shape[2], P = xt->shape[3], N = bt->shape[2];
+  if (dtt->shape[0] != Bt || dtt->shape[1] != L || dtt->shape[2] != H)
+    return qc_err("%s: 'inputs/dt': expected [B, L, H] = [%lld, %lld, %lld]", m->path, (long long)Bt, (long long)L,
+                  (long long)H);
+  if (at->shape[0] != H) return qc_err("%s: 'inputs/A': expected [H] = [%lld]", m->path, (long long)H);
+  if (bt->shape[0] != Bt || bt->shape[1] != L)
+    return qc_err("%s: 'inputs/Bm': expected [B, L, N] with B = %lld, L = %lld", m->path, (long long)Bt, (long long)L);
+  if (ct->shape[0] != Bt || ct->shape[1] != L || ct->shape[2] != N)
+    return qc_err("%s: 'inputs/Cm': expected the shape of 'inputs/Bm' [%lld, %lld, %lld]", m->path, (long long)Bt,
+                  (long long)L, (long long)N);
+  const int init = strcmp(qc_contract_str(&m->contract, "initial_state", "false"), "true") == 0;
+  if (init) {
+    if ((rc = qc_module_need(m, "inputs", "initial_state", 4, 4, &h0t))) return rc;
+    if (h0t->shape[0] != Bt || h0t->shape[1] != H || h0t->shape[2] != P || h0t->shape[3] != N)
+      return qc_err("%s: 'inputs/initial_state': expected [B, H, P, N] = [%lld, %lld, %lld, %lld]", m->path, (long long)Bt,
+                    (long long)H, (long long)P, (long long)N);
+  }
+  const double cs = qc_contract_num(&m->contract, "chunk_size", 64); /* the production's blocking; no effect here */
+  if (!(cs >= 1) || cs != floor(cs)) return qc_err("%s: contract key 'chunk_size' = %g: expected a whole number >= 1", m->path, cs);
+  if ((rc = qc_module_check_dy(m, dy, Bt * L * H * P, "the shape of inputs/x [B, L, H, P]"))) return rc;
+  const int64_t PN = P * N;
+  double *X = NULL, *DT = NULL, *AA = NULL, *BB = NULL, *CC = NULL, *H0 = NULL, *G = NULL, *hs = NULL, *adj = NULL;
+  double *dx, *ddt, *dA, *dB, *dC, *dh0 = NULL;
+  rc = QC_ESYS;
+  if (!(X = qc_refu_load(xt, "reference ssd x")) || !(DT = qc_refu_load(dtt, "reference ssd dt")) ||
+      !(AA = qc_refu_load(at, "reference ssd A")) || !(BB = qc_refu_load(bt, "reference ssd Bm")) ||
+      !(CC = qc_refu_load(ct, "reference ssd Cm")) || !(G = qc_refu_load(dy, "reference ssd dY")) ||
+      (init && !(H0 = qc_refu_load(h0t, "reference ssd initial_state"))))
+    goto done;
+  for (int64_t h = 0; h < H; h++)
+    if (!(AA[h] <= 0) || !isfinite(AA[h])) {
+      rc = qc_err("%s: dataset 'inputs/A' element %lld = %g: expected a finite value <= 0", m->path, (long long)h, AA[h]);
+      goto done;
+    }
+  for (int64_t i = 0; i < Bt * L * H; i++)
+    if (!(DT[i] >= 0) || !isfinite(DT[i])) {
+      rc = qc_err("%s: dataset 'inputs/dt' element %lld = %g: expected a finite value >= 0", m->path, (long long)i, DT[i]);
+      goto done;
+    }
+  rc = QC_ESYS;
+  if (!(hs = qc_malloc((size_t)((L + 1) * PN) * sizeof *hs, "reference ssd states")) ||
+      !(adj = qc_malloc((size_t)PN * sizeof *adj, "reference ssd adjoint state")))
+    goto done;
+  if ((rc = qc_refu_out(grads, "d_x", 4, xt->shape, &dx))) goto done;
+  if ((rc = qc_refu_out(grads, "d_dt", 3, dtt->shape, &ddt))) goto done;
+  if ((rc = qc_refu_out(grads, "d_A", 1, at->shape, &dA))) goto done;
+  if ((rc = qc_refu_out(grads, "d_Bm", 3, bt->shape, &dB))) goto done;
+  if ((rc = qc_refu_out(grads, "d_Cm", 3, ct->shape, &dC))) goto done;
+  if (init && (rc = qc_refu_out(grads, "d_initial_state", 4, h0t->shape, &dh0))) goto done;
+  for (int64_t b = 0; b < Bt; b++)
+    for (int64_t h = 0; h < H; h++) {
+      /* forward sweep: hs[t] = h_t, t = 0..L */
+      for (int64_t e = 0; e < PN; e++) hs[e] = init ? H0[(b * H + h) * PN + e] : 0.0;
+      for (int64_t t = 1; t <= L; t++) {
+        const int64_t r = (b * L + t - 1) * H + h;
+        const double g = exp(DT[r] * AA[h]);
+        const double *xr = X + r * P, *br = BB + (b * L + t - 1) * N;
+        const double *prev = hs + (t - 1) * PN;
+        double *cur = hs + t * PN;
+        for (int64_t p = 0; p < P; p++)
+          for (int64_t n = 0; n < N; n++) cur[p * N + n] = g * prev[p * N + n] + DT[r] * xr[p] * br[n];
+      }
+      /* reverse sweep with the adjoint state */
+      memset(adj, 0, (size_t)PN * sizeof *adj);
+      for (int64_t t = L; t >= 1; t--) {
+        const int64_t r = (b * L + t - 1) * H + h;
+        const double *xr = X + r * P, *br = BB + (b * L + t - 1) * N, *cr = CC + (b * L + t - 1) * N, *gr = G + r * P;
+        const double *ht = hs + t * PN, *hp = hs + (t - 1) * PN;
+        /* adj currently holds g_{t+1} G_{t+1}; add the read-out y_t = h_t C_t */
+        for (int64_t p = 0; p < P; p++)
+          for (int64_t n = 0; n < N; n++) adj[p * N + n] += gr[p] * cr[n];
+        for (int64_t n = 0; n < N; n++) {
+          double s = 0;
+          for (int64_t p = 0; p < P; p++) s += ht[p * N + n] * gr[p];
+          dC[(b * L + t - 1) * N + n] += s;
+        }
+        const double g = exp(DT[r] * AA[h]);
+        double e = 0, xg = 0;
+        for (int64_t p = 0; p < P; p++) {
+          double gb = 0;
+          for (int64_t n = 0; n < N; n++) {
+            gb += adj[p * N + n] * br[n];
+            e += adj[p * N + n] * hp[p * N + n];
+          }
+          dx[r * P + p] = DT[r] * gb;
+          xg += xr[p] * gb;
+        }
+        for (int64_t n = 0; n < N; n++) {
+          double s = 0;
+          for (int64_t p = 0; p < P; p++) s += adj[p * N + n] * xr[p];
+          dB[(b * L + t - 1) * N + n] += DT[r] * s;
+        }
+        e *= g;
+        ddt[r] = AA[h] * e + xg;
+        dA[h] += DT[r] * e;
+        for (int64_t i = 0; i < PN; i++) adj[i] *= g; /* now g_t G_t: dL/dh_{t-1} from step t */
+      }
+      if (dh0)
+        for (int64_t i = 0; i < PN; i++) dh0[(b * H + h) * PN + i] = adj[i];
+    }
+  rc = QC_OK;
+done:
+  free(X); free(DT); free(AA); free(BB); free(CC); free(H0); free(G); free(hs); free(adj);
+  return rc;
+}
