@@ -1,0 +1,201 @@
+/* test_ssd.c: the builtin SSD VJP (chunked, float32) against the float64
+ * reference (the sequential recurrence and its reverse scan): L = 1, L not a
+ * multiple of the chunk, several chunk sizes, an initial state, a very long
+ * decay and near-resets; planted defects in the chunked VJP (the chunk
+ * boundary state not passed, the decay of the wrong time step, d_A without
+ * its within-chunk term, d_dt without its x (x) B term); fd; bad input. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "class_harness.h"
+#include "fd.h"
+#include "qc.h"
+
+#define SSD_TOL 1.66e-6        /* cases/ssd.json d_x, d_Bm, d_Cm, d_initial_state (d_dt, d_A: 6.61e-6) */
+#define SSD_TOL_DT 6.61e-6     /* cases/ssd.json d_dt, d_A */
+#define SSD_TOL_HEAVY 6.61e-6  /* heavy_tail (x, Bm, Cm up to 20x) and special (near-resets, 1e-4 decay) */
+
+/* src/modules/ssd.c: the production VJP with a planted defect switched on */
+int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect);
+enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4 };
+
+Test(ssd, builtin_matches_reference) {
+  const char *shapes[] = {"1,1,2,8,16", "2,63,3,16,32", "1,200,2,8,16", "2,37,3,5,7"};
+  const char *dflt[] = {NULL};
+  const char *init[] = {"initial_state=true", NULL};
+  const char *c16[] = {"chunk_size=16", NULL};
+  const char *c7[] = {"chunk_size=7", "initial_state=true", NULL};
+  const char *const *sets[] = {dflt, init, c16, c7};
+  h_sweep("ssd", shapes, 4, sets, 4, 501, SSD_TOL_DT, SSD_TOL_HEAVY);
+}
+
+static int d_ok(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_OK);
+}
+static int d_no_pass(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_NO_STATE_PASS);
+}
+static int d_off_by_one(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_DECAY_OFF_BY_ONE);
+}
+static int d_da_no_intra(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_DA_NO_INTRA);
+}
+static int d_ddt_no_xb(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_DDT_NO_XB);
+}
+
+/* h_expect_fail, logging the worst rel_l2 the defect reached */
+static void expect_fail(h_inst *in, qc_vjp_fn cand, const char *what, const char *tensor) {
+  char fail[256];
+  double w;
+  h_compare(in, cand, SSD_TOL_DT, fail, sizeof fail, &w);
+  cr_log_info("ssd defect %-36s fails on %s, worst rel_l2 %.3g", what, fail, w);
+  h_expect_fail(in, cand, SSD_TOL_DT, tensor);
+}
+
+Test(ssd, planted_defects_fail_naming_tensor) {
+  h_inst in;
+  char fail[256];
+  double w;
+  /* L = 200 with the default chunk 64: four chunks, the last one of 8 steps */
+  h_make(&in, "ssd", "2,200,3,16,32", 11, "normal", NULL);
+  cr_expect_eq(h_compare(&in, d_ok, SSD_TOL_DT, fail, sizeof fail, &w), 1, "defect switch off fails on %s (%.3g)", fail, w);
+  expect_fail(&in, d_no_pass, "chunk state not passed", "d_x");
+  expect_fail(&in, d_off_by_one, "decay exp(dt_{t-1} A)", "d_x");
+  expect_fail(&in, d_da_no_intra, "d_A without the within-chunk term", "d_A");
+  expect_fail(&in, d_ddt_no_xb, "d_dt without the x (x) B term", "d_dt");
+  h_free(&in);
+  /* with an initial state: the within-chunk d_A defect still fails on d_A */
+  const char *init[] = {"initial_state=true", NULL};
+  h_make(&in, "ssd", "1,150,2,8,16", 12, "normal", init);
+  expect_fail(&in, d_no_pass, "chunk state not passed (initial state)", "d_x");
+  expect_fail(&in, d_da_no_intra, "d_A without the within-chunk term (initial state)", "d_A");
+  h_free(&in);
+  /* one chunk (L = 63 < 64): there is no boundary, so the no-pass defect is invisible there;
+   * the shipped case's L = 200 is what catches it */
+  h_make(&in, "ssd", "2,63,3,16,32", 13, "normal", NULL);
+  cr_expect_eq(h_compare(&in, d_no_pass, SSD_TOL_DT, fail, sizeof fail, &w), 1, "one chunk: no-pass differs (%s)", fail);
+  h_free(&in);
+}
+
+/* The chunking is rounding only: every chunk size, from 1 to beyond L, gives
+ * the reference's gradients; L = 1 without an initial state has d_A = 0. */
+Test(ssd, chunk_sizes_and_edges) {
+  const char *cs[] = {"chunk_size=1", "chunk_size=2", "chunk_size=13", "chunk_size=64", "chunk_size=1000"};
+  for (int i = 0; i < 5; i++) {
+    const char *sets[] = {cs[i], NULL};
+    h_inst in;
+    h_make(&in, "ssd", "2,41,2,6,9", 30 + (uint64_t)i, "normal", sets);
+    h_expect_pass(&in, SSD_TOL_DT);
+    h_free(&in);
+  }
+  h_inst in;
+  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_tset g = {0};
+  h_make(&in, "ssd", "3,1,4,8,16", 7, "normal", NULL);
+  h_expect_pass(&in, SSD_TOL);
+  cr_assert_eq(in.row->cls->production(&ctx, &in.m, &in.dy, &g), QC_OK);
+  const qc_tensor *dA = qc_tset_get(&g, "d_A");
+  for (int64_t h = 0; h < 4; h++) cr_expect_eq(((float *)dA->data)[h], 0.0f, "L = 1, h_0 = 0: d_A[%lld] != 0", (long long)h);
+  qc_tset_free(&g);
+  h_free(&in);
+  /* special values: head 0 decays by ~1e-4 a step, the last head resets every 7th step (dt A <= -14.7) */
+  h_make(&in, "ssd", "1,200,3,16,32", 8, "special", NULL);
+  const qc_tensor *dt = qc_tset_get(&in.m.inputs, "dt"), *A = qc_tset_get(&in.m.inputs, "A");
+  const float *d = dt->data, *a = A->data;
+  cr_expect(d[0] * a[0] > -1e-3f && d[3 * 3 + 2] * a[2] < -10.0f, "special values: long decay %g, reset %g", d[0] * a[0],
+            d[3 * 3 + 2] * a[2]);
+  h_expect_pass(&in, SSD_TOL_HEAVY);
+  h_free(&in);
+}
+
+Test(ssd, fd_agrees) {
+  const char *sets[][3] = {{NULL}, {"initial_state=true", "chunk_size=3", NULL}};
+  const char *shapes[] = {"2,9,2,3,4", "1,1,3,2,5", "1,12,1,4,3"};
+  for (int s = 0; s < 3; s++)
+    for (int c = 0; c < 2; c++) {
+      h_inst in;
+      h_make(&in, "ssd", shapes[s], 21 + (uint64_t)s, "normal", sets[c]);
+      qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+      qc_fd_opts o;
+      qc_fd_defaults(&o);
+      qc_fd_row *rows;
+      int nr;
+      cr_assert_eq(qc_fd_check(&ctx, &in.m, in.row->cls->forward, in.row->reference, &o, &rows, &nr), QC_OK, "%s", qc_err_msg());
+      for (int i = 0; i < nr; i++)
+        cr_expect(rows[i].pass, "%s %s dir %d: %g vs %g", shapes[s], rows[i].tensor, rows[i].dir, rows[i].vjp, rows[i].jvp);
+      free(rows);
+      h_free(&in);
+    }
+}
+
+Test(ssd, bad_input_is_refused) {
+  h_inst in;
+  const char *init[] = {"initial_state=true", NULL};
+  h_make(&in, "ssd", "2,10,3,4,5", 1, "normal", init);
+  h_expect_pass(&in, SSD_TOL);
+  /* A with a positive entry */
+  qc_tensor *A = qc_tset_get_mut(&in.m.inputs, "A");
+  float a1 = ((float *)A->data)[1];
+  ((float *)A->data)[1] = 0.5f;
+  h_expect_refused(&in, "inputs/A");
+  ((float *)A->data)[1] = a1;
+  /* dt negative */
+  qc_tensor *dt = qc_tset_get_mut(&in.m.inputs, "dt");
+  float d7 = ((float *)dt->data)[7];
+  ((float *)dt->data)[7] = -0.1f;
+  h_expect_refused(&in, "inputs/dt");
+  ((float *)dt->data)[7] = d7;
+  /* shape mismatches */
+  dt->shape[2] = 2;
+  h_expect_refused(&in, "inputs/dt");
+  dt->shape[2] = 3;
+  A->shape[0] = 4;
+  h_expect_refused(&in, "inputs/A");
+  A->shape[0] = 3;
+  qc_tensor *bm = qc_tset_get_mut(&in.m.inputs, "Bm");
+  bm->shape[1] = 9;
+  h_expect_refused(&in, "inputs/Bm");
+  bm->shape[1] = 10;
+  qc_tensor *cm = qc_tset_get_mut(&in.m.inputs, "Cm");
+  cm->shape[2] = 4;
+  h_expect_refused(&in, "inputs/Cm");
+  cm->shape[2] = 5;
+  qc_tensor *h0 = qc_tset_get_mut(&in.m.inputs, "initial_state");
+  h0->shape[3] = 4;
+  h_expect_refused(&in, "initial_state");
+  h0->shape[3] = 5;
+  snprintf(h0->name, sizeof h0->name, "h0");
+  h_expect_refused(&in, "initial_state");
+  snprintf(h0->name, sizeof h0->name, "initial_state");
+  /* chunk_size not a whole number >= 1 */
+  qc_contract keep = in.m.contract;
+  cr_assert_eq(qc_contract_set(&in.m.contract, "chunk_size", "", 0, 1), QC_OK);
+  h_expect_refused(&in, "chunk_size");
+  cr_assert_eq(qc_contract_set(&in.m.contract, "chunk_size", "", 2.5, 1), QC_OK);
+  h_expect_refused(&in, "chunk_size");
+  in.m.contract = keep;
+  h_expect_pass(&in, SSD_TOL);
+  h_free(&in);
+  /* contract keys the class refuses, naming the key */
+  const qc_class *cls = qc_registry_find("ssd")->cls;
+  const char *bad[][2] = {{"initial_state", "maybe"}, {"chunk", "64"}, {"chunk_size", "big"}, {"D_skip", "true"}};
+  for (int i = 0; i < 4; i++) {
+    qc_contract c = {0};
+    cr_assert_eq(qc_contract_set(&c, bad[i][0], bad[i][1], 0, 0), QC_OK);
+    qc_err_clear();
+    cr_expect_eq(qc_contract_validate(&c, cls->keys, "class 'ssd'"), QC_EINPUT, "%s=%s accepted", bad[i][0], bad[i][1]);
+    cr_expect(strstr(qc_err_msg(), bad[i][0]) != NULL, "message '%s' does not name %s", qc_err_msg(), bad[i][0]);
+  }
+  qc_err_clear();
+}
