@@ -4,13 +4,14 @@
 . "$(dirname "$0")/lib.inc"
 n=0
 for f in cases/rmsnorm.json cases/layernorm.json cases/rope*.json cases/swiglu*.json cases/relu2.json \
-         cases/gelu.json cases/logprob*.json cases/router*.json cases/attention*.json cases/moe*.json; do
+         cases/gelu.json cases/logprob*.json cases/router*.json cases/attention*.json cases/moe*.json \
+         cases/ssd*.json; do
   n=$((n+1))
   expect_exit 0 "$f passes" "$QATCHECK" vjp --case "$f" --quiet --json "$T/r.json"
   "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["verdict"] == "pass" and r["checks"] else 1)' "$T/r.json" \
     || bad "$f: report verdict is not pass"
 done
-[ "$n" -ge 17 ] || bad "expected at least 17 class cases, found $n"
+[ "$n" -ge 19 ] || bad "expected at least 19 class cases, found $n"
 # bad input: a contract the class refuses exits 2 and writes no passing report
 while read -r cls shape contract needle; do
   cat >"$T/bad.json" <<J
@@ -34,5 +35,11 @@ attention [1,4,3,5,8] {} Hkv
 attention [1,4,2,5] {} B,
 moe [4,8,4,3,2] {"activation":"gelu"} activation
 moe [4,8,4,3,2] {"activation":"relu2","limit":7} limit
+ssd [2,10,3,4,5] {"chunk_size":0} chunk_size
+ssd [2,10,3,4,5] {"chunk_size":2.5} chunk_size
+ssd [2,10,3,4,5] {"initial_state":"yes"} initial_state
+ssd [2,10,3,4,5] {"chunk":64} chunk
+ssd [2,10,3,4,5] {"D_skip":true} D_skip
+ssd [2,10,3,4] {} state size
 EOF2
 finish

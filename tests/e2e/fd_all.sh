@@ -12,7 +12,7 @@ expect() { # expect RC ARGS...
 }
 classes=$("$Q" fd --help | sed -n 's/.*--module CLASS *the class; one of: *//p')
 [ -n "$classes" ] || { echo "FAIL: fd --help lists no classes"; exit 1; }
-for c in rmsnorm layernorm rope swiglu relu2 gelu logprob router attention moe; do
+for c in rmsnorm layernorm rope swiglu relu2 gelu logprob router attention moe ssd; do
   case " $classes " in *" $c "*) ;; *) echo "FAIL: fd --help does not list $c"; fail=1 ;; esac
 done
 for c in $classes; do expect 0 fd --module "$c" --quiet; done
@@ -26,6 +26,9 @@ expect 0 fd --module attention --shape 1,8,2,7,10 --set causal=false --set softm
 expect 0 fd --module attention --shape 2,4,4,1,5 --quiet
 expect 0 fd --module moe --set activation=relu2 --shape 9,8,5,5,4 --quiet
 expect 0 fd --module moe --set limit=1 --set at_limit=block --shape 6,8,5,4,3 --seed 3 --quiet
+expect 0 fd --module ssd --shape 2,11,3,3,4 --set initial_state=true --set chunk_size=4 --quiet
+expect 0 fd --module ssd --shape 1,1,2,2,3 --quiet
+expect 0 fd --module ssd --values special --shape 1,20,3,2,3 --quiet
 # a disagreement exits 1: a zero RMSNorm row (special values) bends on the
 # scale of sqrt(eps) = 1e-3 = h, which 4-point differences cannot follow
 expect 1 fd --module rmsnorm --values special --quiet
@@ -46,6 +49,10 @@ expect 2 fd --module moe --set activation=relu2 --set limit=7
 expect 2 fd --module gelu --bogus
 expect 2 fd --module attention --shape 1,4,3,5,8
 expect 2 fd --module attention --set lse_base=ten
+expect 2 fd --module ssd --shape 2,9,2,3
+expect 2 fd --module ssd --set chunk_size=0
+expect 2 fd --module ssd --set initial_state=maybe
+expect 2 fd --module ssd --set ngroups=2
 out=$("$Q" fd --module rope --set rotary_dim=5 2>&1)
 case "$out" in *"qatcheck: error:"*rotary_dim*) ;; *) echo "FAIL: message does not name rotary_dim: $out"; fail=1 ;; esac
 exit $fail

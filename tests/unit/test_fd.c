@@ -61,6 +61,8 @@ static const fd_case cases[] = {
     {"moe", "6,8,5,4,3", {"limit=1", NULL}},
     {"moe", "6,8,5,4,3", {"limit=1", "at_limit=block", NULL}},
     {"moe", "9,8,5,5,4", {"activation=relu2", NULL}},
+    {"ssd", "2,9,2,3,4", {NULL}},
+    {"ssd", "2,11,3,3,4", {"initial_state=true", "chunk_size=4", NULL}},
 };
 
 Test(fd, agrees_with_every_reference) {
@@ -108,6 +110,8 @@ Test(fd, catches_a_wrong_reference) {
   cr_expect_gt(fd_fails("logprob", "3,6,40", none, one_sign_ref), 0);
   cr_expect_gt(fd_fails("attention", "2,4,2,5,6", none, scaled_ref), 0);
   cr_expect_gt(fd_fails("attention", "2,4,2,5,6", none, one_sign_ref), 0);
+  cr_expect_gt(fd_fails("ssd", "2,9,2,3,4", none, scaled_ref), 0);
+  cr_expect_gt(fd_fails("ssd", "2,9,2,3,4", none, one_sign_ref), 0);
 }
 
 Test(fd, refuses_a_class_without_forward) {
