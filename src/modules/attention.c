@@ -16,6 +16,7 @@
  * q, k, v under the contract (wrong base, wrong scale, stale) makes these
  * gradients wrong, and the float64 reference (which recomputes the softmax)
  * catches it. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,8 +68,9 @@ static int at_view_inputs(const qc_module *m, at_view *a) {
   a->base2 = strcmp(qc_contract_str(&m->contract, "lse_base", "e"), "2") == 0;
   a->scale = qc_contract_has(&m->contract, "softmax_scale") ? qc_contract_num(&m->contract, "softmax_scale", 0)
                                                              : 1.0 / sqrt((double)a->D);
-  if (!(a->scale > 0) || !isfinite(a->scale))
-    return qc_err("%s: contract key 'softmax_scale' is %g: expected a finite number > 0", m->path, a->scale);
+  if (!(a->scale > 0) || !(a->scale <= FLT_MAX) || a->scale < FLT_MIN) /* the production computes in float32 */
+    return qc_err("%s: contract key 'softmax_scale' is %g: expected a number > 0 within float32's normal range", m->path,
+                  a->scale);
   return QC_OK;
 }
 

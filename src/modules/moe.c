@@ -300,8 +300,9 @@ done:
 /* Generated moe: shape [T, H, F, E, k]. x ~ N(0,1) bf16; w1 ~ 2.5 N(0,1) /
  * sqrt(H) bf16 (h ~ 2.5 N(0,1): some gates beyond a clamp of 7 in the
  * special values), w2 ~ N(0,1) / sqrt(F) bf16. topk_ids [T, k] int64, fixed:
- * distinct random experts from 0..E-2 (expert E-1 is never selected: an empty
- * expert), with repeated routing (slot 1 = slot 0: the same expert twice) on
+ * distinct random experts other than E/2 (expert E/2 is never selected: an
+ * empty expert in the middle, so the first and the last are used), with
+ * repeated routing (slot 1 = slot 0: the same expert twice) on
  * tokens 1, 5, 9, ... when k >= 2. topk_weights [T, k] float32: the softmax of
  * N(0,1) logits over the k slots, except every third token (t % 3 == 2) with
  * plain N(0,1) weights (signed, unnormalized), and token 0 with equal weights
@@ -330,13 +331,14 @@ static int moe_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
     memset(x + (T / 2) * H, 0, (size_t)H * sizeof *x);
     for (int64_t c = 0; T / 2 + 1 < T && c < H; c++) x[(T / 2 + 1) * H + c] = qc_f32_to_bf16(8.0f * qc_bf16_to_f32(x[(T / 2 + 1) * H + c]));
   }
-  const int64_t avail = E - 1; /* expert E-1 stays empty */
+  const int64_t avail = E - 1, empty = E / 2; /* expert E/2 stays empty */
   for (int64_t t = 0; t < T; t++) {
     for (int64_t j = 0; j < K; j++) {
       int64_t e, again;
       do {
         e = (int64_t)(qc_rng_uniform(rng) * (double)avail);
         if (e >= avail) e = avail - 1;
+        if (e >= empty) e++; /* skip the empty expert */
         again = 0;
         for (int64_t i = 0; i < j && K <= avail; i++) again |= ids[t * K + i] == e;
       } while (again);

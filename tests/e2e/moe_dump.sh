@@ -26,7 +26,8 @@ def module(f, path, ids, w1_rows=2 * F, wshape=(T, k), contract=None):
     g["params/w2"] = bf(rng.standard_normal((E, H, F)) / np.sqrt(F))
     g["saved/topk_ids"] = ids
     g["grad_out/dy"] = bf(rng.standard_normal((T, H)))
-good = rng.integers(0, E - 1, (T, k)).astype(np.int32)  # expert E-1 empty
+good = rng.integers(0, E - 1, (T, k)).astype(np.int32)
+good[good >= E // 2] += 1  # expert E/2 empty, the last one used
 good[1::4, 1] = good[1::4, 0]                           # repeated routing
 with h5py.File(sys.argv[1], "w") as f:
     f.attrs["qatcheck_dump"] = 1
@@ -57,4 +58,37 @@ w1_shape params/w1
 weights_shape topk_weights
 activation activation
 EOF2
+
+# the clamp's derivative exactly at the limit: gate and up pre-activations
+# built to equal +-7 exactly (bf16-exact weights and inputs), under
+# at_limit pass and block; the builtin production must follow the contract
+# (a swapped rule shows up here, where generated data never lands on +-7)
+$PY - "$T/lim.h5" <<'P' || exit 1
+import json, sys
+import h5py
+import numpy as np
+T, H, F, E, k, L = 6, 4, 3, 2, 2, 7.0
+x = np.zeros((T, H), np.float32); x[:, 0] = 1.0; x[:, 1] = [0.5, -0.5, 1.0, 0.25, 0.5, -0.5]
+w1 = np.zeros((E, 2 * F, H), np.float32)
+w1[:, :, 0] = [7, -3, 2, 7, -7, 1]  # gate0 = 7, up0 = 7, up1 = -7 exactly
+w1[:, 2, 1] = 1.0                    # gate2 moves with x[:, 1]
+rng = np.random.default_rng(5)
+w2 = (rng.standard_normal((E, H, F)) * 4).round() / 4
+ids = np.array([[0, 1]] * T, np.int64); ids[1, 1] = 0
+wt = ((rng.standard_normal((T, k)) * 8).round() / 8).astype(np.float32)
+dy = ((rng.standard_normal((T, H)) * 8).round() / 8).astype(np.float32)
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["qatcheck_dump"] = np.int64(1)
+    for name in ("pass", "block"):
+        g = f.create_group("/lim." + name); g.attrs["class"] = "moe"
+        g.attrs["contract"] = json.dumps({"activation": "swiglu", "limit": L, "at_limit": name})
+        g["inputs/x"] = x; g["inputs/topk_weights"] = wt; g["params/w1"] = w1
+        g["params/w2"] = w2.astype(np.float32); g["saved/topk_ids"] = ids; g["grad_out/dy"] = dy
+P
+for rule in pass block; do
+  cat >"$T/lim_$rule.json" <<J
+{"data": {"dump": "lim.h5", "modules": "^/lim\\\\.$rule\$"}, "candidate": "builtin", "tolerances": $TOL}
+J
+  expect_exit 0 "moe at exactly the clamp limit, at_limit $rule" "$QATCHECK" vjp --case "$T/lim_$rule.json" --quiet
+done
 finish
