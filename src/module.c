@@ -42,11 +42,15 @@ int qc_module_need(const qc_module *m, const char *role, const char *name, int m
   return QC_OK;
 }
 
-int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, const char *want) {
+int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, int64_t last, const char *want) {
   char s[96];
   if (qc_numel(dy) != numel)
     return qc_err("%s: dY '%s' is %s (%lld elements): expected %s, %lld elements", m->path, dy->name,
                   qc_shape_str(dy->ndim, dy->shape, s, sizeof s), (long long)qc_numel(dy), want, (long long)numel);
+  /* the same count in another layout (a transposed dY) would be read as if it were this one */
+  if (last > 0 && (dy->ndim < 1 || dy->shape[dy->ndim - 1] != last))
+    return qc_err("%s: dY '%s' is %s: expected %s (last dimension %lld)", m->path, dy->name,
+                  qc_shape_str(dy->ndim, dy->shape, s, sizeof s), want, (long long)last);
   if (!qc_dtype_is_float(dy->dtype)) return qc_err("%s: dY '%s' has dtype %s: expected a float type", m->path, dy->name, qc_dtype_name(dy->dtype));
   return QC_OK;
 }

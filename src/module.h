@@ -93,6 +93,8 @@ const qc_registry_row *qc_registry_rows(int *n);
 int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
                    const qc_tensor **out);
 /* Check that dY holds `numel` elements laid out as `want` describes
- * ("[tokens, features]"); QC_EINPUT naming the module and dY otherwise. */
-int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, const char *want);
+ * ("[tokens, features]"), with `last` as its last dimension when last > 0
+ * (so a transposed dY of the same size is refused, not misread); QC_EINPUT
+ * naming the module and dY otherwise. */
+int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, int64_t last, const char *want);
 #endif

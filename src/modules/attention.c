@@ -98,7 +98,7 @@ static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
   at_view a;
   int rc = at_view_get(m, &a);
   if (rc) return rc;
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(a.q), "the shape of inputs/q [B, Hq, S, D]"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(a.q), a.q->shape[3], "the shape of inputs/q [B, Hq, S, D]"))) return rc;
   float *q = qc_mod_f32(a.q, "attention q"), *k = qc_mod_f32(a.k, "attention k"), *v = qc_mod_f32(a.v, "attention v");
   float *o = qc_mod_f32(a.o, "attention out"), *lse = qc_mod_f32(a.lse, "attention lse"), *g = qc_mod_f32(dy, "attention dY");
   float *dq, *dk, *dv;

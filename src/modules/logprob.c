@@ -101,7 +101,7 @@ static int logprob_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *d
   int rc = lp_view_get(m, &v);
   float *z = NULL, *g = NULL, *dl, *smax = NULL, *ssum = NULL;
   if (rc) goto done;
-  if ((rc = qc_module_check_dy(m, dy, v.B * v.S, "one value per position of inputs/logits"))) goto done;
+  if ((rc = qc_module_check_dy(m, dy, v.B * v.S, v.S, "one value per position of inputs/logits"))) goto done;
   rc = QC_ESYS;
   z = qc_mod_f32(v.logits, "logprob logits");
   g = qc_mod_f32(dy, "logprob dY");

@@ -84,7 +84,7 @@ int qc_mod_unary_vjp(const qc_module *m, const qc_tensor *dy, qc_tset *grads, qc
   float *dx;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), "the shape of inputs/x"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
   float *x = qc_mod_f32(xt, "activation input"), *g = qc_mod_f32(dy, "activation dY");
   rc = QC_ESYS;
   if (!x || !g) goto done;

@@ -164,7 +164,7 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   int64_t *cnt = NULL, *perm = NULL;
   float *dx, *dw1, *dw2, *dwt;
   const qc_backend *be = ctx->be;
-  if ((rc = qc_module_check_dy(m, dy, T * H, "the shape of inputs/x [T, H]"))) goto done;
+  if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) goto done;
   rc = QC_ESYS;
   if (!(xb = to_bf16(v.x, "moe x bf16")) || !(w1b = to_bf16(v.w1, "moe w1 bf16")) || !(w2b = to_bf16(v.w2, "moe w2 bf16")) ||
       !(gb = to_bf16(dy, "moe dY bf16")) || !(wt = qc_mod_f32(v.wt, "moe topk_weights")))

@@ -54,7 +54,7 @@ int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, 
   norm_view v;
   int rc = norm_view_get(m, center, &v);
   if (rc) return rc;
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), "the shape of inputs/x"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), v.x->shape[v.x->ndim - 1], "the shape of inputs/x"))) return rc;
   const int64_t R = v.rows, D = v.D;
   const float eps = (float)qc_contract_num(&m->contract, "eps", center ? 1e-5 : 1e-6);
   float *x = qc_mod_f32(v.x, "norm input"), *w = qc_mod_f32(v.w, "norm weight"), *g = qc_mod_f32(dy, "norm dY");

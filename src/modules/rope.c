@@ -70,7 +70,7 @@ static int rope_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, 
   int64_t *pos = NULL;
   int rc = rope_view_get(m, &v);
   if (rc) return rc;
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), "the shape of inputs/x"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), v.x->shape[v.x->ndim - 1], "the shape of inputs/x"))) return rc;
   if ((rc = qc_mod_ids(m, v.pos, "inputs/positions", &pos))) return rc;
   float *g = qc_mod_f32(dy, "rope dY"), *inv = qc_malloc((size_t)v.R * sizeof *inv, "rope inv_freq"), *dx;
   rc = QC_ESYS;

@@ -87,7 +87,7 @@ static int router_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   int rc = rt_view_get(m, &v);
   float *x = NULL, *g = NULL, *s = NULL, *ds = NULL, *dl;
   if (rc) goto done;
-  if ((rc = qc_module_check_dy(m, dy, v.T * v.k, "the shape of saved/topk_ids [T, k]"))) goto done;
+  if ((rc = qc_module_check_dy(m, dy, v.T * v.k, v.k, "the shape of saved/topk_ids [T, k]"))) goto done;
   rc = QC_ESYS;
   x = qc_mod_f32(v.logits, "router logits");
   g = qc_mod_f32(dy, "router dY");

@@ -113,7 +113,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
   ssd_view v;
   int rc = ssd_view_get(m, &v);
   if (rc) return rc;
-  if ((rc = qc_module_check_dy(m, dyt, qc_numel(v.x), "the shape of inputs/x [B, L, H, P]"))) return rc;
+  if ((rc = qc_module_check_dy(m, dyt, qc_numel(v.x), v.x->shape[3], "the shape of inputs/x [B, L, H, P]"))) return rc;
   const int64_t Bt = v.Bt, L = v.L, H = v.H, P = v.P, N = v.N, Q = v.Q, PN = P * N;
   const int64_t nc = L > 0 ? (L + Q - 1) / Q : 0, Qm = Q < L ? Q : (L > 0 ? L : 1);
   float *x = qc_mod_f32(v.x, "ssd x"), *dt = qc_mod_f32(v.dt, "ssd dt"), *A = qc_mod_f32(v.A, "ssd A");

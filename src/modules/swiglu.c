@@ -55,7 +55,7 @@ static int swiglu_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   swiglu_view v;
   int rc = swiglu_view_get(m, &v);
   if (rc) return rc;
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.gate), "the shape of inputs/gate"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.gate), v.gate->shape[v.gate->ndim - 1], "the shape of inputs/gate"))) return rc;
   const int64_t n = qc_numel(v.gate);
   const float L = (float)v.L;
   float *g = qc_mod_f32(v.gate, "swiglu gate"), *u = qc_mod_f32(v.up, "swiglu up"), *d = qc_mod_f32(dy, "swiglu dY");

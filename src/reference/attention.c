@@ -43,7 +43,7 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
   if (!same4(ot, qt->shape)) return qc_err("%s: 'saved/out': expected the shape of 'inputs/q'", m->path);
   if (lt->shape[0] != B || lt->shape[1] != Hq || lt->shape[2] != S)
     return qc_err("%s: 'saved/lse': expected [%lld, %lld, %lld]", m->path, (long long)B, (long long)Hq, (long long)S);
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(qt), "the shape of inputs/q [B, Hq, S, D]"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(qt), qt->shape[3], "the shape of inputs/q [B, Hq, S, D]"))) return rc;
   const qc_contract *c = &m->contract;
   const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
   const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);

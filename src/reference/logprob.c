@@ -51,7 +51,7 @@ int qc_ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   if (mt && qc_numel(mt) != B * S) return qc_err("%s: 'saved/loss_mask': expected %lld entries", m->path, (long long)(B * S));
   if (!(T > 0)) return qc_err("%s: contract key 'temperature' = %g: expected > 0", m->path, T);
   if (!(ns >= 1) || ns != floor(ns) || V % (int64_t)ns) return qc_err("%s: contract key 'vocab_shards' = %g: expected a divisor of V = %lld", m->path, ns, (long long)V);
-  if ((rc = qc_module_check_dy(m, dy, B * S, "one value per position of inputs/logits"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, B * S, S, "one value per position of inputs/logits"))) return rc;
   const int64_t K = (int64_t)ns, P = V / K;
   int64_t *id = NULL;
   double *Z = NULL, *G = NULL, *mask = NULL, *w = NULL, *dl;

@@ -53,7 +53,7 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   if (it->shape[0] != T) return qc_err("%s: 'saved/topk_ids': expected [%lld, k]", m->path, (long long)T);
   if (wtt->ndim != 2 || wtt->shape[0] != T || wtt->shape[1] != k)
     return qc_err("%s: '%s/topk_weights': expected [T, k] = [%lld, %lld]", m->path, role, (long long)T, (long long)k);
-  if ((rc = qc_module_check_dy(m, dy, T * H, "the shape of inputs/x [T, H]"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) return rc;
   int64_t *id = NULL;
   double *X = NULL, *W1 = NULL, *W2 = NULL, *Wt = NULL, *G = NULL, *h = NULL, *a = NULL, *ga = NULL, *gh = NULL;
   double *dx, *dw1, *dw2, *dwt;

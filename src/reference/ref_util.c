@@ -51,7 +51,7 @@ int qc_refu_pointwise(const qc_module *m, const qc_tensor *dy, qc_tset *grads, d
   double *dx;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), "the shape of inputs/x"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
   double *X = qc_refu_load(xt, "reference x"), *G = qc_refu_load(dy, "reference dY");
   rc = QC_ESYS;
   if (!X || !G) goto done;

@@ -25,7 +25,7 @@ int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int cen
   const int64_t n = xt->shape[xt->ndim - 1], rows = qc_numel(xt) / n;
   if (wt->shape[0] != n) return qc_err("%s: 'params/weight' is [%lld]: expected [%lld] (features of 'inputs/x')", m->path, (long long)wt->shape[0], (long long)n);
   if (bt && (bt->ndim != 1 || bt->shape[0] != n)) return qc_err("%s: 'params/bias': expected [%lld]", m->path, (long long)n);
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), "the shape of inputs/x"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
   const double eps = qc_contract_num(&m->contract, "eps", centered ? 1e-5 : 1e-6);
   if (!(eps >= 0)) return qc_err("%s: contract key 'eps' = %g: expected >= 0", m->path, eps);
   double *X = qc_refu_load(xt, "reference norm x"), *W = qc_refu_load(wt, "reference norm weight");

@@ -27,7 +27,7 @@ int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_t
   if (rdim != floor(rdim) || R % 2 || R < 2 || R > D)
     return qc_err("%s: contract key 'rotary_dim' = %g: expected even, 2..%lld, or 0", m->path, rdim, (long long)D);
   if (!(theta > 1)) return qc_err("%s: contract key 'theta' = %g: expected > 1", m->path, theta);
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), "the shape of inputs/x"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
   const int inter = strcmp(qc_contract_str(c, "layout", "half"), "interleaved") == 0;
   const double s = strcmp(qc_contract_str(c, "inverse", "no"), "yes") == 0 ? -1.0 : 1.0;
   const double off = qc_contract_num(c, "position_offset", 0);

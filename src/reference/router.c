@@ -30,7 +30,7 @@ int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   if ((rc = qc_module_need(m, "saved", "topk_ids", 2, 2, &it))) return rc;
   const int64_t T = lt->shape[0], E = lt->shape[1], k = it->shape[1];
   if (it->shape[0] != T || k > E) return qc_err("%s: 'saved/topk_ids': expected [%lld, k <= %lld]", m->path, (long long)T, (long long)E);
-  if ((rc = qc_module_check_dy(m, dy, T * k, "the shape of saved/topk_ids [T, k]"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, T * k, k, "the shape of saved/topk_ids [T, k]"))) return rc;
   const char *fn = qc_contract_str(&m->contract, "score", "softmax");
   const int norm = strcmp(qc_contract_str(&m->contract, "normalize", "no"), "yes") == 0;
   const double eps = qc_contract_num(&m->contract, "norm_eps", 1e-20), c = qc_contract_num(&m->contract, "route_scale", 1);

@@ -50,7 +50,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   }
   const double cs = qc_contract_num(&m->contract, "chunk_size", 64); /* the production's blocking; no effect here */
   if (!(cs >= 1) || cs != floor(cs)) return qc_err("%s: contract key 'chunk_size' = %g: expected a whole number >= 1", m->path, cs);
-  if ((rc = qc_module_check_dy(m, dy, Bt * L * H * P, "the shape of inputs/x [B, L, H, P]"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, Bt * L * H * P, P, "the shape of inputs/x [B, L, H, P]"))) return rc;
   const int64_t PN = P * N;
   double *X = NULL, *DT = NULL, *AA = NULL, *BB = NULL, *CC = NULL, *H0 = NULL, *G = NULL, *hs = NULL, *adj = NULL;
   double *dx, *ddt, *dA, *dB, *dC, *dh0 = NULL;

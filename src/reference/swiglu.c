@@ -24,7 +24,7 @@ int qc_ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   if ((rc = qc_module_need(m, "inputs", "gate", 1, QC_MAXDIM, &gt))) return rc;
   if ((rc = qc_module_need(m, "inputs", "up", 1, QC_MAXDIM, &ut))) return rc;
   if (!qc_shape_eq(gt, ut)) return qc_err("%s: 'inputs/up': expected the shape of 'inputs/gate'", m->path);
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(gt), "the shape of inputs/gate"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(gt), gt->shape[gt->ndim - 1], "the shape of inputs/gate"))) return rc;
   const double L = qc_contract_num(&m->contract, "limit", 0);
   const int pass = strcmp(qc_contract_str(&m->contract, "at_limit", "pass"), "pass") == 0;
   if (!(L >= 0)) return qc_err("%s: contract key 'limit' = %g: expected >= 0", m->path, L);

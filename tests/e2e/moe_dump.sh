@@ -2,7 +2,8 @@
 # moe_dump.sh: the moe class from a dump (spec schema): a routed-experts
 # module with repeated routing and an empty expert passes with the builtin
 # candidate; bad input (ids out of [0, E), w1 inconsistent with the
-# activation, topk_weights not [T, k], an unknown activation) exits 2 with
+# activation, topk_weights not [T, k], an unknown activation, a transposed
+# dY of the right size) exits 2 with
 # one `qatcheck: error:` line naming the dataset or key, and no report.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
@@ -37,6 +38,9 @@ with h5py.File(sys.argv[1], "w") as f:
     module(f, "bad.w1_shape", good, w1_rows=F)
     module(f, "bad.weights_shape", good, wshape=(T, k + 1))
     module(f, "bad.activation", good, contract={"activation": "gelu"})
+    module(f, "bad.dy_transposed", good)
+    del f["bad.dy_transposed/grad_out/dy"]  # [H, T]: the same count in another layout
+    f["bad.dy_transposed/grad_out/dy"] = bf(rng.standard_normal((H, T)))
 P
 TOL='{"d_x":{"rel_l2":2e-2,"reasoning":"bf16 GEMM operands"},"d_w1":{"rel_l2":2e-2,"reasoning":"bf16 GEMM operands"},"d_w2":{"rel_l2":2e-2,"reasoning":"bf16 GEMM operands"},"d_topk_weights":{"rel_l2":2e-2,"reasoning":"bf16 GEMM operands"}}'
 cat >"$T/good.json" <<J
@@ -57,6 +61,7 @@ ids_range saved/topk_ids
 w1_shape params/w1
 weights_shape topk_weights
 activation activation
+dy_transposed last dimension
 EOF2
 
 # the clamp's derivative exactly at the limit: gate and up pre-activations
