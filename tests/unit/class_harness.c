@@ -144,3 +144,23 @@ void h_expect_refused(h_inst *in, const char *needle) {
   }
   qc_err_clear();
 }
+
+void h_fd_agrees(const char *cls, const char *const *shapes, int ns, const char *const (*sets)[3], int nc, uint64_t seed0) {
+  for (int s = 0; s < ns; s++)
+    for (int c = 0; c < nc; c++) {
+      h_inst in;
+      h_make(&in, cls, shapes[s], seed0 + (uint64_t)s, "normal", sets[c]);
+      qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+      qc_fd_opts o;
+      qc_fd_defaults(&o);
+      qc_fd_row *rows;
+      int nr;
+      cr_assert_eq(qc_fd_check(&ctx, &in.m, in.row->cls->forward, in.row->reference, &o, &rows, &nr), QC_OK, "%s",
+                   qc_err_msg());
+      for (int i = 0; i < nr; i++)
+        cr_expect(rows[i].pass, "%s %s %s dir %d: %g vs %g", cls, shapes[s], rows[i].tensor, rows[i].dir, rows[i].vjp,
+                  rows[i].jvp);
+      free(rows);
+      h_free(&in);
+    }
+}

@@ -46,6 +46,11 @@ void h_expect_pass(h_inst *in, double tol);
 void h_expect_fail(h_inst *in, qc_vjp_fn cand, double tol, const char *tensor);
 
 
+/* qatcheck fd on the class's forward and reference: every direction agrees,
+ * over shapes[ns] x sets[nc] (each a NULL-terminated "key=value" list, or
+ * {NULL} for the defaults), seeds seed0 + shape index. */
+void h_fd_agrees(const char *cls, const char *const *shapes, int ns, const char *const (*sets)[3], int nc, uint64_t seed0);
+
 /* Builtin vs reference over every shape x contract set x {normal,
  * heavy_tail, special} (sets may hold NULL for the class defaults) with
  * rel_l2 bounds tol (normal, heavy_tail) and tol_special; seeds count up

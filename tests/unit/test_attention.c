@@ -267,22 +267,9 @@ Test(attention, edge_cases) {
 }
 
 Test(attention, fd_agrees) {
-  const char *sets[][3] = {{NULL}, {"causal=false", "softmax_scale=0.4", NULL}};
-  const char *shapes[] = {"2,4,2,5,6", "1,4,1,6,9", "1,1,1,1,4"};
-  for (int s = 0; s < 3; s++)
-    for (int c = 0; c < 2; c++) {
-      h_inst in;
-      h_make(&in, "attention", shapes[s], 21 + (uint64_t)s, "normal", sets[c]);
-      qc_ctx ctx = {qc_backend_cpu(), "vllm"};
-      qc_fd_opts o;
-      qc_fd_defaults(&o);
-      qc_fd_row *rows;
-      int nr;
-      cr_assert_eq(qc_fd_check(&ctx, &in.m, in.row->cls->forward, in.row->reference, &o, &rows, &nr), QC_OK, "%s", qc_err_msg());
-      for (int i = 0; i < nr; i++) cr_expect(rows[i].pass, "%s %s dir %d: %g vs %g", shapes[s], rows[i].tensor, rows[i].dir, rows[i].vjp, rows[i].jvp);
-      free(rows);
-      h_free(&in);
-    }
+  static const char *const sets[][3] = {{NULL}, {"causal=false", "softmax_scale=0.4", NULL}};
+  static const char *const shapes[] = {"2,4,2,5,6", "1,4,1,6,9", "1,1,1,1,4"};
+  h_fd_agrees("attention", shapes, 3, sets, 2, 21);
 }
 
 Test(attention, bad_input_is_refused) {

@@ -120,23 +120,9 @@ Test(ssd, chunk_sizes_and_edges) {
 }
 
 Test(ssd, fd_agrees) {
-  const char *sets[][3] = {{NULL}, {"initial_state=true", "chunk_size=3", NULL}};
-  const char *shapes[] = {"2,9,2,3,4", "1,1,3,2,5", "1,12,1,4,3"};
-  for (int s = 0; s < 3; s++)
-    for (int c = 0; c < 2; c++) {
-      h_inst in;
-      h_make(&in, "ssd", shapes[s], 21 + (uint64_t)s, "normal", sets[c]);
-      qc_ctx ctx = {qc_backend_cpu(), "vllm"};
-      qc_fd_opts o;
-      qc_fd_defaults(&o);
-      qc_fd_row *rows;
-      int nr;
-      cr_assert_eq(qc_fd_check(&ctx, &in.m, in.row->cls->forward, in.row->reference, &o, &rows, &nr), QC_OK, "%s", qc_err_msg());
-      for (int i = 0; i < nr; i++)
-        cr_expect(rows[i].pass, "%s %s dir %d: %g vs %g", shapes[s], rows[i].tensor, rows[i].dir, rows[i].vjp, rows[i].jvp);
-      free(rows);
-      h_free(&in);
-    }
+  static const char *const sets[][3] = {{NULL}, {"initial_state=true", "chunk_size=3", NULL}};
+  static const char *const shapes[] = {"2,9,2,3,4", "1,1,3,2,5", "1,12,1,4,3"};
+  h_fd_agrees("ssd", shapes, 3, sets, 2, 21);
 }
 
 Test(ssd, bad_input_is_refused) {
