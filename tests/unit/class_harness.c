@@ -14,6 +14,12 @@
 #include "rng.h"
 
 void h_make(h_inst *in, const char *cls, const char *shape, uint64_t seed, const char *values, const char *const *sets) {
+  qc_contract c = {0};
+  for (int i = 0; sets && sets[i]; i++) cr_assert_eq(qc_fd_parse_set(&c, sets[i]), QC_OK, "%s", qc_err_msg());
+  h_make_with(in, cls, shape, seed, values, &c);
+}
+
+void h_make_with(h_inst *in, const char *cls, const char *shape, uint64_t seed, const char *values, const qc_contract *c) {
   memset(in, 0, sizeof *in);
   in->row = qc_registry_find(cls);
   cr_assert(in->row, "class %s registered", cls);
@@ -25,10 +31,8 @@ void h_make(h_inst *in, const char *cls, const char *shape, uint64_t seed, const
     g.shape[g.nshape++] = strtoll(p, &end, 10);
     p = *end ? end + 1 : end;
   }
-  qc_contract c = {0};
-  for (int i = 0; sets && sets[i]; i++) cr_assert_eq(qc_fd_parse_set(&c, sets[i]), QC_OK, "%s", qc_err_msg());
   qc_err_clear();
-  int rc = qc_fd_instance(in->row->cls, &g, &c, &in->m);
+  int rc = qc_fd_instance(in->row->cls, &g, c, &in->m);
   cr_assert_eq(rc, QC_OK, "instance %s [%s]: %s", cls, shape, qc_err_msg());
   /* dY: the forward output's shape, from the reference's own forward */
   qc_tensor y = {0};

@@ -18,6 +18,9 @@ typedef struct h_inst {
  * ("normal"/"special") and contract settings "key=value" (NULL-terminated
  * list, or NULL). Aborts the test on failure. */
 void h_make(h_inst *in, const char *cls, const char *shape, uint64_t seed, const char *values, const char *const *sets);
+/* The same with a contract built by the caller (values that "key=value"
+ * parsing would read as numbers, e.g. lse_base "2"). */
+void h_make_with(h_inst *in, const char *cls, const char *shape, uint64_t seed, const char *values, const qc_contract *c);
 void h_free(h_inst *in);
 
 /* Run cand and the reference on in with dY; judge every reference tensor

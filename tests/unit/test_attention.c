@@ -32,21 +32,10 @@ Test(attention, builtin_matches_reference) {
 /* An instance whose contract says lse_base = "2" (a string, as a case file
  * writes it; --set would read 2 as a number). */
 static void make_base2(h_inst *in, const char *shape, uint64_t seed, const char *values, int causal) {
-  memset(in, 0, sizeof *in);
-  in->row = qc_registry_find("attention");
-  qc_gen g = {0};
-  g.seed = seed;
-  g.values = values;
-  for (const char *p = shape; *p;) {
-    char *end;
-    g.shape[g.nshape++] = strtoll(p, &end, 10);
-    p = *end ? end + 1 : end;
-  }
   qc_contract c = {0};
   cr_assert_eq(qc_contract_set(&c, "lse_base", "2", 0, 0), QC_OK);
   cr_assert_eq(qc_contract_set(&c, "causal", causal ? "true" : "false", 0, 0), QC_OK);
-  cr_assert_eq(qc_fd_instance(in->row->cls, &g, &c, &in->m), QC_OK, "%s", qc_err_msg());
-  cr_assert_eq(qc_tensor_alloc(&in->dy, "dy", QC_F32, 4, qc_tset_get(&in->m.inputs, "q")->shape), QC_OK);
+  h_make_with(in, "attention", shape, seed, values, &c);
   for (int64_t i = 0; i < qc_numel(&in->dy); i++) ((float *)in->dy.data)[i] = (float)sin(0.7 * (double)i + 0.3);
 }
 
