@@ -17,7 +17,6 @@
 
 extern "C" {
 #include "../qc.h"
-#include "../numerics/formats.h"
 #include "../numerics/quant.h"
 #include "backend.h"
 #include "cuda.h"
@@ -432,20 +431,15 @@ static int fake_quant_host(cu *c, const char *fmt, const char *profile, int64_t 
   int rc = QC_OK;
   size_t n = (size_t)(rows * cols), es = qc_dtype_size(dt);
   void *raw = malloc(n * es);
-  float *f = (float *)malloc(n * sizeof(float));
   double *o = (double *)malloc(n * sizeof(double));
-  if (!raw || !f || !o) { rc = qc_err_sys("%s: out of host memory for a host quantizer", c->name); goto done; }
+  if (!raw || !o) { rc = qc_err_sys("%s: out of host memory for a host quantizer", c->name); goto done; }
   CK(cudaMemcpyAsync(raw, src, n * es, cudaMemcpyDeviceToHost, c->st), "download quantizer input");
   CK(cudaStreamSynchronize(c->st), "download quantizer input");
-  for (size_t i = 0; i < n; i++)
-    f[i] = dt == QC_F32 ? ((const float *)raw)[i] : dt == QC_F64 ? (float)((const double *)raw)[i]
-           : dt == QC_F16 ? qc_f16_to_f32(((const uint16_t *)raw)[i]) : qc_bf16_to_f32(((const uint16_t *)raw)[i]);
-  if ((rc = qc_fake_quant_f64(fmt, profile, rows, cols, f, o, cols, what))) goto done;
+  if ((rc = qc_fake_quant_f64_dt(fmt, profile, rows, cols, dt, raw, o, cols, what))) goto done;
   CK(cudaMemcpyAsync(dst, o, n * sizeof(double), cudaMemcpyHostToDevice, c->st), "upload dequantized");
   CK(cudaStreamSynchronize(c->st), "upload dequantized");
 done:
   free(raw);
-  free(f);
   free(o);
   return rc;
 }
