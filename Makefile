@@ -19,7 +19,7 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 ifeq ($(NO_CUDA),1)
   NVCC :=
 endif
-ifeq ($(wildcard src/backend/cuda.cu),)
+ifeq ($(wildcard src/backend/cuda/*.cu),)
   NVCC :=
 endif
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),)
@@ -27,7 +27,7 @@ ifneq ($(NVCC),)
   $(info qatcheck: CUDA found: $(NVCC) -> building the cuda backend (sm_90 + PTX))
   QC_CFLAGS += -DQC_HAVE_CUDA=1 -I$(CUDA_HOME)/include
   NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-               -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Isrc -Iinclude -MMD -MP
+               -Xcompiler -Wall,-Wextra,-Werror,-fPIC -I. -Isrc -Iinclude -MMD -MP
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
   NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
   ifneq ($(NCCL_H),)
@@ -39,12 +39,13 @@ ifneq ($(NVCC),)
     $(info qatcheck: NCCL not found: distributed checks disabled)
   endif
 else
-  $(info qatcheck: nvcc (or src/backend/cuda.cu) not found: building the CPU tool only)
+  $(info qatcheck: nvcc (or src/backend/cuda/) not found: building the CPU tool only)
 endif
 
 # ---- sources -----------------------------------------------------------------
-SRC_C   := $(wildcard src/*.c src/cli/*.c src/modules/*.c src/reference/*.c src/numerics/*.c src/backend/*.c src/report/*.c)
-SRC_CU  := $(if $(NVCC),$(wildcard kernels/*.cu src/backend/*.cu),)
+LAYERS  := core numerics model modules reference engine sweep io report backend cli
+SRC_C   := src/main.c $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
+SRC_CU  := $(if $(NVCC),$(wildcard kernels/*.cu src/backend/cuda/*.cu),)
 # CUDA and CPU-only objects differ (QC_HAVE_CUDA): keep them apart
 BUILD   ?= $(if $(NVCC),build,build-nocuda)
 OBJ_C   := $(SRC_C:%.c=$(BUILD)/%.o)

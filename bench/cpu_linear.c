@@ -12,11 +12,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "audit.h"
+#include "engine/audit.h"
 #include "backend/backend.h"
-#include "case.h"
-#include "gen.h"
-#include "qc.h"
+#include "model/case.h"
+#include "engine/gen.h"
+#include "core/qc.h"
 
 static double now(void) {
   struct timespec t;

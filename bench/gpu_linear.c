@@ -13,10 +13,10 @@
 #include <time.h>
 
 #include "backend/backend.h"
-#include "backend/cuda.h"
+#include "backend/cuda/cuda.h"
 #include "numerics/formats.h"
-#include "qc.h"
-#include "rng.h"
+#include "core/qc.h"
+#include "core/rng.h"
 
 static double now_ms(void) {
   struct timespec t;

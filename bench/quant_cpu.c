@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "numerics/quant.h"
-#include "qc.h"
+#include "core/qc.h"
 
 static double now(void) {
   struct timespec t;

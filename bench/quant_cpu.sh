@@ -6,7 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-gcc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/quant_cpu.c src/numerics/*.c src/err.c src/tensor.c src/module.c \
-  src/contract.c -lm -lpthread -o "$T/quant_cpu"
+gcc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/quant_cpu.c src/numerics/*.c src/core/err.c src/core/tensor.c src/model/module.c \
+  src/model/contract.c -lm -lpthread -o "$T/quant_cpu"
 echo "quant_cpu: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 "$T/quant_cpu" "$@"

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "qc.h"
+#include "core/qc.h"
 
 int qc_cmd_vjp(int argc, char **argv);
 int qc_cmd_contract(int argc, char **argv);

@@ -12,7 +12,7 @@
 
 #include "numerics/formats.h"
 #include "numerics/quant.h"
-#include "qc.h"
+#include "core/qc.h"
 
 static int enc(const char *fmt, unsigned long long start, unsigned long long count) {
   enum { CH = 1 << 20 };

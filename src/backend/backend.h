@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../metrics.h"
-#include "../tensor.h"
+#include "model/metrics.h"
+#include "core/tensor.h"
 
 typedef enum { QC_OP_N = 0, QC_OP_T = 1 } qc_op;
 

@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../qc.h"
-#include "../numerics/formats.h"
-#include "../numerics/quant.h"
-#include "../par.h"
-#include "backend.h"
+#include "core/qc.h"
+#include "numerics/formats.h"
+#include "numerics/quant.h"
+#include "core/par.h"
+#include "backend/backend.h"
 
 static CBLAS_TRANSPOSE tr(qc_op o) { return o == QC_OP_T ? CblasTrans : CblasNoTrans; }
 

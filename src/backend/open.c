@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../qc.h"
-#include "backend.h"
+#include "core/qc.h"
+#include "backend/backend.h"
 
 typedef int (*cuda_open_fn)(int device, const qc_backend **out);
 typedef void (*cuda_close_fn)(const qc_backend *be);

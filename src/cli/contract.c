@@ -10,15 +10,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/backend.h"
-#include "../check.h"
-#include "../contract_sweep.h"
-#include "../dump.h"
-#include "../numerics/quant.h"
-#include "../qc.h"
-#include "../report/sbuf.h"
-#include "../report/tlist.h"
-#include "cli.h"
+#include "backend/backend.h"
+#include "model/check.h"
+#include "sweep/sweep.h"
+#include "io/dump.h"
+#include "numerics/quant.h"
+#include "core/qc.h"
+#include "report/sbuf.h"
+#include "report/tlist.h"
+#include "cli/cli.h"
 
 #define DEFAULT_WFMT "nvfp4,fp8_block128,mxfp8"
 #define DEFAULT_TOKENS 512

@@ -10,13 +10,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/backend.h"
-#include "../check.h"
-#include "../fd.h"
-#include "../module.h"
-#include "../qc.h"
-#include "../report/tlist.h"
-#include "cli.h"
+#include "backend/backend.h"
+#include "model/check.h"
+#include "engine/fd.h"
+#include "model/module.h"
+#include "core/qc.h"
+#include "report/tlist.h"
+#include "cli/cli.h"
 
 #define FD_NO_DEVICE "fd differences each class's float64 forward, which runs on the host only"
 

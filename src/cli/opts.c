@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/backend.h"
-#include "../qc.h"
-#include "cli.h"
+#include "backend/backend.h"
+#include "core/qc.h"
+#include "cli/cli.h"
 
 int qc_opt_value(int argc, char **argv, int *i, const char *name, const char **val) {
   const char *a = argv[*i];

@@ -7,13 +7,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../case.h"
-#include "../check.h"
-#include "../dump.h"
-#include "../numerics/deployed.h"
-#include "../qc.h"
-#include "../report/tlist.h"
-#include "cli.h"
+#include "model/case.h"
+#include "model/check.h"
+#include "io/dump.h"
+#include "engine/deployed.h"
+#include "core/qc.h"
+#include "report/tlist.h"
+#include "cli/cli.h"
 
 #define QUANT_NO_DEVICE "quant compares the deployed bytes with qatcheck's reference quantizers, which run on the host"
 

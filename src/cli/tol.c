@@ -8,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../check.h"
-#include "../qc.h"
-#include "../report/tlist.h"
-#include "../tol.h"
-#include "cli.h"
+#include "model/check.h"
+#include "core/qc.h"
+#include "report/tlist.h"
+#include "model/tol.h"
+#include "cli/cli.h"
 
 #define TOL_NO_DEVICE "tol derives its bounds arithmetically on the host and has no device work"
 

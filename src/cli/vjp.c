@@ -7,15 +7,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../audit.h"
-#include "../backend/backend.h"
-#include "../case.h"
-#include "../check.h"
-#include "../dump.h"
-#include "../gen.h"
-#include "../numerics/deployed.h"
-#include "../qc.h"
-#include "cli.h"
+#include "engine/audit.h"
+#include "backend/backend.h"
+#include "model/case.h"
+#include "model/check.h"
+#include "io/dump.h"
+#include "engine/gen.h"
+#include "engine/deployed.h"
+#include "core/qc.h"
+#include "cli/cli.h"
 
 static void help(void) {
   printf("usage: qatcheck vjp --case CASE.json [options]\n\n"

@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../numerics/formats.h"
-#include "../qc.h"
-#include "mod_util.h"
+#include "model/module.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+#include "modules/mod_util.h"
 
 static const qc_key_spec attention_keys[] = {
     {"causal", "true|false", "true", "true: query i attends to keys j <= i"},

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../module.h"
-#include "mod_util.h"
+#include "model/module.h"
+#include "modules/mod_util.h"
 
 static float gelu_deriv(float x, int tanh_approx) {
   if (tanh_approx) {

@@ -4,7 +4,7 @@
  *   forward  y = (x - mean(x)) * rstd * w + b,  rstd = 1/sqrt(var(x) + eps)
  *   d_x      rstd * (g - mean(g) - xh * mean(g * xh)),  g = dy * w
  *   d_weight sum_t dy * xh;  d_bias sum_t dy (when params/bias exists) */
-#include "../module.h"
+#include "model/module.h"
 
 int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int center);
 int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center);

@@ -15,13 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/backend.h"
-#include "../module.h"
-#include "../numerics/formats.h"
-#include "../qc.h"
-#include "../rng.h"
-#include "../numerics/quant.h"
-#include "../numerics/sr.h"
+#include "backend/backend.h"
+#include "model/module.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+#include "core/rng.h"
+#include "numerics/quant.h"
+#include "numerics/sr.h"
 
 static const qc_key_spec linear_keys[] = {
     {"weight_format", QC_WEIGHT_FORMATS, "none", "how the forward quantized the weight"},

@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../numerics/formats.h"
-#include "../qc.h"
-#include "mod_util.h"
+#include "model/module.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+#include "modules/mod_util.h"
 
 static const qc_key_spec logprob_keys[] = {
     {"temperature", NULL, "1", "logits are divided by it before the log-softmax"},

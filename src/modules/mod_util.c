@@ -1,12 +1,12 @@
 /* mod_util.c: see mod_util.h. */
-#include "mod_util.h"
+#include "modules/mod_util.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../numerics/formats.h"
-#include "../qc.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
 
 double *qc_mod_f64(const qc_tensor *t, const char *what) {
   double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);

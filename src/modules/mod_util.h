@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-#include "../module.h"
-#include "../rng.h"
-#include "../tensor.h"
+#include "model/module.h"
+#include "core/rng.h"
+#include "core/tensor.h"
 
 /* A new float32 array holding t decoded (qc_numel(t) elements); NULL with
  * the error set (naming `what`) when out of memory or t is not decodable. */

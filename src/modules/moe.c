@@ -23,11 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/backend.h"
-#include "../module.h"
-#include "../numerics/formats.h"
-#include "../qc.h"
-#include "mod_util.h"
+#include "backend/backend.h"
+#include "model/module.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+#include "modules/mod_util.h"
 
 static const qc_key_spec moe_keys[] = {
     {"activation", "swiglu|relu2", "swiglu", "expert activation: silu(gate) * up (w1 [E, 2F, H]) or relu(h)^2 (w1 [E, F, H])"},

@@ -3,8 +3,8 @@
  *
  *   forward  y = max(x, 0)^2
  *   d_x      dy * 2 max(x, 0)        (0 at x = 0 from both sides: no kink in y') */
-#include "../module.h"
-#include "mod_util.h"
+#include "model/module.h"
+#include "modules/mod_util.h"
 
 static float relu2_deriv(float x, int variant) {
   (void)variant;

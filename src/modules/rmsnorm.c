@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../numerics/formats.h"
-#include "../qc.h"
-#include "mod_util.h"
+#include "model/module.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+#include "modules/mod_util.h"
 
 int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int center);
 int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center);

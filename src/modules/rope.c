@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../numerics/formats.h"
-#include "../qc.h"
-#include "mod_util.h"
+#include "model/module.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+#include "modules/mod_util.h"
 
 static const qc_key_spec rope_keys[] = {
     {"theta", NULL, "10000", "frequency base: pair j turns at theta^(-2j/rotary_dim) per position"},

@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../numerics/formats.h"
-#include "../qc.h"
-#include "mod_util.h"
+#include "model/module.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+#include "modules/mod_util.h"
 
 static const qc_key_spec router_keys[] = {
     {"score", "softmax|sigmoid|sqrt_softplus", "softmax", "score function of the logits (softmax over all experts)"},

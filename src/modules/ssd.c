@@ -30,10 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../numerics/formats.h"
-#include "../qc.h"
-#include "mod_util.h"
+#include "model/module.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+#include "modules/mod_util.h"
 
 static const qc_key_spec ssd_keys[] = {
     {"chunk_size", NULL, "64", "steps per chunk of the chunked scan (a whole number >= 1; L need not be a multiple)"},

@@ -1,5 +1,5 @@
 /* float16.c: bfloat16 and IEEE binary16 conversions (RNE). */
-#include "formats.h"
+#include "numerics/formats.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,11 +2,11 @@
  * power-of-two ceiling, on the float32 bits (the element encoders live in
  * minifloat.h as inline functions; their one float operation relies on the
  * default round-to-nearest-even mode). */
-#include "formats.h"
+#include "numerics/formats.h"
 
 #include <string.h>
 
-#include "minifloat.h"
+#include "numerics/minifloat.h"
 
 static uint32_t fbits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float bitsf(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }

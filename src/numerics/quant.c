@@ -2,7 +2,7 @@
  * pass walks the scale grid: per block, the amax, then the scale rule of
  * (format, profile), then the element encoder. fp8_block128_ue8m0 under the
  * vllm-family profiles runs two passes (quantize, dequantize, requantize). */
-#include "quant.h"
+#include "numerics/quant.h"
 
 #include <float.h>
 #include <math.h>
@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../qc.h"
-#include "formats.h"
-#include "minifloat.h"
-#include "../par.h"
+#include "core/qc.h"
+#include "numerics/formats.h"
+#include "numerics/minifloat.h"
+#include "core/par.h"
 
 static const char *const g_fmt_names[QC_QF_COUNT] = {
     "none", "fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",

@@ -7,8 +7,8 @@
 
 #include <stdint.h>
 
-#include "../tensor.h"
-#include "sr.h"
+#include "core/tensor.h"
+#include "numerics/sr.h"
 
 /* Formats a contract may name. "none" is the identity. */
 #define QC_WEIGHT_FORMATS "none|fp8_tensor|fp8_channel|fp8_block128|fp8_block128_ue8m0|nvfp4|mxfp8|mxfp4"

@@ -1,5 +1,5 @@
 /* sr.c: Philox4x32-10 and the stochastic-rounding draw (see sr.h). */
-#include "sr.h"
+#include "numerics/sr.h"
 
 #include <string.h>
 

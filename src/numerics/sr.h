@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "../contract.h"
+#include "model/contract.h"
 
 /* Stochastic rounding settings; on = 0 means round to nearest even. */
 typedef struct qc_sr {

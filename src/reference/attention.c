@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../qc.h"
-#include "ref_util.h"
+#include "model/module.h"
+#include "core/qc.h"
+#include "reference/ref_util.h"
 
 static int same4(const qc_tensor *a, const int64_t *s) {
   return a->shape[0] == s[0] && a->shape[1] == s[1] && a->shape[2] == s[2] && a->shape[3] == s[3];

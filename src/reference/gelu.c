@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../module.h"
-#include "ref_util.h"
+#include "model/module.h"
+#include "reference/ref_util.h"
 
 static double gelu_grad(double x, int tanh_form) {
   if (tanh_form) {

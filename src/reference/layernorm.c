@@ -1,7 +1,7 @@
 /* reference/layernorm.c: the float64 LayerNorm VJP; the math is shared with
  * RMSNorm in reference/rmsnorm.c (centered = 1 adds the mean's Jacobian
  * term and d_bias). */
-#include "../module.h"
+#include "model/module.h"
 
 int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered);
 

@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/backend.h"
-#include "../module.h"
-#include "../numerics/quant.h"
-#include "../numerics/sr.h"
-#include "../qc.h"
+#include "backend/backend.h"
+#include "model/module.h"
+#include "numerics/quant.h"
+#include "numerics/sr.h"
+#include "core/qc.h"
 
 /* dequant(quant(a)) in place for [rows, cols], when fmt is not "none"
  * (sr: stochastic payload rounding, NULL: nearest). */

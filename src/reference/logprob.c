@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../qc.h"
-#include "ref_util.h"
+#include "model/module.h"
+#include "core/qc.h"
+#include "reference/ref_util.h"
 
 /* Loss weight per position [B*S] from the mask and the normalization. */
 static void lp_weights(const double *mask, int64_t B, int64_t S, const char *norm, double *w) {

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../qc.h"
-#include "ref_util.h"
+#include "model/module.h"
+#include "core/qc.h"
+#include "reference/ref_util.h"
 
 static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
 

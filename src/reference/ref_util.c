@@ -1,10 +1,10 @@
 /* ref_util.c: see ref_util.h. */
-#include "ref_util.h"
+#include "reference/ref_util.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "../qc.h"
+#include "core/qc.h"
 
 double *qc_refu_load(const qc_tensor *t, const char *what) {
   double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);

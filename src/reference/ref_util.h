@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#include "../module.h"
-#include "../tensor.h"
+#include "model/module.h"
+#include "core/tensor.h"
 
 /* A new float64 array holding t decoded; NULL with the error set. */
 double *qc_refu_load(const qc_tensor *t, const char *what);

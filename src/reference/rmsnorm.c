@@ -9,9 +9,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../module.h"
-#include "../qc.h"
-#include "ref_util.h"
+#include "model/module.h"
+#include "core/qc.h"
+#include "reference/ref_util.h"
 
 int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered);
 

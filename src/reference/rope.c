@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../module.h"
-#include "../qc.h"
-#include "ref_util.h"
+#include "model/module.h"
+#include "core/qc.h"
+#include "reference/ref_util.h"
 
 int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   (void)ctx;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
-#include "../qc.h"
+#include "model/check.h"
+#include "core/qc.h"
 
 static const char *verdict_str(int v) { return v == 0 ? "pass" : v == 1 ? "fail" : "error"; }
 

@@ -1,5 +1,5 @@
 /* sbuf.c: see sbuf.h. */
-#include "sbuf.h"
+#include "report/sbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

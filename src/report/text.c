@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../check.h"
-#include "../qc.h"
-#include "sbuf.h"
-#include "tlist.h"
+#include "model/check.h"
+#include "core/qc.h"
+#include "report/sbuf.h"
+#include "report/tlist.h"
 
 static const char *fmt_num(char *buf, size_t n, double v, const char *f) {
   if (isnan(v)) snprintf(buf, n, "-");

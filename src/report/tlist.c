@@ -1,12 +1,12 @@
 /* tlist.c: see tlist.h. */
-#include "tlist.h"
+#include "report/tlist.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
-#include "../qc.h"
+#include "model/check.h"
+#include "core/qc.h"
 
 /* Offsets into text; -1: absent. */
 typedef struct qc_tent {

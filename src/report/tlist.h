@@ -6,7 +6,7 @@
 #ifndef QC_TLIST_H
 #define QC_TLIST_H
 
-#include "sbuf.h"
+#include "report/sbuf.h"
 
 typedef struct qc_tlist {
   qc_sbuf text;              /* every string, NUL-terminated, back to back */

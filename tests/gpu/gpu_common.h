@@ -9,8 +9,8 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "qc.h"
-#include "rng.h"
+#include "core/qc.h"
+#include "core/rng.h"
 
 /* The CUDA backend, or skip the test (no device, or a build without CUDA). */
 static inline const qc_backend *gpu_or_skip(void) {

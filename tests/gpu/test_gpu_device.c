@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "backend/backend.h"
-#include "qc.h"
+#include "core/qc.h"
 
 Test(gpu, backend_opens) {
   const qc_backend *be = NULL;

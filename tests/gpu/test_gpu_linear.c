@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "gpu_common.h"
-#include "module.h"
+#include "model/module.h"
 #include "numerics/formats.h"
 #include "numerics/quant.h"
 

@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "fd.h"
-#include "metrics.h"
-#include "qc.h"
-#include "rng.h"
+#include "engine/fd.h"
+#include "model/metrics.h"
+#include "core/qc.h"
+#include "core/rng.h"
 
 void h_make(h_inst *in, const char *cls, const char *shape, uint64_t seed, const char *values, const char *const *sets) {
   qc_contract c = {0};

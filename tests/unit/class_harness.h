@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "module.h"
+#include "model/module.h"
 
 typedef struct h_inst {
   qc_module m;

@@ -9,8 +9,8 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "fd.h"
-#include "qc.h"
+#include "engine/fd.h"
+#include "core/qc.h"
 
 #define ACT_TOL 1e-6 /* cases/swiglu.json, relu2.json, gelu.json */
 

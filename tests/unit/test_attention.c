@@ -13,8 +13,8 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "fd.h"
-#include "qc.h"
+#include "engine/fd.h"
+#include "core/qc.h"
 
 #define ATT_TOL 6.61e-6          /* cases/attention.json d_k, d_v (d_q: 3.31e-6) */
 #define ATT_TOL_HEAVY 2e-5       /* heavy_tail inputs: logits up to 20x (measured <= 1e-5) */

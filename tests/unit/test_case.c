@@ -2,8 +2,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "case.h"
-#include "qc.h"
+#include "model/case.h"
+#include "core/qc.h"
 
 #define TOL "\"tolerances\": {\"d_x\": {\"rel_l2\": 1e-3, \"reasoning\": \"bf16\"}}"
 #define GEN "\"module\": \"linear\", \"data\": {\"generate\": {\"shapes\": [[2, 3, 4]], \"seed\": 7}}"

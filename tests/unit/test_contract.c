@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "contract_sweep.h"
-#include "qc.h"
+#include "sweep/sweep.h"
+#include "core/qc.h"
 
 static void classify(const char *path, const char *cls, int layer, int expert) {
   char c[QC_PATHLEN];

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dump.h"
-#include "qc.h"
+#include "io/dump.h"
+#include "core/qc.h"
 
 static char g_path[256];
 

@@ -8,8 +8,8 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "fd.h"
-#include "qc.h"
+#include "engine/fd.h"
+#include "core/qc.h"
 
 /* Run fd on a generated instance; returns the number of failing rows. */
 static int fd_fails(const char *cls, const char *shape, const char *const *sets, qc_vjp_fn vjp) {

@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "module.h"
+#include "model/module.h"
 #include "numerics/formats.h"
 #include "numerics/quant.h"
-#include "qc.h"
+#include "core/qc.h"
 
 enum { M = 4, K = 64, N = 8 };
 

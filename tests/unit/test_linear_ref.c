@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "module.h"
+#include "model/module.h"
 #include "numerics/formats.h"
-#include "qc.h"
+#include "core/qc.h"
 
 static void put_bf16(qc_tset *s, const char *name, int ndim, const int64_t *shape, const float *v) {
   qc_tensor t;

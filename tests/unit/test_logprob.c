@@ -7,8 +7,8 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "fd.h"
-#include "qc.h"
+#include "engine/fd.h"
+#include "core/qc.h"
 
 #define LP_TOL 5e-5          /* cases/logprob.json */
 #define LP_TOL_SPECIAL 5e-4  /* cases/logprob_special.json: |logits| up to 1e4 */

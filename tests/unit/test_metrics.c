@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "model/metrics.h"
 
 Test(metrics, hand_vectors) {
   double g[4] = {1, 2, 3, 4}, r[4] = {1, 2, 3, 5};

@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "fd.h"
-#include "qc.h"
+#include "engine/fd.h"
+#include "core/qc.h"
 
 /* The unit tests' dY is float32 N(0,1), which the production rounds to bf16
  * (one more operand rounding than the shipped cases, whose dY is bf16): 3

@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "qc.h"
+#include "core/qc.h"
 
 #define NORM_TOL 2e-5 /* cases/rmsnorm.json, cases/layernorm.json */
 

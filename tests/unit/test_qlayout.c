@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "qc.h"
+#include "core/qc.h"
 
 Test(qlayout, grids_of_every_format) {
   struct { const char *f; int64_t gr, gc, sr, sc; int packed; } want[] = {

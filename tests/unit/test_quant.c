@@ -10,7 +10,7 @@
 #include "numerics/formats.h"
 #include "numerics/quant.h"
 #include "numerics/sr.h"
-#include "qc.h"
+#include "core/qc.h"
 
 static float bf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 

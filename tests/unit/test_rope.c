@@ -7,8 +7,8 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "fd.h"
-#include "qc.h"
+#include "engine/fd.h"
+#include "core/qc.h"
 
 #define ROPE_TOL 1e-4 /* cases/rope.json: fp32 angles for positions < 5000 */
 

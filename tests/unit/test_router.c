@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "fd.h"
-#include "qc.h"
+#include "engine/fd.h"
+#include "core/qc.h"
 
 #define ROUTER_TOL 2e-6 /* cases/router.json */
 

@@ -12,8 +12,8 @@
 
 #include "backend/backend.h"
 #include "class_harness.h"
-#include "fd.h"
-#include "qc.h"
+#include "engine/fd.h"
+#include "core/qc.h"
 
 #define SSD_TOL 2.34e-6        /* cases/ssd.json d_x, d_Bm, d_Cm, d_initial_state */
 #define SSD_TOL_DT 9.35e-6     /* cases/ssd.json d_dt (d_A: 9.57e-6); the sweeps judge every tensor by it */

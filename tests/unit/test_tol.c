@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "audit.h"
-#include "metrics.h"
+#include "engine/audit.h"
+#include "model/metrics.h"
 #include "numerics/formats.h"
-#include "qc.h"
-#include "rng.h"
-#include "tol.h"
+#include "core/qc.h"
+#include "core/rng.h"
+#include "model/tol.h"
 
 #define NEAR(a, b, rel) (fabs((a) - (b)) <= (rel) * fabs(b))
 

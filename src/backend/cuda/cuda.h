@@ -1,0 +1,37 @@
+/* cuda.h: what the CUDA backend offers beyond the seam, for the benchmark
+ * and conformance drivers (bench/). Only in builds with CUDA. */
+#ifndef QC_BACKEND_CUDA_H
+#define QC_BACKEND_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+int qc_backend_cuda_open(int device, const qc_backend **out);
+void qc_backend_cuda_close(const qc_backend *be);
+
+/* The parts of one linear audit timed alone (medians of reps, device events). */
+typedef struct qc_cuda_bench {
+  double ms_dgemm2;     /* the two float64 reference GEMMs */
+  double ms_bf16x2;     /* the two bf16 candidate GEMMs */
+  double ms_metrics;    /* one metrics pass over the larger gradient (bf16 g, float64 r) */
+  double dgemm_tflops, bf16_tflops;
+  double copy_gbs;      /* device-to-device copy of 1 GiB, bytes read + written per second / 1e9 */
+  double metrics_gbs;   /* metrics pass, bytes read per second / 1e9 */
+} qc_cuda_bench;
+
+/* Time the parts of the audit `a` (device buffers) after one audit_linear of
+ * the same shape has run on be. */
+int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *a, int reps, qc_cuda_bench *r);
+
+/* count float32 bit patterns from start through CUDA's saturating FP8
+ * conversion (kind 0 E4M3, 1 E5M2): mismatches against the spec's rule in a
+ * kernel; the bytes into host_chunk when not NULL. */
+int qc_cuda_fp8_conformance(const qc_backend *be, int kind, uint8_t *host_chunk, uint64_t start, uint64_t count,
+                            unsigned long long *mismatches);
+
+/* "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)". */
+const char *qc_cuda_device_name(const qc_backend *be, char *buf, size_t n);
+
+#endif

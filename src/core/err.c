@@ -1,0 +1,88 @@
+/* err.c: the single error channel (see qc.h). */
+#include "core/qc.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <malloc.h>
+#include <string.h>
+#include <time.h>
+
+int qc_quiet = 0;
+int qc_verbose = 0;
+
+/* per thread: a reader thread's error never garbles the main thread's */
+static _Thread_local char g_msg[1024];
+static _Thread_local char g_hint[512];
+
+static void vset(char *buf, size_t n, const char *fmt, va_list ap) {
+  if (buf[0]) return; /* first error wins */
+  vsnprintf(buf, n, fmt, ap);
+}
+
+int qc_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset(g_msg, sizeof g_msg, fmt, ap);
+  va_end(ap);
+  return QC_EINPUT;
+}
+
+int qc_err_sys(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset(g_msg, sizeof g_msg, fmt, ap);
+  va_end(ap);
+  return QC_ESYS;
+}
+
+void qc_hint(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset(g_hint, sizeof g_hint, fmt, ap);
+  va_end(ap);
+}
+
+const char *qc_err_msg(void) { return g_msg; }
+const char *qc_err_hint(void) { return g_hint; }
+void qc_err_clear(void) { g_msg[0] = 0; g_hint[0] = 0; }
+
+/* Print s with control characters escaped, so a message stays one line
+ * whatever names (files, groups, datasets) it quotes. */
+static void put_line(const char *prefix, const char *s) {
+  fputs(prefix, stderr);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '\n') fputs("\\n", stderr);
+    else if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
+    else fputc(*p, stderr);
+  }
+  fputc('\n', stderr);
+}
+
+void qc_err_print(void) {
+  put_line("qatcheck: error: ", g_msg[0] ? g_msg : "unknown error");
+  if (g_hint[0]) put_line("hint: ", g_hint);
+}
+
+void *qc_malloc(size_t n, const char *what) {
+  void *p = malloc(n ? n : 1);
+  if (!p) qc_err_sys("out of memory: %zu bytes for %s", n, what);
+  return p;
+}
+
+void *qc_calloc(size_t n, size_t size, const char *what) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) qc_err_sys("out of memory: %zu x %zu bytes for %s", n, size, what);
+  return p;
+}
+
+void qc_mem_tune(void) {
+  mallopt(M_MMAP_MAX, 0);               /* large buffers from the heap ... */
+  mallopt(M_TRIM_THRESHOLD, 0x7fffffff); /* ... and kept there when freed */
+}
+
+double qc_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}

@@ -1,0 +1,166 @@
+/* audit.c: see audit.h. */
+#include "engine/audit.h"
+
+#include <math.h>
+#include <time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "numerics/formats.h"
+#include "core/qc.h"
+
+double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
+  double sd = 0, sr = 0;
+  if (dtype == QC_F64) return 0.0;
+  if (dtype != QC_BF16 && dtype != QC_F16 && dtype != QC_F32) return NAN;
+  for (int64_t i = 0; i < n; i++) {
+    double q;
+    float f = (float)r[i];
+    if (dtype == QC_BF16) q = qc_round_bf16(f);
+    else if (dtype == QC_F16) q = qc_f16_to_f32(qc_f32_to_f16(f));
+    else q = f;
+    double d = q - r[i];
+    sd += d * d;
+    sr += r[i] * r[i];
+  }
+  return sqrt(sd) / fmax(sqrt(sr), QC_EPS_NORM);
+}
+
+int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k) {
+  int64_t n = qc_numel(r);
+  double *gd = qc_malloc((size_t)n * sizeof *gd, "candidate gradient (float64)");
+  if (!gd) return QC_ESYS;
+  int rc = qc_tensor_to_f64(g, gd);
+  if (!rc) rc = ctx->be->metrics(ctx->be, gd, (const double *)r->data, n, &k->m);
+  free(gd);
+  if (rc) return rc;
+  if (k->m.ref_nonfinite) {
+    qc_err("%s: the reference '%s' has %lld non-finite value(s) for dY '%s': its inputs, parameters or dY are not finite",
+           k->module, k->tensor, (long long)k->m.ref_nonfinite, k->dy);
+    qc_hint("a gradient computed from non-finite data cannot be judged; check the dump");
+    return QC_EINPUT;
+  }
+  k->m.noise_floor = qc_noise_floor((const double *)r->data, n, g->dtype);
+  qc_audit_verdict(k, g->dtype, t);
+  return QC_OK;
+}
+
+void qc_audit_verdict(qc_check *k, qc_dtype gdt, const qc_tol *t) {
+  k->has_metrics = 1;
+  /* A reference (nearly) exact in the candidate's type has a floor near 0,
+   * and any harmless difference would be an enormous multiple. The divisor
+   * never drops below a tenth of the type's nominal floor u/sqrt(3). */
+  double u = gdt == QC_BF16 ? 0x1p-8 : gdt == QC_F16 ? 0x1p-11 : gdt == QC_F32 ? 0x1p-24 : 0x1p-53;
+  double floor_eff = fmax(k->m.noise_floor, 0.1 * u / sqrt(3.0));
+  if (isnan(k->m.noise_floor)) k->m.noise_multiple = NAN;
+  else k->m.noise_multiple = k->m.rel_l2 / floor_eff;
+  k->verdict = qc_judge(&k->m, t, k->why, sizeof k->why);
+}
+
+void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *tensor, int ndim, const int64_t *shape,
+                   const qc_tol *t) {
+  memset(k, 0, sizeof *k);
+  snprintf(k->module, sizeof k->module, "%s", m->path);
+  snprintf(k->cls, sizeof k->cls, "%s", m->cls->name);
+  snprintf(k->dy, sizeof k->dy, "%s", dy);
+  snprintf(k->tensor, sizeof k->tensor, "%s", tensor);
+  k->ndim = ndim;
+  memcpy(k->shape, shape, (size_t)ndim * sizeof *shape);
+  k->has_tol = 1;
+  k->tol = *t;
+  k->m.noise_multiple = k->m.noise_floor = NAN;
+}
+
+const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor) {
+  const qc_tol *t = qc_case_tol_for(a->cs, tensor);
+  if (!t) {
+    qc_err("case '%s': no tolerance for '%s': module '%s' (class %s) has this gradient", a->cs->path, tensor, m->path,
+           m->cls->name);
+    qc_hint("declare \"%s\": {\"rel_l2\": ..., \"reasoning\": \"...\"} under tolerances; 'qatcheck tol' derives one",
+            tensor);
+  }
+  return t;
+}
+
+/* 1 when `name` is a word of the space-separated list (NULL: none). */
+static int in_words(const char *list, const char *name) {
+  /* list is "/d_a/d_b/": '/' cannot occur in an HDF5 dataset name */
+  size_t n = strlen(name);
+  for (const char *p = list ? strstr(list, name) : NULL; p; p = strstr(p + 1, name))
+    if (p > list && p[-1] == '/' && p[n] == '/') return 1;
+  return 0;
+}
+
+
+/* The candidate's gradients for dY index i. */
+static int run_candidate(qc_audit *a, const qc_module *m, int i, qc_tset *out, const qc_tset **use) {
+  const qc_tensor *dy = &m->grad_out.t[i];
+  switch (a->cs->cand) {
+    case QC_CAND_BUILTIN: *use = out; return m->cls->production(a->ctx, m, dy, out);
+    case QC_CAND_PLUGIN: *use = out; return qc_plugin_vjp(a->plugin, m, dy, out);
+    case QC_CAND_DUMP: *use = m->cand ? &m->cand[i] : out; return QC_OK;
+  }
+  return qc_err("unknown candidate kind");
+}
+
+int qc_audit_module(qc_audit *a, const qc_module *m) {
+  const qc_registry_row *row = qc_registry_find(m->cls->name);
+  if (!row) return qc_err("%s: class '%s' has no registry row", m->path, m->cls->name);
+  for (int i = 0; i < m->grad_out.n; i++) {
+    const qc_tensor *dy = &m->grad_out.t[i];
+    qc_tset ref = {0}, cand = {0};
+    const qc_tset *cset = NULL;
+    int fused = 0;
+    double t0 = qc_now_s();
+    int rc = qc_audit_linear_fused(a, m, i, &fused); /* the backend's fused op, where it applies */
+    if (rc || fused) {
+      if (!rc && qc_verbose) fprintf(stderr, "qatcheck: %s dy=%s: fused %s audit %.3f s\n", m->path, dy->name, a->ctx->be->name, qc_now_s() - t0);
+      if (rc) return rc;
+      continue;
+    }
+    rc = row->reference(a->ctx, m, dy, &ref);
+    double t1 = qc_now_s();
+    if (!rc) rc = run_candidate(a, m, i, &cand, &cset);
+    double t2 = qc_now_s();
+    for (int j = 0; !rc && j < ref.n; j++) {
+      const qc_tensor *r = &ref.t[j];
+      const qc_tol *t = qc_audit_tol(a, m, r->name);
+      if (!t) {
+        rc = QC_EINPUT;
+        break;
+      }
+      qc_check k;
+      qc_check_init(&k, m, dy->name, r->name, r->ndim, r->shape, t);
+      const qc_tensor *g = qc_tset_get(cset, r->name);
+      if (!g && in_words(a->frozen, r->name)) {
+        if (qc_verbose) fprintf(stderr, "qatcheck: %s: %s not checked: its parameter is frozen\n", m->path, r->name);
+        continue;
+      }
+      char s1[96], s2[96];
+      if (g) snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
+      if (!g) {
+        k.verdict = QC_V_FAIL;
+        snprintf(k.why, sizeof k.why, "missing");
+      } else if (!qc_dtype_is_float(g->dtype) || g->dtype == QC_E2M1X2) {
+        k.verdict = QC_V_FAIL;
+        snprintf(k.why, sizeof k.why, "candidate has element type %s: expected a float gradient", qc_dtype_name(g->dtype));
+      } else if (!qc_shape_eq(g, r)) {
+        k.verdict = QC_V_FAIL;
+        snprintf(k.why, sizeof k.why, "shape mismatch: candidate %s, reference %s", qc_shape_str(g->ndim, g->shape, s1, sizeof s1),
+                 qc_shape_str(r->ndim, r->shape, s2, sizeof s2));
+      } else {
+        rc = qc_audit_compare(a->ctx, g, r, t, &k);
+      }
+      if (!rc) rc = qc_results_add(a->res, &k);
+    }
+    if (qc_verbose)
+      fprintf(stderr, "qatcheck: %s dy=%s: reference %.3f s, candidate %.3f s, compare %.3f s\n", m->path, dy->name, t1 - t0,
+              t2 - t1, qc_now_s() - t2);
+    qc_tset_free(&ref);
+    qc_tset_free(&cand);
+    if (rc) return rc;
+  }
+  return QC_OK;
+}

@@ -1,0 +1,53 @@
+/* audit.h: the run and compare stations: for one module instance and each
+ * of its dYs, the reference VJP and the candidate (builtin, dump or plugin)
+ * on the same inputs and the same dY, one judged check per reference
+ * gradient. */
+#ifndef QC_AUDIT_H
+#define QC_AUDIT_H
+
+#include "model/case.h"
+#include "model/check.h"
+#include "model/module.h"
+#include "io/plugin.h"
+
+typedef struct qc_audit {
+  const qc_ctx *ctx;
+  const qc_case *cs;          /* tolerances and candidate kind */
+  qc_plugin *plugin;          /* when cs->cand == QC_CAND_PLUGIN */
+  qc_results *res;            /* checks are appended here */
+  const char *frozen;         /* "/d_weight/d_bias/": gradients of frozen parameters of
+                                 the module being audited (dump attribute frozen="1");
+                                 not expected, so no check when the candidate has none */
+} qc_audit;
+
+/* Audit module m (cls and contract set; grad_out holds the dYs; cand set
+ * when the candidate is the dump). Failed checks are results, not errors;
+ * QC_EINPUT means the run cannot be judged (e.g. a gradient without a
+ * declared tolerance). */
+int qc_audit_module(qc_audit *a, const qc_module *m);
+
+/* Compare candidate g (any float dtype) with reference r (float64) and fill
+ * check k's metrics, noise floor and verdict under tolerance t. */
+int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k);
+
+/* Fill check k's noise multiple and verdict from its metrics and noise
+ * floor (k->m) under tolerance t; gdt is the candidate's element type. */
+void qc_audit_verdict(qc_check *k, qc_dtype gdt, const qc_tol *t);
+
+/* Start check k: its names, the reference's shape, tolerance t; no metrics. */
+void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *tensor, int ndim, const int64_t *shape,
+                   const qc_tol *t);
+
+/* The case's tolerance for a gradient, or NULL with the error set. */
+const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor);
+
+/* When the backend has a fused linear audit and module m (dY index i) fits
+ * it (audit_fused.c), run it, append the checks and set *done = 1; else
+ * leave *done = 0 and touch nothing. */
+int qc_audit_linear_fused(qc_audit *a, const qc_module *m, int i, int *done);
+
+/* The noise floor: rel-L2 between r and r rounded to dtype (bf16, f16,
+ * f32); NAN for dtypes without a defined rounding here, 0 for float64. */
+double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype);
+
+#endif

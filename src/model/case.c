@@ -1,0 +1,350 @@
+/* case.c: case files, cJSON to a validated qc_case (see case.h). */
+#include "model/case.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/qc.h"
+#include "core/sha256.h"
+
+/* Refuse keys of obj not in the NULL-terminated list `allowed`. */
+static int only_keys(const cJSON *obj, const char *const *allowed, const char *where) {
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    for (const cJSON *p = obj->child; p != it; p = p->next)
+      if (strcmp(p->string, it->string) == 0) return qc_err("%s: duplicate key '%s'", where, it->string);
+    int ok = 0;
+    for (const char *const *a = allowed; *a; a++)
+      if (strcmp(it->string, *a) == 0) ok = 1;
+    if (!ok) {
+      char list[512] = "";
+      for (const char *const *a = allowed; *a; a++) {
+        strncat(list, a == allowed ? "" : ", ", sizeof list - strlen(list) - 1);
+        strncat(list, *a, sizeof list - strlen(list) - 1);
+      }
+      qc_err("%s: unknown key '%s'", where, it->string);
+      qc_hint("allowed here: %s", list);
+      return QC_EINPUT;
+    }
+  }
+  return QC_OK;
+}
+
+static int get_string(const cJSON *v, const char *where, const char *key, char *out, size_t n) {
+  if (!cJSON_IsString(v)) return qc_err("%s: key '%s': expected a string", where, key);
+  if (strlen(v->valuestring) >= n) return qc_err("%s: key '%s': longer than %zu characters", where, key, n - 1);
+  snprintf(out, n, "%s", v->valuestring);
+  return QC_OK;
+}
+
+static int get_number(const cJSON *v, const char *where, const char *key, double *out) {
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return qc_err("%s: key '%s': expected a finite number", where, key);
+  *out = v->valuedouble;
+  return QC_OK;
+}
+
+/* out = p, relative to dir; QC_EINPUT when it does not fit (never a
+ * truncated path, which could name another file). */
+static int resolve(const char *dir, const char *p, char *out, size_t n) {
+  int k = (p[0] == '/' || !dir[0]) ? snprintf(out, n, "%s", p) : snprintf(out, n, "%s/%s", dir, p);
+  if (k < 0 || (size_t)k >= n) return qc_err("path '%.60s...' is longer than %zu characters", p, n - 1);
+  return QC_OK;
+}
+
+/* One contract value: string, number, or {"word": N} / {"word": {"k": N}}. */
+static int contract_value(const cJSON *v, const char *where, qc_contract *c) {
+  const char *k = v->string;
+  if (cJSON_IsString(v)) return qc_contract_set(c, k, v->valuestring, 0, 0);
+  if (cJSON_IsNumber(v)) return qc_contract_set(c, k, "", v->valuedouble, 1);
+  if (cJSON_IsBool(v)) return qc_contract_set(c, k, cJSON_IsTrue(v) ? "true" : "false", 0, 0);
+  if (cJSON_IsObject(v) && v->child && !v->child->next) {
+    const cJSON *in = v->child;
+    if (cJSON_IsNumber(in)) return qc_contract_set(c, k, in->string, in->valuedouble, 1);
+    if (cJSON_IsObject(in) && in->child && !in->child->next && cJSON_IsNumber(in->child))
+      return qc_contract_set(c, k, in->string, in->child->valuedouble, 1);
+    if (cJSON_IsObject(in) && !in->child) return qc_contract_set(c, k, in->string, 0, 0);
+  }
+  return qc_err("%s: contract key '%s': expected a string, a number, or a one-key object like {\"clipped\": 3.0}", where, k);
+}
+
+static int parse_contract_obj(const cJSON *obj, const char *where, qc_contract *c) {
+  if (!cJSON_IsObject(obj)) return qc_err("%s: 'contract' must be an object", where);
+  memset(c, 0, sizeof *c);
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    if (strlen(it->string) >= sizeof c->kv[0].key) return qc_err("%s: contract key '%.40s...' is too long", where, it->string);
+    int rc = contract_value(it, where, c);
+    if (rc) return rc;
+  }
+  return QC_OK;
+}
+
+int qc_contract_parse(const char *json, const char *where, qc_contract *out) {
+  cJSON *root = cJSON_Parse(json);
+  if (!root) return qc_err("%s: attribute 'contract' is not valid JSON", where);
+  int rc = parse_contract_obj(root, where, out);
+  cJSON_Delete(root);
+  return rc;
+}
+
+static int parse_tol(const cJSON *obj, const char *where, qc_case_tol *t) {
+  static const char *const keys[] = {"rel_l2", "max_abs", "cosine_min", "norm_ratio", "noise_multiple", "reasoning", NULL};
+  char w[256];
+  snprintf(w, sizeof w, "%s: tolerances.%s", where, obj->string);
+  if (!cJSON_IsObject(obj)) return qc_err("%s: expected an object", w);
+  if (strlen(obj->string) >= sizeof t->tensor) return qc_err("%s: tensor name too long", w);
+  snprintf(t->tensor, sizeof t->tensor, "%s", obj->string);
+  int rc = only_keys(obj, keys, w);
+  if (rc) return rc;
+  qc_tol *tl = &t->tol;
+  memset(tl, 0, sizeof *tl);
+  const cJSON *v;
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "rel_l2"))) {
+    if ((rc = get_number(v, w, "rel_l2", &tl->rel_l2))) return rc;
+    tl->has_rel_l2 = 1;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "max_abs"))) {
+    if ((rc = get_number(v, w, "max_abs", &tl->max_abs))) return rc;
+    tl->has_max_abs = 1;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "cosine_min"))) {
+    if ((rc = get_number(v, w, "cosine_min", &tl->cosine_min))) return rc;
+    tl->has_cosine_min = 1;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "noise_multiple"))) {
+    if ((rc = get_number(v, w, "noise_multiple", &tl->noise_multiple))) return rc;
+    tl->has_noise_multiple = 1;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "norm_ratio"))) {
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !cJSON_IsNumber(v->child) || !cJSON_IsNumber(v->child->next))
+      return qc_err("%s: key 'norm_ratio': expected [low, high]", w);
+    tl->norm_lo = v->child->valuedouble;
+    tl->norm_hi = v->child->next->valuedouble;
+    if (!(tl->norm_lo <= tl->norm_hi)) return qc_err("%s: key 'norm_ratio': low %g is above high %g", w, tl->norm_lo, tl->norm_hi);
+    tl->has_norm_ratio = 1;
+  }
+  if (tl->has_rel_l2 && tl->rel_l2 < 0) return qc_err("%s: key 'rel_l2': expected a bound >= 0", w);
+  if (tl->has_max_abs && tl->max_abs < 0) return qc_err("%s: key 'max_abs': expected a bound >= 0", w);
+  if (tl->has_cosine_min && (tl->cosine_min < -1 || tl->cosine_min > 1))
+    return qc_err("%s: key 'cosine_min': expected a value in [-1, 1]", w);
+  if (!(tl->has_rel_l2 || tl->has_max_abs || tl->has_cosine_min || tl->has_norm_ratio || tl->has_noise_multiple)) {
+    qc_err("%s: declares no bound", w);
+    qc_hint("give at least one of rel_l2, max_abs, cosine_min, norm_ratio, noise_multiple");
+    return QC_EINPUT;
+  }
+  v = cJSON_GetObjectItemCaseSensitive(obj, "reasoning");
+  if (!v) {
+    qc_err("%s: key 'reasoning' is missing: tolerances are declared with their reasoning", w);
+    qc_hint("say where the bound comes from, e.g. from 'qatcheck tol'");
+    return QC_EINPUT;
+  }
+  if ((rc = get_string(v, w, "reasoning", tl->reasoning, sizeof tl->reasoning))) return rc;
+  if (!tl->reasoning[0]) return qc_err("%s: key 'reasoning' is empty", w);
+  return QC_OK;
+}
+
+static int parse_data(const cJSON *data, const char *where, qc_case *c) {
+  char w[256];
+  snprintf(w, sizeof w, "%s: data", where);
+  if (!cJSON_IsObject(data)) return qc_err("%s: expected {\"generate\": {...}} or {\"dump\": \"FILE.h5\", ...}", w);
+  const cJSON *gen = cJSON_GetObjectItemCaseSensitive(data, "generate");
+  const cJSON *dump = cJSON_GetObjectItemCaseSensitive(data, "dump");
+  int rc;
+  if (gen && dump) return qc_err("%s: give either 'generate' or 'dump', not both", w);
+  if (gen) {
+    static const char *const dk[] = {"generate", NULL};
+    if ((rc = only_keys(data, dk, w))) return rc;
+    static const char *const gk[] = {"shapes", "seed", "values", NULL};
+    snprintf(w, sizeof w, "%s: data.generate", where);
+    if (!cJSON_IsObject(gen)) return qc_err("%s: expected an object", w);
+    if ((rc = only_keys(gen, gk, w))) return rc;
+    c->data = QC_DATA_GENERATE;
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(gen, "shapes");
+    if (!cJSON_IsArray(sh) || cJSON_GetArraySize(sh) == 0) return qc_err("%s: key 'shapes': expected a non-empty array of shapes", w);
+    if (cJSON_GetArraySize(sh) > QC_MAX_SHAPES) return qc_err("%s: key 'shapes': at most %d shapes", w, QC_MAX_SHAPES);
+    int i = 0;
+    for (const cJSON *s = sh->child; s; s = s->next, i++) {
+      if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) < 1 || cJSON_GetArraySize(s) > QC_MAXDIM)
+        return qc_err("%s: shapes[%d]: expected an array of 1 to %d integers", w, i, QC_MAXDIM);
+      int j = 0;
+      for (const cJSON *d = s->child; d; d = d->next, j++) {
+        if (!cJSON_IsNumber(d) || d->valuedouble != floor(d->valuedouble) || d->valuedouble < 0 || d->valuedouble > 1e12)
+          return qc_err("%s: shapes[%d][%d]: expected a non-negative integer", w, i, j);
+        c->shapes[i][j] = (int64_t)d->valuedouble;
+      }
+      c->shape_n[i] = j;
+    }
+    c->nshapes = i;
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(gen, "seed");
+    if (seed) {
+      if (!cJSON_IsNumber(seed) || seed->valuedouble < 0 || seed->valuedouble != floor(seed->valuedouble))
+        return qc_err("%s: key 'seed': expected a non-negative integer", w);
+      c->seed = (uint64_t)seed->valuedouble;
+    }
+    snprintf(c->values, sizeof c->values, "normal");
+    const cJSON *vals = cJSON_GetObjectItemCaseSensitive(gen, "values");
+    if (vals) {
+      if ((rc = get_string(vals, w, "values", c->values, sizeof c->values))) return rc;
+      if (strcmp(c->values, "normal") && strcmp(c->values, "special") && strcmp(c->values, "heavy_tail"))
+        return qc_err("%s: key 'values': '%s' is not one of normal, special, heavy_tail", w, c->values);
+    }
+    return QC_OK;
+  }
+  if (dump) {
+    static const char *const dk[] = {"dump", "modules", NULL};
+    if ((rc = only_keys(data, dk, w))) return rc;
+    char rel[1024];
+    if ((rc = get_string(dump, w, "dump", rel, sizeof rel))) return rc;
+    if ((rc = resolve(c->dir, rel, c->dump, sizeof c->dump))) return rc;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(data, "modules");
+    if (m && (rc = get_string(m, w, "modules", c->modules_re, sizeof c->modules_re))) return rc;
+    c->data = QC_DATA_DUMP;
+    return QC_OK;
+  }
+  return qc_err("%s: expected {\"generate\": {...}} or {\"dump\": \"FILE.h5\", \"modules\": \"REGEX\"}", w);
+}
+
+int qc_case_parse(const char *text, const char *where, const char *dir, qc_case *c) {
+  static const char *const top[] = {"name", "description", "module", "contract", "data", "candidate", "dy", "tolerances", NULL};
+  memset(c, 0, sizeof *c);
+  if (strlen(dir ? dir : "") >= sizeof c->dir || strlen(where) >= sizeof c->path)
+    return qc_err("case '%.60s...': path longer than %zu characters", where, sizeof c->path - 1);
+  snprintf(c->dir, sizeof c->dir, "%s", dir ? dir : "");
+  snprintf(c->path, sizeof c->path, "%s", where);
+  const char *endp = NULL;
+  cJSON *root = cJSON_ParseWithOpts(text, &endp, 1);
+  int rc = QC_OK;
+  if (!root) {
+    long line = 1;
+    for (const char *p = text; endp && p < endp; p++) line += *p == '\n';
+    qc_err("case '%s': malformed JSON near line %ld", where, line);
+    return QC_EINPUT;
+  }
+  char w[1100];
+  snprintf(w, sizeof w, "case '%s'", where);
+  if (!cJSON_IsObject(root)) { rc = qc_err("%s: expected a JSON object", w); goto done; }
+  if ((rc = only_keys(root, top, w))) goto done;
+  const cJSON *v;
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "name"))) {
+    if ((rc = get_string(v, w, "name", c->name, sizeof c->name))) goto done;
+  } else {
+    const char *b = strrchr(where, '/');
+    snprintf(c->name, sizeof c->name, "%s", b ? b + 1 : where);
+    char *dot = strrchr(c->name, '.');
+    if (dot) *dot = 0;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "description")) && !cJSON_IsString(v)) {
+    rc = qc_err("%s: key 'description': expected a string", w);
+    goto done;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "module")) && (rc = get_string(v, w, "module", c->module, sizeof c->module)))
+    goto done;
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "contract"))) {
+    if ((rc = parse_contract_obj(v, w, &c->contract))) goto done;
+    c->has_contract = 1;
+  }
+  v = cJSON_GetObjectItemCaseSensitive(root, "data");
+  if (!v) {
+    rc = qc_err("%s: key 'data' is missing", w);
+    qc_hint("{\"generate\": {\"shapes\": [[127, 2048, 512]], \"seed\": 0}} or {\"dump\": \"FILE.h5\"}");
+    goto done;
+  }
+  if ((rc = parse_data(v, w, c))) goto done;
+  if (c->data == QC_DATA_GENERATE && !c->module[0]) {
+    rc = qc_err("%s: key 'module' is missing: generated data needs a module class", w);
+    goto done;
+  }
+  v = cJSON_GetObjectItemCaseSensitive(root, "candidate");
+  if (!v || (cJSON_IsString(v) && strcmp(v->valuestring, "builtin") == 0)) c->cand = QC_CAND_BUILTIN;
+  else if (cJSON_IsString(v) && strcmp(v->valuestring, "dump") == 0) {
+    c->cand = QC_CAND_DUMP;
+    if (c->data != QC_DATA_DUMP) { rc = qc_err("%s: candidate 'dump' needs data from a dump", w); goto done; }
+  } else if (cJSON_IsObject(v)) {
+    static const char *const pk[] = {"plugin", "symbol", NULL};
+    char pw[1200];
+    snprintf(pw, sizeof pw, "%s: candidate", w);
+    if ((rc = only_keys(v, pk, pw))) goto done;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(v, "plugin"), *s = cJSON_GetObjectItemCaseSensitive(v, "symbol");
+    if (!p || !s) { rc = qc_err("%s: expected {\"plugin\": \"LIB.so\", \"symbol\": \"NAME\"}", pw); goto done; }
+    char rel[1024];
+    if ((rc = get_string(p, pw, "plugin", rel, sizeof rel)) || (rc = get_string(s, pw, "symbol", c->symbol, sizeof c->symbol)))
+      goto done;
+    if ((rc = resolve(c->dir, rel, c->plugin, sizeof c->plugin))) goto done;
+    c->cand = QC_CAND_PLUGIN;
+  } else {
+    rc = qc_err("%s: key 'candidate': expected \"builtin\", \"dump\" or {\"plugin\": ..., \"symbol\": ...}", w);
+    goto done;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "dy"))) {
+    if (!cJSON_IsArray(v)) { rc = qc_err("%s: key 'dy': expected an array of names", w); goto done; }
+    if (cJSON_GetArraySize(v) > QC_MAX_DY) { rc = qc_err("%s: key 'dy': at most %d entries", w, QC_MAX_DY); goto done; }
+    for (const cJSON *d = v->child; d; d = d->next) {
+      if ((rc = get_string(d, w, "dy", c->dy[c->ndy], sizeof c->dy[0]))) goto done;
+      for (int i = 0; i < c->ndy; i++)
+        if (strcmp(c->dy[i], c->dy[c->ndy]) == 0) { rc = qc_err("%s: key 'dy': '%s' is listed twice", w, c->dy[i]); goto done; }
+      if (c->data == QC_DATA_GENERATE && strcmp(c->dy[c->ndy], "random") && strcmp(c->dy[c->ndy], "zero") &&
+          strcmp(c->dy[c->ndy], "sparse") && strcmp(c->dy[c->ndy], "ones")) {
+        rc = qc_err("%s: key 'dy': '%s' is not a generated kind", w, c->dy[c->ndy]);
+        qc_hint("generated dY kinds: random, zero, sparse, ones");
+        goto done;
+      }
+      c->ndy++;
+    }
+    if (c->ndy == 0) { rc = qc_err("%s: key 'dy': empty list: nothing to check", w); goto done; }
+  }
+  v = cJSON_GetObjectItemCaseSensitive(root, "tolerances");
+  if (!v) {
+    rc = qc_err("%s: key 'tolerances' is missing: every checked tensor needs a tolerance declared in advance", w);
+    qc_hint("run 'qatcheck tol' to derive them with their reasoning");
+    goto done;
+  }
+  if (!cJSON_IsObject(v) || !v->child) { rc = qc_err("%s: key 'tolerances': expected a non-empty object of tensors", w); goto done; }
+  for (const cJSON *t = v->child; t; t = t->next) {
+    for (const cJSON *p = v->child; p != t; p = p->next)
+      if (strcmp(p->string, t->string) == 0) { rc = qc_err("%s: tolerances: duplicate key '%s'", w, t->string); goto done; }
+    if (c->ntol == QC_MAX_TOL) { rc = qc_err("%s: more than %d tolerances", w, QC_MAX_TOL); goto done; }
+    if ((rc = parse_tol(t, w, &c->tol[c->ntol]))) goto done;
+    c->ntol++;
+  }
+done:
+  cJSON_Delete(root);
+  return rc;
+}
+
+int qc_case_load(const char *path, qc_case *c) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return qc_err("case '%s': cannot open: %s", path, strerror(errno));
+  char *buf = NULL;
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+  if (n < 0 || n > (64L << 20) || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return qc_err("case '%s': cannot read it (not a regular file, or over 64 MiB)", path);
+  }
+  buf = qc_malloc((size_t)n + 1, "case file");
+  if (!buf) { fclose(f); return QC_ESYS; }
+  size_t got = fread(buf, 1, (size_t)n, f);
+  fclose(f);
+  if (got != (size_t)n) { free(buf); return qc_err("case '%s': short read", path); }
+  buf[n] = 0;
+  char dir[1024];
+  if (strlen(path) >= sizeof dir) {
+    free(buf);
+    return qc_err("case '%.60s...': path longer than %zu characters", path, sizeof dir - 1);
+  }
+  snprintf(dir, sizeof dir, "%s", path);
+  char *s = strrchr(dir, '/');
+  if (s) *s = 0; else snprintf(dir, sizeof dir, ".");
+  int rc = qc_case_parse(buf, path, dir, c);
+  if (!rc) qc_sha256_hex(buf, (size_t)n, c->sha256);
+  free(buf);
+  return rc;
+}
+
+const qc_tol *qc_case_tol_for(const qc_case *c, const char *tensor) {
+  for (int i = 0; i < c->ntol; i++)
+    if (strcmp(c->tol[i].tensor, tensor) == 0) return &c->tol[i].tol;
+  return NULL;
+}

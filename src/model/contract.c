@@ -1,0 +1,125 @@
+/* contract.c: the flat contract map (see contract.h). */
+#include "model/contract.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/qc.h"
+
+const qc_kv *qc_contract_get(const qc_contract *c, const char *key) {
+  for (int i = 0; i < c->n; i++)
+    if (strcmp(c->kv[i].key, key) == 0) return &c->kv[i];
+  return NULL;
+}
+
+int qc_contract_has(const qc_contract *c, const char *key) { return qc_contract_get(c, key) != NULL; }
+
+const char *qc_contract_str(const qc_contract *c, const char *key, const char *dflt) {
+  const qc_kv *kv = qc_contract_get(c, key);
+  return kv && kv->str[0] ? kv->str : dflt;
+}
+
+double qc_contract_num(const qc_contract *c, const char *key, double dflt) {
+  const qc_kv *kv = qc_contract_get(c, key);
+  return kv && kv->has_num ? kv->num : dflt;
+}
+
+int qc_contract_set(qc_contract *c, const char *key, const char *str, double num, int has_num) {
+  qc_kv *kv = (qc_kv *)qc_contract_get(c, key);
+  if (!kv) {
+    if (c->n == QC_MAX_KV) return qc_err("contract: more than %d keys", QC_MAX_KV);
+    kv = &c->kv[c->n++];
+    snprintf(kv->key, sizeof kv->key, "%s", key);
+  }
+  snprintf(kv->str, sizeof kv->str, "%s", str ? str : "");
+  kv->num = num;
+  kv->has_num = has_num;
+  return QC_OK;
+}
+
+int qc_contract_merge(qc_contract *c, const qc_contract *over) {
+  for (int i = 0; i < over->n; i++) {
+    const qc_kv *kv = &over->kv[i];
+    int rc = qc_contract_set(c, kv->key, kv->str, kv->num, kv->has_num);
+    if (rc) return rc;
+  }
+  return QC_OK;
+}
+
+/* 1 if s is one of the '|'-separated words of list; *takes_num set when the
+ * matching word is written "{word}". */
+static int in_list(const char *list, const char *s, int *takes_num) {
+  const char *p = list;
+  size_t sl = strlen(s);
+  while (*p) {
+    const char *e = strchr(p, '|');
+    size_t wl = e ? (size_t)(e - p) : strlen(p);
+    int braced = wl >= 2 && p[0] == '{' && p[wl - 1] == '}';
+    const char *w = braced ? p + 1 : p;
+    size_t l = braced ? wl - 2 : wl;
+    if (l == sl && strncmp(w, s, l) == 0) { *takes_num = braced; return 1; }
+    if (!e) break;
+    p = e + 1;
+  }
+  return 0;
+}
+
+int qc_contract_validate(qc_contract *c, const qc_key_spec *spec, const char *where) {
+  for (int i = 0; i < c->n; i++) {
+    const qc_kv *kv = &c->kv[i];
+    const qc_key_spec *s = spec;
+    while (s && s->key && strcmp(s->key, kv->key) != 0) s++;
+    if (!s || !s->key) {
+      qc_err("%s: unknown contract key '%s'", where, kv->key);
+      char keys[512] = "";
+      for (const qc_key_spec *k = spec; k && k->key; k++) {
+        strncat(keys, k == spec ? "" : ", ", sizeof keys - strlen(keys) - 1);
+        strncat(keys, k->key, sizeof keys - strlen(keys) - 1);
+      }
+      qc_hint("this class takes: %s", keys[0] ? keys : "(no contract keys)");
+      return QC_EINPUT;
+    }
+    if (!s->values) {
+      if (!kv->has_num || kv->str[0])
+        return qc_err("%s: contract key '%s': expected a number", where, kv->key);
+      continue;
+    }
+    int takes_num = 0;
+    if (!kv->str[0] || !in_list(s->values, kv->str, &takes_num)) {
+      qc_err("%s: contract key '%s': value '%s' is not allowed", where, kv->key,
+             kv->str[0] ? kv->str : "(number)");
+      qc_hint("'%s' takes one of: %s", kv->key, s->values);
+      return QC_EINPUT;
+    }
+    if (takes_num && !kv->has_num)
+      return qc_err("%s: contract key '%s': '%s' needs a number, as {\"%s\": N}", where, kv->key, kv->str, kv->str);
+  }
+  for (const qc_key_spec *s = spec; s && s->key; s++) {
+    if (qc_contract_has(c, s->key) || !s->dflt) continue;
+    if (!s->values) {
+      int rc = qc_contract_set(c, s->key, "", strtod(s->dflt, NULL), 1);
+      if (rc) return rc;
+    } else {
+      int rc = qc_contract_set(c, s->key, s->dflt, 0, 0);
+      if (rc) return rc;
+    }
+  }
+  return QC_OK;
+}
+
+char *qc_contract_json(const qc_contract *c, char *buf, int n) {
+  int o = snprintf(buf, (size_t)n, "{");
+  for (int i = 0; i < c->n && o < n; i++) {
+    const qc_kv *kv = &c->kv[i];
+    const char *sep = i ? ", " : "";
+    if (kv->str[0] && kv->has_num)
+      o += snprintf(buf + o, (size_t)(n - o), "%s\"%s\": {\"%s\": %.17g}", sep, kv->key, kv->str, kv->num);
+    else if (kv->str[0])
+      o += snprintf(buf + o, (size_t)(n - o), "%s\"%s\": \"%s\"", sep, kv->key, kv->str);
+    else
+      o += snprintf(buf + o, (size_t)(n - o), "%s\"%s\": %.17g", sep, kv->key, kv->num);
+  }
+  if (o < n) snprintf(buf + o, (size_t)(n - o), "}");
+  return buf;
+}

@@ -1,0 +1,100 @@
+/* module.h: a module instance under audit and the class table's row type.
+ *
+ * One module class = one file in src/modules/ (qc_class with the production
+ * VJP, contract keys and input generator) + one file in src/reference/ (the
+ * independent float64 VJP) + one row in src/registry.c. */
+#ifndef QC_MODULE_H
+#define QC_MODULE_H
+
+#include <stdint.h>
+
+#include "model/contract.h"
+#include "core/tensor.h"
+
+struct qc_backend;
+struct qc_rng;
+
+#define QC_PATHLEN 256
+
+/* One module instance: what a dump group holds, or what the generator made. */
+typedef struct qc_module {
+  char path[QC_PATHLEN];       /* "/model.layers.3.mlp.down_proj" or "gen/linear[127x2048x512]" */
+  const struct qc_class *cls;
+  qc_contract contract;        /* validated, defaults filled */
+  qc_tset inputs;              /* forward inputs: x, ... */
+  qc_tset params;              /* master parameters: weight, bias, ... */
+  qc_tset saved;               /* what the visible forward saved: weight_q, weight_scale, ... */
+  qc_tset outputs;             /* the visible forward output(s) */
+  qc_tset grad_out;            /* upstream gradients, one per dY name */
+  qc_tset *cand;               /* [grad_out.n]: candidate gradients per dY (dump), or NULL */
+} qc_module;
+
+void qc_module_free(qc_module *m);
+
+/* What a VJP sees besides the module: the backend and settings. */
+typedef struct qc_ctx {
+  const struct qc_backend *be;
+  const char *profile;         /* quantizer profile ("vllm") */
+} qc_ctx;
+
+/* A VJP: given the module's tensors and one upstream gradient dy, put every
+ * gradient it defines into `grads`, named "d_<input or param>" (d_x,
+ * d_weight, d_bias). The reference returns the full set the contract makes
+ * differentiable; that set is what gets checked. Returns QC_OK or a status
+ * with qc_err set. Shapes: as the class documents. */
+typedef int (*qc_vjp_fn)(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
+
+/* Generation parameters for one generated instance. */
+typedef struct qc_gen {
+  int nshape;
+  int64_t shape[QC_MAXDIM];    /* the case's shape row, class-defined meaning */
+  uint64_t seed;
+  const char *values;          /* "normal" (default), "special" (zeros, extremes, saturation), "heavy_tail" */
+} qc_gen;
+
+/* Fill m's inputs/params (and saved, if the class needs it) for a generated
+ * shape and set *out_ndim/out_shape to the shape of dY. */
+typedef int (*qc_gen_fn)(const qc_gen *g, struct qc_rng *rng, qc_module *m, int *out_ndim, int64_t *out_shape);
+
+/* The visible forward's math in float64, used only by `qatcheck fd` to
+ * cross-check the reference VJP by finite differences. Computes y (allocated
+ * here, QC_F64, shaped like dY) from m's tensors. Discrete branches (clamp
+ * and ReLU masks, top-k, which side of a limit) are decided from `branch`'s
+ * tensors (the unperturbed point), so y is smooth in m's values; branch may
+ * be m itself. Optional: NULL when a class has none (fd then refuses it). */
+typedef int (*qc_fwd_fn)(const qc_module *m, const qc_module *branch, qc_tensor *y);
+
+typedef struct qc_class {
+  const char *name;            /* "linear" */
+  const char *summary;         /* one line */
+  const char *shape_help;      /* meaning of a generate shape row: "[M, K, N]" */
+  const qc_key_spec *keys;     /* contract keys, NULL-key terminated */
+  qc_gen_fn generate;
+  qc_vjp_fn production;        /* src/modules/<name>.c: as a trainer runs it */
+  const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
+  qc_fwd_fn forward;           /* optional float64 forward for `fd` (NULL: none) */
+  const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */
+} qc_class;
+
+/* A registry row: the class and its independent reference. */
+typedef struct qc_registry_row {
+  const qc_class *cls;
+  qc_vjp_fn reference;         /* src/reference/<name>.c */
+} qc_registry_row;
+
+const qc_registry_row *qc_registry_find(const char *name);
+const qc_registry_row *qc_registry_rows(int *n);
+
+
+
+/* Look up m's tensor `name` in role set `role` ("inputs", "params", "saved",
+ * "outputs") and check its rank is within [min_ndim, max_ndim]. A missing
+ * tensor or wrong rank is QC_EINPUT naming the module, role and tensor. */
+int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
+                   const qc_tensor **out);
+/* Check that dY holds `numel` elements laid out as `want` describes
+ * ("[tokens, features]"), with `last` as its last dimension when last > 0
+ * (so a transposed dY of the same size is refused, not misread); QC_EINPUT
+ * naming the module and dY otherwise. */
+int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, int64_t last, const char *want);
+#endif

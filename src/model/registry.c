@@ -1,0 +1,59 @@
+/* registry.c: the class table. One row per module class: the class (its
+ * production VJP, keys and generator, src/modules/) and its independent
+ * reference (src/reference/). Adding a class adds one row here. */
+#include <string.h>
+
+#include "model/module.h"
+
+extern const qc_class qc_class_linear;
+int qc_ref_linear(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_rmsnorm;
+int qc_ref_rmsnorm(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_layernorm;
+int qc_ref_layernorm(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_rope;
+int qc_ref_rope(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_swiglu;
+int qc_ref_swiglu(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_relu2;
+int qc_ref_relu2(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_gelu;
+int qc_ref_gelu(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_logprob;
+int qc_ref_logprob(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_router;
+int qc_ref_router(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_attention;
+int qc_ref_attention(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_moe;
+int qc_ref_moe(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+extern const qc_class qc_class_ssd;
+int qc_ref_ssd(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+
+static const qc_registry_row g_rows[] = {
+    {&qc_class_linear, qc_ref_linear},
+    {&qc_class_rmsnorm, qc_ref_rmsnorm},
+    {&qc_class_layernorm, qc_ref_layernorm},
+    {&qc_class_rope, qc_ref_rope},
+    {&qc_class_swiglu, qc_ref_swiglu},
+    {&qc_class_relu2, qc_ref_relu2},
+    {&qc_class_gelu, qc_ref_gelu},
+    {&qc_class_logprob, qc_ref_logprob},
+    {&qc_class_router, qc_ref_router},
+    {&qc_class_attention, qc_ref_attention},
+    {&qc_class_moe, qc_ref_moe},
+    {&qc_class_ssd, qc_ref_ssd},
+};
+
+const qc_registry_row *qc_registry_rows(int *n) {
+  *n = (int)(sizeof g_rows / sizeof g_rows[0]);
+  return g_rows;
+}
+
+const qc_registry_row *qc_registry_find(const char *name) {
+  int n;
+  const qc_registry_row *r = qc_registry_rows(&n);
+  for (int i = 0; i < n; i++)
+    if (strcmp(r[i].cls->name, name) == 0) return &r[i];
+  return NULL;
+}
