@@ -62,11 +62,14 @@ GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 PLUGIN_SRC := $(wildcard tests/plugins/*.c)
 PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=build/plugins/%.so)
 
-.PHONY: bench-bin all deps demo test test-unit test-e2e test-gpu asan clean check-independence bench
+.PHONY: bench-bin all tests deps demo test test-unit test-e2e test-gpu asan clean checks check-independence check-layers bench
 
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu_linear,)
 
-all: check-independence qatcheck $(CUDA_SO) $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS) $(BENCH_GPU)
+# `make` builds the tool (and the CUDA backend where nvcc is found); the test
+# binaries need Criterion and are built by `make tests` / `make test`.
+all: checks qatcheck $(CUDA_SO)
+tests: checks $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS) $(BENCH_GPU)
 
 qatcheck: $(OBJ_C)
 	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -rdynamic
@@ -96,10 +99,14 @@ build/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(filter-out -MMD -MP,$(QC_CFLAGS)) -fPIC -shared -o $@ $<
 
-# The reference must be written from the math: no production code, no
-# candidate GEMM path (DEVELOPERS.md, "Independence").
+# Run in every build: the reference is written from the math (no production
+# code, no candidate GEMM path), and includes follow the layers' one
+# dependency direction (README, "Layout").
+checks: check-independence check-layers
 check-independence:
 	@sh scripts/check-independence.sh
+check-layers:
+	@sh scripts/check-layers.sh
 
 deps:
 	@sh scripts/install-deps.sh
@@ -109,10 +116,10 @@ demo: deps
 	sh scripts/demo.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all tests
 	TEST_UNIT=$(BUILD)/test_unit TEST_GPU=$(BUILD)/test_gpu sh tests/run.sh
 
-test-gpu: all
+test-gpu: all tests
 	$(BUILD)/test_gpu --verbose
 
 asan:

@@ -17,6 +17,7 @@
 #include "model/case.h"
 #include "engine/gen.h"
 #include "core/qc.h"
+#include "numerics/decode.h"
 
 static double now(void) {
   struct timespec t;

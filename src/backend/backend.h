@@ -8,12 +8,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/metrics.h"
+#include "numerics/metrics.h"
 #include "core/tensor.h"
+#include "numerics/qlayout.h"
 
 typedef enum { QC_OP_N = 0, QC_OP_T = 1 } qc_op;
 
-struct qc_qout;
 struct qc_linear_audit;
 struct qc_linear_audit_out;
 
@@ -70,22 +70,6 @@ typedef struct qc_backend {
   /* Wait for every queued op; fill the pending metrics. */
   int (*sync)(const struct qc_backend *be);
 } qc_backend;
-
-/* Where a quantizer's results go. Scale groups form a grid of srows x scols
- * (qc_qlayout). NULL fields are not produced. */
-typedef struct qc_qout {
-  float *deq;         /* [rows, cols] dequant(quant(x)) in float32 */
-  uint8_t *q;         /* payload: [rows, cols] fp8 bytes, or [rows, (cols+1)/2] e2m1 pairs (low nibble first) */
-  float *scale;       /* [srows, scols] the dequantization multiplier s (value = q * s) */
-  uint8_t *scale_b;   /* [srows, scols] scale bytes: E8M0 (mx*, *_ue8m0) or E4M3 (nvfp4); 0 for float scales */
-  float gscale;       /* nvfp4: the global encode scale g = 2688 / amax; else 0 */
-} qc_qout;
-
-/* The scale grid of fmt for a [rows, cols] matrix: groups of grows x gcols
- * elements (tails partial), srows x scols of them, packed = 1 for e2m1
- * payloads. QC_EINPUT (message naming fmt) for an unknown format. */
-int qc_qlayout(const char *fmt, int64_t rows, int64_t cols, int64_t *grows, int64_t *gcols, int64_t *srows,
-               int64_t *scols, int *packed);
 
 /* The in-memory audit of a linear layer's d_x and d_weight on one backend:
  *   W_ref = dequant(quant(W)) under weight_format (W itself for "none")

@@ -84,3 +84,9 @@ void qc_backend_close(const qc_backend *be) {
   if (!be || be == qc_backend_cpu()) return;
   if (g_close) g_close(be);
 }
+
+size_t qc_linear_audit_bytes(int64_t M, int64_t K, int64_t N) {
+  size_t mk = (size_t)(M * K), nk = (size_t)(N * K), mn = (size_t)(M * N);
+  /* float64: W_ref, X, dY, two references; bf16: W_ref, two candidates */
+  return 8 * (nk + mk + mn + mk + nk) + 2 * (nk + mk + nk) + ((size_t)64 << 20);
+}

@@ -19,6 +19,7 @@
 #include "report/sbuf.h"
 #include "report/tlist.h"
 #include "cli/cli.h"
+#include "report/report.h"
 
 #define DEFAULT_WFMT "nvfp4,fp8_block128,mxfp8"
 #define DEFAULT_TOKENS 512

@@ -17,6 +17,7 @@
 #include "core/qc.h"
 #include "report/tlist.h"
 #include "cli/cli.h"
+#include "report/report.h"
 
 #define FD_NO_DEVICE "fd differences each class's float64 forward, which runs on the host only"
 

@@ -14,6 +14,7 @@
 #include "core/qc.h"
 #include "report/tlist.h"
 #include "cli/cli.h"
+#include "report/report.h"
 
 #define QUANT_NO_DEVICE "quant compares the deployed bytes with qatcheck's reference quantizers, which run on the host"
 

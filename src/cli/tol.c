@@ -13,6 +13,7 @@
 #include "report/tlist.h"
 #include "model/tol.h"
 #include "cli/cli.h"
+#include "report/report.h"
 
 #define TOL_NO_DEVICE "tol derives its bounds arithmetically on the host and has no device work"
 

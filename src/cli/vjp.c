@@ -16,6 +16,7 @@
 #include "engine/deployed.h"
 #include "core/qc.h"
 #include "cli/cli.h"
+#include "report/report.h"
 
 static void help(void) {
   printf("usage: qatcheck vjp --case CASE.json [options]\n\n"

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "numerics/formats.h"
 #include "core/qc.h"
 
 static const struct {
@@ -98,43 +97,6 @@ int qc_tensor_copy(qc_tensor *dst, const qc_tensor *src) {
   if (rc) return rc;
   memcpy(dst->data, src->data, src->nbytes);
   return QC_OK;
-}
-
-int qc_tensor_to_f64(const qc_tensor *t, double *out) {
-  int64_t n = qc_numel(t);
-  const void *p = t->data;
-  switch (t->dtype) {
-    case QC_F64: memcpy(out, p, (size_t)n * 8); break;
-    case QC_F32: for (int64_t i = 0; i < n; i++) out[i] = ((const float *)p)[i]; break;
-    case QC_F16: for (int64_t i = 0; i < n; i++) out[i] = qc_f16_to_f32(((const uint16_t *)p)[i]); break;
-    case QC_BF16: for (int64_t i = 0; i < n; i++) out[i] = qc_bf16_to_f32(((const uint16_t *)p)[i]); break;
-    case QC_I32: for (int64_t i = 0; i < n; i++) out[i] = ((const int32_t *)p)[i]; break;
-    case QC_I64: for (int64_t i = 0; i < n; i++) out[i] = (double)((const int64_t *)p)[i]; break;
-    case QC_U8: for (int64_t i = 0; i < n; i++) out[i] = ((const uint8_t *)p)[i]; break;
-    case QC_E4M3: for (int64_t i = 0; i < n; i++) out[i] = qc_e4m3_to_f32(((const uint8_t *)p)[i]); break;
-    case QC_E5M2: for (int64_t i = 0; i < n; i++) out[i] = qc_e5m2_to_f32(((const uint8_t *)p)[i]); break;
-    case QC_E8M0: for (int64_t i = 0; i < n; i++) out[i] = qc_e8m0_to_f32(((const uint8_t *)p)[i]); break;
-    case QC_E2M1X2:
-      for (int64_t i = 0; i < n; i++) {
-        uint8_t b = ((const uint8_t *)p)[i];
-        out[2 * i] = qc_e2m1_to_f32(b & 0xf);
-        out[2 * i + 1] = qc_e2m1_to_f32(b >> 4);
-      }
-      break;
-    default: return qc_err("tensor '%s': unknown dtype %d", t->name, (int)t->dtype);
-  }
-  return QC_OK;
-}
-
-int qc_tensor_decode_f64(const qc_tensor *t, qc_tensor *out) {
-  int64_t shape[QC_MAXDIM];
-  memcpy(shape, t->shape, sizeof shape);
-  if (t->dtype == QC_E2M1X2 && t->ndim > 0) shape[t->ndim - 1] *= 2;
-  int rc = qc_tensor_alloc(out, t->name, QC_F64, t->ndim, shape);
-  if (rc) return rc;
-  rc = qc_tensor_to_f64(t, (double *)out->data);
-  if (rc) qc_tensor_free(out);
-  return rc;
 }
 
 int qc_tset_add(qc_tset *s, qc_tensor *t) {

@@ -59,12 +59,6 @@ void qc_tensor_free(qc_tensor *t);
 /* Deep copy. */
 int qc_tensor_copy(qc_tensor *dst, const qc_tensor *src);
 
-/* Decode every element to float64 into out (qc_numel(t) elements; for
- * QC_E2M1X2, 2 * qc_numel(t)). Integers convert exactly where they can. */
-int qc_tensor_to_f64(const qc_tensor *t, double *out);
-/* Allocate a float64 tensor holding t decoded (same logical shape). */
-int qc_tensor_decode_f64(const qc_tensor *t, qc_tensor *out);
-
 /* Tensor sets. qc_tset_add takes ownership of t's storage (t is cleared). */
 int qc_tset_add(qc_tset *s, qc_tensor *t);
 const qc_tensor *qc_tset_get(const qc_tset *s, const char *name);

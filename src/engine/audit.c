@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "numerics/formats.h"
 #include "core/qc.h"
+#include "numerics/decode.h"
 
 double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
   double sd = 0, sr = 0;

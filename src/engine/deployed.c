@@ -8,6 +8,7 @@
 
 #include "core/qc.h"
 #include "numerics/formats.h"
+#include "numerics/decode.h"
 
 static void note(qc_deployed_result *r, const char *part, int64_t i, double master, uint32_t e, uint32_t f) {
   if (r->nfirst >= QC_DEPLOYED_FIRST) return;

@@ -8,6 +8,7 @@
 
 #include "core/qc.h"
 #include "core/rng.h"
+#include "numerics/decode.h"
 
 void qc_fd_defaults(qc_fd_opts *o) {
   o->seed = 0;

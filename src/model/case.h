@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "model/contract.h"
-#include "model/metrics.h"
+#include "model/check.h"
 #include "core/tensor.h"
 
 #define QC_MAX_SHAPES 32

@@ -1,9 +1,8 @@
-/* results.c: the result list and atomic file writes (see check.h). */
+/* check.c: the verdict and the result list (see check.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "model/check.h"
 #include "core/qc.h"
@@ -32,19 +31,54 @@ int qc_results_verdict(const qc_results *r) {
   return 0;
 }
 
-int qc_write_atomic(const char *path, const char *data, size_t n) {
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return qc_err("report '%s': cannot write: %s", path, strerror(errno));
-  int ok = fwrite(data, 1, n, f) == n;
-  ok = fflush(f) == 0 && ok;
-  ok = fsync(fileno(f)) == 0 && ok;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return qc_err("report '%s': cannot write: %s", path, strerror(e));
+int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
+  why[0] = 0;
+  if (m->ref_nonfinite > 0) {
+    snprintf(why, (size_t)whylen, "%lld non-finite value(s) in the reference", (long long)m->ref_nonfinite);
+    return QC_V_FAIL;
   }
-  return QC_OK;
+  if (m->nonfinite > 0) {
+    snprintf(why, (size_t)whylen, "%lld non-finite value(s) in the candidate", (long long)m->nonfinite);
+    return QC_V_FAIL;
+  }
+  /* a NaN metric never satisfies a bound: every test below is written so
+   * that NaN falls on the failing side */
+  if (t->has_rel_l2 && !(m->rel_l2 <= t->rel_l2)) {
+    snprintf(why, (size_t)whylen, "rel_l2 %.3g > %.3g", m->rel_l2, t->rel_l2);
+    return QC_V_FAIL;
+  }
+  if (t->has_max_abs && !(m->max_abs <= t->max_abs)) {
+    snprintf(why, (size_t)whylen, "max_abs %.3g > %.3g", m->max_abs, t->max_abs);
+    return QC_V_FAIL;
+  }
+  /* cosine is undefined when a norm is zero: then max_abs decides (spec);
+   * with no max_abs declared, a zero against a non-zero fails */
+  int one_zero = m->cosine_null && (m->norm_g > 0 || m->norm_r > 0);
+  if (t->has_cosine_min && (one_zero ? !t->has_max_abs : (!m->cosine_null && !(m->cosine >= t->cosine_min)))) {
+    if (one_zero)
+      snprintf(why, (size_t)whylen, "cosine undefined (%s is zero, %s is not) and no max_abs declared",
+               m->norm_g > 0 ? "reference" : "candidate", m->norm_g > 0 ? "candidate" : "reference");
+    else
+      snprintf(why, (size_t)whylen, "cosine %.9g < %.9g", m->cosine, t->cosine_min);
+    return QC_V_FAIL;
+  }
+  /* the norm ratio of two zero tensors is 1; over a zero reference it is
+   * undefined, and max_abs decides as for the cosine */
+  int ratio_undef = m->norm_r == 0 && m->norm_g > 0;
+  if (t->has_norm_ratio && !(m->norm_r == 0 && m->norm_g == 0) &&
+      (ratio_undef ? !t->has_max_abs : !(m->norm_ratio >= t->norm_lo && m->norm_ratio <= t->norm_hi))) {
+    snprintf(why, (size_t)whylen, "norm_ratio %.9g outside [%.9g, %.9g]", m->norm_ratio, t->norm_lo, t->norm_hi);
+    return QC_V_FAIL;
+  }
+  if (t->has_noise_multiple && !(m->noise_multiple <= t->noise_multiple)) {
+    snprintf(why, (size_t)whylen, "noise_multiple %.3g > %.3g", m->noise_multiple, t->noise_multiple);
+    return QC_V_FAIL;
+  }
+  /* With a zero reference, only exact agreement (or a declared max_abs) passes:
+   * cosine and norm ratio are undefined there and rel_l2 degenerates. */
+  if (m->norm_r == 0 && !t->has_max_abs && m->max_abs != 0) {
+    snprintf(why, (size_t)whylen, "reference is zero but candidate is not (max_abs %.3g) and no max_abs declared", m->max_abs);
+    return QC_V_FAIL;
+  }
+  return QC_V_PASS;
 }

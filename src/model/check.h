@@ -1,13 +1,28 @@
-/* check.h: one judged comparison (module, dY, gradient tensor) and the
- * result list every report format is a view of. */
+/* check.h: the declared tolerances of one gradient, the one verdict function,
+ * one judged comparison (module, dY, gradient tensor) and the result list
+ * every report format is a view of. */
 #ifndef QC_CHECK_H
 #define QC_CHECK_H
 
 #include <stdint.h>
 
-#include "model/metrics.h"
+#include "numerics/metrics.h"
 #include "model/module.h"
 #include "core/tensor.h"
+
+/* Tolerances declared for one gradient tensor. */
+typedef struct qc_tol {
+  int has_rel_l2, has_max_abs, has_cosine_min, has_norm_ratio, has_noise_multiple;
+  double rel_l2, max_abs, cosine_min, norm_lo, norm_hi, noise_multiple;
+  char reasoning[1024];
+} qc_tol;
+
+enum { QC_V_PASS = 0, QC_V_FAIL = 1 };
+
+/* The one verdict: QC_V_PASS only if every declared bound holds, nothing is
+ * non-finite and no metric is NaN where a bound needs it. Writes the first
+ * violated bound into why ("" on pass). */
+int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen);
 
 typedef struct qc_check {
   char module[QC_PATHLEN];   /* "/model.layers.3.mlp.down_proj" */
@@ -34,31 +49,5 @@ int qc_results_add(qc_results *r, const qc_check *c);
 void qc_results_free(qc_results *r);
 /* 0 pass (all passed and n > 0), 1 fail, 2 nothing checked. */
 int qc_results_verdict(const qc_results *r);
-
-/* What the report envelope says about the run. */
-typedef struct qc_report_info {
-  const char *verb;          /* "vjp" */
-  const char *case_name, *case_path, *case_sha256;
-  const char *device;        /* "cpu" */
-  const char *profile;
-} qc_report_info;
-
-/* Write data to path whole or not at all: a temporary file beside it,
- * fsync'd, then renamed over path. */
-int qc_write_atomic(const char *path, const char *data, size_t n);
-
-int qc_report_json(const char *path, const qc_report_info *info, const qc_results *r);
-/* For verbs with their own report body: a new object holding the envelope
- * (qatcheck_report, tool_version, verb, verdict: 0 "pass", 1 "fail"; a run
- * that exits 2 writes no report), NULL out of memory; and the writer that
- * prints it, newline-terminated, atomically to path and deletes it. */
-struct cJSON;
-struct cJSON *qc_report_envelope(const char *verb, int verdict);
-int qc_report_json_write(const char *path, struct cJSON *root);
-int qc_report_junit(const char *path, const qc_report_info *info, const qc_results *r);
-int qc_report_markdown(const char *path, const qc_report_info *info, const qc_results *r);
-/* The readable table on stdout: module, dY, tensor, rel-L2, cosine, norm
- * ratio, verdict, why; then the verdict line. */
-void qc_report_table(const qc_report_info *info, const qc_results *r);
 
 #endif

@@ -123,3 +123,12 @@ char *qc_contract_json(const qc_contract *c, char *buf, int n) {
   if (o < n) snprintf(buf + o, (size_t)(n - o), "}");
   return buf;
 }
+
+void qc_sr_from_contract(const qc_contract *c, const char *module_path, qc_sr *out) {
+  const qc_kv *rd = qc_contract_get(c, "rounding");
+  memset(out, 0, sizeof *out);
+  if (!rd || strcmp(rd->str, "sr") != 0) return;
+  out->on = 1;
+  out->seed = (uint64_t)rd->num;
+  out->salt = qc_sr_salt(module_path, "weight");
+}

@@ -8,6 +8,8 @@
 #ifndef QC_CONTRACT_H
 #define QC_CONTRACT_H
 
+#include "numerics/sr.h"
+
 #define QC_MAX_KV 32
 
 typedef struct qc_kv {
@@ -45,5 +47,10 @@ int qc_contract_merge(qc_contract *c, const qc_contract *over);
 int qc_contract_validate(qc_contract *c, const qc_key_spec *spec, const char *where);
 /* Render as a JSON object string into buf. */
 char *qc_contract_json(const qc_contract *c, char *buf, int n);
+
+/* The weight rounding a contract declares: "rounding": {"sr": {"seed": S}}
+ * gives on = 1, seed S, salt qc_sr_salt(module_path, "weight"), step 0;
+ * anything else (absent, "rn") gives on = 0. */
+void qc_sr_from_contract(const qc_contract *c, const char *module_path, qc_sr *out);
 
 #endif

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/metrics.h"
+#include "model/check.h"
 
 #define QC_TOL_LAMBDA 1.0
 /* The default safety factor sqrt(3) turns the output term into u itself,

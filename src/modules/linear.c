@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "numerics/quant.h"
 #include "numerics/sr.h"
+#include "numerics/decode.h"
 
 static const qc_key_spec linear_keys[] = {
     {"weight_format", QC_WEIGHT_FORMATS, "none", "how the forward quantized the weight"},

@@ -7,6 +7,7 @@
 
 #include "numerics/formats.h"
 #include "core/qc.h"
+#include "numerics/decode.h"
 
 double *qc_mod_f64(const qc_tensor *t, const char *what) {
   double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);

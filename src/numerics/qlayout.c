@@ -1,9 +1,8 @@
-/* qlayout.c: the scale-group grid of each quantizer format (backend.h) and
- * the fused linear audit's device memory need, shared by every backend. */
+/* qlayout.c: the scale-group grid of each quantizer format (qlayout.h). */
 #include <string.h>
 
 #include "core/qc.h"
-#include "backend/backend.h"
+#include "numerics/qlayout.h"
 
 /* One row per format: group rows x group cols (0 = the whole dimension). */
 static const struct {
@@ -32,10 +31,4 @@ int qc_qlayout(const char *fmt, int64_t rows, int64_t cols, int64_t *grows, int6
   }
   return qc_err("quantizer format '%s': expected one of fp8_tensor, fp8_token, fp8_channel, fp8_group128, "
                 "fp8_group128_ue8m0, fp8_block128, fp8_block128_ue8m0, nvfp4, mxfp8, mxfp4", fmt);
-}
-
-size_t qc_linear_audit_bytes(int64_t M, int64_t K, int64_t N) {
-  size_t mk = (size_t)(M * K), nk = (size_t)(N * K), mn = (size_t)(M * N);
-  /* float64: W_ref, X, dY, two references; bf16: W_ref, two candidates */
-  return 8 * (nk + mk + mn + mk + nk) + 2 * (nk + mk + nk) + ((size_t)64 << 20);
 }

@@ -6,7 +6,6 @@
 
 #include <stdint.h>
 
-#include "model/contract.h"
 
 /* Stochastic rounding settings; on = 0 means round to nearest even. */
 typedef struct qc_sr {
@@ -25,10 +24,5 @@ uint32_t qc_sr_bits(const qc_sr *sr, uint64_t index);
  * "model.layers.3.mlp.down_proj.weight" (a leading '/' is skipped, '/'
  * becomes '.'). */
 uint32_t qc_sr_salt(const char *module_path, const char *param);
-
-/* The weight rounding a contract declares: "rounding": {"sr": {"seed": S}}
- * gives on = 1, seed S, salt qc_sr_salt(module_path, "weight"), step 0;
- * anything else (absent, "rn") gives on = 0. */
-void qc_sr_from_contract(const qc_contract *c, const char *module_path, qc_sr *out);
 
 #endif

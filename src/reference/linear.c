@@ -23,6 +23,7 @@
 #include "numerics/quant.h"
 #include "numerics/sr.h"
 #include "core/qc.h"
+#include "numerics/decode.h"
 
 /* dequant(quant(a)) in place for [rows, cols], when fmt is not "none"
  * (sr: stochastic payload rounding, NULL: nearest). */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/qc.h"
+#include "numerics/decode.h"
 
 double *qc_refu_load(const qc_tensor *t, const char *what) {
   double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);

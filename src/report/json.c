@@ -6,6 +6,7 @@
 
 #include "model/check.h"
 #include "core/qc.h"
+#include "report/report.h"
 
 static const char *verdict_str(int v) { return v == 0 ? "pass" : v == 1 ? "fail" : "error"; }
 

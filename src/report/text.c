@@ -8,6 +8,7 @@
 #include "core/qc.h"
 #include "report/sbuf.h"
 #include "report/tlist.h"
+#include "report/report.h"
 
 static const char *fmt_num(char *buf, size_t n, double v, const char *f) {
   if (isnan(v)) snprintf(buf, n, "-");

@@ -7,6 +7,7 @@
 
 #include "model/check.h"
 #include "core/qc.h"
+#include "report/report.h"
 
 /* Offsets into text; -1: absent. */
 typedef struct qc_tent {

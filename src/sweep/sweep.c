@@ -19,6 +19,7 @@
 #include "numerics/quant.h"
 #include "core/qc.h"
 #include "core/rng.h"
+#include "model/check.h"
 
 #define DSETLEN (QC_PATHLEN + 160)
 

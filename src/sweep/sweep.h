@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "model/metrics.h"
+#include "numerics/metrics.h"
 #include "model/module.h"
 
 struct qc_backend;

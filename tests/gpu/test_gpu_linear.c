@@ -10,6 +10,8 @@
 #include "model/module.h"
 #include "numerics/formats.h"
 #include "numerics/quant.h"
+#include "model/check.h"
+#include "numerics/decode.h"
 
 extern const qc_class qc_class_linear;
 int qc_ref_linear(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);

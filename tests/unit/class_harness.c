@@ -9,9 +9,11 @@
 
 #include "backend/backend.h"
 #include "engine/fd.h"
-#include "model/metrics.h"
+#include "numerics/metrics.h"
+#include "model/check.h"
 #include "core/qc.h"
 #include "core/rng.h"
+#include "numerics/decode.h"
 
 void h_make(h_inst *in, const char *cls, const char *shape, uint64_t seed, const char *values, const char *const *sets) {
   qc_contract c = {0};

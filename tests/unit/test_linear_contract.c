@@ -12,6 +12,7 @@
 #include "numerics/formats.h"
 #include "numerics/quant.h"
 #include "core/qc.h"
+#include "numerics/decode.h"
 
 enum { M = 4, K = 64, N = 8 };
 

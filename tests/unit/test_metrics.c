@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/metrics.h"
+#include "numerics/metrics.h"
+#include "model/check.h"
 
 Test(metrics, hand_vectors) {
   double g[4] = {1, 2, 3, 4}, r[4] = {1, 2, 3, 5};

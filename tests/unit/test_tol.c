@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "engine/audit.h"
-#include "model/metrics.h"
+#include "model/check.h"
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "core/rng.h"

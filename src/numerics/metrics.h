@@ -1,5 +1,7 @@
 /* metrics.h: the comparison of one candidate gradient g with its reference r,
- * computed in one float64 pass, and the single verdict function. */
+ * computed in one float64 pass. Numerics, not model: every backend computes
+ * these sums (the CUDA one on the device); the verdict on them is
+ * model/check.h's qc_judge. */
 #ifndef QC_METRICS_H
 #define QC_METRICS_H
 
@@ -32,19 +34,5 @@ void qc_metrics_compute_par(const double *g, const double *r, int64_t n, qc_metr
  * accumulate in parts): ss_g = sum g^2, ss_r = sum r^2, ss_d = sum (g-r)^2,
  * dot = sum g r. */
 void qc_metrics_finish(double ss_g, double ss_r, double ss_d, double dot, qc_metrics *out);
-
-/* Tolerances declared for one gradient tensor. */
-typedef struct qc_tol {
-  int has_rel_l2, has_max_abs, has_cosine_min, has_norm_ratio, has_noise_multiple;
-  double rel_l2, max_abs, cosine_min, norm_lo, norm_hi, noise_multiple;
-  char reasoning[1024];
-} qc_tol;
-
-enum { QC_V_PASS = 0, QC_V_FAIL = 1 };
-
-/* The one verdict: QC_V_PASS only if every declared bound holds, nothing is
- * non-finite and no metric is NaN where a bound needs it. Writes the first
- * violated bound into why ("" on pass). */
-int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen);
 
 #endif
