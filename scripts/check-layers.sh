@@ -8,7 +8,7 @@
 # every #include of src/ and fails on one that points against the direction,
 # naming the file, the line and the rule it breaks. Library headers are
 # confined too: HDF5 to io/, CUDA/cuBLAS/NCCL to backend/cuda/ and kernels/,
-# cJSON out of the numeric layers. Usage: check-layers.sh [ROOT] (default:
+# cJSON out of the numeric layers; the engine names no module class. Usage: check-layers.sh [ROOT] (default:
 # the repository this script is in). Exit 0 clean, 1 with violations.
 set -u
 root=${1:-"$(dirname "$0")/.."}
@@ -88,6 +88,13 @@ done
 grep -n '#[[:space:]]*include[[:space:]]*"' kernels/*.cu kernels/*.cuh kernels/*.h 2>/dev/null | while IFS= read -r line; do
   inc=$(printf '%s' "$line" | sed -n 's/.*include[[:space:]]*"\([^"]*\)".*/\1/p')
   case "$inc" in */*) echo "${line%%:*}:$(echo "$line" | cut -d: -f2): includes \"$inc\": kernels/ includes only its own headers" >>"$out" ;; esac
+done
+# the generic engine names no module class: class-specific work is the
+# class's own (its registry row: production, reference, fast path)
+for cls in $(sed -n 's/^[[:space:]]*\.name = "\([a-z0-9_]*\)",.*/\1/p' src/modules/*.c | sort -u); do
+  grep -n "\"$cls\"" src/engine/*.c src/engine/*.h 2>/dev/null | while IFS= read -r hit; do
+    echo "${hit%%:*}:$(echo "$hit" | cut -d: -f2): names class \"$cls\": the engine is generic; put class-specific work in the class's registry row" >>"$out"
+  done
 done
 if [ -s "$out" ]; then
   echo "layers: includes against the dependency direction:"

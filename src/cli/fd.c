@@ -197,7 +197,7 @@ int qc_cmd_fd(int argc, char **argv) {
   qc_fd_row *rows = NULL;
   qc_tlist tl = {0};
   int nrows = 0, bad = 0;
-  qc_ctx ctx = {qc_backend_cpu(), co.profile ? co.profile : "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = co.profile ? co.profile : "vllm"};
   double t0 = qc_now_s();
   int rc = qc_fd_instance(row->cls, &g, &c, &m);
   if (rc) return rc;

@@ -106,6 +106,37 @@ static int run_candidate(qc_audit *a, const qc_module *m, int i, qc_tset *out, c
   return qc_err("unknown candidate kind");
 }
 
+/* The fast path of m's class for dY index i, where it applies: its
+ * gradients judged here; *skip gets "/d_x/d_weight/" (what it covered) so
+ * the general path leaves those out. */
+static int run_fast(qc_audit *a, const qc_registry_row *row, const qc_module *m, int i, char *skip, size_t skiplen) {
+  static const qc_tset empty;
+  const qc_tensor *dy = &m->grad_out.t[i];
+  skip[0] = 0;
+  if (!row->fast || a->cs->cand == QC_CAND_PLUGIN) return QC_OK;
+  const qc_tset *cand = a->cs->cand == QC_CAND_DUMP ? (m->cand ? &m->cand[i] : &empty) : NULL;
+  qc_fast_out fo;
+  memset(&fo, 0, sizeof fo);
+  double t0 = qc_now_s();
+  int rc = row->fast(a->ctx, m, dy, cand, &fo);
+  if (rc || fo.n == 0) return rc;
+  if (qc_verbose) fprintf(stderr, "qatcheck: %s dy=%s: fast path on %s %.3f s\n", m->path, dy->name, a->ctx->be->name, qc_now_s() - t0);
+  size_t l = 0;
+  for (int j = 0; j < fo.n; j++) {
+    const qc_fast_grad *g = &fo.g[j];
+    const qc_tol *t = qc_audit_tol(a, m, g->name);
+    if (!t) return QC_EINPUT;
+    qc_check k;
+    qc_check_init(&k, m, dy->name, g->name, g->ndim, g->shape, t);
+    snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->cand_dtype));
+    k.m = g->m;
+    qc_audit_verdict(&k, g->cand_dtype, t);
+    if ((rc = qc_results_add(a->res, &k))) return rc;
+    l += (size_t)snprintf(skip + l, l < skiplen ? skiplen - l : 0, "%s%s/", l ? "" : "/", g->name);
+  }
+  return QC_OK;
+}
+
 int qc_audit_module(qc_audit *a, const qc_module *m) {
   const qc_registry_row *row = qc_registry_find(m->cls->name);
   if (!row) return qc_err("%s: class '%s' has no registry row", m->path, m->cls->name);
@@ -113,20 +144,21 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     const qc_tensor *dy = &m->grad_out.t[i];
     qc_tset ref = {0}, cand = {0};
     const qc_tset *cset = NULL;
-    int fused = 0;
+    char skip[QC_FAST_MAX * (QC_NAMELEN + 1) + 2];
     double t0 = qc_now_s();
-    int rc = qc_audit_linear_fused(a, m, i, &fused); /* the backend's fused op, where it applies */
-    if (rc || fused) {
-      if (!rc && qc_verbose) fprintf(stderr, "qatcheck: %s dy=%s: fused %s audit %.3f s\n", m->path, dy->name, a->ctx->be->name, qc_now_s() - t0);
-      if (rc) return rc;
-      continue;
-    }
-    rc = row->reference(a->ctx, m, dy, &ref);
+    int rc = run_fast(a, row, m, i, skip, sizeof skip);
+    if (rc) return rc;
+    qc_ctx ctx = *a->ctx; /* the VJPs may leave out what the fast path judged */
+    ctx.skip = skip[0] ? skip : NULL;
+    qc_audit sub = *a;
+    sub.ctx = &ctx;
+    rc = row->reference(&ctx, m, dy, &ref);
     double t1 = qc_now_s();
-    if (!rc) rc = run_candidate(a, m, i, &cand, &cset);
+    if (!rc) rc = run_candidate(&sub, m, i, &cand, &cset);
     double t2 = qc_now_s();
     for (int j = 0; !rc && j < ref.n; j++) {
       const qc_tensor *r = &ref.t[j];
+      if (!qc_ctx_wants(&ctx, r->name)) continue; /* judged by the fast path */
       const qc_tol *t = qc_audit_tol(a, m, r->name);
       if (!t) {
         rc = QC_EINPUT;

@@ -41,11 +41,6 @@ void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *
 /* The case's tolerance for a gradient, or NULL with the error set. */
 const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor);
 
-/* When the backend has a fused linear audit and module m (dY index i) fits
- * it (audit_fused.c), run it, append the checks and set *done = 1; else
- * leave *done = 0 and touch nothing. */
-int qc_audit_linear_fused(qc_audit *a, const qc_module *m, int i, int *done);
-
 /* The noise floor: rel-L2 between r and r rounded to dtype (bf16, f16,
  * f32); NAN for dtypes without a defined rounding here, 0 for float64. */
 double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype);

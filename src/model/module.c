@@ -54,3 +54,11 @@ int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, i
   if (!qc_dtype_is_float(dy->dtype)) return qc_err("%s: dY '%s' has dtype %s: expected a float type", m->path, dy->name, qc_dtype_name(dy->dtype));
   return QC_OK;
 }
+
+int qc_ctx_wants(const qc_ctx *ctx, const char *grad) {
+  if (!ctx || !ctx->skip) return 1;
+  size_t n = strlen(grad);
+  for (const char *p = strstr(ctx->skip, grad); p; p = strstr(p + 1, grad))
+    if (p > ctx->skip && p[-1] == '/' && p[n] == '/') return 0;
+  return 1;
+}

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "model/contract.h"
+#include "numerics/metrics.h"
 #include "core/tensor.h"
 
 struct qc_backend;
@@ -35,7 +36,13 @@ void qc_module_free(qc_module *m);
 typedef struct qc_ctx {
   const struct qc_backend *be;
   const char *profile;         /* quantizer profile ("vllm") */
+  const char *skip;            /* NULL, or "/d_x/d_weight/": gradients already judged (a
+                                  fast path did them); a VJP may leave them out, and the
+                                  engine ignores them if it does not */
 } qc_ctx;
+
+/* 1 unless ctx->skip names gradient `grad` ("d_x"). */
+int qc_ctx_wants(const qc_ctx *ctx, const char *grad);
 
 /* A VJP: given the module's tensors and one upstream gradient dy, put every
  * gradient it defines into `grads`, named "d_<input or param>" (d_x,
@@ -64,6 +71,33 @@ typedef int (*qc_gen_fn)(const qc_gen *g, struct qc_rng *rng, qc_module *m, int 
  * be m itself. Optional: NULL when a class has none (fd then refuses it). */
 typedef int (*qc_fwd_fn)(const qc_module *m, const qc_module *branch, qc_tensor *y);
 
+/* A class's optional fast path: the candidate and the reference of the
+ * gradients it covers computed together on the backend (one upload, no host
+ * copy of the big tensors), returned as metrics for the engine to judge.
+ * Declared in the class's registry row; the engine names no class. */
+typedef struct qc_fast_grad {
+  char name[QC_NAMELEN];       /* "d_x" */
+  int ndim;
+  int64_t shape[QC_MAXDIM];    /* the reference's shape */
+  qc_dtype cand_dtype;         /* the candidate's element type */
+  qc_metrics m;                /* candidate vs reference, noise floor included */
+} qc_fast_grad;
+
+#define QC_FAST_MAX 8
+typedef struct qc_fast_out {
+  int n;                       /* 0: the fast path does not apply; take the general path */
+  qc_fast_grad g[QC_FAST_MAX];
+} qc_fast_out;
+
+/* Run the fast path for module m and upstream gradient dy. cand NULL: the
+ * builtin candidate; else the candidate's gradients for this dY (a dump).
+ * QC_OK with out->n == 0 when the path does not apply (the general path
+ * then judges everything); an error status only for a failure that the
+ * general path would meet too (out of device memory is not one: it does
+ * not apply). */
+typedef int (*qc_fast_fn)(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const qc_tset *cand,
+                          qc_fast_out *out);
+
 typedef struct qc_class {
   const char *name;            /* "linear" */
   const char *summary;         /* one line */
@@ -76,10 +110,12 @@ typedef struct qc_class {
   const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */
 } qc_class;
 
-/* A registry row: the class and its independent reference. */
+/* A registry row: the class, its independent reference and, optionally, a
+ * fast path that runs both together on the backend. */
 typedef struct qc_registry_row {
   const qc_class *cls;
   qc_vjp_fn reference;         /* src/reference/<name>.c */
+  qc_fast_fn fast;             /* NULL, or src/modules/<name>_fast.c */
 } qc_registry_row;
 
 const qc_registry_row *qc_registry_find(const char *name);

@@ -1,12 +1,15 @@
 /* registry.c: the class table. One row per module class: the class (its
- * production VJP, keys and generator, src/modules/) and its independent
- * reference (src/reference/). Adding a class adds one row here. */
+ * production VJP, keys and generator, src/modules/), its independent
+ * reference (src/reference/) and, optionally, a fast path that computes
+ * both together on a backend (src/modules/<class>_fast.c). Adding a class
+ * adds one row here. */
 #include <string.h>
 
 #include "model/module.h"
 
 extern const qc_class qc_class_linear;
 int qc_ref_linear(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
+int qc_fast_linear(const qc_ctx *, const qc_module *, const qc_tensor *, const qc_tset *, qc_fast_out *);
 extern const qc_class qc_class_rmsnorm;
 int qc_ref_rmsnorm(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
 extern const qc_class qc_class_layernorm;
@@ -31,18 +34,18 @@ extern const qc_class qc_class_ssd;
 int qc_ref_ssd(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
 
 static const qc_registry_row g_rows[] = {
-    {&qc_class_linear, qc_ref_linear},
-    {&qc_class_rmsnorm, qc_ref_rmsnorm},
-    {&qc_class_layernorm, qc_ref_layernorm},
-    {&qc_class_rope, qc_ref_rope},
-    {&qc_class_swiglu, qc_ref_swiglu},
-    {&qc_class_relu2, qc_ref_relu2},
-    {&qc_class_gelu, qc_ref_gelu},
-    {&qc_class_logprob, qc_ref_logprob},
-    {&qc_class_router, qc_ref_router},
-    {&qc_class_attention, qc_ref_attention},
-    {&qc_class_moe, qc_ref_moe},
-    {&qc_class_ssd, qc_ref_ssd},
+    {&qc_class_linear, qc_ref_linear, qc_fast_linear},
+    {&qc_class_rmsnorm, qc_ref_rmsnorm, NULL},
+    {&qc_class_layernorm, qc_ref_layernorm, NULL},
+    {&qc_class_rope, qc_ref_rope, NULL},
+    {&qc_class_swiglu, qc_ref_swiglu, NULL},
+    {&qc_class_relu2, qc_ref_relu2, NULL},
+    {&qc_class_gelu, qc_ref_gelu, NULL},
+    {&qc_class_logprob, qc_ref_logprob, NULL},
+    {&qc_class_router, qc_ref_router, NULL},
+    {&qc_class_attention, qc_ref_attention, NULL},
+    {&qc_class_moe, qc_ref_moe, NULL},
+    {&qc_class_ssd, qc_ref_ssd, NULL},
 };
 
 const qc_registry_row *qc_registry_rows(int *n) {

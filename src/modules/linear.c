@@ -130,36 +130,43 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   uint16_t *wb = NULL, *xb = NULL, *gb = NULL;
   float *acc = NULL, *tmp = NULL;
   qc_tensor dx = {0}, dw = {0}, db = {0};
-  int64_t big = (M * K > N * K ? M * K : N * K) + 1;
-
+  /* d_x and d_weight may be skipped: a fast path judged them (ctx->skip) */
+  const int want_dx = qc_ctx_wants(ctx, "d_x"), want_dw = qc_ctx_wants(ctx, "d_weight");
+  int64_t big = N;
+  if (want_dx && M * K > big) big = M * K;
+  if (want_dw && N * K > big) big = N * K;
+  big += 1;
   rc = QC_ESYS;
-  wb = qc_malloc((size_t)(N * K) * sizeof *wb, "linear weight bf16");
-  xb = qc_malloc((size_t)(M * K) * sizeof *xb, "linear input bf16");
+  if (want_dx && !(wb = qc_malloc((size_t)(N * K) * sizeof *wb, "linear weight bf16"))) goto done;
+  if (want_dw && !(xb = qc_malloc((size_t)(M * K) * sizeof *xb, "linear input bf16"))) goto done;
   gb = qc_malloc((size_t)(M * N) * sizeof *gb, "linear dY bf16");
   acc = qc_malloc((size_t)big * sizeof *acc, "linear accumulator");
   if (c.clipped) tmp = qc_malloc((size_t)big * sizeof *tmp, "linear mask scratch"); /* only the STE mask needs it */
-  if (!wb || !xb || !gb || !acc || (c.clipped && !tmp)) goto done;
+  if (!gb || !acc || (c.clipped && !tmp)) goto done;
 
-  /* d_x = dY W_ref: W_ref = dequant(quant(W)) (with the contract's rounding) or W */
   char what[QC_PATHLEN + 32];
-  snprintf(what, sizeof what, "%s: params/weight", m->path);
-  if ((rc = lin_operand(&c, v.w, N, K, c.wfmt, !c.dx_master, c.sr.on ? &c.sr : NULL, what, wb))) goto done;
-  if ((rc = lin_operand(&c, v.dy, M, N, "none", 0, NULL, "dY", gb))) goto done;
   int64_t wshape[2] = {N, K}, bshape[1] = {N};
-  if ((rc = qc_tensor_alloc(&dx, "d_x", QC_BF16, v.x->ndim, v.x->shape))) goto done;
-  if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_N, QC_OP_N, M, K, N, gb, N, wb, K, acc, K))) goto done;
-  if (c.clipped && strcmp(c.afmt, "none") != 0 && (rc = ste_mask(v.x, c.T, acc, M * K, tmp))) goto done;
-  for (int64_t i = 0; i < M * K; i++) ((uint16_t *)dx.data)[i] = qc_f32_to_bf16(acc[i]);
-
-  /* d_weight = dY^T X_ref: X_ref = dequant(quant(X)) (nearest) or X */
-  snprintf(what, sizeof what, "%s: inputs/x", m->path);
-  if ((rc = lin_operand(&c, v.x, M, K, c.afmt, c.dw_quantized, NULL, what, xb))) goto done;
-  if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_BF16, 2, wshape))) goto done;
-  if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_T, QC_OP_N, N, K, M, gb, N, xb, K, acc, K))) goto done;
-  if (c.clipped && strcmp(c.wfmt, "none") != 0 && (rc = ste_mask(v.w, c.T, acc, N * K, tmp))) goto done;
-  for (int64_t i = 0; i < N * K; i++) ((uint16_t *)dw.data)[i] = qc_f32_to_bf16(acc[i]);
-
-  if ((rc = qc_tset_add(grads, &dx)) || (rc = qc_tset_add(grads, &dw))) goto done;
+  if ((rc = lin_operand(&c, v.dy, M, N, "none", 0, NULL, "dY", gb))) goto done;
+  if (want_dx) {
+    /* d_x = dY W_ref: W_ref = dequant(quant(W)) (with the contract's rounding) or W */
+    snprintf(what, sizeof what, "%s: params/weight", m->path);
+    if ((rc = lin_operand(&c, v.w, N, K, c.wfmt, !c.dx_master, c.sr.on ? &c.sr : NULL, what, wb))) goto done;
+    if ((rc = qc_tensor_alloc(&dx, "d_x", QC_BF16, v.x->ndim, v.x->shape))) goto done;
+    if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_N, QC_OP_N, M, K, N, gb, N, wb, K, acc, K))) goto done;
+    if (c.clipped && strcmp(c.afmt, "none") != 0 && (rc = ste_mask(v.x, c.T, acc, M * K, tmp))) goto done;
+    for (int64_t i = 0; i < M * K; i++) ((uint16_t *)dx.data)[i] = qc_f32_to_bf16(acc[i]);
+    if ((rc = qc_tset_add(grads, &dx))) goto done;
+  }
+  if (want_dw) {
+    /* d_weight = dY^T X_ref: X_ref = dequant(quant(X)) (nearest) or X */
+    snprintf(what, sizeof what, "%s: inputs/x", m->path);
+    if ((rc = lin_operand(&c, v.x, M, K, c.afmt, c.dw_quantized, NULL, what, xb))) goto done;
+    if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_BF16, 2, wshape))) goto done;
+    if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_T, QC_OP_N, N, K, M, gb, N, xb, K, acc, K))) goto done;
+    if (c.clipped && strcmp(c.wfmt, "none") != 0 && (rc = ste_mask(v.w, c.T, acc, N * K, tmp))) goto done;
+    for (int64_t i = 0; i < N * K; i++) ((uint16_t *)dw.data)[i] = qc_f32_to_bf16(acc[i]);
+    if ((rc = qc_tset_add(grads, &dw))) goto done;
+  }
   if (v.bias) {
     if ((rc = qc_tensor_alloc(&db, "d_bias", QC_BF16, 1, bshape))) goto done;
     for (int64_t n = 0; n < N; n++) acc[n] = 0.0f;

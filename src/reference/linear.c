@@ -60,11 +60,17 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   double *W = NULL, *X = NULL, *G = NULL;
   qc_tensor dx = {0}, dw = {0}, db = {0};
   int64_t ws[2] = {N, K}, bs[1] = {N};
+  /* d_x and d_weight may be skipped: a fast path judged them (ctx->skip) */
+  const int want_dx = qc_ctx_wants(ctx, "d_x"), want_dw = qc_ctx_wants(ctx, "d_weight");
   rc = QC_ESYS;
-  if (!(W = qc_malloc((size_t)(N * K) * 8, "reference weight"))) goto done;
-  if (!(X = qc_malloc((size_t)(M * K) * 8, "reference input"))) goto done;
   if (!(G = qc_malloc((size_t)(M * N) * 8, "reference dY"))) goto done;
-  if ((rc = qc_tensor_to_f64(w, W)) || (rc = qc_tensor_to_f64(x, X)) || (rc = qc_tensor_to_f64(dy, G))) goto done;
+  if ((rc = qc_tensor_to_f64(dy, G))) goto done;
+  if (want_dx || want_dw) {
+    rc = QC_ESYS;
+    if (!(W = qc_malloc((size_t)(N * K) * 8, "reference weight"))) goto done;
+    if (!(X = qc_malloc((size_t)(M * K) * 8, "reference input"))) goto done;
+    if ((rc = qc_tensor_to_f64(w, W)) || (rc = qc_tensor_to_f64(x, X))) goto done;
+  }
 
   const qc_contract *c = &m->contract;
   const char *wf = qc_contract_str(c, "weight_format", "none");
@@ -81,28 +87,32 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   snprintf(ww, sizeof ww, "%s: params/weight", m->path);
   /* d_weight = dY^T X_ref, then the weight quantizer's STE mask (from the
    * master W, before W is replaced below) */
-  if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
-      (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx)))
-    goto done;
-  if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_F64, 2, ws))) goto done;
-  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
-  if (clipped && strcmp(wf, "none") != 0)
-    for (int64_t i = 0; i < N * K; i++)
-      if (fabs(W[i]) > T) ((double *)dw.data)[i] = 0.0;
-
-  /* d_x = dY W_ref, then the activation quantizer's STE mask (from X) */
-  if (strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0 &&
-      (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww)))
-    goto done;
-  if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
-  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;
-  if (clipped && strcmp(af, "none") != 0) {
-    if ((rc = qc_tensor_to_f64(x, X))) goto done; /* X may hold dequant(quant(X)) by now */
-    for (int64_t i = 0; i < M * K; i++)
-      if (fabs(X[i]) > T) ((double *)dx.data)[i] = 0.0;
+  if (want_dw) {
+    if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
+        (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx)))
+      goto done;
+    if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_F64, 2, ws))) goto done;
+    if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
+    if (clipped && strcmp(wf, "none") != 0)
+      for (int64_t i = 0; i < N * K; i++)
+        if (fabs(W[i]) > T) ((double *)dw.data)[i] = 0.0;
   }
 
-  if ((rc = qc_tset_add(grads, &dx)) || (rc = qc_tset_add(grads, &dw))) goto done;
+  /* d_x = dY W_ref, then the activation quantizer's STE mask (from X) */
+  if (want_dx) {
+    if (strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0 &&
+        (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww)))
+      goto done;
+    if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
+    if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;
+    if (clipped && strcmp(af, "none") != 0) {
+      if ((rc = qc_tensor_to_f64(x, X))) goto done; /* X may hold dequant(quant(X)) by now */
+      for (int64_t i = 0; i < M * K; i++)
+        if (fabs(X[i]) > T) ((double *)dx.data)[i] = 0.0;
+    }
+    if ((rc = qc_tset_add(grads, &dx))) goto done;
+  }
+  if (want_dw && (rc = qc_tset_add(grads, &dw))) goto done;
   if (b) {
     if ((rc = qc_tensor_alloc(&db, "d_bias", QC_F64, 1, bs))) goto done;
     double *d = db.data;

@@ -35,6 +35,7 @@ plant src/report/json.c '#include <cuda_runtime.h>' "CUDA is backend/cuda/'s alo
 plant src/numerics/quant.c '#include <cjson/cJSON.h>' "JSON is read by the plan"
 plant src/engine/gen.c '#include "../core/qc.h"' "a relative path"
 plant src/engine/gen.c '#include "qc.h"' "name the layer"
+plant src/engine/audit.c 'static const char *k = "linear";' "the engine is generic"
 rm -rf "$T/tree"; mkdir -p "$T/tree"; cp -r "$ROOT/src" "$ROOT/kernels" "$T/tree/"
 printf '/* a stray file */\n' >"$T/tree/src/stray.c"
 expect_exit 1 "layers: a file at the top of src/ is refused" sh "$ROOT/scripts/check-layers.sh" "$T/tree"

@@ -66,7 +66,7 @@ void h_set(qc_tset *grads, const char *name, const double *d, int64_t n) {
 }
 
 int h_compare(h_inst *in, qc_vjp_fn cand, double tol, char *fail, int failn, double *worst) {
-  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
   qc_tset ref = {0}, got = {0};
   int ok = 1;
   fail[0] = 0;
@@ -139,7 +139,7 @@ void h_sweep(const char *cls, const char *const *shapes, int nshapes, const char
 }
 
 void h_expect_refused(h_inst *in, const char *needle) {
-  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
   qc_tset g = {0};
   qc_vjp_fn fn[2] = {in->row->reference, in->row->cls->production};
   for (int i = 0; i < 2; i++) {
@@ -156,7 +156,7 @@ void h_fd_agrees(const char *cls, const char *const *shapes, int ns, const char 
     for (int c = 0; c < nc; c++) {
       h_inst in;
       h_make(&in, cls, shapes[s], seed0 + (uint64_t)s, "normal", sets[c]);
-      qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+      qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
       qc_fd_opts o;
       qc_fd_defaults(&o);
       qc_fd_row *rows;

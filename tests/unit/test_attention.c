@@ -226,7 +226,7 @@ Test(attention, stale_saved_intermediates_fail) {
  * GQA 4, D not a multiple of 8. */
 Test(attention, edge_cases) {
   h_inst in;
-  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
   qc_tset g = {0};
   h_make(&in, "attention", "2,8,2,1,13", 5, "normal", NULL);
   h_expect_pass(&in, ATT_TOL);

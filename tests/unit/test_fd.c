@@ -14,7 +14,7 @@
 /* Run fd on a generated instance; returns the number of failing rows. */
 static int fd_fails(const char *cls, const char *shape, const char *const *sets, qc_vjp_fn vjp) {
   h_inst in;
-  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
   qc_fd_opts o;
   qc_fd_row *rows;
   int n, bad = 0;
@@ -115,7 +115,7 @@ Test(fd, catches_a_wrong_reference) {
 }
 
 Test(fd, refuses_a_class_without_forward) {
-  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
   qc_fd_opts o;
   qc_fd_row *rows;
   int n;

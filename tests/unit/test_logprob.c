@@ -79,7 +79,7 @@ Test(logprob, bad_input_is_refused) {
 
 /* Masked positions carry id -100 and get exactly zero gradient. */
 Test(logprob, masked_positions_get_zero_gradient) {
-  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
   qc_tset g = {0};
   h_inst in;
   h_make(&in, "logprob", "3,8,16", 2, "normal", NULL);

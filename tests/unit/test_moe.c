@@ -53,7 +53,7 @@ Test(moe, generator_plants_empty_expert_repeats_and_ties) {
   double s = w[3] + w[4] + w[5];
   cr_expect(fabs(s - 1) < 1e-6, "token 1's weights are softmax-normalized (sum %g)", s);
   /* the empty expert's gradients are exactly zero in both implementations */
-  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
   qc_tset a = {0}, b = {0};
   cr_assert_eq(in.row->reference(&ctx, &in.m, &in.dy, &a), QC_OK);
   cr_assert_eq(in.row->cls->production(&ctx, &in.m, &in.dy, &b), QC_OK);

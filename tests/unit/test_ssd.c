@@ -100,7 +100,7 @@ Test(ssd, chunk_sizes_and_edges) {
     h_free(&in);
   }
   h_inst in;
-  qc_ctx ctx = {qc_backend_cpu(), "vllm"};
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
   qc_tset g = {0};
   h_make(&in, "ssd", "3,1,4,8,16", 7, "normal", NULL);
   h_expect_pass(&in, SSD_TOL);
