@@ -1,5 +1,5 @@
-/* contract_sweep.h: layer 2 over a whole checkpoint (the engine behind
- * `qatcheck contract --master-vs-dequant`, spec/interfaces.md section 5).
+/* sweep.h: layer 2 over a whole checkpoint (the engine behind
+ * `qatcheck contract --master-vs-dequant`; docs/contract.md).
  *
  * For every linear module group of a dump (one expert of a routed-experts
  * [E, N, K] weight at a time: a "unit"), every dY and every precision
@@ -9,78 +9,15 @@
  * both in float64 through the backend's float64 GEMM. Rows are then grouped
  * by (class, tensor, weight format, activation format) into class summaries
  * and outliers are marked by the rule of docs/contract.md. */
-#ifndef QC_CONTRACT_SWEEP_H
-#define QC_CONTRACT_SWEEP_H
+#ifndef QC_SWEEP_H
+#define QC_SWEEP_H
 
 #include <stdint.h>
 
-#include "numerics/metrics.h"
-#include "model/module.h"
+#include "model/layer2.h"
 
 struct qc_backend;
 struct qc_dump;
-
-#define QC_FMTLEN 32
-#define QC_SWEEP_MAXFMT 16
-
-/* One row: one module (or expert), dY, tensor and format. */
-typedef struct qc_crow {
-  char module[QC_PATHLEN];  /* group path; routed experts get ".<e>" after "experts" */
-  char cls[QC_PATHLEN];     /* module with layer and expert index replaced by "*" */
-  int layer;                /* -1: none */
-  int expert;               /* -1: not a routed expert */
-  char wfmt[QC_FMTLEN];     /* "none" on d_weight rows */
-  char afmt[QC_FMTLEN];     /* "none" on d_x rows */
-  char dy[QC_NAMELEN];      /* grad_out dataset name, or "generated" */
-  const char *tensor;       /* "d_x" or "d_weight" */
-  int64_t shape[2];
-  qc_metrics m;
-  int outlier;
-  char outlier_why[160];
-  int fail;
-  char why[160];
-} qc_crow;
-
-/* One class summary: rows of one (class, tensor, wfmt, afmt). */
-typedef struct qc_cclass {
-  char cls[QC_PATHLEN];
-  const char *tensor;
-  char wfmt[QC_FMTLEN], afmt[QC_FMTLEN];
-  int rows, layers, outliers, fails;
-  double cos_min, cos_med, cos_max;   /* over rows with a defined cosine (NAN if none) */
-  double nr_min, nr_med, nr_max;
-  double rel_med;
-  int first, combo_first;             /* first row of the class / of its (tensor, formats): table order */
-} qc_cclass;
-
-typedef struct qc_sweep_opts {
-  const char *modules;                 /* regex on group paths (NULL: all) */
-  int nw, na;
-  const char *wfmt[QC_SWEEP_MAXFMT];   /* weight formats for d_x rows */
-  const char *afmt[QC_SWEEP_MAXFMT];   /* activation formats for d_weight rows ("none" entries skipped) */
-  const char *profile;                 /* quantizer profile (NULL: vllm) */
-  int64_t tokens;                      /* M of a generated dY */
-  uint64_t seed;                       /* seed of generated dY / X */
-  int has_cos_min, has_norm;           /* thresholds */
-  double cos_min, norm_lo, norm_hi;
-  int progress;                        /* progress line on stderr */
-} qc_sweep_opts;
-
-typedef struct qc_sweep {
-  qc_crow *rows;
-  int n, cap;
-  qc_cclass *cls;
-  int ncls;
-  int modules, expert_groups, units;   /* linear groups, of which routed-expert groups; units = rows' modules */
-  int dy_generated, x_generated;       /* any generated dY / X */
-  int ahead;                           /* units prepared ahead on worker threads (0: one unit in memory) */
-  /* seconds: generating dY/X; reading units (summed over the readers);
-   * waiting for a unit to be read; in the quantizer, GEMM and metrics calls
-   * (the work itself on the CPU, queueing it on a device); waiting for the
-   * device at the end of each unit; the whole sweep */
-  double t_gen, t_read, t_wait, t_quant, t_gemm, t_metrics, t_sync, t_total;
-  double gemm_flops;                   /* 2 M N K summed over the GEMMs done */
-} qc_sweep;
 
 /* Class of a module path: the layer index (the first all-digit component
  * that is not an expert index) and the expert index (the all-digit component
@@ -103,18 +40,9 @@ uint64_t qc_contract_seed(uint64_t seed, const char *module, const char *what);
  * groups, bad shapes, unknown format, ...). */
 int qc_contract_sweep(struct qc_dump *d, const struct qc_backend *be, const qc_sweep_opts *o, qc_sweep *s);
 
-/* Group rows into class summaries and mark outliers (docs/contract.md):
- * within each (class, tensor, wfmt, afmt) of at least QC_OUTLIER_MIN_ROWS
- * rows, a row is an outlier when its log10(rel_l2) is more than
- * QC_OUTLIER_Z robust standard deviations (1.4826 MAD, floored at
- * QC_OUTLIER_LOG_FLOOR decades) from the class median, or its norm ratio
- * more than QC_OUTLIER_Z of max(1.4826 MAD, 0.1 x median rel_l2) from the
- * class median norm ratio. */
-#define QC_OUTLIER_MIN_ROWS 4
-#define QC_OUTLIER_Z 3.5
-#define QC_OUTLIER_LOG_FLOOR 0.05
+/* Group rows into class summaries and mark outliers by the rule of
+ * model/layer2.h (QC_OUTLIER_*). */
 int qc_contract_summarize(qc_sweep *s);
 
-void qc_sweep_free(qc_sweep *s);
 
 #endif

@@ -1,0 +1,242 @@
+/* vjp.c: layer 1 over a case: its generated instances, or every matching
+ * module group of its dump (read one ahead), each with its contract (the
+ * dump's attribute, the case's over it, --profile over both), its deployed
+ * bytes checked and its dYs selected, then audited (audit.c). */
+#include "engine/vjp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/qc.h"
+#include "engine/deployed.h"
+#include "engine/gen.h"
+#include "io/dump.h"
+#include "io/prefetch.h"
+
+/* Contract for m: the dump's attribute (if any), the case's over it, the
+ * --profile option over both; validated against the class's keys. */
+static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
+  char where[QC_PATHLEN + 64];
+  int rc;
+  memset(&m->contract, 0, sizeof m->contract);
+  if (dump_contract && dump_contract[0]) {
+    snprintf(where, sizeof where, "module '%s'", m->path);
+    if ((rc = qc_contract_parse(dump_contract, where, &m->contract))) return rc;
+  }
+  if (cs->has_contract && (rc = qc_contract_merge(&m->contract, &cs->contract))) return rc;
+  if (profile) {
+    int takes = 0;
+    for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) takes |= strcmp(k->key, "profile") == 0;
+    if (!takes) return qc_err("--profile '%s': class '%s' has no quantizer profile", profile, m->cls->name);
+    if ((rc = qc_contract_set(&m->contract, "profile", profile, 0, 0))) return rc;
+  }
+  snprintf(where, sizeof where, "case '%s': module '%s'", cs->path, m->path);
+  return qc_contract_validate(&m->contract, m->cls->keys, where);
+}
+
+/* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check that
+ * qatcheck's quantizer (contract's weight_format, profile, rounding)
+ * reproduces them byte for byte. No check when there are no saved bytes. */
+static int check_deployed(qc_audit *a, const qc_module *m) {
+  const char *fn = qc_contract_str(&m->contract, "weight_format", "none");
+  if (!qc_tset_get(&m->saved, "weight_q") || !qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)
+    return QC_OK;
+  qc_qfmt f;
+  qc_qprof p;
+  qc_sr sr;
+  qc_deployed_result r;
+  int rc;
+  if ((rc = qc_qfmt_parse(fn, &f)) || (rc = qc_qprof_parse(qc_contract_str(&m->contract, "profile", "vllm"), &p))) return rc;
+  qc_sr_from_contract(&m->contract, m->path, &sr);
+  if ((rc = qc_deployed_check(m, f, p, &sr, &r))) return rc;
+  qc_check k;
+  memset(&k, 0, sizeof k);
+  snprintf(k.module, sizeof k.module, "%s", m->path);
+  snprintf(k.cls, sizeof k.cls, "%s", m->cls->name);
+  snprintf(k.dy, sizeof k.dy, "-");
+  snprintf(k.tensor, sizeof k.tensor, "quantizer");
+  const qc_tensor *w = qc_tset_get(&m->params, "weight");
+  k.ndim = w->ndim;
+  memcpy(k.shape, w->shape, sizeof k.shape);
+  snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(qc_tset_get(&m->saved, "weight_q")->dtype));
+  int bad = r.n_payload || r.n_scale || r.n_global || r.n_decoded;
+  k.verdict = bad ? QC_V_FAIL : QC_V_PASS;
+  if (bad) qc_deployed_summary(&r, k.why, sizeof k.why);
+  return qc_results_add(a->res, &k);
+}
+
+/* Keep only the dYs the case names (all when it names none). */
+static int select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
+  if (cs->ndy == 0) return QC_OK;
+  for (int k = 0; k < cs->ndy; k++)
+    if (!qc_tset_get(&m->grad_out, cs->dy[k]))
+      return qc_err("dump '%s': module '%s' has no dataset 'grad_out/%s' (named in the case's dy)", dump_path, m->path,
+                    cs->dy[k]);
+  int w = 0;
+  for (int i = 0; i < m->grad_out.n; i++) {
+    int keep = 0;
+    for (int k = 0; k < cs->ndy; k++) keep |= strcmp(m->grad_out.t[i].name, cs->dy[k]) == 0;
+    if (!keep) {
+      qc_tensor_free(&m->grad_out.t[i]);
+      if (m->cand) qc_tset_free(&m->cand[i]);
+      continue;
+    }
+    m->grad_out.t[w] = m->grad_out.t[i];
+    if (m->cand) m->cand[w] = m->cand[i];
+    w++;
+  }
+  m->grad_out.n = w;
+  return QC_OK;
+}
+
+static const qc_registry_row *find_class(const char *name, const char *where) {
+  const qc_registry_row *row = qc_registry_find(name);
+  if (!row) {
+    int n;
+    const qc_registry_row *r = qc_registry_rows(&n);
+    char list[512] = "";
+    for (int i = 0; i < n; i++) {
+      strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+      strncat(list, r[i].cls->name, sizeof list - strlen(list) - 1);
+    }
+    qc_err("%s: module class '%s' is not known", where, name);
+    qc_hint("known classes: %s", list);
+  }
+  return row;
+}
+
+static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
+  char where[1100];
+  snprintf(where, sizeof where, "case '%s'", cs->path);
+  const qc_registry_row *row = find_class(cs->module, where);
+  if (!row) return QC_EINPUT;
+  static const char kinds_default[4][QC_NAMELEN] = {"random", "zero", "sparse", "ones"};
+  const char (*kinds)[QC_NAMELEN] = cs->ndy ? cs->dy : kinds_default;
+  int nk = cs->ndy ? cs->ndy : 4;
+  for (int i = 0; i < cs->nshapes; i++) {
+    qc_module m;
+    memset(&m, 0, sizeof m);
+    m.cls = row->cls;
+    snprintf(m.path, sizeof m.path, "%s", row->cls->name);
+    int rc = set_contract(&m, cs, NULL, profile);
+    clock_t c0 = clock();
+    if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
+    if (!rc) {
+      if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
+      rc = qc_audit_module(a, &m);
+    }
+    qc_module_free(&m);
+    if (rc) return rc;
+  }
+  return QC_OK;
+}
+
+/* One module read from the dump, with what the reader learned. */
+typedef struct load_slot {
+  qc_module m;
+  char contract[4096];
+  char frozen[1024];      /* "/d_weight/d_bias/": gradients of parameters marked frozen="1" */
+  int loaded;
+} load_slot;
+
+typedef struct loader {
+  qc_dump *d;
+  const qc_dump_entry *ents;
+  int with_grads;
+  load_slot slot[2];
+} loader;
+
+/* Read module `item` into slot `k` (qc_fetch_fn): every HDF5 call of the
+ * audit of a module happens here, so the read-ahead can run it while the
+ * main thread audits the module before (one read at a time: HDF5 is used
+ * by one thread at a time). */
+static int load_entry(void *arg, int item, int k) {
+  loader *L = arg;
+  load_slot *s = &L->slot[k];
+  const char *path = L->ents[item].path;
+  int rc = qc_dump_load_module(L->d, path, L->with_grads, &s->m, s->contract, sizeof s->contract);
+  s->loaded = rc == QC_OK;
+  s->frozen[0] = 0;
+  for (int j = 0; !rc && j < s->m.params.n; j++) { /* qatdump marks frozen parameters */
+    char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];
+    snprintf(ds, sizeof ds, "%s/params/%s", path, s->m.params.t[j].name);
+    if (qc_dump_get_attr(L->d, ds, "frozen", v, sizeof v) == QC_OK && strcmp(v, "1") == 0) {
+      size_t l = strlen(s->frozen);
+      snprintf(s->frozen + l, sizeof s->frozen - l, "%sd_%s/", l ? "" : "/", s->m.params.t[j].name);
+    }
+  }
+  return rc;
+}
+
+/* Audit every matching module group of the dump, one module in memory at a
+ * time plus the next one, whose read overlaps the current audit. */
+static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
+  qc_dump *d = NULL;
+  qc_dump_entry *ents = NULL;
+  int n = 0, rc;
+  loader *L = NULL;
+  qc_prefetch pf;
+  memset(&pf, 0, sizeof pf);
+  if ((rc = qc_dump_open(cs->dump, &d))) return rc;
+  if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
+  if (n == 0) {
+    rc = qc_err("dump '%s': no module group matches '%s': nothing to check", cs->dump, cs->modules_re[0] ? cs->modules_re : ".*");
+    qc_hint("a module group is a group with a string attribute 'class'");
+    goto done;
+  }
+  /* classes first: a bad one stops the run before any data is read */
+  for (int i = 0; i < n; i++) {
+    char where[QC_PATHLEN + 1100];
+    snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
+    if (!find_class(ents[i].cls, where)) { rc = QC_EINPUT; goto done; }
+    if (cs->module[0] && strcmp(cs->module, ents[i].cls) != 0) {
+      rc = qc_err("%s: has class '%s' but the case declares module '%s'", where, ents[i].cls, cs->module);
+      qc_hint("narrow data.modules to the groups of class '%s', or drop 'module' to use each group's class", cs->module);
+      goto done;
+    }
+  }
+  L = qc_calloc(1, sizeof *L, "module read slots");
+  if (!L) { rc = QC_ESYS; goto done; }
+  L->d = d;
+  L->ents = ents;
+  L->with_grads = cs->cand == QC_CAND_DUMP;
+  if ((rc = qc_prefetch_start(&pf, n, 1, load_entry, L))) goto done;
+  for (int i = 0; i < n && !rc; i++) {
+    int k;
+    if ((rc = qc_prefetch_wait(&pf, i, &k))) break;
+    load_slot *cur = &L->slot[k];
+    char where[QC_PATHLEN + 1100];
+    snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
+    qc_module *m = &cur->m;
+    m->cls = qc_registry_find(ents[i].cls)->cls;
+    rc = set_contract(m, cs, cur->contract, profile);
+    if (!rc) rc = check_deployed(a, m);
+    if (!rc) rc = select_dy(m, cs, cs->dump);
+    if (!rc && m->grad_out.n == 0)
+      rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
+    if (!rc) {
+      a->frozen = cur->frozen;
+      if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m->path);
+      rc = qc_audit_module(a, m);
+      a->frozen = NULL;
+    }
+    qc_module_free(m);
+    cur->loaded = 0;
+    if (!rc) rc = qc_prefetch_release(&pf, i);
+  }
+done:
+  qc_prefetch_stop(&pf);
+  if (L)
+    for (int k = 0; k < 2; k++)
+      if (L->slot[k].loaded) qc_module_free(&L->slot[k].m);
+  free(L);
+  free(ents);
+  qc_dump_close(d);
+  return rc;
+}
+
+int qc_vjp_case(qc_audit *a, const char *profile) {
+  return a->cs->data == QC_DATA_GENERATE ? run_generated(a, a->cs, profile) : run_dump(a, a->cs, profile);
+}

@@ -1,0 +1,481 @@
+/* pipeline.c: the units of the planned groups run on the backend (see
+ * plan.h): worker threads read units u+1 .. u+ahead (weight, dYs, X as
+ * stored, each checked finite) into pinned host slots through the
+ * read-ahead (io/prefetch.h) while the main thread runs unit u: upload,
+ * widen, quantize, GEMMs and metrics queued in order, one sync per unit. */
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/qc.h"
+#include "io/prefetch.h"
+#include "model/check.h"
+#include "numerics/formats.h"
+#include "sweep/plan.h"
+
+static int push_row(qc_sweep *s, qc_crow **out) {
+  if (s->n == s->cap) {
+    int nc = s->cap ? 2 * s->cap : 64;
+    void *p = realloc(s->rows, (size_t)nc * sizeof *s->rows);
+    if (!p) return qc_err_sys("out of memory for contract rows");
+    s->rows = p;
+    s->cap = nc;
+  }
+  *out = &s->rows[s->n++];
+  memset(*out, 0, sizeof **out);
+  return QC_OK;
+}
+
+/* Add a row comparing buffer g with r (rows x cols) through the backend's
+ * queued metrics; its verdict is given after sync (judge_rows). The rows
+ * array does not move meanwhile (reserve_rows). */
+static int add_row(qc_sweep *s, const qc_backend *be, const char *module, const char *tensor, const char *wf,
+                   const char *af, const char *dy, int64_t rows, int64_t cols, const double *g, const double *r) {
+  qc_crow *w = NULL;
+  int rc = push_row(s, &w);
+  if (rc) return rc;
+  snprintf(w->module, sizeof w->module, "%s", module);
+  qc_contract_classify(module, w->cls, sizeof w->cls, &w->layer, &w->expert);
+  snprintf(w->wfmt, sizeof w->wfmt, "%s", wf);
+  snprintf(w->afmt, sizeof w->afmt, "%s", af);
+  snprintf(w->dy, sizeof w->dy, "%s", dy);
+  w->tensor = tensor;
+  w->shape[0] = rows;
+  w->shape[1] = cols;
+  double t0 = qc_now_s();
+  rc = be->metrics_buf(be, g, r, rows * cols, &w->m);
+  s->t_metrics += qc_now_s() - t0;
+  return rc;
+}
+
+/* Verdicts of rows [from, s->n) against the thresholds. */
+static void judge_rows(qc_sweep *s, const qc_sweep_opts *o, int from) {
+  qc_tol tol;
+  memset(&tol, 0, sizeof tol);
+  tol.has_cosine_min = o->has_cos_min;
+  tol.cosine_min = o->cos_min;
+  tol.has_norm_ratio = o->has_norm;
+  tol.norm_lo = o->norm_lo;
+  tol.norm_hi = o->norm_hi;
+  for (int i = from; i < s->n; i++) {
+    qc_crow *w = &s->rows[i];
+    w->fail = qc_judge(&w->m, &tol, w->why, sizeof w->why) != QC_V_PASS;
+  }
+}
+
+/* Room for `more` rows, so that queued metrics can point into the array. */
+static int reserve_rows(qc_sweep *s, int more) {
+  if (s->n + more <= s->cap) return QC_OK;
+  int nc = s->cap ? s->cap : 64;
+  while (nc < s->n + more) nc *= 2;
+  void *p = realloc(s->rows, (size_t)nc * sizeof *s->rows);
+  if (!p) return qc_err_sys("out of memory for contract rows");
+  s->rows = p;
+  s->cap = nc;
+  return QC_OK;
+}
+
+/* GEMM on backend buffers, timed and counted. */
+static int gemm(qc_sweep *s, const qc_backend *be, qc_op ta, int64_t m, int64_t n, int64_t k, const double *A,
+                int64_t lda, const double *B, double *C) {
+  double t0 = qc_now_s();
+  int rc = be->gemm_f64_buf(be, ta, QC_OP_N, m, n, k, A, lda, B, n, C, n);
+  s->t_gemm += qc_now_s() - t0;
+  s->gemm_flops += 2.0 * (double)m * (double)n * (double)k;
+  return rc;
+}
+
+/* ---- the pipeline -----------------------------------------------------------
+ * Worker threads read units u+1 .. u+ahead (weight, dYs, X as stored, each
+ * checked finite) into pinned host slots while the main thread runs unit u
+ * on the backend: upload, widen, quantize, GEMMs and metrics queued in
+ * order, one sync per unit. Contiguous datasets are read with pread (no
+ * HDF5 call, so the workers read in parallel); others through HDF5 under a
+ * lock, which the main thread also holds for its own HDF5 calls. */
+
+typedef struct sizes {
+  int64_t nk, mn, mk, ndy;     /* largest N*K, M*N, M*K and dY count over the groups */
+  size_t wb, yb, xb;           /* largest weight, one dY and one X as stored (bytes) */
+} sizes;
+
+/* One unit's data as stored: a slot of the read-ahead. */
+typedef struct slot {
+  const sw_plan *g;
+  int e;
+  char module[QC_PATHLEN + 16];
+  void *w;                     /* [N, K] of g->wloc.dtype */
+  void *y;                     /* [ndy] x z->yb: dY datasets as stored */
+  void *x;                     /* [z->xb]: X as stored (one X for every dY of a unit) */
+  double t_read;
+  qc_dump *d;
+  const sizes *z;
+} slot;
+
+static pthread_mutex_t g_read_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The flat index of the first non-finite element of buf (n of dt), or -1.
+ * Chunks of 4096 are OR-reduced without branches (vector lanes), and only a
+ * chunk that holds one is searched. */
+static int64_t first_nonfinite(const void *buf, qc_dtype dt, int64_t n) {
+  for (int64_t c0 = 0; c0 < n; c0 += 4096) {
+    int64_t c1 = c0 + 4096 < n ? c0 + 4096 : n;
+    unsigned bad = 0;
+    switch (dt) {
+      case QC_F64:
+        for (int64_t i = c0; i < c1; i++) {
+          uint64_t u;
+          memcpy(&u, (const double *)buf + i, 8);
+          bad |= (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        }
+        break;
+      case QC_F32:
+        for (int64_t i = c0; i < c1; i++) {
+          uint32_t u;
+          memcpy(&u, (const float *)buf + i, 4);
+          bad |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        break;
+      case QC_F16:
+        for (int64_t i = c0; i < c1; i++) bad |= (((const uint16_t *)buf)[i] & 0x7c00) == 0x7c00;
+        break;
+      default: /* bfloat16 */
+        for (int64_t i = c0; i < c1; i++) bad |= (((const uint16_t *)buf)[i] & 0x7f80) == 0x7f80;
+        break;
+    }
+    if (!bad) continue;
+    for (int64_t i = c0; i < c1; i++) {
+      double v = dt == QC_F64 ? ((const double *)buf)[i]
+                 : dt == QC_F32 ? ((const float *)buf)[i]
+                 : dt == QC_F16 ? qc_f16_to_f32(((const uint16_t *)buf)[i])
+                                : qc_bf16_to_f32(((const uint16_t *)buf)[i]);
+      if (!isfinite(v)) return i;
+    }
+  }
+  return -1;
+}
+
+/* One located dataset (slice e when per-expert) into buf, checked finite;
+ * `quantized`: float64 values must also fit float32, the quantizers' input. */
+static int read_one(slot *sl, const char *dset, const qc_dump_loc *loc, int per_expert, int64_t rows, int64_t cols,
+                    void *buf, int quantized) {
+  int rc;
+  if (loc->offset >= 0) {
+    qc_dump_loc l = *loc;
+    if (per_expert) l.offset += (long long)sl->e * (long long)l.nbytes;
+    rc = qc_dump_pread(sl->d, dset, &l, buf);
+  } else {
+    pthread_mutex_lock(&g_read_lock);
+    rc = qc_dump_read_into(sl->d, dset, per_expert ? sl->e : -1, buf, loc->nbytes);
+    pthread_mutex_unlock(&g_read_lock);
+  }
+  if (rc) return rc;
+  char where[40] = "";
+  if (per_expert) snprintf(where, sizeof where, " (expert %d)", sl->e);
+  int64_t i = first_nonfinite(buf, loc->dtype, rows * cols);
+  if (i >= 0) {
+    double v = loc->dtype == QC_F64 ? ((const double *)buf)[i]
+               : loc->dtype == QC_F32 ? ((const float *)buf)[i]
+               : loc->dtype == QC_F16 ? qc_f16_to_f32(((const uint16_t *)buf)[i])
+                                      : qc_bf16_to_f32(((const uint16_t *)buf)[i]);
+    return qc_err("%s%s: non-finite value %g at [%lld, %lld]: expected finite values", dset, where, v,
+                  (long long)(i / cols), (long long)(i % cols));
+  }
+  if (!quantized || loc->dtype != QC_F64) return QC_OK;
+  for (i = 0; i < rows * cols; i++)
+    if (fabs(((const double *)buf)[i]) > FLT_MAX)
+      return qc_err("%s%s: value %g at [%lld, %lld] overflows float32, the quantizers' input type", dset, where,
+                    ((const double *)buf)[i], (long long)(i / cols), (long long)(i % cols));
+  return QC_OK;
+}
+
+/* Read the slot's unit: everything as stored, nothing converted. */
+static int prepare(slot *sl) {
+  const sw_plan *g = sl->g;
+  const sizes *z = sl->z;
+  double t0 = qc_now_s();
+  int rc = read_one(sl, g->wdset, &g->wloc, g->experts, g->N, g->K, sl->w, 1);
+  for (int i = 0; i < g->ndy && !rc; i++) {
+    const sw_src *y = &g->dy[i];
+    if (y->dset[0])
+      rc = read_one(sl, y->dset, &y->loc, y->per_expert, y->M, g->N, (char *)sl->y + (size_t)i * z->yb, 0);
+  }
+  if (!rc && g->need_x && g->x.dset[0]) /* every dY of the unit has X's tokens (plan_group) */
+    rc = read_one(sl, g->x.dset, &g->x.loc, g->x.per_expert, g->x.M, g->K, sl->x, 1);
+  sl->t_read = qc_now_s() - t0;
+  return rc;
+}
+
+/* The backend's buffers for one unit. */
+typedef struct work {
+  void *wraw, *yraw, *xraw;    /* uploads of the slot (NULL on a host-memory backend) */
+  double *w64, *wq64;          /* [N, K] master and a dequantized weight */
+  double *y64;                 /* [ndy][M, N] dY datasets widened */
+  double *xm;                  /* [ndy][M, K] dY W */
+  double *x64, *xq64;          /* [M, K] X and a quantized X */
+  double *rw;                  /* [N, K] dY^T X */
+  double *a;                   /* [max(M K, N K)] a candidate */
+  float *scratch;              /* [max(N K, M K)] a quantizer's float32 input */
+  const double **y64p;         /* [ndy] each dY's float64 buffer (its own, or the generated one) */
+} work;
+
+static void work_free(work *w, const qc_backend *be) {
+  void *p[] = {w->wraw, w->yraw, w->xraw, w->w64, w->wq64, w->y64, w->xm, w->x64, w->xq64, w->rw, w->a, w->scratch};
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+    if (p[i]) be->buf_free(be, p[i]);
+  free(w->y64p);
+  memset(w, 0, sizeof *w);
+}
+
+static int work_alloc(work *w, const qc_backend *be, const sizes *z, int need_x) {
+  memset(w, 0, sizeof *w);
+  int64_t big = z->nk > z->mk ? z->nk : z->mk;
+  int rc = be->buf_alloc(be, (size_t)z->nk * 8, "master weight (float64)", (void **)&w->w64);
+  if (!rc) rc = be->buf_alloc(be, (size_t)z->nk * 8, "dequantized weight (float64)", (void **)&w->wq64);
+  if (!rc) rc = be->buf_alloc(be, (size_t)(z->mn * z->ndy) * 8, "dY (float64)", (void **)&w->y64);
+  if (!rc) rc = be->buf_alloc(be, (size_t)(z->mk * z->ndy) * 8, "dY W (float64)", (void **)&w->xm);
+  if (!rc) rc = be->buf_alloc(be, (size_t)big * 8, "a candidate gradient", (void **)&w->a);
+  if (!rc) rc = be->buf_alloc(be, (size_t)big * 4, "quantizer input (float32)", (void **)&w->scratch);
+  if (!rc && need_x) rc = be->buf_alloc(be, (size_t)z->mk * 8, "X (float64)", (void **)&w->x64);
+  if (!rc && need_x) rc = be->buf_alloc(be, (size_t)z->mk * 8, "quantized X (float64)", (void **)&w->xq64);
+  if (!rc && need_x) rc = be->buf_alloc(be, (size_t)z->nk * 8, "dY^T X (float64)", (void **)&w->rw);
+  if (!rc && !be->host_memory) {
+    rc = be->buf_alloc(be, z->wb, "weight as stored", &w->wraw);
+    if (!rc) rc = be->buf_alloc(be, z->yb * (size_t)z->ndy, "dY as stored", &w->yraw);
+    if (!rc && need_x) rc = be->buf_alloc(be, z->xb, "X as stored", &w->xraw);
+  }
+  if (!rc && !(w->y64p = calloc((size_t)z->ndy, sizeof *w->y64p))) rc = qc_err_sys("out of memory");
+  if (rc) work_free(w, be);
+  return rc;
+}
+
+/* The slot's bytes at `host` on the backend: the host pointer itself on a
+ * host-memory backend, else uploaded into dev. */
+static int stage(const qc_backend *be, void *dev, const void *host, size_t bytes, const void **out) {
+  if (be->host_memory) { *out = host; return QC_OK; }
+  *out = dev;
+  return be->upload(be, dev, host, bytes);
+}
+
+/* Unit of slot sl on the backend: the GEMMs and one row per (dY, format). */
+static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl, work *w, const sw_gens *G, qc_sweep *s) {
+  const sw_plan *g = sl->g;
+  const sizes *z = sl->z;
+  const int64_t N = g->N, K = g->K;
+  const char *prof = o->profile ? o->profile : "vllm";
+  const void *wsrc, *ysrc = NULL, *xsrc = NULL;
+  const double **y64 = w->y64p;
+  char what[QC_PATHLEN + 64];
+  int rc, first = s->n;
+  double t0;
+  if ((rc = reserve_rows(s, g->ndy * (o->nw + o->na)))) return rc;
+  /* the weight, widened; each dY widened (or the shared generated one) */
+  if ((rc = stage(be, w->wraw, sl->w, g->wloc.nbytes, &wsrc))) return rc;
+  if ((rc = be->to_f64(be, g->wloc.dtype, wsrc, N * K, w->w64))) return rc;
+  for (int i = 0; i < g->ndy; i++) {
+    const sw_src *y = &g->dy[i];
+    if (!y->dset[0]) { y64[i] = G->v[y->gen].buf; continue; }
+    if ((rc = stage(be, (char *)w->yraw + (size_t)i * z->yb, (const char *)sl->y + (size_t)i * z->yb, y->loc.nbytes, &ysrc)) ||
+        (rc = be->to_f64(be, y->loc.dtype, ysrc, y->M * N, w->y64 + i * z->mn)))
+      return rc;
+    y64[i] = w->y64 + i * z->mn;
+  }
+  /* d_x rows: dY W against dY dequant(quant(W)) */
+  for (int i = 0; i < g->ndy; i++)
+    if ((rc = gemm(s, be, QC_OP_N, g->dy[i].M, K, N, y64[i], N, w->w64, w->xm + i * z->mk))) return rc;
+  snprintf(what, sizeof what, "%s/params/weight", sl->module);
+  for (int f = 0; f < o->nw; f++) {
+    const double *wq = w->w64;
+    if (strcmp(o->wfmt[f], "none") != 0) {
+      t0 = qc_now_s();
+      rc = be->fake_quant_f64(be, o->wfmt[f], prof, N, K, g->wloc.dtype, wsrc, w->scratch, w->wq64, what);
+      s->t_quant += qc_now_s() - t0;
+      if (rc) return rc;
+      wq = w->wq64;
+    }
+    for (int i = 0; i < g->ndy; i++) {
+      const int64_t M = g->dy[i].M;
+      if ((rc = gemm(s, be, QC_OP_N, M, K, N, y64[i], N, wq, w->a)) ||
+          (rc = add_row(s, be, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
+        return rc;
+    }
+  }
+  /* d_weight rows: dY^T X against dY^T dequant(quant(X)) */
+  snprintf(what, sizeof what, "%s/inputs/x", sl->module);
+  if (g->need_x && g->x.dset[0] &&
+      ((rc = stage(be, w->xraw, sl->x, g->x.loc.nbytes, &xsrc)) || (rc = be->to_f64(be, g->x.loc.dtype, xsrc, g->x.M * K, w->x64))))
+    return rc;
+  for (int i = 0; g->need_x && i < g->ndy; i++) {
+    const int64_t M = g->dy[i].M;
+    const double *x64;
+    qc_dtype xdt = QC_F64;
+    if (g->x.dset[0]) {
+      x64 = w->x64;
+      xdt = g->x.loc.dtype;
+    } else {
+      x64 = xsrc = G->v[g->dy[i].xgen].buf;
+    }
+    if ((rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, x64, w->rw))) return rc;
+    for (int a = 0; a < o->na; a++) {
+      if (strcmp(o->afmt[a], "none") == 0) continue;
+      t0 = qc_now_s();
+      rc = be->fake_quant_f64(be, o->afmt[a], prof, M, K, xdt, xsrc, w->scratch, w->xq64, what);
+      s->t_quant += qc_now_s() - t0;
+      if (rc || (rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, w->xq64, w->a)) ||
+          (rc = add_row(s, be, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
+        return rc;
+    }
+  }
+  t0 = qc_now_s();
+  rc = be->sync(be);
+  s->t_sync += qc_now_s() - t0;
+  if (rc) return rc;
+  judge_rows(s, o, first);
+  return QC_OK;
+}
+
+/* Point slot sl at unit u (group and expert) of the plans. */
+static int slot_set(slot *sl, const sw_plan *plans, const int *ug, const int *ue, int u) {
+  sl->g = &plans[ug[u]];
+  sl->e = ue[u];
+  if (sl->g->experts) return qc_contract_expert_name(sl->g->path, sl->e, sl->module, sizeof sl->module);
+  snprintf(sl->module, sizeof sl->module, "%s", sl->g->path);
+  return QC_OK;
+}
+
+/* How many units are read ahead on worker threads while the main thread
+ * runs one on the backend (0: none, one unit in memory). Reading is a copy
+ * out of the page cache and a finiteness scan, light next to the GEMMs: on
+ * the CPU one reader (when there are 2 or more cores); on a device, where
+ * the reads are the floor, half the cores, at most QC_MAX_AHEAD; never more
+ * slots than a quarter of physical memory holds. QATCHECK_AHEAD=N overrides. */
+#define QC_MAX_AHEAD 8
+static int units_ahead(const qc_backend *be, size_t slot_bytes) {
+  const char *env = getenv("QATCHECK_AHEAD");
+  if (env && *env) {
+    int v = atoi(env);
+    return v < 0 ? 0 : v > QC_MAX_AHEAD ? QC_MAX_AHEAD : v;
+  }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int p = be->host_memory ? (ncpu >= 2 ? 1 : 0) : (ncpu >= 4 ? (int)(ncpu / 2) : 1);
+  if (p > QC_MAX_AHEAD) p = QC_MAX_AHEAD;
+  double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  while (p > 0 && (double)(p + 1) * (double)slot_bytes > 0.25 * mem) p--;
+  return p;
+}
+
+static void slot_free(slot *sl, const qc_backend *be) {
+  if (sl->w) be->host_free(be, sl->w);
+  if (sl->y) be->host_free(be, sl->y);
+  if (sl->x) be->host_free(be, sl->x);
+  sl->w = sl->y = sl->x = NULL;
+}
+
+static int slot_alloc(slot *sl, const qc_backend *be, const sizes *z, int need_x) {
+  int rc = be->host_alloc(be, z->wb, "a unit's weight", &sl->w);
+  if (!rc) rc = be->host_alloc(be, z->yb * (size_t)z->ndy, "a unit's dY", &sl->y);
+  if (!rc && need_x) rc = be->host_alloc(be, z->xb, "a unit's X", &sl->x);
+  return rc;
+}
+
+/* The read-ahead's fetch (qc_fetch_fn): unit `u` into slot `k`. */
+typedef struct units {
+  const sw_plan *plans;
+  const int *ug, *ue;          /* unit -> plan index, expert */
+  slot *sl;
+} units;
+
+static int fetch_unit(void *arg, int u, int k) {
+  units *U = arg;
+  slot *sl = &U->sl[k];
+  int rc = slot_set(sl, U->plans, U->ug, U->ue, u);
+  return rc ? rc : prepare(sl);
+}
+
+/* Run every unit: units u+1 .. u+ahead are read while unit u computes. */
+int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
+                     const sw_gens *G, qc_sweep *s) {
+  sizes z = {1, 1, 1, 1, 1, 1, 1};
+  int need_x = 0, rc = QC_OK;
+  for (int i = 0; i < nplan; i++) {
+    const sw_plan *g = &plans[i];
+    if (g->N * g->K > z.nk) z.nk = g->N * g->K;
+    if (g->wloc.nbytes > z.wb) z.wb = g->wloc.nbytes;
+    if (g->ndy > z.ndy) z.ndy = g->ndy;
+    need_x |= g->need_x;
+    for (int j = 0; j < g->ndy; j++) {
+      const int64_t M = g->dy[j].M;
+      if (M * g->N > z.mn) z.mn = M * g->N;
+      if (M * g->K > z.mk) z.mk = M * g->K;
+      if (g->dy[j].loc.nbytes > z.yb) z.yb = g->dy[j].loc.nbytes;
+    }
+    if (g->need_x && g->x.loc.nbytes > z.xb) z.xb = g->x.loc.nbytes;
+  }
+  /* per-dY strides in whole 256-byte lines: every dY's buffers stay aligned
+   * for the device's vector loads */
+  z.mn = (z.mn + 31) / 32 * 32;
+  z.mk = (z.mk + 31) / 32 * 32;
+  z.yb = (z.yb + 255) / 256 * 256;
+  int *ug = malloc((size_t)s->units * sizeof *ug), *ue = malloc((size_t)s->units * sizeof *ue);
+  slot *sl = NULL;
+  int nslot = 0;
+  work w;
+  qc_prefetch pf;
+  memset(&w, 0, sizeof w);
+  memset(&pf, 0, sizeof pf);
+  if (!ug || !ue) { rc = qc_err_sys("out of memory"); goto out; }
+  for (int i = 0, u = 0; i < nplan; i++)
+    for (int e = 0; e < plans[i].E; e++, u++) { ug[u] = i; ue[u] = e; }
+  int ahead = units_ahead(be, z.wb + (z.yb + (need_x ? z.xb : 0)) * (size_t)z.ndy);
+  if (ahead > s->units - 1) ahead = s->units > 1 ? s->units - 1 : 0;
+  nslot = ahead + 1;
+  sl = calloc((size_t)nslot, sizeof *sl);
+  if (!sl) { rc = qc_err_sys("out of memory"); goto out; }
+  for (int k = 0; k < nslot; k++) {
+    if ((rc = slot_alloc(&sl[k], be, &z, need_x))) {
+      /* pinned memory can run out before physical memory does: read
+       * fewer units ahead (the rows are the same) rather than give up */
+      slot_free(&sl[k], be);
+      if (k == 0) goto out;
+      if (qc_verbose) fprintf(stderr, "qatcheck: contract: %s: reading %d unit(s) ahead instead of %d\n", qc_err_msg(), k - 1, ahead);
+      qc_err_clear();
+      rc = QC_OK;
+      nslot = k;
+      ahead = k - 1;
+      break;
+    }
+    sl[k].d = d;
+    sl[k].z = &z;
+  }
+  s->ahead = ahead;
+  if ((rc = work_alloc(&w, be, &z, need_x))) goto out;
+  units U = {.plans = plans, .ug = ug, .ue = ue, .sl = sl};
+  /* units 0 .. ahead-1 start now (unit 0 in this thread when ahead is 0) */
+  if ((rc = qc_prefetch_start(&pf, s->units, ahead, fetch_unit, &U))) goto out;
+  for (int u = 0; u < s->units; u++) {
+    int k;
+    double t0 = qc_now_s();
+    rc = qc_prefetch_wait(&pf, u, &k); /* and unit u+ahead starts in the slot of unit u-1 */
+    s->t_wait += qc_now_s() - t0;
+    if (rc) goto out;
+    slot *cur = &sl[k];
+    if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", u + 1, s->units, cur->module);
+    s->t_read += cur->t_read;
+    if ((rc = compute(be, o, cur, &w, G, s))) goto out;
+    if ((rc = qc_prefetch_release(&pf, u))) goto out; /* its work synced: the slot is free */
+  }
+  if (o->progress) fprintf(stderr, "\r\033[K");
+out:
+  if (rc && o->progress) fprintf(stderr, "\n");
+  qc_prefetch_stop(&pf);
+  if (rc) be->sync(be); /* nothing queued may outlive the buffers */
+  for (int k = 0; sl && k < nslot; k++) slot_free(&sl[k], be);
+  free(sl);
+  work_free(&w, be);
+  free(ug);
+  free(ue);
+  return rc;
+}

@@ -1,0 +1,154 @@
+/* plan.c: a module group's plan and the generated dY / X (see plan.h). */
+#include "sweep/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/qc.h"
+#include "core/rng.h"
+
+/* Master weights, dY and X must decode to real numbers element for element. */
+static int check_real(const char *dset, const qc_tensor *info) {
+  qc_dtype t = info->dtype;
+  if (t == QC_F64 || t == QC_F32 || t == QC_F16 || t == QC_BF16) return QC_OK;
+  return qc_err("'%s' has element type %s: expected float64, float32, float16 or bfloat16", dset, qc_dtype_name(t));
+}
+
+int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g) {
+  const char *file = qc_dump_path(d);
+  char gdir[DSETLEN], s1[96];
+  qc_tensor info = {0};
+  int rc;
+  memset(g, 0, sizeof *g);
+  g->path = path;
+  snprintf(g->wdset, sizeof g->wdset, "%s/params/weight", path);
+  if (!qc_dump_exists(d, g->wdset)) return qc_err("%s: linear module '%s' has no dataset 'params/weight'", file, path);
+  if ((rc = qc_dump_info(d, g->wdset, &info))) return rc;
+  if ((rc = check_real(g->wdset, &info))) return rc;
+  if (info.ndim == 3) {
+    char tmp[QC_PATHLEN + 16];
+    if ((rc = qc_contract_expert_name(path, 0, tmp, sizeof tmp))) return rc;
+    g->experts = 1;
+    g->E = info.shape[0];
+  } else if (info.ndim == 2) {
+    g->E = 1;
+  } else {
+    return qc_err("'%s' is %s: expected a linear weight [N, K] or routed experts [E, N, K]", g->wdset,
+                  qc_shape_str(info.ndim, info.shape, s1, sizeof s1));
+  }
+  g->N = info.shape[info.ndim - 2];
+  g->K = info.shape[info.ndim - 1];
+  if (g->E < 1 || g->N < 1 || g->K < 1)
+    return qc_err("'%s' is %s: expected no empty dimension", g->wdset, qc_shape_str(info.ndim, info.shape, s1, sizeof s1));
+  if ((rc = qc_dump_locate(d, g->wdset, g->experts ? 0 : -1, &g->wloc))) return rc;
+
+  char (*dl_name)[QC_NAMELEN] = NULL;
+  int dl_n = 0;
+  snprintf(gdir, sizeof gdir, "%s/grad_out", path);
+  if ((rc = qc_dump_list(d, gdir, &dl_name, &dl_n))) return rc;
+  g->ndy = dl_n ? dl_n : 1;
+  g->dy = calloc((size_t)g->ndy, sizeof *g->dy);
+  if (!g->dy) { free(dl_name); return qc_err_sys("out of memory"); }
+  if (dl_n == 0) {
+    snprintf(g->dy[0].name, QC_NAMELEN, "generated");
+    g->dy[0].M = o->tokens;
+  }
+  for (int i = 0; i < dl_n; i++) {
+    sw_src *y = &g->dy[i];
+    snprintf(y->name, QC_NAMELEN, "%s", dl_name[i]);
+    if (snprintf(y->dset, sizeof y->dset, "%s/%s", gdir, dl_name[i]) >= (int)sizeof y->dset) {
+      rc = qc_err("'%s/%s': dataset path too long", gdir, dl_name[i]);
+      break;
+    }
+    if ((rc = qc_dump_info(d, y->dset, &info)) || (rc = check_real(y->dset, &info))) break;
+    qc_shape_str(info.ndim, info.shape, s1, sizeof s1);
+    int ok2 = info.ndim == 2, ok3 = info.ndim == 3 && g->experts && info.shape[0] == g->E;
+    if (!ok2 && !ok3) {
+      rc = qc_err("dY '%s' is %s: expected [M, %lld]%s", y->dset, s1, (long long)g->N,
+                  g->experts ? " or one per expert [E, M, N]" : "");
+      break;
+    }
+    if (info.shape[info.ndim - 1] != g->N) {
+      rc = qc_err("dY '%s' is %s: expected width %lld (the out_features of '%s', weight [.., %lld, %lld])", y->dset, s1,
+                  (long long)g->N, g->wdset, (long long)g->N, (long long)g->K);
+      break;
+    }
+    y->per_expert = ok3;
+    y->M = info.shape[info.ndim - 2];
+    if (y->M < 1) { rc = qc_err("dY '%s' is %s: expected at least one token", y->dset, s1); break; }
+    if ((rc = qc_dump_locate(d, y->dset, ok3 ? 0 : -1, &y->loc))) break;
+  }
+  free(dl_name);
+  if (rc) return rc;
+
+  for (int i = 0; i < o->na; i++) g->need_x |= strcmp(o->afmt[i], "none") != 0;
+  if (!g->need_x) return QC_OK;
+  snprintf(g->x.dset, sizeof g->x.dset, "%s/inputs/x", path);
+  if (!qc_dump_exists(d, g->x.dset)) {
+    g->x.dset[0] = 0;
+    snprintf(g->x.name, QC_NAMELEN, "generated");
+    return QC_OK;
+  }
+  snprintf(g->x.name, QC_NAMELEN, "x");
+  if ((rc = qc_dump_info(d, g->x.dset, &info)) || (rc = check_real(g->x.dset, &info))) return rc;
+  qc_shape_str(info.ndim, info.shape, s1, sizeof s1);
+  int ok2 = info.ndim == 2, ok3 = info.ndim == 3 && g->experts && info.shape[0] == g->E;
+  if ((!ok2 && !ok3) || info.shape[info.ndim - 1] != g->K)
+    return qc_err("input '%s' is %s: expected [M, %lld]%s", g->x.dset, s1, (long long)g->K,
+                  g->experts ? " or one per expert [E, M, K]" : "");
+  g->x.per_expert = ok3;
+  g->x.M = info.shape[info.ndim - 2];
+  if ((rc = qc_dump_locate(d, g->x.dset, ok3 ? 0 : -1, &g->x.loc))) return rc;
+  for (int i = 0; i < g->ndy; i++)
+    if (g->dy[i].M != g->x.M)
+      return qc_err("input '%s' has %lld tokens but dY '%s' has %lld: expected the same M", g->x.dset,
+                    (long long)g->x.M, g->dy[i].dset[0] ? g->dy[i].dset : "generated", (long long)g->dy[i].M);
+  return QC_OK;
+}
+
+/* ---- generated dY and X: one per (what, M, cols), shared by every module of
+ * that width (common random numbers across the layers of a class) ---- */
+
+int qc_sweep_gen_index(sw_gens *G, const char *what, int64_t M, int64_t cols, int *idx) {
+  for (int i = 0; i < G->n; i++)
+    if (!strcmp(G->v[i].what, what) && G->v[i].M == M && G->v[i].cols == cols) { *idx = i; return QC_OK; }
+  void *p = realloc(G->v, (size_t)(G->n + 1) * sizeof *G->v);
+  if (!p) return qc_err_sys("out of memory");
+  G->v = p;
+  sw_gen *g = &G->v[G->n];
+  memset(g, 0, sizeof *g);
+  snprintf(g->what, sizeof g->what, "%s", what);
+  g->M = M;
+  g->cols = cols;
+  *idx = G->n++;
+  return QC_OK;
+}
+
+int qc_sweep_gen_fill(sw_gens *G, const qc_backend *be, uint64_t seed) {
+  int rc;
+  for (int i = 0; i < G->n; i++) {
+    sw_gen *g = &G->v[i];
+    size_t n = (size_t)(g->M * g->cols);
+    char label[64];
+    if (!(g->host = qc_malloc(n * sizeof(double), "generated dY / X"))) return QC_ESYS;
+    qc_rng r;
+    snprintf(label, sizeof label, "%lldx%lld", (long long)g->M, (long long)g->cols);
+    qc_rng_seed(&r, qc_contract_seed(seed, label, g->what));
+    for (size_t k = 0; k < n; k++) g->host[k] = qc_rng_normal(&r);
+    if (be->host_memory) { g->buf = g->host; continue; }
+    if ((rc = be->buf_alloc(be, n * sizeof(double), "generated dY / X", &g->buf)) ||
+        (rc = be->upload(be, g->buf, g->host, n * sizeof(double))))
+      return rc;
+  }
+  return QC_OK;
+}
+
+void qc_sweep_gen_free(sw_gens *G, const qc_backend *be) {
+  for (int i = 0; i < G->n; i++) {
+    if (G->v[i].buf && G->v[i].buf != G->v[i].host) be->buf_free(be, G->v[i].buf);
+    free(G->v[i].host);
+  }
+  free(G->v);
+  memset(G, 0, sizeof *G);
+}

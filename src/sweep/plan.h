@@ -1,0 +1,71 @@
+/* plan.h: inside the sweep, not its API: a module group's plan (its
+ * weight, dY and X sources, every shape checked before any data is read),
+ * the generated dY and X, and the pipeline that runs the planned units. */
+#ifndef QC_SWEEP_PLAN_H
+#define QC_SWEEP_PLAN_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "io/dump.h"
+#include "sweep/sweep.h"
+
+#define DSETLEN (QC_PATHLEN + 160)
+
+/* A dY (or X) source of a module: a dataset, or generated. */
+typedef struct sw_src {
+  char name[QC_NAMELEN];  /* "dy" or "generated" */
+  char dset[DSETLEN];     /* "" when generated */
+  int per_expert;         /* 3-D [E, M, *]: slice by expert */
+  int64_t M;
+  qc_dump_loc loc;        /* a dataset's bytes (slice 0 when per_expert) */
+  int gen;                /* generated: index into the shared generated tensors */
+  int xgen;               /* for a dY: its generated X (when X is generated) */
+} sw_src;
+
+
+typedef struct sw_plan {
+  const char *path;
+  int experts;            /* 1 for a 3-D weight */
+  int64_t E, N, K;
+  char wdset[DSETLEN];
+  qc_dump_loc wloc;       /* the weight's bytes (expert 0 when experts) */
+  int ndy;
+  sw_src *dy;
+  sw_src x;                  /* used when activation formats are asked */
+  int need_x;
+} sw_plan;
+
+/* ---- generated dY and X ---------------------------------------------------------
+ * One generated tensor per (what, M, cols), shared by every module of that
+ * width: the layers of a class then see the same dY, so their rows differ
+ * only by their weights (common random numbers). */
+
+typedef struct sw_gen {
+  char what[4];        /* "dy" or "x" */
+  int64_t M, cols;
+  double *host;        /* [M, cols] N(0, 1) */
+  void *buf;           /* the backend's copy (host itself on a host-memory backend) */
+} sw_gen;
+
+typedef struct sw_gens {
+  sw_gen *v;
+  int n;
+} sw_gens;
+
+/* Inspect a module group: weight layout, dY sources, X source; every shape
+ * checked before any data is read. */
+int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g);
+
+/* Index of the generated (what, M, cols), added when new. */
+int qc_sweep_gen_index(sw_gens *G, const char *what, int64_t M, int64_t cols, int *idx);
+/* Fill every generated tensor from its seed and hand it to the backend. */
+int qc_sweep_gen_fill(sw_gens *G, const qc_backend *be, uint64_t seed);
+void qc_sweep_gen_free(sw_gens *G, const qc_backend *be);
+
+/* Run every unit of the plans (pipeline.c): units u+1 .. u+ahead are read
+ * while unit u computes; rows are appended to s and judged. */
+int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
+                       const sw_gens *G, qc_sweep *s);
+
+#endif
