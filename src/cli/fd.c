@@ -2,7 +2,6 @@
  * of a class's float64 reference VJP against its float64 forward on
  * generated inputs (see src/fd.h). Exit 0 when every projection agrees
  * within the bound, 1 when one does not, 2 on bad input. */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +14,6 @@
 #include "engine/fd.h"
 #include "model/module.h"
 #include "core/qc.h"
-#include "report/tlist.h"
 #include "cli/cli.h"
 #include "report/report.h"
 
@@ -72,59 +70,6 @@ static int parse_num(const char *opt, const char *s, double lo, double *out) {
   double v = strtod(s, &end);
   if (end == s || *end || !(v >= lo)) return qc_err("option '%s' value '%s': expected a number >= %g", opt, s, lo);
   *out = v;
-  return QC_OK;
-}
-
-static double rel_err(const qc_fd_row *r) {
-  double d = fabs(r->vjp - r->jvp);
-  return r->scale > 0 ? d / r->scale : d > 0 ? INFINITY : 0;
-}
-
-static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
-
-static int write_json(const char *path, const qc_module *m, const char *shape, const qc_gen *g, const qc_fd_opts *o,
-                      const qc_fd_row *rows, int n, int bad) {
-  cJSON *root = qc_report_envelope("fd", bad ? 1 : 0);
-  if (!root) return qc_err_sys("fd: out of memory building the report");
-  cJSON_AddStringToObject(root, "class", m->cls->name);
-  cJSON_AddStringToObject(root, "module", m->path);
-  cJSON_AddStringToObject(root, "shape", shape);
-  cJSON_AddStringToObject(root, "values", g->values);
-  cJSON_AddNumberToObject(root, "seed", (double)o->seed);
-  cJSON_AddNumberToObject(root, "directions", o->directions);
-  cJSON_AddNumberToObject(root, "h", o->h);
-  cJSON_AddNumberToObject(root, "tol", o->tol);
-  cJSON_AddStringToObject(root, "bound_rule", "|<u, J^T v> - <J u, v>| <= tol * ||u|| ||J^T v|| + 1e-12 sum |y v|");
-  cJSON *rs = cJSON_AddArrayToObject(root, "rows");
-  for (int i = 0; i < n; i++) {
-    const qc_fd_row *r = &rows[i];
-    cJSON *x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "class", m->cls->name);
-    cJSON_AddStringToObject(x, "tensor", r->tensor);
-    cJSON_AddNumberToObject(x, "direction", r->dir);
-    cJSON_AddItemToObject(x, "vjp", num_or_null(r->vjp));
-    cJSON_AddItemToObject(x, "jvp", num_or_null(r->jvp));
-    cJSON_AddItemToObject(x, "abs_diff", num_or_null(fabs(r->vjp - r->jvp)));
-    cJSON_AddItemToObject(x, "rel_err", num_or_null(rel_err(r)));
-    cJSON_AddNumberToObject(x, "tol", o->tol);
-    cJSON_AddItemToObject(x, "bound", num_or_null(r->bound));
-    cJSON_AddBoolToObject(x, "pass", r->pass);
-    cJSON_AddItemToArray(rs, x);
-  }
-  return qc_report_json_write(path, root);
-}
-
-/* JUnit/Markdown: one testcase per projection. */
-static int make_list(qc_tlist *l, const qc_module *m, const qc_fd_row *rows, int n) {
-  for (int i = 0; i < n; i++) {
-    const qc_fd_row *r = &rows[i];
-    char name[QC_NAMELEN + 32], msg[320];
-    snprintf(name, sizeof name, "%s/dir%d", r->tensor, r->dir);
-    snprintf(msg, sizeof msg, "<u, J^T v> = %.12e, <J u, v> = %.12e: |diff| %.2e %s bound %.2e (relative error %.2e)",
-             r->vjp, r->jvp, fabs(r->vjp - r->jvp), r->pass ? "<=" : "exceeds", r->bound, rel_err(r));
-    int rc = qc_tlist_add(l, m->path, m->cls->name, name, r->pass ? NULL : msg, r->pass ? msg : NULL);
-    if (rc) return rc;
-  }
   return QC_OK;
 }
 
@@ -195,8 +140,9 @@ int qc_cmd_fd(int argc, char **argv) {
 
   qc_module m;
   qc_fd_row *rows = NULL;
-  qc_tlist tl = {0};
+  qc_report_out out;
   int nrows = 0, bad = 0;
+  qc_report_out_init(&out, co.json, co.junit, co.markdown);
   qc_ctx ctx = {.be = qc_backend_cpu(), .profile = co.profile ? co.profile : "vllm"};
   double t0 = qc_now_s();
   int rc = qc_fd_instance(row->cls, &g, &c, &m);
@@ -205,35 +151,14 @@ int qc_cmd_fd(int argc, char **argv) {
   if (rc) goto done;
   for (int i = 0; i < nrows; i++) bad += !rows[i].pass;
   if (qc_verbose) fprintf(stderr, "fd: %d projection(s) in %.3f s\n", nrows, qc_now_s() - t0);
-  /* all reports or none: a later one that cannot be written takes the earlier ones back */
-  if ((co.junit || co.markdown) && (rc = make_list(&tl, &m, rows, nrows))) goto done;
-  if (co.json && (rc = write_json(co.json, &m, shape, &g, &o, rows, nrows, bad))) goto done;
-  if (co.junit && (rc = qc_tlist_junit(&tl, co.junit, "fd"))) {
-    if (co.json) unlink(co.json);
-    goto done;
-  }
-  if (co.markdown) {
-    char pre[QC_PATHLEN + 256];
-    snprintf(pre, sizeof pre, "- module: `%s` (seed %llu, %d direction(s), tol %g, h %g)", m.path,
-             (unsigned long long)o.seed, o.directions, o.tol, o.h);
-    if ((rc = qc_tlist_markdown(&tl, co.markdown, "fd", pre))) {
-      if (co.json) unlink(co.json);
-      if (co.junit) unlink(co.junit);
-      goto done;
-    }
-  }
-  if (!qc_quiet) {
-    for (int i = 0; i < nrows; i++)
-      printf("%s %-10s dir %d: <u, J^T v> = % .12e  <J u, v> = % .12e  |diff| %.2e  bound %.2e  %s\n", m.path,
-             rows[i].tensor, rows[i].dir, rows[i].vjp, rows[i].jvp, fabs(rows[i].vjp - rows[i].jvp), rows[i].bound,
-             rows[i].pass ? "agree" : "DISAGREE");
-    printf("fd %s: %d of %d projections agree (tol %g, h %g): %s\n", cls_name, nrows - bad, nrows, o.tol, o.h,
-           bad ? "fail" : "pass");
-  }
+  qc_fd_info fi = {.cls = cls_name, .module = m.path, .shape = shape, .values = g.values, .o = &o, .rows = rows,
+                   .n = nrows, .bad = bad};
+  if ((rc = qc_report_fd(&out, &fi)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
+  if (!qc_quiet) qc_report_fd_table(&fi);
   rc = bad ? QC_FAIL : QC_OK;
 done:
   free(rows);
-  qc_tlist_free(&tl);
+  qc_report_out_free(&out);
   qc_module_free(&m);
   return rc;
 }

@@ -1,7 +1,6 @@
 /* cli/tol.c: `qatcheck tol`: derive tolerances for one gradient tensor from
  * precision and reduction length, and print the case-file JSON with the
  * reasoning (and the command line that derived it) filled in. */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +9,6 @@
 
 #include "model/check.h"
 #include "core/qc.h"
-#include "report/tlist.h"
 #include "model/tol.h"
 #include "cli/cli.h"
 #include "report/report.h"
@@ -78,93 +76,15 @@ static void cmdline(int argc, char **argv, const char *skip, char *buf, size_t n
   }
 }
 
-static cJSON *num_or_null(double v, int has) { return has ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
-
-/* The case-file member: {"<tensor>": {rel_l2, max_abs, cosine_min, norm_ratio, noise_multiple, reasoning}}. */
-static cJSON *member_json(const char *tensor, const qc_tol_terms *t, const char *why) {
-  cJSON *root = cJSON_CreateObject();
-  cJSON *o = root ? cJSON_AddObjectToObject(root, tensor) : NULL;
-  cJSON *nr = cJSON_CreateArray();
-  if (!o || !nr) {
-    cJSON_Delete(nr);
-    cJSON_Delete(root);
-    return NULL;
-  }
-  cJSON_AddNumberToObject(o, "rel_l2", t->rel_l2);
-  if (t->has_max_abs) cJSON_AddNumberToObject(o, "max_abs", t->max_abs);
-  cJSON_AddNumberToObject(o, "cosine_min", t->cosine_min);
-  cJSON_AddItemToArray(nr, cJSON_CreateNumber(t->norm_lo));
-  cJSON_AddItemToArray(nr, cJSON_CreateNumber(t->norm_hi));
-  cJSON_AddItemToObject(o, "norm_ratio", nr);
-  cJSON_AddNumberToObject(o, "noise_multiple", t->noise_multiple);
-  cJSON_AddStringToObject(o, "reasoning", why);
-  return root;
-}
-
-/* The JSON report: envelope, the command, the inputs with defaults
- * resolved, every term, and the member as a case file takes it. */
-static int write_json(const char *path, const char *tensor, const qc_tol_spec *s, const qc_tol_terms *t,
-                      const char *cmd, cJSON *member) {
-  cJSON *root = qc_report_envelope("tol", 0);
-  if (!root) return qc_err_sys("tol: out of memory building the report");
-  cJSON_AddStringToObject(root, "command", cmd);
-  cJSON *in = cJSON_AddObjectToObject(root, "inputs");
-  cJSON_AddStringToObject(in, "tensor", tensor);
-  cJSON_AddStringToObject(in, "out_dtype", s->out_dtype);
-  cJSON_AddStringToObject(in, "operand_dtype", s->operand_dtype ? s->operand_dtype : s->out_dtype);
-  cJSON_AddStringToObject(in, "acc_dtype", s->acc_dtype ? s->acc_dtype : "float32");
-  cJSON_AddStringToObject(in, "format", s->format ? s->format : "none");
-  cJSON_AddNumberToObject(in, "k", (double)s->k);
-  cJSON_AddNumberToObject(in, "rounded_operands", s->rounded_operands);
-  cJSON_AddNumberToObject(in, "lambda", t->lambda);
-  cJSON_AddNumberToObject(in, "margin", t->margin);
-  cJSON_AddItemToObject(in, "scale", num_or_null(s->scale, s->scale > 0));
-  cJSON *tm = cJSON_AddObjectToObject(root, "terms");
-  cJSON_AddNumberToObject(tm, "u_out", t->u_out);
-  cJSON_AddNumberToObject(tm, "u_op", t->u_op);
-  cJSON_AddNumberToObject(tm, "u_acc", t->u_acc);
-  cJSON_AddNumberToObject(tm, "u_fmt", t->u_fmt);
-  cJSON_AddNumberToObject(tm, "e_out", t->e_out);
-  cJSON_AddNumberToObject(tm, "e_acc", t->e_acc);
-  cJSON_AddNumberToObject(tm, "e_op", t->e_op);
-  cJSON_AddNumberToObject(tm, "e_fmt", t->e_fmt);
-  cJSON *dup = cJSON_Duplicate(member, 1);
-  if (!dup) {
-    cJSON_Delete(root);
-    return qc_err_sys("tol: out of memory building the report");
-  }
-  cJSON_AddItemToObject(root, "tolerances", dup);
-  return qc_report_json_write(path, root);
-}
-
-/* The JUnit/Markdown list: one passed testcase per derived bound (the
- * reasoning is the JSON's and the Markdown preamble's). */
-static int bounds_list(qc_tlist *l, const char *tensor, const qc_tol_terms *t) {
-  char out[160];
-  int rc;
-  snprintf(out, sizeof out, "rel_l2 <= %.9g", t->rel_l2);
-  if ((rc = qc_tlist_add(l, tensor, "tol", "rel_l2", NULL, out))) return rc;
-  if (t->has_max_abs) {
-    snprintf(out, sizeof out, "max_abs <= %.9g", t->max_abs);
-    if ((rc = qc_tlist_add(l, tensor, "tol", "max_abs", NULL, out))) return rc;
-  }
-  snprintf(out, sizeof out, "cosine >= %.12g", t->cosine_min);
-  if ((rc = qc_tlist_add(l, tensor, "tol", "cosine_min", NULL, out))) return rc;
-  snprintf(out, sizeof out, "norm_ratio in [%.9g, %.9g]", t->norm_lo, t->norm_hi);
-  if ((rc = qc_tlist_add(l, tensor, "tol", "norm_ratio", NULL, out))) return rc;
-  snprintf(out, sizeof out, "noise_multiple <= %.9g", t->noise_multiple);
-  return qc_tlist_add(l, tensor, "tol", "noise_multiple", NULL, out);
-}
-
 int qc_cmd_tol(int argc, char **argv) {
   qc_tol_spec s = {0};
   qc_common_opts co = {0};
   const char *tensor = "d_x", *v = NULL;
   double d = 0;
   int rc = QC_OK;
-  cJSON *member = NULL;
   char *txt = NULL;
-  qc_tlist tl = {0};
+  qc_report_out out;
+  qc_report_out_init(&out, NULL, NULL, NULL);
   char *skip = qc_calloc((size_t)argc + 1, 1, "tol arguments");
   if (!skip) return QC_ESYS;
   for (int i = 1; i < argc; i++) {
@@ -225,31 +145,16 @@ int qc_cmd_tol(int argc, char **argv) {
   cmdline(argc, argv, skip, cmd, sizeof cmd);
   qc_tol_reasoning(&s, &t, cmd, why, sizeof why);
 
-  rc = QC_ESYS;
-  if (!(member = member_json(tensor, &t, why)) || !(txt = cJSON_Print(member))) goto done;
-  if ((co.junit || co.markdown) && bounds_list(&tl, tensor, &t)) goto done;
-  /* all reports or none */
-  if (co.json && (rc = write_json(co.json, tensor, &s, &t, cmd, member))) goto done;
-  if (co.junit && (rc = qc_tlist_junit(&tl, co.junit, "tol"))) {
-    if (co.json) unlink(co.json);
-    goto done;
-  }
-  if (co.markdown) {
-    char pre[1700];
-    snprintf(pre, sizeof pre, "- tensor: `%s`\n- reasoning: %s", tensor, why);
-    if ((rc = qc_tlist_markdown(&tl, co.markdown, "tol", pre))) {
-      if (co.json) unlink(co.json);
-      if (co.junit) unlink(co.junit);
-      goto done;
-    }
-  }
+  qc_tol_info ti = {.tensor = tensor, .command = cmd, .reasoning = why, .s = &s, .t = &t};
+  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  if (!(txt = qc_report_tol_member(&ti))) { rc = qc_err_sys("tol: out of memory building the JSON"); goto done; }
+  if ((rc = qc_report_tol(&out, &ti)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   if (!qc_quiet) printf("%s\n", txt);
   rc = QC_OK;
 done:
   if (rc == QC_ESYS && !qc_err_msg()[0]) qc_err_sys("tol: out of memory building the JSON");
   free(skip);
   free(txt);
-  cJSON_Delete(member);
-  qc_tlist_free(&tl);
+  qc_report_out_free(&out);
   return rc;
 }

@@ -52,7 +52,9 @@ int qc_cmd_vjp(int argc, char **argv) {
   qc_results res = {0};
   const qc_backend *be = NULL;
   qc_plugin *plugin = NULL;
+  qc_report_out out;
   int rc;
+  qc_report_out_init(&out, o.json, o.junit, o.markdown);
   if ((rc = qc_case_load(case_path, cs))) goto done;
   if ((rc = qc_backend_open(o.device, &be))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
@@ -65,21 +67,11 @@ int qc_cmd_vjp(int argc, char **argv) {
     goto done;
   }
   qc_report_info info = {"vjp", cs->name, case_path, cs->sha256, be->name, o.profile};
-  /* all reports or none: a later one that cannot be written takes the
-   * earlier ones back, so no report of an exit-2 run is left behind */
-  if (o.json && (rc = qc_report_json(o.json, &info, &res))) goto done;
-  if (o.junit && (rc = qc_report_junit(o.junit, &info, &res))) {
-    if (o.json) unlink(o.json);
-    goto done;
-  }
-  if (o.markdown && (rc = qc_report_markdown(o.markdown, &info, &res))) {
-    if (o.json) unlink(o.json);
-    if (o.junit) unlink(o.junit);
-    goto done;
-  }
+  if ((rc = qc_report_vjp(&out, &info, &res)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   qc_report_table(&info, &res);
   rc = qc_results_verdict(&res);
 done:
+  qc_report_out_free(&out);
   qc_plugin_close(plugin);
   qc_backend_close(be);
   qc_results_free(&res);

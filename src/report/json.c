@@ -1,4 +1,5 @@
-/* json.c: the JSON report of spec/interfaces.md section 4. */
+/* json.c: the JSON envelope every verb's report starts with, and the vjp
+ * report (docs/reports.md: one check per module, dY and gradient). */
 #include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -60,22 +61,17 @@ cJSON *qc_report_envelope(const char *verb, int verdict) {
   return root;
 }
 
-int qc_report_json_write(const char *path, cJSON *root) {
+int qc_report_json_render(cJSON *root, qc_sbuf *out) {
   if (!root) return qc_err_sys("out of memory building the report");
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   if (!text) return qc_err_sys("out of memory printing the report");
-  size_t n = strlen(text);
-  char *withnl = realloc(text, n + 2);
-  if (!withnl) { free(text); return qc_err_sys("out of memory printing the report"); }
-  withnl[n] = '\n';
-  withnl[n + 1] = 0;
-  int rc = qc_write_atomic(path, withnl, n + 1);
-  free(withnl);
-  return rc;
+  qc_sbuf_printf(out, "%s\n", text);
+  free(text);
+  return out->oom ? qc_err_sys("out of memory printing the report") : QC_OK;
 }
 
-int qc_report_json(const char *path, const qc_report_info *info, const qc_results *r) {
+int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
   cJSON *root = cJSON_CreateObject();
   if (!root) return qc_err_sys("out of memory building the report");
   cJSON_AddNumberToObject(root, "qatcheck_report", 1);
@@ -127,5 +123,5 @@ int qc_report_json(const char *path, const qc_report_info *info, const qc_result
     cJSON_AddStringToObject(o, "why", k->why);
     cJSON_AddItemToArray(checks, o);
   }
-  return qc_report_json_write(path, root);
+  return qc_report_json_render(root, out);
 }

@@ -48,7 +48,7 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
          nf, info->device ? " on " : "", info->device ? info->device : "");
 }
 
-int qc_report_junit(const char *path, const qc_report_info *info, const qc_results *r) {
+int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
   /* one testsuite per module, in the order modules first appear */
   qc_tlist l = {0};
   int rc = QC_OK;
@@ -61,13 +61,13 @@ int qc_report_junit(const char *path, const qc_report_info *info, const qc_resul
                k->m.norm_ratio, k->m.max_abs);
     rc = qc_tlist_add(&l, k->module, k->cls, name, k->verdict != QC_V_PASS ? k->why : NULL, k->has_metrics ? out : NULL);
   }
-  if (!rc) rc = qc_tlist_junit(&l, path, info->verb);
+  if (!rc) rc = qc_tlist_junit(&l, info->verb, out);
   qc_tlist_free(&l);
   return rc;
 }
 
-int qc_report_markdown(const char *path, const qc_report_info *info, const qc_results *r) {
-  qc_sbuf b = {0};
+int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
+  qc_sbuf b = *out;
   int v = qc_results_verdict(r);
   qc_sbuf_printf(&b, "# qatcheck %s: %s\n\n", info->verb, v == 0 ? "pass" : v == 1 ? "FAIL" : "nothing checked");
   if (info->case_path)
@@ -101,8 +101,14 @@ int qc_report_markdown(const char *path, const qc_report_info *info, const qc_re
     if (seen || !k->has_tol) continue;
     qc_sbuf_printf(&b, "- `%s`: %s\n", k->tensor, k->tol.reasoning);
   }
-  if (b.oom) { qc_sbuf_free(&b); return qc_err_sys("out of memory building the Markdown report"); }
-  int rc = qc_write_atomic(path, b.s, b.n);
-  qc_sbuf_free(&b);
+  *out = b;
+  return b.oom ? qc_err_sys("out of memory building the Markdown report") : QC_OK;
+}
+
+int qc_report_vjp(qc_report_out *o, const qc_report_info *info, const qc_results *r) {
+  int rc = QC_OK;
+  if (qc_report_wants(o, QC_REP_JSON)) rc = qc_report_json(&o->doc[QC_REP_JSON], info, r);
+  if (!rc && qc_report_wants(o, QC_REP_JUNIT)) rc = qc_report_junit(&o->doc[QC_REP_JUNIT], info, r);
+  if (!rc && qc_report_wants(o, QC_REP_MARKDOWN)) rc = qc_report_markdown(&o->doc[QC_REP_MARKDOWN], info, r);
   return rc;
 }

@@ -93,14 +93,14 @@ done:
   return ns;
 }
 
-int qc_tlist_junit(const qc_tlist *l, const char *path, const char *verb) {
+int qc_tlist_junit(const qc_tlist *l, const char *verb, qc_sbuf *out) {
   int *sid = malloc(((size_t)l->n + 1) * sizeof *sid), *order = malloc(((size_t)l->n + 1) * sizeof *order);
   if (!sid || !order || group(l, sid, order) < 0) {
     free(sid);
     free(order);
     return qc_err_sys("out of memory building the JUnit report");
   }
-  qc_sbuf b = {0};
+  qc_sbuf b = *out;
   qc_sbuf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"qatcheck ");
   qc_sbuf_xml(&b, verb);
   qc_sbuf_printf(&b, "\" tests=\"%d\" failures=\"%d\">\n", l->n, qc_tlist_failures(l));
@@ -134,14 +134,12 @@ int qc_tlist_junit(const qc_tlist *l, const char *path, const char *verb) {
   qc_sbuf_printf(&b, "</testsuites>\n");
   free(sid);
   free(order);
-  if (b.oom) { qc_sbuf_free(&b); return qc_err_sys("out of memory building the JUnit report"); }
-  int rc = qc_write_atomic(path, b.s, b.n);
-  qc_sbuf_free(&b);
-  return rc;
+  *out = b;
+  return b.oom ? qc_err_sys("out of memory building the JUnit report") : QC_OK;
 }
 
-int qc_tlist_markdown(const qc_tlist *l, const char *path, const char *verb, const char *preamble) {
-  qc_sbuf b = {0};
+int qc_tlist_markdown(const qc_tlist *l, const char *verb, const char *preamble, qc_sbuf *out) {
+  qc_sbuf b = *out;
   int nf = qc_tlist_failures(l);
   qc_sbuf_printf(&b, "# qatcheck %s: %s\n\n", verb, l->n == 0 ? "nothing checked" : nf ? "FAIL" : "pass");
   if (preamble && preamble[0]) qc_sbuf_printf(&b, "%s\n", preamble);
@@ -158,10 +156,8 @@ int qc_tlist_markdown(const qc_tlist *l, const char *path, const char *verb, con
     qc_sbuf_md(&b, detail);
     qc_sbuf_printf(&b, " |\n");
   }
-  if (b.oom) { qc_sbuf_free(&b); return qc_err_sys("out of memory building the Markdown report"); }
-  int rc = qc_write_atomic(path, b.s, b.n);
-  qc_sbuf_free(&b);
-  return rc;
+  *out = b;
+  return b.oom ? qc_err_sys("out of memory building the Markdown report") : QC_OK;
 }
 
 void qc_tlist_free(qc_tlist *l) {

@@ -23,12 +23,12 @@ int qc_tlist_add(qc_tlist *l, const char *suite, const char *classname, const ch
 int qc_tlist_failures(const qc_tlist *l);
 /* JUnit XML: <testsuites name="qatcheck VERB" tests failures>, one
  * <testsuite> per suite, <testcase classname name>, <failure message/>,
- * <system-out>; XML-escaped; written atomically (qc_write_atomic). */
-int qc_tlist_junit(const qc_tlist *l, const char *path, const char *verb);
+ * <system-out>; XML-escaped; appended to out. */
+int qc_tlist_junit(const qc_tlist *l, const char *verb, qc_sbuf *out);
 /* Markdown: "# qatcheck VERB: pass|FAIL", the preamble lines (may be NULL),
  * then one table row per case (suite, case, verdict, message or output);
- * written atomically. */
-int qc_tlist_markdown(const qc_tlist *l, const char *path, const char *verb, const char *preamble);
+ * appended to out. */
+int qc_tlist_markdown(const qc_tlist *l, const char *verb, const char *preamble, qc_sbuf *out);
 void qc_tlist_free(qc_tlist *l);
 
 #endif

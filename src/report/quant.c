@@ -1,0 +1,94 @@
+/* quant.c: the reports of `qatcheck quant`: the JSON (each comparison:
+ * module, format, profile, reproduced or mismatch, counts, the detail
+ * line), JUnit and Markdown (a testcase per comparison; under --identify
+ * one, failed when no profile reproduces the bytes), the console line. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/qc.h"
+#include "report/report.h"
+#include "report/tlist.h"
+
+static int render_json(qc_sbuf *out, const qc_quant_info *qi) {
+  const qc_quant_cmp *c = qi->c;
+  cJSON *root = qc_report_envelope("quant", qi->verdict);
+  if (!root) return qc_err_sys("quant: out of memory building the report");
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "dump"), "path", qi->dump);
+  cJSON_AddStringToObject(root, "module", qi->module);
+  cJSON_AddStringToObject(root, "format", qi->format);
+  cJSON_AddStringToObject(root, "mode", qi->identify ? "identify" : "check");
+  if (qi->identify) {
+    cJSON *by = cJSON_AddArrayToObject(root, "reproduced_by");
+    for (int i = 0; i < qi->n; i++)
+      if (c[i].ok) cJSON_AddItemToArray(by, cJSON_CreateString(qc_qprof_name(c[i].prof)));
+  }
+  cJSON *checks = cJSON_AddArrayToObject(root, "checks");
+  for (int i = 0; i < qi->n; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "module", qi->module);
+    cJSON_AddStringToObject(o, "format", qi->format);
+    cJSON_AddStringToObject(o, "profile", qc_qprof_name(c[i].prof));
+    cJSON_AddStringToObject(o, "result", c[i].ok ? "reproduced" : "mismatch");
+    cJSON_AddNumberToObject(o, "elements", (double)c[i].r.total_payload);
+    cJSON *mm = cJSON_AddObjectToObject(o, "mismatches");
+    cJSON_AddNumberToObject(mm, "payload", (double)c[i].r.n_payload);
+    cJSON_AddNumberToObject(mm, "scale", (double)c[i].r.n_scale);
+    cJSON_AddNumberToObject(mm, "global_scale", (double)c[i].r.n_global);
+    cJSON_AddNumberToObject(mm, "decoded_bf16", (double)c[i].r.n_decoded);
+    cJSON_AddStringToObject(o, "detail", c[i].line);
+    cJSON_AddItemToArray(checks, o);
+  }
+  return qc_report_json_render(root, out);
+}
+
+/* JUnit/Markdown: a testcase per comparison; under --identify one, failed
+ * when no profile reproduces the bytes. */
+static int make_list(qc_tlist *l, const qc_quant_info *qi) {
+  const qc_quant_cmp *c = qi->c;
+  char name[96];
+  if (!qi->identify) {
+    for (int i = 0; i < qi->n; i++) {
+      snprintf(name, sizeof name, "%s/%s", qi->format, qc_qprof_name(c[i].prof));
+      int rc = qc_tlist_add(l, qi->module, "quant", name, c[i].ok ? NULL : c[i].line, c[i].ok ? c[i].line : NULL);
+      if (rc) return rc;
+    }
+    return QC_OK;
+  }
+  char out[512] = "";
+  for (int i = 0, k = 0; i < qi->n && k < (int)sizeof out; i++)
+    k += snprintf(out + k, sizeof out - (size_t)k, "%s%s %s", i ? ", " : "", qc_qprof_name(c[i].prof),
+                  c[i].ok ? "reproduces" : "does not reproduce");
+  snprintf(name, sizeof name, "%s/identify", qi->format);
+  return qc_tlist_add(l, qi->module, "quant", name, qi->any ? NULL : "no profile reproduces the deployed bytes", out);
+}
+
+int qc_report_quant(qc_report_out *o, const qc_quant_info *qi) {
+  qc_tlist tl = {0};
+  int rc = QC_OK;
+  if ((qc_report_wants(o, QC_REP_JUNIT) || qc_report_wants(o, QC_REP_MARKDOWN)) && (rc = make_list(&tl, qi))) goto done;
+  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], qi))) goto done;
+  if (qc_report_wants(o, QC_REP_JUNIT) && (rc = qc_tlist_junit(&tl, "quant", &o->doc[QC_REP_JUNIT]))) goto done;
+  if (qc_report_wants(o, QC_REP_MARKDOWN)) {
+    char pre[QC_PATHLEN + 1200];
+    snprintf(pre, sizeof pre, "- dump: `%s`, module `%s`, format %s%s", qi->dump, qi->module, qi->format,
+             qi->identify ? ", every profile (--identify)" : "");
+    rc = qc_tlist_markdown(&tl, "quant", pre, &o->doc[QC_REP_MARKDOWN]);
+  }
+done:
+  qc_tlist_free(&tl);
+  return rc;
+}
+
+void qc_report_quant_table(const qc_quant_info *qi) {
+  const qc_quant_cmp *c = qi->c;
+  if (!qi->identify) {
+    printf("%s %s/%s: %s: %s\n", qi->module, qi->format, qc_qprof_name(c[0].prof), c[0].ok ? "reproduced" : "MISMATCH",
+           c[0].line);
+    return;
+  }
+  printf("%s %s: profiles that reproduce the deployed bytes:", qi->module, qi->format);
+  for (int i = 0; i < qi->n; i++)
+    if (c[i].ok) printf(" %s", qc_qprof_name(c[i].prof));
+  printf("%s\n", qi->any ? "" : " none");
+}
