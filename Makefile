@@ -26,7 +26,7 @@ CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),)
 ifneq ($(NVCC),)
   $(info qatcheck: CUDA found: $(NVCC) -> building the cuda backend (sm_90 + PTX))
   QC_CFLAGS += -DQC_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-  NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+  NVCCFLAGS ?= -O3 -std=c++20 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
                -Xcompiler -Wall,-Wextra,-Werror,-fPIC -I. -Isrc -Iinclude -MMD -MP
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
   NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))

@@ -1,0 +1,109 @@
+/* backend.cu: the CUDA backend (backend.h) on one device and one stream.
+ *   gemm_f64      cuBLAS DGEMM (the reference's GEMM; FP64 arithmetic only)
+ *   gemm_bf16     cuBLASLt, bf16 operands, fp32 accumulation, fp32 output
+ *   metrics       the fused deterministic pass (kernels/metrics.cu)
+ *   quantize      kernels/quant.cu, profile vllm
+ *   audit_linear  the whole in-memory linear audit on device buffers
+ * Every CUDA, cuBLAS and cuBLASLt status is checked. No device, an index out
+ * of range, too little memory (with the amount needed) or a configuration
+ * cuBLASLt cannot run is QC_EINPUT with one line; nothing falls back. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_priv.h"
+
+/* The operation table, as cpu.c's: every op of backend.h (C++20 designated
+ * initializers, in declaration order); name and priv are set per device. */
+static const qc_backend g_cuda_ops = {
+    .name = NULL,
+    .gemm_f64 = cu_gemm_f64,
+    .gemm_bf16 = cu_gemm_bf16,
+    .metrics = cu_metrics,
+    .priv = NULL,
+    .buf_alloc = cu_buf_alloc,
+    .buf_free = cu_buf_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .quantize = cu_quantize,
+    .audit_linear = cu_audit_linear,
+    .host_memory = 0,
+    .to_f64 = cu_to_f64,
+    .fake_quant_f64 = cu_fake_quant_f64,
+    .gemm_f64_buf = cu_gemm_f64_buf,
+    .metrics_buf = cu_metrics_buf,
+    .sync = cu_sync,
+};
+
+extern "C" void qc_backend_cuda_close(const qc_backend *be) {
+  if (!be) return;
+  cu *c = C(be);
+  cudaSetDevice(c->dev);
+  for (int i = 0; i < 6; i++)
+    if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+  for (int i = 0; i < 8; i++) cu_plan_free(&c->plans[i]);
+  if (c->lt) cublasLtDestroy(c->lt);
+  if (c->blas) cublasDestroy(c->blas);
+  cudaFree(c->ws);
+  cudaFree(c->arena);
+  cudaFree(c->mscratch);
+  cudaFree(c->mres);
+  cudaFree(c->qscratch);
+  if (c->st) cudaStreamDestroy(c->st);
+  free(c);
+}
+
+extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
+  int n = 0, rc = QC_OK;
+  cudaDeviceProp pr;
+  cu *c = NULL;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  *out = NULL;
+  if (e != cudaSuccess || n == 0) {
+    qc_err("--device 'cuda:%d': no CUDA device found (%s)", device, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    qc_hint("check nvidia-smi, or use --device cpu");
+    return QC_EINPUT;
+  }
+  if (device < 0 || device >= n)
+    return qc_err("--device 'cuda:%d': device index out of range: this machine has %d CUDA device(s), 0 to %d", device, n, n - 1);
+  if ((e = cudaGetDeviceProperties(&pr, device)) != cudaSuccess)
+    return qc_err("--device 'cuda:%d': cannot read the device's properties (%s)", device, cudaGetErrorString(e));
+  if (pr.major < 9) {
+    qc_err("--device 'cuda:%d': %s is compute capability %d.%d; this qatcheck's kernels are built for sm_90 (Hopper) and later",
+           device, pr.name, pr.major, pr.minor);
+    qc_hint("rebuild with NVCCFLAGS for your GPU's architecture, or use --device cpu");
+    return QC_EINPUT;
+  }
+  if (!(c = (cu *)calloc(1, sizeof *c))) return qc_err_sys("cuda backend: out of memory");
+  c->dev = device;
+  snprintf(c->name, sizeof c->name, "cuda:%d", device);
+  CK(cudaSetDevice(device), "cudaSetDevice");
+  CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "cudaStreamCreate");
+  BK(cublasCreate(&c->blas), "cublasCreate");
+  BK(cublasSetStream(c->blas, c->st), "cublasSetStream");
+  /* DGEMM in plain FP64: no emulation, no reduced precision */
+  BK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  BK(cublasLtCreate(&c->lt), "cublasLtCreate");
+  if ((rc = cu_dalloc(c, WS_BYTES, "cuBLASLt workspace", &c->ws)) ||
+      (rc = cu_dalloc(c, qk_metrics_scratch_bytes(), "metrics scratch", &c->mscratch)) ||
+      (rc = cu_dalloc(c, (2 + PEND) * sizeof(qk_msum), "metrics result", (void **)&c->mres)) ||
+      (rc = cu_dalloc(c, 4 * sizeof(uint32_t), "quantizer scratch", (void **)&c->qscratch)))
+    goto done;
+  for (int i = 0; i < 6; i++) CK(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
+  c->be = g_cuda_ops;
+  c->be.name = c->name;
+  c->be.priv = c;
+  *out = &c->be;
+  if (qc_verbose) fprintf(stderr, "qatcheck: %s: %s, %.1f GiB\n", c->name, pr.name, pr.totalGlobalMem / GiB);
+  return QC_OK;
+done:
+  c->be.priv = c;
+  qc_backend_cuda_close(&c->be);
+  return rc;
+}

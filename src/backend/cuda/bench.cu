@@ -1,0 +1,98 @@
+/* bench.cu: the hooks bench/ and the conformance driver use (cuda.h):
+ * the parts of a linear audit timed alone, the FP8 conversion sweep, the
+ * device's name. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_priv.h"
+
+extern "C" int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *a, int reps, qc_cuda_bench *r) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  const int64_t M = a->M, K = a->K, N = a->N;
+  const size_t mk = (size_t)(M * K), nk = (size_t)(N * K);
+  void *dst = NULL;
+  lin_bufs bu;
+  double *wq64, *x64, *dy64, *rx, *rw;
+  uint16_t *cx, *cw;
+  float *t = NULL;
+  if (!c->arena || c->arena_bytes < qc_linear_audit_bytes(M, K, N)) return qc_err("bench: run the audit first");
+  cu_lin_layout(c, M, K, N, &bu);
+  wq64 = bu.wq64; x64 = bu.x64; dy64 = bu.dy64; rx = bu.rx; rw = bu.rw;
+  cx = bu.cx; cw = bu.cw;
+  if (!(t = (float *)calloc((size_t)reps * 4, sizeof *t))) return qc_err_sys("bench: out of memory");
+  /* copy bandwidth on 1 GiB (several times the L2 at any shape); the
+   * metrics pass on the larger of the two gradients */
+  if ((rc = cu_dalloc(c, (size_t)2 << 30, "copy-bandwidth buffers", &dst))) goto done;
+  for (int i = 0; i < reps; i++) {
+    CK(cudaEventRecord(c->ev[0], c->st), "event");
+    if ((rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K)) ||
+        (rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K)))
+      goto done;
+    CK(cudaEventRecord(c->ev[1], c->st), "event");
+    if ((rc = cu_lt_gemm(c, QC_OP_N, QC_OP_N, M, K, N, a->dy, N, a->w, K, cx, K, CUDA_R_16BF)) ||
+        (rc = cu_lt_gemm(c, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
+      goto done;
+    CK(cudaEventRecord(c->ev[2], c->st), "event");
+    CK(cudaMemcpyAsync((char *)dst + ((size_t)1 << 30), dst, (size_t)1 << 30, cudaMemcpyDeviceToDevice, c->st), "device copy");
+    CK(cudaEventRecord(c->ev[3], c->st), "event");
+    if ((rc = mk >= nk ? cu_metrics_dev(c, cx, 1, rx, (int64_t)mk, 0, NULL) : cu_metrics_dev(c, cw, 1, rw, (int64_t)nk, 0, NULL)))
+      goto done;
+    CK(cudaEventRecord(c->ev[4], c->st), "event");
+    CK(cudaEventSynchronize(c->ev[4]), "bench");
+    t[4 * i + 0] = cu_ev_ms(c->ev[0], c->ev[1]);
+    t[4 * i + 1] = cu_ev_ms(c->ev[1], c->ev[2]);
+    t[4 * i + 2] = cu_ev_ms(c->ev[2], c->ev[3]);
+    t[4 * i + 3] = cu_ev_ms(c->ev[3], c->ev[4]);
+  }
+  /* medians */
+  for (int f = 0; f < 4; f++) {
+    float v[64] = {0};
+    int n = reps < 64 ? reps : 64;
+    for (int i = 0; i < n; i++) v[i] = t[4 * i + f];
+    for (int i = 1; i < n; i++)
+      for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { float x = v[j]; v[j] = v[j - 1]; v[j - 1] = x; }
+    double med = n ? v[n / 2] : 0;
+    if (f == 0) r->ms_dgemm2 = med;
+    if (f == 1) r->ms_bf16x2 = med;
+    if (f == 2) r->copy_gbs = 2.0 * (double)((size_t)1 << 30) / (med * 1e6);
+    if (f == 3) { r->ms_metrics = med; r->metrics_gbs = (double)(mk >= nk ? mk : nk) * 10 / (med * 1e6); }
+  }
+  r->dgemm_tflops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_dgemm2 * 1e9);
+  r->bf16_tflops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_bf16x2 * 1e9);
+done:
+  cudaFree(dst);
+  free(t);
+  return rc;
+}
+
+extern "C" int qc_cuda_fp8_conformance(const qc_backend *be, int kind, uint8_t *host_chunk, uint64_t start,
+                                       uint64_t count, unsigned long long *mismatches) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  void *d = NULL;
+  unsigned long long *dm = NULL;
+  if (host_chunk && (rc = cu_dalloc(c, count, "conformance bytes", &d))) goto done;
+  if ((rc = cu_dalloc(c, sizeof *dm, "conformance counter", (void **)&dm))) goto done;
+  CK(cudaMemsetAsync(dm, 0, sizeof *dm, c->st), "memset");
+  CK((cudaError_t)qk_fp8_conform(start, count, kind, (uint8_t *)d, dm, c->st), "conformance kernel");
+  CK(cudaMemcpyAsync(mismatches, dm, sizeof *dm, cudaMemcpyDeviceToHost, c->st), "download");
+  if (host_chunk) CK(cudaMemcpyAsync(host_chunk, d, count, cudaMemcpyDeviceToHost, c->st), "download bytes");
+  CK(cudaStreamSynchronize(c->st), "conformance");
+done:
+  cudaFree(d);
+  cudaFree(dm);
+  return rc;
+}
+
+extern "C" const char *qc_cuda_device_name(const qc_backend *be, char *buf, size_t n) {
+  cudaDeviceProp pr;
+  if (cudaGetDeviceProperties(&pr, C(be)->dev) != cudaSuccess) snprintf(buf, n, "?");
+  else snprintf(buf, n, "%s (sm_%d%d, %d SMs, %.1f GiB)", pr.name, pr.major, pr.minor, pr.multiProcessorCount, pr.totalGlobalMem / GiB);
+  return buf;
+}

@@ -1,0 +1,44 @@
+/* buffers.cu: device and pinned host memory, uploads and downloads on the
+ * backend's one stream. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_priv.h"
+
+int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p) { return cu_dalloc(C(be), bytes, what, p); }
+void cu_buf_free(const qc_backend *be, void *p) { (void)be; cudaFree(p); }
+
+/* Host to device on the backend's stream (asynchronous for pinned memory). */
+int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st), "upload");
+done:
+  return rc;
+}
+
+/* Device to host; waits for the stream. */
+int cu_download(const qc_backend *be, void *dst, const void *src, size_t bytes) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->st), "download");
+  CK(cudaStreamSynchronize(c->st), "download");
+done:
+  return rc;
+}
+
+/* Pinned host memory (cudaMallocHost). */
+int cu_host_alloc(const qc_backend *be, size_t bytes, const char *what, void **p) {
+  cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    *p = NULL;
+    return qc_err_sys("%s: pinned host buffer for %s (%.3f GiB): %s", C(be)->name, what, bytes / GiB, cudaGetErrorString(e));
+  }
+  return QC_OK;
+}
+void cu_host_free(const qc_backend *be, void *p) { (void)be; cudaFreeHost(p); }

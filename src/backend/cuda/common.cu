@@ -1,0 +1,39 @@
+/* common.cu: the CUDA backend's error and allocation helpers (cuda_priv.h). */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_priv.h"
+
+/* Turn a failed CUDA call into the one error line. Allocation failures are
+ * input errors (the shape is too big for this device); others are system. */
+int cu_fail(const cu *c, const char *what, cudaError_t e) {
+  if (e == cudaErrorMemoryAllocation) return qc_err("%s: %s: out of device memory", c->name, what);
+  return qc_err_sys("%s: %s: %s", c->name, what, cudaGetErrorString(e));
+}
+
+/* A failed cuBLAS / cuBLASLt call as the one error line (system error). */
+int blas_fail(const cu *c, const char *what, int s) {
+  return qc_err_sys("%s: %s: cuBLAS status %d", c->name, what, s);
+}
+
+/* Device allocation with the amount named when it cannot fit. */
+int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p) {
+  size_t fr = 0, tot = 0;
+  *p = NULL;
+  if (bytes == 0) bytes = 1;
+  cudaError_t e = cudaMemGetInfo(&fr, &tot);
+  if (e != cudaSuccess) return cu_fail(c, "cudaMemGetInfo", e);
+  if (bytes > fr || (e = cudaMalloc(p, bytes)) != cudaSuccess) {
+    *p = NULL;
+    qc_err("%s: %s needs %.3f GiB of device memory but the device has %.3f GiB free (of %.3f GiB)", c->name, what,
+           bytes / GiB, fr / GiB, tot / GiB);
+    qc_hint("use a smaller shape, free the device, or use --device cpu");
+    return QC_EINPUT;
+  }
+  return QC_OK;
+}

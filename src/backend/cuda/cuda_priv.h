@@ -1,0 +1,121 @@
+/* cuda_priv.h: inside the CUDA backend (not its interface, which is
+ * backend.h's table and cuda.h): the per-device state, the error and
+ * allocation helpers, and the functions its files share. One file per
+ * concern:
+ *   backend.cu   open / close: the device, stream, handles, the op table
+ *   buffers.cu   device and pinned host memory, uploads and downloads
+ *   gemm.cu      cuBLAS DGEMM (the reference's) and cuBLASLt bf16 (the candidate's)
+ *   metrics.cu   the fused deterministic metrics pass, queued results, sync
+ *   quant.cu     the quantizer kernels, widening, fake-quant to float64
+ *   linear.cu    the fused linear audit (the linear class's fast path)
+ *   bench.cu     timing and conformance hooks for bench/ (cuda.h) */
+#ifndef QC_CUDA_PRIV_H
+#define QC_CUDA_PRIV_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "backend/cuda/cuda.h"
+#include "core/qc.h"
+#include "kernels/kernels.h"
+#include "numerics/quant.h"
+}
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+#define WS_BYTES ((size_t)32 << 20)
+#define PEND 64
+
+typedef struct cu {
+  qc_backend be;
+  int dev;
+  char name[32];
+  cudaStream_t st;
+  cublasHandle_t blas;
+  cublasLtHandle_t lt;
+  void *ws;                 /* cuBLASLt workspace */
+  void *arena;              /* the fused audit's scratch, grown on demand */
+  size_t arena_bytes;
+  void *mscratch;           /* metrics partials */
+  qk_msum *mres;            /* [2 + PEND] metrics results: 2 for the fused audit, PEND for metrics_buf */
+  qc_metrics *pend[PEND];   /* metrics_buf results waiting for sync: host destinations of mres[2 + i] */
+  int npend;
+  uint32_t *qscratch;       /* [4] quantizer scratch */
+  cudaEvent_t ev[6];
+  struct lt_plan {          /* cuBLASLt descriptors and algorithm per GEMM shape */
+    int used;
+    qc_op ta, tb;
+    int64_t m, n, k, lda, ldb, ldd;
+    cudaDataType_t dt;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+  } plans[8];
+  int next_plan;
+} cu;
+
+/* The CUDA state behind a backend table. */
+static inline cu *C(const qc_backend *be) { return (cu *)be->priv; }
+
+#define CK(call, what)                                   \
+  do {                                                   \
+    cudaError_t e_ = (call);                             \
+    if (e_ != cudaSuccess) { rc = cu_fail(c, what, e_); goto done; } \
+  } while (0)
+#define BK(call, what)                                   \
+  do {                                                   \
+    int s_ = (int)(call);                                \
+    if (s_ != 0) { rc = blas_fail(c, what, s_); goto done; } \
+  } while (0)
+
+/* Turn a failed CUDA call into the one error line. Allocation failures are
+ * input errors (the shape is too big for this device); others are system. */
+int cu_fail(const cu *c, const char *what, cudaError_t e);
+/* A failed cuBLAS / cuBLASLt call as the one error line (system error). */
+int blas_fail(const cu *c, const char *what, int s);
+/* Device allocation with the amount named when it cannot fit. */
+int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p);
+
+/* Bytes of a row-major operand of `rows` rows, `cols` columns, leading dim ld. */
+static inline size_t cu_span(int64_t rows, int64_t cols, int64_t ld, size_t es) {
+  return rows == 0 || cols == 0 ? 0 : ((size_t)(rows - 1) * (size_t)ld + (size_t)cols) * es;
+}
+
+/* The fused audit's buffers in the arena (the same layout for the audit and
+ * for the benchmark that times its parts). */
+typedef struct lin_bufs {
+  double *wq64, *x64, *dy64, *rx, *rw; /* W_ref, X, dY, references d_x, d_weight: float64 */
+  uint16_t *wq16, *cx, *cw;           /* W_ref, builtin candidates d_x, d_weight: bf16 */
+} lin_bufs;
+
+/* ---- the seam's operations, each in the file of its concern ---- */
+int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_audit_out *o);
+int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p);
+void cu_buf_free(const qc_backend *be, void *p);
+int cu_download(const qc_backend *be, void *dst, const void *src, size_t bytes);
+int cu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols, qc_dtype dt, const void *src, float *scratch, double *dst, const char *what);
+int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *Cm, int64_t ldc);
+int cu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
+int cu_gemm_f64_buf(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
+int cu_host_alloc(const qc_backend *be, size_t bytes, const char *what, void **p);
+void cu_host_free(const qc_backend *be, void *p);
+int cu_metrics(const qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out);
+int cu_metrics_buf(const qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out);
+int cu_quantize(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, qc_qout *q);
+int cu_sync(const qc_backend *be);
+int cu_to_f64(const qc_backend *be, qc_dtype dt, const void *src, int64_t n, double *dst);
+int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes);
+
+/* ---- shared between the files ---- */
+int cu_dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
+float cu_ev_ms(cudaEvent_t a, cudaEvent_t b);
+void cu_lin_layout(const cu *c, int64_t M, int64_t K, int64_t N, lin_bufs *b);
+int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt);
+int cu_metrics_dev(cu *c, const void *g, int g_kind, const double *r, int64_t n, int slot, qc_metrics *out);
+void cu_metrics_fill(const qk_msum *s, qc_metrics *m);
+void cu_plan_free(struct cu::lt_plan *p);
+int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_fmt *out);
+
+#endif

@@ -1,0 +1,166 @@
+/* gemm.cu: the two GEMMs of the CUDA backend: cuBLAS DGEMM in plain FP64
+ * (the reference's) and cuBLASLt with bf16 operands, fp32 accumulation and
+ * fp32 output (the candidate's), on device buffers or staged host data. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_priv.h"
+
+/* ---- GEMMs on device pointers (row-major, computed as the column-major
+ * transpose: C^T = op(B)^T op(A)^T) ------------------------------------------ */
+
+/* float64 C[m,n] = op(A) op(B) on device pointers, cuBLAS DGEMM, row-major. */
+int cu_dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda,
+                     const double *B, int64_t ldb, double *Cm, int64_t ldc) {
+  int rc = QC_OK;
+  const double one = 1.0, zero = 0.0;
+  BK(cublasDgemm_64(c->blas, tb == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N, ta == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
+                    k, &one, B, ldb, A, lda, &zero, Cm, ldc),
+     "cublasDgemm");
+done:
+  return rc;
+}
+
+/* Release a cached cuBLASLt plan. */
+void cu_plan_free(struct cu::lt_plan *p) {
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  memset(p, 0, sizeof *p);
+}
+
+/* The cached plan for this GEMM, or a new one (descriptors + the heuristic's
+ * first algorithm; evicting round robin). QC_EINPUT when cuBLASLt has none. */
+static int plan_get(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldd,
+                    cudaDataType_t dt, struct cu::lt_plan **out) {
+  int rc = QC_OK, nres = 0;
+  struct cu::lt_plan *p;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t h;
+  cublasOperation_t opa = tb == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N;
+  size_t wsb = WS_BYTES;
+  for (int i = 0; i < 8; i++) {
+    p = &c->plans[i];
+    if (p->used && p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
+        p->ldd == ldd && p->dt == dt) {
+      *out = p;
+      return QC_OK;
+    }
+  }
+  p = &c->plans[c->next_plan];
+  c->next_plan = (c->next_plan + 1) % 8;
+  cu_plan_free(p);
+  memset(&h, 0, sizeof h);
+  BK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "cublasLt TRANSA");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "cublasLt TRANSB");
+  BK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, tb == QC_OP_N ? n : k, tb == QC_OP_N ? k : n, ldb), "cublasLt layout B");
+  BK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, ta == QC_OP_N ? k : m, ta == QC_OP_N ? m : k, lda), "cublasLt layout A");
+  BK(cublasLtMatrixLayoutCreate(&p->ld, dt, n, m, ldd), "cublasLt layout C");
+  BK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb),
+     "cublasLt workspace preference");
+  {
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &h, &nres);
+    if (s != CUBLAS_STATUS_SUCCESS || nres == 0) {
+      rc = qc_err("%s: cuBLASLt has no algorithm for a bf16 x bf16 -> %s GEMM (m %lld, n %lld, k %lld, fp32 "
+                  "accumulation) on this GPU (status %d)",
+                  c->name, dt == CUDA_R_32F ? "float32" : "bfloat16", (long long)m, (long long)n, (long long)k, (int)s);
+      qc_hint("the candidate's arithmetic cannot be reproduced here; use --device cpu");
+      goto done;
+    }
+  }
+  p->algo = h.algo;
+  p->used = 1;
+  p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldd = ldd; p->dt = dt;
+  *out = p;
+done:
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (rc) cu_plan_free(p);
+  return rc;
+}
+
+/* bf16 x bf16 -> dt (CUDA_R_32F or CUDA_R_16BF), fp32 accumulation, fp32 scale. */
+int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
+                   const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt) {
+  int rc;
+  struct cu::lt_plan *p = NULL;
+  const float one = 1.0f, zero = 0.0f;
+  if ((rc = plan_get(c, ta, tb, m, n, k, lda, ldb, ldd, dt, &p))) return rc;
+  BK(cublasLtMatmul(c->lt, p->op, &one, B, p->la, A, p->lb, &zero, D, p->ld, D, p->ld, &p->algo, c->ws, WS_BYTES, c->st),
+     "cublasLtMatmul");
+done:
+  return rc;
+}
+
+/* Zero C's rows (k == 0 products). */
+static void zero_rows(void *Cm, int64_t m, int64_t n, int64_t ldc, size_t es) {
+  for (int64_t i = 0; i < m; i++) memset((char *)Cm + (size_t)(i * ldc) * es, 0, (size_t)n * es);
+}
+
+/* Stage op(A), op(B) on the device, run the GEMM, bring C back. */
+static int host_gemm(const qc_backend *be, int f64, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A,
+                     int64_t lda, const void *B, int64_t ldb, void *Cm, int64_t ldc) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  void *dA = NULL, *dB = NULL, *dC = NULL;
+  size_t es = f64 ? 8 : 2, ces = f64 ? 8 : 4;
+  size_t na = cu_span(ta == QC_OP_N ? m : k, ta == QC_OP_N ? k : m, lda, es);
+  size_t nb = cu_span(tb == QC_OP_N ? k : n, tb == QC_OP_N ? n : k, ldb, es);
+  size_t nc = cu_span(m, n, ldc, ces);
+  if (m == 0 || n == 0) return QC_OK;
+  if (k == 0) {
+    zero_rows(Cm, m, n, ldc, ces);
+    return QC_OK;
+  }
+  if ((rc = cu_dalloc(c, na, "GEMM operand A", &dA)) || (rc = cu_dalloc(c, nb, "GEMM operand B", &dB)) ||
+      (rc = cu_dalloc(c, nc, "GEMM result C", &dC)))
+    goto done;
+  CK(cudaMemcpyAsync(dA, A, na, cudaMemcpyHostToDevice, c->st), "upload GEMM operand A");
+  CK(cudaMemcpyAsync(dB, B, nb, cudaMemcpyHostToDevice, c->st), "upload GEMM operand B");
+  if (ldc != n) CK(cudaMemcpyAsync(dC, Cm, nc, cudaMemcpyHostToDevice, c->st), "upload GEMM result C");
+  if (f64) rc = cu_dgemm_dev(c, ta, tb, m, n, k, (const double *)dA, lda, (const double *)dB, ldb, (double *)dC, ldc);
+  else rc = cu_lt_gemm(c, ta, tb, m, n, k, dA, lda, dB, ldb, dC, ldc, CUDA_R_32F);
+  if (rc) goto done;
+  CK(cudaMemcpyAsync(Cm, dC, nc, cudaMemcpyDeviceToHost, c->st), "download GEMM result");
+  CK(cudaStreamSynchronize(c->st), "GEMM");
+done:
+  cudaFree(dA);
+  cudaFree(dB);
+  cudaFree(dC);
+  return rc;
+}
+
+/* backend.h gemm_f64: host operands staged on the device, cuBLAS DGEMM. */
+int cu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                       int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc) {
+  return host_gemm(be, 1, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+}
+
+/* backend.h gemm_bf16: host operands staged, cuBLASLt bf16 x bf16 -> fp32. */
+int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const uint16_t *A,
+                        int64_t lda, const uint16_t *B, int64_t ldb, float *Cm, int64_t ldc) {
+  return host_gemm(be, 0, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+}
+
+/* qc_metrics from the kernel's sums, as qc_metrics_compute fills them. */
+
+int cu_gemm_f64_buf(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                           int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  if (m == 0 || n == 0) return QC_OK;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; i++) CK(cudaMemsetAsync(Cm + i * ldc, 0, (size_t)n * 8, c->st), "zero GEMM output");
+    return QC_OK;
+  }
+  rc = cu_dgemm_dev(c, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+done:
+  return rc;
+}
