@@ -1,5 +1,5 @@
 /* conform.cu: CUDA's saturating FP8 conversions against the rule of
- * spec/numerics.md written in plain integer arithmetic (kernels.h,
+ * docs/numerics.md written in plain integer arithmetic (kernels.h,
  * qk_fp8_conform), over any range of the 2^32 float32 bit patterns. */
 #include <cuda_runtime.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* kernels.h: the CUDA kernels' host launchers (the .cu files in kernels/), called by the
- * CUDA backend (src/backend/cuda.cu) and nothing else. Pointers are device
+ * CUDA backend (src/backend/cuda/) and nothing else. Pointers are device
  * pointers; every launcher enqueues on `stream` (a cudaStream_t) and returns
  * a cudaError_t as int (0 = success), from the launch itself. */
 #ifndef QC_KERNELS_H
@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-/* Quantizer formats of spec/numerics.md, profile vllm. */
+/* Quantizer formats of docs/numerics.md, profile vllm. */
 typedef enum {
   QK_NONE = 0,
   QK_FP8_TENSOR,
@@ -74,7 +74,7 @@ int qk_metrics(const void *g, int g_kind, const double *r, int64_t n, void *scra
 /* Conformance: for 2^32 float32 bit patterns from `start` (count of them),
  * out[i] = __nv_cvt_float_to_fp8(bits(start + i), __NV_SATFINITE, kind)
  * (kind 0 = E4M3, 1 = E5M2), and mism[0] += how many differ from the same
- * rule written in plain integer arithmetic from spec/numerics.md. out may
+ * rule written in plain integer arithmetic from docs/numerics.md. out may
  * be NULL. */
 int qk_fp8_conform(uint64_t start, uint64_t count, int kind, uint8_t *out, unsigned long long *mism, void *stream);
 

@@ -1,4 +1,4 @@
-/* qk_elem.cuh: element encodings of spec/numerics.md for device code. */
+/* qk_elem.cuh: element encodings of docs/numerics.md for device code. */
 #ifndef QC_QK_ELEM_CUH
 #define QC_QK_ELEM_CUH
 

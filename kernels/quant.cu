@@ -1,4 +1,4 @@
-/* quant.cu: the quantizers of spec/numerics.md (profile vllm) on the GPU,
+/* quant.cu: the quantizers of docs/numerics.md (profile vllm) on the GPU,
  * byte for byte as the CPU ones: every float32 step is written with the
  * round-to-nearest intrinsics (__fmul_rn, __fdiv_rn, __frcp_rn), so nvcc
  * can neither contract nor approximate them, and E4M3 is CUDA's own

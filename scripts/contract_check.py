@@ -4,7 +4,7 @@
 
 For every row of the report whose format this script implements, it reads the
 module's weight (or one expert of it), dY and X from the dump with h5py,
-quantizes with its own numpy quantizers (written from spec/numerics.md, not
+quantizes with its own numpy quantizers (written from docs/numerics.md, not
 from qatcheck's C code), computes the two gradients in float64 and the
 metrics, and compares cosine, norm ratio and rel-L2 with the report within
 --rtol (default 1e-9) relative. It then recomputes the class summaries and the

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""make_checkpoint.py: write a deterministic checkpoint dump (spec/interfaces.md
+"""make_checkpoint.py: write a deterministic checkpoint dump (docs/interfaces.md
 section 2) for `qatcheck contract --master-vs-dequant`.
 
 Presets:

@@ -10,7 +10,7 @@ usual; the dump is written before the optimizer step:
         loss.backward()
     optimizer.step()
 
-Per selected module the dump holds (spec/interfaces.md section 2):
+Per selected module the dump holds (docs/interfaces.md section 2):
   inputs/<x>          what the forward received (as it received it)
   params/<name>       the master parameters, as they were at the forward
   saved/<name>        tensors the module's autograd Function saved, when the

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""quant_oracle.py: an independent implementation of spec/numerics.md's
+"""quant_oracle.py: an independent implementation of docs/numerics.md's
 quantizers in numpy + ml_dtypes (element casts by ml_dtypes, not by
 qatcheck's bit code). Used by conformance.py and gen_vectors.py.
 

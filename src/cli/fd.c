@@ -1,6 +1,6 @@
 /* cli/fd.c: `qatcheck fd --module CLASS`: the finite-difference cross-check
  * of a class's float64 reference VJP against its float64 forward on
- * generated inputs (see src/fd.h). Exit 0 when every projection agrees
+ * generated inputs (see src/engine/fd.h). Exit 0 when every projection agrees
  * within the bound, 1 when one does not, 2 on bad input. */
 #include <errno.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* dump.h: the HDF5 dump file of spec/interfaces.md section 2, read and
+/* dump.h: the HDF5 dump file of docs/interfaces.md section 2, read and
  * written. HDF5's own error stack is silenced; every failure becomes one
  * qc_err line naming the file and the dataset or attribute. */
 #ifndef QC_DUMP_H

@@ -1,4 +1,4 @@
-/* case.h: a case file (spec/interfaces.md section 3), parsed and validated
+/* case.h: a case file (docs/interfaces.md section 3), parsed and validated
  * into a struct. Nothing after the plan reads JSON. */
 #ifndef QC_CASE_H
 #define QC_CASE_H

@@ -2,7 +2,7 @@
  *
  * One module class = one file in src/modules/ (qc_class with the production
  * VJP, contract keys and input generator) + one file in src/reference/ (the
- * independent float64 VJP) + one row in src/registry.c. */
+ * independent float64 VJP) + one row in src/model/registry.c. */
 #ifndef QC_MODULE_H
 #define QC_MODULE_H
 

@@ -1,4 +1,4 @@
-/* formats.h: element encodings of spec/numerics.md, scalar. All conversions
+/* formats.h: element encodings of docs/numerics.md, scalar. All conversions
  * from float32 round to nearest, ties to even, unless a name says otherwise.
  * Decoders are exact. */
 #ifndef QC_FORMATS_H

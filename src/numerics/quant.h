@@ -1,4 +1,4 @@
-/* quant.h: quantizers of spec/numerics.md, bulk, on row-major 2-D views.
+/* quant.h: quantizers of docs/numerics.md, bulk, on row-major 2-D views.
  * A 1-D tensor is one row; an N-D tensor is [prod(leading), last]. Every
  * format of profile `vllm` plus the named alternative profiles; see
  * docs/numerics.md for the rules, the padding rule and the profile table. */

@@ -1,4 +1,4 @@
-/* sr.h: the stochastic-rounding contract of spec/numerics.md: Philox4x32-10,
+/* sr.h: the stochastic-rounding contract of docs/numerics.md: Philox4x32-10,
  * key = the 64-bit seed, counter = (element index low, element index high,
  * salt, step). The first output word's top 24 bits give u in [0, 1). */
 #ifndef QC_SR_H

@@ -1,6 +1,6 @@
 #!/bin/sh
 # common_opts.sh: every verb (vjp, contract, tol, quant, fd) takes the common
-# options of spec/interfaces.md section 1 and does what they say:
+# options of docs/interfaces.md section 1 and does what they say:
 # --json writes a valid report whose verdict matches the exit status;
 # --junit writes XML with one testcase per check and a <failure> per failed
 # check (counts checked against the JSON of the same run); a failing run

@@ -112,7 +112,7 @@ Test(tol, rounding_is_outward_and_short) {
   cr_expect_eq(qc_tol_round(123456.0, 2, +1), 130000.0);
 }
 
-/* The noise floor (src/audit.c) of a bf16 output: exact values have none;
+/* The noise floor (src/engine/audit.c) of a bf16 output: exact values have none;
  * a generic value's floor is its own relative rounding error, and for
  * random normals it sits under tol's u/sqrt(3) estimate. */
 Test(tol, noise_floor) {
