@@ -1,0 +1,31 @@
+#!/bin/sh
+# gpu-pack.sh: pack what a GPU machine without HDF5, cJSON, OpenBLAS or
+# Criterion needs to run qatcheck's GPU tests and benchmarks: ./qatcheck,
+# libqatcheck_cuda.so, build/test_gpu, build/bench_gpu_linear and every shared
+# library they load except glibc's and CUDA's, stripped, into one compressed
+# archive .gpu/bundle.tar.xz (the folder is git-ignored). On the GPU machine:
+#
+#   mkdir -p /tmp/qc && tar -C /tmp/qc -xJf .gpu/bundle.tar.xz
+#   export LD_LIBRARY_PATH=/tmp/qc/lib QATCHECK=/tmp/qc/qatcheck
+#   /tmp/qc/test_gpu; sh tests/e2e/gpu_vjp.sh; sh bench/gpu_linear.sh /tmp/qc
+#
+# Usage: scripts/gpu-pack.sh [BUILD] (default build). Run `make all tests` first.
+set -eu
+cd "$(dirname "$0")/.."
+build=${1:-build}
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/lib" .gpu
+for f in qatcheck libqatcheck_cuda.so "$build/test_gpu" "$build/bench_gpu_linear"; do
+  [ -e "$f" ] || { echo "gpu-pack: $f is missing: run 'make all tests' first" >&2; exit 2; }
+  cp "$f" "$stage/"
+  ldd "$f" | awk '/=>/ {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcudart*|libcublas*|libnccl*|libstdc++*|libgcc_s*) ;;
+      *) cp -Ln "$lib" "$stage/lib/" ;;
+    esac
+  done
+done
+strip --strip-unneeded "$stage"/* "$stage"/lib/* 2>/dev/null || true
+tar -C "$stage" -cJf .gpu/bundle.tar.xz .
+echo "gpu-pack: .gpu/bundle.tar.xz ($(du -h .gpu/bundle.tar.xz | cut -f1)); carry .gpu"
