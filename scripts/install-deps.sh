@@ -3,7 +3,10 @@
 # Idempotent and quiet when everything is already there. Debian/Ubuntu, as root
 # (or with sudo available).
 set -eu
-pkgs="build-essential pkg-config libcjson-dev libhdf5-dev libcriterion-dev libopenblas-dev python3 python3-pip python3-h5py python3-numpy python3-torch"
+# build: compilers, HDF5, cJSON, OpenBLAS (CBLAS), libyaml (layer 3 configs),
+# Open MPI (multi-process runs); tests: Criterion, clang (libFuzzer), chromium
+# (the HTML report rendered headless); Python helpers: h5py, numpy, torch (CPU)
+pkgs="build-essential pkg-config libcjson-dev libhdf5-dev libcriterion-dev libopenblas-dev libyaml-dev openmpi-bin libopenmpi-dev clang chromium fonts-dejavu-core python3 python3-pip python3-h5py python3-numpy python3-torch python3-yaml"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -26,5 +29,17 @@ if ! /usr/bin/python3 -c "import ml_dtypes" 2>/dev/null; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO /usr/bin/python3 -m pip install -q --break-system-packages --no-deps "ml_dtypes==0.5.1" >/dev/null 2>&1 ||
     echo "install-deps: could not install ml_dtypes: the quantizer e2e test will skip"
+fi
+# safetensors and tensorboard: the real writers of the checkpoints and event
+# files the tests read (the same numpy pin as above: never replace Debian's)
+if ! /usr/bin/python3 -c "import safetensors, tensorboard" 2>/dev/null; then
+  echo "install-deps: installing safetensors and tensorboard (pip)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  c=$(mktemp)
+  /usr/bin/python3 -c "import numpy; print('numpy==' + numpy.__version__)" >"$c" 2>/dev/null || : >"$c"
+  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages -c "$c" "safetensors==0.8.0" "tensorboard==2.21.0" >/dev/null 2>&1 ||
+    echo "install-deps: could not install safetensors/tensorboard: the tests that need their files will skip"
+  rm -f "$c"
 fi
 exit 0
