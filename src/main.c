@@ -46,11 +46,8 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < g_nverbs; i++)
     if (strcmp(argv[1], g_verbs[i].name) == 0) {
-      int rc = g_verbs[i].fn(argc - 1, argv + 1);
-      if (rc >= QC_EINPUT) {
-        if (qc_err_msg()[0]) qc_err_print();
-        return 2;
-      }
+      int rc = qc_cli_run(&g_verbs[i], argc - 1, argv + 1);
+      if (rc == 2 && qc_err_msg()[0]) qc_err_print();
       return rc;
     }
   qc_err("unknown verb '%s'", argv[1]);
