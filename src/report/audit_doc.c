@@ -89,7 +89,7 @@ void qc_doc_h(qc_doc *d, int level, const char *id, const char *fmt, ...) {
   va_end(ap);
   if (level < 1) level = 1;
   if (level > 4) level = 4;
-  qc_sbuf_printf(&d->md, "\n%.*s ", level, "####");
+  qc_sbuf_printf(&d->md, "%s%.*s ", d->md.n ? "\n" : "", level, "####");
   md_text(&d->md, buf);
   qc_sbuf_printf(&d->md, "\n\n");
   qc_sbuf_printf(&d->html, "<h%d%s%s%s>", level, id ? " id=\"" : "", id ? id : "", id ? "\"" : "");

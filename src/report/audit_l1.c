@@ -360,8 +360,17 @@ static void class_metrics(qc_doc *d, const qc_evidence *e, const char *cls) {
 #undef MAXF
 #undef MINF
     }
-    char tb[256] = "-";
-    if (first && first->has_tol) tol_text(&first->tol, tb, sizeof tb);
+    /* the declared bound sets, each once (reports of several cases may differ) */
+    char tb[1024] = "";
+    (void)first;
+    for (int i = 0; i < e->nl1; i++) {
+      const qc_check *k = &e->l1[i].c;
+      char one[256];
+      if (strcmp(k->cls, cls) || strcmp(k->tensor, tens[t]) || !k->has_tol) continue;
+      tol_text(&k->tol, one, sizeof one);
+      if (!strstr(tb, one)) qc_cat(tb, sizeof tb, "%s%s", tb[0] ? " | or: " : "", one);
+    }
+    if (!tb[0]) snprintf(tb, sizeof tb, "-");
     qc_doc_tr(d);
     qc_doc_td_code(d, tens[t]);
     qc_doc_td(d, "%s", tb);
