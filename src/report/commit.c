@@ -75,8 +75,7 @@ static void guard(struct sigaction *old, int on) {
   }
 }
 
-/* The folder part of path (malloc'd; "." for a bare name). */
-static char *dir_of(const char *path) {
+char *qc_report_dir(const char *path) {
   const char *slash = strrchr(path, '/');
   if (!slash) return strdup(".");
   size_t n = slash == path ? 1 : (size_t)(slash - path);
@@ -94,7 +93,7 @@ static char *dir_of(const char *path) {
 static int write_tmp(const char *path, const char *data, size_t n, char **tmp) {
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
-  char *dir = dir_of(path);
+  char *dir = qc_report_dir(path);
   *tmp = NULL;
   if (!dir) return -1;
   size_t len = strlen(dir) + 96;
@@ -127,7 +126,7 @@ static int write_tmp(const char *path, const char *data, size_t n, char **tmp) {
 /* Remove the temporaries of runs that were killed before they could (their
  * process is gone and they are older than 10 s), in path's folder. */
 static void sweep_orphans(const char *path) {
-  char *dir = dir_of(path);
+  char *dir = qc_report_dir(path);
   DIR *d = dir ? opendir(dir) : NULL;
   if (!d) { free(dir); return; }
   struct dirent *e;

@@ -46,6 +46,9 @@ int qc_report_wants(const qc_report_out *o, int kind);
 int qc_report_commit(qc_report_out *o);
 void qc_report_out_free(qc_report_out *o);
 
+/* The folder of a report path (malloc'd; "." for a bare name), NULL out of memory. */
+char *qc_report_dir(const char *path);
+
 /* Write data to path whole or not at all: a temporary file beside it,
  * fsync'd, then renamed over path. */
 int qc_write_atomic(const char *path, const char *data, size_t n);

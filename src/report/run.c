@@ -58,19 +58,6 @@ static const char *type_name(mode_t m) {
        : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
 }
 
-/* The folder of path (malloc'd; "." for a bare name), NULL out of memory. */
-static char *folder_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  if (!slash) return strdup(".");
-  size_t n = slash == path ? 1 : (size_t)(slash - path);
-  char *d = malloc(n + 1);
-  if (d) {
-    memcpy(d, path, n);
-    d[n] = 0;
-  }
-  return d;
-}
-
 /* A report path is a regular file or absent, in a folder we may write. */
 static int check_report_path(int kind) {
   const char *opt = kind_opt[kind], *p = R.path[kind];
@@ -83,7 +70,7 @@ static int check_report_path(int kind) {
   } else if (errno != ENOENT) {
     return qc_err("%s '%s': cannot use: %s", opt, p, strerror(errno));
   }
-  char *dir = folder_of(p);
+  char *dir = qc_report_dir(p);
   if (!dir) return qc_err_sys("out of memory");
   int rc = QC_OK;
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
