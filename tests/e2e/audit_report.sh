@@ -6,8 +6,8 @@
 # is GitHub-flavoured Markdown with valid tables (tests/e2e/gfm_check.py,
 # itself shown to reject a broken table); the HTML is one file with no
 # external resource and no script; headless Chromium loads it with no
-# console message and its screenshot is neither blank nor colourless
-# (tests/e2e/png_check.py decodes the PNG with zlib). The document holds
+# console message, its screenshot is neither blank nor colourless
+# (tests/e2e/png_check.py decodes the PNG with zlib), and it prints to PDF. The document holds
 # the summary, each layer, the coverage matrix with what is missing by
 # name, and the plots. Skipped (77) only when chromium is absent; the rest
 # still runs first.
@@ -82,6 +82,10 @@ run_chrome "file://$T/a.html" "$T/shot.png" 1000
 [ -s "$T/shot.png" ] && ok "chromium rendered the audit" || { bad "chromium wrote no screenshot: $(tail -3 "$T/chrome.log")"; finish; }
 if grep -q ":CONSOLE" "$T/chrome.log"; then bad "console messages: $(grep ':CONSOLE' "$T/chrome.log" | head -3)"; else ok "no console message"; fi
 $PY "$D/png_check.py" "$T/shot.png" 0.03 0.002 >"$T/out" 2>&1 && ok "$(cat "$T/out")" || bad "$(cat "$T/out")"
+# it prints: Chromium's PDF of it has its pages (the print stylesheet keeps rows and plots whole)
+timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --no-pdf-header-footer --print-to-pdf="$T/a.pdf" "file://$T/a.html" >"$T/chrome.log" 2>&1
+pages=$($PY -c "import re, sys; print(len(re.findall(rb'/Type\s*/Page[^s]', open(sys.argv[1], 'rb').read())))" "$T/a.pdf" 2>/dev/null)
+[ "${pages:-0}" -ge 3 ] && ok "printed to PDF: $pages pages" || bad "printing to PDF: ${pages:-no} pages: $(tail -2 "$T/chrome.log")"
 # the check fails on a blank page
 printf '<!DOCTYPE html><html><body></body></html>\n' >"$T/blank.html"
 run_chrome "file://$T/blank.html" "$T/blank.png" 400

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Bad input: every case exits 2 with one "qatcheck: error:" line naming the
-# subject, no crash, and no report written.
+# subject, no crash, and no report but the error report.
 . "$(dirname "$0")/lib.inc"
 $PY scripts/make_linear_dump.py "$T/d.h5" || exit 1
 good_gen='"module": "linear", "data": {"generate": {"shapes": [[4, 8, 6]], "seed": 1}}'

@@ -5,7 +5,7 @@
 # --junit writes XML with one testcase per check and a <failure> per failed
 # check (counts checked against the JSON of the same run); a failing run
 # exits 1 with failures in the JUnit; --device bogus exits 2 with one error
-# line and no report; --device cuda on a verb with no device work exits 2
+# line and only its error report; --device cuda on a verb with no device work exits 2
 # with one line; --quiet prints nothing for a passing run; --help lists the
 # common options; a report that cannot be written takes the others back.
 . "$(dirname "$0")/lib.inc"
@@ -125,7 +125,7 @@ for v in vjp contract tol quant fd; do
     [ ! -s "$T/out" ] || bad "$v --quiet printed on a failing run"
   fi
 
-  # --device: bogus names exit 2 with one line and no report
+  # --device: bogus names exit 2 with one line and only the error report
   rm -f "$T"/r.*
   # shellcheck disable=SC2046
   expect_exit 2 "$v --device bogus" "$QATCHECK" $(args_pass $v) --device bogus --json "$T/r.json" --junit "$T/r.xml"
@@ -166,7 +166,7 @@ r = ET.parse(sys.argv[1]).getroot()
 names = [c.get('name') for c in r.iter('testcase')]
 assert names == ['rel_l2', 'cosine_min', 'norm_ratio', 'noise_multiple'], names
 assert not r.findall('.//failure')" "$T/t.xml" && ok "tol --junit: one passed testcase per bound" || bad "tol --junit testcases"
-# an exit-2 tol run writes no report
+# an exit-2 tol run writes only its error report
 rm -f "$T/r.json"
 expect_exit 2 "tol with a bad --k" "$QATCHECK" tol --out-dtype bfloat16 --k 0 --json "$T/r.json"
 error_or_none "$T/r.json" || bad "tol: a run that exits 2 wrote a report other than its error report"

@@ -74,7 +74,7 @@ with h5py.File(t + "/notadump.h5", "w") as f:
     lin(f, "/model.layers.0.q_proj", np.ones((4, 8)))
 PYEOF
 
-# expect2 WHAT PATTERN ARGS...: exit 2, the error line matches PATTERN, no report
+# expect2 WHAT PATTERN ARGS...: exit 2, the error line matches PATTERN, only the error report
 expect2() {
   what=$1; pat=$2; shift 2
   rm -f "$T/r.json"
