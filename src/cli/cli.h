@@ -11,6 +11,11 @@ typedef struct qc_verb {
   const char *help;   /* one line for `qatcheck --help` */
 } qc_verb;
 
+/* Run verb v (argv[0] its name) as one run (report/run.h): its report
+ * paths are checked before it does any work, and an exit 2 replaces them
+ * with its error report. Returns the exit status (0, 1, 2). */
+int qc_cli_run(const qc_verb *v, int argc, char **argv);
+
 /* Options common to verbs, filled by qc_opt_common. */
 typedef struct qc_common_opts {
   const char *json;     /* --json PATH */
@@ -21,8 +26,10 @@ typedef struct qc_common_opts {
 } qc_common_opts;
 
 /* If argv[*i] is a common option (--json, --junit, --markdown, --device,
- * --profile, --quiet, --verbose), consume it (and its value) and return 1;
- * 0 if not one; -1 on a missing value (message set). */
+ * --profile, --quiet, --verbose; --baseline, --fail-on,
+ * --regression-factor, which go to the run: report/run.h), consume it (and
+ * its value) and return 1; 0 if not one; -1 on a missing or bad value
+ * (message set). */
 int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o);
 /* If argv[*i] is `--name VALUE` or `--name=VALUE`, set *val, advance, return
  * 1; 0 if not; -1 when the value is missing (message set). */
@@ -34,7 +41,7 @@ void qc_common_help(void);
 /* The common options' block only, for a verb that prints its own exit
  * statuses: --markdown and --profile listed when flags name them, --device
  * as cpu only under QC_HELP_CPU_ONLY. */
-enum { QC_HELP_MARKDOWN = 1, QC_HELP_PROFILE = 2, QC_HELP_CPU_ONLY = 4 };
+enum { QC_HELP_MARKDOWN = 1, QC_HELP_PROFILE = 2, QC_HELP_CPU_ONLY = 4, QC_HELP_NO_BASELINE = 8 };
 void qc_common_help_opts(unsigned flags);
 /* --device for a verb with no device work: NULL and "cpu" are QC_OK;
  * "cuda" or "cuda:N" is refused as "<verb>: --device cuda is not supported:

@@ -15,6 +15,7 @@
 #include "io/dump.h"
 #include "numerics/quant.h"
 #include "report/report.h"
+#include "report/run.h"
 #include "sweep/sweep.h"
 
 #define DEFAULT_WFMT "nvfp4,fp8_block128,mxfp8"
@@ -176,6 +177,7 @@ int qc_cmd_contract(int argc, char **argv) {
     goto done;
   }
   if ((rc = qc_dump_open(dump_path, &d))) goto done;
+  if ((rc = qc_run_input("dump", dump_path))) goto done;
   if ((rc = qc_contract_sweep(d, be, &o, &s))) goto done;
 
   qc_contract_info ri = {.dump = dump_path, .device = be->name, .profile = o.profile, .modules = o.modules,

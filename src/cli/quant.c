@@ -13,6 +13,7 @@
 #include "core/qc.h"
 #include "cli/cli.h"
 #include "report/report.h"
+#include "report/run.h"
 
 #define QUANT_NO_DEVICE "quant compares the deployed bytes with qatcheck's reference quantizers, which run on the host"
 
@@ -80,6 +81,7 @@ int qc_cmd_quant(int argc, char **argv) {
   memset(&m, 0, sizeof m);
   qc_report_out_init(&out, co.json, co.junit, co.markdown);
   if ((rc = qc_dump_open(dump, &d))) return rc;
+  if ((rc = qc_run_input("dump", dump))) goto done;
   if ((rc = qc_dump_load_module(d, path, 0, &m, cj, sizeof cj))) goto done;
   char where[QC_PATHLEN + 64];
   snprintf(where, sizeof where, "module '%s'", path);
@@ -109,7 +111,7 @@ int qc_cmd_quant(int argc, char **argv) {
   int verdict = identify ? !any : !cmp[0].ok;
   if (qc_verbose) fprintf(stderr, "quant: %d comparison(s) in %.3f s\n", n, qc_now_s() - t0);
   qc_quant_info qi = {.dump = dump, .module = m.path, .format = qc_qfmt_name(f), .identify = identify, .c = cmp, .n = n,
-                      .any = any, .verdict = verdict};
+                      .any = any, .verdict = verdict, .seconds = qc_now_s() - t0};
   if ((rc = qc_report_quant(&out, &qi)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   if (!qc_quiet) qc_report_quant_table(&qi);
   rc = verdict ? QC_FAIL : QC_OK;

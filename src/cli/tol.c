@@ -49,7 +49,7 @@ static void tol_help(void) {
          "list each derived bound as a passed testcase (tol judges nothing, so nothing fails).\n"
          "The command line in the reasoning leaves the report and output options out.\n\n",
          QC_TOL_LAMBDA, QC_TOL_MARGIN);
-  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY);
+  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY | QC_HELP_NO_BASELINE);
   printf("exit status: 0 derived, 2 bad options\n");
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/progress.h"
 #include "core/qc.h"
 #include "engine/deployed.h"
 #include "engine/gen.h"
@@ -91,6 +92,26 @@ static int select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
   return QC_OK;
 }
 
+static const char *cand_name(qc_cand_kind k) { return k == QC_CAND_DUMP ? "dump" : k == QC_CAND_PLUGIN ? "plugin" : "builtin"; }
+
+/* Audit m, its checks from index `first` on (a deployed-bytes check may
+ * come before), and describe it with its wall time into a->info. */
+static int audit_described(qc_audit *a, const qc_module *m, int first, double t0, const char *values) {
+  qc_modinfo *mi = NULL;
+  int rc = QC_OK;
+  if (a->info && !(mi = qc_malloc(sizeof *mi, "module facts"))) return QC_ESYS;
+  if (mi) rc = qc_modinfo_fill(mi, m, values ? "generated" : "dump", cand_name(a->cs->cand), values);
+  if (!rc) rc = qc_audit_module(a, m);
+  if (!rc && mi) {
+    mi->first = first;
+    mi->nchecks = a->res->n - first;
+    mi->seconds = qc_now_s() - t0;
+    rc = qc_modinfos_add(a->info, mi);
+  }
+  free(mi);
+  return rc;
+}
+
 static const qc_registry_row *find_class(const char *name, const char *where) {
   const qc_registry_row *row = qc_registry_find(name);
   if (!row) {
@@ -115,21 +136,29 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
   static const char kinds_default[4][QC_NAMELEN] = {"random", "zero", "sparse", "ones"};
   const char (*kinds)[QC_NAMELEN] = cs->ndy ? cs->dy : kinds_default;
   int nk = cs->ndy ? cs->ndy : 4;
+  qc_progress pg;
+  qc_progress_start(&pg, "vjp", "instances", cs->nshapes);
   for (int i = 0; i < cs->nshapes; i++) {
     qc_module m;
     memset(&m, 0, sizeof m);
     m.cls = row->cls;
     snprintf(m.path, sizeof m.path, "%s", row->cls->name);
-    int rc = set_contract(&m, cs, NULL, profile);
+    int rc = set_contract(&m, cs, NULL, profile), first = a->res->n;
+    double t0 = qc_now_s();
     clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
     if (!rc) {
       if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
-      rc = qc_audit_module(a, &m);
+      rc = audit_described(a, &m, first, t0, cs->values[0] ? cs->values : "normal");
     }
+    qc_progress_step(&pg, i + 1, m.path);
     qc_module_free(&m);
-    if (rc) return rc;
+    if (rc) {
+      qc_progress_end(&pg);
+      return rc;
+    }
   }
+  qc_progress_end(&pg);
   return QC_OK;
 }
 
@@ -178,7 +207,9 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   int n = 0, rc;
   loader *L = NULL;
   qc_prefetch pf;
+  qc_progress pg;
   memset(&pf, 0, sizeof pf);
+  memset(&pg, 0, sizeof pg);
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   if (n == 0) {
@@ -203,8 +234,10 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   L->ents = ents;
   L->with_grads = cs->cand == QC_CAND_DUMP;
   if ((rc = qc_prefetch_start(&pf, n, 1, load_entry, L))) goto done;
+  qc_progress_start(&pg, "vjp", "modules", n);
   for (int i = 0; i < n && !rc; i++) {
-    int k;
+    int k, first = a->res->n;
+    double t0 = qc_now_s();
     if ((rc = qc_prefetch_wait(&pf, i, &k))) break;
     load_slot *cur = &L->slot[k];
     char where[QC_PATHLEN + 1100];
@@ -219,14 +252,16 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     if (!rc) {
       a->frozen = cur->frozen;
       if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m->path);
-      rc = qc_audit_module(a, m);
+      rc = audit_described(a, m, first, t0, NULL);
       a->frozen = NULL;
     }
+    qc_progress_step(&pg, i + 1, m->path);
     qc_module_free(m);
     cur->loaded = 0;
     if (!rc) rc = qc_prefetch_release(&pf, i);
   }
 done:
+  qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
   if (L)
     for (int k = 0; k < 2; k++)

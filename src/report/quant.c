@@ -23,6 +23,9 @@ static int render_json(qc_sbuf *out, const qc_quant_info *qi) {
     for (int i = 0; i < qi->n; i++)
       if (c[i].ok) cJSON_AddItemToArray(by, cJSON_CreateString(qc_qprof_name(c[i].prof)));
   }
+  int bad = 0;
+  for (int i = 0; i < qi->n; i++) bad += !c[i].ok;
+  qc_report_totals(root, qi->n, bad, 0);
   cJSON *checks = cJSON_AddArrayToObject(root, "checks");
   for (int i = 0; i < qi->n; i++) {
     cJSON *o = cJSON_CreateObject();
@@ -50,7 +53,7 @@ static int make_list(qc_tlist *l, const qc_quant_info *qi) {
   if (!qi->identify) {
     for (int i = 0; i < qi->n; i++) {
       snprintf(name, sizeof name, "%s/%s", qi->format, qc_qprof_name(c[i].prof));
-      int rc = qc_tlist_add(l, qi->module, "quant", name, c[i].ok ? NULL : c[i].line, c[i].ok ? c[i].line : NULL);
+      int rc = qc_tlist_add(l, qi->module, qi->module, name, c[i].ok ? NULL : c[i].line, c[i].ok ? c[i].line : NULL);
       if (rc) return rc;
     }
     return QC_OK;
@@ -60,13 +63,14 @@ static int make_list(qc_tlist *l, const qc_quant_info *qi) {
     k += snprintf(out + k, sizeof out - (size_t)k, "%s%s %s", i ? ", " : "", qc_qprof_name(c[i].prof),
                   c[i].ok ? "reproduces" : "does not reproduce");
   snprintf(name, sizeof name, "%s/identify", qi->format);
-  return qc_tlist_add(l, qi->module, "quant", name, qi->any ? NULL : "no profile reproduces the deployed bytes", out);
+  return qc_tlist_add(l, qi->module, qi->module, name, qi->any ? NULL : "no profile reproduces the deployed bytes", out);
 }
 
 int qc_report_quant(qc_report_out *o, const qc_quant_info *qi) {
   qc_tlist tl = {0};
   int rc = QC_OK;
   if ((qc_report_wants(o, QC_REP_JUNIT) || qc_report_wants(o, QC_REP_MARKDOWN)) && (rc = make_list(&tl, qi))) goto done;
+  qc_tlist_spread(&tl, qi->seconds);
   if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], qi))) goto done;
   if (qc_report_wants(o, QC_REP_JUNIT) && (rc = qc_tlist_junit(&tl, "quant", &o->doc[QC_REP_JUNIT]))) goto done;
   if (qc_report_wants(o, QC_REP_MARKDOWN)) {

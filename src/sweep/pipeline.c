@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/progress.h"
 #include "core/qc.h"
 #include "io/prefetch.h"
 #include "model/check.h"
@@ -424,8 +425,11 @@ int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o,
   int nslot = 0;
   work w;
   qc_prefetch pf;
+  qc_progress pg;
   memset(&w, 0, sizeof w);
   memset(&pf, 0, sizeof pf);
+  qc_progress_start(&pg, "contract", "units", s->units);
+  if (!o->progress) pg.on = 0;
   if (!ug || !ue) { rc = qc_err_sys("out of memory"); goto out; }
   for (int i = 0, u = 0; i < nplan; i++)
     for (int e = 0; e < plans[i].E; e++, u++) { ug[u] = i; ue[u] = e; }
@@ -462,14 +466,13 @@ int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o,
     s->t_wait += qc_now_s() - t0;
     if (rc) goto out;
     slot *cur = &sl[k];
-    if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", u + 1, s->units, cur->module);
     s->t_read += cur->t_read;
     if ((rc = compute(be, o, cur, &w, G, s))) goto out;
+    qc_progress_step(&pg, u + 1, cur->module);
     if ((rc = qc_prefetch_release(&pf, u))) goto out; /* its work synced: the slot is free */
   }
-  if (o->progress) fprintf(stderr, "\r\033[K");
 out:
-  if (rc && o->progress) fprintf(stderr, "\n");
+  qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
   if (rc) be->sync(be); /* nothing queued may outlive the buffers */
   for (int k = 0; sl && k < nslot; k++) slot_free(&sl[k], be);
