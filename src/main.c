@@ -11,6 +11,8 @@ int qc_cmd_contract(int argc, char **argv);
 int qc_cmd_tol(int argc, char **argv);
 int qc_cmd_fd(int argc, char **argv);
 int qc_cmd_quant(int argc, char **argv);
+int qc_cmd_sft(int argc, char **argv);
+int qc_cmd_step(int argc, char **argv);
 
 static const qc_verb g_verbs[] = {
     {"vjp", qc_cmd_vjp, "layer 1: each production VJP against an independent float64 reference"},
@@ -18,6 +20,8 @@ static const qc_verb g_verbs[] = {
     {"tol", qc_cmd_tol, "derive tolerances, with their reasoning, from dtypes, reduction length and format"},
     {"fd", qc_cmd_fd, "finite differences: each float64 reference VJP against its float64 forward"},
     {"quant", qc_cmd_quant, "re-quantize a dump's master weight and check its deployed bytes"},
+    {"sft", qc_cmd_sft, "layer 3: three SFT arms' logs compared in a window against declared bounds"},
+    {"step", qc_cmd_step, "one optimizer step recomputed in float64 and compared, per parameter"},
 };
 static const int g_nverbs = (int)(sizeof g_verbs / sizeof g_verbs[0]);
 

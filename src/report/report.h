@@ -22,17 +22,28 @@
 
 enum { QC_REP_JSON = 0, QC_REP_JUNIT, QC_REP_MARKDOWN, QC_REP_KINDS };
 
+/* A file written with the reports (a plot beside a Markdown report). */
+typedef struct qc_report_file {
+  char *path;                     /* malloc'd */
+  qc_sbuf doc;
+} qc_report_file;
+
 typedef struct qc_report_out {
   const char *path[QC_REP_KINDS]; /* the requested paths (NULL: not asked) */
   qc_sbuf doc[QC_REP_KINDS];      /* their rendered texts */
+  int nextra, capextra;           /* more files, committed with the reports */
+  qc_report_file *extra;
 } qc_report_out;
 
 /* Set the requested paths (any may be NULL). */
 void qc_report_out_init(qc_report_out *o, const char *json, const char *junit, const char *markdown);
+/* Add a file to the same all-or-none commit (path copied; doc's text taken
+ * over and doc cleared). QC_OK or QC_ESYS. */
+int qc_report_add_file(qc_report_out *o, const char *path, qc_sbuf *doc);
 /* 1 when report `kind` was asked for. */
 int qc_report_wants(const qc_report_out *o, int kind);
-/* Write every rendered report: a temporary file beside each path, all of
- * them written and fsync'd before the first rename. On any failure no
+/* Write every rendered report and added file: a temporary file beside
+ * each path, all of them written and fsync'd before the first rename. On any failure no
  * temporary is left and no requested path holds a report of this run or an
  * older one (each is removed), and the error names the path. */
 int qc_report_commit(qc_report_out *o);
