@@ -16,6 +16,10 @@
 #include "numerics/formats.h"
 #include "numerics/metrics.h"
 
+static int arm_rank(const char *name) {
+  return strcmp(name, "under_test") == 0 ? 0 : strcmp(name, "gradient_reference") == 0 ? 1 : 2;
+}
+
 int qc_step_load(qc_step_run *r, const qc_step_case *cs) {
   memset(r, 0, sizeof *r);
   r->cs = cs;
@@ -31,6 +35,13 @@ int qc_step_load(qc_step_run *r, const qc_step_case *cs) {
     if (!found) return qc_err("step: arm '%s' is in no dump of case '%s'", cs->arms[i], cs->path);
   }
   if (r->narm == 0) return qc_err("step: the dumps of case '%s' hold no arm group", cs->path);
+  /* the arms in the method's order: under test first, then the reference, then the rest by name */
+  for (int i = 1; i < r->narm; i++)
+    for (int j = i; j > 0 && arm_rank(r->arms[j].name) < arm_rank(r->arms[j - 1].name); j--) {
+      qc_step_arm t = r->arms[j];
+      r->arms[j] = r->arms[j - 1];
+      r->arms[j - 1] = t;
+    }
   r->t_read = qc_now_s() - t0;
   return QC_OK;
 }
@@ -218,6 +229,8 @@ static int judge_arm(qc_step_run *r, qc_step_arm *a, qc_step_norms *nm, int *upd
   nm->implied_grad_norm = NAN;
   if (!ident) {
     snprintf(nm->implied_why, sizeof nm->implied_why, "not inferable: the update barely depends on the gradient's scale (AdamW's first step)");
+  } else if (!(rel <= 0.01)) {
+    snprintf(nm->implied_why, sizeof nm->implied_why, "not inferable: no clip coefficient explains the update (best relative rms error %.3g)", rel);
   } else {
     nm->has_implied = 1;
     nm->implied_clip_coef = c;

@@ -251,13 +251,27 @@ static int judged_metrics(const qc_sft_case *cs, const char **out, int max) {
   return n;
 }
 
+/* The bounds of a check in a few words ("pointwise_rel 0.002"). */
+static void bounds_short(const qc_sft_bounds *b, char *out, size_t n) {
+  size_t k = 0;
+  out[0] = 0;
+#define B(cond, fmt, val) if ((cond) && k < n) k += (size_t)snprintf(out + k, n - k, "%s" fmt, k ? " " : "", val)
+  B(b->has_pw_abs, "pw_abs %g", b->pw_abs);
+  B(b->has_pw_rel, "pw_rel %g", b->pw_rel);
+  B(b->has_mean_abs, "mean_abs %g", b->mean_abs);
+  B(b->has_mean_rel, "mean_rel %g", b->mean_rel);
+  B(b->has_equiv, "equiv +-%g", b->eq_delta);
+  B(b->has_noise, "noise x%g", b->noise_multiple);
+#undef B
+}
+
 void qc_report_sft_table(const qc_sft_view *v) {
   const qc_sft_case *cs = v->cs;
   const char *xn = cs->x_tokens ? "tokens" : "step";
   printf("sft: case %s, window [%g, %g] on %s\n", cs->name, cs->w0, cs->w1, xn);
   const char *ms[64];
   int nm = judged_metrics(cs, ms, 64);
-  printf("%-22s", "mean (last) over the window");
+  printf("%-22s", "mean (last) in window");
   for (int a = 0; a < cs->narm; a++) printf(" %24s", cs->arms[a].key);
   printf("\n");
   for (int i = 0; i < nm; i++) {
@@ -295,7 +309,9 @@ void qc_report_sft_table(const qc_sft_view *v) {
     if (pr->reasons[0]) printf("  %s\n", pr->reasons);
     for (int i = 0; i < pc->ncheck; i++) {
       const qc_sft_check_res *c = &pr->checks[i];
-      printf("  %-16s %-12s %6lld points  mean diff %-11.4g max rel %-11.4g %s\n", pc->checks[i].metric,
+      char bs[64];
+      bounds_short(&pc->checks[i].b, bs, sizeof bs);
+      printf("  %-14s %-24s %-12s %5lld points  mean diff %-10.3g max rel %-10.3g %s\n", pc->checks[i].metric, bs,
              qc_l3_verdict_name(c->verdict), (long long)c->npoints, c->mean_diff, c->max_rel, c->why);
     }
     if (pr->loc != QC_LOC_NONE) printf("  -> %s\n", qc_l3_loc_advice(pr->loc));
