@@ -1,9 +1,9 @@
 /* log.c: an arm's log read whole and its format told by content (see
  * l3log.h): TFRecord framing whose first length CRC checks is TensorBoard;
- * a JSON object followed by more is JSONL; a single object is
- * trainer_state.json (log_history), Megatron golden values (metrics holding
- * "values") or a one-line JSONL; anything else is CSV, whose header must
- * name a `step` column. A folder is read as TensorBoard event files. */
+ * a single JSON object holding log_history is trainer_state.json, one whose
+ * first member holds "values" Megatron golden values; other JSON is JSONL
+ * (whose records need a step); anything else is CSV, whose header must name
+ * a `step` column. A folder is read as TensorBoard event files. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -69,12 +69,11 @@ static int parse_into(const char *buf, size_t n, qc_l3_log *out) {
     int has_step, has_hist, mega;
     const char *end = qc_js_probe(p, e, &has_step, &has_hist, &mega);
     if (!end) return qc_err("log '%s': malformed JSON on line %ld", out->path, qc_line_of(buf, p));
-    if (qc_js_ws(end, e) != e || has_step) return qc_log_parse_jsonl(p, (size_t)(e - p), out);
-    if (has_hist) return qc_log_parse_hf(p, (size_t)(e - p), out);
-    if (mega) return qc_log_parse_megatron(p, (size_t)(e - p), out);
-    qc_err("log '%s': a JSON object with neither 'step' (JSONL), 'log_history' (trainer_state.json) nor metrics holding "
-           "'values' (Megatron golden values)", out->path);
-    return QC_EINPUT;
+    if (qc_js_ws(end, e) == e && !has_step && has_hist) return qc_log_parse_hf(p, (size_t)(e - p), out);
+    if (qc_js_ws(end, e) == e && !has_step && mega) return qc_log_parse_megatron(p, (size_t)(e - p), out);
+    /* JSONL, or a single object of none of the formats: read as JSONL, whose
+     * records need a step (the message says so) */
+    return qc_log_parse_jsonl(p, (size_t)(e - p), out);
   }
   if (*p == '[') return qc_err("log '%s': a JSON array: expected one object per line (JSONL)", out->path);
   return qc_log_parse_csv(buf, n, out);

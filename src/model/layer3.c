@@ -85,6 +85,9 @@ static int add_col(qc_l3_log *l, const char *name, size_t len) {
   return l->ncol++;
 }
 
+/* The same value (bit for bit, any NaN equal to any NaN): a repeat, not a duplicate. */
+static int same(double a, double b) { return (a == b && signbit(a) == signbit(b)) || (isnan(a) && isnan(b)); }
+
 int qc_l3_log_set(qc_l3_log *l, const char *name, size_t len, double v) {
   if (l->n == 0) return qc_err("log '%s': a value before any step", l->path);
   int c = l->hint;
@@ -95,7 +98,7 @@ int qc_l3_log_set(qc_l3_log *l, const char *name, size_t len, double v) {
   }
   l->hint = c + 1;
   int64_t r = l->n - 1;
-  if (l->col[c].has[r]) {
+  if (l->col[c].has[r] && !same(l->col[c].v[r], v)) {
     l->dup_values++;
     l->rec_dup = 1;
   }
@@ -130,7 +133,9 @@ int qc_l3_log_finish(qc_l3_log *l) {
       int dup = 0;
       for (int c = 0; c < l->ncol; c++) {
         if (!l->col[c].has[idx[g1]]) continue;
-        if (seen[c]) { dup = 1; l->dup_values++; }
+        double v = l->col[c].v[idx[g1]];
+        for (int64_t k = g0; seen[c] && k < g1; k++)
+          if (l->col[c].has[idx[k]] && !same(l->col[c].v[idx[k]], v)) { dup = 1; l->dup_values++; break; }
         seen[c] = 1;
       }
       if (dup) {

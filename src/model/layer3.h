@@ -13,7 +13,9 @@
  *   qc_l3_log_finish(l);                rows sorted, same steps merged
  *
  * A record at the step of the row before it adds to that row; a value set
- * twice for one (step, metric) keeps the last and counts as a duplicate. */
+ * twice for one (step, metric) keeps the last, and counts as a duplicate
+ * when the two differ (a repeat of the same value, as the epoch in the
+ * train and eval entries of a trainer_state.json, is not). */
 #ifndef QC_LAYER3_H
 #define QC_LAYER3_H
 
