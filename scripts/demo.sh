@@ -1,7 +1,8 @@
 #!/bin/sh
 # demo.sh: what `make demo` runs after installing and building: a real
 # layer-1 audit on generated inputs, then a dump with planted defects that
-# the audit must catch. Exits 0 when both behave as they should.
+# the audit must catch, then layer 3 on a real proxy SFT (healthy, and with
+# a planted late bug). Exits 0 when all behave as they should.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 Q=./qatcheck
@@ -25,5 +26,30 @@ rc=$?
 awk 'NR == 1 || /FAIL/ || /^vjp:/' "$T/out"
 echo "   exit $rc (1 = a defect found)"
 [ "$rc" -eq 1 ] || { echo "demo: the planted defects should fail"; exit 1; }
+echo
+
+echo "== 3. layer 3: a proxy SFT in three arms (scripts/proxy_sft.py), then qatcheck sft and step"
+L3="$T/proxy"
+/usr/bin/python3 scripts/proxy_sft.py --out "$L3" --formats jsonl,csv,tb --step-dump "$L3/step.h5" || exit 2
+cp cases/proxy/sft.json cases/proxy/step.json "$L3/"
+mkdir -p reports/sft
+$Q sft --case "$L3/sft.json" --json reports/sft.json --markdown reports/sft/sft.md
+rc=$?
+echo "   exit $rc; reports in reports/sft.json, reports/sft/sft.md (with its plots)"
+[ $rc -eq 0 ] || { echo "demo: the healthy proxy SFT should pass"; exit 1; }
+$Q step --case "$L3/step.json" --json reports/step.json >"$T/out"
+rc=$?
+grep -v ' pass *$' "$T/out"
+echo "   exit $rc"
+[ $rc -eq 0 ] || { echo "demo: the healthy one-step update should pass"; exit 1; }
+echo "-- the same, with the quantized weights' refresh stopping after 20 steps (under_test only)"
+/usr/bin/python3 scripts/proxy_sft.py --out "$T/stale" --arms under_test --plant refresh-stops=20 --formats jsonl >/dev/null || exit 2
+ln -s "$L3/gradient_reference" "$L3/native_baseline" "$T/stale/" && cp cases/proxy/sft.json "$T/stale/"
+$Q sft --case "$T/stale/sft.json" >"$T/out"
+rc=$?
+grep -E '^pair|->' "$T/out"
+echo "   exit $rc (1 = a pair deviates)"
+[ $rc -eq 1 ] || { echo "demo: the stale quantized weights should deviate"; exit 1; }
+
 echo
 echo "demo: ok"

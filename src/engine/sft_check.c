@@ -71,7 +71,8 @@ int qc_sft_bootstrap(const double *d, int64_t n, int block, int B, uint64_t seed
   for (int b = 0; b < B; b++) {
     double s = 0;
     for (int64_t left = n; left > 0;) {
-      int64_t st = (int64_t)(qc_rng_u64(&g) % (uint64_t)n), len = left < block ? left : block;
+      /* a uniform start in [0, n): the high word of a 64 x 64-bit product (no division) */
+      int64_t st = (int64_t)(((unsigned __int128)qc_rng_u64(&g) * (uint64_t)n) >> 64), len = left < block ? left : block;
       s += st + len <= n ? P[st + len] - P[st] : (P[n] - P[st]) + P[st + len - n]; /* circular */
       left -= len;
     }

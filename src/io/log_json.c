@@ -263,31 +263,33 @@ static const char *object(const char *p, const char *e, rec *r, int top, int *ha
 /* A step value: an integer (a double holding one), |step| < 2^53. */
 static int step_ok(double s) { return isfinite(s) && s == floor(s) && fabs(s) < 9007199254740992.0; }
 
-/* One record object at p into the log. `what` names it ("line 12", "log_history[3]"). */
-static const char *record(const char *p, const char *e, rec *r, qc_l3_log *out, const char *what, int *rc) {
+/* One record object at p into the log; kind and idx name it in messages
+ * ("line" 12, "log_history" 3), formatted only on an error. */
+static const char *record(const char *p, const char *e, rec *r, qc_l3_log *out, const char *kind, long idx, int *rc) {
   const char *err = NULL;
   int has_step = 0;
   double step = 0;
   r->n = 0;
   r->used = 0;
   const char *end = object(p, e, r, 1, &has_step, &step, &err);
+  if (end && has_step && step_ok(step)) {
+    if ((*rc = qc_l3_log_row(out, (int64_t)step))) return NULL;
+    for (int i = 0; i < r->n; i++)
+      if ((*rc = qc_l3_log_set(out, r->v[i].name, r->v[i].len, r->v[i].v))) return NULL;
+    return end;
+  }
+  char what[48];
+  if (strcmp(kind, "line") == 0) snprintf(what, sizeof what, "line %ld", idx);
+  else snprintf(what, sizeof what, "%s[%ld]", kind, idx);
   if (!end) {
     *rc = err && strcmp(err, "out of memory") == 0 ? QC_ESYS : qc_err("log '%s': %s: %s", out->path, what, err ? err : "malformed JSON");
-    return NULL;
-  }
-  if (!has_step) {
+  } else if (!has_step) {
     *rc = qc_err("log '%s': %s has no 'step'", out->path, what);
     qc_hint("each record needs \"step\": the optimizer step (an integer)");
-    return NULL;
-  }
-  if (!step_ok(step)) {
+  } else {
     *rc = qc_err("log '%s': %s: 'step' is %g: expected an integer", out->path, what, step);
-    return NULL;
   }
-  if ((*rc = qc_l3_log_row(out, (int64_t)step))) return NULL;
-  for (int i = 0; i < r->n; i++)
-    if ((*rc = qc_l3_log_set(out, r->v[i].name, r->v[i].len, r->v[i].v))) return NULL;
-  return end;
+  return NULL;
 }
 
 int qc_log_parse_jsonl(const char *buf, size_t n, qc_l3_log *out) {
@@ -301,9 +303,7 @@ int qc_log_parse_jsonl(const char *buf, size_t n, qc_l3_log *out) {
     if (!eol) eol = e;
     const char *q = qc_js_ws(p, eol);
     if (q < eol) {
-      char what[32];
-      snprintf(what, sizeof what, "line %ld", line);
-      const char *end = record(q, eol, &r, out, what, &rc);
+      const char *end = record(q, eol, &r, out, "line", line, &rc);
       if (!end) break;
       if (qc_js_ws(end, eol) != eol) { rc = qc_err("log '%s': line %ld: text after the object (one JSON object per line)", out->path, line); break; }
     }
@@ -334,9 +334,7 @@ int qc_log_parse_hf(const char *buf, size_t n, qc_l3_log *out) {
       if (p >= e || *p != '[') { rc = qc_err("log '%s': 'log_history' is not an array", out->path); goto done; }
       p = qc_js_ws(p + 1, e);
       for (int i = 0; p < e && *p != ']'; i++) {
-        char what[48];
-        snprintf(what, sizeof what, "log_history[%d]", i);
-        if (!(p = record(p, e, &r, out, what, &rc))) goto done;
+        if (!(p = record(p, e, &r, out, "log_history", i, &rc))) goto done;
         p = qc_js_ws(p, e);
         if (p < e && *p == ',') p = qc_js_ws(p + 1, e);
       }

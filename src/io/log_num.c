@@ -47,26 +47,52 @@ static const char *slow(const char *s, const char *p, double *out) {
   return p;
 }
 
+/* 1 when the 8 bytes at p are all ASCII digits. */
+static inline int eight_digits(const char *p, uint64_t *v) {
+  memcpy(v, p, 8);
+  return ((*v & 0xF0F0F0F0F0F0F0F0ull) | (((*v + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) == 0x3333333333333333ull;
+}
+
+/* The value of 8 ASCII digits (little-endian load), by pairs, quads, octet. */
+static inline uint64_t eight_value(uint64_t v) {
+  v -= 0x3030303030303030ull;
+  v = (v * 10) + (v >> 8);
+  return (((v & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) + (((v >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >> 32;
+}
+
+/* Digits at *pp into w: up to 19 significant ones (nd counts them; leading
+ * zeros are not significant), the rest only noted (*trunc when non-zero);
+ * *q moves by -1 per significant fraction digit (frac) or +1 per dropped
+ * integer digit. Eight digits at a time where they fit. Returns the count. */
+static inline int digits(const char **pp, const char *e, uint64_t *w, int *nd, int *q, int *trunc, int frac) {
+  const char *p = *pp, *s = p;
+  if (*w == 0) /* leading zeros: only move the exponent of a fraction */
+    for (; p < e && *p == '0'; p++) *q -= frac;
+  uint64_t v;
+  while (*nd <= 11 && e - p >= 8 && eight_digits(p, &v)) {
+    *w = *w * 100000000ull + eight_value(v);
+    *nd += 8;
+    *q -= 8 * frac;
+    p += 8;
+  }
+  for (; p < e && (unsigned)(*p - '0') < 10; p++) {
+    if (*nd < 19) { *w = *w * 10 + (uint64_t)(*p - '0'); *nd += 1; *q -= frac; }
+    else { *q += !frac; *trunc |= *p != '0'; }
+  }
+  *pp = p;
+  return (int)(p - s);
+}
+
 const char *qc_num_parse(const char *p, const char *e, double *out) {
   const char *s = p;
   int neg = 0;
   if (p < e && *p == '-') { neg = 1; p++; }
   uint64_t w = 0;
-  int nd = 0, q = 0, any = 0, trunc = 0;
-  for (; p < e && (unsigned)(*p - '0') < 10; p++) {
-    any = 1;
-    if (w == 0 && *p == '0') continue;
-    if (nd < 19) { w = w * 10 + (uint64_t)(*p - '0'); nd++; }
-    else { q++; trunc |= *p != '0'; }
-  }
+  int nd = 0, q = 0, trunc = 0;
+  int any = digits(&p, e, &w, &nd, &q, &trunc, 0) > 0;
   if (p < e && *p == '.') {
-    const char *f = ++p;
-    for (; p < e && (unsigned)(*p - '0') < 10; p++) {
-      if (w == 0 && *p == '0') { q--; continue; }
-      if (nd < 19) { w = w * 10 + (uint64_t)(*p - '0'); nd++; q--; }
-      else trunc |= *p != '0';
-    }
-    if (p == f) return NULL; /* "1." */
+    p++;
+    if (digits(&p, e, &w, &nd, &q, &trunc, 1) == 0) return NULL; /* "1." */
     any = 1;
   }
   if (!any) return NULL;

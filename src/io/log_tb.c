@@ -33,7 +33,8 @@ typedef struct {
 } pb;
 
 /* One varint; 0 on success. */
-static int varint(pb *b, uint64_t *v) {
+static inline int varint(pb *b, uint64_t *v) {
+  if (b->p < b->e && *b->p < 0x80) { *v = *b->p++; return 0; } /* one byte: keys and short lengths */
   uint64_t r = 0;
   for (int s = 0; s < 64 && b->p < b->e; s += 7) {
     uint8_t c = *b->p++;
@@ -46,7 +47,7 @@ static int varint(pb *b, uint64_t *v) {
 /* The next field: its number and wire type; for wire type 2 the payload in
  * *sub, for 0 the value in *v, for 1 and 5 the bytes in *sub. 0 on success,
  * 1 at the end, -1 when malformed. */
-static int next_field(pb *b, uint32_t *num, int *wt, uint64_t *v, pb *sub) {
+static inline int next_field(pb *b, uint32_t *num, int *wt, uint64_t *v, pb *sub) {
   if (b->p >= b->e) return 1;
   uint64_t key;
   if (varint(b, &key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff) return -1;
