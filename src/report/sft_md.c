@@ -43,6 +43,27 @@ static void safe(char *dst, size_t n, const char *s) {
   dst[k] = 0;
 }
 
+/* Arm a's values of `metric` with x in [x0, x1], thinned to PLOT_MAX points. */
+static int other_arm(const qc_sft_view *v, int a, const char *metric, double x0, double x1, double *ox, double *oy) {
+  const qc_l3_log *l = &v->logs[a];
+  int c = qc_l3_log_col(l, metric), xc = v->cs->x_tokens ? qc_l3_log_col(l, "tokens") : -1;
+  if (c < 0 || (v->cs->x_tokens && xc < 0)) return 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < l->n; i++) {
+    double x = xc < 0 ? (double)l->step[i] : l->col[xc].has[i] ? l->col[xc].v[i] : NAN;
+    n += l->col[c].has[i] && x >= x0 && x <= x1;
+  }
+  int64_t stride = n > PLOT_MAX ? (n + PLOT_MAX - 1) / PLOT_MAX : 1, j = 0, k = 0;
+  for (int64_t i = 0; i < l->n && k < PLOT_MAX; i++) {
+    double x = xc < 0 ? (double)l->step[i] : l->col[xc].has[i] ? l->col[xc].v[i] : NAN;
+    if (!(l->col[c].has[i] && x >= x0 && x <= x1)) continue;
+    if (j++ % stride) continue;
+    ox[k] = x;
+    oy[k++] = l->col[c].v[i];
+  }
+  return (int)k;
+}
+
 /* The plots of check i of pair p: added to o beside the Markdown; their
  * file names (relative to the Markdown's folder) appended to md. */
 static int plots(qc_report_out *o, const qc_sft_view *v, int p, int i, const char *stem_dir, const char *stem, qc_sbuf *md) {
@@ -53,7 +74,7 @@ static int plots(qc_report_out *o, const qc_sft_view *v, int p, int i, const cha
   if (!c->x || c->npoints == 0) return QC_OK;
   const char *xn = cs->x_tokens ? "tokens" : "step";
   int64_t n = c->npoints, *idx = malloc((size_t)(PLOT_MAX + 2) * sizeof *idx);
-  double *buf = malloc((size_t)(PLOT_MAX + 2) * 7 * sizeof *buf);
+  double *buf = malloc((size_t)(PLOT_MAX + 2) * 7 * sizeof *buf), *others = NULL;
   int rc = QC_OK;
   if (!idx || !buf) { rc = qc_err_sys("out of memory drawing plots"); goto done; }
   int64_t keep = -1;
@@ -67,16 +88,27 @@ static int plots(qc_report_out *o, const qc_sft_view *v, int p, int i, const cha
     sb += fabs(c->b[j]);
     if (q < m && idx[q] == j) {
       X[q] = c->x[j]; A[q] = c->a[j]; B[q] = c->b[j]; L[q] = c->lo[j]; H[q] = c->hi[j]; C[q] = c->cum[j];
-      CB[q] = (b->has_mean_abs ? b->mean_abs : 0) + (b->has_mean_rel ? b->mean_rel * sb / (double)(j + 1) : 0);
+      /* the mean bound, from the 10th point on, where it is judged */
+      CB[q] = j + 1 < 10 ? NAN : (b->has_mean_abs ? b->mean_abs : 0) + (b->has_mean_rel ? b->mean_rel * sb / (double)(j + 1) : 0);
       q++;
     }
   }
   char title[400], file[QC_L3_PATH + 400], sm[QC_L3_NAME], label[96];
   safe(sm, sizeof sm, k->metric);
-  qc_svg_series s[2] = {{.label = cs->arms[pc->a].key, .x = X, .y = A, .n = (int)m},
-                        {.label = cs->arms[pc->b].key, .x = X, .y = B, .n = (int)m, .dashed = 1}};
+  qc_svg_series s[2 + QC_L3_MAXARMS] = {{.label = cs->arms[pc->a].key, .x = X, .y = A, .n = (int)m},
+                                        {.label = cs->arms[pc->b].key, .x = X, .y = B, .n = (int)m, .dashed = 1}};
   snprintf(title, sizeof title, "%s: %s vs %s (%s)", k->metric, cs->arms[pc->a].key, cs->arms[pc->b].key, qc_l3_verdict_name(c->verdict));
   qc_svg_plot pl = {.title = title, .xlabel = xn, .ylabel = k->metric, .series = s, .nseries = 2};
+  /* the other arms, grey, for the three-arm picture */
+  others = malloc((size_t)(cs->narm ? cs->narm : 1) * 2 * (PLOT_MAX + 2) * sizeof *others);
+  if (!others) { rc = qc_err_sys("out of memory drawing plots"); goto done; }
+  for (int a = 0, q = 0; a < cs->narm; a++) {
+    if (a == pc->a || a == pc->b) continue;
+    double *ox = others + (size_t)q * 2 * (PLOT_MAX + 2), *oy = ox + PLOT_MAX + 2;
+    int on = other_arm(v, a, k->metric, X[0], X[m - 1], ox, oy);
+    if (on > 0) s[pl.nseries++] = (qc_svg_series){.label = cs->arms[a].key, .x = ox, .y = oy, .n = on, .color = "#9a9a9a", .dashed = 1};
+    q++;
+  }
   if (b->has_pw_abs || b->has_pw_rel || b->has_noise) {
     pl.band_x = X; pl.band_lo = L; pl.band_hi = H; pl.band_n = (int)m;
     snprintf(label, sizeof label, "%s bound", b->has_pw_abs || b->has_pw_rel ? "pointwise" : "noise");
@@ -87,7 +119,7 @@ static int plots(qc_report_out *o, const qc_sft_view *v, int p, int i, const cha
     int mean_plot = pass == 1;
     if (mean_plot && !(b->has_mean_abs || b->has_mean_rel || b->has_equiv)) break;
     qc_sbuf svg = {0};
-    qc_svg_series cm = {.label = "cumulative mean of a - b", .x = X, .y = C, .n = (int)m};
+    qc_svg_series cm = {.label = "cumulative mean", .x = X, .y = C, .n = (int)m};
     double *nl = L, *nh = H;
     char t2[400];
     qc_svg_plot mp = {.title = t2, .xlabel = xn, .ylabel = "mean difference", .series = &cm, .nseries = 1};
@@ -116,6 +148,7 @@ static int plots(qc_report_out *o, const qc_sft_view *v, int p, int i, const cha
 done:
   free(idx);
   free(buf);
+  free(others);
   return rc;
 }
 
