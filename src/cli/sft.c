@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/caseverb.h"
 #include "cli/cli.h"
 #include "core/qc.h"
 #include "engine/sft.h"
@@ -30,23 +31,11 @@ static void help(void) {
 }
 
 int qc_cmd_sft(int argc, char **argv) {
-  qc_common_opts co = {0};
-  const char *case_path = NULL;
-  for (int i = 1; i < argc; i++) {
-    int r;
-    if (qc_opt_help(argv[i])) { help(); return 0; }
-    if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--case", &case_path))) { if (r < 0) return QC_EINPUT; continue; }
-    qc_hint("run 'qatcheck sft --help'");
-    return qc_err("sft: unknown option '%s'", argv[i]);
-  }
-  if (!case_path) {
-    qc_hint("qatcheck sft --case cases/proxy_sft.json");
-    return qc_err("sft: option '--case' is required");
-  }
-  int rc = qc_opt_cpu_only("sft", co.device, SFT_NO_DEVICE);
-  if (rc) return rc;
-  if (co.profile) return qc_err("sft: '--profile' does not apply: sft reads logs, it quantizes nothing");
+  qc_common_opts co;
+  const char *case_path;
+  int done, rc = qc_case_verb_opts(argc, argv, "sft", help, "qatcheck sft --case cases/proxy/sft.json", SFT_NO_DEVICE,
+                                   "sft reads logs, it quantizes nothing", &co, &case_path, &done);
+  if (rc || done) return rc;
   qc_sft_case *cs = qc_calloc(1, sizeof *cs, "case");
   qc_sft_run *run = qc_calloc(1, sizeof *run, "sft run");
   qc_report_out out;

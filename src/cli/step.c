@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/caseverb.h"
 #include "cli/cli.h"
 #include "core/qc.h"
 #include "engine/step.h"
@@ -29,23 +30,11 @@ static void help(void) {
 }
 
 int qc_cmd_step(int argc, char **argv) {
-  qc_common_opts co = {0};
-  const char *case_path = NULL;
-  for (int i = 1; i < argc; i++) {
-    int r;
-    if (qc_opt_help(argv[i])) { help(); return 0; }
-    if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--case", &case_path))) { if (r < 0) return QC_EINPUT; continue; }
-    qc_hint("run 'qatcheck step --help'");
-    return qc_err("step: unknown option '%s'", argv[i]);
-  }
-  if (!case_path) {
-    qc_hint("qatcheck step --case cases/proxy_step.json");
-    return qc_err("step: option '--case' is required");
-  }
-  int rc = qc_opt_cpu_only("step", co.device, STEP_NO_DEVICE);
-  if (rc) return rc;
-  if (co.profile) return qc_err("step: '--profile' does not apply: step quantizes nothing");
+  qc_common_opts co;
+  const char *case_path;
+  int done, rc = qc_case_verb_opts(argc, argv, "step", help, "qatcheck step --case cases/proxy/step.json", STEP_NO_DEVICE,
+                                   "step quantizes nothing", &co, &case_path, &done);
+  if (rc || done) return rc;
   qc_step_case *cs = qc_calloc(1, sizeof *cs, "case");
   qc_step_run run;
   memset(&run, 0, sizeof run);

@@ -177,6 +177,26 @@ static const char *metric_value(const char *p, const char *e, double *v, int *ki
   return qc_js_skip(p, e, 1);
 }
 
+/* A member of an object being walked, at p: its key into name[0..cap)
+ * ("" when longer), and where its value starts (past ':' and space). NULL
+ * when malformed. */
+static const char *member(const char *p, const char *e, char *name, size_t cap) {
+  size_t len;
+  const char *k = qc_js_string(p, e, name, cap, &len);
+  if (!k) {
+    if (!(k = qc_js_string(p, e, NULL, 0, NULL))) return NULL;
+    name[0] = 0;
+  }
+  p = qc_js_ws(k, e);
+  return p < e && *p == ':' ? qc_js_ws(p + 1, e) : NULL;
+}
+
+/* Past a member's value: its ',' and space, if any. */
+static const char *after(const char *p, const char *e) {
+  p = qc_js_ws(p, e);
+  return p < e && *p == ',' ? qc_js_ws(p + 1, e) : p;
+}
+
 /* ---- records: one object of metrics and a step ---------------------------------- */
 
 typedef struct {
@@ -323,26 +343,19 @@ int qc_log_parse_hf(const char *buf, size_t n, qc_l3_log *out) {
   p = qc_js_ws(p + 1, e);
   while (p < e && *p != '}') {
     char name[64];
-    size_t len;
-    const char *k = qc_js_string(p, e, name, sizeof name, &len);
-    if (!k) { if (!(k = qc_js_string(p, e, NULL, 0, NULL))) goto bad; name[0] = 0; }
-    p = qc_js_ws(k, e);
-    if (p >= e || *p != ':') goto bad;
-    p = qc_js_ws(p + 1, e);
+    if (!(p = member(p, e, name, sizeof name))) goto bad;
     if (strcmp(name, "log_history") == 0) {
       found = 1;
       if (p >= e || *p != '[') { rc = qc_err("log '%s': 'log_history' is not an array", out->path); goto done; }
       p = qc_js_ws(p + 1, e);
       for (int i = 0; p < e && *p != ']'; i++) {
         if (!(p = record(p, e, &r, out, "log_history", i, &rc))) goto done;
-        p = qc_js_ws(p, e);
-        if (p < e && *p == ',') p = qc_js_ws(p + 1, e);
+        p = after(p, e);
       }
       if (p >= e) goto bad;
       p++;
     } else if (!(p = qc_js_skip(p, e, 1))) goto bad;
-    p = qc_js_ws(p, e);
-    if (p < e && *p == ',') p = qc_js_ws(p + 1, e);
+    p = after(p, e);
   }
   if (!found) rc = qc_err("log '%s': no 'log_history' array (a Hugging Face trainer_state.json has one)", out->path);
   goto done;
@@ -363,20 +376,14 @@ static int megatron_metric(const char *p, const char *e, const char *metric, qc_
   p = qc_js_ws(p + 1, e);
   while (p < e && *p != '}') {
     char name[32];
-    size_t len;
-    const char *k = qc_js_string(p, e, name, sizeof name, &len);
-    if (!k) { if (!(k = qc_js_string(p, e, NULL, 0, NULL))) goto bad; name[0] = 0; }
-    p = qc_js_ws(k, e);
-    if (p >= e || *p != ':') goto bad;
-    p = qc_js_ws(p + 1, e);
+    if (!(p = member(p, e, name, sizeof name))) goto bad;
     double *num = strcmp(name, "start_step") == 0 ? &start : strcmp(name, "step_interval") == 0 ? &interval : NULL;
     if (strcmp(name, "values") == 0) vals = p;
     if (num) {
       if (!(p = qc_num_parse(p, e, num)) || !step_ok(*num))
         return qc_err("log '%s': metric '%s': '%s' is not an integer", out->path, metric, name);
     } else if (!(p = qc_js_skip(p, e, 1))) goto bad;
-    p = qc_js_ws(p, e);
-    if (p < e && *p == ',') p = qc_js_ws(p + 1, e);
+    p = after(p, e);
   }
   if (!vals) return qc_err("log '%s': metric '%s' has no 'values'", out->path, metric);
   if (interval < 1) return qc_err("log '%s': metric '%s': 'step_interval' %g is below 1", out->path, metric, interval);
@@ -401,8 +408,7 @@ static int megatron_metric(const char *p, const char *e, const char *metric, qc_
     if (kind) {
       if ((rc = qc_l3_log_row(out, (int64_t)step)) || (rc = qc_l3_log_set(out, metric, strlen(metric), v))) return rc;
     }
-    p = qc_js_ws(p, e);
-    if (p < e && *p == ',') p = qc_js_ws(p + 1, e);
+    p = after(p, e);
   }
   return p < e ? QC_OK : qc_err("log '%s': metric '%s': 'values' is not closed", out->path, metric);
 bad:
@@ -425,8 +431,7 @@ int qc_log_parse_megatron(const char *buf, size_t n, qc_l3_log *out) {
     const char *v = qc_js_ws(p + 1, e);
     if ((rc = megatron_metric(v, e, metric, out, buf))) return rc;
     if (!(p = qc_js_skip(v, e, 1))) return qc_err("log '%s': malformed JSON near line %ld", out->path, qc_line_of(buf, v));
-    p = qc_js_ws(p, e);
-    if (p < e && *p == ',') p = qc_js_ws(p + 1, e);
+    p = after(p, e);
   }
   return QC_OK;
 }
@@ -438,12 +443,8 @@ const char *qc_js_probe(const char *p, const char *e, int *has_step, int *has_lo
   p = qc_js_ws(p + 1, e);
   for (int first = 1; p < e && *p != '}'; first = 0) {
     char name[64];
-    size_t len;
-    const char *k = qc_js_string(p, e, name, sizeof name, &len);
-    if (!k) { if (!(k = qc_js_string(p, e, NULL, 0, NULL))) return NULL; name[0] = 0; }
-    p = qc_js_ws(k, e);
-    if (p >= e || *p != ':') return NULL;
-    const char *v = qc_js_ws(p + 1, e);
+    const char *v = member(p, e, name, sizeof name);
+    if (!v) return NULL;
     if (strcmp(name, "step") == 0) *has_step = 1;
     if (strcmp(name, "log_history") == 0) *has_log_history = 1;
     if (first && v < e && *v == '{') {
@@ -451,18 +452,14 @@ const char *qc_js_probe(const char *p, const char *e, int *has_step, int *has_lo
       const char *q = qc_js_ws(v + 1, e);
       while (q < e && *q == '"') {
         char kn[16];
-        const char *k2 = qc_js_string(q, e, kn, sizeof kn, &len);
-        if (!k2) { if (!(k2 = qc_js_string(q, e, NULL, 0, NULL))) break; kn[0] = 0; }
+        if (!(q = member(q, e, kn, sizeof kn))) break;
         if (strcmp(kn, "values") == 0) *megatron = 1;
-        q = qc_js_ws(k2, e);
-        if (q >= e || *q != ':' || !(q = qc_js_skip(q + 1, e, 1))) break;
-        q = qc_js_ws(q, e);
-        if (q < e && *q == ',') q = qc_js_ws(q + 1, e);
+        if (!(q = qc_js_skip(q, e, 1))) break;
+        q = after(q, e);
       }
     }
     if (!(p = qc_js_skip(v, e, 1))) return NULL;
-    p = qc_js_ws(p, e);
-    if (p < e && *p == ',') p = qc_js_ws(p + 1, e);
+    p = after(p, e);
   }
   return p < e ? p + 1 : NULL;
 }

@@ -202,21 +202,11 @@ int qc_sft_case_parse(const char *text, const char *where, const char *dir, qc_s
   memset(c, 0, sizeof *c);
   snprintf(c->path, sizeof c->path, "%s", where);
   snprintf(c->dir, sizeof c->dir, "%s", dir ? dir : "");
-  cJSON *root;
-  int rc = qc_lj_parse(text, where, &root), found;
-  if (rc) return rc;
+  cJSON *root = NULL;
   char w[1100], x[16] = "step";
-  snprintf(w, sizeof w, "case '%s'", where);
+  int rc = qc_lj_case_begin(text, where, top, &root, w, sizeof w, c->name, sizeof c->name), found;
   const cJSON *v;
-  if (!cJSON_IsObject(root)) { rc = qc_err("%s: expected a JSON object", w); goto done; }
-  if ((rc = qc_lj_keys(root, top, w)) || (rc = qc_lj_str(root, "name", w, c->name, sizeof c->name, &found))) goto done;
-  if (!found) {
-    const char *b = strrchr(where, '/');
-    snprintf(c->name, sizeof c->name, "%s", b ? b + 1 : where);
-    char *dot = strrchr(c->name, '.');
-    if (dot) *dot = 0;
-  }
-  if ((v = cJSON_GetObjectItemCaseSensitive(root, "description")) && !cJSON_IsString(v)) { rc = qc_err("%s: 'description' must be a string", w); goto done; }
+  if (rc) goto done;
   v = cJSON_GetObjectItemCaseSensitive(root, "arms");
   if (!cJSON_IsObject(v) || cJSON_GetArraySize(v) < 2) {
     rc = qc_err("%s: 'arms' must be an object of at least two arms", w);
@@ -270,14 +260,13 @@ done:
   return rc;
 }
 
+static int parse_any(const char *text, const char *where, const char *dir, void *c) { return qc_sft_case_parse(text, where, dir, c); }
+
 int qc_sft_case_load(const char *path, qc_sft_case *c) {
-  char *text, dir[QC_L3_PATH], sha[65];
+  char sha[65];
   memset(c, 0, sizeof *c);
-  int rc = qc_lj_load(path, &text, dir, sizeof dir, sha);
-  if (rc) return rc;
-  rc = qc_sft_case_parse(text, path, dir, c);
+  int rc = qc_lj_case_load(path, parse_any, c, sha);
   if (!rc) snprintf(c->sha256, sizeof c->sha256, "%s", sha);
-  free(text);
   return rc;
 }
 

@@ -101,3 +101,30 @@ int qc_lj_parse(const char *text, const char *where, cJSON **root) {
   for (const char *p = text; endp && p < endp; p++) line += *p == '\n';
   return qc_err("case '%s': malformed JSON near line %ld", where, line);
 }
+
+int qc_lj_case_begin(const char *text, const char *where, const char *const *top, cJSON **root, char *w, size_t wn, char *name,
+                     size_t nn) {
+  int rc = qc_lj_parse(text, where, root), found;
+  if (rc) return rc;
+  snprintf(w, wn, "case '%s'", where);
+  if (!cJSON_IsObject(*root)) return qc_err("%s: expected a JSON object", w);
+  if ((rc = qc_lj_keys(*root, top, w)) || (rc = qc_lj_str(*root, "name", w, name, nn, &found))) return rc;
+  if (!found) {
+    const char *b = strrchr(where, '/');
+    snprintf(name, nn, "%s", b ? b + 1 : where);
+    char *dot = strrchr(name, '.');
+    if (dot) *dot = 0;
+  }
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(*root, "description");
+  if (v && !cJSON_IsString(v)) return qc_err("%s: 'description' must be a string", w);
+  return QC_OK;
+}
+
+int qc_lj_case_load(const char *path, int (*parse)(const char *, const char *, const char *, void *), void *c, char *sha) {
+  char *text, dir[1024];
+  int rc = qc_lj_load(path, &text, dir, sizeof dir, sha);
+  if (rc) return rc;
+  rc = parse(text, path, dir, c);
+  free(text);
+  return rc;
+}

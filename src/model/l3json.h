@@ -21,5 +21,14 @@ int qc_lj_resolve(const char *dir, const char *p, char *out, size_t n);
 int qc_lj_load(const char *path, char **text, char *dir, size_t dirlen, char *sha);
 /* Parse JSON text, the error naming `where` and the line. */
 int qc_lj_parse(const char *text, const char *where, cJSON **root);
+/* The start every layer-3 case shares: parse text into *root (deleted by
+ * the caller, also on error), check it is an object of the keys in `top`,
+ * read `name` (default: the file name without its extension) and check
+ * `description`. w receives "case 'WHERE'" for messages. */
+int qc_lj_case_begin(const char *text, const char *where, const char *const *top, cJSON **root, char *w, size_t wn, char *name,
+                     size_t nn);
+/* Load a case file and parse it with parse(text, path, dir, c); on success
+ * its SHA-256 goes into sha (65 bytes). */
+int qc_lj_case_load(const char *path, int (*parse)(const char *, const char *, const char *, void *), void *c, char *sha);
 
 #endif

@@ -59,6 +59,8 @@ int qc_write_atomic(const char *path, const char *data, size_t n);
 struct cJSON;
 struct cJSON *qc_report_envelope(const char *verb, int verdict);
 int qc_report_json_render(struct cJSON *root, qc_sbuf *out);
+/* A declared tolerance as JSON: its bounds and reasoning. */
+struct cJSON *qc_report_tol_json(const qc_tol *t);
 
 /* ---- vjp: layer 1 (json.c, text.c) ------------------------------------------ */
 

@@ -32,20 +32,6 @@ static cJSON *metrics_json(const qc_metrics *m) {
   return o;
 }
 
-static cJSON *tol_json(const qc_tol *t) {
-  cJSON *o = cJSON_CreateObject();
-  if (t->has_rel_l2) cJSON_AddNumberToObject(o, "rel_l2", t->rel_l2);
-  if (t->has_max_abs) cJSON_AddNumberToObject(o, "max_abs", t->max_abs);
-  if (t->has_cosine_min) cJSON_AddNumberToObject(o, "cosine_min", t->cosine_min);
-  if (t->has_norm_ratio) {
-    cJSON *a = cJSON_AddArrayToObject(o, "norm_ratio");
-    cJSON_AddItemToArray(a, cJSON_CreateNumber(t->norm_lo));
-    cJSON_AddItemToArray(a, cJSON_CreateNumber(t->norm_hi));
-  }
-  cJSON_AddStringToObject(o, "reasoning", t->reasoning);
-  return o;
-}
-
 static int render_json(qc_sbuf *out, const qc_step_view *v) {
   const qc_step_res *r = v->res;
   int verdict = qc_step_res_verdict(r);
@@ -108,7 +94,7 @@ static int render_json(qc_sbuf *out, const qc_step_view *v) {
     cJSON_AddStringToObject(o, "verdict", check_verdict(c));
     if (c->has_metrics) cJSON_AddItemToObject(o, "metrics", metrics_json(&c->m));
     else cJSON_AddNullToObject(o, "metrics");
-    if (c->has_tol) cJSON_AddItemToObject(o, "tolerance", tol_json(&c->tol));
+    if (c->has_tol) cJSON_AddItemToObject(o, "tolerance", qc_report_tol_json(&c->tol));
     if (isfinite(c->fit_scale)) cJSON_AddNumberToObject(o, "fitted_gradient_factor", c->fit_scale);
     cJSON_AddStringToObject(o, "why", c->why);
     cJSON_AddItemToArray(checks, o);
