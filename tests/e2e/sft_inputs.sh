@@ -8,7 +8,8 @@
 # rounds to float32). Corrupt input exits 2 with one error line and no
 # report: a flipped byte in an event file (its CRC), a truncated record, a
 # log line without a step, a bound without reasoning, a step dump with an
-# arm found twice or without its root attribute. A metric missing in the
+# arm found twice or without its root attribute. A noise band from two more
+# seeds of native_baseline. A metric missing in the
 # window is inconclusive (exit 1), never a pass.
 . "$(dirname "$0")/lib.inc"
 $PY -c "import torch, h5py, yaml, tensorboard" 2>/dev/null || { echo "skip: python3 lacks torch, h5py, yaml or tensorboard"; exit 77; }
@@ -55,6 +56,20 @@ json.dump(c, open(sys.argv[2], "w"))
 P
 expect_exit 0 "the three arms in JSONL, CSV and TensorBoard with JSON and YAML configs" "$QATCHECK" sft --case "$D/sft.json" --json "$T/r.json"
 json_is "$T/r.json" "[row['key'] for row in r['config_diff'] if row['differs']] == ['precision'] and next(x for x in r['config_diff'] if x['key'] == 'lr')['values']['native_baseline'] == 0.001"
+
+# a noise band from two more runs of native_baseline with other initial seeds
+for sd in 1 2; do
+  $PY scripts/proxy_sft.py --out "$D/n$sd" --steps 12 --data-seed 5 --seed $sd --arms native_baseline --formats jsonl >/dev/null 2>&1 || bad "proxy_sft.py --seed $sd"
+done
+$PY - "$D/sft.json" "$D/noise.json" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["pairs"]["under_test~native_baseline"].append({"metric": "loss", "noise_arms": ["n1/native_baseline/metrics.jsonl", "n2/native_baseline/metrics.jsonl"],
+    "noise_multiple": 3, "reasoning": "three times the spread of native_baseline over initial seeds"})
+json.dump(c, open(sys.argv[2], "w"))
+P
+expect_exit 0 "a noise band from other seeds" "$QATCHECK" sft --case "$D/noise.json" --json "$T/noise.r.json"
+json_is "$T/noise.r.json" "r['pairs'][1]['metrics'][-1]['verdict'] == 'pass' and r['pairs'][1]['metrics'][-1]['bounds']['noise_multiple'] == 3 and r['pairs'][1]['metrics'][-1]['points'] == 12"
 
 # refusals: exit 2, one error line naming the problem, no report
 refused() { # DESC NEEDLE ARGS...
