@@ -165,11 +165,15 @@ static int judge_arm(qc_step_run *r, qc_step_arm *a, qc_step_norms *nm, int *upd
     qc_step_check c;
     for (int64_t i = 0; i < p->n; i++) u[i] = p->after[i] - p->before[i];
     double maxchg = 0;
-    for (int64_t i = 0; i < p->n; i++) maxchg = fmax(maxchg, fabs(u[i]));
+    int changed = 0; /* any element not exactly unchanged, a NaN included (fmax would drop it) */
+    for (int64_t i = 0; i < p->n; i++) {
+      changed |= u[i] != 0;
+      maxchg = isnan(u[i]) ? NAN : isnan(maxchg) ? maxchg : fmax(maxchg, fabs(u[i]));
+    }
     if (frozen(r, a, p->name)) {
       init_check(&c, a->name, p->name, QC_SK_FROZEN);
       c.judged = 1;
-      c.verdict = maxchg == 0 && !isnan(maxchg) ? QC_V_PASS : QC_V_FAIL;
+      c.verdict = changed ? QC_V_FAIL : QC_V_PASS;
       if (c.verdict == QC_V_FAIL) {
         /* the classic: AdamW's weight decay on a parameter whose gradient was zeroed */
         double e = 0, uu = 0;
@@ -192,7 +196,7 @@ static int judge_arm(qc_step_run *r, qc_step_arm *a, qc_step_norms *nm, int *upd
       c.judged = 1;
       c.verdict = QC_V_FAIL;
       snprintf(c.why, sizeof c.why, "a parameter without a gradient (no grad/%s)%s: declare it in 'frozen' if it is not trained", p->name,
-               maxchg > 0 ? ", and it changed" : "");
+               changed ? ", and it changed" : "");
       if ((rc = qc_step_res_add(&r->res, &c))) break;
       continue;
     }
