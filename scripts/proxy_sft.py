@@ -41,6 +41,10 @@ Runs on torch 1.13 on the CPU (CI) and on the GPU with --device cuda
 (--size large for a bigger model). bf16 is emulated by rounding float32
 tensors to bf16 values (a bf16 GEMM with float32 accumulation rounds its
 operands and output the same way).
+
+This file is over 500 lines on purpose: the numerics, the three arms, the
+planted bugs and the writers of every output format are one runnable
+script that a reader checks against the method from top to bottom.
 """
 import argparse
 import copy
