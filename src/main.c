@@ -12,6 +12,8 @@ int qc_cmd_tol(int argc, char **argv);
 int qc_cmd_fd(int argc, char **argv);
 int qc_cmd_quant(int argc, char **argv);
 int qc_cmd_report(int argc, char **argv);
+int qc_cmd_sft(int argc, char **argv);
+int qc_cmd_step(int argc, char **argv);
 
 static const qc_verb g_verbs[] = {
     {"vjp", qc_cmd_vjp, "layer 1: each production VJP against an independent float64 reference"},
@@ -20,6 +22,8 @@ static const qc_verb g_verbs[] = {
     {"fd", qc_cmd_fd, "finite differences: each float64 reference VJP against its float64 forward"},
     {"quant", qc_cmd_quant, "re-quantize a dump's master weight and check its deployed bytes"},
     {"report", qc_cmd_report, "one audit document (Markdown, HTML) from the JSON reports of vjp, contract, sft, step"},
+    {"sft", qc_cmd_sft, "layer 3: three SFT arms' logs compared in a window against declared bounds"},
+    {"step", qc_cmd_step, "one optimizer step recomputed in float64 and compared, per parameter"},
 };
 static const int g_nverbs = (int)(sizeof g_verbs / sizeof g_verbs[0]);
 

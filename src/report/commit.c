@@ -44,15 +44,40 @@ int qc_report_wants(const qc_report_out *o, int kind) {
 
 void qc_report_out_free(qc_report_out *o) {
   for (int k = 0; k < QC_REP_KINDS; k++) qc_sbuf_free(&o->doc[k]);
+  for (int i = 0; i < o->nextra; i++) {
+    free(o->extra[i].path);
+    qc_sbuf_free(&o->extra[i].doc);
+  }
+  free(o->extra);
+  o->extra = NULL;
+  o->nextra = o->capextra = 0;
+}
+
+int qc_report_add_file(qc_report_out *o, const char *path, qc_sbuf *doc) {
+  if (o->nextra == o->capextra) {
+    int cap = o->capextra ? 2 * o->capextra : 8;
+    qc_report_file *nv = realloc(o->extra, (size_t)cap * sizeof *nv);
+    if (!nv) return qc_err_sys("out of memory adding report file '%s'", path);
+    o->extra = nv;
+    o->capextra = cap;
+  }
+  char *p = strdup(path);
+  if (!p) return qc_err_sys("out of memory adding report file '%s'", path);
+  o->extra[o->nextra].path = p;
+  o->extra[o->nextra].doc = *doc;
+  memset(doc, 0, sizeof *doc);
+  o->nextra++;
+  return QC_OK;
 }
 
 /* ---- temporaries ------------------------------------------------------------------- */
 
 /* The temporaries of the commit in progress, for the signal handler. */
-static char *volatile g_tmp[QC_REP_KINDS];
+static char *volatile *volatile g_tmp;
+static volatile int g_ntmp;
 
 static void on_signal(int sig) {
-  for (int k = 0; k < QC_REP_KINDS; k++)
+  for (int k = 0; g_tmp && k < g_ntmp; k++)
     if (g_tmp[k]) unlink(g_tmp[k]);
   signal(sig, SIG_DFL);
   raise(sig);
@@ -148,57 +173,85 @@ static void sweep_orphans(const char *path) {
   free(dir);
 }
 
-/* Write docs[k] to path[k] for every k with a path: every temporary first,
- * then the renames. On failure *bad is the kind that failed, nothing more
- * is renamed and no temporary is left. */
-static int commit_docs(const char *const *path, const qc_sbuf *docs, int *bad) {
-  char *tmp[QC_REP_KINDS] = {0};
+/* Write docs[k] to path[k] for every k < n with a path: every temporary
+ * first, then the renames. On failure *bad is the entry that failed,
+ * nothing more is renamed and no temporary is left. */
+static int commit_docs(const char *const *path, const qc_sbuf *docs, int n, int *bad) {
+  char **tmp = calloc((size_t)n + 1, sizeof *tmp);
   struct sigaction old[NSIGS];
   int k, rc = QC_OK;
   *bad = -1;
+  if (!tmp) return qc_err_sys("out of memory writing the reports");
+  g_tmp = tmp;
+  g_ntmp = n;
   guard(old, 1);
-  for (k = 0; k < QC_REP_KINDS && !rc; k++) {
+  for (k = 0; k < n && !rc; k++) {
     if (!path[k]) continue;
     if (docs[k].oom) { rc = qc_err_sys("out of memory rendering report '%s'", path[k]); *bad = k; break; }
-    if (write_tmp(path[k], docs[k].s ? docs[k].s : "", docs[k].n, &tmp[k]) != 0) {
+    char *t = NULL;
+    if (write_tmp(path[k], docs[k].s ? docs[k].s : "", docs[k].n, &t) != 0) {
       rc = qc_err("report '%s': cannot write: %s", path[k], strerror(errno));
       *bad = k;
     }
-    g_tmp[k] = tmp[k];
+    tmp[k] = t;
   }
-  for (k = 0; k < QC_REP_KINDS && !rc; k++) {
+  for (k = 0; k < n && !rc; k++) {
     if (!tmp[k]) continue;
     if (rename(tmp[k], path[k]) != 0) {
       rc = qc_err("report '%s': cannot write: %s", path[k], strerror(errno));
       *bad = k;
       break;
     }
-    g_tmp[k] = NULL;
-    free(tmp[k]);
+    char *t = tmp[k];
     tmp[k] = NULL;
+    free(t);
   }
-  for (k = 0; k < QC_REP_KINDS; k++) {
-    if (tmp[k]) unlink(tmp[k]);
-    g_tmp[k] = NULL;
-    free(tmp[k]);
+  for (k = 0; k < n; k++) {
+    char *t = tmp[k];
+    tmp[k] = NULL;
+    if (t) unlink(t);
+    free(t);
   }
   guard(old, 0);
-  for (k = 0; k < QC_REP_KINDS; k++)
+  g_ntmp = 0;
+  g_tmp = NULL;
+  free(tmp);
+  for (k = 0; k < n; k++)
     if (path[k]) sweep_orphans(path[k]);
   return rc;
 }
 
 int qc_write_atomic(const char *path, const char *data, size_t n) {
-  const char *paths[QC_REP_KINDS] = {path};
-  qc_sbuf docs[QC_REP_KINDS] = {{.s = (char *)data, .n = n}};
+  const char *paths[1] = {path};
+  qc_sbuf docs[1] = {{.s = (char *)data, .n = n}};
   int bad;
-  return commit_docs(paths, docs, &bad);
+  return commit_docs(paths, docs, 1, &bad);
 }
 
 int qc_report_commit(qc_report_out *o) {
   int rc = QC_OK, bad;
   if (o->want_json && o->doc[QC_REP_JSON].s && (rc = qc_baseline_apply(o))) return rc;
-  return commit_docs(o->path, o->doc, &bad);
+  /* the reports, then the files added to them (plots), in one commit */
+  int n = QC_REP_KINDS + o->nextra;
+  const char **path = calloc((size_t)n, sizeof *path);
+  qc_sbuf *docs = calloc((size_t)n, sizeof *docs);
+  if (!path || !docs) {
+    free(path);
+    free(docs);
+    return qc_err_sys("out of memory writing the reports");
+  }
+  for (int k = 0; k < QC_REP_KINDS; k++) {
+    path[k] = o->path[k];
+    docs[k] = o->doc[k];
+  }
+  for (int i = 0; i < o->nextra; i++) {
+    path[QC_REP_KINDS + i] = o->extra[i].path;
+    docs[QC_REP_KINDS + i] = o->extra[i].doc;
+  }
+  rc = commit_docs(path, docs, n, &bad);
+  free(path);
+  free(docs);
+  return rc;
 }
 
 /* ---- error reports ------------------------------------------------------------------- */
@@ -271,7 +324,7 @@ void qc_report_error_commit(const char *verb) {
    * so no older report is left standing */
   for (int tries = 0; tries < QC_REP_KINDS; tries++) {
     int bad;
-    if (commit_docs(path, docs, &bad) == QC_OK || bad < 0) break;
+    if (commit_docs(path, docs, QC_REP_KINDS, &bad) == QC_OK || bad < 0) break;
     struct stat st;
     if (lstat(path[bad], &st) == 0 && S_ISREG(st.st_mode)) unlink(path[bad]);
     path[bad] = NULL;

@@ -37,7 +37,7 @@ static cJSON *index_json(int64_t flat, int ndim, const int64_t *shape) {
   return shape_json(ndim, idx);
 }
 
-static cJSON *tol_json(const qc_tol *t) {
+cJSON *qc_report_tol_json(const qc_tol *t) {
   cJSON *o = cJSON_CreateObject();
   if (t->has_rel_l2) cJSON_AddNumberToObject(o, "rel_l2", t->rel_l2);
   if (t->has_max_abs) cJSON_AddNumberToObject(o, "max_abs", t->max_abs);
@@ -187,7 +187,7 @@ int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r
       add_num(m, "noise_multiple", k->m.noise_multiple);
       cJSON_AddItemToObject(m, "worst_index", index_json(k->m.worst, k->ndim, k->shape));
     }
-    if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", tol_json(&k->tol));
+    if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", qc_report_tol_json(&k->tol));
     cJSON_AddStringToObject(o, "verdict", k->verdict == QC_V_PASS ? "pass" : "fail");
     cJSON_AddStringToObject(o, "why", k->why);
     cJSON_AddItemToArray(checks, o);

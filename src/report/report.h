@@ -23,10 +23,18 @@
 
 enum { QC_REP_JSON = 0, QC_REP_JUNIT, QC_REP_MARKDOWN, QC_REP_HTML, QC_REP_KINDS };
 
+/* A file written with the reports (a plot beside a Markdown report). */
+typedef struct qc_report_file {
+  char *path;                     /* malloc'd */
+  qc_sbuf doc;
+} qc_report_file;
+
 typedef struct qc_report_out {
   const char *path[QC_REP_KINDS]; /* the requested paths (NULL: not asked) */
   qc_sbuf doc[QC_REP_KINDS];      /* their rendered texts */
   int want_json;                  /* render the JSON without a path: a baseline compares it */
+  int nextra, capextra;           /* more files, committed with the reports */
+  qc_report_file *extra;
 } qc_report_out;
 
 /* Set the requested paths (any may be NULL). */
@@ -36,7 +44,11 @@ void qc_report_out_html(qc_report_out *o, const char *html);
 /* 1 when report `kind` is to be rendered: asked for, or (the JSON) needed
  * by the run's --baseline. */
 int qc_report_wants(const qc_report_out *o, int kind);
-/* Write every rendered report: a temporary file (mkstemp) beside each path,
+/* Add a file to the same all-or-none commit (path copied; doc's text taken
+ * over and doc cleared). QC_OK or QC_ESYS. */
+int qc_report_add_file(qc_report_out *o, const char *path, qc_sbuf *doc);
+/* Write every rendered report and added file: a temporary file (mkstemp)
+ * beside each path,
  * all of them written and fsync'd before the first rename. With a
  * --baseline, the JSON is first compared with it and the regressions added
  * to each report (baseline.h). On failure no temporary is left, nothing is
@@ -68,6 +80,8 @@ struct cJSON *qc_report_envelope(const char *verb, int verdict);
 int qc_report_json_render(struct cJSON *root, qc_sbuf *out);
 /* "totals": {"checks", "passed", "failed", "errors"} on root. */
 void qc_report_totals(struct cJSON *root, int checks, int failed, int errors);
+/* A declared tolerance as JSON: its bounds and reasoning. */
+struct cJSON *qc_report_tol_json(const qc_tol *t);
 
 /* ---- vjp: layer 1 (json.c, text.c) ------------------------------------------ */
 
