@@ -63,34 +63,38 @@ def weights(gen, n, k, dev):
 
 
 def plant_near_ties(w):
-    """float32 weights [N, K]: in every 128x128 block where Inductor's 1/s
-    (rcp.approx) differs from eager's (rcp.rn), elements x with
-    e4m3(x * rcp.rn(s)) != e4m3(x * rcp.approx(s)): the bytes then tell an
-    eager producer from a compiled one (bf16 masters almost never do)."""
+    """float32 weights [N, K]: each 128x128 block gets an amax whose scale s
+    has Inductor's 1/s (rcp.approx) differ from eager's (rcp.rn), then
+    elements x with e4m3(x * rcp.rn(s)) != e4m3(x * rcp.approx(s)): the
+    bytes then tell an eager producer from a compiled one (bf16 masters
+    almost never do). Returns (weights, elements planted)."""
     n, k = w.shape
-    xv = P.block_view(w)
-    s = xv.abs().float().amax(dim=(1, 3), keepdim=True).clamp(1e-4) / 448.0
-    r = (1.0 / s).flatten().cpu().numpy()
-    ra = torch.compile(lambda t: 1.0 / t)(s).flatten().cpu().numpy()
-    wn = w.cpu().numpy().copy()
-    gc = s.shape[2]
-    mids = np.array([60.0, 100.0, 140.0, 176.0, 208.0, 240.0, 300.0, 350.0], np.float32)
+    wn = w.cpu().numpy().astype(np.float32).copy()
+    inv = torch.compile(lambda t: 1.0 / t)
+    mids = np.array([62.0, 100.0, 136.0, 184.0, 232.0, 272.0, 336.0, 400.0], np.float32)  # e4m3 midpoints
     planted = 0
-    for bi in range(s.shape[0]):
-        for bj in range(gc):
-            rr, rra = np.float32(r[bi * gc + bj]), np.float32(ra[bi * gc + bj])
-            if rr == rra:
+    for r0 in range(0, n, 128):
+        for c0 in range(0, k, 128):
+            blk = wn[r0:r0 + 128, c0:c0 + 128]
+            i, j = np.unravel_index(np.argmax(np.abs(blk)), blk.shape)
+            a0 = np.float32(max(abs(blk[i, j]), 1e-3))
+            cand = (a0 * (1 + np.arange(64, dtype=np.float32) * np.float32(2.0 ** -20))).astype(np.float32)
+            s = torch.from_numpy(cand).to(w.device) / 448.0  # eager: * RN(1/448), as the producers
+            r, ra = (1.0 / s).cpu().numpy(), inv(s).cpu().numpy()
+            pick = np.flatnonzero(r != ra)
+            if not pick.size:
                 continue
+            blk[i, j] = np.copysign(cand[pick[0]], blk[i, j] if blk[i, j] else 1.0)
+            rr, rra = np.float32(r[pick[0]]), np.float32(ra[pick[0]])
             slot = 0
-            amax = float(s.flatten()[bi * gc + bj]) * 448.0
             for m in mids:
                 xb = int(np.array([m / np.float64(rr)], np.float32).view(np.uint32)[0])
                 for dlt in range(-6, 7):
                     x = np.array([xb + dlt], np.uint32).view(np.float32)[0]
                     a, b = torch.tensor([x * rr, x * rra], dtype=torch.float32).to(P.F8).view(torch.uint8).tolist()
-                    r0, c0 = bi * 128 + 1 + slot, bj * 128 + 2 + slot
-                    if a != b and r0 < n and c0 < k and abs(wn[r0, c0]) < 0.9 * amax:
-                        wn[r0, c0] = x
+                    pi, pj = 1 + slot, 2 + slot
+                    if a != b and pi < blk.shape[0] and pj < blk.shape[1] and (pi, pj) != (i, j):
+                        blk[pi, pj] = x
                         slot += 1
                         planted += 1
                         break

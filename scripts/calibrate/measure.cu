@@ -268,3 +268,14 @@ extern "C" int cal_ceil2log_cmp(const float *v, const float *G, const float *K, 
   int e = (int)cudaGetLastError();
   return e ? e : (int)cudaDeviceSynchronize();
 }
+
+// exp2f(x) in CUDA C++ (nvcc, no fast math), for out[0..n).
+__global__ void k_exp2f(const float *x, float *out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = exp2f(x[i]);
+}
+extern "C" int cal_exp2f(const float *x, float *out, int64_t n) {
+  k_exp2f<<<(unsigned)((n + 255) / 256), 256>>>(x, out, (int)n);
+  int e = (int)cudaGetLastError();
+  return e ? e : (int)cudaDeviceSynchronize();
+}

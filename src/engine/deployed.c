@@ -133,21 +133,6 @@ int qc_deployed_compare(qc_qfmt fmt, qc_qprof prof, const qc_deployed_input *in,
   if (ue8m0_bytes && (rc = e8m0_scales(&exp.scale, &got.scale, out))) goto done;
   if ((rc = qc_dequantize(fmt, prof, N, K, &exp, de, "expected"))) goto done;
   if ((rc = qc_dequantize(fmt, prof, N, K, &got, df, where))) goto done;
-  out->total_payload = n;
-  out->n_payload = payload_diff(&exp.q, &got.q, n, K, in->W, out);
-  /* scales: raw bytes (an e8m0 view was compared above), float32 distances in ulps */
-  if (!ue8m0_bytes) {
-    size_t es = qc_dtype_size(exp.scale.dtype);
-    for (int64_t i = 0; i < qc_numel(&exp.scale); i++)
-      if (memcmp((char *)exp.scale.data + i * es, (char *)got.scale.data + i * es, es)) {
-        uint32_t e = 0, f = 0;
-        memcpy(&e, (char *)exp.scale.data + i * es, es);
-        memcpy(&f, (char *)got.scale.data + i * es, es);
-        out->n_scale++;
-        if (exp.scale.dtype == QC_F32 && ulps(e, f) > out->scale_ulps) out->scale_ulps = ulps(e, f);
-        note(out, "scale", i, NAN, e, f);
-      }
-  }
   /* the global scale: the profile's own derivation against the stored one */
   if (fmt == QC_QF_NVFP4 && in->got.gscale.data) {
     qc_quantized d = {0};
@@ -166,6 +151,21 @@ int qc_deployed_compare(qc_qfmt fmt, qc_qprof prof, const qc_deployed_input *in,
       out->n_global++;
       note(out, "global", 0, NAN, e, f);
     }
+  }
+  out->total_payload = n;
+  out->n_payload = payload_diff(&exp.q, &got.q, n, K, in->W, out);
+  /* scales: raw bytes (an e8m0 view was compared above), float32 distances in ulps */
+  if (!ue8m0_bytes) {
+    size_t es = qc_dtype_size(exp.scale.dtype);
+    for (int64_t i = 0; i < qc_numel(&exp.scale); i++)
+      if (memcmp((char *)exp.scale.data + i * es, (char *)got.scale.data + i * es, es)) {
+        uint32_t e = 0, f = 0;
+        memcpy(&e, (char *)exp.scale.data + i * es, es);
+        memcpy(&f, (char *)got.scale.data + i * es, es);
+        out->n_scale++;
+        if (exp.scale.dtype == QC_F32 && ulps(e, f) > out->scale_ulps) out->scale_ulps = ulps(e, f);
+        note(out, "scale", i, NAN, e, f);
+      }
   }
   for (int64_t i = 0; i < n; i++) {
     uint16_t e = qc_f32_to_bf16(de[i]), f = qc_f32_to_bf16(df[i]);

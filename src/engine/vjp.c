@@ -23,7 +23,8 @@ static int takes_profile(const qc_module *m) {
 }
 
 /* Contract for m: the dump's attribute (if any), the case's over it, the
- * --profile option over both; validated against the class's keys. */
+ * --profile option over both; validated against the class's keys. A profile
+ * none of them names is auto (check_deployed resolves it). */
 static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
   char where[QC_PATHLEN + 64];
   int rc;
@@ -38,7 +39,10 @@ static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
     if ((rc = qc_contract_set(&m->contract, "profile", profile, 0, 0))) return rc;
   }
   snprintf(where, sizeof where, "case '%s': module '%s'", cs->path, m->path);
-  return qc_contract_validate(&m->contract, m->cls->keys, where);
+  int explicit_profile = qc_contract_has(&m->contract, "profile");
+  if ((rc = qc_contract_validate(&m->contract, m->cls->keys, where))) return rc;
+  /* no profile named anywhere: auto (the deployed bytes decide; vllm without them) */
+  return !explicit_profile && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "auto", 0, 0) : QC_OK;
 }
 
 /* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check that

@@ -50,6 +50,10 @@ const uint32_t *qc_ceil2log_list(uint32_t *n);
 #define QA_R6_BITS 0x3e2aaaabu
 #define QA_R2688_BITS 0x39c30c31u
 #define QA_R229376_BITS 0x36924925u
+/* exp2f(-127) as the GPU computes it (CUDA C++ and torch.exp2): one
+ * subnormal ulp below 2^-127 (the mx producers divide by it in a block
+ * whose e8m0 byte is 0; measured on the H200). */
+#define QA_EXP2F_M127_BITS 0x003fffffu
 
 QC_HD uint32_t qa_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 QC_HD float qa_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }

@@ -136,6 +136,10 @@ QC_HD qc_bscale qr_scale_given(const qc_recipe *r, float s, uint8_t byte, float 
     case QR_MX:
       b.deq = qr_e8m0_val(byte);
       b.k = byte == 254 ? qa_float(0x00400000u) : qa_float((uint32_t)(254 - byte) << 23); /* 2^(127-b) = 1/deq, exact */
+      if (byte == 0 && r->mop != QM_CEIL2_DIV) { /* the producers divide by exp2f(-127), not 2^-127 */
+        b.k = qa_float(QA_EXP2F_M127_BITS);
+        b.div = 1;
+      }
       break;
     default: break;
   }
