@@ -107,7 +107,8 @@ def sr_encode(v, fp4, u):
 
 
 # ---- the GPU's approximate arithmetic, from the measured tables ------------------
-ROOT = __file__.rsplit("/", 3)[0]
+import os  # noqa: E402
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 _TAB = {}
 
 
@@ -118,30 +119,40 @@ def _tables():
         return _TAB
     import base64
     import re
+    import hashlib
+    import tempfile
     txt = open(ROOT + "/src/numerics/rcpa_data.c").read()
-    nd = int(re.search(r"qc_rcpa_ndiff = (\d+)u", txt).group(1))
-    k = int(re.search(r"qc_rcpa_rice_k = (\d+)u", txt).group(1))
-    b64 = "".join(re.findall(r'"([A-Za-z0-9+/=]+)"', txt.split("qc_rcpa_rice_b64[] =", 1)[1]))
-    bits = np.unpackbits(np.frombuffer(base64.b64decode(b64), np.uint8), bitorder="little")
-    # Golomb-Rice gaps, vectorised: a unary run of ones, a zero, k bits
-    pos, i, m = np.empty(nd, np.int64), 0, -1
-    zeros = np.flatnonzero(bits == 0)
-    zi = 0
-    for j in range(nd):
-        while zeros[zi] < i:
-            zi += 1
-        q = zeros[zi] - i
-        i = zeros[zi] + 1
-        r = int(np.dot(bits[i:i + k], 1 << np.arange(k))) if k else 0
-        i += k
-        m += (int(q) << k | r) + 1
-        pos[j] = m
-    up = bits[i:i + nd]
-    delta = np.zeros(1 << 23, np.int64)
-    delta[pos] = np.where(up == 1, 1, -1)
+    cache = os.path.join(tempfile.gettempdir(), "qc_oracle_rcpa_%s.npy" % hashlib.sha1(txt.encode()).hexdigest()[:16])
+    if os.path.exists(cache):
+        delta = np.load(cache)
+    else:
+        nd = int(re.search(r"qc_rcpa_ndiff = (\d+)u", txt).group(1))
+        k = int(re.search(r"qc_rcpa_rice_k = (\d+)u", txt).group(1))
+        b64 = "".join(re.findall(r'"([A-Za-z0-9+/=]+)"', txt.split("qc_rcpa_rice_b64[] =", 1)[1]))
+        bits = np.unpackbits(np.frombuffer(base64.b64decode(b64), np.uint8), bitorder="little").tolist()
+        # Golomb-Rice gaps: a unary run of ones, a zero, k bits (least significant first)
+        pos, i, m = [], 0, -1
+        for _ in range(nd):
+            q = 0
+            while bits[i]:
+                q += 1
+                i += 1
+            i += 1
+            r = 0
+            for j in range(k):
+                r |= bits[i + j] << j
+            i += k
+            m += (q << k | r) + 1
+            pos.append(m)
+        up = np.array(bits[i:i + nd])
+        delta = np.zeros(1 << 23, np.int8)
+        delta[np.array(pos)] = np.where(up == 1, 1, -1)
+        tmp = "%s.%d.npy" % (cache, os.getpid())
+        np.save(tmp, delta)
+        os.replace(tmp, cache)
     ctxt = open(ROOT + "/src/numerics/ceil2log_data.c").read()
     exc = np.array([int(v, 16) for v in re.findall(r"0x([0-9a-f]{8})u", ctxt)], np.uint32)
-    _TAB.update(delta=delta, exc=np.sort(exc))
+    _TAB.update(delta=delta.astype(np.int64), exc=np.sort(exc))
     return _TAB
 
 
@@ -341,7 +352,9 @@ def _dequant_codes(fmt, codes, deq):
     return (vals * d).astype(F32)
 
 
-def quantize(fmt, prof, x, sr=None):
+def _codes(fmt, prof, x, sr):
+    """Element codes, per-block dequantization multipliers, scale bytes (or
+    None) and the nvfp4 global scale (or None) of x under fmt/prof."""
     x = np.asarray(x, F32)
     if not np.all(np.isfinite(x)):
         raise ValueError("non-finite input")
@@ -354,6 +367,11 @@ def quantize(fmt, prof, x, sr=None):
     codes, deq, byte = _pass(fmt, prof, x, sr, g)
     if fmt == "fp8_block128_ue8m0" and prof != "te":
         codes, deq, byte = _pass(fmt, prof, _dequant_codes(fmt, codes, deq), None, g, stage2=True)
+    return codes, deq, byte, g
+
+
+def quantize(fmt, prof, x, sr=None):
+    codes, deq, byte, g = _codes(fmt, prof, x, sr)
     if fmt in ("nvfp4", "mxfp4"):
         rows, cols = codes.shape
         c = np.zeros((rows, cols + (cols & 1)), np.uint8)
@@ -365,6 +383,14 @@ def quantize(fmt, prof, x, sr=None):
     if fmt == "fp8_tensor":
         scale = scale.reshape(1)
     return payload, scale, (np.array([g], F32) if g is not None else None)
+
+
+def fake_quant(fmt, prof, x):
+    """dequant(quant(x)) in float32 ("none": x itself)."""
+    if fmt == "none":
+        return np.asarray(x, F32)
+    codes, deq, _, _ = _codes(fmt, prof, x, None)
+    return _dequant_codes(fmt, codes, deq)
 
 
 if __name__ == "__main__":

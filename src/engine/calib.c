@@ -63,10 +63,12 @@ static int check_one(const qc_qcal_output *o, const qc_backend *be, const char *
     return qc_err("%s: the record holds %lld payload and %lld scale bytes%s: expected %lld and %lld%s", where,
                   (long long)o->nq, (long long)o->ns, o->has_g ? " and a global scale" : "", (long long)nq, (long long)ns,
                   gn ? " and a global scale" : "");
-  uint8_t *q = NULL, *s = NULL;
+  const uint8_t *q, *s;
   float g = 0.0f;
   qc_quantized z;
+  qc_qout qo;
   memset(&z, 0, sizeof z);
+  memset(&qo, 0, sizeof qo);
   if (!be) {
     if ((rc = qc_quantize(f, p, rows, cols, x, NULL, &z, where))) return rc;
     q = z.q.data;
@@ -74,35 +76,28 @@ static int check_one(const qc_qcal_output *o, const qc_backend *be, const char *
     if (gn) g = *(const float *)z.gscale.data;
   } else {
     int64_t nsg = sn == 1 ? 1 : ss[0] * ss[1];
-    qc_qout qo;
-    memset(&qo, 0, sizeof qo);
-    qo.q = q = qc_malloc((size_t)nq + 1, "calibration payload");
+    qo.q = qc_malloc((size_t)nq + 1, "calibration payload");
     qo.scale = qc_malloc((size_t)nsg * 4 + 4, "calibration scales");
     qo.scale_b = qc_malloc((size_t)nsg + 1, "calibration scale bytes");
     if (!qo.q || !qo.scale || !qo.scale_b) rc = QC_ESYS;
     else if (!be->quantize) rc = qc_err("%s: backend '%s' has no quantizer", where, be->name);
     else rc = be->quantize(be, o->format, o->profile, rows, cols, x, &qo);
-    s = sdt == QC_F32 ? (uint8_t *)qo.scale : qo.scale_b;
+    q = qo.q;
+    s = sdt == QC_F32 ? (const uint8_t *)qo.scale : qo.scale_b;
     g = qo.gscale;
-    if (!rc) {
-      r->bad_payload += diff(o->payload, q, nq, "payload", where, r);
-      r->bad_scale += diff(o->scale, s, ns, "scale", where, r);
-    }
-    free(qo.q);
-    free(qo.scale);
-    free(qo.scale_b);
-    if (rc) return rc;
-    q = NULL;
   }
-  if (q) {
+  if (!rc) {
     r->bad_payload += diff(o->payload, q, nq, "payload", where, r);
     r->bad_scale += diff(o->scale, s, ns, "scale", where, r);
+    if (gn) r->bad_global += diff((const uint8_t *)&o->g, (const uint8_t *)&g, 4, "global scale", where, r);
+    r->values += n;
+    r->records++;
   }
-  if (gn) r->bad_global += diff((const uint8_t *)&o->g, (const uint8_t *)&g, 4, "global scale", where, r);
-  r->values += n;
-  r->records++;
+  free(qo.q);
+  free(qo.scale);
+  free(qo.scale_b);
   qc_quantized_free(&z);
-  return QC_OK;
+  return rc;
 }
 
 static int check_file(const char *file, const qc_backend *be, qc_calib_row **rows, int *n, int *cap) {

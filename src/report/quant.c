@@ -25,12 +25,15 @@ static int render_json(qc_sbuf *out, const qc_quant_info *qi) {
     if (qi->why) cJSON_AddStringToObject(root, "identification", qi->why);
   }
   cJSON *checks = cJSON_AddArrayToObject(root, "checks");
+  qc_qfmt fmt = QC_QF_NONE;
+  if (qc_qfmt_parse(qi->format, &fmt)) qc_err_clear();
   for (int i = 0; i < qi->n; i++) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "module", qi->module);
     cJSON_AddStringToObject(o, "format", qi->format);
     cJSON_AddStringToObject(o, "profile", qc_qprof_name(c[i].prof));
-    cJSON_AddStringToObject(o, "result", c[i].ok ? "reproduced" : "mismatch");
+    /* under --identify, a profile whose producer does not make the format is not compared */
+    cJSON_AddStringToObject(o, "result", c[i].ok ? "reproduced" : qi->identify && !qc_qprof_makes(fmt, c[i].prof) ? "not_made" : "mismatch");
     cJSON_AddNumberToObject(o, "elements", (double)c[i].r.total_payload);
     cJSON *mm = cJSON_AddObjectToObject(o, "mismatches");
     cJSON_AddNumberToObject(mm, "payload", (double)c[i].r.n_payload);
