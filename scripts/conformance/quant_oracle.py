@@ -108,6 +108,7 @@ def sr_encode(v, fp4, u):
 
 # ---- the GPU's approximate arithmetic, from the measured tables ------------------
 import os  # noqa: E402
+import sys  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 _TAB = {}
 
@@ -130,23 +131,12 @@ def _tables():
         k = int(re.search(r"qc_rcpa_rice_k = (\d+)u", txt).group(1))
         b64 = "".join(re.findall(r'"([A-Za-z0-9+/=]+)"', txt.split("qc_rcpa_rice_b64[] =", 1)[1]))
         bits = np.unpackbits(np.frombuffer(base64.b64decode(b64), np.uint8), bitorder="little").tolist()
-        # Golomb-Rice gaps: a unary run of ones, a zero, k bits (least significant first)
-        pos, i, m = [], 0, -1
-        for _ in range(nd):
-            q = 0
-            while bits[i]:
-                q += 1
-                i += 1
-            i += 1
-            r = 0
-            for j in range(k):
-                r |= bits[i + j] << j
-            i += k
-            m += (q << k | r) + 1
-            pos.append(m)
+        sys.path.insert(0, os.path.join(ROOT, "scripts", "calibrate"))
+        import gen_tables  # the format's one decoder (Golomb-Rice gaps, then direction bits)
+        pos, i = gen_tables.rice_decode(bits, nd, k)
         up = np.array(bits[i:i + nd])
         delta = np.zeros(1 << 23, np.int8)
-        delta[np.array(pos)] = np.where(up == 1, 1, -1)
+        delta[pos] = np.where(up == 1, 1, -1)
         tmp = "%s.%d.npy" % (cache, os.getpid())
         np.save(tmp, delta)
         os.replace(tmp, cache)

@@ -18,46 +18,6 @@
 
 /* ---- producer paths ------------------------------------------------------ */
 
-static qc_recipe fp8(float afloor, int sop, int pow2, float sfloor, int eop) {
-  qc_recipe r;
-  memset(&r, 0, sizeof r);
-  r.kind = QR_FP8;
-  r.afloor = afloor;
-  r.sop = (uint8_t)sop;
-  r.pow2 = (uint8_t)pow2;
-  r.sfloor = sfloor;
-  r.eop = (uint8_t)eop;
-  return r;
-}
-
-static qc_recipe nv(int gop, int sfop, int nop) {
-  qc_recipe r;
-  memset(&r, 0, sizeof r);
-  r.kind = QR_NVFP4;
-  r.gop = (uint8_t)gop;
-  r.sfop = (uint8_t)sfop;
-  r.nop = (uint8_t)nop;
-  r.fp4 = 1;
-  return r;
-}
-
-static qc_recipe mx(int mop, int fp4) {
-  qc_recipe r;
-  memset(&r, 0, sizeof r);
-  r.kind = QR_MX;
-  r.mop = (uint8_t)mop;
-  r.fp4 = (uint8_t)fp4;
-  return r;
-}
-
-static qc_recipe te(int pow2) {
-  qc_recipe r;
-  memset(&r, 0, sizeof r);
-  r.kind = QR_TE;
-  r.pow2 = (uint8_t)pow2;
-  return r;
-}
-
 /* The format's own block geometry and stored scale dtype. */
 static plan_t geometry(qc_qfmt f) {
   plan_t pl;
@@ -78,120 +38,101 @@ static plan_t geometry(qc_qfmt f) {
   return pl;
 }
 
+/* Recipes as initializers: {kind, sop, pow2, eop, gop, sfop, nop, mop, fp4, afloor, sfloor}. */
+#define FP8(af, so, p2, sf, eo) {QR_FP8, so, p2, eo, 0, 0, 0, 0, 0, af, sf}
+#define NV(go, so, no) {QR_NVFP4, 0, 0, 0, go, so, no, 0, 1, 0.0f, 0.0f}
+#define MX(mo, f4) {QR_MX, 0, 0, 0, 0, 0, 0, mo, f4, 0.0f, 0.0f}
+#define TE(p2) {QR_TE, 0, p2, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f}
+#define NO {QR_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f}
+#define C229 (1.0f / 229376.0f) /* RN(1/229376) */
+
+/* Every producer path that a profile defines itself (docs/numerics.md,
+ * "Profiles"): stage 1's recipe and, for the two-stage fp8_block128_ue8m0,
+ * stage 2's. A (profile, format) not listed takes its base profile's row. */
+static const struct path_row {
+  qc_qprof p;
+  qc_qfmt f;
+  qc_recipe r1, r2;
+} g_paths[] = {
+    {QC_QP_EXACT, QC_QF_FP8_TENSOR, FP8(0, QS_DIV, QP_NONE, 0, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_TOKEN, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_CHANNEL, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_DIV, QP_NONE, 0, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_DIV, QP_CEIL2, 0, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_DIV, QP_NONE, 0, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_DIV, QP_NONE, 0, QE_DIV), FP8(1e-4f, QS_DIV, QP_CEIL2, 0, QE_DIV)},
+    {QC_QP_EXACT, QC_QF_NVFP4, NV(QG_DIV, QF_EXACT, QN_DIVG), NO},
+    {QC_QP_EXACT, QC_QF_MXFP8, MX(QM_CEIL2_DIV, 0), NO},
+    {QC_QP_EXACT, QC_QF_MXFP4, MX(QM_CEIL2_DIV, 1), NO},
+
+    {QC_QP_VLLM, QC_QF_FP8_TENSOR, FP8(0, QS_DIV, QP_NONE, 0, QE_RCP), NO},            /* CUDA per-tensor kernel */
+    {QC_QP_VLLM, QC_QF_FP8_TOKEN, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},          /* CUDA per-token kernel */
+    {QC_QP_VLLM, QC_QF_FP8_CHANNEL, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},
+    {QC_QP_VLLM, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_DIV, QP_NONE, 0, QE_RCP), NO},     /* CUDA per-token-group kernel */
+    {QC_QP_VLLM, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_DIV, QP_CEIL2, 0, QE_RCP), NO},
+    {QC_QP_VLLM, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), NO},     /* per_block_cast_to_fp8, Inductor */
+    {QC_QP_VLLM, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), FP8(1e-4f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA)},
+    {QC_QP_VLLM, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},                     /* the eager reference */
+    {QC_QP_VLLM, QC_QF_MXFP8, MX(QM_LOG_MUL, 0), NO},
+    {QC_QP_VLLM, QC_QF_MXFP4, MX(QM_EVEN, 1), NO},
+
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_TENSOR, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_TOKEN, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_CHANNEL, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_GROUP128, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_GROUP128_UE8M0, FP8(0, QS_MUL, QP_CEIL2_LOG, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_TRITON, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_MUL, QP_NONE, 0, QE_RCPA), NO},
+    {QC_QP_VLLM_TRITON, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA), NO},
+    {QC_QP_VLLM_CUDA_NVFP4, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCPA), NO},
+
+    {QC_QP_TORCH, QC_QF_FP8_TENSOR, FP8(0, QS_MUL, QP_NONE, 0, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_TOKEN, FP8(0, QS_MUL, QP_NONE, C229, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_CHANNEL, FP8(0, QS_MUL, QP_NONE, C229, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_MUL, QP_NONE, 0, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCP), FP8(1e-4f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCP)},
+    {QC_QP_TORCH, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},
+    {QC_QP_TORCH, QC_QF_MXFP8, MX(QM_LOG_MUL, 0), NO},
+    {QC_QP_TORCH, QC_QF_MXFP4, MX(QM_EVEN, 1), NO},
+
+    {QC_QP_DEEPGEMM, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), FP8(1e-4f, QS_MUL, QP_CEIL2, 0, QE_RCPA)},
+    {QC_QP_MODELOPT, QC_QF_NVFP4, NV(QG_MULINV, QF_MODELOPT, QN_DIVM), NO},
+    {QC_QP_COMPRESSED_TENSORS, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},
+
+    {QC_QP_TE, QC_QF_FP8_TENSOR, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_TOKEN, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_CHANNEL, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_GROUP128, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_BLOCK128, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_GROUP128_UE8M0, TE(QP_TRUNC), NO}, /* one stage */
+    {QC_QP_TE, QC_QF_FP8_BLOCK128_UE8M0, TE(QP_TRUNC), NO},
+    {QC_QP_TE, QC_QF_NVFP4, NV(QG_DIV, QF_TE, QN_RCP), NO},
+    {QC_QP_OCP, QC_QF_MXFP8, MX(QM_OCP, 0), NO},
+    {QC_QP_OCP, QC_QF_MXFP4, MX(QM_OCP, 1), NO},
+};
+
 /* The profile a profile takes a format from when its producer has no path
  * of its own for it (docs/numerics.md, "Profiles"). */
 static qc_qprof base_of(qc_qprof p) {
-  switch (p) {
-    case QC_QP_MODELOPT:
-    case QC_QP_COMPRESSED_TENSORS: return QC_QP_TORCH;
-    default: return QC_QP_VLLM;
-  }
+  return p == QC_QP_MODELOPT || p == QC_QP_COMPRESSED_TENSORS ? QC_QP_TORCH : QC_QP_VLLM;
 }
 
-/* Stage 1's recipe of (f, p) when p has a path of its own for f (1), else 0. */
-static int own_recipe(qc_qfmt f, qc_qprof p, qc_recipe *r, qc_recipe *r2) {
-  const float C229 = bitsf(QA_R229376_BITS);
-  const int tok = f == QC_QF_FP8_TOKEN || f == QC_QF_FP8_CHANNEL;
-  switch (p) {
-    case QC_QP_EXACT:
-      switch (f) {
-        case QC_QF_FP8_TENSOR: *r = fp8(0, QS_DIV, QP_NONE, 0, QE_DIV); return 1;
-        case QC_QF_FP8_TOKEN:
-        case QC_QF_FP8_CHANNEL: *r = fp8(0, QS_DIV, QP_NONE, C229, QE_DIV); return 1;
-        case QC_QF_FP8_GROUP128: *r = fp8(1e-10f, QS_DIV, QP_NONE, 0, QE_DIV); return 1;
-        case QC_QF_FP8_GROUP128_UE8M0: *r = fp8(1e-10f, QS_DIV, QP_CEIL2, 0, QE_DIV); return 1;
-        case QC_QF_FP8_BLOCK128: *r = fp8(1e-4f, QS_DIV, QP_NONE, 0, QE_DIV); return 1;
-        case QC_QF_FP8_BLOCK128_UE8M0:
-          *r = fp8(1e-4f, QS_DIV, QP_NONE, 0, QE_DIV);
-          *r2 = fp8(1e-4f, QS_DIV, QP_CEIL2, 0, QE_DIV);
-          return 1;
-        case QC_QF_NVFP4: *r = nv(QG_DIV, QF_EXACT, QN_DIVG); return 1;
-        case QC_QF_MXFP8: *r = mx(QM_CEIL2_DIV, 0); return 1;
-        case QC_QF_MXFP4: *r = mx(QM_CEIL2_DIV, 1); return 1;
-        default: return 0;
-      }
-    case QC_QP_VLLM:
-      switch (f) {
-        case QC_QF_FP8_TENSOR: *r = fp8(0, QS_DIV, QP_NONE, 0, QE_RCP); return 1;
-        case QC_QF_FP8_TOKEN:
-        case QC_QF_FP8_CHANNEL: *r = fp8(0, QS_DIV, QP_NONE, C229, QE_DIV); return 1;
-        case QC_QF_FP8_GROUP128: *r = fp8(1e-10f, QS_DIV, QP_NONE, 0, QE_RCP); return 1;
-        case QC_QF_FP8_GROUP128_UE8M0: *r = fp8(1e-10f, QS_DIV, QP_CEIL2, 0, QE_RCP); return 1;
-        case QC_QF_FP8_BLOCK128: *r = fp8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA); return 1;
-        case QC_QF_FP8_BLOCK128_UE8M0:
-          *r = fp8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA);
-          *r2 = fp8(1e-4f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA);
-          return 1;
-        case QC_QF_NVFP4: *r = nv(QG_EAGER, QF_VLLM, QN_RCP); return 1;
-        case QC_QF_MXFP8: *r = mx(QM_LOG_MUL, 0); return 1;
-        case QC_QF_MXFP4: *r = mx(QM_EVEN, 1); return 1;
-        default: return 0;
-      }
-    case QC_QP_VLLM_NATIVE:
-      if (f == QC_QF_FP8_TENSOR || tok || f == QC_QF_FP8_GROUP128) { *r = fp8(0, QS_MUL, QP_NONE, C229, QE_RCPA); return 1; }
-      if (f == QC_QF_FP8_GROUP128_UE8M0) { *r = fp8(0, QS_MUL, QP_CEIL2_LOG, C229, QE_RCPA); return 1; }
-      return 0;
-    case QC_QP_VLLM_TRITON:
-      if (f == QC_QF_FP8_GROUP128) { *r = fp8(1e-10f, QS_MUL, QP_NONE, 0, QE_RCPA); return 1; }
-      if (f == QC_QF_FP8_GROUP128_UE8M0) { *r = fp8(1e-10f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA); return 1; }
-      return 0;
-    case QC_QP_VLLM_CUDA_NVFP4:
-      if (f == QC_QF_NVFP4) { *r = nv(QG_EAGER, QF_VLLM, QN_RCPA); return 1; }
-      return 0;
-    case QC_QP_TORCH:
-      switch (f) {
-        case QC_QF_FP8_TENSOR: *r = fp8(0, QS_MUL, QP_NONE, 0, QE_RCP); return 1;
-        case QC_QF_FP8_TOKEN:
-        case QC_QF_FP8_CHANNEL: *r = fp8(0, QS_MUL, QP_NONE, C229, QE_RCP); return 1;
-        case QC_QF_FP8_GROUP128: *r = fp8(1e-10f, QS_MUL, QP_NONE, 0, QE_RCP); return 1;
-        case QC_QF_FP8_GROUP128_UE8M0: *r = fp8(1e-10f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCP); return 1;
-        case QC_QF_FP8_BLOCK128: *r = fp8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCP); return 1;
-        case QC_QF_FP8_BLOCK128_UE8M0:
-          *r = fp8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCP);
-          *r2 = fp8(1e-4f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCP);
-          return 1;
-        case QC_QF_NVFP4: *r = nv(QG_EAGER, QF_VLLM, QN_RCP); return 1;
-        case QC_QF_MXFP8: *r = mx(QM_LOG_MUL, 0); return 1;
-        case QC_QF_MXFP4: *r = mx(QM_EVEN, 1); return 1;
-        default: return 0;
-      }
-    case QC_QP_DEEPGEMM:
-      if (f == QC_QF_FP8_BLOCK128_UE8M0) {
-        *r = fp8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA);
-        *r2 = fp8(1e-4f, QS_MUL, QP_CEIL2, 0, QE_RCPA);
-        return 1;
-      }
-      return 0;
-    case QC_QP_MODELOPT:
-      if (f == QC_QF_NVFP4) { *r = nv(QG_MULINV, QF_MODELOPT, QN_DIVM); return 1; }
-      return 0;
-    case QC_QP_COMPRESSED_TENSORS:
-      if (f == QC_QF_NVFP4) { *r = nv(QG_EAGER, QF_VLLM, QN_RCP); return 1; }
-      return 0;
-    case QC_QP_TE:
-      switch (f) {
-        case QC_QF_FP8_TENSOR:
-        case QC_QF_FP8_TOKEN:
-        case QC_QF_FP8_CHANNEL:
-        case QC_QF_FP8_GROUP128:
-        case QC_QF_FP8_BLOCK128: *r = te(QP_NONE); return 1;
-        case QC_QF_FP8_GROUP128_UE8M0:
-        case QC_QF_FP8_BLOCK128_UE8M0: *r = te(QP_TRUNC); return 1; /* one stage */
-        case QC_QF_NVFP4: *r = nv(QG_DIV, QF_TE, QN_RCP); return 1;
-        default: return 0;
-      }
-    case QC_QP_OCP:
-      if (f == QC_QF_MXFP8 || f == QC_QF_MXFP4) { *r = mx(QM_OCP, f == QC_QF_MXFP4); return 1; }
-      return 0;
-    default: return 0;
-  }
+/* The row of (f, p) itself, or NULL. */
+static const struct path_row *own_path(qc_qfmt f, qc_qprof p) {
+  for (size_t i = 0; i < sizeof g_paths / sizeof g_paths[0]; i++)
+    if (g_paths[i].p == p && g_paths[i].f == f) return &g_paths[i];
+  return NULL;
 }
 
 int qc_qrecipe(qc_qfmt f, qc_qprof p, qc_recipe *r1, qc_recipe *r2) {
   memset(r1, 0, sizeof *r1);
   memset(r2, 0, sizeof *r2);
   if (f == QC_QF_NONE || (unsigned)f >= QC_QF_COUNT || (unsigned)p >= QC_QP_COUNT) return 0;
-  for (qc_qprof q = p; !own_recipe(f, q, r1, r2); q = base_of(q)) {}
+  const struct path_row *row = own_path(f, p);
+  for (qc_qprof q = p; !row; q = base_of(q)) row = own_path(f, base_of(q));
+  *r1 = row->r1;
+  *r2 = row->r2;
   return r2->kind != QR_NONE;
 }
 
