@@ -157,12 +157,12 @@ int qc_cmd_contract(int argc, char **argv) {
     return QC_EINPUT;
   }
   if (!dump_path) return qc_err("contract: expected --dump CKPT.h5");
-  if (co.profile && !in_list(co.profile, QC_PROFILES))
-    return qc_err("--profile '%s': unknown profile: expected one of %s", co.profile, QC_PROFILES);
+  if (co.profile && !in_list(co.profile, QC_PROFILE_CHOICES))
+    return qc_err("--profile '%s': unknown profile: expected one of %s", co.profile, QC_PROFILE_CHOICES);
   char wbuf[512], abuf[512];
   if ((rc = parse_formats("--weight-format", wlist, QC_WEIGHT_FORMATS, wbuf, sizeof wbuf, o.wfmt, &o.nw))) return rc;
   if ((rc = parse_formats("--activation-format", alist, QC_ACT_FORMATS, abuf, sizeof abuf, o.afmt, &o.na))) return rc;
-  o.profile = co.profile ? co.profile : "vllm";
+  o.profile = co.profile; /* NULL: per module (its contract, its deployed bytes, else vllm) */
   o.progress = !qc_quiet && isatty(2);
 
   const qc_backend *be = NULL;
@@ -180,7 +180,7 @@ int qc_cmd_contract(int argc, char **argv) {
   if ((rc = qc_run_input("dump", dump_path))) goto done;
   if ((rc = qc_contract_sweep(d, be, &o, &s))) goto done;
 
-  qc_contract_info ri = {.dump = dump_path, .device = be->name, .profile = o.profile, .modules = o.modules,
+  qc_contract_info ri = {.dump = dump_path, .device = be->name, .profile = o.profile ? o.profile : "auto", .modules = o.modules,
                  .wlist = wlist, .alist = alist, .o = &o};
   for (int i = 0; i < s.n; i++) {
     ri.fails += s.rows[i].fail;

@@ -16,8 +16,16 @@
 #include "io/dump.h"
 #include "io/prefetch.h"
 
+/* Does m's class take a quantizer profile? */
+static int takes_profile(const qc_module *m) {
+  for (const qc_key_spec *k = m->cls->keys; k && k->key; k++)
+    if (strcmp(k->key, "profile") == 0) return 1;
+  return 0;
+}
+
 /* Contract for m: the dump's attribute (if any), the case's over it, the
- * --profile option over both; validated against the class's keys. */
+ * --profile option over both; validated against the class's keys. A profile
+ * none of them names is auto (check_deployed resolves it). */
 static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
   char where[QC_PATHLEN + 64];
   int rc;
@@ -28,30 +36,48 @@ static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
   }
   if (cs->has_contract && (rc = qc_contract_merge(&m->contract, &cs->contract))) return rc;
   if (profile) {
-    int takes = 0;
-    for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) takes |= strcmp(k->key, "profile") == 0;
-    if (!takes) return qc_err("--profile '%s': class '%s' has no quantizer profile", profile, m->cls->name);
+    if (!takes_profile(m)) return qc_err("--profile '%s': class '%s' has no quantizer profile", profile, m->cls->name);
     if ((rc = qc_contract_set(&m->contract, "profile", profile, 0, 0))) return rc;
   }
   snprintf(where, sizeof where, "case '%s': module '%s'", cs->path, m->path);
-  return qc_contract_validate(&m->contract, m->cls->keys, where);
+  int explicit_profile = qc_contract_has(&m->contract, "profile");
+  if ((rc = qc_contract_validate(&m->contract, m->cls->keys, where))) return rc;
+  /* no profile named anywhere: auto (the deployed bytes decide; vllm without them) */
+  return !explicit_profile && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "auto", 0, 0) : QC_OK;
 }
 
 /* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check that
  * qatcheck's quantizer (contract's weight_format, profile, rounding)
- * reproduces them byte for byte. No check when there are no saved bytes. */
-static int check_deployed(qc_audit *a, const qc_module *m) {
+ * reproduces them byte for byte. The profile is the contract's (the case's,
+ * --profile's); absent or auto, every profile is tried and the first that
+ * reproduces the bytes becomes the module's (the check says which and why;
+ * none: the check fails naming the closest, and vllm is used). No check
+ * when there are no saved bytes; then auto means vllm. */
+static int check_deployed(qc_audit *a, qc_module *m) {
   const char *fn = qc_contract_str(&m->contract, "weight_format", "none");
+  const char *pn = qc_contract_str(&m->contract, "profile", "auto");
+  int autop = strcmp(pn, "auto") == 0, rc;
   if (!qc_tset_get(&m->saved, "weight_q") || !qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)
-    return QC_OK;
+    return autop && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "vllm", 0, 0) : QC_OK;
   qc_qfmt f;
-  qc_qprof p;
+  qc_qprof p = QC_QP_VLLM;
   qc_sr sr;
   qc_deployed_result r;
-  int rc;
-  if ((rc = qc_qfmt_parse(fn, &f)) || (rc = qc_qprof_parse(qc_contract_str(&m->contract, "profile", "vllm"), &p))) return rc;
+  char note[512] = "";
+  if ((rc = qc_qfmt_parse(fn, &f)) || (!autop && (rc = qc_qprof_parse(pn, &p)))) return rc;
   qc_sr_from_contract(&m->contract, m->path, &sr);
-  if ((rc = qc_deployed_check(m, f, p, &sr, &r))) return rc;
+  if (autop) {
+    qc_identify *idf = qc_calloc(1, sizeof *idf, "profile identification");
+    if (!idf) return QC_ESYS;
+    if ((rc = qc_deployed_identify_module(m, f, &sr, idf))) { free(idf); return rc; }
+    p = idf->any ? (qc_qprof)idf->chosen : QC_QP_VLLM;
+    r = idf->c[idf->chosen].r; /* the reproducing profile, or the closest */
+    snprintf(note, sizeof note, "profile %s (auto: %s)", qc_qprof_name(p), idf->why);
+    free(idf);
+    if ((rc = qc_contract_set(&m->contract, "profile", qc_qprof_name(p), 0, 0))) return rc;
+  } else if ((rc = qc_deployed_check(m, f, p, &sr, &r))) {
+    return rc;
+  }
   qc_check k;
   memset(&k, 0, sizeof k);
   snprintf(k.module, sizeof k.module, "%s", m->path);
@@ -64,7 +90,9 @@ static int check_deployed(qc_audit *a, const qc_module *m) {
   snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(qc_tset_get(&m->saved, "weight_q")->dtype));
   int bad = r.n_payload || r.n_scale || r.n_global || r.n_decoded;
   k.verdict = bad ? QC_V_FAIL : QC_V_PASS;
-  if (bad) qc_deployed_summary(&r, k.why, sizeof k.why);
+  if (bad && !autop) qc_deployed_summary(&r, k.why, sizeof k.why);
+  else snprintf(k.why, sizeof k.why, "%s", autop ? note : "");
+  if (qc_verbose && autop) fprintf(stderr, "qatcheck: %s: %s\n", m->path, note);
   return qc_results_add(a->res, &k);
 }
 
@@ -145,6 +173,8 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
     snprintf(m.path, sizeof m.path, "%s", row->cls->name);
     int rc = set_contract(&m, cs, NULL, profile), first = a->res->n;
     double t0 = qc_now_s();
+    if (!rc && takes_profile(&m) && strcmp(qc_contract_str(&m.contract, "profile", "vllm"), "auto") == 0) /* generated: no bytes */
+      rc = qc_contract_set(&m.contract, "profile", "vllm", 0, 0);
     clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
     if (!rc) {

@@ -31,7 +31,7 @@ static const qc_key_spec linear_keys[] = {
     {"dw_input", "original|quantized", "original", "input used for d_weight: X or dequant(quant(X))"},
     {"ste", "identity|{clipped}", "identity", "surrogate derivative of the rounding"},
     {"rounding", "rn|{sr}", "rn", "weight rounding: nearest-even, or stochastic with a seed"},
-    {"profile", QC_PROFILES, "vllm", "quantizer convention profile"},
+    {"profile", QC_PROFILE_CHOICES, "vllm", "quantizer profile: the producer path (auto: identified from the deployed bytes)"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors of a linear module and its sizes. */

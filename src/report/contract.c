@@ -35,6 +35,8 @@ static cJSON *row_json(const qc_crow *r) {
   cJSON_AddStringToObject(o, "activation_format", r->afmt);
   cJSON_AddStringToObject(o, "dy", r->dy);
   cJSON_AddStringToObject(o, "tensor", r->tensor);
+  cJSON_AddStringToObject(o, "profile", r->profile);
+  cJSON_AddStringToObject(o, "profile_source", r->profile_why);
   cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)r->shape[0]));
   cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)r->shape[1]));
   cJSON_AddItemToObject(o, "shape", sh);

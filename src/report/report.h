@@ -147,10 +147,26 @@ typedef struct qc_quant_info {
   const qc_quant_cmp *c;
   int n, any, verdict;
   double seconds;              /* wall time of the comparisons */
+  const char *why;             /* --identify: the reproducing profiles, or the closest and what differs */
 } qc_quant_info;
 
 int qc_report_quant(qc_report_out *o, const qc_quant_info *qi);
 void qc_report_quant_table(const qc_quant_info *qi);
+
+/* `quant --calibration`: producer paths against qatcheck's quantizers. */
+typedef struct qc_calib_info {
+  const char *const *paths;
+  int npaths;
+  const char *device;
+  const qc_calib_row *rows;
+  int n, verdict;
+} qc_calib_info;
+
+int qc_report_calib(qc_report_out *o, const qc_calib_info *ci);
+/* The table on stdout: one line per path (profile, format, values, records,
+ * mismatching payload, scale and global-scale bytes), then the first
+ * mismatch of each failing path. */
+void qc_report_calib_table(const qc_calib_info *ci);
 
 /* ---- tol: derived tolerances (tol.c) ----------------------------------------- */
 

@@ -34,12 +34,15 @@ static int push_row(qc_sweep *s, qc_crow **out) {
 /* Add a row comparing buffer g with r (rows x cols) through the backend's
  * queued metrics; its verdict is given after sync (judge_rows). The rows
  * array does not move meanwhile (reserve_rows). */
-static int add_row(qc_sweep *s, const qc_backend *be, const char *module, const char *tensor, const char *wf,
-                   const char *af, const char *dy, int64_t rows, int64_t cols, const double *g, const double *r) {
+static int add_row(qc_sweep *s, const qc_backend *be, const sw_plan *pl, const char *module, const char *tensor,
+                   const char *wf, const char *af, const char *dy, int64_t rows, int64_t cols, const double *g,
+                   const double *r) {
   qc_crow *w = NULL;
   int rc = push_row(s, &w);
   if (rc) return rc;
   snprintf(w->module, sizeof w->module, "%s", module);
+  snprintf(w->profile, sizeof w->profile, "%s", pl->profile);
+  snprintf(w->profile_why, sizeof w->profile_why, "%s", pl->profile_why);
   qc_contract_classify(module, w->cls, sizeof w->cls, &w->layer, &w->expert);
   snprintf(w->wfmt, sizeof w->wfmt, "%s", wf);
   snprintf(w->afmt, sizeof w->afmt, "%s", af);
@@ -266,7 +269,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
   const sw_plan *g = sl->g;
   const sizes *z = sl->z;
   const int64_t N = g->N, K = g->K;
-  const char *prof = o->profile ? o->profile : "vllm";
+  const char *prof = g->profile;
   const void *wsrc, *ysrc = NULL, *xsrc = NULL;
   const double **y64 = w->y64p;
   char what[QC_PATHLEN + 64];
@@ -300,7 +303,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
     for (int i = 0; i < g->ndy; i++) {
       const int64_t M = g->dy[i].M;
       if ((rc = gemm(s, be, QC_OP_N, M, K, N, y64[i], N, wq, w->a)) ||
-          (rc = add_row(s, be, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
+          (rc = add_row(s, be, g, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
         return rc;
     }
   }
@@ -326,7 +329,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
       rc = be->fake_quant_f64(be, o->afmt[a], prof, M, K, xdt, xsrc, w->scratch, w->xq64, what);
       s->t_quant += qc_now_s() - t0;
       if (rc || (rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, w->xq64, w->a)) ||
-          (rc = add_row(s, be, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
+          (rc = add_row(s, be, g, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
         return rc;
     }
   }

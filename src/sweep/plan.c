@@ -7,6 +7,9 @@
 
 #include "core/qc.h"
 #include "core/rng.h"
+#include "engine/deployed.h"
+#include "model/case.h"
+#include "model/contract.h"
 
 /* Master weights, dY and X must decode to real numbers element for element. */
 static int check_real(const char *dset, const qc_tensor *info) {
@@ -105,6 +108,54 @@ int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw
       return qc_err("input '%s' has %lld tokens but dY '%s' has %lld: expected the same M", g->x.dset,
                     (long long)g->x.M, g->dy[i].dset[0] ? g->dy[i].dset : "generated", (long long)g->dy[i].M);
   return QC_OK;
+}
+
+int qc_sweep_plan_profile(qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g) {
+  char cj[4096] = "", where[QC_PATHLEN + 32], ds[DSETLEN];
+  qc_contract c;
+  int rc;
+  memset(&c, 0, sizeof c);
+  if (o->profile && strcmp(o->profile, "auto") != 0) {
+    snprintf(g->profile, sizeof g->profile, "%s", o->profile);
+    snprintf(g->profile_why, sizeof g->profile_why, "--profile");
+    return QC_OK;
+  }
+  snprintf(where, sizeof where, "module '%s'", path);
+  if (qc_dump_get_attr(d, path, "contract", cj, sizeof cj) == QC_OK && cj[0] && (rc = qc_contract_parse(cj, where, &c))) return rc;
+  qc_err_clear(); /* an absent attribute is no error */
+  const char *pn = qc_contract_str(&c, "profile", "auto"), *fn = qc_contract_str(&c, "weight_format", "none");
+  if (strcmp(pn, "auto") != 0) {
+    qc_qprof p;
+    if ((rc = qc_qprof_parse(pn, &p))) return rc;
+    snprintf(g->profile, sizeof g->profile, "%s", pn);
+    snprintf(g->profile_why, sizeof g->profile_why, "the module's contract");
+    return QC_OK;
+  }
+  snprintf(g->profile, sizeof g->profile, "vllm");
+  snprintf(ds, sizeof ds, "%s/saved/weight_q", path);
+  if (strcmp(fn, "none") == 0 || !qc_dump_exists(d, ds)) {
+    snprintf(g->profile_why, sizeof g->profile_why, "default: no deployed bytes to identify a producer from");
+    return QC_OK;
+  }
+  /* auto: the producer the deployed bytes identify */
+  qc_qfmt f;
+  qc_module m;
+  char cj2[4096];
+  qc_identify *idf = NULL;
+  qc_sr sr;
+  memset(&m, 0, sizeof m);
+  if ((rc = qc_qfmt_parse(fn, &f))) return rc;
+  if ((rc = qc_dump_load_module(d, path, 0, &m, cj2, sizeof cj2))) goto done;
+  if (!(idf = qc_calloc(1, sizeof *idf, "profile identification"))) { rc = QC_ESYS; goto done; }
+  qc_sr_from_contract(&c, path, &sr);
+  if ((rc = qc_deployed_identify_module(&m, f, &sr, idf))) goto done;
+  if (idf->any) snprintf(g->profile, sizeof g->profile, "%s", qc_qprof_name((qc_qprof)idf->chosen));
+  snprintf(g->profile_why, sizeof g->profile_why, "auto, from the deployed %s bytes: %s%s", fn, idf->why,
+           idf->any ? "" : "; vllm used");
+done:
+  free(idf);
+  qc_module_free(&m);
+  return rc;
 }
 
 /* ---- generated dY and X: one per (what, M, cols), shared by every module of

@@ -34,6 +34,8 @@ typedef struct sw_plan {
   sw_src *dy;
   sw_src x;                  /* used when activation formats are asked */
   int need_x;
+  char profile[32];          /* the module's quantizer profile (qc_sweep_plan_profile) */
+  char profile_why[480];     /* where it came from */
 } sw_plan;
 
 /* ---- generated dY and X ---------------------------------------------------------
@@ -56,6 +58,12 @@ typedef struct sw_gens {
 /* Inspect a module group: weight layout, dY sources, X source; every shape
  * checked before any data is read. */
 int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g);
+
+/* The module's quantizer profile: --profile; else its contract attribute's
+ * `profile`; else (absent or auto), when it holds deployed bytes under a
+ * contract weight_format, the first profile that reproduces them; else vllm.
+ * Sets g->profile and g->profile_why. */
+int qc_sweep_plan_profile(qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g);
 
 /* Index of the generated (what, M, cols), added when new. */
 int qc_sweep_gen_index(sw_gens *G, const char *what, int64_t M, int64_t cols, int *idx);

@@ -60,7 +60,8 @@ int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, 
   sw_plan *plans = calloc((size_t)nlin, sizeof *plans);
   if (!plans) { rc = qc_err_sys("out of memory"); goto done; }
   for (int i = 0; i < nlin; i++) {
-    if ((rc = qc_sweep_plan_group(d, ents[i].path, o, &plans[i]))) goto done;
+    if ((rc = qc_sweep_plan_group(d, ents[i].path, o, &plans[i])) || (rc = qc_sweep_plan_profile(d, ents[i].path, o, &plans[i])))
+      goto done;
     s->units += (int)plans[i].E;
     s->expert_groups += plans[i].experts;
   }
