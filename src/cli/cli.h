@@ -42,4 +42,9 @@ void qc_common_help_opts(unsigned flags);
  * CUDA backend. */
 int qc_opt_cpu_only(const char *verb, const char *device, const char *why);
 
+/* quant's many-module modes (quant_many.c): wanted when argv has
+ * --checkpoint / --master, or --dump without --module. */
+int qc_quant_many_wanted(int argc, char **argv);
+int qc_cmd_quant_many(int argc, char **argv);
+
 #endif

@@ -50,6 +50,7 @@ int qc_cmd_quant(int argc, char **argv) {
   qc_common_opts co = {0};
   const char *dump = NULL, *path = NULL, *fmt = NULL, *prof = NULL;
   int identify = 0, rc;
+  if (qc_quant_many_wanted(argc, argv)) return qc_cmd_quant_many(argc, argv); /* quant_many.c */
   for (int i = 1; i < argc; i++) {
     int r;
     if (qc_opt_help(argv[i])) { help(); return 0; }

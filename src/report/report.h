@@ -111,6 +111,18 @@ typedef struct qc_quant_info {
 int qc_report_quant(qc_report_out *o, const qc_quant_info *qi);
 void qc_report_quant_table(const qc_quant_info *qi);
 
+/* Many modules (quant_many.c): a deployed checkpoint against its master
+ * (master set), or every module of a dump with deployed bytes. */
+typedef struct qc_quant_many_info {
+  const char *deployed;        /* the deployed checkpoint, or the dump */
+  const char *master;          /* the master checkpoint; NULL for a dump */
+  const qc_quant_rows *rows;
+  int fails, verdict;
+} qc_quant_many_info;
+
+int qc_report_quant_many(qc_report_out *o, const qc_quant_many_info *qi);
+void qc_report_quant_many_table(const qc_quant_many_info *qi);
+
 /* ---- tol: derived tolerances (tol.c) ----------------------------------------- */
 
 typedef struct qc_tol_info {
