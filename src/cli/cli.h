@@ -46,5 +46,8 @@ int qc_opt_cpu_only(const char *verb, const char *device, const char *why);
  * --checkpoint / --master, or --dump without --module. */
 int qc_quant_many_wanted(int argc, char **argv);
 int qc_cmd_quant_many(int argc, char **argv);
+/* tol's --dump mode (tol_dump.c): wanted when argv has --dump. */
+int qc_tol_dump_wanted(int argc, char **argv);
+int qc_cmd_tol_dump(int argc, char **argv);
 
 #endif

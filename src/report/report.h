@@ -135,5 +135,10 @@ typedef struct qc_tol_info {
  * (malloc'd), NULL out of memory. */
 char *qc_report_tol_member(const qc_tol_info *ti);
 int qc_report_tol(qc_report_out *o, const qc_tol_info *ti);
+/* `tol --dump F --module PATH` (tol_module.c): {"tolerances": {every
+ * gradient's member}} as JSON text (malloc'd; NULL out of memory), and the
+ * reports (JSON: dump, module, each derivation, the merged member). */
+char *qc_report_tol_members(const qc_tol_info *ti, int n);
+int qc_report_tol_module(qc_report_out *o, const qc_tol_info *ti, int n, const char *dump, const char *module);
 
 #endif
