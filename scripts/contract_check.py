@@ -19,6 +19,9 @@ import json
 import math
 import sys
 
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("h5py", "numpy")
 import h5py
 import numpy as np
 

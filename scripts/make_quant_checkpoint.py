@@ -29,6 +29,9 @@ import json
 import os
 import sys
 
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("numpy", "safetensors", "ml_dtypes")
 import numpy as np
 from safetensors import TensorSpec, serialize_file
 
