@@ -71,14 +71,16 @@ int qc_contract_sweep_ckpt(qc_st *st, qc_dump *dy, const qc_backend *be, const q
   for (int i = 0; i < qc_st_count(st); i++) {
     const qc_st_tensor *t = qc_st_at(st, i);
     if (!qc_ckpt_linear_weight(t, path, sizeof path)) continue;
+    if (is_master_dtype(t->dtype)) {
+      nlin++;
+      if (!first[0]) snprintf(first, sizeof first, "%s", path);
+    }
+    if (use_re && regexec(&re, path, 0, NULL, 0) != 0) continue;
     if (!is_master_dtype(t->dtype)) {
       if (!quant_eg) quant_eg = t;
       nquant++;
       continue;
     }
-    nlin++;
-    if (!first[0]) snprintf(first, sizeof first, "%s", path);
-    if (use_re && regexec(&re, path, 0, NULL, 0) != 0) continue;
     sw_entry *e = &se[n++];
     snprintf(e->path, sizeof e->path, "%s", path);
     snprintf(e->wname, sizeof e->wname, "%s", t->name);
@@ -88,12 +90,15 @@ int qc_contract_sweep_ckpt(qc_st *st, qc_dump *dy, const qc_backend *be, const q
       matched_dy++;
     }
   }
+  if (nquant) { /* a deployed checkpoint (or part of one): its weights are no master */
+    rc = qc_err("checkpoint '%s': %d linear weight(s) are stored quantized (e.g. '%s' %s): expected a master checkpoint "
+                "(BF16, F16, F32 or F64 weights)", qc_st_path(st), nquant, quant_eg->name, quant_eg->st_dtype);
+    qc_hint("check a deployed checkpoint's bytes against its master with 'qatcheck quant --checkpoint DEPLOYED --master "
+            "MASTER'; --modules can leave the quantized modules out");
+    goto done;
+  }
   if (n == 0) {
-    if (nlin == 0 && nquant) {
-      rc = qc_err("checkpoint '%s': its %d linear weight(s) are stored quantized (e.g. '%s' %s): expected a master "
-                  "checkpoint (BF16, F16, F32 or F64 weights)", qc_st_path(st), nquant, quant_eg->name, quant_eg->st_dtype);
-      qc_hint("check a deployed checkpoint's bytes against its master with 'qatcheck quant --checkpoint DEPLOYED --master MASTER'");
-    } else if (nlin == 0) {
+    if (nlin == 0) {
       rc = qc_err("checkpoint '%s': no linear weight: expected 2-D tensors named '<module>.weight' (or routed experts "
                   "[E, N, K] under an 'experts' component)", qc_st_path(st));
     } else {

@@ -48,9 +48,9 @@ int qc_contract_sweep(struct qc_dump *d, const struct qc_backend *be, const qc_s
  * whose name has no 'embed' in it, as module '/<module>' (--modules matches
  * that path). dY and X come from dump dy's group of the same path when dy
  * is given and has it (grad_out/, inputs/x), else they are generated.
- * QC_EINPUT with the error set: no linear weight, none matching, only
- * quantized weights (a deployed checkpoint), a dy dump none of whose groups
- * is a module. */
+ * QC_EINPUT with the error set: no linear weight, none matching, a
+ * selected weight stored quantized (F8, U8: a deployed checkpoint is no
+ * master), a dy dump none of whose groups is a module. */
 int qc_contract_sweep_ckpt(struct qc_st *st, struct qc_dump *dy, const struct qc_backend *be, const qc_sweep_opts *o,
                            qc_sweep *s);
 /* Is t a linear weight by the naming rules above (any dtype)? Then its
