@@ -37,6 +37,7 @@ mkdir -p "$T"
 now() { date +%s.%N; }
 
 FORMAT=${FORMAT:-hdf5}
+fsize() { stat -c %s "$@" | awk '{s += $1} END {print s}'; }
 # peak RSS (KiB) of a command: the children's maximum, as getrusage reports it
 peak_rss() { "$PY" -c 'import resource, subprocess, sys
 rc = subprocess.call(sys.argv[2:])
@@ -47,7 +48,7 @@ if [ -n "${STREAM_GB:-}" ]; then
   [ "$FORMAT" = safetensors ] || { echo "STREAM_GB needs FORMAT=safetensors"; exit 2; }
   L=$("$PY" -c "import math; print(math.ceil($STREAM_GB * 1e9 / (7 * $HIDDEN * $HIDDEN * 2)))")
   [ -d "$T/stream" ] || "$PY" bench/make_big_safetensors.py "$T/stream" --layers "$L" --hidden "$HIDDEN" --sparse
-  size=$(cat "$T"/stream/*.safetensors | wc -c)
+  size=$(fsize "$T"/stream/*.safetensors)
   mem=$(awk '/MemTotal/ {print $2 * 1024}' /proc/meminfo)
   echo "streaming bench: sparse checkpoint of $L layers x 7 [$HIDDEN, $HIDDEN] bf16 = $(echo "$size" | awk '{printf "%.1f", $1/1e9}') GB (host memory $(echo "$mem" | awk '{printf "%.1f", $1/1e9}') GB), ulimit -v ${ULIMIT_MB:-2048} MB"
   t0=$(now)
@@ -76,6 +77,15 @@ else
 fi
 cat $FILES >/dev/null
 t0=$(now); cat $FILES >/dev/null; t1=$(now)
+if [ "$FORMAT" = safetensors ]; then
+  # the reader alone, as many threads as the sweep's readers on this device
+  # (READERS overrides): pread and mmap, beside cat
+  READERS=${READERS:-$(n=$(nproc); [ "$DEVICE" = cpu ] && echo 1 || { [ "$n" -ge 4 ] && echo $(( n / 2 > 8 ? 8 : n / 2 )) || echo 1; })}
+  $CC -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_read.c src/io/safetensors.c src/core/err.c \
+    src/core/tensor.c -o "$T/st_read" $(pkg-config --libs libcjson) -lm -lpthread
+  "$T/st_read" "$T/st" "$READERS" >"$T/st_read.txt"
+  awk '{printf "reader alone (%s, %d thread(s)): %.2f GB in %.2f s = %.2f GB/s\n", $2, $3, $4, $5, $4 / $5}' "$T/st_read.txt"
+fi
 
 if [ -z "$BLAS_RATE" ]; then
   $CC -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/openblas bench/blas_rate.c -o "$T/blas_rate" -lopenblas
@@ -92,7 +102,7 @@ peak_rss "$T/rss" "$QATCHECK" contract --master-vs-dequant $SRC --weight-format 
 rate2=${GEMM_GFLOPS:+x $GEMM_GFLOPS}
 [ -n "$rate2" ] || rate2=$("$BLAS_RATE" "$TOKENS" "$HIDDEN" "$HIDDEN" 3)
 
-"$PY" - "$T/r.json" "$t0" "$t1" "$rate" "$LAYERS" "$(cat $FILES | wc -c)" "$(nproc)" "$rate2" "$T/rss" "$FORMAT" <<'PYEOF'
+"$PY" - "$T/r.json" "$t0" "$t1" "$rate" "$LAYERS" "$(fsize $FILES)" "$(nproc)" "$rate2" "$T/rss" "$FORMAT" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 t_cat = float(sys.argv[3]) - float(sys.argv[2])

@@ -58,7 +58,7 @@ static void tol_help(void) {
 }
 
 /* Parse a number option value strictly; message names the option. */
-static int num_arg(const char *opt, const char *v, double lo, double *out) {
+int qc_tol_num_arg(const char *opt, const char *v, double lo, double *out) {
   char *end;
   errno = 0;
   double d = strtod(v, &end);
@@ -121,7 +121,7 @@ int qc_cmd_tol(int argc, char **argv) {
       goto done;
     }
     static const double lo[] = {1, 0, 1e-3, 1, 0};  /* --lambda > 0, --margin >= 1 */
-    if ((rc = num_arg(nums[hit], v, lo[hit], &d))) goto done;
+    if ((rc = qc_tol_num_arg(nums[hit], v, lo[hit], &d))) goto done;
     if ((hit == 0 || hit == 1) && d != (double)(int64_t)d) {
       rc = qc_err("option '%s' is '%s': expected a whole number", nums[hit], v);
       goto done;

@@ -3,7 +3,6 @@
  * gradients from the dump (the class's tol_rules), each is derived as
  * `qatcheck tol` would, and the whole case-file "tolerances" member is
  * printed, every reasoning naming where its K came from. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,16 +26,6 @@ int qc_tol_dump_wanted(int argc, char **argv) {
   return 0;
 }
 
-static int num(const char *opt, const char *v, double lo, double *out) {
-  char *end;
-  errno = 0;
-  double d = strtod(v, &end);
-  if (errno || end == v || *end || !(d >= lo) || d > 1e15)
-    return qc_err("option '%s' is '%s': expected a number of at least %g", opt, v, lo);
-  *out = d;
-  return QC_OK;
-}
-
 int qc_cmd_tol_dump(int argc, char **argv) {
   qc_common_opts co = {0};
   const char *dump = NULL, *path = NULL, *acc = NULL, *v = NULL;
@@ -51,11 +40,11 @@ int qc_cmd_tol_dump(int argc, char **argv) {
       continue;
     }
     if ((r = qc_opt_value(argc, argv, &i, "--lambda", &v))) {
-      if (r < 0 || (rc = num("--lambda", v, 1e-3, &lambda))) return QC_EINPUT;
+      if (r < 0 || (rc = qc_tol_num_arg("--lambda", v, 1e-3, &lambda))) return QC_EINPUT;
       continue;
     }
     if ((r = qc_opt_value(argc, argv, &i, "--margin", &v))) {
-      if (r < 0 || (rc = num("--margin", v, 1, &margin))) return QC_EINPUT;
+      if (r < 0 || (rc = qc_tol_num_arg("--margin", v, 1, &margin))) return QC_EINPUT;
       continue;
     }
     qc_hint("with --dump, tol reads K and the dtypes from the dump; it takes --module, --acc-dtype, --lambda, --margin");

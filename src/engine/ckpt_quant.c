@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/qc.h"
 #include "engine/deployed.h"
@@ -61,8 +62,9 @@ static int all_pow2(const qc_tensor *s) {
 /* scale_fmt of the deployed checkpoint's config.json quantization_config
  * ("ue8m0" for DeepSeek V3.1-style power-of-two block scales), "" if none. */
 static void config_scale_fmt(const char *config, char *out, size_t n) {
+  struct stat sb;
   out[0] = 0;
-  if (!config) return;
+  if (!config || stat(config, &sb) != 0 || !S_ISREG(sb.st_mode)) return; /* a FIFO would block fopen */
   FILE *f = fopen(config, "rb");
   if (!f) return;
   char buf[1 << 16];
@@ -107,6 +109,27 @@ static const char *infer_format(const dep_mod *dm, const qc_tensor *q, const qc_
            qc_shape_str(q->ndim, q->shape, a, sizeof a), dm->s->name, dm->s->st_dtype, qc_shape_str(s->ndim, s->shape, b, sizeof b),
            (long long)N, (long long)K);
   return "";
+}
+
+/* A row of out for module m: its deployed bytes compared under f / p by
+ * the one deployed-bytes check. */
+static int add_row(qc_quant_rows *out, const qc_module *m, qc_qfmt f, qc_qprof p, const qc_sr *sr, const char *convention,
+                   const char *tensors) {
+  qc_quant_row *row;
+  int rc = qc_quant_rows_add(out, &row);
+  if (rc) return rc;
+  snprintf(row->module, sizeof row->module, "%s", m->path);
+  snprintf(row->format, sizeof row->format, "%s", qc_qfmt_name(f));
+  snprintf(row->convention, sizeof row->convention, "%s", convention);
+  snprintf(row->tensors, sizeof row->tensors, "%s", tensors);
+  if ((rc = qc_deployed_check(m, f, p, sr, &row->c.r))) {
+    out->n--;
+    return rc;
+  }
+  row->c.prof = p;
+  qc_deployed_summary(&row->c.r, row->c.line, sizeof row->c.line);
+  row->c.ok = !(row->c.r.n_payload || row->c.r.n_scale || row->c.r.n_global || row->c.r.n_decoded);
+  return QC_OK;
 }
 
 /* Compare one (expert of a) deployed module against its master. e < 0: the
@@ -175,19 +198,12 @@ static int check_one(const qc_st *dep, const qc_st *mst, const dep_mod *dm, int 
   }
   if ((rc = qc_tset_add(&m.params, &w)) || (rc = qc_tset_add(&m.saved, &q)) || (rc = qc_tset_add(&m.saved, &s))) goto done;
   if (g.data && (rc = qc_tset_add(&m.saved, &g))) goto done;
-  qc_quant_row *row;
-  if ((rc = qc_quant_rows_add(out, &row))) goto done;
-  snprintf(row->module, sizeof row->module, "%s", m.path);
-  snprintf(row->format, sizeof row->format, "%s", qc_qfmt_name(f));
-  snprintf(row->convention, sizeof row->convention, "%s", dm->convention);
-  snprintf(row->tensors, sizeof row->tensors, "%s %s%s%s%s%s%s%s", strrchr(dm->q->name, '.') + 1, dm->q->st_dtype, ", ",
-           strrchr(dm->s->name, '.') + 1, " ", dm->s->st_dtype, dm->g ? ", " : "", dm->g ? strrchr(dm->g->name, '.') + 1 : "");
+  char tensors[256];
+  snprintf(tensors, sizeof tensors, "%s %s, %s %s%s%s", strrchr(dm->q->name, '.') + 1, dm->q->st_dtype,
+           strrchr(dm->s->name, '.') + 1, dm->s->st_dtype, dm->g ? ", " : "", dm->g ? strrchr(dm->g->name, '.') + 1 : "");
   qc_sr sr;
-  memset(&sr, 0, sizeof sr);
-  if ((rc = qc_deployed_check(&m, f, p, &sr, &row->c.r))) { out->n--; goto done; }
-  row->c.prof = p;
-  qc_deployed_summary(&row->c.r, row->c.line, sizeof row->c.line);
-  row->c.ok = !(row->c.r.n_payload || row->c.r.n_scale || row->c.r.n_global || row->c.r.n_decoded);
+  memset(&sr, 0, sizeof sr); /* a checkpoint's bytes are rounded to nearest */
+  rc = add_row(out, &m, f, p, &sr, dm->convention, tensors);
 done:
   qc_tensor_free(&w);
   qc_tensor_free(&q);
@@ -301,19 +317,11 @@ int qc_quant_dump_all(qc_dump *d, const qc_quant_many_opts *o, qc_quant_rows *ou
     qc_qfmt f;
     qc_qprof p;
     qc_sr sr;
-    qc_quant_row *row;
     if ((rc = qc_qfmt_parse(fmt, &f)) || (rc = qc_qprof_parse(prof, &p))) goto next;
     qc_sr_from_contract(&m.contract, m.path, &sr);
-    if ((rc = qc_quant_rows_add(out, &row))) goto next;
-    snprintf(row->module, sizeof row->module, "%s", m.path);
-    snprintf(row->format, sizeof row->format, "%s", qc_qfmt_name(f));
-    snprintf(row->convention, sizeof row->convention, "dump");
-    snprintf(row->tensors, sizeof row->tensors, "saved/weight_q, saved/weight_scale%s",
-             qc_tset_get(&m.saved, "weight_global_scale") ? ", saved/weight_global_scale" : "");
-    if ((rc = qc_deployed_check(&m, f, p, &sr, &row->c.r))) { out->n--; goto next; }
-    row->c.prof = p;
-    qc_deployed_summary(&row->c.r, row->c.line, sizeof row->c.line);
-    row->c.ok = !(row->c.r.n_payload || row->c.r.n_scale || row->c.r.n_global || row->c.r.n_decoded);
+    rc = add_row(out, &m, f, p, &sr, "dump",
+                 qc_tset_get(&m.saved, "weight_global_scale") ? "saved/weight_q, saved/weight_scale, saved/weight_global_scale"
+                                                               : "saved/weight_q, saved/weight_scale");
   next:
     qc_module_free(&m);
   }

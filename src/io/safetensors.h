@@ -9,7 +9,8 @@
  * over 100 MB, offsets past the end or overlapping, a byte count that is not
  * dtype x shape, an unknown dtype, a shard named in the index but missing:
  * QC_EINPUT with one message naming the file and the tensor); tensor bytes
- * are read later, by mmap of the tensor's range, from any thread. */
+ * are read later, from any thread, by pread (or, QATCHECK_ST_READ=mmap, by
+ * mmap of the tensor's range). */
 #ifndef QC_SAFETENSORS_H
 #define QC_SAFETENSORS_H
 

@@ -254,6 +254,20 @@ static qc_dtype lin_out_dtype(const qc_module *m, const char *g, qc_dtype dflt) 
   return t ? t->dtype : dflt;
 }
 
+/* The next ask of out: gradient g, output in the candidate's dtype (else
+ * dflt), operands in op, K = k. */
+static qc_tol_ask *lin_ask(qc_tol_ask *out, int *n, const qc_module *m, const char *g, qc_dtype dflt, qc_dtype op, int64_t k,
+                           int rounded) {
+  qc_tol_ask *a = &out[(*n)++];
+  memset(a, 0, sizeof *a);
+  snprintf(a->tensor, sizeof a->tensor, "%s", g);
+  a->out_dtype = qc_dtype_name(lin_out_dtype(m, g, dflt));
+  a->operand_dtype = qc_dtype_name(op);
+  a->k = k;
+  a->rounded_operands = rounded;
+  return a;
+}
+
 /* `tol --dump`: d_x reduces over N (out_features), d_weight and d_bias over
  * the M tokens (leading dimensions of dY); the operands enter in dY's
  * dtype; the weight (master, or dequantized under dx_weight = dequant) and
@@ -274,32 +288,15 @@ static int linear_tol_rules(const qc_module *m, qc_tol_ask *out, int max, int *n
   int w_round = (dx_master || !strcmp(wf, "none")) ? !lin_fits(w->dtype, op) : !(lin_pow2_format(wf) && op != QC_F16);
   int x_round = (!dw_q || !strcmp(af, "none")) ? !lin_fits(x->dtype, op) : !(lin_pow2_format(af) && op != QC_F16);
   if (max < 3) return qc_err("%s: room for 3 tolerances needed", m->path);
-  qc_tol_ask *a = &out[(*n)++];
-  memset(a, 0, sizeof *a);
-  snprintf(a->tensor, sizeof a->tensor, "d_x");
-  a->out_dtype = qc_dtype_name(lin_out_dtype(m, "d_x", x->dtype));
-  a->operand_dtype = qc_dtype_name(op);
-  a->k = N;
-  a->rounded_operands = w_round;
+  qc_tol_ask *a = lin_ask(out, n, m, "d_x", x->dtype, op, N, w_round);
   snprintf(a->why, sizeof a->why, "K = N = %lld (params/weight [%lld, %lld]); operands in dY's %s; %s weight%s", (long long)N,
            (long long)N, (long long)w->shape[1], qc_dtype_name(op), dx_master || !strcmp(wf, "none") ? "master" : wf,
            w_round ? " rounded to it" : " exact in it");
-  a = &out[(*n)++];
-  memset(a, 0, sizeof *a);
-  snprintf(a->tensor, sizeof a->tensor, "d_weight");
-  a->out_dtype = qc_dtype_name(lin_out_dtype(m, "d_weight", w->dtype));
-  a->operand_dtype = qc_dtype_name(op);
-  a->k = M;
-  a->rounded_operands = x_round;
+  a = lin_ask(out, n, m, "d_weight", w->dtype, op, M, x_round);
   snprintf(a->why, sizeof a->why, "K = M = %lld tokens (grad_out/%s: leading dimensions of %lld x %lld); X %s%s", (long long)M,
            dy->name, (long long)M, (long long)N, dw_q && strcmp(af, "none") ? af : "as stored", x_round ? " rounded to dY's dtype" : "");
   if (!b) return QC_OK;
-  a = &out[(*n)++];
-  memset(a, 0, sizeof *a);
-  snprintf(a->tensor, sizeof a->tensor, "d_bias");
-  a->out_dtype = qc_dtype_name(lin_out_dtype(m, "d_bias", b->dtype));
-  a->operand_dtype = qc_dtype_name(op);
-  a->k = M;
+  a = lin_ask(out, n, m, "d_bias", b->dtype, op, M, 0);
   snprintf(a->why, sizeof a->why, "K = M = %lld tokens (a sum of dY over tokens)", (long long)M);
   return QC_OK;
 }

@@ -1,7 +1,7 @@
 /* test_safetensors.c: the safetensors reader (io/safetensors.h) on file
  * images built here: tensors found by name with their dtypes and shapes
  * (F4 in the float4_e2m1fn_x2 storage shape), bytes and slices read as
- * stored, from memory and from a file by mmap; each refusal (header over
+ * stored, from memory and from a file (pread and mmap); each refusal (header over
  * 100 MB, offsets past the end, overlapping tensors, a byte count that is
  * not dtype x shape, an unknown dtype, bad JSON, trailing bytes, odd F4)
  * is QC_EINPUT with a message naming the tensor. */
@@ -120,7 +120,8 @@ Test(safetensors, header_length_checked) {
   qc_err_clear();
 }
 
-Test(safetensors, file_reads_by_mmap) {
+/* The file read by pread (default) or mmap (QATCHECK_ST_READ=mmap). */
+static void file_reads(const char *how) {
   const char *hdr = "{\"x\": {\"dtype\": \"U8\", \"shape\": [3, 5000], \"data_offsets\": [0, 15000]},"
                     "\"y\": {\"dtype\": \"F16\", \"shape\": [4], \"data_offsets\": [15000, 15008]}}";
   size_t len;
@@ -131,7 +132,9 @@ Test(safetensors, file_reads_by_mmap) {
   cr_assert_eq(write(fd, img, len), (ssize_t)len);
   close(fd);
   qc_st *st;
+  if (how) setenv("QATCHECK_ST_READ", how, 1);
   cr_assert_eq(qc_st_open(path, &st), QC_OK, "%s", qc_err_msg());
+  unsetenv("QATCHECK_ST_READ");
   unsigned char buf[5000];
   cr_assert_eq(qc_st_read(st, qc_st_find(st, "x"), 1, buf, 5000), QC_OK, "%s", qc_err_msg());
   size_t h = strlen(hdr);
@@ -150,3 +153,6 @@ Test(safetensors, file_reads_by_mmap) {
   unlink(path);
   free(img);
 }
+
+Test(safetensors, file_reads_by_pread) { file_reads(NULL); }
+Test(safetensors, file_reads_by_mmap) { file_reads("mmap"); }
