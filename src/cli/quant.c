@@ -17,7 +17,14 @@
 #define QUANT_NO_DEVICE "quant compares the deployed bytes with qatcheck's reference quantizers, which run on the host"
 
 static void help(void) {
-  printf("usage: qatcheck quant --dump FILE.h5 --module PATH [--format FMT] [--profile P] [--identify] [options]\n\n"
+  printf("usage: qatcheck quant --dump FILE.h5 --module PATH [--format FMT] [--profile P] [--identify] [options]\n"
+         "       qatcheck quant --dump FILE.h5 [--modules REGEX] [--format FMT] [--profile P] [options]\n"
+         "       qatcheck quant --checkpoint DEPLOYED --master MASTER [--modules REGEX] [--format FMT] [--profile P]\n\n"
+         "Without --module: every module group of the dump with saved/weight_q, one row each.\n"
+         "--checkpoint/--master: two safetensors checkpoints (file, folder or index); every quantized\n"
+         "module of the deployed one (DeepSeek FP8 weight_scale_inv, compressed-tensors weight_scale /\n"
+         "weight_packed / weight_global_scale, ModelOpt weight_scale / weight_scale_2; docs/interfaces.md\n"
+         "section 2b) against its master's '<module>.weight' re-quantized, one row each.\n\n"
          "Re-quantizes params/weight of module PATH and compares with its deployed bytes\n"
          "(saved/weight_q, saved/weight_scale, saved/weight_global_scale for nvfp4):\n"
          "payload, scales, global scale and decoded bf16 bits, negative zero included.\n\n"

@@ -1,6 +1,6 @@
 /* safetensors.c: qatcheck's own safetensors reader (see safetensors.h):
- * headers parsed with cJSON and validated whole when a checkpoint is
- * opened, shards of an index resolved, tensor bytes copied out of the page
+ * headers parsed with cJSON and validated whole when a file is opened
+ * (folders and indexes: safetensors_files.c), tensor bytes copied out of the page
  * cache by pread, or (QATCHECK_ST_READ=mmap) by mmap of the tensor's range a
  * window at a time, unmapped after the copy. Either way a checkpoint larger
  * than memory streams without growing the process. pread is the default:
@@ -9,10 +9,8 @@
 #include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,28 +20,13 @@
 #include <unistd.h>
 
 #include "core/qc.h"
+#include "io/safetensors_priv.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the safetensors reader takes the file's little-endian bytes as they are"
 #endif
 
 #define WINDOW (64u << 20) /* bytes mapped at a time */
-
-typedef struct st_part {
-  char path[1024];
-  int fd;                     /* -1 for an in-memory image */
-  uint64_t size;
-  const unsigned char *mem;   /* the image (qc_st_parse), else NULL */
-} st_part;
-
-struct qc_st {
-  char path[1024];
-  int use_mmap;               /* QATCHECK_ST_READ=mmap */
-  st_part *part;
-  int npart;
-  qc_st_tensor *t;
-  int n, cap;
-};
 
 /* The dtypes of the format: name, bits per element, qatcheck's type. */
 static const struct {
@@ -245,7 +228,7 @@ static int header_len(const char *where, const unsigned char *b8, uint64_t size,
   return QC_OK;
 }
 
-static int add_part(qc_st *st, const char *path) {
+int qc_st_add_part(qc_st *st, const char *path) {
   void *p = realloc(st->part, (size_t)(st->npart + 1) * sizeof *st->part);
   if (!p) return qc_err_sys("out of memory opening a checkpoint");
   st->part = p;
@@ -256,7 +239,7 @@ static int add_part(qc_st *st, const char *path) {
   return QC_OK;
 }
 
-static qc_st *st_new(const char *path) {
+qc_st *qc_st_new(const char *path) {
   qc_st *st = qc_calloc(1, sizeof *st, "checkpoint handle");
   const char *how = getenv("QATCHECK_ST_READ");
   if (!st) return NULL;
@@ -266,7 +249,7 @@ static qc_st *st_new(const char *path) {
 }
 
 /* Sort by name; a name in two shards is refused. */
-static int finish(qc_st *st) {
+int qc_st_finish(qc_st *st) {
   if (st->n > 1) qsort(st->t, (size_t)st->n, sizeof *st->t, cmp_name);
   for (int i = 1; i < st->n; i++)
     if (strcmp(st->t[i].name, st->t[i - 1].name) == 0)
@@ -277,24 +260,24 @@ static int finish(qc_st *st) {
 
 int qc_st_parse(const void *data, size_t len, const char *where, qc_st **out) {
   *out = NULL;
-  qc_st *st = st_new(where);
+  qc_st *st = qc_st_new(where);
   if (!st) return QC_ESYS;
   uint64_t hlen = 0;
-  int rc = add_part(st, where);
+  int rc = qc_st_add_part(st, where);
   if (!rc) rc = header_len(where, data, len, &hlen);
   if (!rc) {
     st->part[0].mem = data;
     st->part[0].size = len;
     rc = parse_header(st, 0, (const char *)data + 8, hlen, len - 8 - hlen);
   }
-  if (!rc) rc = finish(st);
+  if (!rc) rc = qc_st_finish(st);
   if (rc) { qc_st_close(st); return rc; }
   *out = st;
   return QC_OK;
 }
 
 /* pread all of [off, off + n) or fail naming the file. */
-static int read_full(int fd, const char *path, uint64_t off, void *buf, size_t n) {
+int qc_st_read_full(int fd, const char *path, uint64_t off, void *buf, size_t n) {
   size_t got = 0;
   while (got < n) {
     ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
@@ -308,7 +291,7 @@ static int read_full(int fd, const char *path, uint64_t off, void *buf, size_t n
 
 /* Open a regular file read-only (a FIFO or device is refused before it is
  * opened, so it cannot block); its size into *size. */
-static int open_regular(const char *path, const char *what, int *fd, uint64_t *size) {
+int qc_st_open_regular(const char *path, const char *what, int *fd, uint64_t *size) {
   struct stat sb;
   if (stat(path, &sb) != 0) return qc_err("%s '%s': cannot open: %s", what, path, strerror(errno));
   if (!S_ISREG(sb.st_mode)) return qc_err("%s '%s': not a regular file", what, path);
@@ -324,176 +307,21 @@ static int open_regular(const char *path, const char *what, int *fd, uint64_t *s
 }
 
 /* Open file `path` as a new part and parse its header. */
-static int open_part(qc_st *st, const char *path) {
-  int rc = add_part(st, path), pi = st->npart - 1;
+int qc_st_open_part(qc_st *st, const char *path) {
+  int rc = qc_st_add_part(st, path), pi = st->npart - 1;
   if (rc) return rc;
   st_part *p = &st->part[pi];
   unsigned char b8[8];
   uint64_t hlen;
-  if ((rc = open_regular(path, "safetensors", &p->fd, &p->size))) return rc;
-  if ((rc = read_full(p->fd, path, 0, b8, p->size < 8 ? (size_t)p->size : 8))) return rc;
+  if ((rc = qc_st_open_regular(path, "safetensors", &p->fd, &p->size))) return rc;
+  if ((rc = qc_st_read_full(p->fd, path, 0, b8, p->size < 8 ? (size_t)p->size : 8))) return rc;
   if ((rc = header_len(path, b8, p->size, &hlen))) return rc;
   char *hdr = qc_malloc((size_t)hlen, "safetensors header");
   if (!hdr) return QC_ESYS;
-  rc = read_full(p->fd, path, 8, hdr, (size_t)hlen);
+  rc = qc_st_read_full(p->fd, path, 8, hdr, (size_t)hlen);
   if (!rc) rc = parse_header(st, pi, hdr, hlen, p->size - 8 - hlen);
   free(hdr);
   return rc;
-}
-
-static int ends_with(const char *s, const char *suf) {
-  size_t a = strlen(s), b = strlen(suf);
-  return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
-/* path's folder into dir ("." when none). */
-static void dir_of(const char *path, char *dir, size_t n) {
-  const char *s = strrchr(path, '/');
-  if (!s) snprintf(dir, n, ".");
-  else if (s == path) snprintf(dir, n, "/");
-  else snprintf(dir, n, "%.*s", (int)(s - path), path);
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* Open the shards an index names; every tensor it maps must be in its shard. */
-static int open_index(qc_st *st, const char *path) {
-  int fd = -1, rc;
-  uint64_t size = 0;
-  char *text = NULL, dir[1024], full[2200];
-  const char **shard = NULL;
-  int nshard = 0;
-  cJSON *root = NULL;
-  if ((rc = open_regular(path, "checkpoint index", &fd, &size))) return rc;
-  if (size > QC_ST_MAX_HEADER) { rc = qc_err("checkpoint index '%s': %llu bytes is over the 100 MB limit", path, (unsigned long long)size); goto done; }
-  if (!(text = qc_malloc((size_t)size + 1, "checkpoint index"))) { rc = QC_ESYS; goto done; }
-  if ((rc = read_full(fd, path, 0, text, (size_t)size))) goto done;
-  text[size] = 0;
-  root = cJSON_ParseWithLength(text, (size_t)size);
-  const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
-  if (!cJSON_IsObject(wm)) {
-    rc = qc_err("checkpoint index '%s': %s", path, root ? "no object 'weight_map'" : "not valid JSON");
-    qc_hint("an index is {\"metadata\": {...}, \"weight_map\": {\"tensor name\": \"shard.safetensors\", ...}}");
-    goto done;
-  }
-  int nmap = cJSON_GetArraySize(wm);
-  if (!(shard = calloc((size_t)(nmap ? nmap : 1), sizeof *shard))) { rc = qc_err_sys("out of memory reading an index"); goto done; }
-  for (const cJSON *e = wm->child; e; e = e->next) {
-    if (!cJSON_IsString(e)) { rc = qc_err("checkpoint index '%s': weight_map['%s'] is not a file name", path, e->string); goto done; }
-    const char *f = e->valuestring;
-    if (!f[0] || f[0] == '/' || strstr(f, "..")) {
-      rc = qc_err("checkpoint index '%s': weight_map['%s'] = '%s': expected a file name beside the index", path, e->string, f);
-      goto done;
-    }
-    shard[nshard++] = f;
-  }
-  if (nshard == 0) { rc = qc_err("checkpoint index '%s': weight_map is empty", path); goto done; }
-  qsort(shard, (size_t)nshard, sizeof *shard, cmp_str);
-  dir_of(path, dir, sizeof dir);
-  for (int i = 0; i < nshard && !rc; i++) {
-    if (i && strcmp(shard[i], shard[i - 1]) == 0) continue;
-    snprintf(full, sizeof full, "%s/%s", dir, shard[i]);
-    if (access(full, F_OK) != 0) {
-      const char *who = "";
-      for (const cJSON *e = wm->child; e && !who[0]; e = e->next)
-        if (strcmp(e->valuestring, shard[i]) == 0) who = e->string;
-      rc = qc_err("checkpoint index '%s': shard '%s' (holding '%s', ...) is missing", path, shard[i], who);
-      goto done;
-    }
-    rc = open_part(st, full);
-  }
-  if (rc || (rc = finish(st))) goto done;
-  for (const cJSON *e = wm->child; e && !rc; e = e->next) {
-    const qc_st_tensor *t = qc_st_find(st, e->string);
-    snprintf(full, sizeof full, "%s/%s", dir, e->valuestring);
-    if (!t || strcmp(st->part[t->part].path, full) != 0)
-      rc = qc_err("checkpoint index '%s': tensor '%s' is mapped to shard '%s' but that shard does not hold it", path,
-                  e->string, e->valuestring);
-  }
-done:
-  cJSON_Delete(root);
-  free(shard);
-  free(text);
-  if (fd >= 0) close(fd);
-  return rc;
-}
-
-/* Open every *.safetensors of folder `dir` (no index there). */
-static int open_dir_files(qc_st *st, const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return qc_err("checkpoint '%s': cannot list the folder: %s", dir, strerror(errno));
-  char **names = NULL;
-  int n = 0, cap = 0, rc = QC_OK;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL && !rc) {
-    if (!ends_with(e->d_name, ".safetensors") || e->d_name[0] == '.') continue;
-    if (n == cap) {
-      cap = cap ? 2 * cap : 16;
-      void *p = realloc(names, (size_t)cap * sizeof *names);
-      if (!p) { rc = qc_err_sys("out of memory listing a checkpoint"); break; }
-      names = p;
-    }
-    if (!(names[n] = strdup(e->d_name))) { rc = qc_err_sys("out of memory listing a checkpoint"); break; }
-    n++;
-  }
-  closedir(d);
-  if (!rc && n == 0) {
-    rc = qc_err("checkpoint '%s': the folder holds no *.safetensors file and no model.safetensors.index.json", dir);
-  }
-  if (!rc) qsort(names, (size_t)n, sizeof *names, cmp_str);
-  char full[2200];
-  for (int i = 0; i < n && !rc; i++) {
-    snprintf(full, sizeof full, "%s/%s", dir, names[i]);
-    rc = open_part(st, full);
-  }
-  for (int i = 0; i < n; i++) free(names[i]);
-  free(names);
-  return rc ? rc : finish(st);
-}
-
-/* The index of folder `dir`: model.safetensors.index.json, else the one
- * *.safetensors.index.json there; "" when none. */
-static int find_index(const char *dir, char *out, size_t n) {
-  out[0] = 0;
-  snprintf(out, n, "%s/model.safetensors.index.json", dir);
-  if (access(out, F_OK) == 0) return QC_OK;
-  out[0] = 0;
-  DIR *d = opendir(dir);
-  if (!d) return qc_err("checkpoint '%s': cannot list the folder: %s", dir, strerror(errno));
-  struct dirent *e;
-  int found = 0, rc = QC_OK;
-  while ((e = readdir(d)) != NULL) {
-    if (!ends_with(e->d_name, ".safetensors.index.json")) continue;
-    if (found++) {
-      rc = qc_err("checkpoint '%s': more than one *.safetensors.index.json in the folder: name the index to use", dir);
-      break;
-    }
-    snprintf(out, n, "%s/%s", dir, e->d_name);
-  }
-  closedir(d);
-  return rc;
-}
-
-int qc_st_open(const char *path, qc_st **out) {
-  *out = NULL;
-  struct stat sb;
-  if (stat(path, &sb) != 0) return qc_err("checkpoint '%s': cannot open: %s", path, strerror(errno));
-  qc_st *st = st_new(path);
-  if (!st) return QC_ESYS;
-  int rc;
-  if (S_ISDIR(sb.st_mode)) {
-    char idx[2200];
-    rc = find_index(path, idx, sizeof idx);
-    if (!rc) rc = idx[0] ? open_index(st, idx) : open_dir_files(st, path);
-  } else if (ends_with(path, ".json")) {
-    rc = open_index(st, path);
-  } else {
-    rc = open_part(st, path);
-    if (!rc) rc = finish(st);
-  }
-  if (rc) { qc_st_close(st); return rc; }
-  *out = st;
-  return QC_OK;
 }
 
 /* Copy [off, off + n) of part p into buf: from the image, by pread, or
@@ -507,7 +335,7 @@ static int copy_out(const st_part *p, int use_mmap, const char *name, uint64_t o
   struct stat sb;
   if (fstat(p->fd, &sb) != 0 || (uint64_t)sb.st_size < off + n)
     return qc_err("safetensors '%s': tensor '%s': the file is shorter than when it was opened (truncated?)", p->path, name);
-  if (!use_mmap) return read_full(p->fd, p->path, off, buf, n);
+  if (!use_mmap) return qc_st_read_full(p->fd, p->path, off, buf, n);
   long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
   size_t done = 0;
   while (done < n) {
