@@ -37,7 +37,7 @@ mkdir -p "$T"
 now() { date +%s.%N; }
 
 FORMAT=${FORMAT:-hdf5}
-fsize() { stat -c %s "$@" | awk '{s += $1} END {print s}'; }
+fsize() { stat -c %s "$@" | awk '{s += $1} END {printf "%.0f\n", s}'; }
 # peak RSS (KiB) of a command: the children's maximum, as getrusage reports it
 peak_rss() { "$PY" -c 'import resource, subprocess, sys
 rc = subprocess.call(sys.argv[2:])
