@@ -21,6 +21,9 @@ import math
 import os
 import sys
 
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("h5py", "numpy")
 import h5py
 import numpy as np
 

@@ -11,6 +11,10 @@ import os
 import struct
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("numpy", "ml_dtypes")
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

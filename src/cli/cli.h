@@ -49,4 +49,14 @@ void qc_common_help_opts(unsigned flags);
  * CUDA backend. */
 int qc_opt_cpu_only(const char *verb, const char *device, const char *why);
 
+/* quant's many-module modes (quant_many.c): wanted when argv has
+ * --checkpoint / --master, or --dump without --module. */
+int qc_quant_many_wanted(int argc, char **argv);
+int qc_cmd_quant_many(int argc, char **argv);
+/* tol's --dump mode (tol_dump.c): wanted when argv has --dump. */
+int qc_tol_dump_wanted(int argc, char **argv);
+int qc_cmd_tol_dump(int argc, char **argv);
+/* A number option value of at least lo, the whole string (tol.c). */
+int qc_tol_num_arg(const char *opt, const char *v, double lo, double *out);
+
 #endif

@@ -24,7 +24,14 @@
 
 static void help(void) {
   printf("usage: qatcheck quant --dump FILE.h5 --module PATH [--format FMT] [--profile P] [--identify] [options]\n"
+         "       qatcheck quant --dump FILE.h5 [--modules REGEX] [--format FMT] [--profile P] [options]\n"
+         "       qatcheck quant --checkpoint DEPLOYED --master MASTER [--modules REGEX] [--format FMT] [--profile P]\n"
          "       qatcheck quant --calibration PATH [--calibration PATH ...] [--device cpu|cuda[:N]] [options]\n\n"
+         "Without --module: every module group of the dump with saved/weight_q, one row each.\n"
+         "--checkpoint/--master: two safetensors checkpoints (file, folder or index); every quantized\n"
+         "module of the deployed one (DeepSeek FP8 weight_scale_inv, compressed-tensors weight_scale /\n"
+         "weight_packed / weight_global_scale, ModelOpt weight_scale / weight_scale_2; docs/interfaces.md\n"
+         "section 2b) against its master's '<module>.weight' re-quantized, one row each.\n\n"
          "Re-quantizes params/weight of module PATH and compares with its deployed bytes\n"
          "(saved/weight_q, saved/weight_scale or weight_scale_inv, and for nvfp4\n"
          "saved/weight_global_scale or weight_scale_2, each taken as stored): payload,\n"
@@ -77,6 +84,7 @@ int qc_cmd_quant(int argc, char **argv) {
   qc_common_opts co = {0};
   const char *dump = NULL, *path = NULL, *fmt = NULL, *prof = NULL, *cal[16];
   int identify = 0, ncal = 0, rc;
+  if (qc_quant_many_wanted(argc, argv)) return qc_cmd_quant_many(argc, argv); /* quant_many.c */
   for (int i = 1; i < argc; i++) {
     int r;
     if (qc_opt_help(argv[i])) { help(); return 0; }

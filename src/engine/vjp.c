@@ -11,6 +11,7 @@
 
 #include "core/progress.h"
 #include "core/qc.h"
+#include "engine/ckpt_quant.h"
 #include "engine/deployed.h"
 #include "engine/gen.h"
 #include "io/dump.h"
@@ -65,6 +66,13 @@ static int check_deployed(qc_audit *a, qc_module *m) {
   qc_deployed_result r;
   char note[512] = "";
   if ((rc = qc_qfmt_parse(fn, &f)) || (!autop && (rc = qc_qprof_parse(pn, &p)))) return rc;
+  if (qc_tset_get(&m->saved, "weight_q")->dtype == QC_U8) { /* float8 bytes from torch < 2.1 */
+    int fp4 = f == QC_QF_NVFP4 || f == QC_QF_MXFP4;
+    qc_hint("scripts/qatdump.py writes it from the contract's weight_format or the module's qatcheck_dtypes; with h5py: "
+            "ds.attrs['dtype'] = '%s'", fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn");
+    return qc_err("module '%s': saved/weight_q is uint8 without a 'dtype' attribute: expected %s bytes for weight_format %s",
+                  m->path, fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn", fn);
+  }
   qc_sr_from_contract(&m->contract, m->path, &sr);
   if (autop) {
     qc_identify *idf = qc_calloc(1, sizeof *idf, "profile identification");
@@ -202,6 +210,8 @@ typedef struct load_slot {
 
 typedef struct loader {
   qc_dump *d;
+  const qc_st *ckpt;       /* params/ from here when the case names a checkpoint */
+  const char *prefix;
   const qc_dump_entry *ents;
   int with_grads;
   load_slot slot[2];
@@ -217,6 +227,7 @@ static int load_entry(void *arg, int item, int k) {
   const char *path = L->ents[item].path;
   int rc = qc_dump_load_module(L->d, path, L->with_grads, &s->m, s->contract, sizeof s->contract);
   s->loaded = rc == QC_OK;
+  if (!rc && L->ckpt) rc = qc_ckpt_params(L->ckpt, L->prefix, &s->m);
   s->frozen[0] = 0;
   for (int j = 0; !rc && j < s->m.params.n; j++) { /* qatdump marks frozen parameters */
     char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];
@@ -233,6 +244,7 @@ static int load_entry(void *arg, int item, int k) {
  * time plus the next one, whose read overlaps the current audit. */
 static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   qc_dump *d = NULL;
+  qc_st *ck = NULL;
   qc_dump_entry *ents = NULL;
   int n = 0, rc;
   loader *L = NULL;
@@ -262,6 +274,9 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   if (!L) { rc = QC_ESYS; goto done; }
   L->d = d;
   L->ents = ents;
+  if (cs->checkpoint[0] && (rc = qc_st_open(cs->checkpoint, &ck))) goto done;
+  L->ckpt = ck;
+  L->prefix = cs->ckpt_prefix;
   L->with_grads = cs->cand == QC_CAND_DUMP;
   if ((rc = qc_prefetch_start(&pf, n, 1, load_entry, L))) goto done;
   qc_progress_start(&pg, "vjp", "modules", n);
@@ -299,6 +314,7 @@ done:
   free(L);
   free(ents);
   qc_dump_close(d);
+  qc_st_close(ck);
   return rc;
 }
 

@@ -65,4 +65,35 @@ typedef struct qc_calib_row {
   char first[400];                            /* the first mismatch, "" if none */
 } qc_calib_row;
 
+/* One module of a many-module `quant` run (a checkpoint pair, or every
+ * module of a dump with deployed bytes): where its bytes came from and the
+ * comparison. */
+#define QC_QROW_NAMELEN 320
+typedef struct qc_quant_row {
+  char module[QC_QROW_NAMELEN];     /* "/model.layers.0.mlp.down_proj" */
+  char format[32];                  /* "fp8_block128" */
+  char convention[48];              /* naming it was found by: "deepseek_fp8", "modelopt", "compressed_tensors", "dump" */
+  char tensors[256];                /* the deployed tensors compared ("weight F8_E4M3, weight_scale_inv F32") */
+  qc_quant_cmp c;
+} qc_quant_row;
+
+/* A module seen but not compared, and why (unquantized, int8, ...). */
+typedef struct qc_quant_skip {
+  char module[QC_QROW_NAMELEN];
+  char why[160];
+} qc_quant_skip;
+
+/* The rows and skips of a many-module run. */
+typedef struct qc_quant_rows {
+  qc_quant_row *row;
+  int n, cap;
+  qc_quant_skip *skip;
+  int nskip, capskip;
+} qc_quant_rows;
+
+/* A new row (zeroed) / skip appended; QC_ESYS out of memory. */
+int qc_quant_rows_add(qc_quant_rows *r, qc_quant_row **out);
+int qc_quant_rows_skip(qc_quant_rows *r, const char *module, const char *why);
+void qc_quant_rows_free(qc_quant_rows *r);
+
 #endif

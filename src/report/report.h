@@ -168,6 +168,18 @@ int qc_report_calib(qc_report_out *o, const qc_calib_info *ci);
  * mismatch of each failing path. */
 void qc_report_calib_table(const qc_calib_info *ci);
 
+/* Many modules (quant_many.c): a deployed checkpoint against its master
+ * (master set), or every module of a dump with deployed bytes. */
+typedef struct qc_quant_many_info {
+  const char *deployed;        /* the deployed checkpoint, or the dump */
+  const char *master;          /* the master checkpoint; NULL for a dump */
+  const qc_quant_rows *rows;
+  int fails, verdict;
+} qc_quant_many_info;
+
+int qc_report_quant_many(qc_report_out *o, const qc_quant_many_info *qi);
+void qc_report_quant_many_table(const qc_quant_many_info *qi);
+
 /* ---- tol: derived tolerances (tol.c) ----------------------------------------- */
 
 typedef struct qc_tol_info {
@@ -180,5 +192,10 @@ typedef struct qc_tol_info {
  * (malloc'd), NULL out of memory. */
 char *qc_report_tol_member(const qc_tol_info *ti);
 int qc_report_tol(qc_report_out *o, const qc_tol_info *ti);
+/* `tol --dump F --module PATH` (tol_module.c): {"tolerances": {every
+ * gradient's member}} as JSON text (malloc'd; NULL out of memory), and the
+ * reports (JSON: dump, module, each derivation, the merged member). */
+char *qc_report_tol_members(const qc_tol_info *ti, int n);
+int qc_report_tol_module(qc_report_out *o, const qc_tol_info *ti, int n, const char *dump, const char *module);
 
 #endif

@@ -97,9 +97,10 @@ static int gemm(qc_sweep *s, const qc_backend *be, qc_op ta, int64_t m, int64_t 
  * Worker threads read units u+1 .. u+ahead (weight, dYs, X as stored, each
  * checked finite) into pinned host slots while the main thread runs unit u
  * on the backend: upload, widen, quantize, GEMMs and metrics queued in
- * order, one sync per unit. Contiguous datasets are read with pread (no
- * HDF5 call, so the workers read in parallel); others through HDF5 under a
- * lock, which the main thread also holds for its own HDF5 calls. */
+ * order, one sync per unit. Located tensors (a contiguous HDF5 dataset, any
+ * safetensors tensor) are read without a library call, so the workers read
+ * in parallel; others (chunked or filtered HDF5) through the source's
+ * read_into under a lock. */
 
 typedef struct sizes {
   int64_t nk, mn, mk, ndy;     /* largest N*K, M*N, M*K and dY count over the groups */
@@ -115,7 +116,6 @@ typedef struct slot {
   void *y;                     /* [ndy] x z->yb: dY datasets as stored */
   void *x;                     /* [z->xb]: X as stored (one X for every dY of a unit) */
   double t_read;
-  qc_dump *d;
   const sizes *z;
 } slot;
 
@@ -162,18 +162,19 @@ static int64_t first_nonfinite(const void *buf, qc_dtype dt, int64_t n) {
   return -1;
 }
 
-/* One located dataset (slice e when per-expert) into buf, checked finite;
- * `quantized`: float64 values must also fit float32, the quantizers' input. */
-static int read_one(slot *sl, const char *dset, const qc_dump_loc *loc, int per_expert, int64_t rows, int64_t cols,
-                    void *buf, int quantized) {
+/* One located tensor of source src (slice e when per-expert) into buf,
+ * checked finite; `quantized`: float64 values must also fit float32, the
+ * quantizers' input. */
+static int read_one(slot *sl, const qc_tsrc *src, const char *dset, const qc_tloc *loc, int per_expert, int64_t rows,
+                    int64_t cols, void *buf, int quantized) {
   int rc;
   if (loc->offset >= 0) {
-    qc_dump_loc l = *loc;
+    qc_tloc l = *loc;
     if (per_expert) l.offset += (long long)sl->e * (long long)l.nbytes;
-    rc = qc_dump_pread(sl->d, dset, &l, buf);
+    rc = qc_tsrc_pread(src, dset, &l, buf);
   } else {
     pthread_mutex_lock(&g_read_lock);
-    rc = qc_dump_read_into(sl->d, dset, per_expert ? sl->e : -1, buf, loc->nbytes);
+    rc = qc_tsrc_read_into(src, dset, per_expert ? sl->e : -1, buf, loc->nbytes);
     pthread_mutex_unlock(&g_read_lock);
   }
   if (rc) return rc;
@@ -201,14 +202,14 @@ static int prepare(slot *sl) {
   const sw_plan *g = sl->g;
   const sizes *z = sl->z;
   double t0 = qc_now_s();
-  int rc = read_one(sl, g->wdset, &g->wloc, g->experts, g->N, g->K, sl->w, 1);
+  int rc = read_one(sl, g->wsrc, g->wdset, &g->wloc, g->experts, g->N, g->K, sl->w, 1);
   for (int i = 0; i < g->ndy && !rc; i++) {
     const sw_src *y = &g->dy[i];
     if (y->dset[0])
-      rc = read_one(sl, y->dset, &y->loc, y->per_expert, y->M, g->N, (char *)sl->y + (size_t)i * z->yb, 0);
+      rc = read_one(sl, y->src, y->dset, &y->loc, y->per_expert, y->M, g->N, (char *)sl->y + (size_t)i * z->yb, 0);
   }
   if (!rc && g->need_x && g->x.dset[0]) /* every dY of the unit has X's tokens (plan_group) */
-    rc = read_one(sl, g->x.dset, &g->x.loc, g->x.per_expert, g->x.M, g->K, sl->x, 1);
+    rc = read_one(sl, g->x.src, g->x.dset, &g->x.loc, g->x.per_expert, g->x.M, g->K, sl->x, 1);
   sl->t_read = qc_now_s() - t0;
   return rc;
 }
@@ -400,7 +401,7 @@ static int fetch_unit(void *arg, int u, int k) {
 }
 
 /* Run every unit: units u+1 .. u+ahead are read while unit u computes. */
-int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
+int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
                      const sw_gens *G, qc_sweep *s) {
   sizes z = {1, 1, 1, 1, 1, 1, 1};
   int need_x = 0, rc = QC_OK;
@@ -454,7 +455,6 @@ int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o,
       ahead = k - 1;
       break;
     }
-    sl[k].d = d;
     sl[k].z = &z;
   }
   s->ahead = ahead;
