@@ -39,12 +39,23 @@ static const qc_backend g_cuda_ops = {
     .gemm_f64_buf = cu_gemm_f64_buf,
     .metrics_buf = cu_metrics_buf,
     .sync = cu_sync,
+#ifdef QC_HAVE_NCCL
+    .coll_id = cu_coll_id,
+    .coll_init = cu_coll_init,
+#else
+    .coll_id = NULL, /* no device collectives: src/dist/ reduces through the host */
+    .coll_init = NULL,
+#endif
+    .coll_ready = cu_coll_ready,
+    .allreduce = cu_allreduce,
+    .mem_free = cu_mem_free,
 };
 
 extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   if (!be) return;
   cu *c = C(be);
   cudaSetDevice(c->dev);
+  cu_coll_free(c);
   for (int i = 0; i < 6; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
   for (int i = 0; i < 8; i++) cu_plan_free(&c->plans[i]);
