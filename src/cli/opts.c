@@ -6,12 +6,28 @@
 #include "backend/backend.h"
 #include "core/qc.h"
 #include "cli/cli.h"
+#include "dist/dist.h"
 #include "report/run.h"
 
+/* Verbs that split their work among the ranks of an MPI job (src/dist/). */
+static int distributes(const char *verb) { return strcmp(verb, "vjp") == 0 || strcmp(verb, "contract") == 0; }
+
 int qc_cli_run(const qc_verb *v, int argc, char **argv) {
-  int rc = qc_run_begin(v->name, argc, argv);
+  int rc = qc_dist_begin();                 /* started by mpirun: join the job */
+  int later = qc_dist_rank() != 0;
+  if (later) qc_quiet = 1;                  /* rank 0 alone speaks and writes */
+  if (!rc) rc = qc_run_begin(v->name, argc, argv);
+  if (later) qc_run_no_files();
+  if (!rc && qc_dist_size() > 1 && !distributes(v->name)) {
+    rc = qc_err("%s: runs as one process: started as %d processes (mpirun -np %d)", v->name, qc_dist_size(), qc_dist_size());
+    qc_hint("vjp and contract split their work among the ranks of an MPI job; run '%s' without mpirun", v->name);
+  }
   if (!rc) rc = v->fn(argc, argv);
-  return qc_run_end(rc);
+  rc = qc_dist_finish(rc);                  /* every rank: the agreed error, or rank 0's verdict */
+  rc = qc_run_end(rc);
+  if (later) qc_err_clear();                /* the error line is rank 0's to print */
+  qc_dist_end();
+  return rc;
 }
 
 int qc_opt_value(int argc, char **argv, int *i, const char *name, const char **val) {

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "cli/cli.h"
 #include "core/qc.h"
+#include "dist/dist.h"
 #include "engine/vjp.h"
 #include "io/plugin.h"
 #include "model/case.h"
@@ -67,7 +68,7 @@ int qc_cmd_vjp(int argc, char **argv) {
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm"};
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};
   rc = qc_vjp_case(&a, o.profile);
-  if (rc) goto done;
+  if (rc || qc_dist_rank() != 0) goto done; /* rank 0 alone holds the merged results and reports them */
   if (res.n == 0) {
     rc = qc_err("case '%s': nothing was checked", case_path);
     goto done;

@@ -11,6 +11,7 @@
 
 #include "core/progress.h"
 #include "core/qc.h"
+#include "dist/dist.h"
 #include "engine/ckpt_quant.h"
 #include "engine/deployed.h"
 #include "engine/gen.h"
@@ -164,7 +165,9 @@ static const qc_registry_row *find_class(const char *name, const char *where) {
   return row;
 }
 
-static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
+/* This rank's instances (own[i]: 1 when instance i is its; all of them in
+ * one process), *at the instance it failed on. */
+static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, const char *own, long long *at) {
   char where[1100];
   snprintf(where, sizeof where, "case '%s'", cs->path);
   const qc_registry_row *row = find_class(cs->module, where);
@@ -175,6 +178,7 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
   qc_progress pg;
   qc_progress_start(&pg, "vjp", "instances", cs->nshapes);
   for (int i = 0; i < cs->nshapes; i++) {
+    if (!own[i]) continue;
     qc_module m;
     memset(&m, 0, sizeof m);
     m.cls = row->cls;
@@ -193,6 +197,7 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
     qc_module_free(&m);
     if (rc) {
       qc_progress_end(&pg);
+      *at = i;
       return rc;
     }
   }
@@ -242,8 +247,10 @@ static int load_entry(void *arg, int item, int k) {
 
 /* Audit every matching module group of the dump, one module in memory at a
  * time plus the next one, whose read overlaps the current audit. */
-static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
+/* This rank's module groups; *nunits all of them, *at the group it failed on. */
+static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits) {
   qc_dump *d = NULL;
+  int *gidx = NULL;
   qc_st *ck = NULL;
   qc_dump_entry *ents = NULL;
   int n = 0, rc;
@@ -270,6 +277,13 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
       goto done;
     }
   }
+  /* this rank's groups (all of them in one process), in dump order */
+  *nunits = n;
+  if ((rc = qc_vjp_units(n, &gidx))) goto done;
+  int nloc = 0;
+  for (int i = 0; i < n; i++)
+    if (gidx[i] == qc_dist_rank()) ents[nloc] = ents[i], gidx[nloc++] = i;
+  n = nloc;
   L = qc_calloc(1, sizeof *L, "module read slots");
   if (!L) { rc = QC_ESYS; goto done; }
   L->d = d;
@@ -283,7 +297,10 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   for (int i = 0; i < n && !rc; i++) {
     int k, first = a->res->n;
     double t0 = qc_now_s();
-    if ((rc = qc_prefetch_wait(&pf, i, &k))) break;
+    if ((rc = qc_prefetch_wait(&pf, i, &k))) {
+      *at = gidx[i];
+      break;
+    }
     load_slot *cur = &L->slot[k];
     char where[QC_PATHLEN + 1100];
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
@@ -304,7 +321,9 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     qc_module_free(m);
     cur->loaded = 0;
     if (!rc) rc = qc_prefetch_release(&pf, i);
+    if (rc) *at = gidx[i];
   }
+  if (rc && *at < 0 && n > 0) *at = gidx[0]; /* the read-ahead's start */
 done:
   qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
@@ -313,11 +332,27 @@ done:
       if (L->slot[k].loaded) qc_module_free(&L->slot[k].m);
   free(L);
   free(ents);
+  free(gidx);
   qc_dump_close(d);
   qc_st_close(ck);
   return rc;
 }
 
 int qc_vjp_case(qc_audit *a, const char *profile) {
-  return a->cs->data == QC_DATA_GENERATE ? run_generated(a, a->cs, profile) : run_dump(a, a->cs, profile);
+  long long at = -1;
+  int rc, nunits = 0;
+  if (a->cs->data == QC_DATA_GENERATE) {
+    int *owner = NULL;
+    char *own = NULL;
+    const int n = nunits = a->cs->nshapes;
+    if (!(rc = qc_vjp_units(n, &owner)) && !(own = qc_calloc((size_t)(n > 0 ? n : 1), 1, "instance owners")))
+      rc = QC_ESYS;
+    for (int i = 0; !rc && i < n; i++) own[i] = owner[i] == qc_dist_rank();
+    if (!rc) rc = run_generated(a, a->cs, profile, own, &at);
+    free(owner);
+    free(own);
+  } else {
+    rc = run_dump(a, a->cs, profile, &at, &nunits);
+  }
+  return qc_vjp_merge(a, rc, at, nunits);
 }

@@ -12,4 +12,16 @@
  * with the error set when the run cannot be judged. */
 int qc_vjp_case(qc_audit *a, const char *profile);
 
+/* ---- over the ranks of an MPI job (vjp_dist.c; docs/distributed.md) -----------
+ * The units of a case (its generated instances, or its dump's matching
+ * module groups, in order) go round robin to the ranks: *owner (malloc'd,
+ * n entries) gets unit i's rank, i mod size; all 0 in one process. */
+int qc_vjp_units(int n, int **owner);
+/* After the ranks ran their units (rc their status, at the unit a rank
+ * failed on): the agreement (an error of any rank, named by rank, on every
+ * rank), then every rank's checks and module facts to rank 0, in unit
+ * order, as one process would have made them (collective). a->info must be
+ * set. Returns the agreed status; in one process, rc. */
+int qc_vjp_merge(qc_audit *a, int rc, long long at, int nunits);
+
 #endif

@@ -18,6 +18,8 @@
 #include "numerics/formats.h"
 #include "sweep/plan.h"
 
+const char qc_sweep_t_dx[] = "d_x", qc_sweep_t_dw[] = "d_weight";
+
 static int push_row(qc_sweep *s, qc_crow **out) {
   if (s->n == s->cap) {
     int nc = s->cap ? 2 * s->cap : 64;
@@ -304,7 +306,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
     for (int i = 0; i < g->ndy; i++) {
       const int64_t M = g->dy[i].M;
       if ((rc = gemm(s, be, QC_OP_N, M, K, N, y64[i], N, wq, w->a)) ||
-          (rc = add_row(s, be, g, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
+          (rc = add_row(s, be, g, sl->module, qc_sweep_t_dx, o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
         return rc;
     }
   }
@@ -330,7 +332,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
       rc = be->fake_quant_f64(be, o->afmt[a], prof, M, K, xdt, xsrc, w->scratch, w->xq64, what);
       s->t_quant += qc_now_s() - t0;
       if (rc || (rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, w->xq64, w->a)) ||
-          (rc = add_row(s, be, g, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
+          (rc = add_row(s, be, g, sl->module, qc_sweep_t_dw, "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
         return rc;
     }
   }
@@ -402,7 +404,7 @@ static int fetch_unit(void *arg, int u, int k) {
 
 /* Run every unit: units u+1 .. u+ahead are read while unit u computes. */
 int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
-                     const sw_gens *G, qc_sweep *s) {
+                     const sw_gens *G, qc_sweep *s, int *plan_end, int *failed) {
   sizes z = {1, 1, 1, 1, 1, 1, 1};
   int need_x = 0, rc = QC_OK;
   for (int i = 0; i < nplan; i++) {
@@ -465,6 +467,7 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
   for (int u = 0; u < s->units; u++) {
     int k;
     double t0 = qc_now_s();
+    *failed = ug[u];
     rc = qc_prefetch_wait(&pf, u, &k); /* and unit u+ahead starts in the slot of unit u-1 */
     s->t_wait += qc_now_s() - t0;
     if (rc) goto out;
@@ -473,7 +476,9 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
     if ((rc = compute(be, o, cur, &w, G, s))) goto out;
     qc_progress_step(&pg, u + 1, cur->module);
     if ((rc = qc_prefetch_release(&pf, u))) goto out; /* its work synced: the slot is free */
+    if (ue[u] == plans[ug[u]].E - 1) plan_end[ug[u]] = s->n;
   }
+  *failed = -1;
 out:
   qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
