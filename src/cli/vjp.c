@@ -1,5 +1,6 @@
 /* vjp.c: `qatcheck vjp --case CASE.json`: layer 1. Options, the plan (the
  * case), the run (engine/vjp.c: load, run and compare), the reports. */
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,18 @@ static void help(void) {
   }
 }
 
+/* The case's dump as the run's input: its one file, or every file of a
+ * sharded dump's pattern (none matching: the engine says so). */
+static int dump_inputs(const char *dump) {
+  if (!qc_shard_pattern(dump)) return qc_run_input("dump", dump);
+  glob_t g;
+  int rc = QC_OK;
+  if (glob(dump, 0, NULL, &g) != 0) return QC_OK;
+  for (size_t i = 0; i < g.gl_pathc && !rc; i++) rc = qc_run_input("dump", g.gl_pathv[i]);
+  globfree(&g);
+  return rc;
+}
+
 int qc_cmd_vjp(int argc, char **argv) {
   qc_common_opts o = {0};
   const char *case_path = NULL;
@@ -61,7 +74,7 @@ int qc_cmd_vjp(int argc, char **argv) {
   if ((rc = qc_case_load(case_path, cs))) goto done;
   /* the inputs, hashed for the report while the run goes on */
   if ((rc = qc_run_input("case", case_path))) goto done;
-  if (cs->data == QC_DATA_DUMP && (rc = qc_run_input("dump", cs->dump))) goto done;
+  if (cs->data == QC_DATA_DUMP && (rc = dump_inputs(cs->dump))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_run_input("plugin", cs->plugin))) goto done;
   if ((rc = qc_backend_open(o.device, &be))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;

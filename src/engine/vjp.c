@@ -28,7 +28,7 @@ static int takes_profile(const qc_module *m) {
 /* Contract for m: the dump's attribute (if any), the case's over it, the
  * --profile option over both; validated against the class's keys. A profile
  * none of them names is auto (check_deployed resolves it). */
-static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
+int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
   char where[QC_PATHLEN + 64];
   int rc;
   memset(&m->contract, 0, sizeof m->contract);
@@ -106,7 +106,7 @@ static int check_deployed(qc_audit *a, qc_module *m) {
 }
 
 /* Keep only the dYs the case names (all when it names none). */
-static int select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
+int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
   if (cs->ndy == 0) return QC_OK;
   for (int k = 0; k < cs->ndy; k++)
     if (!qc_tset_get(&m->grad_out, cs->dy[k]))
@@ -183,7 +183,7 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, co
     memset(&m, 0, sizeof m);
     m.cls = row->cls;
     snprintf(m.path, sizeof m.path, "%s", row->cls->name);
-    int rc = set_contract(&m, cs, NULL, profile), first = a->res->n;
+    int rc = qc_vjp_set_contract(&m, cs, NULL, profile), first = a->res->n;
     double t0 = qc_now_s();
     if (!rc && takes_profile(&m) && strcmp(qc_contract_str(&m.contract, "profile", "vllm"), "auto") == 0) /* generated: no bytes */
       rc = qc_contract_set(&m.contract, "profile", "vllm", 0, 0);
@@ -259,6 +259,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   qc_progress pg;
   memset(&pf, 0, sizeof pf);
   memset(&pg, 0, sizeof pg);
+  if (qc_shard_pattern(cs->dump)) return qc_vjp_sharded(a, cs, profile, at, nunits); /* one file per rank */
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   if (n == 0) {
@@ -306,9 +307,9 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
     qc_module *m = &cur->m;
     m->cls = qc_registry_find(ents[i].cls)->cls;
-    rc = set_contract(m, cs, cur->contract, profile);
+    rc = qc_vjp_set_contract(m, cs, cur->contract, profile);
     if (!rc) rc = check_deployed(a, m);
-    if (!rc) rc = select_dy(m, cs, cs->dump);
+    if (!rc) rc = qc_vjp_select_dy(m, cs, cs->dump);
     if (!rc && m->grad_out.n == 0)
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
     if (!rc) {

@@ -12,6 +12,28 @@
  * with the error set when the run cannot be judged. */
 int qc_vjp_case(qc_audit *a, const char *profile);
 
+/* ---- inside layer 1's run (vjp.c, shard.c) ------------------------------------
+ * m's contract: the dump's attribute (dump_contract, "" or NULL: none), the
+ * case's over it, --profile over both; validated against its class's keys. */
+int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile);
+/* Keep only the dYs the case names (all when it names none). */
+int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path);
+
+/* ---- sharded dumps (shard.c; docs/interfaces.md, "Sharded dumps") --------------
+ * 1 when a case's data.dump is a pattern (it holds *, ? or [): one file per
+ * rank of a sharded run. */
+int qc_shard_pattern(const char *dump);
+/* Layer 1 over the files of pattern cs->dump: each file one rank's shards
+ * (root attributes rank, world_size; a dataset's shard_dim attribute says
+ * along which dimension its pieces concatenate in rank order, none: the
+ * same on every rank). Whole tensors assembled, the reference run on them,
+ * and every rank's gradients judged against the reference's piece for
+ * that rank (the whole of it for a gradient of a tensor every rank holds
+ * whole: what the trainer's all-reduce must have made), a failure
+ * diagnosed (a missing, doubled or mis-scaled reduction, a shard in the
+ * wrong place). This rank's units as in run_dump; *at, *nunits likewise. */
+int qc_vjp_sharded(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits);
+
 /* ---- over the ranks of an MPI job (vjp_dist.c; docs/distributed.md) -----------
  * The units of a case (its generated instances, or its dump's matching
  * module groups, in order) go round robin to the ranks: *owner (malloc'd,

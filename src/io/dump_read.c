@@ -285,6 +285,29 @@ int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, s
   return rc;
 }
 
+int qc_dump_get_int_attr(qc_dump *d, const char *obj, const char *name, long long *v) {
+  char buf[64], *end;
+  if (H5Lexists(d->file, obj, H5P_DEFAULT) <= 0 && strcmp(obj, "/") != 0) return QC_EINPUT;
+  hid_t o = H5Oopen(d->file, obj, H5P_DEFAULT);
+  if (o < 0) return QC_EINPUT;
+  int rc = QC_EINPUT, there = H5Aexists(o, name) > 0;
+  if (there && qc_dump_str_attr(o, name, buf, sizeof buf) == QC_OK) {
+    long long x = strtoll(buf, &end, 10);
+    if (buf[0] && !*end) { *v = x; rc = QC_OK; }
+  } else if (there) {
+    hid_t a = H5Aopen(o, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
+    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Sget_simple_extent_npoints(sp) == 1 &&
+        H5Aread(a, H5T_NATIVE_LLONG, v) >= 0)
+      rc = QC_OK;
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+  }
+  H5Oclose(o);
+  if (rc && there) return qc_err("dump '%s': '%s': attribute '%s' is not an integer", d->path, obj, name);
+  return rc;
+}
+
 int qc_dump_exists(qc_dump *d, const char *path) {
   char buf[QC_PATHLEN * 2];
   if (!path[0]) return 0;
