@@ -184,13 +184,14 @@ int qc_cmd_contract(int argc, char **argv) {
   o.progress = !qc_quiet && isatty(2);
 
   const qc_backend *be = NULL;
+  char devbuf[32];
   qc_dump *d = NULL;
   qc_st *st = NULL;
   qc_sweep s;
   qc_report_out out;
   memset(&s, 0, sizeof s);
   qc_report_out_init(&out, co.json, co.junit, co.markdown);
-  if ((rc = qc_backend_open(co.device, &be))) return rc;
+  if ((rc = qc_backend_open(qc_opt_rank_device(co.device, devbuf, sizeof devbuf), &be))) return rc;
   if ((rc = qc_dist_device_begin(be))) goto done; /* NCCL on a device, over the job's ranks */
   const char *hdf5 = ckpt_path ? dy_path : dump_path;
   if (hdf5 && access(hdf5, R_OK) != 0) {

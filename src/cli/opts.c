@@ -61,6 +61,12 @@ int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o) {
   return 0;
 }
 
+const char *qc_opt_rank_device(const char *device, char *buf, size_t n) {
+  if (!device || strcmp(device, "cuda") != 0 || !qc_dist_active()) return device;
+  snprintf(buf, n, "cuda:%d", qc_dist_local_rank()); /* one rank per GPU of its node */
+  return buf;
+}
+
 /* "cuda" or "cuda:N", N a device index, as qc_backend_open reads it. */
 static int is_cuda(const char *device) {
   if (strncmp(device, "cuda", 4) != 0) return 0;

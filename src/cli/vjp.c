@@ -67,6 +67,7 @@ int qc_cmd_vjp(int argc, char **argv) {
   qc_results res = {0};
   qc_modinfos mods = {0};
   const qc_backend *be = NULL;
+  char devbuf[32];
   qc_plugin *plugin = NULL;
   qc_report_out out;
   int rc;
@@ -76,7 +77,7 @@ int qc_cmd_vjp(int argc, char **argv) {
   if ((rc = qc_run_input("case", case_path))) goto done;
   if (cs->data == QC_DATA_DUMP && (rc = dump_inputs(cs->dump))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_run_input("plugin", cs->plugin))) goto done;
-  if ((rc = qc_backend_open(o.device, &be))) goto done;
+  if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm"};
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};

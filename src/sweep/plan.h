@@ -106,9 +106,13 @@ int qc_sweep_owners(const sw_plan *plans, int nplan, int *owner);
 /* After each rank ran its plans into loc (rc its status, at the plan it
  * failed on; plan_end[k] the end of the k-th of its plans' rows): the
  * agreement, then every rank's rows into s on rank 0 in plan order, the
- * timings the slowest rank's (collective). In one process, loc's rows move
- * into s. Returns the agreed status. */
-int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const int *owner, int nplan, const int *plan_end, int rc, long long at);
+ * timings the slowest rank's, and the rows' metric sums all-reduced on
+ * backend be (NCCL on a device) and checked against the gathered rows
+ * (collective). In one process, loc's rows move into s (checked the same
+ * way when the device has a communicator: QATCHECK_NCCL=1). Returns the
+ * agreed status. */
+int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const qc_backend *be, const int *owner, int nplan, const int *plan_end,
+                   int rc, long long at);
 
 /* Natural order of paths: runs of digits compare as numbers, so layer 2
  * comes before layer 10 (strcmp's sign convention). */

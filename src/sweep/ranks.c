@@ -2,6 +2,8 @@
  * plan, and the merge of every rank's rows on rank 0 in plan order, so
  * that the summary, the outliers and the reports are those of one
  * process. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,11 +103,53 @@ done:
   return rc;
 }
 
-int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const int *owner, int nplan, const int *plan_end, int rc, long long at) {
+/* The sums a rank's rows hold, per tensor (d_x, d_weight): rows, sum of
+ * ||r||^2 and of ||g - r||^2. */
+#define NSUMS 6
+static void row_sums(const qc_crow *rows, int n, double *v) {
+  memset(v, 0, NSUMS * sizeof *v);
+  for (int i = 0; i < n; i++) {
+    double *t = v + 3 * (rows[i].tensor == qc_sweep_t_dw);
+    t[0] += 1;
+    t[1] += rows[i].m.norm_r * rows[i].m.norm_r;
+    t[2] += rows[i].m.norm_diff * rows[i].m.norm_diff;
+  }
+}
+
+/* The metric sums of every rank's rows all-reduced on the backend (NCCL
+ * on a device with collectives, MPI through the host otherwise), checked
+ * on rank 0 against the same sums over the rows it gathered: a unit lost
+ * or counted twice by the merge is a system error, not a report. */
+static int cross_check(const qc_backend *be, const qc_sweep *s, const qc_sweep *loc) {
+  double mine[NSUMS], all[NSUMS];
+  void *buf = NULL;
+  int rc;
+  row_sums(loc->rows, loc->n, mine);
+  if ((rc = be->buf_alloc(be, sizeof mine, "metric sums", &buf))) return rc;
+  if (!(rc = be->upload(be, buf, mine, sizeof mine)) && !(rc = qc_dist_allreduce(be, buf, NSUMS, QC_F64)) &&
+      !(rc = be->download(be, mine, buf, sizeof mine)))
+    rc = be->sync(be);
+  be->buf_free(be, buf);
+  if (rc || qc_dist_rank() != 0) return rc;
+  row_sums(s->rows, s->n, all);
+  for (int k = 0; k < NSUMS; k++)
+    if (fabs(all[k] - mine[k]) > 1e-9 * fmax(fabs(all[k]), 1e-300))
+      return qc_err_sys("the merge of the ranks' rows: sum %d is %.17g over the gathered rows but %.17g all-reduced over the "
+                        "ranks: a unit lost or counted twice", k, all[k], mine[k]);
+  if (qc_verbose)
+    fprintf(stderr, "qatcheck: contract: %d rank(s): d_x %g rows, rel_l2 %.6g overall; d_weight %g rows, rel_l2 %.6g overall "
+            "(all-reduced%s)\n", qc_dist_size(), mine[0], sqrt(mine[2] / fmax(mine[1], 1e-300)), mine[3],
+            sqrt(mine[5] / fmax(mine[4], 1e-300)), be->coll_ready && be->coll_ready(be) ? " through NCCL" : "");
+  return QC_OK;
+}
+
+int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const qc_backend *be, const int *owner, int nplan, const int *plan_end,
+                   int rc, long long at) {
   s->ranks = qc_dist_size();
   s->ahead = loc->ahead;
   if (!qc_dist_active()) { /* one process: its rows are the sweep's */
     if (rc) return rc;
+    if (be->coll_ready && be->coll_ready(be) && (rc = cross_check(be, loc, loc))) return rc; /* QATCHECK_NCCL=1 */
     s->rows = loc->rows;
     s->n = loc->n;
     s->cap = loc->cap;
@@ -130,6 +174,9 @@ int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const int *owner, int nplan, cons
   if ((rc = qc_dist_agree(rc, at))) goto done; /* every rank ran its plans, or every rank stops here */
   if ((rc = qc_dist_gather(mine, n, &all, lens))) goto done;
   if (qc_dist_rank() == 0) rc = unpack(s, all, lens, s->ranks, owner, nplan);
+  /* every rank is past the gather: the all-reduce needs no agreement before it */
+  int rc2 = cross_check(be, s, loc);
+  if (!rc) rc = rc2;
 done:
   s->t_merge = qc_now_s() - t0;
   free(mine);

@@ -102,7 +102,7 @@ int qc_sweep_entries(const sw_entry *ents, int n, const char *what, const qc_bac
     at = gidx[failed];
 merge:
   loc.t_total = qc_now_s() - t_start;
-  if ((rc = qc_sweep_merge(s, &loc, owner, n, plan_end, rc, at))) goto done;
+  if ((rc = qc_sweep_merge(s, &loc, be, owner, n, plan_end, rc, at))) goto done;
   if (qc_dist_rank() != 0) goto done; /* rank 0 holds every row */
   if (s->n == 0) { rc = qc_err("%s: nothing to check: the linear groups hold no experts", what); goto done; }
   rc = qc_contract_summarize(s);
