@@ -78,6 +78,7 @@ typedef struct qc_sweep {
    * gather of the rows (waiting for the slowest rank included) */
   int ranks;
   double t_rank_min, t_rank_max, t_merge;
+  double gemm_flops_rank_max;          /* the GEMM work of the rank with the most */
 } qc_sweep;
 
 /* The outlier rule (docs/contract.md): within each (class, tensor, wfmt,

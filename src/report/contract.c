@@ -133,6 +133,7 @@ static int render_json(qc_sbuf *out, const qc_contract_info *ri, const qc_sweep 
   cJSON_AddNumberToObject(tm, "rank_fastest", s->t_rank_min);
   cJSON_AddNumberToObject(tm, "rank_slowest", s->t_rank_max);
   cJSON_AddNumberToObject(tm, "merge", s->t_merge);
+  cJSON_AddNumberToObject(tm, "rank_gemm_flops_max", s->gemm_flops_rank_max);
   cJSON *rows = cJSON_AddArrayToObject(root, "rows");
   for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(rows, row_json(&s->rows[i]));
   cJSON *cls = cJSON_AddArrayToObject(root, "classes");

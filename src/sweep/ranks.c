@@ -74,6 +74,7 @@ static int unpack(qc_sweep *s, const char *all, const size_t *lens, int size, co
     SLOWEST(t_gen); SLOWEST(t_read); SLOWEST(t_wait); SLOWEST(t_quant); SLOWEST(t_gemm); SLOWEST(t_metrics); SLOWEST(t_sync);
 #undef SLOWEST
     s->gemm_flops += h.gemm_flops;
+    if (h.gemm_flops > s->gemm_flops_rank_max) s->gemm_flops_rank_max = h.gemm_flops;
     if (r == 0 || h.t_total < s->t_rank_min) s->t_rank_min = h.t_total;
     if (h.t_total > s->t_rank_max) s->t_rank_max = h.t_total;
   }
@@ -159,7 +160,7 @@ int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const qc_backend *be, const int *
     s->x_generated = loc->x_generated;
     s->t_gen = loc->t_gen; s->t_read = loc->t_read; s->t_wait = loc->t_wait; s->t_quant = loc->t_quant;
     s->t_gemm = loc->t_gemm; s->t_metrics = loc->t_metrics; s->t_sync = loc->t_sync;
-    s->gemm_flops = loc->gemm_flops;
+    s->gemm_flops = s->gemm_flops_rank_max = loc->gemm_flops;
     s->t_rank_min = s->t_rank_max = loc->t_total;
     return QC_OK;
   }
