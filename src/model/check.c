@@ -1,5 +1,6 @@
 /* check.c: the verdict and the result list (see check.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,12 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
   }
   if (t->has_noise_multiple && !(m->noise_multiple <= t->noise_multiple)) {
     snprintf(why, (size_t)whylen, "noise_multiple %.3g > %.3g", m->noise_multiple, t->noise_multiple);
+    return QC_V_FAIL;
+  }
+  /* the bias test: on by default where it was computed, off when declared 0 */
+  double bz = t->has_bias_z ? t->bias_z : QC_BIAS_Z_DEFAULT;
+  if (bz > 0 && (t->has_bias_z || !isnan(m->bias_z)) && !(fabs(m->bias_z) <= bz)) {
+    snprintf(why, (size_t)whylen, "bias_z %.3g > %.3g (systematic error %.3g along the reference)", m->bias_z, bz, m->e_par);
     return QC_V_FAIL;
   }
   /* With a zero reference, only exact agreement (or a declared max_abs) passes:

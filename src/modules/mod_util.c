@@ -2,6 +2,8 @@
 #include "modules/mod_util.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,4 +128,30 @@ int qc_mod_unary_generate(const char *cls, const qc_gen *gp, qc_rng *rng, qc_mod
   *ondim = 2;
   memcpy(oshape, gp->shape, 2 * sizeof *oshape);
   return QC_OK;
+}
+
+void qc_mod_tm(qc_tol_model *tm, int64_t k, double lambda, int rounded, double margin, const char *fmt, ...) {
+  memset(tm, 0, sizeof *tm);
+  tm->k = k < 1 ? 1 : k;
+  tm->lambda = lambda;
+  tm->rounded_operands = rounded;
+  tm->margin = margin;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tm->why, sizeof tm->why, fmt, ap);
+  va_end(ap);
+}
+
+double qc_mod_maxabs(const qc_tensor *t) {
+  double *d = t ? qc_mod_f64(t, "magnitude") : NULL, mx = 0;
+  if (!d) return 0;
+  for (int64_t i = 0; i < qc_numel(t); i++)
+    if (isfinite(d[i]) && fabs(d[i]) > mx) mx = fabs(d[i]);
+  free(d);
+  return mx;
+}
+
+int qc_mod_flip(qc_module *alt, const char *key, const char *dflt, const char *to) {
+  if (strcmp(qc_contract_str(&alt->contract, key, dflt), to) == 0) return QC_NA;
+  return qc_contract_set(&alt->contract, key, to, 0, 0);
 }

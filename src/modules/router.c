@@ -14,6 +14,7 @@
  * The ids are never recomputed: ties resolve as the forward recorded them,
  * and no gradient flows through the selection (nor to the bias). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,6 +125,63 @@ done:
   return rc;
 }
 
+/* The error model: K = E, the row the gradient reaches (the softmax's sum,
+ * the normalization's sums), float32 scores with expf/log1pf: lambda 2. */
+static int router_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  (void)dy;
+  rt_view v;
+  int rc = rt_view_get(m, &v);
+  free(v.id);
+  if (rc) return rc;
+  if (strcmp(grad, "d_logits") != 0) return qc_err("%s: class router has no gradient '%s'", m->path, grad);
+  qc_mod_tm(tm, v.E, 2, 0, 0, "K = E = %lld experts, the row the gradient reaches; float32 scores and sums with "
+            "expf/log1pf: lambda 2", (long long)v.E);
+  return QC_OK;
+}
+
+/* Hypothesis: the backward re-selected the experts (top-k of the logits,
+ * without the selection bias) instead of using the forward's saved ids. */
+static int router_reselect(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  rt_view v;
+  int rc = rt_view_get(m, &v);
+  if (rc) { free(v.id); return rc; }
+  double *x = qc_mod_f64(v.logits, "router logits");
+  int64_t *nid = NULL, differ = 0;
+  int64_t shape[2] = {v.T, v.k};
+  rc = QC_ESYS;
+  if (!x) goto done;
+  if ((rc = qc_tset_clone(&alt->saved, &m->saved))) goto done;
+  if ((rc = qc_mod_add(&alt->saved, "topk_ids", QC_I64, 2, shape, (void **)&nid))) goto done;
+  for (int64_t t = 0; t < v.T; t++) {
+    const double *xr = x + t * v.E;
+    for (int64_t j = 0; j < v.k; j++) { /* the j-th largest logit, ties to the lower expert id */
+      int64_t best = -1;
+      for (int64_t e = 0; e < v.E; e++) {
+        int used = 0;
+        for (int64_t i = 0; i < j; i++) used |= nid[t * v.k + i] == e;
+        if (!used && (best < 0 || xr[e] > xr[best])) best = e;
+      }
+      nid[t * v.k + j] = best;
+    }
+    for (int64_t j = 0; j < v.k; j++) {
+      int found = 0;
+      for (int64_t i = 0; i < v.k; i++) found |= nid[t * v.k + j] == v.id[t * v.k + i];
+      differ += !found;
+    }
+  }
+  snprintf(detail, n, "%lld of %lld selections differ from saved/topk_ids", (long long)differ, (long long)(v.T * v.k));
+  rc = differ ? QC_OK : QC_NA;
+done:
+  free(x);
+  free(v.id);
+  return rc;
+}
+
+static const qc_hypothesis router_hyps[] = {
+    {"reselected_ids", "/d_logits/", "the experts re-selected in the backward (top-k of the logits, without the selection "
+     "bias) instead of the forward's saved ids", router_reselect, 0, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
 /* float64 scores of one row (for the forward and the generator's selection). */
 static void scores_f64(int score, const double *x, int64_t E, double *s) {
   double mx = -INFINITY, sum = 0;
@@ -227,4 +285,7 @@ const qc_class qc_class_router = {
     .not_checked = "params/bias: used for the selection only, which is discrete (ids fixed); no gradient by design",
     .forward = router_forward,
     .fd_shape = "6,8,3",
+    .tol_model = router_tol_model,
+    .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .hyps = router_hyps,
 };

@@ -41,8 +41,11 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
       printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-7s %s\n", wm, mod, k->dy, k->tensor, "-", "-", "-", "-",
              k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
   }
-  int nf = 0;
+  int nf = 0, nd = 0;
   for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;
+  for (int i = 0; i < r->n; i++) /* what each failure's signature says */
+    if (r->v[i].diagnosis[0])
+      printf("%s%s %s %s: %s\n", nd++ ? "" : "\ndiagnosis:\n", r->v[i].module, r->v[i].dy, r->v[i].tensor, r->v[i].diagnosis);
   int v = qc_results_verdict(r);
   printf("\n%s: %s: %d checks, %d failed%s%s\n", info->verb, v == 0 ? "pass" : v == 1 ? "FAIL" : "nothing checked", r->n,
          nf, info->device ? " on " : "", info->device ? info->device : "");
