@@ -199,6 +199,8 @@ void qc_tol_fill_derived(const qc_tol_model *tm, const qc_tol_spec *spec, const 
   char r[1024];
   size_t o = 0;
   memset(out, 0, sizeof *out);
+  r[0] = 0;
+  if (decl && decl->reasoning[0]) app(r, sizeof r, &o, "%s; ", decl->reasoning);
   if (ref_zero) {
     double u = terms->u_out + terms->lambda * sqrt((double)spec->k) * terms->u_acc + spec->rounded_operands * terms->u_op + terms->u_fmt;
     out->has_max_abs = 1;
