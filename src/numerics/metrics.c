@@ -173,13 +173,46 @@ void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m) {
   m->bias_z = excess == 0 ? 0.0 : sd > 0 ? copysign(excess / sd, b) : copysign(INFINITY, b);
 }
 
+int qc_bias_use_cols(int64_t rows, int64_t cols) {
+  return rows > 1 && cols >= QC_BIAS_MIN_CLUSTERS && cols <= ((int64_t)1 << 24);
+}
+
+void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double *parts, int chunks) {
+  for (int64_t i = 0; i < s->rows; i++) {
+    const double *a = rows7 + i * 7;
+    s->sxr += a[0];
+    s->srr += a[1];
+    s->sxx += a[2];
+    s->sx2r2 += a[3];
+    s->sxr3 += a[4];
+    s->sr4 += a[5];
+    s->snf += a[6];
+    s->row_tt += a[0] * a[0];
+    s->row_tc += a[0] * a[1];
+    s->row_cc += a[1] * a[1];
+  }
+  if (!parts) {
+    s->cols = 0;
+    return;
+  }
+  for (int64_t j = 0; j < s->cols; j++) {
+    double t = 0, c = 0;
+    for (int k = 0; k < chunks; k++) {
+      t += parts[((int64_t)k * s->cols + j) * 2];
+      c += parts[((int64_t)k * s->cols + j) * 2 + 1];
+    }
+    s->col_tt += t * t;
+    s->col_tc += t * c;
+    s->col_cc += c * c;
+  }
+}
+
 int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, qc_metrics *m) {
   qc_bias_sums s;
   memset(&s, 0, sizeof s);
   s.rows = rows;
   s.cols = cols;
-  /* column clusters only when there are several rows and the [cols] sums fit */
-  int use_cols = rows > 1 && cols >= QC_BIAS_MIN_CLUSTERS && cols <= ((int64_t)1 << 26);
+  int use_cols = qc_bias_use_cols(rows, cols);
   double *ct = NULL;
   if (use_cols && !(ct = calloc((size_t)cols * 2, sizeof *ct))) return qc_err_sys("out of memory for the bias test's column sums");
   for (int64_t i = 0; i < rows; i++) {
