@@ -75,7 +75,7 @@ static void named_factor(dg *d, double kf, double tol, char *says, size_t n) {
   int nr = d->m->cls->ratios ? d->m->cls->ratios(d->m, d->k->tensor, kr, ks, 8) : 0;
   for (int i = 0; i < nr; i++)
     if (fabs(kf / kr[i] - 1) <= tol) {
-      snprintf(says, n, "a constant factor k = %.5g: %s", kf, ks[i]);
+      snprintf(says, n, "a constant factor k = %.5g (%s)", kf, ks[i]);
       return;
     }
   int expert = strstr(d->m->path, "expert") != NULL; /* expert weights: scaled in the optimizer step */
@@ -83,17 +83,17 @@ static void named_factor(dg *d, double kf, double tol, char *says, size_t n) {
                               : "or a gradient dumped before the optimizer step applies its data-parallel scaling";
   for (int j = 2; j <= 1024; j++) {
     if (fabs(kf / j - 1) <= tol) {
-      if (j == 2) snprintf(says, n, "a constant factor k = %.5g = 2: a doubled gradient (an all-reduce summed twice, a term "
-                           "added twice), %s", kf, timing);
-      else snprintf(says, n, "a constant factor k = %.5g = %d: a parallelism ratio (summed over %d ranks where it should be "
-                    "averaged), %s", kf, j, j, timing);
+      if (j == 2) snprintf(says, n, "a constant factor k = %.5f (= 2: a doubled gradient, an all-reduce summed twice or a "
+                           "term added twice, %s)", kf, timing);
+      else snprintf(says, n, "a constant factor k = %.5f (= %d: a parallelism ratio, summed over %d ranks where it should be "
+                    "averaged, %s)", kf, j, j, timing);
       return;
     }
     if (fabs(kf * j - 1) <= tol) {
-      if (j == 2) snprintf(says, n, "a constant factor k = %.5g = 1/2: half the gradient (averaged over 2 ranks where it "
-                           "should be summed, a missing all-reduce, one of two terms lost), %s", kf, timing);
-      else snprintf(says, n, "a constant factor k = %.5g = 1/%d: a parallelism ratio (averaged over %d ranks where it should "
-                    "be summed, a missing all-reduce), %s", kf, j, j, timing);
+      if (j == 2) snprintf(says, n, "a constant factor k = %.5f (= 1/2: half the gradient, averaged over 2 ranks where it "
+                           "should be summed, a missing all-reduce or one of two terms lost, %s)", kf, timing);
+      else snprintf(says, n, "a constant factor k = %.5f (= 1/%d: a parallelism ratio, averaged over %d ranks where it should "
+                    "be summed or a missing all-reduce, %s)", kf, j, j, timing);
       return;
     }
   }
@@ -186,6 +186,8 @@ static int hyp_rows(dg *d) {
   }
   qsort(nr, (size_t)d->R, 2 * sizeof *nr, cmp_norm);
   int64_t moved = 0, ex = -1, ey = -1;
+  char *used = calloc((size_t)d->R, 1);
+  if (!used) { free(nr); return qc_err_sys("out of memory diagnosing rows"); }
   for (int64_t i = 0; i < d->R; i++) {
     const double *gi = d->g + i * d->C;
     double s = 0;
@@ -200,14 +202,16 @@ static int hyp_rows(dg *d) {
       int64_t j = (int64_t)nr[2 * q + 1];
       double dd = 0;
       for (int64_t c = 0; c < d->C; c++) dd += (gi[c] - d->rd[j * d->C + c]) * (gi[c] - d->rd[j * d->C + c]);
-      if (dd < bd || (dd == bd && j == i)) { bd = dd; bj = j; }
+      if (!used[j] && (dd < bd || (dd == bd && j == i))) { bd = dd; bj = j; }
     }
+    used[bj] = 1; /* a permutation uses each reference row once */
     memcpy(d->p + i * d->C, d->rd + bj * d->C, (size_t)d->C * sizeof *d->p);
     if (bj != i && rel(gi, d->rd + i * d->C, d->C) > d->level) {
       if (!moved++) { ex = i; ey = bj; }
     }
   }
   free(nr);
+  free(used);
   if (!moved) {
     if (bs) { /* the best shift, recorded as tested */
       shifted(d, bs, bw);
@@ -239,7 +243,8 @@ static void hyp_zero(dg *d, const char *frozen) {
              "decay still moves it), or a gradient that never reached params/%s", t + 2);
   else
     snprintf(says, sizeof says, "the gradient never reached this input (a detached graph or a discarded term)");
-  record(d, "zero", says, 0.0, d->level, 1);
+  record(d, "zero", says, NAN, d->level, 1);
+  d->k->hyp[d->k->nhyp - 1].consistent = 1;
 }
 
 static void hyp_slice(dg *d) {
@@ -433,7 +438,7 @@ static void summarize(dg *d) {
       int best = !d->fitted[i];
       for (int j = 0; j < k->nhyp; j++)
         if (j != i && k->hyp[j].consistent && !d->fitted[j] && k->hyp[j].rel_l2 < h->rel_l2) best = 0;
-      if (pass != (d->fitted[i] ? 2 : best ? 0 : 1)) continue;
+      if (pass != (d->fitted[i] ? 2 : best ? 0 : 1) || (pass == 2 && nc)) continue; /* fitted: only when nothing specific holds */
       const char *lead = nc ? "; also: " : strcmp(h->name, "nonfinite") == 0 ? "traced: " : "consistent with: ";
       nc++;
       if (o < n) o += (size_t)snprintf(s + o, n - o, "%s%s", lead, h->says);
