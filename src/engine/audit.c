@@ -38,9 +38,8 @@ double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
 static qc_dtype judged_dtype(const qc_tensor *g, const double *gd, const qc_tol *t, qc_check *k) {
   qc_dtype dt = g->dtype, d;
   if (t->dtype[0] && qc_dtype_from_name(t->dtype, &d) == QC_OK) {
-    if (d != g->dtype)
-      snprintf(k->precision, sizeof k->precision, "judged at %s as the case declares (stored as %s)", t->dtype,
-               qc_dtype_name(g->dtype));
+    snprintf(k->precision, sizeof k->precision, "judged at %s as the case declares (stored as %s)", t->dtype,
+             qc_dtype_name(g->dtype));
     return d;
   }
   if (g->dtype == QC_F32 || g->dtype == QC_F64) dt = qc_values_dtype(gd, qc_numel(g), g->dtype);
