@@ -95,6 +95,20 @@ int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_result
     qc_sbuf_md(&b, k->why);
     qc_sbuf_printf(&b, " |\n");
   }
+  int nd = 0;
+  for (int i = 0; i < r->n; i++) { /* what each failure's signature says */
+    const qc_check *k = &r->v[i];
+    if (!k->diagnosis[0]) continue;
+    qc_sbuf_printf(&b, "%s- `", nd++ ? "" : "\n## Diagnosis\n\n");
+    qc_sbuf_md(&b, k->module);
+    qc_sbuf_printf(&b, "` ");
+    qc_sbuf_md(&b, k->dy);
+    qc_sbuf_printf(&b, " ");
+    qc_sbuf_md(&b, k->tensor);
+    qc_sbuf_printf(&b, ": ");
+    qc_sbuf_md(&b, k->diagnosis);
+    qc_sbuf_printf(&b, "\n");
+  }
   qc_sbuf_printf(&b, "\n## Tolerances and their reasoning\n\n");
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];
