@@ -143,11 +143,24 @@ void qc_mod_tm(qc_tol_model *tm, int64_t k, double lambda, int rounded, double m
 }
 
 double qc_mod_maxabs(const qc_tensor *t) {
-  double *d = t ? qc_mod_f64(t, "magnitude") : NULL, mx = 0;
-  if (!d) return 0;
-  for (int64_t i = 0; i < qc_numel(t); i++)
-    if (isfinite(d[i]) && fabs(d[i]) > mx) mx = fabs(d[i]);
-  free(d);
+  double mx = 0;
+  const int64_t n = t ? qc_numel(t) : 0;
+  for (int64_t i = 0; i < n; i++) { /* one read, no copy: the common float types directly */
+    double v;
+    if (t->dtype == QC_BF16) v = qc_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    else if (t->dtype == QC_F32) v = ((const float *)t->data)[i];
+    else if (t->dtype == QC_F64) v = ((const double *)t->data)[i];
+    else if (t->dtype == QC_F16) v = qc_f16_to_f32(((const uint16_t *)t->data)[i]);
+    else {
+      double *d = qc_mod_f64(t, "magnitude");
+      for (int64_t j = 0; d && j < n; j++)
+        if (isfinite(d[j]) && fabs(d[j]) > mx) mx = fabs(d[j]);
+      free(d);
+      qc_err_clear();
+      return mx;
+    }
+    if (isfinite(v) && fabs(v) > mx) mx = fabs(v);
+  }
   return mx;
 }
 
