@@ -78,7 +78,8 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
   /* the bias test: on by default where it was computed, off when declared 0 */
   double bz = t->has_bias_z ? t->bias_z : QC_BIAS_Z_DEFAULT;
   if (bz > 0 && (t->has_bias_z || !isnan(m->bias_z)) && !(fabs(m->bias_z) <= bz)) {
-    snprintf(why, (size_t)whylen, "bias_z %.3g > %.3g (systematic error %.3g along the reference)", m->bias_z, bz, m->e_par);
+    snprintf(why, (size_t)whylen, "bias_z %.3g beyond +-%.3g (a systematic error of %+.3g along the reference)", m->bias_z, bz,
+             m->e_par);
     return QC_V_FAIL;
   }
   /* With a zero reference, only exact agreement (or a declared max_abs) passes:
