@@ -134,7 +134,10 @@ static void audit_vs_cpu(const qc_backend *be, int64_t M, int64_t K, int64_t N, 
   cr_expect_eq(verdict(&o.dx, 1e-2), QC_V_PASS, "builtin candidate d_x rel_l2 %.3g", o.dx.rel_l2);
   /* the bias test of the builtin candidate: computed on the device, in bounds on both */
   cr_expect(!isnan(o.dx.bias_z) && !isnan(o.dw.bias_z), "the fused audit computes the bias test");
-  cr_expect(fabs(o.dw.e_par - cdw.e_par) <= 3 * cdw.bias_sd + 1e-12, "d_weight e_par gpu %.3g cpu %.3g (sd %.3g)", o.dw.e_par,
+  cr_expect(fabs(o.dw.bias_z) <= 5 && fabs(cdw.bias_z) <= 5, "d_weight bias z gpu %.3g cpu %.3g: a correct candidate",
+            o.dw.bias_z, cdw.bias_z);
+  cr_expect(fabs(o.dw.e_par - cdw.e_par) <= 8 * fmax(cdw.bias_sd, o.dw.bias_sd) + 1e-12,
+            "d_weight e_par gpu %.3g cpu %.3g (sd %.3g): the same candidate up to float32 summation order", o.dw.e_par,
             cdw.e_par, cdw.bias_sd);
   /* determinism: a second run is bit-identical */
   memset(&o2, 0, sizeof o2);
