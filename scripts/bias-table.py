@@ -8,9 +8,9 @@ a Markdown table per source: checks, how many are exact (the candidate
 equals the reference rounded to its precision: z = 0 by construction), and
 over the others the raw z = e_par / sd (mean, sd, max |z|) and the judged z
 (max |z|, how many over the default bound 5). A correct candidate must never
-cross the bound. "sd = 0": checks whose residuals vanish (one non-zero
-element, or an error exactly proportional to the reference): z_raw is
-undefined there and the allowance alone decides.
+cross the bound. "untested": checks with fewer than 16 effective elements
+((sum r^2)^2 / sum r^4), where no standard error can be estimated and the
+test is not made.
 
     scripts/bias-table.py [--seeds N] [--qatcheck ./qatcheck] [--cases GLOB] [--keep DIR] [--dumps | --no-dumps]
     scripts/bias-table.py --from DIR          (tabulate the reports a --keep run left)
@@ -64,6 +64,8 @@ def tabulate(folder):
             if not bias:
                 continue
             exact = bias["e_par"] == 0 and bias["sd"] == 0
+            if bias["sd"] is None:  # too few elements: not tested
+                exact = None
             zr = bias["z_raw"] if bias["z_raw"] is not None else float("inf")
             z = m["bias_z"] if m["bias_z"] is not None else float("inf")
             rows.setdefault(src, []).append((zr, z, exact))
@@ -113,24 +115,24 @@ def main():
 
 def table(rows):
     """Print the Markdown table; 1 when a correct check crossed the bias bound."""
-    print("| source | checks | exact | sd = 0 | raw z mean | raw z sd | raw max \\|z\\| | judged max \\|z\\| | over 5 |")
+    print("| source | checks | untested | exact | raw z mean | raw z sd | raw max \\|z\\| | judged max \\|z\\| | over 5 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     over_all, allz = 0, []
+    fmt = lambda v, p: "-" if math.isnan(v) else p % v  # noqa: E731
     for src in sorted(rows):
         r = rows[src]
-        zr = [x[0] for x in r if not x[2] and math.isfinite(x[0])]
+        zr = [x[0] for x in r if x[2] is False]
         allz += zr
         mu, sd, mx = stats(zr)
         jmax = max((abs(x[1]) for x in r), default=0)
         over = sum(1 for x in r if abs(x[1]) > 5)
         over_all += over
-        f = lambda v, p: "-" if math.isnan(v) else p % v  # noqa: E731
-        print("| %s | %d | %d | %d | %s | %s | %s | %.3g | %d |" % (src, len(r), sum(1 for x in r if x[2]),
-              sum(1 for x in r if not x[2] and not math.isfinite(x[0])), f(mu, "%.2f"), f(sd, "%.2f"), f(mx, "%.3g"), jmax, over))
+        print("| %s | %d | %d | %d | %s | %s | %s | %.3g | %d |" % (src, len(r), sum(1 for x in r if x[2] is None),
+              sum(1 for x in r if x[2] is True), fmt(mu, "%.2f"), fmt(sd, "%.2f"), fmt(mx, "%.3g"), jmax, over))
     mu, sd, mx = stats(allz)
     print("| all | %d | %d | %d | %.2f | %.2f | %.3g | | %d |" % (sum(len(r) for r in rows.values()),
-          sum(1 for r in rows.values() for x in r if x[2]),
-          sum(1 for r in rows.values() for x in r if not x[2] and not math.isfinite(x[0])), mu, sd, mx, over_all))
+          sum(1 for r in rows.values() for x in r if x[2] is None), sum(1 for r in rows.values() for x in r if x[2] is True),
+          mu, sd, mx, over_all))
     return 1 if over_all else 0
 
 

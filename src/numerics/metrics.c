@@ -157,6 +157,15 @@ void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m) {
     return;
   }
   double b = s->sxr / s->srr;
+  /* a standard error needs enough contributing elements: the participation
+   * ratio (sum r^2)^2 / sum r^4 counts them (1 when one element dominates) */
+  if (s->srr * s->srr < QC_BIAS_MIN_EFF * s->sr4) {
+    m->e_par = b;
+    m->bias_sd = m->bias_z_raw = NAN;
+    m->bias_allow = 0;
+    m->bias_z = 0.0;
+    return;
+  }
   /* sandwich variances of b (times srr^2) from the residuals x - b r:
    * elementwise, and clustered by rows and by columns, expanded so that
    * one pass of sums suffices */
@@ -251,7 +260,7 @@ int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, q
 }
 
 void qc_bias_allow(qc_metrics *m, double allow) {
-  if (isnan(m->bias_z) || !(allow > m->bias_allow)) return;
+  if (isnan(m->bias_z) || isnan(m->bias_sd) || !(allow > m->bias_allow)) return;
   m->bias_allow = allow;
   double excess = fmax(fabs(m->e_par) - allow, 0.0);
   m->bias_z = excess == 0 ? 0.0 : m->bias_sd > 0 ? copysign(excess / m->bias_sd, m->e_par) : copysign(INFINITY, m->e_par);

@@ -26,7 +26,8 @@ typedef struct qc_metrics {
    * rounding to the judged element type, regressed on r (docs/tolerances.md). */
   double e_par;          /* <x, r> / <r, r>: the candidate's systematic relative error along r */
   double bias_sd;        /* its standard error: the largest of the sandwich estimates, elementwise
-                            and clustered by rows and by columns (clusterings with >= 32 clusters) */
+                            and clustered by rows and by columns (clusterings with >= 32 clusters);
+                            NAN when fewer than QC_BIAS_MIN_EFF elements carry the reference */
   double bias_allow;     /* second-order rounding allowance 3 ||x - e_par r||^2 / ||r||^2 */
   double bias_z_raw;     /* e_par / bias_sd (0 when both are 0) */
   double bias_z;         /* the judged z: sign(e_par) max(0, |e_par| - bias_allow) / bias_sd */
@@ -56,6 +57,9 @@ typedef struct qc_bias_sums {
 } qc_bias_sums;
 
 #define QC_BIAS_MIN_CLUSTERS 32
+/* Fewer effective elements than this ((sum r^2)^2 / sum r^4) and the bias
+ * test is not made: z 0, sd and z_raw NAN. */
+#define QC_BIAS_MIN_EFF 16
 #define QC_BIAS_ALLOW 3.0
 
 /* The rounded-reference pass on the host: noise floor and bias test of g

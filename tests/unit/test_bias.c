@@ -19,23 +19,33 @@ static void pass(const double *g, const double *r, int64_t rows, int64_t cols, q
 }
 
 Test(bias, hand_vectors) {
-  double r[4] = {1.0 + 1.0 / 1024, 2, 3, -5}, g[4];
+  enum { N = 64 };
+  double r[N], g[N];
   qc_metrics m;
-  for (int i = 0; i < 4; i++) g[i] = qc_round_bf16((float)r[i]);
-  pass(g, r, 1, 4, QC_BF16, &m);
+  for (int i = 0; i < N; i++) r[i] = (i % 2 ? -1 : 1) * (1.0 + i / 64.0 + 1.0 / 1024);
+  for (int i = 0; i < N; i++) g[i] = qc_round_bf16((float)r[i]);
+  pass(g, r, 1, N, QC_BF16, &m);
   /* the rounded reference itself: no error beyond it, z 0, and the noise floor is its own */
   cr_expect_eq(m.e_par, 0.0);
   cr_expect_eq(m.bias_z, 0.0);
   cr_expect(m.noise_floor > 0 && fabs(m.noise_floor - m.rel_l2) < 1e-15);
   /* an exact scale of a float64 candidate: no noise at all, an infinite z */
-  for (int i = 0; i < 4; i++) g[i] = 1.5 * r[i];
-  pass(g, r, 1, 4, QC_F64, &m);
+  for (int i = 0; i < N; i++) g[i] = 1.5 * r[i];
+  pass(g, r, 1, N, QC_F64, &m);
   cr_expect(fabs(m.e_par - 0.5) < 1e-15, "e_par %g", m.e_par);
   cr_expect(isinf(m.bias_z) && m.bias_z > 0);
   /* a zero reference: nothing to project on */
-  double z[4] = {0, 0, 0, 0};
-  pass(g, z, 1, 4, QC_F64, &m);
+  double z[N] = {0};
+  pass(g, z, 1, N, QC_F64, &m);
   cr_expect_eq(m.bias_z, 0.0);
+  /* too few elements carry the reference (4; or one dominating 64): no
+   * standard error can be estimated, the test is not made */
+  pass(g, r, 1, 4, QC_F64, &m);
+  cr_expect(m.bias_z == 0.0 && isnan(m.bias_sd) && isnan(m.bias_z_raw), "z %g sd %g", m.bias_z, m.bias_sd);
+  r[7] = 1e6;
+  for (int i = 0; i < N; i++) g[i] = 1.5 * r[i];
+  pass(g, r, 1, N, QC_F64, &m);
+  cr_expect(m.bias_z == 0.0 && isnan(m.bias_sd), "one dominating element: z %g", m.bias_z);
 }
 
 /* A bf16 GEMM as a trainer runs it: bf16 A [M, K] and B [K, N], float32
