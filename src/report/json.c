@@ -47,6 +47,9 @@ static cJSON *tol_json(const qc_tol *t) {
     cJSON_AddItemToObject(o, "norm_ratio", a);
   }
   if (t->has_noise_multiple) cJSON_AddNumberToObject(o, "noise_multiple", t->noise_multiple);
+  if (t->has_bias_z) cJSON_AddNumberToObject(o, "bias_z", t->bias_z);
+  if (t->dtype[0]) cJSON_AddStringToObject(o, "dtype", t->dtype);
+  if (t->derive && !t->has_rel_l2 && !t->has_max_abs) cJSON_AddBoolToObject(o, "derive", 1); /* not derived: no metrics */
   cJSON_AddStringToObject(o, "reasoning", t->reasoning);
   return o;
 }
