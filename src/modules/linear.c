@@ -237,12 +237,11 @@ fail:
   return rc;
 }
 
-/* 1 when format f's dequantized values are not all bf16 values: float32
- * scales (fp8_tensor, fp8_channel, fp8_block128, fp8_token, fp8_group128)
- * or NVFP4's float32 global scale; power-of-two scales (ue8m0, MX) keep
- * e4m3/e2m1 payloads exact in bf16. */
-static int inexact_in_bf16(const char *f) {
-  return strcmp(f, "none") != 0 && !strstr(f, "ue8m0") && strncmp(f, "mx", 2) != 0;
+/* Formats whose dequantized values are payload x 2^k: exact in bfloat16
+ * and wider, so a candidate casting them to bf16 rounds nothing. */
+static int lin_pow2_format(const char *f) {
+  return !strcmp(f, "none") || !strcmp(f, "mxfp8") || !strcmp(f, "mxfp4") || !strcmp(f, "fp8_block128_ue8m0") ||
+         !strcmp(f, "fp8_group128_ue8m0");
 }
 
 /* The error model of each gradient (qc_tol_model_fn): the production's
@@ -257,12 +256,12 @@ static int linear_tol_model(const qc_module *m, const qc_tensor *dy, const char 
   lin_contract_get(NULL, m, &c);
   double mdy = qc_mod_maxabs(dy);
   if (strcmp(grad, "d_x") == 0) {
-    int r = !c.dx_master && inexact_in_bf16(c.wfmt);
+    int r = !c.dx_master && !lin_pow2_format(c.wfmt);
     qc_mod_tm(tm, v.N, 1, r, 0, "d_x = dY W_ref sums over the N = %lld output features%s", (long long)v.N,
               r ? "; the dequantized weight is cast to bf16 for the GEMM (1 rounded operand)" : "");
     tm->scale = (double)v.N * mdy * qc_mod_maxabs(v.w);
   } else if (strcmp(grad, "d_weight") == 0) {
-    int r = c.dw_quantized && inexact_in_bf16(c.afmt);
+    int r = c.dw_quantized && !lin_pow2_format(c.afmt);
     qc_mod_tm(tm, v.M, 1, r, 0, "d_weight = dY^T X sums over the M = %lld tokens%s", (long long)v.M,
               r ? "; the dequantized input is cast to bf16 (1 rounded operand)" : "");
     tm->scale = (double)v.M * mdy * qc_mod_maxabs(v.x);
@@ -395,13 +394,6 @@ static const qc_hypothesis linear_hyps[] = {
 /* Are all values of dtype a exactly values of dtype b? */
 static int lin_fits(qc_dtype a, qc_dtype b) {
   return a == b || (b == QC_F64 && (a == QC_F32 || a == QC_F16 || a == QC_BF16)) || (b == QC_F32 && (a == QC_F16 || a == QC_BF16));
-}
-
-/* Formats whose dequantized values are payload x 2^k: exact in bfloat16
- * and wider, so a candidate casting them to bf16 rounds nothing. */
-static int lin_pow2_format(const char *f) {
-  return !strcmp(f, "none") || !strcmp(f, "mxfp8") || !strcmp(f, "mxfp4") || !strcmp(f, "fp8_block128_ue8m0") ||
-         !strcmp(f, "fp8_group128_ue8m0");
 }
 
 /* The candidate's dtype of gradient g (grads/ of the first dY), else `dflt`. */
