@@ -193,48 +193,83 @@ static double rel(const double *a, const double *b, int64_t n, double *dot_ab, d
   return sqrt(d) / fmax(sqrt(s), QC_EPS_NORM);
 }
 
-/* What a failed per-rank check looks like, appended to its why: equal to
- * this rank's own partial gradient (the all-reduce missing), a multiple of
- * the expected piece (doubled, averaged, mis-scaled), or another rank's
- * piece (shards in the wrong order). g: the candidate as float64;
- * partial: the reference on this rank's own pieces (NULL: none). */
+/* One hypothesis about a failed per-rank check, recorded on it: its name,
+ * what it would mean, the candidate's rel-L2 to its prediction (NAN: a
+ * multiple, judged by the cosine), consistent or not. */
+static void hyp(qc_check *k, const char *name, const char *says, double rl, int consistent) {
+  if (k->nhyp >= (int)(sizeof k->hyp / sizeof k->hyp[0])) return;
+  struct qc_hyp_result *h = &k->hyp[k->nhyp++];
+  snprintf(h->name, sizeof h->name, "%s", name);
+  snprintf(h->says, sizeof h->says, "%s", says);
+  h->rel_l2 = rl;
+  h->level = 0;
+  h->consistent = consistent;
+}
+
+/* What a failed per-rank check looks like, as its diagnosis (the same
+ * field and form as engine/diagnose.c's): equal to this rank's own partial
+ * gradient or a share of the ranks' sum (the all-reduce missing), a
+ * multiple of the expected piece (reduced twice, averaged, mis-scaled), or
+ * another rank's piece (shards in the wrong order). g: the candidate as
+ * float64; partial: the reference on this rank's own pieces (NULL: none);
+ * sum: every rank's candidate summed (NULL: none). */
 static void diagnose(qc_check *k, const double *g, const qc_tensor *ref, int d, const int64_t *off, const int64_t *len,
                      int r, int W, const qc_tensor *partial, const double *sum) {
-  char note[200] = "";
+  char says[256];
   int64_t n;
-  double ab, bb, exp_rel;
+  double ab, bb, exp_rel, gg = 0;
   qc_tensor mine;
   const double *want = ref->data;
   memset(&mine, 0, sizeof mine);
-  if (d >= 0 && slice_f64(ref, d, off[r], len[r], &mine) == QC_OK) want = mine.data;
-  else if (d >= 0) { qc_err_clear(); return; }
+  if (d >= 0 && slice_f64(ref, d, off[r], len[r], &mine) != QC_OK) { qc_err_clear(); return; }
+  if (d >= 0) want = mine.data;
   n = d >= 0 ? qc_numel(&mine) : qc_numel(ref);
   exp_rel = rel(g, want, n, &ab, &bb);
-  double c = bb > 0 ? ab / bb : NAN, cosn = 0;
-  for (int64_t i = 0; i < n; i++) cosn += g[i] * g[i];
-  double cosine = bb > 0 && cosn > 0 ? ab / sqrt(bb * cosn) : 0;
-  if (d < 0 && partial && qc_numel(partial) == n && rel(g, partial->data, n, NULL, NULL) < 0.25 * exp_rel)
-    snprintf(note, sizeof note, "equals rank %d's own partial gradient: the all-reduce over the %d ranks is missing", r, W);
-  for (int s = 0; d >= 0 && !note[0] && s < W; s++) {
+  const double close = 0.25 * exp_rel; /* nearer a prediction than a quarter of the miss */
+  for (int64_t i = 0; i < n; i++) gg += g[i] * g[i];
+  double c = bb > 0 ? ab / bb : NAN, cosine = bb > 0 && gg > 0 ? ab / sqrt(bb * gg) : 0;
+  k->nhyp = 0;
+  if (d < 0 && partial && qc_numel(partial) == n) {
+    double rl = rel(g, partial->data, n, NULL, NULL);
+    snprintf(says, sizeof says, "rank %d's own partial gradient: the all-reduce over the %d ranks is missing", r, W);
+    hyp(k, "reduction_partial", says, rl, rl < close);
+  }
+  for (int s = 0; d >= 0 && s < W; s++) {
     qc_tensor other;
     if (s == r || len[s] != len[r] || slice_f64(ref, d, off[s], len[s], &other)) continue;
-    if (rel(g, other.data, n, NULL, NULL) < 0.25 * exp_rel)
-      snprintf(note, sizeof note, "equals the reference's piece of rank %d: the shards are in the wrong order", s);
+    double rl = rel(g, other.data, n, NULL, NULL);
+    snprintf(says, sizeof says, "the reference's piece of rank %d: the shards are in the wrong order", s);
+    hyp(k, "shard_order", says, rl, rl < close);
     qc_tensor_free(&other);
   }
-  if (!note[0] && cosine > 0.999 && isfinite(c)) {
-    if (fabs(c - 2) < 0.02) snprintf(note, sizeof note, "twice the reference: reduced twice");
-    else if (W > 2 && fabs(c - W) < 0.01 * W) snprintf(note, sizeof note, "%d times the reference (the world size): all-reduced twice, or a sum where one rank's share was expected", W);
-    else if (fabs(c * W - 1) < 0.01) snprintf(note, sizeof note, "1/%d of the reference: averaged over the ranks where a sum was expected", W);
-    else if (fabs(c - 1) > 0.01) snprintf(note, sizeof note, "%.4g times the reference: mis-scaled", c);
+  if (cosine > 0.999 && isfinite(c) && fabs(c - 1) > 0.01) {
+    if (fabs(c - 2) < 0.02) snprintf(says, sizeof says, "twice the reference: reduced twice");
+    else if (W > 2 && fabs(c - W) < 0.01 * W) snprintf(says, sizeof says, "%d times the reference (the world size): all-reduced twice, or a sum where one rank's share was expected", W);
+    else if (fabs(c * W - 1) < 0.01) snprintf(says, sizeof says, "1/%d of the reference: averaged over the ranks where a sum was expected", W);
+    else snprintf(says, sizeof says, "%.4g times the reference: mis-scaled", c);
+    hyp(k, "reduction_scale", says, NAN, 1);
+  } else {
+    hyp(k, "reduction_scale", "a multiple of the reference: a reduction mis-scaled", NAN, 0);
   }
   /* ranks holding different partials (no common multiple of the reference) that add up to it */
-  if (d < 0 && !note[0] && sum && rel(sum, want, n, NULL, NULL) < 0.25 * exp_rel)
-    snprintf(note, sizeof note, "the %d ranks' gradients sum to the reference: each holds its partial sum: the all-reduce is missing", W);
+  if (d < 0 && sum) {
+    double rl = rel(sum, want, n, NULL, NULL);
+    snprintf(says, sizeof says, "a partial sum: the %d ranks' gradients add up to the reference: the all-reduce is missing", W);
+    hyp(k, "reduction_sum", says, rl, rl < close && !(cosine > 0.999 && fabs(c - 1) > 0.01));
+  }
   qc_tensor_free(&mine);
-  if (note[0]) {
-    size_t l = strlen(k->why);
-    snprintf(k->why + l, sizeof k->why - l, "%s%s", l ? "; " : "", note);
+  size_t o = 0;
+  int nc = 0;
+  for (int i = 0; i < k->nhyp && o < sizeof k->diagnosis; i++) {
+    if (!k->hyp[i].consistent) continue;
+    o += (size_t)snprintf(k->diagnosis + o, sizeof k->diagnosis - o, "%s%s", nc++ ? "; also: " : "consistent with: ", k->hyp[i].says);
+  }
+  if (!nc) {
+    o = (size_t)snprintf(k->diagnosis, sizeof k->diagnosis, "no known signature (tested:");
+    for (int i = 0; i < k->nhyp && o < sizeof k->diagnosis; i++)
+      if (i == 0 || strcmp(k->hyp[i].name, k->hyp[i - 1].name) != 0)
+        o += (size_t)snprintf(k->diagnosis + o, sizeof k->diagnosis - o, " %s", k->hyp[i].name);
+    if (o < sizeof k->diagnosis) snprintf(k->diagnosis + o, sizeof k->diagnosis - o, ")");
   }
 }
 
@@ -290,6 +325,7 @@ static int judge_rank(qc_audit *a, const qc_registry_row *row, qc_module *w, ran
     } else {
       snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
       rc = qc_audit_compare(a->ctx, g, exp, tol, &k);
+      if (!rc) rc = qc_audit_judge(w, &w->grad_out.t[j], tol, &k);
       if (!rc && k.verdict != QC_V_PASS) {
         double *gd = qc_malloc((size_t)qc_numel(exp) * sizeof *gd, "candidate gradient (float64)");
         if (!gd) rc = QC_ESYS;

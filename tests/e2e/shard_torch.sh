@@ -12,7 +12,10 @@
 . "$(dirname "$0")/lib.inc"
 "$PY" -c "import torch.distributed as d, h5py; assert d.is_available()" 2>/dev/null || { echo "skip: no torch.distributed"; exit 77; }
 "$PY" tests/e2e/shard_torch.py "$T/sh" >"$T/py.log" 2>&1 || { cat "$T/py.log"; echo "FAIL: the distributed step"; exit 1; }
-TOL='"tolerances": {"d_x": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_weight": {"rel_l2": 1e-5, "reasoning": "fp32"},
+# bias_z off for d_x: the fp32 RMSNorm rounds each token's 1/rms once, an
+# error coherent along a token's row that a rank's 2-token piece cannot
+# average out (the bias test would read it as systematic)
+TOL='"tolerances": {"d_x": {"rel_l2": 1e-5, "bias_z": 0, "reasoning": "fp32; one rounded 1/rms per token"}, "d_weight": {"rel_l2": 1e-5, "reasoning": "fp32"},
   "d_bias": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_logits": {"rel_l2": 1e-5, "reasoning": "fp32"}}'
 # check_mode MODE EXIT FAILING-CHECKS (module:tensor, sorted, comma-separated; - none) A-WORD-OF-THE-DIAGNOSIS (-: none)
 check_mode() {
@@ -27,7 +30,8 @@ want = [] if sys.argv[2] == "-" else sys.argv[2].split(",")
 assert failed == want, failed
 assert len(r["checks"]) == 32, len(r["checks"])  # 4 modules, every gradient of every rank
 note = sys.argv[3]
-assert note == "-" or all(note in c["why"] for c in r["checks"] if c["verdict"] == "fail" and c["tensor"].startswith(("d_x", "d_weight@rank0"))), [c["why"] for c in r["checks"] if c["verdict"] == "fail"]
+diag = lambda c: c.get("diagnosis", {}).get("summary", "")
+assert note == "-" or all(note in diag(c) for c in r["checks"] if c["verdict"] == "fail"), [diag(c) for c in r["checks"] if c["verdict"] == "fail"]
 assert all("parallel_reduction" in m["coverage"] for m in r["modules"]), "coverage without the parallel reduction"
 print(sys.argv[1].split("/")[-1], "fails on", failed or "nothing")
 P
@@ -40,7 +44,7 @@ check_mode averaged 1 $DX averaged
 check_mode order 1 /col:d_bias@rank0,/col:d_bias@rank1,/col:d_weight@rank0,/col:d_weight@rank1,$DX -
 check_mode sp_norm 1 /norm:d_weight@rank0,/norm:d_weight@rank1,/norm:d_weight@rank2,/norm:d_weight@rank3 partial
 check_mode vocab_lse 1 /logprob:d_logits@rank0,/logprob:d_logits@rank1,/logprob:d_logits@rank2,/logprob:d_logits@rank3 -
-grep -q "piece of rank 1: the shards are in the wrong order" "$T/order.r.json" && ok "order: rank 0's d_weight is named as rank 1's piece" || bad "order: no shard-order diagnosis"
+grep -q "consistent with: the reference's piece of rank 1: the shards are in the wrong order" "$T/order.r.json" && ok "order: rank 0's d_weight is named as rank 1's piece" || bad "order: no shard-order diagnosis"
 # ---- bad sharded input: one line, exit 2, only the error report
 refuse() { # refuse DESC NEEDLE PATTERN
   echo "{\"data\": {\"dump\": \"$3\"}, \"candidate\": \"dump\", $TOL}" >"$T/bad.json"
