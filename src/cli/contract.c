@@ -51,7 +51,9 @@ static void help(void) {
          "  --cosine-min X            a row with cosine below X fails (exit 1)\n"
          "  --norm-ratio LO,HI        a row with norm ratio outside [LO, HI] fails (exit 1)\n\n"
          "Without thresholds the verb reports and exits 0. Outliers (docs/contract.md) are marked,\n"
-         "never failed.\n\n",
+         "never failed.\n\n"
+         "Under mpirun -np N the module groups are split among the N processes by their GEMM\n"
+         "work (one GPU each with --device cuda); rank 0 reports (docs/distributed.md).\n\n",
          DEFAULT_TOKENS);
   qc_common_help();
 }

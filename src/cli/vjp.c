@@ -22,7 +22,10 @@ static void help(void) {
          "Layer 1: runs each module's production VJP (builtin, from a dump, or a plugin)\n"
          "and an independent float64 reference on the same inputs and the same dY, and\n"
          "judges every gradient against the tolerances the case declared in advance.\n\n"
-         "  --case PATH        the case file (see README: \"Case files\")\n");
+         "  --case PATH        the case file (see README: \"Case files\"); its data.dump may be a\n"
+         "                     pattern of per-rank files of a sharded run (\"step.rank*.h5\")\n\n"
+         "Under mpirun -np N the module groups are split among the N processes; rank 0\n"
+         "reports (docs/distributed.md).\n");
   qc_common_help();
   int n;
   const qc_registry_row *r = qc_registry_rows(&n);

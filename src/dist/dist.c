@@ -83,9 +83,6 @@ int qc_dist_begin(void) {
   }
   if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS") && openblas_set_num_threads)
     openblas_set_num_threads(per);
-  if (qc_verbose)
-    fprintf(stderr, "qatcheck: rank %d of %d (node rank %d of %d), %d thread(s)\n", D.rank, D.size, D.local_rank,
-            D.local_size, per);
   return QC_OK;
 #else
   qc_err("started by a process manager (mpirun), but this qatcheck was built without MPI");
@@ -102,20 +99,19 @@ void qc_dist_end(void) {
 #endif
 }
 
-void qc_dist_assign(const double *cost, int n, int *owner) { qc_dist_assign_n(cost, n, D.size, owner); }
+int qc_dist_assign(const double *cost, int n, int *owner) { return qc_dist_assign_n(cost, n, D.size, owner); }
 
-void qc_dist_assign_n(const double *cost, int n, int size, int *owner) {
+int qc_dist_assign_n(const double *cost, int n, int size, int *owner) {
   if (size <= 1) {
     for (int i = 0; i < n; i++) owner[i] = 0;
-    return;
+    return QC_OK;
   }
   int *ord = malloc((size_t)(n > 0 ? n : 1) * sizeof *ord);
   double *load = calloc((size_t)size, sizeof *load);
-  if (!ord || !load) { /* round robin needs no memory */
-    for (int i = 0; i < n; i++) owner[i] = i % size;
+  if (!ord || !load) { /* no fallback: every rank must compute the same assignment */
     free(ord);
     free(load);
-    return;
+    return qc_err_sys("rank %d: out of memory assigning %d units to %d ranks", D.rank, n, size);
   }
   for (int i = 0; i < n; i++) ord[i] = i;
   /* decreasing cost, ties by index: an insertion sort keeps it stable and
@@ -137,6 +133,7 @@ void qc_dist_assign_n(const double *cost, int n, int size, int *owner) {
   }
   free(ord);
   free(load);
+  return QC_OK;
 }
 
 /* What each rank tells the others in the agreement. */

@@ -41,10 +41,12 @@ int qc_dist_local_size(void);
  * positive measure of their work), by longest processing time first:
  * units in decreasing cost (ties: lower index first) each to the rank
  * with the least work so far (ties: the lower rank). The same on every
- * rank; with equal costs it is round robin (unit i to rank i mod size). */
-void qc_dist_assign(const double *cost, int n, int *owner);
-/* The same for a world of `size` ranks. */
-void qc_dist_assign_n(const double *cost, int n, int size, int *owner);
+ * rank; with equal costs it is round robin (unit i to rank i mod size).
+ * QC_OK, or QC_ESYS out of memory (no fallback: an assignment that
+ * differed between ranks would lose or repeat units). */
+int qc_dist_assign(const double *cost, int n, int *owner);
+/* The same for a world of `size` ranks. QC_OK, or QC_ESYS (memory). */
+int qc_dist_assign_n(const double *cost, int n, int size, int *owner);
 
 /* The agreement (collective): every rank gives its status rc and, when
  * rc is an error (QC_EINPUT, QC_ESYS), the index `at` of the unit of work

@@ -18,9 +18,13 @@ int qc_vjp_units(int n, int **owner) {
     return QC_ESYS;
   }
   for (int i = 0; i < n; i++) cost[i] = 1; /* equal costs: round robin */
-  qc_dist_assign(cost, n, *owner);
+  int rc = qc_dist_assign(cost, n, *owner);
   free(cost);
-  return QC_OK;
+  if (rc) {
+    free(*owner);
+    *owner = NULL;
+  }
+  return rc;
 }
 
 /* What a rank sends: its module facts (one per unit it ran, in unit

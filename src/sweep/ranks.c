@@ -20,9 +20,9 @@ int qc_sweep_owners(const sw_plan *plans, int nplan, int *owner) {
     /* the GEMMs' work: E N K per token of every dY (d_x and d_weight alike) */
     cost[i] = (double)plans[i].E * (double)plans[i].N * (double)plans[i].K * (m > 0 ? m : 1);
   }
-  qc_dist_assign(cost, nplan, owner);
+  int rc = qc_dist_assign(cost, nplan, owner);
   free(cost);
-  return QC_OK;
+  return rc;
 }
 
 /* What a rank sends ahead of its rows. */
