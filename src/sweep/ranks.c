@@ -28,14 +28,14 @@ int qc_sweep_owners(const sw_plan *plans, int nplan, int *owner) {
 /* What a rank sends ahead of its rows. */
 typedef struct part_head {
   int nrows, nplans, dy_generated, x_generated;
-  double t_gen, t_read, t_wait, t_quant, t_gemm, t_metrics, t_sync, t_total, gemm_flops;
+  double t_gen, t_read, t_wait, t_quant, t_gemm, t_metrics, t_queue, t_sync, t_total, gemm_flops;
 } part_head;
 
 /* Rows travel with their tensor as an index (a pointer means nothing on
  * another rank); after the head: nplans row counts, then the rows. */
 static int pack(const qc_sweep *loc, int nplans, const int *plan_end, char **buf, size_t *n) {
   part_head h = {loc->n, nplans, loc->dy_generated, loc->x_generated, loc->t_gen, loc->t_read, loc->t_wait, loc->t_quant,
-                 loc->t_gemm, loc->t_metrics, loc->t_sync, loc->t_total, loc->gemm_flops};
+                 loc->t_gemm, loc->t_metrics, loc->t_queue, loc->t_sync, loc->t_total, loc->gemm_flops};
   *n = sizeof h + (size_t)nplans * sizeof(int) + (size_t)loc->n * sizeof(qc_crow);
   char *b = *buf = malloc(*n);
   if (!b) return qc_err_sys("out of memory packing %d contract rows for rank 0", loc->n);
@@ -71,7 +71,7 @@ static int unpack(qc_sweep *s, const char *all, const size_t *lens, int size, co
     s->dy_generated |= h.dy_generated;
     s->x_generated |= h.x_generated;
 #define SLOWEST(f) if (h.f > s->f) s->f = h.f
-    SLOWEST(t_gen); SLOWEST(t_read); SLOWEST(t_wait); SLOWEST(t_quant); SLOWEST(t_gemm); SLOWEST(t_metrics); SLOWEST(t_sync);
+    SLOWEST(t_gen); SLOWEST(t_read); SLOWEST(t_wait); SLOWEST(t_quant); SLOWEST(t_gemm); SLOWEST(t_metrics); SLOWEST(t_queue); SLOWEST(t_sync);
 #undef SLOWEST
     s->gemm_flops += h.gemm_flops;
     if (h.gemm_flops > s->gemm_flops_rank_max) s->gemm_flops_rank_max = h.gemm_flops;
@@ -148,6 +148,7 @@ int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const qc_backend *be, const int *
                    int rc, long long at) {
   s->ranks = qc_dist_size();
   s->ahead = loc->ahead;
+  s->in_flight = loc->in_flight;
   if (!qc_dist_active()) { /* one process: its rows are the sweep's */
     if (rc) return rc;
     if (be->coll_ready && be->coll_ready(be) && (rc = cross_check(be, loc, loc))) return rc; /* QATCHECK_NCCL=1 */
@@ -159,7 +160,7 @@ int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const qc_backend *be, const int *
     s->dy_generated = loc->dy_generated;
     s->x_generated = loc->x_generated;
     s->t_gen = loc->t_gen; s->t_read = loc->t_read; s->t_wait = loc->t_wait; s->t_quant = loc->t_quant;
-    s->t_gemm = loc->t_gemm; s->t_metrics = loc->t_metrics; s->t_sync = loc->t_sync;
+    s->t_gemm = loc->t_gemm; s->t_metrics = loc->t_metrics; s->t_queue = loc->t_queue; s->t_sync = loc->t_sync;
     s->gemm_flops = s->gemm_flops_rank_max = loc->gemm_flops;
     s->t_rank_min = s->t_rank_max = loc->t_total;
     return QC_OK;
