@@ -42,10 +42,11 @@ static int pack(const qc_sweep *loc, int nplans, const int *plan_end, char **buf
   memcpy(b, &h, sizeof h);
   int *cnt = (int *)(b + sizeof h);
   for (int k = 0; k < nplans; k++) cnt[k] = plan_end[k] - (k ? plan_end[k - 1] : 0);
-  qc_crow *rows = (qc_crow *)(b + sizeof h + (size_t)nplans * sizeof(int));
+  char *rows = b + sizeof h + (size_t)nplans * sizeof(int); /* not aligned for a qc_crow: copied bytewise */
   for (int i = 0; i < loc->n; i++) {
-    rows[i] = loc->rows[i];
-    rows[i].tensor = (const char *)(uintptr_t)(loc->rows[i].tensor == qc_sweep_t_dw);
+    qc_crow w = loc->rows[i];
+    w.tensor = (const char *)(uintptr_t)(loc->rows[i].tensor == qc_sweep_t_dw);
+    memcpy(rows + (size_t)i * sizeof w, &w, sizeof w);
   }
   return QC_OK;
 }
