@@ -1,0 +1,22 @@
+/* watchdog.h: the run's overall time limit (`--timeout SECONDS` on every
+ * verb). Whatever hangs (a file system that stops answering, a plugin that
+ * loops, a library stuck on a corrupt file outside the dump sandbox), the
+ * run ends with exit 2 and one error line once the limit has passed,
+ * instead of holding a CI runner until its own limit. */
+#ifndef QC_WATCHDOG_H
+#define QC_WATCHDOG_H
+
+/* The default limit, in seconds: far beyond any audit measured so far (the
+ * largest, a contract sweep of a 100 GB checkpoint on the CPU, takes under
+ * an hour), short of a day-long hung job. */
+#define QC_TIMEOUT_DEFAULT 21600.0
+
+/* Arm (or re-arm) the watchdog: `seconds` of wall-clock time from now; 0
+ * turns it off. On expiry, from a signal handler, it writes
+ * "qatcheck: error: ..." (naming `option`, e.g. "--timeout 30") and a hint
+ * to stderr and exits 2 at once: no report is written after that moment
+ * (a report rename already done stays). QC_EINPUT for a negative or
+ * non-finite limit, QC_ESYS when the timer cannot be set. */
+int qc_watchdog_arm(double seconds);
+
+#endif
