@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "core/qc.h"
+#include "core/watchdog.h"
 #include "cli/cli.h"
 
 int qc_opt_value(int argc, char **argv, int *i, const char *name, const char **val) {
@@ -30,7 +31,16 @@ int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o) {
   if ((r = qc_opt_value(argc, argv, i, "--markdown", &o->markdown))) return r;
   if ((r = qc_opt_value(argc, argv, i, "--device", &o->device))) return r;
   if ((r = qc_opt_value(argc, argv, i, "--profile", &o->profile))) return r;
-  return 0;
+  const char *t;
+  if ((r = qc_opt_value(argc, argv, i, "--timeout", &t)) > 0) { /* the watchdog restarts from here */
+    char *end;
+    double s = strtod(t, &end);
+    if (end == t || *end || qc_watchdog_arm(s) != QC_OK) {
+      if (!qc_err_msg()[0]) qc_err("--timeout '%s': expected a number of seconds (0: no limit)", t);
+      return -1;
+    }
+  }
+  return r;
 }
 
 /* "cuda" or "cuda:N", N a device index, as qc_backend_open reads it. */
@@ -62,6 +72,7 @@ void qc_common_help_opts(unsigned flags) {
   if (flags & QC_HELP_CPU_ONLY) printf("  --device DEV       cpu (the default and the only one: cuda[:N] is refused)\n");
   else printf("  --device DEV       cpu (default) or cuda[:N]\n");
   if (flags & QC_HELP_PROFILE) printf("  --profile NAME     quantizer profile (default: the contract's, else vllm)\n");
+  printf("  --timeout SECONDS  stop with exit 2 after this long (default %.0f = 6 h; 0: no limit)\n", QC_TIMEOUT_DEFAULT);
   printf("  --quiet            print nothing but errors\n"
          "  --verbose          print progress and timings on stderr\n"
          "  --help             this text\n");

@@ -19,7 +19,10 @@ static void help(void) {
          "Layer 1: runs each module's production VJP (builtin, from a dump, or a plugin)\n"
          "and an independent float64 reference on the same inputs and the same dY, and\n"
          "judges every gradient against the tolerances the case declared in advance.\n\n"
-         "  --case PATH        the case file (see README: \"Case files\")\n");
+         "  --case PATH        the case file (see README: \"Case files\")\n"
+         "  --allow-weak-tolerances\n"
+         "                     run a case whose bounds cannot see a scale error or a sign\n"
+         "                     flip, with a warning in every report (refused otherwise)\n");
   qc_common_help();
   int n;
   const qc_registry_row *r = qc_registry_rows(&n);
@@ -33,9 +36,11 @@ static void help(void) {
 int qc_cmd_vjp(int argc, char **argv) {
   qc_common_opts o = {0};
   const char *case_path = NULL;
+  int allow_weak = 0;
   for (int i = 1; i < argc; i++) {
     int r;
     if (qc_opt_help(argv[i])) { help(); return 0; }
+    if (strcmp(argv[i], "--allow-weak-tolerances") == 0) { allow_weak = 1; continue; }
     if ((r = qc_opt_common(argc, argv, &i, &o))) { if (r < 0) return QC_EINPUT; continue; }
     if ((r = qc_opt_value(argc, argv, &i, "--case", &case_path))) { if (r < 0) return QC_EINPUT; continue; }
     qc_err("vjp: unknown option '%s'", argv[i]);
@@ -55,7 +60,7 @@ int qc_cmd_vjp(int argc, char **argv) {
   qc_report_out out;
   int rc;
   qc_report_out_init(&out, o.json, o.junit, o.markdown);
-  if ((rc = qc_case_load(case_path, cs))) goto done;
+  if ((rc = qc_case_load(case_path, cs)) || (rc = qc_case_weak(cs, allow_weak))) goto done;
   if ((rc = qc_backend_open(o.device, &be))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm"};
@@ -66,7 +71,7 @@ int qc_cmd_vjp(int argc, char **argv) {
     rc = qc_err("case '%s': nothing was checked", case_path);
     goto done;
   }
-  qc_report_info info = {"vjp", cs->name, case_path, cs->sha256, be->name, o.profile};
+  qc_report_info info = {"vjp", cs->name, case_path, cs->sha256, be->name, o.profile, cs->nweak ? cs->weak : NULL};
   if ((rc = qc_report_vjp(&out, &info, &res)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   qc_report_table(&info, &res);
   rc = qc_results_verdict(&res);

@@ -108,6 +108,9 @@ typedef struct qc_class {
   const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
   qc_fwd_fn forward;           /* optional float64 forward for `fd` (NULL: none) */
   const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */
+  const char *grads;           /* every gradient the reference can return, space-separated
+                                  ("d_x d_weight d_bias"; some only when their input exists):
+                                  a tolerance for any other name is refused */
 } qc_class;
 
 /* A registry row: the class, its independent reference and, optionally, a

@@ -48,6 +48,15 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
          nf, info->device ? " on " : "", info->device ? info->device : "");
 }
 
+int qc_report_line(const char **p, char *line, size_t n) {
+  if (!*p || !**p) return 0;
+  const char *nl = strchr(*p, '\n');
+  size_t len = nl ? (size_t)(nl - *p) : strlen(*p);
+  snprintf(line, n, "%.*s", (int)(len < n ? len : n - 1), *p);
+  *p += len + (nl ? 1 : 0);
+  return 1;
+}
+
 int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
   /* one testsuite per module, in the order modules first appear */
   qc_tlist l = {0};
@@ -60,6 +69,14 @@ int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *
       snprintf(out, sizeof out, "rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g", k->m.rel_l2, k->m.cosine,
                k->m.norm_ratio, k->m.max_abs);
     rc = qc_tlist_add(&l, k->module, k->cls, name, k->verdict != QC_V_PASS ? k->why : NULL, k->has_metrics ? out : NULL);
+  }
+  /* warnings (weak tolerances run with --allow-weak-tolerances): one passed testcase each, the text as its output */
+  const char *p = info->warnings;
+  char line[1024];
+  while (!rc && qc_report_line(&p, line, sizeof line)) {
+    char out[1040];
+    snprintf(out, sizeof out, "warning: %s", line);
+    rc = qc_tlist_add(&l, "qatcheck warnings", "warning", "weak tolerance", NULL, out);
   }
   if (!rc) rc = qc_tlist_junit(&l, info->verb, out);
   qc_tlist_free(&l);
@@ -74,6 +91,13 @@ int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_result
     qc_sbuf_printf(&b, "- case: `%s` (%s), sha256 `%s`\n", info->case_name ? info->case_name : "", info->case_path,
                    info->case_sha256 ? info->case_sha256 : "");
   qc_sbuf_printf(&b, "- device: %s\n- qatcheck %s\n\n", info->device ? info->device : "cpu", QC_VERSION);
+  const char *p = info->warnings;
+  char line[1024];
+  while (qc_report_line(&p, line, sizeof line)) {
+    qc_sbuf_printf(&b, "> **warning**: ");
+    qc_sbuf_md(&b, line);
+    qc_sbuf_printf(&b, "\n\n");
+  }
   qc_sbuf_printf(&b, "| module | dy | tensor | rel_l2 | cosine | norm_ratio | max_abs | noise x | verdict | why |\n");
   qc_sbuf_printf(&b, "|---|---|---|---:|---:|---:|---:|---:|---|---|\n");
   for (int i = 0; i < r->n; i++) {
