@@ -17,6 +17,7 @@
 #include "io/dump_priv.h"
 
 #define MAX_OBJECTS 2000000
+#define MAX_ATTRS 4096        /* per object */
 #define MAX_ATTR_BYTES (1u << 20)
 #define MAX_CHUNKS (1u << 22)
 #define PIECE_BYTES ((size_t)32 << 20)
@@ -99,6 +100,7 @@ typedef struct attr_ctx {
   walker *w;
   const char *path;
   const char *kind;  /* "group", "dataset" */
+  int n;
 } attr_ctx;
 
 /* Read one attribute: a single string (fixed or variable length) or a
@@ -107,6 +109,10 @@ static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void 
   (void)info;
   attr_ctx *c = op;
   walker *w = c->w;
+  if (++c->n > MAX_ATTRS) {
+    fail(w, QC_BOX_WALK, "%s '%s' has more than %d attributes: not a dump qatcheck reads", c->kind, c->path, MAX_ATTRS);
+    _exit(0);
+  }
   step(w, "reading %s '%s' attribute '%s'", c->kind, c->path, name);
   int kind = QC_H5A_BAD;
   char *s = NULL;
@@ -157,7 +163,7 @@ static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void 
 }
 
 static void attributes(walker *w, hid_t obj, const char *path, const char *kind) {
-  attr_ctx c = {w, path, kind};
+  attr_ctx c = {w, path, kind, 0};
   step(w, "listing the attributes of %s '%s'", kind, path);
   H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, NULL, attr_cb, &c);
 }
