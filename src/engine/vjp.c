@@ -92,21 +92,6 @@ static int select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
   return QC_OK;
 }
 
-static const qc_registry_row *find_class(const char *name, const char *where) {
-  const qc_registry_row *row = qc_registry_find(name);
-  if (!row) {
-    int n;
-    const qc_registry_row *r = qc_registry_rows(&n);
-    char list[512] = "";
-    for (int i = 0; i < n; i++) {
-      strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-      strncat(list, r[i].cls->name, sizeof list - strlen(list) - 1);
-    }
-    qc_err("%s: module class '%s' is not known", where, name);
-    qc_hint("known classes: %s", list);
-  }
-  return row;
-}
 
 /* 1 when `name` is a word of the space-separated `list`. */
 static int in_list(const char *list, const char *name) {
@@ -214,7 +199,7 @@ static int no_match(qc_dump *d, const qc_case *cs) {
 static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
   char where[1100];
   snprintf(where, sizeof where, "case '%s'", cs->path);
-  const qc_registry_row *row = find_class(cs->module, where);
+  const qc_registry_row *row = qc_registry_need(cs->module, where);
   if (!row) return QC_EINPUT;
   if (check_tol_names(cs, &row->cls, 1)) return QC_EINPUT;
   static const char kinds_default[4][QC_NAMELEN] = {"random", "zero", "sparse", "ones"};
@@ -296,7 +281,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   for (int i = 0; i < n; i++) {
     char where[QC_PATHLEN + 1100];
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
-    const qc_registry_row *row = find_class(ents[i].cls, where);
+    const qc_registry_row *row = qc_registry_need(ents[i].cls, where);
     if (!row) { rc = QC_EINPUT; goto done; }
     int seen = 0;
     for (int j = 0; j < ncls; j++) seen |= classes[j] == row->cls;
@@ -322,10 +307,10 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
     qc_module *m = &cur->m;
     m->cls = qc_registry_find(ents[i].cls)->cls;
-    rc = check_finite(m, where);
-    if (!rc) rc = set_contract(m, cs, cur->contract, profile);
+    rc = set_contract(m, cs, cur->contract, profile);
     if (!rc) rc = check_deployed(a, m);
     if (!rc) rc = select_dy(m, cs, cs->dump);
+    if (!rc) rc = check_finite(m, where); /* the selected dYs only */
     if (!rc && m->grad_out.n == 0)
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
     if (!rc) {

@@ -1,9 +1,12 @@
 /* dump_box.c: the parent's side of the dump sandbox (see dump_priv.h and
  * docs/robustness.md): forks the child that lets libhdf5 parse the file,
  * receives its map of the file, asks it for the reads pread cannot do, and
- * holds it to a deadline. A child that dies or makes no progress for the
- * deadline (QATCHECK_HDF5_DEADLINE seconds, default 30) is killed, and the
- * dump is refused with one line naming what libhdf5 was reading. */
+ * holds it to a deadline. A child that dies, or makes no progress while it
+ * burns the deadline's worth of CPU (QATCHECK_HDF5_DEADLINE seconds,
+ * default 30) or waits ten times as long, is killed, and the dump is
+ * refused with one line naming what libhdf5 was reading. CPU time, not
+ * wall time, catches the spin: a child starved on a busy machine is not
+ * taken for a hung one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -191,9 +194,9 @@ static int box_dead(qc_box *b, int hung) {
       snprintf(b->msg, sizeof b->msg, "dump '%s': corrupt or unreadable HDF5 (libhdf5 hung for %g s %s)", b->path,
                b->deadline, where);
       snprintf(b->hint, sizeof b->hint,
-               "qatcheck's sandboxed reader made no progress for %g s and was stopped; a slow file system may need "
-               "QATCHECK_HDF5_DEADLINE=SECONDS",
-               b->deadline);
+               "qatcheck's sandboxed reader made no progress in %g s of CPU (or %g s of waiting) and was stopped; a slow "
+               "file system may need QATCHECK_HDF5_DEADLINE=SECONDS",
+               b->deadline, 10 * b->deadline);
     } else {
       snprintf(b->msg, sizeof b->msg, "dump '%s': corrupt or unreadable HDF5 (libhdf5 crashed %s)", b->path, where);
       if (WIFSIGNALED(st))
@@ -214,22 +217,42 @@ static int box_dead(qc_box *b, int hung) {
   return QC_EINPUT;
 }
 
-/* Wait until the socket has data, the child made progress in the last
- * `deadline` seconds, or it is gone. */
+/* The child's CPU time in seconds (user + system), or -1 without /proc. */
+static double child_cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* after the command name: state, then fields 4 .. */
+  unsigned long long ut = 0, st = 0;
+  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
+  long hz = sysconf(_SC_CLK_TCK);
+  return (double)(ut + st) / (double)(hz > 0 ? hz : 100);
+}
+
+/* Wait until the socket has data, or the child is gone or hung: no
+ * progress while it burned `deadline` seconds of CPU (a spin), or for ten
+ * times that of wall time (blocked; also the rule without /proc). */
 static int box_wait(qc_box *b) {
   uint64_t seen = b->sh->ticks;
-  double since = qc_now_s();
+  double since = qc_now_s(), cpu0 = child_cpu_s(b->pid);
   for (;;) {
     struct pollfd p = {.fd = b->sock, .events = POLLIN};
     int r = poll(&p, 1, 50);
     if (r > 0) return QC_OK;
     if (r < 0 && errno != EINTR) return qc_err_sys("dump '%s': waiting for the reader: %s", b->path, strerror(errno));
     uint64_t t = b->sh->ticks;
-    double now = qc_now_s();
+    double now = qc_now_s(), cpu = child_cpu_s(b->pid);
     if (t != seen) {
       seen = t;
       since = now;
-    } else if (now - since >= b->deadline) {
+      cpu0 = cpu;
+    } else if ((cpu0 >= 0 && cpu >= 0 ? cpu - cpu0 >= b->deadline : now - since >= b->deadline) ||
+               now - since >= 10 * b->deadline) {
       return box_dead(b, 1);
     }
   }
@@ -391,16 +414,16 @@ int qc_box_start(const char *path, int fd, int64_t size, qc_box **out, qc_h5map 
   b->sock = -1;
   b->pid = -1;
   pthread_mutex_init(&b->lock, NULL);
+  int rc, sv[2] = {-1, -1};
   b->sh = mmap(NULL, sizeof *b->sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (b->sh == MAP_FAILED) {
-    free(b);
-    return qc_err_sys("dump '%s': cannot map the reader's page: %s", path, strerror(errno));
+    b->sh = NULL;
+    rc = qc_err_sys("dump '%s': cannot map the reader's page: %s", path, strerror(errno));
+    goto fail;
   }
-  int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    munmap(b->sh, sizeof *b->sh);
-    free(b);
-    return qc_err_sys("dump '%s': cannot make the reader's socket: %s", path, strerror(errno));
+    rc = qc_err_sys("dump '%s': cannot make the reader's socket: %s", path, strerror(errno));
+    goto fail;
   }
   pid_t parent = getpid();
   pid_t pid = fork();
@@ -410,22 +433,19 @@ int qc_box_start(const char *path, int fd, int64_t size, qc_box **out, qc_h5map 
     qc_box_child(sv[1], path, fd, size, b->sh);
   }
   close(sv[1]);
+  b->sock = sv[0];
   if (pid < 0) {
-    close(sv[0]);
-    munmap(b->sh, sizeof *b->sh);
-    free(b);
-    return qc_err_sys("dump '%s': cannot start the reader: %s", path, strerror(errno));
+    rc = qc_err_sys("dump '%s': cannot start the reader: %s", path, strerror(errno));
+    goto fail;
   }
   b->pid = pid;
-  b->sock = sv[0];
-  int rc = read_map(b, map);
-  if (rc) {
-    qc_h5map_free(map);
-    qc_box_stop(b);
-    return rc;
-  }
+  if ((rc = read_map(b, map))) goto fail;
   *out = b;
   return QC_OK;
+fail:
+  qc_h5map_free(map);
+  qc_box_stop(b);
+  return rc;
 }
 
 static int send_all(qc_box *b, const void *p, size_t n) {
@@ -490,7 +510,7 @@ void qc_box_stop(qc_box *b) {
     kill(b->pid, SIGKILL);
     while (waitpid(b->pid, NULL, 0) < 0 && errno == EINTR) {}
   }
-  munmap(b->sh, sizeof *b->sh);
+  if (b->sh) munmap(b->sh, sizeof *b->sh);
   pthread_mutex_destroy(&b->lock);
   free(b);
 }

@@ -336,17 +336,10 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
   }
   if ((v = cJSON_GetObjectItemCaseSensitive(root, "module")) && (rc = get_string(v, w, "module", c->module, sizeof c->module)))
     goto done;
-  if (c->module[0] && !qc_registry_find(c->module)) {
-    int nr;
-    const qc_registry_row *r = qc_registry_rows(&nr);
-    char list[512] = "";
-    for (int i = 0; i < nr; i++) {
-      strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-      strncat(list, r[i].cls->name, sizeof list - strlen(list) - 1);
-    }
-    rc = qc_err("%s: key 'module': class '%s' is not known", w, c->module);
-    qc_hint("known classes: %s", list);
-    goto done;
+  if (c->module[0]) { /* an unknown class is named here, with the classes, before anything is read */
+    char wm[1120];
+    snprintf(wm, sizeof wm, "%s: key 'module'", w);
+    if (!qc_registry_need(c->module, wm)) { rc = QC_EINPUT; goto done; }
   }
   if ((v = cJSON_GetObjectItemCaseSensitive(root, "contract"))) {
     if ((rc = parse_contract_obj(v, w, &c->contract))) goto done;

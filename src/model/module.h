@@ -123,6 +123,9 @@ typedef struct qc_registry_row {
 
 const qc_registry_row *qc_registry_find(const char *name);
 const qc_registry_row *qc_registry_rows(int *n);
+/* qc_registry_find, or NULL with the error "<where>: module class 'X' is
+ * not known" and a hint listing the classes. */
+const qc_registry_row *qc_registry_need(const char *name, const char *where);
 
 
 
