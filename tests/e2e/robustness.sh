@@ -13,7 +13,7 @@ MOD=/model.layers.0.mlp.down_proj
 mkdir -p "$T/w"
 W="$T/w"
 printf '%s\n' "keep me" >"$W/sentinel.txt"
-snap() { (cd "$W" && ls -la --time-style=+%s . | sed 1d | awk '{print $1, $5, $6, $7}'; find . -type f -exec sha256sum {} +) >"$1"; }
+snap() { (cd "$W" && ls -lA --time-style=+%s . | sed 1d | awk '{print $1, $5, $6, $7}'; find . -type f -exec sha256sum {} +) >"$1"; }
 case_for() { # case_for NAME DUMP: a strong linear case on DUMP, in $W
   printf '{"module": "linear", "data": {"dump": "%s"}, "candidate": "dump", %s}\n' "$2" "$LIN_TOL" >"$W/$1.json"
 }
