@@ -3,7 +3,7 @@
 # It prints what it found, llm.c style.
 
 CC       ?= gcc
-PKGS     := hdf5 libcjson
+PKGS     := hdf5 libcjson yaml-0.1
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
@@ -152,14 +152,23 @@ build-fuzz/%.o: %.c
 build-fuzz/fuzz_%: tests/fuzz/%.c $(FUZZ_OBJ)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(QC_CFLAGS) $(FUZZ_WNO) -o $@ $^ $(LDLIBS)
 
-bench-bin: build/bench/cpu_linear
+bench-bin: build/bench/cpu_linear build/bench/sft_read build/bench/sft_gen
 
 build/bench/cpu_linear: bench/cpu_linear.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -rdynamic
 
+build/bench/sft_read: bench/sft_read.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -rdynamic
+
+build/bench/sft_gen: bench/sft_gen.c $(BUILD)/src/core/crc32c.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ -lm
+
 bench: all
 	sh bench/cpu_linear.sh
+	sh bench/sft.sh
 
 clean:
 	rm -rf build build-nocuda build-asan build-fuzz qatcheck qatcheck-asan libqatcheck_cuda.so

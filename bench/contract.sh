@@ -8,8 +8,17 @@
 #     this machine's CBLAS reaches at that shape (bench/blas_rate.c), and
 #   - the time to read the file (cat, page cache as the sweep sees it).
 # Target: sweep <= 1.3 x max(GEMM time, read time).
+# FORMAT=safetensors: the same weights as a safetensors master checkpoint,
+# sharded in 5 GB files with an index (bench/make_big_safetensors.py, by
+# hand), swept with --checkpoint; the ratio sweep / cat of the shards is
+# printed beside (target on the GPU: <= 1.15), and the sweep's peak RSS.
+# STREAM_GB=G (with FORMAT=safetensors): instead, a sparse checkpoint of G GB
+# (holes: no disk, zeros), e.g. larger than host memory, swept with one
+# format and 16 tokens under `ulimit -v` of ULIMIT_MB (default 2048): it must
+# finish, peak RSS printed against the file size.
 # usage: sh bench/contract.sh      env: QATCHECK PY LAYERS(32) HIDDEN(4096)
 #        TOKENS(512) WF(nvfp4,fp8_block128,mxfp8) CC(cc) BENCH_TMP(mktemp -d)
+#        DEVICE(cpu) FORMAT(hdf5|safetensors) STREAM_GB ULIMIT_MB
 # A run of fewer than 32 layers prints the full sweep extrapolated
 # linearly (every layer is the same work), labelled as such.
 set -eu
@@ -27,10 +36,56 @@ T=${BENCH_TMP:-$(mktemp -d)}
 mkdir -p "$T"
 now() { date +%s.%N; }
 
-echo "contract bench (--device $DEVICE): $LAYERS layers x 7 modules, [$HIDDEN, $HIDDEN] bf16, $TOKENS tokens, formats $WF"
-[ -f "$T/bench.h5" ] || "$PY" scripts/make_checkpoint.py "$T/bench.h5" --preset bench --layers "$LAYERS" --hidden "$HIDDEN"
-cat "$T/bench.h5" >/dev/null
-t0=$(now); cat "$T/bench.h5" >/dev/null; t1=$(now)
+FORMAT=${FORMAT:-hdf5}
+fsize() { stat -c %s "$@" | awk '{s += $1} END {printf "%.0f\n", s}'; }
+# peak RSS (KiB) of a command: the children's maximum, as getrusage reports it
+peak_rss() { "$PY" -c 'import resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)' "$@"; }
+
+if [ -n "${STREAM_GB:-}" ]; then
+  [ "$FORMAT" = safetensors ] || { echo "STREAM_GB needs FORMAT=safetensors"; exit 2; }
+  L=$("$PY" -c "import math; print(math.ceil($STREAM_GB * 1e9 / (7 * $HIDDEN * $HIDDEN * 2)))")
+  [ -d "$T/stream" ] || "$PY" bench/make_big_safetensors.py "$T/stream" --layers "$L" --hidden "$HIDDEN" --sparse
+  size=$(fsize "$T"/stream/*.safetensors)
+  mem=$(awk '/MemTotal/ {print $2 * 1024}' /proc/meminfo)
+  echo "streaming bench: sparse checkpoint of $L layers x 7 [$HIDDEN, $HIDDEN] bf16 = $(echo "$size" | awk '{printf "%.1f", $1/1e9}') GB (host memory $(echo "$mem" | awk '{printf "%.1f", $1/1e9}') GB), ulimit -v ${ULIMIT_MB:-2048} MB"
+  t0=$(now)
+  ( ulimit -v $(( ${ULIMIT_MB:-2048} * 1024 )); peak_rss "$T/rss" "$QATCHECK" contract --master-vs-dequant --checkpoint "$T/stream" \
+      --weight-format fp8_block128 --tokens 16 --quiet --device "$DEVICE" --json "$T/r.json" ) || { echo "streaming sweep FAILED"; exit 1; }
+  t1=$(now)
+  "$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+rss, size, mem, t = int(open(sys.argv[2]).read()) * 1024, int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[6]) - float(sys.argv[5])
+print('rows %d, wall %.1f s (%.2f GB/s); peak RSS %.0f MB = %.3f of the file, %.3f of host memory' % (
+    len(r['rows']), t, size / t / 1e9, rss / 1e6, rss / size, rss / mem))" "$T/r.json" "$T/rss" "$size" "$mem" "$t0" "$t1"
+  [ -n "${BENCH_TMP:-}" ] || rm -rf "$T"
+  exit 0
+fi
+
+echo "contract bench (--device $DEVICE, $FORMAT): $LAYERS layers x 7 modules, [$HIDDEN, $HIDDEN] bf16, $TOKENS tokens, formats $WF"
+if [ "$FORMAT" = safetensors ]; then
+  [ -d "$T/st" ] || "$PY" bench/make_big_safetensors.py "$T/st" --layers "$LAYERS" --hidden "$HIDDEN" --shard-gb 5
+  FILES=$(ls "$T"/st/*.safetensors)
+  SRC="--checkpoint $T/st"
+else
+  [ -f "$T/bench.h5" ] || "$PY" scripts/make_checkpoint.py "$T/bench.h5" --preset bench --layers "$LAYERS" --hidden "$HIDDEN"
+  FILES="$T/bench.h5"
+  SRC="--dump $T/bench.h5"
+fi
+cat $FILES >/dev/null
+t0=$(now); cat $FILES >/dev/null; t1=$(now)
+if [ "$FORMAT" = safetensors ]; then
+  # the reader alone, as many threads as the sweep's readers on this device
+  # (READERS overrides): pread and mmap, beside cat
+  READERS=${READERS:-$(n=$(nproc); [ "$DEVICE" = cpu ] && echo 1 || { [ "$n" -ge 4 ] && echo $(( n / 2 > 8 ? 8 : n / 2 )) || echo 1; })}
+  $CC -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_read.c src/io/safetensors.c src/core/err.c \
+    src/core/tensor.c -o "$T/st_read" $(pkg-config --libs libcjson) -lm -lpthread
+  "$T/st_read" "$T/st" "$READERS" >"$T/st_read.txt"
+  awk '{printf "reader alone (%s, %d thread(s)): %.2f GB in %.2f s = %.2f GB/s\n", $2, $3, $4, $5, $4 / $5}' "$T/st_read.txt"
+fi
 
 if [ -z "$BLAS_RATE" ]; then
   $CC -O2 -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/openblas bench/blas_rate.c -o "$T/blas_rate" -lopenblas
@@ -41,13 +96,13 @@ fi
 rate=${GEMM_GFLOPS:+x $GEMM_GFLOPS}
 [ -n "$rate" ] || rate=$("$BLAS_RATE" "$TOKENS" "$HIDDEN" "$HIDDEN" 3)
 
-"$QATCHECK" contract --master-vs-dequant --dump "$T/bench.h5" --weight-format "$WF" --tokens "$TOKENS" --quiet \
+peak_rss "$T/rss" "$QATCHECK" contract --master-vs-dequant $SRC --weight-format "$WF" --tokens "$TOKENS" --quiet \
   --device "$DEVICE" --json "$T/r.json"
 # the rate again after the sweep: the faster of the two is the GEMM floor
 rate2=${GEMM_GFLOPS:+x $GEMM_GFLOPS}
 [ -n "$rate2" ] || rate2=$("$BLAS_RATE" "$TOKENS" "$HIDDEN" "$HIDDEN" 3)
 
-"$PY" - "$T/r.json" "$t0" "$t1" "$rate" "$LAYERS" "$(stat -c %s "$T/bench.h5")" "$(nproc)" "$rate2" <<'PYEOF'
+"$PY" - "$T/r.json" "$t0" "$t1" "$rate" "$LAYERS" "$(fsize $FILES)" "$(nproc)" "$rate2" "$T/rss" "$FORMAT" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 t_cat = float(sys.argv[3]) - float(sys.argv[2])
@@ -67,6 +122,10 @@ print("sweep total        %8.2f s   (generate %.2f; read %.2f summed over %d rea
 print("GEMMs at BLAS rate %8.2f s   (%.1f GFLOP)" % (gemm_need, tm["gemm_flops"] * 1e-9))
 print("file read (cat)    %8.2f s" % t_cat)
 print("ratio sweep / max(GEMMs, read) = %.2f  (target <= 1.3: %s)" % (ratio, "met" if ratio <= 1.3 else "NOT met"))
+if sys.argv[10] == "safetensors":
+    r_cat = tm["total"] / t_cat
+    print("ratio sweep / cat of the shards = %.2f  (GPU target <= 1.15: %s)" % (r_cat, "met" if r_cat <= 1.15 else "NOT met"))
+print("peak RSS %.0f MB (file %.2f GB)" % (int(open(sys.argv[9]).read()) * 1024 / 1e6, size / 1e9))
 if layers < 32:
     print("EXTRAPOLATED to 32 layers (x%.1f, linear): sweep %.1f s, GEMMs %.1f s, read %.1f s" % (
         32 / layers, tm["total"] * 32 / layers, gemm_need * 32 / layers, t_cat * 32 / layers))

@@ -6,6 +6,13 @@ them (bf16 matmuls, fp32 accumulation, bf16 outputs).
     make_big_dump.py OUT.h5 [--m 8192 --k 7168 --n 4096]"""
 import argparse
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("h5py", "numpy", "torch")
 import h5py
 import numpy as np
 import torch

@@ -7,6 +7,13 @@ abs with index, non-finite count). Prints "key value" lines; times with CUDA
 events, the median of --reps after two warm-ups. Usage:
   peer_torch.py [--M 8192 --K 7168 --N 4096] [--reps 7]"""
 import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("torch")
 import torch
 import torch.nn.functional as F
 

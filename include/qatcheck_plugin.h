@@ -32,7 +32,8 @@ enum qcp_dtype {
   QCP_E4M3 = 7,
   QCP_E5M2 = 8,
   QCP_E8M0 = 9,
-  QCP_E2M1X2 = 10
+  QCP_E2M1X2 = 10,
+  QCP_I8 = 11
 };
 
 typedef struct qcp_tensor {

@@ -1,10 +1,13 @@
 /* conform.cu: CUDA's saturating FP8 conversions against the rule of
  * docs/numerics.md written in plain integer arithmetic (kernels.h,
- * qk_fp8_conform), over any range of the 2^32 float32 bit patterns. */
+ * qk_fp8_conform), and the GPU's approximate arithmetic (rcp.approx.f32,
+ * exp2f(ceilf(log2f(v)))) against the host's table-driven emulation
+ * (qk_parith_conform), over any range of the 2^32 float32 bit patterns. */
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "kernels.h"
+#include "numerics/parith.h"
 #include "qk_elem.cuh"
 
 /* The spec's rule: RNE, |x| at or above the largest finite value (or Inf)
@@ -47,5 +50,41 @@ __global__ void k_conform(uint64_t start, uint64_t count, int kind, uint8_t *out
 
 extern "C" int qk_fp8_conform(uint64_t start, uint64_t count, int kind, uint8_t *out, unsigned long long *mism, void *stream) {
   k_conform<<<132 * 16, 256, 0, (cudaStream_t)stream>>>(start, count, kind, out, mism);
+  return (int)cudaGetLastError();
+}
+
+__global__ void k_parith(uint64_t start, uint64_t count, const uint8_t *tab2, const uint32_t *exc, uint32_t nexc,
+                         unsigned long long *mism, unsigned *first) {
+  unsigned long long b0 = 0, b1 = 0;
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count; i += (uint64_t)gridDim.x * blockDim.x) {
+    uint32_t u = (uint32_t)(start + i);
+    float x = __uint_as_float(u);
+    uint32_t hw = __float_as_uint(qa_rcpa(x)), em = __float_as_uint(qa_rcpa_emul(tab2, x));
+    bool nan = (hw & 0x7fffffffu) > 0x7f800000u && (em & 0x7fffffffu) > 0x7f800000u;
+    if (hw != em && !nan) {
+      b0++;
+      atomicMin(&first[0], u);
+    }
+    if (u >= 0x00800000u && u < 0x7f800000u) { /* positive normal: the scales' domain */
+      float g = exp2f(ceilf(log2f(x)));
+      if (__float_as_uint(g) != __float_as_uint(qa_exp2i(qa_ceil_log2_emul(exc, nexc, x)))) {
+        b1++;
+        atomicMin(&first[1], u);
+      }
+    }
+  }
+  for (int o = 16; o; o >>= 1) {
+    b0 += __shfl_xor_sync(0xffffffffu, b0, o);
+    b1 += __shfl_xor_sync(0xffffffffu, b1, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (b0) atomicAdd(&mism[0], b0);
+    if (b1) atomicAdd(&mism[1], b1);
+  }
+}
+
+extern "C" int qk_parith_conform(uint64_t start, uint64_t count, const uint8_t *tab2, const uint32_t *exc, uint32_t nexc,
+                                 unsigned long long *mism, unsigned *first, void *stream) {
+  k_parith<<<132 * 16, 256, 0, (cudaStream_t)stream>>>(start, count, tab2, exc, nexc, mism, first);
   return (int)cudaGetLastError();
 }

@@ -8,11 +8,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __CUDACC__
+#include <cuda_fp8.h> /* before numerics/recipe.h: its device e4m3 */
+#endif
+#include "numerics/recipe.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Quantizer formats of docs/numerics.md, profile vllm. */
+/* Quantizer formats of docs/numerics.md (the geometry: which elements share
+ * a scale); the arithmetic is the recipe of the producer path. */
 typedef enum {
   QK_NONE = 0,
   QK_FP8_TENSOR,
@@ -27,9 +33,13 @@ typedef enum {
 } qk_fmt;
 
 /* One quantization: in [rows, cols] (float32, or bf16 when in_bf16) to any
- * of the outputs that are non-NULL (layouts as qc_qout in backend.h). */
+ * of the outputs that are non-NULL (layouts as qc_qout in backend.h), by
+ * the producer path's recipes (numerics/recipe.h: rc, and rc2 for the
+ * second stage of fp8_block128_ue8m0 when two_stage). */
 typedef struct qk_qargs {
   qk_fmt fmt;
+  qc_recipe rc, rc2;
+  int two_stage;
   int64_t rows, cols;
   int in_bf16;
   const void *in;
@@ -77,6 +87,17 @@ int qk_metrics(const void *g, int g_kind, const double *r, int64_t n, void *scra
  * rule written in plain integer arithmetic from docs/numerics.md. out may
  * be NULL. */
 int qk_fp8_conform(uint64_t start, uint64_t count, int kind, uint8_t *out, unsigned long long *mism, void *stream);
+
+/* Conformance of the GPU's approximate arithmetic against the host
+ * emulation (numerics/parith.h) over float32 bit patterns [start, start +
+ * count): mism[0] += inputs where rcp.approx.f32 differs from qa_rcpa_emul
+ * with the 2-bit table tab2 (device copy); mism[1] += positive finite
+ * inputs of at least 2^-126 where exp2f(ceilf(log2f(v))) differs from
+ * 2^qa_ceil_log2_emul(exc, n, v) (exc: device copy of the sorted list);
+ * first[0..1]: the smallest mismatching input of each (0xffffffff: none;
+ * initialize them). */
+int qk_parith_conform(uint64_t start, uint64_t count, const uint8_t *tab2, const uint32_t *exc, uint32_t nexc,
+                      unsigned long long *mism, unsigned *first, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,13 @@
-/* quant.cu: the quantizers of docs/numerics.md (profile vllm) on the GPU,
- * byte for byte as the CPU ones: every float32 step is written with the
- * round-to-nearest intrinsics (__fmul_rn, __fdiv_rn, __frcp_rn), so nvcc
- * can neither contract nor approximate them, and E4M3 is CUDA's own
+/* quant.cu: the quantizers of docs/numerics.md on the GPU, every producer
+ * path, byte for byte as the CPU ones: a block's scale and element transform
+ * come from the path's recipe through the same inline code the CPU runs
+ * (numerics/recipe.h); every float32 step is a round-to-nearest intrinsic,
+ * so nvcc neither contracts nor approximates it, and the GPU's approximate
+ * operations are the instructions themselves (rcp.approx.f32, log2f),
+ * which the CPU emulates from measured tables. E4M3 is CUDA's own
  * __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), the conversion the
- * spec defines the format by (bench/fp8_conformance checks it against the
- * spec's rule over all 2^32 inputs).
+ * format is defined by (bench/fp8_conformance checks it against the rule
+ * over all 2^32 inputs).
  *
  * Kernels: a tensor-wide amax (fp8_tensor, nvfp4's global scale), one warp
  * per 1xG group along a row (token/channel, group128, nvfp4, mx), one block
@@ -17,87 +20,16 @@
 #include "kernels.h"
 #include "qk_elem.cuh"
 
-/* ---- scales ---------------------------------------------------------------- */
-
-/* What a group's scale gives the element loop. */
-struct qscale {
-  float s;       /* dequant multiplier: value = q * s */
-  float mul;     /* encode multiplier (mode 0) or divisor (mode 1) */
-  int divide;    /* 1: x / s (a true division); 0: x * mul */
-  int clampv;    /* 1: clamp to +-(element max) before encoding */
-  uint8_t b;     /* scale byte (E8M0 or E4M3), 0 for float scales */
-};
-
-/* The group scale of fmt from the group's amax (g: nvfp4 global scale). */
-__device__ __forceinline__ qscale group_scale(qk_fmt fmt, float amax, float g) {
-  qscale q = {0.f, 0.f, 0, 0, 0};
-  switch (fmt) {
-  case QK_FP8_TENSOR:
-    q.s = __fdiv_rn(amax, 448.f);
-    q.mul = q.s > 0.f ? __frcp_rn(q.s) : 0.f;
-    q.clampv = 1;
-    break;
-  case QK_FP8_ROW:
-    q.s = fmaxf(__fdiv_rn(amax, 448.f), __frcp_rn(229376.f));
-    q.mul = q.s;
-    q.divide = 1;
-    q.clampv = 1;
-    break;
-  case QK_FP8_GROUP128:
-    q.s = __fdiv_rn(fmaxf(amax, 1e-10f), 448.f);
-    q.mul = q.s;
-    q.divide = 1;
-    q.clampv = 1;
-    break;
-  case QK_FP8_GROUP128_UE8M0:
-    q.s = qk_ceil2(fmaxf(__fdiv_rn(amax, 448.f), 1e-10f));
-    q.b = qk_e8m0_byte(q.s);
-    q.mul = __frcp_rn(q.s);
-    q.clampv = 1;
-    break;
-  case QK_FP8_BLOCK128:
-  case QK_FP8_BLOCK128_UE8M0: /* first stage; the second is in the tile kernel */
-    q.s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.f);
-    q.mul = __frcp_rn(q.s);
-    break;
-  case QK_NVFP4: {
-    uint8_t sf = qk_f32_to_e4m3(fminf(__fmul_rn(g, __fmul_rn(amax, __frcp_rn(6.f))), 448.f));
-    float sff = qk_e4m3_to_f32(sf);
-    q.b = sf;
-    q.mul = sf != 0 ? __frcp_rn(__fmul_rn(sff, __frcp_rn(g))) : 0.f;
-    q.s = __fdiv_rn(sff, g);
-    q.clampv = 1;
-    break;
-  }
-  case QK_MXFP8: /* the scale is what its E8M0 byte decodes to: amax 0 -> byte 0 -> 2^-127 */
-    q.b = qk_e8m0_byte(qk_ceil2(__fdiv_rn(amax, 448.f)));
-    q.s = qk_e8m0_to_f32(q.b);
-    q.mul = __frcp_rn(q.s);
-    break;
-  case QK_MXFP4:
-    q.b = qk_e8m0_byte(qk_ceil2(__fdiv_rn(amax, 6.f)));
-    q.s = qk_e8m0_to_f32(q.b);
-    q.mul = __frcp_rn(q.s);
-    break;
-  default:
-    break;
-  }
-  return q;
-}
-
 static __device__ __forceinline__ bool fmt_fp4(qk_fmt f) { return f == QK_NVFP4 || f == QK_MXFP4; }
 
 /* Encode one element under its group's scale: the payload code (e4m3 byte
- * or e2m1 nibble) and its dequantized value q * s. */
-__device__ __forceinline__ uint8_t encode(qk_fmt fmt, const qscale &sc, float x, float *deq) {
-  bool fp4 = fmt_fp4(fmt);
-  float lim = fp4 ? 6.f : 448.f;
-  float v = sc.divide ? __fdiv_rn(x, sc.mul) : __fmul_rn(x, sc.mul);
-  if (sc.clampv) v = fminf(fmaxf(v, -lim), lim);
-  if (fmt == QK_FP8_TENSOR && sc.s == 0.f) v = __fmul_rn(x, 0.f); /* all-zero tensor: signed zeros */
+ * or e2m1 nibble) and its dequantized value q * s. The encoders saturate,
+ * so a producer's clamp to the element range changes nothing. */
+__device__ __forceinline__ uint8_t encode(bool fp4, const qc_bscale &sc, float x, float *deq) {
+  float v = qr_elem(&sc, x);
   uint8_t c = fp4 ? qk_f32_to_e2m1(v) : qk_f32_to_e4m3(v);
   float dec = fp4 ? qk_e2m1_to_f32(c) : qk_e4m3_to_f32(c);
-  *deq = __fmul_rn(dec, sc.s);
+  *deq = __fmul_rn(dec, sc.deq);
   return c;
 }
 
@@ -136,12 +68,10 @@ __global__ void k_amax(qk_qargs a) {
   }
 }
 
-/* nvfp4's global scale g = 2688 / amax into scratch[2]; an all-zero tensor
- * gets g = 1 (the sources define none; every payload and block scale is 0
- * either way), as the CPU quantizer does. */
+/* nvfp4's global scale into scratch[2], as the recipe computes it from the
+ * tensor's amax (qr_nvfp4_g; an all-zero tensor gets 1). */
 __global__ void k_global_scale(qk_qargs a) {
-  float amax = __uint_as_float(a.scratch[0]);
-  a.scratch[2] = __float_as_uint(amax == 0.f ? 1.f : __fdiv_rn(2688.f, amax));
+  a.scratch[2] = __float_as_uint(qr_nvfp4_g(&a.rc, __uint_as_float(a.scratch[0])));
 }
 
 /* ---- 1xG groups along rows: one warp per group ------------------------------------ */
@@ -173,18 +103,20 @@ __global__ void k_rowgroups(qk_qargs a, int64_t G) {
     return;
   }
   const float g = a.fmt == QK_NVFP4 ? __uint_as_float(a.scratch[2]) : 0.f;
-  const qscale sc = group_scale(a.fmt, m, g);
+  const qc_bscale sc = qr_block_scale(&a.rc, m, g);
   if (lane == 0) {
-    if (a.scale) a.scale[warp] = sc.s;
-    if (a.scale_b) a.scale_b[warp] = sc.b;
+    if (a.scale) a.scale[warp] = sc.deq;
+    if (a.scale_b)
+      a.scale_b[warp] = a.fmt == QK_NVFP4 || a.fmt == QK_MXFP8 || a.fmt == QK_MXFP4 ? sc.byte
+                        : a.fmt == QK_FP8_GROUP128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
   }
   const bool fp4 = fmt_fp4(a.fmt);
   const int64_t prow = fp4 ? (a.cols + 1) / 2 : a.cols;
   for (int64_t j = 2 * lane; j < gw; j += 64) {
     float d0, d1 = 0.f;
-    uint8_t c0b = encode(a.fmt, sc, load_in(a, base + j), &d0), c1b = 0;
+    uint8_t c0b = encode(fp4, sc, load_in(a, base + j), &d0), c1b = 0;
     bool two = j + 1 < gw;
-    if (two) c1b = encode(a.fmt, sc, load_in(a, base + j + 1), &d1);
+    if (two) c1b = encode(fp4, sc, load_in(a, base + j + 1), &d1);
     store_deq(a, base + j, d0);
     if (two) store_deq(a, base + j + 1, d1);
     if (a.q) {
@@ -201,11 +133,11 @@ __global__ void k_rowgroups(qk_qargs a, int64_t G) {
 /* Whole-tensor scale (fp8_tensor): elementwise with the one scale. */
 __global__ void k_tensor(qk_qargs a) {
   int64_t n = a.rows * a.cols;
-  const qscale sc = group_scale(a.fmt, __uint_as_float(a.scratch[0]), 0.f);
-  if (blockIdx.x == 0 && threadIdx.x == 0 && a.scale) a.scale[0] = sc.s;
+  const qc_bscale sc = qr_block_scale(&a.rc, __uint_as_float(a.scratch[0]), 0.f);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && a.scale) a.scale[0] = sc.deq;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     float d;
-    uint8_t c = encode(a.fmt, sc, load_in(a, i), &d);
+    uint8_t c = encode(false, sc, load_in(a, i), &d);
     store_deq(a, i, d);
     if (a.q) a.q[i] = c;
   }
@@ -246,26 +178,24 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
   /* a non-finite value anywhere in the tile makes the block max infinite */
   m = block_max(bad ? INFINITY : m, sh);
   if (isinf(m)) return;
-  qscale sc = group_scale(a.fmt, m, 0.f);
-  if (a.fmt == QK_FP8_BLOCK128_UE8M0) {
+  qc_bscale sc = qr_block_scale(&a.rc, m, 0.f);
+  if (a.two_stage) {
     /* second stage: requantize the dequantized tile with a power-of-two scale */
     float m2 = 0.f;
 #pragma unroll
     for (int s = 0; s < 64; s++) {
       float d;
-      encode(a.fmt, sc, v[s], &d);
+      encode(false, sc, v[s], &d);
       v[s] = d;
       m2 = fmaxf(m2, fabsf(d));
     }
     m2 = block_max(m2, sh);
-    sc.s = qk_ceil2(__fdiv_rn(fmaxf(m2, 1e-4f), 448.f));
-    sc.mul = __frcp_rn(sc.s);
-    sc.b = qk_e8m0_byte(sc.s);
+    sc = qr_block_scale(&a.rc2, m2, 0.f);
   }
   const int64_t sidx = br * ((a.cols + 127) / 128) + bc;
   if (threadIdx.x == 0) {
-    if (a.scale) a.scale[sidx] = sc.s;
-    if (a.scale_b) a.scale_b[sidx] = sc.b;
+    if (a.scale) a.scale[sidx] = sc.deq;
+    if (a.scale_b) a.scale_b[sidx] = a.fmt == QK_FP8_BLOCK128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
   }
   if (!colok) return;
   /* encode and store in one pass: no second array of codes in registers */
@@ -274,7 +204,7 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
     int64_t row = br * 128 + 2 * s + tr;
     if (row < a.rows) {
       float d;
-      uint8_t c = encode(a.fmt, sc, v[s], &d);
+      uint8_t c = encode(false, sc, v[s], &d);
       store_deq(a, row * a.cols + col, d);
       if (a.q) a.q[row * a.cols + col] = c;
     }

@@ -4,8 +4,9 @@
 
 For every row of the report whose format this script implements, it reads the
 module's weight (or one expert of it), dY and X from the dump with h5py,
-quantizes with its own numpy quantizers (written from docs/numerics.md, not
-from qatcheck's C code), computes the two gradients in float64 and the
+quantizes under the row's profile with the independent numpy oracle
+(scripts/conformance/quant_oracle.py, not qatcheck's C code), computes the
+two gradients in float64 and the
 metrics, and compares cosine, norm ratio and rel-L2 with the report within
 --rtol (default 1e-9) relative. It then recomputes the class summaries and the
 outlier marks from the report's rows by the rule of docs/contract.md.
@@ -17,8 +18,12 @@ Exit 0 when everything agrees, 1 otherwise.
 import argparse
 import json
 import math
+import os
 import sys
 
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("h5py", "numpy")
 import h5py
 import numpy as np
 
@@ -35,118 +40,17 @@ def read(ds, index=None):
     return np.asarray(a, dtype=np.float64)
 
 
-# ---- element encodings ---------------------------------------------------------
+# ---- quantizers: the independent oracle (scripts/conformance/quant_oracle.py), every profile ----
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance"))
+import quant_oracle  # noqa: E402
+
+QUANT = ["none"] + quant_oracle.FORMATS
 
 
-def e4m3(v):
-    """RNE to float8_e4m3fn, saturating at +-448 (values as float64)."""
-    v = np.asarray(v, dtype=np.float64)
-    a = np.abs(v)
-    _, e = np.frexp(a)
-    q = np.ldexp(1.0, np.maximum(e - 1, -6) - 3)  # 3 mantissa bits, subnormal step 2^-9
-    r = np.minimum(np.round(a / q) * q, 448.0)
-    return np.copysign(r, v)
-
-
-def e2m1(v):
-    """RNE (ties to the even code) to e2m1, saturating at 6."""
-    v = np.asarray(v, dtype=np.float64)
-    a = np.abs(v)
-    r = np.where(a < 2, np.round(a * 2) / 2, np.where(a < 4, np.round(a), np.round(a / 2) * 2))
-    return np.copysign(np.minimum(r, 6.0), v)
-
-
-def ceil2(s):
-    """Power-of-two ceiling by the bit rule: exponent + 1 when the mantissa is non-zero."""
-    u = np.asarray(s, dtype=F32).view(np.uint32)
-    exp = (u >> 23) & 0xFF
-    exp = np.where((u & 0x7FFFFF) != 0, exp + 1, exp)
-    return (exp << 23).astype(np.uint32).view(F32)
-
-
-def rcp(s):
-    return (F32(1) / np.asarray(s, dtype=F32)).astype(F32)
-
-
-def f32(x):
-    return np.asarray(x, dtype=F32)
-
-
-# ---- quantizers (profile vllm): dequant(quant(x)) for [rows, cols] ----------------
-
-
-def q_tensor(x):
-    x = f32(x)
-    s = F32(np.max(np.abs(x))) / F32(448)
-    q = e4m3(np.clip(x * rcp(s), -448, 448))
-    return f32(q) * s
-
-
-def q_row(x):
-    """fp8_channel / fp8_token: per row, s = max(amax / 448, 1/229376), true division."""
-    x = f32(x)
-    s = np.maximum(np.max(np.abs(x), axis=1, keepdims=True) / F32(448), F32(1.0 / 229376.0)).astype(F32)
-    q = e4m3(np.clip(x / s, -448, 448))
-    return f32(q) * s
-
-
-def groups(x, g):
-    """[rows, cols] -> [rows, ngroups, g], zero padded along cols."""
-    r, c = x.shape
-    n = -(-c // g)
-    p = np.zeros((r, n * g), dtype=F32)
-    p[:, :c] = x
-    return p.reshape(r, n, g)
-
-
-def q_group128(x):
-    x = f32(x)
-    r, c = x.shape
-    b = groups(x, 128)
-    s = (np.maximum(np.max(np.abs(b), axis=2, keepdims=True), F32(1e-10)) / F32(448)).astype(F32)
-    q = e4m3(np.clip(b / s, -448, 448))
-    return (f32(q) * s).reshape(r, -1)[:, :c]
-
-
-def q_block128(x):
-    x = f32(x)
-    r, c = x.shape
-    R, C = -(-r // 128) * 128, -(-c // 128) * 128
-    p = np.zeros((R, C), dtype=F32)
-    p[:r, :c] = x
-    b = p.reshape(R // 128, 128, C // 128, 128)
-    amax = np.max(np.abs(b), axis=(1, 3), keepdims=True)
-    s = (np.maximum(amax, F32(1e-4)) / F32(448)).astype(F32)
-    q = e4m3(f32(b * rcp(s)))
-    return (f32(q) * s).reshape(R, C)[:r, :c]
-
-
-def q_mxfp8(x):
-    x = f32(x)
-    r, c = x.shape
-    b = groups(x, 32)
-    s = ceil2((np.max(np.abs(b), axis=2, keepdims=True) / F32(448)).astype(F32))
-    s = np.where(s == 0, F32(2.0 ** -127), s).astype(F32)  # an all-zero block: E8M0's smallest scale, payload 0
-    q = e4m3(f32(b * rcp(s)))
-    return (f32(q) * s).reshape(r, -1)[:, :c]
-
-
-def q_nvfp4(x):
-    x = f32(x)
-    r, c = x.shape
-    amax = F32(np.max(np.abs(x)))
-    g = (F32(2688) / amax).astype(F32) if amax > 0 else F32(1)  # an all-zero tensor: global scale 1, payload 0
-    b = groups(x, 16)
-    bmax = np.max(np.abs(b), axis=2, keepdims=True)
-    sf = f32(e4m3(np.minimum(g * f32(bmax * rcp(6)), F32(448))))
-    with np.errstate(divide="ignore"):
-        out = np.where(sf != 0, rcp(f32(sf * rcp(g))), F32(0)).astype(F32)
-    q = e2m1(np.clip(f32(b * out), -6, 6))
-    return (f32(q) * f32(sf / g)).reshape(r, -1)[:, :c]
-
-
-QUANT = {"none": lambda x: x, "fp8_tensor": q_tensor, "fp8_channel": q_row, "fp8_token": q_row,
-         "fp8_group128": q_group128, "fp8_block128": q_block128, "mxfp8": q_mxfp8, "nvfp4": q_nvfp4}
+def fake_quant(fmt, prof, x):
+    """dequant(quant(x)) under the row's format and profile, float64."""
+    return quant_oracle.fake_quant(fmt, prof, x).astype(np.float64)
 
 # ---- generated data (qatcheck's rng.c: splitmix64, xoshiro256**, polar normals) ----
 
@@ -245,7 +149,7 @@ def check_rows(f, rep, rtol, required):
             ds = f[grp + "/grad_out/" + row["dy"]]
             dy = read(ds, e if ds.ndim == 3 else None)
         if row["tensor"] == "d_x":
-            Wq = W if fmt == "none" else QUANT[fmt](W).astype(np.float64)
+            Wq = fake_quant(fmt, row.get("profile", "vllm"), W)
             r, g = dy @ W, dy @ Wq
         else:
             M = dy.shape[0]
@@ -254,7 +158,7 @@ def check_rows(f, rep, rtol, required):
                 X = read(ds, e if ds.ndim == 3 else None)
             else:
                 X = generated(rep["generated"]["seed"], "x", M, K)
-            r, g = dy.T @ X, dy.T @ QUANT[fmt](X).astype(np.float64)
+            r, g = dy.T @ X, dy.T @ fake_quant(fmt, row.get("profile", "vllm"), X)
         mine, theirs = metrics(g, r), row["metrics"]
         ok = True
         for k in ("cosine", "norm_ratio", "rel_l2"):

@@ -24,6 +24,9 @@ usage: make_checkpoint.py OUT.h5 [--preset small|bench] [--layers L] [--hidden H
 import argparse
 import sys
 
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("h5py", "numpy")
 import h5py
 import numpy as np
 

@@ -28,6 +28,9 @@ import argparse
 import json
 import sys
 
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("h5py", "numpy")
 import h5py
 import numpy as np
 

@@ -18,6 +18,9 @@ Defects (module group /defect.<name>):
 import argparse
 import sys
 
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("h5py", "numpy")
 import h5py
 import numpy as np
 

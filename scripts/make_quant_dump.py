@@ -15,6 +15,9 @@ import json
 import os
 import sys
 
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("h5py", "numpy", "ml_dtypes")
 import h5py
 import numpy as np
 

@@ -24,7 +24,16 @@ Per selected module the dump holds (docs/interfaces.md section 2):
                       accumulation into .grad, before any optimizer scaling)
 Attributes: `class` on each module group, `contract` (JSON) when the module
 has a `qatcheck_contract` dict, `frozen` = "1" on a params/ dataset whose
-parameter does not require grad (and no d_ gradient is written for it).
+parameter does not require grad (and no d_ gradient is written for it),
+`not_captured` (a JSON list of strings) naming what the helper saw but could
+not record (non-tensor arguments, tensors inside lists, non-tensor outputs,
+uint8 tensors of unknown element type), each also raised as a warning.
+
+Tensor arguments are recorded whether passed by position or by keyword
+(`lin(x=x)`): the call is bound to the forward's signature. float8 tensors
+get their `dtype` attribute; on torch < 2.1 (no float8 dtypes) uint8 bytes
+get it from the module's `qatcheck_dtypes` ({dataset name: dtype}) or, for
+saved/weight_q and saved/weight_scale, from its contract's weight_format.
 
 Guards against the false differences of the method (they raise QatDumpError
 with the module's name): a module called more than once in the step (its
@@ -34,13 +43,20 @@ is not a DTensor (an unsharded compute copy: cannot tell it from the
 master), a DTensor parameter's gradient (reduce-scattered across ranks, not
 this rank's VJP), an output that received no gradient.
 """
+import inspect
 import json
 import re
 import sys
+import warnings
 
-import h5py
-import numpy as np
-import torch
+try:
+    import h5py
+    import numpy as np
+    import torch
+except ImportError as _e:  # the wrong interpreter: say which one has them
+    raise ImportError("qatdump needs torch, h5py and numpy (%s); on Debian they are installed for /usr/bin/python3 "
+                      "(scripts/install-deps.sh): run your training script with /usr/bin/python3, or install them "
+                      "for %s" % (_e, sys.executable)) from _e
 
 __all__ = ["attach", "Dumper", "QatDumpError", "write_tensor", "DEFAULT_CLASSES"]
 
@@ -59,10 +75,23 @@ for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 
 
-def write_tensor(group, name, t):
+# element types a uint8 tensor may declare (torch < 2.1 has no float8 dtypes)
+BYTE_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float4_e2m1fn_x2")
+
+# what a contract's weight_format deploys: {dataset: dtype} for saved/
+_DEPLOYED = {"nvfp4": {"weight_q": "float4_e2m1fn_x2", "weight_scale": "float8_e4m3fn"},
+             "mxfp4": {"weight_q": "float4_e2m1fn_x2", "weight_scale": "float8_e8m0fnu"},
+             "mxfp8": {"weight_q": "float8_e4m3fn", "weight_scale": "float8_e8m0fnu"}}
+for _f in ("fp8_tensor", "fp8_channel", "fp8_block128", "fp8_block128_ue8m0"):
+    _DEPLOYED[_f] = {"weight_q": "float8_e4m3fn"}
+
+
+def write_tensor(group, name, t, byte_dtype=None):
     """Write tensor t as dataset `name` of h5py group `group`, stored per the
     spec: native float64/32/16 and ints, bfloat16 as uint16 + dtype
-    attribute, float8/float4 payload as uint8 + dtype attribute."""
+    attribute, float8/float4 payload as uint8 + dtype attribute. byte_dtype
+    names the element type of a uint8 tensor that holds float8/float4 bytes
+    (torch < 2.1)."""
     t = t.detach()
     if _is_dtensor(t):
         raise QatDumpError("dataset '%s': a DTensor reached the writer: gather it first" % name)
@@ -74,6 +103,10 @@ def write_tensor(group, name, t):
         arr, attr = t.view(torch.uint8).numpy(), _FLOAT8[t.dtype]
     elif _FP4 is not None and t.dtype == _FP4:
         arr, attr = t.view(torch.uint8).numpy(), "float4_e2m1fn_x2"
+    elif t.dtype == torch.uint8 and byte_dtype:
+        if byte_dtype not in BYTE_DTYPES:
+            raise QatDumpError("dataset '%s': declared dtype %r: expected one of %s" % (name, byte_dtype, ", ".join(BYTE_DTYPES)))
+        arr, attr = t.numpy(), byte_dtype
     elif t.dtype in (torch.float64, torch.float32, torch.float16, torch.int32, torch.int64, torch.uint8):
         arr = t.numpy()
     else:
@@ -113,6 +146,8 @@ class _Record:
         self.saved = {}
         self.dy_expected = []   # dY names the backward should deliver
         self.handles = []
+        self.not_captured = []  # what was seen but not recorded, in words
+        self.restore = None     # undoes the forward wrapper
 
 
 class Dumper:
@@ -141,6 +176,7 @@ class Dumper:
             self.records[mname] = rec
             self._handles.append(m.register_forward_pre_hook(self._pre_hook(rec)))
             self._handles.append(m.register_forward_hook(self._post_hook(rec)))
+            self._wrap_forward(m, rec)
         if not self.records:
             raise QatDumpError("no module matched: modules=%r among classes %s" %
                                (modules, sorted(c.__name__ for c in self.classes)))
@@ -173,23 +209,100 @@ class Dumper:
             return list(names)
         return [base] if n == 1 else ["%s%d" % (base, i) for i in range(n)]
 
+    def _wrap_forward(self, m, rec):
+        """Record the forward's tensor arguments, positional or keyword: the
+        call is bound to forward's signature, so `lin(x=x)` is `lin(x)`.
+        (Forward pre-hooks of torch < 2.0 see positional arguments only.)"""
+        orig = m.forward
+        try:
+            sig = inspect.signature(orig)
+        except (TypeError, ValueError):
+            sig = None
+        had = "forward" in m.__dict__
+
+        def forward(*args, **kwargs):
+            if rec.calls == 1 and not rec.inputs:
+                args, kwargs = self._capture_inputs(m, rec, sig, args, kwargs)
+            return orig(*args, **kwargs)
+
+        m.forward = forward
+
+        def restore():
+            if had:
+                m.forward = orig
+            else:
+                del m.forward
+        rec.restore = restore
+
+    def _capture_inputs(self, m, rec, sig, args, kwargs):
+        """The call's tensors in signature order, recorded and replaced by taps."""
+        if sig is None:
+            tk = [k for k, v in kwargs.items() if torch.is_tensor(v)]
+            if tk:
+                raise QatDumpError("module '%s' was called with keyword tensor argument(s) %s and its forward has no "
+                                   "signature to bind them to: call it positionally" % (rec.name, tk))
+            slots = [("arg%d" % i, a) for i, a in enumerate(args)]
+            bound = None
+        else:
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise QatDumpError("module '%s': the call's arguments do not match its forward%s: %s"
+                                   % (rec.name, sig, e)) from e
+            slots = []
+            for pname, val in bound.arguments.items():
+                kind = sig.parameters[pname].kind
+                if kind == inspect.Parameter.VAR_POSITIONAL:
+                    slots += [("%s[%d]" % (pname, i), v) for i, v in enumerate(val)]
+                elif kind == inspect.Parameter.VAR_KEYWORD:
+                    slots += [(k, v) for k, v in val.items()]
+                else:
+                    slots.append((pname, val))
+        tens = [i for i, (_, v) in enumerate(slots) if torch.is_tensor(v)]
+        names = self._names(m, "qatcheck_inputs", "x", len(tens))
+        new = [v for _, v in slots]
+        for name, i in zip(names, tens):
+            a = slots[i][1]
+            rec.inputs[name] = a.detach().clone()
+            if a.is_floating_point():
+                # a private alias: its gradient is this module's alone;
+                # a leaf input gets grad so the backward computes d_x
+                tap = a.view_as(a) if a.requires_grad else a.detach().requires_grad_(True)
+                tap.register_hook(self._store(rec.input_grads, name))
+                new[i] = tap
+        for pname, v in slots:
+            if torch.is_tensor(v) or v is None:
+                continue
+            if isinstance(v, (list, tuple, dict)):
+                vals = v.values() if isinstance(v, dict) else v
+                if any(torch.is_tensor(x) for x in vals):
+                    rec.not_captured.append("argument '%s': a %s holding tensors (not recorded: pass them as "
+                                            "separate arguments)" % (pname, type(v).__name__))
+                    continue
+            rec.not_captured.append("argument '%s' = %.60s (not a tensor: not recorded)" % (pname, repr(v)))
+        if bound is None:
+            return tuple(new), kwargs
+        # put the taps back where the tensors were
+        k = 0
+        for pname in list(bound.arguments):
+            kind = sig.parameters[pname].kind
+            val = bound.arguments[pname]
+            if kind == inspect.Parameter.VAR_POSITIONAL:
+                bound.arguments[pname] = tuple(new[k:k + len(val)])
+                k += len(val)
+            elif kind == inspect.Parameter.VAR_KEYWORD:
+                bound.arguments[pname] = dict(zip(val.keys(), new[k:k + len(val)]))
+                k += len(val)
+            else:
+                bound.arguments[pname] = new[k]
+                k += 1
+        return bound.args, bound.kwargs
+
     def _pre_hook(self, rec):
         def hook(m, args):
             rec.calls += 1
             if rec.calls > 1:
                 return None  # reported in write(): parameter gradients sum over calls
-            tens = [i for i, a in enumerate(args) if torch.is_tensor(a)]
-            names = self._names(m, "qatcheck_inputs", "x", len(tens))
-            new = list(args)
-            for name, i in zip(names, tens):
-                a = args[i]
-                rec.inputs[name] = a.detach().clone()
-                if a.is_floating_point():
-                    # a private alias: its gradient is this module's alone;
-                    # a leaf input gets grad so the backward computes d_x
-                    tap = a.view_as(a) if a.requires_grad else a.detach().requires_grad_(True)
-                    tap.register_hook(self._store(rec.input_grads, name))
-                    new[i] = tap
             for pn, p in m._parameters.items():
                 if p is None:
                     continue
@@ -206,14 +319,19 @@ class Dumper:
                                            "reduce-scattered across ranks, not this rank's VJP; dump the "
                                            "gradients from an unsharded (single-rank) run" % (rec.name, pn))
                     rec.handles.append(p.register_hook(self._store(rec.param_grads, pn)))
-            return tuple(new)
+            return None
         return hook
 
     def _post_hook(self, rec):
         def hook(m, args, out):
             if rec.calls > 1:
                 return None
-            outs = [out] if torch.is_tensor(out) else [o for o in out if torch.is_tensor(o)]
+            seq = [out] if torch.is_tensor(out) else list(out) if isinstance(out, (list, tuple)) else [out]
+            outs = [o for o in seq if torch.is_tensor(o)]
+            for i, o in enumerate(seq):
+                if not torch.is_tensor(o) and o is not None:
+                    rec.not_captured.append("output %d: a %s (not a tensor: not recorded, no dY for it)"
+                                            % (i, type(o).__name__))
             names = self._names(m, "qatcheck_outputs", "y", len(outs))
             for name, o in zip(names, outs):
                 rec.outputs[name] = o.detach().clone()
@@ -223,9 +341,16 @@ class Dumper:
                     o.register_hook(self._store(rec.grad_out, dyname))
             saved_names = getattr(m, "qatcheck_saved", None)
             fn = outs[0].grad_fn if outs else None
-            if saved_names and fn is not None and hasattr(fn, "saved_tensors"):
-                for name, t in zip(saved_names, fn.saved_tensors):
+            if saved_names and (fn is None or not hasattr(fn, "saved_tensors")):
+                rec.not_captured.append("saved %s: the output has no autograd Function with saved_tensors"
+                                        % list(saved_names))
+            elif saved_names:
+                st = fn.saved_tensors
+                for name, t in zip(saved_names, st):
                     rec.saved[name] = t.detach().clone()
+                if len(st) != len(saved_names):
+                    rec.not_captured.append("saved: %d tensor(s) saved, %d named by qatcheck_saved (the extra "
+                                            "ones are not recorded)" % (len(st), len(saved_names)))
             return None
         return hook
 
@@ -262,6 +387,9 @@ class Dumper:
             f.attrs["qatcheck_dump"] = np.int64(1)
             for rec in self.records.values():
                 self._write_module(f, rec)
+        for rec in self.records.values():
+            for what in rec.not_captured:
+                warnings.warn("qatdump: module '%s': %s" % (rec.name, what), stacklevel=2)
         return path
 
     def _write_module(self, f, rec):
@@ -273,15 +401,27 @@ class Dumper:
         if contract is not None:
             g.attrs["contract"] = json.dumps(contract)
         dys = {n: gs[0] for n, gs in rec.grad_out.items()}
+        declared = dict(_DEPLOYED.get((contract or {}).get("weight_format"), {}))
+        declared = {"saved/" + k: v for k, v in declared.items()}
+        for k, v in (getattr(m, "qatcheck_dtypes", None) or {}).items():
+            declared[k if "/" in k else "saved/" + k] = v
+        for role, d in (("inputs", rec.inputs), ("outputs", rec.outputs), ("saved", rec.saved),
+                        ("grad_out", dys), ("params", {k: t for k, (t, _) in rec.params.items()})):
+            for name, t in d.items():
+                if t.dtype == torch.uint8 and role + "/" + name not in declared and role in ("saved", "params"):
+                    rec.not_captured.append("%s/%s is uint8 with no declared element type: if it holds float8 or "
+                                            "float4 bytes, set qatcheck_dtypes = {'%s/%s': 'float8_e4m3fn'} on the "
+                                            "module" % (role, name, role, name))
+        g.attrs["not_captured"] = json.dumps(rec.not_captured)
         for role, d in (("inputs", rec.inputs), ("outputs", rec.outputs), ("saved", rec.saved),
                         ("grad_out", dys)):
             if d:
                 sub = g.require_group(role)
                 for name, t in d.items():
-                    write_tensor(sub, name, t)
+                    write_tensor(sub, name, t, declared.get(role + "/" + name))
         psub = g.require_group("params")
         for name, (t, frozen) in rec.params.items():
-            ds = write_tensor(psub, name, t)
+            ds = write_tensor(psub, name, t, declared.get("params/" + name))
             if frozen:
                 ds.attrs["frozen"] = "1"
         # one backward per step: every gradient belongs to the one dY
@@ -292,12 +432,15 @@ class Dumper:
                     write_tensor(gg, "d_" + name, gs[0])
 
     def detach(self):
-        """Remove every hook this dumper placed."""
+        """Remove every hook and forward wrapper this dumper placed."""
         for h in self._handles:
             h.remove()
         for rec in self.records.values():
             for h in rec.handles:
                 h.remove()
+            if rec.restore:
+                rec.restore()
+                rec.restore = None
         self._handles = []
 
     def __enter__(self):
@@ -327,6 +470,8 @@ def _ls(path):
             if isinstance(obj, h5py.Group) and "class" in obj.attrs:
                 print("/%s  class=%s%s" % (name, obj.attrs["class"],
                                            "  contract=" + obj.attrs["contract"] if "contract" in obj.attrs else ""))
+                if obj.attrs.get("not_captured", "[]") != "[]":
+                    print("  not captured: %s" % obj.attrs["not_captured"])
             elif isinstance(obj, h5py.Dataset):
                 print("  /%s %s %s%s" % (name, list(obj.shape), obj.attrs.get("dtype", obj.dtype),
                                          " frozen" if "frozen" in obj.attrs else ""))

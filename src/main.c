@@ -12,6 +12,9 @@ int qc_cmd_contract(int argc, char **argv);
 int qc_cmd_tol(int argc, char **argv);
 int qc_cmd_fd(int argc, char **argv);
 int qc_cmd_quant(int argc, char **argv);
+int qc_cmd_report(int argc, char **argv);
+int qc_cmd_sft(int argc, char **argv);
+int qc_cmd_step(int argc, char **argv);
 
 static const qc_verb g_verbs[] = {
     {"vjp", qc_cmd_vjp, "layer 1: each production VJP against an independent float64 reference"},
@@ -19,6 +22,9 @@ static const qc_verb g_verbs[] = {
     {"tol", qc_cmd_tol, "derive tolerances, with their reasoning, from dtypes, reduction length and format"},
     {"fd", qc_cmd_fd, "finite differences: each float64 reference VJP against its float64 forward"},
     {"quant", qc_cmd_quant, "re-quantize a dump's master weight and check its deployed bytes"},
+    {"report", qc_cmd_report, "one audit document (Markdown, HTML) from the JSON reports of vjp, contract, sft, step"},
+    {"sft", qc_cmd_sft, "layer 3: three SFT arms' logs compared in a window against declared bounds"},
+    {"step", qc_cmd_step, "one optimizer step recomputed in float64 and compared, per parameter"},
 };
 static const int g_nverbs = (int)(sizeof g_verbs / sizeof g_verbs[0]);
 
@@ -51,11 +57,8 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < g_nverbs; i++)
     if (strcmp(argv[1], g_verbs[i].name) == 0) {
-      int rc = g_verbs[i].fn(argc - 1, argv + 1);
-      if (rc >= QC_EINPUT) {
-        if (qc_err_msg()[0]) qc_err_print();
-        return 2;
-      }
+      int rc = qc_cli_run(&g_verbs[i], argc - 1, argv + 1);
+      if (rc == 2 && qc_err_msg()[0]) qc_err_print();
       return rc;
     }
   qc_err("unknown verb '%s'", argv[1]);

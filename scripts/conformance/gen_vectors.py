@@ -3,14 +3,18 @@
 the CI unit test (tests/unit/test_quant_vectors.c). Every format x profile,
 round to nearest and stochastic, on small matrices with specials.
 
-Record: char fmt[24], char prof[16], u32 rows, u32 cols, u32 sr_on, u32 salt,
+Record: char fmt[24], char prof[24], u32 rows, u32 cols, u32 sr_on, u32 salt,
 u64 seed, u32 step, u32 nexp; float32 in[rows*cols]; u8 expected[nexp]
 (payload, scale, global-scale bytes as qc_quantize lays them out).
-File: magic "QCQV0001", u32 count, then the records (little endian)."""
+File: magic "QCQV0002", u32 count, then the records (little endian)."""
 import os
 import struct
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import qcpython  # noqa: E402  (scripts/qcpython.py: the right interpreter)
+
+qcpython.need("numpy", "ml_dtypes")
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,11 +37,11 @@ def main(out):
                 p, s, g = O.quantize(fmt, prof, x, sr)
                 exp = p.tobytes() + np.ascontiguousarray(s).tobytes() + (g.tobytes() if g is not None else b"")
                 seed, salt, step = sr if sr else (0, 0, 0)
-                hdr = struct.pack("<24s16sIIIIQII", fmt.encode(), prof.encode(), rows, cols, 1 if sr else 0, salt, seed,
+                hdr = struct.pack("<24s24sIIIIQII", fmt.encode(), prof.encode(), rows, cols, 1 if sr else 0, salt, seed,
                                   step, len(exp))
                 recs.append(hdr + x.tobytes() + exp)
     with open(out, "wb") as f:
-        f.write(b"QCQV0001" + struct.pack("<I", len(recs)) + b"".join(recs))
+        f.write(b"QCQV0002" + struct.pack("<I", len(recs)) + b"".join(recs))
     print(f"{out}: {len(recs)} records")
 
 

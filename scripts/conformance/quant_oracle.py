@@ -106,12 +106,110 @@ def sr_encode(v, fp4, u):
     return enc_e2m1(out) if fp4 else enc_e4m3(out)
 
 
-# ---- quantizers --------------------------------------------------------------
+# ---- the GPU's approximate arithmetic, from the measured tables ------------------
+import os  # noqa: E402
+import sys  # noqa: E402
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+_TAB = {}
+
+
+def _tables():
+    """rcp.approx's deltas per mantissa and the ceil2_log exception list,
+    decoded here from the data files qatcheck embeds (src/numerics/)."""
+    if _TAB:
+        return _TAB
+    import base64
+    import re
+    import hashlib
+    import tempfile
+    txt = open(ROOT + "/src/numerics/rcpa_data.c").read()
+    cache = os.path.join(tempfile.gettempdir(), "qc_oracle_rcpa_%s.npy" % hashlib.sha1(txt.encode()).hexdigest()[:16])
+    if os.path.exists(cache):
+        delta = np.load(cache)
+    else:
+        nd = int(re.search(r"qc_rcpa_ndiff = (\d+)u", txt).group(1))
+        k = int(re.search(r"qc_rcpa_rice_k = (\d+)u", txt).group(1))
+        b64 = "".join(re.findall(r'"([A-Za-z0-9+/=]+)"', txt.split("qc_rcpa_rice_b64[] =", 1)[1]))
+        bits = np.unpackbits(np.frombuffer(base64.b64decode(b64), np.uint8), bitorder="little").tolist()
+        sys.path.insert(0, os.path.join(ROOT, "scripts", "calibrate"))
+        import gen_tables  # the format's one decoder (Golomb-Rice gaps, then direction bits)
+        pos, i = gen_tables.rice_decode(bits, nd, k)
+        up = np.array(bits[i:i + nd])
+        delta = np.zeros(1 << 23, np.int8)
+        delta[pos] = np.where(up == 1, 1, -1)
+        tmp = "%s.%d.npy" % (cache, os.getpid())
+        np.save(tmp, delta)
+        os.replace(tmp, cache)
+    ctxt = open(ROOT + "/src/numerics/ceil2log_data.c").read()
+    exc = np.array([int(v, 16) for v in re.findall(r"0x([0-9a-f]{8})u", ctxt)], np.uint32)
+    _TAB.update(delta=delta.astype(np.int64), exc=np.sort(exc))
+    return _TAB
+
+
+def rcpa(s):
+    """rcp.approx.f32 of normal float32 values (the scales)."""
+    s = np.asarray(s, F32)
+    r = (F32(1) / s).astype(F32)
+    m = s.view(np.uint32) & np.uint32(0x7FFFFF)
+    d = _tables()["delta"][m]
+    return (r.view(np.uint32).astype(np.int64) + d).astype(np.uint32).view(F32)
+
+
+def ceil_log2_gpu(v):
+    """ceil(log2(v)) as the GPU's log2f gives it (v > 0 normal, or 0 -> -1000)."""
+    v = np.asarray(v, F32)
+    u = v.view(np.uint32)
+    e = ((u >> 23) & 0xFF).astype(np.int64) - 127 + ((u & 0x7FFFFF) != 0)
+    exc = _tables()["exc"]
+    hit = np.isin(u, exc)
+    return np.where(u == 0, -1000, e - hit)
+
+
+def ceil2_log(v):
+    k = ceil_log2_gpu(v)
+    return np.where(k < -126, F32(0), np.ldexp(F32(1), np.clip(k, -126, 127))).astype(F32)
+
+
+# ---- producer paths -------------------------------------------------------------
 BLOCK = {"fp8_tensor": (0, 0), "fp8_token": (1, 0), "fp8_channel": (1, 0), "fp8_group128": (1, 128),
          "fp8_group128_ue8m0": (1, 128), "fp8_block128": (128, 128), "fp8_block128_ue8m0": (128, 128),
          "nvfp4": (1, 16), "mxfp8": (1, 32), "mxfp4": (1, 32)}
 FORMATS = list(BLOCK)
-PROFILES = ["vllm", "vllm_native", "te", "ocp", "modelopt"]
+PROFILES = ["vllm", "vllm_native", "vllm_triton", "vllm_cuda_nvfp4", "torch", "deepgemm", "modelopt", "compressed_tensors",
+            "te", "ocp", "exact"]
+C229 = F32(1.0 / 229376)
+# fp8 recipe: (amax floor, scale op "div" | "mul", pow2 None | "bits" | "log", scale floor, element "div" | "rcp" | "rcpa")
+FP8 = {
+    "exact": {"fp8_tensor": (0, "div", None, 0, "div"), "fp8_token": (0, "div", None, C229, "div"),
+              "fp8_group128": (1e-10, "div", None, 0, "div"), "fp8_group128_ue8m0": (1e-10, "div", "bits", 0, "div"),
+              "fp8_block128": (1e-4, "div", None, 0, "div"), "stage2": (1e-4, "div", "bits", 0, "div")},
+    "vllm": {"fp8_tensor": (0, "div", None, 0, "rcp"), "fp8_token": (0, "div", None, C229, "div"),
+             "fp8_group128": (1e-10, "div", None, 0, "rcp"), "fp8_group128_ue8m0": (1e-10, "div", "bits", 0, "rcp"),
+             "fp8_block128": (1e-4, "mul", None, 0, "rcpa"), "stage2": (1e-4, "mul", "log", 0, "rcpa")},
+    "torch": {"fp8_tensor": (0, "mul", None, 0, "rcp"), "fp8_token": (0, "mul", None, C229, "rcp"),
+              "fp8_group128": (1e-10, "mul", None, 0, "rcp"), "fp8_group128_ue8m0": (1e-10, "mul", "log", 0, "rcp"),
+              "fp8_block128": (1e-4, "mul", None, 0, "rcp"), "stage2": (1e-4, "mul", "log", 0, "rcp")},
+    "vllm_native": {"fp8_tensor": (0, "mul", None, C229, "rcpa"), "fp8_token": (0, "mul", None, C229, "rcpa"),
+                    "fp8_group128": (0, "mul", None, C229, "rcpa"), "fp8_group128_ue8m0": (0, "mul", "log", C229, "rcpa")},
+    "vllm_triton": {"fp8_group128": (1e-10, "mul", None, 0, "rcpa"), "fp8_group128_ue8m0": (1e-10, "mul", "log", 0, "rcpa")},
+    "deepgemm": {"stage2": (1e-4, "mul", "bits", 0, "rcpa")},
+}
+# nvfp4: (global, block scale, element); mx: the exponent rule
+NV = {"vllm": ("eager", "vllm", "rcp"), "torch": ("eager", "vllm", "rcp"), "compressed_tensors": ("eager", "vllm", "rcp"),
+      "vllm_cuda_nvfp4": ("eager", "vllm", "rcpa"), "modelopt": ("mulinv", "modelopt", "divm"), "te": ("div", "te", "rcp"),
+      "exact": ("div", "exact", "divg")}
+MX = {"vllm": "log", "torch": "log", "exact": "bits", "ocp": "ocp"}
+BASE = {"modelopt": "torch", "compressed_tensors": "torch"}
+
+
+def _lookup(table, prof, key):
+    """A profile's own entry, else its base profile's (vllm by default)."""
+    while True:
+        if prof in table and key in table[prof]:
+            return prof, table[prof][key]
+        if prof == "vllm":
+            raise KeyError(key)
+        prof = BASE.get(prof, "vllm")
 
 
 def _blocks(x, br, bc):
@@ -132,61 +230,86 @@ def _te_scale(amax):
     return np.where(amax == 0, F32(1), sc).astype(F32)
 
 
-def _scale_rule(fmt, prof, amax, g):
-    """Per-block (factor k, div flag, deq multiplier, stored byte or None)."""
-    f32 = lambda a: np.asarray(a, F32)
-    te = prof == "te"
-    byte = None
+def _fp8_rule(rec, amax):
+    afloor, sop, pow2, sfloor, eop = rec
+    f32 = lambda a: np.asarray(a, F32)  # noqa: E731
+    a = np.maximum(amax, F32(afloor))
     with np.errstate(divide="ignore", invalid="ignore"):
-        if fmt in ("fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_block128") and te or \
-                (fmt in ("fp8_group128_ue8m0", "fp8_block128_ue8m0") and te):
-            sc = _te_scale(amax)
-            if fmt.endswith("ue8m0"):
-                sc = (sc.view(np.uint32) & np.uint32(0xFF800000)).view(F32)
-            return sc, False, f32(F32(1) / sc), None
-        if fmt == "fp8_tensor":
-            s = f32(amax / F32(448))
-            return np.where(s > 0, f32(F32(1) / s), F32(0)), False, s, None
-        if fmt in ("fp8_token", "fp8_channel"):
-            s = np.maximum(f32(amax / F32(448)), F32(1) / F32(229376))
-            return s, True, s, None
-        if fmt == "fp8_group128":
-            s = f32(np.maximum(amax, F32(1e-10)) / F32(448))
-            return s, True, s, None
-        if fmt == "fp8_group128_ue8m0":
-            if prof == "vllm_native":
-                s = np.maximum(np.exp2(np.ceil(np.log2(f32(amax / F32(448))))).astype(F32), F32(1) / F32(229376))
-                return f32(s), True, f32(s), None
-            s = ceil2(np.maximum(f32(amax / F32(448)), F32(1e-10)))
-            return f32(F32(1) / s), False, s, None
-        if fmt in ("fp8_block128", "fp8_block128_ue8m0"):
-            s = f32(np.maximum(amax, F32(1e-4)) / F32(448))
-            return f32(F32(1) / s), False, s, None
-        if fmt == "nvfp4":
-            if prof == "modelopt":
-                v = f32(amax / f32(F32(6) * g))
-                byte = enc_e4m3(np.where(v == 0, F32(1), v))
-                d = f32(dec_e4m3(byte) * g)
-                return np.where(d == 0, F32(0), d), d != 0, d, byte
-            if te:
-                v = f32(amax * f32(g * f32(F32(1) / F32(6))))
-            else:
-                v = np.minimum(f32(g * f32(amax * f32(F32(1) / F32(6)))), F32(448))
-            byte = enc_e4m3(v)
-            sf = dec_e4m3(byte)
-            k = np.where(sf != 0, f32(F32(1) / f32(sf * f32(F32(1) / g))), F32(0))
-            return f32(k), False, f32(sf / g), byte
-        if fmt in ("mxfp8", "mxfp4"):
-            emax_val, emax_elem = (F32(6), 2) if fmt == "mxfp4" else (F32(448), 8)
-            if prof == "ocp":
-                _, ex = np.frexp(amax)  # amax = m * 2^ex, m in [0.5, 1)
-                e = np.where(amax > 0, ex.astype(np.int64) - 1 - emax_elem, -127)
-                byte = (np.clip(e, -127, 127) + 127).astype(np.uint8)
-            else:
-                byte = ((ceil2(f32(amax / emax_val)).view(np.uint32) >> 23) & 0xFF).astype(np.uint8)
-            s = e8m0_dec(byte)
-            return f32(F32(1) / s), False, s, byte
-    raise ValueError(fmt)
+        s = f32(a / F32(448)) if sop == "div" else f32(a * F32(1.0 / 448))
+        if pow2 == "bits":
+            s = ceil2(s)
+        elif pow2 == "log":
+            s = ceil2_log(s)
+        s = np.maximum(s, F32(sfloor)).astype(F32)
+        if eop == "div":
+            k, div = s, np.ones(s.shape, bool)
+        else:
+            k, div = (rcpa(np.where(s > 0, s, F32(1))) if eop == "rcpa" else f32(F32(1) / s)), np.zeros(s.shape, bool)
+        zero = s == 0
+        k = np.where(zero, F32(0), k).astype(F32)
+        div = div & ~zero
+    return k, div, s, None
+
+
+def _nv_rule(prof, amax, g):
+    f32 = lambda a: np.asarray(a, F32)  # noqa: E731
+    gop, sfop, nop = _lookup({p: {"r": v} for p, v in NV.items()}, prof, "r")[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if sfop == "modelopt":
+            v = f32(amax / f32(F32(6) * g))
+            v = np.where(v == 0, F32(1), np.clip(v, F32(2.0 ** -9), F32(448)))
+        elif sfop == "te":
+            v = f32(amax * f32(g * F32(1.0 / 6)))
+        elif sfop == "exact":
+            v = np.minimum(f32(g * f32(amax / F32(6))), F32(448))
+        else:
+            v = np.minimum(f32(g * f32(amax * F32(1.0 / 6))), F32(448))
+        byte = enc_e4m3(v)
+        sf = dec_e4m3(byte)
+        if nop == "divm":
+            d = f32(sf * g)
+            return np.where(d == 0, F32(0), d), d != 0, d, byte
+        deq = f32(sf / g)
+        if nop == "divg":
+            return np.where(deq == 0, F32(0), deq), deq != 0, deq, byte
+        inner = f32(sf * (rcpa(np.full(sf.shape, g, F32)) if nop == "rcpa" else f32(F32(1) / g)))
+        k = rcpa(np.where(sf != 0, inner, F32(1))) if nop == "rcpa" else f32(F32(1) / inner)
+        return np.where(sf != 0, k, F32(0)).astype(F32), np.zeros(sf.shape, bool), deq, byte
+
+
+def _mx_rule(prof, fmt, amax):
+    fp4 = fmt == "mxfp4"
+    emax_val, emax_elem = (F32(6), 2) if fp4 else (F32(448), 8)
+    rule = MX.get(prof, MX.get(BASE.get(prof, "vllm"), "log"))
+    if rule == "log" and fp4:
+        rule = "even"
+    if rule == "ocp":
+        _, ex = np.frexp(amax)  # amax = m * 2^ex, m in [0.5, 1)
+        byte = np.where(amax > 0, ex.astype(np.int64) - 1 - emax_elem + 127, 0)
+    elif rule == "even":
+        byte = ((amax.view(np.uint32) + np.uint32(0x200000)) >> 23).astype(np.int64) - emax_elem
+    elif rule == "log":
+        byte = ceil_log2_gpu((amax * F32(1.0 / 448)).astype(F32)) + 127
+    else:
+        byte = ((ceil2(np.asarray(amax / emax_val, F32)).view(np.uint32) >> 23) & 0xFF).astype(np.int64)
+    byte = np.clip(byte, 0, 254).astype(np.uint8)
+    s = e8m0_dec(byte)
+    return np.asarray(F32(1) / s, F32), np.zeros(byte.shape, bool), s, byte
+
+
+def _scale_rule(fmt, prof, amax, g, stage2=False):
+    """Per-block (factor k, div flag, deq multiplier, stored byte or None)."""
+    if prof == "te" and fmt not in ("nvfp4", "mxfp8", "mxfp4"):
+        sc = _te_scale(amax)
+        if fmt.endswith("ue8m0"):
+            sc = (sc.view(np.uint32) & np.uint32(0xFF800000)).view(F32)
+        return sc, np.zeros(sc.shape, bool), np.asarray(F32(1) / sc, F32), None
+    if fmt == "nvfp4":
+        return _nv_rule(prof, amax, g)
+    if fmt in ("mxfp8", "mxfp4"):
+        return _mx_rule(prof, fmt, amax)
+    key = "stage2" if stage2 else {"fp8_channel": "fp8_token", "fp8_block128_ue8m0": "fp8_block128"}.get(fmt, fmt)
+    return _fp8_rule(_lookup(FP8, prof, key)[1], amax)
 
 
 def _pass(fmt, prof, x, sr, g, stage2=False):
@@ -195,11 +318,7 @@ def _pass(fmt, prof, x, sr, g, stage2=False):
     br, bc = BLOCK[fmt]
     P, gr, gc, br, bc = _blocks(x, br, bc)
     amax = np.abs(P).max(axis=(1, 3)).astype(F32)               # [GR, GC]
-    if stage2:
-        s = ceil2(np.asarray(np.maximum(amax, F32(1e-4)) / F32(448), F32))
-        k, div, deq, byte = np.asarray(F32(1) / s, F32), False, s, None
-    else:
-        k, div, deq, byte = _scale_rule(fmt, prof, amax, g)
+    k, div, deq, byte = _scale_rule(fmt, prof, amax, g, stage2)
     kk = np.broadcast_to(np.asarray(k, F32)[:, None, :, None], P.shape)
     dd = np.broadcast_to(np.asarray(div)[:, None, :, None] if np.ndim(div) else np.asarray(div), P.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -223,17 +342,26 @@ def _dequant_codes(fmt, codes, deq):
     return (vals * d).astype(F32)
 
 
-def quantize(fmt, prof, x, sr=None):
+def _codes(fmt, prof, x, sr):
+    """Element codes, per-block dequantization multipliers, scale bytes (or
+    None) and the nvfp4 global scale (or None) of x under fmt/prof."""
     x = np.asarray(x, F32)
     if not np.all(np.isfinite(x)):
         raise ValueError("non-finite input")
     g = None
     if fmt == "nvfp4":
         amax = F32(np.abs(x).max())
-        g = F32(1) if amax == 0 else (F32(amax / F32(2688)) if prof == "modelopt" else F32(F32(2688) / amax))
+        gop = _lookup({p: {"r": v} for p, v in NV.items()}, prof, "r")[1][0]
+        g = F32(1) if amax == 0 else {"mulinv": F32(amax * F32(1.0 / 2688)), "div": F32(F32(2688) / amax),
+                                      "eager": F32(F32(F32(1) / amax) * F32(2688))}[gop]
     codes, deq, byte = _pass(fmt, prof, x, sr, g)
     if fmt == "fp8_block128_ue8m0" and prof != "te":
         codes, deq, byte = _pass(fmt, prof, _dequant_codes(fmt, codes, deq), None, g, stage2=True)
+    return codes, deq, byte, g
+
+
+def quantize(fmt, prof, x, sr=None):
+    codes, deq, byte, g = _codes(fmt, prof, x, sr)
     if fmt in ("nvfp4", "mxfp4"):
         rows, cols = codes.shape
         c = np.zeros((rows, cols + (cols & 1)), np.uint8)
@@ -245,6 +373,14 @@ def quantize(fmt, prof, x, sr=None):
     if fmt == "fp8_tensor":
         scale = scale.reshape(1)
     return payload, scale, (np.array([g], F32) if g is not None else None)
+
+
+def fake_quant(fmt, prof, x):
+    """dequant(quant(x)) in float32 ("none": x itself)."""
+    if fmt == "none":
+        return np.asarray(x, F32)
+    codes, deq, _, _ = _codes(fmt, prof, x, None)
+    return _dequant_codes(fmt, codes, deq)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,9 @@ const qc_backend *qc_backend_cpu(void);
 /* Open a backend from "--device" ("cpu", "cuda", "cuda:N"). QC_EINPUT with a
  * message when the device is absent or out of range; never falls back. */
 int qc_backend_open(const char *device, const qc_backend **out);
+/* A symbol of the loaded CUDA backend (its hooks in backend/cuda/cuda.h, for
+ * the GPU tests), or NULL when none is loaded. */
+void *qc_backend_cuda_sym(const char *name);
 void qc_backend_close(const qc_backend *be);
 
 #endif

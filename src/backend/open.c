@@ -59,6 +59,8 @@ static int load_cuda(const char *device) {
   return QC_EINPUT;
 }
 
+void *qc_backend_cuda_sym(const char *name) { return g_lib ? dlsym(g_lib, name) : NULL; }
+
 int qc_backend_open(const char *device, const qc_backend **out) {
   if (!device || strcmp(device, "cpu") == 0) {
     *out = qc_backend_cpu();

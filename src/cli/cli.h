@@ -11,6 +11,11 @@ typedef struct qc_verb {
   const char *help;   /* one line for `qatcheck --help` */
 } qc_verb;
 
+/* Run verb v (argv[0] its name) as one run (report/run.h): its report
+ * paths are checked before it does any work, and an exit 2 replaces them
+ * with its error report. Returns the exit status (0, 1, 2). */
+int qc_cli_run(const qc_verb *v, int argc, char **argv);
+
 /* Options common to verbs, filled by qc_opt_common. */
 typedef struct qc_common_opts {
   const char *json;     /* --json PATH */
@@ -21,9 +26,11 @@ typedef struct qc_common_opts {
 } qc_common_opts;
 
 /* If argv[*i] is a common option (--json, --junit, --markdown, --device,
- * --profile, --timeout, --quiet, --verbose), consume it (and its value) and
- * return 1; 0 if not one; -1 on a missing or bad value (message set).
- * --timeout SECONDS re-arms the run's watchdog (core/watchdog.h) at once. */
+ * --profile, --timeout, --quiet, --verbose; --baseline, --fail-on,
+ * --regression-factor, which go to the run: report/run.h), consume it (and
+ * its value) and return 1; 0 if not one; -1 on a missing or bad value
+ * (message set). --timeout SECONDS re-arms the run's watchdog
+ * (core/watchdog.h) at once. */
 int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o);
 /* If argv[*i] is `--name VALUE` or `--name=VALUE`, set *val, advance, return
  * 1; 0 if not; -1 when the value is missing (message set). */
@@ -35,12 +42,22 @@ void qc_common_help(void);
 /* The common options' block only, for a verb that prints its own exit
  * statuses: --markdown and --profile listed when flags name them, --device
  * as cpu only under QC_HELP_CPU_ONLY. */
-enum { QC_HELP_MARKDOWN = 1, QC_HELP_PROFILE = 2, QC_HELP_CPU_ONLY = 4 };
+enum { QC_HELP_MARKDOWN = 1, QC_HELP_PROFILE = 2, QC_HELP_CPU_ONLY = 4, QC_HELP_NO_BASELINE = 8 };
 void qc_common_help_opts(unsigned flags);
 /* --device for a verb with no device work: NULL and "cpu" are QC_OK;
  * "cuda" or "cuda:N" is refused as "<verb>: --device cuda is not supported:
  * <why>"; anything else with qc_backend_open's message. Never loads the
  * CUDA backend. */
 int qc_opt_cpu_only(const char *verb, const char *device, const char *why);
+
+/* quant's many-module modes (quant_many.c): wanted when argv has
+ * --checkpoint / --master, or --dump without --module. */
+int qc_quant_many_wanted(int argc, char **argv);
+int qc_cmd_quant_many(int argc, char **argv);
+/* tol's --dump mode (tol_dump.c): wanted when argv has --dump. */
+int qc_tol_dump_wanted(int argc, char **argv);
+int qc_cmd_tol_dump(int argc, char **argv);
+/* A number option value of at least lo, the whole string (tol.c). */
+int qc_tol_num_arg(const char *opt, const char *v, double lo, double *out);
 
 #endif

@@ -1,5 +1,6 @@
 /* contract.c: the `contract` verb, layer 2 (docs/contract.md):
- * `qatcheck contract --master-vs-dequant --dump CKPT.h5 [...]`. Parses the
+ * `qatcheck contract --master-vs-dequant --dump CKPT.h5 [...]`, or
+ * `--checkpoint FILE|DIR|INDEX.json [--dy DUMP.h5]` (safetensors). Parses the
  * options, runs the sweep (src/sweep/), writes the reports (all or none) and
  * prints the per-class table (report/contract.c), returns the verdict. */
 #include <errno.h>
@@ -13,28 +14,38 @@
 #include "cli/cli.h"
 #include "core/qc.h"
 #include "io/dump.h"
+#include "io/safetensors.h"
 #include "numerics/quant.h"
 #include "report/report.h"
+#include "report/run.h"
 #include "sweep/sweep.h"
 
 #define DEFAULT_WFMT "nvfp4,fp8_block128,mxfp8"
 #define DEFAULT_TOKENS 512
 
 static void help(void) {
-  printf("usage: qatcheck contract --master-vs-dequant --dump CKPT.h5 [options]\n\n"
+  printf("usage: qatcheck contract --master-vs-dequant --dump CKPT.h5 [options]\n"
+         "       qatcheck contract --master-vs-dequant --checkpoint FILE|DIR|INDEX.json [--dy DUMP.h5] [options]\n\n"
          "Layer 2: for every linear module group of the dump (routed experts [E, N, K]: every expert),\n"
          "every dY and every precision combination, compares dX = dY W (master weight) with\n"
          "dX = dY dequant(quant(W)) (the weight the forward used), both in float64, and reports\n"
          "cosine, norm ratio and rel-L2 per layer and per class (layer index replaced by *).\n\n"
          "options:\n"
          "  --master-vs-dequant       the comparison to run (required; the only one so far)\n"
-         "  --dump PATH               the checkpoint dump (HDF5, spec section 2)\n"
+         "  --dump PATH               the checkpoint dump (HDF5, docs/interfaces.md section 2)\n"
+         "  --checkpoint PATH         a safetensors master checkpoint instead: a .safetensors file, a\n"
+         "                            folder, or a model.safetensors.index.json with its shards; every\n"
+         "                            '<module>.weight' [N, K] (and [E, N, K] under 'experts') of\n"
+         "                            BF16/F16/F32/F64, embeddings left out, is module '/<module>'\n"
+         "  --dy DUMP.h5              with --checkpoint: dY (grad_out/) and X (inputs/x) from the dump's\n"
+         "                            group of the module's path; modules without one get generated dY/X\n"
          "  --modules REGEX           only module groups whose path matches (POSIX extended)\n"
          "  --weight-format LIST      weight formats for the d_x rows (default " DEFAULT_WFMT ")\n"
          "                            of: " QC_WEIGHT_FORMATS "\n"
          "  --activation-format LIST  adds d_weight rows: dY^T X against dY^T dequant(quant(X)),\n"
          "                            X from inputs/x or generated (default none); of: " QC_ACT_FORMATS "\n"
-         "  --tokens M                tokens of a generated dY (modules without grad_out/; default %d)\n"
+         "  --tokens M                tokens of a generated dY (modules without grad_out/; default %d);\n"
+         "                            a dumped dY's (and X's) leading dimensions are its tokens\n"
          "  --seed S                  seed of generated dY and X (default 0)\n"
          "  --cosine-min X            a row with cosine below X fails (exit 1)\n"
          "  --norm-ratio LO,HI        a row with norm ratio outside [LO, HI] fails (exit 1)\n\n"
@@ -101,7 +112,7 @@ static int parse_int(const char *opt, const char *s, unsigned long long lo, unsi
 
 int qc_cmd_contract(int argc, char **argv) {
   qc_common_opts co = {0};
-  const char *dump_path = NULL, *wlist = DEFAULT_WFMT, *alist = "none", *v = NULL;
+  const char *dump_path = NULL, *ckpt_path = NULL, *dy_path = NULL, *wlist = DEFAULT_WFMT, *alist = "none", *v = NULL;
   int mvd = 0, rc;
   qc_sweep_opts o;
   memset(&o, 0, sizeof o);
@@ -113,6 +124,8 @@ int qc_cmd_contract(int argc, char **argv) {
     if (strcmp(a, "--master-vs-dequant") == 0) { mvd = 1; continue; }
     if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) return QC_EINPUT; continue; }
     if ((r = qc_opt_value(argc, argv, &i, "--dump", &dump_path))) { if (r < 0) return QC_EINPUT; continue; }
+    if ((r = qc_opt_value(argc, argv, &i, "--checkpoint", &ckpt_path))) { if (r < 0) return QC_EINPUT; continue; }
+    if ((r = qc_opt_value(argc, argv, &i, "--dy", &dy_path))) { if (r < 0) return QC_EINPUT; continue; }
     if ((r = qc_opt_value(argc, argv, &i, "--modules", &o.modules))) { if (r < 0) return QC_EINPUT; continue; }
     if ((r = qc_opt_value(argc, argv, &i, "--weight-format", &wlist))) { if (r < 0) return QC_EINPUT; continue; }
     if ((r = qc_opt_value(argc, argv, &i, "--activation-format", &alist))) { if (r < 0) return QC_EINPUT; continue; }
@@ -155,30 +168,40 @@ int qc_cmd_contract(int argc, char **argv) {
     qc_hint("qatcheck contract --master-vs-dequant --dump CKPT.h5");
     return QC_EINPUT;
   }
-  if (!dump_path) return qc_err("contract: expected --dump CKPT.h5");
-  if (co.profile && !in_list(co.profile, QC_PROFILES))
-    return qc_err("--profile '%s': unknown profile: expected one of %s", co.profile, QC_PROFILES);
+  if (!dump_path == !ckpt_path) {
+    qc_hint("qatcheck contract --master-vs-dequant --checkpoint model.safetensors.index.json");
+    return qc_err("contract: expected --dump CKPT.h5 (HDF5) or --checkpoint PATH (safetensors)%s",
+                  dump_path ? ", not both" : "");
+  }
+  if (dy_path && !ckpt_path) return qc_err("contract: --dy goes with --checkpoint (a --dump holds its own grad_out/)");
+  if (co.profile && !in_list(co.profile, QC_PROFILE_CHOICES))
+    return qc_err("--profile '%s': unknown profile: expected one of %s", co.profile, QC_PROFILE_CHOICES);
   char wbuf[512], abuf[512];
   if ((rc = parse_formats("--weight-format", wlist, QC_WEIGHT_FORMATS, wbuf, sizeof wbuf, o.wfmt, &o.nw))) return rc;
   if ((rc = parse_formats("--activation-format", alist, QC_ACT_FORMATS, abuf, sizeof abuf, o.afmt, &o.na))) return rc;
-  o.profile = co.profile ? co.profile : "vllm";
+  o.profile = co.profile; /* NULL: per module (its contract, its deployed bytes, else vllm) */
   o.progress = !qc_quiet && isatty(2);
 
   const qc_backend *be = NULL;
   qc_dump *d = NULL;
+  qc_st *st = NULL;
   qc_sweep s;
   qc_report_out out;
   memset(&s, 0, sizeof s);
   qc_report_out_init(&out, co.json, co.junit, co.markdown);
   if ((rc = qc_backend_open(co.device, &be))) return rc;
-  if (access(dump_path, R_OK) != 0) {
-    rc = qc_err("--dump '%s': cannot read: %s", dump_path, strerror(errno));
+  const char *hdf5 = ckpt_path ? dy_path : dump_path;
+  if (hdf5 && access(hdf5, R_OK) != 0) {
+    rc = qc_err("%s '%s': cannot read: %s", ckpt_path ? "--dy" : "--dump", hdf5, strerror(errno));
     goto done;
   }
-  if ((rc = qc_dump_open(dump_path, &d))) goto done;
-  if ((rc = qc_contract_sweep(d, be, &o, &s))) goto done;
+  if (hdf5 && (rc = qc_dump_open(hdf5, &d))) goto done;
+  if (hdf5 && (rc = qc_run_input(ckpt_path ? "dy" : "dump", hdf5))) goto done;
+  if (ckpt_path && (rc = qc_st_open(ckpt_path, &st))) goto done;
+  if ((rc = ckpt_path ? qc_contract_sweep_ckpt(st, d, be, &o, &s) : qc_contract_sweep(d, be, &o, &s))) goto done;
 
-  qc_contract_info ri = {.dump = dump_path, .device = be->name, .profile = o.profile, .modules = o.modules,
+  qc_contract_info ri = {.dump = ckpt_path ? ckpt_path : dump_path, .device = be->name, .profile = o.profile ? o.profile : "auto",
+                         .modules = o.modules,
                  .wlist = wlist, .alist = alist, .o = &o};
   for (int i = 0; i < s.n; i++) {
     ri.fails += s.rows[i].fail;
@@ -196,6 +219,7 @@ done:
   qc_report_out_free(&out);
   qc_sweep_free(&s);
   if (d) qc_dump_close(d);
+  qc_st_close(st);
   qc_backend_close(be);
   return rc;
 }

@@ -152,7 +152,7 @@ int qc_cmd_fd(int argc, char **argv) {
   for (int i = 0; i < nrows; i++) bad += !rows[i].pass;
   if (qc_verbose) fprintf(stderr, "fd: %d projection(s) in %.3f s\n", nrows, qc_now_s() - t0);
   qc_fd_info fi = {.cls = cls_name, .module = m.path, .shape = shape, .values = g.values, .o = &o, .rows = rows,
-                   .n = nrows, .bad = bad};
+                   .n = nrows, .bad = bad, .seconds = qc_now_s() - t0};
   if ((rc = qc_report_fd(&out, &fi)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   if (!qc_quiet) qc_report_fd_table(&fi);
   rc = bad ? QC_FAIL : QC_OK;

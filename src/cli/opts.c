@@ -7,6 +7,13 @@
 #include "core/qc.h"
 #include "core/watchdog.h"
 #include "cli/cli.h"
+#include "report/run.h"
+
+int qc_cli_run(const qc_verb *v, int argc, char **argv) {
+  int rc = qc_run_begin(v->name, argc, argv);
+  if (!rc) rc = v->fn(argc, argv);
+  return qc_run_end(rc);
+}
 
 int qc_opt_value(int argc, char **argv, int *i, const char *name, const char **val) {
   const char *a = argv[*i];
@@ -32,15 +39,22 @@ int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o) {
   if ((r = qc_opt_value(argc, argv, i, "--device", &o->device))) return r;
   if ((r = qc_opt_value(argc, argv, i, "--profile", &o->profile))) return r;
   const char *t;
-  if ((r = qc_opt_value(argc, argv, i, "--timeout", &t)) > 0) { /* the watchdog restarts from here */
+  if ((r = qc_opt_value(argc, argv, i, "--timeout", &t))) { /* the watchdog restarts from here */
+    if (r < 0) return -1;
     char *end;
     double s = strtod(t, &end);
     if (end == t || *end || qc_watchdog_arm(s) != QC_OK) {
       if (!qc_err_msg()[0]) qc_err("--timeout '%s': expected a number of seconds (0: no limit)", t);
       return -1;
     }
+    return 1;
   }
-  return r;
+  /* the regression gate (report/baseline.h): kept by the run, applied when the reports are written */
+  const char *v;
+  if ((r = qc_opt_value(argc, argv, i, "--baseline", &v))) return r < 0 || qc_run_baseline(v) ? -1 : 1;
+  if ((r = qc_opt_value(argc, argv, i, "--fail-on", &v))) return r < 0 || qc_run_fail_on(v) ? -1 : 1;
+  if ((r = qc_opt_value(argc, argv, i, "--regression-factor", &v))) return r < 0 || qc_run_regression_factor(v) ? -1 : 1;
+  return 0;
 }
 
 /* "cuda" or "cuda:N", N a device index, as qc_backend_open reads it. */
@@ -73,6 +87,11 @@ void qc_common_help_opts(unsigned flags) {
   else printf("  --device DEV       cpu (default) or cuda[:N]\n");
   if (flags & QC_HELP_PROFILE) printf("  --profile NAME     quantizer profile (default: the contract's, else vllm)\n");
   printf("  --timeout SECONDS  stop with exit 2 after this long (default %.0f = 6 h; 0: no limit)\n", QC_TIMEOUT_DEFAULT);
+  if (!(flags & QC_HELP_NO_BASELINE))
+    printf("  --baseline OLD     compare every check with the report OLD.json of an earlier run;\n"
+           "                     regressions are listed in every report (docs/ci.md: the rule)\n"
+           "  --fail-on regression   exit 1 when a check regressed against --baseline\n"
+           "  --regression-factor F  how far a metric may rise over its baseline (default 1.1)\n");
   printf("  --quiet            print nothing but errors\n"
          "  --verbose          print progress and timings on stderr\n"
          "  --help             this text\n");

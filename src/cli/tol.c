@@ -16,7 +16,8 @@
 #define TOL_NO_DEVICE "tol derives its bounds arithmetically on the host and has no device work"
 
 static void tol_help(void) {
-  printf("usage: qatcheck tol --out-dtype D --k K [options]\n\n"
+  printf("usage: qatcheck tol --out-dtype D --k K [options]\n"
+         "       qatcheck tol --dump FILE.h5 --module PATH [--acc-dtype D] [--lambda L] [--margin M]\n\n"
          "Derives the tolerances of one gradient tensor g (a reduction of K products,\n"
          "compared with a float64 reference of the same inputs) and prints the JSON\n"
          "member for the case file's \"tolerances\", reasoning included:\n"
@@ -44,17 +45,20 @@ static void tol_help(void) {
          "  --margin M            safety factor, at least 1 (default sqrt(3) = %.4g: the output\n"
          "                        term becomes u, the worst case of one rounding)\n"
          "  --scale S             bound on (|A||B|)_i, adds max_abs (default: no max_abs)\n\n"
+         "With --dump and --module, the module's class reads K and the dtypes of every gradient it\n"
+         "checks from the dump (linear: K = N for d_x, the tokens M for d_weight and d_bias; operands\n"
+         "in dY's dtype) and the whole \"tolerances\" member of the case file is printed.\n\n"
          "The JSON member goes to stdout (not under --quiet). The report options record the\n"
          "derivation: --json the inputs, every term and the member; --junit and --markdown\n"
          "list each derived bound as a passed testcase (tol judges nothing, so nothing fails).\n"
          "The command line in the reasoning leaves the report and output options out.\n\n",
          QC_TOL_LAMBDA, QC_TOL_MARGIN);
-  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY);
+  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY | QC_HELP_NO_BASELINE);
   printf("exit status: 0 derived, 2 bad options\n");
 }
 
 /* Parse a number option value strictly; message names the option. */
-static int num_arg(const char *opt, const char *v, double lo, double *out) {
+int qc_tol_num_arg(const char *opt, const char *v, double lo, double *out) {
   char *end;
   errno = 0;
   double d = strtod(v, &end);
@@ -84,6 +88,7 @@ int qc_cmd_tol(int argc, char **argv) {
   int rc = QC_OK;
   char *txt = NULL;
   qc_report_out out;
+  if (qc_tol_dump_wanted(argc, argv)) return qc_cmd_tol_dump(argc, argv); /* tol_dump.c */
   qc_report_out_init(&out, NULL, NULL, NULL);
   char *skip = qc_calloc((size_t)argc + 1, 1, "tol arguments");
   if (!skip) return QC_ESYS;
@@ -116,7 +121,7 @@ int qc_cmd_tol(int argc, char **argv) {
       goto done;
     }
     static const double lo[] = {1, 0, 1e-3, 1, 0};  /* --lambda > 0, --margin >= 1 */
-    if ((rc = num_arg(nums[hit], v, lo[hit], &d))) goto done;
+    if ((rc = qc_tol_num_arg(nums[hit], v, lo[hit], &d))) goto done;
     if ((hit == 0 || hit == 1) && d != (double)(int64_t)d) {
       rc = qc_err("option '%s' is '%s': expected a whole number", nums[hit], v);
       goto done;

@@ -13,6 +13,7 @@
 #include "model/case.h"
 #include "model/check.h"
 #include "report/report.h"
+#include "report/run.h"
 
 static void help(void) {
   printf("usage: qatcheck vjp --case CASE.json [options]\n\n"
@@ -55,23 +56,30 @@ int qc_cmd_vjp(int argc, char **argv) {
   qc_case *cs = qc_calloc(1, sizeof *cs, "case");
   if (!cs) return QC_ESYS;
   qc_results res = {0};
+  qc_modinfos mods = {0};
   const qc_backend *be = NULL;
   qc_plugin *plugin = NULL;
   qc_report_out out;
   int rc;
   qc_report_out_init(&out, o.json, o.junit, o.markdown);
   if ((rc = qc_case_load(case_path, cs)) || (rc = qc_case_weak(cs, allow_weak))) goto done;
+  /* the inputs, hashed for the report while the run goes on */
+  if ((rc = qc_run_input("case", case_path))) goto done;
+  if (cs->data == QC_DATA_DUMP && (rc = qc_run_input("dump", cs->dump))) goto done;
+  if (cs->cand == QC_CAND_PLUGIN && (rc = qc_run_input("plugin", cs->plugin))) goto done;
   if ((rc = qc_backend_open(o.device, &be))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm"};
-  qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res};
+  qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};
   rc = qc_vjp_case(&a, o.profile);
   if (rc) goto done;
   if (res.n == 0) {
     rc = qc_err("case '%s': nothing was checked", case_path);
     goto done;
   }
-  qc_report_info info = {"vjp", cs->name, case_path, cs->sha256, be->name, o.profile, cs->nweak ? cs->weak : NULL};
+  qc_report_info info = {.verb = "vjp", .case_name = cs->name, .case_path = case_path, .case_sha256 = cs->sha256,
+                         .device = be->name, .profile = o.profile, .warnings = cs->nweak ? cs->weak : NULL,
+                         .modules = &mods};
   if ((rc = qc_report_vjp(&out, &info, &res)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   qc_report_table(&info, &res);
   rc = qc_results_verdict(&res);
@@ -80,6 +88,7 @@ done:
   qc_plugin_close(plugin);
   qc_backend_close(be);
   qc_results_free(&res);
+  qc_modinfos_free(&mods);
   free(cs);
   return rc;
 }

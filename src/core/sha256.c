@@ -34,19 +34,48 @@ static void block(uint32_t h[8], const uint8_t *p) {
   h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += k;
 }
 
-void qc_sha256_hex(const void *buf, size_t n, char out[65]) {
-  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+void qc_sha256_init(qc_sha256 *c) {
+  static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  memcpy(c->h, h0, sizeof h0);
+  c->n = 0;
+  c->fill = 0;
+}
+
+void qc_sha256_update(qc_sha256 *c, const void *buf, size_t n) {
   const uint8_t *p = buf;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) block(h, p + i);
+  c->n += n;
+  if (c->fill) {
+    size_t k = 64 - c->fill < n ? 64 - c->fill : n;
+    memcpy(c->buf + c->fill, p, k);
+    c->fill += k;
+    p += k;
+    n -= k;
+    if (c->fill < 64) return;
+    block(c->h, c->buf);
+    c->fill = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64) block(c->h, p);
+  memcpy(c->buf, p, n);
+  c->fill = n;
+}
+
+void qc_sha256_final_hex(qc_sha256 *c, char out[65]) {
   uint8_t tail[128] = {0};
-  size_t r = n - i;
-  memcpy(tail, p + i, r);
+  size_t r = c->fill;
+  memcpy(tail, c->buf, r);
   tail[r] = 0x80;
   size_t tl = r + 9 <= 64 ? 64 : 128;
-  uint64_t bits = (uint64_t)n * 8;
+  uint64_t bits = c->n * 8;
   for (int j = 0; j < 8; j++) tail[tl - 1 - j] = (uint8_t)(bits >> (8 * j));
-  block(h, tail);
-  if (tl == 128) block(h, tail + 64);
-  for (int j = 0; j < 8; j++) snprintf(out + 8 * j, 9, "%08x", h[j]);
+  block(c->h, tail);
+  if (tl == 128) block(c->h, tail + 64);
+  for (int j = 0; j < 8; j++) snprintf(out + 8 * j, 9, "%08x", c->h[j]);
+}
+
+void qc_sha256_hex(const void *buf, size_t n, char out[65]) {
+  qc_sha256 c;
+  qc_sha256_init(&c);
+  qc_sha256_update(&c, buf, n);
+  qc_sha256_final_hex(&c, out);
 }

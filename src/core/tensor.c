@@ -19,7 +19,7 @@ static const struct {
     [QC_I32] = {"int32", 4, 0},            [QC_I64] = {"int64", 8, 0},
     [QC_U8] = {"uint8", 1, 0},             [QC_E4M3] = {"float8_e4m3fn", 1, 1},
     [QC_E5M2] = {"float8_e5m2", 1, 1},     [QC_E8M0] = {"float8_e8m0fnu", 1, 1},
-    [QC_E2M1X2] = {"float4_e2m1fn_x2", 1, 1},
+    [QC_E2M1X2] = {"float4_e2m1fn_x2", 1, 1}, [QC_I8] = {"int8", 1, 0},
 };
 
 const char *qc_dtype_name(qc_dtype d) {

@@ -22,6 +22,7 @@ typedef enum {
   QC_E5M2,     /* float8_e5m2 */
   QC_E8M0,     /* float8_e8m0fnu scale bytes */
   QC_E2M1X2,   /* float4_e2m1fn_x2: two elements a byte, element 2i low nibble */
+  QC_I8,       /* int8 (safetensors I8) */
   QC_DTYPE_COUNT
 } qc_dtype;
 

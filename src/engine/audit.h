@@ -7,6 +7,7 @@
 
 #include "model/case.h"
 #include "model/check.h"
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "io/plugin.h"
 
@@ -18,6 +19,7 @@ typedef struct qc_audit {
   const char *frozen;         /* "/d_weight/d_bias/": gradients of frozen parameters of
                                  the module being audited (dump attribute frozen="1");
                                  not expected, so no check when the candidate has none */
+  qc_modinfos *info;          /* NULL, or where a case's run (vjp.c) describes each module */
 } qc_audit;
 
 /* Audit module m (cls and contract set; grad_out holds the dYs; cand set

@@ -1,4 +1,5 @@
-/* deployed.c: deployed-byte comparison (see deployed.h). */
+/* deployed.c: deployed bytes against qatcheck's quantizers, one profile or
+ * every profile (see deployed.h). */
 #include "engine/deployed.h"
 
 #include <math.h>
@@ -7,8 +8,8 @@
 #include <string.h>
 
 #include "core/qc.h"
-#include "numerics/formats.h"
 #include "numerics/decode.h"
+#include "numerics/formats.h"
 
 static void note(qc_deployed_result *r, const char *part, int64_t i, double master, uint32_t e, uint32_t f) {
   if (r->nfirst >= QC_DEPLOYED_FIRST) return;
@@ -26,6 +27,43 @@ static uint32_t code_at(const qc_tensor *q, int64_t cols, int64_t i) {
   if (q->dtype != QC_E2M1X2) return p[i];
   int64_t r = i / cols, c = i % cols;
   return (uint32_t)(p[r * q->shape[1] + c / 2] >> (4 * (c & 1))) & 0xfu;
+}
+
+void qc_deployed_input_free(qc_deployed_input *in) {
+  free(in->W);
+  qc_quantized_free(&in->got);
+  memset(in, 0, sizeof *in);
+}
+
+int qc_deployed_read_module(const qc_module *m, qc_qfmt fmt, qc_deployed_input *in) {
+  memset(in, 0, sizeof *in);
+  in->where = m->path;
+  const qc_tensor *wq = qc_tset_get(&m->saved, "weight_q");
+  if (!wq) return QC_OK;
+  const qc_tensor *w, *ws = qc_tset_get(&m->saved, "weight_scale"), *wg = qc_tset_get(&m->saved, "weight_global_scale");
+  int rc;
+  if ((rc = qc_module_need(m, "params", "weight", 2, 2, &w))) return rc;
+  if (!ws) ws = qc_tset_get(&m->saved, "weight_scale_inv"); /* DeepSeek's name for the same multiplier */
+  if (!ws && (rc = qc_module_need(m, "saved", "weight_scale", 0, 2, &ws))) return rc;
+  if (!wg && (wg = qc_tset_get(&m->saved, "weight_scale_2"))) in->g_mult = 1;
+  if (fmt == QC_QF_NVFP4 && !wg)
+    return qc_err("%s: saved/weight_global_scale (or weight_scale_2) is missing: nvfp4 deploys a float32 global scale", m->path);
+  in->N = w->shape[0];
+  in->K = w->shape[1];
+  int64_t n = in->N * in->K;
+  double *w64 = qc_malloc((size_t)n * 8 + 8, "deployed master");
+  in->W = qc_malloc((size_t)n * 4 + 4, "deployed master");
+  rc = QC_ESYS;
+  if (!w64 || !in->W) goto done;
+  if ((rc = qc_tensor_to_f64(w, w64))) goto done;
+  for (int64_t i = 0; i < n; i++) in->W[i] = (float)w64[i];
+  if ((rc = qc_tensor_copy(&in->got.q, wq)) || (rc = qc_tensor_copy(&in->got.scale, ws))) goto done;
+  if (wg && fmt == QC_QF_NVFP4 && (rc = qc_tensor_copy(&in->got.gscale, wg))) goto done;
+  rc = QC_OK;
+done:
+  free(w64);
+  if (rc) qc_deployed_input_free(in);
+  return rc;
 }
 
 /* A power-of-two scale format may be stored as e8m0 bytes (Blackwell)
@@ -46,72 +84,198 @@ static int e8m0_scales(const qc_tensor *exp, qc_tensor *found, qc_deployed_resul
   return QC_OK;
 }
 
-int qc_deployed_check(const qc_module *m, qc_qfmt fmt, qc_qprof prof, const qc_sr *sr, qc_deployed_result *out) {
+/* Distance of two non-negative float32 values in ulps (their bit patterns). */
+static int ulps(uint32_t a, uint32_t b) {
+  int64_t d = (int64_t)(a & 0x7fffffffu) - (int64_t)(b & 0x7fffffffu);
+  d = d < 0 ? -d : d;
+  return d > 1000000 ? 1000000 : (int)d;
+}
+
+/* Payload element mismatches of exp against got. */
+static int64_t payload_diff(const qc_tensor *exp, const qc_tensor *got, int64_t n, int64_t K, const float *W,
+                            qc_deployed_result *r) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t e = code_at(exp, K, i), f = code_at(got, K, i);
+    if (e != f) {
+      bad++;
+      if (r) note(r, "payload", i, W[i], e, f);
+    }
+  }
+  return bad;
+}
+
+int qc_deployed_compare(qc_qfmt fmt, qc_qprof prof, const qc_deployed_input *in, const qc_sr *sr, qc_deployed_result *out) {
   memset(out, 0, sizeof *out);
-  const qc_tensor *wq = qc_tset_get(&m->saved, "weight_q");
-  if (!wq) return QC_OK;
+  out->n_payload_given = -1;
+  if (!in->got.q.data) return QC_OK;
   out->present = 1;
-  const qc_tensor *w, *ws, *wg = qc_tset_get(&m->saved, "weight_global_scale");
-  int rc;
-  if ((rc = qc_module_need(m, "params", "weight", 2, 2, &w))) return rc;
-  if ((rc = qc_module_need(m, "saved", "weight_scale", 0, 2, &ws))) return rc;
-  if (fmt == QC_QF_NVFP4 && !wg)
-    return qc_err("%s: saved/weight_global_scale is missing: nvfp4 deploys a float32 global scale", m->path);
-  int64_t N = w->shape[0], K = w->shape[1], n = N * K;
+  const int64_t N = in->N, K = in->K, n = N * K;
   char where[QC_PATHLEN + 32];
-  float *W = NULL, *de = NULL, *df = NULL;
-  double *W64 = NULL;
-  qc_quantized exp = {0}, got = {0};
-  rc = QC_ESYS;
-  if (!(W = qc_malloc((size_t)n * 4 + 4, "deployed master")) || !(W64 = qc_malloc((size_t)n * 8 + 8, "deployed master")) ||
-      !(de = qc_malloc((size_t)n * 4 + 4, "deployed decode")) || !(df = qc_malloc((size_t)n * 4 + 4, "deployed decode")))
+  float *de = NULL, *df = NULL;
+  qc_quantized exp = {0}, got = {0}, given = {0};
+  qc_recipe r1, r2;
+  qc_qrecipe(fmt, prof, &r1, &r2);
+  int rc = QC_ESYS;
+  if (!(de = qc_malloc((size_t)n * 4 + 4, "deployed decode")) || !(df = qc_malloc((size_t)n * 4 + 4, "deployed decode")))
     goto done;
-  if ((rc = qc_tensor_to_f64(w, W64))) goto done;
-  for (int64_t i = 0; i < n; i++) W[i] = (float)W64[i];
-  snprintf(where, sizeof where, "%s: params/weight", m->path);
-  if ((rc = qc_quantize(fmt, prof, N, K, W, sr, &exp, where))) goto done;
-  snprintf(where, sizeof where, "%s: saved", m->path);
-  /* the found tensors, viewed in the expected layout (checks dtype/shape) */
-  if ((rc = qc_tensor_copy(&got.q, wq)) || (rc = qc_tensor_copy(&got.scale, ws))) goto done;
-  if (wg && fmt == QC_QF_NVFP4 && (rc = qc_tensor_copy(&got.gscale, wg))) goto done;
+  snprintf(where, sizeof where, "%s: params/weight", in->where);
+  /* a stored global scale is taken as stored for the blocks when it means
+   * what the profile's does; the profile re-derives it only to check it */
+  const int g_div = r1.nop != QN_DIVM;
+  const float *gst = in->got.gscale.data && qc_numel(&in->got.gscale) == 1 && in->g_mult != g_div ? in->got.gscale.data : NULL;
+  qc_qstored st = {gst, NULL, NULL};
+  if ((rc = qc_quantize_st(fmt, prof, N, K, in->W, sr, gst ? &st : NULL, &exp, where))) goto done;
+  snprintf(where, sizeof where, "%s: saved", in->where);
+  if ((rc = qc_tensor_copy(&got.q, &in->got.q)) || (rc = qc_tensor_copy(&got.scale, &in->got.scale))) goto done;
+  if (fmt == QC_QF_NVFP4 && (rc = qc_tensor_copy(&got.gscale, gst ? &in->got.gscale : &exp.gscale))) goto done;
   int ue8m0_bytes = (fmt == QC_QF_FP8_GROUP128_UE8M0 || fmt == QC_QF_FP8_BLOCK128_UE8M0) && got.scale.dtype == QC_E8M0;
   if (ue8m0_bytes && (rc = e8m0_scales(&exp.scale, &got.scale, out))) goto done;
   if ((rc = qc_dequantize(fmt, prof, N, K, &exp, de, "expected"))) goto done;
   if ((rc = qc_dequantize(fmt, prof, N, K, &got, df, where))) goto done;
-  /* payload, element by element */
-  out->total_payload = n;
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t e = code_at(&exp.q, K, i), f = code_at(&got.q, K, i);
-    if (e != f) { out->n_payload++; note(out, "payload", i, W[i], e, f); }
+  /* the global scale: the profile's own derivation against the stored one */
+  if (fmt == QC_QF_NVFP4 && in->got.gscale.data) {
+    qc_quantized d = {0};
+    uint32_t e, f;
+    if (gst) {
+      snprintf(where, sizeof where, "%s: params/weight", in->where);
+      if ((rc = qc_quantize(fmt, prof, N, K, in->W, sr, &d, where))) goto done;
+      memcpy(&e, d.gscale.data, 4);
+      qc_quantized_free(&d);
+    } else {
+      memcpy(&e, exp.gscale.data, 4);
+      out->g_kind_differs = 1;
+    }
+    memcpy(&f, in->got.gscale.data, 4);
+    if (e != f || out->g_kind_differs) {
+      out->n_global++;
+      note(out, "global", 0, NAN, e, f);
+    }
   }
-  /* scales: raw bytes (an e8m0 view was compared above) */
+  out->total_payload = n;
+  out->n_payload = payload_diff(&exp.q, &got.q, n, K, in->W, out);
+  /* scales: raw bytes (an e8m0 view was compared above), float32 distances in ulps */
   if (!ue8m0_bytes) {
     size_t es = qc_dtype_size(exp.scale.dtype);
-    int64_t ns = qc_numel(&exp.scale);
-    for (int64_t i = 0; i < ns; i++)
+    for (int64_t i = 0; i < qc_numel(&exp.scale); i++)
       if (memcmp((char *)exp.scale.data + i * es, (char *)got.scale.data + i * es, es)) {
         uint32_t e = 0, f = 0;
         memcpy(&e, (char *)exp.scale.data + i * es, es);
         memcpy(&f, (char *)got.scale.data + i * es, es);
         out->n_scale++;
+        if (exp.scale.dtype == QC_F32 && ulps(e, f) > out->scale_ulps) out->scale_ulps = ulps(e, f);
         note(out, "scale", i, NAN, e, f);
       }
   }
-  if (exp.gscale.data && memcmp(exp.gscale.data, got.gscale.data, 4)) {
-    uint32_t e, f;
-    memcpy(&e, exp.gscale.data, 4);
-    memcpy(&f, got.gscale.data, 4);
-    out->n_global++;
-    note(out, "global", 0, NAN, e, f);
-  }
   for (int64_t i = 0; i < n; i++) {
     uint16_t e = qc_f32_to_bf16(de[i]), f = qc_f32_to_bf16(df[i]);
-    if (e != f) { out->n_decoded++; note(out, "decoded", i, W[i], e, f); }
+    if (e != f) { out->n_decoded++; note(out, "decoded", i, in->W[i], e, f); }
+  }
+  /* the payload under the stored scales: the element rule alone */
+  if (out->n_scale || out->n_global) {
+    qc_qstored gs = {gst, got.scale.dtype == QC_F32 ? got.scale.data : NULL, got.scale.dtype != QC_F32 ? got.scale.data : NULL};
+    snprintf(where, sizeof where, "%s: params/weight", in->where);
+    if ((rc = qc_quantize_st(fmt, prof, N, K, in->W, sr, &gs, &given, where))) goto done;
+    out->n_payload_given = payload_diff(&given.q, &got.q, n, K, in->W, NULL);
+  } else {
+    out->n_payload_given = out->n_payload;
   }
   rc = QC_OK;
 done:
   qc_quantized_free(&exp);
   qc_quantized_free(&got);
-  free(W); free(W64); free(de); free(df);
+  qc_quantized_free(&given);
+  free(de);
+  free(df);
+  return rc;
+}
+
+/* Append the names of the profiles whose flag is set ("a, b and c"). */
+static int list_profiles(char *buf, int n, const int *flag) {
+  int k = 0, cnt = 0, tot = 0;
+  for (int p = 0; p < QC_QP_COUNT; p++) tot += flag[p] != 0;
+  for (int p = 0; p < QC_QP_COUNT && k < n; p++)
+    if (flag[p]) {
+      cnt++;
+      k += snprintf(buf + k, (size_t)(n - k), "%s%s", cnt == 1 ? "" : cnt == tot ? " or " : ", ", qc_qprof_name((qc_qprof)p));
+    }
+  return k;
+}
+
+int qc_deployed_identify(qc_qfmt fmt, const qc_deployed_input *in, const qc_sr *sr, qc_identify *out) {
+  memset(out, 0, sizeof *out);
+  out->chosen = -1;
+  if (!in->got.q.data) return QC_OK;
+  out->n = QC_QP_COUNT;
+  int rc, best = -1;
+  int64_t best_cost = -1;
+  for (int p = 0; p < QC_QP_COUNT; p++) {
+    qc_quant_cmp *c = &out->c[p];
+    c->prof = (qc_qprof)p;
+    if (!qc_qprof_makes(fmt, (qc_qprof)p)) { /* not a producer of this format */
+      c->r.n_payload_given = -1;
+      snprintf(c->line, sizeof c->line, "%s does not make %s", qc_qprof_name((qc_qprof)p), qc_qfmt_name(fmt));
+      continue;
+    }
+    /* a profile running the same operations as an earlier one gives its result */
+    int same = -1;
+    for (int q = 0; q < p && same < 0; q++)
+      if (qc_qprof_makes(fmt, (qc_qprof)q) && qc_qprof_same(fmt, (qc_qprof)p, (qc_qprof)q)) same = q;
+    if (same >= 0) c->r = out->c[same].r;
+    else if ((rc = qc_deployed_compare(fmt, (qc_qprof)p, in, sr, &c->r))) return rc;
+    qc_deployed_summary(&c->r, c->line, sizeof c->line);
+    c->ok = !(c->r.n_payload || c->r.n_scale || c->r.n_global || c->r.n_decoded);
+    if (c->ok && !out->any) { out->any = 1; out->chosen = p; }
+    int64_t cost = c->r.n_scale + c->r.n_global + c->r.n_payload;
+    if (best < 0 || cost < best_cost) { best = p; best_cost = cost; }
+  }
+  char *w = out->why;
+  int n = (int)sizeof out->why, k = 0;
+  int flag[QC_QP_COUNT];
+  if (out->any) {
+    for (int p = 0; p < QC_QP_COUNT; p++) flag[p] = out->c[p].ok;
+    k += snprintf(w, (size_t)n, "reproduced by ");
+    list_profiles(w + k, n - k, flag);
+    return QC_OK;
+  }
+  out->chosen = best;
+  const qc_deployed_result *r = &out->c[best].r;
+  k += snprintf(w + k, (size_t)(n - k), "no profile reproduces the bytes; closest %s/%s: ", qc_qfmt_name(fmt), qc_qprof_name((qc_qprof)best));
+  if (r->n_scale && k < n)
+    k += r->scale_ulps ? snprintf(w + k, (size_t)(n - k), "%lld scale(s) differ by up to %d ulp, ", (long long)r->n_scale, r->scale_ulps)
+                       : snprintf(w + k, (size_t)(n - k), "%lld scale byte(s) differ, ", (long long)r->n_scale);
+  if (r->n_global && k < n)
+    k += snprintf(w + k, (size_t)(n - k), r->g_kind_differs ? "the global scale is stored as the other kind (multiplier / divisor), "
+                                                            : "the global scale differs, ");
+  if (k < n) k += snprintf(w + k, (size_t)(n - k), "%lld payload element(s) differ", (long long)r->n_payload);
+  /* which rules the stored bytes fit */
+  int any_s = 0, any_e = 0;
+  for (int p = 0; p < QC_QP_COUNT; p++)
+    any_s |= flag[p] = qc_qprof_makes(fmt, (qc_qprof)p) && !out->c[p].r.n_scale && !out->c[p].r.n_global;
+  if (k < n) k += snprintf(w + k, (size_t)(n - k), any_s ? "; the scales fit " : "; no profile's scale rule gives the stored scales");
+  if (any_s && k < n) k += list_profiles(w + k, n - k, flag);
+  for (int p = 0; p < QC_QP_COUNT; p++) any_e |= flag[p] = out->c[p].r.n_payload_given == 0;
+  if (k < n)
+    k += snprintf(w + k, (size_t)(n - k), any_e ? "; under the stored scales the payload fits "
+                                                : "; under the stored scales no profile's element rule gives the payload");
+  if (any_e && k < n) list_profiles(w + k, n - k, flag);
+  return QC_OK;
+}
+
+int qc_deployed_check(const qc_module *m, qc_qfmt fmt, qc_qprof prof, const qc_sr *sr, qc_deployed_result *out) {
+  qc_deployed_input in;
+  memset(out, 0, sizeof *out);
+  int rc = qc_deployed_read_module(m, fmt, &in);
+  if (!rc) rc = qc_deployed_compare(fmt, prof, &in, sr, out);
+  qc_deployed_input_free(&in);
+  return rc;
+}
+
+int qc_deployed_identify_module(const qc_module *m, qc_qfmt fmt, const qc_sr *sr, qc_identify *out) {
+  qc_deployed_input in;
+  memset(out, 0, sizeof *out);
+  int rc = qc_deployed_read_module(m, fmt, &in);
+  if (!rc) rc = qc_deployed_identify(fmt, &in, sr, out);
+  qc_deployed_input_free(&in);
   return rc;
 }

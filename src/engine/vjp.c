@@ -10,14 +10,24 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/progress.h"
 #include "core/qc.h"
+#include "engine/ckpt_quant.h"
 #include "engine/deployed.h"
 #include "engine/gen.h"
 #include "io/dump.h"
 #include "io/prefetch.h"
 
+/* Does m's class take a quantizer profile? */
+static int takes_profile(const qc_module *m) {
+  for (const qc_key_spec *k = m->cls->keys; k && k->key; k++)
+    if (strcmp(k->key, "profile") == 0) return 1;
+  return 0;
+}
+
 /* Contract for m: the dump's attribute (if any), the case's over it, the
- * --profile option over both; validated against the class's keys. */
+ * --profile option over both; validated against the class's keys. A profile
+ * none of them names is auto (check_deployed resolves it). */
 static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
   char where[QC_PATHLEN + 64];
   int rc;
@@ -28,30 +38,55 @@ static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
   }
   if (cs->has_contract && (rc = qc_contract_merge(&m->contract, &cs->contract))) return rc;
   if (profile) {
-    int takes = 0;
-    for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) takes |= strcmp(k->key, "profile") == 0;
-    if (!takes) return qc_err("--profile '%s': class '%s' has no quantizer profile", profile, m->cls->name);
+    if (!takes_profile(m)) return qc_err("--profile '%s': class '%s' has no quantizer profile", profile, m->cls->name);
     if ((rc = qc_contract_set(&m->contract, "profile", profile, 0, 0))) return rc;
   }
   snprintf(where, sizeof where, "case '%s': module '%s'", cs->path, m->path);
-  return qc_contract_validate(&m->contract, m->cls->keys, where);
+  int explicit_profile = qc_contract_has(&m->contract, "profile");
+  if ((rc = qc_contract_validate(&m->contract, m->cls->keys, where))) return rc;
+  /* no profile named anywhere: auto (the deployed bytes decide; vllm without them) */
+  return !explicit_profile && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "auto", 0, 0) : QC_OK;
 }
 
 /* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check that
  * qatcheck's quantizer (contract's weight_format, profile, rounding)
- * reproduces them byte for byte. No check when there are no saved bytes. */
-static int check_deployed(qc_audit *a, const qc_module *m) {
+ * reproduces them byte for byte. The profile is the contract's (the case's,
+ * --profile's); absent or auto, every profile is tried and the first that
+ * reproduces the bytes becomes the module's (the check says which and why;
+ * none: the check fails naming the closest, and vllm is used). No check
+ * when there are no saved bytes; then auto means vllm. */
+static int check_deployed(qc_audit *a, qc_module *m) {
   const char *fn = qc_contract_str(&m->contract, "weight_format", "none");
+  const char *pn = qc_contract_str(&m->contract, "profile", "auto");
+  int autop = strcmp(pn, "auto") == 0, rc;
   if (!qc_tset_get(&m->saved, "weight_q") || !qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)
-    return QC_OK;
+    return autop && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "vllm", 0, 0) : QC_OK;
   qc_qfmt f;
-  qc_qprof p;
+  qc_qprof p = QC_QP_VLLM;
   qc_sr sr;
   qc_deployed_result r;
-  int rc;
-  if ((rc = qc_qfmt_parse(fn, &f)) || (rc = qc_qprof_parse(qc_contract_str(&m->contract, "profile", "vllm"), &p))) return rc;
+  char note[512] = "";
+  if ((rc = qc_qfmt_parse(fn, &f)) || (!autop && (rc = qc_qprof_parse(pn, &p)))) return rc;
+  if (qc_tset_get(&m->saved, "weight_q")->dtype == QC_U8) { /* float8 bytes from torch < 2.1 */
+    int fp4 = f == QC_QF_NVFP4 || f == QC_QF_MXFP4;
+    qc_hint("scripts/qatdump.py writes it from the contract's weight_format or the module's qatcheck_dtypes; with h5py: "
+            "ds.attrs['dtype'] = '%s'", fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn");
+    return qc_err("module '%s': saved/weight_q is uint8 without a 'dtype' attribute: expected %s bytes for weight_format %s",
+                  m->path, fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn", fn);
+  }
   qc_sr_from_contract(&m->contract, m->path, &sr);
-  if ((rc = qc_deployed_check(m, f, p, &sr, &r))) return rc;
+  if (autop) {
+    qc_identify *idf = qc_calloc(1, sizeof *idf, "profile identification");
+    if (!idf) return QC_ESYS;
+    if ((rc = qc_deployed_identify_module(m, f, &sr, idf))) { free(idf); return rc; }
+    p = idf->any ? (qc_qprof)idf->chosen : QC_QP_VLLM;
+    r = idf->c[idf->chosen].r; /* the reproducing profile, or the closest */
+    snprintf(note, sizeof note, "profile %s (auto: %s)", qc_qprof_name(p), idf->why);
+    free(idf);
+    if ((rc = qc_contract_set(&m->contract, "profile", qc_qprof_name(p), 0, 0))) return rc;
+  } else if ((rc = qc_deployed_check(m, f, p, &sr, &r))) {
+    return rc;
+  }
   qc_check k;
   memset(&k, 0, sizeof k);
   snprintf(k.module, sizeof k.module, "%s", m->path);
@@ -64,7 +99,9 @@ static int check_deployed(qc_audit *a, const qc_module *m) {
   snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(qc_tset_get(&m->saved, "weight_q")->dtype));
   int bad = r.n_payload || r.n_scale || r.n_global || r.n_decoded;
   k.verdict = bad ? QC_V_FAIL : QC_V_PASS;
-  if (bad) qc_deployed_summary(&r, k.why, sizeof k.why);
+  if (bad && !autop) qc_deployed_summary(&r, k.why, sizeof k.why);
+  else snprintf(k.why, sizeof k.why, "%s", autop ? note : "");
+  if (qc_verbose && autop) fprintf(stderr, "qatcheck: %s: %s\n", m->path, note);
   return qc_results_add(a->res, &k);
 }
 
@@ -92,6 +129,25 @@ static int select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
   return QC_OK;
 }
 
+static const char *cand_name(qc_cand_kind k) { return k == QC_CAND_DUMP ? "dump" : k == QC_CAND_PLUGIN ? "plugin" : "builtin"; }
+
+/* Audit m, its checks from index `first` on (a deployed-bytes check may
+ * come before), and describe it with its wall time into a->info. */
+static int audit_described(qc_audit *a, const qc_module *m, int first, double t0, const char *values) {
+  qc_modinfo *mi = NULL;
+  int rc = QC_OK;
+  if (a->info && !(mi = qc_malloc(sizeof *mi, "module facts"))) return QC_ESYS;
+  if (mi) rc = qc_modinfo_fill(mi, m, values ? "generated" : "dump", cand_name(a->cs->cand), values);
+  if (!rc) rc = qc_audit_module(a, m);
+  if (!rc && mi) {
+    mi->first = first;
+    mi->nchecks = a->res->n - first;
+    mi->seconds = qc_now_s() - t0;
+    rc = qc_modinfos_add(a->info, mi);
+  }
+  free(mi);
+  return rc;
+}
 
 /* 1 when `name` is a word of the space-separated `list`. */
 static int in_list(const char *list, const char *name) {
@@ -205,21 +261,31 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
   static const char kinds_default[4][QC_NAMELEN] = {"random", "zero", "sparse", "ones"};
   const char (*kinds)[QC_NAMELEN] = cs->ndy ? cs->dy : kinds_default;
   int nk = cs->ndy ? cs->ndy : 4;
+  qc_progress pg;
+  qc_progress_start(&pg, "vjp", "instances", cs->nshapes);
   for (int i = 0; i < cs->nshapes; i++) {
     qc_module m;
     memset(&m, 0, sizeof m);
     m.cls = row->cls;
     snprintf(m.path, sizeof m.path, "%s", row->cls->name);
-    int rc = set_contract(&m, cs, NULL, profile);
+    int rc = set_contract(&m, cs, NULL, profile), first = a->res->n;
+    double t0 = qc_now_s();
+    if (!rc && takes_profile(&m) && strcmp(qc_contract_str(&m.contract, "profile", "vllm"), "auto") == 0) /* generated: no bytes */
+      rc = qc_contract_set(&m.contract, "profile", "vllm", 0, 0);
     clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
     if (!rc) {
       if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
-      rc = qc_audit_module(a, &m);
+      rc = audit_described(a, &m, first, t0, cs->values[0] ? cs->values : "normal");
     }
+    qc_progress_step(&pg, i + 1, m.path);
     qc_module_free(&m);
-    if (rc) return rc;
+    if (rc) {
+      qc_progress_end(&pg);
+      return rc;
+    }
   }
+  qc_progress_end(&pg);
   return QC_OK;
 }
 
@@ -233,6 +299,8 @@ typedef struct load_slot {
 
 typedef struct loader {
   qc_dump *d;
+  const qc_st *ckpt;       /* params/ from here when the case names a checkpoint */
+  const char *prefix;
   const qc_dump_entry *ents;
   int with_grads;
   load_slot slot[2];
@@ -248,6 +316,7 @@ static int load_entry(void *arg, int item, int k) {
   const char *path = L->ents[item].path;
   int rc = qc_dump_load_module(L->d, path, L->with_grads, &s->m, s->contract, sizeof s->contract);
   s->loaded = rc == QC_OK;
+  if (!rc && L->ckpt) rc = qc_ckpt_params(L->ckpt, L->prefix, &s->m);
   s->frozen[0] = 0;
   for (int j = 0; !rc && j < s->m.params.n; j++) { /* qatdump marks frozen parameters */
     char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];
@@ -264,12 +333,15 @@ static int load_entry(void *arg, int item, int k) {
  * time plus the next one, whose read overlaps the current audit. */
 static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   qc_dump *d = NULL;
+  qc_st *ck = NULL;
   qc_dump_entry *ents = NULL;
   const qc_class **classes = NULL;
   int n = 0, ncls = 0, rc;
   loader *L = NULL;
   qc_prefetch pf;
+  qc_progress pg;
   memset(&pf, 0, sizeof pf);
+  memset(&pg, 0, sizeof pg);
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   if (n == 0) {
@@ -297,10 +369,15 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   if (!L) { rc = QC_ESYS; goto done; }
   L->d = d;
   L->ents = ents;
+  if (cs->checkpoint[0] && (rc = qc_st_open(cs->checkpoint, &ck))) goto done;
+  L->ckpt = ck;
+  L->prefix = cs->ckpt_prefix;
   L->with_grads = cs->cand == QC_CAND_DUMP;
   if ((rc = qc_prefetch_start(&pf, n, 1, load_entry, L))) goto done;
+  qc_progress_start(&pg, "vjp", "modules", n);
   for (int i = 0; i < n && !rc; i++) {
-    int k;
+    int k, first = a->res->n;
+    double t0 = qc_now_s();
     if ((rc = qc_prefetch_wait(&pf, i, &k))) break;
     load_slot *cur = &L->slot[k];
     char where[QC_PATHLEN + 1100];
@@ -316,14 +393,16 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     if (!rc) {
       a->frozen = cur->frozen;
       if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m->path);
-      rc = qc_audit_module(a, m);
+      rc = audit_described(a, m, first, t0, NULL);
       a->frozen = NULL;
     }
+    qc_progress_step(&pg, i + 1, m->path);
     qc_module_free(m);
     cur->loaded = 0;
     if (!rc) rc = qc_prefetch_release(&pf, i);
   }
 done:
+  qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
   if (L)
     for (int k = 0; k < 2; k++)
@@ -332,6 +411,7 @@ done:
   free(ents);
   free(classes);
   qc_dump_close(d);
+  qc_st_close(ck);
   return rc;
 }
 

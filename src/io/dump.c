@@ -27,7 +27,7 @@ void qc_dump_silence(void) {
 
 const char *qc_dump_path(const qc_dump *d) { return d->path; }
 
-int qc_dump_open(const char *path, qc_dump **out) {
+int qc_dump_open_map(const char *path, qc_dump **out) {
   *out = NULL;
   if (strlen(path) >= sizeof ((qc_dump *)0)->path)
     return qc_err("dump '%.60s...': path longer than %zu characters", path, sizeof ((qc_dump *)0)->path - 1);
@@ -44,6 +44,17 @@ int qc_dump_open(const char *path, qc_dump **out) {
   if ((rc = qc_box_start(path, fd, size, &d->box, &d->map))) goto fail;
   /* direct reads take HDF5's addresses as file offsets: only without a userblock */
   d->direct = d->map.userblock == 0;
+  *out = d;
+  return QC_OK;
+fail:
+  qc_dump_close(d);
+  return rc;
+}
+
+int qc_dump_open(const char *path, qc_dump **out) {
+  qc_dump *d = NULL;
+  int rc = qc_dump_open_map(path, &d);
+  if (rc) return rc;
   const qc_h5attr *a = qc_h5obj_attr(qc_h5map_find(&d->map, "/"), "qatcheck_dump");
   if (!a || a->kind != QC_H5A_INT) {
     rc = qc_err("dump '%s': root attribute 'qatcheck_dump' is %s: expected the integer 1", path,

@@ -27,6 +27,7 @@
 
 #define DEADLINE_DEFAULT 30.0
 #define MAX_STR (1u << 20)
+#define MAX_LIST 100000 /* strings in a list attribute */
 
 struct qc_box {
   pid_t pid;
@@ -48,6 +49,8 @@ void qc_h5map_free(qc_h5map *m) {
     for (int j = 0; j < m->o[i].nattr; j++) {
       free(m->o[i].attr[j].name);
       free(m->o[i].attr[j].str);
+      for (int k = 0; k < m->o[i].attr[j].nstr; k++) free(m->o[i].attr[j].strs[k]);
+      free(m->o[i].attr[j].strs);
     }
     free(m->o[i].attr);
     free(m->o[i].path);
@@ -394,9 +397,19 @@ static int read_map(qc_box *b, qc_h5map *m) {
       if ((rc = get_u8(b, &k))) return rc;
       a->kind = (int)k;
       if (a->kind == QC_H5A_STR && (rc = get_str(b, &a->str))) return rc;
-      if (a->kind == QC_H5A_INT) {
+      if (a->kind == QC_H5A_INT || a->kind == QC_H5A_FLOAT) {
         if ((rc = get_u64(b, &iv))) return rc;
         a->ival = (long long)iv;
+        memcpy(&a->dval, &iv, sizeof a->dval);
+      }
+      if (a->kind == QC_H5A_STRS) {
+        if ((rc = get_u64(b, &iv))) return rc;
+        if (iv > MAX_LIST) return qc_err("dump '%s': the reader sent a list of %llu strings", b->path, (unsigned long long)iv);
+        if (iv && !(a->strs = qc_calloc((size_t)iv, sizeof *a->strs, "dump map"))) return QC_ESYS;
+        for (uint64_t j = 0; j < iv; j++) {
+          if ((rc = get_str(b, &a->strs[j]))) return rc;
+          a->nstr++;
+        }
       }
     } else {
       return qc_err("dump '%s': the reader sent an unknown record %u", b->path, tag);

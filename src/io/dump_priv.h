@@ -22,7 +22,7 @@
 
 /* ---- the map of a file, as the sandbox read it -------------------------- */
 
-enum { QC_H5A_STR = 1, QC_H5A_INT, QC_H5A_OTHER, QC_H5A_BAD };
+enum { QC_H5A_STR = 1, QC_H5A_INT, QC_H5A_OTHER, QC_H5A_BAD, QC_H5A_FLOAT, QC_H5A_STRS };
 enum { QC_H5O_GROUP = 1, QC_H5O_DATASET, QC_H5O_OTHER, QC_H5O_SOFT, QC_H5O_EXTERNAL };
 /* type classes, as the parent needs them (libhdf5's own enum stays in the child) */
 enum { QC_H5T_INT = 1, QC_H5T_FLOAT, QC_H5T_STRING, QC_H5T_OTHER };
@@ -35,14 +35,18 @@ enum { QC_MT_F64 = 1, QC_MT_F32, QC_MT_I32, QC_MT_I64, QC_MT_U8, QC_MT_U16, QC_M
 
 #define QC_H5_MAXFILTER 8
 
-/* One attribute: a single string or integer is read (kind STR / INT);
- * anything else is only named (OTHER), and one libhdf5 could not read is
- * BAD. */
+/* One attribute: a single string, integer or float is read (kind STR /
+ * INT / FLOAT); an array of variable-length strings, or an empty array of
+ * any type, is read as a list (STRS: a step dump's `frozen`); anything
+ * else is only named (OTHER), and one libhdf5 could not read is BAD. */
 typedef struct qc_h5attr {
   char *name;
   int kind;
   char *str;          /* kind STR, NUL-terminated */
   long long ival;     /* kind INT */
+  double dval;        /* kind FLOAT */
+  int nstr;           /* kind STRS: strs[nstr], each NUL-terminated */
+  char **strs;
 } qc_h5attr;
 
 /* A dataset's header: type, shape and storage. */
@@ -148,6 +152,10 @@ struct qc_dump {
   qc_h5map map;       /* reader */
   qc_box *box;        /* reader */
 };
+
+/* Open a file for reading through the sandbox (qc_dump_open without the
+ * root attribute's check: the step dump has its own). */
+int qc_dump_open_map(const char *path, qc_dump **out);
 
 /* Turn off HDF5's automatic error printing (once; writer and child). */
 void qc_dump_silence(void);

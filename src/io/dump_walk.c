@@ -19,6 +19,7 @@
 #define MAX_OBJECTS 2000000
 #define MAX_ATTRS 4096        /* per object */
 #define MAX_ATTR_BYTES (1u << 20)
+#define MAX_ATTR_STRS 100000  /* strings in a list attribute */
 #define MAX_CHUNKS (1u << 22)
 #define PIECE_BYTES ((size_t)32 << 20)
 
@@ -103,8 +104,9 @@ typedef struct attr_ctx {
   int n;
 } attr_ctx;
 
-/* Read one attribute: a single string (fixed or variable length) or a
- * single integer; anything else is only named. */
+/* Read one attribute: a single string (fixed or variable length), integer
+ * or float, or a list of variable-length strings (or an empty list);
+ * anything else is only named. */
 static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void *op) {
   (void)info;
   attr_ctx *c = op;
@@ -117,6 +119,9 @@ static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void 
   int kind = QC_H5A_BAD;
   char *s = NULL;
   long long iv = 0;
+  double dv = 0;
+  char **sv = NULL;
+  int nsv = 0;
   hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
   hid_t t = a >= 0 ? H5Aget_type(a) : -1;
   hid_t sp = a >= 0 ? H5Aget_space(a) : -1;
@@ -148,16 +153,48 @@ static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void 
       }
     } else if (np == 1 && cl == H5T_INTEGER) {
       kind = H5Aread(a, H5T_NATIVE_LLONG, &iv) >= 0 ? QC_H5A_INT : QC_H5A_BAD;
+    } else if (np == 1 && cl == H5T_FLOAT) {
+      kind = H5Aread(a, H5T_NATIVE_DOUBLE, &dv) >= 0 ? QC_H5A_FLOAT : QC_H5A_BAD;
+    } else if (np == 0) {
+      kind = QC_H5A_STRS; /* an empty list, of any type */
+    } else if (np > 1 && np <= MAX_ATTR_STRS && cl == H5T_STRING && H5Tis_variable_str(t) > 0) {
+      hid_t mt = H5Tcopy(H5T_C_S1);
+      kind = QC_H5A_BAD;
+      if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && (sv = calloc((size_t)np, sizeof *sv)) && H5Aread(a, mt, sv) >= 0) {
+        nsv = (int)np;
+        kind = QC_H5A_STRS;
+        for (int i = 0; i < nsv; i++)
+          if (!sv[i] || strnlen(sv[i], MAX_ATTR_BYTES + 1) > MAX_ATTR_BYTES) kind = QC_H5A_BAD;
+      }
+      if (kind == QC_H5A_STRS) { /* sent here, the list being in hand */
+        put_u8(w, QC_REC_ATTR);
+        put_str(w, name, strlen(name));
+        put_u8(w, QC_H5A_STRS);
+        put_u64(w, (uint64_t)nsv);
+        for (int i = 0; i < nsv; i++) put_str(w, sv[i], strlen(sv[i]));
+        kind = 0;
+      }
+      if (nsv) H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, sv);
+      if (mt >= 0) H5Tclose(mt);
+      free(sv);
     }
   }
   if (sp >= 0) H5Sclose(sp);
   if (t >= 0) H5Tclose(t);
   if (a >= 0) H5Aclose(a);
-  put_u8(w, QC_REC_ATTR);
-  put_str(w, name, strlen(name));
-  put_u8(w, (unsigned)kind);
-  if (kind == QC_H5A_STR) put_str(w, s, strlen(s));
-  if (kind == QC_H5A_INT) put_u64(w, (uint64_t)iv);
+  if (kind) {
+    put_u8(w, QC_REC_ATTR);
+    put_str(w, name, strlen(name));
+    put_u8(w, (unsigned)kind);
+    if (kind == QC_H5A_STR) put_str(w, s, strlen(s));
+    if (kind == QC_H5A_INT) put_u64(w, (uint64_t)iv);
+    if (kind == QC_H5A_FLOAT) {
+      uint64_t bits;
+      memcpy(&bits, &dv, sizeof bits);
+      put_u64(w, bits);
+    }
+    if (kind == QC_H5A_STRS) put_u64(w, 0);
+  }
   free(s);
   return 0;
 }

@@ -231,17 +231,26 @@ static int parse_data(const cJSON *data, const char *where, qc_case *c) {
     return QC_OK;
   }
   if (dump) {
-    static const char *const dk[] = {"dump", "modules", NULL};
+    static const char *const dk[] = {"dump", "modules", "checkpoint", "checkpoint_prefix", NULL};
     if ((rc = only_keys(data, dk, w))) return rc;
     char rel[1024];
     if ((rc = get_string(dump, w, "dump", rel, sizeof rel))) return rc;
     if ((rc = resolve(c->dir, rel, c->dump, sizeof c->dump))) return rc;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(data, "modules");
     if (m && (rc = get_string(m, w, "modules", c->modules_re, sizeof c->modules_re))) return rc;
+    /* params/ from a safetensors checkpoint, by name */
+    const cJSON *ck = cJSON_GetObjectItemCaseSensitive(data, "checkpoint");
+    const cJSON *cp = cJSON_GetObjectItemCaseSensitive(data, "checkpoint_prefix");
+    if (ck) {
+      if ((rc = get_string(ck, w, "checkpoint", rel, sizeof rel))) return rc;
+      if ((rc = resolve(c->dir, rel, c->checkpoint, sizeof c->checkpoint))) return rc;
+    }
+    if (cp && !ck) return qc_err("%s: key 'checkpoint_prefix' needs 'checkpoint'", w);
+    if (cp && (rc = get_string(cp, w, "checkpoint_prefix", c->ckpt_prefix, sizeof c->ckpt_prefix))) return rc;
     c->data = QC_DATA_DUMP;
     return QC_OK;
   }
-  return qc_err("%s: expected {\"generate\": {...}} or {\"dump\": \"FILE.h5\", \"modules\": \"REGEX\"}", w);
+  return qc_err("%s: expected {\"generate\": {...}} or {\"dump\": \"FILE.h5\", \"modules\": \"REGEX\", \"checkpoint\": \"MODEL.safetensors\"}", w);
 }
 
 /* Which of three planted errors a tolerance's bounds all pass: the

@@ -1,5 +1,6 @@
 /* check.c: the verdict and the result list (see check.h). */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,21 @@ int qc_results_verdict(const qc_results *r) {
   return 0;
 }
 
+/* Append one crossed bound to why ("; "-separated: every crossed bound is named). */
+static void crossed(char *why, int whylen, int *bad, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void crossed(char *why, int whylen, int *bad, const char *fmt, ...) {
+  size_t l = strlen(why);
+  va_list ap;
+  *bad = 1;
+  if (l && l + 2 < (size_t)whylen) l += (size_t)snprintf(why + l, (size_t)whylen - l, "; ");
+  if (l + 1 >= (size_t)whylen) return;
+  va_start(ap, fmt);
+  vsnprintf(why + l, (size_t)whylen - l, fmt, ap);
+  va_end(ap);
+}
+
 int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
+  int bad = 0;
   why[0] = 0;
   if (m->ref_nonfinite > 0) {
     snprintf(why, (size_t)whylen, "%lld non-finite value(s) in the reference", (long long)m->ref_nonfinite);
@@ -44,41 +59,35 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
   /* a NaN metric never satisfies a bound: every test below is written so
    * that NaN falls on the failing side */
   if (t->has_rel_l2 && !(m->rel_l2 <= t->rel_l2)) {
-    snprintf(why, (size_t)whylen, "rel_l2 %.3g > %.3g", m->rel_l2, t->rel_l2);
-    return QC_V_FAIL;
+    crossed(why, whylen, &bad, "rel_l2 %.3g > %.3g", m->rel_l2, t->rel_l2);
   }
   if (t->has_max_abs && !(m->max_abs <= t->max_abs)) {
-    snprintf(why, (size_t)whylen, "max_abs %.3g > %.3g", m->max_abs, t->max_abs);
-    return QC_V_FAIL;
+    crossed(why, whylen, &bad, "max_abs %.3g > %.3g", m->max_abs, t->max_abs);
   }
   /* cosine is undefined when a norm is zero: then max_abs decides (spec);
    * with no max_abs declared, a zero against a non-zero fails */
   int one_zero = m->cosine_null && (m->norm_g > 0 || m->norm_r > 0);
   if (t->has_cosine_min && (one_zero ? !t->has_max_abs : (!m->cosine_null && !(m->cosine >= t->cosine_min)))) {
     if (one_zero)
-      snprintf(why, (size_t)whylen, "cosine undefined (%s is zero, %s is not) and no max_abs declared",
+      crossed(why, whylen, &bad, "cosine undefined (%s is zero, %s is not) and no max_abs declared",
                m->norm_g > 0 ? "reference" : "candidate", m->norm_g > 0 ? "candidate" : "reference");
     else
-      snprintf(why, (size_t)whylen, "cosine %.9g < %.9g", m->cosine, t->cosine_min);
-    return QC_V_FAIL;
+      crossed(why, whylen, &bad, "cosine %.9g < %.9g", m->cosine, t->cosine_min);
   }
   /* the norm ratio of two zero tensors is 1; over a zero reference it is
    * undefined, and max_abs decides as for the cosine */
   int ratio_undef = m->norm_r == 0 && m->norm_g > 0;
   if (t->has_norm_ratio && !(m->norm_r == 0 && m->norm_g == 0) &&
       (ratio_undef ? !t->has_max_abs : !(m->norm_ratio >= t->norm_lo && m->norm_ratio <= t->norm_hi))) {
-    snprintf(why, (size_t)whylen, "norm_ratio %.9g outside [%.9g, %.9g]", m->norm_ratio, t->norm_lo, t->norm_hi);
-    return QC_V_FAIL;
+    crossed(why, whylen, &bad, "norm_ratio %.9g outside [%.9g, %.9g]", m->norm_ratio, t->norm_lo, t->norm_hi);
   }
   if (t->has_noise_multiple && !(m->noise_multiple <= t->noise_multiple)) {
-    snprintf(why, (size_t)whylen, "noise_multiple %.3g > %.3g", m->noise_multiple, t->noise_multiple);
-    return QC_V_FAIL;
+    crossed(why, whylen, &bad, "noise_multiple %.3g > %.3g", m->noise_multiple, t->noise_multiple);
   }
   /* With a zero reference, only exact agreement (or a declared max_abs) passes:
    * cosine and norm ratio are undefined there and rel_l2 degenerates. */
   if (m->norm_r == 0 && !t->has_max_abs && m->max_abs != 0) {
-    snprintf(why, (size_t)whylen, "reference is zero but candidate is not (max_abs %.3g) and no max_abs declared", m->max_abs);
-    return QC_V_FAIL;
+    crossed(why, whylen, &bad, "reference is zero but candidate is not (max_abs %.3g) and no max_abs declared", m->max_abs);
   }
-  return QC_V_PASS;
+  return bad ? QC_V_FAIL : QC_V_PASS;
 }

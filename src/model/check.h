@@ -20,8 +20,8 @@ typedef struct qc_tol {
 enum { QC_V_PASS = 0, QC_V_FAIL = 1 };
 
 /* The one verdict: QC_V_PASS only if every declared bound holds, nothing is
- * non-finite and no metric is NaN where a bound needs it. Writes the first
- * violated bound into why ("" on pass). */
+ * non-finite and no metric is NaN where a bound needs it. Writes every
+ * violated bound into why, "; "-separated ("" on pass). */
 int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen);
 
 typedef struct qc_check {

@@ -22,6 +22,8 @@ typedef struct qc_crow {
   char wfmt[QC_FMTLEN];     /* "none" on d_weight rows */
   char afmt[QC_FMTLEN];     /* "none" on d_x rows */
   char dy[QC_NAMELEN];      /* grad_out dataset name, or "generated" */
+  char profile[32];         /* the quantizer profile the module ran under */
+  char profile_why[480];    /* where it came from */
   const char *tensor;       /* "d_x" or "d_weight" */
   int64_t shape[2];
   qc_metrics m;
@@ -48,7 +50,7 @@ typedef struct qc_sweep_opts {
   int nw, na;
   const char *wfmt[QC_SWEEP_MAXFMT];   /* weight formats for d_x rows */
   const char *afmt[QC_SWEEP_MAXFMT];   /* activation formats for d_weight rows ("none" entries skipped) */
-  const char *profile;                 /* quantizer profile (NULL: vllm) */
+  const char *profile;                 /* --profile (NULL or "auto": per module, see qc_sweep_plan_profile) */
   int64_t tokens;                      /* M of a generated dY */
   uint64_t seed;                       /* seed of generated dY / X */
   int has_cos_min, has_norm;           /* thresholds */

@@ -98,6 +98,23 @@ typedef struct qc_fast_out {
 typedef int (*qc_fast_fn)(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const qc_tset *cand,
                           qc_fast_out *out);
 
+/* What `qatcheck tol` is asked for one gradient of a module read from a
+ * dump (`tol --dump F --module PATH`): the reduction length and dtypes the
+ * class reads from the module's tensors and contract. */
+typedef struct qc_tol_ask {
+  char tensor[QC_NAMELEN];     /* "d_x" */
+  const char *out_dtype;       /* static dtype names (qc_dtype_name) */
+  const char *operand_dtype;
+  int64_t k;
+  int rounded_operands;        /* operands the candidate rounds to operand_dtype, the reference not */
+  char why[256];               /* where K and the dtypes came from, in words */
+} qc_tol_ask;
+
+/* Fill out[0 .. *n) (at most max) for every gradient the class checks on
+ * m (a dump's module: tensors, validated contract; m->cand when the dump
+ * holds candidate gradients). QC_EINPUT naming a missing tensor. */
+typedef int (*qc_tol_rules_fn)(const qc_module *m, qc_tol_ask *out, int max, int *n);
+
 typedef struct qc_class {
   const char *name;            /* "linear" */
   const char *summary;         /* one line */
@@ -111,6 +128,7 @@ typedef struct qc_class {
   const char *grads;           /* every gradient the reference can return, space-separated
                                   ("d_x d_weight d_bias"; some only when their input exists):
                                   a tolerance for any other name is refused */
+  qc_tol_rules_fn tol_rules;   /* optional: K and dtypes of each gradient from a dump (`tol --dump`) */
 } qc_class;
 
 /* A registry row: the class, its independent reference and, optionally, a

@@ -17,6 +17,7 @@ int qc_tensor_to_f64(const qc_tensor *t, double *out) {
     case QC_I32: for (int64_t i = 0; i < n; i++) out[i] = ((const int32_t *)p)[i]; break;
     case QC_I64: for (int64_t i = 0; i < n; i++) out[i] = (double)((const int64_t *)p)[i]; break;
     case QC_U8: for (int64_t i = 0; i < n; i++) out[i] = ((const uint8_t *)p)[i]; break;
+    case QC_I8: for (int64_t i = 0; i < n; i++) out[i] = ((const int8_t *)p)[i]; break;
     case QC_E4M3: for (int64_t i = 0; i < n; i++) out[i] = qc_e4m3_to_f32(((const uint8_t *)p)[i]); break;
     case QC_E5M2: for (int64_t i = 0; i < n; i++) out[i] = qc_e5m2_to_f32(((const uint8_t *)p)[i]); break;
     case QC_E8M0: for (int64_t i = 0; i < n; i++) out[i] = qc_e8m0_to_f32(((const uint8_t *)p)[i]); break;

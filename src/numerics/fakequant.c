@@ -16,7 +16,7 @@
 #include "numerics/qpass.h"
 
 /* ---- fused, parallel fake-quant to float64 (qc_fake_quant_f64) ------------
- * The same blocks, scale rules and encoder as qq_quant_pass + qq_dequant_pass, one
+ * The same blocks, recipes and encoder as qq_quant_pass + qq_dequant_pass, one
  * block at a time: a block's codes go to a small per-thread buffer and come
  * straight back as values, out[r, c] = (double)(decode(code) * s) with the
  * float32 product qq_dequant_pass forms, so the result is qc_fake_quant's
@@ -25,7 +25,6 @@
 
 typedef struct fq_ctx {
   plan_t pl;
-  rule_t rule;                 /* stage 1's rule */
   int64_t rows, cols, br, bc, gc, ldo;
   qc_dtype dt;                 /* element type of in: float32, float64, float16 or bfloat16 */
   const void *in;
@@ -84,12 +83,12 @@ static void fq_blocks(void *p, int64_t lo, int64_t hi, int tid) {
         mb = m > mb ? m : mb;
       }
       if (mb >= 0x7f800000u) { x->bad[tid] = 1; goto out; }
-      bscale b = qq_block_scale(x->rule, x->pl.fp4, bitsf(mb), x->g);
+      bscale b = qr_block_scale(&x->pl.rc, bitsf(mb), x->g);
       for (int64_t r = r0; r < r1; r++) qq_enc_run(blk + (r - r0) * cols + c0, codes + (r - r0) * w, w, b.k, b.div, x->pl.fp4);
       float s = b.deq;
       if (x->pl.two_stage) { /* stage 2 (see qq_stage2_block): requantize stage 1's values */
         for (int64_t i = 0; i < (r1 - r0) * w; i++) scratch[i] = qq_e4m3_val[codes[i]] * s;
-        bscale b2 = qq_block_scale(R_BLOCK_UE8M0, 0, bitsf(qq_abs_max_bits(scratch, (r1 - r0) * w)), 0.0f);
+        bscale b2 = qr_block_scale(&x->pl.rc2, bitsf(qq_abs_max_bits(scratch, (r1 - r0) * w)), 0.0f);
         for (int64_t r = r0; r < r1; r++) qq_enc_run(scratch + (r - r0) * w, codes + (r - r0) * w, w, b2.k, b2.div, 0);
         s = b2.deq;
       }
@@ -171,7 +170,6 @@ int qc_fake_quant_f64_dt(const char *fmt, const char *profile, int64_t rows, int
   fq_ctx *x = calloc(1, sizeof *x);
   if (!x) return qc_err_sys("out of memory for a quantizer");
   x->pl = qq_make_plan(f, p);
-  x->rule = x->pl.two_stage ? R_BLOCK : x->pl.rule;
   x->rows = rows;
   x->cols = cols;
   x->ldo = ldo;
@@ -200,10 +198,10 @@ int qc_fake_quant_f64_dt(const char *fmt, const char *profile, int64_t rows, int
     uint32_t m = fq_tensor_amax(x);
     bad = m >= 0x7f800000u;
     if (!bad && f == QC_QF_NVFP4) {
-      x->g = qq_nvfp4_g(p, bitsf(m));
+      x->g = qq_nvfp4_g(&x->pl, bitsf(m));
       qc_par_for(gr, 1, fq_blocks, x);
     } else if (!bad) {
-      x->one = qq_block_scale(x->rule, x->pl.fp4, bitsf(m), 0.0f);
+      x->one = qr_block_scale(&x->pl.rc, bitsf(m), 0.0f);
       qc_par_for(rows, 16, fq_rows, x);
     }
   } else {

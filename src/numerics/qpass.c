@@ -1,8 +1,9 @@
-/* qpass.c: the quantizers' machinery (see qpass.h): plans, scale rules,
- * element encoders, and the generic pass that walks the scale grid: per
- * block, the amax, then the scale rule of (format, profile), then the
- * element encoder. fp8_block128_ue8m0 under the vllm-family profiles runs
- * two passes (quantize, dequantize, requantize). */
+/* qpass.c: the quantizers' machinery (see qpass.h): the producer paths
+ * (which recipe each profile runs for each format), element encoders, and
+ * the generic pass that walks the scale grid: per block, the amax, then the
+ * recipe's scale (numerics/recipe.h), then the element encoder.
+ * fp8_block128_ue8m0 runs two stages (quantize, dequantize, requantize)
+ * except under te. */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -15,120 +16,146 @@
 #include "numerics/minifloat.h"
 #include "numerics/qpass.h"
 
-/* ---- scale rules ------------------------------------------------------- */
+/* ---- producer paths ------------------------------------------------------ */
 
-
-
-
-
-plan_t qq_make_plan(qc_qfmt f, qc_qprof p) {
-  plan_t pl = {1, 0, 0, R_TENSOR, QC_F32, 0};
-  int te = p == QC_QP_TE;
+/* The format's own block geometry and stored scale dtype. */
+static plan_t geometry(qc_qfmt f) {
+  plan_t pl;
+  memset(&pl, 0, sizeof pl);
+  pl.br = 1;
+  pl.sdt = QC_F32;
   switch (f) {
-    case QC_QF_NONE: break;
-    case QC_QF_FP8_TENSOR: pl.br = 0; pl.rule = te ? R_TE : R_TENSOR; break;
-    case QC_QF_FP8_TOKEN:
-    case QC_QF_FP8_CHANNEL: pl.rule = te ? R_TE : R_TOKEN; break;
-    case QC_QF_FP8_GROUP128: pl.bc = 128; pl.rule = te ? R_TE : R_GROUP; break;
-    case QC_QF_FP8_GROUP128_UE8M0:
-      pl.bc = 128;
-      pl.rule = te ? R_TE_POW2 : p == QC_QP_VLLM_NATIVE ? R_NATIVE_UE8M0 : R_GROUP_UE8M0;
-      break;
-    case QC_QF_FP8_BLOCK128: pl.br = pl.bc = 128; pl.rule = te ? R_TE : R_BLOCK; break;
-    case QC_QF_FP8_BLOCK128_UE8M0:
-      pl.br = pl.bc = 128;
-      pl.rule = te ? R_TE_POW2 : R_BLOCK;
-      pl.two_stage = !te;
-      break;
-    case QC_QF_NVFP4:
-      pl.bc = 16; pl.fp4 = 1; pl.sdt = QC_E4M3;
-      pl.rule = te ? R_NVFP4_TE : p == QC_QP_MODELOPT ? R_NVFP4_MODELOPT : R_NVFP4;
-      break;
+    case QC_QF_FP8_TENSOR: pl.br = 0; break;
+    case QC_QF_FP8_GROUP128:
+    case QC_QF_FP8_GROUP128_UE8M0: pl.bc = 128; break;
+    case QC_QF_FP8_BLOCK128:
+    case QC_QF_FP8_BLOCK128_UE8M0: pl.br = pl.bc = 128; break;
+    case QC_QF_NVFP4: pl.bc = 16; pl.fp4 = 1; pl.sdt = QC_E4M3; break;
     case QC_QF_MXFP8:
-    case QC_QF_MXFP4:
-      pl.bc = 32; pl.fp4 = f == QC_QF_MXFP4; pl.sdt = QC_E8M0;
-      pl.rule = p == QC_QP_OCP ? R_MX_OCP : R_MX;
-      break;
+    case QC_QF_MXFP4: pl.bc = 32; pl.fp4 = f == QC_QF_MXFP4; pl.sdt = QC_E8M0; break;
     default: break;
   }
   return pl;
 }
 
+/* Recipes as initializers: {kind, sop, pow2, eop, gop, sfop, nop, mop, fp4, afloor, sfloor}. */
+#define FP8(af, so, p2, sf, eo) {QR_FP8, so, p2, eo, 0, 0, 0, 0, 0, af, sf}
+#define NV(go, so, no) {QR_NVFP4, 0, 0, 0, go, so, no, 0, 1, 0.0f, 0.0f}
+#define MX(mo, f4) {QR_MX, 0, 0, 0, 0, 0, 0, mo, f4, 0.0f, 0.0f}
+#define TE(p2) {QR_TE, 0, p2, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f}
+#define NO {QR_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f}
+#define C229 (1.0f / 229376.0f) /* RN(1/229376) */
 
+/* Every producer path that a profile defines itself (docs/numerics.md,
+ * "Profiles"): stage 1's recipe and, for the two-stage fp8_block128_ue8m0,
+ * stage 2's. A (profile, format) not listed takes its base profile's row. */
+static const struct path_row {
+  qc_qprof p;
+  qc_qfmt f;
+  qc_recipe r1, r2;
+} g_paths[] = {
+    {QC_QP_EXACT, QC_QF_FP8_TENSOR, FP8(0, QS_DIV, QP_NONE, 0, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_TOKEN, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_CHANNEL, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_DIV, QP_NONE, 0, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_DIV, QP_CEIL2, 0, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_DIV, QP_NONE, 0, QE_DIV), NO},
+    {QC_QP_EXACT, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_DIV, QP_NONE, 0, QE_DIV), FP8(1e-4f, QS_DIV, QP_CEIL2, 0, QE_DIV)},
+    {QC_QP_EXACT, QC_QF_NVFP4, NV(QG_DIV, QF_EXACT, QN_DIVG), NO},
+    {QC_QP_EXACT, QC_QF_MXFP8, MX(QM_CEIL2_DIV, 0), NO},
+    {QC_QP_EXACT, QC_QF_MXFP4, MX(QM_CEIL2_DIV, 1), NO},
 
-static float fmax_(float a, float b) { return a > b ? a : b; }
+    {QC_QP_VLLM, QC_QF_FP8_TENSOR, FP8(0, QS_DIV, QP_NONE, 0, QE_RCP), NO},            /* CUDA per-tensor kernel */
+    {QC_QP_VLLM, QC_QF_FP8_TOKEN, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},          /* CUDA per-token kernel */
+    {QC_QP_VLLM, QC_QF_FP8_CHANNEL, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},
+    {QC_QP_VLLM, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_DIV, QP_NONE, 0, QE_RCP), NO},     /* CUDA per-token-group kernel */
+    {QC_QP_VLLM, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_DIV, QP_CEIL2, 0, QE_RCP), NO},
+    {QC_QP_VLLM, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), NO},     /* per_block_cast_to_fp8, Inductor */
+    {QC_QP_VLLM, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), FP8(1e-4f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA)},
+    {QC_QP_VLLM, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},                     /* the eager reference */
+    {QC_QP_VLLM, QC_QF_MXFP8, MX(QM_LOG_MUL, 0), NO},
+    {QC_QP_VLLM, QC_QF_MXFP4, MX(QM_EVEN, 1), NO},
 
-/* floor(log2(a)) for a finite a > 0, exactly, from the bits. */
-static int floor_log2(float a) {
-  uint32_t u = fbits(a), e = u >> 23;
-  if (e) return (int)e - 127;
-  return 31 - __builtin_clz(u & 0x7fffffu) - 149;
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_TENSOR, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_TOKEN, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_CHANNEL, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_GROUP128, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_NATIVE, QC_QF_FP8_GROUP128_UE8M0, FP8(0, QS_MUL, QP_CEIL2_LOG, C229, QE_RCPA), NO},
+    {QC_QP_VLLM_TRITON, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_MUL, QP_NONE, 0, QE_RCPA), NO},
+    {QC_QP_VLLM_TRITON, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA), NO},
+    {QC_QP_VLLM_CUDA_NVFP4, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCPA), NO},
+
+    {QC_QP_TORCH, QC_QF_FP8_TENSOR, FP8(0, QS_MUL, QP_NONE, 0, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_TOKEN, FP8(0, QS_MUL, QP_NONE, C229, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_CHANNEL, FP8(0, QS_MUL, QP_NONE, C229, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_MUL, QP_NONE, 0, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCP), NO},
+    {QC_QP_TORCH, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCP), FP8(1e-4f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCP)},
+    {QC_QP_TORCH, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},
+    {QC_QP_TORCH, QC_QF_MXFP8, MX(QM_LOG_MUL, 0), NO},
+    {QC_QP_TORCH, QC_QF_MXFP4, MX(QM_EVEN, 1), NO},
+
+    {QC_QP_DEEPGEMM, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), FP8(1e-4f, QS_MUL, QP_CEIL2, 0, QE_RCPA)},
+    {QC_QP_MODELOPT, QC_QF_NVFP4, NV(QG_MULINV, QF_MODELOPT, QN_DIVM), NO},
+    {QC_QP_COMPRESSED_TENSORS, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},
+
+    {QC_QP_TE, QC_QF_FP8_TENSOR, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_TOKEN, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_CHANNEL, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_GROUP128, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_BLOCK128, TE(QP_NONE), NO},
+    {QC_QP_TE, QC_QF_FP8_GROUP128_UE8M0, TE(QP_TRUNC), NO}, /* one stage */
+    {QC_QP_TE, QC_QF_FP8_BLOCK128_UE8M0, TE(QP_TRUNC), NO},
+    {QC_QP_TE, QC_QF_NVFP4, NV(QG_DIV, QF_TE, QN_RCP), NO},
+    {QC_QP_OCP, QC_QF_MXFP8, MX(QM_OCP, 0), NO},
+    {QC_QP_OCP, QC_QF_MXFP4, MX(QM_OCP, 1), NO},
+};
+
+/* The profile a profile takes a format from when its producer has no path
+ * of its own for it (docs/numerics.md, "Profiles"). */
+static qc_qprof base_of(qc_qprof p) {
+  return p == QC_QP_MODELOPT || p == QC_QP_COMPRESSED_TENSORS ? QC_QP_TORCH : QC_QP_VLLM;
 }
 
-/* 2^(b-127) for an E8M0 byte b < 255, from the bits (0 is the subnormal
- * 2^-127); the quantizers never produce 255. */
-static float e8m0_val(uint8_t b) { return bitsf(b ? (uint32_t)b << 23 : 0x00400000u); }
-
-static float te_scale(float amax) {
-  if (amax == 0.0f || !isfinite(amax)) return 1.0f;
-  float sc = 448.0f / amax;
-  return isinf(sc) ? FLT_MAX : sc;
+/* The row of (f, p) itself, or NULL. */
+static const struct path_row *own_path(qc_qfmt f, qc_qprof p) {
+  for (size_t i = 0; i < sizeof g_paths / sizeof g_paths[0]; i++)
+    if (g_paths[i].p == p && g_paths[i].f == f) return &g_paths[i];
+  return NULL;
 }
 
-/* The scale of a block with absolute maximum amax (g: nvfp4 global scale). */
-bscale qq_block_scale(rule_t r, int fp4, float amax, float g) {
-  bscale b = {1.0f, 0, 1.0f, 0};
-  float s;
-  switch (r) {
-    case R_TENSOR:
-      s = amax / 448.0f;
-      b.k = s > 0.0f ? 1.0f / s : 0.0f; /* all-zero tensor: payload 0, scale 0 */
-      b.deq = s;
-      break;
-    case R_TOKEN: s = fmax_(amax / 448.0f, 1.0f / 229376.0f); b.k = b.deq = s; b.div = 1; break;
-    case R_GROUP: s = fmax_(amax, 1e-10f) / 448.0f; b.k = b.deq = s; b.div = 1; break;
-    case R_GROUP_UE8M0: s = qc_ceil2(fmax_(amax / 448.0f, 1e-10f)); b.k = 1.0f / s; b.deq = s; break;
-    case R_NATIVE_UE8M0:
-      s = fmax_(exp2f(ceilf(log2f(amax / 448.0f))), 1.0f / 229376.0f);
-      b.k = b.deq = s; b.div = 1;
-      break;
-    case R_BLOCK: s = fmax_(amax, 1e-4f) / 448.0f; b.k = 1.0f / s; b.deq = s; break;
-    case R_BLOCK_UE8M0: s = qc_ceil2(fmax_(amax, 1e-4f) / 448.0f); b.k = 1.0f / s; b.deq = s; break;
-    case R_TE: b.k = te_scale(amax); b.deq = 1.0f / b.k; break;
-    case R_TE_POW2: b.k = bitsf(fbits(te_scale(amax)) & 0xff800000u); b.deq = 1.0f / b.k; break;
-    case R_NVFP4:
-    case R_NVFP4_TE: {
-      float v = r == R_NVFP4 ? fminf(g * (amax * (1.0f / 6.0f)), 448.0f) : amax * (g * (1.0f / 6.0f));
-      b.byte = qc_f32_to_e4m3(v);
-      float sf = qc_e4m3_to_f32(b.byte);
-      b.k = sf != 0.0f ? 1.0f / (sf * (1.0f / g)) : 0.0f;
-      b.deq = sf / g;
-      break;
-    }
-    case R_NVFP4_MODELOPT: { /* g holds wsf2 = amax_tensor / 2688 */
-      float v = amax / (6.0f * g);
-      b.byte = qc_f32_to_e4m3(v == 0.0f ? 1.0f : v);
-      float d = qc_e4m3_to_f32(b.byte) * g;
-      b.k = d; b.div = 1; b.deq = d;
-      if (d == 0.0f) { b.k = 0.0f; b.div = 0; } /* an underflowed scale: payload 0 */
-      break;
-    }
-    case R_MX:
-      b.byte = qc_e8m0_ceil(amax / (fp4 ? 6.0f : 448.0f));
-      b.deq = e8m0_val(b.byte);
-      b.k = 1.0f / b.deq;
-      break;
-    case R_MX_OCP: {
-      int e = amax > 0.0f ? floor_log2(amax) - (fp4 ? 2 : 8) : -127;
-      if (e < -127) e = -127;
-      if (e > 127) e = 127;
-      b.byte = (uint8_t)(e + 127);
-      b.deq = e8m0_val(b.byte);
-      b.k = 1.0f / b.deq;
-      break;
-    }
-  }
-  return b;
+int qc_qrecipe(qc_qfmt f, qc_qprof p, qc_recipe *r1, qc_recipe *r2) {
+  memset(r1, 0, sizeof *r1);
+  memset(r2, 0, sizeof *r2);
+  if (f == QC_QF_NONE || (unsigned)f >= QC_QF_COUNT || (unsigned)p >= QC_QP_COUNT) return 0;
+  const struct path_row *row = own_path(f, p);
+  for (qc_qprof q = p; !row; q = base_of(q)) row = own_path(f, base_of(q));
+  *r1 = row->r1;
+  *r2 = row->r2;
+  return r2->kind != QR_NONE;
+}
+
+plan_t qq_make_plan(qc_qfmt f, qc_qprof p) {
+  plan_t pl = geometry(f);
+  pl.two_stage = qc_qrecipe(f, p, &pl.rc, &pl.rc2);
+  return pl;
+}
+
+int qc_qprof_makes(qc_qfmt f, qc_qprof p) {
+  int mx = f == QC_QF_MXFP8 || f == QC_QF_MXFP4;
+  return p == QC_QP_OCP ? mx : p == QC_QP_TE ? !mx : 1;
+}
+
+static int recipe_eq(const qc_recipe *a, const qc_recipe *b) {
+  return a->kind == b->kind && a->sop == b->sop && a->pow2 == b->pow2 && a->eop == b->eop && a->gop == b->gop &&
+         a->sfop == b->sfop && a->nop == b->nop && a->mop == b->mop && a->fp4 == b->fp4 &&
+         fbits(a->afloor) == fbits(b->afloor) && fbits(a->sfloor) == fbits(b->sfloor);
+}
+
+int qc_qprof_same(qc_qfmt f, qc_qprof a, qc_qprof b) {
+  plan_t x = qq_make_plan(f, a), y = qq_make_plan(f, b);
+  return x.two_stage == y.two_stage && recipe_eq(&x.rc, &y.rc) && recipe_eq(&x.rc2, &y.rc2);
 }
 
 /* ---- element encoders ------------------------------------------------ */
@@ -236,12 +263,9 @@ void qq_enc_run(const float *x, uint8_t *q, int64_t n, float k, int div, int fp4
   }
 }
 
-/* Stage 2 of fp8_block128_ue8m0 for one block (rows r0..r1, columns
- * c0..c1) whose stage-1 codes and multiplier s1 are in place: dequantize
- * into scratch (float32 q * s1), then requantize with s2 = ceil2(max(amax2,
- * 1e-4)/448), round to nearest; the block's deq and byte become stage 2's. */
-void qq_stage2_block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols, uint8_t *codes, float *deq,
-                         uint8_t *sb, float *scratch) {
+/* Stage 2 of fp8_block128_ue8m0 for one block (see qpass.h). */
+void qq_stage2_block(const plan_t *pl, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols, uint8_t *codes,
+                     float *deq, uint8_t *sb, float *scratch, const float *s_given) {
   int64_t w = c1 - c0;
   float s1 = *deq;
   for (int64_t r = r0; r < r1; r++) {
@@ -249,19 +273,18 @@ void qq_stage2_block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t col
     float *o = scratch + (r - r0) * w;
     for (int64_t c = 0; c < w; c++) o[c] = qq_e4m3_val[q[c]] * s1;
   }
-  bscale b = qq_block_scale(R_BLOCK_UE8M0, 0, bitsf(qq_abs_max_bits(scratch, (r1 - r0) * w)), 0.0f);
+  bscale b = s_given ? qr_scale_given(&pl->rc2, *s_given, 0, 0.0f)
+                     : qr_block_scale(&pl->rc2, bitsf(qq_abs_max_bits(scratch, (r1 - r0) * w)), 0.0f);
   *deq = b.deq;
   *sb = b.byte;
   for (int64_t r = r0; r < r1; r++) qq_enc_run(scratch + (r - r0) * w, codes + r * cols + c0, w, b.k, b.div, 0);
 }
 
-/* Quantize in[rows, cols] by plan pl into codes[rows*cols] (one element a
- * byte, unpacked), per-block dequant multipliers deq[gr*gc] and scale bytes
- * sb[gr*gc]. rule overrides pl->rule. scratch (br*bc floats) is given for
- * the two-stage format: each block then goes through qq_stage2_block. Returns
- * 1 (outputs unfinished) as soon as a block holds a non-finite value, else 0. */
-int qq_quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
-                      float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch) {
+/* Quantize in[rows, cols] by plan pl (see qpass.h). */
+int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, const qc_qstored *st,
+                  float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch) {
+  const float *ss = st ? st->scale : NULL;
+  const uint8_t *sbs = st ? st->scale_b : NULL;
   int64_t br = pl->br ? pl->br : rows, bc = pl->bc ? pl->bc : cols;
   int64_t gr = (rows + br - 1) / br, gc = (cols + bc - 1) / bc;
   int use_sr = sr && sr->on;
@@ -276,7 +299,9 @@ int qq_quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols, con
       }
       if (mb >= 0x7f800000u) return 1;
       float amax = bitsf(mb);
-      bscale b = qq_block_scale(rule, pl->fp4, amax, g);
+      const int64_t bk = bi * gc + bj;
+      bscale b = (ss || sbs) && !pl->two_stage ? qr_scale_given(&pl->rc, ss ? ss[bk] : 0.0f, sbs ? sbs[bk] : 0, g)
+                                               : qr_block_scale(&pl->rc, amax, g);
       deq[bi * gc + bj] = b.deq;
       sb[bi * gc + bj] = b.byte;
       for (int64_t r = r0; r < r1; r++) {
@@ -291,7 +316,7 @@ int qq_quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols, con
           qq_enc_run(x + c0, q + c0, c1 - c0, b.k, b.div, pl->fp4);
         }
       }
-      if (scratch) qq_stage2_block(r0, r1, c0, c1, cols, codes, deq + bi * gc + bj, sb + bi * gc + bj, scratch);
+      if (scratch) qq_stage2_block(pl, r0, r1, c0, c1, cols, codes, deq + bk, sb + bk, scratch, ss ? ss + bk : NULL);
     }
   }
   return 0;
@@ -332,27 +357,25 @@ int qq_check_finite(const float *in, int64_t n, const char *what) {
   return QC_OK;
 }
 
-/* The nvfp4 global scale of the profile (see quant.h). */
-float qq_nvfp4_g(qc_qprof p, float amax) {
-  if (amax == 0.0f) return 1.0f; /* all-zero tensor: no scale in the sources; payload 0 either way */
-  return p == QC_QP_MODELOPT ? amax / 2688.0f : 2688.0f / amax;
-}
-static float nvfp4_global(qc_qprof p, const float *in, int64_t n) { return qq_nvfp4_g(p, bitsf(qq_abs_max_bits(in, n))); }
+/* The nvfp4 global scale of the plan from the tensor's amax (see quant.h). */
+float qq_nvfp4_g(const plan_t *pl, float amax) { return qr_nvfp4_g(&pl->rc, amax); }
 
-/* Core: codes, per-block deq multipliers, scale bytes and the global scale.
- * Buffers: codes [rows*cols], deq and sb [qq_grid]. */
+/* Core: codes, per-block deq multipliers, scale bytes and the global scale
+ * (st: stored scales, taken as stored). Buffers: codes [rows*cols], deq
+ * and sb [qq_grid]. */
 int qq_quant_core(qc_qfmt f, qc_qprof p, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
-                      uint8_t *codes, float *deq, uint8_t *sb, float *gout, const char *what) {
+                  const qc_qstored *st, uint8_t *codes, float *deq, uint8_t *sb, float *gout, const char *what) {
+  const float *g_in = st ? st->gscale : NULL;
   qq_tables_init();
   plan_t pl = qq_make_plan(f, p);
   if (f == QC_QF_NVFP4 && qq_abs_max_bits(in, rows * cols) >= 0x7f800000u) return qq_check_finite(in, rows * cols, what);
-  float g = f == QC_QF_NVFP4 ? nvfp4_global(p, in, rows * cols) : 0.0f;
+  float g = f != QC_QF_NVFP4 ? 0.0f : g_in ? *g_in : qq_nvfp4_g(&pl, bitsf(qq_abs_max_bits(in, rows * cols)));
   if (gout) *gout = g;
   float *scratch = NULL;
   if (pl.two_stage && !(scratch = qc_malloc((size_t)(pl.br * pl.bc) * sizeof *scratch, "two-stage block buffer")))
     return QC_ESYS;
   /* the two-stage format: stage 1 is fp8_block128 (SR applies there) */
-  int bad = qq_quant_pass(&pl, pl.two_stage ? R_BLOCK : pl.rule, rows, cols, in, sr, g, codes, deq, sb, scratch);
+  int bad = qq_quant_pass(&pl, rows, cols, in, sr, st, g, codes, deq, sb, scratch);
   free(scratch);
   return bad ? qq_check_finite(in, rows * cols, what) : QC_OK;
 }

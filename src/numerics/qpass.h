@@ -9,39 +9,17 @@
 #include <string.h>
 
 #include "numerics/quant.h"
-
-typedef enum {
-  R_TENSOR,        /* s = amax/448, x*rcp(s) */
-  R_TOKEN,         /* s = max(amax/448, 1/229376), x/s */
-  R_GROUP,         /* s = max(amax, 1e-10)/448, x/s */
-  R_GROUP_UE8M0,   /* s = ceil2(max(amax/448, 1e-10)), x*rcp(s) */
-  R_NATIVE_UE8M0,  /* s = max(exp2(ceil(log2(amax/448))), 1/229376), x/s */
-  R_BLOCK,         /* s = max(amax, 1e-4)/448, x*rcp(s) */
-  R_BLOCK_UE8M0,   /* second stage: s = ceil2(max(amax, 1e-4)/448), x*rcp(s) */
-  R_TE,            /* scale = 448/amax (amax 0 -> 1, Inf -> FLT_MAX), x*scale, s = rcp(scale) */
-  R_TE_POW2,       /* the same, scale truncated to a power of two */
-  R_NVFP4,         /* vllm: sf = e4m3(min(g*(bmax*rcp(6)), 448)) */
-  R_NVFP4_TE,      /* te: sf = e4m3(bmax*(g*rcp(6))) */
-  R_NVFP4_MODELOPT,/* sf = e4m3(bmax/(6*wsf2)), 0 -> 1.0; x/(sf*wsf2) */
-  R_MX,            /* s = ceil2(amax/emax_val) as e8m0, x*rcp(s) */
-  R_MX_OCP         /* s = 2^(floor(log2(amax)) - emax_elem), x*rcp(s) */
-} rule_t;
+#include "numerics/recipe.h"
 
 typedef struct {
   int br, bc;        /* block rows, cols; 0 = the whole extent */
   int fp4;           /* element E2M1 (else E4M3) */
-  rule_t rule;
   qc_dtype sdt;      /* stored scale dtype */
-  int two_stage;     /* fp8_block128_ue8m0, vllm family */
+  int two_stage;     /* fp8_block128_ue8m0 requantized (vllm family, torch, deepgemm, exact) */
+  qc_recipe rc, rc2; /* stage 1's (the only) recipe, stage 2's */
 } plan_t;
 
-/* One block's scale: the element transform and the dequant multiplier. */
-typedef struct {
-  float k;        /* element factor */
-  int div;        /* element = x / k (else x * k) */
-  float deq;      /* value = decode(q) * deq */
-  uint8_t byte;   /* stored scale byte (e4m3 for nvfp4, e8m0 for mx) */
-} bscale;
+typedef qc_bscale bscale;
 
 static inline uint32_t fbits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float bitsf(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
@@ -51,8 +29,6 @@ static inline float bitsf(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
  * accumulators, so the compiler can keep them in vector lanes. */
 uint32_t qq_abs_max_bits(const float *x, int64_t n);
 
-/* The scale of a block with absolute maximum amax (g: nvfp4 global scale). */
-bscale qq_block_scale(rule_t r, int fp4, float amax, float g);
 
 /* Refuse non-finite input, naming the first offender. */
 int qq_check_finite(const float *in, int64_t n, const char *what);
@@ -66,25 +42,30 @@ void qq_grid(const plan_t *pl, int64_t rows, int64_t cols, int64_t *gr, int64_t 
 
 plan_t qq_make_plan(qc_qfmt f, qc_qprof p);
 
-/* The nvfp4 global scale of the profile (see quant.h). */
-float qq_nvfp4_g(qc_qprof p, float amax);
+/* The nvfp4 global scale of the plan from the tensor's amax (see quant.h). */
+float qq_nvfp4_g(const plan_t *pl, float amax);
 
 /* Core: codes, per-block deq multipliers, scale bytes and the global scale.
  * Buffers: codes [rows*cols], deq and sb [qq_grid]. */
-int qq_quant_core(qc_qfmt f, qc_qprof p, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, uint8_t *codes, float *deq, uint8_t *sb, float *gout, const char *what);
+int qq_quant_core(qc_qfmt f, qc_qprof p, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
+                  const qc_qstored *st, uint8_t *codes, float *deq, uint8_t *sb, float *gout, const char *what);
 
 /* Quantize in[rows, cols] by plan pl into codes[rows*cols] (one element a
  * byte, unpacked), per-block dequant multipliers deq[gr*gc] and scale bytes
- * sb[gr*gc]. rule overrides pl->rule. scratch (br*bc floats) is given for
- * the two-stage format: each block then goes through qq_stage2_block. Returns
- * 1 (outputs unfinished) as soon as a block holds a non-finite value, else 0. */
-int qq_quant_pass(const plan_t *pl, rule_t rule, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch);
+ * sb[gr*gc], by stage 1's recipe, or with the stored scales of st (NULL:
+ * derive; see qc_qstored). scratch (br*bc floats) is given for the
+ * two-stage format: each block then goes through qq_stage2_block. Returns 1
+ * (outputs unfinished) as soon as a block holds a non-finite value, else 0. */
+int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, const qc_qstored *st,
+                  float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch);
 
 /* Stage 2 of fp8_block128_ue8m0 for one block (rows r0..r1, columns
  * c0..c1) whose stage-1 codes and multiplier s1 are in place: dequantize
- * into scratch (float32 q * s1), then requantize with s2 = ceil2(max(amax2,
- * 1e-4)/448), round to nearest; the block's deq and byte become stage 2's. */
-void qq_stage2_block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols, uint8_t *codes, float *deq, uint8_t *sb, float *scratch);
+ * into scratch (float32 q * s1), then requantize by stage 2's recipe
+ * (a power-of-two scale; s_given: a stored one), round to nearest; the
+ * block's deq and byte become stage 2's. */
+void qq_stage2_block(const plan_t *pl, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols, uint8_t *codes,
+                     float *deq, uint8_t *sb, float *scratch, const float *s_given);
 
 /* Decode tables of the element magnitudes, filled once (thread safe). */
 void qq_tables_init(void);

@@ -6,6 +6,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,8 @@
 static const char *const g_fmt_names[QC_QF_COUNT] = {
     "none", "fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",
     "fp8_block128", "fp8_block128_ue8m0", "nvfp4", "mxfp8", "mxfp4"};
-static const char *const g_prof_names[QC_QP_COUNT] = {"vllm", "vllm_native", "te", "ocp", "modelopt"};
+static const char *const g_prof_names[QC_QP_COUNT] = {"vllm", "vllm_native", "vllm_triton", "vllm_cuda_nvfp4", "torch", "deepgemm",
+                                                       "modelopt", "compressed_tensors", "te", "ocp", "exact"};
 
 const char *qc_qfmt_name(qc_qfmt f) { return (unsigned)f < QC_QF_COUNT ? g_fmt_names[f] : "?"; }
 const char *qc_qprof_name(qc_qprof p) { return (unsigned)p < QC_QP_COUNT ? g_prof_names[p] : "?"; }
@@ -73,6 +75,11 @@ void qc_quantized_free(qc_quantized *z) {
 
 int qc_quantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
                 qc_quantized *out, const char *what) {
+  return qc_quantize_st(fmt, prof, rows, cols, in, sr, NULL, out, what);
+}
+
+int qc_quantize_st(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
+                   const qc_qstored *st, qc_quantized *out, const char *what) {
   memset(out, 0, sizeof *out);
   if (fmt == QC_QF_NONE || (unsigned)fmt >= QC_QF_COUNT) return qc_err("%s: format '%s' has no deployed form", what, qc_qfmt_name(fmt));
   if (rows < 1 || cols < 1) return qc_err("%s: cannot quantize an empty [%lld, %lld] matrix", what, (long long)rows, (long long)cols);
@@ -94,7 +101,8 @@ int qc_quantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const fl
   rc = QC_ESYS;
   if (pl.fp4 && !(codes = qc_malloc((size_t)(rows * cols), "quantized codes"))) goto done;
   uint8_t *qp = out->q.data;
-  if ((rc = qq_quant_core(fmt, prof, rows, cols, in, sr, pl.fp4 ? codes : qp, deq, sb, &g, what))) goto done;
+  if ((rc = qq_quant_core(fmt, prof, rows, cols, in, sr, st, pl.fp4 ? codes : qp, deq, sb, &g, what)))
+    goto done;
   if (pl.fp4)
     for (int64_t r = 0; r < rows; r++) {
       const uint8_t *c8 = codes + r * cols;
@@ -155,7 +163,7 @@ int qc_dequantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const 
     else if (sdt == QC_E8M0) deq[i] = qc_e8m0_to_f32(((const uint8_t *)z->scale.data)[i]);
     else {
       float sf = qc_e4m3_to_f32(((const uint8_t *)z->scale.data)[i]);
-      deq[i] = prof == QC_QP_MODELOPT ? sf * g : sf / g;
+      deq[i] = pl.rc.nop == QN_DIVM ? sf * g : sf / g;
     }
   }
   qq_dequant_pass(&pl, rows, cols, codes, deq, out);
@@ -185,7 +193,7 @@ int qc_fake_quant_sr(const char *fmt, const char *profile, int64_t rows, int64_t
   float *deq = qc_malloc((size_t)(gr * gc) * sizeof *deq, "fake-quant scales");
   uint8_t *sb = qc_malloc((size_t)(gr * gc), "fake-quant scale bytes");
   rc = QC_ESYS;
-  if (codes && deq && sb && !(rc = qq_quant_core(f, p, rows, cols, in, sr, codes, deq, sb, NULL, what)))
+  if (codes && deq && sb && !(rc = qq_quant_core(f, p, rows, cols, in, sr, NULL, codes, deq, sb, NULL, what)))
     qq_dequant_pass(&pl, rows, cols, codes, deq, out);
   free(codes); free(deq); free(sb);
   return rc;
@@ -194,4 +202,66 @@ int qc_fake_quant_sr(const char *fmt, const char *profile, int64_t rows, int64_t
 int qc_fake_quant(const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, float *out,
                   const char *what) {
   return qc_fake_quant_sr(fmt, profile, rows, cols, in, out, NULL, what);
+}
+
+/* ---- producer paths in words (reports, --identify) ------------------------ */
+
+static const char *const g_prof_labels[QC_QP_COUNT] = {
+    "vLLM on Hopper", "vLLM's torch-native quantizer under Inductor", "vLLM's Triton kernel", "vLLM's CUDA nvfp4 kernel",
+    "eager PyTorch", "DeepGEMM", "ModelOpt export", "compressed-tensors", "Transformer Engine", "OCP MX", "exact division"};
+
+/* One recipe's scale and element rule, appended to buf at *k. */
+static void recipe_words(const qc_recipe *r, char *buf, int n, int *k) {
+#define PUT(...) (*k += *k < n ? snprintf(buf + *k, (size_t)(n - *k), __VA_ARGS__) : 0)
+  static const char *const el[] = {"x / s", "x * rcp(s)", "x * rcp.approx(s)"};
+  switch (r->kind) {
+    case QR_FP8: {
+      char a[48], s[96];
+      if (r->afloor > 0) snprintf(a, sizeof a, "max(amax, %g)", (double)r->afloor);
+      else snprintf(a, sizeof a, "amax");
+      snprintf(s, sizeof s, r->sop == QS_MUL ? "%s * RN(1/448)" : "%s / 448", a);
+      PUT("s = ");
+      if (r->sfloor > 0) PUT("max(");
+      if (r->pow2 == QP_CEIL2) PUT("ceil2(%s)", s);
+      else if (r->pow2 == QP_CEIL2_LOG) PUT("exp2(ceil(log2(%s)))", s);
+      else PUT("%s", s);
+      if (r->sfloor > 0) PUT(", RN(1/229376))");
+      PUT(", %s", el[r->eop]);
+      break;
+    }
+    case QR_TE: PUT("scale = 448 / amax%s, x * scale, s = rcp(scale)", r->pow2 == QP_TRUNC ? " truncated to a power of two" : ""); break;
+    case QR_NVFP4: {
+      static const char *const g[] = {"g = 2688 / amax", "g = RN(1/amax) * 2688", "w = amax * RN(1/2688)"};
+      static const char *const sf[] = {"sf = e4m3(min(g * (bmax * RN(1/6)), 448))", "sf = e4m3(bmax * (g * RN(1/6)))",
+                                       "sf = e4m3(clamp(bmax / (6 * w), 2^-9, 448)), a zero block 1.0",
+                                       "sf = e4m3(min(g * (bmax / 6), 448))"};
+      static const char *const e[] = {"x * rcp(sf * rcp(g))", "x * rcp.approx(sf * rcp.approx(g))", "x / (sf / g)", "x / (sf * w)"};
+      PUT("%s, %s, %s", g[r->gop], sf[r->sfop], e[r->nop]);
+      break;
+    }
+    case QR_MX: {
+      static const char *const m[] = {"e = ceil2(amax / %s) (bit rule)", "e = ceil(log2(amax * RN(1/%s)))",
+                                      "e = exponent of amax rounded up at 1.75 - %s", "e = floor(log2(amax)) - %s"};
+      const char *v = r->mop == QM_EVEN || r->mop == QM_OCP ? (r->fp4 ? "2" : "8") : (r->fp4 ? "6" : "448");
+      PUT(m[r->mop], v);
+      PUT(", x * 2^-e");
+      break;
+    }
+    default: break;
+  }
+#undef PUT
+}
+
+void qc_qpath_desc(qc_qfmt fmt, qc_qprof prof, char *buf, int n) {
+  qc_recipe r1, r2;
+  int k = 0, two = qc_qrecipe(fmt, prof, &r1, &r2);
+  buf[0] = 0;
+  if ((unsigned)prof >= QC_QP_COUNT) return;
+  k += snprintf(buf, (size_t)n, "%s: ", g_prof_labels[prof]);
+  if (two && k < n) k += snprintf(buf + k, (size_t)(n - k), "stage 1 ");
+  recipe_words(&r1, buf, n, &k);
+  if (two && k < n) {
+    k += snprintf(buf + k, (size_t)(n - k), "; stage 2 ");
+    recipe_words(&r2, buf, n, &k);
+  }
 }

@@ -1,19 +1,29 @@
 /* quant.h: quantizers of docs/numerics.md, bulk, on row-major 2-D views.
- * A 1-D tensor is one row; an N-D tensor is [prod(leading), last]. Every
- * format of profile `vllm` plus the named alternative profiles; see
- * docs/numerics.md for the rules, the padding rule and the profile table. */
+ * A 1-D tensor is one row; an N-D tensor is [prod(leading), last]. A
+ * profile is a producer path (vLLM on Hopper, its Triton and native
+ * fallbacks, eager PyTorch, DeepGEMM, ModelOpt, compressed-tensors,
+ * Transformer Engine, OCP, the exact paper rule): for every format it fixes
+ * the float32 operation sequence that producer runs (numerics/recipe.h),
+ * and the quantizers reproduce it bit for bit, the GPU's approximate
+ * reciprocal and log2 included (numerics/parith.h). See docs/numerics.md. */
 #ifndef QC_QUANT_H
 #define QC_QUANT_H
 
 #include <stdint.h>
 
 #include "core/tensor.h"
+#include "numerics/recipe.h"
 #include "numerics/sr.h"
 
 /* Formats a contract may name. "none" is the identity. */
 #define QC_WEIGHT_FORMATS "none|fp8_tensor|fp8_channel|fp8_block128|fp8_block128_ue8m0|nvfp4|mxfp8|mxfp4"
 #define QC_ACT_FORMATS "none|fp8_token|fp8_group128|fp8_group128_ue8m0"
-#define QC_PROFILES "vllm|vllm_native|te|ocp|modelopt"
+#define QC_PROFILES \
+  "vllm|vllm_native|vllm_triton|vllm_cuda_nvfp4|torch|deepgemm|modelopt|compressed_tensors|te|ocp|exact"
+/* What a contract's `profile` (or --profile) may say: a profile, or auto
+ * (the first profile that reproduces the module's deployed bytes; vllm
+ * when it has none). */
+#define QC_PROFILE_CHOICES QC_PROFILES "|auto"
 
 typedef enum {
   QC_QF_NONE = 0,
@@ -30,7 +40,20 @@ typedef enum {
   QC_QF_COUNT
 } qc_qfmt;
 
-typedef enum { QC_QP_VLLM = 0, QC_QP_VLLM_NATIVE, QC_QP_TE, QC_QP_OCP, QC_QP_MODELOPT, QC_QP_COUNT } qc_qprof;
+typedef enum {
+  QC_QP_VLLM = 0,           /* vLLM on Hopper: weights through Inductor, activations through its CUDA kernels */
+  QC_QP_VLLM_NATIVE,        /* vLLM's torch-native activation quantizer, compiled by Inductor */
+  QC_QP_VLLM_TRITON,        /* vLLM's Triton per-token-group kernel */
+  QC_QP_VLLM_CUDA_NVFP4,    /* vLLM's CUDA nvfp4 kernel (sm_100+) */
+  QC_QP_TORCH,              /* eager PyTorch on CUDA (QAT code, DeepGEMM's Python reference) */
+  QC_QP_DEEPGEMM,           /* DeepGEMM upstream: power-of-two scales by the exponent bit rule */
+  QC_QP_MODELOPT,           /* NVIDIA ModelOpt export */
+  QC_QP_COMPRESSED_TENSORS, /* compressed-tensors / llm-compressor */
+  QC_QP_TE,                 /* Transformer Engine current scaling */
+  QC_QP_OCP,                /* the OCP MX specification */
+  QC_QP_EXACT,              /* correctly rounded division everywhere (the paper rule) */
+  QC_QP_COUNT
+} qc_qprof;
 
 /* Names <-> enums. Parsing an unknown name is QC_EINPUT with a message
  * naming it and the known ones. */
@@ -41,6 +64,20 @@ const char *qc_qprof_name(qc_qprof p);
 
 /* Is `fmt` a known format name (weight or activation)? */
 int qc_quant_known(const char *fmt);
+
+/* The producer path of (fmt, prof): stage 1's recipe, and stage 2's for the
+ * two-stage fp8_block128_ue8m0 (returns 1 then, else 0 and r2 zeroed). */
+int qc_qrecipe(qc_qfmt fmt, qc_qprof prof, qc_recipe *r1, qc_recipe *r2);
+/* Does the producer of prof make fmt at all (ocp: the mx formats only; te:
+ * all but mx)? A profile still quantizes every format (its base profile's
+ * path), but --identify names only producers of the format. */
+int qc_qprof_makes(qc_qfmt fmt, qc_qprof prof);
+/* Do two profiles run the same operation sequence for fmt (the same bytes
+ * for every input)? */
+int qc_qprof_same(qc_qfmt fmt, qc_qprof a, qc_qprof b);
+/* One line naming the producer path of (fmt, prof), e.g. "eager PyTorch:
+ * s = max(amax, 1e-4) * RN(1/448), x * rcp(s)". */
+void qc_qpath_desc(qc_qfmt fmt, qc_qprof prof, char *buf, int n);
 
 /* The deployed form of a quantized [rows, cols] matrix:
  *   q       payload: QC_E4M3 [rows, cols], or QC_E2M1X2 [rows, ceil(cols/2)]
@@ -56,6 +93,20 @@ typedef struct qc_quantized {
 
 void qc_quantized_free(qc_quantized *z);
 
+/* What a checkpoint stored, taken as stored (NULL members: derive):
+ *   gscale   nvfp4's global scale (the profile's meaning: a divisor g, or
+ *            modelopt's multiplier amax/2688)
+ *   scale    the block scales of a float32-scale format (the dequantization
+ *            multipliers; for fp8_block128_ue8m0 stage 2's), in scale-grid order
+ *   scale_b  the block scale bytes of nvfp4 (e4m3) or mx (e8m0)
+ * The payload is then quantized with these scales: the elements' own rule,
+ * whatever derived the scales. */
+typedef struct qc_qstored {
+  const float *gscale;
+  const float *scale;
+  const uint8_t *scale_b;
+} qc_qstored;
+
 /* Quantize in[rows, cols] (float32, finite) under fmt/profile. sr NULL or
  * sr->on == 0: round to nearest even; else the payload elements round
  * stochastically by the sr contract with element index sr->base + r*cols + c
@@ -64,6 +115,10 @@ void qc_quantized_free(qc_quantized *z);
  * `what` and the flat index. Fills *out (caller frees). */
 int qc_quantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
                 qc_quantized *out, const char *what);
+/* The same with stored scales taken as stored (st NULL: qc_quantize); the
+ * global scale written to out->gscale is then the stored one. */
+int qc_quantize_st(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
+                   const qc_qstored *st, qc_quantized *out, const char *what);
 
 /* out[rows, cols] = dequant(z) in float32. z's dtypes and shapes are checked
  * against the format (QC_EINPUT naming `what` on a mismatch). */

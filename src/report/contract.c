@@ -35,6 +35,8 @@ static cJSON *row_json(const qc_crow *r) {
   cJSON_AddStringToObject(o, "activation_format", r->afmt);
   cJSON_AddStringToObject(o, "dy", r->dy);
   cJSON_AddStringToObject(o, "tensor", r->tensor);
+  cJSON_AddStringToObject(o, "profile", r->profile);
+  cJSON_AddStringToObject(o, "profile_source", r->profile_why);
   cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)r->shape[0]));
   cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)r->shape[1]));
   cJSON_AddItemToObject(o, "shape", sh);
@@ -78,12 +80,11 @@ const char *qc_report_outlier_rule(void) {
 
 static int render_json(qc_sbuf *out, const qc_contract_info *ri, const qc_sweep *s) {
   const qc_sweep_opts *o = ri->o;
-  cJSON *root = cJSON_CreateObject();
-  cJSON_AddNumberToObject(root, "qatcheck_report", 1);
-  cJSON_AddStringToObject(root, "tool_version", QC_VERSION);
-  cJSON_AddStringToObject(root, "verb", "contract");
+  cJSON *root = qc_report_envelope("contract", ri->fails ? 1 : 0);
+  if (!root) return qc_err_sys("out of memory building the report");
   cJSON_AddStringToObject(root, "comparison", "master_vs_dequant");
-  cJSON_AddStringToObject(root, "verdict", ri->fails ? "fail" : "pass");
+  qc_report_totals(root, s->n, ri->fails, 0);
+  cJSON_AddNumberToObject(cJSON_GetObjectItemCaseSensitive(root, "totals"), "outliers", ri->outliers);
   cJSON *dump = cJSON_AddObjectToObject(root, "dump");
   cJSON_AddStringToObject(dump, "path", ri->dump);
   cJSON *op = cJSON_AddObjectToObject(root, "options");
@@ -147,6 +148,7 @@ static int render_junit(qc_sbuf *out, const qc_sweep *s) {
              r->outlier ? " outlier: " : "", r->outlier ? r->outlier_why : "");
     rc = qc_tlist_add(&l, r->cls, r->module, name, r->fail ? r->why : NULL, out);
   }
+  qc_tlist_spread(&l, s->t_total);
   if (!rc) rc = qc_tlist_junit(&l, "contract", out);
   qc_tlist_free(&l);
   return rc;

@@ -24,6 +24,7 @@ static int render_json(qc_sbuf *out, const qc_fd_info *fi) {
   cJSON_AddNumberToObject(root, "directions", o->directions);
   cJSON_AddNumberToObject(root, "h", o->h);
   cJSON_AddNumberToObject(root, "tol", o->tol);
+  qc_report_totals(root, fi->n, fi->bad, 0);
   cJSON_AddStringToObject(root, "bound_rule", "|<u, J^T v> - <J u, v>| <= tol * ||u|| ||J^T v|| + 1e-12 sum |y v|");
   cJSON *rs = cJSON_AddArrayToObject(root, "rows");
   for (int i = 0; i < fi->n; i++) {
@@ -62,6 +63,7 @@ int qc_report_fd(qc_report_out *o, const qc_fd_info *fi) {
   qc_tlist tl = {0};
   int rc = QC_OK;
   if ((qc_report_wants(o, QC_REP_JUNIT) || qc_report_wants(o, QC_REP_MARKDOWN)) && (rc = make_list(&tl, fi))) goto done;
+  qc_tlist_spread(&tl, fi->seconds);
   if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], fi))) goto done;
   if (qc_report_wants(o, QC_REP_JUNIT) && (rc = qc_tlist_junit(&tl, "fd", &o->doc[QC_REP_JUNIT]))) goto done;
   if (qc_report_wants(o, QC_REP_MARKDOWN)) {

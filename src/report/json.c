@@ -2,12 +2,14 @@
  * report (docs/reports.md: one check per module, dY and gradient). */
 #include <cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/check.h"
 #include "core/qc.h"
 #include "report/report.h"
+#include "report/run.h"
 
 static const char *verdict_str(int v) { return v == 0 ? "pass" : v == 1 ? "fail" : "error"; }
 
@@ -35,7 +37,7 @@ static cJSON *index_json(int64_t flat, int ndim, const int64_t *shape) {
   return shape_json(ndim, idx);
 }
 
-static cJSON *tol_json(const qc_tol *t) {
+cJSON *qc_report_tol_json(const qc_tol *t) {
   cJSON *o = cJSON_CreateObject();
   if (t->has_rel_l2) cJSON_AddNumberToObject(o, "rel_l2", t->rel_l2);
   if (t->has_max_abs) cJSON_AddNumberToObject(o, "max_abs", t->max_abs);
@@ -58,7 +60,16 @@ cJSON *qc_report_envelope(const char *verb, int verdict) {
   cJSON_AddStringToObject(root, "tool_version", QC_VERSION);
   cJSON_AddStringToObject(root, "verb", verb);
   cJSON_AddStringToObject(root, "verdict", verdict_str(verdict));
+  qc_run_json(root);
   return root;
+}
+
+void qc_report_totals(cJSON *root, int checks, int failed, int errors) {
+  cJSON *t = cJSON_AddObjectToObject(root, "totals");
+  cJSON_AddNumberToObject(t, "checks", checks);
+  cJSON_AddNumberToObject(t, "passed", checks - failed);
+  cJSON_AddNumberToObject(t, "failed", failed);
+  cJSON_AddNumberToObject(t, "errors", errors);
 }
 
 int qc_report_json_render(cJSON *root, qc_sbuf *out) {
@@ -71,12 +82,56 @@ int qc_report_json_render(cJSON *root, qc_sbuf *out) {
   return out->oom ? qc_err_sys("out of memory printing the report") : QC_OK;
 }
 
+/* The modules of a vjp run: origin, contract, shapes, dYs, coverage, time. */
+static cJSON *modules_json(const qc_modinfos *l) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; a && i < l->n; i++) {
+    const qc_modinfo *mi = &l->v[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "module", mi->module);
+    cJSON_AddStringToObject(o, "class", mi->cls);
+    cJSON_AddStringToObject(o, "source", mi->source);
+    cJSON_AddStringToObject(o, "candidate", mi->candidate);
+    if (mi->values[0]) cJSON_AddStringToObject(o, "values", mi->values);
+    cJSON *c = cJSON_Parse(mi->contract);
+    cJSON_AddItemToObject(o, "contract", c ? c : cJSON_CreateObject());
+    char ref[160];
+    snprintf(ref, sizeof ref, "qatcheck's float64 reference for class %s, written from the math; shares no code with "
+             "the production VJP", mi->cls);
+    cJSON_AddStringToObject(o, "reference", ref);
+    cJSON_AddNumberToObject(o, "tokens", (double)mi->tokens);
+    if (mi->seqlen) cJSON_AddNumberToObject(o, "seqlen", (double)mi->seqlen);
+    cJSON *ts = cJSON_AddArrayToObject(o, "tensors");
+    for (int j = 0; j < mi->nt; j++) {
+      cJSON *t = cJSON_CreateObject();
+      cJSON_AddStringToObject(t, "role", mi->t[j].role);
+      cJSON_AddStringToObject(t, "name", mi->t[j].name);
+      cJSON_AddStringToObject(t, "dtype", mi->t[j].dtype);
+      cJSON_AddItemToObject(t, "shape", shape_json(mi->t[j].ndim, mi->t[j].shape));
+      cJSON_AddItemToArray(ts, t);
+    }
+    cJSON *dy = cJSON_AddArrayToObject(o, "dy");
+    for (int j = 0; j < mi->ndy; j++) {
+      cJSON *d = cJSON_CreateObject();
+      cJSON_AddStringToObject(d, "name", mi->dy[j].name);
+      cJSON_AddStringToObject(d, "kind", mi->dy[j].kind);
+      cJSON_AddNumberToObject(d, "nonzero", mi->dy[j].nonzero);
+      cJSON_AddItemToArray(dy, d);
+    }
+    cJSON *cv = cJSON_AddArrayToObject(o, "coverage");
+    for (int c = 0; c < QC_COV_COUNT; c++)
+      if (mi->cover >> c & 1) cJSON_AddItemToArray(cv, cJSON_CreateString(qc_coverage[c].id));
+    cJSON_AddNumberToObject(o, "checks", mi->nchecks);
+    cJSON_AddNumberToObject(o, "seconds", mi->seconds);
+    cJSON_AddItemToArray(a, o);
+  }
+  return a;
+}
+
 int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
-  cJSON *root = cJSON_CreateObject();
+  int v = qc_results_verdict(r);
+  cJSON *root = qc_report_envelope(info->verb, v);
   if (!root) return qc_err_sys("out of memory building the report");
-  cJSON_AddNumberToObject(root, "qatcheck_report", 1);
-  cJSON_AddStringToObject(root, "tool_version", QC_VERSION);
-  cJSON_AddStringToObject(root, "verb", info->verb);
   if (info->case_path) {
     cJSON *c = cJSON_AddObjectToObject(root, "case");
     cJSON_AddStringToObject(c, "name", info->case_name ? info->case_name : "");
@@ -85,13 +140,26 @@ int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r
   }
   if (info->device) cJSON_AddStringToObject(root, "device", info->device);
   if (info->profile) cJSON_AddStringToObject(root, "profile", info->profile);
-  cJSON_AddStringToObject(root, "verdict", verdict_str(qc_results_verdict(r)));
   if (info->warnings && info->warnings[0]) { /* one string per line */
     cJSON *wa = cJSON_AddArrayToObject(root, "warnings");
     const char *p = info->warnings;
     char line[1024];
     while (qc_report_line(&p, line, sizeof line)) cJSON_AddItemToArray(wa, cJSON_CreateString(line));
   }
+  /* a module's checks are consecutive; classes are few */
+  int failed = 0, nmod = 0, ncls = 0;
+  const char *cls[64];
+  for (int i = 0; i < r->n; i++) {
+    failed += r->v[i].verdict != QC_V_PASS;
+    nmod += i == 0 || strcmp(r->v[i - 1].module, r->v[i].module) != 0;
+    int seen = 0;
+    for (int j = 0; j < ncls && !seen; j++) seen = strcmp(cls[j], r->v[i].cls) == 0;
+    if (!seen && ncls < 64) cls[ncls++] = r->v[i].cls;
+  }
+  qc_report_totals(root, r->n, failed, 0);
+  cJSON *tot = cJSON_GetObjectItemCaseSensitive(root, "totals");
+  cJSON_AddNumberToObject(tot, "modules", nmod);
+  cJSON_AddNumberToObject(tot, "classes", ncls);
   /* differentiable inputs each class deliberately leaves unchecked, and why */
   cJSON *nc = NULL;
   for (int i = 0; i < r->n; i++) {
@@ -100,6 +168,7 @@ int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r
     if (!nc) nc = cJSON_AddObjectToObject(root, "not_checked");
     if (!cJSON_GetObjectItemCaseSensitive(nc, r->v[i].cls)) cJSON_AddStringToObject(nc, r->v[i].cls, row->cls->not_checked);
   }
+  if (info->modules) cJSON_AddItemToObject(root, "modules", modules_json(info->modules));
   cJSON *checks = cJSON_AddArrayToObject(root, "checks");
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];
@@ -124,7 +193,7 @@ int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r
       add_num(m, "noise_multiple", k->m.noise_multiple);
       cJSON_AddItemToObject(m, "worst_index", index_json(k->m.worst, k->ndim, k->shape));
     }
-    if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", tol_json(&k->tol));
+    if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", qc_report_tol_json(&k->tol));
     cJSON_AddStringToObject(o, "verdict", k->verdict == QC_V_PASS ? "pass" : "fail");
     cJSON_AddStringToObject(o, "why", k->why);
     cJSON_AddItemToArray(checks, o);

@@ -15,39 +15,73 @@
 #include "model/deployed.h"
 #include "model/fdcheck.h"
 #include "model/layer2.h"
+#include "model/modinfo.h"
 #include "model/tol.h"
 #include "report/sbuf.h"
 
 /* ---- the reports of one run ------------------------------------------------ */
 
-enum { QC_REP_JSON = 0, QC_REP_JUNIT, QC_REP_MARKDOWN, QC_REP_KINDS };
+enum { QC_REP_JSON = 0, QC_REP_JUNIT, QC_REP_MARKDOWN, QC_REP_HTML, QC_REP_KINDS };
+
+/* A file written with the reports (a plot beside a Markdown report). */
+typedef struct qc_report_file {
+  char *path;                     /* malloc'd */
+  qc_sbuf doc;
+} qc_report_file;
 
 typedef struct qc_report_out {
   const char *path[QC_REP_KINDS]; /* the requested paths (NULL: not asked) */
   qc_sbuf doc[QC_REP_KINDS];      /* their rendered texts */
+  int want_json;                  /* render the JSON without a path: a baseline compares it */
+  int nextra, capextra;           /* more files, committed with the reports */
+  qc_report_file *extra;
 } qc_report_out;
 
 /* Set the requested paths (any may be NULL). */
 void qc_report_out_init(qc_report_out *o, const char *json, const char *junit, const char *markdown);
-/* 1 when report `kind` was asked for. */
+/* Set the HTML path (the `report` verb's audit document). */
+void qc_report_out_html(qc_report_out *o, const char *html);
+/* 1 when report `kind` is to be rendered: asked for, or (the JSON) needed
+ * by the run's --baseline. */
 int qc_report_wants(const qc_report_out *o, int kind);
-/* Write every rendered report: a temporary file beside each path, all of
- * them written and fsync'd before the first rename. On any failure no
- * temporary is left and no requested path holds a report of this run or an
- * older one (each is removed), and the error names the path. */
+/* Add a file to the same all-or-none commit (path copied; doc's text taken
+ * over and doc cleared). QC_OK or QC_ESYS. */
+int qc_report_add_file(qc_report_out *o, const char *path, qc_sbuf *doc);
+/* Write every rendered report and added file: a temporary file (mkstemp)
+ * beside each path,
+ * all of them written and fsync'd before the first rename. With a
+ * --baseline, the JSON is first compared with it and the regressions added
+ * to each report (baseline.h). On failure no temporary is left, nothing is
+ * renamed after the failure, and the error names the path; the run then
+ * exits 2 and qc_run_end replaces every requested path with its error
+ * report. */
 int qc_report_commit(qc_report_out *o);
 void qc_report_out_free(qc_report_out *o);
+
+/* The folder of a report path (malloc'd; "." for a bare name), NULL out of memory. */
+char *qc_report_dir(const char *path);
 
 /* Write data to path whole or not at all: a temporary file beside it,
  * fsync'd, then renamed over path. */
 int qc_write_atomic(const char *path, const char *data, size_t n);
 
+/* The error report of a run that cannot be judged, at every requested path
+ * the run may write (run.h): JSON {"verdict": "error", "error": ...},
+ * JUnit with one <error> testcase, Markdown and HTML saying so; a path that
+ * cannot take it is removed if it holds a regular file. */
+void qc_report_error_commit(const char *verb);
+
 /* A new JSON object holding the envelope (qatcheck_report, tool_version,
- * verb, verdict: 0 "pass", 1 "fail"), NULL out of memory; and its
- * rendering, newline-terminated, into out (root is deleted). */
+ * verb, verdict: 0 "pass", 1 "fail", 2 "error") and the run's provenance
+ * (command_line, inputs), NULL out of memory; and its rendering,
+ * newline-terminated, into out (root is deleted). */
 struct cJSON;
 struct cJSON *qc_report_envelope(const char *verb, int verdict);
 int qc_report_json_render(struct cJSON *root, qc_sbuf *out);
+/* "totals": {"checks", "passed", "failed", "errors"} on root. */
+void qc_report_totals(struct cJSON *root, int checks, int failed, int errors);
+/* A declared tolerance as JSON: its bounds and reasoning. */
+struct cJSON *qc_report_tol_json(const qc_tol *t);
 
 /* ---- vjp: layer 1 (json.c, text.c) ------------------------------------------ */
 
@@ -58,7 +92,12 @@ typedef struct qc_report_info {
   const char *device;        /* "cpu" */
   const char *profile;
   const char *warnings;      /* NULL, or lines ("...\n" each) every report records (weak tolerances) */
+  const qc_modinfos *modules; /* NULL, or each module instance described (model/modinfo.h) */
 } qc_report_info;
+
+/* The JUnit name of check k: "<dY>/<tensor>", or "deployed_bytes/weight_q"
+ * for the check of a module's deployed bytes. */
+const char *qc_report_check_name(const qc_check *k, char *buf, int n);
 
 /* Render the asked reports of a vjp run: JSON (one check per module, dY and
  * tensor), JUnit (one testcase per check, suite the module), Markdown. */
@@ -98,6 +137,7 @@ typedef struct qc_fd_info {
   const qc_fd_opts *o;
   const qc_fd_row *rows;
   int n, bad;
+  double seconds;              /* wall time of the projections */
 } qc_fd_info;
 
 int qc_report_fd(qc_report_out *o, const qc_fd_info *fi);
@@ -110,10 +150,39 @@ typedef struct qc_quant_info {
   int identify;                /* every profile tried */
   const qc_quant_cmp *c;
   int n, any, verdict;
+  double seconds;              /* wall time of the comparisons */
+  const char *why;             /* --identify: the reproducing profiles, or the closest and what differs */
 } qc_quant_info;
 
 int qc_report_quant(qc_report_out *o, const qc_quant_info *qi);
 void qc_report_quant_table(const qc_quant_info *qi);
+
+/* `quant --calibration`: producer paths against qatcheck's quantizers. */
+typedef struct qc_calib_info {
+  const char *const *paths;
+  int npaths;
+  const char *device;
+  const qc_calib_row *rows;
+  int n, verdict;
+} qc_calib_info;
+
+int qc_report_calib(qc_report_out *o, const qc_calib_info *ci);
+/* The table on stdout: one line per path (profile, format, values, records,
+ * mismatching payload, scale and global-scale bytes), then the first
+ * mismatch of each failing path. */
+void qc_report_calib_table(const qc_calib_info *ci);
+
+/* Many modules (quant_many.c): a deployed checkpoint against its master
+ * (master set), or every module of a dump with deployed bytes. */
+typedef struct qc_quant_many_info {
+  const char *deployed;        /* the deployed checkpoint, or the dump */
+  const char *master;          /* the master checkpoint; NULL for a dump */
+  const qc_quant_rows *rows;
+  int fails, verdict;
+} qc_quant_many_info;
+
+int qc_report_quant_many(qc_report_out *o, const qc_quant_many_info *qi);
+void qc_report_quant_many_table(const qc_quant_many_info *qi);
 
 /* ---- tol: derived tolerances (tol.c) ----------------------------------------- */
 
@@ -127,5 +196,10 @@ typedef struct qc_tol_info {
  * (malloc'd), NULL out of memory. */
 char *qc_report_tol_member(const qc_tol_info *ti);
 int qc_report_tol(qc_report_out *o, const qc_tol_info *ti);
+/* `tol --dump F --module PATH` (tol_module.c): {"tolerances": {every
+ * gradient's member}} as JSON text (malloc'd; NULL out of memory), and the
+ * reports (JSON: dump, module, each derivation, the merged member). */
+char *qc_report_tol_members(const qc_tol_info *ti, int n);
+int qc_report_tol_module(qc_report_out *o, const qc_tol_info *ti, int n, const char *dump, const char *module);
 
 #endif

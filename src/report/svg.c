@@ -148,6 +148,15 @@ int qc_svg_render(const qc_svg_plot *p, qc_sbuf *b) {
   for (int k = 0; k < p->nseries; k++) {
     const qc_svg_series *s = &p->series[k];
     const char *col = s->color ? s->color : g_palette[k % 8];
+    if (s->style == QC_SVG_TICKS) {
+      for (int i = 0; i < s->n; i++) {
+        double x = sx(s, i), y = ty(p, s->y[i]);
+        if (isfinite(x) && isfinite(y))
+          qc_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\"/>\n",
+                         PX(x) - 4, PY(y), PX(x) + 4, PY(y), col);
+      }
+      continue;
+    }
     if (s->style != QC_SVG_POINTS) {
       int open = 0;
       for (int i = 0; i < s->n; i++) {
@@ -169,7 +178,8 @@ int qc_svg_render(const qc_svg_plot *p, qc_sbuf *b) {
       for (int i = 0; i < s->n; i++) {
         double x = sx(s, i), y = ty(p, s->y[i]);
         if (isfinite(x) && isfinite(y))
-          qc_sbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", PX(x), PY(y), col);
+          qc_sbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"%s\"%s/>\n", PX(x), PY(y),
+                         s->radius > 0 ? s->radius : 2.5, col, s->radius > 2.5 ? " fill-opacity=\"0.8\"" : "");
       }
   }
   for (int i = 0; i < p->nv; i++) {
@@ -187,24 +197,43 @@ int qc_svg_render(const qc_svg_plot *p, qc_sbuf *b) {
       text(b, PX(p->vline[i].at) + 3, T + 12 + 12 * i, "start", extra, p->vline[i].label);
     }
   double ly = T + 12;
+  int nleg = p->nseries + (p->band_n && p->band_label ? 1 : 0);
+  size_t lmax = 0; /* the legend is as wide as its longest label (at most half the plot) */
+  for (int k = 0; k < p->nseries; k++)
+    if (p->series[k].label && strlen(p->series[k].label) > lmax) lmax = strlen(p->series[k].label);
+  for (int i = 0; i < p->nh; i++) {
+    int on = isfinite(ty(p, p->hline[i].at)) && p->hline[i].label;
+    nleg += on;
+    if (on && strlen(p->hline[i].label) > lmax) lmax = strlen(p->hline[i].label);
+  }
+  if (p->band_n && p->band_label && strlen(p->band_label) > lmax) lmax = strlen(p->band_label);
+  double LW = fmin(fmax(150, 26 + 6.3 * (double)lmax), pw / 2);
+  if (nleg) /* a light background keeps the legend readable over the data */
+    qc_sbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"#ffffff\" fill-opacity=\"0.8\"/>\n",
+                   L + pw - LW - 4, T + 2, LW, 13 * nleg + 4);
   for (int k = 0; k < p->nseries; k++) {
     const qc_svg_series *s = &p->series[k];
     const char *col = s->color ? s->color : g_palette[k % 8];
-    double X = L + pw - 150;
-    qc_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", X, ly - 4,
-                   X + 18, ly - 4, col, s->dashed ? " stroke-dasharray=\"5 3\"" : "");
+    double X = L + pw - LW;
+    if (s->style == QC_SVG_POINTS)
+      qc_sbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"%s\"/>\n", X + 9, ly - 4,
+                     s->radius > 0 ? s->radius : 2.5, col);
+    else
+      qc_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
+                     s->style == QC_SVG_TICKS ? X + 5 : X, ly - 4, s->style == QC_SVG_TICKS ? X + 13 : X + 18, ly - 4, col,
+                     s->dashed ? " stroke-dasharray=\"5 3\"" : "");
     text(b, X + 22, ly, "start", NULL, s->label ? s->label : "");
     ly += 13;
   }
   if (p->band_n && p->band_label) {
-    double X = L + pw - 150;
+    double X = L + pw - LW;
     qc_sbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"18\" height=\"8\" fill=\"#f2b6b6\"/>\n", X, ly - 8);
     text(b, X + 22, ly, "start", NULL, p->band_label);
     ly += 13;
   }
   for (int i = 0; i < p->nh; i++)
     if (isfinite(ty(p, p->hline[i].at)) && p->hline[i].label) {
-      double X = L + pw - 150;
+      double X = L + pw - LW;
       qc_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"6 3\"/>\n", X,
                      ly - 4, X + 18, ly - 4, p->hline[i].color ? p->hline[i].color : "#555555");
       text(b, X + 22, ly, "start", NULL, p->hline[i].label);

@@ -18,7 +18,9 @@
 
 #define QC_SVG_MAXMARK 8
 
-typedef enum { QC_SVG_LINE = 0, QC_SVG_POINTS = 1, QC_SVG_LINE_POINTS = 2 } qc_svg_style;
+/* LINE, POINTS (dots), LINE_POINTS, TICKS (a short horizontal dash at each
+ * point: a per-point bound drawn beside the points it bounds). */
+typedef enum { QC_SVG_LINE = 0, QC_SVG_POINTS = 1, QC_SVG_LINE_POINTS = 2, QC_SVG_TICKS = 3 } qc_svg_style;
 
 /* One series. A NaN or infinite y (or x) leaves a gap in a line. */
 typedef struct qc_svg_series {
@@ -28,6 +30,7 @@ typedef struct qc_svg_series {
   const char *color;         /* NULL: the palette's next colour */
   int dashed;
   qc_svg_style style;
+  double radius;             /* of a point (0: 2.5 px); a larger one marks, e.g. an outlier */
 } qc_svg_series;
 
 /* A horizontal line at y (a bound), or a vertical one at x (an event). */

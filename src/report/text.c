@@ -9,6 +9,7 @@
 #include "report/sbuf.h"
 #include "report/tlist.h"
 #include "report/report.h"
+#include "report/run.h"
 
 static const char *fmt_num(char *buf, size_t n, double v, const char *f) {
   if (isnan(v)) snprintf(buf, n, "-");
@@ -57,18 +58,35 @@ int qc_report_line(const char **p, char *line, size_t n) {
   return 1;
 }
 
+const char *qc_report_check_name(const qc_check *k, char *buf, int n) {
+  if (strcmp(k->tensor, "quantizer") == 0) snprintf(buf, (size_t)n, "deployed_bytes/weight_q");
+  else snprintf(buf, (size_t)n, "%s/%s", k->dy, k->tensor);
+  return buf;
+}
+
+/* Seconds of check i: its module's audit time shared by its checks. */
+static double check_time(const qc_report_info *info, int i) {
+  for (int j = 0; info->modules && j < info->modules->n; j++) {
+    const qc_modinfo *mi = &info->modules->v[j];
+    if (i >= mi->first && i < mi->first + mi->nchecks) return mi->nchecks ? mi->seconds / mi->nchecks : 0;
+  }
+  return 0;
+}
+
 int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
-  /* one testsuite per module, in the order modules first appear */
+  /* one testsuite per module, in the order modules first appear; a testcase
+   * is the module (classname) and dY/tensor (name) */
   qc_tlist l = {0};
   int rc = QC_OK;
   for (int i = 0; i < r->n && !rc; i++) {
     const qc_check *k = &r->v[i];
     char name[2 * QC_NAMELEN + 2], out[256];
-    snprintf(name, sizeof name, "%s/%s", k->dy, k->tensor);
     if (k->has_metrics)
-      snprintf(out, sizeof out, "rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g", k->m.rel_l2, k->m.cosine,
-               k->m.norm_ratio, k->m.max_abs);
-    rc = qc_tlist_add(&l, k->module, k->cls, name, k->verdict != QC_V_PASS ? k->why : NULL, k->has_metrics ? out : NULL);
+      snprintf(out, sizeof out, "rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g noise_multiple=%.4g", k->m.rel_l2,
+               k->m.cosine, k->m.norm_ratio, k->m.max_abs, k->m.noise_multiple);
+    rc = qc_tlist_add(&l, k->module, k->module, qc_report_check_name(k, name, sizeof name),
+                      k->verdict != QC_V_PASS ? k->why : NULL, k->has_metrics ? out : NULL);
+    if (!rc) qc_tlist_time(&l, check_time(info, i));
   }
   /* warnings (weak tolerances run with --allow-weak-tolerances): one passed testcase each, the text as its output */
   const char *p = info->warnings;
@@ -85,19 +103,41 @@ int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *
 
 int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
   qc_sbuf b = *out;
-  int v = qc_results_verdict(r);
+  int v = qc_results_verdict(r), nf = 0;
+  for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;
   qc_sbuf_printf(&b, "# qatcheck %s: %s\n\n", info->verb, v == 0 ? "pass" : v == 1 ? "FAIL" : "nothing checked");
+  qc_sbuf_printf(&b, "- %d check(s): %d passed, %d failed", r->n, r->n - nf, nf);
+  if (info->modules) qc_sbuf_printf(&b, "; %d module instance(s)", info->modules->n);
+  qc_sbuf_printf(&b, "\n");
   if (info->case_path)
     qc_sbuf_printf(&b, "- case: `%s` (%s), sha256 `%s`\n", info->case_name ? info->case_name : "", info->case_path,
                    info->case_sha256 ? info->case_sha256 : "");
-  qc_sbuf_printf(&b, "- device: %s\n- qatcheck %s\n\n", info->device ? info->device : "cpu", QC_VERSION);
+  qc_sbuf_printf(&b, "- device: %s\n- qatcheck %s\n", info->device ? info->device : "cpu", QC_VERSION);
+  qc_run_markdown(&b);
   const char *p = info->warnings;
   char line[1024];
+  if (p && *p) qc_sbuf_printf(&b, "\n");
   while (qc_report_line(&p, line, sizeof line)) {
     qc_sbuf_printf(&b, "> **warning**: ");
     qc_sbuf_md(&b, line);
     qc_sbuf_printf(&b, "\n\n");
   }
+  if (nf) {
+    qc_sbuf_printf(&b, "\n## Failures (%d)\n\n", nf);
+    for (int i = 0; i < r->n; i++) {
+      const qc_check *k = &r->v[i];
+      char name[2 * QC_NAMELEN + 2];
+      if (k->verdict == QC_V_PASS) continue;
+      qc_sbuf_printf(&b, "- `");
+      qc_sbuf_md(&b, k->module);
+      qc_sbuf_printf(&b, "` ");
+      qc_sbuf_md(&b, qc_report_check_name(k, name, sizeof name));
+      qc_sbuf_printf(&b, ": ");
+      qc_sbuf_md(&b, k->why);
+      qc_sbuf_printf(&b, "\n");
+    }
+  }
+  qc_sbuf_printf(&b, "\n## Checks\n\n");
   qc_sbuf_printf(&b, "| module | dy | tensor | rel_l2 | cosine | norm_ratio | max_abs | noise x | verdict | why |\n");
   qc_sbuf_printf(&b, "|---|---|---|---:|---:|---:|---:|---:|---|---|\n");
   for (int i = 0; i < r->n; i++) {
@@ -120,10 +160,11 @@ int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_result
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];
     int seen = 0;
-    for (int j = 0; j < i; j++)
-      if (strcmp(r->v[j].tensor, k->tensor) == 0) seen = 1;
+    for (int j = 0; j < i && !seen; j++) seen = strcmp(r->v[j].tensor, k->tensor) == 0;
     if (seen || !k->has_tol) continue;
-    qc_sbuf_printf(&b, "- `%s`: %s\n", k->tensor, k->tol.reasoning);
+    qc_sbuf_printf(&b, "- `%s`: ", k->tensor);
+    qc_sbuf_md(&b, k->tol.reasoning);
+    qc_sbuf_printf(&b, "\n");
   }
   *out = b;
   return b.oom ? qc_err_sys("out of memory building the Markdown report") : QC_OK;

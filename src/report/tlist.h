@@ -20,11 +20,25 @@ typedef struct qc_tlist {
  * (may be ""); out NULL or the <system-out> text. QC_OK or QC_ESYS. */
 int qc_tlist_add(qc_tlist *l, const char *suite, const char *classname, const char *name, const char *failure,
                  const char *out);
+/* Add a case that could not run: an <error message/> (a run that exits 2). */
+int qc_tlist_add_error(qc_tlist *l, const char *suite, const char *classname, const char *name, const char *message);
+/* The wall time of the last case added (seconds; by default a case gets an
+ * equal share of qc_tlist_spread's total, else 0). */
+void qc_tlist_time(qc_tlist *l, double seconds);
+/* Give each case without its own time total / n seconds. */
+void qc_tlist_spread(qc_tlist *l, double total);
 int qc_tlist_failures(const qc_tlist *l);
-/* JUnit XML: <testsuites name="qatcheck VERB" tests failures>, one
- * <testsuite> per suite, <testcase classname name>, <failure message/>,
- * <system-out>; XML-escaped; appended to out. */
+int qc_tlist_errors(const qc_tlist *l);
+/* JUnit XML (the common schema: Jenkins' junit-10): <testsuites name=
+ * "qatcheck VERB" tests failures errors time>, one <testsuite> per suite
+ * (name tests failures errors skipped time timestamp hostname),
+ * <testcase classname name time>, <failure message/> or <error message/>,
+ * <system-out>; XML-escaped; appended to out. A (classname, name) pair
+ * that repeats gets " [2]", " [3]", ... so every testcase is unique. */
 int qc_tlist_junit(const qc_tlist *l, const char *verb, qc_sbuf *out);
+/* Append l's suites to a JUnit document qc_tlist_junit rendered (the
+ * counts of its <testsuites> updated). */
+int qc_tlist_junit_append(const qc_tlist *l, qc_sbuf *doc);
 /* Markdown: "# qatcheck VERB: pass|FAIL", the preamble lines (may be NULL),
  * then one table row per case (suite, case, verdict, message or output);
  * appended to out. */

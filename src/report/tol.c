@@ -40,6 +40,7 @@ static int render_json(qc_sbuf *out, const char *tensor, const qc_tol_spec *s, c
   cJSON *root = qc_report_envelope("tol", 0);
   if (!root) return qc_err_sys("tol: out of memory building the report");
   cJSON_AddStringToObject(root, "command", cmd);
+  qc_report_totals(root, t->has_max_abs ? 5 : 4, 0, 0);
   cJSON *in = cJSON_AddObjectToObject(root, "inputs");
   cJSON_AddStringToObject(in, "tensor", tensor);
   cJSON_AddStringToObject(in, "out_dtype", s->out_dtype);
@@ -75,17 +76,17 @@ static int bounds_list(qc_tlist *l, const char *tensor, const qc_tol_terms *t) {
   char out[160];
   int rc;
   snprintf(out, sizeof out, "rel_l2 <= %.9g", t->rel_l2);
-  if ((rc = qc_tlist_add(l, tensor, "tol", "rel_l2", NULL, out))) return rc;
+  if ((rc = qc_tlist_add(l, tensor, tensor, "rel_l2", NULL, out))) return rc;
   if (t->has_max_abs) {
     snprintf(out, sizeof out, "max_abs <= %.9g", t->max_abs);
-    if ((rc = qc_tlist_add(l, tensor, "tol", "max_abs", NULL, out))) return rc;
+    if ((rc = qc_tlist_add(l, tensor, tensor, "max_abs", NULL, out))) return rc;
   }
   snprintf(out, sizeof out, "cosine >= %.12g", t->cosine_min);
-  if ((rc = qc_tlist_add(l, tensor, "tol", "cosine_min", NULL, out))) return rc;
+  if ((rc = qc_tlist_add(l, tensor, tensor, "cosine_min", NULL, out))) return rc;
   snprintf(out, sizeof out, "norm_ratio in [%.9g, %.9g]", t->norm_lo, t->norm_hi);
-  if ((rc = qc_tlist_add(l, tensor, "tol", "norm_ratio", NULL, out))) return rc;
+  if ((rc = qc_tlist_add(l, tensor, tensor, "norm_ratio", NULL, out))) return rc;
   snprintf(out, sizeof out, "noise_multiple <= %.9g", t->noise_multiple);
-  return qc_tlist_add(l, tensor, "tol", "noise_multiple", NULL, out);
+  return qc_tlist_add(l, tensor, tensor, "noise_multiple", NULL, out);
 }
 
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/progress.h"
 #include "core/qc.h"
 #include "io/prefetch.h"
 #include "model/check.h"
@@ -33,12 +34,15 @@ static int push_row(qc_sweep *s, qc_crow **out) {
 /* Add a row comparing buffer g with r (rows x cols) through the backend's
  * queued metrics; its verdict is given after sync (judge_rows). The rows
  * array does not move meanwhile (reserve_rows). */
-static int add_row(qc_sweep *s, const qc_backend *be, const char *module, const char *tensor, const char *wf,
-                   const char *af, const char *dy, int64_t rows, int64_t cols, const double *g, const double *r) {
+static int add_row(qc_sweep *s, const qc_backend *be, const sw_plan *pl, const char *module, const char *tensor,
+                   const char *wf, const char *af, const char *dy, int64_t rows, int64_t cols, const double *g,
+                   const double *r) {
   qc_crow *w = NULL;
   int rc = push_row(s, &w);
   if (rc) return rc;
   snprintf(w->module, sizeof w->module, "%s", module);
+  snprintf(w->profile, sizeof w->profile, "%s", pl->profile);
+  snprintf(w->profile_why, sizeof w->profile_why, "%s", pl->profile_why);
   qc_contract_classify(module, w->cls, sizeof w->cls, &w->layer, &w->expert);
   snprintf(w->wfmt, sizeof w->wfmt, "%s", wf);
   snprintf(w->afmt, sizeof w->afmt, "%s", af);
@@ -93,9 +97,10 @@ static int gemm(qc_sweep *s, const qc_backend *be, qc_op ta, int64_t m, int64_t 
  * Worker threads read units u+1 .. u+ahead (weight, dYs, X as stored, each
  * checked finite) into pinned host slots while the main thread runs unit u
  * on the backend: upload, widen, quantize, GEMMs and metrics queued in
- * order, one sync per unit. Contiguous datasets are read with pread (no
- * HDF5 call, so the workers read in parallel); others through HDF5 under a
- * lock, which the main thread also holds for its own HDF5 calls. */
+ * order, one sync per unit. Located tensors (a contiguous HDF5 dataset, any
+ * safetensors tensor) are read without a library call, so the workers read
+ * in parallel; others (chunked or filtered HDF5) through the source's
+ * read_into under a lock. */
 
 typedef struct sizes {
   int64_t nk, mn, mk, ndy;     /* largest N*K, M*N, M*K and dY count over the groups */
@@ -111,7 +116,6 @@ typedef struct slot {
   void *y;                     /* [ndy] x z->yb: dY datasets as stored */
   void *x;                     /* [z->xb]: X as stored (one X for every dY of a unit) */
   double t_read;
-  qc_dump *d;
   const sizes *z;
 } slot;
 
@@ -158,18 +162,19 @@ static int64_t first_nonfinite(const void *buf, qc_dtype dt, int64_t n) {
   return -1;
 }
 
-/* One located dataset (slice e when per-expert) into buf, checked finite;
- * `quantized`: float64 values must also fit float32, the quantizers' input. */
-static int read_one(slot *sl, const char *dset, const qc_dump_loc *loc, int per_expert, int64_t rows, int64_t cols,
-                    void *buf, int quantized) {
+/* One located tensor of source src (slice e when per-expert) into buf,
+ * checked finite; `quantized`: float64 values must also fit float32, the
+ * quantizers' input. */
+static int read_one(slot *sl, const qc_tsrc *src, const char *dset, const qc_tloc *loc, int per_expert, int64_t rows,
+                    int64_t cols, void *buf, int quantized) {
   int rc;
   if (loc->offset >= 0) {
-    qc_dump_loc l = *loc;
+    qc_tloc l = *loc;
     if (per_expert) l.offset += (long long)sl->e * (long long)l.nbytes;
-    rc = qc_dump_pread(sl->d, dset, &l, buf);
+    rc = qc_tsrc_pread(src, dset, &l, buf);
   } else {
     pthread_mutex_lock(&g_read_lock);
-    rc = qc_dump_read_into(sl->d, dset, per_expert ? sl->e : -1, buf, loc->nbytes);
+    rc = qc_tsrc_read_into(src, dset, per_expert ? sl->e : -1, buf, loc->nbytes);
     pthread_mutex_unlock(&g_read_lock);
   }
   if (rc) return rc;
@@ -197,14 +202,14 @@ static int prepare(slot *sl) {
   const sw_plan *g = sl->g;
   const sizes *z = sl->z;
   double t0 = qc_now_s();
-  int rc = read_one(sl, g->wdset, &g->wloc, g->experts, g->N, g->K, sl->w, 1);
+  int rc = read_one(sl, g->wsrc, g->wdset, &g->wloc, g->experts, g->N, g->K, sl->w, 1);
   for (int i = 0; i < g->ndy && !rc; i++) {
     const sw_src *y = &g->dy[i];
     if (y->dset[0])
-      rc = read_one(sl, y->dset, &y->loc, y->per_expert, y->M, g->N, (char *)sl->y + (size_t)i * z->yb, 0);
+      rc = read_one(sl, y->src, y->dset, &y->loc, y->per_expert, y->M, g->N, (char *)sl->y + (size_t)i * z->yb, 0);
   }
   if (!rc && g->need_x && g->x.dset[0]) /* every dY of the unit has X's tokens (plan_group) */
-    rc = read_one(sl, g->x.dset, &g->x.loc, g->x.per_expert, g->x.M, g->K, sl->x, 1);
+    rc = read_one(sl, g->x.src, g->x.dset, &g->x.loc, g->x.per_expert, g->x.M, g->K, sl->x, 1);
   sl->t_read = qc_now_s() - t0;
   return rc;
 }
@@ -265,7 +270,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
   const sw_plan *g = sl->g;
   const sizes *z = sl->z;
   const int64_t N = g->N, K = g->K;
-  const char *prof = o->profile ? o->profile : "vllm";
+  const char *prof = g->profile;
   const void *wsrc, *ysrc = NULL, *xsrc = NULL;
   const double **y64 = w->y64p;
   char what[QC_PATHLEN + 64];
@@ -299,7 +304,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
     for (int i = 0; i < g->ndy; i++) {
       const int64_t M = g->dy[i].M;
       if ((rc = gemm(s, be, QC_OP_N, M, K, N, y64[i], N, wq, w->a)) ||
-          (rc = add_row(s, be, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
+          (rc = add_row(s, be, g, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
         return rc;
     }
   }
@@ -325,7 +330,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
       rc = be->fake_quant_f64(be, o->afmt[a], prof, M, K, xdt, xsrc, w->scratch, w->xq64, what);
       s->t_quant += qc_now_s() - t0;
       if (rc || (rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, w->xq64, w->a)) ||
-          (rc = add_row(s, be, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
+          (rc = add_row(s, be, g, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
         return rc;
     }
   }
@@ -396,7 +401,7 @@ static int fetch_unit(void *arg, int u, int k) {
 }
 
 /* Run every unit: units u+1 .. u+ahead are read while unit u computes. */
-int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
+int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
                      const sw_gens *G, qc_sweep *s) {
   sizes z = {1, 1, 1, 1, 1, 1, 1};
   int need_x = 0, rc = QC_OK;
@@ -424,8 +429,11 @@ int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o,
   int nslot = 0;
   work w;
   qc_prefetch pf;
+  qc_progress pg;
   memset(&w, 0, sizeof w);
   memset(&pf, 0, sizeof pf);
+  qc_progress_start(&pg, "contract", "units", s->units);
+  if (!o->progress) pg.on = 0;
   if (!ug || !ue) { rc = qc_err_sys("out of memory"); goto out; }
   for (int i = 0, u = 0; i < nplan; i++)
     for (int e = 0; e < plans[i].E; e++, u++) { ug[u] = i; ue[u] = e; }
@@ -447,7 +455,6 @@ int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o,
       ahead = k - 1;
       break;
     }
-    sl[k].d = d;
     sl[k].z = &z;
   }
   s->ahead = ahead;
@@ -462,14 +469,13 @@ int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o,
     s->t_wait += qc_now_s() - t0;
     if (rc) goto out;
     slot *cur = &sl[k];
-    if (o->progress) fprintf(stderr, "\r\033[K[%d/%d] %s", u + 1, s->units, cur->module);
     s->t_read += cur->t_read;
     if ((rc = compute(be, o, cur, &w, G, s))) goto out;
+    qc_progress_step(&pg, u + 1, cur->module);
     if ((rc = qc_prefetch_release(&pf, u))) goto out; /* its work synced: the slot is free */
   }
-  if (o->progress) fprintf(stderr, "\r\033[K");
 out:
-  if (rc && o->progress) fprintf(stderr, "\n");
+  qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
   if (rc) be->sync(be); /* nothing queued may outlive the buffers */
   for (int k = 0; sl && k < nslot; k++) slot_free(&sl[k], be);

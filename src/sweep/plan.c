@@ -7,6 +7,10 @@
 
 #include "core/qc.h"
 #include "core/rng.h"
+#include "engine/deployed.h"
+#include "model/case.h"
+#include "model/contract.h"
+#include "io/dump.h"
 
 /* Master weights, dY and X must decode to real numbers element for element. */
 static int check_real(const char *dset, const qc_tensor *info) {
@@ -15,16 +19,31 @@ static int check_real(const char *dset, const qc_tensor *info) {
   return qc_err("'%s' has element type %s: expected float64, float32, float16 or bfloat16", dset, qc_dtype_name(t));
 }
 
-int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g) {
-  const char *file = qc_dump_path(d);
+/* Tokens and width of a dY or X `info` of a group with E experts (E 0: not
+ * experts): leading dimensions are tokens ([..., M, W] -> M = their
+ * product); an expert group's [E, M, W] is one slice per expert. 0 when the
+ * rank is 0. */
+static int tokens_of(const qc_tensor *info, int64_t E, int64_t *M, int *per_expert) {
+  if (info->ndim < 1) return 0;
+  *per_expert = E > 0 && info->ndim == 3 && info->shape[0] == E;
+  *M = 1;
+  for (int i = *per_expert; i < info->ndim - 1; i++) *M *= info->shape[i];
+  return 1;
+}
+
+int qc_sweep_plan_group(const sw_entry *e, const qc_sweep_opts *o, sw_plan *g) {
+  const char *path = e->path, *file = e->wsrc->path;
   char gdir[DSETLEN], s1[96];
   qc_tensor info = {0};
   int rc;
   memset(g, 0, sizeof *g);
   g->path = path;
-  snprintf(g->wdset, sizeof g->wdset, "%s/params/weight", path);
-  if (!qc_dump_exists(d, g->wdset)) return qc_err("%s: linear module '%s' has no dataset 'params/weight'", file, path);
-  if ((rc = qc_dump_info(d, g->wdset, &info))) return rc;
+  g->wsrc = e->wsrc;
+  snprintf(g->wdset, sizeof g->wdset, "%s", e->wname);
+  if (!qc_tsrc_exists(e->wsrc, g->wdset))
+    return e->wsrc == e->dsrc ? qc_err("%s: linear module '%s' has no dataset 'params/weight'", file, path)
+                              : qc_err("%s: linear module '%s' has no tensor '%s'", file, path, g->wdset);
+  if ((rc = qc_tsrc_info(e->wsrc, g->wdset, &info))) return rc;
   if ((rc = check_real(g->wdset, &info))) return rc;
   if (info.ndim == 3) {
     char tmp[QC_PATHLEN + 16];
@@ -41,12 +60,13 @@ int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw
   g->K = info.shape[info.ndim - 1];
   if (g->E < 1 || g->N < 1 || g->K < 1)
     return qc_err("'%s' is %s: expected no empty dimension", g->wdset, qc_shape_str(info.ndim, info.shape, s1, sizeof s1));
-  if ((rc = qc_dump_locate(d, g->wdset, g->experts ? 0 : -1, &g->wloc))) return rc;
+  if ((rc = qc_tsrc_locate(e->wsrc, g->wdset, g->experts ? 0 : -1, &g->wloc))) return rc;
 
   char (*dl_name)[QC_NAMELEN] = NULL;
   int dl_n = 0;
+  const int64_t E = g->experts ? g->E : 0;
   snprintf(gdir, sizeof gdir, "%s/grad_out", path);
-  if ((rc = qc_dump_list(d, gdir, &dl_name, &dl_n))) return rc;
+  if (e->dsrc && (rc = qc_tsrc_list(e->dsrc, gdir, &dl_name, &dl_n))) return rc;
   g->ndy = dl_n ? dl_n : 1;
   g->dy = calloc((size_t)g->ndy, sizeof *g->dy);
   if (!g->dy) { free(dl_name); return qc_err_sys("out of memory"); }
@@ -57,15 +77,15 @@ int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw
   for (int i = 0; i < dl_n; i++) {
     sw_src *y = &g->dy[i];
     snprintf(y->name, QC_NAMELEN, "%s", dl_name[i]);
+    y->src = e->dsrc;
     if (snprintf(y->dset, sizeof y->dset, "%s/%s", gdir, dl_name[i]) >= (int)sizeof y->dset) {
       rc = qc_err("'%s/%s': dataset path too long", gdir, dl_name[i]);
       break;
     }
-    if ((rc = qc_dump_info(d, y->dset, &info)) || (rc = check_real(y->dset, &info))) break;
+    if ((rc = qc_tsrc_info(y->src, y->dset, &info)) || (rc = check_real(y->dset, &info))) break;
     qc_shape_str(info.ndim, info.shape, s1, sizeof s1);
-    int ok2 = info.ndim == 2, ok3 = info.ndim == 3 && g->experts && info.shape[0] == g->E;
-    if (!ok2 && !ok3) {
-      rc = qc_err("dY '%s' is %s: expected [M, %lld]%s", y->dset, s1, (long long)g->N,
+    if (!tokens_of(&info, E, &y->M, &y->per_expert)) {
+      rc = qc_err("dY '%s' is %s: expected [..., M, %lld]%s", y->dset, s1, (long long)g->N,
                   g->experts ? " or one per expert [E, M, N]" : "");
       break;
     }
@@ -74,10 +94,8 @@ int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw
                   (long long)g->N, g->wdset, (long long)g->N, (long long)g->K);
       break;
     }
-    y->per_expert = ok3;
-    y->M = info.shape[info.ndim - 2];
     if (y->M < 1) { rc = qc_err("dY '%s' is %s: expected at least one token", y->dset, s1); break; }
-    if ((rc = qc_dump_locate(d, y->dset, ok3 ? 0 : -1, &y->loc))) break;
+    if ((rc = qc_tsrc_locate(y->src, y->dset, y->per_expert ? 0 : -1, &y->loc))) break;
   }
   free(dl_name);
   if (rc) return rc;
@@ -85,26 +103,77 @@ int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw
   for (int i = 0; i < o->na; i++) g->need_x |= strcmp(o->afmt[i], "none") != 0;
   if (!g->need_x) return QC_OK;
   snprintf(g->x.dset, sizeof g->x.dset, "%s/inputs/x", path);
-  if (!qc_dump_exists(d, g->x.dset)) {
+  if (!e->dsrc || !qc_tsrc_exists(e->dsrc, g->x.dset)) {
     g->x.dset[0] = 0;
     snprintf(g->x.name, QC_NAMELEN, "generated");
     return QC_OK;
   }
   snprintf(g->x.name, QC_NAMELEN, "x");
-  if ((rc = qc_dump_info(d, g->x.dset, &info)) || (rc = check_real(g->x.dset, &info))) return rc;
+  g->x.src = e->dsrc;
+  if ((rc = qc_tsrc_info(g->x.src, g->x.dset, &info)) || (rc = check_real(g->x.dset, &info))) return rc;
   qc_shape_str(info.ndim, info.shape, s1, sizeof s1);
-  int ok2 = info.ndim == 2, ok3 = info.ndim == 3 && g->experts && info.shape[0] == g->E;
-  if ((!ok2 && !ok3) || info.shape[info.ndim - 1] != g->K)
-    return qc_err("input '%s' is %s: expected [M, %lld]%s", g->x.dset, s1, (long long)g->K,
+  if (!tokens_of(&info, E, &g->x.M, &g->x.per_expert) || info.shape[info.ndim - 1] != g->K)
+    return qc_err("input '%s' is %s: expected [..., M, %lld]%s", g->x.dset, s1, (long long)g->K,
                   g->experts ? " or one per expert [E, M, K]" : "");
-  g->x.per_expert = ok3;
-  g->x.M = info.shape[info.ndim - 2];
-  if ((rc = qc_dump_locate(d, g->x.dset, ok3 ? 0 : -1, &g->x.loc))) return rc;
+  if ((rc = qc_tsrc_locate(g->x.src, g->x.dset, g->x.per_expert ? 0 : -1, &g->x.loc))) return rc;
   for (int i = 0; i < g->ndy; i++)
     if (g->dy[i].M != g->x.M)
       return qc_err("input '%s' has %lld tokens but dY '%s' has %lld: expected the same M", g->x.dset,
                     (long long)g->x.M, g->dy[i].dset[0] ? g->dy[i].dset : "generated", (long long)g->dy[i].M);
   return QC_OK;
+}
+
+int qc_sweep_plan_profile(qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g) {
+  char cj[4096] = "", where[QC_PATHLEN + 32], ds[DSETLEN];
+  qc_contract c;
+  int rc;
+  memset(&c, 0, sizeof c);
+  if (o->profile && strcmp(o->profile, "auto") != 0) {
+    snprintf(g->profile, sizeof g->profile, "%s", o->profile);
+    snprintf(g->profile_why, sizeof g->profile_why, "--profile");
+    return QC_OK;
+  }
+  if (!d) { /* a checkpoint: master weights, no contract, no deployed bytes */
+    snprintf(g->profile, sizeof g->profile, "vllm");
+    snprintf(g->profile_why, sizeof g->profile_why, "default: no deployed bytes to identify a producer from");
+    return QC_OK;
+  }
+  snprintf(where, sizeof where, "module '%s'", path);
+  if (qc_dump_get_attr(d, path, "contract", cj, sizeof cj) == QC_OK && cj[0] && (rc = qc_contract_parse(cj, where, &c))) return rc;
+  qc_err_clear(); /* an absent attribute is no error */
+  const char *pn = qc_contract_str(&c, "profile", "auto"), *fn = qc_contract_str(&c, "weight_format", "none");
+  if (strcmp(pn, "auto") != 0) {
+    qc_qprof p;
+    if ((rc = qc_qprof_parse(pn, &p))) return rc;
+    snprintf(g->profile, sizeof g->profile, "%s", pn);
+    snprintf(g->profile_why, sizeof g->profile_why, "the module's contract");
+    return QC_OK;
+  }
+  snprintf(g->profile, sizeof g->profile, "vllm");
+  snprintf(ds, sizeof ds, "%s/saved/weight_q", path);
+  if (strcmp(fn, "none") == 0 || !qc_dump_exists(d, ds)) {
+    snprintf(g->profile_why, sizeof g->profile_why, "default: no deployed bytes to identify a producer from");
+    return QC_OK;
+  }
+  /* auto: the producer the deployed bytes identify */
+  qc_qfmt f;
+  qc_module m;
+  char cj2[4096];
+  qc_identify *idf = NULL;
+  qc_sr sr;
+  memset(&m, 0, sizeof m);
+  if ((rc = qc_qfmt_parse(fn, &f))) return rc;
+  if ((rc = qc_dump_load_module(d, path, 0, &m, cj2, sizeof cj2))) goto done;
+  if (!(idf = qc_calloc(1, sizeof *idf, "profile identification"))) { rc = QC_ESYS; goto done; }
+  qc_sr_from_contract(&c, path, &sr);
+  if ((rc = qc_deployed_identify_module(&m, f, &sr, idf))) goto done;
+  if (idf->any) snprintf(g->profile, sizeof g->profile, "%s", qc_qprof_name((qc_qprof)idf->chosen));
+  snprintf(g->profile_why, sizeof g->profile_why, "auto, from the deployed %s bytes: %s%s", fn, idf->why,
+           idf->any ? "" : "; vllm used");
+done:
+  free(idf);
+  qc_module_free(&m);
+  return rc;
 }
 
 /* ---- generated dY and X: one per (what, M, cols), shared by every module of

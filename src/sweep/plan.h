@@ -1,13 +1,15 @@
 /* plan.h: inside the sweep, not its API: a module group's plan (its
  * weight, dY and X sources, every shape checked before any data is read),
- * the generated dY and X, and the pipeline that runs the planned units. */
+ * the generated dY and X, and the pipeline that runs the planned units.
+ * Every tensor is named in a tensor source (io/tsource.h), so a plan is the
+ * same for an HDF5 dump and a safetensors checkpoint. */
 #ifndef QC_SWEEP_PLAN_H
 #define QC_SWEEP_PLAN_H
 
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "io/dump.h"
+#include "io/tsource.h"
 #include "sweep/sweep.h"
 
 #define DSETLEN (QC_PATHLEN + 160)
@@ -16,24 +18,40 @@
 typedef struct sw_src {
   char name[QC_NAMELEN];  /* "dy" or "generated" */
   char dset[DSETLEN];     /* "" when generated */
+  const qc_tsrc *src;     /* where dset is */
   int per_expert;         /* 3-D [E, M, *]: slice by expert */
-  int64_t M;
-  qc_dump_loc loc;        /* a dataset's bytes (slice 0 when per_expert) */
+  int64_t M;              /* tokens: the product of the leading dimensions */
+  qc_tloc loc;            /* a dataset's bytes (slice 0 when per_expert) */
   int gen;                /* generated: index into the shared generated tensors */
   int xgen;               /* for a dY: its generated X (when X is generated) */
 } sw_src;
 
+
+/* A module to plan: its path (the name in reports), where its weight is,
+ * and the source holding its "<path>/grad_out/" and "<path>/inputs/x"
+ * (NULL: dY and X are generated). */
+typedef struct sw_entry {
+  char path[QC_PATHLEN];
+  char wname[DSETLEN];
+  const qc_tsrc *wsrc;
+  const qc_tsrc *dsrc;
+  struct qc_dump *dump;   /* the HDF5 dump the module group is in (its contract attribute and
+                             deployed bytes choose the profile), NULL for a checkpoint */
+} sw_entry;
 
 typedef struct sw_plan {
   const char *path;
   int experts;            /* 1 for a 3-D weight */
   int64_t E, N, K;
   char wdset[DSETLEN];
-  qc_dump_loc wloc;       /* the weight's bytes (expert 0 when experts) */
+  const qc_tsrc *wsrc;
+  qc_tloc wloc;           /* the weight's bytes (expert 0 when experts) */
   int ndy;
   sw_src *dy;
   sw_src x;                  /* used when activation formats are asked */
   int need_x;
+  char profile[32];          /* the module's quantizer profile (qc_sweep_plan_profile) */
+  char profile_why[480];     /* where it came from */
 } sw_plan;
 
 /* ---- generated dY and X ---------------------------------------------------------
@@ -55,7 +73,13 @@ typedef struct sw_gens {
 
 /* Inspect a module group: weight layout, dY sources, X source; every shape
  * checked before any data is read. */
-int qc_sweep_plan_group(qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g);
+int qc_sweep_plan_group(const sw_entry *e, const qc_sweep_opts *o, sw_plan *g);
+
+/* The module's quantizer profile: --profile; else its contract attribute's
+ * `profile`; else (absent or auto), when it holds deployed bytes under a
+ * contract weight_format, the first profile that reproduces them; else vllm.
+ * Sets g->profile and g->profile_why. */
+int qc_sweep_plan_profile(struct qc_dump *d, const char *path, const qc_sweep_opts *o, sw_plan *g);
 
 /* Index of the generated (what, M, cols), added when new. */
 int qc_sweep_gen_index(sw_gens *G, const char *what, int64_t M, int64_t cols, int *idx);
@@ -65,7 +89,16 @@ void qc_sweep_gen_free(sw_gens *G, const qc_backend *be);
 
 /* Run every unit of the plans (pipeline.c): units u+1 .. u+ahead are read
  * while unit u computes; rows are appended to s and judged. */
-int qc_sweep_run_units(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
+int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
                        const sw_gens *G, qc_sweep *s);
+
+/* Natural order of paths: runs of digits compare as numbers, so layer 2
+ * comes before layer 10 (strcmp's sign convention). */
+int qc_sweep_cmp_natural(const char *a, const char *b);
+
+/* Plan every entry, make the generated dY and X, run the units and
+ * summarize (sweep.c); `what` names the source in messages. */
+int qc_sweep_entries(const sw_entry *ents, int n, const char *what, const qc_backend *be, const qc_sweep_opts *o,
+                     qc_sweep *s);
 
 #endif

@@ -10,12 +10,12 @@
 #include <string.h>
 
 #include "core/qc.h"
+#include "io/dump.h"
 #include "sweep/plan.h"
 
 /* Natural order of paths: runs of digits compare as numbers, so layer 2
  * comes before layer 10. */
-static int cmp_natural(const void *pa, const void *pb) {
-  const char *a = ((const qc_dump_entry *)pa)->path, *b = ((const qc_dump_entry *)pb)->path;
+int qc_sweep_cmp_natural(const char *a, const char *b) {
   while (*a && *b) {
     if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
       while (*a == '0') a++;
@@ -35,39 +35,29 @@ static int cmp_natural(const void *pa, const void *pb) {
   return (unsigned char)*a - (unsigned char)*b;
 }
 
-int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
-  qc_dump_entry *ents = NULL;
-  int nent = 0, rc;
-  sw_gens G = {NULL, 0};
-  double t_start = qc_now_s();
-  memset(s, 0, sizeof *s);
-  if ((rc = qc_dump_modules(d, o->modules, &ents, &nent))) return rc;
-  int nlin = 0;
-  for (int i = 0; i < nent; i++)
-    if (strcmp(ents[i].cls, "linear") == 0) ents[nlin++] = ents[i];
-  if (nlin > 1) qsort(ents, (size_t)nlin, sizeof *ents, cmp_natural);
-  if (nlin == 0) {
-    free(ents);
-    if (o->modules && o->modules[0])
-      qc_err("%s: no linear module group matches --modules '%s' (%d module group(s) matched)", qc_dump_path(d), o->modules, nent);
-    else
-      qc_err("%s: no linear module group: expected groups with attribute class = \"linear\"", qc_dump_path(d));
-    qc_hint("a linear module is a group with string attribute class=linear holding params/weight [N, K]");
-    return QC_EINPUT;
-  }
+static int cmp_natural(const void *pa, const void *pb) {
+  return qc_sweep_cmp_natural(((const qc_dump_entry *)pa)->path, ((const qc_dump_entry *)pb)->path);
+}
 
+int qc_sweep_entries(const sw_entry *ents, int n, const char *what, const qc_backend *be, const qc_sweep_opts *o,
+                     qc_sweep *s) {
+  sw_gens G = {NULL, 0};
+  int rc = QC_OK;
+  double t_start = qc_now_s();
   /* plan every group first: bad input exits before any work */
-  sw_plan *plans = calloc((size_t)nlin, sizeof *plans);
+  sw_plan *plans = calloc((size_t)n, sizeof *plans);
   if (!plans) { rc = qc_err_sys("out of memory"); goto done; }
-  for (int i = 0; i < nlin; i++) {
-    if ((rc = qc_sweep_plan_group(d, ents[i].path, o, &plans[i]))) goto done;
+  for (int i = 0; i < n; i++) {
+    if ((rc = qc_sweep_plan_group(&ents[i], o, &plans[i])) ||
+        (rc = qc_sweep_plan_profile(ents[i].dump, ents[i].path, o, &plans[i])))
+      goto done;
     s->units += (int)plans[i].E;
     s->expert_groups += plans[i].experts;
   }
-  s->modules = nlin;
+  s->modules = n;
 
   /* the generated dY and X, one per shape */
-  for (int i = 0; i < nlin; i++) {
+  for (int i = 0; i < n; i++) {
     sw_plan *g = &plans[i];
     for (int j = 0; j < g->ndy; j++) {
       sw_src *y = &g->dy[j];
@@ -86,15 +76,48 @@ int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, 
   s->t_gen = qc_now_s() - t0;
   if (rc) goto done;
 
-  if ((rc = qc_sweep_run_units(d, be, o, plans, nlin, &G, s))) goto done;
-  if (s->n == 0) { rc = qc_err("%s: nothing to check: the linear groups hold no experts", qc_dump_path(d)); goto done; }
+  if ((rc = qc_sweep_run_units(be, o, plans, n, &G, s))) goto done;
+  if (s->n == 0) { rc = qc_err("%s: nothing to check: the linear groups hold no experts", what); goto done; }
   rc = qc_contract_summarize(s);
 done:
   qc_sweep_gen_free(&G, be);
   if (plans)
-    for (int i = 0; i < nlin; i++) free(plans[i].dy);
+    for (int i = 0; i < n; i++) free(plans[i].dy);
   free(plans);
-  free(ents);
   s->t_total = qc_now_s() - t_start;
+  return rc;
+}
+
+int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
+  qc_dump_entry *ents = NULL;
+  sw_entry *se = NULL;
+  qc_tsrc src;
+  int nent = 0, rc;
+  memset(s, 0, sizeof *s);
+  qc_tsrc_dump(&src, d);
+  if ((rc = qc_dump_modules(d, o->modules, &ents, &nent))) return rc;
+  int nlin = 0;
+  for (int i = 0; i < nent; i++)
+    if (strcmp(ents[i].cls, "linear") == 0) ents[nlin++] = ents[i];
+  if (nlin > 1) qsort(ents, (size_t)nlin, sizeof *ents, cmp_natural);
+  if (nlin == 0) {
+    free(ents);
+    if (o->modules && o->modules[0])
+      qc_err("%s: no linear module group matches --modules '%s' (%d module group(s) matched)", qc_dump_path(d), o->modules, nent);
+    else
+      qc_err("%s: no linear module group: expected groups with attribute class = \"linear\"", qc_dump_path(d));
+    qc_hint("a linear module is a group with string attribute class=linear holding params/weight [N, K]");
+    return QC_EINPUT;
+  }
+  if (!(se = calloc((size_t)nlin, sizeof *se))) { free(ents); return qc_err_sys("out of memory"); }
+  for (int i = 0; i < nlin; i++) {
+    snprintf(se[i].path, sizeof se[i].path, "%s", ents[i].path);
+    snprintf(se[i].wname, sizeof se[i].wname, "%s/params/weight", ents[i].path);
+    se[i].wsrc = se[i].dsrc = &src;
+    se[i].dump = d;
+  }
+  free(ents);
+  rc = qc_sweep_entries(se, nlin, qc_dump_path(d), be, o, s);
+  free(se);
   return rc;
 }

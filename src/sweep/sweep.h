@@ -18,6 +18,8 @@
 
 struct qc_backend;
 struct qc_dump;
+struct qc_st;
+struct qc_st_tensor;
 
 /* Class of a module path: the layer index (the first all-digit component
  * that is not an expert index) and the expert index (the all-digit component
@@ -35,10 +37,25 @@ int qc_contract_expert_name(const char *path, int e, char *out, int outlen);
  * labels a generated tensor by its shape, "<M>x<cols>" (one per shape). */
 uint64_t qc_contract_seed(uint64_t seed, const char *module, const char *what);
 
-/* Run the sweep over dump d. Fills s (rows, classes, outliers, verdicts).
+/* Run the sweep over dump d (its groups of class linear). Fills s (rows, classes, outliers, verdicts).
  * QC_OK, or QC_EINPUT/QC_ESYS with the error set (bad input: no linear
  * groups, bad shapes, unknown format, ...). */
 int qc_contract_sweep(struct qc_dump *d, const struct qc_backend *be, const qc_sweep_opts *o, qc_sweep *s);
+
+/* Run the sweep over the linear weights of safetensors checkpoint st
+ * (ckpt.c): every tensor '<module>.weight' of a master dtype (BF16, F16,
+ * F32, F64) that is 2-D, or 3-D [E, N, K] under an 'experts' component, and
+ * whose name has no 'embed' in it, as module '/<module>' (--modules matches
+ * that path). dY and X come from dump dy's group of the same path when dy
+ * is given and has it (grad_out/, inputs/x), else they are generated.
+ * QC_EINPUT with the error set: no linear weight, none matching, a
+ * selected weight stored quantized (F8, U8: a deployed checkpoint is no
+ * master), a dy dump none of whose groups is a module. */
+int qc_contract_sweep_ckpt(struct qc_st *st, struct qc_dump *dy, const struct qc_backend *be, const qc_sweep_opts *o,
+                           qc_sweep *s);
+/* Is t a linear weight by the naming rules above (any dtype)? Then its
+ * module path "/<module>" into path. */
+int qc_ckpt_linear_weight(const struct qc_st_tensor *t, char *path, size_t n);
 
 /* Group rows into class summaries and mark outliers by the rule of
  * model/layer2.h (QC_OUTLIER_*). */

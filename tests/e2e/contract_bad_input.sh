@@ -74,7 +74,7 @@ with h5py.File(t + "/notadump.h5", "w") as f:
     lin(f, "/model.layers.0.q_proj", np.ones((4, 8)))
 PYEOF
 
-# expect2 WHAT PATTERN ARGS...: exit 2, the error line matches PATTERN, no report
+# expect2 WHAT PATTERN ARGS...: exit 2, the error line matches PATTERN, only the error report
 expect2() {
   what=$1; pat=$2; shift 2
   rm -f "$T/r.json"
@@ -82,7 +82,7 @@ expect2() {
   rc=$?
   [ $rc -eq 2 ] || { cat "$T/out" "$T/err"; fail "$what: exit $rc, expected 2"; }
   grep -q "^qatcheck: error: .*$pat" "$T/err" || { cat "$T/err"; fail "$what: error line does not say '$pat'"; }
-  [ ! -e "$T/r.json" ] || fail "$what: a report was written"
+  error_or_none "$T/r.json" || fail "$what: a report other than the error report was written"
   [ "$(grep -c '^qatcheck: error:' "$T/err")" -eq 1 ] || fail "$what: not exactly one error line"
 }
 M="--master-vs-dequant"
@@ -95,7 +95,9 @@ expect2 "3-D weight without experts" "3-D but the module path has no 'experts' c
 expect2 "1-D weight" "expected a linear weight \[N, K\]" $M $N --dump "$T/weight1d.h5"
 expect2 "no params/weight" "has no dataset 'params/weight'" $M $N --dump "$T/noweight.h5"
 expect2 "dY wrong width" "grad_out/dy' is \[3, 5\]: expected width 4" $M $N --dump "$T/width.h5"
-expect2 "expert dY wrong E" "expected \[M, 4\] or one per expert" $M $N --dump "$T/experts_e.h5"
+# leading dimensions are tokens: an expert group's [3, 6, 4] dY (3 is not E = 2) is 18 tokens shared by the experts
+"$QATCHECK" contract $M $N --dump "$T/experts_e.h5" --json "$T/r.json" >"$T/out" 2>"$T/err" || { cat "$T/err"; fail "expert dY [3, 6, 4] of E = 2 is refused"; }
+"$PY" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["rows"][0]["shape"] != [18, 8])' "$T/r.json" || fail "expert dY [3, 6, 4]: expected d_x rows of 18 tokens"
 expect2 "non-finite weight" "q_proj/params/weight: non-finite value nan at \[2, 5\]" $M $N --dump "$T/nan.h5"
 QATCHECK_AHEAD=2 expect2 "non-finite weight, prepared ahead" "/model.layers.1.q_proj/params/weight: non-finite value nan at \[2, 5\]" $M $N --dump "$T/nan.h5"
 QATCHECK_AHEAD=2 expect2 "non-finite expert dY, read ahead" "/model.layers.0.mlp.experts.down_proj/grad_out/dy (expert 1): non-finite value nan at \[2, 3\]" $M $N --dump "$T/nan_expert_dy.h5"

@@ -4,7 +4,7 @@
 # candidate; bad input (ids out of [0, E), w1 inconsistent with the
 # activation, topk_weights not [T, k], an unknown activation, a transposed
 # dY of the right size) exits 2 with
-# one `qatcheck: error:` line naming the dataset or key, and no report.
+# one `qatcheck: error:` line naming the dataset or key, and only the error report.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys

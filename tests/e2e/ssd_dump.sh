@@ -3,7 +3,7 @@
 # initial state passes with the builtin candidate; bad input (A with a
 # positive entry, dt negative, Bm of another length than x, dt of another
 # head count, an unknown contract key) exits 2 with one `qatcheck: error:`
-# line naming the dataset or key, and no report.
+# line naming the dataset or key, and only the error report.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys

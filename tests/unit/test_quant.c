@@ -8,11 +8,14 @@
 #include <string.h>
 
 #include "numerics/formats.h"
+#include "numerics/parith.h"
+#include "numerics/ptables.h"
 #include "numerics/quant.h"
 #include "numerics/sr.h"
 #include "core/qc.h"
 
 static float bf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t fbits_(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 Test(e4m3, satfinite_rne_negzero_nan) {
   cr_expect_eq(qc_f32_to_e4m3(448.0f), 0x7e);
@@ -185,6 +188,7 @@ Test(profile, vllm_native_group_floor_is_not_pow2) {
 Test(profile, te_all_zero_group_scale_one) {
   float x[128] = {0};
   cr_expect_eq(scale0(QC_QF_FP8_GROUP128, QC_QP_VLLM, 1, 128, x), 1e-10f / 448.0f);
+  cr_expect_eq(scale0(QC_QF_FP8_GROUP128, QC_QP_VLLM_TRITON, 1, 128, x), 1e-10f * bf(QA_R448_BITS));
   cr_expect_eq(scale0(QC_QF_FP8_GROUP128, QC_QP_TE, 1, 128, x), 1.0f);
 }
 
@@ -208,9 +212,11 @@ Test(profile, modelopt_nvfp4_zero_block_scale_one) {
   cr_assert_eq(qc_quantize(QC_QF_NVFP4, QC_QP_MODELOPT, 1, 32, x, NULL, &b, "x"), QC_OK);
   cr_expect_eq(((uint8_t *)a.scale.data)[0], 0x00);
   cr_expect_eq(((uint8_t *)b.scale.data)[0], 0x38);
+  /* eager PyTorch: 2688 / t is RN(1/t) * 2688; modelopt's amax / (6 * 448) is amax * RN(1/2688) */
+  volatile float r11 = 1.0f / 11.0f, r2688 = 1.0f / 2688.0f;
   float ga = *(float *)a.gscale.data, gb = *(float *)b.gscale.data;
-  cr_expect_eq(ga, 2688.0f / 11.0f);
-  cr_expect_eq(gb, 11.0f / 2688.0f);
+  cr_expect_eq(ga, r11 * 2688.0f);
+  cr_expect_eq(gb, 11.0f * r2688);
   qc_quantized_free(&a); qc_quantized_free(&b);
 }
 
@@ -269,8 +275,8 @@ Test(quant, refusals) {
   x[1] = 0;
   cr_expect_eq(qc_fake_quant("fp9", "vllm", 1, 4, x, y, "x"), QC_EINPUT);
   qc_err_clear();
-  cr_expect_eq(qc_fake_quant("mxfp8", "vllm_cuda_nvfp4", 1, 4, x, y, "x"), QC_EINPUT);
-  cr_expect(strstr(qc_err_msg(), "vllm_cuda_nvfp4") != NULL);
+  cr_expect_eq(qc_fake_quant("mxfp8", "vllm_cuda", 1, 4, x, y, "x"), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "vllm_cuda") != NULL && strstr(qc_err_hint(), "vllm_cuda_nvfp4") != NULL, "%s", qc_err_msg());
   qc_err_clear();
   cr_expect(qc_quant_known("fp8_block128_ue8m0"));
   cr_expect(!qc_quant_known("fp8_block64"));
@@ -282,11 +288,11 @@ Test(quant, oracle_vectors) {
   cr_assert(f, "tests/data/quant_vectors.bin not found (run from the repository root)");
   char magic[8];
   uint32_t count;
-  cr_assert(fread(magic, 1, 8, f) == 8 && memcmp(magic, "QCQV0001", 8) == 0 && fread(&count, 4, 1, f) == 1);
-  cr_assert_eq(count, 100);
+  cr_assert(fread(magic, 1, 8, f) == 8 && memcmp(magic, "QCQV0002", 8) == 0 && fread(&count, 4, 1, f) == 1);
+  cr_assert_eq(count, 2 * (QC_QF_COUNT - 1) * QC_QP_COUNT);
   int seen[QC_QF_COUNT][QC_QP_COUNT] = {{0}};
   for (uint32_t r = 0; r < count; r++) {
-    struct __attribute__((packed)) { char fmt[24], prof[16]; uint32_t rows, cols, sr_on, salt; uint64_t seed; uint32_t step, nexp; } h;
+    struct __attribute__((packed)) { char fmt[24], prof[24]; uint32_t rows, cols, sr_on, salt; uint64_t seed; uint32_t step, nexp; } h;
     cr_assert(fread(&h, sizeof h, 1, f) == 1);
     float *x = malloc((size_t)h.rows * h.cols * 4);
     uint8_t *exp = malloc(h.nexp), *got = malloc(h.nexp + 64);
@@ -345,7 +351,8 @@ static void fq64_compare(const char *fmt, const char *prof, int64_t rows, int64_
 Test(fake_quant_f64, equals_float32_path_widened) {
   static const char *fmts[] = {"none", "fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",
                                "fp8_block128", "fp8_block128_ue8m0", "nvfp4", "mxfp8", "mxfp4"};
-  static const char *profs[] = {"vllm", "vllm_native", "te", "ocp", "modelopt"};
+  static const char *profs[] = {"vllm", "vllm_native", "vllm_triton", "vllm_cuda_nvfp4", "torch", "deepgemm",
+                                "modelopt", "compressed_tensors", "te", "ocp", "exact"};
   static const int64_t shapes[][2] = {{1, 1}, {1, 200}, {3, 17}, {130, 260}, {257, 129}, {64, 64}};
   uint64_t s = 12345;
   for (int th = 0; th < 2; th++) {
@@ -421,4 +428,126 @@ Test(fake_quant_f64, any_input_dtype) {
   cr_expect_eq(qc_fake_quant_f64_dt("nvfp4", "vllm", rows, cols, QC_BF16, b, o2, cols, "w"), QC_EINPUT);
   cr_expect(strstr(qc_err_msg(), "flat index 77") != NULL, "%s", qc_err_msg());
   free(b); free(h); free(d); free(o1); free(o2); free(f);
+}
+
+/* ---- the GPU's approximate arithmetic, emulated from the H200 tables ---- */
+
+Test(parith, tables_decode_to_the_measurement) {
+  cr_assert(qc_ptables_ok(), "the embedded tables did not decode");
+  cr_expect_eq(qc_rcpa_ndiff, 1108522u);  /* 13.2% of the 2^23 mantissas (calibrate.py --measure) */
+  cr_expect_eq(qc_rcpa_nup, 733799u);
+  cr_expect_eq(qc_rcpa_delta(0), 0);       /* exact at powers of two */
+  cr_expect_eq(qc_rcpa_delta(1448), 0);    /* the first differing mantissas, from the raw measurement */
+  cr_expect_eq(qc_rcpa_delta(1449), -1);
+  cr_expect_eq(qc_rcpa_delta(59441), 0);
+  cr_expect_eq(qc_rcpa_delta(59442), 1);
+  float x = bf(0x3f800000u | 1449u);
+  cr_expect_eq(fbits_(qc_rcpa(x)), fbits_(1.0f / x) - 1);
+  cr_expect_eq(qc_rcpa(ldexpf(x, 20)), ldexpf(qc_rcpa(x), -20)); /* the exponent exactly */
+  cr_expect_eq(qc_rcpa(-x), -qc_rcpa(x));
+  /* RN(1/6), RN(1/448), RN(1/2688) equal their rcp.approx values */
+  cr_expect_eq(qc_rcpa(6.0f), 1.0f / 6.0f);
+  cr_expect_eq(fbits_(qc_rcpa(448.0f)), QA_R448_BITS);
+  cr_expect_eq(fbits_(qc_rcpa(2688.0f)), QA_R2688_BITS);
+}
+
+Test(parith, rcpa_edges) {
+  cr_expect(isinf(qc_rcpa(0.0f)) && qc_rcpa(0.0f) > 0);
+  cr_expect(isinf(qc_rcpa(-0.0f)) && qc_rcpa(-0.0f) < 0);
+  cr_expect_eq(qc_rcpa(INFINITY), 0.0f);
+  cr_expect(isnan(qc_rcpa(NAN)));
+  /* a subnormal input in [2^-128, 2^-127): the result is finite (below 2^128) */
+  float s = bf(0x00300000u);
+  cr_expect(isfinite(qc_rcpa(s)) && qc_rcpa(s) > 1e38f, "%a", (double)qc_rcpa(s));
+  cr_expect(isinf(qc_rcpa(bf(0x00100000u)))); /* below 2^-128: Inf */
+  /* a result below the normal range rounds to nearest */
+  cr_expect(qc_rcpa(bf(0x7f000001u)) > 0 && qc_rcpa(bf(0x7f000001u)) < 1.2e-38f);
+}
+
+Test(parith, ceil2_log_rounds_down_just_above_powers_of_two) {
+  /* log2f(2^k (1 + j ulp)) rounds to k for small j once |k| is large: the
+   * 1949 inputs in [2^-33, 2^127) of the measurement, 3676 normal ones and 11
+   * in (2^-127, 2^-126) in all */
+  cr_expect_eq(qc_ceil2log_nexc, 3687u);
+  int n = 0;
+  for (uint32_t i = 0; i < qc_ceil2log_nexc; i++) n += qc_ceil2log_exc[i] >= 0x2f000000u && qc_ceil2log_exc[i] < 0x7f000000u;
+  cr_expect_eq(n, 1949);
+  cr_expect_eq(qc_ceil_log2_gpu(bf(0x3f800001u)), 1);   /* k = 0: log2 of 1 + ulp is no integer */
+  cr_expect_eq(qc_ceil_log2_gpu(bf(0x42800001u)), 6);   /* 64 (1 + ulp): log2 rounds to 6 */
+  cr_expect_eq(qc_ceil_log2_gpu(bf(0x42800017u)), 7);   /* 64 (1 + 23 ulp): no longer */
+  cr_expect_eq(qa_ceil2_log(bf(0x42800001u)), 64.0f);  /* the bit rule says 128 */
+  cr_expect_eq(qc_ceil2(bf(0x42800001u)), 128.0f);
+  cr_expect_eq(qc_ceil_log2_gpu(0.0f), -1000);
+  cr_expect_eq(qc_ceil_log2_gpu(0.75f), 0);
+}
+
+/* ---- producer paths differ where the engines do ---- */
+
+/* A [128, 128] float32 block whose amax makes rcp.approx(s) != RN(1/s), and
+ * an element x at [1, 2] that rounds to another e4m3 code under the two. */
+static float *near_tie_block(float *xout, uint8_t *under_rcp, uint8_t *under_rcpa) {
+  float *w = calloc(128 * 128, sizeof *w);
+  for (int i = 0; i < 128 * 128; i++) w[i] = 0.01f * (float)((i * 37) % 101 - 50);
+  for (uint32_t m = 1; m < (1u << 23); m++) {
+    float amax = bf(0x3f800000u | m), s = amax * bf(QA_R448_BITS);
+    if (qc_rcpa(s) == 1.0f / s || amax < 0.6f) continue;
+    float r = 1.0f / s, ra = qc_rcpa(s);
+    for (int d = -8; d <= 8; d++) {
+      float x = bf(fbits_(100.0f / r) + (uint32_t)d);
+      if (qc_f32_to_e4m3(x * r) != qc_f32_to_e4m3(x * ra)) {
+        w[0] = amax;
+        w[1 * 128 + 2] = x;
+        *xout = x;
+        *under_rcp = qc_f32_to_e4m3(x * r);
+        *under_rcpa = qc_f32_to_e4m3(x * ra);
+        return w;
+      }
+    }
+  }
+  return w;
+}
+
+Test(profile, block128_eager_rcp_compiled_rcpa_exact_division) {
+  float x = 0;
+  uint8_t br = 0, bra = 0;
+  float *w = near_tie_block(&x, &br, &bra);
+  cr_assert(x != 0, "no near-tie element found");
+  qc_quantized t, v, e;
+  cr_assert_eq(qc_quantize(QC_QF_FP8_BLOCK128, QC_QP_TORCH, 128, 128, w, NULL, &t, "w"), QC_OK);
+  cr_assert_eq(qc_quantize(QC_QF_FP8_BLOCK128, QC_QP_VLLM, 128, 128, w, NULL, &v, "w"), QC_OK);
+  cr_assert_eq(qc_quantize(QC_QF_FP8_BLOCK128, QC_QP_EXACT, 128, 128, w, NULL, &e, "w"), QC_OK);
+  cr_expect_eq(((uint8_t *)t.q.data)[130], br, "torch: x * rcp(s)");
+  cr_expect_eq(((uint8_t *)v.q.data)[130], bra, "vllm (Inductor): x * rcp.approx(s)");
+  float st = *(float *)t.scale.data, se = *(float *)e.scale.data;
+  cr_expect_eq(st, w[0] * bf(QA_R448_BITS));
+  cr_expect_eq(se, w[0] / 448.0f);
+  /* the same bytes from the stored scale: the element rule alone */
+  qc_qstored stored = {NULL, &st, NULL};
+  qc_quantized t2;
+  cr_assert_eq(qc_quantize_st(QC_QF_FP8_BLOCK128, QC_QP_TORCH, 128, 128, w, NULL, &stored, &t2, "w"), QC_OK);
+  cr_expect_eq(memcmp(t2.q.data, t.q.data, t.q.nbytes), 0);
+  float half = st * 2.0f; /* a stored scale twice as large halves the payload values */
+  stored.scale = &half;
+  qc_quantized_free(&t2);
+  cr_assert_eq(qc_quantize_st(QC_QF_FP8_BLOCK128, QC_QP_TORCH, 128, 128, w, NULL, &stored, &t2, "w"), QC_OK);
+  cr_expect_eq(qc_e4m3_to_f32(((uint8_t *)t2.q.data)[0]), 224.0f);
+  cr_expect_eq(*(float *)t2.scale.data, half);
+  qc_quantized_free(&t); qc_quantized_free(&v); qc_quantized_free(&e); qc_quantized_free(&t2);
+  free(w);
+}
+
+Test(profile, every_profile_names_a_path) {
+  char buf[512];
+  for (int p = 0; p < QC_QP_COUNT; p++)
+    for (int f = 1; f < QC_QF_COUNT; f++) {
+      qc_qpath_desc((qc_qfmt)f, (qc_qprof)p, buf, sizeof buf);
+      cr_expect(strlen(buf) > 20, "%s/%s: '%s'", qc_qfmt_name((qc_qfmt)f), qc_qprof_name((qc_qprof)p), buf);
+    }
+  qc_qpath_desc(QC_QF_FP8_BLOCK128, QC_QP_VLLM, buf, sizeof buf);
+  cr_expect(strstr(buf, "RN(1/448)") && strstr(buf, "rcp.approx"), "%s", buf);
+  qc_qpath_desc(QC_QF_FP8_BLOCK128_UE8M0, QC_QP_DEEPGEMM, buf, sizeof buf);
+  cr_expect(strstr(buf, "stage 2") && strstr(buf, "ceil2("), "%s", buf);
+  cr_expect(qc_qprof_same(QC_QF_FP8_BLOCK128, QC_QP_TORCH, QC_QP_MODELOPT));
+  cr_expect(!qc_qprof_same(QC_QF_FP8_BLOCK128, QC_QP_TORCH, QC_QP_VLLM));
+  cr_expect(!qc_qprof_makes(QC_QF_FP8_BLOCK128, QC_QP_OCP) && qc_qprof_makes(QC_QF_MXFP4, QC_QP_OCP));
 }

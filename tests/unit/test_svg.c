@@ -50,7 +50,20 @@ Test(svg, empty_and_log_plots) {
   qc_svg_hline(&q, 1.25, "bound", "#d62728");
   qc_sbuf o2 = {0};
   cr_assert_eq(qc_svg_render(&q, &o2), QC_OK);
-  cr_expect_eq(count(o2.s, "<circle"), 3, "a zero is left out on a log axis");
+  cr_expect_eq(count(o2.s, "<circle"), 4, "three points (a zero is left out on a log axis) and the legend's marker");
   cr_expect(strstr(o2.s, "(log)") == NULL, "no y label, no (log) suffix");
   qc_sbuf_free(&o2);
+}
+
+Test(svg, ticks_radius_and_a_wide_legend) {
+  double x[3] = {0, 1, 2}, y[3] = {1, 2, 3}, b[3] = {1.5, 1.5, 4};
+  qc_svg_series s[2] = {{.label = "a label far longer than the default legend is wide", .x = x, .y = y, .n = 3,
+                         .style = QC_SVG_POINTS, .radius = 5.5},
+                        {.label = "bound", .x = x, .y = b, .n = 3, .style = QC_SVG_TICKS}};
+  qc_svg_plot p = {.series = s, .nseries = 2};
+  qc_sbuf out = {0};
+  cr_assert_eq(qc_svg_render(&p, &out), QC_OK);
+  cr_expect_eq(count(out.s, "r=\"5.5\""), 4, "three marked points and the legend's");
+  cr_expect(strstr(out.s, "width=\"150\"") == NULL, "the legend grows with its longest label");
+  qc_sbuf_free(&out);
 }

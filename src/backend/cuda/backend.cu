@@ -2,7 +2,7 @@
  *   gemm_f64      cuBLAS DGEMM (the reference's GEMM; FP64 arithmetic only)
  *   gemm_bf16     cuBLASLt, bf16 operands, fp32 accumulation, fp32 output
  *   metrics       the fused deterministic pass (kernels/metrics.cu)
- *   quantize      kernels/quant.cu, profile vllm
+ *   quantize      kernels/quant.cu, every profile
  *   audit_linear  the whole in-memory linear audit on device buffers
  * Every CUDA, cuBLAS and cuBLASLt status is checked. No device, an index out
  * of range, too little memory (with the amount needed) or a configuration

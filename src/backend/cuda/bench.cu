@@ -90,6 +90,34 @@ done:
   return rc;
 }
 
+extern "C" int qc_cuda_parith_conformance(const qc_backend *be, unsigned long long mism[2], unsigned first[2]) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  uint32_t nexc = 0;
+  const uint32_t *exc = qc_ceil2log_list(&nexc);
+  void *tab = NULL, *dexc = NULL, *dm = NULL;
+  const unsigned none[2] = {0xffffffffu, 0xffffffffu};
+  if ((rc = cu_dalloc(c, (size_t)1 << 21, "rcp.approx table", &tab)) ||
+      (rc = cu_dalloc(c, (size_t)(nexc + 1) * 4, "ceil2_log list", &dexc)) ||
+      (rc = cu_dalloc(c, 2 * sizeof(unsigned long long) + 2 * sizeof(unsigned), "conformance counters", &dm)))
+    goto done;
+  CK(cudaMemcpyAsync(tab, qc_rcpa_table2(), (size_t)1 << 21, cudaMemcpyHostToDevice, c->st), "upload rcp.approx table");
+  CK(cudaMemcpyAsync(dexc, exc, (size_t)nexc * 4, cudaMemcpyHostToDevice, c->st), "upload ceil2_log list");
+  CK(cudaMemsetAsync(dm, 0, 2 * sizeof(unsigned long long), c->st), "memset");
+  CK(cudaMemcpyAsync((char *)dm + 16, none, sizeof none, cudaMemcpyHostToDevice, c->st), "upload");
+  for (uint64_t s = 0; s < (1ull << 32); s += 1ull << 30)
+    CK((cudaError_t)qk_parith_conform(s, 1ull << 30, (const uint8_t *)tab, (const uint32_t *)dexc, nexc,
+                                      (unsigned long long *)dm, (unsigned *)((char *)dm + 16), c->st), "conformance kernel");
+  CK(cudaMemcpyAsync(mism, dm, 16, cudaMemcpyDeviceToHost, c->st), "download");
+  CK(cudaMemcpyAsync(first, (char *)dm + 16, 8, cudaMemcpyDeviceToHost, c->st), "download");
+  CK(cudaStreamSynchronize(c->st), "conformance");
+done:
+  cudaFree(tab);
+  cudaFree(dexc);
+  cudaFree(dm);
+  return rc;
+}
+
 extern "C" const char *qc_cuda_device_name(const qc_backend *be, char *buf, size_t n) {
   cudaDeviceProp pr;
   if (cudaGetDeviceProperties(&pr, C(be)->dev) != cudaSuccess) snprintf(buf, n, "?");

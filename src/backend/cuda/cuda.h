@@ -31,6 +31,12 @@ int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *a, int reps
 int qc_cuda_fp8_conformance(const qc_backend *be, int kind, uint8_t *host_chunk, uint64_t start, uint64_t count,
                             unsigned long long *mismatches);
 
+/* The GPU's approximate arithmetic re-measured against the host's emulation
+ * (numerics/parith.h) over every float32 input: rcp.approx.f32 (mism[0],
+ * first mismatching input first[0]) and exp2f(ceilf(log2f(v))) for every
+ * positive normal v (mism[1], first[1]); first is 0xffffffff when none. */
+int qc_cuda_parith_conformance(const qc_backend *be, unsigned long long mism[2], unsigned first[2]);
+
 /* "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)". */
 const char *qc_cuda_device_name(const qc_backend *be, char *buf, size_t n);
 

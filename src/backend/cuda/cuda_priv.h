@@ -14,6 +14,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_fp8.h> /* before numerics/recipe.h (its device e4m3) */
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -116,6 +117,6 @@ int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const
 int cu_metrics_dev(cu *c, const void *g, int g_kind, const double *r, int64_t n, int slot, qc_metrics *out);
 void cu_metrics_fill(const qk_msum *s, qc_metrics *m);
 void cu_plan_free(struct cu::lt_plan *p);
-int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_fmt *out);
+int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
 
 #endif

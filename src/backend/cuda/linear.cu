@@ -55,7 +55,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   const uint16_t *wref, *gx, *gw;
   memset(&q, 0, sizeof q);
   if (M < 1 || K < 1 || N < 1) return qc_err("%s: linear audit: M, K, N must be >= 1", c->name);
-  if ((rc = cu_qfmt(c, fmt, a->profile, &q.fmt))) return rc;
+  if ((rc = cu_qfmt(c, fmt, a->profile, &q))) return rc;
   if (c->arena_bytes < need) {
     cudaFree(c->arena);
     c->arena = NULL;

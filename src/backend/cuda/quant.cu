@@ -1,5 +1,6 @@
-/* quant.cu: quantizers on the device (kernels/quant.cu, profile vllm;
- * other profiles on the host), widening to float64, fake-quant to float64. */
+/* quant.cu: quantizers on the device (kernels/quant.cu, every producer
+ * path), widening to float64, fake-quant to float64, and the conformance
+ * of the GPU's approximate arithmetic with the host's emulation. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -10,20 +11,23 @@
 
 #include "backend/cuda/cuda_priv.h"
 
-/* Format name -> kernel format; QC_EINPUT for names or profiles not on the GPU. */
-int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_fmt *out) {
+/* Format name -> kernel format, and the producer path's recipes into *a
+ * (profile NULL: vllm); QC_EINPUT for an unknown format or profile. */
+int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a) {
   static const struct { const char *n; qk_fmt f; } t[] = {
       {"none", QK_NONE}, {"fp8_tensor", QK_FP8_TENSOR}, {"fp8_token", QK_FP8_ROW}, {"fp8_channel", QK_FP8_ROW},
       {"fp8_group128", QK_FP8_GROUP128}, {"fp8_group128_ue8m0", QK_FP8_GROUP128_UE8M0},
       {"fp8_block128", QK_FP8_BLOCK128}, {"fp8_block128_ue8m0", QK_FP8_BLOCK128_UE8M0}, {"nvfp4", QK_NVFP4},
       {"mxfp8", QK_MXFP8}, {"mxfp4", QK_MXFP4}};
-  if (profile && strcmp(profile, "vllm") != 0) {
-    qc_err("%s: quantizer profile '%s' is not implemented on the cuda backend (only vllm)", c->name, profile);
-    qc_hint("use --device cpu for other profiles");
-    return QC_EINPUT;
-  }
+  qc_qfmt f;
+  qc_qprof p = QC_QP_VLLM;
+  if (profile && qc_qprof_parse(profile, &p)) return QC_EINPUT;
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    if (strcmp(fmt, t[i].n) == 0) { *out = t[i].f; return QC_OK; }
+    if (strcmp(fmt, t[i].n) == 0) {
+      a->fmt = t[i].f;
+      if (a->fmt != QK_NONE && qc_qfmt_parse(fmt, &f) == QC_OK) a->two_stage = qc_qrecipe(f, p, &a->rc, &a->rc2);
+      return QC_OK;
+    }
   return qc_err("%s: quantizer format '%s' is not known", c->name, fmt);
 }
 
@@ -50,7 +54,7 @@ int cu_quantize(const qc_backend *be, const char *fmt, const char *profile, int6
   size_t n = (size_t)(rows * cols), nq = 0, ns = 0;
   uint32_t s[4];
   memset(&a, 0, sizeof a);
-  if ((rc = cu_qfmt(c, fmt, profile, &a.fmt))) return rc;
+  if ((rc = cu_qfmt(c, fmt, profile, &a))) return rc;
   if (a.fmt == QK_NONE) return qc_err("%s: quantize needs a format, not 'none'", c->name);
   if ((rc = qc_qlayout(fmt, rows, cols, &gr, &gc, &sr, &sc, &packed))) return rc;
   nq = packed ? (size_t)(rows * ((cols + 1) / 2)) : n;
@@ -111,25 +115,6 @@ done:
   return rc;
 }
 
-/* Profiles without kernels: the host quantizer on a downloaded copy. */
-static int fake_quant_host(cu *c, const char *fmt, const char *profile, int64_t rows, int64_t cols, qc_dtype dt,
-                           const void *src, double *dst, const char *what) {
-  int rc = QC_OK;
-  size_t n = (size_t)(rows * cols), es = qc_dtype_size(dt);
-  void *raw = malloc(n * es);
-  double *o = (double *)malloc(n * sizeof(double));
-  if (!raw || !o) { rc = qc_err_sys("%s: out of host memory for a host quantizer", c->name); goto done; }
-  CK(cudaMemcpyAsync(raw, src, n * es, cudaMemcpyDeviceToHost, c->st), "download quantizer input");
-  CK(cudaStreamSynchronize(c->st), "download quantizer input");
-  if ((rc = qc_fake_quant_f64_dt(fmt, profile, rows, cols, dt, raw, o, cols, what))) goto done;
-  CK(cudaMemcpyAsync(dst, o, n * sizeof(double), cudaMemcpyHostToDevice, c->st), "upload dequantized");
-  CK(cudaStreamSynchronize(c->st), "upload dequantized");
-done:
-  free(raw);
-  free(o);
-  return rc;
-}
-
 int cu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
                              qc_dtype dt, const void *src, float *scratch, double *dst, const char *what) {
   cu *c = C(be);
@@ -137,8 +122,8 @@ int cu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile
   qk_qargs q;
   memset(&q, 0, sizeof q);
   if (k < 0) return qc_err("%s: cannot quantize element type %s", c->name, qc_dtype_name(dt));
-  if (profile && strcmp(profile, "vllm") != 0) return fake_quant_host(c, fmt, profile, rows, cols, dt, src, dst, what);
-  if ((rc = cu_qfmt(c, fmt, profile, &q.fmt))) return rc;
+  (void)what;
+  if ((rc = cu_qfmt(c, fmt, profile, &q))) return rc;
   if (q.fmt == QK_NONE) return qc_err("%s: fake_quant_f64 needs a format, not 'none'", c->name);
   q.rows = rows;
   q.cols = cols;

@@ -1,0 +1,60 @@
+/* sft.c: `qatcheck sft --case SFT.json`: layer 3, the three-arm proxy-SFT
+ * comparison. Options, the plan (the case), the run (engine/sft.c: logs,
+ * configs, pairs), the reports. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/caseverb.h"
+#include "cli/cli.h"
+#include "core/qc.h"
+#include "engine/sft.h"
+#include "model/l3case.h"
+#include "report/l3report.h"
+
+#define SFT_NO_DEVICE "sft compares logs on the host"
+
+static void help(void) {
+  printf("usage: qatcheck sft --case SFT.json [options]\n\n"
+         "Layer 3: compares per-step logs of SFT runs (under_test, gradient_reference,\n"
+         "native_baseline) within a window, against bounds declared in advance; builds\n"
+         "the config-diff table of the controlled variables; says per pair pass, deviates\n"
+         "or inconclusive, the first deviation, and where to look (forward, backward, late).\n\n"
+         "  --case PATH        the case file (docs/layer3.md)\n\n"
+         "Logs: JSONL (verl's {\"step\", \"data\"} too), CSV, TensorBoard event files or run\n"
+         "folders, Megatron golden values, Hugging Face trainer_state.json (told by content).\n"
+         "Configs: JSON or YAML.\n\n");
+  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY);
+  printf("  (--markdown writes one SVG plot per judged metric beside the report)\n\n"
+         "exit status: 0 every pair passed, 1 a pair deviates or is inconclusive,\n"
+         "             2 the run could not be judged (bad case, unreadable log or config)\n");
+}
+
+int qc_cmd_sft(int argc, char **argv) {
+  qc_common_opts co;
+  const char *case_path;
+  int done, rc = qc_case_verb_opts(argc, argv, "sft", help, "qatcheck sft --case cases/proxy/sft.json", SFT_NO_DEVICE,
+                                   "sft reads logs, it quantizes nothing", &co, &case_path, &done);
+  if (rc || done) return rc;
+  qc_sft_case *cs = qc_calloc(1, sizeof *cs, "case");
+  qc_sft_run *run = qc_calloc(1, sizeof *run, "sft run");
+  qc_report_out out;
+  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  if (!cs || !run) { rc = QC_ESYS; goto done; }
+  if ((rc = qc_sft_case_load(case_path, cs)) || (rc = qc_sft_load(run, cs))) goto done;
+  run->keep_series = co.markdown != NULL;
+  if ((rc = qc_sft_judge(run))) goto done;
+  if (qc_verbose) fprintf(stderr, "sft: read %.3f s, judged %.3f s\n", run->t_read, run->t_judge);
+  qc_sft_view v = {.cs = cs, .logs = run->logs, .has_cfg = run->has_cfg, .rows = run->rows, .nrow = run->nrow,
+                   .pairs = run->pairs, .verdict = run->verdict, .t_read = run->t_read, .t_judge = run->t_judge};
+  if ((rc = qc_report_sft(&out, &v)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
+  if (!qc_quiet) qc_report_sft_table(&v);
+  rc = run->verdict ? QC_FAIL : QC_OK;
+done:
+  qc_report_out_free(&out);
+  if (run) qc_sft_run_free(run);
+  if (cs) qc_sft_case_free(cs);
+  free(run);
+  free(cs);
+  return rc;
+}

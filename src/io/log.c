@@ -1,0 +1,171 @@
+/* log.c: an arm's log read whole and its format told by content (see
+ * l3log.h): TFRecord framing whose first length CRC checks is TensorBoard;
+ * a single JSON object holding log_history is trainer_state.json, one whose
+ * first member holds "values" Megatron golden values; other JSON is JSONL
+ * (whose records need a step); anything else is CSV, whose header must name
+ * a `step` column. A folder is read as TensorBoard event files. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/crc32c.h"
+#include "core/file.h"
+#include "core/qc.h"
+#include "io/l3log.h"
+#include "io/log_priv.h"
+
+#define LOG_MAX ((size_t)8 << 30)
+
+/* A log file's bytes: mapped read-only (no copy, no fresh pages to clear:
+ * a quarter of the time of reading a large log), or read whole where it
+ * cannot be mapped. *mapped says which, for release_file. The parsers keep
+ * to [buf, buf + n) and need no terminating NUL. */
+static int map_file(const char *path, char **buf, size_t *n, int *mapped) {
+  *buf = NULL;
+  *n = 0;
+  *mapped = 0;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return qc_err("log '%s': cannot open: %s", path, strerror(errno));
+  struct stat st;
+  int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (ok && st.st_size > 0 && (size_t)st.st_size <= LOG_MAX) {
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (p != MAP_FAILED) {
+      madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
+      close(fd);
+      *buf = p;
+      *n = (size_t)st.st_size;
+      *mapped = 1;
+      return QC_OK;
+    }
+  }
+  close(fd);
+  return qc_read_file(path, "log", LOG_MAX, buf, n);
+}
+
+static void release_file(char *buf, size_t n, int mapped) {
+  if (mapped) munmap(buf, n);
+  else free(buf);
+}
+
+/* 1 when buf starts with a TFRecord header whose length CRC checks. */
+static int is_tfrecord(const char *buf, size_t n) {
+  if (n < 12) return 0;
+  uint32_t crc;
+  memcpy(&crc, buf + 8, 4);
+  return qc_crc32c_mask(qc_crc32c(buf, 8)) == crc;
+}
+
+static int parse_into(const char *buf, size_t n, qc_l3_log *out) {
+  if (is_tfrecord(buf, n)) return qc_log_parse_tfevents(buf, n, out);
+  const char *e = buf + n, *p = buf;
+  if (n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
+  p = qc_js_ws(p, e);
+  if (p == e) return qc_err("log '%s': empty: no steps", out->path);
+  if (*p == '{') {
+    int has_step, has_hist, mega;
+    const char *end = qc_js_probe(p, e, &has_step, &has_hist, &mega);
+    if (!end) return qc_err("log '%s': malformed JSON on line %ld", out->path, qc_line_of(buf, p));
+    if (qc_js_ws(end, e) == e && !has_step && has_hist) return qc_log_parse_hf(p, (size_t)(e - p), out);
+    if (qc_js_ws(end, e) == e && !has_step && mega) return qc_log_parse_megatron(p, (size_t)(e - p), out);
+    /* JSONL, or a single object of none of the formats: read as JSONL, whose
+     * records need a step (the message says so) */
+    return qc_log_parse_jsonl(p, (size_t)(e - p), out);
+  }
+  if (*p == '[') return qc_err("log '%s': a JSON array: expected one object per line (JSONL)", out->path);
+  return qc_log_parse_csv(buf, n, out);
+}
+
+int qc_log_parse(const char *buf, size_t n, const char *name, qc_l3_log *out) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->path, sizeof out->path, "%s", name);
+  int rc = parse_into(buf, n, out);
+  if (!rc) rc = qc_l3_log_finish(out);
+  if (!rc && out->n == 0) rc = qc_err("log '%s': no step holds a value", out->path);
+  if (rc) qc_l3_log_free(out);
+  if (rc) snprintf(out->path, sizeof out->path, "%s", name);
+  return rc;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every events.out.tfevents.* file of a folder, in name order (their time
+ * stamps), into one log. */
+static int read_folder(const char *dir, qc_l3_log *out) {
+  DIR *d = opendir(dir);
+  if (!d) return qc_err("log '%s': cannot open the folder: %s", dir, strerror(errno));
+  char **names = NULL;
+  int nn = 0, cap = 0, rc = QC_OK;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (strncmp(de->d_name, "events.out.tfevents.", 20) != 0) continue;
+    if (nn == cap) {
+      cap = cap ? 2 * cap : 8;
+      char **nv = realloc(names, (size_t)cap * sizeof *nv);
+      if (!nv) { rc = qc_err_sys("out of memory listing '%s'", dir); goto done; }
+      names = nv;
+    }
+    if (!(names[nn] = strdup(de->d_name))) { rc = qc_err_sys("out of memory listing '%s'", dir); goto done; }
+    nn++;
+  }
+  if (nn == 0) {
+    rc = qc_err("log '%s': a folder without events.out.tfevents.* files", dir);
+    qc_hint("a log is a file (JSONL, CSV, trainer_state.json, Megatron golden values) or a TensorBoard run folder");
+    goto done;
+  }
+  qsort(names, (size_t)nn, sizeof *names, cmp_str);
+  snprintf(out->format, sizeof out->format, "tfevents");
+  for (int i = 0; i < nn && !rc; i++) {
+    char path[QC_L3_PATH + 300];
+    if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) { rc = qc_err("log '%s': path too long", dir); break; }
+    char *buf;
+    size_t n;
+    int mapped;
+    if ((rc = map_file(path, &buf, &n, &mapped))) break;
+    char keep[QC_L3_PATH];
+    snprintf(keep, sizeof keep, "%s", out->path);
+    snprintf(out->path, sizeof out->path, "%s", path); /* errors name the file */
+    if (!is_tfrecord(buf, n) && n > 0) rc = qc_err("log '%s': not a TensorBoard event file (no TFRecord header)", path);
+    else rc = qc_log_parse_tfevents(buf, n, out);
+    snprintf(out->path, sizeof out->path, "%s", keep);
+    release_file(buf, n, mapped);
+  }
+done:
+  for (int i = 0; i < nn; i++) free(names[i]);
+  free(names);
+  closedir(d);
+  return rc;
+}
+
+int qc_log_read(const char *path, qc_l3_log *out) {
+  memset(out, 0, sizeof *out);
+  if (strlen(path) >= sizeof out->path) return qc_err("log '%.60s...': path longer than %zu characters", path, sizeof out->path - 1);
+  snprintf(out->path, sizeof out->path, "%s", path);
+  struct stat st;
+  if (stat(path, &st) != 0) return qc_err("log '%s': cannot open: %s", path, strerror(errno));
+  int rc;
+  if (S_ISDIR(st.st_mode)) {
+    rc = read_folder(path, out);
+  } else {
+    char *buf;
+    size_t n;
+    int mapped;
+    if ((rc = map_file(path, &buf, &n, &mapped))) return rc;
+    rc = parse_into(buf, n, out);
+    release_file(buf, n, mapped);
+  }
+  if (!rc) rc = qc_l3_log_finish(out);
+  if (!rc && out->n == 0) rc = qc_err("log '%s': no step holds a value", path);
+  if (rc) {
+    qc_l3_log_free(out);
+    snprintf(out->path, sizeof out->path, "%s", path);
+  }
+  return rc;
+}

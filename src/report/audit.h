@@ -1,0 +1,102 @@
+/* audit.h: the audit document of `qatcheck report` (inside report/): the
+ * evidence read back from the verbs' JSON reports (audit_read.c), one
+ * writer that renders the same document as GitHub-flavoured Markdown and
+ * as one self-contained HTML file (audit_doc.c: no scripts, no external
+ * resources, plots inline as SVG, print CSS), and its sections, in the
+ * method's order: the one-screen summary and the inputs (audit.c), layer 1
+ * per class with the coverage matrix (audit_l1.c), layer 2 per class and
+ * layer (audit_l2.c), layer 3 and the one-step update (audit_l3.c). */
+#ifndef QC_REPORT_AUDIT_H
+#define QC_REPORT_AUDIT_H
+
+#include "model/evidence.h"
+#include "report/baseline.h"
+#include "report/report.h"
+#include "report/sbuf.h"
+
+/* Read one JSON report into e (appended). QC_OK, QC_EINPUT (not a
+ * qatcheck JSON report, unreadable), QC_ESYS. */
+int qc_audit_read(const char *path, qc_evidence *e);
+
+/* Append printf-style to the NUL-terminated buf of size n (truncating). */
+void qc_cat(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- the writer: Markdown and HTML at once ------------------------------------------ */
+
+typedef struct qc_doc {
+  qc_sbuf md, html;
+  int ncols, col;            /* the open table's columns and the next cell */
+  const char *align;         /* per column: 'l' or 'r' */
+  char aligns[32];
+  int in_row, in_p, in_li;
+} qc_doc;
+
+void qc_doc_begin(qc_doc *d, const char *title);
+/* Close the HTML page; QC_OK or QC_ESYS (out of memory anywhere). */
+int qc_doc_end(qc_doc *d);
+/* A heading of level 1-4 with an anchor id (NULL: none). */
+void qc_doc_h(qc_doc *d, int level, const char *id, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Paragraphs and list items: open, then inline pieces, then close. */
+void qc_doc_p(qc_doc *d);
+void qc_doc_li(qc_doc *d);
+void qc_doc_end_block(qc_doc *d);
+void qc_doc_text(qc_doc *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void qc_doc_code(qc_doc *d, const char *s);
+void qc_doc_strong(qc_doc *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A verdict word, marked: pass, FAIL, error, deviates, ... */
+void qc_doc_verdict(qc_doc *d, const char *v);
+/* A link to an anchor of the document. */
+void qc_doc_ref(qc_doc *d, const char *id, const char *text);
+/* A table: spec "l:module|r:rel_l2|..." (alignment, header); then rows of
+ * cells. A row with fewer cells is padded, so every row has them all. */
+void qc_doc_table(qc_doc *d, const char *spec);
+void qc_doc_tr(qc_doc *d);
+void qc_doc_td(qc_doc *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void qc_doc_td_code(qc_doc *d, const char *s);
+void qc_doc_td_verdict(qc_doc *d, const char *v);
+/* A number cell: %.*g with the given significant digits, "-" when not finite. */
+void qc_doc_td_num(qc_doc *d, double v, int digits);
+void qc_doc_table_end(qc_doc *d);
+/* A plot (an <svg> element) with its caption; Markdown gets the caption and
+ * a pointer to the HTML document, where the plot is. */
+void qc_doc_figure(qc_doc *d, const qc_sbuf *svg, const char *caption);
+
+/* ---- the sections ------------------------------------------------------------------------ */
+
+/* What the document and its summary need beyond the evidence. */
+typedef struct qc_audit_ctx {
+  const qc_evidence *e;
+  double factor;             /* of the regression rule */
+  int nreg;                  /* baseline comparisons: one list per input report (NULL rows: none) */
+  qc_regress_list *reg;      /* [e->nsrc] */
+  const char **reg_base;     /* [e->nsrc] the baseline each was compared with (NULL: none) */
+} qc_audit_ctx;
+
+/* Layer 1 in numbers, for the summary. */
+typedef struct qc_l1_summary {
+  int checks, failed, modules, classes;
+  int cov_applicable, cov_covered;   /* (class, item) pairs */
+} qc_l1_summary;
+
+void qc_audit_l1_summary(const qc_evidence *e, qc_l1_summary *s);
+/* The missing coverage, "item (class)" by name, "; "-separated, into b (at most `max` entries, then "and N more"). */
+void qc_audit_missing(const qc_evidence *e, qc_sbuf *b, int max);
+/* How much of its tightest bound check k uses (1 = at the bound; NAN: no bound). */
+double qc_audit_bound_use(const qc_check *k);
+void qc_audit_l1(qc_doc *d, const qc_evidence *e);
+void qc_audit_coverage(qc_doc *d, const qc_evidence *e);
+void qc_audit_l2(qc_doc *d, const qc_evidence *e);
+void qc_audit_l3(qc_doc *d, const qc_evidence *e);
+void qc_audit_step(qc_doc *d, const qc_evidence *e);
+
+/* Compare each of the run's baselines with the input report of its verb
+ * (of its case or dump when several have the verb): fills a->reg and
+ * a->reg_base (allocated here, [e->nsrc]). A baseline that matches no input,
+ * or a second one for an input, is an error. */
+int qc_audit_baselines(qc_audit_ctx *a);
+
+/* The whole document into o's Markdown and HTML docs (those asked for), its
+ * JSON summary and JUnit; *verdict 0 every input passed, 1 not. */
+int qc_audit_render(qc_report_out *o, const qc_audit_ctx *a, int *verdict);
+
+#endif

@@ -1,0 +1,320 @@
+/* sft.c: the reports of `qatcheck sft` (see l3report.h): the JSON of
+ * docs/layer3.md ("verb": "sft", "format_version": 1: the config-diff
+ * table, per pair its verdict, first deviation, localization and one entry
+ * per check), JUnit (a testcase per pair and metric, and one for a pair's
+ * own reasons when it has any), the console table. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/qc.h"
+#include "report/l3report.h"
+#include "report/tlist.h"
+
+static void add_num(cJSON *o, const char *k, double v) {
+  if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
+  else cJSON_AddNullToObject(o, k);
+}
+
+static cJSON *window_json(double w0, double w1) {
+  cJSON *a = cJSON_CreateArray();
+  cJSON_AddItemToArray(a, cJSON_CreateNumber(w0));
+  cJSON_AddItemToArray(a, cJSON_CreateNumber(w1));
+  return a;
+}
+
+/* A config value (canonical JSON text) back as JSON; NaN/Infinity, which
+ * JSON cannot hold, as strings. */
+static cJSON *value_json(const char *text) {
+  if (!text) return cJSON_CreateNull();
+  cJSON *v = cJSON_Parse(text);
+  return v ? v : cJSON_CreateString(text);
+}
+
+static void check_window(const qc_sft_case *cs, const qc_sft_check *k, double *w0, double *w1) {
+  *w0 = k->has_window ? k->w0 : cs->w0;
+  *w1 = k->has_window ? k->w1 : cs->w1;
+}
+
+static cJSON *bounds_json(const qc_sft_bounds *b) {
+  cJSON *o = cJSON_CreateObject();
+  if (b->has_pw_abs) cJSON_AddNumberToObject(o, "pointwise_abs", b->pw_abs);
+  if (b->has_pw_rel) cJSON_AddNumberToObject(o, "pointwise_rel", b->pw_rel);
+  if (b->has_mean_abs) cJSON_AddNumberToObject(o, "mean_abs", b->mean_abs);
+  if (b->has_mean_rel) cJSON_AddNumberToObject(o, "mean_rel", b->mean_rel);
+  if (b->has_equiv) {
+    cJSON *e = cJSON_AddObjectToObject(o, "equivalence");
+    cJSON_AddNumberToObject(e, "delta", b->eq_delta);
+    cJSON_AddNumberToObject(e, "alpha", b->eq_alpha);
+    cJSON_AddNumberToObject(e, "seed", (double)b->eq_seed);
+    cJSON_AddNumberToObject(e, "resamples", b->eq_resamples);
+  }
+  if (b->has_noise) {
+    cJSON_AddNumberToObject(o, "noise_multiple", b->noise_multiple);
+    cJSON *a = cJSON_AddArrayToObject(o, "noise_arms");
+    for (int i = 0; i < b->nnoise; i++) cJSON_AddItemToArray(a, cJSON_CreateString(b->noise[i].log));
+  }
+  cJSON_AddStringToObject(o, "reasoning", b->reasoning);
+  return o;
+}
+
+static cJSON *check_json(const qc_sft_case *cs, const qc_sft_check *k, const qc_sft_check_res *c) {
+  cJSON *o = cJSON_CreateObject();
+  double w0, w1;
+  check_window(cs, k, &w0, &w1);
+  cJSON_AddStringToObject(o, "metric", k->metric);
+  cJSON_AddItemToObject(o, "window", window_json(w0, w1));
+  cJSON_AddStringToObject(o, "verdict", qc_l3_verdict_name(c->verdict));
+  cJSON_AddNumberToObject(o, "points", (double)c->npoints);
+  add_num(o, "mean_diff", c->mean_diff);
+  add_num(o, "max_abs", c->max_abs);
+  add_num(o, "max_rel", c->max_rel);
+  cJSON_AddNumberToObject(o, "nonfinite", c->nonfinite);
+  if (c->has_fail) {
+    cJSON_AddNumberToObject(o, "first_fail_x", c->fail_x);
+    cJSON_AddNumberToObject(o, "first_fail_step", (double)c->fail_step);
+    cJSON_AddStringToObject(o, "bound", c->bound);
+  } else {
+    cJSON_AddNullToObject(o, "first_fail_x");
+  }
+  if (c->has_equiv) {
+    cJSON *e = cJSON_AddObjectToObject(o, "equivalence");
+    add_num(e, "mean", c->eq_mean);
+    add_num(e, "lo", c->eq_lo);
+    add_num(e, "hi", c->eq_hi);
+    cJSON_AddNumberToObject(e, "block", c->eq_block);
+  }
+  cJSON_AddItemToObject(o, "bounds", bounds_json(&k->b));
+  cJSON_AddStringToObject(o, "why", c->why);
+  return o;
+}
+
+static cJSON *pair_json(const qc_sft_view *v, int p) {
+  const qc_sft_case *cs = v->cs;
+  const qc_sft_pair *pc = &cs->pairs[p];
+  const qc_sft_pair_res *pr = &v->pairs[p];
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "a", cs->arms[pc->a].key);
+  cJSON_AddStringToObject(o, "b", cs->arms[pc->b].key);
+  cJSON_AddStringToObject(o, "verdict", qc_l3_pair_verdict_name(pr->verdict));
+  if (pr->has_first) {
+    cJSON *f = cJSON_AddObjectToObject(o, "first_deviation");
+    cJSON_AddNumberToObject(f, "x", pr->first_x);
+    cJSON_AddNumberToObject(f, "step", (double)pr->first_step);
+    cJSON_AddStringToObject(f, "metric", pc->checks[pr->first_check].metric);
+    cJSON_AddStringToObject(f, "bound", pr->checks[pr->first_check].bound);
+  } else {
+    cJSON_AddNullToObject(o, "first_deviation");
+  }
+  const char *loc = qc_l3_loc_name(pr->loc);
+  if (loc) {
+    cJSON_AddStringToObject(o, "localization", loc);
+    cJSON_AddStringToObject(o, "advice", qc_l3_loc_advice(pr->loc));
+  } else {
+    cJSON_AddNullToObject(o, "localization");
+  }
+  if (pr->has_x0) cJSON_AddNumberToObject(o, "x0_step", (double)pr->x0);
+  cJSON *rs = cJSON_AddArrayToObject(o, "reasons");
+  if (pr->reasons[0]) cJSON_AddItemToArray(rs, cJSON_CreateString(pr->reasons));
+  cJSON *m = cJSON_AddArrayToObject(o, "metrics");
+  for (int i = 0; i < pr->ncheck; i++) cJSON_AddItemToArray(m, check_json(cs, &pc->checks[i], &pr->checks[i]));
+  return o;
+}
+
+static int render_json(qc_sbuf *out, const qc_sft_view *v) {
+  const qc_sft_case *cs = v->cs;
+  cJSON *root = qc_report_envelope("sft", v->verdict);
+  if (!root) return qc_err_sys("sft: out of memory building the report");
+  cJSON_AddNumberToObject(root, "format_version", 1);
+  cJSON_AddStringToObject(root, "case", cs->name);
+  cJSON *cf = cJSON_AddObjectToObject(root, "case_file");
+  cJSON_AddStringToObject(cf, "path", cs->path);
+  cJSON_AddStringToObject(cf, "sha256", cs->sha256);
+  int dev = 0, inc = 0;
+  for (int p = 0; p < cs->npair; p++) {
+    dev += v->pairs[p].verdict == QC_L3_FAIL;
+    inc += v->pairs[p].verdict == QC_L3_INCONCLUSIVE;
+  }
+  cJSON_AddStringToObject(root, "conclusion", dev ? "deviates" : inc ? "inconclusive" : "pass");
+  cJSON_AddStringToObject(root, "x", cs->x_tokens ? "tokens" : "step");
+  cJSON_AddItemToObject(root, "window", window_json(cs->w0, cs->w1));
+  cJSON *arms = cJSON_AddArrayToObject(root, "arms");
+  for (int a = 0; a < cs->narm; a++) {
+    const qc_l3_log *l = &v->logs[a];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "arm", cs->arms[a].key);
+    cJSON_AddStringToObject(o, "log", cs->arms[a].log);
+    cJSON_AddStringToObject(o, "format", l->format);
+    cJSON_AddNumberToObject(o, "steps", (double)l->n);
+    if (l->n) {
+      cJSON_AddNumberToObject(o, "first_step", (double)l->step[0]);
+      cJSON_AddNumberToObject(o, "last_step", (double)l->step[l->n - 1]);
+    }
+    cJSON *ms = cJSON_AddArrayToObject(o, "metrics");
+    for (int c = 0; c < l->ncol; c++) cJSON_AddItemToArray(ms, cJSON_CreateString(l->col[c].name));
+    cJSON *d = cJSON_AddObjectToObject(o, "duplicates");
+    cJSON_AddNumberToObject(d, "values", (double)l->dup_values);
+    cJSON_AddNumberToObject(d, "records", (double)l->dup_records);
+    if (l->dup_records) cJSON_AddNumberToObject(d, "first_step", (double)l->first_dup_step);
+    if (cs->arms[a].config[0]) cJSON_AddStringToObject(o, "config", cs->arms[a].config);
+    else cJSON_AddNullToObject(o, "config");
+    cJSON_AddItemToArray(arms, o);
+  }
+  cJSON *cd = cJSON_AddArrayToObject(root, "config_diff");
+  for (int k = 0; k < v->nrow; k++) {
+    const qc_sft_cfgrow *row = &v->rows[k];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "key", row->key);
+    cJSON *vals = cJSON_AddObjectToObject(o, "values");
+    for (int a = 0; a < cs->narm; a++) cJSON_AddItemToObject(vals, cs->arms[a].key, value_json(row->val[a]));
+    cJSON_AddBoolToObject(o, "differs", row->differs);
+    cJSON_AddBoolToObject(o, "expected", row->expected);
+    if (row->reason) cJSON_AddStringToObject(o, "reason", row->reason);
+    cJSON_AddBoolToObject(o, "controlled", row->controlled);
+    cJSON_AddItemToArray(cd, o);
+  }
+  cJSON *pairs = cJSON_AddArrayToObject(root, "pairs");
+  for (int p = 0; p < cs->npair; p++) cJSON_AddItemToArray(pairs, pair_json(v, p));
+  return qc_report_json_render(root, out);
+}
+
+/* JUnit: a testcase per (pair, check); a check's name is its metric, with
+ * its window when the pair checks the metric more than once. */
+static int make_list(qc_tlist *l, const qc_sft_view *v) {
+  const qc_sft_case *cs = v->cs;
+  int rc;
+  for (int p = 0; p < cs->npair; p++) {
+    const qc_sft_pair *pc = &cs->pairs[p];
+    const qc_sft_pair_res *pr = &v->pairs[p];
+    char suite[2 * QC_L3_NAME + 2], name[QC_L3_NAME + 64], msg[1200];
+    snprintf(suite, sizeof suite, "%s~%s", cs->arms[pc->a].key, cs->arms[pc->b].key);
+    if (pr->reasons[0] && (rc = qc_tlist_add(l, suite, "sft", "controlled variables and x axis", pr->reasons, NULL))) return rc;
+    for (int i = 0; i < pc->ncheck; i++) {
+      const qc_sft_check_res *c = &pr->checks[i];
+      int twice = 0;
+      for (int j = 0; j < pc->ncheck; j++) twice |= j != i && strcmp(pc->checks[j].metric, pc->checks[i].metric) == 0;
+      double w0, w1;
+      check_window(cs, &pc->checks[i], &w0, &w1);
+      if (twice) snprintf(name, sizeof name, "%s [%g, %g]", pc->checks[i].metric, w0, w1);
+      else snprintf(name, sizeof name, "%s", pc->checks[i].metric);
+      snprintf(msg, sizeof msg, "%s: %s", qc_l3_verdict_name(c->verdict), c->why);
+      char outl[256];
+      snprintf(outl, sizeof outl, "%lld points, mean diff %.4g, max rel %.4g", (long long)c->npoints, c->mean_diff, c->max_rel);
+      if ((rc = qc_tlist_add(l, suite, "sft", name, c->verdict == QC_L3_PASS ? NULL : msg, outl))) return rc;
+    }
+  }
+  return QC_OK;
+}
+
+int qc_report_sft(qc_report_out *o, const qc_sft_view *v) {
+  qc_tlist tl = {0};
+  int rc = QC_OK;
+  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], v))) goto done;
+  if (qc_report_wants(o, QC_REP_JUNIT) && ((rc = make_list(&tl, v)) || (rc = qc_tlist_junit(&tl, "sft", &o->doc[QC_REP_JUNIT]))))
+    goto done;
+  if (qc_report_wants(o, QC_REP_MARKDOWN)) rc = qc_report_sft_markdown(o, v);
+done:
+  qc_tlist_free(&tl);
+  return rc;
+}
+
+void qc_report_sft_summary(const qc_sft_view *v, int arm, const char *metric, double *mean, double *last) {
+  const qc_l3_log *l = &v->logs[arm];
+  int c = qc_l3_log_col(l, metric), xc = v->cs->x_tokens ? qc_l3_log_col(l, "tokens") : -1;
+  double s = 0;
+  int64_t n = 0;
+  *mean = *last = NAN;
+  if (c < 0 || (v->cs->x_tokens && xc < 0)) return;
+  for (int64_t i = 0; i < l->n; i++) {
+    if (!l->col[c].has[i]) continue;
+    double x = xc < 0 ? (double)l->step[i] : l->col[xc].has[i] ? l->col[xc].v[i] : NAN;
+    if (!(x >= v->cs->w0 && x <= v->cs->w1)) continue;
+    s += l->col[c].v[i];
+    n++;
+    *last = l->col[c].v[i];
+  }
+  if (n) *mean = s / (double)n;
+}
+
+/* The metrics some pair judges, each once, in case order. */
+static int judged_metrics(const qc_sft_case *cs, const char **out, int max) {
+  int n = 0;
+  for (int p = 0; p < cs->npair; p++)
+    for (int i = 0; i < cs->pairs[p].ncheck; i++) {
+      const char *m = cs->pairs[p].checks[i].metric;
+      int seen = 0;
+      for (int j = 0; j < n; j++) seen |= strcmp(out[j], m) == 0;
+      if (!seen && n < max) out[n++] = m;
+    }
+  return n;
+}
+
+/* The bounds of a check in a few words ("pointwise_rel 0.002"). */
+static void bounds_short(const qc_sft_bounds *b, char *out, size_t n) {
+  size_t k = 0;
+  out[0] = 0;
+#define B(cond, fmt, val) if ((cond) && k < n) k += (size_t)snprintf(out + k, n - k, "%s" fmt, k ? " " : "", val)
+  B(b->has_pw_abs, "pw_abs %g", b->pw_abs);
+  B(b->has_pw_rel, "pw_rel %g", b->pw_rel);
+  B(b->has_mean_abs, "mean_abs %g", b->mean_abs);
+  B(b->has_mean_rel, "mean_rel %g", b->mean_rel);
+  B(b->has_equiv, "equiv +-%g", b->eq_delta);
+  B(b->has_noise, "noise x%g", b->noise_multiple);
+#undef B
+}
+
+void qc_report_sft_table(const qc_sft_view *v) {
+  const qc_sft_case *cs = v->cs;
+  const char *xn = cs->x_tokens ? "tokens" : "step";
+  printf("sft: case %s, window [%g, %g] on %s\n", cs->name, cs->w0, cs->w1, xn);
+  const char *ms[64];
+  int nm = judged_metrics(cs, ms, 64);
+  printf("%-22s", "mean (last) in window");
+  for (int a = 0; a < cs->narm; a++) printf(" %24s", cs->arms[a].key);
+  printf("\n");
+  for (int i = 0; i < nm; i++) {
+    printf("%-22s", ms[i]);
+    for (int a = 0; a < cs->narm; a++) {
+      double mean, last;
+      qc_report_sft_summary(v, a, ms[i], &mean, &last);
+      char cell[48];
+      snprintf(cell, sizeof cell, "%.6g (%.6g)", mean, last);
+      printf(" %24s", cell);
+    }
+    printf("\n");
+  }
+  int ndiff = 0;
+  for (int k = 0; k < v->nrow; k++) ndiff += v->rows[k].differs;
+  printf("config diff: %d key(s), %d differ\n", v->nrow, ndiff);
+  for (int k = 0; k < v->nrow; k++) {
+    const qc_sft_cfgrow *row = &v->rows[k];
+    if (!row->differs) continue;
+    printf("  %-20s", row->key);
+    for (int a = 0; a < cs->narm; a++) printf(" %.40s", row->val[a] ? row->val[a] : "-");
+    printf("  %s\n", row->expected ? "(expected)" : "(NOT EXPECTED)");
+  }
+  int dev = 0, inc = 0;
+  for (int p = 0; p < cs->npair; p++) {
+    const qc_sft_pair *pc = &cs->pairs[p];
+    const qc_sft_pair_res *pr = &v->pairs[p];
+    dev += pr->verdict == QC_L3_FAIL;
+    inc += pr->verdict == QC_L3_INCONCLUSIVE;
+    printf("pair %s~%s: %s", cs->arms[pc->a].key, cs->arms[pc->b].key, pr->verdict == QC_L3_FAIL ? "DEVIATES" : qc_l3_pair_verdict_name(pr->verdict));
+    if (pr->has_first)
+      printf(" at %s %g (%s, %s); localization: %s", xn, pr->first_x, pc->checks[pr->first_check].metric,
+             pr->checks[pr->first_check].bound, qc_l3_loc_name(pr->loc));
+    printf("\n");
+    if (pr->reasons[0]) printf("  %s\n", pr->reasons);
+    for (int i = 0; i < pc->ncheck; i++) {
+      const qc_sft_check_res *c = &pr->checks[i];
+      char bs[64];
+      bounds_short(&pc->checks[i].b, bs, sizeof bs);
+      printf("  %-14s %-24s %-12s %5lld points  mean diff %-10.3g max rel %-10.3g %s\n", pc->checks[i].metric, bs,
+             qc_l3_verdict_name(c->verdict), (long long)c->npoints, c->mean_diff, c->max_rel, c->why);
+    }
+    if (pr->loc != QC_LOC_NONE) printf("  -> %s\n", qc_l3_loc_advice(pr->loc));
+  }
+  printf("sft: %s: %d pair(s), %d deviate, %d inconclusive\n", v->verdict ? "FAIL" : "pass", cs->npair, dev, inc);
+}
