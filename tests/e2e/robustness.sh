@@ -5,7 +5,12 @@
 # dump that crashed (0x819: 0x00 -> 0x2a, SIGSEGV in libhdf5) or hung (0x960:
 # 0x08 -> 0x00) every verb, truncations and other flips of it, FIFOs for the
 # case, dump and plugin, seed 1e300, a norm_ratio of infinities, a 73 KB
-# dump claiming a 5 x 10^9-element tensor, and a run that hangs (--timeout).
+# dump claiming a 5 x 10^9-element tensor, and a run that hangs (--timeout:
+# its error report replaces an older report). The newer readers: a
+# safetensors header cut short, a TensorBoard event file flipped or cut,
+# FIFOs as checkpoint, log, config and step dump, flips of a step dump.
+# (The report-path reproducers, /dev/full, the 1,204-character path and an
+# unwritable --junit, are in reports_trust.sh.)
 . "$(dirname "$0")/lib.inc"
 export QATCHECK_HDF5_DEADLINE=2 # the sandbox's no-progress limit (default 30 s)
 SRC=cases/data/linear_small.h5
@@ -144,6 +149,56 @@ for name in claim claim_chunked; do
 done
 rm -f "$W"/claim*
 
+# ---- the readers main gained: safetensors, layer 3's logs and configs, step dumps ----
+# (their fuzz seeds are what the real writers made: tests/fuzz/make_seeds.py)
+S=tests/fuzz/seeds
+head -c 60 "$S/safetensors/f32_f16_u8.safetensors" >"$W/cut.safetensors"
+refused "a safetensors header cut short" "does not fit the file" \
+  "$QATCHECK" contract --master-vs-dequant --checkpoint "$W/cut.safetensors" --weight-format fp8_block128
+mkfifo "$W/fifo"
+refused "a FIFO as a safetensors checkpoint" "a FIFO" \
+  "$QATCHECK" contract --master-vs-dequant --checkpoint "$W/fifo" --weight-format fp8_block128
+sft_case() { # sft_case LOG CONFIG: two arms on LOG, the first with CONFIG ("" none)
+  cfg=""; [ -z "$2" ] || cfg=", \"config\": \"$2\""
+  printf '{"arms": {"a": {"log": "%s"%s, "tags": {"loss": "train/loss"}}, "b": {"log": "%s", "tags": {"loss": "train/loss"}}}, "window": [1, 3], "pairs": {"a~b": {"loss": {"pointwise_abs": 0, "reasoning": "r"}}}}\n' \
+    "$1" "$cfg" "$1" >"$W/sft.json"
+}
+$PY - "$S/tfevents/scalars_simple.tfevents" "$W/ev" <<'P'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read()); b[len(b) // 2] ^= 0x10; open(sys.argv[2], "wb").write(bytes(b))
+P
+sft_case ev ""
+refused "a TensorBoard event file with a flipped byte" "corrupt event file" "$QATCHECK" sft --case "$W/sft.json"
+head -c 100 "$S/tfevents/scalars_simple.tfevents" >"$W/ev"
+refused "a TensorBoard event file cut short" "truncated" "$QATCHECK" sft --case "$W/sft.json"
+rm -f "$W/ev"
+sft_case fifo ""
+refused "a FIFO as a log" "a FIFO" "$QATCHECK" sft --case "$W/sft.json"
+cp "$S/tfevents/scalars_simple.tfevents" "$W/ev"
+sft_case ev fifo
+refused "a FIFO as a config" "a FIFO" "$QATCHECK" sft --case "$W/sft.json"
+printf '{"dump": "fifo", "tolerances": {"update": {"rel_l2": 1e-3, "reasoning": "r"}}}\n' >"$W/step.json"
+refused "a FIFO as a step dump" "a FIFO" "$QATCHECK" step --case "$W/step.json"
+# a step dump with one byte flipped across its metadata: judged, or refused with one line
+STEP="$S/stepdump/two_arms.h5"
+printf '{"dump": "s.h5", "tolerances": {"update": {"rel_l2": 1e-3, "reasoning": "r"}, "update_pair": {"rel_l2": 0.02, "reasoning": "r"}, "grad_pair": {"rel_l2": 0.02, "reasoning": "r"}}}\n' >"$W/step.json"
+nflip=0
+for off in 0 8 16 40 96 200 344 800 1000 1500 2000 2100 2400 3000 4000 6000; do
+  for v in 0x00 0xff; do
+    $PY -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[int(sys.argv[2])]=int(sys.argv[3],0); open(sys.argv[4],"wb").write(b)' \
+      "$STEP" "$off" "$v" "$W/s.h5"
+    timeout 60 "$QATCHECK" step --case "$W/step.json" >"$T/out" 2>"$T/err"; rc=$?
+    nflip=$((nflip + 1))
+    case $rc in
+      0|1) ;;
+      2) [ "$(grep -c '^qatcheck: error:' "$T/err")" -eq 1 ] || bad "step flip $off=$v: exit 2 with $(grep -c '^qatcheck: error:' "$T/err") error lines" ;;
+      *) bad "step flip $off=$v: exit $rc: $(head -c 300 "$T/err")" ;;
+    esac
+  done
+done
+ok "$nflip one-byte flips of a step dump: every run judged or refused with one line"
+rm -f "$W"/fifo "$W"/ev "$W"/cut.safetensors "$W"/sft.json "$W"/step.json "$W"/s.h5
+
 # ---- a run that hangs: --timeout ends it ---------------------------------------------
 SO="$(pwd)/build/plugins/linear_plugin.so"
 if [ -f "$SO" ]; then
@@ -151,6 +206,15 @@ if [ -f "$SO" ]; then
     "$SO" "$LIN_TOL" >"$W/hangs.json"
   refused "a plugin that never returns, --timeout 2" "did not finish within --timeout 2 s" \
     "$QATCHECK" vjp --case "$W/hangs.json" --timeout 2
+  # an older report at the requested path: replaced by the error report, as at any exit 2
+  mkdir -p "$T/rep"
+  expect_exit 0 "a report that passes" "$QATCHECK" vjp --case cases/linear_dump.json --json "$T/rep/r.json" --quiet
+  printf 'mine\n' >"$T/rep/other.txt"
+  expect_exit 2 "the hanging plugin with --json" timeout 60 "$QATCHECK" vjp --case "$W/hangs.json" --timeout 2 --json "$T/rep/r.json"
+  grep -q '"verdict":[[:space:]]*"error"' "$T/rep/r.json" && grep -q 'did not finish within --timeout 2 s' "$T/rep/r.json" &&
+    ok "the timed-out run replaced the older report with its error report" || bad "after the timeout: $(head -c 300 "$T/rep/r.json")"
+  [ "$(cat "$T/rep/other.txt")" = mine ] && [ "$(ls -A "$T/rep" | wc -l)" -eq 2 ] && ok "no other file touched, no temporary left" ||
+    bad "the report folder holds: $(ls -A "$T/rep")"
   rm -f "$W/hangs.json"
 fi
 expect_exit 2 "--timeout -1 is refused" "$QATCHECK" vjp --case cases/linear_dump.json --timeout -1

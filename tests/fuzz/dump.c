@@ -4,7 +4,7 @@
  * libhdf5 runs in the sandbox's child: a crash or hang there is the
  * refusal a user sees, not a finding; a crash here is one. */
 // fuzz-seeds: cases/data/linear_small.h5 tests/fuzz/seeds/dump
-// fuzz-options: -max_len=131072 -timeout=20
+// fuzz-options: -max_len=131072 -timeout=60
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,16 +13,21 @@
 # build-fuzz/artifacts/NAME/ and fails the run (fix it, then add the input
 # to tests/fuzz/regress/NAME/). Prints one line per harness: runs, execs/s,
 # coverage (cov = edges, ft = features), corpus size. Exit 1 on a finding.
+# FUZZ_JOBS harnesses fuzz at once (default: the CPU count), so CI's pass
+# of 60 s a harness takes about 60 s x harnesses / jobs.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 OUT=${FUZZ_OUT:-build-fuzz}
 names=${*:-$(for f in tests/fuzz/*.c; do basename "$f" .c; done)}
 status=0
-for n in $names; do
+# fuzz_one NAME: replay, then fuzz one harness; its lines on stdout, status 1 on a finding
+fuzz_one() {
+  n=$1
+  st=0
   bin=$OUT/fuzz_$n
   src=tests/fuzz/$n.c
-  [ -x "$bin" ] || { echo "fuzz $n: $bin is not built (make fuzz-bin)"; status=1; continue; }
+  [ -x "$bin" ] || { echo "fuzz $n: $bin is not built (make fuzz-bin)"; st=1; return $st; }
   seeds=$(sed -n 's/.*fuzz-seeds:\(.*\)/\1/p' "$src" | head -1 | sed 's#\*/ *$##')
   opts=$(sed -n 's/.*fuzz-options:\(.*\)/\1/p' "$src" | head -1 | sed 's#\*/ *$##')
   reg=tests/fuzz/regress/$n
@@ -31,12 +36,12 @@ for n in $names; do
     if ! "$bin" $opts -runs=1 "$reg"/* >"$OUT/regress_$n.log" 2>&1; then
       echo "fuzz $n: FAIL: a regression input crashes again (log: $OUT/regress_$n.log)"
       tail -20 "$OUT/regress_$n.log" | sed 's/^/    /'
-      status=1
-      continue
+      st=1
+      return $st
     fi
     echo "fuzz $n: $(ls "$reg" | wc -l) regression input(s) replayed clean"
   fi
-  [ "$FUZZ_SECONDS" -gt 0 ] 2>/dev/null || continue
+  [ "$FUZZ_SECONDS" -gt 0 ] 2>/dev/null || return $st
   corpus=$OUT/corpus/$n
   art=$OUT/artifacts/$n
   mkdir -p "$corpus" "$art"
@@ -59,9 +64,24 @@ for n in $names; do
     echo "fuzz $n: FAIL after ${execs:-?} runs: $(grep -m1 -E 'ERROR|SUMMARY|deadly|timeout' "$log")"
     ls "$art" | sed 's/^/    artifact: /'
     tail -30 "$log" | sed 's/^/    /'
-    status=1
+    st=1
   else
     echo "fuzz $n: pass: ${execs:-?} runs in ${FUZZ_SECONDS} s (${rate:-?}/s), cov ${cov:-?} edges, ft ${ft:-?} features, corpus ${corp:-?}"
   fi
+  return $st
+}
+
+jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+running=0
+for n in $names; do
+  ( fuzz_one "$n" >"$OUT/result_$n.txt" 2>&1; echo $? >"$OUT/result_$n.rc" ) &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then wait; running=0; fi
+done
+wait
+for n in $names; do
+  cat "$OUT/result_$n.txt"
+  [ "$(cat "$OUT/result_$n.rc" 2>/dev/null)" = 0 ] || status=1
+  rm -f "$OUT/result_$n.txt" "$OUT/result_$n.rc"
 done
 exit $status

@@ -5,7 +5,7 @@
  * child: a crash or hang there is the refusal a user sees, not a finding;
  * a crash here is one. */
 // fuzz-seeds: tests/fuzz/seeds/stepdump
-// fuzz-options: -max_len=65536 -timeout=20
+// fuzz-options: -max_len=65536 -timeout=60
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
