@@ -18,7 +18,7 @@
 # finish, peak RSS printed against the file size.
 # usage: sh bench/contract.sh      env: QATCHECK PY LAYERS(32) HIDDEN(4096)
 #        TOKENS(512) WF(nvfp4,fp8_block128,mxfp8) CC(cc) BENCH_TMP(mktemp -d)
-#        DEVICE(cpu) FORMAT(hdf5|safetensors) STREAM_GB ULIMIT_MB
+#        DEVICE(cpu) FORMAT(hdf5|safetensors) STREAM_GB ULIMIT_MB ST_READ GEMM_GFLOPS
 # A run of fewer than 32 layers prints the full sweep extrapolated
 # linearly (every layer is the same work), labelled as such.
 set -eu
@@ -81,9 +81,14 @@ if [ "$FORMAT" = safetensors ]; then
   # the reader alone, as many threads as the sweep's readers on this device
   # (READERS overrides): pread and mmap, beside cat
   READERS=${READERS:-$(n=$(nproc); [ "$DEVICE" = cpu ] && echo 1 || { [ "$n" -ge 4 ] && echo $(( n / 2 > 8 ? 8 : n / 2 )) || echo 1; })}
-  $CC -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_read.c src/io/safetensors.c src/core/err.c \
-    src/core/tensor.c -o "$T/st_read" $(pkg-config --libs libcjson) -lm -lpthread
-  "$T/st_read" "$T/st" "$READERS" >"$T/st_read.txt"
+  # ST_READ: the reader built elsewhere (a GPU host without the cJSON headers)
+  ST_READ=${ST_READ:-}
+  if [ -z "$ST_READ" ]; then
+    $CC -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_read.c src/io/safetensors.c src/io/safetensors_files.c src/core/err.c \
+      src/core/tensor.c -o "$T/st_read" $(pkg-config --libs libcjson) -lm -lpthread
+    ST_READ="$T/st_read"
+  fi
+  "$ST_READ" "$T/st" "$READERS" >"$T/st_read.txt"
   awk '{printf "reader alone (%s, %d thread(s)): %.2f GB in %.2f s = %.2f GB/s\n", $2, $3, $4, $5, $4 / $5}' "$T/st_read.txt"
 fi
 

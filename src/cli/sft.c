@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/caseverb.h"
 #include "cli/cli.h"
@@ -11,6 +12,7 @@
 #include "engine/sft.h"
 #include "model/l3case.h"
 #include "report/l3report.h"
+#include "report/run.h"
 
 #define SFT_NO_DEVICE "sft compares logs on the host"
 
@@ -30,6 +32,24 @@ static void help(void) {
          "             2 the run could not be judged (bad case, unreadable log or config)\n");
 }
 
+/* The run's inputs, hashed into its reports: the case, every arm's log and
+ * config, the noise logs (a TensorBoard run folder is not hashed: only files are). */
+static int register_inputs(const char *case_path, const qc_sft_case *cs) {
+  struct stat st;
+  int rc = qc_run_input("case", case_path);
+  for (int a = 0; !rc && a < cs->narm; a++) {
+    if (stat(cs->arms[a].log, &st) == 0 && S_ISREG(st.st_mode)) rc = qc_run_input("log", cs->arms[a].log);
+    if (!rc && cs->arms[a].config[0]) rc = qc_run_input("config", cs->arms[a].config);
+  }
+  for (int p = 0; !rc && p < cs->npair; p++)
+    for (int k = 0; !rc && k < cs->pairs[p].ncheck; k++)
+      for (int j = 0; !rc && j < cs->pairs[p].checks[k].b.nnoise; j++) {
+        const char *log = cs->pairs[p].checks[k].b.noise[j].log;
+        if (stat(log, &st) == 0 && S_ISREG(st.st_mode)) rc = qc_run_input("noise log", log);
+      }
+  return rc;
+}
+
 int qc_cmd_sft(int argc, char **argv) {
   qc_common_opts co;
   const char *case_path;
@@ -41,8 +61,8 @@ int qc_cmd_sft(int argc, char **argv) {
   qc_report_out out;
   qc_report_out_init(&out, co.json, co.junit, co.markdown);
   if (!cs || !run) { rc = QC_ESYS; goto done; }
-  if ((rc = qc_sft_case_load(case_path, cs)) || (rc = qc_sft_load(run, cs))) goto done;
-  run->keep_series = co.markdown != NULL;
+  if ((rc = qc_sft_case_load(case_path, cs)) || (rc = register_inputs(case_path, cs)) || (rc = qc_sft_load(run, cs))) goto done;
+  run->keep_series = co.markdown != NULL || co.json != NULL; /* the plots, and the curves the audit draws */
   if ((rc = qc_sft_judge(run))) goto done;
   if (qc_verbose) fprintf(stderr, "sft: read %.3f s, judged %.3f s\n", run->t_read, run->t_judge);
   qc_sft_view v = {.cs = cs, .logs = run->logs, .has_cfg = run->has_cfg, .rows = run->rows, .nrow = run->nrow,

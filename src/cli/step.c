@@ -11,6 +11,7 @@
 #include "engine/step.h"
 #include "model/l3case.h"
 #include "report/l3report.h"
+#include "report/run.h"
 
 #define STEP_NO_DEVICE "step recomputes the optimizer step in float64 on the host"
 
@@ -41,7 +42,10 @@ int qc_cmd_step(int argc, char **argv) {
   qc_report_out out;
   qc_report_out_init(&out, co.json, co.junit, co.markdown);
   if (!cs) { rc = QC_ESYS; goto done; }
-  if ((rc = qc_step_case_load(case_path, cs)) || (rc = qc_step_load(&run, cs)) || (rc = qc_step_judge(&run))) goto done;
+  if ((rc = qc_step_case_load(case_path, cs)) || (rc = qc_run_input("case", case_path))) goto done;
+  for (int i = 0; i < cs->ndump; i++) /* the dumps, hashed into the reports */
+    if ((rc = qc_run_input("dump", cs->dump[i]))) goto done;
+  if ((rc = qc_step_load(&run, cs)) || (rc = qc_step_judge(&run))) goto done;
   if (qc_step_res_verdict(&run.res) == 2) {
     rc = qc_err("step: case '%s': nothing was judged (no declared tolerance applies)", case_path);
     qc_hint("declare 'update' (one arm) or 'grad_pair' / 'update_pair' (two arms) in 'tolerances'");

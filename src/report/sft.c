@@ -60,6 +60,35 @@ static cJSON *bounds_json(const qc_sft_bounds *b) {
   return o;
 }
 
+/* At most QC_SFT_SERIES_MAX points of the check's aligned series (evenly
+ * strided, the first failure always among them): x, a, b and the pointwise
+ * band lo, hi around b (null where none), for the audit document's curves. */
+#define QC_SFT_SERIES_MAX 1000
+static cJSON *series_json(const qc_sft_check_res *c) {
+  const double *src[5] = {c->x, c->a, c->b, c->lo, c->hi};
+  static const char *const keys[5] = {"x", "a", "b", "lo", "hi"};
+  int64_t n = c->npoints, m = n < QC_SFT_SERIES_MAX ? n : QC_SFT_SERIES_MAX;
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  cJSON_AddNumberToObject(o, "points", (double)n);
+  cJSON_AddNumberToObject(o, "kept", (double)m);
+  for (int k = 0; k < 5; k++) {
+    cJSON *a = cJSON_AddArrayToObject(o, keys[k]);
+    for (int64_t j = 0; a && j < m; j++) {
+      int64_t i = m > 1 ? j * (n - 1) / (m - 1) : 0;
+      /* the first failure replaces the kept point nearest it */
+      if (c->has_fail && m < n) {
+        int64_t nxt = m > 1 ? (j + 1) * (n - 1) / (m - 1) : n;
+        for (int64_t t = i; t < nxt && t < n; t++)
+          if (c->x[t] == c->fail_x) { i = t; break; }
+      }
+      double v = src[k][i];
+      cJSON_AddItemToArray(a, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+    }
+  }
+  return o;
+}
+
 static cJSON *check_json(const qc_sft_case *cs, const qc_sft_check *k, const qc_sft_check_res *c) {
   cJSON *o = cJSON_CreateObject();
   double w0, w1;
@@ -88,6 +117,7 @@ static cJSON *check_json(const qc_sft_case *cs, const qc_sft_check *k, const qc_
   }
   cJSON_AddItemToObject(o, "bounds", bounds_json(&k->b));
   cJSON_AddStringToObject(o, "why", c->why);
+  if (c->x && c->a && c->b && c->lo && c->hi && c->npoints > 0) cJSON_AddItemToObject(o, "series", series_json(c));
   return o;
 }
 

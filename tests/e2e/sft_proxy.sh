@@ -83,4 +83,17 @@ for s in svgs:
 assert "first deviation" in open(os.path.join(sys.argv[2], svgs[0])).read()
 assert "## Controlled variables" in md and "forward" in md
 P
+# the audit document over the real sft report: each pair metric's curves (a, b, the band, the first failure)
+expect_exit 1 "mask-shift: the audit document" "$QATCHECK" report "$T/mask/r.json" --html "$T/mask/a.html" --markdown "$T/mask/a.md"
+$PY - "$T/mask/r.json" "$T/mask/a.html" <<'P' || bad "mask-shift: the audit's layer-3 curves"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["pairs"][0]["metrics"][0]["series"]
+assert s["kept"] == min(s["points"], 1000) and all(len(s[k]) == s["kept"] for k in ("x", "a", "b", "lo", "hi")), s.keys()
+fx = r["pairs"][0]["first_deviation"]["x"]
+assert fx in s["x"], "the first failure is among the kept points"
+h = open(sys.argv[2]).read()
+n = sum(len(p["metrics"]) for p in r["pairs"])
+assert h.count("bound around b") >= n and h.count("first failure") >= n, (h.count("bound around b"), n)
+P
 finish

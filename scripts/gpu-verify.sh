@@ -1,0 +1,71 @@
+#!/bin/sh
+# gpu-verify.sh: the GPU checks of a release, in one run on a GPU machine
+# (results go into bench/RESULTS.md), from the repository root, with .gpu/
+# holding the bundle of scripts/gpu-pack.sh. Writes OUT/<check>.txt and a
+# summary OUT/summary.txt:
+#   test_gpu       the GPU test binary (kernels, backends, against the CPU)
+#   gpu_vjp        tests/e2e/gpu_vjp.sh: cuda vs cpu on every case
+#   gpu_contract   tests/e2e/gpu_contract.sh
+#   calib          quant --calibration on the committed producer bytes, CPU and CUDA
+#   quant_torch    tests/e2e/quant_torch.sh on cpu and cuda
+#   st_bench       bench/contract.sh FORMAT=safetensors DEVICE=cuda (DGEMM rate
+#                  measured here by bench_gpu_linear)
+#   proxy          scripts/proxy_sft.py --device cuda: a healthy run and two
+#                  planted bugs, judged by `qatcheck sft` and `qatcheck step`
+# usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
+# PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
+# QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
+set -u
+OUT=$1; shift
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch st_bench proxy}
+Q=/tmp/qc
+mkdir -p "$Q" "$OUT"
+[ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
+export LD_LIBRARY_PATH=$Q/lib QATCHECK=$Q/qatcheck PY=${PY:-python3}
+[ -d .gpu/py ] && export PYTHONPATH=$PWD/.gpu/py${PYTHONPATH:+:$PYTHONPATH}
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  git rev-parse --short HEAD 2>/dev/null; $PY -c "import torch; print('torch', torch.__version__)"; } > "$OUT/summary.txt" 2>&1
+run() { # name cmd...: time a check, keep its output and exit status
+  n=$1; shift
+  t0=$(date +%s.%N)
+  "$@" > "$OUT/$n.txt" 2>&1; rc=$?
+  echo "$n: exit $rc in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s" >> "$OUT/summary.txt"
+}
+proxy() { # healthy + grad-half + mask-shift on the GPU, judged with the committed cases
+  W=/tmp/proxy; rm -rf "$W"; mkdir -p "$W"
+  f=jsonl,csv,hf,megatron; $PY -c "import tensorboard" 2>/dev/null && f=$f,tb
+  for p in none grad-half mask-shift; do
+    $PY scripts/proxy_sft.py --out "$W/$p" --device cuda --formats "$f" --step-dump "$W/$p/step.h5" \
+      $( [ $p = none ] || echo "--plant $p" ) || return 2
+    cp cases/proxy/sft.json cases/proxy/step.json "$W/$p/"
+    case $f in *tb*) ;; *) $PY - "$W/$p/sft.json" <<'P' ;; esac
+import json, sys  # no tensorboard here: every arm's JSONL log
+c = json.load(open(sys.argv[1]))
+for a in c["arms"].values(): a["log"] = a["log"].split("/")[0] + "/metrics.jsonl"
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+P
+    for v in sft step; do
+      "$QATCHECK" $v --case "$W/$p/$v.json" --json "$W/$p/$v.r.json"
+      echo "proxy $p $v: exit $?"
+      $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(' ', r.get('conclusion', r.get('verdict')), [(p.get('verdict'), p.get('localization'), p.get('first_deviation')) for p in r.get('pairs', [])] or r.get('localization'))" "$W/$p/$v.r.json"
+    done
+  done
+}
+st_bench() {
+  r=$("$Q/bench_gpu_linear" --M 512 --K 4096 --N 4096 --fmt fp8_block128 | awk '$1 == "dgemm_tflops" {print $2 * 1000}')
+  echo "DGEMM at 512 x 4096 x 4096: $r GFLOP/s"
+  FORMAT=safetensors DEVICE=cuda GEMM_GFLOPS=$r ST_READ=$Q/st_read BENCH_TMP=${BENCH_TMP:-/tmp/stbench} sh bench/contract.sh
+}
+for c in $CHECKS; do
+  case $c in
+    test_gpu) run test_gpu "$Q/test_gpu" --verbose ;;
+    gpu_vjp) run gpu_vjp sh tests/e2e/gpu_vjp.sh ;;
+    gpu_contract) run gpu_contract sh tests/e2e/gpu_contract.sh ;;
+    calib) run calib sh -c '"$QATCHECK" quant --calibration tests/data/calib && "$QATCHECK" quant --calibration tests/data/calib --device cuda' ;;
+    quant_torch) run quant_torch env DEVICES="cpu cuda" sh tests/e2e/quant_torch.sh ;;
+    st_bench) run st_bench st_bench ;;
+    proxy) run proxy proxy ;;
+    *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
+  esac
+done
+cat "$OUT/summary.txt"
