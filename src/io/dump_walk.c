@@ -17,6 +17,8 @@
 #include "io/dump_priv.h"
 
 #define MAX_OBJECTS 2000000
+#define MAX_DEPTH 64           /* groups nested in groups: deeper is a cycle of hard links */
+#define MAX_LINK_PATH 8192
 #define MAX_ATTRS 4096        /* per object */
 #define MAX_ATTR_BYTES (1u << 20)
 #define MAX_ATTR_STRS 100000  /* strings in a list attribute */
@@ -350,7 +352,14 @@ static herr_t link_cb(hid_t g, const char *name, const H5L_info_t *info, void *o
     fail(w, QC_BOX_WALK, "more than %d objects: not a dump qatcheck reads", MAX_OBJECTS);
     _exit(0);
   }
-  size_t l = strlen(name);
+  size_t l = strnlen(name, MAX_LINK_PATH + 1);
+  int depth = 1;
+  for (const char *c = name; *c && depth <= MAX_DEPTH; c++) depth += *c == '/';
+  if (depth > MAX_DEPTH || l > MAX_LINK_PATH) { /* libhdf5 follows a cycle whose link counts were damaged forever */
+    fail(w, QC_BOX_WALK, "links nested more than %d levels deep at '/%.120s...': a cycle of groups (corrupt file?)", MAX_DEPTH,
+         name);
+    _exit(0);
+  }
   char *path = malloc(l + 2);
   if (!path) return -1;
   path[0] = '/';
