@@ -100,6 +100,18 @@ for f in tests/fuzz/regress/dump/*; do
   esac
 done
 rm -f "$W"/reg.*
+printf '{"dump": "reg.h5", "tolerances": {"update": {"rel_l2": 1e-3, "reasoning": "r"}}}\n' >"$W/reg.json"
+for f in tests/fuzz/regress/stepdump/*; do
+  [ -f "$f" ] || continue
+  cp "$f" "$W/reg.h5"
+  timeout 60 "$QATCHECK" step --case "$W/reg.json" >"$T/out" 2>"$T/err"; rc=$?
+  case $rc in
+    0|1) ok "regress stepdump $(basename "$f"): judged (exit $rc)" ;;
+    2) one_line "regress stepdump $(basename "$f")" ""; ok "regress stepdump $(basename "$f"): refused with one line" ;;
+    *) bad "regress stepdump $(basename "$f"): exit $rc" ;;
+  esac
+done
+rm -f "$W"/reg.*
 
 # ---- special files: refused before they are opened ------------------------------
 mkfifo "$W/fifo"
