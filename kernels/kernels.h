@@ -81,6 +81,15 @@ size_t qk_metrics_scratch_bytes(void);
 /* Writes the result to res (device) after `scratch`. */
 int qk_metrics(const void *g, int g_kind, const double *r, int64_t n, void *scratch, qk_msum *res, void *stream);
 
+/* The bias test's sums of a bf16 candidate g against r, a [rows, cols]
+ * row-major view, x = g - bf16(r) over finite pairs: out[i * 7 + k] for
+ * row i gets sum x r, sum r^2, sum x^2, sum x^2 r^2, sum x r^3, sum r^4,
+ * sum (bf16(r) - r)^2 (qk_bias_rows); out[(c * cols + j) * 2 + {0, 1}]
+ * gets sum x r and sum r^2 of column j over the rows of chunk c, rows split
+ * into `chunks` equal runs (qk_bias_cols). Device pointers; deterministic. */
+int qk_bias_rows(const void *g, const double *r, int64_t rows, int64_t cols, double *out, void *stream);
+int qk_bias_cols(const void *g, const double *r, int64_t rows, int64_t cols, int chunks, double *out, void *stream);
+
 /* Conformance: for 2^32 float32 bit patterns from `start` (count of them),
  * out[i] = __nv_cvt_float_to_fp8(bits(start + i), __NV_SATFINITE, kind)
  * (kind 0 = E4M3, 1 = E5M2), and mism[0] += how many differ from the same

@@ -136,3 +136,69 @@ extern "C" int qk_metrics(const void *g, int g_kind, const double *r, int64_t n,
   k_metrics_final<<<1, MAXB, 0, st>>>(part, nb, res);
   return (int)cudaGetLastError();
 }
+
+/* ---- the bias test's sums (qk_bias_rows / qk_bias_cols in kernels.h) -------
+ * x = g - q(r), q the bf16 rounding (via float32, as qc_round_to); one
+ * block a row for the row sums, one thread a column (a chunk of rows each)
+ * for the column sums; fixed trees and loops: deterministic. */
+#define BT 256
+#define BS 7
+
+__device__ __forceinline__ void bias_terms(double g, double r, double *a) {
+  if (!isfinite(g) || !isfinite(r)) return;
+  double q = (double)__bfloat162float(__float2bfloat16_rn((float)r)), x = g - q, e = q - r, xr = x * r, rr = r * r;
+  a[0] += xr;
+  a[1] += rr;
+  a[2] += x * x;
+  a[3] += xr * xr;
+  a[4] += xr * rr;
+  a[5] += rr * rr;
+  a[6] += e * e;
+}
+
+__global__ void __launch_bounds__(BT) k_bias_rows(const __nv_bfloat16 *g, const double *r, long long cols, double *out) {
+  __shared__ double sh[BS][BT];
+  double a[BS] = {0, 0, 0, 0, 0, 0, 0};
+  const long long row = blockIdx.x;
+  for (long long j = threadIdx.x; j < cols; j += BT)
+    bias_terms((double)__bfloat162float(g[row * cols + j]), r[row * cols + j], a);
+  for (int k = 0; k < BS; k++) sh[k][threadIdx.x] = a[k];
+  __syncthreads();
+  for (unsigned s = BT / 2; s; s >>= 1) {
+    if (threadIdx.x < s)
+      for (int k = 0; k < BS; k++) sh[k][threadIdx.x] += sh[k][threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x < BS) out[row * BS + threadIdx.x] = sh[threadIdx.x][0];
+}
+
+__global__ void __launch_bounds__(BT) k_bias_cols(const __nv_bfloat16 *g, const double *r, long long rows, long long cols,
+                                                  long long per, double *out) {
+  const long long j = (long long)blockIdx.x * BT + threadIdx.x, c = blockIdx.y;
+  if (j >= cols) return;
+  double t = 0, cc = 0;
+  const long long hi = min(rows, (c + 1) * per);
+  for (long long i = c * per; i < hi; i++) {
+    double rv = r[i * cols + j], gv = (double)__bfloat162float(g[i * cols + j]);
+    if (!isfinite(rv) || !isfinite(gv)) continue;
+    double q = (double)__bfloat162float(__float2bfloat16_rn((float)rv));
+    t += (gv - q) * rv;
+    cc += rv * rv;
+  }
+  out[(c * cols + j) * 2] = t;
+  out[(c * cols + j) * 2 + 1] = cc;
+}
+
+extern "C" int qk_bias_rows(const void *g, const double *r, int64_t rows, int64_t cols, double *out, void *stream) {
+  if (rows < 1) return 0;
+  k_bias_rows<<<(unsigned)rows, BT, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)g, r, cols, out);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int qk_bias_cols(const void *g, const double *r, int64_t rows, int64_t cols, int chunks, double *out, void *stream) {
+  if (rows < 1 || cols < 1 || chunks < 1) return 0;
+  long long per = (rows + chunks - 1) / chunks;
+  dim3 grid((unsigned)((cols + BT - 1) / BT), (unsigned)chunks);
+  k_bias_cols<<<grid, BT, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)g, r, rows, cols, per, out);
+  return (int)cudaGetLastError();
+}

@@ -18,14 +18,14 @@ echo "   exit $rc; reports in reports/demo.{json,xml,md}"
 [ $rc -eq 0 ] || { echo "demo: the builtin candidate should pass"; exit 1; }
 
 echo
-echo "== 2. a dump with six planted defects (scripts/make_linear_dump.py)"
+echo "== 2. a dump with six planted defects (scripts/make_linear_dump.py), each failure diagnosed"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-/usr/bin/python3 scripts/make_linear_dump.py "$T/defects.h5" --defects all || exit 2
+/usr/bin/python3 scripts/make_linear_dump.py "$T/defects.h5" --defects all --m 96 || exit 2
 sed 's|"data/linear_small.h5", "modules": "^/model\\\\."|"'"$T"'/defects.h5"|' cases/linear_dump.json >"$T/case.json"
 $Q vjp --case "$T/case.json" --json reports/demo_defects.json --junit reports/demo_defects.xml >"$T/out"
 rc=$?
-awk 'NR == 1 || /FAIL/ || /^vjp:/' "$T/out"
+awk 'NR == 1 || /FAIL/ || /^vjp:/ || (/^\/defect/ && / dy [a-z_]*: /)' "$T/out"
 echo "   exit $rc (1 = a defect found)"
 [ "$rc" -eq 1 ] || { echo "demo: the planted defects should fail"; exit 1; }
 

@@ -11,6 +11,8 @@
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "numerics/decode.h"
+#include "model/tol.h"
+#include "engine/diagnose.h"
 
 double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
   double sd = 0, sr = 0;
@@ -29,27 +31,92 @@ double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
   return sqrt(sd) / fmax(sqrt(sr), QC_EPS_NORM);
 }
 
+/* The precision check k is judged at: the declared dtype, else the
+ * narrowest type that holds every value of gd (a bf16 gradient stored as
+ * float32 is judged as bf16), noted in k->precision when it is not the
+ * storage type. */
+static qc_dtype judged_dtype(const qc_tensor *g, const double *gd, const qc_tol *t, qc_check *k) {
+  qc_dtype dt = g->dtype, d;
+  if (t->dtype[0] && qc_dtype_from_name(t->dtype, &d) == QC_OK) {
+    snprintf(k->precision, sizeof k->precision, "judged at %s as the case declares (stored as %s)", t->dtype,
+             qc_dtype_name(g->dtype));
+    return d;
+  }
+  if (g->dtype == QC_F32 || g->dtype == QC_F64) dt = qc_values_dtype(gd, qc_numel(g), g->dtype);
+  if (dt != g->dtype)
+    snprintf(k->precision, sizeof k->precision, "every value is a %s value: judged at %s precision (stored as %s)",
+             qc_dtype_name(dt), qc_dtype_name(dt), qc_dtype_name(g->dtype));
+  return dt;
+}
+
 int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k) {
   int64_t n = qc_numel(r);
   double *gd = qc_malloc((size_t)n * sizeof *gd, "candidate gradient (float64)");
   if (!gd) return QC_ESYS;
   int rc = qc_tensor_to_f64(g, gd);
   if (!rc) rc = ctx->be->metrics(ctx->be, gd, (const double *)r->data, n, &k->m);
-  free(gd);
-  if (rc) return rc;
+  if (rc) {
+    free(gd);
+    return rc;
+  }
   if (k->m.ref_nonfinite) {
+    free(gd);
     qc_err("%s: the reference '%s' has %lld non-finite value(s) for dY '%s': its inputs, parameters or dY are not finite",
            k->module, k->tensor, (long long)k->m.ref_nonfinite, k->dy);
     qc_hint("a gradient computed from non-finite data cannot be judged; check the dump");
     return QC_EINPUT;
   }
-  k->m.noise_floor = qc_noise_floor((const double *)r->data, n, g->dtype);
-  qc_audit_verdict(k, g->dtype, t);
+  qc_dtype dt = judged_dtype(g, gd, t, k);
+  if (dt == QC_BF16 || dt == QC_F16 || dt == QC_F32 || dt == QC_F64) {
+    int64_t cols = r->ndim ? r->shape[r->ndim - 1] : 1;
+    rc = qc_bias_pass(gd, (const double *)r->data, cols ? n / cols : 0, cols, dt, &k->m);
+  }
+  free(gd);
+  if (rc) return rc;
+  snprintf(k->judged_dtype, sizeof k->judged_dtype, "%s", qc_dtype_name(dt));
+  k->has_metrics = 1;
+  return QC_OK;
+}
+
+/* The check's tolerance: the declared one, or (derive) the one derived
+ * from the class's error model, the shapes and the judged dtype; the model
+ * also gives the bias test's allowance and the diagnosis's noise level.
+ * QC_EINPUT when a derived tolerance cannot be made. */
+int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_check *k) {
+  qc_tol use = *t;
+  qc_tol_model tm;
+  qc_tol_spec spec;
+  qc_tol_terms terms;
+  double pre = 0;
+  qc_dtype dt = QC_F32;
+  int have = 0;
+  if (qc_dtype_from_name(k->judged_dtype, &dt)) dt = QC_F32;
+  memset(&tm, 0, sizeof tm);
+  if (m->cls->tol_model && m->cls->tol_model(m, dy, k->tensor, &tm) == QC_OK &&
+      qc_tol_from_model(&tm, t, qc_dtype_name(dt), &spec, &terms, &pre) == QC_OK)
+    have = 1;
+  if (!have) {
+    if (t->derive) {
+      if (!m->cls->tol_model) qc_err("%s: class %s has no error model for '%s': its tolerance cannot be derived", m->path,
+                                      m->cls->name, k->tensor);
+      qc_hint("declare the bounds of \"%s\" (rel_l2, noise_multiple, ...) instead of {\"derive\": true}", k->tensor);
+      return QC_EINPUT;
+    }
+    qc_err_clear();
+  } else {
+    k->level = terms.rel_l2;
+    if (t->derive) qc_tol_fill_derived(&tm, &spec, &terms, t, k->m.norm_r == 0, &use);
+    qc_bias_allow(&k->m, pre);
+  }
+  k->has_tol = 1;
+  k->tol = use;
+  qc_audit_verdict(k, dt, &use);
   return QC_OK;
 }
 
 void qc_audit_verdict(qc_check *k, qc_dtype gdt, const qc_tol *t) {
   k->has_metrics = 1;
+  snprintf(k->judged_dtype, sizeof k->judged_dtype, "%s", qc_dtype_name(gdt));
   /* A reference (nearly) exact in the candidate's type has a floor near 0,
    * and any harmless difference would be an enormous multiple. The divisor
    * never drops below a tenth of the type's nominal floor u/sqrt(3). */
@@ -72,6 +139,7 @@ void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *
   k->has_tol = 1;
   k->tol = *t;
   k->m.noise_multiple = k->m.noise_floor = NAN;
+  k->m.e_par = k->m.bias_sd = k->m.bias_allow = k->m.bias_z_raw = k->m.bias_z = NAN;
 }
 
 const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor) {
@@ -107,8 +175,9 @@ static int run_candidate(qc_audit *a, const qc_module *m, int i, qc_tset *out, c
 }
 
 /* The fast path of m's class for dY index i, where it applies: its
- * gradients judged here; *skip gets "/d_x/d_weight/" (what it covered) so
- * the general path leaves those out. */
+ * gradients judged here; *skip gets "/d_x/d_weight/" (what it covered and
+ * passed) so the general path leaves those out: a failed one is computed
+ * there again, for its diagnosis only. */
 static int run_fast(qc_audit *a, const qc_registry_row *row, const qc_module *m, int i, char *skip, size_t skiplen) {
   static const qc_tset empty;
   const qc_tensor *dy = &m->grad_out.t[i];
@@ -129,12 +198,22 @@ static int run_fast(qc_audit *a, const qc_registry_row *row, const qc_module *m,
     qc_check k;
     qc_check_init(&k, m, dy->name, g->name, g->ndim, g->shape, t);
     snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->cand_dtype));
+    snprintf(k.judged_dtype, sizeof k.judged_dtype, "%s", qc_dtype_name(g->cand_dtype));
     k.m = g->m;
-    qc_audit_verdict(&k, g->cand_dtype, t);
-    if ((rc = qc_results_add(a->res, &k))) return rc;
-    l += (size_t)snprintf(skip + l, l < skiplen ? skiplen - l : 0, "%s%s/", l ? "" : "/", g->name);
+    k.has_metrics = 1;
+    if ((rc = qc_audit_judge(m, dy, t, &k)) || (rc = qc_results_add(a->res, &k))) return rc;
+    if (k.verdict == QC_V_PASS)
+      l += (size_t)snprintf(skip + l, l < skiplen ? skiplen - l : 0, "%s%s/", l ? "" : "/", g->name);
   }
   return QC_OK;
+}
+
+/* The check of (m, dy, tensor) the fast path already added at or after
+ * index `from`, or NULL. */
+static qc_check *fast_check(qc_audit *a, int from, const char *dy, const char *tensor) {
+  for (int i = from; i < a->res->n; i++)
+    if (strcmp(a->res->v[i].dy, dy) == 0 && strcmp(a->res->v[i].tensor, tensor) == 0) return &a->res->v[i];
+  return NULL;
 }
 
 int qc_audit_module(qc_audit *a, const qc_module *m) {
@@ -146,6 +225,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     const qc_tset *cset = NULL;
     char skip[QC_FAST_MAX * (QC_NAMELEN + 1) + 2];
     double t0 = qc_now_s();
+    int first = a->res->n;
     int rc = run_fast(a, row, m, i, skip, sizeof skip);
     if (rc) return rc;
     qc_ctx ctx = *a->ctx; /* the VJPs may leave out what the fast path judged */
@@ -164,9 +244,14 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
         rc = QC_EINPUT;
         break;
       }
+      const qc_tensor *g = qc_tset_get(cset, r->name);
+      qc_check *fk = fast_check(a, first, dy->name, r->name);
+      if (fk) { /* failed on the fast path: here for its diagnosis */
+        if (g && qc_shape_eq(g, r)) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, fk);
+        continue;
+      }
       qc_check k;
       qc_check_init(&k, m, dy->name, r->name, r->ndim, r->shape, t);
-      const qc_tensor *g = qc_tset_get(cset, r->name);
       if (!g && in_words(a->frozen, r->name)) {
         if (qc_verbose) fprintf(stderr, "qatcheck: %s: %s not checked: its parameter is frozen\n", m->path, r->name);
         continue;
@@ -185,7 +270,9 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
                  qc_shape_str(r->ndim, r->shape, s2, sizeof s2));
       } else {
         rc = qc_audit_compare(a->ctx, g, r, t, &k);
+        if (!rc) rc = qc_audit_judge(m, dy, t, &k);
       }
+      if (!rc && k.verdict != QC_V_PASS) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, &k);
       if (!rc) rc = qc_results_add(a->res, &k);
     }
     if (qc_verbose)

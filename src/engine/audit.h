@@ -29,8 +29,16 @@ typedef struct qc_audit {
 int qc_audit_module(qc_audit *a, const qc_module *m);
 
 /* Compare candidate g (any float dtype) with reference r (float64) and fill
- * check k's metrics, noise floor and verdict under tolerance t. */
+ * check k's metrics, the precision it is judged at (t's dtype, else the
+ * narrowest type holding g's values), noise floor and bias test. No
+ * verdict: qc_audit_judge gives it. */
 int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k);
+
+/* Judge check k (metrics and judged_dtype filled) of gradient k->tensor of
+ * module m under dY dy and the case's tolerance t: t itself, or the one
+ * derived from the class's error model ({"derive": true}); the model also
+ * sets the bias test's allowance and k->level. QC_OK or QC_EINPUT. */
+int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_check *k);
 
 /* Fill check k's noise multiple and verdict from its metrics and noise
  * floor (k->m) under tolerance t; gdt is the candidate's element type. */

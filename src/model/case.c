@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "core/qc.h"
 #include "core/sha256.h"
+#include "model/tol.h"
 
 /* Refuse keys of obj not in the NULL-terminated list `allowed`. */
 static int only_keys(const cJSON *obj, const char *const *allowed, const char *where) {
@@ -114,8 +115,55 @@ int qc_contract_parse(const char *json, const char *where, qc_contract *out) {
   return rc;
 }
 
+/* The keys of a tolerance that only a derived one ({"derive": true}) takes,
+ * and the judged-precision and bias keys any tolerance may take. */
+static int parse_tol_extra(const cJSON *obj, const char *w, qc_tol *tl) {
+  const cJSON *v;
+  int rc;
+  const cJSON *d = cJSON_GetObjectItemCaseSensitive(obj, "derive");
+  tl->derive_rounded_operands = -1;
+  if (d && !cJSON_IsBool(d)) return qc_err("%s: key 'derive': expected true or false", w);
+  tl->derive = d && cJSON_IsTrue(d);
+  static const char *const donly[] = {"margin", "rounded_operands", "format", NULL};
+  static const char *const bounds[] = {"rel_l2", "max_abs", "cosine_min", "norm_ratio", "noise_multiple", NULL};
+  for (const char *const *k = tl->derive ? bounds : donly; *k; k++)
+    if (cJSON_GetObjectItemCaseSensitive(obj, *k)) {
+      if (tl->derive) qc_err("%s: key '%s' with \"derive\": true: a derived tolerance's bounds come from its derivation", w, *k);
+      else qc_err("%s: key '%s' is a derivation option: it needs \"derive\": true", w, *k);
+      qc_hint("declare the bounds, or {\"derive\": true} with margin, rounded_operands, format");
+      return QC_EINPUT;
+    }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "margin"))) {
+    if ((rc = get_number(v, w, "margin", &tl->derive_margin))) return rc;
+    if (tl->derive_margin < 1) return qc_err("%s: key 'margin' is %g: expected a safety factor of at least 1", w, tl->derive_margin);
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "rounded_operands"))) {
+    if (!cJSON_IsNumber(v) || (v->valuedouble != 0 && v->valuedouble != 1 && v->valuedouble != 2))
+      return qc_err("%s: key 'rounded_operands': expected 0, 1 or 2", w);
+    tl->derive_rounded_operands = (int)v->valuedouble;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "format"))) {
+    double u;
+    if ((rc = get_string(v, w, "format", tl->derive_format, sizeof tl->derive_format))) return rc;
+    if ((rc = qc_tol_unit_roundoff(tl->derive_format, "format", 1, &u))) return rc;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "bias_z"))) {
+    if ((rc = get_number(v, w, "bias_z", &tl->bias_z))) return rc;
+    if (tl->bias_z < 0) return qc_err("%s: key 'bias_z' is %g: expected a bound >= 0 (0 turns the bias test off)", w, tl->bias_z);
+    tl->has_bias_z = 1;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "dtype"))) {
+    if ((rc = get_string(v, w, "dtype", tl->dtype, sizeof tl->dtype))) return rc;
+    if (strcmp(tl->dtype, "bfloat16") && strcmp(tl->dtype, "float16") && strcmp(tl->dtype, "float32") && strcmp(tl->dtype, "float64"))
+      return qc_err("%s: key 'dtype' is '%s': expected the precision to judge the gradient at: bfloat16, float16, float32 or "
+                    "float64", w, tl->dtype);
+  }
+  return QC_OK;
+}
+
 static int parse_tol(const cJSON *obj, const char *where, qc_case_tol *t) {
-  static const char *const keys[] = {"rel_l2", "max_abs", "cosine_min", "norm_ratio", "noise_multiple", "reasoning", NULL};
+  static const char *const keys[] = {"rel_l2", "max_abs", "cosine_min", "norm_ratio", "noise_multiple", "reasoning", "bias_z",
+                                     "dtype", "derive", "margin", "rounded_operands", "format", NULL};
   char w[256];
   snprintf(w, sizeof w, "%s: tolerances.%s", where, obj->string);
   if (!cJSON_IsObject(obj)) return qc_err("%s: expected an object", w);
@@ -125,6 +173,7 @@ static int parse_tol(const cJSON *obj, const char *where, qc_case_tol *t) {
   if (rc) return rc;
   qc_tol *tl = &t->tol;
   memset(tl, 0, sizeof *tl);
+  if ((rc = parse_tol_extra(obj, w, tl))) return rc;
   const cJSON *v;
   if ((v = cJSON_GetObjectItemCaseSensitive(obj, "rel_l2"))) {
     if ((rc = get_number(v, w, "rel_l2", &tl->rel_l2))) return rc;
@@ -157,12 +206,14 @@ static int parse_tol(const cJSON *obj, const char *where, qc_case_tol *t) {
   if (tl->has_noise_multiple && tl->noise_multiple < 0) return qc_err("%s: key 'noise_multiple': expected a bound >= 0", w);
   if (tl->has_cosine_min && (tl->cosine_min < -1 || tl->cosine_min > 1))
     return qc_err("%s: key 'cosine_min': expected a value in [-1, 1]", w);
-  if (!(tl->has_rel_l2 || tl->has_max_abs || tl->has_cosine_min || tl->has_norm_ratio || tl->has_noise_multiple)) {
+  if (!tl->derive && !(tl->has_rel_l2 || tl->has_max_abs || tl->has_cosine_min || tl->has_norm_ratio ||
+                       tl->has_noise_multiple || (tl->has_bias_z && tl->bias_z > 0))) {
     qc_err("%s: declares no bound", w);
-    qc_hint("give at least one of rel_l2, max_abs, cosine_min, norm_ratio, noise_multiple");
+    qc_hint("give at least one of rel_l2, max_abs, cosine_min, norm_ratio, noise_multiple, bias_z, or {\"derive\": true}");
     return QC_EINPUT;
   }
   v = cJSON_GetObjectItemCaseSensitive(obj, "reasoning");
+  if (!v && tl->derive) return QC_OK; /* the derivation is the reasoning */
   if (!v) {
     qc_err("%s: key 'reasoning' is missing: tolerances are declared with their reasoning", w);
     qc_hint("say where the bound comes from, e.g. from 'qatcheck tol'");
@@ -277,6 +328,7 @@ static int blind_to(const qc_tol *t) {
  * time is not judged here.) */
 static void lint(qc_case *c, const char *where) {
   for (int i = 0; i < c->ntol; i++) {
+    if (c->tol[i].tol.derive) continue; /* its bounds come from the class's error model at run time */
     int m = blind_to(&c->tol[i].tol);
     if (!m) continue;
     char what[160] = "";

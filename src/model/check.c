@@ -1,5 +1,6 @@
 /* check.c: the verdict and the result list (see check.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,12 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
   }
   if (t->has_noise_multiple && !(m->noise_multiple <= t->noise_multiple)) {
     crossed(why, whylen, &bad, "noise_multiple %.3g > %.3g", m->noise_multiple, t->noise_multiple);
+  }
+  /* the bias test: on by default where it was computed, off when declared 0 */
+  double bz = t->has_bias_z ? t->bias_z : QC_BIAS_Z_DEFAULT;
+  if (bz > 0 && (t->has_bias_z || !isnan(m->bias_z)) && !(fabs(m->bias_z) <= bz)) {
+    crossed(why, whylen, &bad, "bias_z %.3g beyond +-%.3g (a systematic error of %+.3g along the reference)", m->bias_z, bz,
+            m->e_par);
   }
   /* With a zero reference, only exact agreement (or a declared max_abs) passes:
    * cosine and norm ratio are undefined there and rel_l2 degenerates. */

@@ -10,10 +10,22 @@
 #include "model/module.h"
 #include "core/tensor.h"
 
+/* The bias test's bound on |bias_z| when a tolerance does not declare one. */
+#define QC_BIAS_Z_DEFAULT 5.0
+
 /* Tolerances declared for one gradient tensor. */
 typedef struct qc_tol {
   int has_rel_l2, has_max_abs, has_cosine_min, has_norm_ratio, has_noise_multiple;
   double rel_l2, max_abs, cosine_min, norm_lo, norm_hi, noise_multiple;
+  int has_bias_z;            /* declared (0 turns the test off); else QC_BIAS_Z_DEFAULT where computed */
+  double bias_z;
+  char dtype[24];            /* declared precision the gradient is judged at ("": from its values) */
+  /* {"derive": true, ...}: the bounds are derived for each check from the
+   * class's error model, the shapes and the dtypes (engine/audit.c) */
+  int derive;
+  int derive_rounded_operands; /* -1: the class's count */
+  double derive_margin;      /* 0: the default margin */
+  char derive_format[24];    /* "": none */
   char reasoning[1024];
 } qc_tol;
 
@@ -36,8 +48,20 @@ typedef struct qc_check {
   qc_metrics m;
   int has_tol;
   qc_tol tol;
+  char judged_dtype[24];     /* the precision the metrics were judged at ("" when not judged) */
+  double level;              /* the noise level of a correct candidate (the class model's rel_l2; 0: none) */
+  char precision[160];       /* why, when it is not the storage type ("" otherwise) */
   int verdict;               /* QC_V_PASS / QC_V_FAIL */
   char why[512];
+  char diagnosis[1024];       /* failed checks: "consistent with: ...", or "no known signature" ("" on pass) */
+  int nhyp;                  /* hypotheses tested (engine/diagnose.c) */
+  struct qc_hyp_result {
+    char name[32];           /* "factor", "transpose", "dx_convention", ... */
+    char says[256];          /* what it would mean: "d_weight transposed" */
+    double rel_l2;           /* candidate vs the hypothesis' prediction (NAN: not computed) */
+    double level;            /* the noise level it is compared with */
+    int consistent;
+  } hyp[12];
 } qc_check;
 
 typedef struct qc_results {

@@ -26,11 +26,11 @@ typedef struct qc_ev_src {
   int checks, failed;        /* what it judged */
 } qc_ev_src;
 
-/* Layer 1: one check, and what the diagnosis of a failed check says. */
+/* Layer 1: one check (with the diagnosis of a failed check in c.diagnosis,
+ * "" when the report has none; c.m.bias_z NaN when the report has none). */
 typedef struct qc_ev_check {
   int src;
   qc_check c;
-  char diagnosis[512];       /* "" when the report has none */
 } qc_ev_check;
 
 typedef struct qc_ev_mod {

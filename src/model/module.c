@@ -20,6 +20,27 @@ void qc_module_free(qc_module *m) {
   memset(m, 0, sizeof *m);
 }
 
+int qc_tset_clone(qc_tset *dst, const qc_tset *src) {
+  memset(dst, 0, sizeof *dst);
+  for (int i = 0; i < src->n; i++) {
+    qc_tensor t;
+    int rc = qc_tensor_copy(&t, &src->t[i]);
+    if (!rc && (rc = qc_tset_add(dst, &t))) qc_tensor_free(&t);
+    if (rc) {
+      qc_tset_free(dst);
+      return rc;
+    }
+  }
+  return QC_OK;
+}
+
+void qc_module_variant_free(qc_module *alt, const qc_module *m) {
+  if (alt->inputs.t != m->inputs.t) qc_tset_free(&alt->inputs);
+  if (alt->params.t != m->params.t) qc_tset_free(&alt->params);
+  if (alt->saved.t != m->saved.t) qc_tset_free(&alt->saved);
+  if (alt->outputs.t != m->outputs.t) qc_tset_free(&alt->outputs);
+}
+
 int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
                    const qc_tensor **out) {
   const qc_tset *s = strcmp(role, "inputs") == 0    ? &m->inputs

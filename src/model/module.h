@@ -98,6 +98,58 @@ typedef struct qc_fast_out {
 typedef int (*qc_fast_fn)(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const qc_tset *cand,
                           qc_fast_out *out);
 
+/* A gradient's error model, as the tolerance rules take it (model/tol.h):
+ * what the class's production does when it computes gradient `grad` of a
+ * module. Used to derive tolerances ({"derive": true}), the bias test's
+ * allowance and the diagnosis's noise level. */
+typedef struct qc_tol_model {
+  int64_t k;                   /* reduction length (>= 1) */
+  double lambda;               /* Higham-Mary lambda (0: 1) */
+  int rounded_operands;        /* operands the production rounds to bf16 that the reference keeps exact */
+  double margin;               /* safety factor (0: the default sqrt(3)) */
+  double scale;                /* > 0: a bound on (|A||B|)_i from the inputs' magnitudes (gives max_abs) */
+  char why[384];               /* the model in words with its numbers ("d_x = dY W sums over N = 2048 outputs") */
+} qc_tol_model;
+
+/* Fill *out for gradient `grad` of m under upstream gradient dy. QC_OK, or
+ * QC_EINPUT for a gradient the class does not define. */
+typedef int (*qc_tol_model_fn)(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *out);
+
+/* Status of a hypothesis that does not apply to this module (not an error). */
+#define QC_NA 16
+
+/* A known bug a class names for its failed checks (engine/diagnose.c tests
+ * it against the candidate). The prediction comes from one of:
+ *   alter   a variant of the module (a changed contract key, a replaced
+ *           tensor set) that the engine runs the class's reference on
+ *           (via_production 0) or its production VJP on (1). *alt starts as
+ *           a shallow copy of m; a class that changes tensors replaces the
+ *           whole set with its own (qc_tset_clone) and the engine frees
+ *           every set whose storage differs from m's.
+ *   predict the prediction itself: float64, shaped as the gradient (cand,
+ *           the candidate's gradient, for a hypothesis fitted to it).
+ * Either returns QC_OK, QC_NA (does not apply to this module) or an error;
+ * `detail` gets specifics ("saved lse = ln-LSE x 1.4427") or stays "". */
+typedef struct qc_hypothesis {
+  const char *name;            /* "dx_convention" */
+  const char *grads;           /* "/d_x/": the gradients it applies to */
+  const char *says;            /* "d_x from the master weight where the contract says dequantized" */
+  int (*alter)(const qc_module *m, qc_module *alt, char *detail, size_t n);
+  int via_production;
+  int (*predict)(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand, qc_tensor *pred,
+                 char *detail, size_t n);
+  int fitted;                  /* 1: the prediction is fitted to the candidate (it explains more, says
+                                  less): reported after every specific hypothesis that holds */
+} qc_hypothesis;
+
+/* Constant factors a class can name: up to max (k, meaning) pairs for
+ * gradient `grad` of m ("normalized over every position, not the 1456
+ * counted tokens"). Returns the count. */
+typedef int (*qc_ratios_fn)(const qc_module *m, const char *grad, double *k, char (*says)[160], int max);
+
+/* The hypotheses engine/diagnose.c knows without the class, by name. */
+#define QC_HYP_GENERIC "factor sign transpose rows zero slice dy_precision nonfinite"
+
 /* What `qatcheck tol` is asked for one gradient of a module read from a
  * dump (`tol --dump F --module PATH`): the reduction length and dtypes the
  * class reads from the module's tensors and contract. */
@@ -128,6 +180,10 @@ typedef struct qc_class {
   const char *grads;           /* every gradient the reference can return, space-separated
                                   ("d_x d_weight d_bias"; some only when their input exists):
                                   a tolerance for any other name is refused */
+  qc_tol_model_fn tol_model;   /* the error model of each gradient (NULL: none; no derived tolerances) */
+  const char *hypotheses;      /* the generic hypotheses (QC_HYP_GENERIC's names) that apply, space-separated */
+  const qc_hypothesis *hyps;   /* the class's own, {NULL}-terminated (NULL: none) */
+  qc_ratios_fn ratios;         /* constant factors it can name (NULL: none) */
   qc_tol_rules_fn tol_rules;   /* optional: K and dtypes of each gradient from a dump (`tol --dump`) */
 } qc_class;
 
@@ -146,6 +202,12 @@ const qc_registry_row *qc_registry_rows(int *n);
 const qc_registry_row *qc_registry_need(const char *name, const char *where);
 
 
+
+/* A deep copy of set src into *dst (for hypothesis variants). */
+int qc_tset_clone(qc_tset *dst, const qc_tset *src);
+/* Free what a hypothesis variant alt of m owns: each tensor set whose
+ * storage differs from m's. */
+void qc_module_variant_free(qc_module *alt, const qc_module *m);
 
 /* Look up m's tensor `name` in role set `role` ("inputs", "params", "saved",
  * "outputs") and check its rank is within [min_ndim, max_ndim]. A missing

@@ -173,3 +173,62 @@ void qc_tol_fill(const qc_tol_terms *t, const char *reasoning, qc_tol *out) {
   out->max_abs = t->max_abs;
   snprintf(out->reasoning, sizeof out->reasoning, "%s", reasoning ? reasoning : "");
 }
+
+int qc_tol_from_model(const qc_tol_model *tm, const qc_tol *decl, const char *out_dtype, qc_tol_spec *spec,
+                      qc_tol_terms *terms, double *pre) {
+  memset(spec, 0, sizeof *spec);
+  spec->out_dtype = out_dtype;
+  spec->operand_dtype = "bfloat16"; /* what a trainer rounds GEMM operands to; only e_op reads it */
+  spec->k = tm->k;
+  spec->lambda = tm->lambda;
+  spec->margin = tm->margin;
+  spec->rounded_operands = tm->rounded_operands;
+  if (decl && decl->derive) {
+    if (decl->derive_rounded_operands >= 0) spec->rounded_operands = decl->derive_rounded_operands;
+    if (decl->derive_margin > 0) spec->margin = decl->derive_margin;
+    if (decl->derive_format[0]) spec->format = decl->derive_format;
+  }
+  int rc = qc_tol_derive(spec, terms);
+  if (rc) return rc;
+  *pre = terms->margin * sqrt(terms->e_acc * terms->e_acc + terms->e_op * terms->e_op + terms->e_fmt * terms->e_fmt);
+  return QC_OK;
+}
+
+void qc_tol_fill_derived(const qc_tol_model *tm, const qc_tol_spec *spec, const qc_tol_terms *terms, const qc_tol *decl,
+                         int ref_zero, qc_tol *out) {
+  char r[1024];
+  size_t o = 0;
+  memset(out, 0, sizeof *out);
+  r[0] = 0;
+  if (decl && decl->reasoning[0]) app(r, sizeof r, &o, "%s; ", decl->reasoning);
+  if (ref_zero) {
+    double u = terms->u_out + terms->lambda * sqrt((double)spec->k) * terms->u_acc + spec->rounded_operands * terms->u_op + terms->u_fmt;
+    out->has_max_abs = 1;
+    out->max_abs = tm->scale > 0 ? qc_tol_round(terms->margin * tm->scale * u, 3, +1) : 0.0;
+    app(r, sizeof r, &o, "derived: the reference is exactly zero, so rel_l2, cosine, norm_ratio, noise_multiple and bias_z "
+        "are undefined and skipped; ");
+    if (tm->scale > 0)
+      app(r, sizeof r, &o, "max_abs = margin %.4g x S %.4g x (u_out + lambda sqrt(K) u_acc + n u_op + u_fmt) = %.3g, S bounding "
+          "the summed |products| from the inputs' magnitudes; %s", terms->margin, tm->scale, out->max_abs, tm->why);
+    else
+      app(r, sizeof r, &o, "the class has no magnitude bound for this gradient: max_abs 0 (the candidate must be exactly "
+          "zero); %s", tm->why);
+  } else {
+    qc_tol_fill(terms, NULL, out);
+    if (1.0 - out->cosine_min < 1e-10) out->cosine_min = 0.9999999999;
+    app(r, sizeof r, &o, "derived: %s; ", tm->why);
+    qc_tol_reasoning(spec, terms, NULL, r + o, sizeof r - o);
+    o = strlen(r);
+    if (out->cosine_min == 0.9999999999) app(r, sizeof r, &o, "; cosine_min floored at 1 - 1e-10, the float64 cosine's resolution");
+  }
+  snprintf(out->reasoning, sizeof out->reasoning, "%s", r);
+  if (decl) {
+    out->has_bias_z = decl->has_bias_z;
+    out->bias_z = decl->bias_z;
+    snprintf(out->dtype, sizeof out->dtype, "%s", decl->dtype);
+  }
+  if (ref_zero) { /* nothing to project on */
+    out->has_bias_z = 1;
+    out->bias_z = 0;
+  }
+}

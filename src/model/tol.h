@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "model/check.h"
+#include "model/module.h"
 
 #define QC_TOL_LAMBDA 1.0
 /* The default safety factor sqrt(3) turns the output term into u itself,
@@ -68,6 +69,22 @@ void qc_tol_reasoning(const qc_tol_spec *s, const qc_tol_terms *t, const char *c
 
 /* Fill a case tolerance (all keys the derivation gives) from t. */
 void qc_tol_fill(const qc_tol_terms *t, const char *reasoning, qc_tol *out);
+
+/* The derivation for one check from a class's error model (qc_tol_model),
+ * the declared tolerance's derive options (margin, rounded_operands,
+ * format; ignored unless decl->derive) and the precision the candidate is
+ * judged at (out_dtype). *pre gets margin x sqrt(e_acc^2 + e_op^2 +
+ * e_fmt^2): the error the candidate may carry before its output rounding,
+ * which the bias test allows as systematic. QC_OK or QC_EINPUT. */
+int qc_tol_from_model(const qc_tol_model *tm, const qc_tol *decl, const char *out_dtype, qc_tol_spec *spec,
+                      qc_tol_terms *terms, double *pre);
+/* The derived tolerance of one check into *out: every bound of `terms`
+ * (cosine_min no tighter than 1 - 1e-10, the float64 cosine's resolution),
+ * decl's bias_z and dtype kept, the reasoning written from the model and
+ * the terms. A zero reference (ref_zero) gets max_abs from the model's
+ * magnitude bound (0 without one) and no relative bound, with the reason. */
+void qc_tol_fill_derived(const qc_tol_model *tm, const qc_tol_spec *spec, const qc_tol_terms *terms, const qc_tol *decl,
+                         int ref_zero, qc_tol *out);
 
 /* Round x up (dir > 0) or down (dir < 0) to `digits` significant decimal
  * digits, returning the double nearest that short decimal (it prints short). */

@@ -18,6 +18,7 @@
  * catches it. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,7 @@
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "modules/mod_util.h"
+#include "numerics/decode.h"
 
 static const qc_key_spec attention_keys[] = {
     {"causal", "true|false", "true", "true: query i attends to keys j <= i"},
@@ -189,6 +191,105 @@ done:
   return rc;
 }
 
+/* The error model: d_q = c dS K sums over the S visible keys, d_k = c dS^T Q
+ * and d_v = P^T dO over the S queries of the Hq/Hkv heads sharing a kv
+ * head; float32 throughout (lambda 1). The magnitude bound for a zero
+ * reference (one key: d_q = 0): |d_q_i| <= c max|k| (|dP_ij| + |Delta_i|)
+ * <= c max|k| ||dO_i|| (max_j ||v_j|| + ||O_i||). */
+static int attention_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  at_view a;
+  int rc = at_view_get(m, &a);
+  if (rc) return rc;
+  const int64_t group = a.Hq / a.Hkv;
+  if (strcmp(grad, "d_q") == 0)
+    qc_mod_tm(tm, a.S, 1, 0, 0, "d_q = c dS K sums over the S = %lld %skeys", (long long)a.S, a.causal ? "(at most) visible " : "");
+  else if (strcmp(grad, "d_k") == 0 || strcmp(grad, "d_v") == 0)
+    qc_mod_tm(tm, a.S * group, 1, 0, 0, "%s sums over the S = %lld queries of the %lld query heads sharing a kv head: K = %lld",
+              strcmp(grad, "d_k") == 0 ? "d_k = c dS^T Q" : "d_v = P^T dO", (long long)a.S, (long long)group,
+              (long long)(a.S * group));
+  else
+    return qc_err("%s: class attention has no gradient '%s'", m->path, grad);
+  /* row norms of dO, v and O, for the magnitude bound */
+  double *g = qc_mod_f64(dy, "attention dY"), *v = qc_mod_f64(a.v, "attention v"), *o = qc_mod_f64(a.o, "attention out");
+  double gmax = 0, vmax = 0, omax = 0;
+  if (g && v && o && qc_numel(dy) == qc_numel(a.q)) {
+    for (int64_t r = 0; r < qc_numel(a.q) / a.D; r++) {
+      double sg = 0, so = 0;
+      for (int64_t d = 0; d < a.D; d++) {
+        sg += g[r * a.D + d] * g[r * a.D + d];
+        so += o[r * a.D + d] * o[r * a.D + d];
+      }
+      gmax = fmax(gmax, sqrt(sg));
+      omax = fmax(omax, sqrt(so));
+    }
+    for (int64_t r = 0; r < qc_numel(a.v) / a.D; r++) {
+      double sv = 0;
+      for (int64_t d = 0; d < a.D; d++) sv += v[r * a.D + d] * v[r * a.D + d];
+      vmax = fmax(vmax, sqrt(sv));
+    }
+    if (strcmp(grad, "d_q") == 0) tm->scale = a.scale * qc_mod_maxabs(a.k) * gmax * (vmax + omax);
+    else if (strcmp(grad, "d_k") == 0) tm->scale = (double)(a.S * group) * a.scale * qc_mod_maxabs(a.q) * gmax * (vmax + omax);
+    else tm->scale = (double)(a.S * group) * qc_mod_maxabs(dy);
+  }
+  free(g); free(v); free(o);
+  return QC_OK;
+}
+
+/* Hypothesis: the saved LSE is in the other base than the contract's
+ * lse_base (it is compared with the LSE recomputed from q and k); the
+ * prediction is what a correct flash backward computes from that saved
+ * state (the production VJP). */
+static int attention_lse_base(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand, qc_tensor *pred,
+                              char *detail, size_t n) {
+  (void)cand;
+  at_view a;
+  int rc = at_view_get(m, &a);
+  if (rc) return rc;
+  const int64_t rows = a.B * a.Hq * a.S;
+  double *q = qc_mod_f64(a.q, "attention q"), *k = qc_mod_f64(a.k, "attention k"), *v = qc_mod_f64(a.v, "attention v");
+  double *l = qc_mod_f64(a.lse, "attention lse"), *ln = qc_malloc((size_t)rows * sizeof *ln, "attention lse");
+  qc_tset out = {0};
+  rc = QC_ESYS;
+  if (!q || !k || !v || !l || !ln) goto done;
+  if ((rc = attention_fwd64(&a, q, k, v, NULL, ln))) goto done;
+  /* the saved values against the natural LSE in both bases */
+  const double l2e = 1.4426950408889634;
+  double e_nat = 0, e_two = 0, s = 0;
+  for (int64_t i = 0; i < rows; i++) {
+    e_nat += (l[i] - ln[i]) * (l[i] - ln[i]);
+    e_two += (l[i] - ln[i] * l2e) * (l[i] - ln[i] * l2e);
+    s += ln[i] * ln[i];
+  }
+  int saved_two = e_two < e_nat;
+  rc = QC_NA;
+  if (saved_two == a.base2 || !(s > 0) || fmin(e_nat, e_two) > 1e-6 * s) goto done; /* in the contract's base, or neither */
+  snprintf(detail, n, "saved/lse holds the %s LSE (rms %.2g from it) where the contract says lse_base = %s",
+           saved_two ? "base-2" : "natural", sqrt(fmin(e_nat, e_two) / (double)rows), a.base2 ? "2" : "e");
+  if ((rc = attention_vjp(ctx, m, dy, &out))) goto done;
+  const qc_tensor *t = qc_tset_get(&out, grad);
+  rc = QC_NA;
+  if (!t) goto done;
+  if ((rc = qc_tensor_alloc(pred, grad, QC_F64, t->ndim, t->shape)) || (rc = qc_tensor_to_f64(t, pred->data))) goto done;
+  rc = QC_OK;
+done:
+  free(q); free(k); free(v); free(l); free(ln);
+  qc_tset_free(&out);
+  return rc;
+}
+
+/* Hypothesis: the causal mask applied where the contract has none, or missing. */
+static int attention_flip_causal(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  int causal = strcmp(qc_contract_str(&m->contract, "causal", "true"), "true") == 0;
+  snprintf(detail, n, "the contract says causal = %s", causal ? "true" : "false");
+  return qc_contract_set(&alt->contract, "causal", causal ? "false" : "true", 0, 0);
+}
+
+static const qc_hypothesis attention_hyps[] = {
+    {"lse_base", "/d_q/d_k/d_v/", "the saved LSE in the wrong base (log2 read as ln, or the reverse)", NULL, 0,
+     attention_lse_base, 0},
+    {"causal_mask", "/d_q/d_k/d_v/", "the causal mask the other way than the contract's", attention_flip_causal, 0, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
 /* Generated attention: shape [B, Hq, Hkv, S, D]. q, k, v ~ N(0,1) bf16;
  * saved out (float32) and lse (float32, in the contract's base) from the
  * float64 forward under the contract. values = "special": query rows of
@@ -257,4 +358,7 @@ const qc_class qc_class_attention = {
     .not_checked = "saved/out, saved/lse: the forward's saved results, not inputs (checked through the gradients they feed)",
     .forward = attention_forward,
     .fd_shape = "2,4,2,5,6",
+    .tol_model = attention_tol_model,
+    .hypotheses = "factor sign rows zero slice dy_precision nonfinite",
+    .hyps = attention_hyps,
 };

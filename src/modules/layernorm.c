@@ -10,6 +10,33 @@ int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, 
 int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center);
 int qc_mod_norm_generate(const qc_gen *gp, struct qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape, int center);
 
+int qc_mod_norm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm, int center);
+int qc_mod_norm_dx_without(const qc_module *m, const qc_tensor *dy, int center, int drop_proj, int drop_mean,
+                           qc_tensor *pred);
+
+static int layernorm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  return qc_mod_norm_tol_model(m, dy, grad, tm, 1);
+}
+
+/* Hypotheses: d_x without the projection term, or without the mean term. */
+static int ln_no_proj(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand, qc_tensor *pred,
+                      char *detail, size_t n) {
+  (void)ctx; (void)grad; (void)cand; (void)detail; (void)n;
+  return qc_mod_norm_dx_without(m, dy, 1, 1, 0, pred);
+}
+static int ln_no_mean(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand, qc_tensor *pred,
+                      char *detail, size_t n) {
+  (void)ctx; (void)grad; (void)cand; (void)detail; (void)n;
+  return qc_mod_norm_dx_without(m, dy, 1, 0, 1, pred);
+}
+
+static const qc_hypothesis layernorm_hyps[] = {
+    {"no_projection_term", "/d_x/", "d_x without the term -xh mean(g xh) (the gradient through rstd dropped)", NULL, 0,
+     ln_no_proj, 0},
+    {"no_mean_term", "/d_x/", "d_x without the term -mean(g) (the gradient through the mean dropped)", NULL, 0,
+     ln_no_mean, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
 static int layernorm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   return qc_mod_norm_vjp(ctx, m, dy, grads, 1);
 }
@@ -37,4 +64,7 @@ const qc_class qc_class_layernorm = {
     .not_checked = "",
     .forward = layernorm_forward,
     .fd_shape = "7,33",
+    .tol_model = layernorm_tol_model,
+    .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .hyps = layernorm_hyps,
 };

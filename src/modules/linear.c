@@ -19,6 +19,7 @@
 #include "model/module.h"
 #include "numerics/formats.h"
 #include "core/qc.h"
+#include "modules/mod_util.h"
 #include "core/rng.h"
 #include "numerics/quant.h"
 #include "numerics/sr.h"
@@ -236,16 +237,163 @@ fail:
   return rc;
 }
 
-/* Are all values of dtype a exactly values of dtype b? */
-static int lin_fits(qc_dtype a, qc_dtype b) {
-  return a == b || (b == QC_F64 && (a == QC_F32 || a == QC_F16 || a == QC_BF16)) || (b == QC_F32 && (a == QC_F16 || a == QC_BF16));
-}
-
 /* Formats whose dequantized values are payload x 2^k: exact in bfloat16
  * and wider, so a candidate casting them to bf16 rounds nothing. */
 static int lin_pow2_format(const char *f) {
   return !strcmp(f, "none") || !strcmp(f, "mxfp8") || !strcmp(f, "mxfp4") || !strcmp(f, "fp8_block128_ue8m0") ||
          !strcmp(f, "fp8_group128_ue8m0");
+}
+
+/* The error model of each gradient (qc_tol_model_fn): the production's
+ * bf16 GEMMs with float32 accumulation; an operand it rounds to bf16 that
+ * the reference keeps exact when the dequantized weight (d_x) or input
+ * (d_weight) is not a bf16 value. */
+static int linear_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  lin_view v;
+  lin_contract c;
+  int rc = lin_view_get(m, dy, &v);
+  if (rc) return rc;
+  lin_contract_get(NULL, m, &c);
+  double mdy = qc_mod_maxabs(dy);
+  if (strcmp(grad, "d_x") == 0) {
+    int r = !c.dx_master && !lin_pow2_format(c.wfmt);
+    qc_mod_tm(tm, v.N, 1, r, 0, "d_x = dY W_ref sums over the N = %lld output features%s", (long long)v.N,
+              r ? "; the dequantized weight is cast to bf16 for the GEMM (1 rounded operand)" : "");
+    tm->scale = (double)v.N * mdy * qc_mod_maxabs(v.w);
+  } else if (strcmp(grad, "d_weight") == 0) {
+    int r = c.dw_quantized && !lin_pow2_format(c.afmt);
+    qc_mod_tm(tm, v.M, 1, r, 0, "d_weight = dY^T X sums over the M = %lld tokens%s", (long long)v.M,
+              r ? "; the dequantized input is cast to bf16 (1 rounded operand)" : "");
+    tm->scale = (double)v.M * mdy * qc_mod_maxabs(v.x);
+  } else if (strcmp(grad, "d_bias") == 0) {
+    qc_mod_tm(tm, v.M, 1, 0, 0, "d_bias = sum of dY over the M = %lld tokens", (long long)v.M);
+    tm->scale = (double)v.M * mdy;
+  } else {
+    return qc_err("%s: class linear has no gradient '%s'", m->path, grad);
+  }
+  return QC_OK;
+}
+
+/* Hypothesis: d_x from the other weight than the contract names (master
+ * where it says dequantized, or the reverse). */
+static int alter_dx_weight(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  if (strcmp(qc_contract_str(&m->contract, "weight_format", "none"), "none") == 0) return QC_NA; /* the same weight */
+  int master = strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0;
+  snprintf(detail, n, "the contract says dx_weight = %s", master ? "master" : "dequant");
+  return qc_contract_set(&alt->contract, "dx_weight", master ? "dequant" : "master", 0, 0);
+}
+
+/* Hypothesis: d_x = dY W^T instead of dY W (a square weight keeps the shape). */
+static int alter_weight_t(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  const qc_tensor *w = qc_tset_get(&m->params, "weight");
+  if (!w || w->ndim != 2 || w->shape[0] != w->shape[1]) return QC_NA;
+  int rc = qc_tset_clone(&alt->params, &m->params);
+  if (rc) return rc;
+  qc_tensor *wt = qc_tset_get_mut(&alt->params, "weight");
+  size_t es = qc_dtype_size(wt->dtype);
+  int64_t N = w->shape[0];
+  const unsigned char *src = w->data;
+  unsigned char *dst = wt->data;
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t j = 0; j < N; j++) memcpy(dst + (size_t)(j * N + i) * es, src + (size_t)(i * N + j) * es, es);
+  snprintf(detail, n, "params/weight is square (%lld x %lld)", (long long)N, (long long)N);
+  return QC_OK;
+}
+
+/* Solve A X = B in place for X (A [n, n] symmetric positive definite, B
+ * [n, k]) by Cholesky; QC_NA when A is not positive definite. */
+static int chol_solve(double *A, double *B, int64_t n, int64_t k) {
+  for (int64_t j = 0; j < n; j++) {
+    double d = A[j * n + j];
+    for (int64_t p = 0; p < j; p++) d -= A[j * n + p] * A[j * n + p];
+    if (!(d > 0)) return QC_NA;
+    A[j * n + j] = sqrt(d);
+    for (int64_t i = j + 1; i < n; i++) {
+      double s = A[i * n + j];
+      for (int64_t p = 0; p < j; p++) s -= A[i * n + p] * A[j * n + p];
+      A[i * n + j] = s / A[j * n + j];
+    }
+  }
+  for (int64_t c = 0; c < k; c++) { /* L y = b, then L^T x = y, column c of B */
+    for (int64_t i = 0; i < n; i++) {
+      double s = B[i * k + c];
+      for (int64_t p = 0; p < i; p++) s -= A[i * n + p] * B[p * k + c];
+      B[i * k + c] = s / A[i * n + i];
+    }
+    for (int64_t i = n - 1; i >= 0; i--) {
+      double s = B[i * k + c];
+      for (int64_t p = i + 1; p < n; p++) s -= A[p * n + i] * B[p * k + c];
+      B[i * k + c] = s / A[i * n + i];
+    }
+  }
+  return QC_OK;
+}
+
+/* Hypothesis (fitted): d_x = dY W' for some weight W' other than the
+ * contract's (a stale copy, another dequantization): W' by least squares,
+ * (dY^T dY) W' = dY^T g, and the prediction dY W'. It says something only
+ * when M >= N + 16 (with fewer tokens every d_x is such a product); N <=
+ * 1024 bounds the N x N solve. */
+static int linear_other_weight(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad,
+                               const qc_tensor *cand, qc_tensor *pred, char *detail, size_t n) {
+  lin_view v;
+  int rc = lin_view_get(m, dy, &v);
+  if (rc) return rc;
+  const int64_t M = v.M, K = v.K, N = v.N;
+  if (!cand || M < N + 16 || N > 1024 || qc_numel(cand) != M * K) return QC_NA;
+  double *y = qc_mod_f64(dy, "dY"), *g = qc_mod_f64(cand, "candidate"), *w = qc_mod_f64(v.w, "weight");
+  double *A = qc_malloc((size_t)(N * N) * sizeof *A, "normal equations"), *B = qc_malloc((size_t)(N * K) * sizeof *B, "normal equations");
+  rc = QC_ESYS;
+  if (!y || !g || !w || !A || !B) goto done;
+  /* the rows and columns of dY that carry anything: the fit has (M' - N') K
+   * degrees of freedom left to test it */
+  int64_t mr = 0, nc = 0;
+  for (int64_t i = 0; i < M; i++) {
+    int nz = 0;
+    for (int64_t j = 0; j < N && !nz; j++) nz = y[i * N + j] != 0;
+    mr += nz;
+  }
+  for (int64_t j = 0; j < N; j++) {
+    int nz = 0;
+    for (int64_t i = 0; i < M && !nz; i++) nz = y[i * N + j] != 0;
+    nc += nz;
+  }
+  if (mr < nc + 16) {
+    rc = QC_NA;
+    goto done;
+  }
+  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, N, M, y, N, y, N, A, N)) ||
+      (rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, y, N, g, K, B, K)))
+    goto done;
+  double mx = 0;
+  for (int64_t i = 0; i < N; i++) mx = fmax(mx, A[i * N + i]);
+  for (int64_t i = 0; i < N; i++) A[i * N + i] += 1e-12 * mx + 1e-300; /* dY columns that are all zero leave W' rows free */
+  if ((rc = chol_solve(A, B, N, K))) goto done;
+  if ((rc = qc_tensor_alloc(pred, grad, QC_F64, v.x->ndim, v.x->shape))) goto done;
+  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, y, N, B, K, pred->data, K))) goto done;
+  double dd = 0, ww = 0;
+  for (int64_t i = 0; i < N * K; i++) {
+    dd += (B[i] - w[i]) * (B[i] - w[i]);
+    ww += w[i] * w[i];
+  }
+  snprintf(detail, n, "the weight that explains it differs from params/weight (the master) by rel_l2 %.2g", sqrt(dd / fmax(ww, 1e-300)));
+  rc = QC_OK;
+done:
+  free(y); free(g); free(w); free(A); free(B);
+  return rc;
+}
+
+static const qc_hypothesis linear_hyps[] = {
+    {"dx_convention", "/d_x/", "d_x from the other weight than the contract's dx_weight (master vs dequantized)",
+     alter_dx_weight, 0, NULL, 0},
+    {"weight_transposed", "/d_x/", "d_x = dY W^T: the weight operand transposed in the product", alter_weight_t, 0, NULL, 0},
+    {"other_weight", "/d_x/", "d_x = dY W' for another weight W' than the contract's (a stale copy, another dequantization)",
+     NULL, 0, linear_other_weight, 1},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
+/* Are all values of dtype a exactly values of dtype b? */
+static int lin_fits(qc_dtype a, qc_dtype b) {
+  return a == b || (b == QC_F64 && (a == QC_F32 || a == QC_F16 || a == QC_BF16)) || (b == QC_F32 && (a == QC_F16 || a == QC_BF16));
 }
 
 /* The candidate's dtype of gradient g (grads/ of the first dY), else `dflt`. */
@@ -310,5 +458,8 @@ const qc_class qc_class_linear = {
     .generate = linear_generate,
     .production = linear_vjp,
     .not_checked = "",
+    .tol_model = linear_tol_model,
+    .hypotheses = "factor sign transpose rows zero dy_precision nonfinite",
+    .hyps = linear_hyps,
     .tol_rules = linear_tol_rules,
 };

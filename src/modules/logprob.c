@@ -13,6 +13,7 @@
  * Tokens with mask 0 get zero gradient and their ids are not read (they may
  * be -100 or any padding id). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,6 +136,54 @@ done:
   return rc;
 }
 
+/* The error model: each probability p_v = exp(z_v - lse) inherits the
+ * absolute error of the float32 log-sum-exp over the V logits (shards
+ * combined in float32) as a relative error: K = V, lambda 2 for the max and
+ * sum passes; rows with large logits make that error ~u max|z/T| instead,
+ * so lambda grows to max|z/T| / sqrt(V) when that is larger. */
+static int logprob_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  (void)dy;
+  lp_view v;
+  int rc = lp_view_get(m, &v);
+  lp_view_free(&v);
+  if (rc) return rc;
+  if (strcmp(grad, "d_logits") != 0) return qc_err("%s: class logprob has no gradient '%s'", m->path, grad);
+  double zmax = qc_mod_maxabs(v.logits) / v.temp, lambda = fmax(2.0, zmax / sqrt((double)v.V));
+  qc_mod_tm(tm, v.V, lambda, 0, 0, "each softmax probability inherits the float32 log-sum-exp's absolute error over V = %lld "
+            "logits as a relative error; max|z/T| = %.3g: lambda %.3g", (long long)v.V, zmax, lambda);
+  return QC_OK;
+}
+
+/* Constant factors the class can name for d_logits: the normalization's
+ * count taken over every position, or missing; the temperature's 1/T
+ * missing or applied twice. */
+static int logprob_ratios(const qc_module *m, const char *grad, double *k, char (*says)[160], int max) {
+  lp_view v;
+  int n = 0;
+  if (strcmp(grad, "d_logits") != 0 || lp_view_get(m, &v)) { qc_err_clear(); return 0; }
+  int64_t counted = 0, all = v.B * v.S;
+  for (int64_t i = 0; i < all; i++) counted += v.w[i] != 0;
+  const char *norm = qc_contract_str(&m->contract, "normalization", "sum");
+  if (strcmp(norm, "mean_tokens") == 0 && counted && counted != all && n < max) {
+    k[n] = (double)counted / (double)all;
+    snprintf(says[n++], 160, "the mean taken over every position (%lld) instead of the %lld counted tokens", (long long)all,
+             (long long)counted);
+  }
+  if (strcmp(norm, "mean_tokens") == 0 && counted > 1 && n < max) {
+    k[n] = (double)counted;
+    snprintf(says[n++], 160, "the normalization 1/%lld (counted tokens) missing: a sum where the contract says a mean",
+             (long long)counted);
+  }
+  if (v.temp != 1 && n + 1 < max) {
+    k[n] = v.temp;
+    snprintf(says[n++], 160, "the temperature's 1/T (T = %g) missing from the gradient", v.temp);
+    k[n] = 1.0 / v.temp;
+    snprintf(says[n++], 160, "the temperature's 1/T (T = %g) applied twice", v.temp);
+  }
+  lp_view_free(&v);
+  return n;
+}
+
 /* Float64 forward y [B, S] (no discrete branch: ids and mask are fixed). */
 static int logprob_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
   (void)branch;
@@ -209,4 +258,7 @@ const qc_class qc_class_logprob = {
     .not_checked = "",
     .forward = logprob_forward,
     .fd_shape = "3,6,40",
+    .tol_model = logprob_tol_model,
+    .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .ratios = logprob_ratios,
 };

@@ -2,6 +2,8 @@
 #include "modules/mod_util.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,4 +128,43 @@ int qc_mod_unary_generate(const char *cls, const qc_gen *gp, qc_rng *rng, qc_mod
   *ondim = 2;
   memcpy(oshape, gp->shape, 2 * sizeof *oshape);
   return QC_OK;
+}
+
+void qc_mod_tm(qc_tol_model *tm, int64_t k, double lambda, int rounded, double margin, const char *fmt, ...) {
+  memset(tm, 0, sizeof *tm);
+  tm->k = k < 1 ? 1 : k;
+  tm->lambda = lambda;
+  tm->rounded_operands = rounded;
+  tm->margin = margin;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tm->why, sizeof tm->why, fmt, ap);
+  va_end(ap);
+}
+
+double qc_mod_maxabs(const qc_tensor *t) {
+  double mx = 0;
+  const int64_t n = t ? qc_numel(t) : 0;
+  for (int64_t i = 0; i < n; i++) { /* one read, no copy: the common float types directly */
+    double v;
+    if (t->dtype == QC_BF16) v = qc_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    else if (t->dtype == QC_F32) v = ((const float *)t->data)[i];
+    else if (t->dtype == QC_F64) v = ((const double *)t->data)[i];
+    else if (t->dtype == QC_F16) v = qc_f16_to_f32(((const uint16_t *)t->data)[i]);
+    else {
+      double *d = qc_mod_f64(t, "magnitude");
+      for (int64_t j = 0; d && j < n; j++)
+        if (isfinite(d[j]) && fabs(d[j]) > mx) mx = fabs(d[j]);
+      free(d);
+      qc_err_clear();
+      return mx;
+    }
+    if (isfinite(v) && fabs(v) > mx) mx = fabs(v);
+  }
+  return mx;
+}
+
+int qc_mod_flip(qc_module *alt, const char *key, const char *dflt, const char *to) {
+  if (strcmp(qc_contract_str(&alt->contract, key, dflt), to) == 0) return QC_NA;
+  return qc_contract_set(&alt->contract, key, to, 0, 0);
 }

@@ -32,6 +32,16 @@ int qc_mod_special(const qc_gen *g);
  * int64 array; QC_EINPUT naming m and `what` when a value is not an integer. */
 int qc_mod_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out);
 
+/* Fill a gradient's error model: reduction length k, lambda, operands
+ * rounded to bf16, margin (0: default) and the model in words (printf). */
+void qc_mod_tm(qc_tol_model *tm, int64_t k, double lambda, int rounded, double margin, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The largest finite |value| of t (0 for an undecodable tensor). */
+double qc_mod_maxabs(const qc_tensor *t);
+/* alter helper: set contract key `key` of alt to `to` (a string value);
+ * QC_NA when it already is `to`. */
+int qc_mod_flip(qc_module *alt, const char *key, const char *dflt, const char *to);
+
 #endif
 
 /* Elementwise one-input classes (relu2, gelu): inputs/x [...], y = f(x),

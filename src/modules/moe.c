@@ -20,6 +20,7 @@
  * bf16 (x, weights, dY as given; a, w g and d_h rounded from float32); the
  * gradients are returned in float32. The ids are never differentiated. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -241,6 +242,40 @@ done:
   return rc;
 }
 
+/* The error model: the grouped GEMMs take bf16 operands the production
+ * rounds from float32 and the reference keeps exact (w dY and d_h into d_x
+ * and d_w1; w dY and a into d_w2; a into d_topk_weights); d_x sums k x
+ * rows-of-w1 products per token, d_w1 and d_w2 sum over the (token, slot)
+ * pairs of the busiest expert, d_topk_weights is one length-H dot whose
+ * cancellation needs margin 3 (few elements per token to average over). */
+static int moe_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  (void)dy;
+  moe_view v;
+  int rc = moe_view_get(m, &v);
+  int64_t busiest = 1;
+  if (!rc) {
+    int64_t *cnt = qc_calloc((size_t)v.E, sizeof *cnt, "moe expert counts");
+    if (!cnt) rc = QC_ESYS;
+    for (int64_t i = 0; cnt && i < v.T * v.k; i++)
+      if (++cnt[v.id[i]] > busiest) busiest = cnt[v.id[i]];
+    free(cnt);
+  }
+  free(v.id);
+  if (rc) return rc;
+  if (strcmp(grad, "d_x") == 0)
+    qc_mod_tm(tm, v.k * v.R, 1, 2, 0, "d_x_t = sum_j W1_e^T d_h over k x rows of w1 = %lld products; the production rounds "
+              "w dY and d_h to bf16 (2 operands)", (long long)(v.k * v.R));
+  else if (strcmp(grad, "d_w1") == 0 || strcmp(grad, "d_w2") == 0)
+    qc_mod_tm(tm, busiest, 1, 2, 0, "%s sums over the (token, slot) pairs of an expert, %lld at most; the production rounds "
+              "%s to bf16 (2 operands)", grad, (long long)busiest, grad[3] == '1' ? "w dY and d_h" : "w dY and a");
+  else if (strcmp(grad, "d_topk_weights") == 0)
+    qc_mod_tm(tm, v.H, 1, 1, 3, "d_topk_weights[t, j] = <dY_t, W2_e a>, one length-H = %lld dot; a rounded to bf16 (1 "
+              "operand); margin 3 for the dot's cancellation over few elements", (long long)v.H);
+  else
+    return qc_err("%s: class moe has no gradient '%s'", m->path, grad);
+  return QC_OK;
+}
+
 /* Float64 forward out [T, H]. The discrete branches are taken from branch:
  * the ids, the ReLU's side and which side of the clamp limit each value of
  * h = w1[e] x_t lies on. */
@@ -373,4 +408,6 @@ const qc_class qc_class_moe = {
     .not_checked = "saved/topk_ids: the selection is discrete (ids fixed from the forward); no gradient by design",
     .forward = moe_forward,
     .fd_shape = "5,6,4,4,2",
+    .tol_model = moe_tol_model,
+    .hypotheses = "factor sign transpose rows zero slice dy_precision nonfinite",
 };

@@ -3,6 +3,10 @@
  *
  *   forward  y = max(x, 0)^2
  *   d_x      dy * 2 max(x, 0)        (0 at x = 0 from both sides: no kink in y') */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/qc.h"
 #include "model/module.h"
 #include "modules/mod_util.h"
 
@@ -31,6 +35,14 @@ static int relu2_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondi
   return qc_mod_unary_generate("relu2", gp, rng, m, ondim, oshape, 1.0);
 }
 
+/* The error model: elementwise, one float32 rounding (K = 1, lambda 1). */
+static int relu2_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  (void)dy;
+  if (strcmp(grad, "d_x") != 0) return qc_err("%s: class relu2 has no gradient '%s'", m->path, grad);
+  qc_mod_tm(tm, 1, 1, 0, 0, "elementwise (K = 1): 2 relu(x) dY, one float32 rounding");
+  return QC_OK;
+}
+
 static const qc_key_spec relu2_keys[] = {{NULL, NULL, NULL, NULL}};
 
 const qc_class qc_class_relu2 = {
@@ -44,4 +56,6 @@ const qc_class qc_class_relu2 = {
     .not_checked = "",
     .forward = relu2_forward,
     .fd_shape = "9,21",
+    .tol_model = relu2_tol_model,
+    .hypotheses = "factor sign rows zero dy_precision nonfinite",
 };

@@ -89,6 +89,78 @@ done:
   return rc;
 }
 
+/* The error model of each gradient (see qc_tol_model): d_x reads row
+ * statistics that are float32 sums over the D features (lambda 2 for the
+ * several sums), d_weight sums over the tokens of xh, which carries rstd's
+ * length-D error (K = T + D), d_bias sums dY over the tokens. */
+int qc_mod_norm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm, int center) {
+  (void)dy;
+  norm_view v;
+  int rc = norm_view_get(m, center, &v);
+  if (rc) return rc;
+  if (strcmp(grad, "d_x") == 0)
+    qc_mod_tm(tm, v.D, 2, 0, 0, "d_x reads the row statistics, float32 sums over the D = %lld features (%s); lambda 2 "
+              "for those several sums", (long long)v.D, center ? "mean, variance, <g>, <g, xh>" : "mean square, <g, xh>");
+  else if (strcmp(grad, "d_weight") == 0)
+    qc_mod_tm(tm, v.rows + v.D, 1, 0, 0, "d_weight sums dY xh over the T = %lld tokens, xh carrying rstd's length-D "
+              "error: K = T + D = %lld", (long long)v.rows, (long long)(v.rows + v.D));
+  else if (strcmp(grad, "d_bias") == 0 && v.b)
+    qc_mod_tm(tm, v.rows, 1, 0, 0, "d_bias sums dY over the T = %lld tokens", (long long)v.rows);
+  else
+    return qc_err("%s: class %s has no gradient '%s'", m->path, center ? "layernorm" : "rmsnorm", grad);
+  return QC_OK;
+}
+
+/* A norm's d_x in float64 with a term dropped (the hypotheses below):
+ * drop_proj leaves out xh mean(g xh), drop_mean leaves out mean(g). */
+int qc_mod_norm_dx_without(const qc_module *m, const qc_tensor *dy, int center, int drop_proj, int drop_mean,
+                           qc_tensor *pred) {
+  norm_view v;
+  int rc = norm_view_get(m, center, &v);
+  if (rc) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), v.D, "the shape of inputs/x"))) return rc;
+  const int64_t R = v.rows, D = v.D;
+  const double eps = qc_contract_num(&m->contract, "eps", center ? 1e-5 : 1e-6);
+  double *x = qc_mod_f64(v.x, "norm input"), *w = qc_mod_f64(v.w, "norm weight"), *g = qc_mod_f64(dy, "norm dY");
+  rc = QC_ESYS;
+  if (!x || !w || !g) goto done;
+  if ((rc = qc_tensor_alloc(pred, "d_x", QC_F64, v.x->ndim, v.x->shape))) goto done;
+  double *o = pred->data;
+  for (int64_t r = 0; r < R; r++) {
+    const double *xr = x + r * D, *gr = g + r * D;
+    double mu = 0, var = 0, sg = 0, sgx = 0;
+    for (int64_t i = 0; center && i < D; i++) mu += xr[i] / (double)D;
+    for (int64_t i = 0; i < D; i++) var += (xr[i] - mu) * (xr[i] - mu) / (double)D;
+    const double rstd = 1.0 / sqrt(var + eps);
+    for (int64_t i = 0; i < D; i++) {
+      sg += gr[i] * w[i];
+      sgx += gr[i] * w[i] * (xr[i] - mu) * rstd;
+    }
+    const double msg = center && !drop_mean ? sg / (double)D : 0.0, msgx = drop_proj ? 0.0 : sgx / (double)D;
+    for (int64_t i = 0; i < D; i++) o[r * D + i] = rstd * (gr[i] * w[i] - msg - (xr[i] - mu) * rstd * msgx);
+  }
+  rc = QC_OK;
+done:
+  free(x); free(w); free(g);
+  return rc;
+}
+
+static int rmsnorm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  return qc_mod_norm_tol_model(m, dy, grad, tm, 0);
+}
+
+/* Hypothesis: d_x without the projection term xh mean(g xh). */
+static int rmsnorm_no_proj(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand, qc_tensor *pred,
+                           char *detail, size_t n) {
+  (void)ctx; (void)grad; (void)cand; (void)detail; (void)n;
+  return qc_mod_norm_dx_without(m, dy, 0, 1, 0, pred);
+}
+
+static const qc_hypothesis rmsnorm_hyps[] = {
+    {"no_projection_term", "/d_x/", "d_x without the term -xh mean(g xh) (the gradient through rstd dropped)", NULL, 0,
+     rmsnorm_no_proj, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
 static int rmsnorm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   return qc_mod_norm_vjp(ctx, m, dy, grads, 0);
 }
@@ -174,4 +246,7 @@ const qc_class qc_class_rmsnorm = {
     .not_checked = "",
     .forward = rmsnorm_forward,
     .fd_shape = "7,33",
+    .tol_model = rmsnorm_tol_model,
+    .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .hyps = rmsnorm_hyps,
 };

@@ -9,6 +9,7 @@
  *   forward  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos;  y_i = x_i for i >= R
  *   d_x      d_a = dy_a cos + dy_b sin,  d_b = -dy_a sin + dy_b cos;  d_i = dy_i for i >= R */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,6 +98,48 @@ done:
   return rc;
 }
 
+/* The error model: each pair's rotation is exact but for the float32 angle
+ * p inv_freq_j, whose rounding (and powf's) is an absolute error ~u p
+ * inv_freq_j, a relative error of the pair; its rms over the pairs is
+ * ~0.7 u pmax rms(inv_freq) (measured 0.4), written as lambda sqrt(K) u with
+ * K the R/2 pairs (at least 4 for sin/cos's own ulps). */
+static int rope_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  (void)dy;
+  rope_view v;
+  int64_t *pos = NULL;
+  int rc = rope_view_get(m, &v);
+  if (rc) return rc;
+  if (strcmp(grad, "d_x") != 0) return qc_err("%s: class rope has no gradient '%s'", m->path, grad);
+  if ((rc = qc_mod_ids(m, v.pos, "inputs/positions", &pos))) return rc;
+  double pmax = 0, s2 = 0;
+  for (int64_t t = 0; t < v.T; t++) pmax = fmax(pmax, fabs((double)pos[t] + v.offset));
+  for (int64_t j = 0; j < v.R / 2; j++) s2 += pow(v.theta, -4.0 * (double)j / (double)v.R) / (double)(v.R / 2);
+  free(pos);
+  const int64_t K = v.R / 2;
+  double lambda = fmax(4.0, 0.7 * pmax * sqrt(s2) / sqrt((double)K));
+  qc_mod_tm(tm, K, lambda, 0, 0, "K = %lld rotary pairs; the float32 angle p inv_freq rounds to an absolute error ~u p "
+            "inv_freq, rms over the pairs ~0.7 u pmax rms(inv_freq) with pmax = %.0f: lambda %.3g", (long long)K, pmax, lambda);
+  return QC_OK;
+}
+
+/* Hypotheses: the rotation's direction or the pair layout other than the contract's. */
+static int rope_flip_inverse(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  const char *inv = qc_contract_str(&m->contract, "inverse", "no");
+  snprintf(detail, n, "the contract says inverse = %s", inv);
+  return qc_contract_set(&alt->contract, "inverse", strcmp(inv, "yes") == 0 ? "no" : "yes", 0, 0);
+}
+static int rope_flip_layout(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  const char *l = qc_contract_str(&m->contract, "layout", "half");
+  snprintf(detail, n, "the contract says layout = %s", l);
+  return qc_contract_set(&alt->contract, "layout", strcmp(l, "half") == 0 ? "interleaved" : "half", 0, 0);
+}
+
+static const qc_hypothesis rope_hyps[] = {
+    {"rotation_direction", "/d_x/", "the rotation's direction reversed (the forward's rotation, not its transpose, applied to dY)",
+     rope_flip_inverse, 0, NULL, 0},
+    {"pair_layout", "/d_x/", "the other pair layout (half-split vs interleaved)", rope_flip_layout, 0, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
 /* Float64 forward y (shape of x); rope has no discrete branch. */
 static int rope_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
   (void)branch;
@@ -161,4 +204,7 @@ const qc_class qc_class_rope = {
     .not_checked = "inputs/positions: integer positions, not differentiable",
     .forward = rope_forward,
     .fd_shape = "5,2,12",
+    .tol_model = rope_tol_model,
+    .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .hyps = rope_hyps,
 };

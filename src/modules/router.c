@@ -14,6 +14,7 @@
  * The ids are never recomputed: ties resolve as the forward recorded them,
  * and no gradient flows through the selection (nor to the bias). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,6 +125,49 @@ done:
   return rc;
 }
 
+/* Hypothesis: the backward re-selected the experts (top-k of the logits,
+ * without the selection bias) instead of using the forward's saved ids. */
+static int router_reselect(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  rt_view v;
+  int rc = rt_view_get(m, &v);
+  if (rc) { free(v.id); return rc; }
+  double *x = qc_mod_f64(v.logits, "router logits");
+  int64_t *nid = NULL, differ = 0;
+  int64_t shape[2] = {v.T, v.k};
+  rc = QC_ESYS;
+  if (!x) goto done;
+  if ((rc = qc_tset_clone(&alt->saved, &m->saved))) goto done;
+  if ((rc = qc_mod_add(&alt->saved, "topk_ids", QC_I64, 2, shape, (void **)&nid))) goto done;
+  for (int64_t t = 0; t < v.T; t++) {
+    const double *xr = x + t * v.E;
+    for (int64_t j = 0; j < v.k; j++) { /* the j-th largest logit, ties to the lower expert id */
+      int64_t best = -1;
+      for (int64_t e = 0; e < v.E; e++) {
+        int used = 0;
+        for (int64_t i = 0; i < j; i++) used |= nid[t * v.k + i] == e;
+        if (!used && (best < 0 || xr[e] > xr[best])) best = e;
+      }
+      nid[t * v.k + j] = best;
+    }
+    for (int64_t j = 0; j < v.k; j++) {
+      int found = 0;
+      for (int64_t i = 0; i < v.k; i++) found |= nid[t * v.k + j] == v.id[t * v.k + i];
+      differ += !found;
+    }
+  }
+  snprintf(detail, n, "%lld of %lld selections differ from saved/topk_ids", (long long)differ, (long long)(v.T * v.k));
+  rc = differ ? QC_OK : QC_NA;
+done:
+  free(x);
+  free(v.id);
+  return rc;
+}
+
+static const qc_hypothesis router_hyps[] = {
+    {"reselected_ids", "/d_logits/", "the experts re-selected in the backward (top-k of the logits, without the selection "
+     "bias) instead of the forward's saved ids", router_reselect, 0, NULL, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
 /* float64 scores of one row (for the forward and the generator's selection). */
 static void scores_f64(int score, const double *x, int64_t E, double *s) {
   double mx = -INFINITY, sum = 0;
@@ -134,6 +178,58 @@ static void scores_f64(int score, const double *x, int64_t E, double *s) {
     else sum += (s[e] = exp(x[e] - mx));
   }
   for (int64_t e = 0; score == SC_SOFTMAX && e < E; e++) s[e] /= sum;
+}
+
+/* The error model: K = E, the row the gradient reaches (the softmax's sum,
+ * the normalization's sums), float32 scores with expf/log1pf: lambda 2,
+ * times the computation's cancellation: the normalization's dy_j/D -
+ * <dy, s>/D^2 (and the softmax's ds - <ds, s>) subtract terms larger than
+ * their result when one score dominates its row, and each term carries its
+ * own rounding; kappa = ||the terms' magnitudes|| / ||the result||, carried
+ * through the score function, computed in float64 from the inputs and dY. */
+static int router_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  rt_view v;
+  int rc = rt_view_get(m, &v);
+  if (rc) { free(v.id); return rc; }
+  if (strcmp(grad, "d_logits") != 0) { free(v.id); return qc_err("%s: class router has no gradient '%s'", m->path, grad); }
+  double *x = qc_mod_f64(v.logits, "router logits"), *g = qc_mod_f64(dy, "router dY");
+  double *sc = qc_malloc((size_t)v.E * 4 * sizeof *sc, "router scores"), num = 0, den = 0;
+  rc = QC_ESYS;
+  if (!x || !g || !sc || qc_numel(dy) != v.T * v.k) goto done;
+  double *ds = sc + v.E, *ta = sc + 2 * v.E;
+  for (int64_t t = 0; t < v.T; t++) {
+    const int64_t *id = v.id + t * v.k;
+    const double *gr = g + t * v.k;
+    scores_f64(v.score, x + t * v.E, v.E, sc);
+    double D = 1, S = 0;
+    if (v.normalize) {
+      D = v.eps;
+      for (int64_t j = 0; j < v.k; j++) { D += sc[id[j]]; S += gr[j] * sc[id[j]]; }
+    }
+    for (int64_t e = 0; e < v.E; e++) ds[e] = ta[e] = 0;
+    for (int64_t j = 0; j < v.k; j++) {
+      ds[id[j]] = v.normalize ? v.scale * (gr[j] / D - S / (D * D)) : v.scale * gr[j];
+      ta[id[j]] = v.normalize ? fabs(v.scale) * (fabs(gr[j]) / D + fabs(S) / (D * D)) : fabs(v.scale * gr[j]);
+    }
+    double dot = 0, adot = 0;
+    for (int64_t e = 0; e < v.E; e++) { dot += ds[e] * sc[e]; adot += ta[e] * sc[e]; }
+    for (int64_t e = 0; e < v.E; e++) {
+      double f = v.score == SC_SIGMOID ? sc[e] * (1 - sc[e])
+                 : v.score == SC_SQRT_SOFTPLUS ? (sc[e] > 0 ? 1.0 / (1.0 + exp(-x[t * v.E + e])) / (2 * sc[e]) : 0) : sc[e];
+      double dl = v.score == SC_SOFTMAX ? f * (ds[e] - dot) : f * ds[e];
+      double tl = v.score == SC_SOFTMAX ? f * (ta[e] + adot) : f * ta[e];
+      num += tl * tl;
+      den += dl * dl;
+    }
+  }
+  double kappa = den > 0 ? fmax(1.0, sqrt(num / den)) : 1.0;
+  qc_mod_tm(tm, v.E, 2 * kappa, 0, 0, "K = E = %lld experts, the row the gradient reaches; float32 scores and sums with "
+            "expf/log1pf: lambda 2 x the cancellation kappa = %.3g (the normalization's and softmax's subtracted terms over "
+            "their result)", (long long)v.E, kappa);
+  rc = QC_OK;
+done:
+  free(x); free(g); free(sc); free(v.id);
+  return rc;
 }
 
 /* Float64 forward y [T, k]; the ids (the discrete branch) are the saved ones. */
@@ -228,4 +324,7 @@ const qc_class qc_class_router = {
     .not_checked = "params/bias: used for the selection only, which is discrete (ids fixed); no gradient by design",
     .forward = router_forward,
     .fd_shape = "6,8,3",
+    .tol_model = router_tol_model,
+    .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .hyps = router_hyps,
 };

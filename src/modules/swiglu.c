@@ -10,6 +10,7 @@
  * and at exactly +-L: 1 with at_limit = pass (torch.clamp's choice), 0 with
  * at_limit = block. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +84,56 @@ done:
   return rc;
 }
 
+/* The error model (see qc_tol_model): elementwise float32 (K = 1), a few
+ * roundings and expf's ulps per element: lambda 4 for d_gate (silu' and
+ * the product, ~8 roundings), 3 for d_up (silu, 3-4 roundings). */
+static int swiglu_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
+  (void)dy;
+  if (strcmp(grad, "d_gate") == 0)
+    qc_mod_tm(tm, 1, 4, 0, 0, "elementwise (K = 1): clamped silu'(gate) up dY in float32, ~8 roundings plus expf; lambda 4");
+  else if (strcmp(grad, "d_up") == 0)
+    qc_mod_tm(tm, 1, 3, 0, 0, "elementwise (K = 1): silu(gate) dY in float32, 3-4 roundings plus expf; lambda 3");
+  else
+    return qc_err("%s: class swiglu has no gradient '%s'", m->path, grad);
+  return QC_OK;
+}
+
+/* Hypothesis: the clamp's derivative ignored (gradient passed where the
+ * contract clamps), in float64. */
+static int swiglu_no_clamp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand, qc_tensor *pred,
+                           char *detail, size_t n) {
+  (void)ctx;
+  (void)cand;
+  swiglu_view v;
+  int rc = swiglu_view_get(m, &v);
+  if (rc) return rc;
+  if (!(v.L > 0)) return QC_NA;
+  const int64_t N = qc_numel(v.gate);
+  double *g = qc_mod_f64(v.gate, "swiglu gate"), *u = qc_mod_f64(v.up, "swiglu up"), *d = qc_mod_f64(dy, "swiglu dY");
+  int64_t clamped = 0;
+  rc = QC_ESYS;
+  if (!g || !u || !d || qc_numel(dy) != N) goto done;
+  if ((rc = qc_tensor_alloc(pred, grad, QC_F64, v.gate->ndim, v.gate->shape))) goto done;
+  double *o = pred->data;
+  int dgate = strcmp(grad, "d_gate") == 0;
+  for (int64_t i = 0; i < N; i++) {
+    double gc = fmin(g[i], v.L), uc = fmin(fmax(u[i], -v.L), v.L), s = 1.0 / (1.0 + exp(-gc));
+    clamped += dgate ? !clamp_passes(g[i], -INFINITY, v.L, v.block) : !clamp_passes(u[i], -v.L, v.L, v.block);
+    o[i] = dgate ? d[i] * uc * s * (1.0 + gc * (1.0 - s)) : d[i] * gc * s;
+  }
+  snprintf(detail, n, "%lld element(s) of inputs/%s lie outside the clamp (limit %g)", (long long)clamped,
+           dgate ? "gate" : "up", v.L);
+  rc = clamped ? QC_OK : QC_NA;
+done:
+  free(g); free(u); free(d);
+  return rc;
+}
+
+static const qc_hypothesis swiglu_hyps[] = {
+    {"clamp_ignored", "/d_gate/d_up/", "the clamp's derivative ignored: gradient passed where the input is clamped", NULL,
+     0, swiglu_no_clamp, 0},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
 /* Float64 forward; which side of the limit each value is on is taken from
  * branch (a value held at the limit stays there under perturbation). */
 static int swiglu_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
@@ -139,4 +190,7 @@ const qc_class qc_class_swiglu = {
     .not_checked = "",
     .forward = swiglu_forward,
     .fd_shape = "9,21",
+    .tol_model = swiglu_tol_model,
+    .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .hyps = swiglu_hyps,
 };

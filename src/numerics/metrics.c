@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "core/par.h"
+#include "core/qc.h"
+#include "numerics/formats.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -62,6 +64,7 @@ static void mfinish(const mpart *t, qc_metrics *m) {
   memset(m, 0, sizeof *m);
   m->noise_multiple = NAN;
   m->noise_floor = NAN;
+  m->e_par = m->bias_sd = m->bias_allow = m->bias_z_raw = m->bias_z = NAN;
   m->nonfinite = t->bad;
   m->ref_nonfinite = t->rbad;
   m->max_abs = t->mx < 0 ? 0 : t->mx;
@@ -108,4 +111,157 @@ void qc_metrics_compute_par(const double *g, const double *r, int64_t n, qc_metr
   }
   free(p);
   mfinish(&t, m);
+}
+
+/* ---- the rounded-reference pass: noise floor and bias test -------------- */
+
+double qc_round_to(double r, qc_dtype dt) {
+  if (dt == QC_F64) return r;
+  float f = (float)r;
+  if (dt == QC_BF16) return qc_round_bf16(f);
+  if (dt == QC_F16) return qc_f16_to_f32(qc_f32_to_f16(f));
+  return f;
+}
+
+/* 1 when v (finite) is exactly a value of dt. */
+static int holds(double v, qc_dtype dt) {
+  if (dt == QC_F64) return 1;
+  float f = (float)v;
+  if ((double)f != v) return 0;
+  if (dt == QC_F32) return 1;
+  if (dt == QC_BF16) return qc_round_bf16(f) == f;
+  return qc_f16_to_f32(qc_f32_to_f16(f)) == f;
+}
+
+qc_dtype qc_values_dtype(const double *g, int64_t n, qc_dtype container) {
+  static const qc_dtype order[3] = {QC_BF16, QC_F16, QC_F32};
+  int width[QC_DTYPE_COUNT] = {0};
+  width[QC_BF16] = 1;
+  width[QC_F16] = 2;
+  width[QC_F32] = 3;
+  width[QC_F64] = 4;
+  if (!width[container]) return container;
+  for (int k = 0; k < 3 && width[order[k]] < width[container]; k++) {
+    int all = 1;
+    for (int64_t i = 0; i < n && all; i++)
+      if (isfinite(g[i]) && !holds(g[i], order[k])) all = 0;
+    if (all) return order[k];
+  }
+  return container;
+}
+
+void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m) {
+  m->noise_floor = sqrt(s->snf) / fmax(m->norm_r, QC_EPS_NORM);
+  if (!(s->srr > 0)) { /* a zero reference: nothing to project on */
+    m->e_par = m->bias_sd = m->bias_allow = m->bias_z_raw = m->bias_z = 0.0;
+    return;
+  }
+  double b = s->sxr / s->srr;
+  /* a standard error needs enough contributing elements: the participation
+   * ratio (sum r^2)^2 / sum r^4 counts them (1 when one element dominates) */
+  if (s->srr * s->srr < QC_BIAS_MIN_EFF * s->sr4) {
+    m->e_par = b;
+    m->bias_sd = m->bias_z_raw = NAN;
+    m->bias_allow = 0;
+    m->bias_z = 0.0;
+    return;
+  }
+  /* sandwich variances of b (times srr^2) from the residuals x - b r:
+   * elementwise, and clustered by rows and by columns, expanded so that
+   * one pass of sums suffices */
+  double v = s->sx2r2 - 2.0 * b * s->sxr3 + b * b * s->sr4;
+  if (s->rows >= QC_BIAS_MIN_CLUSTERS) v = fmax(v, s->row_tt - 2.0 * b * s->row_tc + b * b * s->row_cc);
+  if (s->cols >= QC_BIAS_MIN_CLUSTERS && s->rows > 1) v = fmax(v, s->col_tt - 2.0 * b * s->col_tc + b * b * s->col_cc);
+  double sd = sqrt(fmax(v, 0.0)) / s->srr;
+  double allow = QC_BIAS_ALLOW * fmax(s->sxx - b * b * s->srr, 0.0) / s->srr;
+  double excess = fmax(fabs(b) - allow, 0.0);
+  m->e_par = b;
+  m->bias_sd = sd;
+  m->bias_allow = allow;
+  m->bias_z_raw = sd > 0 ? b / sd : (b == 0 ? 0.0 : copysign(INFINITY, b));
+  m->bias_z = excess == 0 ? 0.0 : sd > 0 ? copysign(excess / sd, b) : copysign(INFINITY, b);
+}
+
+int qc_bias_use_cols(int64_t rows, int64_t cols) {
+  return rows > 1 && cols >= QC_BIAS_MIN_CLUSTERS && cols <= ((int64_t)1 << 24);
+}
+
+void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double *parts, int chunks) {
+  for (int64_t i = 0; i < s->rows; i++) {
+    const double *a = rows7 + i * 7;
+    s->sxr += a[0];
+    s->srr += a[1];
+    s->sxx += a[2];
+    s->sx2r2 += a[3];
+    s->sxr3 += a[4];
+    s->sr4 += a[5];
+    s->snf += a[6];
+    s->row_tt += a[0] * a[0];
+    s->row_tc += a[0] * a[1];
+    s->row_cc += a[1] * a[1];
+  }
+  if (!parts) {
+    s->cols = 0;
+    return;
+  }
+  for (int64_t j = 0; j < s->cols; j++) {
+    double t = 0, c = 0;
+    for (int k = 0; k < chunks; k++) {
+      t += parts[((int64_t)k * s->cols + j) * 2];
+      c += parts[((int64_t)k * s->cols + j) * 2 + 1];
+    }
+    s->col_tt += t * t;
+    s->col_tc += t * c;
+    s->col_cc += c * c;
+  }
+}
+
+int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, qc_metrics *m) {
+  qc_bias_sums s;
+  memset(&s, 0, sizeof s);
+  s.rows = rows;
+  s.cols = cols;
+  int use_cols = qc_bias_use_cols(rows, cols);
+  double *ct = NULL;
+  if (use_cols && !(ct = calloc((size_t)cols * 2, sizeof *ct))) return qc_err_sys("out of memory for the bias test's column sums");
+  for (int64_t i = 0; i < rows; i++) {
+    const double *gi = g + i * cols, *ri = r + i * cols;
+    double t = 0, c = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      double rv = ri[j], gv = gi[j];
+      if (!isfinite(rv) || !isfinite(gv)) continue;
+      double q = qc_round_to(rv, dt), x = gv - q, e = q - rv, xr = x * rv, rr = rv * rv;
+      s.snf += e * e;
+      s.sxr += xr;
+      s.srr += rr;
+      s.sxx += x * x;
+      s.sx2r2 += xr * xr;
+      s.sxr3 += xr * rr;
+      s.sr4 += rr * rr;
+      t += xr;
+      c += rr;
+      if (ct) { ct[2 * j] += xr; ct[2 * j + 1] += rr; }
+    }
+    s.row_tt += t * t;
+    s.row_tc += t * c;
+    s.row_cc += c * c;
+  }
+  if (ct)
+    for (int64_t j = 0; j < cols; j++) {
+      s.col_tt += ct[2 * j] * ct[2 * j];
+      s.col_tc += ct[2 * j] * ct[2 * j + 1];
+      s.col_cc += ct[2 * j + 1] * ct[2 * j + 1];
+    }
+  else
+    s.cols = 0; /* no column clusters */
+  free(ct);
+  qc_bias_finish(&s, m);
+  return QC_OK;
+}
+
+void qc_bias_allow(qc_metrics *m, double allow) {
+  if (isnan(m->bias_z) || isnan(m->bias_sd) || !(allow > m->bias_allow)) return;
+  m->bias_allow = allow;
+  double excess = fmax(fabs(m->e_par) - allow, 0.0);
+  m->bias_z = excess == 0 ? 0.0 : m->bias_sd > 0 ? copysign(excess / m->bias_sd, m->e_par) : copysign(INFINITY, m->e_par);
 }

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "core/tensor.h"
+
 typedef struct qc_metrics {
   double max_abs;        /* max |g - r| over finite pairs */
   int64_t worst;         /* flat index of max_abs (-1 if none) */
@@ -20,6 +22,15 @@ typedef struct qc_metrics {
   double norm_g, norm_r, norm_diff;
   double noise_multiple; /* error / noise floor (NAN when not computed) */
   double noise_floor;    /* rel-L2 of the reference rounded to the candidate dtype */
+  /* The bias test (qc_bias_pass; NAN where not computed): x = g - q(r), q
+   * rounding to the judged element type, regressed on r (docs/tolerances.md). */
+  double e_par;          /* <x, r> / <r, r>: the candidate's systematic relative error along r */
+  double bias_sd;        /* its standard error: the largest of the sandwich estimates, elementwise
+                            and clustered by rows and by columns (clusterings with >= 32 clusters);
+                            NAN when fewer than QC_BIAS_MIN_EFF elements carry the reference */
+  double bias_allow;     /* second-order rounding allowance 3 ||x - e_par r||^2 / ||r||^2 */
+  double bias_z_raw;     /* e_par / bias_sd (0 when both are 0) */
+  double bias_z;         /* the judged z: sign(e_par) max(0, |e_par| - bias_allow) / bias_sd */
 } qc_metrics;
 
 #define QC_EPS_NORM 1e-30
@@ -34,5 +45,49 @@ void qc_metrics_compute_par(const double *g, const double *r, int64_t n, qc_metr
  * accumulate in parts): ss_g = sum g^2, ss_r = sum r^2, ss_d = sum (g-r)^2,
  * dot = sum g r. */
 void qc_metrics_finish(double ss_g, double ss_r, double ss_d, double dot, qc_metrics *out);
+
+/* The sums of the rounded-reference pass over a [rows, cols] view of one
+ * (g, r) pair (cols = the last dimension), x = g - q(r), finite pairs only:
+ * elementwise sums, and the row / column cluster sums T = sum x r and
+ * C = sum r^2 already squared and summed (sum T^2, sum T C, sum C^2). */
+typedef struct qc_bias_sums {
+  double sxr, srr, sxx, sx2r2, sxr3, sr4, snf; /* snf = sum (q(r) - r)^2 */
+  double row_tt, row_tc, row_cc, col_tt, col_tc, col_cc;
+  int64_t rows, cols;
+} qc_bias_sums;
+
+#define QC_BIAS_MIN_CLUSTERS 32
+/* Fewer effective elements than this ((sum r^2)^2 / sum r^4) and the bias
+ * test is not made: z 0, sd and z_raw NAN. */
+#define QC_BIAS_MIN_EFF 16
+#define QC_BIAS_ALLOW 3.0
+
+/* The rounded-reference pass on the host: noise floor and bias test of g
+ * against r at element type dt (QC_BF16, QC_F16, QC_F32 or QC_F64: q is
+ * the rounding to it, identity for float64), r a [rows, cols] row-major
+ * view. Needs m->norm_r (from the metrics pass); fills noise_floor and the
+ * bias fields. QC_OK, or QC_ESYS (out of memory for the column sums). */
+int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, qc_metrics *m);
+/* Accumulate into s (zeroed, rows and cols set) a device pass's results:
+ * per row, the 7 sums (sum x r, r^2, x^2, x^2 r^2, x r^3, r^4, (q(r) - r)^2),
+ * in row order; per chunk of rows and column, (sum x r, sum r^2), summed
+ * over the chunks in order into the column clusters (parts may be NULL:
+ * no column clusters). */
+void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double *parts, int chunks);
+/* 1 when the column clusters of a [rows, cols] view are used (several rows,
+ * enough columns, and the [cols] sums fit). */
+int qc_bias_use_cols(int64_t rows, int64_t cols);
+/* Fill m's noise floor and bias fields from the sums (m->norm_r set). */
+void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m);
+/* Raise m's bias allowance to `allow` (a systematic error the candidate's
+ * declared error model permits) and recompute bias_z; no-op when the bias
+ * was not computed or the allowance is already larger. */
+void qc_bias_allow(qc_metrics *m, double allow);
+/* r rounded to element type dt (as qc_bias_pass rounds it). */
+double qc_round_to(double r, qc_dtype dt);
+/* The narrowest of bfloat16, float16, float32 (no wider than `container`)
+ * that holds every finite value of g exactly: the precision the values
+ * carry, whatever their storage. Returns container when none is narrower. */
+qc_dtype qc_values_dtype(const double *g, int64_t n, qc_dtype container);
 
 #endif

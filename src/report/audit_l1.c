@@ -42,6 +42,8 @@ double qc_audit_bound_use(const qc_check *k) {
     double c = (t->norm_hi + t->norm_lo) / 2, h = (t->norm_hi - t->norm_lo) / 2;
     USE(fabs(m->norm_ratio - c) / h);
   }
+  double bz = t->has_bias_z ? t->bias_z : QC_BIAS_Z_DEFAULT; /* the bias test, on by default where computed */
+  if (bz > 0) USE(fabs(m->bias_z) / bz);
 #undef USE
   return u;
 }
@@ -321,6 +323,7 @@ static void tol_text(const qc_tol *t, char *b, size_t n) {
   if (t->has_cosine_min) qc_cat(b, n, "cosine >= %.12g; ", t->cosine_min);
   if (t->has_norm_ratio) qc_cat(b, n, "norm ratio in [%.9g, %.9g]; ", t->norm_lo, t->norm_hi);
   if (t->has_noise_multiple) qc_cat(b, n, "noise multiple <= %g; ", t->noise_multiple);
+  if (t->has_bias_z) qc_cat(b, n, t->bias_z > 0 ? "|bias_z| <= %g; " : "no bias test; ", t->bias_z);
   size_t l = strlen(b);
   if (l >= 2) b[l - 2] = 0;
 }
@@ -415,10 +418,15 @@ static void class_failures(qc_doc *d, const qc_evidence *e, const char *cls) {
     qc_doc_text(d, " ");
     qc_doc_code(d, qc_report_check_name(&c->c, name, sizeof name));
     qc_doc_text(d, ": %s", c->c.why);
-    if (c->diagnosis[0]) {
+    if (isfinite(c->c.m.bias_z) && !strstr(c->c.why, "bias_z")) { /* the why names it when it failed */
+      double bz = c->c.has_tol && c->c.tol.has_bias_z ? c->c.tol.bias_z : QC_BIAS_Z_DEFAULT;
+      if (bz > 0) qc_doc_text(d, " (bias_z %.3g, within +-%.3g)", c->c.m.bias_z, bz);
+      else qc_doc_text(d, " (bias_z %.3g, the bias test off)", c->c.m.bias_z);
+    }
+    if (c->c.diagnosis[0]) {
       qc_doc_text(d, ". ");
       qc_doc_strong(d, "Diagnosis:");
-      qc_doc_text(d, " %s", c->diagnosis);
+      qc_doc_text(d, " %s", c->c.diagnosis);
     }
   }
   qc_doc_end_block(d);

@@ -69,6 +69,7 @@ static void read_tol(const cJSON *t, qc_tol *o) {
   if (cJSON_IsNumber(get(t, "max_abs"))) { o->has_max_abs = 1; o->max_abs = num(t, "max_abs", 0); }
   if (cJSON_IsNumber(get(t, "cosine_min"))) { o->has_cosine_min = 1; o->cosine_min = num(t, "cosine_min", 0); }
   if (cJSON_IsNumber(get(t, "noise_multiple"))) { o->has_noise_multiple = 1; o->noise_multiple = num(t, "noise_multiple", 0); }
+  if (cJSON_IsNumber(get(t, "bias_z"))) { o->has_bias_z = 1; o->bias_z = num(t, "bias_z", 0); }
   if (cJSON_IsArray(nr) && cJSON_GetArraySize(nr) == 2) {
     o->has_norm_ratio = 1;
     o->norm_lo = cJSON_GetArrayItem(nr, 0)->valuedouble;
@@ -98,6 +99,7 @@ static int read_vjp(const cJSON *r, int src, qc_evidence *e) {
     read_shape(get(k, "shape"), &q->ndim, q->shape);
     const cJSON *m = get(k, "metrics");
     q->m.rel_l2 = q->m.max_abs = q->m.norm_ratio = q->m.cosine = q->m.noise_multiple = q->m.noise_floor = NAN;
+    q->m.bias_z = NAN;
     if (cJSON_IsObject(m)) {
       q->has_metrics = 1;
       q->m.rel_l2 = num(m, "rel_l2", NAN);
@@ -108,6 +110,7 @@ static int read_vjp(const cJSON *r, int src, qc_evidence *e) {
       q->m.noise_floor = num(m, "noise_floor", NAN);
       q->m.noise_multiple = num(m, "noise_multiple", NAN);
       q->m.nonfinite = (int64_t)num(m, "nonfinite", 0);
+      q->m.bias_z = num(m, "bias_z", NAN);
     }
     if (cJSON_IsObject(get(k, "tolerance"))) {
       q->has_tol = 1;
@@ -117,7 +120,10 @@ static int read_vjp(const cJSON *r, int src, qc_evidence *e) {
     str(k, "verdict", v, sizeof v);
     q->verdict = strcmp(v, "pass") == 0 ? QC_V_PASS : QC_V_FAIL;
     str(k, "why", q->why, sizeof q->why);
-    str(k, "diagnosis", c->diagnosis, sizeof c->diagnosis);
+    str(k, "judged_dtype", q->judged_dtype, sizeof q->judged_dtype);
+    /* a diagnosis is an object with its summary (vjp), or a string */
+    const cJSON *dg = get(k, "diagnosis");
+    str(cJSON_IsObject(dg) ? dg : k, cJSON_IsObject(dg) ? "summary" : "diagnosis", q->diagnosis, sizeof q->diagnosis);
   }
   cJSON_ArrayForEach(mo, get(r, "modules")) {
     qc_ev_mod *m = GROW(e->mod, e->nmod);

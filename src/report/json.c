@@ -49,6 +49,9 @@ cJSON *qc_report_tol_json(const qc_tol *t) {
     cJSON_AddItemToObject(o, "norm_ratio", a);
   }
   if (t->has_noise_multiple) cJSON_AddNumberToObject(o, "noise_multiple", t->noise_multiple);
+  if (t->has_bias_z) cJSON_AddNumberToObject(o, "bias_z", t->bias_z);
+  if (t->dtype[0]) cJSON_AddStringToObject(o, "dtype", t->dtype);
+  if (t->derive && !t->has_rel_l2 && !t->has_max_abs) cJSON_AddBoolToObject(o, "derive", 1); /* not derived: no metrics */
   cJSON_AddStringToObject(o, "reasoning", t->reasoning);
   return o;
 }
@@ -192,10 +195,34 @@ int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r
       add_num(m, "noise_floor", k->m.noise_floor);
       add_num(m, "noise_multiple", k->m.noise_multiple);
       cJSON_AddItemToObject(m, "worst_index", index_json(k->m.worst, k->ndim, k->shape));
+      add_num(m, "bias_z", k->m.bias_z);
+      if (!isnan(k->m.bias_z)) {
+        cJSON *b = cJSON_AddObjectToObject(m, "bias");
+        add_num(b, "e_par", k->m.e_par);
+        add_num(b, "sd", k->m.bias_sd);
+        add_num(b, "allowance", k->m.bias_allow);
+        add_num(b, "z_raw", k->m.bias_z_raw);
+      }
     }
+    if (k->judged_dtype[0]) cJSON_AddStringToObject(o, "judged_dtype", k->judged_dtype);
+    if (k->precision[0]) cJSON_AddStringToObject(o, "precision", k->precision);
     if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", qc_report_tol_json(&k->tol));
     cJSON_AddStringToObject(o, "verdict", k->verdict == QC_V_PASS ? "pass" : "fail");
     cJSON_AddStringToObject(o, "why", k->why);
+    if (k->diagnosis[0]) {
+      cJSON *dg = cJSON_AddObjectToObject(o, "diagnosis");
+      cJSON_AddStringToObject(dg, "summary", k->diagnosis);
+      cJSON *hs = cJSON_AddArrayToObject(dg, "hypotheses");
+      for (int h = 0; h < k->nhyp; h++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "name", k->hyp[h].name);
+        cJSON_AddStringToObject(x, "says", k->hyp[h].says);
+        add_num(x, "rel_l2", k->hyp[h].rel_l2);
+        add_num(x, "level", k->hyp[h].level);
+        cJSON_AddBoolToObject(x, "consistent", k->hyp[h].consistent);
+        cJSON_AddItemToArray(hs, x);
+      }
+    }
     cJSON_AddItemToArray(checks, o);
   }
   return qc_report_json_render(root, out);

@@ -42,8 +42,11 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
       printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-7s %s\n", wm, mod, k->dy, k->tensor, "-", "-", "-", "-",
              k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
   }
-  int nf = 0;
+  int nf = 0, nd = 0;
   for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;
+  for (int i = 0; i < r->n; i++) /* what each failure's signature says */
+    if (r->v[i].diagnosis[0])
+      printf("%s%s %s %s: %s\n", nd++ ? "" : "\ndiagnosis:\n", r->v[i].module, r->v[i].dy, r->v[i].tensor, r->v[i].diagnosis);
   int v = qc_results_verdict(r);
   printf("\n%s: %s: %d checks, %d failed%s%s\n", info->verb, v == 0 ? "pass" : v == 1 ? "FAIL" : "nothing checked", r->n,
          nf, info->device ? " on " : "", info->device ? info->device : "");
@@ -155,6 +158,20 @@ int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_result
       qc_sbuf_printf(&b, " | - | - | - | - | - | %s | ", k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
     qc_sbuf_md(&b, k->why);
     qc_sbuf_printf(&b, " |\n");
+  }
+  int nd = 0;
+  for (int i = 0; i < r->n; i++) { /* what each failure's signature says */
+    const qc_check *k = &r->v[i];
+    if (!k->diagnosis[0]) continue;
+    qc_sbuf_printf(&b, "%s- `", nd++ ? "" : "\n## Diagnosis\n\n");
+    qc_sbuf_md(&b, k->module);
+    qc_sbuf_printf(&b, "` ");
+    qc_sbuf_md(&b, k->dy);
+    qc_sbuf_printf(&b, " ");
+    qc_sbuf_md(&b, k->tensor);
+    qc_sbuf_printf(&b, ": ");
+    qc_sbuf_md(&b, k->diagnosis);
+    qc_sbuf_printf(&b, "\n");
   }
   qc_sbuf_printf(&b, "\n## Tolerances and their reasoning\n\n");
   for (int i = 0; i < r->n; i++) {

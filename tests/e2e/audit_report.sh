@@ -32,7 +32,7 @@ $PY "$D/gfm_check.py" "$T/a.md" 10 >"$T/out" 2>&1 && ok "$(cat "$T/out")" || bad
 awk '/^\| --- /{print; getline; sub(/ \|$/, ""); print; next} {print}' "$T/a.md" >"$T/broken.md"
 $PY "$D/gfm_check.py" "$T/broken.md" >"$T/out" 2>&1 && bad "the GFM check passed a row missing a cell" || ok "the GFM check rejects a short row"
 
-# the content the method asks for
+# the content the method asks for; each failed check's bias z and diagnosis
 $PY - "$T/a.md" "$T/a.json" <<'P' && ok "the audit holds every section the method asks for" || bad "audit content"
 import json, sys
 md = open(sys.argv[1]).read()
@@ -51,6 +51,17 @@ assert j["verb"] == "report" and j["verdict"] == "fail" and j["audit"] == "FAIL"
 assert j["layers"]["vjp"]["failed"] == 12 and j["layers"]["sft"]["verdict"] == "FAIL", j["layers"]
 assert j["coverage"]["covered"] < j["coverage"]["applicable"] and "decode" in j["coverage"]["missing"], j["coverage"]
 assert [i["role"] for i in j["inputs"]] == ["report"] * 6 and all(len(i["sha256"]) == 64 for i in j["inputs"]), j["inputs"]
+# each failed check with its bias z and its diagnosis (the vjp report's diagnosis object, its summary)
+fails = md.split("#### Failed checks", 1)[1].split("\n### ", 1)[0]
+lines = [l for l in fails.splitlines() if l.startswith("- `/defect.")]
+assert len(lines) == 12, len(lines)
+for l in lines:
+    assert "**Diagnosis:** " in l and '{"summary"' not in l, l
+    assert "missing_bias" in l or "bias\\_z" in l, l
+scaled = [l for l in lines if "/defect.scaled_dw" in l]
+assert scaled and all("beyond +-5" in l and "consistent with: a constant factor k = 1.00" in l for l in scaled), scaled
+assert any("transposed_dw" in l and "within +-5" in l and "consistent with: the gradient transposed" in l for l in lines), lines
+assert any("/defect.nan" in l and "traced: first non-finite value" in l for l in lines), lines
 P
 
 # HTML: one file, nothing external, no script; the plots inline

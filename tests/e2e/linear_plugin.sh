@@ -15,9 +15,14 @@ expect_exit 1 "plugin: dW x1.002 fails" "$QATCHECK" vjp --case "$T/scaled.json" 
 $PY -c "
 import json; r=json.load(open('$T/s.json'))
 f={c['tensor'] for c in r['checks'] if c['verdict']=='fail'}
-assert f=={'d_weight'}, f" && ok "dW x1.002 fails on d_weight only" || bad "scaled report"
+assert f=={'d_weight'}, f
+for c in r['checks']:
+    if c['verdict'] == 'fail':
+        assert c['diagnosis']['summary'].startswith('consistent with: a constant factor k = 1.00'), (c['module'], c['dy'], c['diagnosis']['summary'])
+" && ok "dW x1.002 fails on d_weight only, each diagnosed as the factor" || bad "scaled report"
 expect_exit 1 "plugin: missing d_bias fails" "$QATCHECK" vjp --case "$T/nobias.json" --json "$T/n.json"
 grep -q '"why":[[:space:]]*"missing"' "$T/n.json" && ok "missing is reported" || bad "missing not reported"
+grep -q '"summary":[[:space:]]*"the candidate has no d_bias' "$T/n.json" && ok "missing is diagnosed" || bad "missing not diagnosed"
 expect_exit 2 "plugin error cannot be judged" "$QATCHECK" vjp --case "$T/err.json" --json "$T/e.json"
 error_or_none "$T/e.json" && ok "only the error report on exit 2" || bad "a report other than the error report was written on exit 2"
 grep -q "the plugin could not run" "$T/err" && ok "plugin message passed on" || bad "plugin message lost"

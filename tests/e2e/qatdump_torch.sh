@@ -20,7 +20,7 @@ for defect in ok missing_scale transposed; do
   if [ $rc -ne $want ]; then
     echo "FAIL: $defect: vjp exit $rc, expected $want"; cat "$tmp/out.txt"; fail=1; continue
   fi
-  # the report names the failing tensor, and only it
+  # the report names the failing tensor, and only it, and says what the bug is
   "$PY" - "$tmp/report.json" "$defect" <<'PYEOF' || { cat "$tmp/out.txt"; fail=1; }
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -30,6 +30,14 @@ checked = sorted(c["tensor"] for c in r["checks"])
 if failed != want or checked != ["d_bias", "d_weight", "d_x"]:
     print("FAIL: %s: failed %s (expected %s), checked %s" % (sys.argv[2], failed, want, checked))
     sys.exit(1)
+# the failure's diagnosis names the planted cause; nothing is diagnosed in a passing run
+cause = {"ok": None, "missing_scale": "factor", "transposed": "weight_transposed"}[sys.argv[2]]
+for c in r["checks"]:
+    d = c.get("diagnosis")
+    first = [h["name"] for h in d["hypotheses"] if h["consistent"]][:1] if d else []
+    if (c["verdict"] == "pass") != (d is None) or (c["verdict"] != "pass" and first != [cause]):
+        print("FAIL: %s: %s diagnosis %s (expected %s)" % (sys.argv[2], c["tensor"], d, cause))
+        sys.exit(1)
 for c in r["checks"]:
     m = c["metrics"]
     print("%s %s rel_l2=%.3g noise_multiple=%s %s" % (sys.argv[2], c["tensor"], m["rel_l2"], m.get("noise_multiple"), c["verdict"]))

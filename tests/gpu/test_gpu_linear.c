@@ -77,6 +77,8 @@ static void cpu_metrics(const qc_tensor *cand, const qc_tensor *ref, qc_metrics 
   double *g = malloc((size_t)n * 8);
   cr_assert_eq(qc_tensor_to_f64(cand, g), QC_OK);
   qc_metrics_compute(g, ref->data, n, m);
+  int64_t cols = ref->shape[ref->ndim - 1];
+  cr_assert_eq(qc_bias_pass(g, ref->data, n / cols, cols, QC_BF16, m), QC_OK); /* the bias test, as the engine runs it */
   free(g);
 }
 
@@ -86,6 +88,7 @@ static int verdict(const qc_metrics *m, double rel) {
   memset(&t, 0, sizeof t);
   t.has_rel_l2 = 1;
   t.rel_l2 = rel;
+  t.has_bias_z = 1; /* off: the bias test is compared on its own below (its allowance is the engine's) */
   return qc_judge(m, &t, why, sizeof why);
 }
 
@@ -129,6 +132,13 @@ static void audit_vs_cpu(const qc_backend *be, int64_t M, int64_t K, int64_t N, 
     cr_expect_eq(verdict(&o.dw, tol), verdict(&cdw, tol), "d_weight verdict at %g", tol);
   }
   cr_expect_eq(verdict(&o.dx, 1e-2), QC_V_PASS, "builtin candidate d_x rel_l2 %.3g", o.dx.rel_l2);
+  /* the bias test of the builtin candidate: computed on the device, in bounds on both */
+  cr_expect(!isnan(o.dx.bias_z) && !isnan(o.dw.bias_z), "the fused audit computes the bias test");
+  cr_expect(fabs(o.dw.bias_z) <= 5 && fabs(cdw.bias_z) <= 5, "d_weight bias z gpu %.3g cpu %.3g: a correct candidate",
+            o.dw.bias_z, cdw.bias_z);
+  cr_expect(fabs(o.dw.e_par - cdw.e_par) <= 8 * fmax(cdw.bias_sd, o.dw.bias_sd) + 1e-12,
+            "d_weight e_par gpu %.3g cpu %.3g (sd %.3g): the same candidate up to float32 summation order", o.dw.e_par,
+            cdw.e_par, cdw.bias_sd);
   /* determinism: a second run is bit-identical */
   memset(&o2, 0, sizeof o2);
   cr_assert_eq(be->audit_linear(be, &a, &o2), QC_OK, "%s", qc_err_msg());
@@ -155,6 +165,11 @@ static void audit_vs_cpu(const qc_backend *be, int64_t M, int64_t K, int64_t N, 
     cr_expect_eq(verdict(&ob.dx, 1e-2), QC_V_FAIL, "planted d_x defect passed on the GPU (rel_l2 %.3g)", ob.dx.rel_l2);
     cr_expect_eq(verdict(&cb, 1e-2), QC_V_FAIL, "planted d_x defect passed on the CPU");
     cr_expect(fabs(ob.dx.rel_l2 - cb.rel_l2) <= 1e-12 * cb.rel_l2, "given candidate: gpu %.17g cpu %.17g", ob.dx.rel_l2, cb.rel_l2);
+    /* the bias test on the same candidate: the same sums up to summation order, the same verdict */
+    cr_expect(fabs(ob.dx.e_par - cb.e_par) <= 1e-9 * fabs(cb.e_par), "given candidate e_par: gpu %.17g cpu %.17g", ob.dx.e_par, cb.e_par);
+    cr_expect(fabs(ob.dx.bias_sd - cb.bias_sd) <= 1e-6 * cb.bias_sd, "given candidate bias sd: gpu %.17g cpu %.17g", ob.dx.bias_sd, cb.bias_sd);
+    cr_expect(fabs(ob.dx.noise_floor - cb.noise_floor) <= 1e-9 * cb.noise_floor, "noise floor: gpu %.17g cpu %.17g", ob.dx.noise_floor, cb.noise_floor);
+    cr_expect(fabs(ob.dx.bias_z) > 5 && fabs(cb.bias_z) > 5, "a 5%% scale fails the bias test: gpu z %.3g cpu z %.3g", ob.dx.bias_z, cb.bias_z);
     cr_expect_eq(ob.dx.worst, cb.worst);
     qc_tensor_free(&bad);
   }

@@ -174,3 +174,29 @@ Test(fast_path, vjps_leave_out_what_ctx_skip_names) {
   cr_expect(qc_ctx_wants(&ctx, "weight"), "a name is matched whole, not as a substring");
   qc_module_free(&m);
 }
+
+/* A check the fast path failed is diagnosed from the general path's
+ * candidate and reference: a dump d_x doubled is named a factor 2; the
+ * checks that passed carry no diagnosis; no check is added. */
+Test(fast_path, a_failed_fast_check_is_diagnosed_on_the_general_path) {
+  qc_module m;
+  qc_results res = {0};
+  make(&m, NULL);
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
+  m.cand = calloc(1, sizeof *m.cand);
+  cr_assert_eq(m.cls->production(&ctx, &m, &m.grad_out.t[0], &m.cand[0]), QC_OK);
+  qc_tensor *dx = qc_tset_get_mut(&m.cand[0], "d_x");
+  for (int64_t i = 0; i < qc_numel(dx); i++) {
+    uint16_t *p = (uint16_t *)dx->data + i;
+    *p = (uint16_t)(*p + (*p & 0x7f80 ? 0x80 : 0)); /* x 2: one more in the exponent */
+  }
+  g_calls = 0;
+  cr_assert_eq(audit(&m, QC_CAND_DUMP, &res), QC_OK, "%s", qc_err_msg());
+  cr_expect_eq(g_calls, 1);
+  cr_assert_eq(res.n, 3, "diagnosis adds no check");
+  cr_expect_eq(res.v[0].verdict, QC_V_FAIL);
+  cr_expect(strstr(res.v[0].diagnosis, "k = 2.0") != NULL, "d_x diagnosis: %s", res.v[0].diagnosis);
+  cr_expect(!res.v[1].diagnosis[0] && !res.v[2].diagnosis[0], "passing checks carry no diagnosis");
+  qc_results_free(&res);
+  qc_module_free(&m);
+}

@@ -39,6 +39,33 @@ float cu_ev_ms(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
+/* The bias test of bf16 candidate g against r ([rows, cols] device
+ * buffers) into m (its other metrics filled): the row and column sums on
+ * the device, combined on the host in a fixed order (qc_bias_sums). */
+static int cu_bias(cu *c, const uint16_t *g, const double *r, int64_t rows, int64_t cols, qc_metrics *m) {
+  int rc = QC_OK, usec = qc_bias_use_cols(rows, cols);
+  int chunks = usec ? (int)(rows < 64 ? rows : 64) : 0;
+  while (chunks > 1 && (int64_t)chunks * cols > ((int64_t)1 << 23)) chunks /= 2;
+  size_t nr = (size_t)rows * 7, np = (size_t)chunks * (size_t)cols * 2;
+  double *d = NULL, *h = (double *)malloc((nr + np + 1) * sizeof *h);
+  qc_bias_sums s;
+  memset(&s, 0, sizeof s);
+  s.rows = rows;
+  s.cols = cols;
+  if (!h) return qc_err_sys("out of memory for the bias test's sums");
+  if ((rc = cu_dalloc(c, (nr + np + 1) * sizeof *d, "bias sums", (void **)&d))) goto done;
+  CK((cudaError_t)qk_bias_rows(g, r, rows, cols, d, c->st), "bias row sums");
+  if (chunks) CK((cudaError_t)qk_bias_cols(g, r, rows, cols, chunks, d + nr, c->st), "bias column sums");
+  CK(cudaMemcpyAsync(h, d, (nr + np) * sizeof *h, cudaMemcpyDeviceToHost, c->st), "download bias sums");
+  CK(cudaStreamSynchronize(c->st), "bias sums");
+  qc_bias_sums_from_parts(&s, h, chunks ? h + nr : NULL, chunks);
+  qc_bias_finish(&s, m);
+done:
+  cudaFree(d);
+  free(h);
+  return rc;
+}
+
 /* backend.h audit_linear: the whole in-memory linear audit on device
  * buffers, one stream, one sync at the end (stage times from events). */
 int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_audit_out *o) {
@@ -121,6 +148,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
     cu_metrics_fill(&s[0], &o->dx);
     cu_metrics_fill(&s[1], &o->dw);
   }
+  if ((rc = cu_bias(c, gx, rx, M, K, &o->dx)) || (rc = cu_bias(c, gw, rw, N, K, &o->dw))) goto done;
   o->ms_quant = cu_ev_ms(c->ev[0], c->ev[1]);
   o->ms_cand = cu_ev_ms(c->ev[1], c->ev[2]);
   o->ms_ref = cu_ev_ms(c->ev[2], c->ev[3]);

@@ -16,6 +16,7 @@ void cu_metrics_fill(const qk_msum *s, qc_metrics *m) {
   m->max_abs = s->mx < 0 ? 0 : s->mx;
   m->worst = s->idx;
   m->noise_multiple = NAN;
+  m->e_par = m->bias_sd = m->bias_allow = m->bias_z_raw = m->bias_z = NAN; /* qc_bias_finish fills them */
   qc_metrics_finish(s->sg, s->sr, s->sd, s->dt, m);
   m->noise_floor = sqrt(s->snf) / fmax(m->norm_r, QC_EPS_NORM);
 }

@@ -1,0 +1,202 @@
+/* diagnose.c: see diagnose.h. The driver: which hypotheses apply (the
+ * class's generic names and its own), the predictions from another VJP run
+ * (a rounded dY, the class's module variants), and the summary; the
+ * predictions from the reference alone are in diagnose_ref.c. No class is
+ * named here. */
+#include "engine/diagnose.h"
+#include "engine/diagnose_priv.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/qc.h"
+#include "numerics/decode.h"
+#include "numerics/formats.h"
+#include "numerics/metrics.h"
+
+/* 1 when w is a word of list (space- or slash-separated). */
+static int has_word(const char *list, const char *w) {
+  size_t n = strlen(w);
+  for (const char *p = list ? strstr(list, w) : NULL; p; p = strstr(p + 1, w))
+    if ((p == list || p[-1] == ' ' || p[-1] == '/') && (p[n] == 0 || p[n] == ' ' || p[n] == '/')) return 1;
+  return 0;
+}
+
+/* ---- predictions from another VJP run ----------------------------------- */
+
+/* Run fn on module mm with dY dyv, keeping only d->k->tensor, into d->p.
+ * QC_NA when it gives no such tensor of the reference's size. */
+static int run_for(dg *d, qc_vjp_fn fn, const qc_module *mm, const qc_tensor *dyv) {
+  char skip[1024] = "/";
+  for (int i = 0; i < d->ref_names->n; i++)
+    if (strcmp(d->ref_names->t[i].name, d->k->tensor) != 0 && strlen(skip) + QC_NAMELEN + 2 < sizeof skip) {
+      strcat(skip, d->ref_names->t[i].name);
+      strcat(skip, "/");
+    }
+  qc_ctx c = *d->ctx;
+  c.skip = skip[1] ? skip : NULL;
+  qc_tset out = {0};
+  int rc = fn(&c, mm, dyv, &out);
+  const qc_tensor *t = rc ? NULL : qc_tset_get(&out, d->k->tensor);
+  if (!rc) rc = t && qc_numel(t) == d->n && qc_dtype_is_float(t->dtype) ? qc_tensor_to_f64(t, d->p) : QC_NA;
+  qc_tset_free(&out);
+  return rc;
+}
+
+/* dY rounded to a narrower type than it has (per-tensor scale for FP8). */
+static int hyp_dy_precision(dg *d) {
+  static const struct { qc_dtype dt; const char *name; double fmax; } v[] = {
+      {QC_BF16, "bfloat16", 0}, {QC_F16, "float16", 0}, {QC_E4M3, "float8_e4m3fn", 448.0}, {QC_E5M2, "float8_e5m2", 57344.0}};
+  const qc_registry_row *row = qc_registry_find(d->m->cls->name);
+  int64_t n = qc_numel(d->dy);
+  int width = d->dy->dtype == QC_F64 ? 4 : d->dy->dtype == QC_F32 ? 3 : d->dy->dtype == QC_F16 ? 2 : 1;
+  double *y = malloc((size_t)(n + 1) * sizeof *y);
+  qc_tensor rd = {0};
+  int rc = QC_OK;
+  if (!y) return qc_err_sys("out of memory diagnosing dY");
+  if (!row || qc_tensor_to_f64(d->dy, y)) goto done;
+  double amax = 0;
+  for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(y[i]));
+  for (size_t j = 0; j < sizeof v / sizeof v[0] && amax > 0; j++) {
+    int w = v[j].dt == QC_BF16 ? 1 : v[j].dt == QC_F16 ? 2 : 0;
+    if (w && w >= width) continue;       /* not narrower than dY itself */
+    if (w == 2 && d->dy->dtype == QC_BF16) continue;
+    if ((rc = qc_tensor_alloc(&rd, d->dy->name, QC_F32, d->dy->ndim, d->dy->shape))) goto done;
+    float *f = rd.data;
+    double s = v[j].fmax > 0 ? amax / v[j].fmax : 1;
+    for (int64_t i = 0; i < n; i++) {
+      float x = (float)(y[i] / s);
+      f[i] = v[j].dt == QC_E4M3 ? qc_e4m3_to_f32(qc_f32_to_e4m3(x)) : v[j].dt == QC_E5M2 ? qc_e5m2_to_f32(qc_f32_to_e5m2(x))
+                                                                     : (float)qc_round_to(x, v[j].dt);
+      f[i] = (float)(f[i] * s);
+    }
+    int r2 = run_for(d, row->reference, d->m, &rd);
+    qc_tensor_free(&rd);
+    if (r2) { qc_err_clear(); continue; }
+    char says[256];
+    snprintf(says, sizeof says, "dY rounded to %s%s before the backward: the candidate saw another dY than the reference (a "
+             "false difference if production really receives it: compare with the same dY)", v[j].name,
+             v[j].fmax > 0 ? " (per-tensor scale)" : "");
+    qc_dg_judge(d, "dy_precision", says, d->level);
+  }
+done:
+  free(y);
+  return rc;
+}
+
+/* The class's own hypotheses for this gradient. */
+static void hyp_class(dg *d) {
+  const qc_registry_row *row = qc_registry_find(d->m->cls->name);
+  char w[QC_NAMELEN + 2];
+  snprintf(w, sizeof w, "/%s/", d->k->tensor);
+  for (const qc_hypothesis *h = d->m->cls->hyps; row && h && h->name; h++) {
+    if (!strstr(h->grads, w)) continue;
+    char detail[160] = "", says[256];
+    int rc = QC_NA;
+    double lv = d->level;
+    if (h->alter) {
+      qc_module alt = *d->m;
+      rc = h->alter(d->m, &alt, detail, sizeof detail);
+      if (!rc) rc = run_for(d, h->via_production ? d->m->cls->production : row->reference, &alt, d->dy);
+      qc_module_variant_free(&alt, d->m);
+      if (h->via_production) lv *= 2; /* two computations that each carry the noise */
+    } else if (h->predict) {
+      qc_tensor pt = {0};
+      rc = h->predict(d->ctx, d->m, d->dy, d->k->tensor, d->cand, &pt, detail, sizeof detail);
+      if (!rc) rc = qc_numel(&pt) == d->n ? qc_tensor_to_f64(&pt, d->p) : QC_NA;
+      qc_tensor_free(&pt);
+      lv *= 2; /* a production-style prediction may carry the noise too */
+    }
+    if (rc) { qc_err_clear(); continue; }
+    snprintf(says, sizeof says, "%s%s%s", h->says, detail[0] ? "; " : "", detail);
+    qc_dg_judge(d, h->name, says, lv);
+    if (h->fitted) d->fitted[d->k->nhyp - 1] = 1;
+  }
+}
+
+/* ---- the summary -------------------------------------------------------- */
+
+static void summarize(dg *d) {
+  qc_check *k = d->k;
+  size_t o = 0;
+  char *s = k->diagnosis;
+  size_t n = sizeof k->diagnosis;
+  int nc = 0;
+  for (int pass = 0; pass < 3; pass++) /* the closest specific one, the other specific ones, the fitted ones */
+    for (int i = 0; i < k->nhyp; i++) {
+      struct qc_hyp_result *h = &k->hyp[i];
+      if (!h->consistent) continue;
+      int best = !d->fitted[i];
+      for (int j = 0; j < k->nhyp; j++)
+        if (j != i && k->hyp[j].consistent && !d->fitted[j] && k->hyp[j].rel_l2 < h->rel_l2) best = 0;
+      if (pass != (d->fitted[i] ? 2 : best ? 0 : 1) || (pass == 2 && nc)) continue; /* fitted: only when nothing specific holds */
+      const char *lead = nc ? "; also: " : strcmp(h->name, "nonfinite") == 0 ? "traced: " : "consistent with: ";
+      nc++;
+      if (o < n) o += (size_t)snprintf(s + o, n - o, "%s%s", lead, h->says);
+      if (o < n && !isnan(h->rel_l2))
+        o += (size_t)snprintf(s + o, n - o, " (rel_l2 to that prediction %.2g, %s)", h->rel_l2,
+                              h->rel_l2 <= 1.5 * d->floor ? "at the noise floor" : "within the noise level");
+    }
+  if (!nc) {
+    o = (size_t)snprintf(s, n, "no known signature (tested:");
+    for (int i = 0; i < k->nhyp && o < n; i++) {
+      int dup = 0;
+      for (int j = 0; j < i; j++) dup |= strcmp(k->hyp[j].name, k->hyp[i].name) == 0;
+      if (!dup) o += (size_t)snprintf(s + o, n - o, " %s", k->hyp[i].name);
+    }
+    if (o < n) snprintf(s + o, n - o, "%s)", k->nhyp ? "" : " nothing applied");
+  }
+}
+
+int qc_diagnose(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const qc_tensor *g, const qc_tensor *r,
+                const qc_tset *ref_names, const char *frozen, qc_check *k) {
+  const char *gen = m->cls->hypotheses;
+  k->nhyp = 0;
+  if (!g) {
+    snprintf(k->diagnosis, sizeof k->diagnosis, "the candidate has no %s: a gradient never produced (a missing term%s)",
+             k->tensor, strncmp(k->tensor, "d_", 2) == 0 && qc_tset_get(&m->params, k->tensor + 2) ? ": its parameter's gradient "
+             "was not emitted" : "");
+    return QC_OK;
+  }
+  if (!qc_dtype_is_float(g->dtype) || g->dtype == QC_E2M1X2 || qc_numel(g) != qc_numel(r) || qc_numel(r) == 0) {
+    if (qc_numel(g) == qc_numel(r) && g->ndim == 2 && r->ndim == 2 && g->shape[0] == r->shape[1] && g->shape[1] == r->shape[0])
+      snprintf(k->diagnosis, sizeof k->diagnosis, "the candidate's shape is the reference's transposed: a transposed gradient");
+    else
+      snprintf(k->diagnosis, sizeof k->diagnosis, "no known signature");
+    return QC_OK;
+  }
+  dg d = {.ctx = ctx, .m = m, .dy = dy, .r = r, .cand = g, .ref_names = ref_names, .k = k};
+  d.n = qc_numel(r);
+  d.C = r->ndim ? r->shape[r->ndim - 1] : 1;
+  d.R = d.n / (d.C ? d.C : 1);
+  d.g = malloc((size_t)d.n * sizeof *d.g);
+  d.p = malloc((size_t)d.n * sizeof *d.p);
+  d.rd = (double *)r->data;
+  int rc = QC_OK;
+  if (!d.g || !d.p) { rc = qc_err_sys("out of memory diagnosing %s", k->tensor); goto done; }
+  if ((rc = qc_tensor_to_f64(g, d.g))) goto done;
+  qc_dtype jd = QC_F32;
+  if (qc_dtype_from_name(k->judged_dtype, &jd)) jd = g->dtype;
+  double u = jd == QC_BF16 ? 0x1p-8 : jd == QC_F16 ? 0x1p-11 : jd == QC_F32 ? 0x1p-24 : 0x1p-53;
+  d.floor = fmax(isnan(k->m.noise_floor) ? 0 : k->m.noise_floor, 0.1 * u / sqrt(3.0));
+  d.level = k->level > 0 ? k->level : (k->tol.has_rel_l2 ? k->tol.rel_l2 : 3 * d.floor);
+  d.e0 = k->m.rel_l2;
+  if (k->m.nonfinite) {
+    if (has_word(gen, "nonfinite")) qc_dg_nonfinite(&d);
+  } else {
+    if (has_word(gen, "zero")) qc_dg_zero(&d, frozen);
+    if (has_word(gen, "factor") || has_word(gen, "sign")) qc_dg_factor(&d, has_word(gen, "factor"), has_word(gen, "sign"));
+    if (has_word(gen, "transpose")) qc_dg_transpose(&d);
+    if (has_word(gen, "rows") && (rc = qc_dg_rows(&d))) goto done;
+    if (has_word(gen, "slice")) qc_dg_slice(&d);
+    hyp_class(&d);
+    if (has_word(gen, "dy_precision") && (rc = hyp_dy_precision(&d))) goto done;
+  }
+  summarize(&d);
+done:
+  free(d.g);
+  free(d.p);
+  return rc;
+}

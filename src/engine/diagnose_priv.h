@@ -1,0 +1,45 @@
+/* diagnose_priv.h: the diagnosis's working state and its predictions from
+ * the reference alone (diagnose_ref.c), shared by diagnose.c. Engine-private. */
+#ifndef QC_DIAGNOSE_PRIV_H
+#define QC_DIAGNOSE_PRIV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/check.h"
+#include "model/module.h"
+
+/* One diagnosis in progress: the candidate and reference as float64, their
+ * view as [R, C] rows, and the noise level a prediction must reach. */
+typedef struct dg {
+  const qc_ctx *ctx;
+  const qc_module *m;
+  const qc_tensor *dy, *r, *cand;
+  const qc_tset *ref_names;
+  qc_check *k;
+  double *g, *rd, *p;   /* candidate, reference, scratch prediction [n] */
+  int64_t n, R, C;
+  double e0;            /* rel_l2 of the candidate to the reference */
+  double level, floor;  /* noise level of a correct candidate; the effective noise floor */
+  char fitted[16];      /* per recorded hypothesis: fitted to the candidate (reported last) */
+} dg;
+
+/* ||a - b|| / max(||b||, eps) over n values. */
+double qc_dg_rel(const double *a, const double *b, int64_t n);
+/* Record hypothesis `name` tested with prediction error e (NAN: none) at
+ * level lv; consistent when closer than the reference, within the level,
+ * and (distinct) told apart from the reference. */
+void qc_dg_record(dg *d, const char *name, const char *says, double e, double lv, int distinct);
+/* Record the prediction in d->p: its error, distinct when it differs from
+ * the reference by more than the level. */
+void qc_dg_judge(dg *d, const char *name, const char *says, double lv);
+
+/* The predictions from the reference alone (each records what it tested). */
+void qc_dg_factor(dg *d, int want_factor, int want_sign); /* a constant factor, a sign flip */
+void qc_dg_transpose(dg *d);                               /* the last two (equal) dimensions swapped */
+int qc_dg_rows(dg *d);                                     /* rows shifted or permuted (QC_ESYS: memory) */
+void qc_dg_zero(dg *d, const char *frozen);                /* a zero candidate */
+void qc_dg_slice(dg *d);                                   /* zero slices: a missing term */
+void qc_dg_nonfinite(dg *d);                               /* the first non-finite value, traced */
+
+#endif
