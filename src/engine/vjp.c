@@ -161,12 +161,15 @@ static int in_list(const char *list, const char *name) {
   return 0;
 }
 
-/* Every tolerance of the case names a gradient one of the run's classes
- * can return (a typo such as d_X is refused by name before any work). */
+/* Every tolerance of the case names a gradient some class can return (a
+ * typo such as d_X is refused by name before any work; a case shared by
+ * several dumps may hold tolerances for classes this run does not select). */
 static int check_tol_names(const qc_case *cs, const qc_class *const *cls, int ncls) {
+  int nrow;
+  const qc_registry_row *rows = qc_registry_rows(&nrow);
   for (int t = 0; t < cs->ntol; t++) {
     int known = 0;
-    for (int i = 0; i < ncls && !known; i++) known = in_list(cls[i]->grads, cs->tol[t].tensor);
+    for (int i = 0; i < nrow && !known; i++) known = in_list(rows[i].cls->grads, cs->tol[t].tensor);
     if (known) continue;
     char names[256] = "", grads[512] = "";
     for (int i = 0; i < ncls; i++) {
