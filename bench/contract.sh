@@ -121,9 +121,10 @@ print("cores %s, file %.2f GB, %d rows" % (ncpu, size / 1e9, len(r["rows"])))
 print("BLAS dgemm rate at the sweep's shape: %.1f GFLOP/s (best of before %s / after %s)" % (
     rate, sys.argv[4].split()[1], sys.argv[8].split()[1]))
 print("sweep total        %8.2f s   (generate %.2f; read %.2f summed over %d reader(s), waited for %.2f; "
-      "quantize %.2f, gemm %.2f, metrics %.2f, device sync %.2f: time in those calls)" % (
+      "quantize %.2f, gemm %.2f, metrics %.2f: time in those calls; queueing %.2f, device sync %.2f; "
+      "%d unit(s) in flight)" % (
     tm["total"], tm["generate"], tm["read"], max(tm["units_ahead"], 1), tm["wait_read"], tm["quantize"], tm["gemm"],
-    tm["metrics"], tm["sync"]))
+    tm["metrics"], tm.get("queue", float("nan")), tm["sync"], tm.get("units_in_flight", 1)))
 print("GEMMs at BLAS rate %8.2f s   (%.1f GFLOP)" % (gemm_need, tm["gemm_flops"] * 1e-9))
 print("file read (cat)    %8.2f s" % t_cat)
 print("ratio sweep / max(GEMMs, read) = %.2f  (target <= 1.3: %s)" % (ratio, "met" if ratio <= 1.3 else "NOT met"))

@@ -67,9 +67,20 @@ typedef struct qc_backend {
                       const double *A, int64_t lda, const double *B, int64_t ldb, double *C, int64_t ldc);
   /* metrics of g against r (buffers, float64); *out is filled by sync. */
   int (*metrics_buf)(const struct qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out);
-  /* Wait for every queued op; fill the pending metrics. */
+  /* Wait for every queued op; fill the pending metrics (fenced ones too). */
   int (*sync)(const struct qc_backend *be);
+  /* Fences, k in [0, QC_FENCES): fence marks the end of the ops queued so
+   * far and takes over the metrics pending until then; wait_fence(k) waits
+   * for those ops only and fills those metrics (nothing to do when a sync
+   * came between). Ops queued after a fence may run while the host waits
+   * on it, so a caller can queue unit u+1 before it reads unit u's results;
+   * the metrics' destinations must stay where they are until then. A fence
+   * is waited for before it is set again. Synchronous backends: no-ops. */
+  int (*fence)(const struct qc_backend *be, int k);
+  int (*wait_fence)(const struct qc_backend *be, int k);
 } qc_backend;
+
+#define QC_FENCES 2
 
 /* The in-memory audit of a linear layer's d_x and d_weight on one backend:
  *   W_ref = dequant(quant(W)) under weight_format (W itself for "none")

@@ -110,11 +110,17 @@ static int cpu_metrics_buf(const qc_backend *be, const double *g, const double *
 
 static int cpu_sync(const qc_backend *be) { (void)be; return QC_OK; }
 
+/* Every op is done when it returns: a fence has nothing to wait for. */
+static int cpu_fence(const qc_backend *be, int k) {
+  (void)be;
+  return k < 0 || k >= QC_FENCES ? qc_err_sys("cpu: fence %d out of range 0 to %d", k, QC_FENCES - 1) : QC_OK;
+}
+
 static const qc_backend g_cpu = {
     .name = "cpu", .gemm_f64 = cpu_gemm_f64, .gemm_bf16 = cpu_gemm_bf16, .metrics = cpu_metrics, .priv = NULL,
     .buf_alloc = cpu_alloc, .buf_free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
     .host_alloc = cpu_alloc, .host_free = cpu_free,
     .host_memory = 1, .to_f64 = cpu_to_f64, .fake_quant_f64 = cpu_fake_quant_f64, .gemm_f64_buf = cpu_gemm_f64,
-    .metrics_buf = cpu_metrics_buf, .sync = cpu_sync};
+    .metrics_buf = cpu_metrics_buf, .sync = cpu_sync, .fence = cpu_fence, .wait_fence = cpu_fence};
 
 const qc_backend *qc_backend_cpu(void) { return &g_cpu; }

@@ -212,8 +212,9 @@ int qc_cmd_contract(int argc, char **argv) {
   if (qc_verbose)
     fprintf(stderr,
             "contract: %.3f s total: generate %.3f, read %.3f (waited %.3f), quantize %.3f, gemm %.3f (%.3g GFLOP), "
-            "metrics %.3f, sync %.3f\n",
-            s.t_total, s.t_gen, s.t_read, s.t_wait, s.t_quant, s.t_gemm, s.gemm_flops * 1e-9, s.t_metrics, s.t_sync);
+            "metrics %.3f (queueing %.3f), sync %.3f; %d unit(s) in flight\n",
+            s.t_total, s.t_gen, s.t_read, s.t_wait, s.t_quant, s.t_gemm, s.gemm_flops * 1e-9, s.t_metrics, s.t_queue,
+            s.t_sync, s.in_flight);
   rc = ri.fails ? QC_FAIL : QC_OK;
 done:
   qc_report_out_free(&out);

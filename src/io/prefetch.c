@@ -60,6 +60,16 @@ static void join(qc_pf_slot *s) {
   s->started = 0;
 }
 
+/* With ahead > 0: start the next item when its slot is free and fewer than
+ * `ahead` fetches run (items launched but not yet waited for). Called after
+ * every wait and release, so the caller may hold the previous item past the
+ * wait for the current one. */
+static void launch_next(qc_prefetch *p) {
+  if (!p->ahead || p->launched >= p->n || p->launched - p->waited >= p->ahead) return;
+  if (p->s[p->launched % p->nslot].item >= 0) return; /* its slot still holds an item the caller has */
+  launch(p, p->launched);
+}
+
 int qc_prefetch_start(qc_prefetch *p, int n, int ahead, qc_fetch_fn fetch, void *arg) {
   memset(p, 0, sizeof *p);
   if (ahead > n - 1) ahead = n > 1 ? n - 1 : 0;
@@ -95,12 +105,8 @@ int qc_prefetch_wait(qc_prefetch *p, int i, int *slot) {
     }
     return s->rc;
   }
-  /* the slot of item i-1 was released: item i + ahead goes there */
-  if (p->ahead && p->launched < p->n) {
-    qc_pf_slot *free_slot = &p->s[p->launched % p->nslot];
-    if (free_slot->item >= 0) return qc_err_sys("read-ahead: item %d still holds the slot of item %d", free_slot->item, p->launched);
-    launch(p, p->launched);
-  }
+  p->waited = i + 1;
+  launch_next(p); /* the slot of item i-1 is free unless the caller still holds it */
   return QC_OK;
 }
 
@@ -108,6 +114,7 @@ int qc_prefetch_release(qc_prefetch *p, int i) {
   qc_pf_slot *s = &p->s[i % p->nslot];
   s->item = -1;
   if (!p->ahead && p->launched < p->n) launch(p, p->launched); /* one item in memory: read the next now */
+  else launch_next(p);
   return QC_OK;
 }
 

@@ -44,6 +44,7 @@ typedef struct qc_prefetch {
   int ahead;          /* fetches in flight beside the current item */
   int nslot;          /* ahead + 1 */
   int launched;       /* items started so far */
+  int waited;         /* items handed out by wait so far */
   qc_pf_slot *s;      /* [nslot] */
 } qc_prefetch;
 
@@ -52,13 +53,17 @@ typedef struct qc_prefetch {
  * [0, n - 1]. */
 int qc_prefetch_start(qc_prefetch *p, int n, int ahead, qc_fetch_fn fetch, void *arg);
 /* Wait for item i (the items in order, each once) and give its slot; start
- * item i + ahead in the slot released before. A failed fetch returns its
- * status with its message and hint as the current error, after every other
- * worker has finished. */
+ * item i + ahead in the slot released before. The caller may also keep item
+ * i-1 until after this wait (a pipeline finishing item i-1 while item i is
+ * under way; needs ahead >= 1): then item i + ahead starts when i-1 is
+ * released, and at most ahead - 1 fetches run meanwhile. A failed fetch
+ * returns its status with its message and hint as the current error, after
+ * every other worker has finished. */
 int qc_prefetch_wait(qc_prefetch *p, int i, int *slot);
 /* The caller is done with item i: its slot may take another item (with
  * ahead = 0 the next item is fetched now, in this thread; its status comes
- * back from qc_prefetch_wait). */
+ * back from qc_prefetch_wait; with ahead > 0 the next item starts here when
+ * it was waiting for this slot). */
 int qc_prefetch_release(qc_prefetch *p, int i);
 /* Join every worker still running; frees the slot table. Safe after any
  * return of the others, and twice. */

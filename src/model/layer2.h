@@ -66,11 +66,13 @@ typedef struct qc_sweep {
   int modules, expert_groups, units;   /* linear groups, of which routed-expert groups; units = rows' modules */
   int dy_generated, x_generated;       /* any generated dY / X */
   int ahead;                           /* units prepared ahead on worker threads (0: one unit in memory) */
+  int in_flight;                       /* units on the backend at once: 2 when a device runs one while the next is queued */
   /* seconds: generating dY/X; reading units (summed over the readers);
    * waiting for a unit to be read; in the quantizer, GEMM and metrics calls
-   * (the work itself on the CPU, queueing it on a device); waiting for the
-   * device at the end of each unit; the whole sweep */
-  double t_gen, t_read, t_wait, t_quant, t_gemm, t_metrics, t_sync, t_total;
+   * (the work itself on the CPU, queueing it on a device); the main thread
+   * queueing units (those calls and the host's work between them); waiting
+   * for the backend to finish each unit; the whole sweep */
+  double t_gen, t_read, t_wait, t_quant, t_gemm, t_metrics, t_queue, t_sync, t_total;
   double gemm_flops;                   /* 2 M N K summed over the GEMMs done */
 } qc_sweep;
 

@@ -125,9 +125,11 @@ static int render_json(qc_sbuf *out, const qc_contract_info *ri, const qc_sweep 
   cJSON_AddNumberToObject(tm, "quantize", s->t_quant);
   cJSON_AddNumberToObject(tm, "gemm", s->t_gemm);
   cJSON_AddNumberToObject(tm, "metrics", s->t_metrics);
+  cJSON_AddNumberToObject(tm, "queue", s->t_queue);
   cJSON_AddNumberToObject(tm, "sync", s->t_sync);
   cJSON_AddNumberToObject(tm, "gemm_flops", s->gemm_flops);
   cJSON_AddNumberToObject(tm, "units_ahead", s->ahead);
+  cJSON_AddNumberToObject(tm, "units_in_flight", s->in_flight);
   cJSON *rows = cJSON_AddArrayToObject(root, "rows");
   for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(rows, row_json(&s->rows[i]));
   cJSON *cls = cJSON_AddArrayToObject(root, "classes");

@@ -2,8 +2,13 @@
  * plan.h): worker threads read units u+1 .. u+ahead (weight, dYs, X as
  * stored, each checked finite) into pinned host slots through the
  * read-ahead (io/prefetch.h) while the main thread runs unit u: upload,
- * widen, quantize, GEMMs and metrics queued in order, one sync per unit. */
+ * widen, quantize, GEMMs and metrics queued in order, then waited for; on a
+ * device the host queues unit u+1 while the device still runs unit u.
+ * Over 500 lines: the read-ahead's slots, the backend's work buffers and
+ * the loop that hands slots from one to the other share the unit's types
+ * and lifetimes, which read best in one place. */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -32,8 +37,9 @@ static int push_row(qc_sweep *s, qc_crow **out) {
 }
 
 /* Add a row comparing buffer g with r (rows x cols) through the backend's
- * queued metrics; its verdict is given after sync (judge_rows). The rows
- * array does not move meanwhile (reserve_rows). */
+ * queued metrics; its verdict is given after its unit's work is done
+ * (judge_rows). The rows array does not move meanwhile (reserved for the
+ * whole sweep before the first unit). */
 static int add_row(qc_sweep *s, const qc_backend *be, const sw_plan *pl, const char *module, const char *tensor,
                    const char *wf, const char *af, const char *dy, int64_t rows, int64_t cols, const double *g,
                    const double *r) {
@@ -56,8 +62,8 @@ static int add_row(qc_sweep *s, const qc_backend *be, const sw_plan *pl, const c
   return rc;
 }
 
-/* Verdicts of rows [from, s->n) against the thresholds. */
-static void judge_rows(qc_sweep *s, const qc_sweep_opts *o, int from) {
+/* Verdicts of rows [from, to) against the thresholds. */
+static void judge_rows(qc_sweep *s, const qc_sweep_opts *o, int from, int to) {
   qc_tol tol;
   memset(&tol, 0, sizeof tol);
   tol.has_cosine_min = o->has_cos_min;
@@ -65,7 +71,7 @@ static void judge_rows(qc_sweep *s, const qc_sweep_opts *o, int from) {
   tol.has_norm_ratio = o->has_norm;
   tol.norm_lo = o->norm_lo;
   tol.norm_hi = o->norm_hi;
-  for (int i = from; i < s->n; i++) {
+  for (int i = from; i < to; i++) {
     qc_crow *w = &s->rows[i];
     w->fail = qc_judge(&w->m, &tol, w->why, sizeof w->why) != QC_V_PASS;
   }
@@ -97,7 +103,8 @@ static int gemm(qc_sweep *s, const qc_backend *be, qc_op ta, int64_t m, int64_t 
  * Worker threads read units u+1 .. u+ahead (weight, dYs, X as stored, each
  * checked finite) into pinned host slots while the main thread runs unit u
  * on the backend: upload, widen, quantize, GEMMs and metrics queued in
- * order, one sync per unit. Located tensors (a contiguous HDF5 dataset, any
+ * order, then waited for (run_units: on a device unit u+1 is queued before
+ * unit u is waited for). Located tensors (a contiguous HDF5 dataset, any
  * safetensors tensor) are read without a library call, so the workers read
  * in parallel; others (chunked or filtered HDF5) through the source's
  * read_into under a lock. */
@@ -214,7 +221,11 @@ static int prepare(slot *sl) {
   return rc;
 }
 
-/* The backend's buffers for one unit. */
+/* The backend's buffers for one unit. One set serves the pipelined units
+ * too: the backend runs its ops in the order they were queued (one
+ * stream), so unit u+1's ops overwrite these buffers only after unit u's
+ * ops are done with them; what the host reads (metrics) goes out through
+ * the fence, and the slots' host memory stays held until its unit's fence. */
 typedef struct work {
   void *wraw, *yraw, *xraw;    /* uploads of the slot (NULL on a host-memory backend) */
   double *w64, *wq64;          /* [N, K] master and a dequantized weight */
@@ -265,8 +276,10 @@ static int stage(const qc_backend *be, void *dev, const void *host, size_t bytes
   return be->upload(be, dev, host, bytes);
 }
 
-/* Unit of slot sl on the backend: the GEMMs and one row per (dY, format). */
-static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl, work *w, const sw_gens *G, qc_sweep *s) {
+/* Queue the unit of slot sl on the backend: the GEMMs and one row per (dY,
+ * format), rows appended to s with metrics pending (finish_unit judges
+ * them). On the CPU the work is done when this returns. */
+static int queue_unit(const qc_backend *be, const qc_sweep_opts *o, const slot *sl, work *w, const sw_gens *G, qc_sweep *s) {
   const sw_plan *g = sl->g;
   const sizes *z = sl->z;
   const int64_t N = g->N, K = g->K;
@@ -274,7 +287,7 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
   const void *wsrc, *ysrc = NULL, *xsrc = NULL;
   const double **y64 = w->y64p;
   char what[QC_PATHLEN + 64];
-  int rc, first = s->n;
+  int rc;
   double t0;
   if ((rc = reserve_rows(s, g->ndy * (o->nw + o->na)))) return rc;
   /* the weight, widened; each dY widened (or the shared generated one) */
@@ -334,12 +347,21 @@ static int compute(const qc_backend *be, const qc_sweep_opts *o, const slot *sl,
         return rc;
     }
   }
-  t0 = qc_now_s();
-  rc = be->sync(be);
+  return QC_OK;
+}
+
+/* Unit u (slot sl, rows [from, to)) finished: wait for its work (its fence
+ * when pipelined, else everything queued), judge its rows, release its slot
+ * (the uploads from it are done). */
+static int finish_unit(const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s, int pipelined, int u, const slot *sl,
+                       int from, int to, qc_prefetch *pf, qc_progress *pg) {
+  double t0 = qc_now_s();
+  int rc = pipelined ? be->wait_fence(be, u % QC_FENCES) : be->sync(be);
   s->t_sync += qc_now_s() - t0;
   if (rc) return rc;
-  judge_rows(s, o, first);
-  return QC_OK;
+  judge_rows(s, o, from, to);
+  qc_progress_step(pg, u + 1, sl->module);
+  return qc_prefetch_release(pf, u);
 }
 
 /* Point slot sl at unit u (group and expert) of the plans. */
@@ -400,11 +422,19 @@ static int fetch_unit(void *arg, int u, int k) {
   return rc ? rc : prepare(sl);
 }
 
-/* Run every unit: units u+1 .. u+ahead are read while unit u computes. */
+/* Run every unit: units u+1 .. u+ahead are read while unit u computes.
+ * Pipelined (a device backend with fences, 2 or more units read ahead):
+ * unit u is queued and fenced, then unit u-1 is waited for, judged and its
+ * slot released, so the device goes from unit u-1 to unit u without waiting
+ * for the host. Unit u-1's slot is held past the wait for unit u, which the
+ * read-ahead serves with ahead >= 1 (its next read starts at the release);
+ * ahead 1 would serialize that read with the queueing, so 0 and 1 keep the
+ * plain order (queue, wait, judge, release). */
 int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
                      const sw_gens *G, qc_sweep *s) {
   sizes z = {1, 1, 1, 1, 1, 1, 1};
   int need_x = 0, rc = QC_OK;
+  int64_t nrows = 0;
   for (int i = 0; i < nplan; i++) {
     const sw_plan *g = &plans[i];
     if (g->N * g->K > z.nk) z.nk = g->N * g->K;
@@ -418,6 +448,7 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
       if (g->dy[j].loc.nbytes > z.yb) z.yb = g->dy[j].loc.nbytes;
     }
     if (g->need_x && g->x.loc.nbytes > z.xb) z.xb = g->x.loc.nbytes;
+    nrows += (int64_t)g->E * g->ndy * (o->nw + o->na); /* at most, per unit: each dY by each format */
   }
   /* per-dY strides in whole 256-byte lines: every dY's buffers stay aligned
    * for the device's vector loads */
@@ -435,6 +466,10 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
   qc_progress_start(&pg, "contract", "units", s->units);
   if (!o->progress) pg.on = 0;
   if (!ug || !ue) { rc = qc_err_sys("out of memory"); goto out; }
+  /* every row's place now: pending metrics point into the array, and a
+   * pipelined unit's stay pending while the next unit adds its rows */
+  if (nrows > INT_MAX - s->n) { rc = qc_err("the sweep would have %lld rows: more than %d", (long long)nrows, INT_MAX - s->n); goto out; }
+  if ((rc = reserve_rows(s, (int)nrows))) goto out;
   for (int i = 0, u = 0; i < nplan; i++)
     for (int e = 0; e < plans[i].E; e++, u++) { ug[u] = i; ue[u] = e; }
   int ahead = units_ahead(be, z.wb + (z.yb + (need_x ? z.xb : 0)) * (size_t)z.ndy);
@@ -460,24 +495,41 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
   s->ahead = ahead;
   if ((rc = work_alloc(&w, be, &z, need_x))) goto out;
   units U = {.plans = plans, .ug = ug, .ue = ue, .sl = sl};
+  const int pipelined = !be->host_memory && be->fence && be->wait_fence && ahead >= 2;
+  s->in_flight = pipelined ? 2 : 1;
+  const qc_crow *rows0 = s->rows;
+  int held = -1, held_k = 0, held_from = 0, held_to = 0; /* pipelined: the unit queued before, not yet finished */
   /* units 0 .. ahead-1 start now (unit 0 in this thread when ahead is 0) */
   if ((rc = qc_prefetch_start(&pf, s->units, ahead, fetch_unit, &U))) goto out;
   for (int u = 0; u < s->units; u++) {
-    int k;
+    int k, from = s->n;
     double t0 = qc_now_s();
-    rc = qc_prefetch_wait(&pf, u, &k); /* and unit u+ahead starts in the slot of unit u-1 */
+    rc = qc_prefetch_wait(&pf, u, &k); /* and unit u+ahead starts in a free slot */
     s->t_wait += qc_now_s() - t0;
     if (rc) goto out;
     slot *cur = &sl[k];
     s->t_read += cur->t_read;
-    if ((rc = compute(be, o, cur, &w, G, s))) goto out;
-    qc_progress_step(&pg, u + 1, cur->module);
-    if ((rc = qc_prefetch_release(&pf, u))) goto out; /* its work synced: the slot is free */
+    t0 = qc_now_s();
+    rc = queue_unit(be, o, cur, &w, G, s);
+    if (!rc && pipelined) rc = be->fence(be, u % QC_FENCES);
+    s->t_queue += qc_now_s() - t0;
+    if (rc) goto out;
+    if (s->rows != rows0) { rc = qc_err_sys("contract: the rows moved while their metrics were pending"); goto out; }
+    if (!pipelined) {
+      if ((rc = finish_unit(be, o, s, 0, u, cur, from, s->n, &pf, &pg))) goto out;
+      continue;
+    }
+    if (held >= 0 && (rc = finish_unit(be, o, s, 1, held, &sl[held_k], held_from, held_to, &pf, &pg))) goto out;
+    held = u;
+    held_k = k;
+    held_from = from;
+    held_to = s->n;
   }
+  if (held >= 0) rc = finish_unit(be, o, s, 1, held, &sl[held_k], held_from, held_to, &pf, &pg);
 out:
   qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
-  if (rc) be->sync(be); /* nothing queued may outlive the buffers */
+  if (rc) be->sync(be); /* nothing queued may outlive the buffers (nor the fenced metrics' rows) */
   for (int k = 0; sl && k < nslot; k++) slot_free(&sl[k], be);
   free(sl);
   work_free(&w, be);

@@ -1,6 +1,7 @@
 /* test_gpu_backend.c: the CUDA backend's seam ops against the CPU backend:
  * metrics (same values, deterministic), float64 and bf16 GEMMs, device
- * errors. Every test skips without a device. */
+ * errors, fences (each unit's queued metrics filled at its own fence while
+ * the next unit reuses the buffers). Every test skips without a device. */
 #include <string.h>
 
 #include "gpu_common.h"
@@ -99,5 +100,67 @@ Test(gpu_backend, gemm_bf16_matches_cpu) {
       cr_expect(rel <= 1e-6, "ta %d tb %d: rel %.3g", ta, tb, rel);
     }
   free(a); free(b); free(A); free(B); free(c1); free(c2); free(d1); free(d2);
+  qc_backend_close(be);
+}
+
+/* rel_l2 of the queued metrics m against the host's for g (on r), n doubles. */
+static void expect_metrics(const qc_metrics *m, const double *g, const double *r, int64_t n, const char *what, int i) {
+  qc_metrics c;
+  qc_metrics_compute(g, r, n, &c);
+  cr_expect(fabs(m->rel_l2 - c.rel_l2) <= 1e-12 * c.rel_l2, "%s %d: rel_l2 %.17g vs cpu %.17g", what, i, m->rel_l2, c.rel_l2);
+  cr_expect(fabs(m->norm_g - c.norm_g) <= 1e-12 * c.norm_g, "%s %d: norm_g %.17g vs cpu %.17g", what, i, m->norm_g, c.norm_g);
+}
+
+/* Two units as the contract sweep pipelines them: unit A's metrics queued
+ * and fenced, then unit B uploads other data into the same buffers and
+ * queues more metrics than the device keeps pending (a sync inside B while
+ * A's fence is out), then A's fence is waited for: A's rows hold A's
+ * values, B's rows B's. A fence set twice is refused; a sync fills a
+ * fence's metrics and its wait then has nothing to do. */
+Test(gpu_backend, fences_keep_each_units_metrics) {
+  const qc_backend *be = gpu_or_skip();
+  const int64_t n = 4099;
+  enum { NA = 5, NB = 70 };
+  double *r = gpu_randn(n, 11, 1.0), *ga = gpu_randn(n, 12, 1e-3), *gb = gpu_randn(n, 13, 1e-2);
+  for (int64_t i = 0; i < n; i++) {
+    ga[i] += r[i];
+    gb[i] += r[i];
+  }
+  void *dr = NULL, *dg = NULL;
+  qc_metrics ma[NA], mb[NB], mc;
+  memset(ma, 0, sizeof ma);
+  memset(mb, 0, sizeof mb);
+  cr_assert_eq(be->buf_alloc(be, (size_t)n * 8, "r", &dr), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->buf_alloc(be, (size_t)n * 8, "g", &dg), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->upload(be, dr, r, (size_t)n * 8), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->upload(be, dg, ga, (size_t)n * 8), QC_OK, "%s", qc_err_msg());
+  for (int i = 0; i < NA; i++) /* g and r swapped on odd rows: two different values */
+    cr_assert_eq(i % 2 ? be->metrics_buf(be, dr, dg, n, &ma[i]) : be->metrics_buf(be, dg, dr, n, &ma[i]), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->fence(be, 0), QC_OK, "%s", qc_err_msg());
+  qc_err_clear();
+  cr_expect_eq(be->fence(be, 0), QC_ESYS, "fence 0 set again before its wait");
+  qc_err_clear();
+  cr_assert_eq(be->upload(be, dg, gb, (size_t)n * 8), QC_OK, "%s", qc_err_msg());
+  for (int i = 0; i < NB; i++) cr_assert_eq(be->metrics_buf(be, dg, dr, n, &mb[i]), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->fence(be, 1), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->wait_fence(be, 0), QC_OK, "%s", qc_err_msg());
+  for (int i = 0; i < NA; i++) expect_metrics(&ma[i], i % 2 ? r : ga, i % 2 ? ga : r, n, "unit A row", i);
+  cr_assert_eq(be->wait_fence(be, 1), QC_OK, "%s", qc_err_msg());
+  for (int i = 0; i < NB; i++) expect_metrics(&mb[i], gb, r, n, "unit B row", i);
+  /* a sync drains an outstanding fence */
+  memset(&mc, 0, sizeof mc);
+  cr_assert_eq(be->metrics_buf(be, dg, dr, n, &mc), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->fence(be, 0), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(be->sync(be), QC_OK, "%s", qc_err_msg());
+  expect_metrics(&mc, gb, r, n, "synced row", 0);
+  cr_expect_eq(be->wait_fence(be, 0), QC_OK, "%s", qc_err_msg());
+  qc_err_clear();
+  cr_expect_eq(be->fence(be, QC_FENCES), QC_ESYS, "a fence out of range");
+  qc_err_clear();
+  be->buf_free(be, dr);
+  be->buf_free(be, dg);
+  free(r);
+  free(ga);
+  free(gb);
   qc_backend_close(be);
 }

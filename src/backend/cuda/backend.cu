@@ -39,6 +39,8 @@ static const qc_backend g_cuda_ops = {
     .gemm_f64_buf = cu_gemm_f64_buf,
     .metrics_buf = cu_metrics_buf,
     .sync = cu_sync,
+    .fence = cu_fence,
+    .wait_fence = cu_wait_fence,
 };
 
 extern "C" void qc_backend_cuda_close(const qc_backend *be) {
@@ -47,6 +49,10 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   cudaSetDevice(c->dev);
   for (int i = 0; i < 6; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+  for (int i = 0; i < QC_FENCES; i++) {
+    if (c->fence[i].ev) cudaEventDestroy(c->fence[i].ev);
+    if (c->fence[i].hres) cudaFreeHost(c->fence[i].hres);
+  }
   for (int i = 0; i < 8; i++) cu_plan_free(&c->plans[i]);
   if (c->lt) cublasLtDestroy(c->lt);
   if (c->blas) cublasDestroy(c->blas);
@@ -96,6 +102,10 @@ extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
       (rc = cu_dalloc(c, 4 * sizeof(uint32_t), "quantizer scratch", (void **)&c->qscratch)))
     goto done;
   for (int i = 0; i < 6; i++) CK(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
+  for (int i = 0; i < QC_FENCES; i++) {
+    CK(cudaEventCreateWithFlags(&c->fence[i].ev, cudaEventDisableTiming), "cudaEventCreate (fence)");
+    CK(cudaMallocHost((void **)&c->fence[i].hres, PEND * sizeof(qk_msum)), "pinned metrics results");
+  }
   c->be = g_cuda_ops;
   c->be.name = c->name;
   c->be.priv = c;

@@ -43,6 +43,14 @@ typedef struct cu {
   qk_msum *mres;            /* [2 + PEND] metrics results: 2 for the fused audit, PEND for metrics_buf */
   qc_metrics *pend[PEND];   /* metrics_buf results waiting for sync: host destinations of mres[2 + i] */
   int npend;
+  struct cu_fence {         /* backend.h fences */
+    cudaEvent_t ev;         /* recorded after the download of hres */
+    qk_msum *hres;          /* [PEND] pinned: the metrics sums pending at the fence */
+    qc_metrics *dst[PEND];  /* their host destinations */
+    int n;
+    int armed;              /* set and not yet waited for (nor drained by sync) */
+    int recorded;           /* ev was recorded (else wait on the whole stream) */
+  } fence[QC_FENCES];
   uint32_t *qscratch;       /* [4] quantizer scratch */
   cudaEvent_t ev[6];
   struct lt_plan {          /* cuBLASLt descriptors and algorithm per GEMM shape */
@@ -96,6 +104,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
 int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p);
 void cu_buf_free(const qc_backend *be, void *p);
 int cu_download(const qc_backend *be, void *dst, const void *src, size_t bytes);
+int cu_fence(const qc_backend *be, int k);
 int cu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols, qc_dtype dt, const void *src, float *scratch, double *dst, const char *what);
 int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *Cm, int64_t ldc);
 int cu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
@@ -107,6 +116,7 @@ int cu_metrics_buf(const qc_backend *be, const double *g, const double *r, int64
 int cu_quantize(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols, const float *in, qc_qout *q);
 int cu_sync(const qc_backend *be);
 int cu_to_f64(const qc_backend *be, qc_dtype dt, const void *src, int64_t n, double *dst);
+int cu_wait_fence(const qc_backend *be, int k);
 int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes);
 
 /* ---- shared between the files ---- */

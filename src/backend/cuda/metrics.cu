@@ -53,21 +53,35 @@ done:
 }
 
 
+/* Fill n queued metrics from their sums (the noise floor as qc_metrics_compute
+ * leaves it: the caller computes it for its dtype). */
+static void fill_pending(const qk_msum *s, qc_metrics *const *dst, int n) {
+  for (int i = 0; i < n; i++) {
+    cu_metrics_fill(&s[i], dst[i]);
+    dst[i]->noise_floor = NAN;
+  }
+}
+
+/* backend.h sync: the whole stream; the metrics pending since the last
+ * fence and those of every fence not yet waited for are filled. */
 int cu_sync(const qc_backend *be) {
   cu *c = C(be);
   int rc = QC_OK;
   qk_msum s[PEND];
   if (c->npend) CK(cudaMemcpyAsync(s, c->mres + 2, (size_t)c->npend * sizeof *s, cudaMemcpyDeviceToHost, c->st), "download metrics");
   CK(cudaStreamSynchronize(c->st), "queued device work");
-  for (int i = 0; i < c->npend; i++) {
-    cu_metrics_fill(&s[i], c->pend[i]);
-    c->pend[i]->noise_floor = NAN; /* as qc_metrics_compute: the caller computes it for its dtype */
-  }
+  fill_pending(s, c->pend, c->npend);
+  for (int k = 0; k < QC_FENCES; k++)
+    if (c->fence[k].armed) fill_pending(c->fence[k].hres, c->fence[k].dst, c->fence[k].n);
 done:
   c->npend = 0;
+  for (int k = 0; k < QC_FENCES; k++) c->fence[k].armed = c->fence[k].recorded = c->fence[k].n = 0;
   return rc;
 }
 
+/* backend.h metrics_buf: the fused pass queued; its sums stay in mres
+ * [2 + npend] until sync or a fence downloads them (in stream order, so the
+ * next unit's passes may reuse the slot). */
 int cu_metrics_buf(const qc_backend *be, const double *g, const double *r, int64_t n, qc_metrics *out) {
   cu *c = C(be);
   int rc = QC_OK;
@@ -75,5 +89,42 @@ int cu_metrics_buf(const qc_backend *be, const double *g, const double *r, int64
   CK((cudaError_t)qk_metrics(g, 0, r, n, c->mscratch, c->mres + 2 + c->npend, c->st), "metrics kernel");
   c->pend[c->npend++] = out;
 done:
+  return rc;
+}
+
+/* backend.h fence: the pending metrics' sums downloaded into fence k's
+ * pinned buffer behind the ops queued so far, then its event recorded. */
+int cu_fence(const qc_backend *be, int k) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  if (k < 0 || k >= QC_FENCES) return qc_err_sys("%s: fence %d out of range 0 to %d", c->name, k, QC_FENCES - 1);
+  struct cu::cu_fence *f = &c->fence[k];
+  if (f->armed) return qc_err_sys("%s: fence %d set again before it was waited for", c->name, k);
+  if (c->npend)
+    CK(cudaMemcpyAsync(f->hres, c->mres + 2, (size_t)c->npend * sizeof *f->hres, cudaMemcpyDeviceToHost, c->st),
+       "download metrics");
+  memcpy(f->dst, c->pend, (size_t)c->npend * sizeof *f->dst);
+  f->n = c->npend;
+  c->npend = 0;
+  f->armed = 1; /* from here on its results are the fence's, whatever comes next */
+  CK(cudaEventRecord(f->ev, c->st), "record a fence");
+  f->recorded = 1;
+done:
+  return rc;
+}
+
+/* backend.h wait_fence: fence k's ops done (the ops queued after it may
+ * still run); its metrics filled. */
+int cu_wait_fence(const qc_backend *be, int k) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  if (k < 0 || k >= QC_FENCES) return qc_err_sys("%s: fence %d out of range 0 to %d", c->name, k, QC_FENCES - 1);
+  struct cu::cu_fence *f = &c->fence[k];
+  if (!f->armed) return QC_OK; /* a sync came between and filled them */
+  if (f->recorded) CK(cudaEventSynchronize(f->ev), "queued device work");
+  else CK(cudaStreamSynchronize(c->st), "queued device work");
+  fill_pending(f->hres, f->dst, f->n);
+done:
+  f->armed = f->recorded = f->n = 0;
   return rc;
 }
