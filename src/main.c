@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "core/qc.h"
+#include "core/watchdog.h"
 
 int qc_cmd_vjp(int argc, char **argv);
 int qc_cmd_contract(int argc, char **argv);
@@ -38,6 +39,10 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   qc_mem_tune();
+  if (qc_watchdog_arm(QC_TIMEOUT_DEFAULT) != QC_OK) { /* --timeout re-arms it */
+    qc_err_print();
+    return 2;
+  }
   if (argc < 2) {
     usage(stderr);
     return 2;

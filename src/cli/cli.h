@@ -28,10 +28,11 @@ typedef struct qc_common_opts {
 } qc_common_opts;
 
 /* If argv[*i] is a common option (--json, --junit, --markdown, --device,
- * --profile, --quiet, --verbose; --baseline, --fail-on,
+ * --profile, --timeout, --quiet, --verbose; --baseline, --fail-on,
  * --regression-factor, which go to the run: report/run.h), consume it (and
  * its value) and return 1; 0 if not one; -1 on a missing or bad value
- * (message set). */
+ * (message set). --timeout SECONDS re-arms the run's watchdog
+ * (core/watchdog.h) at once. */
 int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o);
 /* If argv[*i] is `--name VALUE` or `--name=VALUE`, set *val, advance, return
  * 1; 0 if not; -1 when the value is missing (message set). */

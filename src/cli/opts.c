@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "core/qc.h"
+#include "core/watchdog.h"
 #include "cli/cli.h"
 #include "dist/dist.h"
 #include "report/run.h"
@@ -53,6 +54,17 @@ int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o) {
   if ((r = qc_opt_value(argc, argv, i, "--markdown", &o->markdown))) return r;
   if ((r = qc_opt_value(argc, argv, i, "--device", &o->device))) return r;
   if ((r = qc_opt_value(argc, argv, i, "--profile", &o->profile))) return r;
+  const char *t;
+  if ((r = qc_opt_value(argc, argv, i, "--timeout", &t))) { /* the watchdog restarts from here */
+    if (r < 0) return -1;
+    char *end;
+    double s = strtod(t, &end);
+    if (end == t || *end || qc_watchdog_arm(s) != QC_OK) {
+      if (!qc_err_msg()[0]) qc_err("--timeout '%s': expected a number of seconds (0: no limit)", t);
+      return -1;
+    }
+    return 1;
+  }
   /* the regression gate (report/baseline.h): kept by the run, applied when the reports are written */
   const char *v;
   if ((r = qc_opt_value(argc, argv, i, "--baseline", &v))) return r < 0 || qc_run_baseline(v) ? -1 : 1;
@@ -96,6 +108,7 @@ void qc_common_help_opts(unsigned flags) {
   if (flags & QC_HELP_CPU_ONLY) printf("  --device DEV       cpu (the default and the only one: cuda[:N] is refused)\n");
   else printf("  --device DEV       cpu (default) or cuda[:N]\n");
   if (flags & QC_HELP_PROFILE) printf("  --profile NAME     quantizer profile (default: the contract's, else vllm)\n");
+  printf("  --timeout SECONDS  stop with exit 2 after this long (default %.0f = 6 h; 0: no limit)\n", QC_TIMEOUT_DEFAULT);
   if (!(flags & QC_HELP_NO_BASELINE))
     printf("  --baseline OLD     compare every check with the report OLD.json of an earlier run;\n"
            "                     regressions are listed in every report (docs/ci.md: the rule)\n"

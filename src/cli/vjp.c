@@ -23,7 +23,10 @@ static void help(void) {
          "and an independent float64 reference on the same inputs and the same dY, and\n"
          "judges every gradient against the tolerances the case declared in advance.\n\n"
          "  --case PATH        the case file (see README: \"Case files\"); its data.dump may be a\n"
-         "                     pattern of per-rank files of a sharded run (\"step.rank*.h5\")\n\n"
+         "                     pattern of per-rank files of a sharded run (\"step.rank*.h5\")\n"
+         "  --allow-weak-tolerances\n"
+         "                     run a case whose bounds cannot see a scale error or a sign\n"
+         "                     flip, with a warning in every report (refused otherwise)\n\n"
          "Under mpirun -np N the module groups are split among the N processes; rank 0\n"
          "reports (docs/distributed.md).\n");
   qc_common_help();
@@ -51,9 +54,11 @@ static int dump_inputs(const char *dump) {
 int qc_cmd_vjp(int argc, char **argv) {
   qc_common_opts o = {0};
   const char *case_path = NULL;
+  int allow_weak = 0;
   for (int i = 1; i < argc; i++) {
     int r;
     if (qc_opt_help(argv[i])) { help(); return 0; }
+    if (strcmp(argv[i], "--allow-weak-tolerances") == 0) { allow_weak = 1; continue; }
     if ((r = qc_opt_common(argc, argv, &i, &o))) { if (r < 0) return QC_EINPUT; continue; }
     if ((r = qc_opt_value(argc, argv, &i, "--case", &case_path))) { if (r < 0) return QC_EINPUT; continue; }
     qc_err("vjp: unknown option '%s'", argv[i]);
@@ -75,7 +80,7 @@ int qc_cmd_vjp(int argc, char **argv) {
   qc_report_out out;
   int rc;
   qc_report_out_init(&out, o.json, o.junit, o.markdown);
-  if ((rc = qc_case_load(case_path, cs))) goto done;
+  if ((rc = qc_case_load(case_path, cs)) || (rc = qc_case_weak(cs, allow_weak))) goto done;
   /* the inputs, hashed for the report while the run goes on */
   if ((rc = qc_run_input("case", case_path))) goto done;
   if (cs->data == QC_DATA_DUMP && (rc = dump_inputs(cs->dump))) goto done;
@@ -90,7 +95,9 @@ int qc_cmd_vjp(int argc, char **argv) {
     rc = qc_err("case '%s': nothing was checked", case_path);
     goto done;
   }
-  qc_report_info info = {"vjp", cs->name, case_path, cs->sha256, be->name, o.profile, &mods};
+  qc_report_info info = {.verb = "vjp", .case_name = cs->name, .case_path = case_path, .case_sha256 = cs->sha256,
+                         .device = be->name, .profile = o.profile, .warnings = cs->nweak ? cs->weak : NULL,
+                         .modules = &mods};
   if ((rc = qc_report_vjp(&out, &info, &res)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   qc_report_table(&info, &res);
   rc = qc_results_verdict(&res);

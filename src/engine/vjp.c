@@ -4,6 +4,7 @@
  * bytes checked and its dYs selected, then audited (audit.c). */
 #include "engine/vjp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,20 +150,110 @@ static int audit_described(qc_audit *a, const qc_module *m, int first, double t0
   return rc;
 }
 
-static const qc_registry_row *find_class(const char *name, const char *where) {
-  const qc_registry_row *row = qc_registry_find(name);
-  if (!row) {
-    int n;
-    const qc_registry_row *r = qc_registry_rows(&n);
-    char list[512] = "";
-    for (int i = 0; i < n; i++) {
-      strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-      strncat(list, r[i].cls->name, sizeof list - strlen(list) - 1);
-    }
-    qc_err("%s: module class '%s' is not known", where, name);
-    qc_hint("known classes: %s", list);
+/* 1 when `name` is a word of the space-separated `list`. */
+static int in_list(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p;) {
+    const char *e = strchr(p, ' ');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (l == n && strncmp(p, name, n) == 0) return 1;
+    p += l + (e ? 1 : 0);
   }
-  return row;
+  return 0;
+}
+
+/* Every tolerance of the case names a gradient some class can return (a
+ * typo such as d_X is refused by name before any work; a case shared by
+ * several dumps may hold tolerances for classes this run does not select). */
+static int check_tol_names(const qc_case *cs, const qc_class *const *cls, int ncls) {
+  int nrow;
+  const qc_registry_row *rows = qc_registry_rows(&nrow);
+  for (int t = 0; t < cs->ntol; t++) {
+    int known = 0;
+    for (int i = 0; i < nrow && !known; i++) known = in_list(rows[i].cls->grads, cs->tol[t].tensor);
+    if (known) continue;
+    char names[256] = "", grads[512] = "";
+    for (int i = 0; i < ncls; i++) {
+      size_t l = strlen(names), g = strlen(grads);
+      snprintf(names + l, sizeof names - l, "%s'%s'", i ? ", " : "", cls[i]->name);
+      snprintf(grads + g, sizeof grads - g, "%s%s: %s", i ? "; " : "", cls[i]->name, cls[i]->grads);
+    }
+    qc_err("case '%s': tolerances.%s: no gradient of that name: class%s %s %s none", cs->path, cs->tol[t].tensor,
+           ncls > 1 ? "es" : "", names, ncls > 1 ? "have" : "has");
+    qc_hint("the gradients are (names are case-sensitive) %s", grads);
+    return QC_EINPUT;
+  }
+  return QC_OK;
+}
+
+/* NaN in a value (any float element type), or +-Inf when inf counts. */
+static int bad_value(const qc_tensor *t, int64_t i, int inf) {
+  double v;
+  switch (t->dtype) {
+    case QC_F64: v = ((const double *)t->data)[i]; break;
+    case QC_F32: v = ((const float *)t->data)[i]; break;
+    case QC_F16: { uint16_t h = ((const uint16_t *)t->data)[i]; return (h & 0x7c00) == 0x7c00 && ((h & 0x3ff) || inf); }
+    case QC_BF16: { uint16_t h = ((const uint16_t *)t->data)[i]; return (h & 0x7f80) == 0x7f80 && ((h & 0x7f) || inf); }
+    default: return 0;
+  }
+  return isnan(v) || (inf && isinf(v));
+}
+
+/* A module's data must be finite where a gradient depends on it: NaN in
+ * inputs/, params/ or grad_out/, +-Inf in params/ or grad_out/ (inputs
+ * may hold -inf, e.g. masked logits) is refused naming the dataset and
+ * the first index, rather than reported later as a non-finite reference. */
+static int check_finite(const qc_module *m, const char *where) {
+  static const char *roles[] = {"inputs", "params", "grad_out"};
+  const qc_tset *sets[] = {&m->inputs, &m->params, &m->grad_out};
+  for (int r = 0; r < 3; r++)
+    for (int j = 0; j < sets[r]->n; j++) {
+      const qc_tensor *t = &sets[r]->t[j];
+      int64_t n = qc_numel(t), bad = 0, first = -1;
+      for (int64_t i = 0; i < n; i++)
+        if (bad_value(t, i, r > 0)) {
+          if (first < 0) first = i;
+          bad++;
+        }
+      if (!bad) continue;
+      char idx[160] = "";
+      int64_t rest = first;
+      for (int d = t->ndim - 1; d >= 0; d--) { /* the flat index as [i, j, ...] */
+        char part[40];
+        int64_t e = t->shape[d] ? rest % t->shape[d] : 0;
+        rest = t->shape[d] ? rest / t->shape[d] : 0;
+        snprintf(part, sizeof part, "%s%lld%s", d ? ", " : "[", (long long)e, d == t->ndim - 1 ? "]" : "");
+        char tmp[160];
+        snprintf(tmp, sizeof tmp, "%s%s", part, idx);
+        snprintf(idx, sizeof idx, "%s", tmp);
+      }
+      qc_err("%s: dataset '%s/%s' holds %lld %s value(s), the first at %s: a gradient of non-finite data cannot be judged",
+             where, roles[r], t->name, (long long)bad, r ? "non-finite" : "NaN", idx[0] ? idx : "[]");
+      qc_hint("fix the dumped step (the NaN or Inf came with it), or dump a step where '%s/%s' is finite", roles[r], t->name);
+      return QC_EINPUT;
+    }
+  return QC_OK;
+}
+
+/* The error for a modules regex that matches no group: it names (some of)
+ * the module groups the dump has. */
+static int no_match(qc_dump *d, const qc_case *cs) {
+  qc_dump_entry *all = NULL;
+  int n = 0;
+  qc_err("dump '%s': no module group matches '%s': nothing to check", cs->dump, cs->modules_re[0] ? cs->modules_re : ".*");
+  if (qc_dump_modules(d, NULL, &all, &n) != QC_OK || n == 0) {
+    qc_hint("the dump has no module group: a module group is a group with a string attribute 'class'");
+  } else {
+    char list[600] = "";
+    for (int i = 0; i < n && i < 6; i++) {
+      size_t l = strlen(list);
+      snprintf(list + l, sizeof list - l, "%s%s (%s)", i ? ", " : "", all[i].path, all[i].cls);
+    }
+    qc_hint("data.modules is a POSIX extended regex on the group path; the dump's %d module group(s): %s%s", n, list,
+            n > 6 ? ", ..." : "");
+  }
+  free(all);
+  return QC_EINPUT;
 }
 
 /* This rank's instances (own[i]: 1 when instance i is its; all of them in
@@ -170,8 +261,9 @@ static const qc_registry_row *find_class(const char *name, const char *where) {
 static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, const char *own, long long *at) {
   char where[1100];
   snprintf(where, sizeof where, "case '%s'", cs->path);
-  const qc_registry_row *row = find_class(cs->module, where);
+  const qc_registry_row *row = qc_registry_need(cs->module, where);
   if (!row) return QC_EINPUT;
+  if (check_tol_names(cs, &row->cls, 1)) return QC_EINPUT;
   static const char kinds_default[4][QC_NAMELEN] = {"random", "zero", "sparse", "ones"};
   const char (*kinds)[QC_NAMELEN] = cs->ndy ? cs->dy : kinds_default;
   int nk = cs->ndy ? cs->ndy : 4;
@@ -253,7 +345,8 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   int *gidx = NULL;
   qc_st *ck = NULL;
   qc_dump_entry *ents = NULL;
-  int n = 0, rc;
+  const qc_class **classes = NULL;
+  int n = 0, ncls = 0, rc;
   loader *L = NULL;
   qc_prefetch pf;
   qc_progress pg;
@@ -263,21 +356,26 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   if (n == 0) {
-    rc = qc_err("dump '%s': no module group matches '%s': nothing to check", cs->dump, cs->modules_re[0] ? cs->modules_re : ".*");
-    qc_hint("a module group is a group with a string attribute 'class'");
+    rc = no_match(d, cs);
     goto done;
   }
-  /* classes first: a bad one stops the run before any data is read */
+  /* classes and tolerance names first: a bad one stops the run before any data is read */
+  if (!(classes = qc_calloc((size_t)n, sizeof *classes, "module classes"))) { rc = QC_ESYS; goto done; }
   for (int i = 0; i < n; i++) {
     char where[QC_PATHLEN + 1100];
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
-    if (!find_class(ents[i].cls, where)) { rc = QC_EINPUT; goto done; }
+    const qc_registry_row *row = qc_registry_need(ents[i].cls, where);
+    if (!row) { rc = QC_EINPUT; goto done; }
+    int seen = 0;
+    for (int j = 0; j < ncls; j++) seen |= classes[j] == row->cls;
+    if (!seen) classes[ncls++] = row->cls;
     if (cs->module[0] && strcmp(cs->module, ents[i].cls) != 0) {
       rc = qc_err("%s: has class '%s' but the case declares module '%s'", where, ents[i].cls, cs->module);
       qc_hint("narrow data.modules to the groups of class '%s', or drop 'module' to use each group's class", cs->module);
       goto done;
     }
   }
+  if ((rc = check_tol_names(cs, classes, ncls))) goto done;
   /* this rank's groups (all of them in one process), in dump order */
   *nunits = n;
   if ((rc = qc_vjp_units(n, &gidx))) goto done;
@@ -310,6 +408,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     rc = qc_vjp_set_contract(m, cs, cur->contract, profile);
     if (!rc) rc = check_deployed(a, m);
     if (!rc) rc = qc_vjp_select_dy(m, cs, cs->dump);
+    if (!rc) rc = check_finite(m, where); /* the selected dYs only */
     if (!rc && m->grad_out.n == 0)
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
     if (!rc) {
@@ -334,6 +433,7 @@ done:
   free(L);
   free(ents);
   free(gidx);
+  free(classes);
   qc_dump_close(d);
   qc_st_close(ck);
   return rc;

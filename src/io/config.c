@@ -15,6 +15,7 @@
 #include <yaml.h>
 
 #include "core/qc.h"
+#include "core/file.h"
 #include "io/l3log.h"
 #include "io/log_priv.h"
 
@@ -214,7 +215,7 @@ int qc_config_parse(const char *buf, size_t n, const char *name, const qc_l3_key
   const char *p = qc_js_ws(buf, buf + n);
   if (p < buf + n && *p == '{') {
     const char *end = NULL;
-    root = cJSON_ParseWithOpts(buf, &end, 0);
+    root = cJSON_ParseWithLengthOpts(buf, n, &end, 0); /* the buffer need not end in a NUL */
     if (!root) {
       rc = qc_err("config '%s': malformed JSON near line %ld", name, end ? qc_line_of(buf, end) : 1L);
       goto done;

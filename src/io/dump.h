@@ -1,6 +1,10 @@
 /* dump.h: the HDF5 dump file of docs/interfaces.md section 2, read and
- * written. HDF5's own error stack is silenced; every failure becomes one
- * qc_err line naming the file and the dataset or attribute. */
+ * written. Reading is sandboxed (docs/robustness.md): libhdf5 parses the
+ * file in a child process with a deadline, and every dataset's type,
+ * shape and storage is checked against the file before its data is read,
+ * so a corrupt or hostile file is one error line (exit 2), never a crash
+ * or a hang. Every failure is one qc_err line naming the file and the
+ * dataset or attribute. */
 #ifndef QC_DUMP_H
 #define QC_DUMP_H
 
@@ -11,8 +15,10 @@
 
 typedef struct qc_dump qc_dump;
 
-/* Open an existing dump read-only; checks the root attribute
- * qatcheck_dump == 1. */
+/* Open an existing dump read-only: a regular file (a FIFO or device is
+ * refused unopened), mapped by the sandbox's child, with the root
+ * attribute qatcheck_dump == 1. It forks: call it while no other thread
+ * is inside a BLAS call (the main thread before the work starts). */
 int qc_dump_open(const char *path, qc_dump **out);
 /* Create (truncate) a dump for writing; sets qatcheck_dump = 1. */
 int qc_dump_create(const char *path, qc_dump **out);

@@ -1,12 +1,11 @@
-/* dump_read.c: datasets of a dump (see dump.h): element types, shapes,
- * whole and sliced reads, direct (pread) reads of located contiguous data,
- * existence and listing. */
+/* dump_read.c: datasets of a dump (see dump.h), from the sandbox's map of
+ * the file (dump_priv.h): element types, shapes, and their storage checked
+ * against the file before any byte is read; then whole and sliced reads,
+ * by pread where the bytes as stored are the bytes wanted, through the
+ * sandbox's child otherwise; existence, listing, attributes. */
 #include "io/dump.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <hdf5.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,47 +14,73 @@
 #include "core/qc.h"
 #include "io/dump_priv.h"
 
-/* Map a dataset's HDF5 type and its `dtype` attribute to a qc_dtype and the
- * native memory type to read it with. */
-static int dset_dtype(qc_dump *d, hid_t ds, const char *name, qc_dtype *dt, hid_t *mem) {
-  hid_t t = H5Dget_type(ds);
-  if (t < 0) return qc_err("dump '%s': dataset '%s': cannot read its type", d->path, name);
-  H5T_class_t cl = H5Tget_class(t);
-  size_t sz = H5Tget_size(t);
-  H5T_sign_t sg = cl == H5T_INTEGER ? H5Tget_sign(t) : H5T_SGN_NONE;
-  H5Tclose(t);
-  char attr[64] = "";
-  int has_attr = qc_dump_str_attr(ds, "dtype", attr, sizeof attr) == QC_OK;
+/* HDF5 filters whose output size is bounded here: deflate (gzip), shuffle,
+ * fletcher32. Others (szip, nbit, scale-offset, plugins such as lzf or
+ * blosc) are refused by name. */
+enum { F_DEFLATE = 1, F_SHUFFLE = 2, F_FLETCHER32 = 3 };
+/* deflate's best ratio is about 1032:1; anything beyond cannot be data */
+#define DEFLATE_MAX_RATIO 1100
+
+/* A dataset checked for reading. */
+typedef struct dplan {
+  const qc_h5obj *o;
+  qc_dtype dt;
+  int mt;              /* QC_MT_*: the memory type of a read through the child */
+  int ndim;
+  int64_t shape[QC_MAXDIM];
+  uint64_t bytes;      /* the whole dataset, as read */
+  int64_t offset;      /* file offset of its bytes for pread, -1: read through the child */
+} dplan;
+
+static const char *filter_name(int id) {
+  switch (id) {
+    case 1: return "deflate";
+    case 2: return "shuffle";
+    case 3: return "fletcher32";
+    case 4: return "szip";
+    case 5: return "nbit";
+    case 6: return "scaleoffset";
+    case 32000: return "lzf";
+    case 32001: return "blosc";
+    case 32004: return "lz4";
+    case 32008: return "bitshuffle";
+    case 32015: return "zstd";
+    default: return "a plugin filter";
+  }
+}
+
+/* Map a dataset's type and its `dtype` attribute to a qc_dtype and the
+ * memory type to read it with. */
+static int plan_dtype(qc_dump *d, const char *name, const qc_h5dset *h, const qc_h5obj *o, qc_dtype *dt, int *mt) {
   qc_dtype native;
-  if (cl == H5T_FLOAT && sz == 8) { native = QC_F64; *mem = H5T_NATIVE_DOUBLE; }
-  else if (cl == H5T_FLOAT && sz == 4) { native = QC_F32; *mem = H5T_NATIVE_FLOAT; }
-  else if (cl == H5T_FLOAT && sz == 2) {
+  if (h->tclass == QC_H5T_FLOAT && h->tsize == 8) { native = QC_F64; *mt = QC_MT_F64; }
+  else if (h->tclass == QC_H5T_FLOAT && h->tsize == 4) { native = QC_F32; *mt = QC_MT_F32; }
+  else if (h->tclass == QC_H5T_FLOAT && h->tsize == 2) {
     /* read raw (HDF5 1.10 has no half-precision memory type): only the
      * little-endian IEEE binary16 layout may be taken bit for bit */
-    hid_t ft = H5Dget_type(ds);
-    size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
-    int ok = ft >= 0 && H5Tget_order(ft) == H5T_ORDER_LE && H5Tget_fields(ft, &spos, &epos, &esize, &mpos, &msize) >= 0 &&
-             spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10 && H5Tget_ebias(ft) == 15;
-    if (ft >= 0) H5Tclose(ft);
-    if (!ok) {
+    if (!(h->tle && h->f_spos == 15 && h->f_epos == 10 && h->f_esize == 5 && h->f_mpos == 0 && h->f_msize == 10 &&
+          h->f_ebias == 15)) {
       qc_err("dump '%s': dataset '%s': a 16-bit float that is not little-endian IEEE binary16", d->path, name);
       qc_hint("store float16 as numpy '<f2', or bfloat16 as uint16 with dtype='bfloat16'");
       return QC_EINPUT;
     }
     native = QC_F16;
-    *mem = -1;
+    *mt = QC_MT_RAW;
   }
-  else if (cl == H5T_INTEGER && sz == 4 && sg == H5T_SGN_2) { native = QC_I32; *mem = H5T_NATIVE_INT32; }
-  else if (cl == H5T_INTEGER && sz == 8 && sg == H5T_SGN_2) { native = QC_I64; *mem = H5T_NATIVE_INT64; }
-  else if (cl == H5T_INTEGER && sz == 1 && sg == H5T_SGN_NONE) { native = QC_U8; *mem = H5T_NATIVE_UINT8; }
-  else if (cl == H5T_INTEGER && sz == 2 && sg == H5T_SGN_NONE) { native = QC_BF16; *mem = H5T_NATIVE_UINT16; }
+  else if (h->tclass == QC_H5T_INT && h->tsize == 4 && h->tsigned) { native = QC_I32; *mt = QC_MT_I32; }
+  else if (h->tclass == QC_H5T_INT && h->tsize == 8 && h->tsigned) { native = QC_I64; *mt = QC_MT_I64; }
+  else if (h->tclass == QC_H5T_INT && h->tsize == 1 && !h->tsigned) { native = QC_U8; *mt = QC_MT_U8; }
+  else if (h->tclass == QC_H5T_INT && h->tsize == 2 && !h->tsigned) { native = QC_BF16; *mt = QC_MT_U16; }
   else {
-    qc_err("dump '%s': dataset '%s': element type (class %d, %zu bytes) is not supported", d->path, name, (int)cl, sz);
+    static const char *cls[] = {"?", "integer", "float", "string", "other"};
+    qc_err("dump '%s': dataset '%s': element type (%s%s, %llu bytes) is not supported", d->path, name,
+           h->tclass == QC_H5T_INT && h->tsigned ? "signed " : h->tclass == QC_H5T_INT ? "unsigned " : "",
+           cls[h->tclass >= 0 && h->tclass <= 4 ? h->tclass : 0], (unsigned long long)h->tsize);
     qc_hint("use float64/32/16, int32/64, uint8, or bfloat16 as uint16 with attribute dtype='bfloat16'");
     return QC_EINPUT;
   }
-  if (cl == H5T_FLOAT && sz == 2) *mem = -1; /* read raw bits with the file's own type (see read_impl) */
-  if (!has_attr) {
+  const qc_h5attr *a = qc_h5obj_attr(o, "dtype");
+  if (!a) {
     if (native == QC_BF16) {
       qc_err("dump '%s': dataset '%s' is uint16 without a 'dtype' attribute: expected dtype='bfloat16'", d->path, name);
       return QC_EINPUT;
@@ -64,8 +89,9 @@ static int dset_dtype(qc_dump *d, hid_t ds, const char *name, qc_dtype *dt, hid_
     return QC_OK;
   }
   qc_dtype want;
-  if (qc_dtype_from_name(attr, &want) != QC_OK) {
-    qc_err("dump '%s': dataset '%s': attribute dtype='%s' is not a known element type", d->path, name, attr);
+  if (a->kind != QC_H5A_STR || qc_dtype_from_name(a->str, &want) != QC_OK) {
+    qc_err("dump '%s': dataset '%s': attribute dtype='%.40s' is not a known element type", d->path, name,
+           a->kind == QC_H5A_STR ? a->str : "(not a single string)");
     qc_hint("expected one of float64, float32, float16, bfloat16, int32, int64, uint8, float8_e4m3fn, float8_e5m2, "
             "float8_e8m0fnu, float4_e2m1fn_x2");
     return QC_EINPUT;
@@ -77,7 +103,7 @@ static int dset_dtype(qc_dump *d, hid_t ds, const char *name, qc_dtype *dt, hid_
     default: storage_ok = native == want; break;
   }
   if (!storage_ok) {
-    qc_err("dump '%s': dataset '%s': attribute dtype='%s' does not match its storage (%s)", d->path, name, attr,
+    qc_err("dump '%s': dataset '%s': attribute dtype='%s' does not match its storage (%s)", d->path, name, a->str,
            native == QC_BF16 ? "uint16" : qc_dtype_name(native));
     qc_hint("bfloat16 is stored as uint16, float8/float4/e8m0 as uint8");
     return QC_EINPUT;
@@ -86,34 +112,110 @@ static int dset_dtype(qc_dump *d, hid_t ds, const char *name, qc_dtype *dt, hid_
   return QC_OK;
 }
 
-/* Open dataset `name` and read its shape; QC_EINPUT naming it if absent. */
-static int dset_open(qc_dump *d, const char *name, hid_t *ds, int *ndim, hsize_t *dims) {
-  htri_t ex = H5Lexists(d->file, name, H5P_DEFAULT);
-  if (ex <= 0) return qc_err("dump '%s': dataset '%s' is missing", d->path, name);
-  *ds = H5Dopen2(d->file, name, H5P_DEFAULT);
-  if (*ds < 0) return qc_err("dump '%s': '%s' is not a readable dataset", d->path, name);
+/* The dataset's storage against its claimed size and the file's size:
+ * every byte a read would touch is inside the file, allocated, and in a
+ * format with a bounded expansion. *offset >= 0 when pread may take the
+ * bytes as stored (raw: they are the bytes wanted, in this machine's
+ * layout). */
+static int plan_storage(qc_dump *d, const char *name, const qc_h5dset *h, uint64_t bytes, int raw, int64_t *offset) {
+  uint64_t fsize = (uint64_t)d->size, end;
+  *offset = -1;
+  char claim[64];
+  snprintf(claim, sizeof claim, "%llu bytes", (unsigned long long)bytes);
+  if (bytes == 0) return QC_OK;
+  switch (h->layout) {
+    case QC_H5L_CONTIGUOUS:
+      if (h->addr < 0 || h->storage == 0) {
+        qc_err("dump '%s': dataset '%s': its shape needs %s but none are stored (created without data?)", d->path, name, claim);
+        qc_hint("write the tensor's values (h5py: create_dataset(name, data=array))");
+        return QC_EINPUT;
+      }
+      if (h->storage != bytes)
+        return qc_err("dump '%s': dataset '%s': its shape and type need %s but it stores %llu (corrupt header?)", d->path,
+                      name, claim, (unsigned long long)h->storage);
+      /* H5Dget_offset is counted from the file's start, userblock included */
+      if (__builtin_add_overflow((uint64_t)h->addr, bytes, &end) || end > fsize)
+        return qc_err("dump '%s': dataset '%s': its %s lie past the end of the file (%llu bytes; truncated?)", d->path,
+                      name, claim, (unsigned long long)fsize);
+      if (d->direct && raw) *offset = h->addr;
+      return QC_OK;
+    case QC_H5L_COMPACT:
+      if (h->storage != bytes)
+        return qc_err("dump '%s': dataset '%s': its shape and type need %s but it stores %llu (corrupt header?)", d->path,
+                      name, claim, (unsigned long long)h->storage);
+      return QC_OK;
+    case QC_H5L_CHUNKED: {
+      int deflate = 0;
+      if (h->nfilters > QC_H5_MAXFILTER)
+        return qc_err("dump '%s': dataset '%s': its filter pipeline cannot be read (corrupt header?)", d->path, name);
+      for (int i = 0; i < h->nfilters; i++) {
+        int f = h->filter[i];
+        if ((f != F_DEFLATE && f != F_SHUFFLE && f != F_FLETCHER32) || !h->filters_avail) {
+          qc_err("dump '%s': dataset '%s' is stored with HDF5 filter %d (%s): qatcheck reads deflate (gzip), shuffle and "
+                 "fletcher32 only", d->path, name, f, filter_name(f));
+          qc_hint("write it uncompressed or with compression='gzip' (h5py)");
+          return QC_EINPUT;
+        }
+        deflate |= f == F_DEFLATE;
+      }
+      switch (h->chunks) {
+        case QC_CHUNKS_OK: break;
+        case QC_CHUNKS_MISSING:
+          qc_err("dump '%s': dataset '%s': not every chunk of its %s is stored (written in part?)", d->path, name, claim);
+          qc_hint("write the whole tensor (h5py: create_dataset(name, data=array))");
+          return QC_EINPUT;
+        case QC_CHUNKS_PAST_EOF:
+          return qc_err("dump '%s': dataset '%s': a chunk lies past the end of the file (%llu bytes; truncated?)", d->path,
+                        name, (unsigned long long)fsize);
+        case QC_CHUNKS_TOO_MANY:
+          return qc_err("dump '%s': dataset '%s': more than 4194304 chunks: write it with larger chunks, or contiguous",
+                        d->path, name);
+        default:
+          return qc_err("dump '%s': dataset '%s': its chunk index cannot be read (corrupt file?)", d->path, name);
+      }
+      uint64_t cap = h->storage;
+      if (deflate && __builtin_mul_overflow(h->storage, (uint64_t)DEFLATE_MAX_RATIO, &cap)) cap = UINT64_MAX;
+      if (h->storage > fsize || bytes > cap)
+        return qc_err("dump '%s': dataset '%s': its shape and type need %s but it stores %llu%s (corrupt header?)", d->path,
+                      name, claim, (unsigned long long)h->storage, deflate ? " compressed" : "");
+      return QC_OK;
+    }
+    default:
+      return qc_err("dump '%s': dataset '%s': unknown storage layout (corrupt header?)", d->path, name);
+  }
+}
+
+/* Everything about dataset `name` that a read needs, checked. */
+static int dset_plan(qc_dump *d, const char *name, dplan *p) {
+  memset(p, 0, sizeof *p);
+  p->offset = -1;
+  const qc_h5obj *o = d->writable ? NULL : qc_h5map_find(&d->map, name);
+  if (!o) return qc_err("dump '%s': dataset '%s' is missing", d->path, name);
+  if (o->type != QC_H5O_DATASET) return qc_err("dump '%s': '%s' is not a readable dataset", d->path, name);
+  const qc_h5dset *h = &o->ds;
+  p->o = o;
   /* data kept in other files is not followed (as external links are not) */
-  hid_t dcpl = H5Dget_create_plist(*ds);
-  int elsewhere = dcpl < 0 || H5Pget_layout(dcpl) == H5D_VIRTUAL || H5Pget_external_count(dcpl) != 0;
-  if (dcpl >= 0) H5Pclose(dcpl);
-  if (elsewhere) {
-    H5Dclose(*ds);
+  if (h->layout == QC_H5L_VIRTUAL || h->external) {
     qc_err("dump '%s': dataset '%s' is a virtual dataset or has external storage (data that may live in other files): not followed",
            d->path, name);
     qc_hint("write the tensor into the dump itself (h5py create_dataset with data=...)");
     return QC_EINPUT;
   }
-  hid_t sp = H5Dget_space(*ds);
-  int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-  if (nd < 0 || nd > QC_MAXDIM) {
-    if (sp >= 0) H5Sclose(sp);
-    H5Dclose(*ds);
-    return qc_err("dump '%s': dataset '%s': rank %d is not supported: expected at most %d", d->path, name, nd, QC_MAXDIM);
+  if (h->ndim < 0 || h->ndim > QC_MAXDIM)
+    return qc_err("dump '%s': dataset '%s': rank %d is not supported: expected at most %d", d->path, name, h->ndim, QC_MAXDIM);
+  int rc = plan_dtype(d, name, h, o, &p->dt, &p->mt);
+  if (rc) return rc;
+  uint64_t n = 1;
+  for (int i = 0; i < h->ndim; i++) {
+    if (h->dims[i] > ((uint64_t)1 << 40) || __builtin_mul_overflow(n, h->dims[i], &n) || n > ((uint64_t)1 << 40)) {
+      qc_err("dump '%s': dataset '%s': more than 2^40 elements: not a tensor qatcheck reads (corrupt header?)", d->path, name);
+      return QC_EINPUT;
+    }
+    p->shape[i] = (int64_t)h->dims[i];
   }
-  H5Sget_simple_extent_dims(sp, dims, NULL);
-  H5Sclose(sp);
-  *ndim = nd;
-  return QC_OK;
+  p->ndim = h->ndim;
+  p->bytes = n * qc_dtype_size(p->dt);
+  return plan_storage(d, name, h, p->bytes, h->native || p->dt == QC_F16, &p->offset);
 }
 
 static const char *base_name(const char *p) {
@@ -122,95 +224,62 @@ static const char *base_name(const char *p) {
 }
 
 int qc_dump_info(qc_dump *d, const char *dset, qc_tensor *t) {
-  hid_t ds;
-  int nd;
-  hsize_t dims[QC_MAXDIM];
-  int rc = dset_open(d, dset, &ds, &nd, dims);
-  if (rc) return rc;
-  hid_t mem;
+  dplan p;
   memset(t, 0, sizeof *t);
-  rc = dset_dtype(d, ds, dset, &t->dtype, &mem);
-  H5Dclose(ds);
+  int rc = dset_plan(d, dset, &p);
   if (rc) return rc;
   snprintf(t->name, sizeof t->name, "%s", base_name(dset));
-  t->ndim = nd;
-  for (int i = 0; i < nd; i++) t->shape[i] = (int64_t)dims[i];
+  t->dtype = p.dt;
+  t->ndim = p.ndim;
+  memcpy(t->shape, p.shape, sizeof t->shape);
   return QC_OK;
 }
 
-/* The extent read for (dset, index): shape and element count; checks the
- * slice index. ds open. */
-static int read_extent(qc_dump *d, const char *dset, long long index, int nd, const hsize_t *dims, int *ond,
-                       int64_t *shape) {
+/* The extent read for (dset, index): shape; checks the slice index. */
+static int read_extent(qc_dump *d, const char *dset, long long index, const dplan *p, int *ond, int64_t *shape) {
   if (index >= 0) {
-    if (nd < 1 || (hsize_t)index >= dims[0])
+    if (p->ndim < 1 || index >= p->shape[0])
       return qc_err("dump '%s': dataset '%s': slice %lld is out of range", d->path, dset, index);
-    *ond = nd - 1;
-    for (int i = 1; i < nd; i++) shape[i - 1] = (int64_t)dims[i];
+    *ond = p->ndim - 1;
+    for (int i = 1; i < p->ndim; i++) shape[i - 1] = p->shape[i];
   } else {
-    *ond = nd;
-    for (int i = 0; i < nd; i++) shape[i] = (int64_t)dims[i];
+    *ond = p->ndim;
+    for (int i = 0; i < p->ndim; i++) shape[i] = p->shape[i];
   }
   return QC_OK;
 }
 
-/* H5Dread of (dset, index) from the open ds into buf, memory type mem. */
-static int read_ds(qc_dump *d, hid_t ds, hid_t mem, const char *dset, long long index, int nd, const hsize_t *dims,
-                   void *buf) {
-  herr_t st;
-  if (index >= 0) {
-    hid_t fs = H5Dget_space(ds);
-    hsize_t start[QC_MAXDIM] = {0}, count[QC_MAXDIM];
-    start[0] = (hsize_t)index;
-    count[0] = 1;
-    for (int i = 1; i < nd; i++) count[i] = dims[i];
-    hid_t ms = H5Screate_simple(nd, count, NULL);
-    st = (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
-             ? -1
-             : H5Dread(ds, mem, ms, fs, H5P_DEFAULT, buf);
-    if (ms >= 0) H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
-  } else {
-    st = H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+/* Read (dset, index) as planned into buf of exactly `want` bytes. */
+static int read_bytes(qc_dump *d, const char *dset, long long index, const dplan *p, void *buf, size_t want) {
+  if (want == 0) return QC_OK;
+  if (p->offset >= 0) {
+    qc_dump_loc loc = {p->dt, want, p->offset + (index >= 0 ? index * (long long)want : 0)};
+    return qc_dump_pread(d, dset, &loc, buf);
   }
-  if (st < 0) return qc_err("dump '%s': dataset '%s': read failed (truncated or corrupt file?)", d->path, dset);
-  return QC_OK;
+  return qc_box_read(d->box, dset, index, p->mt, buf, want);
 }
 
 /* Read dataset `dset` (whole, or slice `index` of dim 0 when index >= 0)
  * into a new tensor (buf NULL), or into buf of cap bytes (the element count
  * and size must fill it exactly). */
 static int read_impl(qc_dump *d, const char *dset, long long index, qc_tensor *out, void *buf, size_t cap) {
-  hid_t ds, mem;
-  int nd, ond;
-  hsize_t dims[QC_MAXDIM];
-  qc_dtype dt;
-  hid_t owned = -1;
+  dplan p;
+  int ond;
   int64_t shape[QC_MAXDIM];
   if (out) memset(out, 0, sizeof *out);
-  int rc = dset_open(d, dset, &ds, &nd, dims);
+  int rc = dset_plan(d, dset, &p);
+  if (!rc) rc = read_extent(d, dset, index, &p, &ond, shape);
   if (rc) return rc;
-  if ((rc = dset_dtype(d, ds, dset, &dt, &mem))) goto done;
-  if (mem < 0) mem = owned = H5Dget_type(ds); /* float16: the file's type, no conversion */
-  if ((rc = read_extent(d, dset, index, nd, dims, &ond, shape))) goto done;
+  size_t want = (size_t)qc_shape_numel(ond, shape) * qc_dtype_size(p.dt);
   if (buf) {
-    size_t want = (size_t)qc_shape_numel(ond, shape) * qc_dtype_size(dt);
-    if (want != cap) {
-      rc = qc_err("dump '%s': dataset '%s' holds %zu bytes: expected %zu", d->path, dset, want, cap);
-      goto done;
-    }
-    if (want) rc = read_ds(d, ds, mem, dset, index, nd, dims, buf);
-    goto done;
+    if (want != cap) return qc_err("dump '%s': dataset '%s' holds %zu bytes: expected %zu", d->path, dset, want, cap);
+    return read_bytes(d, dset, index, &p, buf, want);
   }
-  if ((rc = qc_tensor_alloc(out, base_name(dset), dt, ond, shape))) {
+  if ((rc = qc_tensor_alloc(out, base_name(dset), p.dt, ond, shape))) {
     if (rc == QC_EINPUT) qc_hint("dataset '%s' of dump '%s'", dset, d->path);
-    goto done;
+    return rc;
   }
-  if (out->nbytes == 0) goto done;
-  if ((rc = read_ds(d, ds, mem, dset, index, nd, dims, out->data))) qc_tensor_free(out);
-done:
-  if (owned >= 0) H5Tclose(owned);
-  H5Dclose(ds);
+  if ((rc = read_bytes(d, dset, index, &p, out->data, out->nbytes))) qc_tensor_free(out);
   return rc;
 }
 
@@ -227,40 +296,18 @@ int qc_dump_read_into(qc_dump *d, const char *dset, long long index, void *buf, 
 }
 
 int qc_dump_locate(qc_dump *d, const char *dset, long long index, qc_dump_loc *loc) {
-  hid_t ds, mem, dcpl = -1, ft = -1;
-  int nd, ond;
-  hsize_t dims[QC_MAXDIM];
+  dplan p;
+  int ond;
   int64_t shape[QC_MAXDIM];
   memset(loc, 0, sizeof *loc);
   loc->offset = -1;
-  int rc = dset_open(d, dset, &ds, &nd, dims);
+  int rc = dset_plan(d, dset, &p);
+  if (!rc) rc = read_extent(d, dset, index, &p, &ond, shape);
   if (rc) return rc;
-  if ((rc = dset_dtype(d, ds, dset, &loc->dtype, &mem)) || (rc = read_extent(d, dset, index, nd, dims, &ond, shape)))
-    goto done;
-  size_t es = qc_dtype_size(loc->dtype);
-  loc->nbytes = (size_t)qc_shape_numel(ond, shape) * es;
-  if (d->fd < 0 || loc->nbytes == 0) goto done;
-  /* bytes as stored = bytes as read only for contiguous, unfiltered,
-   * allocated storage in this machine's own layout */
-  dcpl = H5Dget_create_plist(ds);
-  ft = H5Dget_type(ds);
-  if (dcpl < 0 || ft < 0 || H5Pget_layout(dcpl) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl) != 0 ||
-      H5Pget_external_count(dcpl) != 0)
-    goto done;
-  if (mem >= 0 && H5Tequal(ft, mem) <= 0) goto done;                  /* float16 (mem -1): LE binary16, checked */
-  {
-    int64_t all[QC_MAXDIM];
-    for (int i = 0; i < nd; i++) all[i] = (int64_t)dims[i];
-    size_t total = (size_t)qc_shape_numel(nd, all) * es;
-    haddr_t a = H5Dget_offset(ds);
-    if (a == HADDR_UNDEF || H5Dget_storage_size(ds) != (hsize_t)total) goto done;
-    loc->offset = (long long)a + (index >= 0 ? index * (long long)loc->nbytes : 0);
-  }
-done:
-  if (ft >= 0) H5Tclose(ft);
-  if (dcpl >= 0) H5Pclose(dcpl);
-  H5Dclose(ds);
-  return rc;
+  loc->dtype = p.dt;
+  loc->nbytes = (size_t)qc_shape_numel(ond, shape) * qc_dtype_size(p.dt);
+  if (p.offset >= 0 && loc->nbytes) loc->offset = p.offset + (index >= 0 ? index * (long long)loc->nbytes : 0);
+  return QC_OK;
 }
 
 int qc_dump_pread(const qc_dump *d, const char *dset, const qc_dump_loc *loc, void *buf) {
@@ -277,63 +324,50 @@ int qc_dump_pread(const qc_dump *d, const char *dset, const qc_dump_loc *loc, vo
 }
 
 int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, size_t n) {
-  if (H5Lexists(d->file, obj, H5P_DEFAULT) <= 0 && strcmp(obj, "/") != 0) return QC_EINPUT;
-  hid_t o = H5Oopen(d->file, obj, H5P_DEFAULT);
-  if (o < 0) return QC_EINPUT;
-  int rc = qc_dump_str_attr(o, name, buf, n);
-  H5Oclose(o);
-  return rc;
+  const qc_h5obj *o = d->writable ? NULL : qc_h5map_find(&d->map, obj);
+  const qc_h5attr *a = qc_h5obj_attr(o, name);
+  if (!a || a->kind != QC_H5A_STR) return QC_EINPUT;
+  snprintf(buf, n, "%s", a->str);
+  return QC_OK;
 }
 
 int qc_dump_get_int_attr(qc_dump *d, const char *obj, const char *name, long long *v) {
-  char buf[64], *end;
-  if (H5Lexists(d->file, obj, H5P_DEFAULT) <= 0 && strcmp(obj, "/") != 0) return QC_EINPUT;
-  hid_t o = H5Oopen(d->file, obj, H5P_DEFAULT);
-  if (o < 0) return QC_EINPUT;
-  int rc = QC_EINPUT, there = H5Aexists(o, name) > 0;
-  if (there && qc_dump_str_attr(o, name, buf, sizeof buf) == QC_OK) {
-    long long x = strtoll(buf, &end, 10);
-    if (buf[0] && !*end) { *v = x; rc = QC_OK; }
-  } else if (there) {
-    hid_t a = H5Aopen(o, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
-    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Sget_simple_extent_npoints(sp) == 1 &&
-        H5Aread(a, H5T_NATIVE_LLONG, v) >= 0)
-      rc = QC_OK;
-    if (sp >= 0) H5Sclose(sp);
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
+  const qc_h5obj *o = d->writable ? NULL : qc_h5map_find(&d->map, obj);
+  const qc_h5attr *a = qc_h5obj_attr(o, name);
+  char *end;
+  if (!a) return QC_EINPUT;
+  if (a->kind == QC_H5A_INT) {
+    *v = a->ival;
+    return QC_OK;
   }
-  H5Oclose(o);
-  if (rc && there) return qc_err("dump '%s': '%s': attribute '%s' is not an integer", d->path, obj, name);
-  return rc;
+  if (a->kind == QC_H5A_STR && a->str[0]) {
+    long long x = strtoll(a->str, &end, 10);
+    if (!*end) {
+      *v = x;
+      return QC_OK;
+    }
+  }
+  return qc_err("dump '%s': '%s': attribute '%s' is not an integer", d->path, obj, name);
 }
 
 int qc_dump_exists(qc_dump *d, const char *path) {
-  char buf[QC_PATHLEN * 2];
-  if (!path[0]) return 0;
-  /* H5Lexists needs every intermediate link to exist */
-  for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
-    snprintf(buf, sizeof buf, "%.*s", (int)(p - path), path);
-    if (H5Lexists(d->file, buf, H5P_DEFAULT) <= 0) return 0;
-  }
-  return H5Lexists(d->file, path, H5P_DEFAULT) > 0;
+  return path[0] && !d->writable && qc_h5map_find(&d->map, path) != NULL;
 }
 
-typedef struct {
+typedef struct name_list {
   int n, cap, rc;
   char (*name)[QC_NAMELEN];
 } name_list;
 
-static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
-  (void)info;
+static int list_item(void *op, const qc_h5obj *o) {
   name_list *l = op;
-  H5O_info_t oi;
-  if (H5Oget_info_by_name(g, name, &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) return 0;
-  if (strlen(name) >= QC_NAMELEN) { l->rc = qc_err("dataset name '%.40s...' is longer than %d characters", name, QC_NAMELEN - 1); return -1; }
+  if (o->type != QC_H5O_DATASET) return 0;
+  const char *name = base_name(o->path);
+  if (strlen(name) >= QC_NAMELEN) { l->rc = qc_err("dataset name '%.40s...' is longer than %d characters", name, QC_NAMELEN - 1); return 1; }
   if (l->n == l->cap) {
     int nc = l->cap ? 2 * l->cap : 8;
     void *p = realloc(l->name, (size_t)nc * sizeof *l->name);
-    if (!p) { l->rc = qc_err_sys("out of memory listing datasets"); return -1; }
+    if (!p) { l->rc = qc_err_sys("out of memory listing datasets"); return 1; }
     l->name = p;
     l->cap = nc;
   }
@@ -345,14 +379,13 @@ int qc_dump_list(qc_dump *d, const char *group, char (**names)[QC_NAMELEN], int 
   name_list l = {0};
   *names = NULL;
   *n = 0;
-  if (!qc_dump_exists(d, group)) return QC_OK;
-  hid_t g = H5Gopen2(d->file, group, H5P_DEFAULT);
-  if (g < 0) return qc_err("dump '%s': '%s' is not a group", d->path, group);
-  herr_t r = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, list_cb, &l);
-  H5Gclose(g);
-  if (l.rc || r < 0) {
+  const qc_h5obj *g = d->writable ? NULL : qc_h5map_find(&d->map, group);
+  if (!g) return QC_OK;
+  if (g->type != QC_H5O_GROUP) return qc_err("dump '%s': '%s' is not a group", d->path, group);
+  qc_h5map_children(&d->map, group, list_item, &l);
+  if (l.rc) {
     free(l.name);
-    return l.rc ? l.rc : qc_err("dump '%s': cannot list group '%s'", d->path, group);
+    return l.rc;
   }
   *names = l.name;
   *n = l.n;

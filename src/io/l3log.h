@@ -30,9 +30,7 @@ int qc_log_parse_tfevents(const char *buf, size_t n, qc_l3_log *out);
 int qc_log_parse_megatron(const char *buf, size_t n, qc_l3_log *out);
 int qc_log_parse_hf(const char *buf, size_t n, qc_l3_log *out);
 
-/* Read a whole regular file into a malloc'd, NUL-terminated buffer (at most
- * `max` bytes). `what` names it in errors ("log", "config"). */
-int qc_read_file(const char *path, const char *what, size_t max, char **buf, size_t *n);
+/* qc_read_file (core/file.h) reads a whole config or log file. */
 
 /* ---- configs ---------------------------------------------------------------------------- */
 

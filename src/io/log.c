@@ -16,41 +16,12 @@
 #include <unistd.h>
 
 #include "core/crc32c.h"
+#include "core/file.h"
 #include "core/qc.h"
 #include "io/l3log.h"
 #include "io/log_priv.h"
 
 #define LOG_MAX ((size_t)8 << 30)
-
-int qc_read_file(const char *path, const char *what, size_t max, char **buf, size_t *n) {
-  *buf = NULL;
-  *n = 0;
-  /* O_NONBLOCK: a FIFO must not block the open; only regular files are read */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return qc_err("%s '%s': cannot open: %s", what, path, strerror(errno));
-  struct stat st;
-  int rc = QC_OK;
-  char *b = NULL;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { rc = qc_err("%s '%s': not a regular file", what, path); goto done; }
-  if ((size_t)st.st_size > max) { rc = qc_err("%s '%s': %lld bytes: larger than %zu", what, path, (long long)st.st_size, max); goto done; }
-  size_t size = (size_t)st.st_size, got = 0;
-  if (!(b = malloc(size + 1))) { rc = qc_err_sys("out of memory: %zu bytes for %s '%s'", size + 1, what, path); goto done; }
-  while (got < size) {
-    ssize_t r = read(fd, b + got, size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) { rc = qc_err("%s '%s': read error: %s", what, path, strerror(errno)); goto done; }
-    if (r == 0) break; /* shrank while reading: take what is there */
-    got += (size_t)r;
-  }
-  b[got] = 0;
-  *buf = b;
-  *n = got;
-  b = NULL;
-done:
-  free(b);
-  close(fd);
-  return rc;
-}
 
 /* A log file's bytes: mapped read-only (no copy, no fresh pages to clear:
  * a quarter of the time of reading a large log), or read whole where it

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qatcheck_plugin.h"
+#include "core/file.h"
 #include "core/qc.h"
 
 struct qc_plugin {
@@ -17,6 +19,11 @@ struct qc_plugin {
 
 int qc_plugin_open(const char *path, const char *symbol, qc_plugin **out) {
   *out = NULL;
+  int fd;
+  int64_t size;
+  int rc = qc_open_regular(path, "plugin", &fd, &size); /* a FIFO would block dlopen */
+  if (rc) return rc;
+  close(fd);
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char *e = dlerror();

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/qc.h"
 #include "io/safetensors_priv.h"
 
@@ -292,18 +293,10 @@ int qc_st_read_full(int fd, const char *path, uint64_t off, void *buf, size_t n)
 /* Open a regular file read-only (a FIFO or device is refused before it is
  * opened, so it cannot block); its size into *size. */
 int qc_st_open_regular(const char *path, const char *what, int *fd, uint64_t *size) {
-  struct stat sb;
-  if (stat(path, &sb) != 0) return qc_err("%s '%s': cannot open: %s", what, path, strerror(errno));
-  if (!S_ISREG(sb.st_mode)) return qc_err("%s '%s': not a regular file", what, path);
-  *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (*fd < 0) return qc_err("%s '%s': cannot open: %s", what, path, strerror(errno));
-  if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(*fd);
-    *fd = -1;
-    return qc_err("%s '%s': not a regular file", what, path);
-  }
-  *size = (uint64_t)sb.st_size;
-  return QC_OK;
+  int64_t n = 0;
+  int rc = qc_open_regular(path, what, fd, &n); /* a FIFO or device refused unopened */
+  *size = (uint64_t)n;
+  return rc;
 }
 
 /* Open file `path` as a new part and parse its header. */

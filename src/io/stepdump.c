@@ -3,11 +3,12 @@
  * per parameter name (a path), before/, grad/, state/exp_avg/,
  * state/exp_avg_sq/ (AdamW), state/momentum_buffer/ (SGD with momentum),
  * after/ and after_master/, and the optimizer's settings as attributes.
- * Datasets are read through the dump reader (dump_read.c: element types,
- * bfloat16, shapes) on a handle opened here. */
+ * The file is read through the dump reader's sandbox (dump_box.c: libhdf5
+ * parses it in a child process, this one reads the map it sent) and its
+ * datasets through dump_read.c (element types, bfloat16, shapes, storage
+ * checked against the file). */
 #include "io/stepdump.h"
 
-#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,95 +18,59 @@
 #include "io/dump_priv.h"
 #include "numerics/decode.h"
 
-/* Open a step dump: an HDF5 file whose root holds qatcheck_step = 1. */
+/* Open a step dump (through the dump reader's sandbox: libhdf5 never
+ * parses the file in this process): root attribute qatcheck_step = 1. */
 static int step_open(const char *path, qc_dump **out) {
-  qc_dump_silence();
+  qc_dump *d = NULL;
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return qc_err("step dump '%s': cannot open: no such file or not readable", path);
-  fclose(f);
-  if (H5Fis_hdf5(path) <= 0) return qc_err("step dump '%s': not an HDF5 file (or truncated)", path);
-  hid_t fid = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (fid < 0) return qc_err("step dump '%s': HDF5 cannot open it (truncated or corrupt)", path);
-  long long ver = 0;
-  hid_t a = H5Aexists(fid, "qatcheck_step") > 0 ? H5Aopen(fid, "qatcheck_step", H5P_DEFAULT) : -1;
-  hid_t t = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
-  int ok = t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Sget_simple_extent_npoints(sp) == 1 &&
-           H5Aread(a, H5T_NATIVE_LLONG, &ver) >= 0;
-  if (sp >= 0) H5Sclose(sp);
-  if (t >= 0) H5Tclose(t);
-  if (a >= 0) H5Aclose(a);
-  if (!ok || ver != 1) {
-    H5Fclose(fid);
+  int rc = qc_dump_open_map(path, &d);
+  if (rc) return rc;
+  const qc_h5attr *a = qc_h5obj_attr(qc_h5map_find(&d->map, "/"), "qatcheck_step");
+  int ok = a && a->kind == QC_H5A_INT;
+  if (!ok || a->ival != 1) {
+    qc_dump_close(d);
     qc_err("step dump '%s': root attribute 'qatcheck_step' is %s: expected the integer 1", path, ok ? "not 1" : "missing");
     qc_hint("a step dump is written by scripts/proxy_sft.py or h5py: f.attrs['qatcheck_step'] = 1");
     return QC_EINPUT;
   }
-  qc_dump *d = qc_calloc(1, sizeof *d, "dump handle");
-  if (!d) { H5Fclose(fid); return QC_ESYS; }
-  d->file = fid;
-  d->fd = -1;
-  snprintf(d->path, sizeof d->path, "%s", path);
   *out = d;
   return QC_OK;
 }
 
-/* A numeric attribute of obj (integer or float, one element). *found 0
- * when absent. */
-static int num_attr(qc_dump *d, hid_t obj, const char *grp, const char *name, double *v, int *found) {
+/* A numeric attribute of group grp (integer or float, one element).
+ * *found 0 when absent. */
+static int num_attr(qc_dump *d, const qc_h5obj *g, const char *grp, const char *name, double *v, int *found) {
   *found = 0;
-  if (H5Aexists(obj, name) <= 0) return QC_OK;
-  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  hid_t t = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
-  H5T_class_t cl = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
-  int ok = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1 && (cl == H5T_INTEGER || cl == H5T_FLOAT) &&
-           H5Aread(a, H5T_NATIVE_DOUBLE, v) >= 0 && isfinite(*v);
-  if (sp >= 0) H5Sclose(sp);
-  if (t >= 0) H5Tclose(t);
-  if (a >= 0) H5Aclose(a);
-  if (!ok) return qc_err("step dump '%s': group '%s': attribute '%s' must be one finite number", d->path, grp, name);
+  const qc_h5attr *a = qc_h5obj_attr(g, name);
+  if (!a) return QC_OK;
+  *v = a->kind == QC_H5A_INT ? (double)a->ival : a->dval;
+  if ((a->kind != QC_H5A_INT && a->kind != QC_H5A_FLOAT) || !isfinite(*v))
+    return qc_err("step dump '%s': group '%s': attribute '%s' must be one finite number", d->path, grp, name);
   *found = 1;
   return QC_OK;
 }
 
 /* The `frozen` attribute: an array of strings (h5py writes a list so), a
- * single name, JSON text of a list, or an empty array of any type. */
-static int frozen_attr(qc_dump *d, hid_t g, const char *grp, qc_step_arm *arm) {
-  if (H5Aexists(g, "frozen") <= 0) return QC_OK;
-  hid_t a = H5Aopen(g, "frozen", H5P_DEFAULT);
-  hid_t t = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
-  hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-  int rc = QC_OK;
-  char **s = NULL;
-  if (n == 0) goto done; /* [] */
-  if (t < 0 || n < 0 || n > 100000 || H5Tget_class(t) != H5T_STRING) {
-    rc = qc_err("step dump '%s': group '%s': attribute 'frozen' must be a list of parameter names", d->path, grp);
-    goto done;
+ * single name, or an empty array of any type. */
+static int frozen_attr(qc_dump *d, const qc_h5obj *g, const char *grp, qc_step_arm *arm) {
+  const qc_h5attr *a = qc_h5obj_attr(g, "frozen");
+  if (!a) return QC_OK;
+  const char *one[1];
+  const char *const *s = (const char *const *)a->strs;
+  int n = a->nstr;
+  if (a->kind == QC_H5A_STR) {
+    one[0] = a->str;
+    s = one;
+    n = 1;
+  } else if (a->kind != QC_H5A_STRS) {
+    return qc_err("step dump '%s': group '%s': attribute 'frozen' must be a list of parameter names (h5py: a list of str)", d->path, grp);
   }
-  hid_t mt = H5Tcopy(H5T_C_S1);
-  if (mt < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 || !(s = calloc((size_t)n, sizeof *s))) {
-    if (mt >= 0) H5Tclose(mt);
-    rc = qc_err_sys("out of memory reading 'frozen'");
-    goto done;
-  }
-  if (H5Tis_variable_str(t) <= 0 || H5Aread(a, mt, s) < 0) {
-    H5Tclose(mt);
-    rc = qc_err("step dump '%s': group '%s': attribute 'frozen': store it as variable-length strings (h5py: a list of str)", d->path, grp);
-    goto done;
-  }
-  if (!(arm->frozen = calloc((size_t)n, sizeof *arm->frozen))) rc = qc_err_sys("out of memory reading 'frozen'");
-  for (hssize_t i = 0; !rc && i < n; i++) {
-    if (!s[i] || strlen(s[i]) >= QC_PATHLEN) { rc = qc_err("step dump '%s': group '%s': a frozen name is empty or too long", d->path, grp); break; }
+  if (n && !(arm->frozen = calloc((size_t)n, sizeof *arm->frozen))) return qc_err_sys("out of memory reading 'frozen'");
+  for (int i = 0; i < n; i++) {
+    if (!s[i][0] || strlen(s[i]) >= QC_PATHLEN) return qc_err("step dump '%s': group '%s': a frozen name is empty or too long", d->path, grp);
     snprintf(arm->frozen[arm->nfrozen++], QC_PATHLEN, "%s", s[i]);
   }
-  H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, s);
-  H5Tclose(mt);
-done:
-  free(s);
-  if (sp >= 0) H5Sclose(sp);
-  if (t >= 0) H5Tclose(t);
-  if (a >= 0) H5Aclose(a);
-  return rc;
+  return QC_OK;
 }
 
 typedef struct {
@@ -113,34 +78,36 @@ typedef struct {
   int n, cap, rc;
 } names;
 
-static herr_t dset_cb(hid_t o, const char *name, const H5O_info_t *info, void *op) {
-  (void)o;
-  names *nm = op;
-  if (info->type != H5O_TYPE_DATASET) return 0;
-  if (strlen(name) >= QC_PATHLEN) { nm->rc = qc_err("a parameter name longer than %d characters", QC_PATHLEN - 1); return -1; }
+/* Append name to nm (QC_ESYS / QC_EINPUT, message set, on failure). */
+static int add_name(names *nm, const char *name) {
+  if (strlen(name) >= QC_PATHLEN) return qc_err("a parameter name longer than %d characters", QC_PATHLEN - 1);
   if (nm->n == nm->cap) {
     int cap = nm->cap ? 2 * nm->cap : 64;
     void *nv = realloc(nm->v, (size_t)cap * sizeof *nm->v);
-    if (!nv) { nm->rc = qc_err_sys("out of memory listing parameters"); return -1; }
+    if (!nv) return qc_err_sys("out of memory listing parameters");
     nm->v = nv;
     nm->cap = cap;
   }
   snprintf(nm->v[nm->n++], QC_PATHLEN, "%s", name);
-  return 0;
+  return QC_OK;
 }
 
 static int cmp_name(const void *a, const void *b) { return strcmp(a, b); }
 
-/* Every dataset below group `path` (relative names, sorted); none when absent. */
+/* Every dataset below group `path` at any depth (names relative to it,
+ * sorted); none when absent. */
 static int list_datasets(qc_dump *d, const char *path, names *out) {
   memset(out, 0, sizeof *out);
-  if (H5Lexists(d->file, path, H5P_DEFAULT) <= 0) return QC_OK;
-  hid_t g = H5Gopen2(d->file, path, H5P_DEFAULT);
-  if (g < 0) return qc_err("step dump '%s': '%s' is not a group", d->path, path);
-  herr_t st = H5Ovisit(g, H5_INDEX_NAME, H5_ITER_INC, dset_cb, out);
-  H5Gclose(g);
-  if (out->rc) return out->rc;
-  if (st < 0) return qc_err("step dump '%s': cannot walk '%s' (corrupt file?)", d->path, path);
+  const qc_h5obj *g = qc_h5map_find(&d->map, path);
+  if (!g) return QC_OK;
+  if (g->type != QC_H5O_GROUP) return qc_err("step dump '%s': '%s' is not a group", d->path, path);
+  size_t l = strlen(path);
+  for (int i = 0; i < d->map.n; i++) {
+    const qc_h5obj *o = &d->map.o[i];
+    if (o->type != QC_H5O_DATASET || strncmp(o->path, path, l) != 0 || o->path[l] != '/') continue;
+    int rc = add_name(out, o->path + l + 1);
+    if (rc) return rc;
+  }
   if (out->n) qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_name);
   return QC_OK;
 }
@@ -186,12 +153,16 @@ static int read_arm(qc_dump *d, const char *grp, qc_step_arm *arm) {
   memset(arm, 0, sizeof *arm);
   snprintf(arm->name, sizeof arm->name, "%s", grp);
   snprintf(arm->file, sizeof arm->file, "%s", d->path);
-  hid_t g = H5Gopen2(d->file, grp, H5P_DEFAULT);
-  if (g < 0) return qc_err("step dump '%s': arm group '%s' cannot be opened", d->path, grp);
-  char opt[32] = "";
+  char gpath[QC_PATHLEN + 2];
+  snprintf(gpath, sizeof gpath, "/%s", grp);
+  const qc_h5obj *g = qc_h5map_find(&d->map, gpath);
+  if (!g || g->type != QC_H5O_GROUP) return qc_err("step dump '%s': arm group '%s' cannot be opened", d->path, grp);
+  const char *opt = "";
   int rc = QC_OK, f;
   double step = 0;
-  if (qc_dump_str_attr(g, "optimizer", opt, sizeof opt) != QC_OK || (strcmp(opt, "adamw") && strcmp(opt, "sgd"))) {
+  const qc_h5attr *oa = qc_h5obj_attr(g, "optimizer");
+  if (oa && oa->kind == QC_H5A_STR) opt = oa->str;
+  if (strcmp(opt, "adamw") && strcmp(opt, "sgd")) {
     rc = qc_err("step dump '%s': group '%s': attribute 'optimizer' must be \"adamw\" or \"sgd\"", d->path, grp);
     goto done;
   }
@@ -260,17 +231,14 @@ static int read_arm(qc_dump *d, const char *grp, qc_step_arm *arm) {
   free(grads.v);
   free(after.v);
 done:
-  H5Gclose(g);
   if (rc) qc_step_arm_free(arm);
   return rc;
 }
 
-static herr_t group_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
-  (void)info;
+/* The top-level groups of the dump (qc_h5map_children's callback). */
+static int group_cb(void *op, const qc_h5obj *o) {
   names *nm = op;
-  H5O_info_t oi;
-  if (H5Oget_info_by_name(g, name, &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_GROUP) return 0;
-  return dset_cb(g, name, &(H5O_info_t){.type = H5O_TYPE_DATASET}, nm);
+  return o->type == QC_H5O_GROUP && (nm->rc = add_name(nm, strrchr(o->path, '/') + 1)) != QC_OK;
 }
 
 int qc_step_dump_read(const char *path, const char *const *want, int nwant, qc_step_arm **arms, int *narm) {
@@ -278,9 +246,8 @@ int qc_step_dump_read(const char *path, const char *const *want, int nwant, qc_s
   names groups = {0};
   int rc = step_open(path, &d);
   if (rc) return rc;
-  if (H5Literate(d->file, H5_INDEX_NAME, H5_ITER_INC, NULL, group_cb, &groups) < 0 && !groups.rc)
-    rc = qc_err("step dump '%s': cannot list its groups (corrupt file?)", path);
-  if (!rc) rc = groups.rc;
+  qc_h5map_children(&d->map, "/", group_cb, &groups);
+  rc = groups.rc;
   for (int i = 0; !rc && i < groups.n; i++) {
     int take = nwant == 0;
     for (int w = 0; w < nwant; w++) take |= strcmp(want[w], groups.v[i]) == 0;

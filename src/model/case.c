@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/qc.h"
 #include "core/sha256.h"
 #include "model/tol.h"
@@ -55,17 +56,41 @@ static int resolve(const char *dir, const char *p, char *out, size_t n) {
   return QC_OK;
 }
 
+/* The largest magnitude a contract number may have: every contract number
+ * (eps, theta, limits, dimensions, seeds) is far below it, and below it
+ * every conversion to a 64-bit integer is defined. */
+#define QC_CONTRACT_NUM_MAX 1e15
+/* Seeds are integers a JSON number holds exactly: [0, 2^53]. */
+#define QC_SEED_MAX 9007199254740992.0
+
+/* A number from JSON for contract key `key` (inner: the nested key, or
+ * NULL): finite, at most QC_CONTRACT_NUM_MAX in magnitude, and a whole
+ * number in [0, 2^53] for a seed; refused by name before any conversion. */
+static int contract_num(const cJSON *n, const char *where, const char *key, const char *inner, double *out) {
+  double x = n->valuedouble;
+  const char *name = inner ? inner : key;
+  if (!isfinite(x) || fabs(x) > QC_CONTRACT_NUM_MAX)
+    return qc_err("%s: contract key '%s'%s%s%s: %g is out of range: expected a finite number of magnitude at most 1e15",
+                  where, key, inner ? " (" : "", inner ? inner : "", inner ? ")" : "", x);
+  if (strcmp(name, "seed") == 0 && !(x >= 0 && x <= QC_SEED_MAX && x == floor(x)))
+    return qc_err("%s: contract key '%s': seed %g: expected a whole number from 0 to 2^53", where, key, x);
+  *out = x;
+  return QC_OK;
+}
+
 /* One contract value: string, number, or {"word": N} / {"word": {"k": N}}. */
 static int contract_value(const cJSON *v, const char *where, qc_contract *c) {
   const char *k = v->string;
+  double x;
+  int rc;
   if (cJSON_IsString(v)) return qc_contract_set(c, k, v->valuestring, 0, 0);
-  if (cJSON_IsNumber(v)) return qc_contract_set(c, k, "", v->valuedouble, 1);
+  if (cJSON_IsNumber(v)) return (rc = contract_num(v, where, k, NULL, &x)) ? rc : qc_contract_set(c, k, "", x, 1);
   if (cJSON_IsBool(v)) return qc_contract_set(c, k, cJSON_IsTrue(v) ? "true" : "false", 0, 0);
   if (cJSON_IsObject(v) && v->child && !v->child->next) {
     const cJSON *in = v->child;
-    if (cJSON_IsNumber(in)) return qc_contract_set(c, k, in->string, in->valuedouble, 1);
+    if (cJSON_IsNumber(in)) return (rc = contract_num(in, where, k, NULL, &x)) ? rc : qc_contract_set(c, k, in->string, x, 1);
     if (cJSON_IsObject(in) && in->child && !in->child->next && cJSON_IsNumber(in->child))
-      return qc_contract_set(c, k, in->string, in->child->valuedouble, 1);
+      return (rc = contract_num(in->child, where, k, in->child->string, &x)) ? rc : qc_contract_set(c, k, in->string, x, 1);
     if (cJSON_IsObject(in) && !in->child) return qc_contract_set(c, k, in->string, 0, 0);
   }
   return qc_err("%s: contract key '%s': expected a string, a number, or a one-key object like {\"clipped\": 3.0}", where, k);
@@ -171,11 +196,14 @@ static int parse_tol(const cJSON *obj, const char *where, qc_case_tol *t) {
       return qc_err("%s: key 'norm_ratio': expected [low, high]", w);
     tl->norm_lo = v->child->valuedouble;
     tl->norm_hi = v->child->next->valuedouble;
+    if (!isfinite(tl->norm_lo) || !isfinite(tl->norm_hi))
+      return qc_err("%s: key 'norm_ratio': [%g, %g]: expected finite bounds", w, tl->norm_lo, tl->norm_hi);
     if (!(tl->norm_lo <= tl->norm_hi)) return qc_err("%s: key 'norm_ratio': low %g is above high %g", w, tl->norm_lo, tl->norm_hi);
     tl->has_norm_ratio = 1;
   }
   if (tl->has_rel_l2 && tl->rel_l2 < 0) return qc_err("%s: key 'rel_l2': expected a bound >= 0", w);
   if (tl->has_max_abs && tl->max_abs < 0) return qc_err("%s: key 'max_abs': expected a bound >= 0", w);
+  if (tl->has_noise_multiple && tl->noise_multiple < 0) return qc_err("%s: key 'noise_multiple': expected a bound >= 0", w);
   if (tl->has_cosine_min && (tl->cosine_min < -1 || tl->cosine_min > 1))
     return qc_err("%s: key 'cosine_min': expected a value in [-1, 1]", w);
   if (!tl->derive && !(tl->has_rel_l2 || tl->has_max_abs || tl->has_cosine_min || tl->has_norm_ratio ||
@@ -189,6 +217,12 @@ static int parse_tol(const cJSON *obj, const char *where, qc_case_tol *t) {
   if (!v) {
     qc_err("%s: key 'reasoning' is missing: tolerances are declared with their reasoning", w);
     qc_hint("say where the bound comes from, e.g. from 'qatcheck tol'");
+    return QC_EINPUT;
+  }
+  if (cJSON_IsString(v) && strlen(v->valuestring) >= sizeof tl->reasoning) {
+    qc_err("%s: key 'reasoning' has %zu characters: at most %zu are kept with a check", w, strlen(v->valuestring),
+           sizeof tl->reasoning - 1);
+    qc_hint("keep the derivation short (the formula and its inputs) and cite a file or 'qatcheck tol' for the rest");
     return QC_EINPUT;
   }
   if ((rc = get_string(v, w, "reasoning", tl->reasoning, sizeof tl->reasoning))) return rc;
@@ -230,8 +264,12 @@ static int parse_data(const cJSON *data, const char *where, qc_case *c) {
     c->nshapes = i;
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(gen, "seed");
     if (seed) {
-      if (!cJSON_IsNumber(seed) || seed->valuedouble < 0 || seed->valuedouble != floor(seed->valuedouble))
-        return qc_err("%s: key 'seed': expected a non-negative integer", w);
+      /* range-checked before the conversion: 1e300 or 1e999 is refused, not run as seed 0 */
+      if (!cJSON_IsNumber(seed) || !(seed->valuedouble >= 0 && seed->valuedouble <= QC_SEED_MAX) ||
+          seed->valuedouble != floor(seed->valuedouble))
+        return qc_err("%s: key 'seed': %s: expected a whole number from 0 to 2^53 (9007199254740992)", w,
+                      cJSON_IsNumber(seed) ? (isfinite(seed->valuedouble) ? "out of range or not whole" : "not finite")
+                                           : "not a number");
       c->seed = (uint64_t)seed->valuedouble;
     }
     snprintf(c->values, sizeof c->values, "normal");
@@ -264,6 +302,64 @@ static int parse_data(const cJSON *data, const char *where, qc_case *c) {
     return QC_OK;
   }
   return qc_err("%s: expected {\"generate\": {...}} or {\"dump\": \"FILE.h5\", \"modules\": \"REGEX\", \"checkpoint\": \"MODEL.safetensors\"}", w);
+}
+
+/* Which of three planted errors a tolerance's bounds all pass: the
+ * gradient doubled, halved, or negated (relative to a non-zero reference:
+ * rel_l2 1, 0.5, 2; norm ratio 2, 0.5, 1; cosine 1, 1, -1). max_abs and
+ * noise_multiple are taken to see all three (their scale is the data's:
+ * a sensible bound is far below the error). Returns a mask: 1 doubled,
+ * 2 halved, 4 negated. */
+static int blind_to(const qc_tol *t) {
+  static const double rel[3] = {1, 0.5, 2}, nr[3] = {2, 0.5, 1}, cs[3] = {1, 1, -1};
+  int mask = 0;
+  if (t->has_max_abs || t->has_noise_multiple) return 0;
+  for (int e = 0; e < 3; e++) {
+    int seen = (t->has_rel_l2 && rel[e] > t->rel_l2) || (t->has_norm_ratio && (nr[e] < t->norm_lo || nr[e] > t->norm_hi)) ||
+               (t->has_cosine_min && cs[e] < t->cosine_min);
+    if (!seen) mask |= 1 << e;
+  }
+  return mask;
+}
+
+/* Case lint: every tolerance whose bounds cannot see a scale error or a
+ * sign flip is described in c->weak (one line each); qc_case_weak decides
+ * whether that refuses the case. (A member whose bounds are derived at run
+ * time is not judged here.) */
+static void lint(qc_case *c, const char *where) {
+  for (int i = 0; i < c->ntol; i++) {
+    if (c->tol[i].tol.derive) continue; /* its bounds come from the class's error model at run time */
+    int m = blind_to(&c->tol[i].tol);
+    if (!m) continue;
+    char what[160] = "";
+    if (m & 3)
+      snprintf(what, sizeof what, "a scale error (it passes %s): add rel_l2, norm_ratio, max_abs or noise_multiple",
+               (m & 3) == 3 ? "2 g and g / 2" : (m & 1) ? "2 g" : "g / 2");
+    if (m & 4)
+      snprintf(what + strlen(what), sizeof what - strlen(what), "%sa sign flip (it passes -g): add rel_l2, cosine_min, max_abs or noise_multiple",
+               what[0] ? "; nor " : "");
+    size_t l = strlen(c->weak);
+    snprintf(c->weak + l, sizeof c->weak - l, "%s: tolerances.%s cannot see %s\n", where, c->tol[i].tensor, what);
+    c->nweak++;
+  }
+}
+
+int qc_case_weak(const qc_case *c, int allow) {
+  if (!c->nweak) return QC_OK;
+  if (!allow) {
+    const char *nl = strchr(c->weak, '\n');
+    qc_err("%.*s", (int)(nl ? nl - c->weak : (long)strlen(c->weak)), c->weak);
+    qc_hint("%s'qatcheck tol' derives a complete set; --allow-weak-tolerances runs the case anyway, with a warning in "
+            "every report", c->nweak > 1 ? "more tolerances are weak too; " : "");
+    return QC_EINPUT;
+  }
+  for (const char *p = c->weak; *p;) {
+    const char *nl = strchr(p, '\n');
+    int len = (int)(nl ? nl - p : (long)strlen(p));
+    fprintf(stderr, "qatcheck: warning: %.*s\n", len, p);
+    p += len + (nl ? 1 : 0);
+  }
+  return QC_OK;
 }
 
 int qc_case_parse(const char *text, const char *where, const char *dir, qc_case *c) {
@@ -301,6 +397,11 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
   }
   if ((v = cJSON_GetObjectItemCaseSensitive(root, "module")) && (rc = get_string(v, w, "module", c->module, sizeof c->module)))
     goto done;
+  if (c->module[0]) { /* an unknown class is named here, with the classes, before anything is read */
+    char wm[1120];
+    snprintf(wm, sizeof wm, "%s: key 'module'", w);
+    if (!qc_registry_need(c->module, wm)) { rc = QC_EINPUT; goto done; }
+  }
   if ((v = cJSON_GetObjectItemCaseSensitive(root, "contract"))) {
     if ((rc = parse_contract_obj(v, w, &c->contract))) goto done;
     c->has_contract = 1;
@@ -368,27 +469,17 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
     if ((rc = parse_tol(t, w, &c->tol[c->ntol]))) goto done;
     c->ntol++;
   }
+  lint(c, w);
 done:
   cJSON_Delete(root);
   return rc;
 }
 
 int qc_case_load(const char *path, qc_case *c) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return qc_err("case '%s': cannot open: %s", path, strerror(errno));
   char *buf = NULL;
-  long n = -1;
-  if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-  if (n < 0 || n > (64L << 20) || fseek(f, 0, SEEK_SET) != 0) {
-    fclose(f);
-    return qc_err("case '%s': cannot read it (not a regular file, or over 64 MiB)", path);
-  }
-  buf = qc_malloc((size_t)n + 1, "case file");
-  if (!buf) { fclose(f); return QC_ESYS; }
-  size_t got = fread(buf, 1, (size_t)n, f);
-  fclose(f);
-  if (got != (size_t)n) { free(buf); return qc_err("case '%s': short read", path); }
-  buf[n] = 0;
+  size_t n = 0;
+  int rc = qc_read_file(path, "case", 64u << 20, &buf, &n); /* a FIFO or device is refused unopened */
+  if (rc) return rc;
   char dir[1024];
   if (strlen(path) >= sizeof dir) {
     free(buf);
@@ -397,8 +488,8 @@ int qc_case_load(const char *path, qc_case *c) {
   snprintf(dir, sizeof dir, "%s", path);
   char *s = strrchr(dir, '/');
   if (s) *s = 0; else snprintf(dir, sizeof dir, ".");
-  int rc = qc_case_parse(buf, path, dir, c);
-  if (!rc) qc_sha256_hex(buf, (size_t)n, c->sha256);
+  rc = qc_case_parse(buf, path, dir, c);
+  if (!rc) qc_sha256_hex(buf, n, c->sha256);
   free(buf);
   return rc;
 }

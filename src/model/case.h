@@ -46,6 +46,8 @@ typedef struct qc_case {
   char dy[QC_MAX_DY][QC_NAMELEN];
   int ntol;
   qc_case_tol tol[QC_MAX_TOL];
+  int nweak;                /* tolerances that cannot see a scale error or a sign flip */
+  char weak[8192];          /* one line each: "case 'F': tolerances.d_x cannot see ..." */
 } qc_case;
 
 /* Read, parse and validate a case file. Unknown keys are refused by name,
@@ -54,6 +56,11 @@ typedef struct qc_case {
 int qc_case_load(const char *path, qc_case *c);
 /* Parse a JSON text (a case) already in memory; `where` names it in errors. */
 int qc_case_parse(const char *text, const char *where, const char *dir, qc_case *c);
+/* Weak tolerances (c->weak): refused with the first one's message and a
+ * hint (QC_EINPUT) unless `allow` (--allow-weak-tolerances), when each is
+ * printed to stderr as "qatcheck: warning: ..." and QC_OK returned (the
+ * caller records c->weak in every report). */
+int qc_case_weak(const qc_case *c, int allow);
 /* Tolerance declared for a tensor, or NULL. */
 const qc_tol *qc_case_tol_for(const qc_case *c, const char *tensor);
 

@@ -177,6 +177,9 @@ typedef struct qc_class {
   const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
   qc_fwd_fn forward;           /* optional float64 forward for `fd` (NULL: none) */
   const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */
+  const char *grads;           /* every gradient the reference can return, space-separated
+                                  ("d_x d_weight d_bias"; some only when their input exists):
+                                  a tolerance for any other name is refused */
   qc_tol_model_fn tol_model;   /* the error model of each gradient (NULL: none; no derived tolerances) */
   const char *hypotheses;      /* the generic hypotheses (QC_HYP_GENERIC's names) that apply, space-separated */
   const qc_hypothesis *hyps;   /* the class's own, {NULL}-terminated (NULL: none) */
@@ -194,6 +197,9 @@ typedef struct qc_registry_row {
 
 const qc_registry_row *qc_registry_find(const char *name);
 const qc_registry_row *qc_registry_rows(int *n);
+/* qc_registry_find, or NULL with the error "<where>: module class 'X' is
+ * not known" and a hint listing the classes. */
+const qc_registry_row *qc_registry_need(const char *name, const char *where);
 
 
 

@@ -5,6 +5,7 @@
  * adds one row here. */
 #include <string.h>
 
+#include "core/qc.h"
 #include "model/module.h"
 
 extern const qc_class qc_class_linear;
@@ -59,4 +60,20 @@ const qc_registry_row *qc_registry_find(const char *name) {
   for (int i = 0; i < n; i++)
     if (strcmp(r[i].cls->name, name) == 0) return &r[i];
   return NULL;
+}
+
+const qc_registry_row *qc_registry_need(const char *name, const char *where) {
+  const qc_registry_row *row = qc_registry_find(name);
+  if (!row) {
+    int n;
+    const qc_registry_row *r = qc_registry_rows(&n);
+    char list[512] = "";
+    for (int i = 0; i < n; i++) {
+      strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+      strncat(list, r[i].cls->name, sizeof list - strlen(list) - 1);
+    }
+    qc_err("%s: module class '%s' is not known", where, name);
+    qc_hint("known classes: %s", list);
+  }
+  return row;
 }

@@ -250,6 +250,7 @@ static int logprob_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *on
 const qc_class qc_class_logprob = {
     .name = "logprob",
     .summary = "selected-token log-softmax with temperature, loss mask, normalization, vocab shards: d_logits",
+    .grads = "d_logits",
     .shape_help = "[B, S, V]: sequences, positions, vocab",
     .keys = logprob_keys,
     .generate = logprob_generate,

@@ -433,6 +433,7 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
 const qc_class qc_class_ssd = {
     .name = "ssd",
     .summary = "Mamba-2 SSD scan (one group, no D, no gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm",
+    .grads = "d_x d_dt d_A d_Bm d_Cm d_initial_state",
     .shape_help = "[B, L, H, P, N]: batch, sequence, heads, head_dim, state size",
     .keys = ssd_keys,
     .generate = ssd_generate,

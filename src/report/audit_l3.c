@@ -67,9 +67,11 @@ static void curves_plots(qc_doc *d, const qc_ev_sft *s) {
     qc_svg_series ser[8];
     int ns = 0;
     for (int j = i; j < s->ncurve && ns < 8; j++)
-      if (strncmp(s->curve[j].label, s->curve[i].label, ml) == 0 && s->curve[j].label[ml] == ':')
-        ser[ns++] = (qc_svg_series){.label = s->curve[j].label + ml + 2, .x = s->curve[j].x, .y = s->curve[j].y,
-                                    .n = s->curve[j].n, .dashed = ns > 0 && ns % 2 == 0};
+      if (strncmp(s->curve[j].label, s->curve[i].label, ml) == 0 && s->curve[j].label[ml] == ':') {
+        ser[ns] = (qc_svg_series){.label = s->curve[j].label + ml + 2, .x = s->curve[j].x, .y = s->curve[j].y,
+                                  .n = s->curve[j].n, .dashed = ns > 0 && ns % 2 == 0};
+        ns++; /* after the series reads it (one statement would leave the order undefined) */
+      }
     char title[128], cap[200];
     snprintf(title, sizeof title, "%.*s per arm", (int)ml, s->curve[i].label);
     snprintf(cap, sizeof cap, "%.*s of every arm against %s, as the sft report holds them.", (int)ml, s->curve[i].label,

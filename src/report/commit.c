@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/qc.h"
+#include "core/watchdog.h"
 #include "report/baseline.h"
 #include "report/report.h"
 #include "report/run.h"
@@ -248,7 +249,9 @@ int qc_report_commit(qc_report_out *o) {
     path[QC_REP_KINDS + i] = o->extra[i].path;
     docs[QC_REP_KINDS + i] = o->extra[i].doc;
   }
+  qc_watchdog_hold(); /* a --timeout expiring now waits for the renames; once written, the verdict stands */
   rc = commit_docs(path, docs, n, &bad);
+  qc_watchdog_release(rc == QC_OK);
   free(path);
   free(docs);
   return rc;

@@ -143,6 +143,12 @@ int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r
   }
   if (info->device) cJSON_AddStringToObject(root, "device", info->device);
   if (info->profile) cJSON_AddStringToObject(root, "profile", info->profile);
+  if (info->warnings && info->warnings[0]) { /* one string per line */
+    cJSON *wa = cJSON_AddArrayToObject(root, "warnings");
+    const char *p = info->warnings;
+    char line[1024];
+    while (qc_report_line(&p, line, sizeof line)) cJSON_AddItemToArray(wa, cJSON_CreateString(line));
+  }
   /* a module's checks are consecutive; classes are few */
   int failed = 0, nmod = 0, ncls = 0;
   const char *cls[64];

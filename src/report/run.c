@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/qc.h"
+#include "core/watchdog.h"
 #include "core/sha256.h"
 #include "report/baseline.h"
 #include "report/report.h"
@@ -93,6 +94,8 @@ static int check_report_path(int kind) {
   return rc;
 }
 
+static void on_timeout(const char *msg, const char *hint);
+
 int qc_run_begin(const char *verb, int argc, char **argv) {
   snprintf(R.verb, sizeof R.verb, "%s", verb);
   R.argc = argc;
@@ -108,6 +111,7 @@ int qc_run_begin(const char *verb, int argc, char **argv) {
       break;
     }
   int rc = QC_OK;
+  qc_watchdog_hook(on_timeout);
   for (int k = 0; k < QC_REP_KINDS; k++) {
     if (!R.path[k]) continue;
     int r = check_report_path(k);
@@ -141,16 +145,43 @@ static void *hash_thread(void *arg) {
   return NULL;
 }
 
-/* Wait for every input's hash. */
+/* Wait for every input's hash (from the main thread or the watchdog's:
+ * each thread is joined once). */
+static pthread_mutex_t g_join = PTHREAD_MUTEX_INITIALIZER;
 static void join_hashes(void) {
+  pthread_mutex_lock(&g_join);
   for (int i = 0; i < R.ninput; i++)
     if (R.in[i]->started) {
       pthread_join(R.in[i]->th, NULL);
       R.in[i]->started = 0;
     }
+  pthread_mutex_unlock(&g_join);
 }
 
+/* --timeout expired (core/watchdog.h; on the watchdog's thread, while no
+ * report is being committed): the requested paths get the error report,
+ * as at any exit 2. */
+static void on_timeout(const char *msg, const char *hint) {
+  qc_err_clear();
+  qc_err("%s", msg);
+  qc_hint("%s", hint);
+  atomic_store(&g_cancel, 1);
+  join_hashes();
+  for (int i = 0; i < R.ninput; i++)
+    if (R.in[i]->hashed != 1) R.in[i]->hashed = -1;
+  qc_report_error_commit(R.verb[0] ? R.verb : "qatcheck");
+}
+
+static int add_input(const char *role, const char *path);
+
 int qc_run_input(const char *role, const char *path) {
+  qc_watchdog_hold(); /* the watchdog's error report reads the inputs */
+  int rc = add_input(role, path);
+  qc_watchdog_release(0);
+  return rc;
+}
+
+static int add_input(const char *role, const char *path) {
   struct stat st;
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return qc_err("%s '%s': cannot read: %s", role, path, strerror(errno));
@@ -318,6 +349,7 @@ void qc_run_markdown(qc_sbuf *b) {
 
 int qc_run_end(int rc) {
   int status = rc >= QC_EINPUT ? 2 : rc;
+  qc_watchdog_hold(); /* the run ends here: released disarmed, the watchdog has no more to do */
   if (status == 2) {
     atomic_store(&g_cancel, 1); /* an error report carries no hashes worth waiting for */
     join_hashes();
@@ -343,5 +375,6 @@ int qc_run_end(int rc) {
   memset(&R, 0, sizeof R);
   R.factor = 1.1;
   atomic_store(&g_cancel, 0);
+  qc_watchdog_release(1);
   return status;
 }

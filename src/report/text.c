@@ -52,6 +52,15 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
          nf, info->device ? " on " : "", info->device ? info->device : "");
 }
 
+int qc_report_line(const char **p, char *line, size_t n) {
+  if (!*p || !**p) return 0;
+  const char *nl = strchr(*p, '\n');
+  size_t len = nl ? (size_t)(nl - *p) : strlen(*p);
+  snprintf(line, n, "%.*s", (int)(len < n ? len : n - 1), *p);
+  *p += len + (nl ? 1 : 0);
+  return 1;
+}
+
 const char *qc_report_check_name(const qc_check *k, char *buf, int n) {
   if (strcmp(k->tensor, "quantizer") == 0) snprintf(buf, (size_t)n, "deployed_bytes/weight_q");
   else snprintf(buf, (size_t)n, "%s/%s", k->dy, k->tensor);
@@ -82,6 +91,14 @@ int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *
                       k->verdict != QC_V_PASS ? k->why : NULL, k->has_metrics ? out : NULL);
     if (!rc) qc_tlist_time(&l, check_time(info, i));
   }
+  /* warnings (weak tolerances run with --allow-weak-tolerances): one passed testcase each, the text as its output */
+  const char *p = info->warnings;
+  char line[1024];
+  while (!rc && qc_report_line(&p, line, sizeof line)) {
+    char out[1040];
+    snprintf(out, sizeof out, "warning: %s", line);
+    rc = qc_tlist_add(&l, "qatcheck warnings", "warning", "weak tolerance", NULL, out);
+  }
   if (!rc) rc = qc_tlist_junit(&l, info->verb, out);
   qc_tlist_free(&l);
   return rc;
@@ -100,6 +117,14 @@ int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_result
                    info->case_sha256 ? info->case_sha256 : "");
   qc_sbuf_printf(&b, "- device: %s\n- qatcheck %s\n", info->device ? info->device : "cpu", QC_VERSION);
   qc_run_markdown(&b);
+  const char *p = info->warnings;
+  char line[1024];
+  if (p && *p) qc_sbuf_printf(&b, "\n");
+  while (qc_report_line(&p, line, sizeof line)) {
+    qc_sbuf_printf(&b, "> **warning**: ");
+    qc_sbuf_md(&b, line);
+    qc_sbuf_printf(&b, "\n\n");
+  }
   if (nf) {
     qc_sbuf_printf(&b, "\n## Failures (%d)\n\n", nf);
     for (int i = 0; i < r->n; i++) {

@@ -39,7 +39,8 @@ P
 case_for zero_dx zero_dx.h5
 expect_exit 1 "an all-zero d_x fails (cosine undefined is not a pass)" "$QATCHECK" vjp --case "$T/zero_dx.json"
 printf '{"module": "linear", "data": {"dump": "zero_dx.h5", "modules": "^/model"}, "candidate": "dump", "dy": ["dy"], "tolerances": {"d_x": {"cosine_min": 0.9999, "reasoning": "r"}, "d_weight": {"cosine_min": 0.9999, "reasoning": "r"}, "d_bias": {"cosine_min": 0.9999, "reasoning": "r"}}}\n' >"$T/zero_cos.json"
-expect_exit 1 "an all-zero d_x fails a cosine-only bound" "$QATCHECK" vjp --case "$T/zero_cos.json"
+expect_exit 2 "a cosine-only bound is refused: it cannot see a scale error" "$QATCHECK" vjp --case "$T/zero_cos.json"
+expect_exit 1 "an all-zero d_x fails a cosine-only bound" "$QATCHECK" vjp --case "$T/zero_cos.json" --allow-weak-tolerances
 case_for nan_dy nan_dy.h5
 expect_exit 2 "a NaN in dY cannot be judged" "$QATCHECK" vjp --case "$T/nan_dy.json"
 grep -q "non-finite" "$T/err" && ok "names the non-finite reference" || bad "message"

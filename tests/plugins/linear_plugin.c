@@ -4,10 +4,12 @@
  *   linear_vjp            correct
  *   linear_vjp_dw_scaled  d_weight scaled by 1.002 (a planted defect)
  *   linear_vjp_no_bias    never emits d_bias (a planted defect)
- *   linear_vjp_fails      reports an error (qatcheck must exit 2) */
+ *   linear_vjp_fails      reports an error (qatcheck must exit 2)
+ *   linear_vjp_hangs      never returns (qatcheck's --timeout must end the run) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qatcheck_plugin.h"
 
@@ -88,3 +90,7 @@ int linear_vjp(const qcp_call *c) { return vjp(c, 1.0f, 1); }
 int linear_vjp_dw_scaled(const qcp_call *c) { return vjp(c, 1.002f, 1); }
 int linear_vjp_no_bias(const qcp_call *c) { return vjp(c, 1.0f, 0); }
 int linear_vjp_fails(const qcp_call *c) { return fail(c, "the plugin could not run"); }
+int linear_vjp_hangs(const qcp_call *c) {
+  (void)c;
+  for (;;) sleep(1);
+}

@@ -119,6 +119,7 @@ Test(dump, not_a_dump) {
 static void check_direct(qc_dump *d, const char *dset, long long index, int want_direct) {
   qc_tensor t;
   qc_dump_loc loc;
+  qc_err_clear();
   int rc = index >= 0 ? qc_dump_read_slice(d, dset, index, &t) : qc_dump_read(d, dset, &t);
   cr_assert_eq(rc, QC_OK, "%s", qc_err_msg());
   cr_assert_eq(qc_dump_locate(d, dset, index, &loc), QC_OK, "%s", qc_err_msg());

@@ -1,0 +1,23 @@
+/* file.h: opening the files a user names (case files, dumps, plugins)
+ * without being stalled by what they turn out to be: a FIFO, a device, a
+ * socket or a directory is refused before a byte is read from it (and,
+ * when the path already names one, before it is opened at all). */
+#ifndef QC_FILE_H
+#define QC_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Open `path` read-only as a regular file: stat first (a special file is
+ * refused without being opened), then open with O_NONBLOCK and fstat the
+ * descriptor (the same check, now race-free), then clear O_NONBLOCK. *fd
+ * (close-on-exec) and *size are set on QC_OK; errors read
+ * "<what> 'path': ..." (what: "case", "dump", "plugin"). */
+int qc_open_regular(const char *path, const char *what, int *fd, int64_t *size);
+
+/* Read the regular file `path` whole, at most `max` bytes, into a malloc'd
+ * NUL-terminated buffer (*len bytes before the NUL). A larger file is
+ * refused naming the limit. */
+int qc_read_file(const char *path, const char *what, size_t max, char **buf, size_t *len);
+
+#endif

@@ -1,0 +1,111 @@
+/* watchdog.c: see watchdog.h. A thread waits on a condition variable until
+ * the deadline (CLOCK_MONOTONIC); it is started by the first arm. On
+ * expiry it holds the watchdog's mutex, so it never runs while a report
+ * writer holds it (qc_watchdog_hold), calls the expiry hook (the run's
+ * error reports), prints the error line and ends the process with exit 2.
+ * Threads are not inherited across fork, so the dump sandbox's child
+ * (io/dump_box.c) is never cut by it: its parent enforces its deadline. */
+#include "core/watchdog.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/qc.h"
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv;
+static int g_started, g_armed;
+static struct timespec g_deadline;
+static char g_msg[256], g_hint[200];
+static qc_watchdog_fn g_hook;
+
+/* The watchdog thread: sleeps until the deadline, re-reading it whenever
+ * it is re-armed; never returns once it expires. */
+static void *watch(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&g_mu);
+  for (;;) {
+    if (!g_armed) {
+      pthread_cond_wait(&g_cv, &g_mu);
+      continue;
+    }
+    int r = pthread_cond_timedwait(&g_cv, &g_mu, &g_deadline);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (r == ETIMEDOUT && g_armed &&
+        (now.tv_sec > g_deadline.tv_sec || (now.tv_sec == g_deadline.tv_sec && now.tv_nsec >= g_deadline.tv_nsec)))
+      break;
+  }
+  /* expired, holding the mutex: no report is being committed */
+  if (g_hook) g_hook(g_msg, g_hint);
+  char line[512];
+  int n = snprintf(line, sizeof line, "qatcheck: error: %s\nhint: %s\n", g_msg, g_hint);
+  ssize_t w = write(2, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : strlen(line));
+  (void)w;
+  _exit(2);
+}
+
+/* Start the thread once (its condition variable on the monotonic clock). */
+static int start_locked(void) {
+  if (g_started) return QC_OK;
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+      pthread_cond_init(&g_cv, &ca) != 0)
+    return qc_err_sys("cannot set up the run's timer");
+  pthread_condattr_destroy(&ca);
+  pthread_attr_t at;
+  pthread_t th;
+  int rc = pthread_attr_init(&at);
+  if (!rc) rc = pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (!rc) rc = pthread_attr_setstacksize(&at, 256 << 10);
+  if (!rc) rc = pthread_create(&th, &at, watch, NULL);
+  pthread_attr_destroy(&at);
+  if (rc) return qc_err_sys("cannot start the run's timer: %s", strerror(rc));
+  g_started = 1;
+  return QC_OK;
+}
+
+int qc_watchdog_arm(double seconds) {
+  if (!isfinite(seconds) || seconds < 0 || seconds > 1e9)
+    return qc_err("--timeout %g: expected a number of seconds from 0 (no limit) to 1e9", seconds);
+  pthread_mutex_lock(&g_mu);
+  int rc = QC_OK;
+  g_armed = 0;
+  if (seconds > 0 && !(rc = start_locked())) {
+    snprintf(g_msg, sizeof g_msg, "the run did not finish within --timeout %g s: stopped, nothing judged", seconds);
+    snprintf(g_hint, sizeof g_hint, "raise --timeout (0: no limit) if the run is legitimately long; --verbose shows its phases");
+    clock_gettime(CLOCK_MONOTONIC, &g_deadline);
+    double whole = floor(seconds);
+    g_deadline.tv_sec += (time_t)whole;
+    g_deadline.tv_nsec += (long)((seconds - whole) * 1e9);
+    if (g_deadline.tv_nsec >= 1000000000L) {
+      g_deadline.tv_sec++;
+      g_deadline.tv_nsec -= 1000000000L;
+    }
+    g_armed = 1;
+  }
+  if (g_started) pthread_cond_signal(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+  return rc;
+}
+
+void qc_watchdog_hook(qc_watchdog_fn fn) {
+  pthread_mutex_lock(&g_mu);
+  g_hook = fn;
+  pthread_mutex_unlock(&g_mu);
+}
+
+void qc_watchdog_hold(void) { pthread_mutex_lock(&g_mu); }
+
+void qc_watchdog_release(int disarm) {
+  if (disarm) {
+    g_armed = 0;
+    g_hook = NULL;
+  }
+  pthread_mutex_unlock(&g_mu);
+}

@@ -1,0 +1,37 @@
+/* watchdog.h: the run's overall time limit (`--timeout SECONDS` on every
+ * verb). Whatever hangs (a file system that stops answering, a plugin that
+ * loops, a library stuck on a corrupt file outside the dump sandbox), the
+ * run ends with exit 2 and one error line once the limit has passed,
+ * instead of holding a CI runner until its own limit; the requested report
+ * paths then hold its error report, as for any exit 2 (the expiry hook). */
+#ifndef QC_WATCHDOG_H
+#define QC_WATCHDOG_H
+
+/* The default limit, in seconds (6 hours): far beyond any audit measured
+ * (bench/RESULTS.md: a 32-layer contract sweep on 16 CPU cores takes under
+ * 3 minutes), short of a CI runner's own limit. */
+#define QC_TIMEOUT_DEFAULT 21600.0
+
+/* Arm (or re-arm) the watchdog: `seconds` of wall-clock time from now; 0
+ * turns it off. On expiry its own thread calls the hook (when one is set)
+ * with the error line and hint, writes "qatcheck: error: the run did not
+ * finish within --timeout S s ..." and the hint to stderr and exits 2.
+ * QC_EINPUT for a negative or non-finite limit, QC_ESYS when its thread
+ * cannot be started. */
+int qc_watchdog_arm(double seconds);
+
+/* What to do on expiry before the exit (the report layer writes the run's
+ * error reports: report/run.c); NULL for nothing. It runs on the
+ * watchdog's thread while the main thread may still be working, never
+ * while a writer holds the watchdog (below). */
+typedef void (*qc_watchdog_fn)(const char *msg, const char *hint);
+void qc_watchdog_hook(qc_watchdog_fn fn);
+
+/* Hold off the expiry while a report is committed (so the hook never sees
+ * one half-renamed); release with disarm 1 once the run's verdict is
+ * written (the watchdog must not replace it: it is off and its hook unset),
+ * 0 otherwise. Not nested, and no other watchdog call while held. */
+void qc_watchdog_hold(void);
+void qc_watchdog_release(int disarm);
+
+#endif
