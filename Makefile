@@ -1,5 +1,6 @@
 # qatcheck Makefile. `make` builds ./qatcheck (CPU always; CUDA when nvcc is
-# found, NCCL when its header is found). `make demo`, `make test`, `make asan`.
+# found, NCCL when its header is found, MPI when mpicc is found). `make demo`,
+# `make test`, `make asan`.
 # It prints what it found, llm.c style.
 
 CC       ?= gcc
@@ -42,8 +43,24 @@ else
   $(info qatcheck: nvcc (or src/backend/cuda/) not found: building the CPU tool only)
 endif
 
+# ---- MPI detection ---------------------------------------------------------------
+# With MPI, `mpirun -np N qatcheck vjp|contract` splits the work among N
+# processes (src/dist/, docs/distributed.md); run without mpirun, the tool is
+# one process as before (MPI is not initialized). NO_MPI=1 builds without.
+NO_MPI  ?=
+MPICC   ?= mpicc
+MPI_CFLAGS := $(if $(filter 1,$(NO_MPI)),,$(shell $(MPICC) -showme:compile 2>/dev/null))
+MPI_LIBS   := $(if $(MPI_CFLAGS),$(shell $(MPICC) -showme:link 2>/dev/null),)
+ifneq ($(MPI_CFLAGS),)
+  $(info qatcheck: MPI found: $(shell command -v $(MPICC)) -> mpirun -np N qatcheck vjp|contract)
+  QC_CFLAGS += -DQC_HAVE_MPI=1 $(MPI_CFLAGS)
+  LDLIBS    += $(MPI_LIBS)
+else
+  $(info qatcheck: MPI not found: one process only)
+endif
+
 # ---- sources -----------------------------------------------------------------
-LAYERS  := core numerics model modules reference engine sweep io report backend cli
+LAYERS  := core numerics model modules reference engine sweep dist io report backend cli
 SRC_C   := src/main.c $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
 SRC_CU  := $(if $(NVCC),$(wildcard kernels/*.cu src/backend/cuda/*.cu),)
 # CUDA and CPU-only objects differ (QC_HAVE_CUDA): keep them apart

@@ -21,6 +21,12 @@
 #        DEVICE(cpu) FORMAT(hdf5|safetensors) STREAM_GB ULIMIT_MB ST_READ GEMM_GFLOPS
 # A run of fewer than 32 layers prints the full sweep extrapolated
 # linearly (every layer is the same work), labelled as such.
+# RANKS=N: the same sweep, side by side, as one process and under
+# `mpirun -np N` (docs/distributed.md): each time, the slowest rank's floor
+# (its GEMM work at the measured rate, and 1/N of the read), and the cost of
+# distributing: rank 0's time beyond the slowest rank's own run (the
+# agreement, the gather of the rows, the merge) and the spread between the
+# fastest and slowest rank (stragglers). MPIRUN overrides the launcher.
 set -eu
 cd "$(dirname "$0")/.."
 QATCHECK=${QATCHECK:-./qatcheck}
@@ -101,6 +107,38 @@ fi
 rate=${GEMM_GFLOPS:+x $GEMM_GFLOPS}
 [ -n "$rate" ] || rate=$("$BLAS_RATE" "$TOKENS" "$HIDDEN" "$HIDDEN" 3)
 
+if [ -n "${RANKS:-}" ]; then
+  MPIRUN=${MPIRUN:-mpirun $( [ "$(id -u)" = 0 ] && echo --allow-run-as-root ) --oversubscribe --bind-to none}
+  echo "RANKS=$RANKS: one process, then $MPIRUN -np $RANKS"
+  "$QATCHECK" contract --master-vs-dequant $SRC --weight-format "$WF" --tokens "$TOKENS" --quiet --device "$DEVICE" --json "$T/r1.json" || [ $? -eq 1 ]
+  t2=$(now)
+  $MPIRUN -np "$RANKS" "$QATCHECK" contract --master-vs-dequant $SRC --weight-format "$WF" --tokens "$TOKENS" --quiet \
+    --device "$DEVICE" --json "$T/rN.json" || [ $? -eq 1 ]
+  t3=$(now)
+  "$PY" - "$T/r1.json" "$T/rN.json" "$t0" "$t1" "$RANKS" "$($BLAS_RATE "$TOKENS" "$HIDDEN" "$HIDDEN" 3)" "$t2" "$t3" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+strip = lambda r: {k: v for k, v in r.items() if k not in ("timing_s", "command_line")}
+t_cat, n, rate = float(sys.argv[4]) - float(sys.argv[3]), int(sys.argv[5]), float(sys.argv[6].split()[1]) * 1e9
+ta, tb = a["timing_s"], b["timing_s"]
+print("reports equal apart from timing: %s" % (strip(a) == strip(b)))
+print("one process   sweep %7.2f s   floor max(GEMMs %.2f, read %.2f)" % (ta["total"], ta["gemm_flops"] / rate, t_cat))
+# the ranks share this node's cores: a rank's GEMM rate is 1/n of the node's
+floor = max(tb["rank_gemm_flops_max"] / (rate / n), t_cat / n)
+print("%d ranks       sweep %7.2f s (rank 0, plan to report; mpirun wall %.2f s)   slowest rank's floor %.2f s "
+      "(its GEMMs at 1/%d of the node's rate %.2f, a %d-th of the read %.2f)" % (n, tb["total"],
+      float(sys.argv[8]) - float(sys.argv[7]), floor, n, tb["rank_gemm_flops_max"] / (rate / n), n, t_cat / n))
+print("  sweep / slowest rank's floor = %.2f (one process: %.2f)" % (tb["total"] / floor, ta["total"] / max(ta["gemm_flops"] / rate, t_cat)))
+print("  ranks' own runs: fastest %.2f s, slowest %.2f s (stragglers: %.1f %% of the slowest)" % (
+      tb["rank_fastest"], tb["rank_slowest"], 100 * (tb["rank_slowest"] - tb["rank_fastest"]) / tb["rank_slowest"]))
+over = tb["total"] - tb["rank_slowest"]
+print("  distribution overhead: %.3f s beyond the slowest rank = %.1f %% of the sweep (merge on rank 0, waiting "
+      "included: %.3f s)" % (over, 100 * over / tb["total"], tb["merge"]))
+print("  speedup over one process %.2f x with %d ranks" % (ta["total"] / tb["total"], n))
+PYEOF
+  [ -n "${BENCH_TMP:-}" ] || rm -rf "$T"
+  exit 0
+fi
 peak_rss "$T/rss" "$QATCHECK" contract --master-vs-dequant $SRC --weight-format "$WF" --tokens "$TOKENS" --quiet \
   --device "$DEVICE" --json "$T/r.json"
 # the rate again after the sweep: the faster of the two is the GEMM floor

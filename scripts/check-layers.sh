@@ -3,11 +3,13 @@
 #
 #   core <- numerics <- model <- {modules, reference} <- engine, sweep <- cli
 #   backend: core, numerics;  io: core, numerics, model;  report: core, numerics, model
+#   dist: core, numerics, backend (under engine, sweep and cli)
 #
 # A project include names its layer ("model/module.h"); this script reads
 # every #include of src/ and fails on one that points against the direction,
 # naming the file, the line and the rule it breaks. Library headers are
 # confined too: HDF5 to io/, CUDA/cuBLAS/NCCL to backend/cuda/ and kernels/,
+# MPI to dist/,
 # cJSON out of the numeric layers; the engine names no module class. Usage: check-layers.sh [ROOT] (default:
 # the repository this script is in). Exit 0 clean, 1 with violations.
 set -u
@@ -25,9 +27,10 @@ allowed() {
     backend) echo "core numerics backend kernels" ;;
     io) echo "core numerics model io" ;;
     report) echo "core numerics model report" ;;
-    engine) echo "core numerics model backend io engine" ;;
-    sweep) echo "core numerics model backend io engine sweep" ;;
-    cli) echo "core numerics model backend io engine sweep report cli" ;;
+    dist) echo "core numerics backend dist" ;;
+    engine) echo "core numerics model backend io dist engine" ;;
+    sweep) echo "core numerics model backend io dist engine sweep" ;;
+    cli) echo "core numerics model backend io dist engine sweep report cli" ;;
     main) echo "core cli" ;;
     *) echo "" ;;
   esac
@@ -63,7 +66,7 @@ find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' 
         esac
         case " $ok " in
           *" $dep "*) ;;
-          *) echo "$f:$n: includes \"$name\": $layer may use $(echo "$ok" | sed 's/ /, /g') only (core <- numerics <- model <- {modules, reference} <- engine, sweep <- cli; backend: core, numerics; io, report: core, numerics, model)" >>"$out" ;;
+          *) echo "$f:$n: includes \"$name\": $layer may use $(echo "$ok" | sed 's/ /, /g') only (core <- numerics <- model <- {modules, reference} <- engine, sweep <- cli; backend: core, numerics; io, report: core, numerics, model; dist: core, numerics, backend)" >>"$out" ;;
         esac
         # inside backend, only the CUDA backend reaches the kernels
         if [ "$dep" = kernels ]; then
@@ -77,6 +80,8 @@ find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' 
             case "$layer" in io) ;; *) echo "$f:$n: includes <$name>: HDF5 is io's alone (io/dump.c)" >>"$out" ;; esac ;;
           cuda*.h|cublas*.h|nccl.h|curand*.h)
             case "$rel" in backend/cuda/*) ;; *) echo "$f:$n: includes <$name>: CUDA is backend/cuda/'s alone" >>"$out" ;; esac ;;
+          mpi.h|mpi_*.h|mpio.h)
+            case "$layer" in dist) ;; *) echo "$f:$n: includes <$name>: MPI is dist/'s alone (who does which unit, how results come back)" >>"$out" ;; esac ;;
           cjson/*)
             case "$layer" in core|numerics|modules|reference|backend) echo "$f:$n: includes <$name>: JSON is read by the plan (model) and written by report/ and io/, not by $layer" >>"$out" ;; esac ;;
         esac

@@ -29,6 +29,17 @@ parameter does not require grad (and no d_ gradient is written for it),
 not record (non-tensor arguments, tensors inside lists, non-tensor outputs,
 uint8 tensors of unknown element type), each also raised as a warning.
 
+Sharded runs (tensor, vocab, sequence or expert parallel; docs/interfaces.md
+"Sharded dumps"): under torch.distributed every rank writes its own file
+(a "{rank}" in the path is replaced by the rank) with root attributes
+`rank` and `world_size`; a module declares `qatcheck_parallel` (tp_column,
+tp_row, vocab, sequence, expert: written as the group's `parallel`
+attribute) and which of its datasets hold this rank's piece along which
+dimension, `qatcheck_shard = {"params/weight": 0, "grad_out/dy": -1}`
+(written as each dataset's integer `shard_dim` attribute; the defaults of
+the linear class's tp_column / tp_row and the logprob class's vocab are
+filled in). Every other dataset must be the same on every rank.
+
 Tensor arguments are recorded whether passed by position or by keyword
 (`lin(x=x)`): the call is bound to the forward's signature. float8 tensors
 get their `dtype` attribute; on torch < 2.1 (no float8 dtypes) uint8 bytes
@@ -58,7 +69,19 @@ except ImportError as _e:  # the wrong interpreter: say which one has them
                       "(scripts/install-deps.sh): run your training script with /usr/bin/python3, or install them "
                       "for %s" % (_e, sys.executable)) from _e
 
-__all__ = ["attach", "Dumper", "QatDumpError", "write_tensor", "DEFAULT_CLASSES"]
+__all__ = ["attach", "Dumper", "QatDumpError", "write_tensor", "DEFAULT_CLASSES", "SHARD_DEFAULTS"]
+
+# The pieces a rank holds under each parallel layout, by class: dataset ->
+# the dimension it is split along (docs/interfaces.md "Sharded dumps").
+# Datasets not named are whole on every rank (their gradients are whole too:
+# the trainer's all-reduce completes them).
+SHARD_DEFAULTS = {
+    ("linear", "tp_column"): {"params/weight": 0, "params/bias": 0, "outputs/y": -1, "grad_out/dy": -1},
+    ("linear", "tp_row"): {"params/weight": 1, "inputs/x": -1},
+    ("linear", "sequence"): {"inputs/x": 0, "outputs/y": 0, "grad_out/dy": 0},
+    ("logprob", "vocab"): {"inputs/logits": -1},
+}
+PARALLEL_KINDS = ("tp_column", "tp_row", "vocab", "expert", "sequence")
 
 
 class QatDumpError(RuntimeError):
@@ -153,8 +176,13 @@ class _Record:
 class Dumper:
     """Hooks on the selected modules of one model; see attach()."""
 
-    def __init__(self, model, path=None, modules=None, classes=None, prefix="/"):
+    def __init__(self, model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None):
         self.model, self.path, self.prefix = model, path, prefix
+        if rank is None and torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        if (rank is None) != (world_size is None) or (rank is not None and not 0 <= rank < world_size):
+            raise QatDumpError("rank %r of world_size %r: give both, with 0 <= rank < world_size" % (rank, world_size))
+        self.rank, self.world_size = rank, world_size
         self.classes = dict(DEFAULT_CLASSES)
         self.classes.update(classes or {})
         rx = re.compile(modules) if modules else None
@@ -367,6 +395,12 @@ class Dumper:
         path = path or self.path
         if not path:
             raise QatDumpError("no dump path: pass one to attach() or write()")
+        self._sharded = "{rank}" in path
+        if self._sharded:
+            if self.rank is None:
+                raise QatDumpError("dump path %r names a rank, but torch.distributed is not initialized: pass rank= "
+                                   "and world_size= to attach()" % path)
+            path = path.replace("{rank}", str(self.rank))
         for rec in self.records.values():
             if rec.calls == 0:
                 raise QatDumpError("module '%s' did not run in this step: run one forward and backward "
@@ -385,6 +419,9 @@ class Dumper:
                                            "inside attach(); dump one step" % (rec.name, n, len(gs)))
         with h5py.File(path, "w") as f:
             f.attrs["qatcheck_dump"] = np.int64(1)
+            if self._sharded:
+                f.attrs["rank"] = np.int64(self.rank)
+                f.attrs["world_size"] = np.int64(self.world_size)
             for rec in self.records.values():
                 self._write_module(f, rec)
         for rec in self.records.values():
@@ -424,12 +461,39 @@ class Dumper:
             ds = write_tensor(psub, name, t, declared.get("params/" + name))
             if frozen:
                 ds.attrs["frozen"] = "1"
+        self._write_sharding(g, m, rec)
         # one backward per step: every gradient belongs to the one dY
         for dyname in rec.grad_out:
             gg = g.require_group("grads/" + dyname)
             for d in (rec.input_grads, rec.param_grads):
                 for name, gs in d.items():
                     write_tensor(gg, "d_" + name, gs[0])
+
+    def _write_sharding(self, g, m, rec):
+        """The module's parallel layout: `parallel` on the group, `shard_dim`
+        on the datasets holding this rank's piece."""
+        kind = getattr(m, "qatcheck_parallel", None)
+        shard = dict(getattr(m, "qatcheck_shard", None) or {})
+        if kind is None and not shard:
+            return
+        if not self._sharded:
+            raise QatDumpError("module '%s' declares a parallel layout (qatcheck_parallel / qatcheck_shard): each rank "
+                               "writes its own file: put '{rank}' in the dump path (step.rank{rank}.h5)" % rec.name)
+        if kind is not None:
+            if kind not in PARALLEL_KINDS:
+                raise QatDumpError("module '%s': qatcheck_parallel %r: expected one of %s"
+                                   % (rec.name, kind, ", ".join(PARALLEL_KINDS)))
+            g.attrs["parallel"] = kind
+            for k, v in SHARD_DEFAULTS.get((rec.cls, kind), {}).items():
+                shard.setdefault(k, v)
+        for name, dim in shard.items():
+            if dim is None:
+                continue
+            if name not in g:
+                if name.split("/")[0] in ("outputs", "params") or name == "params/bias":
+                    continue  # a default for a dataset this module does not have (no bias)
+                raise QatDumpError("module '%s': qatcheck_shard names %r, which the dump does not hold" % (rec.name, name))
+            g[name].attrs["shard_dim"] = np.int64(dim)
 
     def detach(self):
         """Remove every hook and forward wrapper this dumper placed."""
@@ -455,13 +519,15 @@ class Dumper:
         return False
 
 
-def attach(model, path=None, modules=None, classes=None, prefix="/"):
+def attach(model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None):
     """Hook the modules of `model` whose name matches the regex `modules`
     (None: all) and whose class is in `classes` ({torch class: qatcheck
     class}, added to DEFAULT_CLASSES) or that carry a `qatcheck_class`
     attribute. Run one forward and backward, then write() (or leave the
-    `with` block) before the optimizer step."""
-    return Dumper(model, path, modules, classes, prefix)
+    `with` block) before the optimizer step. Under torch.distributed (or
+    with rank= and world_size=) each rank writes its own file: put "{rank}"
+    in the path."""
+    return Dumper(model, path, modules, classes, prefix, rank, world_size)
 
 
 def _ls(path):

@@ -78,7 +78,24 @@ typedef struct qc_backend {
    * is waited for before it is set again. Synchronous backends: no-ops. */
   int (*fence)(const struct qc_backend *be, int k);
   int (*wait_fence)(const struct qc_backend *be, int k);
+
+  /* ---- collectives across processes (NULL where a backend has none: the
+   * CPU's reductions are the host's, through src/dist/) ------------------------
+   * A device backend built with NCCL: rank 0 makes a communicator id
+   * (ncclGetUniqueId, QC_COLL_ID_BYTES bytes), src/dist/ broadcasts it over
+   * MPI, every rank joins with coll_init (ncclCommInitRank); allreduce then
+   * sums a device buffer over the ranks, in place, queued on the backend's
+   * stream. The communicator is freed when the backend is closed. */
+  int (*coll_id)(const struct qc_backend *be, void *id, size_t n);
+  int (*coll_init)(const struct qc_backend *be, const void *id, int nranks, int rank);
+  int (*coll_ready)(const struct qc_backend *be);   /* 1 once coll_init succeeded */
+  int (*allreduce)(const struct qc_backend *be, void *buf, int64_t n, qc_dtype dt); /* float64, float32, bfloat16 */
+  /* Free device memory now (bytes), for deciding whether a unit fits; NULL: unknown. */
+  int (*mem_free)(const struct qc_backend *be, size_t *bytes);
 } qc_backend;
+
+/* Bytes of a collectives id (NCCL_UNIQUE_ID_BYTES). */
+#define QC_COLL_ID_BYTES 128
 
 #define QC_FENCES 2
 

@@ -2,6 +2,8 @@
 #ifndef QC_CLI_H
 #define QC_CLI_H
 
+#include <stddef.h>
+
 /* A verb: argv[0] is the verb name. Returns the exit status (0, 1, 2). */
 typedef int (*qc_verb_fn)(int argc, char **argv);
 
@@ -35,6 +37,10 @@ int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o);
 /* If argv[*i] is `--name VALUE` or `--name=VALUE`, set *val, advance, return
  * 1; 0 if not; -1 when the value is missing (message set). */
 int qc_opt_value(int argc, char **argv, int *i, const char *name, const char **val);
+/* The device of this rank: under mpirun, a plain "cuda" is the node's GPU
+ * of this rank's local index ("cuda:<local rank>", written into buf);
+ * anything else as given. */
+const char *qc_opt_rank_device(const char *device, char *buf, size_t n);
 /* 1 if argv[*i] is --help or -h. */
 int qc_opt_help(const char *arg);
 /* Print the common options' help block (every option) and the exit statuses. */

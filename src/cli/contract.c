@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "cli/cli.h"
 #include "core/qc.h"
+#include "dist/dist.h"
 #include "io/dump.h"
 #include "io/safetensors.h"
 #include "numerics/quant.h"
@@ -50,7 +51,9 @@ static void help(void) {
          "  --cosine-min X            a row with cosine below X fails (exit 1)\n"
          "  --norm-ratio LO,HI        a row with norm ratio outside [LO, HI] fails (exit 1)\n\n"
          "Without thresholds the verb reports and exits 0. Outliers (docs/contract.md) are marked,\n"
-         "never failed.\n\n",
+         "never failed.\n\n"
+         "Under mpirun -np N the module groups are split among the N processes by their GEMM\n"
+         "work (one GPU each with --device cuda); rank 0 reports (docs/distributed.md).\n\n",
          DEFAULT_TOKENS);
   qc_common_help();
 }
@@ -183,13 +186,15 @@ int qc_cmd_contract(int argc, char **argv) {
   o.progress = !qc_quiet && isatty(2);
 
   const qc_backend *be = NULL;
+  char devbuf[32];
   qc_dump *d = NULL;
   qc_st *st = NULL;
   qc_sweep s;
   qc_report_out out;
   memset(&s, 0, sizeof s);
   qc_report_out_init(&out, co.json, co.junit, co.markdown);
-  if ((rc = qc_backend_open(co.device, &be))) return rc;
+  if ((rc = qc_backend_open(qc_opt_rank_device(co.device, devbuf, sizeof devbuf), &be))) return rc;
+  if ((rc = qc_dist_device_begin(be))) goto done; /* NCCL on a device, over the job's ranks */
   const char *hdf5 = ckpt_path ? dy_path : dump_path;
   if (hdf5 && access(hdf5, R_OK) != 0) {
     rc = qc_err("%s '%s': cannot read: %s", ckpt_path ? "--dy" : "--dump", hdf5, strerror(errno));
@@ -199,6 +204,7 @@ int qc_cmd_contract(int argc, char **argv) {
   if (hdf5 && (rc = qc_run_input(ckpt_path ? "dy" : "dump", hdf5))) goto done;
   if (ckpt_path && (rc = qc_st_open(ckpt_path, &st))) goto done;
   if ((rc = ckpt_path ? qc_contract_sweep_ckpt(st, d, be, &o, &s) : qc_contract_sweep(d, be, &o, &s))) goto done;
+  if (qc_dist_rank() != 0) goto done; /* rank 0 alone holds every row and reports them */
 
   qc_contract_info ri = {.dump = ckpt_path ? ckpt_path : dump_path, .device = be->name, .profile = o.profile ? o.profile : "auto",
                          .modules = o.modules,

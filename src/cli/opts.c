@@ -7,12 +7,28 @@
 #include "core/qc.h"
 #include "core/watchdog.h"
 #include "cli/cli.h"
+#include "dist/dist.h"
 #include "report/run.h"
 
+/* Verbs that split their work among the ranks of an MPI job (src/dist/). */
+static int distributes(const char *verb) { return strcmp(verb, "vjp") == 0 || strcmp(verb, "contract") == 0; }
+
 int qc_cli_run(const qc_verb *v, int argc, char **argv) {
-  int rc = qc_run_begin(v->name, argc, argv);
+  int rc = qc_dist_begin();                 /* started by mpirun: join the job */
+  int later = qc_dist_rank() != 0;
+  if (later) qc_quiet = 1;                  /* rank 0 alone speaks and writes */
+  if (!rc) rc = qc_run_begin(v->name, argc, argv);
+  if (later) qc_run_no_files();
+  if (!rc && qc_dist_size() > 1 && !distributes(v->name)) {
+    rc = qc_err("%s: runs as one process: started as %d processes (mpirun -np %d)", v->name, qc_dist_size(), qc_dist_size());
+    qc_hint("vjp and contract split their work among the ranks of an MPI job; run '%s' without mpirun", v->name);
+  }
   if (!rc) rc = v->fn(argc, argv);
-  return qc_run_end(rc);
+  rc = qc_dist_finish(rc);                  /* every rank: the agreed error, or rank 0's verdict */
+  rc = qc_run_end(rc);
+  if (later) qc_err_clear();                /* the error line is rank 0's to print */
+  qc_dist_end();
+  return rc;
 }
 
 int qc_opt_value(int argc, char **argv, int *i, const char *name, const char **val) {
@@ -55,6 +71,12 @@ int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o) {
   if ((r = qc_opt_value(argc, argv, i, "--fail-on", &v))) return r < 0 || qc_run_fail_on(v) ? -1 : 1;
   if ((r = qc_opt_value(argc, argv, i, "--regression-factor", &v))) return r < 0 || qc_run_regression_factor(v) ? -1 : 1;
   return 0;
+}
+
+const char *qc_opt_rank_device(const char *device, char *buf, size_t n) {
+  if (!device || strcmp(device, "cuda") != 0 || !qc_dist_active()) return device;
+  snprintf(buf, n, "cuda:%d", qc_dist_local_rank()); /* one rank per GPU of its node */
+  return buf;
 }
 
 /* "cuda" or "cuda:N", N a device index, as qc_backend_open reads it. */

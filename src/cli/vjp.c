@@ -1,5 +1,6 @@
 /* vjp.c: `qatcheck vjp --case CASE.json`: layer 1. Options, the plan (the
  * case), the run (engine/vjp.c: load, run and compare), the reports. */
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "backend/backend.h"
 #include "cli/cli.h"
 #include "core/qc.h"
+#include "dist/dist.h"
 #include "engine/vjp.h"
 #include "io/plugin.h"
 #include "model/case.h"
@@ -20,10 +22,13 @@ static void help(void) {
          "Layer 1: runs each module's production VJP (builtin, from a dump, or a plugin)\n"
          "and an independent float64 reference on the same inputs and the same dY, and\n"
          "judges every gradient against the tolerances the case declared in advance.\n\n"
-         "  --case PATH        the case file (see README: \"Case files\")\n"
+         "  --case PATH        the case file (see README: \"Case files\"); its data.dump may be a\n"
+         "                     pattern of per-rank files of a sharded run (\"step.rank*.h5\")\n"
          "  --allow-weak-tolerances\n"
          "                     run a case whose bounds cannot see a scale error or a sign\n"
-         "                     flip, with a warning in every report (refused otherwise)\n");
+         "                     flip, with a warning in every report (refused otherwise)\n\n"
+         "Under mpirun -np N the module groups are split among the N processes; rank 0\n"
+         "reports (docs/distributed.md).\n");
   qc_common_help();
   int n;
   const qc_registry_row *r = qc_registry_rows(&n);
@@ -32,6 +37,18 @@ static void help(void) {
     printf("  %-10s %s\n", r[i].cls->name, r[i].cls->summary);
     if (r[i].cls->not_checked && r[i].cls->not_checked[0]) printf("  %-10s not checked: %s\n", "", r[i].cls->not_checked);
   }
+}
+
+/* The case's dump as the run's input: its one file, or every file of a
+ * sharded dump's pattern (none matching: the engine says so). */
+static int dump_inputs(const char *dump) {
+  if (!qc_shard_pattern(dump)) return qc_run_input("dump", dump);
+  glob_t g;
+  int rc = QC_OK;
+  if (glob(dump, 0, NULL, &g) != 0) return QC_OK;
+  for (size_t i = 0; i < g.gl_pathc && !rc; i++) rc = qc_run_input("dump", g.gl_pathv[i]);
+  globfree(&g);
+  return rc;
 }
 
 int qc_cmd_vjp(int argc, char **argv) {
@@ -58,6 +75,7 @@ int qc_cmd_vjp(int argc, char **argv) {
   qc_results res = {0};
   qc_modinfos mods = {0};
   const qc_backend *be = NULL;
+  char devbuf[32];
   qc_plugin *plugin = NULL;
   qc_report_out out;
   int rc;
@@ -65,14 +83,14 @@ int qc_cmd_vjp(int argc, char **argv) {
   if ((rc = qc_case_load(case_path, cs)) || (rc = qc_case_weak(cs, allow_weak))) goto done;
   /* the inputs, hashed for the report while the run goes on */
   if ((rc = qc_run_input("case", case_path))) goto done;
-  if (cs->data == QC_DATA_DUMP && (rc = qc_run_input("dump", cs->dump))) goto done;
+  if (cs->data == QC_DATA_DUMP && (rc = dump_inputs(cs->dump))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_run_input("plugin", cs->plugin))) goto done;
-  if ((rc = qc_backend_open(o.device, &be))) goto done;
+  if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm"};
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};
   rc = qc_vjp_case(&a, o.profile);
-  if (rc) goto done;
+  if (rc || qc_dist_rank() != 0) goto done; /* rank 0 alone holds the merged results and reports them */
   if (res.n == 0) {
     rc = qc_err("case '%s': nothing was checked", case_path);
     goto done;

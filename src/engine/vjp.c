@@ -12,6 +12,7 @@
 
 #include "core/progress.h"
 #include "core/qc.h"
+#include "dist/dist.h"
 #include "engine/ckpt_quant.h"
 #include "engine/deployed.h"
 #include "engine/gen.h"
@@ -28,7 +29,7 @@ static int takes_profile(const qc_module *m) {
 /* Contract for m: the dump's attribute (if any), the case's over it, the
  * --profile option over both; validated against the class's keys. A profile
  * none of them names is auto (check_deployed resolves it). */
-static int set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
+int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
   char where[QC_PATHLEN + 64];
   int rc;
   memset(&m->contract, 0, sizeof m->contract);
@@ -106,7 +107,7 @@ static int check_deployed(qc_audit *a, qc_module *m) {
 }
 
 /* Keep only the dYs the case names (all when it names none). */
-static int select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
+int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
   if (cs->ndy == 0) return QC_OK;
   for (int k = 0; k < cs->ndy; k++)
     if (!qc_tset_get(&m->grad_out, cs->dy[k]))
@@ -255,7 +256,9 @@ static int no_match(qc_dump *d, const qc_case *cs) {
   return QC_EINPUT;
 }
 
-static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
+/* This rank's instances (own[i]: 1 when instance i is its; all of them in
+ * one process), *at the instance it failed on. */
+static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, const char *own, long long *at) {
   char where[1100];
   snprintf(where, sizeof where, "case '%s'", cs->path);
   const qc_registry_row *row = qc_registry_need(cs->module, where);
@@ -267,11 +270,12 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
   qc_progress pg;
   qc_progress_start(&pg, "vjp", "instances", cs->nshapes);
   for (int i = 0; i < cs->nshapes; i++) {
+    if (!own[i]) continue;
     qc_module m;
     memset(&m, 0, sizeof m);
     m.cls = row->cls;
     snprintf(m.path, sizeof m.path, "%s", row->cls->name);
-    int rc = set_contract(&m, cs, NULL, profile), first = a->res->n;
+    int rc = qc_vjp_set_contract(&m, cs, NULL, profile), first = a->res->n;
     double t0 = qc_now_s();
     if (!rc && takes_profile(&m) && strcmp(qc_contract_str(&m.contract, "profile", "vllm"), "auto") == 0) /* generated: no bytes */
       rc = qc_contract_set(&m.contract, "profile", "vllm", 0, 0);
@@ -285,6 +289,7 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile) {
     qc_module_free(&m);
     if (rc) {
       qc_progress_end(&pg);
+      *at = i;
       return rc;
     }
   }
@@ -334,8 +339,10 @@ static int load_entry(void *arg, int item, int k) {
 
 /* Audit every matching module group of the dump, one module in memory at a
  * time plus the next one, whose read overlaps the current audit. */
-static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
+/* This rank's module groups; *nunits all of them, *at the group it failed on. */
+static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits) {
   qc_dump *d = NULL;
+  int *gidx = NULL;
   qc_st *ck = NULL;
   qc_dump_entry *ents = NULL;
   const qc_class **classes = NULL;
@@ -345,6 +352,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   qc_progress pg;
   memset(&pf, 0, sizeof pf);
   memset(&pg, 0, sizeof pg);
+  if (qc_shard_pattern(cs->dump)) return qc_vjp_sharded(a, cs, profile, at, nunits); /* one file per rank */
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   if (n == 0) {
@@ -368,6 +376,13 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     }
   }
   if ((rc = check_tol_names(cs, classes, ncls))) goto done;
+  /* this rank's groups (all of them in one process), in dump order */
+  *nunits = n;
+  if ((rc = qc_vjp_units(n, &gidx))) goto done;
+  int nloc = 0;
+  for (int i = 0; i < n; i++)
+    if (gidx[i] == qc_dist_rank()) ents[nloc] = ents[i], gidx[nloc++] = i;
+  n = nloc;
   L = qc_calloc(1, sizeof *L, "module read slots");
   if (!L) { rc = QC_ESYS; goto done; }
   L->d = d;
@@ -381,15 +396,18 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
   for (int i = 0; i < n && !rc; i++) {
     int k, first = a->res->n;
     double t0 = qc_now_s();
-    if ((rc = qc_prefetch_wait(&pf, i, &k))) break;
+    if ((rc = qc_prefetch_wait(&pf, i, &k))) {
+      *at = gidx[i];
+      break;
+    }
     load_slot *cur = &L->slot[k];
     char where[QC_PATHLEN + 1100];
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
     qc_module *m = &cur->m;
     m->cls = qc_registry_find(ents[i].cls)->cls;
-    rc = set_contract(m, cs, cur->contract, profile);
+    rc = qc_vjp_set_contract(m, cs, cur->contract, profile);
     if (!rc) rc = check_deployed(a, m);
-    if (!rc) rc = select_dy(m, cs, cs->dump);
+    if (!rc) rc = qc_vjp_select_dy(m, cs, cs->dump);
     if (!rc) rc = check_finite(m, where); /* the selected dYs only */
     if (!rc && m->grad_out.n == 0)
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
@@ -403,7 +421,9 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile) {
     qc_module_free(m);
     cur->loaded = 0;
     if (!rc) rc = qc_prefetch_release(&pf, i);
+    if (rc) *at = gidx[i];
   }
+  if (rc && *at < 0 && n > 0) *at = gidx[0]; /* the read-ahead's start */
 done:
   qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
@@ -412,6 +432,7 @@ done:
       if (L->slot[k].loaded) qc_module_free(&L->slot[k].m);
   free(L);
   free(ents);
+  free(gidx);
   free(classes);
   qc_dump_close(d);
   qc_st_close(ck);
@@ -419,5 +440,20 @@ done:
 }
 
 int qc_vjp_case(qc_audit *a, const char *profile) {
-  return a->cs->data == QC_DATA_GENERATE ? run_generated(a, a->cs, profile) : run_dump(a, a->cs, profile);
+  long long at = -1;
+  int rc, nunits = 0;
+  if (a->cs->data == QC_DATA_GENERATE) {
+    int *owner = NULL;
+    char *own = NULL;
+    const int n = nunits = a->cs->nshapes;
+    if (!(rc = qc_vjp_units(n, &owner)) && !(own = qc_calloc((size_t)(n > 0 ? n : 1), 1, "instance owners")))
+      rc = QC_ESYS;
+    for (int i = 0; !rc && i < n; i++) own[i] = owner[i] == qc_dist_rank();
+    if (!rc) rc = run_generated(a, a->cs, profile, own, &at);
+    free(owner);
+    free(own);
+  } else {
+    rc = run_dump(a, a->cs, profile, &at, &nunits);
+  }
+  return qc_vjp_merge(a, rc, at, nunits);
 }

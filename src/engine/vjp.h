@@ -12,4 +12,38 @@
  * with the error set when the run cannot be judged. */
 int qc_vjp_case(qc_audit *a, const char *profile);
 
+/* ---- inside layer 1's run (vjp.c, shard.c) ------------------------------------
+ * m's contract: the dump's attribute (dump_contract, "" or NULL: none), the
+ * case's over it, --profile over both; validated against its class's keys. */
+int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile);
+/* Keep only the dYs the case names (all when it names none). */
+int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path);
+
+/* ---- sharded dumps (shard.c; docs/interfaces.md, "Sharded dumps") --------------
+ * 1 when a case's data.dump is a pattern (it holds *, ? or [): one file per
+ * rank of a sharded run. */
+int qc_shard_pattern(const char *dump);
+/* Layer 1 over the files of pattern cs->dump: each file one rank's shards
+ * (root attributes rank, world_size; a dataset's shard_dim attribute says
+ * along which dimension its pieces concatenate in rank order, none: the
+ * same on every rank). Whole tensors assembled, the reference run on them,
+ * and every rank's gradients judged against the reference's piece for
+ * that rank (the whole of it for a gradient of a tensor every rank holds
+ * whole: what the trainer's all-reduce must have made), a failure
+ * diagnosed (a missing, doubled or mis-scaled reduction, a shard in the
+ * wrong place). This rank's units as in run_dump; *at, *nunits likewise. */
+int qc_vjp_sharded(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits);
+
+/* ---- over the ranks of an MPI job (vjp_dist.c; docs/distributed.md) -----------
+ * The units of a case (its generated instances, or its dump's matching
+ * module groups, in order) go round robin to the ranks: *owner (malloc'd,
+ * n entries) gets unit i's rank, i mod size; all 0 in one process. */
+int qc_vjp_units(int n, int **owner);
+/* After the ranks ran their units (rc their status, at the unit a rank
+ * failed on): the agreement (an error of any rank, named by rank, on every
+ * rank), then every rank's checks and module facts to rank 0, in unit
+ * order, as one process would have made them (collective). a->info must be
+ * set. Returns the agreed status; in one process, rc. */
+int qc_vjp_merge(qc_audit *a, int rc, long long at, int nunits);
+
 #endif

@@ -88,5 +88,9 @@ int qc_dump_write(qc_dump *d, const char *dset, const qc_tensor *t);
 int qc_dump_set_attr(qc_dump *d, const char *group, const char *name, const char *value);
 /* Read a string attribute of an object; QC_EINPUT (no message) if absent. */
 int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, size_t n);
+/* Read a scalar integer attribute (or a string holding a decimal integer)
+ * of an object: QC_OK, QC_EINPUT without a message when absent, with one
+ * naming the object when it is neither. */
+int qc_dump_get_int_attr(qc_dump *d, const char *obj, const char *name, long long *v);
 
 #endif

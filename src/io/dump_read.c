@@ -331,6 +331,25 @@ int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, s
   return QC_OK;
 }
 
+int qc_dump_get_int_attr(qc_dump *d, const char *obj, const char *name, long long *v) {
+  const qc_h5obj *o = d->writable ? NULL : qc_h5map_find(&d->map, obj);
+  const qc_h5attr *a = qc_h5obj_attr(o, name);
+  char *end;
+  if (!a) return QC_EINPUT;
+  if (a->kind == QC_H5A_INT) {
+    *v = a->ival;
+    return QC_OK;
+  }
+  if (a->kind == QC_H5A_STR && a->str[0]) {
+    long long x = strtoll(a->str, &end, 10);
+    if (!*end) {
+      *v = x;
+      return QC_OK;
+    }
+  }
+  return qc_err("dump '%s': '%s': attribute '%s' is not an integer", d->path, obj, name);
+}
+
 int qc_dump_exists(qc_dump *d, const char *path) {
   return path[0] && !d->writable && qc_h5map_find(&d->map, path) != NULL;
 }

@@ -74,6 +74,13 @@ typedef struct qc_sweep {
    * for the backend to finish each unit; the whole sweep */
   double t_gen, t_read, t_wait, t_quant, t_gemm, t_metrics, t_queue, t_sync, t_total;
   double gemm_flops;                   /* 2 M N K summed over the GEMMs done */
+  /* over the ranks of an MPI job (1 in one process): the t_* above are
+   * then the slowest rank's; each rank's time from the plan to its last
+   * row (fastest, slowest), and rank 0's time in the agreement and the
+   * gather of the rows (waiting for the slowest rank included) */
+  int ranks;
+  double t_rank_min, t_rank_max, t_merge;
+  double gemm_flops_rank_max;          /* the GEMM work of the rank with the most */
 } qc_sweep;
 
 /* The outlier rule (docs/contract.md): within each (class, tensor, wfmt,

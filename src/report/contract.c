@@ -130,6 +130,12 @@ static int render_json(qc_sbuf *out, const qc_contract_info *ri, const qc_sweep 
   cJSON_AddNumberToObject(tm, "gemm_flops", s->gemm_flops);
   cJSON_AddNumberToObject(tm, "units_ahead", s->ahead);
   cJSON_AddNumberToObject(tm, "units_in_flight", s->in_flight);
+  /* over the ranks of an MPI job: the t_* above are the slowest rank's */
+  cJSON_AddNumberToObject(tm, "ranks", s->ranks > 0 ? s->ranks : 1);
+  cJSON_AddNumberToObject(tm, "rank_fastest", s->t_rank_min);
+  cJSON_AddNumberToObject(tm, "rank_slowest", s->t_rank_max);
+  cJSON_AddNumberToObject(tm, "merge", s->t_merge);
+  cJSON_AddNumberToObject(tm, "rank_gemm_flops_max", s->gemm_flops_rank_max);
   cJSON *rows = cJSON_AddArrayToObject(root, "rows");
   for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(rows, row_json(&s->rows[i]));
   cJSON *cls = cJSON_AddArrayToObject(root, "classes");

@@ -51,6 +51,10 @@ static atomic_int g_cancel;        /* stop hashing: the run ends without a repor
 static const char *const kind_opt[QC_REP_KINDS] = {"--json", "--junit", "--markdown", "--html"};
 
 const char *qc_run_verb(void) { return R.verb; }
+
+void qc_run_no_files(void) {
+  for (int k = 0; k < QC_REP_KINDS; k++) R.refused[k] = 1;
+}
 const char *qc_run_path(int kind) { return kind >= 0 && kind < QC_REP_KINDS && !R.refused[kind] ? R.path[kind] : NULL; }
 
 /* What a file type is called in a message. */

@@ -28,6 +28,9 @@ struct cJSON;
  * refused path's message (every path is checked; those that pass still get
  * the error report). */
 int qc_run_begin(const char *verb, int argc, char **argv);
+/* This process writes no file (a rank other than 0 of a job of several,
+ * src/dist/): its reports, error reports included, are rank 0's to write. */
+void qc_run_no_files(void);
 /* The verb ("" before qc_run_begin). */
 const char *qc_run_verb(void);
 /* The requested path of report kind k (QC_REP_*), NULL when none. */

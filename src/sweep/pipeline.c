@@ -23,6 +23,8 @@
 #include "numerics/formats.h"
 #include "sweep/plan.h"
 
+const char qc_sweep_t_dx[] = "d_x", qc_sweep_t_dw[] = "d_weight";
+
 static int push_row(qc_sweep *s, qc_crow **out) {
   if (s->n == s->cap) {
     int nc = s->cap ? 2 * s->cap : 64;
@@ -317,7 +319,7 @@ static int queue_unit(const qc_backend *be, const qc_sweep_opts *o, const slot *
     for (int i = 0; i < g->ndy; i++) {
       const int64_t M = g->dy[i].M;
       if ((rc = gemm(s, be, QC_OP_N, M, K, N, y64[i], N, wq, w->a)) ||
-          (rc = add_row(s, be, g, sl->module, "d_x", o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
+          (rc = add_row(s, be, g, sl->module, qc_sweep_t_dx, o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
         return rc;
     }
   }
@@ -343,7 +345,7 @@ static int queue_unit(const qc_backend *be, const qc_sweep_opts *o, const slot *
       rc = be->fake_quant_f64(be, o->afmt[a], prof, M, K, xdt, xsrc, w->scratch, w->xq64, what);
       s->t_quant += qc_now_s() - t0;
       if (rc || (rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, w->xq64, w->a)) ||
-          (rc = add_row(s, be, g, sl->module, "d_weight", "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
+          (rc = add_row(s, be, g, sl->module, qc_sweep_t_dw, "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
         return rc;
     }
   }
@@ -431,7 +433,7 @@ static int fetch_unit(void *arg, int u, int k) {
  * ahead 1 would serialize that read with the queueing, so 0 and 1 keep the
  * plain order (queue, wait, judge, release). */
 int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
-                     const sw_gens *G, qc_sweep *s) {
+                     const sw_gens *G, qc_sweep *s, int *plan_end, int *failed) {
   sizes z = {1, 1, 1, 1, 1, 1, 1};
   int need_x = 0, rc = QC_OK;
   int64_t nrows = 0;
@@ -504,6 +506,7 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
   for (int u = 0; u < s->units; u++) {
     int k, from = s->n;
     double t0 = qc_now_s();
+    *failed = ug[u];
     rc = qc_prefetch_wait(&pf, u, &k); /* and unit u+ahead starts in a free slot */
     s->t_wait += qc_now_s() - t0;
     if (rc) goto out;
@@ -515,17 +518,25 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
     s->t_queue += qc_now_s() - t0;
     if (rc) goto out;
     if (s->rows != rows0) { rc = qc_err_sys("contract: the rows moved while their metrics were pending"); goto out; }
+    if (ue[u] == plans[ug[u]].E - 1) plan_end[ug[u]] = s->n; /* the plan's rows are all queued */
     if (!pipelined) {
       if ((rc = finish_unit(be, o, s, 0, u, cur, from, s->n, &pf, &pg))) goto out;
       continue;
     }
-    if (held >= 0 && (rc = finish_unit(be, o, s, 1, held, &sl[held_k], held_from, held_to, &pf, &pg))) goto out;
+    if (held >= 0) {
+      *failed = ug[held]; /* a failure in the wait is the held unit's */
+      if ((rc = finish_unit(be, o, s, 1, held, &sl[held_k], held_from, held_to, &pf, &pg))) goto out;
+    }
     held = u;
     held_k = k;
     held_from = from;
     held_to = s->n;
   }
-  if (held >= 0) rc = finish_unit(be, o, s, 1, held, &sl[held_k], held_from, held_to, &pf, &pg);
+  if (held >= 0) {
+    *failed = ug[held];
+    rc = finish_unit(be, o, s, 1, held, &sl[held_k], held_from, held_to, &pf, &pg);
+  }
+  if (!rc) *failed = -1;
 out:
   qc_progress_end(&pg);
   qc_prefetch_stop(&pf);

@@ -88,9 +88,31 @@ int qc_sweep_gen_fill(sw_gens *G, const qc_backend *be, uint64_t seed);
 void qc_sweep_gen_free(sw_gens *G, const qc_backend *be);
 
 /* Run every unit of the plans (pipeline.c): units u+1 .. u+ahead are read
- * while unit u computes; rows are appended to s and judged. */
+ * while unit u computes; rows are appended to s and judged. plan_end[i]
+ * (nplan entries) gets s->n after plan i's last row; on an error, *failed
+ * is the plan whose unit failed (-1: none). */
 int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_plan *plans, int nplan,
-                       const sw_gens *G, qc_sweep *s);
+                       const sw_gens *G, qc_sweep *s, int *plan_end, int *failed);
+
+/* The rows' tensor names: a row's tensor points at one of these (the
+ * summary compares the pointers). */
+extern const char qc_sweep_t_dx[], qc_sweep_t_dw[];
+
+/* ---- over the ranks of an MPI job (ranks.c; docs/distributed.md) ----------
+ * Who runs which plan: by longest processing time first on the cost of its
+ * GEMMs (E N K times the tokens of its dYs), the same on every rank;
+ * owner (nplan entries). */
+int qc_sweep_owners(const sw_plan *plans, int nplan, int *owner);
+/* After each rank ran its plans into loc (rc its status, at the plan it
+ * failed on; plan_end[k] the end of the k-th of its plans' rows): the
+ * agreement, then every rank's rows into s on rank 0 in plan order, the
+ * timings the slowest rank's, and the rows' metric sums all-reduced on
+ * backend be (NCCL on a device) and checked against the gathered rows
+ * (collective). In one process, loc's rows move into s (checked the same
+ * way when the device has a communicator: QATCHECK_NCCL=1). Returns the
+ * agreed status. */
+int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const qc_backend *be, const int *owner, int nplan, const int *plan_end,
+                   int rc, long long at);
 
 /* Natural order of paths: runs of digits compare as numbers, so layer 2
  * comes before layer 10 (strcmp's sign convention). */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/qc.h"
+#include "dist/dist.h"
 #include "io/dump.h"
 #include "sweep/plan.h"
 
@@ -42,41 +43,67 @@ static int cmp_natural(const void *pa, const void *pb) {
 int qc_sweep_entries(const sw_entry *ents, int n, const char *what, const qc_backend *be, const qc_sweep_opts *o,
                      qc_sweep *s) {
   sw_gens G = {NULL, 0};
-  int rc = QC_OK;
+  int rc = QC_OK, nmine = 0, failed = -1;
+  int *owner = NULL, *plan_end = NULL, *gidx = NULL;
+  sw_plan *mine = NULL;
+  qc_sweep loc;
+  long long at = -1;
   double t_start = qc_now_s();
+  memset(&loc, 0, sizeof loc);
   /* plan every group first: bad input exits before any work */
   sw_plan *plans = calloc((size_t)n, sizeof *plans);
-  if (!plans) { rc = qc_err_sys("out of memory"); goto done; }
+  gidx = calloc((size_t)(n > 0 ? n : 1), sizeof *gidx);
+  if (!plans || !gidx) { rc = qc_err_sys("out of memory"); goto merge; }
   for (int i = 0; i < n; i++) {
     if ((rc = qc_sweep_plan_group(&ents[i], o, &plans[i])) ||
-        (rc = qc_sweep_plan_profile(ents[i].dump, ents[i].path, o, &plans[i])))
-      goto done;
+        (rc = qc_sweep_plan_profile(ents[i].dump, ents[i].path, o, &plans[i]))) {
+      at = i;
+      goto merge;
+    }
     s->units += (int)plans[i].E;
     s->expert_groups += plans[i].experts;
   }
   s->modules = n;
 
-  /* the generated dY and X, one per shape */
-  for (int i = 0; i < n; i++) {
-    sw_plan *g = &plans[i];
+  /* this rank's plans (every plan in one process) */
+  if (!(owner = calloc((size_t)n, sizeof *owner)) || !(mine = calloc((size_t)n, sizeof *mine)) ||
+      !(plan_end = calloc((size_t)n, sizeof *plan_end))) {
+    rc = qc_err_sys("out of memory");
+    goto merge;
+  }
+  if ((rc = qc_sweep_owners(plans, n, owner))) goto merge;
+  for (int i = 0; i < n; i++)
+    if (owner[i] == qc_dist_rank()) {
+      gidx[nmine] = i;
+      mine[nmine++] = plans[i];
+      loc.units += (int)plans[i].E;
+    }
+
+  /* the generated dY and X of its plans, one per shape */
+  for (int i = 0; i < nmine; i++) {
+    sw_plan *g = &mine[i];
     for (int j = 0; j < g->ndy; j++) {
       sw_src *y = &g->dy[j];
       if (!y->dset[0]) {
-        if ((rc = qc_sweep_gen_index(&G, "dy", y->M, g->N, &y->gen))) goto done;
-        s->dy_generated = 1;
+        if ((rc = qc_sweep_gen_index(&G, "dy", y->M, g->N, &y->gen))) goto merge;
+        loc.dy_generated = 1;
       }
       if (g->need_x && !g->x.dset[0]) {
-        if ((rc = qc_sweep_gen_index(&G, "x", y->M, g->K, &y->xgen))) goto done;
-        s->x_generated = 1;
+        if ((rc = qc_sweep_gen_index(&G, "x", y->M, g->K, &y->xgen))) goto merge;
+        loc.x_generated = 1;
       }
     }
   }
   double t0 = qc_now_s();
   rc = qc_sweep_gen_fill(&G, be, o->seed);
-  s->t_gen = qc_now_s() - t0;
-  if (rc) goto done;
-
-  if ((rc = qc_sweep_run_units(be, o, plans, n, &G, s))) goto done;
+  loc.t_gen = qc_now_s() - t0;
+  if (rc) goto merge;
+  if (nmine > 0 && (rc = qc_sweep_run_units(be, o, mine, nmine, &G, &loc, plan_end, &failed)) && failed >= 0)
+    at = gidx[failed];
+merge:
+  loc.t_total = qc_now_s() - t_start;
+  if ((rc = qc_sweep_merge(s, &loc, be, owner, n, plan_end, rc, at))) goto done;
+  if (qc_dist_rank() != 0) goto done; /* rank 0 holds every row */
   if (s->n == 0) { rc = qc_err("%s: nothing to check: the linear groups hold no experts", what); goto done; }
   rc = qc_contract_summarize(s);
 done:
@@ -84,6 +111,11 @@ done:
   if (plans)
     for (int i = 0; i < n; i++) free(plans[i].dy);
   free(plans);
+  free(mine);
+  free(gidx);
+  free(owner);
+  free(plan_end);
+  qc_sweep_free(&loc);
   s->t_total = qc_now_s() - t_start;
   return rc;
 }

@@ -41,12 +41,23 @@ static const qc_backend g_cuda_ops = {
     .sync = cu_sync,
     .fence = cu_fence,
     .wait_fence = cu_wait_fence,
+#ifdef QC_HAVE_NCCL
+    .coll_id = cu_coll_id,
+    .coll_init = cu_coll_init,
+#else
+    .coll_id = NULL, /* no device collectives: src/dist/ reduces through the host */
+    .coll_init = NULL,
+#endif
+    .coll_ready = cu_coll_ready,
+    .allreduce = cu_allreduce,
+    .mem_free = cu_mem_free,
 };
 
 extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   if (!be) return;
   cu *c = C(be);
   cudaSetDevice(c->dev);
+  cu_coll_free(c);
   for (int i = 0; i < 6; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
   for (int i = 0; i < QC_FENCES; i++) {

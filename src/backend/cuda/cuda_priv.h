@@ -8,6 +8,7 @@
  *   metrics.cu   the fused deterministic metrics pass, queued results, sync
  *   quant.cu     the quantizer kernels, widening, fake-quant to float64
  *   linear.cu    the fused linear audit (the linear class's fast path)
+ *   coll.cu      collectives across processes (NCCL, when built with it)
  *   bench.cu     timing and conformance hooks for bench/ (cuda.h) */
 #ifndef QC_CUDA_PRIV_H
 #define QC_CUDA_PRIV_H
@@ -16,6 +17,9 @@
 #include <cublas_v2.h>
 #include <cuda_fp8.h> /* before numerics/recipe.h (its device e4m3) */
 #include <cuda_runtime.h>
+#ifdef QC_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 extern "C" {
 #include "backend/backend.h"
@@ -63,6 +67,10 @@ typedef struct cu {
     cublasLtMatmulAlgo_t algo;
   } plans[8];
   int next_plan;
+#ifdef QC_HAVE_NCCL
+  ncclComm_t comm;          /* the collectives' communicator (coll.cu), NULL until coll_init */
+#endif
+  int coll_ready;
 } cu;
 
 /* The CUDA state behind a backend table. */
@@ -100,6 +108,11 @@ typedef struct lin_bufs {
 } lin_bufs;
 
 /* ---- the seam's operations, each in the file of its concern ---- */
+int cu_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt);
+int cu_coll_id(const qc_backend *be, void *id, size_t n);
+int cu_coll_init(const qc_backend *be, const void *id, int nranks, int rank);
+int cu_coll_ready(const qc_backend *be);
+int cu_mem_free(const qc_backend *be, size_t *bytes);
 int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_audit_out *o);
 int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p);
 void cu_buf_free(const qc_backend *be, void *p);
@@ -127,6 +140,7 @@ int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const
 int cu_metrics_dev(cu *c, const void *g, int g_kind, const double *r, int64_t n, int slot, qc_metrics *out);
 void cu_metrics_fill(const qk_msum *s, qc_metrics *m);
 void cu_plan_free(struct cu::lt_plan *p);
+void cu_coll_free(cu *c);
 int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
 
 #endif

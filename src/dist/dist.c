@@ -1,0 +1,383 @@
+/* dist.c: the job (MPI), the assignment, the agreement, gathers and host
+ * reductions (see dist.h). Built without MPI (QC_HAVE_MPI unset) every
+ * function is the one-process case. */
+#include "dist/dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/qc.h"
+#include "numerics/formats.h"
+
+#ifdef QC_HAVE_MPI
+#include <mpi.h>
+#endif
+
+static struct {
+  int active, rank, size, local_rank, local_size, ended;
+  int failed;              /* an agreement found an error: the job is over, no more collectives */
+  int failed_rc;
+  char msg[1024], hint[512];
+} D = {0, 0, 1, 0, 1, 0, 0, 0, "", ""};
+
+int qc_dist_active(void) { return D.active; }
+int qc_dist_rank(void) { return D.rank; }
+int qc_dist_size(void) { return D.size; }
+int qc_dist_local_rank(void) { return D.local_rank; }
+int qc_dist_local_size(void) { return D.local_size; }
+
+/* OpenBLAS's thread count, when the BLAS linked in is OpenBLAS. */
+void openblas_set_num_threads(int n) __attribute__((weak));
+
+/* Was this process started by a process manager? */
+static int launched(void) {
+  const char *f = getenv("QATCHECK_MPI");
+  if (f && f[0]) return strcmp(f, "0") != 0;
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", NULL};
+  for (const char *const *v = vars; *v; v++)
+    if (getenv(*v)) return 1;
+  return 0;
+}
+
+#ifdef QC_HAVE_MPI
+/* An MPI failure as the one error line (system error). */
+static int mpi_fail(const char *what, int e) {
+  char s[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(e, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", e);
+  return qc_err_sys("rank %d: %s failed: %s", D.rank, what, s);
+}
+#define MK(call, what)                          \
+  do {                                          \
+    int e_ = (call);                            \
+    if (e_ != MPI_SUCCESS) return mpi_fail(what, e_); \
+  } while (0)
+#endif
+
+int qc_dist_begin(void) {
+  if (D.active || D.ended || !launched()) return QC_OK;
+#ifdef QC_HAVE_MPI
+  int provided = 0, e;
+  if ((e = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+    return qc_err_sys("MPI_Init failed (error %d): started by a process manager, qatcheck could not join its job", e);
+  /* errors come back as statuses, never as an abort from inside MPI */
+  MK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  MK(MPI_Comm_rank(MPI_COMM_WORLD, &D.rank), "MPI_Comm_rank");
+  MK(MPI_Comm_size(MPI_COMM_WORLD, &D.size), "MPI_Comm_size");
+  MPI_Comm node;
+  MK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, D.rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  MK(MPI_Comm_rank(node, &D.local_rank), "MPI_Comm_rank (node)");
+  MK(MPI_Comm_size(node, &D.local_size), "MPI_Comm_size (node)");
+  MPI_Comm_free(&node);
+  D.active = 1;
+  /* the node's cores shared among its ranks, unless told otherwise */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int per = ncpu > 0 ? (int)(ncpu / D.local_size) : 1;
+  if (per < 1) per = 1;
+  if (!getenv("QATCHECK_THREADS")) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", per);
+    setenv("QATCHECK_THREADS", v, 1);
+  }
+  if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS") && openblas_set_num_threads)
+    openblas_set_num_threads(per);
+  return QC_OK;
+#else
+  qc_err("started by a process manager (mpirun), but this qatcheck was built without MPI");
+  qc_hint("install Open MPI (libopenmpi-dev) and rebuild (the Makefile prints 'MPI found'), or run qatcheck as one process");
+  return QC_EINPUT;
+#endif
+}
+
+void qc_dist_end(void) {
+  if (!D.active || D.ended) return;
+  D.ended = 1;
+#ifdef QC_HAVE_MPI
+  MPI_Finalize();
+#endif
+}
+
+int qc_dist_assign(const double *cost, int n, int *owner) { return qc_dist_assign_n(cost, n, D.size, owner); }
+
+int qc_dist_assign_n(const double *cost, int n, int size, int *owner) {
+  if (size <= 1) {
+    for (int i = 0; i < n; i++) owner[i] = 0;
+    return QC_OK;
+  }
+  int *ord = malloc((size_t)(n > 0 ? n : 1) * sizeof *ord);
+  double *load = calloc((size_t)size, sizeof *load);
+  if (!ord || !load) { /* no fallback: every rank must compute the same assignment */
+    free(ord);
+    free(load);
+    return qc_err_sys("rank %d: out of memory assigning %d units to %d ranks", D.rank, n, size);
+  }
+  for (int i = 0; i < n; i++) ord[i] = i;
+  /* decreasing cost, ties by index: an insertion sort keeps it stable and
+   * needs no comparison callback state (n is the number of modules) */
+  for (int i = 1; i < n; i++) {
+    int v = ord[i], j = i - 1;
+    while (j >= 0 && cost[ord[j]] < cost[v]) {
+      ord[j + 1] = ord[j];
+      j--;
+    }
+    ord[j + 1] = v;
+  }
+  for (int k = 0; k < n; k++) {
+    int best = 0;
+    for (int r = 1; r < size; r++)
+      if (load[r] < load[best]) best = r;
+    owner[ord[k]] = best;
+    load[best] += cost[ord[k]] > 0 ? cost[ord[k]] : 1e-300;
+  }
+  free(ord);
+  free(load);
+  return QC_OK;
+}
+
+/* What each rank tells the others in the agreement. */
+typedef struct vote {
+  int rc;
+  long long at;
+  char msg[1536];
+  char hint[512];
+} vote;
+
+/* Every rank's vote (collective); *pick the rank whose error wins (-1:
+ * none), *rc0 rank 0's status. After an agreement that failed no rank
+ * calls this again (D.failed): the others have stopped talking. */
+static int vote_all(int rc, long long at, int *pick, int *rc0) {
+  *pick = -1;
+  *rc0 = rc;
+#ifdef QC_HAVE_MPI
+  int err = rc >= QC_EINPUT;
+  vote mine, *all = malloc((size_t)D.size * sizeof *all);
+  if (!all) return qc_err_sys("rank %d: out of memory for the agreement", D.rank);
+  memset(&mine, 0, sizeof mine);
+  mine.rc = rc;
+  mine.at = at;
+  if (err) {
+    snprintf(mine.msg, sizeof mine.msg, "%s", qc_err_msg()[0] ? qc_err_msg() : "the run could not be judged");
+    snprintf(mine.hint, sizeof mine.hint, "%s", qc_err_hint());
+  }
+  int e = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
+  if (e != MPI_SUCCESS) {
+    free(all);
+    return mpi_fail("the agreement (MPI_Allgather)", e);
+  }
+  for (int r = 0; r < D.size; r++)
+    if (all[r].rc >= QC_EINPUT && (*pick < 0 || all[r].at < all[*pick].at)) *pick = r;
+  *rc0 = all[0].rc;
+  if (*pick >= 0) {
+    const vote *v = &all[*pick];
+    D.failed = 1;
+    D.failed_rc = v->rc;
+    if (D.size > 1) snprintf(D.msg, sizeof D.msg, "rank %d: %s", *pick, v->msg);
+    else snprintf(D.msg, sizeof D.msg, "%s", v->msg);
+    snprintf(D.hint, sizeof D.hint, "%s", v->hint);
+  }
+  free(all);
+  return QC_OK;
+#else
+  (void)at;
+  return QC_OK;
+#endif
+}
+
+/* The agreed error as this rank's one error line; its status. */
+static int agreed_error(void) {
+  qc_err_clear();
+  qc_err("%s", D.msg);
+  if (D.hint[0]) qc_hint("%s", D.hint);
+  return D.failed_rc;
+}
+
+int qc_dist_agree(int rc, long long at) {
+  int err = rc >= QC_EINPUT;
+  if (!D.active) return err ? rc : QC_OK;
+  if (D.failed) return agreed_error();
+  int pick, rc0, e = vote_all(err ? rc : QC_OK, at, &pick, &rc0);
+  if (e) {
+    D.failed = 1; /* MPI itself failed: nothing more can be agreed */
+    D.failed_rc = e;
+    snprintf(D.msg, sizeof D.msg, "%s", qc_err_msg());
+    D.hint[0] = 0;
+    return e;
+  }
+  return pick >= 0 ? agreed_error() : QC_OK;
+}
+
+int qc_dist_finish(int rc) {
+  if (!D.active) return rc;
+  if (D.failed) return agreed_error();
+  int pick, rc0, e = vote_all(rc, -1, &pick, &rc0);
+  if (e) {
+    D.failed = 1;
+    D.failed_rc = e;
+    return e;
+  }
+  if (pick >= 0) return agreed_error();
+  return rc0 >= QC_EINPUT ? QC_OK : rc0; /* rank 0's verdict (errors were picked above) */
+}
+
+int qc_dist_failed(void) { return D.failed; }
+
+int qc_dist_gather(const void *buf, size_t n, void **all, size_t *lens) {
+  *all = NULL;
+  if (!D.active || D.size == 1) {
+    lens[0] = n;
+    if (!(*all = malloc(n ? n : 1))) return qc_err_sys("out of memory gathering results");
+    if (n) memcpy(*all, buf, n);
+    return QC_OK;
+  }
+#ifdef QC_HAVE_MPI
+  if (n > (size_t)0x7fffffff) return qc_err_sys("rank %d: %zu bytes of results to gather: more than MPI's 2 GiB per rank", D.rank, n);
+  int mine = (int)n, *cnt = NULL, *disp = NULL, rc = QC_OK;
+  if (D.rank == 0 && (!(cnt = calloc((size_t)D.size, sizeof *cnt)) || !(disp = calloc((size_t)D.size, sizeof *disp)))) {
+    free(cnt);
+    return qc_err_sys("out of memory gathering results");
+  }
+  int e = MPI_Gather(&mine, 1, MPI_INT, cnt, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (e != MPI_SUCCESS) { rc = mpi_fail("gathering result sizes (MPI_Gather)", e); goto done; }
+  size_t total = 0;
+  if (D.rank == 0) {
+    for (int r = 0; r < D.size; r++) {
+      if (total + (size_t)cnt[r] > (size_t)0x7fffffff) { rc = qc_err_sys("results over 2 GiB to gather on rank 0"); break; }
+      disp[r] = (int)total;
+      lens[r] = (size_t)cnt[r];
+      total += (size_t)cnt[r];
+    }
+    if (!rc && !(*all = malloc(total ? total : 1))) rc = qc_err_sys("out of memory gathering results (%zu bytes)", total);
+  }
+  /* every rank takes part, whatever rank 0 found (it cannot stop the others now) */
+  e = MPI_Gatherv(buf, mine, MPI_BYTE, rc ? NULL : *all, cnt, disp, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (!rc && e != MPI_SUCCESS) rc = mpi_fail("gathering results (MPI_Gatherv)", e);
+done:
+  if (rc) {
+    free(*all);
+    *all = NULL;
+  }
+  free(cnt);
+  free(disp);
+  return rc;
+#else
+  return qc_err_sys("gather without MPI");
+#endif
+}
+
+int qc_dist_allgather(const void *mine, size_t n, void *all) {
+  if (!D.active || D.size == 1) {
+    if (n) memcpy(all, mine, n);
+    return QC_OK;
+  }
+#ifdef QC_HAVE_MPI
+  if (n > (size_t)0x7fffffff) return qc_err_sys("allgather of %zu bytes: more than MPI's 2 GiB", n);
+  MK(MPI_Allgather(mine, (int)n, MPI_BYTE, all, (int)n, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather");
+  return QC_OK;
+#else
+  return qc_err_sys("allgather without MPI");
+#endif
+}
+
+int qc_dist_bcast(void *buf, size_t n) {
+  if (!D.active || D.size == 1) return QC_OK;
+#ifdef QC_HAVE_MPI
+  if (n > (size_t)0x7fffffff) return qc_err_sys("broadcast of %zu bytes: more than MPI's 2 GiB", n);
+  MK(MPI_Bcast(buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  return QC_OK;
+#else
+  (void)buf;
+  return qc_err_sys("broadcast of %zu bytes without MPI", n);
+#endif
+}
+
+int qc_dist_device_begin(const qc_backend *be) {
+  if (be->host_memory || !be->coll_init || !be->coll_id) return QC_OK;
+  unsigned char id[QC_COLL_ID_BYTES];
+  if (!D.active) { /* one process: a communicator of one when asked (QATCHECK_NCCL=1) */
+    const char *f = getenv("QATCHECK_NCCL");
+    if (!f || strcmp(f, "1") != 0) return QC_OK;
+    int rc = be->coll_id(be, id, sizeof id);
+    return rc ? rc : be->coll_init(be, id, 1, 0);
+  }
+  int rc = qc_dist_agree(QC_OK, -1); /* every rank is here before the broadcast */
+  if (rc) return rc;
+  struct {
+    int rc;
+    char msg[512];
+    unsigned char id[QC_COLL_ID_BYTES];
+  } b;
+  memset(&b, 0, sizeof b);
+  if (D.rank == 0 && (b.rc = be->coll_id(be, b.id, sizeof b.id)))
+    snprintf(b.msg, sizeof b.msg, "%s", qc_err_msg());
+  if ((rc = qc_dist_bcast(&b, sizeof b))) return rc;
+  if (b.rc) { /* every rank has the same message: no agreement needed */
+    qc_err_clear();
+    return qc_err_sys("rank 0: %s", b.msg);
+  }
+  memcpy(id, b.id, sizeof id);
+  rc = be->coll_init(be, id, D.size, D.rank);
+  return qc_dist_agree(rc, -1);
+}
+
+/* ---- host reductions ---------------------------------------------------------------- */
+
+#ifdef QC_HAVE_MPI
+/* Element i of buf (dt) as a double, and back. */
+static double get(const void *buf, qc_dtype dt, int64_t i) {
+  return dt == QC_F64 ? ((const double *)buf)[i] : dt == QC_F32 ? ((const float *)buf)[i] : qc_bf16_to_f32(((const uint16_t *)buf)[i]);
+}
+static void put(void *buf, qc_dtype dt, int64_t i, double v) {
+  if (dt == QC_F64) ((double *)buf)[i] = v;
+  else if (dt == QC_F32) ((float *)buf)[i] = (float)v;
+  else ((uint16_t *)buf)[i] = qc_f32_to_bf16((float)v);
+}
+#endif
+
+/* Host sum over the ranks in rank order, a chunk at a time: each chunk of
+ * every rank gathered everywhere, summed in float64 from rank 0 up, so
+ * every rank gets the same bits whatever MPI's algorithms. */
+static int host_allreduce(void *buf, int64_t n, qc_dtype dt) {
+#ifdef QC_HAVE_MPI
+  const size_t es = qc_dtype_size(dt);
+  const int64_t chunk = ((int64_t)8 << 20) / (int64_t)es;
+  char *all = malloc((size_t)D.size * (size_t)chunk * es);
+  if (!all) return qc_err_sys("rank %d: out of memory for a host all-reduce", D.rank);
+  int rc = QC_OK;
+  for (int64_t c0 = 0; c0 < n && !rc; c0 += chunk) {
+    int64_t m = n - c0 < chunk ? n - c0 : chunk;
+    char *mine = (char *)buf + (size_t)c0 * es;
+    int e = MPI_Allgather(mine, (int)((size_t)m * es), MPI_BYTE, all, (int)((size_t)m * es), MPI_BYTE, MPI_COMM_WORLD);
+    if (e != MPI_SUCCESS) { rc = mpi_fail("a host all-reduce (MPI_Allgather)", e); break; }
+    for (int64_t i = 0; i < m; i++) {
+      double s = 0;
+      for (int r = 0; r < D.size; r++) s += get(all + (size_t)r * (size_t)m * es, dt, i);
+      put(mine, dt, i, s);
+    }
+  }
+  free(all);
+  return rc;
+#else
+  (void)buf; (void)n; (void)dt;
+  return qc_err_sys("host all-reduce without MPI");
+#endif
+}
+
+int qc_dist_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt) {
+  if (dt != QC_F64 && dt != QC_F32 && dt != QC_BF16)
+    return qc_err("all-reduce of element type %s: expected float64, float32 or bfloat16", qc_dtype_name(dt));
+  if (!be->host_memory && be->allreduce && be->coll_ready && be->coll_ready(be)) return be->allreduce(be, buf, n, dt);
+  if (!D.active || D.size == 1 || n == 0) return QC_OK;
+  if (be->host_memory) return host_allreduce(buf, n, dt);
+  /* a device without collectives: through the host */
+  size_t bytes = (size_t)n * qc_dtype_size(dt);
+  void *h = malloc(bytes);
+  if (!h) return qc_err_sys("rank %d: out of memory staging an all-reduce (%zu bytes)", D.rank, bytes);
+  int rc = be->download(be, h, buf, bytes);
+  if (!rc) rc = host_allreduce(h, n, dt);
+  if (!rc) rc = be->upload(be, buf, h, bytes);
+  if (!rc) rc = be->sync(be);
+  free(h);
+  return rc;
+}

@@ -1,0 +1,108 @@
+#!/bin/sh
+# mpi.sh: `mpirun -np 4 qatcheck vjp|contract` on the CPU (src/dist/,
+# docs/distributed.md): the modules split among 4 ranks, the results merged
+# on rank 0, whose JSON reports equal a single process's apart from timing
+# fields (vjp with planted defects: the same checks fail; contract: rows,
+# classes, outliers); a bad module on rank 2: every rank exits 2, the one
+# error line names rank 2 and the module, nothing hangs, only the error
+# report is written; a verb that does not distribute refuses several ranks.
+# Skipped (77) without mpirun or without MPI in this qatcheck.
+. "$(dirname "$0")/lib.inc"
+command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun"; exit 77; }
+MPIRUN="mpirun --oversubscribe -np 4"
+[ "$(id -u)" = 0 ] && MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 4"
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" # Open MPI's own allocations at MPI_Init
+TO="timeout 300"
+# without MPI in this build, mpirun of qatcheck is refused: nothing to test
+$TO $MPIRUN "$QATCHECK" vjp --help >/dev/null 2>"$T/probe" || { grep -q "built without MPI" "$T/probe" && { echo "skip: built without MPI"; exit 77; }; }
+ROOT=$(pwd)
+"$PY" scripts/make_class_dump.py "$T/d.h5" || exit 1
+cat >"$T/c.json" <<'J'
+{"data": {"dump": "d.h5", "modules": "^/(model\\.layers\\.0\\.(input_layernorm|mlp\\.act|mlp\\.router)|model\\.lm_head\\.logprob|defect\\.(rmsnorm_no_mean|swiglu_clamp_pass|logprob_count|router_ids))$"},
+ "candidate": "dump",
+ "tolerances": {"d_x": {"rel_l2": 2e-5, "reasoning": "fp32 statistics"}, "d_weight": {"rel_l2": 2e-5, "reasoning": "fp32 sums"},
+   "d_gate": {"rel_l2": 1e-6, "reasoning": "elementwise fp32"}, "d_up": {"rel_l2": 1e-6, "reasoning": "elementwise fp32"},
+   "d_logits": {"rel_l2": 5e-5, "reasoning": "fp32 log-sum-exp"}}}
+J
+mkdir "$T/one" "$T/four"
+same() { # same KIND: one/r.json and four/r.json equal apart from timing fields
+  "$PY" - "$T/one/r.json" "$T/four/r.json" <<'P'
+import json, sys
+def strip(o):
+    if isinstance(o, dict):
+        return {k: strip(v) for k, v in o.items() if k not in ("seconds", "timing_s")}
+    if isinstance(o, list):
+        return [strip(v) for v in o]
+    return o
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:3])
+if a != b:
+    for k in a:
+        if a.get(k) != b.get(k): print("differs:", k)
+    sys.exit(1)
+print("same report:", len(a.get("checks", a.get("rows", []))), "entries")
+P
+}
+# ---- vjp: 8 modules over 4 ranks, 4 planted defects fail as in one process
+(cd "$T/one" && "$QATCHECK" vjp --case "$T/c.json" --json r.json -q); rc1=$?
+(cd "$T/four" && $TO $MPIRUN "$QATCHECK" vjp --case "$T/c.json" --json r.json -q >"$T/out" 2>"$T/err"); rc4=$?
+[ $rc1 -eq 1 ] && [ $rc4 -eq 1 ] && ok "vjp: one process and 4 ranks both exit 1 (planted defects)" || bad "vjp: exits $rc1 (one) and $rc4 (4 ranks), expected 1 and 1: $(tail -3 "$T/err")"
+same && ok "vjp: the 4 ranks' JSON report equals one process's (timing fields aside)" || bad "vjp: reports differ"
+"$PY" - "$T/four/r.json" <<'P' || bad "vjp: 4 ranks: the failed checks are not the 4 planted defects"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = sorted((c["module"], c["tensor"]) for c in r["checks"] if c["verdict"] == "fail")
+assert failed == [("/defect.logprob_count", "d_logits"), ("/defect.rmsnorm_no_mean", "d_x"),
+                  ("/defect.router_ids", "d_logits"), ("/defect.swiglu_clamp_pass", "d_up")], failed
+P
+# ---- vjp, generated instances (3 shapes: rank 3 has none)
+rm -f "$T/one/r.json" "$T/four/r.json"
+(cd "$T/one" && "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --json r.json -q); rc1=$?
+(cd "$T/four" && $TO $MPIRUN "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --json r.json -q >"$T/out" 2>"$T/err"); rc4=$?
+[ $rc1 -eq 0 ] && [ $rc4 -eq 0 ] && same && ok "vjp: generated instances over 4 ranks (one idle): the same report" || bad "vjp generated: exits $rc1 and $rc4, or reports differ"
+# ---- contract: the committed checkpoint over 4 ranks
+rm -f "$T/one/r.json" "$T/four/r.json"
+CK="$ROOT/cases/data/contract_ckpt.h5"
+(cd "$T/one" && "$QATCHECK" contract --master-vs-dequant --dump "$CK" --weight-format fp8_block128,nvfp4 --json r.json -q); rc1=$?
+(cd "$T/four" && $TO $MPIRUN "$QATCHECK" contract --master-vs-dequant --dump "$CK" --weight-format fp8_block128,nvfp4 --json r.json -q >"$T/out" 2>"$T/err"); rc4=$?
+[ $rc1 -eq $rc4 ] && ok "contract: one process and 4 ranks exit alike ($rc1)" || bad "contract: exits $rc1 (one) and $rc4 (4 ranks): $(tail -3 "$T/err")"
+same && ok "contract: the 4 ranks' JSON report equals one process's (timing fields aside)" || bad "contract: reports differ"
+grep -q '"ranks":[[:space:]]*4' "$T/four/r.json" && ok "contract: the report's timing names 4 ranks" || bad "contract: no \"ranks\": 4 in timing_s"
+# ---- a bad module on rank 2 (units go round robin: the third module group)
+"$PY" - "$T/bad.h5" <<'P' || exit 1
+import sys
+import h5py
+import numpy as np
+rng = np.random.default_rng(5)
+def bf(a):
+    a = np.asarray(a, np.float32).copy()
+    a.view(np.uint32)[...] &= 0xFFFF0000
+    return a
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["qatcheck_dump"] = 1
+    for i in range(6):
+        g = f.create_group(f"model.layers.{i}.norm")
+        g.attrs["class"] = "rmsnorm"
+        g["inputs/x"] = bf(rng.standard_normal((8, 16)))
+        g["params/weight"] = bf(1 + 0.1 * rng.standard_normal(16))
+        if i != 2:
+            g["grad_out/dy"] = bf(rng.standard_normal((8, 16)))
+P
+cat >"$T/bad.json" <<'J'
+{"data": {"dump": "bad.h5"}, "candidate": "builtin", "contract": {"eps": 1e-6},
+ "tolerances": {"d_x": {"rel_l2": 2e-2, "reasoning": "bf16"}, "d_weight": {"rel_l2": 2e-2, "reasoning": "bf16"}}}
+J
+rm -f "$T/four/r.json"
+export QC_RANKS_LOG="$T/ranks.log"
+(cd "$T/four" && $TO $MPIRUN sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >>"$QC_RANKS_LOG"' "$QATCHECK" \
+  vjp --case "$T/bad.json" --json r.json >"$T/out" 2>"$T/err")
+rc=$?
+[ $rc -ne 124 ] && ok "bad module on rank 2: the job ends (no rank hangs)" || bad "bad module on rank 2: the job hung"
+[ "$(grep -c 'exit 2$' "$T/ranks.log" 2>/dev/null)" = 4 ] && ok "bad module on rank 2: every rank exits 2" || bad "bad module on rank 2: $(cat "$T/ranks.log" 2>/dev/null)"
+[ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "bad module on rank 2: one error line" || bad "bad module on rank 2: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
+grep 'qatcheck: error:' "$T/err" | grep -q "rank 2: .*model.layers.2.norm.*grad_out" && ok "bad module on rank 2: the line names rank 2 and the group" || bad "bad module on rank 2: $(cat "$T/err")"
+error_or_none "$T/four/r.json" && ok "bad module on rank 2: only the error report" || bad "bad module on rank 2: a report other than the error report"
+# ---- a verb that runs as one process refuses several
+expect_exit 2 "tol under 4 ranks is refused" $TO $MPIRUN "$QATCHECK" tol --help-not-an-option
+grep -q "runs as one process" "$T/err" && ok "tol: the refusal says it runs as one process" || bad "tol: $(cat "$T/err")"
+finish

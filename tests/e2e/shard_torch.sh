@@ -1,0 +1,99 @@
+#!/bin/sh
+# shard_torch.sh: sharded dumps (docs/interfaces.md "Sharded dumps"). A
+# column-, row-, sequence- and vocab-parallel step runs under
+# torch.distributed (gloo, 4 CPU processes; tests/e2e/shard_torch.py) and
+# scripts/qatdump.py writes one file per rank; `vjp` on the pattern
+# assembles the whole tensors and judges every rank's gradients: the
+# correct step passes, each planted reduction bug fails on its tensor and
+# rank, with the diagnosis in its why. Bad sharded input exits 2 with one
+# line; under mpirun -np 4 the report equals one process's, and a bad
+# rank file of the module rank 2 audits names rank 2. Skips (77) without
+# torch.distributed's gloo.
+. "$(dirname "$0")/lib.inc"
+"$PY" -c "import torch.distributed as d, h5py; assert d.is_available()" 2>/dev/null || { echo "skip: no torch.distributed"; exit 77; }
+"$PY" tests/e2e/shard_torch.py "$T/sh" >"$T/py.log" 2>&1 || { cat "$T/py.log"; echo "FAIL: the distributed step"; exit 1; }
+# bias_z off for d_x: the fp32 RMSNorm rounds each token's 1/rms once, an
+# error coherent along a token's row that a rank's 2-token piece cannot
+# average out (the bias test would read it as systematic)
+TOL='"tolerances": {"d_x": {"rel_l2": 1e-5, "bias_z": 0, "reasoning": "fp32; one rounded 1/rms per token"}, "d_weight": {"rel_l2": 1e-5, "reasoning": "fp32"},
+  "d_bias": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_logits": {"rel_l2": 1e-5, "reasoning": "fp32"}}'
+# check_mode MODE EXIT FAILING-CHECKS (module:tensor, sorted, comma-separated; - none) A-WORD-OF-THE-DIAGNOSIS (-: none)
+check_mode() {
+  mode=$1; want=$2; failing=$3; note=$4
+  echo "{\"data\": {\"dump\": \"sh/$mode/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/$mode.json"
+  expect_exit "$want" "sharded $mode: vjp" "$QATCHECK" vjp --case "$T/$mode.json" --json "$T/$mode.r.json"
+  "$PY" - "$T/$mode.r.json" "$failing" "$note" <<'P' || bad "sharded $mode: not exactly the planted checks fail (or no '$note')"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = sorted(c["module"] + ":" + c["tensor"] for c in r["checks"] if c["verdict"] == "fail")
+want = [] if sys.argv[2] == "-" else sys.argv[2].split(",")
+assert failed == want, failed
+assert len(r["checks"]) == 32, len(r["checks"])  # 4 modules, every gradient of every rank
+note = sys.argv[3]
+diag = lambda c: c.get("diagnosis", {}).get("summary", "")
+assert note == "-" or all(note in diag(c) for c in r["checks"] if c["verdict"] == "fail"), [diag(c) for c in r["checks"] if c["verdict"] == "fail"]
+assert all("parallel_reduction" in m["coverage"] for m in r["modules"]), "coverage without the parallel reduction"
+print(sys.argv[1].split("/")[-1], "fails on", failed or "nothing")
+P
+}
+DX=/col:d_x@rank0,/col:d_x@rank1,/col:d_x@rank2,/col:d_x@rank3
+check_mode ok 0 - -
+check_mode missing 1 $DX partial
+check_mode twice 1 $DX twice
+check_mode averaged 1 $DX averaged
+check_mode order 1 /col:d_bias@rank0,/col:d_bias@rank1,/col:d_weight@rank0,/col:d_weight@rank1,$DX -
+check_mode sp_norm 1 /norm:d_weight@rank0,/norm:d_weight@rank1,/norm:d_weight@rank2,/norm:d_weight@rank3 partial
+check_mode vocab_lse 1 /logprob:d_logits@rank0,/logprob:d_logits@rank1,/logprob:d_logits@rank2,/logprob:d_logits@rank3 -
+grep -q "consistent with: the reference's piece of rank 1: the shards are in the wrong order" "$T/order.r.json" && ok "order: rank 0's d_weight is named as rank 1's piece" || bad "order: no shard-order diagnosis"
+# ---- bad sharded input: one line, exit 2, only the error report
+refuse() { # refuse DESC NEEDLE PATTERN
+  echo "{\"data\": {\"dump\": \"$3\"}, \"candidate\": \"dump\", $TOL}" >"$T/bad.json"
+  rm -f "$T/bad.r.json"
+  expect_exit 2 "$1" "$QATCHECK" vjp --case "$T/bad.json" --json "$T/bad.r.json"
+  [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep 'qatcheck: error:' "$T/err" | grep -q "$2" || bad "$1: $(cat "$T/err")"
+  error_or_none "$T/bad.r.json" || bad "$1: a report other than the error report"
+}
+refuse "no file matches" "no file matches" "sh/none/step.rank*.h5"
+mkdir "$T/three" && cp "$T"/sh/ok/step.rank[012].h5 "$T/three/"
+refuse "a rank's file missing" "world_size 4, but 3 file(s) match" "three/step.rank*.h5"
+mkdir "$T/mixed" && cp "$T"/sh/ok/step.rank[023].h5 "$T/mixed/" && cp "$T/sh/twice/step.rank0.h5" "$T/mixed/step.rank1.h5"
+refuse "two files of one rank" "both hold rank 0" "mixed/step.rank*.h5"
+mkdir "$T/undecl" && cp "$T"/sh/ok/step.rank*.h5 "$T/undecl/"
+"$PY" - "$T/undecl/step.rank2.h5" <<'P'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    del f["row/params/weight"].attrs["shard_dim"]
+P
+refuse "a split tensor without shard_dim" "no shard_dim: a tensor without it must be the same on every rank\|rank 0's is" "undecl/step.rank*.h5"
+# ---- mpirun -np 4: the same report; a bad file of the module rank 2 audits
+if command -v mpirun >/dev/null 2>&1 && "$QATCHECK" vjp --help 2>/dev/null | grep -q . ; then
+  MPIRUN="mpirun --oversubscribe -np 4"; [ "$(id -u)" = 0 ] && MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 4"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+  mkdir "$T/m"
+  (cd "$T/m" && timeout 300 $MPIRUN "$QATCHECK" vjp --case "$T/missing.json" --json r.json -q >"$T/out" 2>"$T/err"); rc=$?
+  if grep -q "built without MPI" "$T/err"; then echo "skip: mpirun part (built without MPI)"; else
+    [ $rc -eq 1 ] && ok "sharded under mpirun -np 4: exit 1" || bad "sharded under mpirun: exit $rc: $(tail -3 "$T/err")"
+    "$PY" - "$T/missing.r.json" "$T/m/r.json" <<'P' && ok "sharded under mpirun -np 4: the report equals one process's" || bad "sharded under mpirun: reports differ"
+import json, sys
+def strip(o):
+    if isinstance(o, dict): return {k: strip(v) for k, v in o.items() if k not in ("seconds", "timing_s", "command_line")}
+    if isinstance(o, list): return [strip(v) for v in o]
+    return o
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:3])
+assert a == b
+P
+    # modules in path order /col /logprob /norm /row, round robin: /norm is rank 2's
+    mkdir "$T/r2" && cp "$T"/sh/ok/step.rank*.h5 "$T/r2/"
+    "$PY" - "$T/r2/step.rank1.h5" <<'P'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    del f["norm/grads/dy/d_weight"]
+P
+    echo "{\"data\": {\"dump\": \"r2/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/r2.json"
+    (cd "$T/m" && rm -f r.json && timeout 300 $MPIRUN "$QATCHECK" vjp --case "$T/r2.json" --json r.json >"$T/out" 2>"$T/err"); rc=$?
+    [ $rc -eq 2 ] && [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep 'qatcheck: error:' "$T/err" | grep -q "rank 2: .*step.rank1.h5.*/norm.*d_weight" \
+      && ok "sharded under mpirun: a bad file of rank 2's module: exit 2 naming rank 2" || bad "sharded bad file under mpirun: exit $rc: $(cat "$T/err")"
+    error_or_none "$T/m/r.json" || bad "sharded bad file under mpirun: a report other than the error report"
+  fi
+fi
+finish
