@@ -90,7 +90,7 @@ if [ "$FORMAT" = safetensors ]; then
   # ST_READ: the reader built elsewhere (a GPU host without the cJSON headers)
   ST_READ=${ST_READ:-}
   if [ -z "$ST_READ" ]; then
-    $CC -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_read.c src/io/safetensors.c src/io/safetensors_files.c src/core/err.c \
+    $CC -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_read.c src/io/safetensors.c src/io/safetensors_files.c src/core/file.c src/core/err.c \
       src/core/tensor.c -o "$T/st_read" $(pkg-config --libs libcjson) -lm -lpthread
     ST_READ="$T/st_read"
   fi

@@ -27,7 +27,7 @@ for f in qatcheck libqatcheck_cuda.so "$build/test_gpu" "$build/bench_gpu_linear
   done
 done
 # the safetensors reader alone, for bench/contract.sh FORMAT=safetensors (ST_READ)
-cc -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_read.c src/io/safetensors.c src/io/safetensors_files.c src/core/err.c \
+cc -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_read.c src/io/safetensors.c src/io/safetensors_files.c src/core/file.c src/core/err.c \
   src/core/tensor.c -o "$stage/st_read" $(pkg-config --libs libcjson) -lm -lpthread
 ldd "$stage/st_read" | awk '/=>/ {print $3}' | grep cjson | xargs -r -I{} cp -Ln {} "$stage/lib/" 2>/dev/null || true
 strip --strip-unneeded "$stage"/* "$stage"/lib/* 2>/dev/null || true

@@ -12,12 +12,16 @@
 #                  measured here by bench_gpu_linear)
 #   proxy          scripts/proxy_sft.py --device cuda: a healthy run and two
 #                  planted bugs, judged by `qatcheck sft` and `qatcheck step`
+#   gpu_mpi        tests/e2e/gpu_mpi.sh: the NCCL communicator and device
+#                  all-reduce, one process and under `mpirun -np 1` (Open MPI
+#                  from .gpu/ompi.tar.xz, scripts/mpi-pack.sh, when the
+#                  machine has none)
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
 set -u
 OUT=$1; shift
-CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch st_bench proxy}
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch st_bench proxy gpu_mpi}
 Q=/tmp/qc
 mkdir -p "$Q" "$OUT"
 [ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
@@ -65,6 +69,8 @@ for c in $CHECKS; do
     quant_torch) run quant_torch env DEVICES="cpu cuda" sh tests/e2e/quant_torch.sh ;;
     st_bench) run st_bench st_bench ;;
     proxy) run proxy proxy ;;
+    gpu_mpi) run gpu_mpi sh -c 'if ! command -v mpirun >/dev/null && [ -f .gpu/ompi.tar.xz ]; then
+        mkdir -p /tmp/ompi && tar -C /tmp/ompi -xJf .gpu/ompi.tar.xz && . /tmp/ompi/env.sh; fi; sh tests/e2e/gpu_mpi.sh' ;;
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
   esac
 done
