@@ -27,7 +27,13 @@ int qc_cli_run(const qc_verb *v, int argc, char **argv) {
   rc = qc_dist_finish(rc);                  /* every rank: the agreed error, or rank 0's verdict */
   rc = qc_run_end(rc);
   if (later) qc_err_clear();                /* the error line is rank 0's to print */
-  qc_dist_end();
+  else if (qc_dist_size() > 1 && rc == 2 && qc_err_msg()[0]) {
+    qc_err_print(); /* before the job ends: once a rank exits non-zero, mpirun may kill the others */
+    qc_err_clear();
+  }
+  fflush(stdout);
+  fflush(stderr);
+  qc_dist_end(); /* every rank waits here for rank 0's output */
   return rc;
 }
 

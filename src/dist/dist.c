@@ -19,8 +19,9 @@ static struct {
   int active, rank, size, local_rank, local_size, ended;
   int failed;              /* an agreement found an error: the job is over, no more collectives */
   int failed_rc;
+  int broken;              /* MPI itself failed: no collective can be trusted to return */
   char msg[1024], hint[512];
-} D = {0, 0, 1, 0, 1, 0, 0, 0, "", ""};
+} D = {.size = 1, .local_size = 1};
 
 int qc_dist_active(void) { return D.active; }
 int qc_dist_rank(void) { return D.rank; }
@@ -95,6 +96,9 @@ void qc_dist_end(void) {
   if (!D.active || D.ended) return;
   D.ended = 1;
 #ifdef QC_HAVE_MPI
+  /* no rank leaves before rank 0 has printed and written its reports: a
+   * rank's non-zero exit makes mpirun end the job (unless MPI itself failed) */
+  if (!D.broken) MPI_Barrier(MPI_COMM_WORLD);
   MPI_Finalize();
 #endif
 }
@@ -199,7 +203,7 @@ int qc_dist_agree(int rc, long long at) {
   if (D.failed) return agreed_error();
   int pick, rc0, e = vote_all(err ? rc : QC_OK, at, &pick, &rc0);
   if (e) {
-    D.failed = 1; /* MPI itself failed: nothing more can be agreed */
+    D.failed = D.broken = 1; /* MPI itself failed: nothing more can be agreed */
     D.failed_rc = e;
     snprintf(D.msg, sizeof D.msg, "%s", qc_err_msg());
     D.hint[0] = 0;
@@ -213,7 +217,7 @@ int qc_dist_finish(int rc) {
   if (D.failed) return agreed_error();
   int pick, rc0, e = vote_all(rc, -1, &pick, &rc0);
   if (e) {
-    D.failed = 1;
+    D.failed = D.broken = 1;
     D.failed_rc = e;
     return e;
   }
