@@ -12,20 +12,16 @@
 #include <unistd.h>
 
 #include "core/qc.h"
+#include "hdf5_input.h"
 #include "io/dump.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* the input as a file: libhdf5 resolves a file's real path, which a memfd
- * has not; /dev/shm keeps it in memory where it exists */
-static char g_path[96];
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  setenv("QATCHECK_HDF5_DEADLINE", "2", 0); /* a hang in the child costs 2 s, not 30 */
-  snprintf(g_path, sizeof g_path, "%s/qc_fuzz_dump_%d.h5", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)getpid());
+  hdf5_input_init("dump");
   return 0;
 }
 
@@ -59,10 +55,7 @@ static void one_module(qc_dump *d, const char *path) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  FILE *f = fopen(g_path, "wb");
-  if (!f) return 0;
-  size_t w = fwrite(data, 1, size, f);
-  if (fclose(f) != 0 || w != size) return 0;
+  if (!hdf5_input_write(data, size)) return 0;
   qc_dump *d = NULL;
   if (qc_dump_open(g_path, &d) == QC_OK) {
     qc_dump_entry *e = NULL;

@@ -12,26 +12,21 @@
 #include <unistd.h>
 
 #include "core/qc.h"
+#include "hdf5_input.h"
 #include "io/stepdump.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char g_path[96];
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  setenv("QATCHECK_HDF5_DEADLINE", "2", 0); /* a hang in the child costs 2 s, not 30 */
-  snprintf(g_path, sizeof g_path, "%s/qc_fuzz_step_%d.h5", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)getpid());
+  hdf5_input_init("step");
   return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  FILE *f = fopen(g_path, "wb");
-  if (!f) return 0;
-  size_t w = fwrite(data, 1, size, f);
-  if (fclose(f) != 0 || w != size) return 0;
+  if (!hdf5_input_write(data, size)) return 0;
   qc_step_arm *arms = NULL;
   int n = 0;
   qc_step_dump_read(g_path, NULL, 0, &arms, &n);

@@ -166,6 +166,19 @@ static size_t put_bytes(unsigned char *p, int field, const void *d, size_t n) {
 /* An Event {wall_time, step, summary {value {tag, simple_value | tensor}}}:
  * kind 0 simple_value, 1 tensor float_val, 2 tensor double_val (with an
  * empty shape), 3 tensor_content double. */
+/* One TFRecord into out: length, its masked CRC-32C, the event's ne bytes,
+ * their masked CRC-32C; returns the bytes written (16 + ne). */
+static size_t record(unsigned char *out, const unsigned char *ev, size_t ne) {
+  uint64_t len = ne;
+  memcpy(out, &len, 8);
+  uint32_t c = qc_crc32c_mask(qc_crc32c(out, 8));
+  memcpy(out + 8, &c, 4);
+  memcpy(out + 12, ev, ne);
+  c = qc_crc32c_mask(qc_crc32c(ev, ne));
+  memcpy(out + 12 + ne, &c, 4);
+  return 16 + ne;
+}
+
 static size_t event(unsigned char *out, int64_t step, const char *tag, double v, int kind) {
   unsigned char val[256], sum[300], tens[64];
   size_t nv = put_bytes(val, 1, tag, strlen(tag));
@@ -192,27 +205,13 @@ static size_t event(unsigned char *out, int64_t step, const char *tag, double v,
   ne += put_tag(ev + ne, 2, 0);
   ne += put_varint(ev + ne, (uint64_t)step);
   ne += put_bytes(ev + ne, 5, sum, ns);
-  uint64_t len = ne;
-  memcpy(out, &len, 8);
-  uint32_t c = qc_crc32c_mask(qc_crc32c(out, 8));
-  memcpy(out + 8, &c, 4);
-  memcpy(out + 12, ev, ne);
-  c = qc_crc32c_mask(qc_crc32c(ev, ne));
-  memcpy(out + 12 + ne, &c, 4);
-  return 16 + ne;
+  return record(out, ev, ne);
 }
 
 static size_t file_version(unsigned char *out) {
   unsigned char ev[64];
   size_t ne = put_bytes(ev, 3, "brain.Event:2", 13);
-  uint64_t len = ne;
-  memcpy(out, &len, 8);
-  uint32_t c = qc_crc32c_mask(qc_crc32c(out, 8));
-  memcpy(out + 8, &c, 4);
-  memcpy(out + 12, ev, ne);
-  c = qc_crc32c_mask(qc_crc32c(ev, ne));
-  memcpy(out + 12 + ne, &c, 4);
-  return 16 + ne;
+  return record(out, ev, ne);
 }
 
 Test(l3log, tfevents_scalars_and_tensors) {
