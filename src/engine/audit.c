@@ -92,14 +92,18 @@ int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_
   int have = 0;
   if (qc_dtype_from_name(k->judged_dtype, &dt)) dt = QC_F32;
   memset(&tm, 0, sizeof tm);
-  if (m->cls->tol_model && m->cls->tol_model(m, dy, k->tensor, &tm) == QC_OK &&
+  /* a sharded dump's per-rank check "d_x@rank2" is judged by d_x's model */
+  char grad[sizeof k->tensor];
+  snprintf(grad, sizeof grad, "%s", k->tensor);
+  grad[strcspn(grad, "@")] = 0;
+  if (m->cls->tol_model && m->cls->tol_model(m, dy, grad, &tm) == QC_OK &&
       qc_tol_from_model(&tm, t, qc_dtype_name(dt), &spec, &terms, &pre) == QC_OK)
     have = 1;
   if (!have) {
     if (t->derive) {
       if (!m->cls->tol_model) qc_err("%s: class %s has no error model for '%s': its tolerance cannot be derived", m->path,
-                                      m->cls->name, k->tensor);
-      qc_hint("declare the bounds of \"%s\" (rel_l2, noise_multiple, ...) instead of {\"derive\": true}", k->tensor);
+                                      m->cls->name, grad);
+      qc_hint("declare the bounds of \"%s\" (rel_l2, noise_multiple, ...) instead of {\"derive\": true}", grad);
       return QC_EINPUT;
     }
     qc_err_clear();
