@@ -114,14 +114,18 @@ static double rel_l2(const double *a, const double *b, int64_t n) {
   return sqrt(d) / fmax(sqrt(s), QC_EPS_NORM);
 }
 
-/* The diagnosis of failed check k (candidate g, rank r, dY j): the
- * hypotheses of qc_shard_diagnose, with rank r's partial gradient, the
- * ranks' sum (whole gradients) and rank r's own shares (split ones), each
- * computed once per rank and dY into the caches. */
+/* What the diagnoses of one rank and dY compute once: the reference on
+ * the rank's own pieces (its partial gradient) and on the whole module with
+ * the other ranks' pieces of the parameters / of the rest zeroed. */
 typedef struct rank_cache {
   qc_tset partial, ownp, owni;
   int have_partial, have_own, anyp, anyi;
 } rank_cache;
+
+/* The diagnosis of failed check k (candidate g, rank r, dY j): the
+ * hypotheses of qc_shard_diagnose, with rank r's partial gradient and the
+ * ranks' sum (whole gradients) or rank r's own shares (split ones); scale:
+ * what the expected piece was multiplied by (1/W under grad_reduce mean). */
 
 static int diagnose_check(qc_audit *a, const qc_registry_row *row, qc_module *w, qc_rankfile *rf, int W, int r, int j,
                           const qc_tensor *rg, const qc_tensor *refv, const qc_tensor *g, int flat, int d,
@@ -172,8 +176,9 @@ static int diagnose_check(qc_audit *a, const qc_registry_row *row, qc_module *w,
                           "contributions is missing", r, W);
   snprintf(si, sizeof si, "rank %d's local gradient from its own pieces of the inputs only (a partial sum): the reduction "
                           "over the %d ranks is missing", r, W);
-  qc_shard_own own[2] = {{pp.data && qc_numel(&pp) == n ? pp.data : NULL, sp}, {pi.data && qc_numel(&pi) == n ? pi.data : NULL, si}};
-  qc_shard_diagnose(k, gd, refv, d, off, len, r, W, qc_tset_get(&c->partial, rg->name), sum, own, 2);
+  qc_shard_own own[2] = {{pp.data && qc_numel(&pp) == n ? pp.data : NULL, sp},
+                         {pi.data && qc_numel(&pi) == n ? pi.data : NULL, si}};
+  qc_shard_diagnose(k, gd, refv, d, off, len, r, W, scale != 1.0, qc_tset_get(&c->partial, rg->name), sum, own, 2);
 done:
   qc_tensor_free(&pp);
   qc_tensor_free(&pi);

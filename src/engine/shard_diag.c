@@ -51,7 +51,8 @@ static void hyp(qc_check *k, const char *name, const char *says, double rl, int 
 
 /* The diagnosis takes the same field and form as engine/diagnose.c's. */
 void qc_shard_diagnose(qc_check *k, const double *g, const qc_tensor *ref, int d, const int64_t *off, const int64_t *len,
-                       int r, int W, const qc_tensor *partial, const double *sum, const qc_shard_own *own, int nown) {
+                       int r, int W, int mean, const qc_tensor *partial, const double *sum, const qc_shard_own *own,
+                       int nown) {
   char says[256];
   int64_t n;
   double ab, bb, exp_rel, gg = 0;
@@ -86,8 +87,14 @@ void qc_shard_diagnose(qc_check *k, const double *g, const qc_tensor *ref, int d
   }
   if (cosine > 0.999 && isfinite(c) && fabs(c - 1) > 0.01) {
     if (fabs(c - 2) < 0.02) snprintf(says, sizeof says, "twice the reference: reduced twice");
-    else if (W > 2 && fabs(c - W) < 0.01 * W) snprintf(says, sizeof says, "%d times the reference (the world size): all-reduced twice, or a sum where one rank's share was expected", W);
-    else if (fabs(c * W - 1) < 0.01) snprintf(says, sizeof says, "1/%d of the reference: averaged over the ranks where a sum was expected", W);
+    else if (W > 2 && fabs(c - W) < 0.01 * W && mean)
+      snprintf(says, sizeof says, "%d times the reference (the world size): summed over the ranks where grad_reduce declares a mean", W);
+    else if (W > 2 && fabs(c - W) < 0.01 * W)
+      snprintf(says, sizeof says, "%d times the reference (the world size): all-reduced twice, a sum where one rank's share was "
+               "expected, or scaled by the world size", W);
+    else if (fabs(c * W - 1) < 0.01)
+      snprintf(says, sizeof says, "1/%d of the reference: averaged over the ranks where a sum was expected, or scaled by 1/%d "
+               "(a data- or expert-parallel ratio applied to the gradient itself)", W, W);
     else snprintf(says, sizeof says, "%.4g times the reference: mis-scaled", c);
     hyp(k, "reduction_scale", says, NAN, 1);
   } else {

@@ -56,10 +56,12 @@ typedef struct qc_shard_own {
  * mis-scaled), another rank's piece (shards in the wrong order), or a share
  * of the ranks' sum. g: the candidate as float64, the expected piece's
  * elements; ref: the reference the pieces are cut from, split along d (-1:
- * whole) at off[s], len[s] for every rank s of W; partial: the reference
+ * whole) at off[s], len[s] for every rank s of W; mean: the expected piece
+ * is the reference's averaged over the ranks (grad_reduce); partial: the reference
  * on rank r's own pieces (NULL: none); sum: every rank's candidate summed
  * (NULL: none); own[nown]: further predictions of rank r's share. */
 void qc_shard_diagnose(qc_check *k, const double *g, const qc_tensor *ref, int d, const int64_t *off, const int64_t *len,
-                       int r, int W, const qc_tensor *partial, const double *sum, const qc_shard_own *own, int nown);
+                       int r, int W, int mean, const qc_tensor *partial, const double *sum, const qc_shard_own *own,
+                       int nown);
 
 #endif

@@ -58,7 +58,7 @@ check_mode ep_order 1 /moe:d_topk_weights@rank0,/moe:d_topk_weights@rank1,/moe:d
 # FSDP flat shards (/fsdp, grad_reduce mean): summed not averaged, the
 # reduce-scatter left out, ranks 0 and 1's flat pieces swapped
 FW=/fsdp:d_weight@rank0,/fsdp:d_weight@rank1,/fsdp:d_weight@rank2,/fsdp:d_weight@rank3
-check_mode fsdp_sum 1 $FW "4 times the reference"
+check_mode fsdp_sum 1 $FW "4 times the reference (the world size): summed over the ranks where grad_reduce declares a mean"
 check_mode fsdp_local 1 $FW "local gradient from its own pieces of the inputs only"
 check_mode fsdp_order 1 /fsdp:d_weight@rank0,/fsdp:d_weight@rank1 "wrong order"
 # a flat gradient piece whose padding is not zero fails on that rank
