@@ -63,6 +63,7 @@ this rank's VJP), an output that received no gradient.
 """
 import inspect
 import json
+import os
 import re
 import sys
 import warnings
@@ -429,13 +430,18 @@ class Dumper:
                     if len(gs) > 1:
                         raise QatDumpError("module '%s': '%s' received %d gradients: more than one backward ran "
                                            "inside attach(); dump one step" % (rec.name, n, len(gs)))
-        with h5py.File(path, "w") as f:
-            f.attrs["qatcheck_dump"] = np.int64(1)
-            if self._sharded:
-                f.attrs["rank"] = np.int64(self.rank)
-                f.attrs["world_size"] = np.int64(self.world_size)
-            for rec in self.records.values():
-                self._write_module(f, rec)
+        try:
+            with h5py.File(path, "w") as f:
+                f.attrs["qatcheck_dump"] = np.int64(1)
+                if self._sharded:
+                    f.attrs["rank"] = np.int64(self.rank)
+                    f.attrs["world_size"] = np.int64(self.world_size)
+                for rec in self.records.values():
+                    self._write_module(f, rec)
+        except BaseException:
+            if os.path.exists(path):
+                os.remove(path)  # a refused or interrupted dump leaves no half-written file
+            raise
         for rec in self.records.values():
             for what in rec.not_captured:
                 warnings.warn("qatdump: module '%s': %s" % (rec.name, what), stacklevel=2)
