@@ -290,8 +290,15 @@ int qc_shard_grad_reduce(qc_rankfile *rf, int W, const char *path, int *mean) {
   char v0[16] = "sum", v[16];
   *mean = 0;
   for (int r = 0; r < W; r++) {
-    snprintf(v, sizeof v, "sum");
-    if (qc_dump_get_attr(rf[r].d, path, "grad_reduce", v, sizeof v) != QC_OK) snprintf(v, sizeof v, "sum"); /* absent: a sum */
+    long long x;
+    if (qc_dump_get_attr(rf[r].d, path, "grad_reduce", v, sizeof v) != QC_OK) {
+      if (qc_dump_get_int_attr(rf[r].d, path, "grad_reduce", &x) != QC_EINPUT || qc_err_msg()[0]) {
+        qc_err_clear();
+        return qc_err("dump '%s': module '%s': attribute grad_reduce is not a string: expected sum or mean",
+                      qc_dump_path(rf[r].d), path);
+      }
+      snprintf(v, sizeof v, "sum"); /* absent: a sum */
+    }
     if (strcmp(v, "sum") != 0 && strcmp(v, "mean") != 0)
       return qc_err("dump '%s': module '%s': attribute grad_reduce '%s': expected sum or mean", qc_dump_path(rf[r].d), path, v);
     if (r == 0) snprintf(v0, sizeof v0, "%s", v);

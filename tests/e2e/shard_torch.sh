@@ -106,6 +106,8 @@ flat_bad fpad 3 'f["fsdp/params/weight"][-1] = 1.0'
 refuse "non-zero padding in a flat parameter" "fpad/step.rank3.h5.*'/fsdp/params/weight': the padding of the flat piece (elements 35 .. 35) is not zero" "fpad/step.rank*.h5"
 flat_bad fshape 1 'f["fsdp/params/weight"].attrs["shard_flat"] = "[11, 13]"'
 refuse "ranks disagreeing on shard_flat" "fshape/step.rank1.h5.*shard_flat \[11, 13\] where rank 0's is \[13, 11\]" "fshape/step.rank*.h5"
+flat_bad fred 0 'f["fsdp"].attrs["grad_reduce"] = "avg"'
+refuse "an unknown grad_reduce" "fred/step.rank0.h5.*module '/fsdp': attribute grad_reduce 'avg': expected sum or mean" "fred/step.rank*.h5"
 # ---- mpirun -np 4: the same report; a bad file of the module rank 2 audits
 if command -v mpirun >/dev/null 2>&1 && "$QATCHECK" vjp --help 2>/dev/null | grep -q . ; then
   MPIRUN="mpirun --oversubscribe -np 4"; [ "$(id -u)" = 0 ] && MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 4"
