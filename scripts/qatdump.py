@@ -29,16 +29,23 @@ parameter does not require grad (and no d_ gradient is written for it),
 not record (non-tensor arguments, tensors inside lists, non-tensor outputs,
 uint8 tensors of unknown element type), each also raised as a warning.
 
-Sharded runs (tensor, vocab, sequence or expert parallel; docs/interfaces.md
-"Sharded dumps"): under torch.distributed every rank writes its own file
-(a "{rank}" in the path is replaced by the rank) with root attributes
-`rank` and `world_size`; a module declares `qatcheck_parallel` (tp_column,
-tp_row, vocab, sequence, expert: written as the group's `parallel`
-attribute) and which of its datasets hold this rank's piece along which
-dimension, `qatcheck_shard = {"params/weight": 0, "grad_out/dy": -1}`
-(written as each dataset's integer `shard_dim` attribute; the defaults of
-the linear class's tp_column / tp_row and the logprob class's vocab are
-filled in). Every other dataset must be the same on every rank.
+Sharded runs (tensor, vocab, sequence, expert parallel or FSDP flat shards;
+docs/interfaces.md "Sharded dumps"): under torch.distributed every rank
+writes its own file (a "{rank}" in the path is replaced by the rank) with
+root attributes `rank` and `world_size`; a module declares
+`qatcheck_parallel` (tp_column, tp_row, vocab, sequence, expert, fsdp_flat:
+written as the group's `parallel` attribute) and which of its datasets hold
+this rank's piece along which dimension, `qatcheck_shard = {"params/weight":
+0, "grad_out/dy": -1}` (written as each dataset's integer `shard_dim`
+attribute; the defaults of SHARD_DEFAULTS are filled in: the linear class's
+tp_column / tp_row / sequence / fsdp_flat, the logprob class's vocab, the
+moe class's expert). A parameter held as an FSDP1 flat shard (the tensor
+flattened, zero-padded to a multiple of the world size, this rank's equal
+piece) is declared `{"params/weight": ("fsdp_flat", (N, K))}` with the
+whole tensor's shape (written as its `shard_flat` attribute). A module
+whose parameter gradients the trainer averages over the ranks declares
+`qatcheck_grad_reduce = "mean"` (the group's `grad_reduce`; the default is
+a sum). Every other dataset must be the same on every rank.
 
 Tensor arguments are recorded whether passed by position or by keyword
 (`lin(x=x)`): the call is bound to the forward's signature. float8 tensors
@@ -56,6 +63,7 @@ this rank's VJP), an output that received no gradient.
 """
 import inspect
 import json
+import os
 import re
 import sys
 import warnings
@@ -79,9 +87,14 @@ SHARD_DEFAULTS = {
     ("linear", "tp_column"): {"params/weight": 0, "params/bias": 0, "outputs/y": -1, "grad_out/dy": -1},
     ("linear", "tp_row"): {"params/weight": 1, "inputs/x": -1},
     ("linear", "sequence"): {"inputs/x": 0, "outputs/y": 0, "grad_out/dy": 0},
+    ("linear", "fsdp_flat"): {"inputs/x": 0, "outputs/y": 0, "grad_out/dy": 0},  # the weight: declare its shape
     ("logprob", "vocab"): {"inputs/logits": -1},
+    # data-parallel tokens, E / world experts a rank (global expert ids in topk_ids)
+    ("moe", "expert"): {"inputs/x": 0, "inputs/topk_weights": 0, "saved/topk_weights": 0, "saved/topk_ids": 0,
+                        "params/w1": 0, "params/w2": 0, "outputs/y": 0, "grad_out/dy": 0},
 }
-PARALLEL_KINDS = ("tp_column", "tp_row", "vocab", "expert", "sequence")
+PARALLEL_KINDS = ("tp_column", "tp_row", "vocab", "expert", "sequence", "fsdp_flat")
+GRAD_REDUCE = ("sum", "mean")
 
 
 class QatDumpError(RuntimeError):
@@ -417,13 +430,18 @@ class Dumper:
                     if len(gs) > 1:
                         raise QatDumpError("module '%s': '%s' received %d gradients: more than one backward ran "
                                            "inside attach(); dump one step" % (rec.name, n, len(gs)))
-        with h5py.File(path, "w") as f:
-            f.attrs["qatcheck_dump"] = np.int64(1)
-            if self._sharded:
-                f.attrs["rank"] = np.int64(self.rank)
-                f.attrs["world_size"] = np.int64(self.world_size)
-            for rec in self.records.values():
-                self._write_module(f, rec)
+        try:
+            with h5py.File(path, "w") as f:
+                f.attrs["qatcheck_dump"] = np.int64(1)
+                if self._sharded:
+                    f.attrs["rank"] = np.int64(self.rank)
+                    f.attrs["world_size"] = np.int64(self.world_size)
+                for rec in self.records.values():
+                    self._write_module(f, rec)
+        except BaseException:
+            if os.path.exists(path):
+                os.remove(path)  # a refused or interrupted dump leaves no half-written file
+            raise
         for rec in self.records.values():
             for what in rec.not_captured:
                 warnings.warn("qatdump: module '%s': %s" % (rec.name, what), stacklevel=2)
@@ -474,7 +492,8 @@ class Dumper:
         on the datasets holding this rank's piece."""
         kind = getattr(m, "qatcheck_parallel", None)
         shard = dict(getattr(m, "qatcheck_shard", None) or {})
-        if kind is None and not shard:
+        reduce = getattr(m, "qatcheck_grad_reduce", None)
+        if kind is None and not shard and reduce is None:
             return
         if not self._sharded:
             raise QatDumpError("module '%s' declares a parallel layout (qatcheck_parallel / qatcheck_shard): each rank "
@@ -484,16 +503,34 @@ class Dumper:
                 raise QatDumpError("module '%s': qatcheck_parallel %r: expected one of %s"
                                    % (rec.name, kind, ", ".join(PARALLEL_KINDS)))
             g.attrs["parallel"] = kind
-            for k, v in SHARD_DEFAULTS.get((rec.cls, kind), {}).items():
-                shard.setdefault(k, v)
+        if reduce is not None:
+            if reduce not in GRAD_REDUCE:
+                raise QatDumpError("module '%s': qatcheck_grad_reduce %r: expected sum or mean" % (rec.name, reduce))
+            g.attrs["grad_reduce"] = reduce
+        defaults = SHARD_DEFAULTS.get((rec.cls, kind), {}) if kind is not None else {}
+        declared = set(shard)
+        for k, v in defaults.items():
+            shard.setdefault(k, v)
         for name, dim in shard.items():
             if dim is None:
                 continue
             if name not in g:
-                if name.split("/")[0] in ("outputs", "params") or name == "params/bias":
-                    continue  # a default for a dataset this module does not have (no bias)
+                if name not in declared:
+                    continue  # a default for a dataset this module does not have (no bias, saved topk_weights)
                 raise QatDumpError("module '%s': qatcheck_shard names %r, which the dump does not hold" % (rec.name, name))
-            g[name].attrs["shard_dim"] = np.int64(dim)
+            if isinstance(dim, (tuple, list)) and len(dim) == 2 and dim[0] == "fsdp_flat":
+                shape = [int(v) for v in dim[1]]
+                n = int(np.prod(shape))
+                if g[name].ndim != 1 or g[name].shape[0] != -(-n // self.world_size):
+                    raise QatDumpError("module '%s': %r is %s: an fsdp_flat piece of the whole %s over %d ranks is 1-D "
+                                       "of %d elements" % (rec.name, name, list(g[name].shape), shape, self.world_size,
+                                                           -(-n // self.world_size)))
+                g[name].attrs["shard_flat"] = json.dumps(shape)
+            elif isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
+                g[name].attrs["shard_dim"] = np.int64(dim)
+            else:
+                raise QatDumpError("module '%s': qatcheck_shard[%r] = %r: expected a dimension (int), None, or "
+                                   "(\"fsdp_flat\", whole shape)" % (rec.name, name, dim))
 
     def detach(self):
         """Remove every hook and forward wrapper this dumper placed."""

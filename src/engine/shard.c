@@ -1,16 +1,18 @@
 /* shard.c: layer 1 over a sharded dump (vjp.h; docs/interfaces.md,
- * "Sharded dumps"). A tensor-, vocab-, expert- or sequence-parallel run
- * dumps one file per rank. Each module is assembled whole from the ranks'
- * pieces (a dataset's shard_dim says along which dimension; none: every
- * rank holds it whole, and they must agree), the reference runs once on
- * the whole module, and each rank's gradients are judged against the
+ * "Sharded dumps"). A tensor-, vocab-, expert-, sequence-parallel or FSDP
+ * run dumps one file per rank. Each module is assembled whole from the
+ * ranks' pieces (shard_layout.c: a dataset's shard_dim says along which
+ * dimension, shard_flat that it is an FSDP1 flat piece; none: every rank
+ * holds it whole, and they must agree), the reference runs once on the
+ * whole module, and each rank's gradients are judged against the
  * reference's piece for that rank: a slice along the same dimension as the
- * tensor it differentiates, or the whole reference for a tensor every rank
- * holds whole (the trainer's all-reduce must have summed the ranks'
- * partial gradients into it). Checks are named "d_x@rank2", so a missing,
- * doubled or mis-scaled reduction, or a shard in the wrong place, fails on
- * its tensor and rank; a failed check says which of these it looks like. */
-#include <glob.h>
+ * tensor it differentiates, the same flat piece, or the whole reference
+ * for a tensor every rank holds whole (the trainer's all-reduce must have
+ * summed the ranks' partial gradients into it); parameter gradients are
+ * scaled by 1/W where the module declares grad_reduce "mean". Checks are
+ * named "d_x@rank2", so a missing, doubled or mis-scaled reduction, or a
+ * shard in the wrong place, fails on its tensor and rank; a failed check
+ * says which of these it looks like (shard_diag.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,357 +20,259 @@
 
 #include "core/qc.h"
 #include "dist/dist.h"
+#include "engine/shard_priv.h"
 #include "engine/vjp.h"
 #include "io/dump.h"
 #include "numerics/decode.h"
 
 int qc_shard_pattern(const char *dump) { return strpbrk(dump, "*?[") != NULL; }
 
-typedef struct rankfile {
-  qc_dump *d;
-  qc_module m;      /* this rank's pieces of the module being audited */
-  int loaded;
-} rankfile;
+/* Rank r's piece of whole float64 tensor t (split along d at off/len, or
+ * flattened when flat), as out. */
+static int piece(const qc_tensor *t, int flat, int d, const int64_t *off, const int64_t *len, int r, qc_tensor *out) {
+  qc_tensor v = *t; /* a flat view of the same data */
+  if (flat) {
+    v.ndim = 1;
+    v.shape[0] = qc_numel(t);
+  }
+  if (d >= v.ndim) return qc_err("gradient '%s' has %d dimension(s), its tensor is split along %d", t->name, v.ndim, d);
+  return qc_shard_slice(&v, d, off[r], len[r], out);
+}
 
-/* Open the files of pattern, ordered by their root attribute `rank`: one
- * per rank 0 .. world_size-1. */
-static int open_ranks(const char *pattern, rankfile **out, int *world) {
-  glob_t g;
-  int rc = QC_OK, W = 0;
-  rankfile *rf = NULL;
-  *out = NULL;
-  int e = glob(pattern, 0, NULL, &g);
-  if (e == GLOB_NOMATCH || (e == 0 && g.gl_pathc == 0)) {
-    qc_hint("a sharded dump is one file per rank, e.g. \"dump\": \"step.rank*.h5\"");
-    return qc_err("data.dump '%s': no file matches the pattern", pattern);
-  }
-  if (e) return qc_err_sys("data.dump '%s': cannot list the files of the pattern", pattern);
-  W = (int)g.gl_pathc;
-  if (!(rf = qc_calloc((size_t)W, sizeof *rf, "rank files"))) { rc = QC_ESYS; goto done; }
-  for (int i = 0; i < W && !rc; i++) {
-    const char *p = g.gl_pathv[i];
-    qc_dump *d = NULL;
-    long long r = -1, w = -1;
-    if ((rc = qc_dump_open(p, &d))) break;
-    int a = qc_dump_get_int_attr(d, "/", "rank", &r), b = a ? a : qc_dump_get_int_attr(d, "/", "world_size", &w);
-    if (a || b) {
-      qc_dump_close(d);
-      rc = qc_err("dump '%s': root attribute '%s' is missing: a sharded dump holds one rank per file, with integer "
-                  "attributes rank and world_size", p, a ? "rank" : "world_size");
-      break;
+/* The reference on whole module w with the split tensors of the parameters
+ * (params = 1) or of the other roles (params = 0) zeroed outside rank r's
+ * piece: what rank r computes from its own pieces alone, before a reduction
+ * over the ranks. *any = 0 (and out left empty) when no such tensor is
+ * split. */
+static int own_share(const qc_ctx *ctx, const qc_registry_row *row, qc_module *w, qc_rankfile *rf, int W, int r, int j,
+                     int params, qc_tset *out, int *any) {
+  static const char *roles[] = {"inputs", "params", "saved", "grad_out"};
+  qc_module m;
+  int rc = QC_OK;
+  int64_t off[256], len[256], L;
+  memset(&m, 0, sizeof m);
+  memcpy(m.path, w->path, sizeof m.path);
+  m.cls = w->cls;
+  m.contract = w->contract; /* borrowed: not freed here */
+  *any = 0;
+  for (int ri = 0; ri < 4 && !rc; ri++) {
+    const qc_tset *src = qc_shard_role(w, roles[ri]);
+    const int mask = params == !strcmp(roles[ri], "params");
+    for (int i = 0; i < src->n && !rc; i++) {
+      const qc_tensor *t = &src->t[i];
+      qc_tensor c;
+      int d = -1, flat = 0;
+      if (mask && (rc = qc_shard_split(rf, W, w->path, roles[ri], t->name, &d, &flat, &L, off, len))) break;
+      const size_t es = qc_dtype_size(t->dtype);
+      if ((rc = qc_tensor_alloc(&c, t->name, t->dtype, t->ndim, t->shape))) break;
+      if (d < 0) {
+        memcpy(c.data, t->data, t->nbytes);
+      } else if (flat) { /* rank r's real elements only */
+        if (len[r] > 0) memcpy((char *)c.data + (size_t)off[r] * es, (const char *)t->data + (size_t)off[r] * es, (size_t)len[r] * es);
+      } else { /* rank r's run of every row along d */
+        const int64_t outer = qc_shape_numel(d, t->shape), inner = qc_shape_numel(t->ndim - d - 1, t->shape + d + 1);
+        const size_t run = (size_t)(len[r] * inner) * es;
+        for (int64_t o = 0; o < outer; o++) {
+          const size_t at = (size_t)((o * t->shape[d] + off[r]) * inner) * es;
+          memcpy((char *)c.data + at, (const char *)t->data + at, run);
+        }
+      }
+      *any |= d >= 0;
+      if ((rc = qc_tset_add(qc_shard_role(&m, roles[ri]), &c))) qc_tensor_free(&c);
     }
-    if (w != W || r < 0 || r >= W) {
-      qc_dump_close(d);
-      rc = w != W ? qc_err("dump '%s': world_size %lld, but %d file(s) match '%s': expected one file per rank", p, w, W, pattern)
-                  : qc_err("dump '%s': rank %lld is outside 0 .. %d", p, r, W - 1);
-      break;
-    }
-    if (rf[r].d) {
-      rc = qc_err("dumps '%s' and '%s' both hold rank %lld", qc_dump_path(rf[r].d), p, r);
-      qc_dump_close(d);
-      break;
-    }
-    rf[r].d = d;
   }
-done:
-  globfree(&g);
-  if (rc && rf) {
-    for (int i = 0; i < W; i++) qc_dump_close(rf[i].d);
-    free(rf);
-    rf = NULL;
-  }
-  *out = rf;
-  *world = W;
+  if (!rc && *any) rc = row->reference(ctx, &m, &m.grad_out.t[j], out);
+  qc_tset_free(&m.inputs);
+  qc_tset_free(&m.params);
+  qc_tset_free(&m.saved);
+  qc_tset_free(&m.grad_out);
   return rc;
 }
 
-/* The dimension dataset `dset` of rank file d is split along (its
- * shard_dim attribute, negative counting from the end), or -1: whole. */
-static int shard_dim(qc_dump *d, const char *dset, int ndim, int *dim) {
-  long long v;
-  *dim = -1;
-  int rc = qc_dump_get_int_attr(d, dset, "shard_dim", &v);
-  if (rc == QC_EINPUT && !qc_err_msg()[0]) return QC_OK;
-  if (rc) return rc;
-  if (v < 0) v += ndim;
-  if (v < 0 || v >= ndim)
-    return qc_err("dump '%s': '%s': shard_dim %lld is not a dimension of its %d", qc_dump_path(d), dset, v, ndim);
-  *dim = (int)v;
-  return QC_OK;
+/* Rank r's candidate g of a flat piece [L] trimmed to its len real
+ * elements (out); *pad: the largest |value| in its padding. */
+static int flat_candidate(const qc_tensor *g, int64_t L, int64_t len, qc_tensor *out, double *pad) {
+  int rc;
+  double *v = qc_malloc((size_t)L * sizeof *v, "flat gradient piece (float64)");
+  *pad = 0;
+  if (!v) return QC_ESYS;
+  if (!(rc = qc_tensor_to_f64(g, v)))
+    for (int64_t i = len; i < L; i++) *pad = fmax(*pad, fabs(v[i]));
+  free(v);
+  if (!rc && !(rc = qc_tensor_alloc(out, g->name, g->dtype, 1, &len)))
+    memcpy(out->data, g->data, (size_t)len * qc_dtype_size(g->dtype));
+  return rc;
 }
 
-/* Where tensor `name` of role `role` is in module m ("inputs", "params", ...). */
-static qc_tset *role_set(qc_module *m, const char *role) {
-  return !strcmp(role, "inputs") ? &m->inputs : !strcmp(role, "params") ? &m->params : !strcmp(role, "saved") ? &m->saved
-       : &m->grad_out;
-}
-
-/* Assemble role `role` of the whole module w from the ranks' pieces: split
- * tensors concatenated along their shard_dim in rank order, whole ones
- * checked equal on every rank. */
-static int assemble(rankfile *rf, int W, const char *path, const char *role, qc_module *w) {
-  const qc_tset *s0 = role_set(&rf[0].m, role);
-  qc_tset *out = role_set(w, role);
-  for (int i = 0; i < s0->n; i++) {
-    const qc_tensor *t0 = &s0->t[i];
-    char ds[QC_PATHLEN + QC_NAMELEN + 16];
-    int dim0, rc;
-    snprintf(ds, sizeof ds, "%s/%s/%s", path, role, t0->name);
-    if ((rc = shard_dim(rf[0].d, ds, t0->ndim, &dim0))) return rc;
-    int64_t shape[QC_MAXDIM], total = 0;
-    memcpy(shape, t0->shape, sizeof shape);
-    const qc_tensor *piece[256];
-    if (W > 256) return qc_err("a sharded dump of %d ranks: at most 256", W);
-    for (int r = 0; r < W; r++) {
-      int dr;
-      const qc_tensor *t = qc_tset_get(role_set(&rf[r].m, role), t0->name);
-      if (!t) return qc_err("dump '%s': '%s' is missing (rank 0 has it)", qc_dump_path(rf[r].d), ds);
-      if ((rc = shard_dim(rf[r].d, ds, t->ndim, &dr))) return rc;
-      if (dr != dim0 || t->ndim != t0->ndim || t->dtype != t0->dtype)
-        return qc_err("dump '%s': '%s' is %s along %d (shard_dim) where rank 0's is %s along %d: the ranks disagree",
-                      qc_dump_path(rf[r].d), ds, qc_dtype_name(t->dtype), dr, qc_dtype_name(t0->dtype), dim0);
-      for (int k = 0; k < t->ndim; k++)
-        if (k != dim0 && t->shape[k] != t0->shape[k]) {
-          char a[96], b[96];
-          return qc_err("dump '%s': '%s' is %s, rank 0's %s: pieces differ outside shard_dim %d", qc_dump_path(rf[r].d), ds,
-                        qc_shape_str(t->ndim, t->shape, a, sizeof a), qc_shape_str(t0->ndim, t0->shape, b, sizeof b), dim0);
-        }
-      if (dim0 < 0 && (t->nbytes != t0->nbytes || memcmp(t->data, t0->data, t->nbytes) != 0)) {
-        qc_hint("a tensor split across the ranks carries an integer attribute shard_dim (the dimension of its pieces)");
-        return qc_err("dump '%s': '%s' differs from rank 0's, and has no shard_dim: a tensor without it must be the "
-                      "same on every rank", qc_dump_path(rf[r].d), ds);
-      }
-      piece[r] = t;
-      if (dim0 >= 0) total += t->shape[dim0];
-    }
-    if (dim0 >= 0) shape[dim0] = total;
-    qc_tensor whole;
-    if ((rc = qc_tensor_alloc(&whole, t0->name, t0->dtype, t0->ndim, shape))) return rc;
-    if (dim0 < 0) {
-      memcpy(whole.data, t0->data, t0->nbytes);
-    } else { /* rows of the dimensions before dim0, each the ranks' runs in order */
-      int64_t outer = qc_shape_numel(dim0, shape), inner = qc_shape_numel(t0->ndim - dim0 - 1, shape + dim0 + 1);
-      size_t es = qc_dtype_size(t0->dtype);
-      char *dst = whole.data;
-      for (int64_t o = 0; o < outer; o++)
-        for (int r = 0; r < W; r++) {
-          size_t run = (size_t)piece[r]->shape[dim0] * (size_t)inner * es;
-          memcpy(dst, (const char *)piece[r]->data + (size_t)o * run, run);
-          dst += run;
-        }
-    }
-    if ((rc = qc_tset_add(out, &whole))) {
-      qc_tensor_free(&whole);
-      return rc;
-    }
-  }
-  return QC_OK;
-}
-
-/* Piece [off, off + len) of float64 tensor t along dimension d, as out. */
-static int slice_f64(const qc_tensor *t, int d, int64_t off, int64_t len, qc_tensor *out) {
-  int64_t shape[QC_MAXDIM];
-  memcpy(shape, t->shape, sizeof shape);
-  shape[d] = len;
-  int rc = qc_tensor_alloc(out, t->name, QC_F64, t->ndim, shape);
-  if (rc) return rc;
-  int64_t outer = qc_shape_numel(d, t->shape), inner = qc_shape_numel(t->ndim - d - 1, t->shape + d + 1);
-  const double *src = t->data;
-  double *dst = out->data;
-  for (int64_t o = 0; o < outer; o++)
-    memcpy(dst + o * len * inner, src + (o * t->shape[d] + off) * inner, (size_t)(len * inner) * sizeof(double));
-  return QC_OK;
-}
-
-/* rel-L2 of a against b (float64, n each). */
-static double rel(const double *a, const double *b, int64_t n, double *dot_ab, double *bb) {
-  double d = 0, s = 0, ab = 0;
+/* rel-L2 of a against b (n each). */
+static double rel_l2(const double *a, const double *b, int64_t n) {
+  double d = 0, s = 0;
   for (int64_t i = 0; i < n; i++) {
     d += (a[i] - b[i]) * (a[i] - b[i]);
     s += b[i] * b[i];
-    ab += a[i] * b[i];
   }
-  if (dot_ab) *dot_ab = ab;
-  if (bb) *bb = s;
   return sqrt(d) / fmax(sqrt(s), QC_EPS_NORM);
 }
 
-/* One hypothesis about a failed per-rank check, recorded on it: its name,
- * what it would mean, the candidate's rel-L2 to its prediction (NAN: a
- * multiple, judged by the cosine), consistent or not. */
-static void hyp(qc_check *k, const char *name, const char *says, double rl, int consistent) {
-  if (k->nhyp >= (int)(sizeof k->hyp / sizeof k->hyp[0])) return;
-  struct qc_hyp_result *h = &k->hyp[k->nhyp++];
-  snprintf(h->name, sizeof h->name, "%s", name);
-  snprintf(h->says, sizeof h->says, "%s", says);
-  h->rel_l2 = rl;
-  h->level = 0;
-  h->consistent = consistent;
+/* What the diagnoses of one rank and dY compute once: the reference on
+ * the rank's own pieces (its partial gradient) and on the whole module with
+ * the other ranks' pieces of the parameters / of the rest zeroed. */
+typedef struct rank_cache {
+  qc_tset partial, ownp, owni;
+  int have_partial, have_own, anyp, anyi;
+} rank_cache;
+
+/* The diagnosis of failed check k (candidate g, rank r, dY j): the
+ * hypotheses of qc_shard_diagnose, with rank r's partial gradient and the
+ * ranks' sum (whole gradients) or rank r's own shares (split ones); scale:
+ * what the expected piece was multiplied by (1/W under grad_reduce mean). */
+
+static int diagnose_check(qc_audit *a, const qc_registry_row *row, qc_module *w, qc_rankfile *rf, int W, int r, int j,
+                          const qc_tensor *rg, const qc_tensor *refv, const qc_tensor *g, int flat, int d,
+                          const int64_t *off, const int64_t *len, int64_t n, double scale, rank_cache *c, qc_check *k) {
+  qc_module *mr = &rf[r].m;
+  qc_tensor pp, pi, full;
+  double *sum = NULL;
+  int rc;
+  char sp[200], si[200];
+  memset(&pp, 0, sizeof pp);
+  memset(&pi, 0, sizeof pi);
+  memset(&full, 0, sizeof full);
+  double *gd = qc_malloc((size_t)n * sizeof *gd, "candidate gradient (float64)");
+  if (!gd) return QC_ESYS;
+  if ((rc = qc_tensor_to_f64(g, gd))) goto done;
+  if (d < 0 && !c->have_partial) { /* the reference on this rank's pieces alone: its partial gradient */
+    c->have_partial = 1;
+    if (row->reference(a->ctx, mr, &mr->grad_out.t[j], &c->partial)) qc_err_clear(); /* not every class has one */
+  }
+  if (d >= 0 && !c->have_own) { /* what this rank computes from its own pieces: a share not reduced */
+    c->have_own = 1;
+    if (own_share(a->ctx, row, w, rf, W, r, j, 1, &c->ownp, &c->anyp)) qc_err_clear();
+    if (own_share(a->ctx, row, w, rf, W, r, j, 0, &c->owni, &c->anyi)) qc_err_clear();
+  }
+  if (d < 0 && (sum = qc_calloc((size_t)n, sizeof *sum, "the ranks' gradients summed"))) {
+    for (int s = 0; s < W && sum; s++) { /* every rank's candidate of this gradient, summed */
+      const qc_tensor *gs = rf[s].m.cand ? qc_tset_get(&rf[s].m.cand[j], rg->name) : NULL;
+      double *tmp = gs && qc_numel(gs) == n ? qc_malloc((size_t)n * sizeof *tmp, "a rank's gradient") : NULL;
+      if (!tmp || qc_tensor_to_f64(gs, tmp)) {
+        free(sum);
+        sum = NULL;
+      } else {
+        for (int64_t e = 0; e < n; e++) sum[e] += tmp[e];
+      }
+      free(tmp);
+    }
+  }
+  const qc_tensor *op = qc_tset_get(&c->ownp, rg->name), *oi = qc_tset_get(&c->owni, rg->name);
+  if (op && piece(op, flat, d, off, len, r, &pp)) memset(&pp, 0, sizeof pp);
+  if (oi && piece(oi, flat, d, off, len, r, &pi)) memset(&pi, 0, sizeof pi);
+  if (d >= 0 && !piece(refv, 0, d, off, len, r, &full)) { /* a share equal to the unreduced whole is no partial sum */
+    for (int64_t e = 0; e < n; e++) ((double *)full.data)[e] /= scale;
+    if (pp.data && qc_numel(&pp) == n && rel_l2(pp.data, full.data, n) < 1e-9) qc_tensor_free(&pp);
+    if (pi.data && qc_numel(&pi) == n && rel_l2(pi.data, full.data, n) < 1e-9) qc_tensor_free(&pi);
+  }
+  qc_err_clear(); /* a diagnosis that cannot be made is no error */
+  snprintf(sp, sizeof sp, "rank %d's own parameter pieces' share only (a partial sum): the reduction of the %d ranks' "
+                          "contributions is missing", r, W);
+  snprintf(si, sizeof si, "rank %d's local gradient from its own pieces of the inputs only (a partial sum): the reduction "
+                          "over the %d ranks is missing", r, W);
+  qc_shard_own own[2] = {{pp.data && qc_numel(&pp) == n ? pp.data : NULL, sp},
+                         {pi.data && qc_numel(&pi) == n ? pi.data : NULL, si}};
+  qc_shard_diagnose(k, gd, refv, d, off, len, r, W, scale != 1.0, qc_tset_get(&c->partial, rg->name), sum, own, 2);
+done:
+  qc_tensor_free(&pp);
+  qc_tensor_free(&pi);
+  qc_tensor_free(&full);
+  free(sum);
+  free(gd);
+  return rc;
 }
 
-/* What a failed per-rank check looks like, as its diagnosis (the same
- * field and form as engine/diagnose.c's): equal to this rank's own partial
- * gradient or a share of the ranks' sum (the all-reduce missing), a
- * multiple of the expected piece (reduced twice, averaged, mis-scaled), or
- * another rank's piece (shards in the wrong order). g: the candidate as
- * float64; partial: the reference on this rank's own pieces (NULL: none);
- * sum: every rank's candidate summed (NULL: none). */
-static void diagnose(qc_check *k, const double *g, const qc_tensor *ref, int d, const int64_t *off, const int64_t *len,
-                     int r, int W, const qc_tensor *partial, const double *sum) {
-  char says[256];
-  int64_t n;
-  double ab, bb, exp_rel, gg = 0;
-  qc_tensor mine;
-  const double *want = ref->data;
-  memset(&mine, 0, sizeof mine);
-  if (d >= 0 && slice_f64(ref, d, off[r], len[r], &mine) != QC_OK) { qc_err_clear(); return; }
-  if (d >= 0) want = mine.data;
-  n = d >= 0 ? qc_numel(&mine) : qc_numel(ref);
-  exp_rel = rel(g, want, n, &ab, &bb);
-  const double close = 0.25 * exp_rel; /* nearer a prediction than a quarter of the miss */
-  for (int64_t i = 0; i < n; i++) gg += g[i] * g[i];
-  double c = bb > 0 ? ab / bb : NAN, cosine = bb > 0 && gg > 0 ? ab / sqrt(bb * gg) : 0;
-  k->nhyp = 0;
-  if (d < 0 && partial && qc_numel(partial) == n) {
-    double rl = rel(g, partial->data, n, NULL, NULL);
-    snprintf(says, sizeof says, "rank %d's own partial gradient: the all-reduce over the %d ranks is missing", r, W);
-    hyp(k, "reduction_partial", says, rl, rl < close);
-  }
-  for (int s = 0; d >= 0 && s < W; s++) {
-    qc_tensor other;
-    if (s == r || len[s] != len[r] || slice_f64(ref, d, off[s], len[s], &other)) continue;
-    double rl = rel(g, other.data, n, NULL, NULL);
-    snprintf(says, sizeof says, "the reference's piece of rank %d: the shards are in the wrong order", s);
-    hyp(k, "shard_order", says, rl, rl < close);
-    qc_tensor_free(&other);
-  }
-  if (cosine > 0.999 && isfinite(c) && fabs(c - 1) > 0.01) {
-    if (fabs(c - 2) < 0.02) snprintf(says, sizeof says, "twice the reference: reduced twice");
-    else if (W > 2 && fabs(c - W) < 0.01 * W) snprintf(says, sizeof says, "%d times the reference (the world size): all-reduced twice, or a sum where one rank's share was expected", W);
-    else if (fabs(c * W - 1) < 0.01) snprintf(says, sizeof says, "1/%d of the reference: averaged over the ranks where a sum was expected", W);
-    else snprintf(says, sizeof says, "%.4g times the reference: mis-scaled", c);
-    hyp(k, "reduction_scale", says, NAN, 1);
-  } else {
-    hyp(k, "reduction_scale", "a multiple of the reference: a reduction mis-scaled", NAN, 0);
-  }
-  /* ranks holding different partials (no common multiple of the reference) that add up to it */
-  if (d < 0 && sum) {
-    double rl = rel(sum, want, n, NULL, NULL);
-    snprintf(says, sizeof says, "a partial sum: the %d ranks' gradients add up to the reference: the all-reduce is missing", W);
-    hyp(k, "reduction_sum", says, rl, rl < close && !(cosine > 0.999 && fabs(c - 1) > 0.01));
-  }
-  qc_tensor_free(&mine);
-  size_t o = 0;
-  int nc = 0;
-  for (int i = 0; i < k->nhyp && o < sizeof k->diagnosis; i++) {
-    if (!k->hyp[i].consistent) continue;
-    o += (size_t)snprintf(k->diagnosis + o, sizeof k->diagnosis - o, "%s%s", nc++ ? "; also: " : "consistent with: ", k->hyp[i].says);
-  }
-  if (!nc) {
-    o = (size_t)snprintf(k->diagnosis, sizeof k->diagnosis, "no known signature (tested:");
-    for (int i = 0; i < k->nhyp && o < sizeof k->diagnosis; i++)
-      if (i == 0 || strcmp(k->hyp[i].name, k->hyp[i - 1].name) != 0)
-        o += (size_t)snprintf(k->diagnosis + o, sizeof k->diagnosis - o, " %s", k->hyp[i].name);
-    if (o < sizeof k->diagnosis) snprintf(k->diagnosis + o, sizeof k->diagnosis - o, ")");
-  }
-}
-
-/* Judge rank r's gradients for dY j against the whole reference grads. */
-static int judge_rank(qc_audit *a, const qc_registry_row *row, qc_module *w, rankfile *rf, int W, int r, int j,
-                      const qc_tset *ref) {
+/* Judge rank r's gradients for dY j against the whole reference grads:
+ * each the reference's piece of the tensor it differentiates (a slice, a
+ * flat piece, or the whole). */
+static int judge_rank(qc_audit *a, const qc_registry_row *row, qc_module *w, qc_rankfile *rf, int W, int r, int j,
+                      const qc_tset *ref, int mean) {
   qc_module *mr = &rf[r].m;
   const char *dyn = w->grad_out.t[j].name;
   int rc = QC_OK;
-  qc_tset partial = {0};
-  int have_partial = 0;
+  rank_cache cache;
+  memset(&cache, 0, sizeof cache);
   for (int i = 0; i < ref->n && !rc; i++) {
     const qc_tensor *rg = &ref->t[i];
     const char *base = strncmp(rg->name, "d_", 2) == 0 ? rg->name + 2 : rg->name;
     const char *role = qc_tset_get(&mr->inputs, base) ? "inputs" : qc_tset_get(&mr->params, base) ? "params" : NULL;
     const qc_tol *tol = qc_audit_tol(a, w, rg->name);
-    if (!tol) return QC_EINPUT;
-    char tname[QC_NAMELEN], ds[QC_PATHLEN + QC_NAMELEN + 16];
+    if (!tol) { rc = QC_EINPUT; break; }
+    char tname[QC_NAMELEN];
     snprintf(tname, sizeof tname, "%s@rank%d", rg->name, r);
-    int d = -1;
-    int64_t off[256], len[256];
-    if (role) {
-      snprintf(ds, sizeof ds, "%s/%s/%s", w->path, role, base);
-      const qc_tensor *t = qc_tset_get(role_set(mr, role), base);
-      if ((rc = shard_dim(rf[r].d, ds, t->ndim, &d))) break;
-      for (int s = 0, o = 0; d >= 0 && s < W; s++) {
-        const qc_tensor *ts = qc_tset_get(role_set(&rf[s].m, role), base);
-        off[s] = o;
-        len[s] = ts->shape[d];
-        o += (int)ts->shape[d];
-      }
-    }
-    qc_tensor want;
+    int d = -1, flat = 0;
+    int64_t off[256], len[256], L = 0;
+    if (role && (rc = qc_shard_split(rf, W, w->path, role, base, &d, &flat, &L, off, len))) break;
+    if (flat && len[r] == 0) continue; /* a piece of padding only: nothing to judge */
+    qc_tensor want, gt;
     memset(&want, 0, sizeof want);
-    if (d >= 0 && (d >= rg->ndim || (rc = slice_f64(rg, d, off[r], len[r], &want)))) {
-      if (!rc) rc = qc_err("module '%s': gradient '%s' has %d dimension(s), its tensor is split along %d", w->path, rg->name, rg->ndim, d);
+    memset(&gt, 0, sizeof gt);
+    qc_tensor refv = *rg; /* the reference as the pieces are cut from it */
+    if (flat) {
+      refv.ndim = 1;
+      refv.shape[0] = qc_numel(rg);
+    }
+    if (d >= 0 && !flat && d >= rg->ndim) {
+      rc = qc_err("module '%s': gradient '%s' has %d dimension(s), its tensor is split along %d", w->path, rg->name,
+                  rg->ndim, d);
       break;
     }
+    if (d >= 0 && (rc = piece(rg, flat, d, off, len, r, &want))) break;
     const qc_tensor *exp = d >= 0 ? &want : rg;
     qc_check k;
     qc_check_init(&k, w, dyn, tname, exp->ndim, exp->shape, tol);
     const qc_tensor *g = mr->cand ? qc_tset_get(&mr->cand[j], rg->name) : NULL;
+    double pad = 0;
     if (!g) {
       rc = qc_err("dump '%s': module '%s' has no dataset 'grads/%s/%s' for rank %d", qc_dump_path(rf[r].d), w->path, dyn,
                   rg->name, r);
-    } else if (!qc_shape_eq(g, exp) && qc_numel(g) != qc_numel(exp)) {
+    } else if (flat ? g->ndim != 1 || g->shape[0] != L : !qc_shape_eq(g, exp) && qc_numel(g) != qc_numel(exp)) {
       char s1[96], s2[96];
+      int64_t lshape[1] = {L};
       snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
       k.verdict = QC_V_FAIL;
       snprintf(k.why, sizeof k.why, "shape %s, expected the reference's piece %s", qc_shape_str(g->ndim, g->shape, s1, sizeof s1),
-               qc_shape_str(exp->ndim, exp->shape, s2, sizeof s2));
+               flat ? qc_shape_str(1, lshape, s2, sizeof s2) : qc_shape_str(exp->ndim, exp->shape, s2, sizeof s2));
       rc = qc_results_add(a->res, &k);
     } else {
+      if (flat && !(rc = flat_candidate(g, L, len[r], &gt, &pad))) g = &gt;
       snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
-      rc = qc_audit_compare(a->ctx, g, exp, tol, &k);
+      if (!rc) rc = qc_audit_compare(a->ctx, g, exp, tol, &k);
       if (!rc) rc = qc_audit_judge(w, &w->grad_out.t[j], tol, &k);
-      if (!rc && k.verdict != QC_V_PASS) {
-        double *gd = qc_malloc((size_t)qc_numel(exp) * sizeof *gd, "candidate gradient (float64)");
-        if (!gd) rc = QC_ESYS;
-        if (!rc) rc = qc_tensor_to_f64(g, gd);
-        if (!rc && d < 0 && !have_partial) { /* the reference on this rank's pieces alone: its partial gradient */
-          have_partial = 1;
-          if (row->reference(a->ctx, mr, &mr->grad_out.t[j], &partial)) qc_err_clear(); /* no partial: not every class has one */
-        }
-        double *sum = NULL;
-        if (!rc && d < 0 && (sum = qc_calloc((size_t)qc_numel(exp), sizeof *sum, "the ranks' gradients summed"))) {
-          for (int s = 0; s < W && sum; s++) { /* every rank's candidate of this gradient, summed */
-            const qc_tensor *gs = rf[s].m.cand ? qc_tset_get(&rf[s].m.cand[j], rg->name) : NULL;
-            double *tmp = gs && qc_numel(gs) == qc_numel(exp) ? qc_malloc((size_t)qc_numel(exp) * sizeof *tmp, "a rank's gradient") : NULL;
-            if (!tmp || qc_tensor_to_f64(gs, tmp)) {
-              free(sum);
-              sum = NULL;
-            } else {
-              for (int64_t e = 0; e < qc_numel(exp); e++) sum[e] += tmp[e];
-            }
-            free(tmp);
-          }
-          qc_err_clear(); /* a diagnosis that cannot be made is no error */
-        }
-        if (!rc) diagnose(&k, gd, rg, d, off, len, r, W, qc_tset_get(&partial, rg->name), sum);
-        free(sum);
-        free(gd);
+      if (!rc && pad > 0) { /* the padding's gradient is zero: anything else is a misplaced piece */
+        k.verdict = QC_V_FAIL;
+        snprintf(k.why, sizeof k.why, "the padding of the flat piece (elements %lld .. %lld) holds a gradient up to |%.3g|: "
+                 "expected zero", (long long)len[r], (long long)(L - 1), pad);
       }
+      if (!rc && k.verdict != QC_V_PASS)
+        rc = diagnose_check(a, row, w, rf, W, r, j, rg, &refv, g, flat, d, off, len, qc_numel(exp),
+                            mean && !strcmp(role ? role : "", "params") ? 1.0 / W : 1.0, &cache, &k);
       if (!rc) rc = qc_results_add(a->res, &k);
     }
     qc_tensor_free(&want);
+    qc_tensor_free(&gt);
   }
-  qc_tset_free(&partial);
+  qc_tset_free(&cache.partial);
+  qc_tset_free(&cache.ownp);
+  qc_tset_free(&cache.owni);
   return rc;
 }
 
+
 /* Audit module `path` (class row) over the W rank files: assemble, run the
  * reference once per dY, judge every rank. */
-static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, rankfile *rf, int W, const qc_dump_entry *e,
+static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc_rankfile *rf, int W, const qc_dump_entry *e,
                          const qc_registry_row *row) {
   qc_module w;
   qc_modinfo *mi = NULL;
   char contract[4096] = "", kind[32] = "";
-  int rc = QC_OK, first = a->res->n;
+  int rc = QC_OK, first = a->res->n, mean = 0;
   double t0 = qc_now_s();
   memset(&w, 0, sizeof w);
   for (int r = 0; r < W && !rc; r++) {
@@ -381,8 +285,9 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, ra
   }
   if (rc) goto done;
   if (qc_dump_get_attr(rf[0].d, e->path, "parallel", kind, sizeof kind) == QC_OK &&
-      !strstr("|tp_column|tp_row|vocab|expert|sequence|", kind)) { /* the kinds docs/interfaces.md describes */
-    rc = qc_err("dump '%s': module '%s': attribute parallel '%s': expected tp_column, tp_row, vocab, expert or sequence",
+      !strstr("|tp_column|tp_row|vocab|expert|sequence|fsdp_flat|", kind)) { /* the kinds docs/interfaces.md describes */
+    rc = qc_err("dump '%s': module '%s': attribute parallel '%s': expected tp_column, tp_row, vocab, expert, sequence or "
+                "fsdp_flat",
                 qc_dump_path(rf[0].d), e->path, kind);
     goto done;
   }
@@ -394,18 +299,24 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, ra
   snprintf(w.path, sizeof w.path, "%s", e->path);
   w.cls = row->cls;
   w.contract = rf[0].m.contract;
-  if ((rc = assemble(rf, W, e->path, "inputs", &w)) || (rc = assemble(rf, W, e->path, "params", &w)) ||
-      (rc = assemble(rf, W, e->path, "saved", &w)) || (rc = assemble(rf, W, e->path, "grad_out", &w)))
+  if ((rc = qc_shard_assemble(rf, W, e->path, "inputs", &w)) || (rc = qc_shard_assemble(rf, W, e->path, "params", &w)) ||
+      (rc = qc_shard_assemble(rf, W, e->path, "saved", &w)) || (rc = qc_shard_assemble(rf, W, e->path, "grad_out", &w)))
     goto done;
   if (w.grad_out.n == 0) {
     rc = qc_err("dump '%s': module '%s': has no upstream gradient: expected at least one dataset under 'grad_out/'",
                 qc_dump_path(rf[0].d), e->path);
     goto done;
   }
+  if ((rc = qc_shard_grad_reduce(rf, W, e->path, &mean))) goto done;
   for (int j = 0; j < w.grad_out.n && !rc; j++) {
     qc_tset ref = {0};
     rc = row->reference(a->ctx, &w, &w.grad_out.t[j], &ref);
-    for (int r = 0; r < W && !rc; r++) rc = judge_rank(a, row, &w, rf, W, r, j, &ref);
+    for (int i = 0; i < ref.n && !rc && mean; i++) { /* the trainer averages parameter gradients over the ranks */
+      qc_tensor *t = &ref.t[i];
+      if (strncmp(t->name, "d_", 2) != 0 || !qc_tset_get(&w.params, t->name + 2)) continue;
+      for (int64_t e2 = 0; e2 < qc_numel(t); e2++) ((double *)t->data)[e2] /= W;
+    }
+    for (int r = 0; r < W && !rc; r++) rc = judge_rank(a, row, &w, rf, W, r, j, &ref, mean);
     qc_tset_free(&ref);
   }
   if (!rc && a->info) {
@@ -430,10 +341,10 @@ done:
 }
 
 int qc_vjp_sharded(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits) {
-  rankfile *rf = NULL;
+  qc_rankfile *rf = NULL;
   qc_dump_entry *ents = NULL;
   int *owner = NULL, W = 0, n = 0, rc;
-  if ((rc = open_ranks(cs->dump, &rf, &W))) return rc;
+  if ((rc = qc_shard_open(cs->dump, &rf, &W))) return rc;
   if (cs->cand != QC_CAND_DUMP) {
     rc = qc_err("case '%s': a sharded dump (data.dump '%s') is audited rank by rank against the trainer's own gradients: "
                 "expected \"candidate\": \"dump\"", cs->path, cs->dump);

@@ -143,6 +143,49 @@ with h5py.File(tmp + "/e.h5", "r") as f:
     if "d_weight" in g["grads/dy"] or "d_bias" not in g["grads/dy"]:
         failures.append("frozen weight: grads hold %s" % sorted(g["grads/dy"]))
 
+# sharded declarations (rank 0 of 4 without torch.distributed): an fsdp_flat
+# piece of the wrong length, an unknown grad_reduce, a shard value that is
+# neither a dimension nor ("fsdp_flat", shape)
+class Flat(torch.nn.Module):
+    qatcheck_class = "linear"
+    qatcheck_parallel = "fsdp_flat"
+
+    def __init__(self, n, shape, reduce="mean"):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(n))
+        self.qatcheck_shard = {"params/weight": ("fsdp_flat", shape)}
+        self.qatcheck_grad_reduce = reduce
+        self.shape = shape
+
+    def forward(self, x):
+        n = self.shape[0] * self.shape[1]
+        return torch.nn.functional.linear(x, self.weight[:n].view(self.shape) if self.weight.numel() >= n
+                                          else self.weight.sum() * torch.ones(self.shape))
+
+
+def flat_step(m):
+    with qatdump.attach(torch.nn.ModuleDict({"f": m}), tmp + "/flat.rank{rank}.h5", rank=0, world_size=4):
+        m(torch.randn(2, 8)).sum().backward()
+
+
+expect_refusal("fsdp_flat piece of the wrong length", ["'f'", "params/weight", "[31]", "1-D of 32 elements"],
+               lambda: flat_step(Flat(31, (16, 8))))
+expect_refusal("unknown grad_reduce", ["'f'", "qatcheck_grad_reduce 'avg'", "sum or mean"],
+               lambda: flat_step(Flat(32, (16, 8), "avg")))
+bad = Flat(32, (16, 8))
+bad.qatcheck_shard = {"params/weight": "flat"}
+expect_refusal("a shard value neither a dimension nor fsdp_flat", ["'f'", "qatcheck_shard['params/weight'] = 'flat'"],
+               lambda: flat_step(bad))
+if os.path.exists(tmp + "/flat.rank0.h5"):
+    failures.append("a refused sharded dump left its half-written file")
+flat_step(Flat(32, (16, 8)))
+with h5py.File(tmp + "/flat.rank0.h5", "r") as f:
+    if f["f/params/weight"].attrs.get("shard_flat") != "[16, 8]" or f["f"].attrs.get("grad_reduce") != "mean":
+        failures.append("fsdp_flat: shard_flat / grad_reduce not written: %s %s" % (dict(f["f/params/weight"].attrs),
+                                                                                    dict(f["f"].attrs)))
+    if f["f/inputs/x"].attrs.get("shard_dim") != 0:
+        failures.append("fsdp_flat: the linear's default (x along 0) not filled in")
+
 for f in failures:
     print("FAIL:", f)
 sys.exit(1 if failures else 0)

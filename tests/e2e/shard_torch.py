@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""shard_torch.py: a tensor-, sequence- and vocab-parallel step under
-torch.distributed (gloo, CPU, WORLD processes), dumped per rank with
+"""shard_torch.py: a tensor-, sequence-, vocab-, expert-parallel and FSDP
+step under torch.distributed (gloo, CPU, WORLD processes), dumped per rank with
 scripts/qatdump.py, once correct and once per planted reduction bug.
 
     shard_torch.py OUTDIR
@@ -16,8 +16,23 @@ writes OUTDIR/<mode>/step.rank<r>.h5 for every mode:
               sequence shards left out
   vocab_lse   vocab-parallel log-prob: each rank normalizes by its own
               shard's sum-exp (the all-reduce of the sum left out)
+  ep_div      expert parallel: the expert gradients divided by the EP size
+              (the expert-DP to DP scaling ratio applied to the gradient)
+  ep_mul      expert parallel: ... multiplied by the EP size
+  ep_reduce   expert parallel: the dispatch's backward (the combine's
+              gradient flowing back to the tokens' ranks) not reduce-
+              scattered: each rank's d_x holds its own experts' share only
+  ep_order    expert parallel: the dispatch's backward hands ranks 0 and 1
+              each other's token piece
+  fsdp_sum    FSDP: the weight gradient summed over the ranks, not averaged
+  fsdp_local  FSDP: the reduce-scatter left out (this rank's local
+              gradient's flat piece)
+  fsdp_order  FSDP: ranks 0 and 1 take each other's flat piece
 Modules: /col (linear, tp_column, gather_output), /row (linear, tp_row,
-input_is_parallel), /norm (rmsnorm, sequence), /logprob (logprob, vocab).
+input_is_parallel), /norm (rmsnorm, sequence), /logprob (logprob, vocab),
+/moe (moe, expert: data-parallel tokens, E/WORLD experts a rank, all-gather
+dispatch, reduce-scatter combine), /fsdp (linear, fsdp_flat: FSDP1-style
+flat weight shards, gradients averaged over the ranks).
 """
 import os
 import sys
@@ -30,8 +45,11 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 WORLD = 4
-MODES = ["ok", "missing", "twice", "averaged", "order", "sp_norm", "vocab_lse"]
+MODES = ["ok", "missing", "twice", "averaged", "order", "sp_norm", "vocab_lse", "ep_div", "ep_mul", "ep_reduce",
+         "ep_order", "fsdp_sum", "fsdp_local", "fsdp_order"]
 M, K, N, V = 8, 32, 48, 64  # tokens, features in, features out, vocabulary
+T, H, F, E, TOPK = 16, 16, 8, 8, 2  # moe: tokens, hidden, expert width, experts, slots a token
+N2, K2 = 13, 11  # fsdp linear: 143 weight elements, not a multiple of WORLD (the last piece is padded)
 BUG = "ok"
 
 
@@ -185,6 +203,128 @@ class VocabParallelLogProb(torch.nn.Module):
         return VocabParallelLogProbFn.apply(logits, self.ids, self.lo)
 
 
+class Dispatch(torch.autograd.Function):
+    """Expert-parallel dispatch (all-gather): every rank gets every rank's
+    tokens; backward reduce-scatters the tokens' gradients (the sum of the
+    ranks' experts' contributions, this rank's token piece)."""
+
+    @staticmethod
+    def forward(ctx, t):
+        parts = [torch.empty_like(t) for _ in range(WORLD)]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts, 0)
+
+    @staticmethod
+    def backward(ctx, g):
+        r = dist.get_rank()
+        if BUG == "ep_reduce":
+            return chunk(g, 0, r)  # this rank's experts' share only
+        g = g.clone()
+        dist.all_reduce(g)
+        if BUG == "ep_order" and r in (0, 1):
+            r = 1 - r
+        return chunk(g, 0, r)
+
+
+class Combine(torch.autograd.Function):
+    """Expert-parallel combine (reduce-scatter): the ranks' partial outputs
+    summed, this rank's tokens kept; backward all-gathers the tokens'
+    gradients. Saves the routing (as an unpermute does)."""
+
+    @staticmethod
+    def forward(ctx, y, ids):
+        ctx.save_for_backward(ids)
+        y = y.clone()
+        dist.all_reduce(y)
+        return chunk(y, 0, dist.get_rank())
+
+    @staticmethod
+    def backward(ctx, g):
+        parts = [torch.empty_like(g) for _ in range(WORLD)]
+        dist.all_gather(parts, g.contiguous())
+        return torch.cat(parts, 0), None
+
+
+class EPMoE(torch.nn.Module):
+    """Routed experts, expert parallel with data-parallel tokens: this rank
+    holds its tokens (x, topk_weights, topk_ids with global expert ids) and
+    experts [r*E/WORLD, (r+1)*E/WORLD) of w1 [E, 2F, H], w2 [E, H, F]."""
+    qatcheck_class = "moe"
+    qatcheck_parallel = "expert"
+    qatcheck_inputs = ["x", "topk_weights"]
+    qatcheck_saved = ["topk_ids"]
+    qatcheck_contract = {"activation": "swiglu"}
+
+    def __init__(self, w1, w2, ids):
+        super().__init__()
+        r = dist.get_rank()
+        self.w1 = torch.nn.Parameter(chunk(w1, 0, r))
+        self.w2 = torch.nn.Parameter(chunk(w2, 0, r))
+        self.ids = chunk(ids, 0, r)
+        self.e0 = r * (E // WORLD)
+        scale = {"ep_div": 1.0 / WORLD, "ep_mul": float(WORLD)}.get(BUG)
+        if scale:  # the expert-DP to DP scaling ratio applied to the gradient itself
+            for p in (self.w1, self.w2):
+                p.register_hook(lambda g, s=scale: g * s)
+
+    def forward(self, x, topk_weights):
+        xa, wa = Dispatch.apply(x), Dispatch.apply(topk_weights)
+        parts = [torch.empty_like(self.ids) for _ in range(WORLD)]
+        dist.all_gather(parts, self.ids)
+        ida = torch.cat(parts, 0)
+        y = torch.zeros_like(xa)
+        for le in range(self.w1.shape[0]):
+            gate = (wa * (ida == self.e0 + le)).sum(-1)  # [T]: the expert's weight per token (0: not routed)
+            h = xa @ self.w1[le].t()
+            a = torch.nn.functional.silu(h[:, :F]) * h[:, F:]
+            y = y + gate[:, None] * (a @ self.w2[le].t())
+        return Combine.apply(y, self.ids)
+
+
+class AllGatherFlat(torch.autograd.Function):
+    """FSDP1-style unshard: all-gather the ranks' flat pieces; backward
+    reduce-scatters the flat gradient, averaged over the ranks."""
+
+    @staticmethod
+    def forward(ctx, p):
+        parts = [torch.empty_like(p) for _ in range(WORLD)]
+        dist.all_gather(parts, p.contiguous())
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, g):
+        r = dist.get_rank()
+        g = g.clone()
+        if BUG != "fsdp_local":
+            dist.all_reduce(g)
+            if BUG != "fsdp_sum":
+                g /= WORLD
+        if BUG == "fsdp_order" and r in (0, 1):
+            r = 1 - r
+        return chunk(g, 0, r)
+
+
+class FlatShardedLinear(torch.nn.Module):
+    """A linear whose weight [N2, K2] is held as FSDP1 holds a FlatParameter:
+    flattened row-major, zero-padded to a multiple of WORLD, rank r keeping
+    flat piece r; tokens data-parallel."""
+    qatcheck_class = "linear"
+    qatcheck_parallel = "fsdp_flat"
+    qatcheck_grad_reduce = "mean"
+    qatcheck_shard = {"params/weight": ("fsdp_flat", (N2, K2))}
+
+    def __init__(self, w):
+        super().__init__()
+        L = -(-w.numel() // WORLD)
+        flat = torch.nn.functional.pad(w.reshape(-1), (0, L * WORLD - w.numel()))
+        self.weight = torch.nn.Parameter(chunk(flat, 0, dist.get_rank()))
+        self.shape = tuple(w.shape)
+
+    def forward(self, x):
+        n = self.shape[0] * self.shape[1]
+        return torch.nn.functional.linear(x, AllGatherFlat.apply(self.weight)[:n].view(self.shape))
+
+
 def run(rank, out):
     global BUG
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -202,8 +342,15 @@ def run(rank, out):
         ids = torch.randint(0, V, (M,), generator=g)
         x2, x3 = torch.randn(M, N, generator=g), torch.randn(M, K, generator=g)
         c1, c2, c3, c4 = (torch.randn(*sh, generator=g) for sh in ((M, N), (M, K), (M, K), (M,)))
+        xe, we = torch.randn(T, H, generator=g), torch.rand(T, TOPK, generator=g)
+        ide = torch.randint(0, E, (T, TOPK), generator=g)
+        ide[1::5, 1] = ide[1::5, 0]  # a token routed twice to one expert
+        e1, e2 = torch.randn(E, 2 * F, H, generator=g) / H ** 0.5, torch.randn(E, H, F, generator=g) / F ** 0.5
+        wf, xf = torch.randn(N2, K2, generator=g) / K2 ** 0.5, torch.randn(M, K2, generator=g)
+        c5, c6 = torch.randn(T, H, generator=g), torch.randn(M, N2, generator=g)
         model = torch.nn.ModuleDict({"col": ColumnParallelLinear(w1, b1), "row": RowParallelLinear(w2),
-                                     "norm": SPRMSNorm(wn), "logprob": VocabParallelLogProb(ids)})
+                                     "norm": SPRMSNorm(wn), "logprob": VocabParallelLogProb(ids),
+                                     "moe": EPMoE(e1, e2, ide), "fsdp": FlatShardedLinear(wf)})
         os.makedirs(os.path.join(out, mode), exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the Function's other saved tensors are not recorded: said in not_captured
@@ -213,7 +360,10 @@ def run(rank, out):
                 h = model["row"](chunk(x2, -1, rank).requires_grad_(True))          # [M, K], reduced
                 hn = model["norm"](chunk(x3, 0, rank).requires_grad_(True))         # this rank's tokens
                 lp = model["logprob"](chunk(logits, -1, rank).requires_grad_(True))  # [M], combined
+                ye = model["moe"](chunk(xe, 0, rank).requires_grad_(True), chunk(we, 0, rank).requires_grad_(True))
+                yf = model["fsdp"](chunk(xf, 0, rank).requires_grad_(True))  # this rank's tokens
                 loss = (y * c1).sum() + (h * c2).sum() + (hn * chunk(c3, 0, rank)).sum() + (lp * c4).sum()
+                loss = loss + (ye * chunk(c5, 0, rank)).sum() + (yf * chunk(c6, 0, rank)).sum()
                 loss.backward()
         dist.barrier()
     dist.destroy_process_group()

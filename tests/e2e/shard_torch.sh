@@ -1,11 +1,12 @@
 #!/bin/sh
 # shard_torch.sh: sharded dumps (docs/interfaces.md "Sharded dumps"). A
-# column-, row-, sequence- and vocab-parallel step runs under
-# torch.distributed (gloo, 4 CPU processes; tests/e2e/shard_torch.py) and
-# scripts/qatdump.py writes one file per rank; `vjp` on the pattern
-# assembles the whole tensors and judges every rank's gradients: the
-# correct step passes, each planted reduction bug fails on its tensor and
-# rank, with the diagnosis in its why. Bad sharded input exits 2 with one
+# column-, row-, sequence-, vocab-, expert-parallel and FSDP (flat shards)
+# step runs under torch.distributed (gloo, 4 CPU processes;
+# tests/e2e/shard_torch.py) and scripts/qatdump.py writes one file per
+# rank; `vjp` on the pattern assembles the whole tensors and judges every
+# rank's gradients: the correct step passes, each planted reduction bug
+# fails on its tensor and rank, with the diagnosis in its why. Bad sharded
+# input (flat pieces included) exits 2 with one
 # line; under mpirun -np 4 the report equals one process's, and a bad
 # rank file of the module rank 2 audits names rank 2. Skips (77) without
 # torch.distributed's gloo.
@@ -16,7 +17,9 @@
 # error coherent along a token's row that a rank's 2-token piece cannot
 # average out (the bias test would read it as systematic)
 TOL='"tolerances": {"d_x": {"rel_l2": 1e-5, "bias_z": 0, "reasoning": "fp32; one rounded 1/rms per token"}, "d_weight": {"rel_l2": 1e-5, "reasoning": "fp32"},
-  "d_bias": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_logits": {"rel_l2": 1e-5, "reasoning": "fp32"}}'
+  "d_bias": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_logits": {"rel_l2": 1e-5, "reasoning": "fp32"},
+  "d_w1": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_w2": {"rel_l2": 1e-5, "reasoning": "fp32"},
+  "d_topk_weights": {"rel_l2": 1e-5, "reasoning": "fp32"}}'
 # check_mode MODE EXIT FAILING-CHECKS (module:tensor, sorted, comma-separated; - none) A-WORD-OF-THE-DIAGNOSIS (-: none)
 check_mode() {
   mode=$1; want=$2; failing=$3; note=$4
@@ -28,7 +31,7 @@ r = json.load(open(sys.argv[1]))
 failed = sorted(c["module"] + ":" + c["tensor"] for c in r["checks"] if c["verdict"] == "fail")
 want = [] if sys.argv[2] == "-" else sys.argv[2].split(",")
 assert failed == want, failed
-assert len(r["checks"]) == 32, len(r["checks"])  # 4 modules, every gradient of every rank
+assert len(r["checks"]) == 56, len(r["checks"])  # 6 modules, every gradient of every rank
 note = sys.argv[3]
 diag = lambda c: c.get("diagnosis", {}).get("summary", "")
 assert note == "-" or all(note in diag(c) for c in r["checks"] if c["verdict"] == "fail"), [diag(c) for c in r["checks"] if c["verdict"] == "fail"]
@@ -45,6 +48,28 @@ check_mode order 1 /col:d_bias@rank0,/col:d_bias@rank1,/col:d_weight@rank0,/col:
 check_mode sp_norm 1 /norm:d_weight@rank0,/norm:d_weight@rank1,/norm:d_weight@rank2,/norm:d_weight@rank3 partial
 check_mode vocab_lse 1 /logprob:d_logits@rank0,/logprob:d_logits@rank1,/logprob:d_logits@rank2,/logprob:d_logits@rank3 -
 grep -q "consistent with: the reference's piece of rank 1: the shards are in the wrong order" "$T/order.r.json" && ok "order: rank 0's d_weight is named as rank 1's piece" || bad "order: no shard-order diagnosis"
+# expert parallel (/moe): expert grads scaled by the EP size, the dispatch's
+# backward not reduce-scattered, ranks 0 and 1's token pieces swapped
+W1W2=/moe:d_w1@rank0,/moe:d_w1@rank1,/moe:d_w1@rank2,/moe:d_w1@rank3,/moe:d_w2@rank0,/moe:d_w2@rank1,/moe:d_w2@rank2,/moe:d_w2@rank3
+check_mode ep_div 1 $W1W2 "1/4 of the reference"
+check_mode ep_mul 1 $W1W2 "4 times the reference"
+check_mode ep_reduce 1 /moe:d_topk_weights@rank0,/moe:d_topk_weights@rank1,/moe:d_topk_weights@rank2,/moe:d_topk_weights@rank3,/moe:d_x@rank0,/moe:d_x@rank1,/moe:d_x@rank2,/moe:d_x@rank3 "own parameter pieces' share only"
+check_mode ep_order 1 /moe:d_topk_weights@rank0,/moe:d_topk_weights@rank1,/moe:d_x@rank0,/moe:d_x@rank1 "wrong order"
+# FSDP flat shards (/fsdp, grad_reduce mean): summed not averaged, the
+# reduce-scatter left out, ranks 0 and 1's flat pieces swapped
+FW=/fsdp:d_weight@rank0,/fsdp:d_weight@rank1,/fsdp:d_weight@rank2,/fsdp:d_weight@rank3
+check_mode fsdp_sum 1 $FW "4 times the reference (the world size): summed over the ranks where grad_reduce declares a mean"
+check_mode fsdp_local 1 $FW "local gradient from its own pieces of the inputs only"
+check_mode fsdp_order 1 /fsdp:d_weight@rank0,/fsdp:d_weight@rank1 "wrong order"
+# a flat gradient piece whose padding is not zero fails on that rank
+mkdir "$T/sh/fsdp_pad" && cp "$T"/sh/ok/step.rank*.h5 "$T/sh/fsdp_pad/"
+"$PY" - "$T/sh/fsdp_pad/step.rank3.h5" <<'P'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    f["fsdp/grads/dy/d_weight"][-1] = 0.5
+P
+check_mode fsdp_pad 1 /fsdp:d_weight@rank3 -
+grep -q "the padding of the flat piece (elements 35 .. 35) holds a gradient" "$T/fsdp_pad.r.json" && ok "fsdp: a non-zero padding gradient is named" || bad "fsdp: no padding why"
 # ---- bad sharded input: one line, exit 2, only the error report
 refuse() { # refuse DESC NEEDLE PATTERN
   echo "{\"data\": {\"dump\": \"$3\"}, \"candidate\": \"dump\", $TOL}" >"$T/bad.json"
@@ -65,6 +90,24 @@ with h5py.File(sys.argv[1], "r+") as f:
     del f["row/params/weight"].attrs["shard_dim"]
 P
 refuse "a split tensor without shard_dim" "no shard_dim: a tensor without it must be the same on every rank\|rank 0's is" "undecl/step.rank*.h5"
+# flat pieces: a piece of the wrong length, non-zero padding in a
+# parameter, ranks disagreeing on the whole shape
+flat_bad() { # flat_bad DIR RANK PYTHON-ON-f
+  mkdir "$T/$1" && cp "$T"/sh/ok/step.rank*.h5 "$T/$1/"
+  "$PY" - "$T/$1/step.rank$2.h5" "$3" <<'P'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    exec(sys.argv[2])
+P
+}
+flat_bad flen 2 'w = f["fsdp/params/weight"]; a = dict(w.attrs); v = w[:-1]; del f["fsdp/params/weight"]; f["fsdp/params/weight"] = v; f["fsdp/params/weight"].attrs.update(a)'
+refuse "a flat piece of the wrong length" "flen/step.rank2.h5.*'/fsdp/params/weight' is \[35\]: expected a flat piece \[36\]" "flen/step.rank*.h5"
+flat_bad fpad 3 'f["fsdp/params/weight"][-1] = 1.0'
+refuse "non-zero padding in a flat parameter" "fpad/step.rank3.h5.*'/fsdp/params/weight': the padding of the flat piece (elements 35 .. 35) is not zero" "fpad/step.rank*.h5"
+flat_bad fshape 1 'f["fsdp/params/weight"].attrs["shard_flat"] = "[11, 13]"'
+refuse "ranks disagreeing on shard_flat" "fshape/step.rank1.h5.*shard_flat \[11, 13\] where rank 0's is \[13, 11\]" "fshape/step.rank*.h5"
+flat_bad fred 0 'f["fsdp"].attrs["grad_reduce"] = "avg"'
+refuse "an unknown grad_reduce" "fred/step.rank0.h5.*module '/fsdp': attribute grad_reduce 'avg': expected sum or mean" "fred/step.rank*.h5"
 # ---- mpirun -np 4: the same report; a bad file of the module rank 2 audits
 if command -v mpirun >/dev/null 2>&1 && "$QATCHECK" vjp --help 2>/dev/null | grep -q . ; then
   MPIRUN="mpirun --oversubscribe -np 4"; [ "$(id -u)" = 0 ] && MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 4"
@@ -82,16 +125,16 @@ def strip(o):
 a, b = (strip(json.load(open(p))) for p in sys.argv[1:3])
 assert a == b
 P
-    # modules in path order /col /logprob /norm /row, round robin: /norm is rank 2's
+    # modules in path order /col /fsdp /logprob /moe /norm /row, round robin: /logprob is rank 2's
     mkdir "$T/r2" && cp "$T"/sh/ok/step.rank*.h5 "$T/r2/"
     "$PY" - "$T/r2/step.rank1.h5" <<'P'
 import sys, h5py
 with h5py.File(sys.argv[1], "r+") as f:
-    del f["norm/grads/dy/d_weight"]
+    del f["logprob/grads/dy/d_logits"]
 P
     echo "{\"data\": {\"dump\": \"r2/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/r2.json"
     (cd "$T/m" && rm -f r.json && timeout 300 $MPIRUN "$QATCHECK" vjp --case "$T/r2.json" --json r.json >"$T/out" 2>"$T/err"); rc=$?
-    [ $rc -eq 2 ] && [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep 'qatcheck: error:' "$T/err" | grep -q "rank 2: .*step.rank1.h5.*/norm.*d_weight" \
+    [ $rc -eq 2 ] && [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep 'qatcheck: error:' "$T/err" | grep -q "rank 2: .*step.rank1.h5.*/logprob.*d_logits" \
       && ok "sharded under mpirun: a bad file of rank 2's module: exit 2 naming rank 2" || bad "sharded bad file under mpirun: exit $rc: $(cat "$T/err")"
     error_or_none "$T/m/r.json" || bad "sharded bad file under mpirun: a report other than the error report"
   fi
