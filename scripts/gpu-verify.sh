@@ -16,12 +16,15 @@
 #                  all-reduce, one process and under `mpirun -np 1` (Open MPI
 #                  from .gpu/ompi.tar.xz, scripts/mpi-pack.sh, when the
 #                  machine has none)
+#   fsdp_real      tests/e2e/fsdp_real.sh: the fsdp_flat layout against real
+#                  FSDP1 bytes (this machine's torch runs FSDP1 on the CPU;
+#                  Debian's does not, so CI skips it)
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
 set -u
 OUT=$1; shift
-CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch st_bench proxy gpu_mpi}
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch st_bench proxy gpu_mpi fsdp_real}
 Q=/tmp/qc
 mkdir -p "$Q" "$OUT"
 [ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
@@ -71,6 +74,7 @@ for c in $CHECKS; do
     proxy) run proxy proxy ;;
     gpu_mpi) run gpu_mpi sh -c 'if ! command -v mpirun >/dev/null && [ -f .gpu/ompi.tar.xz ]; then
         mkdir -p /tmp/ompi && tar -C /tmp/ompi -xJf .gpu/ompi.tar.xz && . /tmp/ompi/env.sh; fi; sh tests/e2e/gpu_mpi.sh' ;;
+    fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
   esac
 done
