@@ -56,9 +56,10 @@ saved/weight_q and saved/weight_scale, from its contract's weight_format.
 Guards against the false differences of the method (they raise QatDumpError
 with the module's name): a module called more than once in the step (its
 parameter gradients sum over the calls), a parameter shared with another
-module (its gradient sums over the users), an FSDP-managed parameter that
+module (its gradient sums over the users), an FSDP2-managed parameter that
 is not a DTensor (an unsharded compute copy: cannot tell it from the
-master), a DTensor parameter's gradient (reduce-scattered across ranks, not
+master; FSDP1's FlatParameters are read whole and cut per parameter, see
+docs/qatdump.md "FSDP1"), a DTensor parameter's gradient (reduce-scattered across ranks, not
 this rank's VJP), an output that received no gradient.
 """
 import inspect
@@ -159,12 +160,70 @@ def _is_dtensor(t):
 
 
 def _fsdp_managed(model):
-    """True when fully_shard (FSDP2) or FullyShardedDataParallel wraps part of the model."""
+    """True when fully_shard (FSDP2) wraps part of the model (FSDP1's
+    FullyShardedDataParallel wrappers are read by _fsdp1_params)."""
     for m in model.modules():
         for c in type(m).__mro__:
-            if c.__name__.startswith(("FSDP", "FullyShardedDataParallel")):
+            if c.__name__.startswith("FSDP") and not c.__name__.startswith("FullyShardedDataParallel"):
                 return True
     return False
+
+
+def _fsdp1_params(model):
+    """The parameters FSDP1 (FullyShardedDataParallel, use_orig_params=False)
+    holds in FlatParameters: {id(module): (flat_param, fsdp_wrapper,
+    {param name: (offset in the flat parameter, numel, shape)})} for every
+    module owning one. A layout qatdump cannot cut per tensor (padding
+    between parameters, shared parameters, a torch without FlatParameter
+    metadata) raises QatDumpError."""
+    out = {}
+    for w in model.modules():
+        if not any(c.__name__ == "FullyShardedDataParallel" for c in type(w).__mro__):
+            continue
+        fp = getattr(w, "_flat_param", None)
+        if fp is None:
+            continue  # a wrapper without parameters of its own
+        infos, numels, shapes = (getattr(fp, a, None) for a in ("_param_infos", "_numels", "_shapes"))
+        if infos is None or numels is None or shapes is None:
+            raise QatDumpError("an FSDP1 FlatParameter without _param_infos/_numels/_shapes (torch %s): cannot cut it "
+                               "per parameter; dump from torch >= 2.0" % torch.__version__)
+        padded = getattr(fp, "_numels_with_padding", None)
+        if padded is not None and tuple(padded) != tuple(numels):
+            raise QatDumpError("an FSDP1 FlatParameter with alignment padding between its parameters "
+                               "(use_orig_params=True): not supported; wrap with use_orig_params=False")
+        if getattr(fp, "_shared_param_infos", None):
+            raise QatDumpError("an FSDP1 FlatParameter holds shared (tied) parameters: their gradient sums over "
+                               "every user, not one module's VJP")
+        off = 0
+        for info, n, shape in zip(infos, numels, shapes):
+            ent = out.setdefault(id(info.module), (fp, w, {}))
+            if ent[0] is not fp:
+                raise QatDumpError("module '%s': its parameters are spread over two FSDP1 FlatParameters"
+                                   % info.module_name)
+            ent[2][info.param_name] = (off, int(n), tuple(int(v) for v in shape))
+            off += int(n)
+    return out
+
+
+def _fsdp1_reduce(w, world):
+    """How FSDP1 wrapper w reduces gradients over the ranks: "mean" (its
+    default: pre- and post-divide factors whose product is the world size)
+    or "sum" (a product of 1)."""
+    pre, post = (getattr(w, a, None) for a in ("_gradient_predivide_factor", "_gradient_postdivide_factor"))
+    if pre is None or post is None:
+        raise QatDumpError("an FSDP1 wrapper without _gradient_predivide_factor/_gradient_postdivide_factor: cannot "
+                           "tell whether its gradients are averaged or summed")
+    f = float(pre) * float(post)
+    if abs(f - world) < 1e-9 * world:
+        return "mean"
+    if abs(f - 1) < 1e-9:
+        return "sum"
+    raise QatDumpError("an FSDP1 wrapper divides gradients by %g over %d ranks: neither a mean nor a sum" % (f, world))
+
+
+def _clean_name(mname):
+    """A module name without FSDP1's wrapper level ("fc1._fsdp_wrapped_module" -> "fc1")."""
+    return ".".join(p for p in mname.split(".") if p != "_fsdp_wrapped_module")
 
 
 class _Record:
@@ -184,6 +243,7 @@ class _Record:
         self.handles = []
         self.not_captured = []  # what was seen but not recorded, in words
         self.restore = None     # undoes the forward wrapper
+        self.fsdp1 = None       # (flat_param, wrapper, {param: (offset, numel, shape)}) under FSDP1
 
 
 class Dumper:
@@ -202,6 +262,7 @@ class Dumper:
         self.records = {}
         self._handles = []
         self._fsdp = _fsdp_managed(model)
+        self._fsdp1 = _fsdp1_params(model)  # FSDP1 FlatParameters: read whole and cut per tensor in write()
         owners = {}
         for mname, m in model.named_modules():
             for pn, p in m._parameters.items():
@@ -214,6 +275,7 @@ class Dumper:
                 continue
             self._guard_params(mname, m)
             rec = _Record(mname, cls)
+            rec.fsdp1 = self._fsdp1.get(id(m))
             self.records[mname] = rec
             self._handles.append(m.register_forward_pre_hook(self._pre_hook(rec)))
             self._handles.append(m.register_forward_hook(self._post_hook(rec)))
@@ -237,7 +299,7 @@ class Dumper:
                 raise QatDumpError("module '%s': parameter '%s' is shared with %s: its gradient sums over every "
                                    "user, not this module's VJP; dump a model without tied weights or select "
                                    "another module" % (mname, pn, ", ".join(u for u in users if u != mname + "." + pn)))
-            if self._fsdp and not _is_dtensor(p):
+            if self._fsdp and id(m) not in self._fsdp1 and not _is_dtensor(p):
                 raise QatDumpError("module '%s': parameter '%s' is FSDP-managed but not a DTensor: it may be the "
                                    "unsharded compute copy, not the sharded master; cannot tell, so refusing "
                                    "(dump from an FSDP2 (fully_shard) model whose parameters are DTensors, or "
@@ -344,6 +406,8 @@ class Dumper:
             rec.calls += 1
             if rec.calls > 1:
                 return None  # reported in write(): parameter gradients sum over calls
+            if id(m) in self._fsdp1:
+                return None  # FSDP1's unsharded views: the parameters come from the FlatParameter in write()
             for pn, p in m._parameters.items():
                 if p is None:
                     continue
@@ -414,6 +478,7 @@ class Dumper:
                 raise QatDumpError("dump path %r names a rank, but torch.distributed is not initialized: pass rank= "
                                    "and world_size= to attach()" % path)
             path = path.replace("{rank}", str(self.rank))
+        self._fsdp1_collect()
         for rec in self.records.values():
             if rec.calls == 0:
                 raise QatDumpError("module '%s' did not run in this step: run one forward and backward "
@@ -447,9 +512,56 @@ class Dumper:
                 warnings.warn("qatdump: module '%s': %s" % (rec.name, what), stacklevel=2)
         return path
 
+    def _fsdp1_collect(self):
+        """The parameters and gradients of FSDP1-managed modules, cut per
+        tensor: each FlatParameter's pieces (and its reduce-scattered
+        gradient's) all-gathered over the ranks (collective: every rank's
+        write() reaches it, in the same order), each parameter taken out of
+        the concatenation and cut as docs/interfaces.md's shard_flat layout
+        says (flattened, zero-padded to a multiple of the world size, this
+        rank's piece). A FlatParameter holding one parameter gives FSDP's
+        own piece back, byte for byte."""
+        if not self._fsdp1:
+            return
+        if self.rank is None:
+            raise QatDumpError("FSDP1-managed modules are dumped one file per rank: torch.distributed is not "
+                               "initialized")
+        W, gathered = self.world_size, {}
+        for rec in self.records.values():
+            if rec.fsdp1 is None:
+                continue
+            fp, _, params = rec.fsdp1
+            if id(fp) not in gathered:
+                local = fp.detach().reshape(-1).contiguous()
+                grad = fp.grad.detach().reshape(-1).contiguous() if fp.grad is not None else torch.zeros_like(local)
+                total = sum(n for _, n, _ in params.values())
+                if local.numel() * W < total or W == 1:
+                    full, fullg = local, grad  # not sharded (NO_SHARD, one rank): every rank holds it whole
+                else:
+                    parts = [torch.empty_like(local) for _ in range(W)]
+                    torch.distributed.all_gather(parts, local)
+                    gparts = [torch.empty_like(grad) for _ in range(W)]
+                    torch.distributed.all_gather(gparts, grad)
+                    full, fullg = torch.cat(parts), torch.cat(gparts)
+                gathered[id(fp)] = (full, fullg, fp.grad is not None)
+            full, fullg, has_grad = gathered[id(fp)]
+            for pn, (off, n, shape) in params.items():
+                L = -(-n // W)
+
+                def piece(t):
+                    flat = torch.nn.functional.pad(t[off:off + n], (0, L * W - n))
+                    return flat[self.rank * L:(self.rank + 1) * L].clone()
+
+                rec.params[pn] = (piece(full), not fp.requires_grad)
+                if fp.requires_grad:
+                    if not has_grad:
+                        raise QatDumpError("module '%s': FSDP1's FlatParameter has no gradient: run backward before "
+                                           "write()" % rec.name)
+                    rec.param_grads[pn] = [piece(fullg)]
+
     def _write_module(self, f, rec):
         m = dict(self.model.named_modules())[rec.name]
-        gpath = self.prefix + (rec.name or "root")
+        gpath = self.prefix + (_clean_name(rec.name) or "root")
         g = f.require_group(gpath)
         g.attrs["class"] = rec.cls
         contract = getattr(m, "qatcheck_contract", None)
@@ -493,6 +605,17 @@ class Dumper:
         kind = getattr(m, "qatcheck_parallel", None)
         shard = dict(getattr(m, "qatcheck_shard", None) or {})
         reduce = getattr(m, "qatcheck_grad_reduce", None)
+        if rec.fsdp1 is not None:  # FSDP1: its flat pieces, its reduction, the tokens data-parallel
+            fp, w, params = rec.fsdp1
+            kind = kind or "fsdp_flat"
+            reduce = reduce or _fsdp1_reduce(w, self.world_size)
+            for pn, (_, _, shape) in params.items():
+                shard.setdefault("params/" + pn, ("fsdp_flat", shape))
+            if (rec.cls, kind) not in SHARD_DEFAULTS:
+                for role in ("inputs", "outputs", "grad_out"):
+                    for name in (g[role] if role in g else {}):
+                        if g[role][name].ndim >= 1:
+                            shard.setdefault(role + "/" + name, 0)
         if kind is None and not shard and reduce is None:
             return
         if not self._sharded:

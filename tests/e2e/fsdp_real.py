@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """fsdp_real.py: real FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel,
 use_orig_params=False) on WORLD CPU processes over gloo, a two-layer MLP of
-bias-free linears each wrapped on its own, every rank with its own tokens;
+linears each wrapped on its own (two bias-free, the last with a bias), every rank with its own tokens;
 after one backward each rank writes its dump with FSDP's own bytes: the
 FlatParameter's local piece (the weight, flattened row-major and padded by
 FSDP) and its .grad (reduce-scattered, averaged by FSDP), the tokens' x and
@@ -10,7 +10,9 @@ dY and d_x from hooks.
     fsdp_real.py OUTDIR
 
 writes OUTDIR/step.rank<r>.h5 (format: docs/interfaces.md 2c: shard_flat,
-grad_reduce mean, tokens along shard_dim 0). Exits 77 where this torch has
+grad_reduce mean, tokens along shard_dim 0); the same step dumped by
+scripts/qatdump.py (its FSDP1 path) in OUTDIR/q/, and once more after rank
+1's first-layer gradient was doubled (planted) in OUTDIR/p/. Exits 77 where this torch has
 no FSDP1 that runs on the CPU (Debian's 1.13 under Python 3.11 cannot
 import it)."""
 import os
@@ -39,9 +41,11 @@ def worker(rank, out, port):
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     torch.manual_seed(0)  # the same initial weights on every rank
     l1, l2 = torch.nn.Linear(H, F, bias=False), torch.nn.Linear(F, H, bias=False)
+    l3 = torch.nn.Linear(H, 5)  # weight and bias in one FlatParameter: qatdump cuts it per tensor
     shapes = {"fc1": tuple(l1.weight.shape), "fc2": tuple(l2.weight.shape)}
     f1 = FSDP(l1, device_id=torch.device("cpu"), use_orig_params=False)
     f2 = FSDP(l2, device_id=torch.device("cpu"), use_orig_params=False)
+    f3 = FSDP(l3, device_id=torch.device("cpu"), use_orig_params=False)
     torch.manual_seed(1000 + rank)  # this rank's own tokens
     x = torch.randn(T, H, requires_grad=True)
     seen = {}
@@ -58,9 +62,17 @@ def worker(rank, out, port):
 
     l1.register_forward_hook(keep("fc1"))
     l2.register_forward_hook(keep("fc2"))
-    h = torch.relu(f1(x))
-    y = f2(h)
+    model = torch.nn.Sequential(f1, torch.nn.ReLU(), f2, torch.nn.ReLU(), f3)
+    dumper = qatdump.attach(model)  # the helper too: nn.Linear under FSDP1 -> groups /0, /2 and /4
+    y = model(x)
     (y.square().sum() * 0.5 + y.sum()).backward()
+    dumper.write(os.path.join(out, "q", "step.rank{rank}.h5"))
+    if rank == 1:  # planted: rank 1's flat gradient doubled after the reduce-scatter (a loss scale left on)
+        f1._flat_param.grad.mul_(2)
+    dumper.write(os.path.join(out, "p", "step.rank{rank}.h5"))
+    if rank == 1:
+        f1._flat_param.grad.div_(2)
+    dumper.detach()
     path = os.path.join(out, "step.rank%d.h5" % rank)
     with h5py.File(path, "w") as f:
         f.attrs["qatcheck_dump"] = np.int64(1)
@@ -84,6 +96,7 @@ def worker(rank, out, port):
 
 if __name__ == "__main__":
     out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
+    for d in ("", "q", "p"):
+        os.makedirs(os.path.join(out, d), exist_ok=True)
     mp.spawn(worker, args=(out, 29600 + os.getpid() % 1000), nprocs=WORLD, join=True)
     print("fsdp_real: wrote %d rank files to %s (torch %s)" % (WORLD, out, torch.__version__))

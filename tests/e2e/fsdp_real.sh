@@ -5,7 +5,10 @@
 # and its reduce-scattered gradient as FSDP left them: vjp passes with
 # grad_reduce mean (FSDP averages), and the same bytes declared
 # grad_reduce sum fail on every rank's d_weight, named as the mean they
-# are. Skips (77) where torch cannot run FSDP1 on the CPU (Debian's torch
+# are. The same step dumped by scripts/qatdump.py (its FSDP1 path) gives
+# FSDP's pieces byte for byte and passes (a weight and bias sharing one
+# FlatParameter cut per tensor); a doubled gradient on rank 1
+# fails on that rank alone. Skips (77) where torch cannot run FSDP1 on the CPU (Debian's torch
 # 1.13 under Python 3.11); the GPU machine's torch runs it
 # (scripts/gpu-verify.sh fsdp_real).
 . "$(dirname "$0")/lib.inc"
@@ -13,7 +16,8 @@
 [ $rc -eq 77 ] && { tail -1 "$T/py.log"; exit 77; }
 [ $rc -eq 0 ] || { tail -20 "$T/py.log"; echo "FAIL: the FSDP1 step"; exit 1; }
 tail -1 "$T/py.log"
-TOL='"tolerances": {"d_x": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_weight": {"rel_l2": 1e-5, "reasoning": "fp32"}}'
+TOL='"tolerances": {"d_x": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_weight": {"rel_l2": 1e-5, "reasoning": "fp32"},
+  "d_bias": {"rel_l2": 1e-5, "reasoning": "fp32"}}'
 echo "{\"data\": {\"dump\": \"d/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/ok.json"
 expect_exit 0 "real FSDP1: vjp" "$QATCHECK" vjp --case "$T/ok.json" --json "$T/ok.r.json"
 "$PY" - "$T/ok.r.json" <<'P' && ok "real FSDP1: 16 per-rank checks, every one pass" || bad "real FSDP1: not 16 passing checks"
@@ -36,5 +40,37 @@ want = sorted("/%s:d_weight@rank%d" % (m, k) for m in ("fc1", "fc2") for k in ra
 assert failed == want, failed
 diag = [c.get("diagnosis", {}).get("summary", "") for c in r["checks"] if c["verdict"] == "fail"]
 assert all("1/4" in d for d in diag), diag
+P
+# the helper's own dump of the same step: FSDP's pieces byte for byte, its
+# layout and reduction read from FSDP, passing; the planted doubled gradient
+# of rank 1 fails on /0's d_weight@rank1 alone, named twice the reference
+"$PY" - "$T/d" "$T/d/q" <<'P' && ok "qatdump under FSDP1: FSDP's own pieces and gradients, fsdp_flat and mean read from FSDP" || bad "qatdump under FSDP1: the pieces or attributes differ from FSDP's"
+import json, sys, h5py, numpy as np
+for r in range(4):
+    a, b = h5py.File("%s/step.rank%d.h5" % (sys.argv[1], r), "r"), h5py.File("%s/step.rank%d.h5" % (sys.argv[2], r), "r")
+    for m, q in (("fc1", "0"), ("fc2", "2")):
+        for ds in ("params/weight", "grads/dy/d_weight", "grads/dy/d_x", "inputs/x", "grad_out/dy"):
+            assert np.array_equal(a[m][ds][()], b[q][ds][()]), (r, m, ds)
+        assert b[q].attrs["parallel"] == "fsdp_flat" and b[q].attrs["grad_reduce"] == "mean", dict(b[q].attrs)
+        assert json.loads(b[q]["params/weight"].attrs["shard_flat"]) == json.loads(a[m]["params/weight"].attrs["shard_flat"])
+        assert b[q]["inputs/x"].attrs["shard_dim"] == 0 and b[q]["grad_out/dy"].attrs["shard_dim"] == 0
+P
+echo "{\"data\": {\"dump\": \"d/q/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/q.json"
+expect_exit 0 "qatdump under FSDP1: vjp" "$QATCHECK" vjp --case "$T/q.json" --json "$T/q.r.json"
+"$PY" - "$T/q.r.json" <<'P' && ok "qatdump under FSDP1: /4's weight and bias, one FlatParameter, cut per tensor and judged (rank 3's bias piece is padding: no check)" || bad "qatdump under FSDP1: /4 not judged per tensor"
+import json, sys
+r = json.load(open(sys.argv[1]))
+names = sorted(c["module"] + ":" + c["tensor"] for c in r["checks"] if c["module"] == "/4")
+want = sorted(["/4:d_x@rank%d" % k for k in range(4)] + ["/4:d_weight@rank%d" % k for k in range(4)] + ["/4:d_bias@rank%d" % k for k in range(3)])
+assert names == want, names
+P
+echo "{\"data\": {\"dump\": \"d/p/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/p.json"
+expect_exit 1 "qatdump under FSDP1, rank 1's gradient doubled: vjp" "$QATCHECK" vjp --case "$T/p.json" --json "$T/p.r.json"
+"$PY" - "$T/p.r.json" <<'P' && ok "qatdump under FSDP1, planted: only /0:d_weight@rank1 fails, named twice the reference" || bad "qatdump under FSDP1, planted: wrong checks or diagnosis"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = [c for c in r["checks"] if c["verdict"] == "fail"]
+assert [c["module"] + ":" + c["tensor"] for c in failed] == ["/0:d_weight@rank1"], [c["module"] + ":" + c["tensor"] for c in failed]
+assert "twice" in failed[0].get("diagnosis", {}).get("summary", ""), failed[0].get("diagnosis")
 P
 finish
