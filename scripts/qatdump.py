@@ -94,7 +94,7 @@ SHARD_DEFAULTS = {
     ("moe", "expert"): {"inputs/x": 0, "inputs/topk_weights": 0, "saved/topk_weights": 0, "saved/topk_ids": 0,
                         "params/w1": 0, "params/w2": 0, "outputs/y": 0, "grad_out/dy": 0},
 }
-PARALLEL_KINDS = ("tp_column", "tp_row", "vocab", "expert", "sequence", "fsdp_flat")
+PARALLEL_KINDS = ("tp_column", "tp_row", "vocab", "expert", "sequence", "fsdp_flat", "fsdp")
 GRAD_REDUCE = ("sum", "mean")
 
 
@@ -205,6 +205,38 @@ def _fsdp1_params(model):
     return out
 
 
+def _fsdp2_params(model, world):
+    """The parameters FSDP2 (fully_shard) shards: {id(module): (reduce,
+    [param names])} for every module owning some, reduce "mean" (FSDP2's
+    default, or a gradient divide factor equal to the world size) or "sum"
+    (a factor of 1). Their pieces are read after the backward (write()):
+    the forward sees the unsharded compute copies. A param group qatdump
+    cannot read raises QatDumpError."""
+    out = {}
+    for w in model.modules():
+        if not any(c.__name__ == "FSDPModule" for c in type(w).__mro__):
+            continue
+        try:
+            pg = w._get_fsdp_state()._fsdp_param_group
+            if pg is None:
+                continue
+            factor = getattr(pg, "gradient_divide_factor", None)
+            owned = [(fp._module_info.module, fp._module_info.param_name) for fp in pg.fsdp_params]
+        except AttributeError as e:
+            raise QatDumpError("cannot read FSDP2's parameter groups in torch %s (%s): dump from an unsharded run"
+                               % (torch.__version__, e)) from e
+        if factor is None or abs(float(factor) - world) < 1e-9 * world:
+            reduce = "mean"
+        elif abs(float(factor) - 1) < 1e-9:
+            reduce = "sum"
+        else:
+            raise QatDumpError("an FSDP2 module divides gradients by %g over %d ranks: neither a mean nor a sum"
+                               % (float(factor), world))
+        for mod, pn in owned:
+            out.setdefault(id(mod), (reduce, []))[1].append(pn)
+    return out
+
+
 def _fsdp1_reduce(w, world):
     """How FSDP1 wrapper w reduces gradients over the ranks: "mean" (its
     default: pre- and post-divide factors whose product is the world size)
@@ -244,6 +276,7 @@ class _Record:
         self.not_captured = []  # what was seen but not recorded, in words
         self.restore = None     # undoes the forward wrapper
         self.fsdp1 = None       # (flat_param, wrapper, {param: (offset, numel, shape)}) under FSDP1
+        self.fsdp2 = None       # (reduce, [param names]) under FSDP2
 
 
 class Dumper:
@@ -263,6 +296,7 @@ class Dumper:
         self._handles = []
         self._fsdp = _fsdp_managed(model)
         self._fsdp1 = _fsdp1_params(model)  # FSDP1 FlatParameters: read whole and cut per tensor in write()
+        self._fsdp2 = _fsdp2_params(model, world_size or 1) if self._fsdp else {}  # FSDP2: Shard(0) pieces in write()
         owners = {}
         for mname, m in model.named_modules():
             for pn, p in m._parameters.items():
@@ -276,6 +310,7 @@ class Dumper:
             self._guard_params(mname, m)
             rec = _Record(mname, cls)
             rec.fsdp1 = self._fsdp1.get(id(m))
+            rec.fsdp2 = self._fsdp2.get(id(m))
             self.records[mname] = rec
             self._handles.append(m.register_forward_pre_hook(self._pre_hook(rec)))
             self._handles.append(m.register_forward_hook(self._post_hook(rec)))
@@ -406,8 +441,8 @@ class Dumper:
             rec.calls += 1
             if rec.calls > 1:
                 return None  # reported in write(): parameter gradients sum over calls
-            if id(m) in self._fsdp1:
-                return None  # FSDP1's unsharded views: the parameters come from the FlatParameter in write()
+            if id(m) in self._fsdp1 or id(m) in self._fsdp2:
+                return None  # FSDP's unsharded compute copies: the sharded parameters are read in write()
             for pn, p in m._parameters.items():
                 if p is None:
                     continue
@@ -479,6 +514,7 @@ class Dumper:
                                    "and world_size= to attach()" % path)
             path = path.replace("{rank}", str(self.rank))
         self._fsdp1_collect()
+        self._fsdp2_collect()
         for rec in self.records.values():
             if rec.calls == 0:
                 raise QatDumpError("module '%s' did not run in this step: run one forward and backward "
@@ -559,6 +595,33 @@ class Dumper:
                                            "write()" % rec.name)
                     rec.param_grads[pn] = [piece(fullg)]
 
+    def _fsdp2_collect(self):
+        """The pieces of FSDP2-sharded parameters and of their gradients:
+        after the backward each is a DTensor sharded along dimension 0
+        (torch.chunk's pieces: the last ones may be shorter), this rank's
+        local piece written with shard_dim 0."""
+        if not self._fsdp2:
+            return
+        mods = dict(self.model.named_modules())
+        for rec in self.records.values():
+            if rec.fsdp2 is None:
+                continue
+            m = mods[rec.name]
+            for pn in rec.fsdp2[1]:
+                p = getattr(m, pn)
+                pl = tuple(getattr(p, "placements", ()))
+                if not _is_dtensor(p) or len(pl) != 1 or type(pl[0]).__name__ != "Shard" or pl[0].dim != 0:
+                    raise QatDumpError("module '%s': FSDP2 parameter '%s' is %s after the backward: expected a DTensor "
+                                       "sharded along dimension 0 on a 1-D mesh (HSDP and other placements are not "
+                                       "supported)" % (rec.name, pn, pl or type(p).__name__))
+                rec.params[pn] = (p.to_local().detach().clone(), not p.requires_grad)
+                if p.requires_grad:
+                    if p.grad is None:
+                        raise QatDumpError("module '%s': FSDP2 parameter '%s' has no gradient: run backward before "
+                                           "write()" % (rec.name, pn))
+                    g = p.grad.to_local() if _is_dtensor(p.grad) else p.grad
+                    rec.param_grads[pn] = [g.detach().clone()]
+
     def _write_module(self, f, rec):
         m = dict(self.model.named_modules())[rec.name]
         gpath = self.prefix + (_clean_name(rec.name) or "root")
@@ -605,12 +668,18 @@ class Dumper:
         kind = getattr(m, "qatcheck_parallel", None)
         shard = dict(getattr(m, "qatcheck_shard", None) or {})
         reduce = getattr(m, "qatcheck_grad_reduce", None)
-        if rec.fsdp1 is not None:  # FSDP1: its flat pieces, its reduction, the tokens data-parallel
-            fp, w, params = rec.fsdp1
-            kind = kind or "fsdp_flat"
-            reduce = reduce or _fsdp1_reduce(w, self.world_size)
-            for pn, (_, _, shape) in params.items():
-                shard.setdefault("params/" + pn, ("fsdp_flat", shape))
+        if rec.fsdp1 is not None or rec.fsdp2 is not None:  # FSDP: its pieces, its reduction, data-parallel tokens
+            if rec.fsdp1 is not None:
+                fp, w, params = rec.fsdp1
+                kind = kind or "fsdp_flat"
+                reduce = reduce or _fsdp1_reduce(w, self.world_size)
+                for pn, (_, _, shape) in params.items():
+                    shard.setdefault("params/" + pn, ("fsdp_flat", shape))
+            else:
+                kind = kind or "fsdp"
+                reduce = reduce or rec.fsdp2[0]
+                for pn in rec.fsdp2[1]:
+                    shard.setdefault("params/" + pn, 0)
             if (rec.cls, kind) not in SHARD_DEFAULTS:
                 for role in ("inputs", "outputs", "grad_out"):
                     for name in (g[role] if role in g else {}):

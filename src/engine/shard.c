@@ -209,7 +209,7 @@ static int judge_rank(qc_audit *a, const qc_registry_row *row, qc_module *w, qc_
     int d = -1, flat = 0;
     int64_t off[256], len[256], L = 0;
     if (role && (rc = qc_shard_split(rf, W, w->path, role, base, &d, &flat, &L, off, len))) break;
-    if (flat && len[r] == 0) continue; /* a piece of padding only: nothing to judge */
+    if ((flat || d >= 0) && len[r] == 0) continue; /* a piece of padding only, or none: nothing to judge */
     qc_tensor want, gt;
     memset(&want, 0, sizeof want);
     memset(&gt, 0, sizeof gt);
@@ -284,10 +284,12 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc
     if (!rc && (rc = qc_vjp_select_dy(&rf[r].m, cs, qc_dump_path(rf[r].d)))) break;
   }
   if (rc) goto done;
+  char bar[sizeof kind + 2];
   if (qc_dump_get_attr(rf[0].d, e->path, "parallel", kind, sizeof kind) == QC_OK &&
-      !strstr("|tp_column|tp_row|vocab|expert|sequence|fsdp_flat|", kind)) { /* the kinds docs/interfaces.md describes */
-    rc = qc_err("dump '%s': module '%s': attribute parallel '%s': expected tp_column, tp_row, vocab, expert, sequence or "
-                "fsdp_flat",
+      (snprintf(bar, sizeof bar, "|%s|", kind), !strstr("|tp_column|tp_row|vocab|expert|sequence|fsdp_flat|fsdp|", bar))) {
+    /* the kinds docs/interfaces.md describes */
+    rc = qc_err("dump '%s': module '%s': attribute parallel '%s': expected tp_column, tp_row, vocab, expert, sequence, "
+                "fsdp_flat or fsdp",
                 qc_dump_path(rf[0].d), e->path, kind);
     goto done;
   }

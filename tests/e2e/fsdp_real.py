@@ -90,13 +90,41 @@ def worker(rank, out, port):
             gg = g.require_group("grads/dy")
             qatdump.write_tensor(gg, "d_x", seen[name + "/d_x"])
             qatdump.write_tensor(gg, "d_weight", fp.grad.detach())
+    fsdp2(rank, out)
     dist.barrier()
     dist.destroy_process_group()
 
 
+def fsdp2(rank, out):
+    """The same kind of step under FSDP2 (fully_shard on a CPU mesh): each
+    parameter a DTensor sharded along dimension 0 (torch.chunk's uneven
+    pieces), dumped by qatdump into OUTDIR/f2/ and, after rank 2's first
+    weight gradient was doubled (planted), into OUTDIR/f2p/."""
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        return  # torch < 2.4: no FSDP2 (the shell script says so)
+    mesh = init_device_mesh("cpu", (WORLD,))
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(H, F), torch.nn.Linear(F, 7, bias=False)  # rows 11 and 7: pieces 3,3,3,2 and 2,2,2,1
+    model = torch.nn.Sequential(a, torch.nn.ReLU(), b)
+    fully_shard(a, mesh=mesh)
+    fully_shard(b, mesh=mesh)
+    dumper = qatdump.attach(model)
+    torch.manual_seed(2000 + rank)
+    y = model(torch.randn(T, H))
+    (y.square().sum() * 0.5 + y.sum()).backward()
+    dumper.write(os.path.join(out, "f2", "step.rank{rank}.h5"))
+    if rank == 2:
+        a.weight.grad.to_local().mul_(2)
+    dumper.write(os.path.join(out, "f2p", "step.rank{rank}.h5"))
+    dumper.detach()
+
+
 if __name__ == "__main__":
     out = sys.argv[1]
-    for d in ("", "q", "p"):
+    for d in ("", "q", "p", "f2", "f2p"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
     mp.spawn(worker, args=(out, 29600 + os.getpid() % 1000), nprocs=WORLD, join=True)
     print("fsdp_real: wrote %d rank files to %s (torch %s)" % (WORLD, out, torch.__version__))

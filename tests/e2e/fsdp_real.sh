@@ -8,7 +8,8 @@
 # are. The same step dumped by scripts/qatdump.py (its FSDP1 path) gives
 # FSDP's pieces byte for byte and passes (a weight and bias sharing one
 # FlatParameter cut per tensor); a doubled gradient on rank 1
-# fails on that rank alone. Skips (77) where torch cannot run FSDP1 on the CPU (Debian's torch
+# fails on that rank alone; likewise under FSDP2 (fully_shard: DTensor
+# pieces along dimension 0, uneven). Skips (77) where torch cannot run FSDP1 on the CPU (Debian's torch
 # 1.13 under Python 3.11); the GPU machine's torch runs it
 # (scripts/gpu-verify.sh fsdp_real).
 . "$(dirname "$0")/lib.inc"
@@ -73,4 +74,31 @@ failed = [c for c in r["checks"] if c["verdict"] == "fail"]
 assert [c["module"] + ":" + c["tensor"] for c in failed] == ["/0:d_weight@rank1"], [c["module"] + ":" + c["tensor"] for c in failed]
 assert "twice" in failed[0].get("diagnosis", {}).get("summary", ""), failed[0].get("diagnosis")
 P
+# FSDP2 (fully_shard): Shard(0) DTensor pieces of uneven length, dumped by
+# qatdump after the backward (the forward saw the unsharded copies)
+if [ -f "$T/d/f2/step.rank0.h5" ]; then
+  "$PY" - "$T/d/f2" <<'P' && ok "qatdump under FSDP2: parallel fsdp, grad_reduce mean, Shard(0) pieces of 3,3,3,2 and 2,2,2,1 rows" || bad "qatdump under FSDP2: attributes or pieces"
+import sys, h5py
+for r, (na, nb) in enumerate(((3, 2), (3, 2), (3, 2), (2, 1))):
+    f = h5py.File("%s/step.rank%d.h5" % (sys.argv[1], r), "r")
+    for g, n in (("0", na), ("2", nb)):
+        assert f[g].attrs["parallel"] == "fsdp" and f[g].attrs["grad_reduce"] == "mean", dict(f[g].attrs)
+        w = f[g]["params/weight"]
+        assert w.shape[0] == n and w.attrs["shard_dim"] == 0 and f[g]["grads/dy/d_weight"].shape == w.shape, (r, g, w.shape)
+    assert f["0/params/bias"].shape == (na,)
+P
+  echo "{\"data\": {\"dump\": \"d/f2/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/f2.json"
+  expect_exit 0 "qatdump under FSDP2: vjp" "$QATCHECK" vjp --case "$T/f2.json" --json "$T/f2.r.json"
+  echo "{\"data\": {\"dump\": \"d/f2p/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/f2p.json"
+  expect_exit 1 "qatdump under FSDP2, rank 2's gradient doubled: vjp" "$QATCHECK" vjp --case "$T/f2p.json" --json "$T/f2p.r.json"
+  "$PY" - "$T/f2p.r.json" <<'P' && ok "qatdump under FSDP2, planted: only /0:d_weight@rank2 fails, named twice the reference" || bad "qatdump under FSDP2, planted: wrong checks or diagnosis"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = [c for c in r["checks"] if c["verdict"] == "fail"]
+assert [c["module"] + ":" + c["tensor"] for c in failed] == ["/0:d_weight@rank2"], [c["module"] + ":" + c["tensor"] for c in failed]
+assert "twice" in failed[0].get("diagnosis", {}).get("summary", ""), failed[0].get("diagnosis")
+P
+else
+  echo "skip: FSDP2 part (this torch has no fully_shard)"
+fi
 finish

@@ -90,6 +90,9 @@ with h5py.File(sys.argv[1], "r+") as f:
     del f["row/params/weight"].attrs["shard_dim"]
 P
 refuse "a split tensor without shard_dim" "no shard_dim: a tensor without it must be the same on every rank\|rank 0's is" "undecl/step.rank*.h5"
+mkdir "$T/kind" && cp "$T"/sh/ok/step.rank*.h5 "$T/kind/"
+"$PY" -c "import h5py, sys; h5py.File(sys.argv[1], 'r+')['col'].attrs['parallel'] = 'tp'" "$T/kind/step.rank0.h5"
+refuse "a parallel kind that is only part of a known one" "attribute parallel 'tp': expected" "kind/step.rank*.h5"
 # flat pieces: a piece of the wrong length, non-zero padding in a
 # parameter, ranks disagreeing on the whole shape
 flat_bad() { # flat_bad DIR RANK PYTHON-ON-f
@@ -108,6 +111,36 @@ flat_bad fshape 1 'f["fsdp/params/weight"].attrs["shard_flat"] = "[11, 13]"'
 refuse "ranks disagreeing on shard_flat" "fshape/step.rank1.h5.*shard_flat \[11, 13\] where rank 0's is \[13, 11\]" "fshape/step.rank*.h5"
 flat_bad fred 0 'f["fsdp"].attrs["grad_reduce"] = "avg"'
 refuse "an unknown grad_reduce" "fred/step.rank0.h5.*module '/fsdp': attribute grad_reduce 'avg': expected sum or mean" "fred/step.rank*.h5"
+# ---- an FSDP2-style piece of no rows (a weight of 3 rows cut 3 and 0, as
+# torch.chunk leaves the last ranks none): that rank's d_weight has no check,
+# the rest is judged; a wrong d_weight on rank 0 still fails
+mkdir "$T/empty"
+"$PY" - "$T/empty" <<'P'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(0)
+x = [rng.standard_normal((2, 3)) for _ in range(2)]; dy = [rng.standard_normal((2, 3)) for _ in range(2)]
+w = rng.standard_normal((3, 3)); gw = (np.concatenate(dy).T @ np.concatenate(x)) / 2
+for bad in (0, 1):
+    for r, (a, b) in enumerate(((0, 3), (3, 3))):
+        with h5py.File("%s/%s.rank%d.h5" % (sys.argv[1], "bad" if bad else "ok", r), "w") as f:
+            f.attrs["qatcheck_dump"], f.attrs["rank"], f.attrs["world_size"] = 1, r, 2
+            g = f.create_group("fc"); g.attrs["class"], g.attrs["parallel"], g.attrs["grad_reduce"] = "linear", "fsdp", "mean"
+            for ds, v in (("inputs/x", x[r]), ("grad_out/dy", dy[r]), ("params/weight", w[a:b])):
+                g[ds] = v; g[ds].attrs["shard_dim"] = 0
+            g["grads/dy/d_x"] = dy[r] @ w
+            g["grads/dy/d_weight"] = gw[a:b] * (1.5 if bad else 1)
+P
+for m in ok bad; do
+  echo "{\"data\": {\"dump\": \"empty/$m.rank*.h5\"}, \"candidate\": \"dump\", \"tolerances\": {\"d_x\": {\"rel_l2\": 1e-9, \"reasoning\": \"float64\"}, \"d_weight\": {\"rel_l2\": 1e-9, \"reasoning\": \"float64\"}}}" >"$T/e$m.json"
+done
+expect_exit 0 "an empty piece: vjp" "$QATCHECK" vjp --case "$T/eok.json" --json "$T/eok.r.json"
+expect_exit 1 "an empty piece, rank 0's d_weight x1.5: vjp" "$QATCHECK" vjp --case "$T/ebad.json" --json "$T/ebad.r.json"
+"$PY" - "$T/eok.r.json" "$T/ebad.r.json" <<'P' && ok "an empty piece: no check for it, the other pieces judged" || bad "an empty piece: wrong checks"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert sorted(c["tensor"] for c in a["checks"]) == ["d_weight@rank0", "d_x@rank0", "d_x@rank1"], [c["tensor"] for c in a["checks"]]
+assert [c["tensor"] for c in b["checks"] if c["verdict"] == "fail"] == ["d_weight@rank0"]
+P
 # ---- mpirun -np 4: the same report; a bad file of the module rank 2 audits
 if command -v mpirun >/dev/null 2>&1 && "$QATCHECK" vjp --help 2>/dev/null | grep -q . ; then
   MPIRUN="mpirun --oversubscribe -np 4"; [ "$(id -u)" = 0 ] && MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 4"
