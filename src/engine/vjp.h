@@ -39,6 +39,19 @@ int qc_vjp_sharded(qc_audit *a, const qc_case *cs, const char *profile, long lon
  * module groups, in order) go round robin to the ranks: *owner (malloc'd,
  * n entries) gets unit i's rank, i mod size; all 0 in one process. */
 int qc_vjp_units(int n, int **owner);
+/* The same when split[u] = 1 marks units every rank runs together (split
+ * NULL: none): those get owner -1, the others go round robin among
+ * themselves (a pure function of the plan, as before). */
+int qc_vjp_units_split(int n, const char *split, int **owner);
+
+/* ---- one module split across the ranks (split.c; docs/distributed.md) ---------- */
+/* 1 when the case's "split" regex matches module path `path`. */
+int qc_split_wanted(const qc_case *cs, const char *path);
+/* Audit module m, unit `unit` of the case, together with every rank, each
+ * on its slice of the class's split dimension (collective; the checks go
+ * to a->res on rank 0 only). QC_OK, a failed check being a result; an
+ * error of any rank is every rank's (the agreement of dist.h). */
+int qc_split_audit(qc_audit *a, const qc_module *m, long long unit);
 /* After the ranks ran their units (rc their status, at the unit a rank
  * failed on): the agreement (an error of any rank, named by rank, on every
  * rank), then every rank's checks and module facts to rank 0, in unit
