@@ -182,7 +182,7 @@ int qc_split_audit(qc_audit *a, const qc_module *m, long long unit) {
                 m->path, m->cls->name);
     qc_hint("the classes that split are those whose documentation names a split dimension (docs/distributed.md)");
   }
-  if (!rc) rc = sp->size(m, &len, &align);
+  if (!rc) rc = sp->size(m, W, &len, &align);
   if (!rc) {
     lo = slice_at(len, align, R, W);
     hi = slice_at(len, align, R + 1, W);

@@ -197,8 +197,9 @@ typedef struct qc_split_block {
 typedef struct qc_split {
   const char *dim;             /* the split dimension in words: "N (output features)" */
   /* The split dimension's length and the slices' alignment (a slice starts
-   * at a multiple of it); QC_EINPUT naming why when m cannot be split. */
-  int (*size)(const qc_module *m, int64_t *len, int64_t *align);
+   * at a multiple of it) over `ranks` ranks; QC_EINPUT naming why when m
+   * cannot be split. */
+  int (*size)(const qc_module *m, int ranks, int64_t *len, int64_t *align);
   /* part = m restricted to [lo, hi): the sliced tensors of inputs, params,
    * grad_out and the candidates (m->cand), owned by part (qc_module_free);
    * path, class and contract copied. */

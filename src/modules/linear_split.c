@@ -21,7 +21,8 @@
 
 /* N, and the alignment the weight format needs; QC_EINPUT when the split
  * would change the arithmetic. */
-static int linear_split_size(const qc_module *m, int64_t *len, int64_t *align) {
+static int linear_split_size(const qc_module *m, int ranks, int64_t *len, int64_t *align) {
+  (void)ranks;
   const qc_tensor *w = qc_tset_get(&m->params, "weight");
   if (!w || w->ndim != 2) return qc_err("%s: params/weight must be [N, K] to split along N", m->path);
   const char *f = qc_contract_str(&m->contract, "weight_format", "none");
