@@ -45,6 +45,7 @@ int qc_split_wanted(const qc_case *cs, const char *path) {
 typedef struct split_run {
   const qc_backend *be;
   long long unit;          /* the unit's index: what a failure is reported against */
+  int ndev, nhost;         /* all-reduces through the device's collectives, through the host */
 } split_run;
 
 /* The group's all-reduce (qc_group.allreduce): an agreement, then the
@@ -52,11 +53,15 @@ typedef struct split_run {
  * through a device buffer and reduced by the backend (NCCL); else on the
  * host through MPI, fixed order. */
 static int group_reduce(const qc_group *g, void *buf, int64_t n, qc_dtype dt, qc_redop op) {
-  const split_run *s = g->arg;
+  split_run *s = (split_run *)g->arg;
   const qc_backend *be = s->be;
   int rc = qc_dist_agree(QC_OK, s->unit);
   if (rc) return rc;
-  if (be->host_memory || !be->coll_ready || !be->coll_ready(be)) return qc_dist_allreduce_op(qc_backend_cpu(), buf, n, dt, op);
+  if (be->host_memory || !be->coll_ready || !be->coll_ready(be)) {
+    s->nhost++;
+    return qc_dist_allreduce_op(qc_backend_cpu(), buf, n, dt, op);
+  }
+  s->ndev++;
   size_t bytes = (size_t)n * qc_dtype_size(dt);
   void *d = NULL;
   if (!(rc = be->buf_alloc(be, bytes, "split all-reduce", &d)) && !(rc = be->upload(be, d, buf, bytes)) &&
@@ -192,7 +197,7 @@ int qc_split_audit(qc_audit *a, const qc_module *m, long long unit) {
   }
   if (!rc && !(rc = sp->slice(m, lo, hi, &part))) sliced = 1;
   if ((rc = qc_dist_agree(rc, unit))) goto done; /* every rank is here, with its slice */
-  split_run run = {a->ctx->be, unit};
+  split_run run = {a->ctx->be, unit, 0, 0};
   qc_group grp = {.rank = R, .size = W, .lo = lo, .hi = hi, .len = len, .allreduce = group_reduce, .arg = &run};
   qc_ctx ctx = *a->ctx;
   ctx.group = &grp;
@@ -238,6 +243,9 @@ int qc_split_audit(qc_audit *a, const qc_module *m, long long unit) {
     qc_tset_free(&ref);
     qc_tset_free(&cand);
   }
+  if (!rc && qc_verbose && R == 0)
+    fprintf(stderr, "qatcheck: %s: split over %d rank(s): %d all-reduce(s) through NCCL on %s, %d through the host\n", m->path, W,
+            run.ndev, a->ctx->be->name, run.nhost);
 done:
   if (rc >= QC_EINPUT && !qc_dist_failed()) rc = qc_dist_agree(rc, unit); /* meet the others at their next agreement */
   if (sliced) qc_module_free(&part);
