@@ -211,6 +211,10 @@ typedef struct qc_split {
   int (*place)(const qc_module *m, const char *grad, int64_t lo, int64_t hi, qc_split_block *b, int *partial);
   int whole_reference;         /* 1: the reference needs the whole module (a softmax over the split
                                   dimension); it runs whole on every rank, which takes its block */
+  /* Optional: device memory the unsplit audit of m needs (its inputs and
+   * params may be shapes without data), for the automatic split; NULL:
+   * never split automatically. */
+  size_t (*device_bytes)(const qc_module *m);
 } qc_split;
 
 typedef struct qc_class {

@@ -11,10 +11,15 @@
  * MX and NVFP4-style 1 x k blocks along K, 128 x 128 blocks when slices
  * start at multiples of 128. A per-tensor scale (fp8_tensor, nvfp4's global
  * scale) or a stochastic rounding stream over the whole weight would
- * differ: such a module is refused (exit 2), not split wrongly. */
+ * differ: such a module is refused (exit 2), not split wrongly.
+ *
+ * Under several ranks on a device, a linear whose fused audit
+ * (qc_linear_audit_bytes) does not fit a rank's free device memory is
+ * split without being asked (engine/vjp.c). */
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/qc.h"
 #include "model/module.h"
 #include "modules/mod_util.h"
@@ -28,7 +33,8 @@ static int linear_split_size(const qc_module *m, int ranks, int64_t *len, int64_
   const char *f = qc_contract_str(&m->contract, "weight_format", "none");
   int master = strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0;
   if (!master && (strcmp(f, "fp8_tensor") == 0 || strcmp(f, "nvfp4") == 0)) {
-    qc_hint("a split module quantizes each rank's rows itself; run this module unsplit (drop it from the case's 'split')");
+    qc_hint("a split module quantizes each rank's rows itself; run this module unsplit (leave it out of the case's 'split'; split "
+            "because it does not fit the device: on a device with more free memory)");
     return qc_err("%s: weight_format %s has a per-tensor scale: splitting the weight along N would change it", m->path, f);
   }
   if (!master && strcmp(f, "none") != 0 && qc_contract_get(&m->contract, "rounding") &&
@@ -85,10 +91,19 @@ static int linear_split_place(const qc_module *m, const char *grad, int64_t lo, 
   return qc_err("%s: class linear has no gradient '%s' to split", m->path, grad);
 }
 
+/* The fused audit's device memory for m (shapes suffice). */
+static size_t linear_split_bytes(const qc_module *m) {
+  const qc_tensor *x = qc_tset_get(&m->inputs, "x"), *w = qc_tset_get(&m->params, "weight");
+  if (!x || !w || w->ndim != 2 || x->ndim < 1 || w->shape[1] < 1) return 0;
+  const int64_t K = w->shape[1];
+  return qc_linear_audit_bytes(qc_numel(x) / K, K, w->shape[0]);
+}
+
 const qc_split qc_linear_split = {
     .dim = "N (output features)",
     .size = linear_split_size,
     .slice = linear_split_slice,
     .place = linear_split_place,
     .whole_reference = 0,
+    .device_bytes = linear_split_bytes,
 };
