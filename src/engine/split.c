@@ -31,6 +31,7 @@
 #include "core/qc.h"
 #include "dist/dist.h"
 #include "engine/vjp.h"
+#include "io/dump.h"
 #include "numerics/decode.h"
 
 int qc_split_wanted(const qc_case *cs, const char *path) {
@@ -132,22 +133,21 @@ static int check_one(qc_audit *a, const qc_module *m, const qc_tensor *dy, const
   qc_check_init(k, m, dy->name, r->name, b->ndim, b->shape, t);
   const qc_tensor *g = qc_tset_get(c, r->name);
   const int64_t want = (b->r1 - b->r0) * (b->c1 - b->c0);
+  /* what is wrong with this rank's piece (0: nothing), taken as the worst of any rank's: every rank then
+   * goes on to the collective combine, or none does */
+  double bad = !g ? 3 : !qc_dtype_is_float(g->dtype) || g->dtype == QC_E2M1X2 ? 2
+                   : qc_numel(g) != (partial ? b->rows * b->cols : want) || qc_numel(r) != qc_numel(g) ? 1 : 0;
+  int rc = grp->allreduce(grp, &bad, 1, QC_F64, QC_RED_MAX);
+  if (rc) return rc;
   if (g) snprintf(k->cand_dtype, sizeof k->cand_dtype, "%s", qc_dtype_name(g->dtype));
-  if (!g) {
+  if (bad > 0) {
+    char s1[96] = "";
     k->verdict = QC_V_FAIL;
-    snprintf(k->why, sizeof k->why, "missing");
-    return QC_OK;
-  }
-  if (!qc_dtype_is_float(g->dtype) || g->dtype == QC_E2M1X2) {
-    k->verdict = QC_V_FAIL;
-    snprintf(k->why, sizeof k->why, "candidate has element type %s: expected a float gradient", qc_dtype_name(g->dtype));
-    return QC_OK;
-  }
-  if (qc_numel(g) != (partial ? b->rows * b->cols : want) || qc_numel(r) != qc_numel(g)) {
-    char s1[96];
-    k->verdict = QC_V_FAIL;
-    snprintf(k->why, sizeof k->why, "shape mismatch: candidate %s (split rank %d's piece)", qc_shape_str(g->ndim, g->shape, s1, sizeof s1),
-             grp->rank);
+    if (g) qc_shape_str(g->ndim, g->shape, s1, sizeof s1);
+    if (bad == 3) snprintf(k->why, sizeof k->why, "missing%s", g ? " on a rank" : "");
+    else if (bad == 2) snprintf(k->why, sizeof k->why, "candidate has element type %s: expected a float gradient", k->cand_dtype);
+    else snprintf(k->why, sizeof k->why, "shape mismatch: the candidate's piece %s on rank %d, expected %lld elements%s", s1,
+                  grp->rank, (long long)(partial ? b->rows * b->cols : want), g && qc_numel(g) == (partial ? b->rows * b->cols : want) ? " (another rank's differs)" : "");
     return QC_OK;
   }
   qc_split_block blk = *b;
@@ -164,7 +164,7 @@ static int check_one(qc_audit *a, const qc_module *m, const qc_tensor *dy, const
     gv.shape[0] = (blk.r1 - blk.r0) * b->cols;
     gv.nbytes = (size_t)gv.shape[0] * qc_dtype_size(g->dtype);
   }
-  int rc = combine(grp, &gv, rp, &blk, t, k);
+  rc = combine(grp, &gv, rp, &blk, t, k);
   if (!rc) rc = qc_audit_judge(m, dy, t, k);
   return rc;
 }
@@ -250,5 +250,69 @@ done:
   if (rc >= QC_EINPUT && !qc_dist_failed()) rc = qc_dist_agree(rc, unit); /* meet the others at their next agreement */
   if (sliced) qc_module_free(&part);
   if (rc) a->res->n = first > a->res->n ? a->res->n : first;
+  return rc;
+}
+
+/* ---- the automatic split ---------------------------------------------------- */
+
+/* The shapes (no data) of m's inputs/ and params/ in dump group `path`. */
+static int shapes_of(qc_dump *d, const char *path, qc_module *m) {
+  static const char *const roles[2] = {"inputs", "params"};
+  int rc = QC_OK;
+  for (int r = 0; r < 2 && !rc; r++) {
+    char grp[QC_PATHLEN + 16], ds[QC_PATHLEN + QC_NAMELEN + 16];
+    char (*names)[QC_NAMELEN] = NULL;
+    int n = 0;
+    snprintf(grp, sizeof grp, "%s/%s", path, roles[r]);
+    rc = qc_dump_list(d, grp, &names, &n);
+    for (int j = 0; !rc && j < n; j++) {
+      qc_tensor t;
+      snprintf(ds, sizeof ds, "%s/%s", grp, names[j]);
+      if (!(rc = qc_dump_info(d, ds, &t))) rc = qc_tset_add(r ? &m->params : &m->inputs, &t);
+    }
+    free(names);
+  }
+  return rc;
+}
+
+/* The automatic split (vjp.h). */
+int qc_split_auto(const qc_audit *a, qc_dump *d, const qc_dump_entry *ents, int n, char *split) {
+  const qc_backend *be = a->ctx->be;
+  const char *env = getenv("QATCHECK_MEM_FREE");
+  size_t fr = 0;
+  int rc = QC_OK;
+  if (qc_dist_size() < 2 || (!env && (be->host_memory || !be->mem_free))) return QC_OK;
+  if (env) {
+    char *end;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (end == env || *end) return qc_err("QATCHECK_MEM_FREE='%s': expected a number of bytes", env);
+    fr = (size_t)v;
+  } else if ((rc = be->mem_free(be, &fr))) {
+    return rc;
+  }
+  double *big = qc_calloc((size_t)n + 1, sizeof *big, "automatic split");
+  size_t *need = qc_calloc((size_t)n + 1, sizeof *need, "automatic split");
+  if (!big || !need) rc = QC_ESYS;
+  for (int i = 0; !rc && i < n; i++) {
+    const qc_registry_row *row = qc_registry_find(ents[i].cls);
+    const qc_split *sp = row ? row->cls->split : NULL;
+    if (split[i] || !sp || !sp->device_bytes) continue;
+    qc_module m;
+    memset(&m, 0, sizeof m);
+    m.cls = row->cls;
+    if (!(rc = shapes_of(d, ents[i].path, &m))) need[i] = sp->device_bytes(&m);
+    big[i] = need[i] > fr;
+    qc_module_free(&m);
+  }
+  if (!(rc = qc_dist_agree(rc, -1))) rc = qc_dist_allreduce_op(qc_backend_cpu(), big, n, QC_F64, QC_RED_MAX); /* any rank's */
+  for (int i = 0; !rc && i < n; i++) {
+    if (!big[i] || split[i]) continue;
+    split[i] = 1;
+    if (qc_verbose && qc_dist_rank() == 0)
+      fprintf(stderr, "qatcheck: %s: its audit needs %.2f GiB of device memory, more than a rank has free (%.2f GiB here): "
+                      "split across the %d ranks\n", ents[i].path, need[i] / 1073741824.0, fr / 1073741824.0, qc_dist_size());
+  }
+  free(big);
+  free(need);
   return rc;
 }

@@ -344,73 +344,6 @@ static int load_entry(void *arg, int item, int k) {
   return rc;
 }
 
-/* The shapes (no data) of m's inputs/ and params/ in dump group `path`. */
-static int shapes_of(qc_dump *d, const char *path, qc_module *m) {
-  static const char *const roles[2] = {"inputs", "params"};
-  int rc = QC_OK;
-  for (int r = 0; r < 2 && !rc; r++) {
-    char grp[QC_PATHLEN + 16], ds[QC_PATHLEN + QC_NAMELEN + 16];
-    char (*names)[QC_NAMELEN] = NULL;
-    int n = 0;
-    snprintf(grp, sizeof grp, "%s/%s", path, roles[r]);
-    rc = qc_dump_list(d, grp, &names, &n);
-    for (int j = 0; !rc && j < n; j++) {
-      qc_tensor t;
-      snprintf(ds, sizeof ds, "%s/%s", grp, names[j]);
-      if (!(rc = qc_dump_info(d, ds, &t))) rc = qc_tset_add(r ? &m->params : &m->inputs, &t);
-    }
-    free(names);
-  }
-  return rc;
-}
-
-/* The automatic split (docs/distributed.md): under several ranks on a
- * device, a module whose class splits and whose unsplit audit needs more
- * device memory than some rank has free (QATCHECK_MEM_FREE=<bytes>
- * pretends a free memory, on any backend: for tests) is run split, as if
- * the case's "split" named it. Decided from the dump's shapes (no data
- * read) and every rank's free memory (collective: the same on every rank). */
-static int auto_split(const qc_audit *a, qc_dump *d, const qc_dump_entry *ents, int n, char *split) {
-  const qc_backend *be = a->ctx->be;
-  const char *env = getenv("QATCHECK_MEM_FREE");
-  size_t fr = 0;
-  int rc = QC_OK;
-  if (qc_dist_size() < 2 || (!env && (be->host_memory || !be->mem_free))) return QC_OK;
-  if (env) {
-    char *end;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (end == env || *end) return qc_err("QATCHECK_MEM_FREE='%s': expected a number of bytes", env);
-    fr = (size_t)v;
-  } else if ((rc = be->mem_free(be, &fr))) {
-    return rc;
-  }
-  double *big = qc_calloc((size_t)n + 1, sizeof *big, "automatic split");
-  size_t *need = qc_calloc((size_t)n + 1, sizeof *need, "automatic split");
-  if (!big || !need) rc = QC_ESYS;
-  for (int i = 0; !rc && i < n; i++) {
-    const qc_registry_row *row = qc_registry_find(ents[i].cls);
-    const qc_split *sp = row ? row->cls->split : NULL;
-    if (split[i] || !sp || !sp->device_bytes) continue;
-    qc_module m;
-    memset(&m, 0, sizeof m);
-    m.cls = row->cls;
-    if (!(rc = shapes_of(d, ents[i].path, &m))) need[i] = sp->device_bytes(&m);
-    big[i] = need[i] > fr;
-    qc_module_free(&m);
-  }
-  if (!(rc = qc_dist_agree(rc, -1))) rc = qc_dist_allreduce_op(qc_backend_cpu(), big, n, QC_F64, QC_RED_MAX); /* any rank's */
-  for (int i = 0; !rc && i < n; i++) {
-    if (!big[i] || split[i]) continue;
-    split[i] = 1;
-    if (qc_verbose && qc_dist_rank() == 0)
-      fprintf(stderr, "qatcheck: %s: its audit needs %.2f GiB of device memory, more than a rank has free (%.2f GiB here): "
-                      "split across the %d ranks\n", ents[i].path, need[i] / 1073741824.0, fr / 1073741824.0, qc_dist_size());
-  }
-  free(big);
-  free(need);
-  return rc;
-}
-
 /* Audit every matching module group of the dump, one module in memory at a
  * time plus the next one, whose read overlaps the current audit. */
 /* This rank's module groups; *nunits all of them, *at the group it failed on. */
@@ -427,6 +360,10 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   qc_progress pg;
   memset(&pf, 0, sizeof pf);
   memset(&pg, 0, sizeof pg);
+  if (qc_shard_pattern(cs->dump) && cs->has_split) {
+    qc_hint("a sharded dump is checked rank file by rank file; drop the case's 'split'");
+    return qc_err("case '%s': key 'split' with a sharded dump pattern '%s': not supported", cs->path, cs->dump);
+  }
   if (qc_shard_pattern(cs->dump)) return qc_vjp_sharded(a, cs, profile, at, nunits); /* one file per rank */
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
@@ -456,7 +393,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   if (!(split = qc_calloc((size_t)n, 1, "split units"))) { rc = QC_ESYS; goto done; }
   for (int i = 0; i < n; i++) split[i] = (char)qc_split_wanted(cs, ents[i].path);
   a->split = split;
-  if (cs->cand != QC_CAND_PLUGIN && (rc = auto_split(a, d, ents, n, split))) goto done;
+  if (cs->cand != QC_CAND_PLUGIN && (rc = qc_split_auto(a, d, ents, n, split))) goto done;
   if ((rc = qc_vjp_units_split(n, split, &gidx))) goto done;
   int nloc = 0;
   for (int i = 0; i < n; i++)

@@ -112,6 +112,9 @@ P
 (cd "$T/one" && "$QATCHECK" vjp --case "$T/whole.json" --json r.json -q); rc1=$?
 (cd "$T/split1" && "$QATCHECK" vjp --case "$T/split.json" --json r.json -q); rcs=$?
 [ $rc1 -eq 1 ] && [ $rcs -eq 1 ] && ok "one process: whole and split (world of one) both exit 1 (planted defects)" || bad "one process: exits $rc1 (whole) and $rcs (split), expected 1 and 1"
+printf '{"data": {"dump": "d.h5"}, "candidate": "dump", "split": "lm_(head", %s}\n' "$TOLS" >"$T/badre.json"
+expect_exit 2 "a split regex that does not compile is refused" "$QATCHECK" vjp --case "$T/badre.json"
+[ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "key 'split': regex 'lm_(head'" "$T/err" && ok "the refusal names the key and the regex" || bad "bad split regex: $(cat "$T/err")"
 same "$T/one/r.json" "$T/split1/r.json" && ok "split in a world of one: one process's verdicts and metrics" || bad "split in a world of one: the checks differ"
 "$PY" - "$T/split1/r.json" <<'P' && ok "the planted defects fail on their tensor, nothing else fails" || bad "the failed checks are not the planted defects"
 import json, sys

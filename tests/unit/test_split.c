@@ -1,9 +1,11 @@
 /* test_split.c: one module split across ranks (engine/split.c) without
- * MPI: the block sums of qc_mparts equal one pass over the whole; a
- * class's slices run by a fake group of W "ranks" in one process (the
- * all-reduce done by hand over the slices) give the one-process
- * production's gradients: the linear's d_x partial sums, the logprob's
- * vocab-parallel shards (bit for bit where the arithmetic is the same). */
+ * MPI: the block sums of qc_mparts equal one pass over the whole; a group
+ * of one reproduces the one-process production bit for bit; a class's
+ * slices run by a simulated group of W ranks in one process (its
+ * all-reduces done over the ranks' captured buffers, in rank order in
+ * float64, as the host all-reduce does) give the one-process production's
+ * gradients: the linear's rows and d_x from its partial sums, the
+ * logprob's vocab-parallel columns. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "core/qc.h"
 #include "core/rng.h"
 #include "numerics/decode.h"
+#include "numerics/formats.h"
 #include "numerics/metrics.h"
 
 /* A [rows, cols] (g, r) pair with a bias along r. */
@@ -117,4 +120,135 @@ Test(split, group_of_one_is_the_whole) {
   same_as_whole("linear", 3, ls, lin, 256);
   same_as_whole("logprob", 3, ps, lp1, 240);
   same_as_whole("logprob", 3, ps, lp4, 240); /* four shards of 60 on the one rank */
+}
+
+/* A simulated group of W ranks: pass p runs every rank; its all-reduce
+ * call c < p is resolved from the buffers every rank gave at call c in
+ * pass c, call c == p captures this rank's buffer, later calls are left
+ * (their results are not used: the next pass runs again). */
+typedef struct sim {
+  int pass, call;
+  float *cap[8][4];
+} sim;
+
+static int sim_reduce(const qc_group *g, void *buf, int64_t n, qc_dtype dt, qc_redop op) {
+  sim *s = (sim *)g->arg;
+  int c = s->call++;
+  cr_assert_eq(dt, QC_F32);
+  cr_assert(c < 4);
+  float *b = buf;
+  if (c == s->pass) {
+    free(s->cap[g->rank][c]);
+    s->cap[g->rank][c] = malloc((size_t)(n + 1) * sizeof(float));
+    memcpy(s->cap[g->rank][c], b, (size_t)n * sizeof(float));
+  } else if (c < s->pass) {
+    for (int64_t i = 0; i < n; i++) {
+      double acc = op == QC_RED_MAX ? -INFINITY : 0;
+      for (int r = 0; r < g->size; r++) {
+        double v = s->cap[r][c][i];
+        acc = op == QC_RED_MAX ? fmax(acc, v) : acc + v;
+      }
+      b[i] = (float)acc;
+    }
+  }
+  return QC_OK;
+}
+
+/* Module m's production run split over W simulated ranks (ncalls all-reduces
+ * each): out[r] = rank r's gradients; lo[r] its slice's start. */
+static void run_split(const qc_module *m, const qc_tensor *dy, int W, int ncalls, qc_tset *out, int64_t *lo) {
+  const qc_split *sp = m->cls->split;
+  int64_t len, align;
+  cr_assert(sp);
+  cr_assert_eq(sp->size(m, W, &len, &align), QC_OK, "%s", qc_err_msg());
+  qc_module part[8];
+  sim s;
+  memset(&s, 0, sizeof s);
+  for (int r = 0; r < W; r++) {
+    lo[r] = len * r / W / align * align;
+    int64_t hi = r + 1 < W ? len * (r + 1) / W / align * align : len;
+    cr_assert_eq(sp->slice(m, lo[r], hi, &part[r]), QC_OK, "%s", qc_err_msg());
+  }
+  for (s.pass = 0; s.pass <= ncalls; s.pass++)
+    for (int r = 0; r < W; r++) {
+      int64_t hi = r + 1 < W ? lo[r + 1] : len;
+      qc_group g = {.rank = r, .size = W, .lo = lo[r], .hi = hi, .len = len, .allreduce = sim_reduce, .arg = &s};
+      qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm", .group = &g};
+      qc_tset_free(&out[r]);
+      s.call = 0;
+      cr_assert_eq(m->cls->production(&ctx, &part[r], &part[r].grad_out.t[0], &out[r]), QC_OK, "%s", qc_err_msg());
+      cr_assert_eq(s.call, ncalls, "rank %d made %d all-reduce(s), expected %d", r, s.call, ncalls);
+    }
+  for (int r = 0; r < W; r++) {
+    qc_module_free(&part[r]);
+    for (int c = 0; c < 4; c++) free(s.cap[r][c]);
+  }
+  (void)dy;
+}
+
+/* A generated instance of cls (one random dY) with the contract settings. */
+static void make(const char *cls, int n, const int64_t *shape, const char *const *sets, qc_module *m) {
+  static const char kinds[1][QC_NAMELEN] = {"random"};
+  const qc_registry_row *row = qc_registry_find(cls);
+  memset(m, 0, sizeof *m);
+  cr_assert(row);
+  m->cls = row->cls;
+  for (int i = 0; sets && sets[i]; i++) cr_assert_eq(qc_fd_parse_set(&m->contract, sets[i]), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(qc_gen_module(row, n, shape, 9, 0, "normal", kinds, 1, m), QC_OK, "%s", qc_err_msg());
+}
+
+Test(split, linear_over_four_ranks_is_the_whole) {
+  const int64_t shape[3] = {37, 96, 250}; /* N = 250: uneven slices */
+  const char *sets[] = {NULL};
+  qc_module m;
+  make("linear", 3, shape, sets, &m);
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
+  qc_tset whole = {0}, out[4] = {{0}};
+  int64_t lo[4];
+  cr_assert_eq(m.cls->production(&ctx, &m, &m.grad_out.t[0], &whole), QC_OK);
+  run_split(&m, &m.grad_out.t[0], 4, 1, out, lo);
+  const qc_tensor *wx = qc_tset_get(&whole, "d_x"), *ww = qc_tset_get(&whole, "d_weight"), *wb = qc_tset_get(&whole, "d_bias");
+  int64_t flips = 0, n = qc_numel(wx);
+  for (int r = 0; r < 4; r++) {
+    const qc_tensor *x = qc_tset_get(&out[r], "d_x"), *w = qc_tset_get(&out[r], "d_weight"), *b = qc_tset_get(&out[r], "d_bias");
+    cr_assert(x && w && b && qc_numel(x) == n);
+    int64_t hi = r < 3 ? lo[r + 1] : 250;
+    cr_assert(memcmp(w->data, (const uint16_t *)ww->data + lo[r] * 96, (size_t)((hi - lo[r]) * 96) * 2) == 0, "rank %d: d_weight rows", r);
+    cr_assert(memcmp(b->data, (const uint16_t *)wb->data + lo[r], (size_t)(hi - lo[r]) * 2) == 0, "rank %d: d_bias", r);
+    for (int64_t i = 0; i < n; i++) { /* the all-reduced partial sums: the whole's sum up to its float32 order */
+      uint16_t a = ((const uint16_t *)wx->data)[i], c = ((const uint16_t *)x->data)[i];
+      if (a == c) continue;
+      cr_assert(abs((int)a - (int)c) == 1, "rank %d: d_x[%lld] %04x vs %04x: more than one bf16 step", r, (long long)i, a, c);
+      flips += r == 0;
+    }
+  }
+  cr_assert(flips * 100 <= n, "%lld of %lld d_x elements rounded to the other neighbour", (long long)flips, (long long)n);
+  for (int r = 0; r < 4; r++) qc_tset_free(&out[r]);
+  qc_tset_free(&whole);
+  qc_module_free(&m);
+}
+
+Test(split, logprob_over_four_ranks_is_the_whole) {
+  const int64_t shape[3] = {3, 9, 240};
+  const char *sets[] = {"vocab_shards=4", "temperature=0.9", "normalization=mean_tokens", NULL};
+  qc_module m;
+  make("logprob", 3, shape, sets, &m);
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
+  qc_tset whole = {0}, out[4] = {{0}};
+  int64_t lo[4];
+  cr_assert_eq(m.cls->production(&ctx, &m, &m.grad_out.t[0], &whole), QC_OK);
+  run_split(&m, &m.grad_out.t[0], 4, 2, out, lo); /* two all-reduces: the max, the sums */
+  const float *w = qc_tset_get(&whole, "d_logits")->data;
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < 27 * 240; i++) scale = fmax(scale, fabs(w[i]));
+  for (int r = 0; r < 4; r++) {
+    const qc_tensor *d = qc_tset_get(&out[r], "d_logits");
+    cr_assert(d && d->shape[d->ndim - 1] == 60, "rank %d: its 60 columns", r);
+    for (int64_t i = 0; i < 27; i++)
+      for (int64_t j = 0; j < 60; j++) worst = fmax(worst, fabs(((const float *)d->data)[i * 60 + j] - w[i * 240 + lo[r] + j]));
+  }
+  cr_assert(worst <= 1e-6 * scale, "d_logits differ by %g (scale %g)", worst, scale);
+  for (int r = 0; r < 4; r++) qc_tset_free(&out[r]);
+  qc_tset_free(&whole);
+  qc_module_free(&m);
 }
