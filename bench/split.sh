@@ -29,10 +29,10 @@ TOL='"tolerances": {"d_x": {"rel_l2": 5e-3, "reasoning": "bf16"}, "d_weight": {"
 printf '{"module": "linear", "dy": ["random"], "data": {"generate": {"shapes": [[%s, %s, %s]], "seed": 1}}, %s}\n' "$M" "$K" "$N" "$TOL" >"$T/whole.json"
 printf '{"module": "linear", "split": "linear", "dy": ["random"], "data": {"generate": {"shapes": [[%s, %s, %s]], "seed": 1}}, %s}\n' "$M" "$K" "$N" "$TOL" >"$T/split.json"
 now() { date +%s.%N; }
-run() { # NAME CMD...: wall seconds of CMD into $T/NAME.wall, its report in $T/NAME.json
+run() { # NAME CMD...: wall seconds of CMD into $T/NAME.wall, its report in $T/NAME.out.json
   name=$1; shift
   t0=$(now)
-  "$@" --json "$T/$name.json" -q --device "$DEVICE" >/dev/null 2>"$T/$name.err" || [ $? -le 1 ] || { cat "$T/$name.err"; exit 1; }
+  "$@" --json "$T/$name.out.json" -q --device "$DEVICE" >/dev/null 2>"$T/$name.err" || [ $? -le 1 ] || { cat "$T/$name.err"; exit 1; }
   t1=$(now)
   echo "$t0 $t1" | awk '{printf "%.3f\n", $2 - $1}' >"$T/$name.wall"
 }
@@ -45,7 +45,7 @@ t, M, K, N, R = sys.argv[1], *map(int, sys.argv[2:])
 rows = []
 for name, what in (("whole", "one process, unsplit"), ("split1", "one process, split path (world of one)"),
                    ("splitN", "split over %d ranks (mpirun)" % R)):
-    r = json.load(open("%s/%s.json" % (t, name)))
+    r = json.load(open("%s/%s.out.json" % (t, name)))
     sec = sum(m["seconds"] for m in r["modules"])
     wall = float(open("%s/%s.wall" % (t, name)).read())
     verdicts = sorted({c["verdict"] for c in r["checks"]})
