@@ -158,16 +158,7 @@ with h5py.File(sys.argv[1], "a") as f:
     v.flat[5] = np.uint16(0x7fc0)  # a bf16 NaN
     x[...] = v
 P
-rm -f "$T/four/r.json"
-export QC_RANKS_LOG="$T/ranks.log"
-(cd "$T/four" && $TO $MPIRUN sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >>"$QC_RANKS_LOG"' "$QATCHECK" \
-  vjp --case "$T/split.json" --json r.json >"$T/out" 2>"$T/err")
-rc=$?
-[ $rc -ne 124 ] && ok "bad module on rank 2, split units after it: the job ends (no rank hangs)" || bad "bad module on rank 2: the job hung"
-[ "$(grep -c 'exit 2$' "$T/ranks.log" 2>/dev/null)" = 4 ] && ok "bad module on rank 2: every rank exits 2" || bad "bad module on rank 2: $(cat "$T/ranks.log" 2>/dev/null)"
-[ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "bad module on rank 2: one error line" || bad "bad module on rank 2: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
-grep 'qatcheck: error:' "$T/err" | grep -q "rank 2: .*bad_proj.*inputs/x" && ok "bad module on rank 2: the line names rank 2 and the module" || bad "bad module on rank 2: $(cat "$T/err")"
-error_or_none "$T/four/r.json" && ok "bad module on rank 2: only the error report" || bad "bad module on rank 2: a report other than the error report"
+bad_rank_run "$T/split.json" "bad_proj.*inputs/x" # split units before and after it
 # ---- a split module that cannot be split, every rank alike
 printf '{"data": {"dump": "d.h5", "modules": "lm_head$"}, "candidate": "dump", "contract": {"weight_format": "fp8_tensor"}, "split": "lm_head", %s}\n' "$TOLS" >"$T/tensor.json"
 rm -f "$T/four/r.json"
