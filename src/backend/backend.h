@@ -84,12 +84,12 @@ typedef struct qc_backend {
    * A device backend built with NCCL: rank 0 makes a communicator id
    * (ncclGetUniqueId, QC_COLL_ID_BYTES bytes), src/dist/ broadcasts it over
    * MPI, every rank joins with coll_init (ncclCommInitRank); allreduce then
-   * sums a device buffer over the ranks, in place, queued on the backend's
-   * stream. The communicator is freed when the backend is closed. */
+   * reduces a device buffer over the ranks (op: QC_RED_SUM or QC_RED_MAX),
+   * in place, queued on the backend's stream. The communicator is freed when the backend is closed. */
   int (*coll_id)(const struct qc_backend *be, void *id, size_t n);
   int (*coll_init)(const struct qc_backend *be, const void *id, int nranks, int rank);
   int (*coll_ready)(const struct qc_backend *be);   /* 1 once coll_init succeeded */
-  int (*allreduce)(const struct qc_backend *be, void *buf, int64_t n, qc_dtype dt); /* float64, float32, bfloat16 */
+  int (*allreduce)(const struct qc_backend *be, void *buf, int64_t n, qc_dtype dt, qc_redop op); /* float64, float32, bfloat16 */
   /* Free device memory now (bytes), for deciding whether a unit fits; NULL: unknown. */
   int (*mem_free)(const struct qc_backend *be, size_t *bytes);
 } qc_backend;

@@ -86,6 +86,7 @@ int qc_cmd_vjp(int argc, char **argv) {
   if (cs->data == QC_DATA_DUMP && (rc = dump_inputs(cs->dump))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_run_input("plugin", cs->plugin))) goto done;
   if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
+  if (cs->has_split && (rc = qc_dist_device_begin(be))) goto done; /* split modules reduce through NCCL on a device */
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm"};
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};

@@ -26,6 +26,9 @@ typedef enum {
   QC_DTYPE_COUNT
 } qc_dtype;
 
+/* Reductions over ranks (qc_dist_allreduce_op, the backends' allreduce). */
+typedef enum { QC_RED_SUM = 0, QC_RED_MAX = 1 } qc_redop;
+
 typedef struct qc_tensor {
   char name[QC_NAMELEN];
   qc_dtype dtype;

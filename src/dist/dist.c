@@ -4,6 +4,7 @@
 #include "dist/dist.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -339,10 +340,11 @@ static void put(void *buf, qc_dtype dt, int64_t i, double v) {
 }
 #endif
 
-/* Host sum over the ranks in rank order, a chunk at a time: each chunk of
- * every rank gathered everywhere, summed in float64 from rank 0 up, so
- * every rank gets the same bits whatever MPI's algorithms. */
-static int host_allreduce(void *buf, int64_t n, qc_dtype dt) {
+/* Host reduction over the ranks in rank order, a chunk at a time: each
+ * chunk of every rank gathered everywhere, summed in float64 from rank 0 up
+ * (or its maximum taken), so every rank gets the same bits whatever MPI's
+ * algorithms. */
+static int host_allreduce(void *buf, int64_t n, qc_dtype dt, qc_redop op) {
 #ifdef QC_HAVE_MPI
   const size_t es = qc_dtype_size(dt);
   const int64_t chunk = ((int64_t)8 << 20) / (int64_t)es;
@@ -355,31 +357,39 @@ static int host_allreduce(void *buf, int64_t n, qc_dtype dt) {
     int e = MPI_Allgather(mine, (int)((size_t)m * es), MPI_BYTE, all, (int)((size_t)m * es), MPI_BYTE, MPI_COMM_WORLD);
     if (e != MPI_SUCCESS) { rc = mpi_fail("a host all-reduce (MPI_Allgather)", e); break; }
     for (int64_t i = 0; i < m; i++) {
-      double s = 0;
-      for (int r = 0; r < D.size; r++) s += get(all + (size_t)r * (size_t)m * es, dt, i);
+      double s = op == QC_RED_MAX ? -INFINITY : 0;
+      for (int r = 0; r < D.size; r++) {
+        double v = get(all + (size_t)r * (size_t)m * es, dt, i);
+        s = op != QC_RED_MAX ? s + v : v > s || isnan(v) ? v : s;
+      }
       put(mine, dt, i, s);
     }
   }
   free(all);
   return rc;
 #else
-  (void)buf; (void)n; (void)dt;
+  (void)buf; (void)n; (void)dt; (void)op;
   return qc_err_sys("host all-reduce without MPI");
 #endif
 }
 
 int qc_dist_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt) {
+  return qc_dist_allreduce_op(be, buf, n, dt, QC_RED_SUM);
+}
+
+int qc_dist_allreduce_op(const qc_backend *be, void *buf, int64_t n, qc_dtype dt, qc_redop op) {
   if (dt != QC_F64 && dt != QC_F32 && dt != QC_BF16)
     return qc_err("all-reduce of element type %s: expected float64, float32 or bfloat16", qc_dtype_name(dt));
-  if (!be->host_memory && be->allreduce && be->coll_ready && be->coll_ready(be)) return be->allreduce(be, buf, n, dt);
+  if (op != QC_RED_SUM && op != QC_RED_MAX) return qc_err_sys("all-reduce with an unknown operation %d", (int)op);
+  if (!be->host_memory && be->allreduce && be->coll_ready && be->coll_ready(be)) return be->allreduce(be, buf, n, dt, op);
   if (!D.active || D.size == 1 || n == 0) return QC_OK;
-  if (be->host_memory) return host_allreduce(buf, n, dt);
+  if (be->host_memory) return host_allreduce(buf, n, dt, op);
   /* a device without collectives: through the host */
   size_t bytes = (size_t)n * qc_dtype_size(dt);
   void *h = malloc(bytes);
   if (!h) return qc_err_sys("rank %d: out of memory staging an all-reduce (%zu bytes)", D.rank, bytes);
   int rc = be->download(be, h, buf, bytes);
-  if (!rc) rc = host_allreduce(h, n, dt);
+  if (!rc) rc = host_allreduce(h, n, dt, op);
   if (!rc) rc = be->upload(be, buf, h, bytes);
   if (!rc) rc = be->sync(be);
   free(h);

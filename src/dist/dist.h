@@ -95,5 +95,8 @@ int qc_dist_device_begin(const qc_backend *be);
  * its stream); on a device without, through the host. In a world of one
  * without device collectives, nothing to do. */
 int qc_dist_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt);
+/* The same with the operation: QC_RED_SUM (qc_dist_allreduce), or
+ * QC_RED_MAX (the elementwise maximum; NaN wins; ncclMax on a device). */
+int qc_dist_allreduce_op(const qc_backend *be, void *buf, int64_t n, qc_dtype dt, qc_redop op);
 
 #endif

@@ -31,22 +31,24 @@ double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
   return sqrt(sd) / fmax(sqrt(sr), QC_EPS_NORM);
 }
 
-/* The precision check k is judged at: the declared dtype, else the
- * narrowest type that holds every value of gd (a bf16 gradient stored as
- * float32 is judged as bf16), noted in k->precision when it is not the
- * storage type. */
-static qc_dtype judged_dtype(const qc_tensor *g, const double *gd, const qc_tol *t, qc_check *k) {
-  qc_dtype dt = g->dtype, d;
+qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k) {
+  qc_dtype dt = stored, d;
   if (t->dtype[0] && qc_dtype_from_name(t->dtype, &d) == QC_OK) {
     snprintf(k->precision, sizeof k->precision, "judged at %s as the case declares (stored as %s)", t->dtype,
-             qc_dtype_name(g->dtype));
+             qc_dtype_name(stored));
     return d;
   }
-  if (g->dtype == QC_F32 || g->dtype == QC_F64) dt = qc_values_dtype(gd, qc_numel(g), g->dtype);
-  if (dt != g->dtype)
+  if (stored == QC_F32 || stored == QC_F64) dt = values;
+  if (dt != stored)
     snprintf(k->precision, sizeof k->precision, "every value is a %s value: judged at %s precision (stored as %s)",
-             qc_dtype_name(dt), qc_dtype_name(dt), qc_dtype_name(g->dtype));
+             qc_dtype_name(dt), qc_dtype_name(dt), qc_dtype_name(stored));
   return dt;
+}
+
+/* The precision check k is judged at (qc_audit_dtype of g's values). */
+static qc_dtype judged_dtype(const qc_tensor *g, const double *gd, const qc_tol *t, qc_check *k) {
+  int f = g->dtype == QC_F32 || g->dtype == QC_F64;
+  return qc_audit_dtype(g->dtype, f ? qc_values_dtype(gd, qc_numel(g), g->dtype) : g->dtype, t, k);
 }
 
 int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k) {

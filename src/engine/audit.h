@@ -20,6 +20,8 @@ typedef struct qc_audit {
                                  the module being audited (dump attribute frozen="1");
                                  not expected, so no check when the candidate has none */
   qc_modinfos *info;          /* NULL, or where a case's run (vjp.c) describes each module */
+  const char *split;          /* NULL, or split[u] = 1 for the units every rank runs together
+                                 (engine/split.c), set by vjp.c for the merge */
 } qc_audit;
 
 /* Audit module m (cls and contract set; grad_out holds the dYs; cand set
@@ -33,6 +35,12 @@ int qc_audit_module(qc_audit *a, const qc_module *m);
  * narrowest type holding g's values), noise floor and bias test. No
  * verdict: qc_audit_judge gives it. */
 int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k);
+
+/* The precision a candidate stored as `stored` is judged at: t's declared
+ * dtype, else (float32, float64 storage) `values`, the narrowest type that
+ * holds its values (qc_values_dtype), else its storage; noted in
+ * k->precision when it is not the storage type. */
+qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k);
 
 /* Judge check k (metrics and judged_dtype filled) of gradient k->tensor of
  * module m under dY dy and the case's tolerance t: t itself, or the one

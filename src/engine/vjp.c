@@ -133,13 +133,19 @@ int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
 static const char *cand_name(qc_cand_kind k) { return k == QC_CAND_DUMP ? "dump" : k == QC_CAND_PLUGIN ? "plugin" : "builtin"; }
 
 /* Audit m, its checks from index `first` on (a deployed-bytes check may
- * come before), and describe it with its wall time into a->info. */
-static int audit_described(qc_audit *a, const qc_module *m, int first, double t0, const char *values) {
+ * come before), and describe it with its wall time into a->info. A split
+ * unit (`unit` >= 0) runs on every rank together; rank 0 describes it. */
+static int audit_described(qc_audit *a, const qc_module *m, int first, double t0, const char *values, long long unit) {
   qc_modinfo *mi = NULL;
   int rc = QC_OK;
   if (a->info && !(mi = qc_malloc(sizeof *mi, "module facts"))) return QC_ESYS;
   if (mi) rc = qc_modinfo_fill(mi, m, values ? "generated" : "dump", cand_name(a->cs->cand), values);
-  if (!rc) rc = qc_audit_module(a, m);
+  if (!rc) rc = unit >= 0 ? qc_split_audit(a, m, unit) : qc_audit_module(a, m); /* a failed rank meets the others in the merge */
+  if (unit >= 0 && !rc && qc_dist_rank() != 0) { /* the others ran it with rank 0: their checks are rank 0's */
+    a->res->n = first;
+    free(mi);
+    return QC_OK;
+  }
   if (!rc && mi) {
     mi->first = first;
     mi->nchecks = a->res->n - first;
@@ -258,7 +264,8 @@ static int no_match(qc_dump *d, const qc_case *cs) {
 
 /* This rank's instances (own[i]: 1 when instance i is its; all of them in
  * one process), *at the instance it failed on. */
-static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, const char *own, long long *at) {
+static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, const char *own, const char *split,
+                         long long *at) {
   char where[1100];
   snprintf(where, sizeof where, "case '%s'", cs->path);
   const qc_registry_row *row = qc_registry_need(cs->module, where);
@@ -283,7 +290,7 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, co
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
     if (!rc) {
       if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
-      rc = audit_described(a, &m, first, t0, cs->values[0] ? cs->values : "normal");
+      rc = audit_described(a, &m, first, t0, cs->values[0] ? cs->values : "normal", split[i] ? i : -1);
     }
     qc_progress_step(&pg, i + 1, m.path);
     qc_module_free(&m);
@@ -340,8 +347,9 @@ static int load_entry(void *arg, int item, int k) {
 /* Audit every matching module group of the dump, one module in memory at a
  * time plus the next one, whose read overlaps the current audit. */
 /* This rank's module groups; *nunits all of them, *at the group it failed on. */
-static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits) {
+static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits, char **splitp) {
   qc_dump *d = NULL;
+  char *split = NULL;
   int *gidx = NULL;
   qc_st *ck = NULL;
   qc_dump_entry *ents = NULL;
@@ -352,6 +360,10 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   qc_progress pg;
   memset(&pf, 0, sizeof pf);
   memset(&pg, 0, sizeof pg);
+  if (qc_shard_pattern(cs->dump) && cs->has_split) {
+    qc_hint("a sharded dump is checked rank file by rank file; drop the case's 'split'");
+    return qc_err("case '%s': key 'split' with a sharded dump pattern '%s': not supported", cs->path, cs->dump);
+  }
   if (qc_shard_pattern(cs->dump)) return qc_vjp_sharded(a, cs, profile, at, nunits); /* one file per rank */
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
@@ -378,10 +390,14 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   if ((rc = check_tol_names(cs, classes, ncls))) goto done;
   /* this rank's groups (all of them in one process), in dump order */
   *nunits = n;
-  if ((rc = qc_vjp_units(n, &gidx))) goto done;
+  if (!(split = qc_calloc((size_t)n, 1, "split units"))) { rc = QC_ESYS; goto done; }
+  for (int i = 0; i < n; i++) split[i] = (char)qc_split_wanted(cs, ents[i].path);
+  a->split = split;
+  if (cs->cand != QC_CAND_PLUGIN && (rc = qc_split_auto(a, d, ents, n, split))) goto done;
+  if ((rc = qc_vjp_units_split(n, split, &gidx))) goto done;
   int nloc = 0;
   for (int i = 0; i < n; i++)
-    if (gidx[i] == qc_dist_rank()) ents[nloc] = ents[i], gidx[nloc++] = i;
+    if (gidx[i] == qc_dist_rank() || gidx[i] < 0) ents[nloc] = ents[i], gidx[nloc++] = i;
   n = nloc;
   L = qc_calloc(1, sizeof *L, "module read slots");
   if (!L) { rc = QC_ESYS; goto done; }
@@ -414,7 +430,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     if (!rc) {
       a->frozen = cur->frozen;
       if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m->path);
-      rc = audit_described(a, m, first, t0, NULL);
+      rc = audit_described(a, m, first, t0, NULL, a->split && a->split[gidx[i]] ? gidx[i] : -1);
       a->frozen = NULL;
     }
     qc_progress_step(&pg, i + 1, m->path);
@@ -434,6 +450,7 @@ done:
   free(ents);
   free(gidx);
   free(classes);
+  *splitp = split; /* a->split points to it until the merge */
   qc_dump_close(d);
   qc_st_close(ck);
   return rc;
@@ -442,18 +459,26 @@ done:
 int qc_vjp_case(qc_audit *a, const char *profile) {
   long long at = -1;
   int rc, nunits = 0;
+  char *split = NULL;
   if (a->cs->data == QC_DATA_GENERATE) {
     int *owner = NULL;
     char *own = NULL;
     const int n = nunits = a->cs->nshapes;
-    if (!(rc = qc_vjp_units(n, &owner)) && !(own = qc_calloc((size_t)(n > 0 ? n : 1), 1, "instance owners")))
-      rc = QC_ESYS;
-    for (int i = 0; !rc && i < n; i++) own[i] = owner[i] == qc_dist_rank();
-    if (!rc) rc = run_generated(a, a->cs, profile, own, &at);
+    rc = QC_ESYS;
+    if ((own = qc_calloc((size_t)(n > 0 ? n : 1), 1, "instance owners")) && (split = qc_calloc((size_t)(n > 0 ? n : 1), 1, "split units")))
+      rc = QC_OK;
+    for (int i = 0; !rc && i < n; i++) split[i] = (char)qc_split_wanted(a->cs, a->cs->module); /* an instance's path is its class */
+    a->split = split;
+    if (!rc) rc = qc_vjp_units_split(n, split, &owner);
+    for (int i = 0; !rc && i < n; i++) own[i] = owner[i] == qc_dist_rank() || owner[i] < 0;
+    if (!rc) rc = run_generated(a, a->cs, profile, own, split, &at);
     free(owner);
     free(own);
   } else {
-    rc = run_dump(a, a->cs, profile, &at, &nunits);
+    rc = run_dump(a, a->cs, profile, &at, &nunits, &split);
   }
-  return qc_vjp_merge(a, rc, at, nunits);
+  rc = qc_vjp_merge(a, rc, at, nunits);
+  a->split = NULL;
+  free(split);
+  return rc;
 }

@@ -5,6 +5,7 @@
 #define QC_ENGINE_VJP_H
 
 #include "engine/audit.h"
+#include "io/dump.h"
 
 /* Run case a->cs: generated instances (its shapes, seed, values, dY kinds)
  * or its dump's matching module groups. profile (NULL: none) is --profile,
@@ -39,6 +40,26 @@ int qc_vjp_sharded(qc_audit *a, const qc_case *cs, const char *profile, long lon
  * module groups, in order) go round robin to the ranks: *owner (malloc'd,
  * n entries) gets unit i's rank, i mod size; all 0 in one process. */
 int qc_vjp_units(int n, int **owner);
+/* The same when split[u] = 1 marks units every rank runs together (split
+ * NULL: none): those get owner -1, the others go round robin among
+ * themselves (a pure function of the plan, as before). */
+int qc_vjp_units_split(int n, const char *split, int **owner);
+
+/* ---- one module split across the ranks (split.c; docs/distributed.md) ---------- */
+/* 1 when the case's "split" regex matches module path `path`. */
+int qc_split_wanted(const qc_case *cs, const char *path);
+/* Audit module m, unit `unit` of the case, together with every rank, each
+ * on its slice of the class's split dimension (collective; the checks go
+ * to a->res on rank 0 only). QC_OK, a failed check being a result; an
+ * error of any rank is every rank's (the agreement of dist.h). */
+int qc_split_audit(qc_audit *a, const qc_module *m, long long unit);
+/* The automatic split: under several ranks on a device, every module of
+ * ents[0 .. n) whose class splits (qc_split.device_bytes) and whose unsplit
+ * audit needs more device memory than some rank has free gets split[i] = 1,
+ * as if the case's "split" named it (QATCHECK_MEM_FREE=<bytes> pretends the
+ * free memory, on any backend: for tests). Decided from the dump's shapes,
+ * no data read, and agreed over the ranks (collective). QC_OK or the agreed error. */
+int qc_split_auto(const qc_audit *a, qc_dump *d, const qc_dump_entry *ents, int n, char *split);
 /* After the ranks ran their units (rc their status, at the unit a rank
  * failed on): the agreement (an error of any rank, named by rank, on every
  * rank), then every rank's checks and module facts to rank 0, in unit

@@ -8,7 +8,9 @@
 #include "dist/dist.h"
 #include "engine/vjp.h"
 
-int qc_vjp_units(int n, int **owner) {
+int qc_vjp_units(int n, int **owner) { return qc_vjp_units_split(n, NULL, owner); }
+
+int qc_vjp_units_split(int n, const char *split, int **owner) {
   double *cost = qc_calloc((size_t)(n > 0 ? n : 1), sizeof *cost, "unit costs");
   *owner = qc_calloc((size_t)(n > 0 ? n : 1), sizeof **owner, "unit owners");
   if (!cost || !*owner) {
@@ -17,8 +19,11 @@ int qc_vjp_units(int n, int **owner) {
     *owner = NULL;
     return QC_ESYS;
   }
+  int m = 0;
   for (int i = 0; i < n; i++) cost[i] = 1; /* equal costs: round robin */
-  int rc = qc_dist_assign(cost, n, *owner);
+  for (int i = 0; i < n; i++) m += !(split && split[i]);
+  int rc = qc_dist_assign(cost, m, *owner); /* the units of one rank, compacted */
+  for (int i = n - 1, j = m - 1; !rc && i >= 0; i--) (*owner)[i] = split && split[i] ? -1 : (*owner)[j--];
   free(cost);
   if (rc) {
     free(*owner);
@@ -64,7 +69,7 @@ static int unpack(qc_audit *a, const char *all, const size_t *lens, int size, co
   qc_results res = {0};
   qc_modinfos info = {0};
   for (int u = 0; u < nunits && !rc; u++) {
-    int r = owner[u];
+    int r = owner[u] < 0 ? 0 : owner[u]; /* a split unit: rank 0 holds its checks */
     part_head h;
     memcpy(&h, at[r], sizeof h);
     if (next[r] >= h.nmods) { rc = qc_err_sys("rank %d sent %d module(s): fewer than the units it owns", r, h.nmods); break; }
@@ -109,7 +114,7 @@ int qc_vjp_merge(qc_audit *a, int rc, long long at, int nunits) {
   if (!rc && !a->info) rc = qc_err_sys("vjp over several ranks needs the module facts (qc_audit.info)");
   if (!rc) rc = pack(a, &mine, &n);
   if (!rc && !(lens = qc_calloc((size_t)size, sizeof *lens, "result sizes"))) rc = QC_ESYS;
-  if (!rc) rc = qc_vjp_units(nunits, &owner); /* nunits: the same on every rank (one case, one dump) */
+  if (!rc) rc = qc_vjp_units_split(nunits, a->split, &owner); /* nunits: the same on every rank (one case, one dump) */
   if ((rc = qc_dist_agree(rc, at))) goto done; /* every rank ran its units, or every rank stops here */
   if ((rc = qc_dist_gather(mine, n, &all, lens))) goto done;
   if (qc_dist_rank() == 0) rc = unpack(a, all, lens, size, owner, nunits);

@@ -4,6 +4,7 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,7 +364,7 @@ int qc_case_weak(const qc_case *c, int allow) {
 }
 
 int qc_case_parse(const char *text, const char *where, const char *dir, qc_case *c) {
-  static const char *const top[] = {"name", "description", "module", "contract", "data", "candidate", "dy", "tolerances", NULL};
+  static const char *const top[] = {"name", "description", "module", "contract", "data", "candidate", "dy", "tolerances", "split", NULL};
   memset(c, 0, sizeof *c);
   if (strlen(dir ? dir : "") >= sizeof c->dir || strlen(where) >= sizeof c->path)
     return qc_err("case '%.60s...': path longer than %zu characters", where, sizeof c->path - 1);
@@ -437,6 +438,25 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
   } else {
     rc = qc_err("%s: key 'candidate': expected \"builtin\", \"dump\" or {\"plugin\": ..., \"symbol\": ...}", w);
     goto done;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "split"))) { /* modules run by every rank, each on a slice */
+    if ((rc = get_string(v, w, "split", c->split_re, sizeof c->split_re))) goto done;
+    regex_t rx;
+    int e = regcomp(&rx, c->split_re, REG_EXTENDED | REG_NOSUB);
+    if (e) {
+      char eb[128];
+      regerror(e, &rx, eb, sizeof eb);
+      rc = qc_err("%s: key 'split': regex '%s': %s", w, c->split_re, eb);
+      qc_hint("a POSIX extended regex on the module path (a generated instance's path is its class name)");
+      goto done;
+    }
+    regfree(&rx);
+    if (c->cand == QC_CAND_PLUGIN) {
+      rc = qc_err("%s: key 'split': a plugin candidate cannot be split across ranks", w);
+      qc_hint("split modules run qatcheck's builtin candidate or the dump's gradients");
+      goto done;
+    }
+    c->has_split = 1;
   }
   if ((v = cJSON_GetObjectItemCaseSensitive(root, "dy"))) {
     if (!cJSON_IsArray(v)) { rc = qc_err("%s: key 'dy': expected an array of names", w); goto done; }

@@ -37,6 +37,8 @@ typedef struct qc_case {
   char values[32];          /* "normal" | "special" | "heavy_tail" */
   char dump[1024];          /* dump: resolved path */
   char modules_re[256];     /* dump: module path regex ("" = all) */
+  char split_re[256];       /* "split": modules (path regex) every rank runs together, each on a slice */
+  int has_split;
   char checkpoint[1024];    /* dump: params/ from this safetensors checkpoint ("" = the dump's) */
   char ckpt_prefix[256];    /* prepended to a module's path (without '/') to name its tensors */
   qc_cand_kind cand;

@@ -32,6 +32,20 @@ typedef struct qc_module {
 
 void qc_module_free(qc_module *m);
 
+/* The ranks that run one module together, each on its slice of the split
+ * dimension (docs/distributed.md): a production VJP of a split module
+ * completes its partial results through `allreduce`, as a trainer's
+ * tensor- or vocab-parallel backward does through its communicator. */
+typedef struct qc_group {
+  int rank, size;
+  int64_t lo, hi, len;         /* this rank's slice [lo, hi) of the split dimension (length len) */
+  /* Reduce buf (n elements of dt: float64 or float32, host memory) over the
+   * group, in place, every rank getting the result (collective: every rank
+   * calls it in the same order). QC_OK, or the agreed error of any rank. */
+  int (*allreduce)(const struct qc_group *g, void *buf, int64_t n, qc_dtype dt, qc_redop op);
+  const void *arg;
+} qc_group;
+
 /* What a VJP sees besides the module: the backend and settings. */
 typedef struct qc_ctx {
   const struct qc_backend *be;
@@ -39,6 +53,7 @@ typedef struct qc_ctx {
   const char *skip;            /* NULL, or "/d_x/d_weight/": gradients already judged (a
                                   fast path did them); a VJP may leave them out, and the
                                   engine ignores them if it does not */
+  const qc_group *group;       /* NULL, or: the module is a slice (qc_split) run with these ranks */
 } qc_ctx;
 
 /* 1 unless ctx->skip names gradient `grad` ("d_x"). */
@@ -167,6 +182,41 @@ typedef struct qc_tol_ask {
  * holds candidate gradients). QC_EINPUT naming a missing tensor. */
 typedef int (*qc_tol_rules_fn)(const qc_module *m, qc_tol_ask *out, int max, int *n);
 
+/* Where one rank's gradient sits in the whole: the whole as a [rows, cols]
+ * view (cols = its last dimension), the rank's block [r0, r1) x [c0, c1),
+ * and its full shape. */
+typedef struct qc_split_block {
+  int64_t rows, cols, r0, r1, c0, c1;
+  int ndim;
+  int64_t shape[QC_MAXDIM];
+} qc_split_block;
+
+/* A class whose module can be split across ranks along one dimension (an
+ * lm_head along its output features, a log-prob along the vocabulary):
+ * every rank runs the slice [lo, hi) of it (engine/split.c). */
+typedef struct qc_split {
+  const char *dim;             /* the split dimension in words: "N (output features)" */
+  /* The split dimension's length and the slices' alignment (a slice starts
+   * at a multiple of it) over `ranks` ranks; QC_EINPUT naming why when m
+   * cannot be split. */
+  int (*size)(const qc_module *m, int ranks, int64_t *len, int64_t *align);
+  /* part = m restricted to [lo, hi): the sliced tensors of inputs, params,
+   * grad_out and the candidates (m->cand), owned by part (qc_module_free);
+   * path, class and contract copied. */
+  int (*slice)(const qc_module *m, int64_t lo, int64_t hi, qc_module *part);
+  /* Where gradient `grad` of the slice [lo, hi) sits in the whole (*b);
+   * *partial = 1 when the slice's gradient is a partial sum of the whole
+   * one (the reference's is summed over the ranks, the production's sums
+   * itself through ctx->group; b then covers the whole). */
+  int (*place)(const qc_module *m, const char *grad, int64_t lo, int64_t hi, qc_split_block *b, int *partial);
+  int whole_reference;         /* 1: the reference needs the whole module (a softmax over the split
+                                  dimension); it runs whole on every rank, which takes its block */
+  /* Optional: device memory the unsplit audit of m needs (its inputs and
+   * params may be shapes without data), for the automatic split; NULL:
+   * never split automatically. */
+  size_t (*device_bytes)(const qc_module *m);
+} qc_split;
+
 typedef struct qc_class {
   const char *name;            /* "linear" */
   const char *summary;         /* one line */
@@ -185,6 +235,7 @@ typedef struct qc_class {
   const qc_hypothesis *hyps;   /* the class's own, {NULL}-terminated (NULL: none) */
   qc_ratios_fn ratios;         /* constant factors it can name (NULL: none) */
   qc_tol_rules_fn tol_rules;   /* optional: K and dtypes of each gradient from a dump (`tol --dump`) */
+  const qc_split *split;       /* optional: how a module is split across ranks (NULL: never split) */
 } qc_class;
 
 /* A registry row: the class, its independent reference and, optionally, a

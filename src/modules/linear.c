@@ -154,6 +154,9 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     if ((rc = lin_operand(&c, v.w, N, K, c.wfmt, !c.dx_master, c.sr.on ? &c.sr : NULL, what, wb))) goto done;
     if ((rc = qc_tensor_alloc(&dx, "d_x", QC_BF16, v.x->ndim, v.x->shape))) goto done;
     if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_N, QC_OP_N, M, K, N, gb, N, wb, K, acc, K))) goto done;
+    /* split along N (ctx->group): each rank's product is a partial sum over its output features, completed
+     * by the all-reduce in float32 before the one rounding to bf16, as a tensor-parallel backward does */
+    if (ctx->group && (rc = ctx->group->allreduce(ctx->group, acc, M * K, QC_F32, QC_RED_SUM))) goto done;
     if (c.clipped && strcmp(c.afmt, "none") != 0 && (rc = ste_mask(v.x, c.T, acc, M * K, tmp))) goto done;
     for (int64_t i = 0; i < M * K; i++) ((uint16_t *)dx.data)[i] = qc_f32_to_bf16(acc[i]);
     if ((rc = qc_tset_add(grads, &dx))) goto done;
@@ -449,6 +452,8 @@ static int linear_tol_rules(const qc_module *m, qc_tol_ask *out, int max, int *n
   return QC_OK;
 }
 
+extern const qc_split qc_linear_split; /* linear_split.c */
+
 const qc_class qc_class_linear = {
     .name = "linear",
     .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
@@ -462,4 +467,5 @@ const qc_class qc_class_linear = {
     .hypotheses = "factor sign transpose rows zero dy_precision nonfinite",
     .hyps = linear_hyps,
     .tol_rules = linear_tol_rules,
+    .split = &qc_linear_split,
 };

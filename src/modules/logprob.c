@@ -43,7 +43,9 @@ static void lp_view_free(lp_view *v) {
   free(v->w);
 }
 
-static int lp_view_get(const qc_module *m, lp_view *v) {
+/* vwhole: the whole vocabulary when m is a slice of it (split across
+ * ranks: ids index the whole), else 0 (the logits' last dimension). */
+static int lp_view_get_in(const qc_module *m, lp_view *v, int64_t vwhole) {
   const qc_tensor *idt, *mt;
   int rc;
   memset(v, 0, sizeof *v);
@@ -52,7 +54,8 @@ static int lp_view_get(const qc_module *m, lp_view *v) {
   mt = qc_tset_get(&m->saved, "loss_mask");
   v->V = v->logits->shape[v->logits->ndim - 1];
   v->B = v->logits->ndim == 3 ? v->logits->shape[0] : 1;
-  v->S = qc_numel(v->logits) / (v->V * v->B);
+  v->S = v->V ? qc_numel(v->logits) / (v->V * v->B) : 0;
+  if (vwhole) v->V = vwhole; /* sizes and ids checked against the whole vocabulary */
   const int64_t n = v->B * v->S;
   if (qc_numel(idt) != n) return qc_err("%s: 'saved/token_ids' has %lld entries: expected %lld (one per position of 'inputs/logits')", m->path, (long long)qc_numel(idt), (long long)n);
   if (mt && qc_numel(mt) != n) return qc_err("%s: 'saved/loss_mask' has %lld entries: expected %lld", m->path, (long long)qc_numel(mt), (long long)n);
@@ -95,9 +98,13 @@ static int lp_view_get(const qc_module *m, lp_view *v) {
   return QC_OK;
 }
 
+static int lp_view_get(const qc_module *m, lp_view *v) { return lp_view_get_in(m, v, 0); }
+
+static int logprob_vjp_split(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
+
 /* Production VJP (see the file comment). */
 static int logprob_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  if (ctx->group) return logprob_vjp_split(ctx, m, dy, grads);
   lp_view v;
   int rc = lp_view_get(m, &v);
   float *z = NULL, *g = NULL, *dl, *smax = NULL, *ssum = NULL;
@@ -247,6 +254,122 @@ static int logprob_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *on
   return QC_OK;
 }
 
+/* ---- vocab-parallel across ranks (qc_split; engine/split.c) -----------------
+ * Rank r holds the logits' vocabulary columns [v0, v1) (and every position's
+ * id, mask and dY); its VJP is that of a vocab-parallel trainer: its
+ * shard's row max and sum of exponentials in float32, combined over the
+ * ranks by two all-reduces through ctx->group (the maximum, then the sum of
+ * each shard's sum rescaled to it: NCCL on a device), then its own columns
+ * of d_logits. The selected token's logit is not needed for d_logits (only
+ * for the forward's log-prob), so it is not reduced. */
+static int logprob_vjp_split(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  const qc_group *gr = ctx->group;
+  lp_view v;
+  int rc = lp_view_get_in(m, &v, gr->len);
+  float *z = NULL, *g = NULL, *dl, *smax = NULL, *ssum = NULL;
+  if (rc) goto done;
+  if ((rc = qc_module_check_dy(m, dy, v.B * v.S, v.S, "one value per position of inputs/logits"))) goto done;
+  const int64_t n = v.B * v.S, P = gr->hi - gr->lo, lo = gr->lo;
+  rc = QC_ESYS;
+  z = qc_mod_f32(v.logits, "logprob logits (shard)");
+  g = qc_mod_f32(dy, "logprob dY");
+  smax = qc_malloc((size_t)(n + 1) * sizeof *smax, "logprob row max");
+  ssum = qc_malloc((size_t)(n + 1) * sizeof *ssum, "logprob row sum");
+  if (!z || !g || !smax || !ssum) goto done;
+  if ((rc = qc_mod_add(grads, "d_logits", QC_F32, v.logits->ndim, v.logits->shape, (void **)&dl))) goto done;
+  /* the contract's shards this rank holds (its slice is whole shards), else its slice as one shard */
+  const int64_t Pw = v.V / v.shards, L = P % Pw == 0 && lo % Pw == 0 ? P / Pw : 1, Q = P / L;
+  float *kmax = qc_malloc((size_t)(n * L + 1) * sizeof *kmax, "logprob shard max");
+  float *ksum = qc_malloc((size_t)(n * L + 1) * sizeof *ksum, "logprob shard sum");
+  if (!kmax || !ksum) { free(kmax); free(ksum); rc = QC_ESYS; goto done; }
+  for (int64_t i = 0; i < n; i++) { /* each shard's max and sum of exponentials at it */
+    float *zr = z + i * P;
+    smax[i] = -INFINITY;
+    if (v.w[i] == 0) continue;
+    for (int64_t j = 0; j < P; j++) zr[j] = zr[j] / (float)v.temp;
+    for (int64_t k = 0; k < L; k++) {
+      float mk = -INFINITY, sk = 0.0f;
+      for (int64_t j = k * Q; j < (k + 1) * Q; j++) mk = fmaxf(mk, zr[j]);
+      for (int64_t j = k * Q; j < (k + 1) * Q; j++) sk += expf(zr[j] - mk);
+      kmax[i * L + k] = mk;
+      ksum[i * L + k] = sk;
+      smax[i] = fmaxf(smax[i], mk);
+    }
+  }
+  rc = gr->allreduce(gr, smax, n, QC_F32, QC_RED_MAX); /* the all-reduces: the max, then the rescaled sums */
+  for (int64_t i = 0; !rc && i < n; i++) {
+    ssum[i] = 0.0f;
+    for (int64_t k = 0; v.w[i] != 0 && k < L; k++) ssum[i] += ksum[i * L + k] * expf(kmax[i * L + k] - smax[i]);
+  }
+  free(kmax);
+  free(ksum);
+  if (!rc) rc = gr->allreduce(gr, ssum, n, QC_F32, QC_RED_SUM);
+  const float *gmax = smax;
+  const float invt = 1.0f / (float)v.temp;
+  for (int64_t i = 0; !rc && i < n; i++) {
+    if (v.w[i] == 0) continue;
+    const float lse = gmax[i] + logf(ssum[i]), c = g[i] * (float)v.w[i] * invt;
+    const float *zr = z + i * P;
+    float *dr = dl + i * P;
+    for (int64_t j = 0; j < P; j++) dr[j] = -c * expf(zr[j] - lse);
+    if (v.ids[i] >= lo && v.ids[i] < lo + P) dr[v.ids[i] - lo] += c; /* the selected token, on the rank that holds it */
+  }
+done:
+  free(z); free(g); free(smax); free(ssum);
+  lp_view_free(&v);
+  return rc;
+}
+
+/* The vocabulary's length; slices of whole contract shards when the
+ * contract's vocab_shards is a multiple of the ranks (each rank then runs
+ * its vocab_shards / ranks shards as one process runs them), else any. */
+static int logprob_split_size(const qc_module *m, int ranks, int64_t *len, int64_t *align) {
+  const qc_tensor *l = qc_tset_get(&m->inputs, "logits");
+  if (!l || l->ndim < 2) return qc_err("%s: inputs/logits must be [B, S, V] or [T, V] to split along V", m->path);
+  const double sh = qc_contract_num(&m->contract, "vocab_shards", 1);
+  *len = l->shape[l->ndim - 1];
+  *align = 1;
+  if (sh >= 1 && sh == floor(sh) && fmod((double)*len, sh) == 0 && fmod(sh, (double)ranks) == 0) *align = *len / (int64_t)sh;
+  return QC_OK;
+}
+
+/* The module's slice [lo, hi) of the vocabulary: logits' and candidate
+ * d_logits' columns; ids, mask and dY whole. */
+static int logprob_split_slice(const qc_module *m, int64_t lo, int64_t hi, qc_module *part) {
+  const qc_tensor *l = qc_tset_get(&m->inputs, "logits");
+  const int64_t V = l->shape[l->ndim - 1];
+  int rc = qc_mod_part_init(m, part);
+  for (int j = 0; !rc && j < m->inputs.n; j++)
+    rc = qc_mod_add_cut(&part->inputs, &m->inputs.t[j], -1, strcmp(m->inputs.t[j].name, "logits") == 0 ? V : -1, lo, hi);
+  for (int j = 0; !rc && j < m->saved.n; j++) rc = qc_mod_add_cut(&part->saved, &m->saved.t[j], 0, -1, 0, 0);
+  for (int j = 0; !rc && j < m->params.n; j++) rc = qc_mod_add_cut(&part->params, &m->params.t[j], 0, -1, 0, 0);
+  for (int i = 0; !rc && i < m->grad_out.n; i++) {
+    rc = qc_mod_add_cut(&part->grad_out, &m->grad_out.t[i], 0, -1, 0, 0);
+    for (int j = 0; !rc && m->cand && j < m->cand[i].n; j++)
+      rc = qc_mod_add_cut(&part->cand[i], &m->cand[i].t[j], -1, strcmp(m->cand[i].t[j].name, "d_logits") == 0 ? V : -1, lo, hi);
+  }
+  if (rc) qc_module_free(part);
+  return rc;
+}
+
+/* d_logits: the slice's columns of the whole. */
+static int logprob_split_place(const qc_module *m, const char *grad, int64_t lo, int64_t hi, qc_split_block *b, int *partial) {
+  const qc_tensor *l = qc_tset_get(&m->inputs, "logits");
+  *partial = 0;
+  if (strcmp(grad, "d_logits") != 0 || !l) return qc_err("%s: class logprob has no gradient '%s' to split", m->path, grad);
+  qc_mod_block_whole(l->ndim, l->shape, b);
+  b->c0 = lo, b->c1 = hi;
+  return QC_OK;
+}
+
+static const qc_split logprob_split = {
+    .dim = "V (vocabulary)",
+    .size = logprob_split_size,
+    .slice = logprob_split_slice,
+    .place = logprob_split_place,
+    .whole_reference = 1,
+};
+
 const qc_class qc_class_logprob = {
     .name = "logprob",
     .summary = "selected-token log-softmax with temperature, loss mask, normalization, vocab shards: d_logits",
@@ -261,4 +384,5 @@ const qc_class qc_class_logprob = {
     .tol_model = logprob_tol_model,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .ratios = logprob_ratios,
+    .split = &logprob_split,
 };

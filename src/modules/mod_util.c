@@ -168,3 +168,53 @@ int qc_mod_flip(qc_module *alt, const char *key, const char *dflt, const char *t
   if (strcmp(qc_contract_str(&alt->contract, key, dflt), to) == 0) return QC_NA;
   return qc_contract_set(&alt->contract, key, to, 0, 0);
 }
+
+/* ---- slices of a module split across ranks -------------------------------- */
+
+int qc_mod_cut(const qc_tensor *t, int dim, int64_t lo, int64_t hi, qc_tensor *out) {
+  if (dim < 0) dim += t->ndim;
+  if (dim < 0 || dim >= t->ndim || lo < 0 || hi > t->shape[dim] || lo > hi)
+    return qc_err("'%s': slice [%lld, %lld) of dimension %d is outside its shape", t->name, (long long)lo, (long long)hi, dim);
+  int64_t shape[QC_MAXDIM], outer = 1, inner = 1;
+  memcpy(shape, t->shape, sizeof shape);
+  for (int d = 0; d < dim; d++) outer *= t->shape[d];
+  for (int d = dim + 1; d < t->ndim; d++) inner *= t->shape[d];
+  shape[dim] = hi - lo;
+  int rc = qc_tensor_alloc(out, t->name, t->dtype, t->ndim, shape);
+  if (rc) return rc;
+  const size_t es = qc_dtype_size(t->dtype), run = (size_t)((hi - lo) * inner) * es;
+  for (int64_t o = 0; o < outer && run; o++)
+    memcpy((char *)out->data + (size_t)o * run, (const char *)t->data + ((size_t)(o * t->shape[dim] + lo) * (size_t)inner) * es, run);
+  return QC_OK;
+}
+
+int qc_mod_add_cut(qc_tset *dst, const qc_tensor *t, int dim, int64_t dim_len, int64_t lo, int64_t hi) {
+  qc_tensor c = {0};
+  int d = dim < 0 ? dim + t->ndim : dim;
+  int cut = d >= 0 && d < t->ndim && t->shape[d] == dim_len;
+  int rc = cut ? qc_mod_cut(t, d, lo, hi, &c) : qc_tensor_copy(&c, t);
+  if (!rc) rc = qc_tset_add(dst, &c);
+  qc_tensor_free(&c);
+  return rc;
+}
+
+int qc_mod_part_init(const qc_module *m, qc_module *part) {
+  memset(part, 0, sizeof *part);
+  snprintf(part->path, sizeof part->path, "%s", m->path);
+  part->cls = m->cls;
+  part->contract = m->contract;
+  if (m->cand && !(part->cand = qc_calloc((size_t)(m->grad_out.n > 0 ? m->grad_out.n : 1), sizeof *part->cand, "split candidates")))
+    return QC_ESYS;
+  return QC_OK;
+}
+
+void qc_mod_block_whole(int ndim, const int64_t *shape, qc_split_block *b) {
+  memset(b, 0, sizeof *b);
+  b->ndim = ndim;
+  memcpy(b->shape, shape, (size_t)ndim * sizeof *shape);
+  b->cols = ndim ? shape[ndim - 1] : 1;
+  b->rows = 1;
+  for (int d = 0; d + 1 < ndim; d++) b->rows *= shape[d];
+  b->r1 = b->rows;
+  b->c1 = b->cols;
+}

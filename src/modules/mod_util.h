@@ -42,6 +42,20 @@ double qc_mod_maxabs(const qc_tensor *t);
  * QC_NA when it already is `to`. */
 int qc_mod_flip(qc_module *alt, const char *key, const char *dflt, const char *to);
 
+/* ---- slices of a module split across ranks (qc_split) ---------------------- */
+/* out = t's entries [lo, hi) along dimension dim (-1: the last), name and
+ * dtype kept. QC_OK, QC_EINPUT (dim or range outside t), QC_ESYS. */
+int qc_mod_cut(const qc_tensor *t, int dim, int64_t lo, int64_t hi, qc_tensor *out);
+/* Add to set `dst` a copy of t, or its cut along dim when dim_len is t's
+ * length along dim (else the whole: a tensor the split does not touch). */
+int qc_mod_add_cut(qc_tset *dst, const qc_tensor *t, int dim, int64_t dim_len, int64_t lo, int64_t hi);
+/* Start part as a slice of m: path, class and contract copied, no tensors,
+ * candidate sets allocated (one per dY) when m has them. */
+int qc_mod_part_init(const qc_module *m, qc_module *part);
+/* The block of a gradient shaped like t (ndim, shape) in the whole: b's
+ * [rows, cols] view, its full shape, and every element in the block. */
+void qc_mod_block_whole(int ndim, const int64_t *shape, qc_split_block *b);
+
 #endif
 
 /* Elementwise one-input classes (relu2, gelu): inputs/x [...], y = f(x),

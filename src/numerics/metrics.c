@@ -265,3 +265,71 @@ void qc_bias_allow(qc_metrics *m, double allow) {
   double excess = fmax(fabs(m->e_par) - allow, 0.0);
   m->bias_z = excess == 0 ? 0.0 : m->bias_sd > 0 ? copysign(excess / m->bias_sd, m->e_par) : copysign(INFINITY, m->e_par);
 }
+
+/* ---- blocks of several ranks (metrics.h) ------------------------------------ */
+
+enum { P_SG, P_SR, P_SD, P_DT, P_BAD, P_RBAD, P_SXR, P_SRR, P_SXX, P_SX2R2, P_SXR3, P_SR4, P_SNF, P_N };
+
+int64_t qc_mparts_len(int64_t rows, int64_t cols) {
+  return P_N + 2 * rows + (qc_bias_use_cols(rows, cols) ? 2 * cols : 0);
+}
+
+void qc_mparts_add(const double *g, const double *r, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t rows, int64_t cols,
+                   qc_dtype dt, double *parts, double *mx) {
+  double *rt = parts + P_N, *ct = qc_bias_use_cols(rows, cols) ? parts + P_N + 2 * rows : NULL;
+  const int64_t w = c1 - c0;
+  mx[0] = -1;
+  mx[1] = -1;
+  for (int64_t i = r0; i < r1; i++) {
+    const double *gi = g + (i - r0) * w, *ri = r + (i - r0) * w;
+    double t = 0, c = 0;
+    for (int64_t j = 0; j < w; j++) {
+      double a = gi[j], b = ri[j];
+      if (!isfinite(b)) { parts[P_RBAD] += 1; continue; }
+      if (!isfinite(a)) { parts[P_BAD] += 1; continue; }
+      double d = a - b, ad = fabs(d);
+      parts[P_SG] += a * a;
+      parts[P_SR] += b * b;
+      parts[P_SD] += d * d;
+      parts[P_DT] += a * b;
+      if (ad > mx[0]) { mx[0] = ad; mx[1] = (double)(i * cols + c0 + j); }
+      double q = qc_round_to(b, dt), x = a - q, e = q - b, xr = x * b, rr = b * b;
+      parts[P_SNF] += e * e;
+      parts[P_SXR] += xr;
+      parts[P_SRR] += rr;
+      parts[P_SXX] += x * x;
+      parts[P_SX2R2] += xr * xr;
+      parts[P_SXR3] += xr * rr;
+      parts[P_SR4] += rr * rr;
+      t += xr;
+      c += rr;
+      if (ct) { ct[2 * (c0 + j)] += xr; ct[2 * (c0 + j) + 1] += rr; }
+    }
+    rt[2 * i] += t;
+    rt[2 * i + 1] += c;
+  }
+}
+
+void qc_mparts_finish(const double *parts, const double *mx, int64_t rows, int64_t cols, qc_metrics *m) {
+  mpart t = {parts[P_SG], parts[P_SR], parts[P_SD], parts[P_DT], mx[0], (int64_t)mx[1], (int64_t)parts[P_BAD], (int64_t)parts[P_RBAD]};
+  mfinish(&t, m);
+  qc_bias_sums s;
+  memset(&s, 0, sizeof s);
+  s.rows = rows;
+  s.cols = qc_bias_use_cols(rows, cols) ? cols : 0;
+  s.sxr = parts[P_SXR], s.srr = parts[P_SRR], s.sxx = parts[P_SXX], s.sx2r2 = parts[P_SX2R2];
+  s.sxr3 = parts[P_SXR3], s.sr4 = parts[P_SR4], s.snf = parts[P_SNF];
+  for (int64_t i = 0; i < rows; i++) {
+    const double *a = parts + P_N + 2 * i;
+    s.row_tt += a[0] * a[0];
+    s.row_tc += a[0] * a[1];
+    s.row_cc += a[1] * a[1];
+  }
+  for (int64_t j = 0; j < s.cols; j++) {
+    const double *a = parts + P_N + 2 * rows + 2 * j;
+    s.col_tt += a[0] * a[0];
+    s.col_tc += a[0] * a[1];
+    s.col_cc += a[1] * a[1];
+  }
+  qc_bias_finish(&s, m);
+}

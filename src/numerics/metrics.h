@@ -85,6 +85,24 @@ void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m);
 void qc_bias_allow(qc_metrics *m, double allow);
 /* r rounded to element type dt (as qc_bias_pass rounds it). */
 double qc_round_to(double r, qc_dtype dt);
+/* ---- metrics of a gradient held in blocks by several ranks ----------------
+ * Each rank holds one block [r0, r1) x [c0, c1) of the [rows, cols] view of
+ * g and r (the blocks tile the whole); it adds the block's sums into parts
+ * (qc_mparts_len(rows, cols) doubles, zeroed: the metrics' sums, each row's
+ * and each column's bias-cluster sums at their place in the whole) and its
+ * largest |g - r| into mx; the ranks sum parts (an all-reduce) and take the
+ * largest mx; qc_mparts_finish then gives the metrics, noise floor and bias
+ * test of one pass over the whole tensor (qc_metrics_compute and
+ * qc_bias_pass at dt), equal up to the order of the float64 sums. */
+int64_t qc_mparts_len(int64_t rows, int64_t cols);
+/* Add the block (g, r: its (r1 - r0) x (c1 - c0) elements, row-major,
+ * contiguous) into parts; mx[0] = its max |g - r| over finite pairs (-1:
+ * none), mx[1] = the flat index in the whole of its first occurrence. */
+void qc_mparts_add(const double *g, const double *r, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t rows, int64_t cols,
+                   qc_dtype dt, double *parts, double *mx);
+/* The metrics from the summed parts and the largest mx (max_abs, worst). */
+void qc_mparts_finish(const double *parts, const double *mx, int64_t rows, int64_t cols, qc_metrics *m);
+
 /* The narrowest of bfloat16, float16, float32 (no wider than `container`)
  * that holds every finite value of g exactly: the precision the values
  * carry, whatever their storage. Returns container when none is narrower. */

@@ -92,16 +92,7 @@ cat >"$T/bad.json" <<'J'
 {"data": {"dump": "bad.h5"}, "candidate": "builtin", "contract": {"eps": 1e-6},
  "tolerances": {"d_x": {"rel_l2": 2e-2, "reasoning": "bf16"}, "d_weight": {"rel_l2": 2e-2, "reasoning": "bf16"}}}
 J
-rm -f "$T/four/r.json"
-export QC_RANKS_LOG="$T/ranks.log"
-(cd "$T/four" && $TO $MPIRUN sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >>"$QC_RANKS_LOG"' "$QATCHECK" \
-  vjp --case "$T/bad.json" --json r.json >"$T/out" 2>"$T/err")
-rc=$?
-[ $rc -ne 124 ] && ok "bad module on rank 2: the job ends (no rank hangs)" || bad "bad module on rank 2: the job hung"
-[ "$(grep -c 'exit 2$' "$T/ranks.log" 2>/dev/null)" = 4 ] && ok "bad module on rank 2: every rank exits 2" || bad "bad module on rank 2: $(cat "$T/ranks.log" 2>/dev/null)"
-[ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "bad module on rank 2: one error line" || bad "bad module on rank 2: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
-grep 'qatcheck: error:' "$T/err" | grep -q "rank 2: .*model.layers.2.norm.*grad_out" && ok "bad module on rank 2: the line names rank 2 and the group" || bad "bad module on rank 2: $(cat "$T/err")"
-error_or_none "$T/four/r.json" && ok "bad module on rank 2: only the error report" || bad "bad module on rank 2: a report other than the error report"
+bad_rank_run "$T/bad.json" "model.layers.2.norm.*grad_out"
 # ---- a verb that runs as one process refuses several
 expect_exit 2 "tol under 4 ranks is refused" $TO $MPIRUN "$QATCHECK" tol --help-not-an-option
 grep -q "runs as one process" "$T/err" && ok "tol: the refusal says it runs as one process" || bad "tol: $(cat "$T/err")"

@@ -67,22 +67,24 @@ done:
 /* 1 once the communicator is up. */
 int cu_coll_ready(const qc_backend *be) { return C(be)->coll_ready; }
 
-/* Sum device buffer buf (n elements of dt) over the ranks, in place, on the
- * backend's stream (ncclAllReduce; ordered after the work queued before). */
-int cu_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt) {
+/* Reduce device buffer buf (n elements of dt) over the ranks, in place, on
+ * the backend's stream: the sum, or the maximum (ncclAllReduce with ncclSum
+ * or ncclMax; ordered after the work queued before). */
+int cu_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt, qc_redop op) {
   cu *c = C(be);
 #ifdef QC_HAVE_NCCL
   ncclDataType_t t = dt == QC_F64 ? ncclFloat64 : dt == QC_F32 ? ncclFloat32 : ncclBfloat16;
   if (dt != QC_F64 && dt != QC_F32 && dt != QC_BF16) return qc_err("%s: all-reduce of an element type other than float64, float32, bfloat16", c->name);
   if (!c->comm) return qc_err_sys("%s: all-reduce before the communicator was made (coll_init)", c->name);
   if (n <= 0) return QC_OK;
-  ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, t, ncclSum, c->comm, c->st);
+  ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, t, op == QC_RED_MAX ? ncclMax : ncclSum, c->comm, c->st);
   if (r != ncclSuccess) return nccl_fail(c, "ncclAllReduce", r);
   return QC_OK;
 #else
   (void)buf;
   (void)n;
   (void)dt;
+  (void)op;
   return qc_err("%s: this qatcheck's CUDA backend was built without NCCL: no device collectives", c->name);
 #endif
 }

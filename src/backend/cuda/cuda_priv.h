@@ -108,7 +108,7 @@ typedef struct lin_bufs {
 } lin_bufs;
 
 /* ---- the seam's operations, each in the file of its concern ---- */
-int cu_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt);
+int cu_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt, qc_redop op);
 int cu_coll_id(const qc_backend *be, void *id, size_t n);
 int cu_coll_init(const qc_backend *be, const void *id, int nranks, int rank);
 int cu_coll_ready(const qc_backend *be);
