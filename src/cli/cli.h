@@ -17,6 +17,10 @@ typedef struct qc_verb {
  * paths are checked before it does any work, and an exit 2 replaces them
  * with its error report. Returns the exit status (0, 1, 2). */
 int qc_cli_run(const qc_verb *v, int argc, char **argv);
+/* Before anything else in main(): run the dump sandbox's child when this
+ * process is one (argv[1] is its marker: never returns), else let the
+ * dump reader exec its children from this binary (io/dump.h). */
+void qc_cli_sandbox(int argc, char **argv);
 
 /* Options common to verbs, filled by qc_opt_common. */
 typedef struct qc_common_opts {

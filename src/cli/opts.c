@@ -8,10 +8,16 @@
 #include "core/watchdog.h"
 #include "cli/cli.h"
 #include "dist/dist.h"
+#include "io/dump.h"
 #include "report/run.h"
 
 /* Verbs that split their work among the ranks of an MPI job (src/dist/). */
 static int distributes(const char *verb) { return strcmp(verb, "vjp") == 0 || strcmp(verb, "contract") == 0; }
+
+void qc_cli_sandbox(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], QC_DUMP_SANDBOX_ARG) == 0) qc_dump_sandbox_main(argc - 1, argv + 1);
+  qc_dump_sandbox_exec();
+}
 
 int qc_cli_run(const qc_verb *v, int argc, char **argv) {
   int rc = qc_dist_begin();                 /* started by mpirun: join the job */

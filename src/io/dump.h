@@ -93,4 +93,14 @@ int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, s
  * naming the object when it is neither. */
 int qc_dump_get_int_attr(qc_dump *d, const char *obj, const char *name, long long *v);
 
+/* The dump sandbox's child as a fresh process: a program that can run it
+ * (qatcheck: its main() hands argv to qc_dump_sandbox_main when argv[1] is
+ * QC_DUMP_SANDBOX_ARG) calls qc_dump_sandbox_exec once at start; the child
+ * is then exec'd, not a forked copy of a process with threads (whose
+ * copied locks can leave it waiting forever). Otherwise it is forked. */
+#define QC_DUMP_SANDBOX_ARG "--qc-dump-sandbox"
+void qc_dump_sandbox_exec(void);
+/* The child's main (argv[0] is QC_DUMP_SANDBOX_ARG). Never returns. */
+int qc_dump_sandbox_main(int argc, char **argv) __attribute__((noreturn));
+
 #endif

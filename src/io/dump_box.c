@@ -417,6 +417,67 @@ static int read_map(qc_box *b, qc_h5map *m) {
   }
 }
 
+/* ---- starting the child --------------------------------------------------------
+ * fork() in a process with threads (the watchdog, the readers, MPI's progress
+ * threads) copies locks other threads held at that instant: an allocator
+ * that does not reset them at fork (the sanitizers' does not) leaves the
+ * child waiting forever. So qatcheck's own binary (qc_dump_sandbox_exec)
+ * starts the child as a fresh process: the forked copy only clears
+ * close-on-exec on the three descriptors it hands over and execs
+ * /proc/self/exe with QC_DUMP_SANDBOX_ARG, whose main() calls
+ * qc_dump_sandbox_main. Other programs (tests, fuzzers) fork alone. */
+
+static int g_exec_self;
+
+void qc_dump_sandbox_exec(void) { g_exec_self = access("/proc/self/exe", X_OK) == 0; }
+
+int qc_dump_sandbox_main(int argc, char **argv) {
+  /* argv: QC_DUMP_SANDBOX_ARG sock fd shared-fd size parent-pid path */
+  if (argc != 7) _exit(QC_BOX_OPEN);
+  int sock = atoi(argv[1]), fd = atoi(argv[2]), shfd = atoi(argv[3]);
+  long long size = atoll(argv[4]);
+  pid_t parent = (pid_t)atoll(argv[5]);
+  qc_box_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, shfd, 0);
+  if (sh == MAP_FAILED) _exit(QC_BOX_OPEN);
+  close(shfd);
+  child_setup(parent);
+  qc_box_child(sock, argv[6], fd, (int64_t)size, sh);
+}
+
+/* The shared page: anonymous for a forked child, a memfd (*shfd) for an
+ * exec'd one. NULL on failure (errno set). */
+static qc_box_shared *shared_page(int *shfd) {
+  *shfd = -1;
+  if (!g_exec_self) {
+    void *p = mmap(NULL, sizeof(qc_box_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+  }
+  int f = memfd_create("qatcheck-dump-sandbox", MFD_CLOEXEC);
+  if (f < 0) return NULL;
+  void *p = MAP_FAILED;
+  if (ftruncate(f, sizeof(qc_box_shared)) == 0)
+    p = mmap(NULL, sizeof(qc_box_shared), PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(f);
+    errno = e;
+    return NULL;
+  }
+  *shfd = f;
+  return p;
+}
+
+/* In the forked copy: hand the descriptors over and exec the child (only
+ * async-signal-safe calls between fork and exec). Never returns. */
+static void exec_child(char *const argv[], const int *keep, int nkeep) {
+  for (int i = 0; i < nkeep; i++) {
+    int fl = fcntl(keep[i], F_GETFD);
+    if (fl < 0 || fcntl(keep[i], F_SETFD, fl & ~FD_CLOEXEC) < 0) _exit(QC_BOX_OPEN);
+  }
+  execv("/proc/self/exe", argv);
+  _exit(QC_BOX_OPEN);
+}
+
 int qc_box_start(const char *path, int fd, int64_t size, qc_box **out, qc_h5map *map) {
   *out = NULL;
   memset(map, 0, sizeof *map);
@@ -427,24 +488,34 @@ int qc_box_start(const char *path, int fd, int64_t size, qc_box **out, qc_h5map 
   b->sock = -1;
   b->pid = -1;
   pthread_mutex_init(&b->lock, NULL);
-  int rc, sv[2] = {-1, -1};
-  b->sh = mmap(NULL, sizeof *b->sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (b->sh == MAP_FAILED) {
-    b->sh = NULL;
+  int rc, sv[2] = {-1, -1}, shfd = -1;
+  if (!(b->sh = shared_page(&shfd))) {
     rc = qc_err_sys("dump '%s': cannot map the reader's page: %s", path, strerror(errno));
     goto fail;
   }
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     rc = qc_err_sys("dump '%s': cannot make the reader's socket: %s", path, strerror(errno));
+    if (shfd >= 0) close(shfd);
     goto fail;
   }
   pid_t parent = getpid();
+  /* the exec'd child's arguments, made before the fork */
+  char a_sock[16], a_fd[16], a_sh[16], a_size[24], a_parent[24];
+  snprintf(a_sock, sizeof a_sock, "%d", sv[1]);
+  snprintf(a_fd, sizeof a_fd, "%d", fd);
+  snprintf(a_sh, sizeof a_sh, "%d", shfd);
+  snprintf(a_size, sizeof a_size, "%lld", (long long)size);
+  snprintf(a_parent, sizeof a_parent, "%lld", (long long)parent);
+  char *argv[] = {"qatcheck", QC_DUMP_SANDBOX_ARG, a_sock, a_fd, a_sh, a_size, a_parent, (char *)path, NULL};
+  const int keep[3] = {sv[1], fd, shfd};
   pid_t pid = fork();
   if (pid == 0) {
     close(sv[0]);
+    if (shfd >= 0) exec_child(argv, keep, 3);
     child_setup(parent);
     qc_box_child(sv[1], path, fd, size, b->sh);
   }
+  if (shfd >= 0) close(shfd);
   close(sv[1]);
   b->sock = sv[0];
   if (pid < 0) {
