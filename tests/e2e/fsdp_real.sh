@@ -19,6 +19,18 @@
 tail -1 "$T/py.log"
 TOL='"tolerances": {"d_x": {"rel_l2": 1e-5, "reasoning": "fp32"}, "d_weight": {"rel_l2": 1e-5, "reasoning": "fp32"},
   "d_bias": {"rel_l2": 1e-5, "reasoning": "fp32"}}'
+# only_fails DIR CHECK DESC: the dump in DIR fails on CHECK alone, named twice the reference
+only_fails() {
+  echo "{\"data\": {\"dump\": \"$1/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/of.json"
+  expect_exit 1 "$3: vjp" "$QATCHECK" vjp --case "$T/of.json" --json "$T/of.r.json"
+  "$PY" - "$T/of.r.json" "$2" <<'P' && ok "$3: only $2 fails, named twice the reference" || bad "$3: wrong checks or diagnosis"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = [c for c in r["checks"] if c["verdict"] == "fail"]
+assert [c["module"] + ":" + c["tensor"] for c in failed] == [sys.argv[2]], [c["module"] + ":" + c["tensor"] for c in failed]
+assert "twice" in failed[0].get("diagnosis", {}).get("summary", ""), failed[0].get("diagnosis")
+P
+}
 echo "{\"data\": {\"dump\": \"d/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/ok.json"
 expect_exit 0 "real FSDP1: vjp" "$QATCHECK" vjp --case "$T/ok.json" --json "$T/ok.r.json"
 "$PY" - "$T/ok.r.json" <<'P' && ok "real FSDP1: 16 per-rank checks, every one pass" || bad "real FSDP1: not 16 passing checks"
@@ -65,15 +77,7 @@ names = sorted(c["module"] + ":" + c["tensor"] for c in r["checks"] if c["module
 want = sorted(["/4:d_x@rank%d" % k for k in range(4)] + ["/4:d_weight@rank%d" % k for k in range(4)] + ["/4:d_bias@rank%d" % k for k in range(3)])
 assert names == want, names
 P
-echo "{\"data\": {\"dump\": \"d/p/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/p.json"
-expect_exit 1 "qatdump under FSDP1, rank 1's gradient doubled: vjp" "$QATCHECK" vjp --case "$T/p.json" --json "$T/p.r.json"
-"$PY" - "$T/p.r.json" <<'P' && ok "qatdump under FSDP1, planted: only /0:d_weight@rank1 fails, named twice the reference" || bad "qatdump under FSDP1, planted: wrong checks or diagnosis"
-import json, sys
-r = json.load(open(sys.argv[1]))
-failed = [c for c in r["checks"] if c["verdict"] == "fail"]
-assert [c["module"] + ":" + c["tensor"] for c in failed] == ["/0:d_weight@rank1"], [c["module"] + ":" + c["tensor"] for c in failed]
-assert "twice" in failed[0].get("diagnosis", {}).get("summary", ""), failed[0].get("diagnosis")
-P
+only_fails d/p /0:d_weight@rank1 "qatdump under FSDP1, rank 1's gradient doubled"
 # FSDP2 (fully_shard): Shard(0) DTensor pieces of uneven length, dumped by
 # qatdump after the backward (the forward saw the unsharded copies)
 if [ -f "$T/d/f2/step.rank0.h5" ]; then
@@ -89,15 +93,7 @@ for r, (na, nb) in enumerate(((3, 2), (3, 2), (3, 2), (2, 1))):
 P
   echo "{\"data\": {\"dump\": \"d/f2/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/f2.json"
   expect_exit 0 "qatdump under FSDP2: vjp" "$QATCHECK" vjp --case "$T/f2.json" --json "$T/f2.r.json"
-  echo "{\"data\": {\"dump\": \"d/f2p/step.rank*.h5\"}, \"candidate\": \"dump\", $TOL}" >"$T/f2p.json"
-  expect_exit 1 "qatdump under FSDP2, rank 2's gradient doubled: vjp" "$QATCHECK" vjp --case "$T/f2p.json" --json "$T/f2p.r.json"
-  "$PY" - "$T/f2p.r.json" <<'P' && ok "qatdump under FSDP2, planted: only /0:d_weight@rank2 fails, named twice the reference" || bad "qatdump under FSDP2, planted: wrong checks or diagnosis"
-import json, sys
-r = json.load(open(sys.argv[1]))
-failed = [c for c in r["checks"] if c["verdict"] == "fail"]
-assert [c["module"] + ":" + c["tensor"] for c in failed] == ["/0:d_weight@rank2"], [c["module"] + ":" + c["tensor"] for c in failed]
-assert "twice" in failed[0].get("diagnosis", {}).get("summary", ""), failed[0].get("diagnosis")
-P
+  only_fails d/f2p /0:d_weight@rank2 "qatdump under FSDP2, rank 2's gradient doubled"
 else
   echo "skip: FSDP2 part (this torch has no fully_shard)"
 fi
