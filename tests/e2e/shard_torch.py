@@ -28,11 +28,16 @@ writes OUTDIR/<mode>/step.rank<r>.h5 for every mode:
   fsdp_local  FSDP: the reduce-scatter left out (this rank's local
               gradient's flat piece)
   fsdp_order  FSDP: ranks 0 and 1 take each other's flat piece
+  a2a_dup     expert parallel, all-to-all dispatch: the permutation's
+              backward stores each slot's gradient into its token instead
+              of adding it (every token keeps one of its TOPK slots' share)
 Modules: /col (linear, tp_column, gather_output), /row (linear, tp_row,
 input_is_parallel), /norm (rmsnorm, sequence), /logprob (logprob, vocab),
 /moe (moe, expert: data-parallel tokens, E/WORLD experts a rank, all-gather
-dispatch, reduce-scatter combine), /fsdp (linear, fsdp_flat: FSDP1-style
-flat weight shards, gradients averaged over the ranks).
+dispatch, reduce-scatter combine), /moe_a2a (the same experts and pieces,
+all-to-all dispatch: each slot's row only to its expert's rank), /fsdp
+(linear, fsdp_flat: FSDP1-style flat weight shards, gradients averaged over
+the ranks).
 """
 import os
 import sys
@@ -46,7 +51,7 @@ import torch.multiprocessing as mp  # noqa: E402
 
 WORLD = 4
 MODES = ["ok", "missing", "twice", "averaged", "order", "sp_norm", "vocab_lse", "ep_div", "ep_mul", "ep_reduce",
-         "ep_order", "fsdp_sum", "fsdp_local", "fsdp_order"]
+         "ep_order", "fsdp_sum", "fsdp_local", "fsdp_order", "a2a_dup"]
 M, K, N, V = 8, 32, 48, 64  # tokens, features in, features out, vocabulary
 T, H, F, E, TOPK = 16, 16, 8, 8, 2  # moe: tokens, hidden, expert width, experts, slots a token
 N2, K2 = 13, 11  # fsdp linear: 143 weight elements, not a multiple of WORLD (the last piece is padded)
@@ -255,7 +260,7 @@ class EPMoE(torch.nn.Module):
     qatcheck_saved = ["topk_ids"]
     qatcheck_contract = {"activation": "swiglu"}
 
-    def __init__(self, w1, w2, ids):
+    def __init__(self, w1, w2, ids, planted=True):
         super().__init__()
         r = dist.get_rank()
         self.w1 = torch.nn.Parameter(chunk(w1, 0, r))
@@ -263,7 +268,7 @@ class EPMoE(torch.nn.Module):
         self.ids = chunk(ids, 0, r)
         self.e0 = r * (E // WORLD)
         scale = {"ep_div": 1.0 / WORLD, "ep_mul": float(WORLD)}.get(BUG)
-        if scale:  # the expert-DP to DP scaling ratio applied to the gradient itself
+        if scale and planted:  # the expert-DP to DP scaling ratio applied to the gradient itself
             for p in (self.w1, self.w2):
                 p.register_hook(lambda g, s=scale: g * s)
 
@@ -279,6 +284,90 @@ class EPMoE(torch.nn.Module):
             a = torch.nn.functional.silu(h[:, :F]) * h[:, F:]
             y = y + gate[:, None] * (a @ self.w2[le].t())
         return Combine.apply(y, self.ids)
+
+
+class AllToAll(torch.autograd.Function):
+    """Rows to their ranks (send[r] of them to rank r, recv[r] from rank r),
+    as an all-to-all token dispatcher sends them; backward sends the rows'
+    gradients back the reverse way."""
+
+    @staticmethod
+    def forward(ctx, t, send, recv):
+        ctx.send, ctx.recv = send, recv
+        out = t.new_empty((sum(recv),) + tuple(t.shape[1:]))
+        dist.all_to_all_single(out, t.contiguous(), recv, send)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        out = g.new_empty((sum(ctx.send),) + tuple(g.shape[1:]))
+        dist.all_to_all_single(out, g.contiguous(), ctx.send, ctx.recv)
+        return out, None, None
+
+
+class Permute(torch.autograd.Function):
+    """A token's row once per slot, in dispatch order; backward adds each
+    slot's gradient back into its token."""
+
+    @staticmethod
+    def forward(ctx, x, idx):
+        ctx.save_for_backward(idx)
+        ctx.n = x.shape[0]
+        return x[idx]
+
+    @staticmethod
+    def backward(ctx, g):
+        idx, = ctx.saved_tensors
+        out = g.new_zeros((ctx.n,) + tuple(g.shape[1:]))
+        if BUG == "a2a_dup":
+            out[idx] = g  # a plain store: a token keeps one of its slots' gradients
+        else:
+            out.index_add_(0, idx, g)
+        return out, None
+
+
+class Unpermute(torch.autograd.Function):
+    """The slots' outputs summed back into token order; saves the routing
+    (first, for qatdump's saved topk_ids)."""
+
+    @staticmethod
+    def forward(ctx, yp, idx, ids, n):
+        ctx.save_for_backward(ids, idx)
+        return yp.new_zeros((n,) + tuple(yp.shape[1:])).index_add_(0, idx, yp)
+
+    @staticmethod
+    def backward(ctx, g):
+        _, idx = ctx.saved_tensors
+        return g[idx], None, None, None
+
+
+class EPMoEAllToAll(EPMoE):
+    """The same routed experts and pieces as EPMoE, dispatched by
+    all-to-all as DeepEP / Megatron's alltoall dispatcher do: each (token,
+    slot) row goes only to the rank holding its expert, with its slot
+    weight, and comes back weighted to be summed into its token."""
+
+    def forward(self, x, topk_weights):
+        n = x.shape[0]
+        tok = torch.arange(n).repeat_interleave(TOPK)  # slot -> its token
+        eid = self.ids.reshape(-1)
+        dest = eid // (E // WORLD)
+        order = torch.sort(dest, stable=True)[1]
+        send = torch.bincount(dest, minlength=WORLD)
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send)
+        send, recv = send.tolist(), recv.tolist()
+        xs = AllToAll.apply(Permute.apply(x, tok[order]), send, recv)
+        ws = AllToAll.apply(topk_weights.reshape(-1)[order], send, recv)
+        es = eid.new_empty(sum(recv))
+        dist.all_to_all_single(es, eid[order].contiguous(), recv, send)
+        y = xs.new_zeros(xs.shape)
+        for le in range(self.w1.shape[0]):
+            sel = (es == self.e0 + le).nonzero()[:, 0]
+            h = xs[sel] @ self.w1[le].t()
+            a = torch.nn.functional.silu(h[:, :F]) * h[:, F:]
+            y = y.index_add(0, sel, ws[sel, None] * (a @ self.w2[le].t()))
+        return Unpermute.apply(AllToAll.apply(y, recv, send), tok[order], self.ids, n)
 
 
 class AllGatherFlat(torch.autograd.Function):
@@ -350,7 +439,8 @@ def run(rank, out):
         c5, c6 = torch.randn(T, H, generator=g), torch.randn(M, N2, generator=g)
         model = torch.nn.ModuleDict({"col": ColumnParallelLinear(w1, b1), "row": RowParallelLinear(w2),
                                      "norm": SPRMSNorm(wn), "logprob": VocabParallelLogProb(ids),
-                                     "moe": EPMoE(e1, e2, ide), "fsdp": FlatShardedLinear(wf)})
+                                     "moe": EPMoE(e1, e2, ide), "fsdp": FlatShardedLinear(wf),
+                                     "moe_a2a": EPMoEAllToAll(e1, e2, ide, planted=False)})
         os.makedirs(os.path.join(out, mode), exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the Function's other saved tensors are not recorded: said in not_captured
@@ -362,8 +452,9 @@ def run(rank, out):
                 lp = model["logprob"](chunk(logits, -1, rank).requires_grad_(True))  # [M], combined
                 ye = model["moe"](chunk(xe, 0, rank).requires_grad_(True), chunk(we, 0, rank).requires_grad_(True))
                 yf = model["fsdp"](chunk(xf, 0, rank).requires_grad_(True))  # this rank's tokens
+                ya = model["moe_a2a"](chunk(xe, 0, rank).requires_grad_(True), chunk(we, 0, rank).requires_grad_(True))
                 loss = (y * c1).sum() + (h * c2).sum() + (hn * chunk(c3, 0, rank)).sum() + (lp * c4).sum()
-                loss = loss + (ye * chunk(c5, 0, rank)).sum() + (yf * chunk(c6, 0, rank)).sum()
+                loss = loss + (ye * chunk(c5, 0, rank)).sum() + (yf * chunk(c6, 0, rank)).sum() + (ya * chunk(c5, 0, rank)).sum()
                 loss.backward()
         dist.barrier()
     dist.destroy_process_group()

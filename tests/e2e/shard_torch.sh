@@ -31,7 +31,7 @@ r = json.load(open(sys.argv[1]))
 failed = sorted(c["module"] + ":" + c["tensor"] for c in r["checks"] if c["verdict"] == "fail")
 want = [] if sys.argv[2] == "-" else sys.argv[2].split(",")
 assert failed == want, failed
-assert len(r["checks"]) == 56, len(r["checks"])  # 6 modules, every gradient of every rank
+assert len(r["checks"]) == 72, len(r["checks"])  # 7 modules, every gradient of every rank
 note = sys.argv[3]
 diag = lambda c: c.get("diagnosis", {}).get("summary", "")
 assert note == "-" or all(note in diag(c) for c in r["checks"] if c["verdict"] == "fail"), [diag(c) for c in r["checks"] if c["verdict"] == "fail"]
@@ -61,6 +61,7 @@ FW=/fsdp:d_weight@rank0,/fsdp:d_weight@rank1,/fsdp:d_weight@rank2,/fsdp:d_weight
 check_mode fsdp_sum 1 $FW "4 times the reference (the world size): summed over the ranks where grad_reduce declares a mean"
 check_mode fsdp_local 1 $FW "local gradient from its own pieces of the inputs only"
 check_mode fsdp_order 1 /fsdp:d_weight@rank0,/fsdp:d_weight@rank1 "wrong order"
+check_mode a2a_dup 1 /moe_a2a:d_x@rank0,/moe_a2a:d_x@rank1,/moe_a2a:d_x@rank2,/moe_a2a:d_x@rank3 -
 # a flat gradient piece whose padding is not zero fails on that rank
 mkdir "$T/sh/fsdp_pad" && cp "$T"/sh/ok/step.rank*.h5 "$T/sh/fsdp_pad/"
 "$PY" - "$T/sh/fsdp_pad/step.rank3.h5" <<'P'
