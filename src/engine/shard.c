@@ -209,7 +209,32 @@ static int judge_rank(qc_audit *a, const qc_registry_row *row, qc_module *w, qc_
     int d = -1, flat = 0;
     int64_t off[256], len[256], L = 0;
     if (role && (rc = qc_shard_split(rf, W, w->path, role, base, &d, &flat, &L, off, len))) break;
-    if ((flat || d >= 0) && len[r] == 0) continue; /* a piece of padding only, or none: nothing to judge */
+    if ((flat || d >= 0) && len[r] == 0) { /* a piece of padding only, or none: nothing to judge, unless it holds a gradient */
+      const qc_tensor *g0 = mr->cand ? qc_tset_get(&mr->cand[j], rg->name) : NULL;
+      double held = 0;
+      if (g0 && flat && g0->ndim == 1 && g0->shape[0] == L) {
+        qc_tensor tmp;
+        memset(&tmp, 0, sizeof tmp);
+        rc = flat_candidate(g0, L, 0, &tmp, &held);
+        qc_tensor_free(&tmp);
+        if (rc) break;
+      } else if (g0) {
+        held = qc_numel(g0) != 0 ? INFINITY : 0; /* a split tensor's empty piece: its gradient has no element either */
+      }
+      if (!g0 || held == 0) continue; /* a missing dataset is said where the candidates are read */
+      int64_t eshape[QC_MAXDIM];
+      memcpy(eshape, rg->shape, sizeof eshape);
+      if (!flat) eshape[d] = 0;
+      qc_check k;
+      qc_check_init(&k, w, dyn, tname, flat ? 1 : rg->ndim, eshape, tol);
+      snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g0->dtype));
+      k.verdict = QC_V_FAIL;
+      if (flat) snprintf(k.why, sizeof k.why, "rank %d's flat piece is padding only, but holds a gradient up to |%.3g|: expected zero", r, held);
+      else snprintf(k.why, sizeof k.why, "rank %d holds no piece of '%s', but its gradient has %lld element(s): expected none", r, base,
+                    (long long)qc_numel(g0));
+      if ((rc = qc_results_add(a->res, &k))) break;
+      continue;
+    }
     qc_tensor want, gt;
     memset(&want, 0, sizeof want);
     memset(&gt, 0, sizeof gt);
@@ -284,14 +309,23 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc
     if (!rc && (rc = qc_vjp_select_dy(&rf[r].m, cs, qc_dump_path(rf[r].d)))) break;
   }
   if (rc) goto done;
-  char bar[sizeof kind + 2];
-  if (qc_dump_get_attr(rf[0].d, e->path, "parallel", kind, sizeof kind) == QC_OK &&
-      (snprintf(bar, sizeof bar, "|%s|", kind), !strstr("|tp_column|tp_row|vocab|expert|sequence|fsdp_flat|fsdp|", bar))) {
-    /* the kinds docs/interfaces.md describes */
-    rc = qc_err("dump '%s': module '%s': attribute parallel '%s': expected tp_column, tp_row, vocab, expert, sequence, "
-                "fsdp_flat or fsdp",
-                qc_dump_path(rf[0].d), e->path, kind);
-    goto done;
+  for (int r = 0; r < W; r++) { /* every rank's layout a known kind, the same as rank 0's */
+    char kr[sizeof kind] = "", bar[sizeof kind + 2];
+    int has = qc_dump_get_attr(rf[r].d, e->path, "parallel", kr, sizeof kr) == QC_OK;
+    qc_err_clear();
+    if (has && (snprintf(bar, sizeof bar, "|%s|", kr), !strstr("|tp_column|tp_row|vocab|expert|sequence|fsdp_flat|fsdp|", bar))) {
+      /* the kinds docs/interfaces.md describes */
+      rc = qc_err("dump '%s': module '%s': attribute parallel '%s': expected tp_column, tp_row, vocab, expert, sequence, "
+                  "fsdp_flat or fsdp",
+                  qc_dump_path(rf[r].d), e->path, kr);
+      goto done;
+    }
+    if (r == 0) memcpy(kind, kr, sizeof kind);
+    else if (strcmp(kr, kind) != 0) {
+      rc = qc_err("dump '%s': module '%s': attribute parallel '%s' where rank 0's is '%s': the ranks disagree",
+                  qc_dump_path(rf[r].d), e->path, kr[0] ? kr : "(none)", kind[0] ? kind : "(none)");
+      goto done;
+    }
   }
   /* no deployed-bytes check on shards: a profile left to "auto" is vllm's, as for a dump without bytes */
   for (int r = 0; r < W && !rc; r++)

@@ -433,12 +433,16 @@ void qc_dump_sandbox_exec(void) { g_exec_self = access("/proc/self/exe", X_OK) =
 
 int qc_dump_sandbox_main(int argc, char **argv) {
   /* argv: QC_DUMP_SANDBOX_ARG sock fd shared-fd size parent-pid path */
-  if (argc != 7) _exit(QC_BOX_OPEN);
+  pid_t parent = argc == 7 ? (pid_t)atoll(argv[5]) : 0;
+  qc_box_shared *sh = MAP_FAILED;
+  if (argc == 7 && parent == getppid()) sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, atoi(argv[3]), 0);
+  if (sh == MAP_FAILED) { /* run by hand, not by the dump reader */
+    fprintf(stderr, "qatcheck: error: '%s' is qatcheck's own dump reader, started by qatcheck itself: not a verb\n"
+                    "hint: run 'qatcheck --help' for the list of verbs\n", QC_DUMP_SANDBOX_ARG);
+    _exit(2);
+  }
   int sock = atoi(argv[1]), fd = atoi(argv[2]), shfd = atoi(argv[3]);
   long long size = atoll(argv[4]);
-  pid_t parent = (pid_t)atoll(argv[5]);
-  qc_box_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, shfd, 0);
-  if (sh == MAP_FAILED) _exit(QC_BOX_OPEN);
   close(shfd);
   child_setup(parent);
   qc_box_child(sock, argv[6], fd, (int64_t)size, sh);

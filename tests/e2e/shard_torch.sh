@@ -121,17 +121,17 @@ import sys, h5py, numpy as np
 rng = np.random.default_rng(0)
 x = [rng.standard_normal((2, 3)) for _ in range(2)]; dy = [rng.standard_normal((2, 3)) for _ in range(2)]
 w = rng.standard_normal((3, 3)); gw = (np.concatenate(dy).T @ np.concatenate(x)) / 2
-for bad in (0, 1):
+for bad in (0, 1, 2):
     for r, (a, b) in enumerate(((0, 3), (3, 3))):
-        with h5py.File("%s/%s.rank%d.h5" % (sys.argv[1], "bad" if bad else "ok", r), "w") as f:
+        with h5py.File("%s/%s.rank%d.h5" % (sys.argv[1], ("ok", "bad", "ghost")[bad], r), "w") as f:
             f.attrs["qatcheck_dump"], f.attrs["rank"], f.attrs["world_size"] = 1, r, 2
             g = f.create_group("fc"); g.attrs["class"], g.attrs["parallel"], g.attrs["grad_reduce"] = "linear", "fsdp", "mean"
             for ds, v in (("inputs/x", x[r]), ("grad_out/dy", dy[r]), ("params/weight", w[a:b])):
                 g[ds] = v; g[ds].attrs["shard_dim"] = 0
             g["grads/dy/d_x"] = dy[r] @ w
-            g["grads/dy/d_weight"] = gw[a:b] * (1.5 if bad else 1)
+            g["grads/dy/d_weight"] = gw[a:b] * (1.5 if bad == 1 else 1) if bad < 2 or r == 0 else np.ones((2, 3))
 P
-for m in ok bad; do
+for m in ok bad ghost; do
   echo "{\"data\": {\"dump\": \"empty/$m.rank*.h5\"}, \"candidate\": \"dump\", \"tolerances\": {\"d_x\": {\"rel_l2\": 1e-9, \"reasoning\": \"float64\"}, \"d_weight\": {\"rel_l2\": 1e-9, \"reasoning\": \"float64\"}}}" >"$T/e$m.json"
 done
 expect_exit 0 "an empty piece: vjp" "$QATCHECK" vjp --case "$T/eok.json" --json "$T/eok.r.json"
@@ -142,6 +142,16 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert sorted(c["tensor"] for c in a["checks"]) == ["d_weight@rank0", "d_x@rank0", "d_x@rank1"], [c["tensor"] for c in a["checks"]]
 assert [c["tensor"] for c in b["checks"] if c["verdict"] == "fail"] == ["d_weight@rank0"]
 P
+expect_exit 1 "an empty piece whose rank holds a gradient anyway: vjp" "$QATCHECK" vjp --case "$T/eghost.json" --json "$T/eghost.r.json"
+"$PY" - "$T/eghost.r.json" <<'P' && ok "an empty piece whose rank holds a gradient: that check fails, named" || bad "an empty piece with a gradient: not failed"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = [c for c in r["checks"] if c["verdict"] == "fail"]
+assert [c["tensor"] for c in failed] == ["d_weight@rank1"] and "holds no piece" in failed[0]["why"], failed
+P
+cp "$T"/empty/ok.rank*.h5 "$T/"
+"$PY" -c "import h5py, sys; h5py.File(sys.argv[1], 'r+')['fc'].attrs['parallel'] = 'sequence'" "$T/ok.rank1.h5"
+refuse "ranks disagreeing on the parallel kind" "parallel 'sequence' where rank 0's is 'fsdp': the ranks disagree" "ok.rank*.h5"
 # ---- mpirun -np 4: the same report; a bad file of the module rank 2 audits
 if command -v mpirun >/dev/null 2>&1 && "$QATCHECK" vjp --help 2>/dev/null | grep -q . ; then
   MPIRUN="mpirun --oversubscribe -np 4"; [ "$(id -u)" = 0 ] && MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 4"
