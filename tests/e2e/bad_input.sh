@@ -110,6 +110,8 @@ bad_case dy_not_there "grad_out/dy_other"
 expect_exit 2 "no --case" "$QATCHECK" vjp
 expect_exit 2 "unknown option" "$QATCHECK" vjp --case x.json --bogus
 expect_exit 2 "unknown verb" "$QATCHECK" frobnicate
+expect_exit 2 "the dump reader's marker run by hand" "$QATCHECK" --qc-dump-sandbox 1 2 3 4 5 /etc/passwd
+[ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "dump reader.*not a verb" "$T/err" && ok "the marker by hand: one line" || bad "the marker by hand: $(cat "$T/err")"
 expect_exit 2 "no verb" "$QATCHECK"
 expect_exit 2 "missing case file" "$QATCHECK" vjp --case "$T/none.json"
 expect_exit 2 "bad --device" "$QATCHECK" vjp --case cases/linear_bf16.json --device tpu
