@@ -100,47 +100,23 @@ static int lp_view_get_in(const qc_module *m, lp_view *v, int64_t vwhole) {
 
 static int lp_view_get(const qc_module *m, lp_view *v) { return lp_view_get_in(m, v, 0); }
 
-static int logprob_vjp_split(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
+static int logprob_vjp_group(const qc_group *gr, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 
-/* Production VJP (see the file comment). */
+/* A world of one: every reduction is already whole. */
+static int one_rank(const qc_group *g, void *buf, int64_t n, qc_dtype dt, qc_redop op) {
+  (void)g; (void)buf; (void)n; (void)dt; (void)op;
+  return QC_OK;
+}
+
+/* Production VJP (see the file comment): the vocab-parallel arithmetic
+ * below, over the ranks of ctx->group, or in one process holding every
+ * shard (its all-reduces then have nothing to add). */
 static int logprob_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  if (ctx->group) return logprob_vjp_split(ctx, m, dy, grads);
-  lp_view v;
-  int rc = lp_view_get(m, &v);
-  float *z = NULL, *g = NULL, *dl, *smax = NULL, *ssum = NULL;
-  if (rc) goto done;
-  if ((rc = qc_module_check_dy(m, dy, v.B * v.S, v.S, "one value per position of inputs/logits"))) goto done;
-  rc = QC_ESYS;
-  z = qc_mod_f32(v.logits, "logprob logits");
-  g = qc_mod_f32(dy, "logprob dY");
-  smax = qc_malloc((size_t)v.shards * sizeof *smax, "logprob shard max");
-  ssum = qc_malloc((size_t)v.shards * sizeof *ssum, "logprob shard sum");
-  if (!z || !g || !smax || !ssum) goto done;
-  if ((rc = qc_mod_add(grads, "d_logits", QC_F32, v.logits->ndim, v.logits->shape, (void **)&dl))) goto done;
-  const int64_t V = v.V, P = V / v.shards;
-  const float invt = 1.0f / (float)v.temp;
-  for (int64_t i = 0; i < v.B * v.S; i++) {
-    if (v.w[i] == 0) continue;
-    float *zr = z + i * V, *dr = dl + i * V;
-    for (int64_t j = 0; j < V; j++) zr[j] = zr[j] / (float)v.temp;
-    for (int64_t k = 0; k < v.shards; k++) {  /* each rank's local reductions */
-      smax[k] = -INFINITY;
-      ssum[k] = 0.0f;
-      for (int64_t j = k * P; j < (k + 1) * P; j++) smax[k] = fmaxf(smax[k], zr[j]);
-      for (int64_t j = k * P; j < (k + 1) * P; j++) ssum[k] += expf(zr[j] - smax[k]);
-    }
-    float M = -INFINITY, Ssum = 0.0f;  /* the all-reduces (max, then sum) */
-    for (int64_t k = 0; k < v.shards; k++) M = fmaxf(M, smax[k]);
-    for (int64_t k = 0; k < v.shards; k++) Ssum += ssum[k] * expf(smax[k] - M);
-    const float lse = M + logf(Ssum), c = g[i] * (float)v.w[i] * invt;
-    for (int64_t j = 0; j < V; j++) dr[j] = -c * expf(zr[j] - lse);
-    dr[v.ids[i]] += c;
-  }
-  rc = QC_OK;
-done:
-  free(z); free(g); free(smax); free(ssum);
-  lp_view_free(&v);
-  return rc;
+  if (ctx->group) return logprob_vjp_group(ctx->group, m, dy, grads);
+  const qc_tensor *l = qc_tset_get(&m->inputs, "logits");
+  const int64_t V = l && l->ndim ? l->shape[l->ndim - 1] : 0;
+  const qc_group one = {.rank = 0, .size = 1, .lo = 0, .hi = V, .len = 0, .allreduce = one_rank};
+  return logprob_vjp_group(&one, m, dy, grads);
 }
 
 /* The error model: each probability p_v = exp(z_v - lse) inherits the
@@ -255,15 +231,16 @@ static int logprob_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *on
 }
 
 /* ---- vocab-parallel across ranks (qc_split; engine/split.c) -----------------
- * Rank r holds the logits' vocabulary columns [v0, v1) (and every position's
+ * The production VJP. Rank r of group gr (a world of one: the whole
+ * vocabulary, every contract shard) holds the logits' vocabulary columns
+ * [lo, hi) (and every position's
  * id, mask and dY); its VJP is that of a vocab-parallel trainer: its
  * shard's row max and sum of exponentials in float32, combined over the
  * ranks by two all-reduces through ctx->group (the maximum, then the sum of
  * each shard's sum rescaled to it: NCCL on a device), then its own columns
  * of d_logits. The selected token's logit is not needed for d_logits (only
  * for the forward's log-prob), so it is not reduced. */
-static int logprob_vjp_split(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  const qc_group *gr = ctx->group;
+static int logprob_vjp_group(const qc_group *gr, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   lp_view v;
   int rc = lp_view_get_in(m, &v, gr->len);
   float *z = NULL, *g = NULL, *dl, *smax = NULL, *ssum = NULL;
