@@ -79,7 +79,7 @@ GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(BUILD)/%.o)
 PLUGIN_SRC := $(wildcard tests/plugins/*.c)
 PLUGINS := $(PLUGIN_SRC:tests/plugins/%.c=build/plugins/%.so)
 
-.PHONY: bench-bin all tests deps demo test test-unit test-e2e test-gpu asan clean checks check-independence check-layers bench
+.PHONY: bench-bin all tests deps demo test check test-unit test-e2e test-gpu asan clean checks check-independence check-layers bench
 
 BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu_linear,)
 
@@ -125,16 +125,39 @@ check-independence:
 check-layers:
 	@sh scripts/check-layers.sh
 
+# Dependencies: `make deps` installs (or checks) them; `make demo` and `make
+# test` install them once on a fresh machine (the stamp), not on every run.
+DEPS_STAMP := build/.deps-installed
 deps:
-	@sh scripts/install-deps.sh
+	@sh scripts/install-deps.sh && mkdir -p build && touch $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/install-deps.sh
+	@sh scripts/install-deps.sh && mkdir -p build && touch $@
 
-demo: deps
-	@$(MAKE) --no-print-directory all
+demo: $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	sh scripts/demo.sh
 
-test: deps
-	@$(MAKE) --no-print-directory all tests
-	TEST_UNIT=$(BUILD)/test_unit TEST_GPU=$(BUILD)/test_gpu sh tests/run.sh
+# The whole suite (the README's test command; CI runs it): unit tests, every
+# e2e script (in parallel), the GPU binary. `make check`: the contributor
+# loop (unit tests and the fast e2e subset of tests/fast.list), no
+# installer. `tests/run.sh NAME...` runs named tests.
+TEST_ENV := TEST_UNIT=$(BUILD)/test_unit TEST_GPU=$(BUILD)/test_gpu
+NPROC    := $(shell nproc 2>/dev/null || echo 2)
+test: $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory -j$(NPROC) all tests
+	$(TEST_ENV) sh tests/run.sh
+
+check:
+	@$(MAKE) --no-print-directory -j$(NPROC) all tests
+	$(TEST_ENV) sh tests/run.sh --fast
+
+test-unit:
+	@$(MAKE) --no-print-directory -j$(NPROC) all tests
+	$(TEST_ENV) sh tests/run.sh unit
+
+test-e2e:
+	@$(MAKE) --no-print-directory -j$(NPROC) all tests
+	$(TEST_ENV) sh tests/run.sh $$(cd tests/e2e && ls *.sh | sed 's/\.sh$$//')
 
 test-gpu: all tests
 	$(BUILD)/test_gpu --verbose

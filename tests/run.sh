@@ -1,51 +1,145 @@
 #!/bin/sh
-# tests/run.sh: the README's test command runs this (via `make test`).
-# Unit tests (Criterion), then every end-to-end script tests/e2e/*.sh, then
-# the GPU test binary (its tests report skipped without a device).
-# Ends with one line "tests: N passed, N failed, N skipped"; exit 1 on any failure.
+# tests/run.sh [--fast] [-j N] [NAME...]: the test runner (`make test` runs it
+# with no argument: the whole suite, what CI runs; `make check` runs it with
+# --fast: the contributor loop).
+#
+#   no NAME    the unit tests (Criterion), every end-to-end script
+#              tests/e2e/*.sh, then the GPU test binary (its tests report
+#              skipped without a device)
+#   --fast     the unit tests and the end-to-end scripts listed in
+#              tests/fast.list (docs/contributing.md: what belongs there)
+#   NAME...    only these: an e2e script's name (class_cases), 'unit' or 'gpu'
+#   -j N       run N end-to-end scripts at once (default: QC_JOBS, else the
+#              CPU count + 1: most scripts wait on the processes they start)
+#
+# The scripts are independent (each works in its own mktemp -d), so they run
+# in parallel, the slowest known first (tests/slow.list). Each prints one
+# line when it ends, "PASS name (12.3 s)"; a failure prints its last 40
+# lines. The run ends with the five slowest scripts, then one line
+# "tests: N passed, N failed, N skipped"; exit 1 on any failure, 2 on a bad
+# argument.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 QATCHECK=${QATCHECK:-./qatcheck}
 TEST_UNIT=${TEST_UNIT:-build/test_unit}
 TEST_GPU=${TEST_GPU:-build/test_gpu}
-export QATCHECK
 PY=${PYTHON:-/usr/bin/python3}
-export PY
+export QATCHECK PY
+
+# --one NAME DIR: run one e2e script (the parallel workers call this)
+if [ "${1:-}" = --one ]; then
+  n=$2; d=$3
+  s=$(date +%s.%N)
+  sh "tests/e2e/$n.sh" >"$d/$n.log" 2>&1
+  rc=$?
+  t=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  echo "$rc $t" >"$d/$n.res"
+  case $rc in
+    0) echo "PASS $n ($t s)" ;;
+    77) echo "SKIP $n ($t s)" ;;
+    *) echo "FAIL $n ($t s, exit $rc)"; tail -40 "$d/$n.log" | sed 's/^/    /' ;;
+  esac
+  exit 0
+fi
+
+fast=0
+jobs=${QC_JOBS:-$(( $(nproc 2>/dev/null || echo 2) + 1 ))}
+names=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --fast) fast=1 ;;
+    -j) [ $# -ge 2 ] || { echo "tests/run.sh: -j needs a number" >&2; exit 2; }; jobs=$2; shift ;;
+    -j*) jobs=${1#-j} ;;
+    -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "tests/run.sh: unknown option '$1'" >&2; exit 2 ;;
+    *) names="$names $1" ;;
+  esac
+  shift
+done
+case $jobs in ''|*[!0-9]*|0) echo "tests/run.sh: -j takes a whole number of at least 1, not '$jobs'" >&2; exit 2 ;; esac
+
+run_unit=1; run_gpu=1; e2e=""
+if [ -n "$names" ]; then
+  run_unit=0; run_gpu=0
+  for n in $names; do
+    case $n in
+      unit) run_unit=1 ;;
+      gpu) run_gpu=1 ;;
+      *) n=${n%.sh}; n=${n#tests/e2e/}
+         [ -f "tests/e2e/$n.sh" ] || { echo "tests/run.sh: no test '$n' (tests/e2e/$n.sh)" >&2; exit 2; }
+         e2e="$e2e $n" ;;
+    esac
+  done
+elif [ $fast -eq 1 ]; then
+  run_gpu=0
+  e2e=$(grep -v '^#' tests/fast.list)
+else
+  e2e=$(for t in tests/e2e/*.sh; do basename "$t" .sh; done)
+fi
+
 pass=0; fail=0; skip=0
 failed=""
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+start=$(date +%s.%N)
 
-echo "== unit tests ($TEST_UNIT)"
-if "$TEST_UNIT" --jobs 2 2>&1 | tee /tmp/qc_unit.$$; then :; fi
-line=$(grep -E '^\[====\] Synthesis' /tmp/qc_unit.$$ | tail -1)
-up=$(printf '%s' "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
-uf=$(printf '%s' "$line" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
-uc=$(printf '%s' "$line" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
-if [ -z "$up" ]; then fail=$((fail+1)); failed="$failed unit(no-synthesis)"; else
-  pass=$((pass+up)); fail=$((fail+uf+uc)); [ $((uf+uc)) -eq 0 ] || failed="$failed unit"; fi
-rm -f /tmp/qc_unit.$$
+# the unit binary runs beside the e2e scripts; its result is read after them
+if [ $run_unit -eq 1 ]; then
+  ( s=$(date +%s.%N); "$TEST_UNIT" --jobs 2 >"$W/unit.log" 2>&1
+    awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }' >"$W/unit.time" ) &
+  unit_pid=$!
+fi
 
-echo "== end-to-end tests"
-for t in tests/e2e/*.sh; do
-  [ -e "$t" ] || continue
-  n=$(basename "$t" .sh)
-  out=$(sh "$t" 2>&1); rc=$?
-  if [ $rc -eq 0 ]; then echo "PASS $n"; pass=$((pass+1));
-  elif [ $rc -eq 77 ]; then echo "SKIP $n"; skip=$((skip+1));
-  else echo "FAIL $n"; printf '%s\n' "$out" | sed 's/^/    /' | tail -40; fail=$((fail+1)); failed="$failed $n"; fi
-done
+if [ -n "$e2e" ]; then
+  echo "== end-to-end tests ($(echo $e2e | wc -w) scripts, $jobs at once)"
+  # the slowest known first, so that the long ones overlap the short ones
+  order=$( (grep -v '^#' tests/slow.list; echo $e2e | tr ' ' '\n') | awk -v want=" $(echo $e2e) " 'index(want, " " $0 " ") && !seen[$0]++')
+  printf '%s\n' $order | xargs -P "$jobs" -I{} sh "$0" --one {} "$W"
+  for n in $order; do
+    [ -f "$W/$n.res" ] && read -r rc t <"$W/$n.res" && echo "$t $n"
+  done | sort -rn | head -5 | awk 'BEGIN { printf "slowest:" } { printf " %s (%s s)", $2, $1 } END { print "" }'
+  for n in $order; do
+    [ -f "$W/$n.res" ] || continue
+    read -r rc t <"$W/$n.res"
+    case $rc in 0) pass=$((pass+1)) ;; 77) skip=$((skip+1)) ;; *) fail=$((fail+1)); failed="$failed $n" ;; esac
+  done
+  for n in $order; do [ -f "$W/$n.res" ] || { fail=$((fail+1)); failed="$failed $n"; }; done
+fi
 
-if [ -x "$TEST_GPU" ] && [ "${QC_SKIP_GPU_TESTS:-0}" != 1 ]; then
+if [ $run_unit -eq 1 ]; then
+  wait $unit_pid
+  echo "== unit tests ($TEST_UNIT)"
+  t=$(cat "$W/unit.time" 2>/dev/null)
+  line=$(grep -E '^\[====\] Synthesis' "$W/unit.log" | tail -1)
+  up=$(printf '%s' "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+  uf=$(printf '%s' "$line" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
+  uc=$(printf '%s' "$line" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
+  if [ -z "$up" ]; then
+    cat "$W/unit.log"; fail=$((fail+1)); failed="$failed unit(no-synthesis)"
+  else
+    pass=$((pass+up)); fail=$((fail+uf+uc))
+    if [ $((uf+uc)) -eq 0 ]; then echo "$line ($t s)"; else cat "$W/unit.log"; failed="$failed unit"; fi
+  fi
+fi
+
+if [ $run_gpu -eq 1 ] && [ -x "$TEST_GPU" ] && [ "${QC_SKIP_GPU_TESTS:-0}" != 1 ]; then
   echo "== gpu tests ($TEST_GPU)"
-  "$TEST_GPU" --verbose 2>&1 | tee /tmp/qc_gpu.$$
-  line=$(grep -E '^\[====\] Synthesis' /tmp/qc_gpu.$$ | tail -1)
+  "$TEST_GPU" --verbose >"$W/gpu.log" 2>&1
+  line=$(grep -E '^\[====\] Synthesis' "$W/gpu.log" | tail -1)
   gp=$(printf '%s' "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
   gf=$(printf '%s' "$line" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
   gc=$(printf '%s' "$line" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
-  gs=$(grep -cE '^\[SKIP\]' /tmp/qc_gpu.$$)
-  if [ -n "$gp" ]; then pass=$((pass+gp)); skip=$((skip+gs)); fail=$((fail+gf+gc)); else fail=$((fail+1)); failed="$failed gpu(no-synthesis)"; fi
-  rm -f /tmp/qc_gpu.$$
+  gs=$(grep -cE '^\[SKIP\]' "$W/gpu.log")
+  if [ -n "$gp" ]; then
+    pass=$((pass+gp)); skip=$((skip+gs)); fail=$((fail+gf+gc))
+    if [ $((gf+gc)) -eq 0 ]; then echo "$line"; else cat "$W/gpu.log"; failed="$failed gpu"; fi
+  else
+    cat "$W/gpu.log"; fail=$((fail+1)); failed="$failed gpu(no-synthesis)"
+  fi
 fi
 
+total=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
 [ -z "$failed" ] || echo "failed:$failed"
+echo "time: ${total} s"
 echo "tests: $pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
