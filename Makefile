@@ -118,7 +118,7 @@ build/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
 
 # Run in every build: the reference is written from the math (no production
 # code, no candidate GEMM path), and includes follow the layers' one
-# dependency direction (README, "Layout").
+# dependency direction (docs/architecture.md, "Layers and the dependency direction").
 checks: check-independence check-layers
 check-independence:
 	@sh scripts/check-independence.sh

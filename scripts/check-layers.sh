@@ -1,5 +1,5 @@
 #!/bin/sh
-# check-layers.sh: the one dependency direction of src/ (README, "Layout"):
+# check-layers.sh: the one dependency direction of src/ (docs/architecture.md, "Layers and the dependency direction"):
 #
 #   core <- numerics <- model <- {modules, reference} <- engine, sweep <- cli
 #   backend: core, numerics;  io: core, numerics, model;  report: core, numerics, model
@@ -47,7 +47,7 @@ find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' 
   esac
   ok=$(allowed "$layer")
   if [ -z "$ok" ]; then
-    echo "$f: '$layer' is not a layer of src/: add it to scripts/check-layers.sh and the README's layout" >>"$out"
+    echo "$f: '$layer' is not a layer of src/: add it to scripts/check-layers.sh and docs/architecture.md's layer table" >>"$out"
     continue
   fi
   grep -n '^[[:space:]]*#[[:space:]]*include' "$f" | while IFS= read -r line; do

@@ -22,7 +22,7 @@ static void help(void) {
          "Layer 1: runs each module's production VJP (builtin, from a dump, or a plugin)\n"
          "and an independent float64 reference on the same inputs and the same dY, and\n"
          "judges every gradient against the tolerances the case declared in advance.\n\n"
-         "  --case PATH        the case file (see README: \"Case files\"); its data.dump may be a\n"
+         "  --case PATH        the case file (docs/interfaces.md section 3); its data.dump may be a\n"
          "                     pattern of per-rank files of a sharded run (\"step.rank*.h5\")\n"
          "  --allow-weak-tolerances\n"
          "                     run a case whose bounds cannot see a scale error or a sign\n"

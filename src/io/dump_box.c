@@ -322,7 +322,7 @@ static int box_fail(qc_box *b) {
   if (!rc) rc = get_str(b, &m);
   if (rc) return rc;
   qc_err("dump '%s': %s", b->path, m);
-  if (code == QC_BOX_NOT_HDF5) qc_hint("a dump is written by scripts/qatdump.py or h5py with the schema of the README");
+  if (code == QC_BOX_NOT_HDF5) qc_hint("a dump is written by scripts/qatdump.py or h5py with the schema of docs/interfaces.md section 2");
   free(m);
   return QC_EINPUT;
 }

@@ -29,7 +29,7 @@ typedef struct qc_key_spec {
   const char *key;
   const char *values;  /* "a|b|c": allowed strings; NULL: a number; "a|b|{c}": c takes a number */
   const char *dflt;    /* default as the string form ("none", "identity", "1e-6") */
-  const char *help;    /* one line for the README and --help */
+  const char *help;    /* one line for --help (docs/classes.md has the table) */
 } qc_key_spec;
 
 /* Lookups return the declared default when the key is absent. */
