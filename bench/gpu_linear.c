@@ -99,6 +99,7 @@ int main(int argc, char **argv) {
   const char *device = "cuda:0", *fmt = "fp8_block128";
   int64_t M = 8192, K = 7168, N = 4096;
   int reps = 7, conf = 0, rc;
+  double plant = 0; /* --plant-slowdown: each timed audit made this fraction longer */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!strcmp(argv[i], "--M") && i + 1 < argc) M = atoll(argv[++i]);
@@ -107,9 +108,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) fmt = argv[++i];
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--conformance")) conf = 1;
+    else if (!strcmp(argv[i], "--plant-slowdown") && i + 1 < argc) plant = atof(argv[++i]);
     else {
       fprintf(stderr, "qatcheck: error: gpu_linear: unknown argument '%s'\n"
-                      "usage: gpu_linear [--device cuda:N] [--M m --K k --N n] [--fmt F] [--reps R] [--conformance]\n", argv[i]);
+                      "usage: gpu_linear [--device cuda:N] [--M m --K k --N n] [--fmt F] [--reps R] [--conformance]\n"
+                      "                  [--plant-slowdown F]\n", argv[i]);
       return 2;
     }
   }
@@ -160,6 +163,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < reps; i++) {
     t0 = now_ms();
     if ((rc = be->audit_linear(be, &a, &o))) goto done;
+    if (plant > 0) { /* a planted slowdown for the --check test: each call F longer */
+      double el = now_ms() - t0;
+      while (now_ms() - t0 < el * (1 + plant)) {}
+    }
     t[i] = now_ms() - t0;
   }
   qsort(t, (size_t)reps, sizeof *t, cmp_d);

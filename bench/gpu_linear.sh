@@ -5,30 +5,72 @@
 # each timed alone in the same run), against the same audit in PyTorch
 # (peer_torch.py), and the metrics kernel against the device copy bandwidth.
 # Shapes: prefill M=8192 K=7168 N=4096 and decode M=16; weight fp8_block128.
-# Usage: sh bench/gpu_linear.sh [BINDIR] (default build); PY=python3.
-# Targets: audit/floor <= 1.15, torch/audit >= 1.4, metrics/copy >= 0.70.
+#
+# Usage: sh bench/gpu_linear.sh [--check] [--no-peer] [BINDIR] (default build); PY=python3.
+# Targets: prefill audit/floor <= 1.05 and torch/audit >= 1.55; decode
+# audit/memfloor (the floor with the non-GEMM bytes at copy bandwidth) <= 1.3
+# and torch/audit >= 5; metrics/copy >= 0.70.
+#
+# --check: every ratio against bench/baseline.json ("gpu_linear": ratios,
+# not times, each with the side that is better); a ratio worse than its
+# baseline by more than the file's noise allowance is a regression: exit 1,
+# naming it. QC_BENCH_PLANT=F makes each timed audit call F longer (the
+# guard's own test: F=0.10 must fail). --no-peer leaves PyTorch out (its
+# ratios are then not checked).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-bindir=${1:-build}
+check=0; peer=1; bindir=build
+for a in "$@"; do
+  case $a in
+    --check) check=1 ;;
+    --no-peer) peer=0 ;;
+    -*) echo "gpu_linear.sh: unknown option '$a'" >&2; exit 2 ;;
+    *) bindir=$a ;;
+  esac
+done
 PY=${PY:-python3}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 get() { awk -v k="$2" '$1 == k {print $2}' "$1"; }
-status=0
+: >"$out/ratios"
 for shape in "8192 7168 4096 prefill" "16 7168 4096 decode"; do
   set -- $shape
   M=$1; K=$2; N=$3; tag=$4
-  if ! "$bindir/bench_gpu_linear" --M "$M" --K "$K" --N "$N" --fmt fp8_block128 >"$out/q_$tag" 2>"$out/qe_$tag"; then
+  if ! "$bindir/bench_gpu_linear" --M "$M" --K "$K" --N "$N" --fmt fp8_block128 --plant-slowdown "${QC_BENCH_PLANT:-0}" \
+      >"$out/q_$tag" 2>"$out/qe_$tag"; then
     cat "$out/qe_$tag"; exit 2
   fi
-  "$PY" "$here/peer_torch.py" --M "$M" --K "$K" --N "$N" >"$out/t_$tag" 2>"$out/te_$tag" || { cat "$out/te_$tag"; }
+  : >"$out/t_$tag"
+  if [ $peer = 1 ]; then
+    "$PY" "$here/peer_torch.py" --M "$M" --K "$K" --N "$N" >"$out/t_$tag" 2>"$out/te_$tag" || cat "$out/te_$tag"
+  fi
   cat "$out/q_$tag" "$out/t_$tag" | sed "s/^/$tag: /"
   a=$(get "$out/q_$tag" audit_ms); f=$(get "$out/q_$tag" floor_ms); p=$(get "$out/t_$tag" peer_ms)
   c=$(get "$out/q_$tag" copy_gbs); m=$(get "$out/q_$tag" metrics_gbs); fm=$(get "$out/q_$tag" floor_mem_ms)
-  awk -v tag="$tag" -v a="$a" -v f="$f" -v p="${p:-0}" -v c="$c" -v m="$m" -v fm="$fm" 'BEGIN {
-    printf "%s: audit %.3f ms, floor %.3f ms, audit/floor %.3f (target <= 1.15)\n", tag, a, f, a / f;
-    printf "%s: with the non-GEMM bytes at copy bandwidth: floor %.3f ms, audit/floor %.3f\n", tag, f + fm, a / (f + fm);
-    if (p > 0) printf "%s: peer_torch %.3f ms, torch/audit %.3f (target >= 1.4)\n", tag, p, p / a;
-    printf "%s: metrics %.0f GB/s, copy %.0f GB/s, metrics/copy %.3f (target >= 0.70)\n", tag, m, c, m / c }'
+  awk -v tag="$tag" -v a="$a" -v f="$f" -v p="${p:-0}" -v c="$c" -v m="$m" -v fm="$fm" -v R="$out/ratios" 'BEGIN {
+    printf "%s: audit %.3f ms, floor %.3f ms, audit/floor %.3f\n", tag, a, f, a / f;
+    printf "%s: with the non-GEMM bytes at copy bandwidth: floor %.3f ms, audit/memfloor %.3f\n", tag, f + fm, a / (f + fm);
+    if (p > 0) printf "%s: peer_torch %.3f ms, torch/audit %.3f\n", tag, p, p / a;
+    printf "%s: metrics %.0f GB/s, copy %.0f GB/s, metrics/copy %.3f\n", tag, m, c, m / c;
+    printf "%s.audit_floor %.4f\n%s.audit_memfloor %.4f\n%s.metrics_copy %.4f\n", tag, a / f, tag, a / (f + fm), tag, m / c >> R;
+    if (p > 0) printf "%s.torch_audit %.4f\n", tag, p / a >> R }'
 done
-exit $status
+echo "ratios:"; sed 's/^/  /' "$out/ratios"
+[ $check = 1 ] || exit 0
+"$PY" - "$here/baseline.json" "$out/ratios" <<'P'
+import json, sys
+base = json.load(open(sys.argv[1]))["gpu_linear"]
+noise = base["noise"]
+got = dict(l.split() for l in open(sys.argv[2]) if l.strip())
+bad = 0
+for key, b in sorted(base["ratios"].items()):
+    if key not in got:
+        print(f"check: {key}: not measured in this run (baseline {b['value']})")
+        continue
+    v, ref, better = float(got[key]), b["value"], b["better"]
+    worse = v > ref * (1 + noise) if better == "lower" else v < ref * (1 - noise)
+    print(f"check: {key} {v:.4f} against baseline {ref:.4f} ({better} is better, noise {noise:.0%}): "
+          + ("REGRESSION" if worse else "ok"))
+    bad += worse
+sys.exit(1 if bad else 0)
+P

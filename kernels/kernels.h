@@ -89,6 +89,16 @@ int qk_metrics(const void *g, int g_kind, const double *r, int64_t n, void *scra
  * into `chunks` equal runs (qk_bias_cols). Device pointers; deterministic. */
 int qk_bias_rows(const void *g, const double *r, int64_t rows, int64_t cols, double *out, void *stream);
 int qk_bias_cols(const void *g, const double *r, int64_t rows, int64_t cols, int chunks, double *out, void *stream);
+/* The bias test's sums combined on the device in a fixed order, so that
+ * only QK_BIAS_NSUM doubles leave it: each column's (t, c) summed over the
+ * chunks in chunk order (written over chunk 0's slots of parts), then one
+ * block, each thread a strided set of rows and of columns in order, then a
+ * fixed tree: out[0..6] the 7 row sums summed over the rows, out[7..9] sum
+ * over rows of t^2, t c, c^2 (t, c a row's sum x r and sum r^2),
+ * out[10..12] the same over the columns (zero when chunks is 0). rows7 as
+ * qk_bias_rows wrote it, parts as qk_bias_cols did. Deterministic. */
+#define QK_BIAS_NSUM 13
+int qk_bias_final(const double *rows7, int64_t rows, double *parts, int chunks, int64_t cols, double *out, void *stream);
 
 /* Conformance: for 2^32 float32 bit patterns from `start` (count of them),
  * out[i] = __nv_cvt_float_to_fp8(bits(start + i), __NV_SATFINITE, kind)

@@ -202,3 +202,58 @@ extern "C" int qk_bias_cols(const void *g, const double *r, int64_t rows, int64_
   k_bias_cols<<<grid, BT, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)g, r, rows, cols, per, out);
   return (int)cudaGetLastError();
 }
+
+#define FT 256 /* threads of the final reduction (one block; 13 x 256 doubles of shared memory) */
+
+/* Each column's cluster sums over the chunks, in chunk order, into chunk 0's slot. */
+__global__ void __launch_bounds__(BT) k_bias_colsum(double *parts, int chunks, long long cols) {
+  const long long j = (long long)blockIdx.x * BT + threadIdx.x;
+  if (j >= cols) return;
+  double t = 0, c = 0;
+  for (int k = 0; k < chunks; k++) {
+    t += parts[((long long)k * cols + j) * 2];
+    c += parts[((long long)k * cols + j) * 2 + 1];
+  }
+  parts[j * 2] = t;
+  parts[j * 2 + 1] = c;
+}
+
+__global__ void __launch_bounds__(FT) k_bias_final(const double *rows7, long long rows, const double *cols2, long long cols,
+                                                   double *out) {
+  __shared__ double sh[QK_BIAS_NSUM][FT];
+  double a[QK_BIAS_NSUM];
+  for (int k = 0; k < QK_BIAS_NSUM; k++) a[k] = 0;
+  for (long long i = threadIdx.x; i < rows; i += FT) {
+    const double *r = rows7 + i * BS;
+    for (int k = 0; k < BS; k++) a[k] += r[k];
+    a[7] += r[0] * r[0];
+    a[8] += r[0] * r[1];
+    a[9] += r[1] * r[1];
+  }
+  for (long long j = threadIdx.x; j < cols; j += FT) {
+    double t = cols2[j * 2], c = cols2[j * 2 + 1];
+    a[10] += t * t;
+    a[11] += t * c;
+    a[12] += c * c;
+  }
+  for (int k = 0; k < QK_BIAS_NSUM; k++) sh[k][threadIdx.x] = a[k];
+  __syncthreads();
+  for (unsigned s = FT / 2; s; s >>= 1) {
+    if (threadIdx.x < s)
+      for (int k = 0; k < QK_BIAS_NSUM; k++) sh[k][threadIdx.x] += sh[k][threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x < QK_BIAS_NSUM) out[threadIdx.x] = sh[threadIdx.x][0];
+}
+
+extern "C" int qk_bias_final(const double *rows7, int64_t rows, double *parts, int chunks, int64_t cols, double *out,
+                             void *stream) {
+  cudaStream_t st = (cudaStream_t)stream;
+  if (chunks > 0 && cols > 0) {
+    k_bias_colsum<<<(unsigned)((cols + BT - 1) / BT), BT, 0, st>>>(parts, chunks, cols);
+    cudaError_t e = cudaGetLastError();
+    if (e) return (int)e;
+  }
+  k_bias_final<<<1, FT, 0, st>>>(rows7, rows, parts, chunks > 0 ? cols : 0, out);
+  return (int)cudaGetLastError();
+}

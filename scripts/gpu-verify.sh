@@ -16,6 +16,10 @@
 #                  all-reduce, one process and under `mpirun -np 1` (Open MPI
 #                  from .gpu/ompi.tar.xz, scripts/mpi-pack.sh, when the
 #                  machine has none)
+#   linear_bench   bench/gpu_linear.sh --check: the fused audit's ratios
+#                  against bench/baseline.json (exit 1 on a regression)
+#   bench_guard    the same guard on a planted 10% slowdown: must exit 1
+#   dump_e2e       bench/gpu_dump_e2e.sh: the end-to-end dump run
 #   fsdp_real      tests/e2e/fsdp_real.sh: the fsdp_flat layout against real
 #                  FSDP1 bytes (this machine's torch runs FSDP1 on the CPU;
 #                  Debian's does not, so CI skips it)
@@ -24,7 +28,7 @@
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
 set -u
 OUT=$1; shift
-CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch st_bench proxy gpu_mpi fsdp_real}
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard dump_e2e st_bench proxy gpu_mpi fsdp_real}
 Q=/tmp/qc
 mkdir -p "$Q" "$OUT"
 [ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
@@ -74,6 +78,11 @@ for c in $CHECKS; do
     proxy) run proxy proxy ;;
     gpu_mpi) run gpu_mpi sh -c 'if ! command -v mpirun >/dev/null && [ -f .gpu/ompi.tar.xz ]; then
         mkdir -p /tmp/ompi && tar -C /tmp/ompi -xJf .gpu/ompi.tar.xz && . /tmp/ompi/env.sh; fi; sh tests/e2e/gpu_mpi.sh' ;;
+    linear_bench) run linear_bench sh bench/gpu_linear.sh --check "$Q" ;;
+    bench_guard) run bench_guard sh -c 'QC_BENCH_PLANT=0.10 sh bench/gpu_linear.sh --check --no-peer "$0"; rc=$?
+        [ $rc = 1 ] && echo "bench_guard: the planted 10% slowdown fails the check (exit 1)" && exit 0
+        echo "bench_guard: the planted 10% slowdown gave exit $rc, expected 1"; exit 1' "$Q" ;;
+    dump_e2e) run dump_e2e sh bench/gpu_dump_e2e.sh "$QATCHECK" ;;
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
   esac

@@ -77,6 +77,12 @@ void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double 
 /* 1 when the column clusters of a [rows, cols] view are used (several rows,
  * enough columns, and the [cols] sums fit). */
 int qc_bias_use_cols(int64_t rows, int64_t cols);
+/* The device bias pass's column chunks of a [rows, cols] view (0: no column
+ * clusters) and the doubles of scratch it needs (7 a row, 2 a column a
+ * chunk): the CUDA backend's layout and the audit's memory estimate agree
+ * through this one rule. */
+int qc_bias_dev_chunks(int64_t rows, int64_t cols);
+size_t qc_bias_dev_doubles(int64_t rows, int64_t cols);
 /* Fill m's noise floor and bias fields from the sums (m->norm_r set). */
 void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m);
 /* Raise m's bias allowance to `allow` (a systematic error the candidate's

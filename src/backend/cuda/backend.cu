@@ -67,6 +67,7 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   for (int i = 0; i < 8; i++) cu_plan_free(&c->plans[i]);
   if (c->lt) cublasLtDestroy(c->lt);
   if (c->blas) cublasDestroy(c->blas);
+  if (c->lh) cudaFreeHost(c->lh);
   cudaFree(c->ws);
   cudaFree(c->arena);
   cudaFree(c->mscratch);
@@ -117,6 +118,7 @@ extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
     CK(cudaEventCreateWithFlags(&c->fence[i].ev, cudaEventDisableTiming), "cudaEventCreate (fence)");
     CK(cudaMallocHost((void **)&c->fence[i].hres, PEND * sizeof(qk_msum)), "pinned metrics results");
   }
+  CK(cudaMallocHost((void **)&c->lh, sizeof *c->lh), "pinned audit results");
   c->be = g_cuda_ops;
   c->be.name = c->name;
   c->be.priv = c;

@@ -56,6 +56,11 @@ typedef struct cu {
     int recorded;           /* ev was recorded (else wait on the whole stream) */
   } fence[QC_FENCES];
   uint32_t *qscratch;       /* [4] quantizer scratch */
+  struct cu_lin_host {      /* pinned: what the fused audit downloads at its one sync */
+    qk_msum ms[2];          /* metrics of d_x, d_weight */
+    uint32_t qs[4];         /* quantizer status ([1] the non-finite count) */
+    double bias[2][QK_BIAS_NSUM]; /* the bias test's combined sums of d_x, d_weight */
+  } *lh;
   cudaEvent_t ev[6];
   struct lt_plan {          /* cuBLASLt descriptors and algorithm per GEMM shape */
     int used;
@@ -104,6 +109,8 @@ static inline size_t cu_span(int64_t rows, int64_t cols, int64_t ld, size_t es) 
  * for the benchmark that times its parts). */
 typedef struct lin_bufs {
   double *wq64, *x64, *dy64, *rx, *rw; /* W_ref, X, dY, references d_x, d_weight: float64 */
+  double *bias;                        /* the bias test's row and column sums (one gradient at a time) */
+  double *bias_out;                    /* [2][QK_BIAS_NSUM] their combined sums (qk_bias_final) */
   uint16_t *wq16, *cx, *cw;           /* W_ref, builtin candidates d_x, d_weight: bf16 */
 } lin_bufs;
 

@@ -31,6 +31,9 @@ void cu_lin_layout(const cu *c, int64_t M, int64_t K, int64_t N, lin_bufs *b) {
   b->wq16 = (uint16_t *)carve(&p, nk * 2);
   b->cx = (uint16_t *)carve(&p, mk * 2);
   b->cw = (uint16_t *)carve(&p, nk * 2);
+  size_t bx = qc_bias_dev_doubles(M, K), bw = qc_bias_dev_doubles(N, K);
+  b->bias = (double *)carve(&p, (bx > bw ? bx : bw) * 8);
+  b->bias_out = (double *)carve(&p, 2 * QK_BIAS_NSUM * 8);
 }
 
 float cu_ev_ms(cudaEvent_t a, cudaEvent_t b) {
@@ -39,31 +42,31 @@ float cu_ev_ms(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
-/* The bias test of bf16 candidate g against r ([rows, cols] device
- * buffers) into m (its other metrics filled): the row and column sums on
- * the device, combined on the host in a fixed order (qc_bias_sums). */
-static int cu_bias(cu *c, const uint16_t *g, const double *r, int64_t rows, int64_t cols, qc_metrics *m) {
-  int rc = QC_OK, usec = qc_bias_use_cols(rows, cols);
-  int chunks = usec ? (int)(rows < 64 ? rows : 64) : 0;
-  while (chunks > 1 && (int64_t)chunks * cols > ((int64_t)1 << 23)) chunks /= 2;
-  size_t nr = (size_t)rows * 7, np = (size_t)chunks * (size_t)cols * 2;
-  double *d = NULL, *h = (double *)malloc((nr + np + 1) * sizeof *h);
+/* Queue the bias test's sums of bf16 candidate g against r ([rows, cols]
+ * device buffers): row and column sums into the scratch, combined on the
+ * device in a fixed order into out[QK_BIAS_NSUM] (qk_bias_final). No
+ * allocation, no sync: the audit downloads out at its one sync. */
+static int cu_bias_queue(cu *c, const uint16_t *g, const double *r, int64_t rows, int64_t cols, double *scratch,
+                         double *out) {
+  int rc = QC_OK, chunks = qc_bias_dev_chunks(rows, cols);
+  double *parts = scratch + (size_t)rows * 7;
+  CK((cudaError_t)qk_bias_rows(g, r, rows, cols, scratch, c->st), "bias row sums");
+  if (chunks) CK((cudaError_t)qk_bias_cols(g, r, rows, cols, chunks, parts, c->st), "bias column sums");
+  CK((cudaError_t)qk_bias_final(scratch, rows, parts, chunks, cols, out, c->st), "bias sums");
+done:
+  return rc;
+}
+
+/* Fill m's bias fields (its other metrics filled) from the combined sums. */
+static void cu_bias_fill(const double *v, int64_t rows, int64_t cols, qc_metrics *m) {
   qc_bias_sums s;
   memset(&s, 0, sizeof s);
   s.rows = rows;
-  s.cols = cols;
-  if (!h) return qc_err_sys("out of memory for the bias test's sums");
-  if ((rc = cu_dalloc(c, (nr + np + 1) * sizeof *d, "bias sums", (void **)&d))) goto done;
-  CK((cudaError_t)qk_bias_rows(g, r, rows, cols, d, c->st), "bias row sums");
-  if (chunks) CK((cudaError_t)qk_bias_cols(g, r, rows, cols, chunks, d + nr, c->st), "bias column sums");
-  CK(cudaMemcpyAsync(h, d, (nr + np) * sizeof *h, cudaMemcpyDeviceToHost, c->st), "download bias sums");
-  CK(cudaStreamSynchronize(c->st), "bias sums");
-  qc_bias_sums_from_parts(&s, h, chunks ? h + nr : NULL, chunks);
+  s.cols = qc_bias_dev_chunks(rows, cols) ? cols : 0;
+  s.sxr = v[0]; s.srr = v[1]; s.sxx = v[2]; s.sx2r2 = v[3]; s.sxr3 = v[4]; s.sr4 = v[5]; s.snf = v[6];
+  s.row_tt = v[7]; s.row_tc = v[8]; s.row_cc = v[9];
+  s.col_tt = v[10]; s.col_tc = v[11]; s.col_cc = v[12];
   qc_bias_finish(&s, m);
-done:
-  cudaFree(d);
-  free(h);
-  return rc;
 }
 
 /* backend.h audit_linear: the whole in-memory linear audit on device
@@ -130,25 +133,31 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   CK(cudaEventRecord(c->ev[3], c->st), "event");
   if ((rc = cu_metrics_dev(c, gx, 1, rx, (int64_t)mk, 0, NULL)) || (rc = cu_metrics_dev(c, gw, 1, rw, (int64_t)nk, 1, NULL)))
     goto done;
+  if ((rc = cu_bias_queue(c, gx, rx, M, K, bu.bias, bu.bias_out)) ||
+      (rc = cu_bias_queue(c, gw, rw, N, K, bu.bias, bu.bias_out + QK_BIAS_NSUM)))
+    goto done;
   CK(cudaEventRecord(c->ev[4], c->st), "event");
   {
-    qk_msum s[2];
-    uint32_t qs[4] = {0, 0, 0, 0};
-    CK(cudaMemcpyAsync(s, c->mres, sizeof s, cudaMemcpyDeviceToHost, c->st), "download metrics");
-    if (q.fmt != QK_NONE) CK(cudaMemcpyAsync(qs, c->qscratch, sizeof qs, cudaMemcpyDeviceToHost, c->st), "download quantizer status");
+    /* the audit's one sync: metrics, bias sums and the quantizer status in one pinned block */
+    struct cu::cu_lin_host *h = c->lh;
+    CK(cudaMemcpyAsync(h->ms, c->mres, sizeof h->ms, cudaMemcpyDeviceToHost, c->st), "download metrics");
+    CK(cudaMemcpyAsync(h->bias, bu.bias_out, sizeof h->bias, cudaMemcpyDeviceToHost, c->st), "download bias sums");
+    if (q.fmt != QK_NONE) CK(cudaMemcpyAsync(h->qs, c->qscratch, sizeof h->qs, cudaMemcpyDeviceToHost, c->st), "download quantizer status");
+    else memset(h->qs, 0, sizeof h->qs);
     if (o->dx_ref) CK(cudaMemcpyAsync(o->dx_ref, rx, mk * 8, cudaMemcpyDeviceToHost, c->st), "download d_x reference");
     if (o->dw_ref) CK(cudaMemcpyAsync(o->dw_ref, rw, nk * 8, cudaMemcpyDeviceToHost, c->st), "download d_weight reference");
     if (o->dx_out) CK(cudaMemcpyAsync(o->dx_out, gx, mk * 2, cudaMemcpyDeviceToHost, c->st), "download d_x candidate");
     if (o->dw_out) CK(cudaMemcpyAsync(o->dw_out, gw, nk * 2, cudaMemcpyDeviceToHost, c->st), "download d_weight candidate");
     CK(cudaStreamSynchronize(c->st), "linear audit");
-    if (qs[1]) {
-      rc = qc_err("params/weight: %u non-finite value(s): a quantizer never maps NaN or Inf silently", qs[1]);
+    if (h->qs[1]) {
+      rc = qc_err("params/weight: %u non-finite value(s): a quantizer never maps NaN or Inf silently", h->qs[1]);
       goto done;
     }
-    cu_metrics_fill(&s[0], &o->dx);
-    cu_metrics_fill(&s[1], &o->dw);
+    cu_metrics_fill(&h->ms[0], &o->dx);
+    cu_metrics_fill(&h->ms[1], &o->dw);
+    cu_bias_fill(h->bias[0], M, K, &o->dx);
+    cu_bias_fill(h->bias[1], N, K, &o->dw);
   }
-  if ((rc = cu_bias(c, gx, rx, M, K, &o->dx)) || (rc = cu_bias(c, gw, rw, N, K, &o->dw))) goto done;
   o->ms_quant = cu_ev_ms(c->ev[0], c->ev[1]);
   o->ms_cand = cu_ev_ms(c->ev[1], c->ev[2]);
   o->ms_ref = cu_ev_ms(c->ev[2], c->ev[3]);

@@ -31,17 +31,6 @@ int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a) {
   return qc_err("%s: quantizer format '%s' is not known", c->name, fmt);
 }
 
-/* After a quantizer ran: refuse non-finite input (the kernel counted it). */
-static int check_finite(cu *c, const char *what) {
-  int rc = QC_OK;
-  uint32_t s[4];
-  CK(cudaMemcpyAsync(s, c->qscratch, sizeof s, cudaMemcpyDeviceToHost, c->st), "download quantizer status");
-  CK(cudaStreamSynchronize(c->st), "quantizer");
-  if (s[1]) rc = qc_err("%s: %u non-finite value(s): a quantizer never maps NaN or Inf silently", what, s[1]);
-done:
-  return rc;
-}
-
 /* backend.h quantize: a host float32 matrix through kernels/quant.cu; every
  * non-NULL output of q filled; non-finite input refused. */
 int cu_quantize(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
@@ -73,13 +62,16 @@ int cu_quantize(const qc_backend *be, const char *fmt, const char *profile, int6
   a.scale_b = (uint8_t *)dsb;
   a.scratch = c->qscratch;
   CK((cudaError_t)qk_quantize(&a, c->st), "quantizer kernel");
-  if ((rc = check_finite(c, "quantizer input"))) goto done;
   if (q->deq) CK(cudaMemcpyAsync(q->deq, ddeq, n * 4, cudaMemcpyDeviceToHost, c->st), "download dequantized");
   if (q->q) CK(cudaMemcpyAsync(q->q, dq, nq, cudaMemcpyDeviceToHost, c->st), "download payload");
   if (q->scale) CK(cudaMemcpyAsync(q->scale, ds, ns * 4, cudaMemcpyDeviceToHost, c->st), "download scales");
   if (q->scale_b) CK(cudaMemcpyAsync(q->scale_b, dsb, ns, cudaMemcpyDeviceToHost, c->st), "download scale bytes");
   CK(cudaMemcpyAsync(s, c->qscratch, sizeof s, cudaMemcpyDeviceToHost, c->st), "download global scale");
   CK(cudaStreamSynchronize(c->st), "quantizer");
+  if (s[1]) { /* the kernel counted non-finite input: read at the one sync */
+    rc = qc_err("quantizer input: %u non-finite value(s): a quantizer never maps NaN or Inf silently", s[1]);
+    goto done;
+  }
   {
     float g;
     memcpy(&g, &s[2], 4);
