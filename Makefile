@@ -11,7 +11,7 @@ BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIBS   := -lopenblas
 
 CFLAGS   ?= -O2 -g
-QC_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -Isrc -Iinclude $(PKG_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
+QC_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wmissing-prototypes -Wno-format-truncation -Isrc -Iinclude $(PKG_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   := $(PKG_LIBS) $(BLAS_LIBS) -ldl -lm -lpthread
 
 # ---- CUDA / NCCL detection -------------------------------------------------
@@ -60,7 +60,7 @@ else
 endif
 
 # ---- sources -----------------------------------------------------------------
-LAYERS  := core numerics model modules reference engine sweep dist io report backend cli
+LAYERS  := core numerics model modules reference classes engine sweep dist io report backend cli
 SRC_C   := src/main.c $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
 SRC_CU  := $(if $(NVCC),$(wildcard kernels/*.cu src/backend/cuda/*.cu),)
 # CUDA and CPU-only objects differ (QC_HAVE_CUDA): keep them apart

@@ -28,9 +28,10 @@ allowed() {
     io) echo "core numerics model io" ;;
     report) echo "core numerics model report" ;;
     dist) echo "core numerics backend dist" ;;
-    engine) echo "core numerics model backend io dist engine" ;;
-    sweep) echo "core numerics model backend io dist engine sweep" ;;
-    cli) echo "core numerics model backend io dist engine sweep report cli" ;;
+    classes) echo "core numerics model backend modules reference classes" ;;
+    engine) echo "core numerics model backend io dist classes engine" ;;
+    sweep) echo "core numerics model backend io dist classes engine sweep" ;;
+    cli) echo "core numerics model backend io dist classes engine sweep report cli" ;;
     main) echo "core cli" ;;
     *) echo "" ;;
   esac
