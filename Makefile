@@ -11,7 +11,7 @@ BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIBS   := -lopenblas
 
 CFLAGS   ?= -O2 -g
-QC_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -Isrc -Iinclude $(PKG_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
+QC_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wmissing-prototypes -Wno-format-truncation -Isrc -Iinclude $(PKG_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   := $(PKG_LIBS) $(BLAS_LIBS) -ldl -lm -lpthread
 
 # ---- CUDA / NCCL detection -------------------------------------------------
@@ -60,7 +60,7 @@ else
 endif
 
 # ---- sources -----------------------------------------------------------------
-LAYERS  := core numerics model modules reference engine sweep dist io report backend cli
+LAYERS  := core numerics model modules reference classes engine sweep dist io report backend cli
 SRC_C   := src/main.c $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
 SRC_CU  := $(if $(NVCC),$(wildcard kernels/*.cu src/backend/cuda/*.cu),)
 # CUDA and CPU-only objects differ (QC_HAVE_CUDA): keep them apart
@@ -86,10 +86,11 @@ BENCH_GPU := $(if $(NVCC),$(BUILD)/bench_gpu_linear,)
 # `make` builds the tool (and the CUDA backend where nvcc is found); the test
 # binaries need Criterion and are built by `make tests` / `make test`.
 all: checks qatcheck $(CUDA_SO)
-tests: checks $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS) $(BENCH_GPU)
+tests: checks $(BUILD)/symbols.ok $(BUILD)/test_unit $(BUILD)/test_gpu $(PLUGINS) $(BENCH_GPU)
 
-qatcheck: $(OBJ_C)
-	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $^ $(LDLIBS) -rdynamic
+# linked once the objects pass the symbol check (below)
+qatcheck: $(OBJ_C) $(BUILD)/symbols.ok
+	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $(OBJ_C) $(LDLIBS) -rdynamic
 
 # its undefined qc_* symbols resolve against the executable that loads it (-rdynamic)
 libqatcheck_cuda.so: $(OBJ_CU)
@@ -116,14 +117,26 @@ build/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(filter-out -MMD -MP,$(QC_CFLAGS)) -fPIC -shared -o $@ $<
 
-# Run in every build: the reference is written from the math (no production
-# code, no candidate GEMM path), and includes follow the layers' one
-# dependency direction (docs/architecture.md, "Layers and the dependency direction").
-checks: check-independence check-layers
+# Every build checks the sources (once per change, a stamp): the reference
+# is written from the math (no production code, no candidate GEMM path), and
+# includes follow the layers' one dependency direction
+# (docs/architecture.md). After the objects are built, the same table is
+# checked on their symbols (nm): no object uses a symbol of a layer it may
+# not use, whatever its includes say.
+CHECK_SRC := $(shell find src kernels -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null)
+checks: $(BUILD)/sources.ok
+$(BUILD)/sources.ok: $(CHECK_SRC) src $(wildcard src/*/) scripts/check-layers.sh scripts/check-independence.sh
+	@mkdir -p $(dir $@)
+	@sh scripts/check-independence.sh
+	@sh scripts/check-layers.sh
+	@touch $@
+$(BUILD)/symbols.ok: $(OBJ_C) $(OBJ_CU) scripts/check-layers.sh
+	@sh scripts/check-layers.sh . $(BUILD)
+	@touch $@
 check-independence:
 	@sh scripts/check-independence.sh
 check-layers:
-	@sh scripts/check-layers.sh
+	@sh scripts/check-layers.sh . $(BUILD)
 
 # Dependencies: `make deps` installs (or checks) them; `make demo` and `make
 # test` install them once on a fresh machine (the stamp), not on every run.

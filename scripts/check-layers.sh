@@ -1,114 +1,154 @@
 #!/bin/sh
-# check-layers.sh: the one dependency direction of src/ (docs/architecture.md, "Layers and the dependency direction"):
+# check-layers.sh: the one dependency direction of src/ (docs/architecture.md):
 #
-#   core <- numerics <- model <- {modules, reference} <- engine, sweep <- cli
+#   core <- numerics <- model <- {modules, reference} <- classes <- engine, sweep <- cli
 #   backend: core, numerics;  io: core, numerics, model;  report: core, numerics, model
 #   dist: core, numerics, backend (under engine, sweep and cli)
 #
-# A project include names its layer ("model/module.h"); this script reads
-# every #include of src/ and fails on one that points against the direction,
-# naming the file, the line and the rule it breaks. Library headers are
+# Usage: check-layers.sh [ROOT [BUILD_DIR]] (ROOT: default the repository
+# this script is in). Exit 0 clean, 1 with violations (each naming the
+# file, the line or symbol, and the rule), 2 when ROOT cannot be read.
+#
+# Includes: a project include names its layer ("model/module.h"); every
+# #include of src/ is read against the table below. Library headers are
 # confined too: HDF5 to io/, CUDA/cuBLAS/NCCL to backend/cuda/ and kernels/,
-# MPI to dist/,
-# cJSON out of the numeric layers; the engine names no module class. Usage: check-layers.sh [ROOT] (default:
-# the repository this script is in). Exit 0 clean, 1 with violations.
+# MPI to dist/, cJSON out of the numeric layers; the engine names no module
+# class; kernels/ includes only numerics' header-only producer arithmetic.
+#
+# Symbols (with BUILD_DIR, after the objects are built): `nm` of every
+# object BUILD_DIR/src/<layer>/*.o (and BUILD_DIR/kernels/*.o) whose source
+# still exists; each defined global symbol belongs to its object's layer,
+# and an object that uses (U) a symbol of a layer it may not use fails,
+# whatever its includes say (a hand-written prototype, a missing include).
+#
+# One pass: the whole tree goes through one awk (and one nm), so the check
+# costs milliseconds and runs in every build.
 set -u
 root=${1:-"$(dirname "$0")/.."}
+build=${2:-}
 cd "$root" || exit 2
+[ -d src ] || { echo "layers: $root has no src/" >&2; exit 2; }
 
-# allowed project layers per layer (its own included)
-allowed() {
-  case "$1" in
-    core) echo "core" ;;
-    numerics) echo "core numerics" ;;
-    model) echo "core numerics model" ;;
-    modules) echo "core numerics model backend modules" ;;
-    reference) echo "core numerics model backend reference" ;;
-    backend) echo "core numerics backend kernels" ;;
-    io) echo "core numerics model io" ;;
-    report) echo "core numerics model report" ;;
-    dist) echo "core numerics backend dist" ;;
-    engine) echo "core numerics model backend io dist engine" ;;
-    sweep) echo "core numerics model backend io dist engine sweep" ;;
-    cli) echo "core numerics model backend io dist engine sweep report cli" ;;
-    main) echo "core cli" ;;
-    *) echo "" ;;
-  esac
-}
+# the table: layer:allowed layers (its own included). main is src/main.c.
+table="core:core
+numerics:core numerics
+model:core numerics model
+modules:core numerics model backend modules
+reference:core numerics model backend reference
+classes:core numerics model backend modules reference classes
+backend:core numerics backend kernels
+io:core numerics model io
+report:core numerics model report
+dist:core numerics backend dist
+engine:core numerics model backend io dist classes engine
+sweep:core numerics model backend io dist classes engine sweep
+cli:core numerics model backend io dist classes engine sweep report cli
+main:core cli
+kernels:core numerics kernels"
 
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | LC_ALL=C sort | while IFS= read -r f; do
-  rel=${f#src/}
-  case "$rel" in
-    */*) layer=${rel%%/*} ;;
-    main.c) layer=main ;;
-    *) echo "$f: a source file at the top of src/: put it in a layer folder (core, numerics, model, ...)" >>"$out"; continue ;;
-  esac
-  ok=$(allowed "$layer")
-  if [ -z "$ok" ]; then
-    echo "$f: '$layer' is not a layer of src/: add it to scripts/check-layers.sh and docs/architecture.md's layer table" >>"$out"
-    continue
-  fi
-  grep -n '^[[:space:]]*#[[:space:]]*include' "$f" | while IFS= read -r line; do
-    n=${line%%:*}
-    inc=$(printf '%s' "$line" | sed -n 's/.*#[[:space:]]*include[[:space:]]*\(["<][^">]*[">]\).*/\1/p')
-    case "$inc" in
-      \"*)
-        name=${inc#\"}; name=${name%\"}
-        case "$name" in
-          qatcheck_plugin.h)
-            case "$layer" in io) ;; *) echo "$f:$n: includes \"$name\": the plugin ABI is io's (io/plugin.c)" >>"$out" ;; esac
-            continue ;;
-          ./*|../*) echo "$f:$n: includes \"$name\": a relative path: name the layer instead (\"core/qc.h\")" >>"$out"; continue ;;
-          */*) dep=${name%%/*} ;;
-          *) echo "$f:$n: includes \"$name\": name the layer (\"$layer/$name\" or \"core/...\")" >>"$out"; continue ;;
-        esac
-        case " $ok " in
-          *" $dep "*) ;;
-          *) echo "$f:$n: includes \"$name\": $layer may use $(echo "$ok" | sed 's/ /, /g') only (core <- numerics <- model <- {modules, reference} <- engine, sweep <- cli; backend: core, numerics; io, report: core, numerics, model; dist: core, numerics, backend)" >>"$out" ;;
-        esac
-        # inside backend, only the CUDA backend reaches the kernels
-        if [ "$dep" = kernels ]; then
-          case "$rel" in backend/cuda/*) ;; *) echo "$f:$n: includes \"$name\": only backend/cuda/ calls the CUDA kernels" >>"$out" ;; esac
-        fi
-        ;;
-      \<*)
-        name=${inc#<}; name=${name%>}
-        case "$name" in
-          hdf5.h|hdf5_hl.h|H5*.h)
-            case "$layer" in io) ;; *) echo "$f:$n: includes <$name>: HDF5 is io's alone (io/dump.c)" >>"$out" ;; esac ;;
-          cuda*.h|cublas*.h|nccl.h|curand*.h)
-            case "$rel" in backend/cuda/*) ;; *) echo "$f:$n: includes <$name>: CUDA is backend/cuda/'s alone" >>"$out" ;; esac ;;
-          mpi.h|mpi_*.h|mpio.h)
-            case "$layer" in dist) ;; *) echo "$f:$n: includes <$name>: MPI is dist/'s alone (who does which unit, how results come back)" >>"$out" ;; esac ;;
-          cjson/*)
-            case "$layer" in core|numerics|modules|reference|backend) echo "$f:$n: includes <$name>: JSON is read by the plan (model) and written by report/ and io/, not by $layer" >>"$out" ;; esac ;;
-        esac
-        ;;
+srcs=$(find src kernels -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null | LC_ALL=C sort)
+
+# the objects of sources that exist (a stale object of a removed file is not read)
+objs=
+if [ -n "$build" ]; then
+  [ -d "$build" ] || { echo "layers: no build folder $build" >&2; exit 2; }
+  for f in $srcs; do
+    case "$f" in
+      *.c) o="$build/${f%.c}.o" ;;
+      *.cu) o="$build/$f.o" ;;
+      *) continue ;;
     esac
+    [ -f "$o" ] && objs="$objs $o"
   done
-done
-# kernels/ is CUDA code called by the CUDA backend only: it includes nothing of src/
-# but numerics' header-only producer arithmetic (parith.h, recipe.h, minifloat.h),
-# which the CPU quantizers run too
-grep -n '#[[:space:]]*include[[:space:]]*"' kernels/*.cu kernels/*.cuh kernels/*.h 2>/dev/null | while IFS= read -r line; do
-  inc=$(printf '%s' "$line" | sed -n 's/.*include[[:space:]]*"\([^"]*\)".*/\1/p')
-  case "$inc" in
-    numerics/parith.h|numerics/recipe.h|numerics/minifloat.h) ;; # numerics' header-only code shared with the kernels
-    */*) echo "${line%%:*}:$(echo "$line" | cut -d: -f2): includes \"$inc\": kernels/ includes only its own headers and numerics' shared ones" >>"$out" ;;
-  esac
-done
-# the generic engine names no module class: class-specific work is the
-# class's own (its registry row: production, reference, fast path)
-for cls in $(sed -n 's/^[[:space:]]*\.name = "\([a-z0-9_]*\)",.*/\1/p' src/modules/*.c | sort -u); do
-  grep -n "\"$cls\"" src/engine/*.c src/engine/*.h 2>/dev/null | while IFS= read -r hit; do
-    echo "${hit%%:*}:$(echo "$hit" | cut -d: -f2): names class \"$cls\": the engine is generic; put class-specific work in the class's registry row" >>"$out"
-  done
-done
-if [ -s "$out" ]; then
-  echo "layers: includes against the dependency direction:"
-  sed 's/^/  /' "$out"
-  exit 1
 fi
-exit 0
+
+prog='
+function layer_of(rel,   p) {  # "src/model/case.c" -> "model"; "src/main.c" -> "main"
+  if (rel ~ /^kernels\//) return "kernels"
+  sub(/^src\//, "", rel)
+  if (rel == "main.c" || rel == "main.o") return "main"
+  if (index(rel, "/") == 0) return ""
+  p = rel; sub(/\/.*/, "", p); return p
+}
+function may(l, dep) { return index(" " ok[l] " ", " " dep " ") > 0 }
+function rule(l,   s) { s = ok[l]; gsub(/ /, ", ", s); return l " may use " s " only (" DIR ")" }
+function bad(msg) { out[++nout] = msg }
+BEGIN {
+  DIR = "core <- numerics <- model <- {modules, reference} <- classes <- engine, sweep <- cli; backend: core, numerics; io, report: core, numerics, model; dist: core, numerics, backend"
+  n = split(TABLE, rows, "\n")
+  for (i = 1; i <= n; i++) { split(rows[i], kv, ":"); ok[kv[1]] = kv[2] }
+  for (i = 1; i < ARGC; i++) {   # every file of src/ in a layer folder of the table (empty ones too)
+    f = ARGV[i]; if (f !~ /^src\//) continue
+    lay = layer_of(f)
+    if (lay == "") { bad(f ": a source file at the top of src/: put it in a layer folder (core, numerics, model, ...)"); noscan[f] = 1 }
+    else if (!(lay in ok)) { bad(f ": '\''" lay "'\'' is not a layer of src/: add it to scripts/check-layers.sh and docs/architecture.md"); noscan[f] = 1 }
+  }
+}
+# ---- pass 1: the sources ----
+FILENAME != "-" && FNR == 1 {
+  f = FILENAME; lay = layer_of(f); skip = (f in noscan)
+  incuda = (f ~ /^src\/backend\/cuda\//)
+}
+FILENAME != "-" && f ~ /^src\/modules\/[^\/]*\.c$/ && /^[ \t]*\.name = "[a-z0-9_]*",/ {
+  c = $0; sub(/^[ \t]*\.name = "/, "", c); sub(/".*/, "", c); cls[c] = 1
+}
+FILENAME != "-" && f ~ /^src\/engine\// && /"[a-z0-9_]+"/ { eng[++neng] = f ":" FNR; engl[neng] = $0 }
+FILENAME != "-" && !skip && /^[ \t]*#[ \t]*include/ {
+  line = $0; sub(/^[ \t]*#[ \t]*include[ \t]*/, "", line)
+  where = f ":" FNR
+  if (f ~ /^kernels\//) {
+    if (line !~ /^"/) next
+    name = substr(line, 2); sub(/".*/, "", name)
+    if (name ~ /\// && name !~ /^numerics\/(parith|recipe|minifloat)\.h$/)
+      bad(where ": includes \"" name "\": kernels/ includes only its own headers and numerics'\'' shared ones")
+    next
+  }
+  if (line ~ /^"/) {
+    name = substr(line, 2); sub(/".*/, "", name)
+    if (name == "qatcheck_plugin.h") {
+      if (lay != "io") bad(where ": includes \"" name "\": the plugin ABI is io'\''s (io/plugin.c)")
+      next
+    }
+    if (name ~ /^\.\.?\//) { bad(where ": includes \"" name "\": a relative path: name the layer instead (\"core/qc.h\")"); next }
+    if (name !~ /\//) { bad(where ": includes \"" name "\": name the layer (\"" lay "/" name "\" or \"core/...\")"); next }
+    dep = name; sub(/\/.*/, "", dep)
+    if (!may(lay, dep)) bad(where ": includes \"" name "\": " rule(lay))
+    if (dep == "kernels" && !incuda) bad(where ": includes \"" name "\": only backend/cuda/ calls the CUDA kernels")
+  } else if (line ~ /^</) {
+    name = substr(line, 2); sub(/>.*/, "", name)
+    if (name ~ /^(hdf5\.h|hdf5_hl\.h|H5.*\.h)$/) { if (lay != "io") bad(where ": includes <" name ">: HDF5 is io'\''s alone (io/dump.c)") }
+    else if (name ~ /^(cuda.*\.h|cublas.*\.h|nccl\.h|curand.*\.h)$/) { if (!incuda) bad(where ": includes <" name ">: CUDA is backend/cuda/'\''s alone") }
+    else if (name ~ /^(mpi\.h|mpi_.*\.h|mpio\.h)$/) { if (lay != "dist") bad(where ": includes <" name ">: MPI is dist/'\''s alone (who does which unit, how results come back)") }
+    else if (name ~ /^cjson\//) { if (lay ~ /^(core|numerics|modules|reference|backend)$/) bad(where ": includes <" name ">: JSON is read by the plan (model) and written by report/ and io/, not by " lay) }
+  }
+}
+# ---- pass 2: nm -A -P of the objects: "OBJ: SYMBOL TYPE [VALUE SIZE]" ----
+FILENAME == "-" {
+  o = $1; sub(/:$/, "", o); s = $2; t = $3
+  r = substr(o, length(BUILD) + 2)
+  if (t == "U") { k = o SUBSEP s; if (!(k in seen)) { seen[k] = 1; uo[++nu] = o; us[nu] = s; ul[nu] = layer_of(r) } }
+  else if (t ~ /^[BCDGRSTVWi]$/) { def[s] = r; defl[s] = layer_of(r) }
+}
+END {
+  # the engine is generic: it names no class (its registry row does the class-specific work)
+  for (i = 1; i <= neng; i++)
+    for (c in cls)
+      if (index(engl[i], "\"" c "\"")) bad(eng[i] ": names class \"" c "\": the engine is generic; put class-specific work in the class'\''s registry row")
+  for (i = 1; i <= nu; i++) {
+    s = us[i]; if (!(s in def)) continue        # a library symbol
+    l = ul[i]; d = defl[s]
+    if (l == "" || d == "" || may(l, d)) continue
+    bad(substr(uo[i], length(BUILD) + 2) ": uses symbol " s " of " def[s] ": " rule(l))
+  }
+  if (nout == 0) exit 0
+  print "layers: dependencies against the direction:"
+  for (i = 1; i <= nout; i++) print "  " out[i]
+  exit 1
+}
+'
+# shellcheck disable=SC2086
+if [ -n "$objs" ]; then
+  nm -A -P $objs | awk -v TABLE="$table" -v BUILD="$build" "$prog" $srcs -
+else
+  awk -v TABLE="$table" -v BUILD="$build" "$prog" $srcs - </dev/null
+fi

@@ -1,6 +1,7 @@
 /* backend.h: the one seam between the audit and the hardware. A table of
  * operations with a CPU implementation (cpu.c, what CI runs) and a CUDA one
- * (cuda.cu, behind --device cuda[:N]). Pointers are host pointers; a device
+ * (backend/cuda/, its table in backend.cu, behind --device cuda[:N]; a
+ * shared object open.c loads on demand). Pointers are host pointers; a device
  * backend stages data itself. Matrices are row-major; op(A) is A or A^T. */
 #ifndef QC_BACKEND_H
 #define QC_BACKEND_H

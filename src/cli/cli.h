@@ -70,4 +70,15 @@ int qc_cmd_tol_dump(int argc, char **argv);
 /* A number option value of at least lo, the whole string (tol.c). */
 int qc_tol_num_arg(const char *opt, const char *v, double lo, double *out);
 
+/* The verbs, one file each in src/cli/ (main.c's table): each parses its
+ * own options and returns the process's exit status. */
+int qc_cmd_vjp(int argc, char **argv);
+int qc_cmd_contract(int argc, char **argv);
+int qc_cmd_tol(int argc, char **argv);
+int qc_cmd_fd(int argc, char **argv);
+int qc_cmd_quant(int argc, char **argv);
+int qc_cmd_report(int argc, char **argv);
+int qc_cmd_sft(int argc, char **argv);
+int qc_cmd_step(int argc, char **argv);
+
 #endif

@@ -19,117 +19,6 @@
 #include "io/dump.h"
 #include "io/prefetch.h"
 
-/* Does m's class take a quantizer profile? */
-static int takes_profile(const qc_module *m) {
-  for (const qc_key_spec *k = m->cls->keys; k && k->key; k++)
-    if (strcmp(k->key, "profile") == 0) return 1;
-  return 0;
-}
-
-/* Contract for m: the dump's attribute (if any), the case's over it, the
- * --profile option over both; validated against the class's keys. A profile
- * none of them names is auto (check_deployed resolves it). */
-int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
-  char where[QC_PATHLEN + 64];
-  int rc;
-  memset(&m->contract, 0, sizeof m->contract);
-  if (dump_contract && dump_contract[0]) {
-    snprintf(where, sizeof where, "module '%s'", m->path);
-    if ((rc = qc_contract_parse(dump_contract, where, &m->contract))) return rc;
-  }
-  if (cs->has_contract && (rc = qc_contract_merge(&m->contract, &cs->contract))) return rc;
-  if (profile) {
-    if (!takes_profile(m)) return qc_err("--profile '%s': class '%s' has no quantizer profile", profile, m->cls->name);
-    if ((rc = qc_contract_set(&m->contract, "profile", profile, 0, 0))) return rc;
-  }
-  snprintf(where, sizeof where, "case '%s': module '%s'", cs->path, m->path);
-  int explicit_profile = qc_contract_has(&m->contract, "profile");
-  if ((rc = qc_contract_validate(&m->contract, m->cls->keys, where))) return rc;
-  /* no profile named anywhere: auto (the deployed bytes decide; vllm without them) */
-  return !explicit_profile && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "auto", 0, 0) : QC_OK;
-}
-
-/* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check that
- * qatcheck's quantizer (contract's weight_format, profile, rounding)
- * reproduces them byte for byte. The profile is the contract's (the case's,
- * --profile's); absent or auto, every profile is tried and the first that
- * reproduces the bytes becomes the module's (the check says which and why;
- * none: the check fails naming the closest, and vllm is used). No check
- * when there are no saved bytes; then auto means vllm. */
-static int check_deployed(qc_audit *a, qc_module *m) {
-  const char *fn = qc_contract_str(&m->contract, "weight_format", "none");
-  const char *pn = qc_contract_str(&m->contract, "profile", "auto");
-  int autop = strcmp(pn, "auto") == 0, rc;
-  if (!qc_tset_get(&m->saved, "weight_q") || !qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)
-    return autop && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "vllm", 0, 0) : QC_OK;
-  qc_qfmt f;
-  qc_qprof p = QC_QP_VLLM;
-  qc_sr sr;
-  qc_deployed_result r;
-  char note[512] = "";
-  if ((rc = qc_qfmt_parse(fn, &f)) || (!autop && (rc = qc_qprof_parse(pn, &p)))) return rc;
-  if (qc_tset_get(&m->saved, "weight_q")->dtype == QC_U8) { /* float8 bytes from torch < 2.1 */
-    int fp4 = f == QC_QF_NVFP4 || f == QC_QF_MXFP4;
-    qc_hint("scripts/qatdump.py writes it from the contract's weight_format or the module's qatcheck_dtypes; with h5py: "
-            "ds.attrs['dtype'] = '%s'", fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn");
-    return qc_err("module '%s': saved/weight_q is uint8 without a 'dtype' attribute: expected %s bytes for weight_format %s",
-                  m->path, fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn", fn);
-  }
-  qc_sr_from_contract(&m->contract, m->path, &sr);
-  if (autop) {
-    qc_identify *idf = qc_calloc(1, sizeof *idf, "profile identification");
-    if (!idf) return QC_ESYS;
-    if ((rc = qc_deployed_identify_module(m, f, &sr, idf))) { free(idf); return rc; }
-    p = idf->any ? (qc_qprof)idf->chosen : QC_QP_VLLM;
-    r = idf->c[idf->chosen].r; /* the reproducing profile, or the closest */
-    snprintf(note, sizeof note, "profile %s (auto: %s)", qc_qprof_name(p), idf->why);
-    free(idf);
-    if ((rc = qc_contract_set(&m->contract, "profile", qc_qprof_name(p), 0, 0))) return rc;
-  } else if ((rc = qc_deployed_check(m, f, p, &sr, &r))) {
-    return rc;
-  }
-  qc_check k;
-  memset(&k, 0, sizeof k);
-  snprintf(k.module, sizeof k.module, "%s", m->path);
-  snprintf(k.cls, sizeof k.cls, "%s", m->cls->name);
-  snprintf(k.dy, sizeof k.dy, "-");
-  snprintf(k.tensor, sizeof k.tensor, "quantizer");
-  const qc_tensor *w = qc_tset_get(&m->params, "weight");
-  k.ndim = w->ndim;
-  memcpy(k.shape, w->shape, sizeof k.shape);
-  snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(qc_tset_get(&m->saved, "weight_q")->dtype));
-  int bad = r.n_payload || r.n_scale || r.n_global || r.n_decoded;
-  k.verdict = bad ? QC_V_FAIL : QC_V_PASS;
-  if (bad && !autop) qc_deployed_summary(&r, k.why, sizeof k.why);
-  else snprintf(k.why, sizeof k.why, "%s", autop ? note : "");
-  if (qc_verbose && autop) fprintf(stderr, "qatcheck: %s: %s\n", m->path, note);
-  return qc_results_add(a->res, &k);
-}
-
-/* Keep only the dYs the case names (all when it names none). */
-int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
-  if (cs->ndy == 0) return QC_OK;
-  for (int k = 0; k < cs->ndy; k++)
-    if (!qc_tset_get(&m->grad_out, cs->dy[k]))
-      return qc_err("dump '%s': module '%s' has no dataset 'grad_out/%s' (named in the case's dy)", dump_path, m->path,
-                    cs->dy[k]);
-  int w = 0;
-  for (int i = 0; i < m->grad_out.n; i++) {
-    int keep = 0;
-    for (int k = 0; k < cs->ndy; k++) keep |= strcmp(m->grad_out.t[i].name, cs->dy[k]) == 0;
-    if (!keep) {
-      qc_tensor_free(&m->grad_out.t[i]);
-      if (m->cand) qc_tset_free(&m->cand[i]);
-      continue;
-    }
-    m->grad_out.t[w] = m->grad_out.t[i];
-    if (m->cand) m->cand[w] = m->cand[i];
-    w++;
-  }
-  m->grad_out.n = w;
-  return QC_OK;
-}
-
 static const char *cand_name(qc_cand_kind k) { return k == QC_CAND_DUMP ? "dump" : k == QC_CAND_PLUGIN ? "plugin" : "builtin"; }
 
 /* Audit m, its checks from index `first` on (a deployed-bytes check may
@@ -284,7 +173,8 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, co
     snprintf(m.path, sizeof m.path, "%s", row->cls->name);
     int rc = qc_vjp_set_contract(&m, cs, NULL, profile), first = a->res->n;
     double t0 = qc_now_s();
-    if (!rc && takes_profile(&m) && strcmp(qc_contract_str(&m.contract, "profile", "vllm"), "auto") == 0) /* generated: no bytes */
+    /* generated: no bytes (a contract names a profile only where the class takes one) */
+    if (!rc && strcmp(qc_contract_str(&m.contract, "profile", "vllm"), "auto") == 0)
       rc = qc_contract_set(&m.contract, "profile", "vllm", 0, 0);
     clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
@@ -422,7 +312,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     qc_module *m = &cur->m;
     m->cls = qc_registry_find(ents[i].cls)->cls;
     rc = qc_vjp_set_contract(m, cs, cur->contract, profile);
-    if (!rc) rc = check_deployed(a, m);
+    if (!rc) rc = qc_vjp_check_deployed(a, m);
     if (!rc) rc = qc_vjp_select_dy(m, cs, cs->dump);
     if (!rc) rc = check_finite(m, where); /* the selected dYs only */
     if (!rc && m->grad_out.n == 0)

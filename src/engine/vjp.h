@@ -13,12 +13,17 @@
  * with the error set when the run cannot be judged. */
 int qc_vjp_case(qc_audit *a, const char *profile);
 
-/* ---- inside layer 1's run (vjp.c, shard.c) ------------------------------------
+/* ---- one module made ready (vjp_prep.c, used by vjp.c and shard.c) ------------
  * m's contract: the dump's attribute (dump_contract, "" or NULL: none), the
  * case's over it, --profile over both; validated against its class's keys. */
 int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile);
 /* Keep only the dYs the case names (all when it names none). */
 int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path);
+/* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check in
+ * a->res that qatcheck's quantizer reproduces them byte for byte (an auto
+ * profile becomes the first that does); otherwise an auto profile becomes
+ * vllm. QC_OK or a status with the error set. */
+int qc_vjp_check_deployed(qc_audit *a, qc_module *m);
 
 /* ---- sharded dumps (shard.c; docs/interfaces.md, "Sharded dumps") --------------
  * 1 when a case's data.dump is a pattern (it holds *, ? or [): one file per

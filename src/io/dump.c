@@ -17,14 +17,6 @@
 #include "core/qc.h"
 #include "io/dump_priv.h"
 
-void qc_dump_silence(void) {
-  static int done = 0;
-  if (!done) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    done = 1;
-  }
-}
-
 const char *qc_dump_path(const qc_dump *d) { return d->path; }
 
 int qc_dump_open_map(const char *path, qc_dump **out) {

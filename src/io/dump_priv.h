@@ -157,7 +157,8 @@ struct qc_dump {
  * root attribute's check: the step dump has its own). */
 int qc_dump_open_map(const char *path, qc_dump **out);
 
-/* Turn off HDF5's automatic error printing (once; writer and child). */
+/* Turn off HDF5's automatic error printing (once; writer and child;
+ * dump_walk.c). */
 void qc_dump_silence(void);
 
 #endif

@@ -497,6 +497,16 @@ done:
   if (ds >= 0) H5Dclose(ds);
 }
 
+/* Turns off libhdf5's automatic error printing, once. Here, in the child's
+ * file, because the child needs it and the writer (dump.c, above) too. */
+void qc_dump_silence(void) {
+  static int done = 0;
+  if (!done) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    done = 1;
+  }
+}
+
 void qc_box_child(int sock, const char *path, int fd, int64_t size, qc_box_shared *sh) {
   walker *w = calloc(1, sizeof *w);
   if (!w) _exit(3);

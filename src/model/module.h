@@ -2,7 +2,8 @@
  *
  * One module class = one file in src/modules/ (qc_class with the production
  * VJP, contract keys and input generator) + one file in src/reference/ (the
- * independent float64 VJP) + one row in src/model/registry.c. */
+ * independent float64 VJP) + one row in src/classes/registry.c (the class
+ * table, a layer above both; its lookups are below). */
 #ifndef QC_MODULE_H
 #define QC_MODULE_H
 
@@ -246,6 +247,11 @@ typedef struct qc_registry_row {
   qc_fast_fn fast;             /* NULL, or src/modules/<name>_fast.c */
 } qc_registry_row;
 
+/* The class table is src/classes/registry.c's, installed when the program
+ * starts (the model names no class): qc_registry_install makes rows[0..n)
+ * the table; qc_registry_rows returns it (NULL and *n = 0 before that);
+ * qc_registry_find returns the row of class `name` or NULL. */
+int qc_registry_install(const qc_registry_row *rows, int n);
 const qc_registry_row *qc_registry_find(const char *name);
 const qc_registry_row *qc_registry_rows(int *n);
 /* qc_registry_find, or NULL with the error "<where>: module class 'X' is

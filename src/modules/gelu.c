@@ -9,6 +9,7 @@
 
 #include "core/qc.h"
 #include "model/module.h"
+#include "modules/classes.h"
 #include "modules/mod_util.h"
 
 static float gelu_deriv(float x, int tanh_approx) {

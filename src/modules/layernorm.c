@@ -5,14 +5,8 @@
  *   d_x      rstd * (g - mean(g) - xh * mean(g * xh)),  g = dy * w
  *   d_weight sum_t dy * xh;  d_bias sum_t dy (when params/bias exists) */
 #include "model/module.h"
-
-int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int center);
-int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center);
-int qc_mod_norm_generate(const qc_gen *gp, struct qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape, int center);
-
-int qc_mod_norm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm, int center);
-int qc_mod_norm_dx_without(const qc_module *m, const qc_tensor *dy, int center, int drop_proj, int drop_mean,
-                           qc_tensor *pred);
+#include "modules/classes.h"
+#include "modules/norm.h"
 
 static int layernorm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   return qc_mod_norm_tol_model(m, dy, grad, tm, 1);

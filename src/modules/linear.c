@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "model/module.h"
+#include "modules/classes.h"
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "modules/mod_util.h"
@@ -451,8 +452,6 @@ static int linear_tol_rules(const qc_module *m, qc_tol_ask *out, int max, int *n
   snprintf(a->why, sizeof a->why, "K = M = %lld tokens (a sum of dY over tokens)", (long long)M);
   return QC_OK;
 }
-
-extern const qc_split qc_linear_split; /* linear_split.c */
 
 const qc_class qc_class_linear = {
     .name = "linear",

@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "core/qc.h"
 #include "model/module.h"
+#include "modules/classes.h"
 
 /* 1 when the contract's key has the value v (its default when absent). */
 static int is(const qc_module *m, const char *key, const char *dflt, const char *v) {

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "core/qc.h"
 #include "model/module.h"
+#include "modules/classes.h"
 #include "modules/mod_util.h"
 
 /* N, and the alignment the weight format needs; QC_EINPUT when the split

@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "model/module.h"
+#include "modules/classes.h"
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "modules/mod_util.h"

@@ -8,6 +8,7 @@
 
 #include "core/qc.h"
 #include "model/module.h"
+#include "modules/classes.h"
 #include "modules/mod_util.h"
 
 static float relu2_deriv(float x, int variant) {

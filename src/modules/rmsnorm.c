@@ -18,11 +18,9 @@
 #include "model/module.h"
 #include "numerics/formats.h"
 #include "core/qc.h"
+#include "modules/classes.h"
 #include "modules/mod_util.h"
-
-int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int center);
-int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center);
-int qc_mod_norm_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape, int center);
+#include "modules/norm.h"
 
 /* The tensors of a norm module: x [rows, D], weight [D], optional bias. */
 typedef struct {

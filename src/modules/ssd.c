@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "model/module.h"
+#include "modules/classes.h"
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "modules/mod_util.h"
@@ -109,7 +110,6 @@ static int ssd_check_values(const qc_module *m, const ssd_view *v, const float *
 /* Planted-defect switch for tests/unit/test_ssd.c (0 = the production VJP). */
 enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4 };
 
-int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect);
 int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect) {
   ssd_view v;
   int rc = ssd_view_get(m, &v);

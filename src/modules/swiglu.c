@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "model/module.h"
+#include "modules/classes.h"
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "modules/mod_util.h"

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "model/module.h"
+#include "reference/ref_classes.h"
 #include "core/qc.h"
 #include "reference/ref_util.h"
 

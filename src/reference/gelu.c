@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/module.h"
+#include "reference/ref_classes.h"
 #include "reference/ref_util.h"
 
 static double gelu_grad(double x, int tanh_form) {

@@ -2,8 +2,7 @@
  * RMSNorm in reference/rmsnorm.c (centered = 1 adds the mean's Jacobian
  * term and d_bias). */
 #include "model/module.h"
-
-int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered);
+#include "reference/ref_classes.h"
 
 int qc_ref_layernorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   (void)ctx;

@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "model/module.h"
+#include "reference/ref_classes.h"
 #include "numerics/quant.h"
 #include "numerics/sr.h"
 #include "core/qc.h"

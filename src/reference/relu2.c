@@ -1,6 +1,7 @@
 /* reference/relu2.c: float64 VJP of y = relu(x)^2: d_x = 2 relu(x) dy
  * (the derivative is continuous; it is 0 at x = 0). */
 #include "model/module.h"
+#include "reference/ref_classes.h"
 #include "reference/ref_util.h"
 
 static double relu2_grad(double x, int variant) {

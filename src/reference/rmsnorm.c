@@ -11,9 +11,8 @@
 
 #include "model/module.h"
 #include "core/qc.h"
+#include "reference/ref_classes.h"
 #include "reference/ref_util.h"
-
-int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered);
 
 /* The shared reference (centered = 1: LayerNorm). */
 int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered) {

@@ -30,7 +30,7 @@ void qc_report_sft_table(const qc_sft_view *v);
 /* The Markdown report and its plots (sft_md.c). */
 int qc_report_sft_markdown(qc_report_out *o, const qc_sft_view *v);
 /* The mean of metric m of log l over [w0, w1] on the case's axis, and its
- * last value there (NAN when none). */
+ * last value there (NAN when none; sft_md.c, used by both views). */
 void qc_report_sft_summary(const qc_sft_view *v, int arm, const char *metric, double *mean, double *last);
 
 typedef struct qc_step_view {

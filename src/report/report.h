@@ -105,9 +105,6 @@ int qc_report_vjp(qc_report_out *o, const qc_report_info *info, const qc_results
 int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r);
 int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *r);
 int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_results *r);
-/* The next line of a "...\n"-separated text (info->warnings) into line
- * (cut at n - 1 characters); *p advances. 0 at the end. */
-int qc_report_line(const char **p, char *line, size_t n);
 /* The readable table on stdout: module, dY, tensor, rel-L2, cosine, norm
  * ratio, verdict, why; then the verdict line. */
 void qc_report_table(const qc_report_info *info, const qc_results *r);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void qc_sbuf_printf(qc_sbuf *b, const char *fmt, ...) {
   if (b->oom) return;
@@ -77,4 +78,15 @@ void qc_sbuf_md(qc_sbuf *b, const char *s) {
     else if ((unsigned char)*s < 0x20) qc_sbuf_printf(b, "\\x%02x", (unsigned char)*s);
     else qc_sbuf_printf(b, "%c", *s);
   }
+}
+
+/* The next line of *p into line; 0 at the end (sbuf.h). Here, the lowest
+ * report file, because json.c and text.c both read warnings with it. */
+int qc_report_line(const char **p, char *line, size_t n) {
+  if (!*p || !**p) return 0;
+  const char *nl = strchr(*p, '\n');
+  size_t len = nl ? (size_t)(nl - *p) : strlen(*p);
+  snprintf(line, n, "%.*s", (int)(len < n ? len : n - 1), *p);
+  *p += len + (nl ? 1 : 0);
+  return 1;
 }

@@ -15,4 +15,7 @@ void qc_sbuf_xml(qc_sbuf *b, const char *s);
  * characters made harmless. */
 void qc_sbuf_md(qc_sbuf *b, const char *s);
 void qc_sbuf_free(qc_sbuf *b);
+/* The next line of a "...\n"-separated text (info->warnings) into line
+ * (cut at n - 1 characters); *p advances. 0 at the end (sbuf.c). */
+int qc_report_line(const char **p, char *line, size_t n);
 #endif

@@ -250,24 +250,6 @@ done:
   return rc;
 }
 
-void qc_report_sft_summary(const qc_sft_view *v, int arm, const char *metric, double *mean, double *last) {
-  const qc_l3_log *l = &v->logs[arm];
-  int c = qc_l3_log_col(l, metric), xc = v->cs->x_tokens ? qc_l3_log_col(l, "tokens") : -1;
-  double s = 0;
-  int64_t n = 0;
-  *mean = *last = NAN;
-  if (c < 0 || (v->cs->x_tokens && xc < 0)) return;
-  for (int64_t i = 0; i < l->n; i++) {
-    if (!l->col[c].has[i]) continue;
-    double x = xc < 0 ? (double)l->step[i] : l->col[xc].has[i] ? l->col[xc].v[i] : NAN;
-    if (!(x >= v->cs->w0 && x <= v->cs->w1)) continue;
-    s += l->col[c].v[i];
-    n++;
-    *last = l->col[c].v[i];
-  }
-  if (n) *mean = s / (double)n;
-}
-
 /* The metrics some pair judges, each once, in case order. */
 static int judged_metrics(const qc_sft_case *cs, const char **out, int max) {
   int n = 0;

@@ -152,6 +152,27 @@ done:
   return rc;
 }
 
+/* The mean of `metric` in arm's log over the case's window, on its axis
+ * (steps or tokens), and its last value there; NAN, NAN when none. Here,
+ * below sft.c's console table, because both views use it. */
+void qc_report_sft_summary(const qc_sft_view *v, int arm, const char *metric, double *mean, double *last) {
+  const qc_l3_log *l = &v->logs[arm];
+  int c = qc_l3_log_col(l, metric), xc = v->cs->x_tokens ? qc_l3_log_col(l, "tokens") : -1;
+  double s = 0;
+  int64_t n = 0;
+  *mean = *last = NAN;
+  if (c < 0 || (v->cs->x_tokens && xc < 0)) return;
+  for (int64_t i = 0; i < l->n; i++) {
+    if (!l->col[c].has[i]) continue;
+    double x = xc < 0 ? (double)l->step[i] : l->col[xc].has[i] ? l->col[xc].v[i] : NAN;
+    if (!(x >= v->cs->w0 && x <= v->cs->w1)) continue;
+    s += l->col[c].v[i];
+    n++;
+    *last = l->col[c].v[i];
+  }
+  if (n) *mean = s / (double)n;
+}
+
 int qc_report_sft_markdown(qc_report_out *o, const qc_sft_view *v) {
   const qc_sft_case *cs = v->cs;
   qc_sbuf *md = &o->doc[QC_REP_MARKDOWN];

@@ -52,15 +52,6 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
          nf, info->device ? " on " : "", info->device ? info->device : "");
 }
 
-int qc_report_line(const char **p, char *line, size_t n) {
-  if (!*p || !**p) return 0;
-  const char *nl = strchr(*p, '\n');
-  size_t len = nl ? (size_t)(nl - *p) : strlen(*p);
-  snprintf(line, n, "%.*s", (int)(len < n ? len : n - 1), *p);
-  *p += len + (nl ? 1 : 0);
-  return 1;
-}
-
 const char *qc_report_check_name(const qc_check *k, char *buf, int n) {
   if (strcmp(k->tensor, "quantizer") == 0) snprintf(buf, (size_t)n, "deployed_bytes/weight_q");
   else snprintf(buf, (size_t)n, "%s/%s", k->dy, k->tensor);

@@ -8,13 +8,13 @@
 
 #include "gpu_common.h"
 #include "model/module.h"
+#include "modules/classes.h"
+#include "reference/ref_classes.h"
 #include "numerics/formats.h"
 #include "numerics/quant.h"
 #include "model/check.h"
 #include "numerics/decode.h"
 
-extern const qc_class qc_class_linear;
-int qc_ref_linear(const qc_ctx *, const qc_module *, const qc_tensor *, qc_tset *);
 
 /* A generated linear module [M, K, N] under weight format fmt, and its dY. */
 typedef struct {

@@ -86,6 +86,14 @@ static int vjp(const qcp_call *c, float dw_scale, int emit_bias) {
   return rc ? fail(c, "emit refused a gradient") : 0;
 }
 
+/* The entry points a case names ("symbol"): qatcheck finds them by name
+ * (dlsym); a plugin has no header of its own, so they are declared here. */
+int linear_vjp(const qcp_call *c);
+int linear_vjp_dw_scaled(const qcp_call *c);
+int linear_vjp_no_bias(const qcp_call *c);
+int linear_vjp_fails(const qcp_call *c);
+int linear_vjp_hangs(const qcp_call *c);
+
 int linear_vjp(const qcp_call *c) { return vjp(c, 1.0f, 1); }
 int linear_vjp_dw_scaled(const qcp_call *c) { return vjp(c, 1.002f, 1); }
 int linear_vjp_no_bias(const qcp_call *c) { return vjp(c, 1.0f, 0); }

@@ -13,14 +13,15 @@
 #include "backend/backend.h"
 #include "class_harness.h"
 #include "engine/fd.h"
+#include "modules/classes.h"
 #include "core/qc.h"
 
 #define SSD_TOL 2.34e-6        /* cases/ssd.json d_x, d_Bm, d_Cm, d_initial_state */
 #define SSD_TOL_DT 9.35e-6     /* cases/ssd.json d_dt (d_A: 9.57e-6); the sweeps judge every tensor by it */
 #define SSD_TOL_HEAVY 9.35e-6  /* heavy_tail (x, Bm, Cm up to 20x: d_Bm, d_Cm measured <= 1.6e-6) and special (near-resets, 1e-4 decay) */
 
-/* src/modules/ssd.c: the production VJP with a planted defect switched on */
-int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect);
+/* src/modules/ssd.c: the production VJP with a planted defect switched on
+ * (qc_ssd_vjp_defect, modules/classes.h) */
 enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4 };
 
 Test(ssd, builtin_matches_reference) {
