@@ -18,6 +18,38 @@ static void *g_lib;
 static cuda_open_fn g_open;
 static cuda_close_fn g_close;
 
+/* The .so at path was built with this qatcheck's QC_BACKEND_ABI and
+ * sizeof(qc_backend) (backend.h): QC_OK, else QC_EINPUT with one line naming
+ * both builds and a hint. Reads its stamp only: it is opened lazily (so a
+ * stale .so's missing symbols do not hide the stamp) and closed again,
+ * nothing in it called; the caller opens it for use. */
+static int check_stamp(const char *path) {
+  static const qc_backend_stamp self = {QC_BACKEND_ABI, (uint32_t)sizeof(qc_backend), QC_BUILD_ID};
+  void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+  if (!h) return QC_OK; /* the caller's dlopen says why, with the CUDA hint */
+  const qc_backend_stamp *st = dlsym(h, QC_BACKEND_STAMP_SYM);
+  int rc = QC_OK;
+  if (!st) {
+    rc = qc_err("'%s': backend without an ABI stamp (built before stamps), qatcheck expects ABI %u (built %s)", path, self.abi, self.build);
+  } else if (st->abi != self.abi || st->size != self.size) {
+    char built[sizeof st->build + 1];
+    snprintf(built, sizeof built, "%.*s", (int)sizeof st->build, st->build); /* NUL-terminated even if it is not */
+    if (st->abi != self.abi)
+      rc = qc_err("'%s': backend ABI %u (built %s), qatcheck expects ABI %u (built %s)", path, st->abi,
+                  built, self.abi, self.build);
+    else /* the layout changed and the number did not (backend.h: the bump rule) */
+      rc = qc_err("'%s': backend ABI %u with a %u-byte qc_backend (built %s), qatcheck expects ABI %u with %u bytes "
+                  "(built %s)", path, st->abi, st->size, built, self.abi, self.size, self.build);
+  } else if (qc_verbose && strncmp(st->build, self.build, sizeof st->build) != 0) {
+    fprintf(stderr, "qatcheck: '%s': backend ABI %u built %.*s, qatcheck built %s: same ABI, loading it\n", path, st->abi,
+            (int)sizeof st->build, st->build, self.build);
+  }
+  dlclose(h);
+  if (rc) qc_hint("rebuild both with 'make' (libqatcheck_cuda.so beside the qatcheck it was built with), or set "
+                  "QATCHECK_CUDA_LIB to the matching one");
+  return rc;
+}
+
 /* Load libqatcheck_cuda.so from $QATCHECK_CUDA_LIB, else beside the
  * executable, else one folder above it (test binaries live in build/). */
 static int load_cuda(const char *device) {
@@ -37,6 +69,8 @@ static int load_cuda(const char *device) {
   }
   for (int i = 0; i < n; i++) {
     if (access(cand[i], F_OK) != 0) continue;
+    int rc = check_stamp(cand[i]);
+    if (rc) return rc;
     void *h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       const char *e = dlerror();
