@@ -7,15 +7,6 @@
 #include "core/qc.h"
 #include "core/watchdog.h"
 
-int qc_cmd_vjp(int argc, char **argv);
-int qc_cmd_contract(int argc, char **argv);
-int qc_cmd_tol(int argc, char **argv);
-int qc_cmd_fd(int argc, char **argv);
-int qc_cmd_quant(int argc, char **argv);
-int qc_cmd_report(int argc, char **argv);
-int qc_cmd_sft(int argc, char **argv);
-int qc_cmd_step(int argc, char **argv);
-
 static const qc_verb g_verbs[] = {
     {"vjp", qc_cmd_vjp, "layer 1: each production VJP against an independent float64 reference"},
     {"contract", qc_cmd_contract, "layer 2: dX from the master vs the dequantized weight, per class and layer"},
