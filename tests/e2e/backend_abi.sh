@@ -20,12 +20,14 @@ fake() {
     echo 'int qc_backend_cuda_open(int d, const void **o) { (void)d; (void)o; abort(); }'
     echo 'void qc_backend_cuda_close(const void *b) { (void)b; abort(); }'
     [ -n "$2" ] && echo "const struct { uint32_t abi, size; char build[56]; } qc_backend_cuda_stamp = $2;"
+    [ -n "$3" ] && echo "void $3(void); void call_it(void) { $3(); }" # a function of an older qatcheck, gone from this one
   } >"$T/$1.c"
   "$CC" -shared -fPIC -o "$T/$1.so" "$T/$1.c" || bad "cannot build the fake backend $1"
 }
 fake stale "{$OLD, 8, \"0.0.9-1a2b3c4\"}"
 fake nostamp ""
 fake resized "{$ABI, 1, \"0.1.0-1a2b3c4\"}"
+fake unbound "{$OLD, 8, \"0.0.9-1a2b3c4\"}" qc_gone_from_this_build
 
 # refused LIB NEEDLE DESC [ENV...]: vjp --device cuda with LIB exits 2, one error line matching NEEDLE, the hint
 refused() {
@@ -41,6 +43,8 @@ refused "$T/nostamp.so" "'$T/nostamp.so': backend without an ABI stamp (built be
   "a backend without a stamp is refused"
 refused "$T/resized.so" "'$T/resized.so': backend ABI $ABI with a 1-byte qc_backend (built 0.1.0-1a2b3c4), qatcheck expects ABI $ABI with [0-9]* bytes" \
   "a backend whose qc_backend has another size is refused"
+refused "$T/unbound.so" "'$T/unbound.so': backend ABI $OLD (built 0.0.9-1a2b3c4), qatcheck expects ABI $ABI" \
+  "a stale backend that needs a function this qatcheck lacks is refused for its ABI"
 
 # found beside the executable (no QATCHECK_CUDA_LIB): a copy of qatcheck with the stale .so next to it
 mkdir -p "$T/bin"
