@@ -1,4 +1,5 @@
-/* opts.c: option parsing shared by the verbs (see cli.h). */
+/* opts.c: the run of a verb (cli.h) and the one option parser of every verb
+ * (opts.h): argv read against the verb's table, its help printed from it. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
