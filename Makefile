@@ -72,6 +72,21 @@ LIB_OBJ := $(filter-out $(BUILD)/src/main.o,$(OBJ_C))
 # --device cuda only: the CPU tool never loads (or needs) the CUDA libraries.
 CUDA_SO := $(if $(NVCC),libqatcheck_cuda.so,)
 
+# The backend ABI stamp (src/backend/backend.h): the commit goes into the two
+# objects that stamp it (open.c, the CUDA backend's stamp.cu), rebuilt when it
+# changes (commit.stamp is rewritten only then), so a .so and a qatcheck from
+# different builds name their builds when open.c refuses the pair.
+QC_COMMIT := $(shell git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
+STAMPED := $(BUILD)/src/backend/open.o $(if $(NVCC),$(BUILD)/src/backend/cuda/stamp.cu.o,) build-fuzz/src/backend/open.o
+$(STAMPED): $(BUILD)/commit.stamp
+$(STAMPED): QC_CFLAGS += -DQC_BUILD_COMMIT='"$(QC_COMMIT)"'
+$(STAMPED): NVCCFLAGS += -DQC_BUILD_COMMIT='"$(QC_COMMIT)"'
+$(BUILD)/commit.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(QC_COMMIT)' >$@.tmp; if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+.PHONY: FORCE
+FORCE:
+
 TEST_SRC := $(wildcard tests/unit/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 GPU_TEST_SRC := $(wildcard tests/gpu/*.c)

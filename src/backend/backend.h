@@ -129,6 +129,34 @@ typedef struct qc_linear_audit_out {
 /* Device memory the fused linear audit needs for M, K, N (bytes). */
 size_t qc_linear_audit_bytes(int64_t M, int64_t K, int64_t N);
 
+/* The CUDA backend is a shared object (libqatcheck_cuda.so) that open.c
+ * loads with dlopen; it and qatcheck each compile in the layout of
+ * qc_backend (and of the structs above), so a .so from another build could
+ * load and then read or write the wrong fields. It therefore exports
+ * qc_backend_cuda_stamp (QC_BACKEND_STAMP_SYM), which open.c reads before
+ * it calls anything in the .so, and refuses the .so (exit 2) when its abi or
+ * size differs from qatcheck's own.
+ * Bump rule: QC_BACKEND_ABI goes up by one with any change of qc_backend's
+ * layout (a field added, removed, moved or retyped), of the structs it
+ * passes (qc_linear_audit, qc_linear_audit_out, qc_metrics, qc_qout), or of
+ * the semantics of an operation or of qc_backend_cuda_open/close. */
+#define QC_BACKEND_ABI 1
+#define QC_BACKEND_STAMP_SYM "qc_backend_cuda_stamp"
+
+/* The stamp itself. Its layout never changes: it is how a mismatch is seen. */
+typedef struct qc_backend_stamp {
+  uint32_t abi;     /* QC_BACKEND_ABI of the build */
+  uint32_t size;    /* sizeof(qc_backend) in the build */
+  char build[56];   /* "<version>-<commit>" of the build (QC_BUILD_ID), NUL-terminated */
+} qc_backend_stamp;
+
+/* The build's commit (git describe --always --dirty), passed by the
+ * Makefile to the objects that stamp it (open.c, cuda/stamp.cu). */
+#ifndef QC_BUILD_COMMIT
+#define QC_BUILD_COMMIT "unknown"
+#endif
+#define QC_BUILD_ID QC_VERSION "-" QC_BUILD_COMMIT /* QC_VERSION: core/qc.h */
+
 /* The CPU backend (always there). */
 const qc_backend *qc_backend_cpu(void);
 /* Open a backend from "--device" ("cpu", "cuda", "cuda:N"). QC_EINPUT with a

@@ -19,6 +19,61 @@ static void *g_lib;
 static cuda_open_fn g_open;
 static cuda_close_fn g_close;
 
+/* The .so opened as h (from path) was built with this qatcheck's
+ * QC_BACKEND_ABI and sizeof(qc_backend) (backend.h): QC_OK, else QC_EINPUT
+ * with one line naming both builds and a hint. Reads its stamp only, calls
+ * nothing in it. */
+static int check_stamp(void *h, const char *path) {
+  static const qc_backend_stamp self = {QC_BACKEND_ABI, (uint32_t)sizeof(qc_backend), QC_BUILD_ID};
+  const qc_backend_stamp *st = dlsym(h, QC_BACKEND_STAMP_SYM);
+  int rc = QC_OK;
+  if (!st) {
+    rc = qc_err("'%s': backend without an ABI stamp (built before stamps), qatcheck expects ABI %u (built %s)", path,
+                self.abi, self.build);
+  } else if (st->abi != self.abi || st->size != self.size) {
+    char built[sizeof st->build + 1];
+    snprintf(built, sizeof built, "%.*s", (int)sizeof st->build, st->build); /* NUL-terminated even if it is not */
+    if (st->abi != self.abi)
+      rc = qc_err("'%s': backend ABI %u (built %s), qatcheck expects ABI %u (built %s)", path, st->abi, built, self.abi,
+                  self.build);
+    else /* the layout changed and the number did not (backend.h: the bump rule) */
+      rc = qc_err("'%s': backend ABI %u with a %u-byte qc_backend (built %s), qatcheck expects ABI %u with %u bytes "
+                  "(built %s)", path, st->abi, st->size, built, self.abi, self.size, self.build);
+  } else if (qc_verbose && strncmp(st->build, self.build, sizeof st->build) != 0) {
+    fprintf(stderr, "qatcheck: '%s': backend ABI %u built %.*s, qatcheck built %s: same ABI, loading it\n", path, st->abi,
+            (int)sizeof st->build, st->build, self.build);
+  }
+  if (rc) qc_hint("rebuild both with 'make' (libqatcheck_cuda.so beside the qatcheck it was built with), or set "
+                  "QATCHECK_CUDA_LIB to the matching one");
+  return rc;
+}
+
+/* Open the backend at path for use (every symbol bound now) with its stamp
+ * checked before anything in it is called: the handle, or NULL with the
+ * message set. A .so that cannot be bound (a stale one may miss symbols of
+ * this qatcheck) is opened lazily just to read its stamp, so a mismatch is
+ * still named as one. */
+static void *open_checked(const char *device, const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *e = dlerror();
+    char why[1024];
+    snprintf(why, sizeof why, "%s", e ? e : "unknown reason");
+    void *lazy = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+    int rc = lazy ? check_stamp(lazy, path) : QC_OK;
+    if (lazy) dlclose(lazy);
+    if (rc) return NULL;
+    qc_err("--device '%s': cannot load the CUDA backend '%s': %s", device, path, why);
+    qc_hint("the CUDA runtime and cuBLAS must be installed where qatcheck runs (LD_LIBRARY_PATH)");
+    return NULL;
+  }
+  if (check_stamp(h, path)) {
+    dlclose(h);
+    return NULL;
+  }
+  return h;
+}
+
 /* Load libqatcheck_cuda.so from $QATCHECK_CUDA_LIB, else beside the
  * executable, else one folder above it (test binaries live in build/). */
 static int load_cuda(const char *device) {
@@ -38,13 +93,8 @@ static int load_cuda(const char *device) {
   }
   for (int i = 0; i < n; i++) {
     if (access(cand[i], F_OK) != 0) continue;
-    void *h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char *e = dlerror();
-      qc_err("--device '%s': cannot load the CUDA backend '%s': %s", device, cand[i], e ? e : "unknown reason");
-      qc_hint("the CUDA runtime and cuBLAS must be installed where qatcheck runs (LD_LIBRARY_PATH)");
-      return QC_EINPUT;
-    }
+    void *h = open_checked(device, cand[i]);
+    if (!h) return QC_EINPUT;
     void *o = dlsym(h, "qc_backend_cuda_open"), *c = dlsym(h, "qc_backend_cuda_close");
     if (!o || !c) {
       dlclose(h);

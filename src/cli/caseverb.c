@@ -5,31 +5,24 @@
 
 #include "core/qc.h"
 
-int qc_case_verb_opts(int argc, char **argv, const char *verb, void (*help)(void), const char *example, const char *no_device,
-                      const char *no_profile, qc_common_opts *co, const char **case_path, int *done) {
-  *done = 0;
+int qc_case_verb_opts(const qc_case_verb *v, int argc, char **argv, qc_common_opts *co, const char **case_path, int *done) {
   *case_path = NULL;
   memset(co, 0, sizeof *co);
-  for (int i = 1; i < argc; i++) {
-    int r;
-    if (qc_opt_help(argv[i])) {
-      help();
-      *done = 1;
-      return QC_OK;
-    }
-    if ((r = qc_opt_common(argc, argv, &i, co)) || (r = qc_opt_value(argc, argv, &i, "--case", case_path))) {
-      if (r < 0) return QC_EINPUT;
-      continue;
-    }
-    qc_hint("run 'qatcheck %s --help'", verb);
-    return qc_err("%s: unknown option '%s'", verb, argv[i]);
-  }
+  qc_opt opts[] = {
+      QC_OPT_STRING("case", case_path, "PATH", "the case file (docs/layer3.md)"),
+      QC_OPTS_COMMON(co, QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY),
+      QC_OPT_END(),
+  };
+  qc_opts p = {.verb = v->verb, .opt = opts, .help = v->help};
+  int rc = qc_opts_parse(&p, argc, argv);
+  qc_opts_free(&p);
+  *done = p.done;
+  if (rc || p.done) return rc;
   if (!*case_path) {
-    qc_hint("%s", example);
-    return qc_err("%s: option '--case' is required", verb);
+    qc_hint("%s", v->example);
+    return qc_err("%s: option '--case' is required", v->verb);
   }
-  int rc = qc_opt_cpu_only(verb, co->device, no_device);
-  if (rc) return rc;
-  if (co->profile) return qc_err("%s: '--profile' does not apply: %s", verb, no_profile);
+  if ((rc = qc_opt_cpu_only(v->verb, co->device, v->no_device))) return rc;
+  if (co->profile) return qc_err("%s: '--profile' does not apply: %s", v->verb, v->no_profile);
   return QC_OK;
 }

@@ -5,10 +5,18 @@
 
 #include "cli/cli.h"
 
-/* Parse argv: --help (help() printed: *done 1), --case, the common options.
- * --device must be cpu (`no_device` says why), --profile is refused
- * (`no_profile` says why). QC_OK with *case_path set, or QC_EINPUT. */
-int qc_case_verb_opts(int argc, char **argv, const char *verb, void (*help)(void), const char *example, const char *no_device,
-                      const char *no_profile, qc_common_opts *co, const char **case_path, int *done);
+/* What a case verb is: its name, its help (printed around the option
+ * table it is given), the example for a missing --case, why --device cuda
+ * and --profile do not apply. */
+typedef struct qc_case_verb {
+  const char *verb;
+  void (*help)(const qc_opts *p);
+  const char *example, *no_device, *no_profile;
+} qc_case_verb;
+
+/* Parse argv against --case and the common options: QC_OK with *case_path
+ * set (or *done 1: --help printed), else QC_EINPUT with the message set.
+ * --case is required, --device must be cpu, --profile is refused. */
+int qc_case_verb_opts(const qc_case_verb *v, int argc, char **argv, qc_common_opts *co, const char **case_path, int *done);
 
 #endif

@@ -24,38 +24,16 @@
 #define DEFAULT_WFMT "nvfp4,fp8_block128,mxfp8"
 #define DEFAULT_TOKENS 512
 
-static void help(void) {
+/* The verb's --help: what it does and its options (p's table). */
+static void help(const qc_opts *p) {
   printf("usage: qatcheck contract --master-vs-dequant --dump CKPT.h5 [options]\n"
          "       qatcheck contract --master-vs-dequant --checkpoint FILE|DIR|INDEX.json [--dy DUMP.h5] [options]\n\n"
          "Layer 2: for every linear module group of the dump (routed experts [E, N, K]: every expert),\n"
          "every dY and every precision combination, compares dX = dY W (master weight) with\n"
          "dX = dY dequant(quant(W)) (the weight the forward used), both in float64, and reports\n"
-         "cosine, norm ratio and rel-L2 per layer and per class (layer index replaced by *).\n\n"
-         "options:\n"
-         "  --master-vs-dequant       the comparison to run (required; the only one so far)\n"
-         "  --dump PATH               the checkpoint dump (HDF5, docs/interfaces.md section 2)\n"
-         "  --checkpoint PATH         a safetensors master checkpoint instead: a .safetensors file, a\n"
-         "                            folder, or a model.safetensors.index.json with its shards; every\n"
-         "                            '<module>.weight' [N, K] (and [E, N, K] under 'experts') of\n"
-         "                            BF16/F16/F32/F64, embeddings left out, is module '/<module>'\n"
-         "  --dy DUMP.h5              with --checkpoint: dY (grad_out/) and X (inputs/x) from the dump's\n"
-         "                            group of the module's path; modules without one get generated dY/X\n"
-         "  --modules REGEX           only module groups whose path matches (POSIX extended)\n"
-         "  --weight-format LIST      weight formats for the d_x rows (default " DEFAULT_WFMT ")\n"
-         "                            of: " QC_WEIGHT_FORMATS "\n"
-         "  --activation-format LIST  adds d_weight rows: dY^T X against dY^T dequant(quant(X)),\n"
-         "                            X from inputs/x or generated (default none); of: " QC_ACT_FORMATS "\n"
-         "  --tokens M                tokens of a generated dY (modules without grad_out/; default %d);\n"
-         "                            a dumped dY's (and X's) leading dimensions are its tokens\n"
-         "  --seed S                  seed of generated dY and X (default 0)\n"
-         "  --cosine-min X            a row with cosine below X fails (exit 1)\n"
-         "  --norm-ratio LO,HI        a row with norm ratio outside [LO, HI] fails (exit 1)\n\n"
-         "Without thresholds the verb reports and exits 0. Outliers (docs/contract.md) are marked,\n"
-         "never failed.\n\n"
-         "Under mpirun -np N the module groups are split among the N processes by their GEMM\n"
-         "work (one GPU each with --device cuda); rank 0 reports (docs/distributed.md).\n\n",
-         DEFAULT_TOKENS);
-  qc_common_help();
+         "cosine, norm ratio and rel-L2 per layer and per class (layer index replaced by *).\n\n");
+  qc_opts_help(p->opt, 28);
+  fputs(QC_HELP_EXIT, stdout);
 }
 
 /* Is name one of the '|'-separated words of list? */
@@ -113,59 +91,88 @@ static int parse_int(const char *opt, const char *s, unsigned long long lo, unsi
   return QC_OK;
 }
 
+/* --tokens M: a generated dY's tokens. */
+static int opt_tokens(const qc_opt *o, const char *v) {
+  unsigned long long u;
+  if (parse_int("--tokens", v, 1, 1ull << 24, &u)) return QC_EINPUT;
+  ((qc_sweep_opts *)o->value)->tokens = (int64_t)u;
+  return QC_OK;
+}
+
+/* --seed S: at most 2^53, as the report records the seed as a JSON number, exactly. */
+static int opt_seed(const qc_opt *o, const char *v) {
+  unsigned long long u;
+  if (parse_int("--seed", v, 0, 1ull << 53, &u)) return QC_EINPUT;
+  ((qc_sweep_opts *)o->value)->seed = u;
+  return QC_OK;
+}
+
+/* --cosine-min X: in [-1, 1]. */
+static int opt_cos_min(const qc_opt *o, const char *v) {
+  qc_sweep_opts *s = o->value;
+  if (parse_num("--cosine-min", v, &s->cos_min)) return QC_EINPUT;
+  if (s->cos_min < -1 || s->cos_min > 1) return qc_err("--cosine-min '%s': expected a number in [-1, 1]", v);
+  s->has_cos_min = 1;
+  return QC_OK;
+}
+
+/* --norm-ratio LO,HI: 0 < LO <= HI. */
+static int opt_norm_ratio(const qc_opt *o, const char *v) {
+  qc_sweep_opts *s = o->value;
+  char lo[64];
+  const char *comma = strchr(v, ',');
+  if (!comma || comma - v >= (int)sizeof lo) return qc_err("--norm-ratio '%s': expected LOW,HIGH", v);
+  snprintf(lo, sizeof lo, "%.*s", (int)(comma - v), v);
+  if (parse_num("--norm-ratio", lo, &s->norm_lo) || parse_num("--norm-ratio", comma + 1, &s->norm_hi)) return QC_EINPUT;
+  if (!(s->norm_lo > 0 && s->norm_lo <= s->norm_hi)) return qc_err("--norm-ratio '%s': expected 0 < LOW <= HIGH", v);
+  s->has_norm = 1;
+  return QC_OK;
+}
+
 int qc_cmd_contract(int argc, char **argv) {
   qc_common_opts co = {0};
-  const char *dump_path = NULL, *ckpt_path = NULL, *dy_path = NULL, *wlist = DEFAULT_WFMT, *alist = "none", *v = NULL;
+  const char *dump_path = NULL, *ckpt_path = NULL, *dy_path = NULL, *wlist = DEFAULT_WFMT, *alist = "none";
   int mvd = 0, rc;
   qc_sweep_opts o;
   memset(&o, 0, sizeof o);
   o.tokens = DEFAULT_TOKENS;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    int r;
-    if (qc_opt_help(a)) { help(); return 0; }
-    if (strcmp(a, "--master-vs-dequant") == 0) { mvd = 1; continue; }
-    if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--dump", &dump_path))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--checkpoint", &ckpt_path))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--dy", &dy_path))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--modules", &o.modules))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--weight-format", &wlist))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--activation-format", &alist))) { if (r < 0) return QC_EINPUT; continue; }
-    unsigned long long u;
-    if ((r = qc_opt_value(argc, argv, &i, "--tokens", &v))) {
-      if (r < 0 || (rc = parse_int("--tokens", v, 1, 1ull << 24, &u))) return QC_EINPUT;
-      o.tokens = (int64_t)u;
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--seed", &v))) {
-      /* at most 2^53: the report records the seed as a JSON number, exactly */
-      if (r < 0 || (rc = parse_int("--seed", v, 0, 1ull << 53, &u))) return QC_EINPUT;
-      o.seed = u;
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--cosine-min", &v))) {
-      if (r < 0 || parse_num("--cosine-min", v, &o.cos_min)) return QC_EINPUT;
-      if (o.cos_min < -1 || o.cos_min > 1) return qc_err("--cosine-min '%s': expected a number in [-1, 1]", v);
-      o.has_cos_min = 1;
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--norm-ratio", &v))) {
-      if (r < 0) return QC_EINPUT;
-      char lo[64];
-      const char *comma = strchr(v, ',');
-      if (!comma || comma - v >= (int)sizeof lo) return qc_err("--norm-ratio '%s': expected LOW,HIGH", v);
-      snprintf(lo, sizeof lo, "%.*s", (int)(comma - v), v);
-      if (parse_num("--norm-ratio", lo, &o.norm_lo) || parse_num("--norm-ratio", comma + 1, &o.norm_hi)) return QC_EINPUT;
-      if (!(o.norm_lo > 0 && o.norm_lo <= o.norm_hi))
-        return qc_err("--norm-ratio '%s': expected 0 < LOW <= HIGH", v);
-      o.has_norm = 1;
-      continue;
-    }
-    qc_err("contract: unknown option '%s'", a);
-    qc_hint("run 'qatcheck contract --help'");
-    return QC_EINPUT;
-  }
+  qc_opt opts[] = {
+      QC_OPT_GROUP("options:", 28),
+      QC_OPT_BOOL("master-vs-dequant", &mvd, "the comparison to run (required; the only one so far)"),
+      QC_OPT_STRING("dump", &dump_path, "PATH", "the checkpoint dump (HDF5, docs/interfaces.md section 2)"),
+      QC_OPT_STRING("checkpoint", &ckpt_path, "PATH",
+                    "a safetensors master checkpoint instead: a .safetensors file, a\n"
+                    "folder, or a model.safetensors.index.json with its shards; every\n"
+                    "'<module>.weight' [N, K] (and [E, N, K] under 'experts') of\n"
+                    "BF16/F16/F32/F64, embeddings left out, is module '/<module>'"),
+      QC_OPT_STRING("dy", &dy_path, "DUMP.h5",
+                    "with --checkpoint: dY (grad_out/) and X (inputs/x) from the dump's\n"
+                    "group of the module's path; modules without one get generated dY/X"),
+      QC_OPT_STRING("modules", &o.modules, "REGEX", "only module groups whose path matches (POSIX extended)"),
+      QC_OPT_STRING("weight-format", &wlist, "LIST",
+                    "weight formats for the d_x rows (default " DEFAULT_WFMT ")\n"
+                    "of: " QC_WEIGHT_FORMATS),
+      QC_OPT_STRING("activation-format", &alist, "LIST",
+                    "adds d_weight rows: dY^T X against dY^T dequant(quant(X)),\n"
+                    "X from inputs/x or generated (default none); of: " QC_ACT_FORMATS),
+      {.type = QC_OT_CALLBACK, .name = "tokens", .value = &o, .argh = "M", .fn = opt_tokens, .flags = QC_OPT_HELPNUM,
+       .help_num = DEFAULT_TOKENS,
+       .help = "tokens of a generated dY (modules without grad_out/; default %.0f);\n"
+               "a dumped dY's (and X's) leading dimensions are its tokens"},
+      QC_OPT_CALLBACK("seed", &o, "S", opt_seed, "seed of generated dY and X (default 0)"),
+      QC_OPT_CALLBACK("cosine-min", &o, "X", opt_cos_min, "a row with cosine below X fails (exit 1)"),
+      QC_OPT_CALLBACK("norm-ratio", &o, "LO,HI", opt_norm_ratio, "a row with norm ratio outside [LO, HI] fails (exit 1)"),
+      QC_OPT_TEXT("\nWithout thresholds the verb reports and exits 0. Outliers (docs/contract.md) are marked,\n"
+                  "never failed.\n\n"
+                  "Under mpirun -np N the module groups are split among the N processes by their GEMM\n"
+                  "work (one GPU each with --device cuda); rank 0 reports (docs/distributed.md).\n"),
+      QC_OPTS_COMMON(&co, QC_HELP_MARKDOWN | QC_HELP_PROFILE),
+      QC_OPT_END(),
+  };
+  qc_opts p = {.verb = "contract", .opt = opts, .help = help};
+  rc = qc_opts_parse(&p, argc, argv);
+  qc_opts_free(&p);
+  if (rc || p.done) return rc;
   if (!mvd) {
     qc_err("contract: expected --master-vs-dequant (the comparison to run)");
     qc_hint("qatcheck contract --master-vs-dequant --dump CKPT.h5");

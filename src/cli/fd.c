@@ -19,9 +19,8 @@
 
 #define FD_NO_DEVICE "fd differences each class's float64 forward, which runs on the host only"
 
-static void fd_help(void) {
-  int n;
-  const qc_registry_row *r = qc_registry_rows(&n);
+/* The verb's --help: what it does and its options (p's table). */
+static void fd_help(const qc_opts *p) {
   printf("usage: qatcheck fd --module CLASS [--shape A,B,...] [--seed S] [--set KEY=VALUE]...\n"
          "                   [--values normal|special] [--directions N] [--tol T] [options]\n\n"
          "Cross-checks the class's float64 reference VJP against finite differences of\n"
@@ -29,21 +28,8 @@ static void fd_help(void) {
          "equal <J u, v> (central 4-point differences, h = 1e-3) within\n"
          "tol * ||u|| ||J^T v|| + 1e-12 sum|y v| (tol default 1e-6), for every\n"
          "gradient tensor and direction. Discrete branches (clamp, ReLU, top-k) stay\n"
-         "fixed at the unperturbed point.\n\n"
-         "  --module CLASS     the class; one of:");
-  for (int i = 0; i < n; i++)
-    if (r[i].cls->forward) printf(" %s", r[i].cls->name);
-  printf("\n  --shape A,B,...    the generate shape row (default: the class's small one)\n"
-         "  --seed S           generator and direction seed (default 0)\n"
-         "  --set KEY=VALUE    a contract key (repeatable): eps=1e-5, layout=interleaved\n"
-         "  --values V         generated values: normal (default) or special\n"
-         "  --directions N     random directions per gradient tensor (default 3)\n"
-         "  --tol T            relative tolerance (default 1e-6)\n\n"
-         "Reports: --json holds every projection (class, tensor, direction, the two inner\n"
-         "products, relative error |diff| / (||u|| ||J^T v||), tolerance, bound, pass);\n"
-         "--junit and --markdown have one testcase per projection, a disagreement a failure.\n"
-         "--profile sets the contract key 'profile' (only classes with a quantizer take it).\n\n");
-  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_PROFILE | QC_HELP_CPU_ONLY);
+         "fixed at the unperturbed point.\n\n");
+  qc_opts_help(p->opt, 21);
   printf("exit status: 0 all agree, 1 a disagreement, 2 bad input\n");
 }
 
@@ -73,49 +59,78 @@ static int parse_num(const char *opt, const char *s, double lo, double *out) {
   return QC_OK;
 }
 
+/* fd's values, for its option handlers. */
+typedef struct fd_args {
+  qc_gen *g;
+  qc_contract *c;
+  qc_fd_opts *o;
+} fd_args;
+
+/* --values: normal or special. */
+static int opt_values(const qc_opt *o, const char *v) {
+  fd_args *a = o->value;
+  if (strcmp(v, "normal") && strcmp(v, "special")) return qc_err("option '--values' value '%s': expected normal or special", v);
+  a->g->values = v;
+  return QC_OK;
+}
+
+/* --set KEY=VALUE: one contract key more. */
+static int opt_set(const qc_opt *o, const char *v) { return qc_fd_parse_set(((fd_args *)o->value)->c, v) ? QC_EINPUT : QC_OK; }
+
+/* --seed S: the generator's and the directions' seed. */
+static int opt_seed(const qc_opt *o, const char *v) {
+  fd_args *a = o->value;
+  double num = 0;
+  if (parse_num("--seed", v, 0, &num)) return QC_EINPUT;
+  a->o->seed = a->g->seed = (uint64_t)num;
+  return QC_OK;
+}
+
+/* --directions N: at most 100. */
+static int opt_directions(const qc_opt *o, const char *v) {
+  double num = 0;
+  if (parse_num("--directions", v, 1, &num)) return QC_EINPUT;
+  ((fd_args *)o->value)->o->directions = (int)(num > 100 ? 100 : num);
+  return QC_OK;
+}
+
+/* --tol T. */
+static int opt_tol(const qc_opt *o, const char *v) { return parse_num("--tol", v, 0, &((fd_args *)o->value)->o->tol) ? QC_EINPUT : QC_OK; }
+
 int qc_cmd_fd(int argc, char **argv) {
   qc_common_opts co = {0};
-  const char *cls_name = NULL, *shape = NULL, *val;
+  const char *cls_name = NULL, *shape = NULL;
   qc_gen g = {0};
   qc_contract c = {0};
   qc_fd_opts o;
   qc_fd_defaults(&o);
   g.values = "normal";
-  for (int i = 1; i < argc; i++) {
-    int r;
-    double num = 0;
-    if (qc_opt_help(argv[i])) { fd_help(); return 0; }
-    if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--module", &cls_name))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--shape", &shape))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--values", &g.values))) {
-      if (r < 0) return QC_EINPUT;
-      if (strcmp(g.values, "normal") && strcmp(g.values, "special"))
-        return qc_err("option '--values' value '%s': expected normal or special", g.values);
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--set", &val))) {
-      if (r < 0 || qc_fd_parse_set(&c, val)) return QC_EINPUT;
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--seed", &val))) {
-      if (r < 0 || parse_num("--seed", val, 0, &num)) return QC_EINPUT;
-      o.seed = g.seed = (uint64_t)num;
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--directions", &val))) {
-      if (r < 0 || parse_num("--directions", val, 1, &num)) return QC_EINPUT;
-      o.directions = (int)(num > 100 ? 100 : num);
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--tol", &val))) {
-      if (r < 0 || parse_num("--tol", val, 0, &o.tol)) return QC_EINPUT;
-      continue;
-    }
-    qc_err("fd: unknown option '%s'", argv[i]);
-    qc_hint("run 'qatcheck fd --help'");
-    return QC_EINPUT;
-  }
+  fd_args fa = {.g = &g, .c = &c, .o = &o};
+  int n;
+  const qc_registry_row *r = qc_registry_rows(&n);
+  char classes[1024];
+  size_t k = (size_t)snprintf(classes, sizeof classes, "the class; one of:");
+  for (int i = 0; i < n && k < sizeof classes; i++)
+    if (r[i].cls->forward) k += (size_t)snprintf(classes + k, sizeof classes - k, " %s", r[i].cls->name);
+  qc_opt opts[] = {
+      QC_OPT_STRING("module", &cls_name, "CLASS", classes),
+      QC_OPT_STRING("shape", &shape, "A,B,...", "the generate shape row (default: the class's small one)"),
+      QC_OPT_CALLBACK("seed", &fa, "S", opt_seed, "generator and direction seed (default 0)"),
+      QC_OPT_CALLBACK("set", &fa, "KEY=VALUE", opt_set, "a contract key (repeatable): eps=1e-5, layout=interleaved"),
+      QC_OPT_CALLBACK("values", &fa, "V", opt_values, "generated values: normal (default) or special"),
+      QC_OPT_CALLBACK("directions", &fa, "N", opt_directions, "random directions per gradient tensor (default 3)"),
+      QC_OPT_CALLBACK("tol", &fa, "T", opt_tol, "relative tolerance (default 1e-6)"),
+      QC_OPT_TEXT("\nReports: --json holds every projection (class, tensor, direction, the two inner\n"
+                  "products, relative error |diff| / (||u|| ||J^T v||), tolerance, bound, pass);\n"
+                  "--junit and --markdown have one testcase per projection, a disagreement a failure.\n"
+                  "--profile sets the contract key 'profile' (only classes with a quantizer take it).\n"),
+      QC_OPTS_COMMON(&co, QC_HELP_MARKDOWN | QC_HELP_PROFILE | QC_HELP_CPU_ONLY),
+      QC_OPT_END(),
+  };
+  qc_opts p = {.verb = "fd", .opt = opts, .help = fd_help};
+  int prc = qc_opts_parse(&p, argc, argv);
+  qc_opts_free(&p);
+  if (prc || p.done) return prc;
   if (!cls_name) {
     qc_err("fd: option '--module' is required");
     qc_hint("run 'qatcheck fd --help' for the classes");

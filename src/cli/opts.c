@@ -1,4 +1,7 @@
-/* opts.c: option parsing shared by the verbs (see cli.h). */
+/* opts.c: the run of a verb (cli.h) and the one option parser of every verb
+ * (opts.h): argv read against the verb's table, its help printed from it. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,47 +46,185 @@ int qc_cli_run(const qc_verb *v, int argc, char **argv) {
   return rc;
 }
 
-int qc_opt_value(int argc, char **argv, int *i, const char *name, const char **val) {
-  const char *a = argv[*i];
-  size_t n = strlen(name);
-  if (strncmp(a, name, n) != 0) return 0;
-  if (a[n] == '=') { *val = a + n + 1; return 1; }
-  if (a[n] != 0) return 0;
-  if (*i + 1 >= argc) { qc_err("option '%s' needs a value", name); return -1; }
-  *val = argv[++*i];
-  return 1;
+/* ---- the parser (opts.h) -------------------------------------------------------- */
+
+/* The entry of t whose long name is the n bytes at name, or NULL. */
+static const qc_opt *find_long(const qc_opt *t, const char *name, size_t n) {
+  for (; t->type != QC_OT_END; t++)
+    if (t->name && strlen(t->name) == n && strncmp(t->name, name, n) == 0) return t;
+  return NULL;
 }
 
-int qc_opt_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+/* The entry of t whose one-letter alias is c, or NULL. */
+static const qc_opt *find_alias(const qc_opt *t, char c) {
+  for (; t->type != QC_OT_END; t++)
+    if (t->alias && t->alias == c && t->name) return t;
+  return NULL;
+}
 
-int qc_opt_common(int argc, char **argv, int *i, qc_common_opts *o) {
-  const char *a = argv[*i];
-  if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) { qc_quiet = 1; return 1; }
-  if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) { qc_verbose = 1; return 1; }
-  int r;
-  if ((r = qc_opt_value(argc, argv, i, "--json", &o->json))) return r;
-  if ((r = qc_opt_value(argc, argv, i, "--junit", &o->junit))) return r;
-  if ((r = qc_opt_value(argc, argv, i, "--markdown", &o->markdown))) return r;
-  if ((r = qc_opt_value(argc, argv, i, "--device", &o->device))) return r;
-  if ((r = qc_opt_value(argc, argv, i, "--profile", &o->profile))) return r;
-  const char *t;
-  if ((r = qc_opt_value(argc, argv, i, "--timeout", &t))) { /* the watchdog restarts from here */
-    if (r < 0) return -1;
-    char *end;
-    double s = strtod(t, &end);
-    if (end == t || *end || qc_watchdog_arm(s) != QC_OK) {
-      if (!qc_err_msg()[0]) qc_err("--timeout '%s': expected a number of seconds (0: no limit)", t);
-      return -1;
+/* Store v for option o (named as given, `opt`): QC_OK or an error set. */
+static int store(const qc_opt *o, const char *opt, const char *v) {
+  switch (o->type) {
+    case QC_OT_BOOL:
+      if (o->value) *(int *)o->value = 1;
+      return QC_OK;
+    case QC_OT_STRING:
+      *(const char **)o->value = v;
+      return QC_OK;
+    case QC_OT_NUMBER: {
+      char *end;
+      errno = 0;
+      double d = strtod(v, &end);
+      if (errno || end == v || *end || !(d >= o->lo) || d > 1e15)
+        return qc_err("option '%s' is '%s': expected a number of at least %g", opt, v, o->lo);
+      if ((o->flags & QC_OPT_WHOLE) && d != (double)(int64_t)d)
+        return qc_err("option '%s' is '%s': expected a whole number", opt, v);
+      *(double *)o->value = d;
+      return QC_OK;
     }
-    return 1;
+    case QC_OT_CALLBACK:
+      return o->fn(o, v) ? QC_EINPUT : QC_OK;
+    default:
+      return QC_OK;
   }
-  /* the regression gate (report/baseline.h): kept by the run, applied when the reports are written */
-  const char *v;
-  if ((r = qc_opt_value(argc, argv, i, "--baseline", &v))) return r < 0 || qc_run_baseline(v) ? -1 : 1;
-  if ((r = qc_opt_value(argc, argv, i, "--fail-on", &v))) return r < 0 || qc_run_fail_on(v) ? -1 : 1;
-  if ((r = qc_opt_value(argc, argv, i, "--regression-factor", &v))) return r < 0 || qc_run_regression_factor(v) ? -1 : 1;
+}
+
+/* Does option o take a value? */
+static int takes_value(const qc_opt *o) {
+  return o->type == QC_OT_STRING || o->type == QC_OT_NUMBER || (o->type == QC_OT_CALLBACK && !(o->flags & QC_OPT_NOARG));
+}
+
+int qc_opts_parse(qc_opts *p, int argc, char **argv) {
+  p->done = 0;
+  p->argc = argc;
+  p->argv = argv;
+  p->which = qc_calloc((size_t)argc + 1, sizeof *p->which, "options");
+  if (!p->which) return QC_ESYS;
+  for (int i = 0; i <= argc; i++) p->which[i] = QC_OPTS_NONE;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      p->help(p);
+      p->done = 1;
+      return QC_OK;
+    }
+    const qc_opt *o = NULL;
+    const char *eq = NULL;
+    char opt[128];
+    if (a[0] == '-' && a[1] == '-' && a[2]) {
+      eq = strchr(a + 2, '=');
+      size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+      o = find_long(p->opt, a + 2, n);
+      snprintf(opt, sizeof opt, "--%.*s", (int)n, a + 2);
+    } else if (a[0] == '-' && a[1] && !a[2]) {
+      o = find_alias(p->opt, a[1]);
+      snprintf(opt, sizeof opt, "%s", a);
+    } else if (p->positional && a[0] != '-') {
+      p->which[i] = QC_OPTS_ARG;
+      continue;
+    } else if (p->positional && a[0] == '-' && !a[1]) { /* "-": an input named so */
+      p->which[i] = QC_OPTS_ARG;
+      continue;
+    }
+    if (!o) {
+      qc_hint("run 'qatcheck %s --help'", p->verb);
+      return qc_err("%s: unknown option '%s'", p->verb, a);
+    }
+    p->which[i] = (int)(o - p->opt);
+    const char *v = NULL;
+    if (takes_value(o)) {
+      if (eq) v = eq + 1;
+      else if (i + 1 < argc) p->which[++i] = QC_OPTS_VALUE, v = argv[i];
+      else return qc_err("option '%s' needs a value", opt);
+    } else if (eq) {
+      return qc_err("option '%s' takes no value: '%s'", opt, a);
+    }
+    int rc = store(o, opt, v);
+    if (rc) return rc;
+  }
+  return QC_OK;
+}
+
+void qc_opts_args(const qc_opts *p, const char **out, int *n) {
+  *n = 0;
+  for (int i = 1; i < p->argc; i++)
+    if (p->which[i] == QC_OPTS_ARG) out[(*n)++] = p->argv[i];
+}
+
+int qc_opts_outside(const qc_opts *p, unsigned modes) {
+  for (int i = 1; i < p->argc; i++) {
+    int w = p->which[i];
+    if (w >= 0 && p->opt[w].modes && !(p->opt[w].modes & modes))
+      return i;
+  }
   return 0;
 }
+
+int qc_opts_given(const qc_opts *p, const char *name) {
+  for (int i = 1; i < p->argc; i++)
+    if (p->which[i] >= 0 && strcmp(p->opt[p->which[i]].name, name) == 0) return 1;
+  return 0;
+}
+
+void qc_opts_free(qc_opts *p) {
+  free(p->which);
+  p->which = NULL;
+}
+
+/* Print s indented by col after its first line (continuation lines). */
+static void put_help(const char *s, int col) {
+  for (const char *l = s; l;) {
+    const char *nl = strchr(l, '\n');
+    printf("%.*s\n", nl ? (int)(nl - l) : (int)strlen(l), l);
+    l = nl ? nl + 1 : NULL;
+    if (l) printf("%*s", col, "");
+  }
+}
+
+void qc_opts_help(const qc_opt *t, int col) {
+  int printed = 0;
+  for (; t->type != QC_OT_END; t++) {
+    if (t->type == QC_OT_GROUP) {
+      if (t->col > 0) col = t->col;
+      if (t->help) printf("%s%s\n", printed ? "\n" : "", t->help);
+      printed |= t->help != NULL;
+      continue;
+    }
+    if (t->type == QC_OT_TEXT) {
+      fputs(t->help, stdout);
+      printed = 1;
+      continue;
+    }
+    if (t->flags & QC_OPT_HIDDEN) continue;
+    char left[160], help[1024];
+    int n = snprintf(left, sizeof left, "  --%s%s%s", t->name, t->argh ? " " : "", t->argh ? t->argh : "");
+    if (t->flags & QC_OPT_HELPNUM) snprintf(help, sizeof help, t->help, t->help_num);
+    const char *h = t->flags & QC_OPT_HELPNUM ? help : t->help;
+    if (n + 2 <= col) printf("%s%*s", left, col - n, "");
+    else if (strchr(h, '\n')) printf("%s\n%*s", left, col, ""); /* a long name over a paragraph: the help below it */
+    else printf("%s  ", left);
+    put_help(h, col);
+    printed = 1;
+  }
+}
+
+/* ---- the common options' handlers (QC_OPTS_COMMON) ---------------------------------- */
+
+int qc_opt_timeout(const qc_opt *o, const char *t) {
+  (void)o;
+  char *end;
+  double s = strtod(t, &end);
+  if (end == t || *end || qc_watchdog_arm(s) != QC_OK) { /* the watchdog restarts from here */
+    if (!qc_err_msg()[0]) qc_err("--timeout '%s': expected a number of seconds (0: no limit)", t);
+    return QC_EINPUT;
+  }
+  return QC_OK;
+}
+
+/* the regression gate (report/baseline.h): kept by the run, applied when the reports are written */
+int qc_opt_baseline(const qc_opt *o, const char *v) { (void)o; return qc_run_baseline(v) ? QC_EINPUT : QC_OK; }
+int qc_opt_fail_on(const qc_opt *o, const char *v) { (void)o; return qc_run_fail_on(v) ? QC_EINPUT : QC_OK; }
+int qc_opt_regression_factor(const qc_opt *o, const char *v) { (void)o; return qc_run_regression_factor(v) ? QC_EINPUT : QC_OK; }
 
 const char *qc_opt_rank_device(const char *device, char *buf, size_t n) {
   if (!device || strcmp(device, "cuda") != 0 || !qc_dist_active()) return device;
@@ -110,29 +251,4 @@ int qc_opt_cpu_only(const char *verb, const char *device, const char *why) {
   if (rc) return rc;
   qc_backend_close(be); /* it took a name is_cuda did not: refuse it all the same */
   return qc_err("%s: --device '%s' is not supported: %s", verb, device, why);
-}
-
-void qc_common_help_opts(unsigned flags) {
-  printf("common options:\n"
-         "  --json PATH        write the JSON report (atomically)\n"
-         "  --junit PATH       write a JUnit XML report\n");
-  if (flags & QC_HELP_MARKDOWN) printf("  --markdown PATH    write a Markdown report\n");
-  if (flags & QC_HELP_CPU_ONLY) printf("  --device DEV       cpu (the default and the only one: cuda[:N] is refused)\n");
-  else printf("  --device DEV       cpu (default) or cuda[:N]\n");
-  if (flags & QC_HELP_PROFILE) printf("  --profile NAME     quantizer profile (default: the contract's, else vllm)\n");
-  printf("  --timeout SECONDS  stop with exit 2 after this long (default %.0f = 6 h; 0: no limit)\n", QC_TIMEOUT_DEFAULT);
-  if (!(flags & QC_HELP_NO_BASELINE))
-    printf("  --baseline OLD     compare every check with the report OLD.json of an earlier run;\n"
-           "                     regressions are listed in every report (docs/ci.md: the rule)\n"
-           "  --fail-on regression   exit 1 when a check regressed against --baseline\n"
-           "  --regression-factor F  how far a metric may rise over its baseline (default 1.1)\n");
-  printf("  --quiet            print nothing but errors\n"
-         "  --verbose          print progress and timings on stderr\n"
-         "  --help             this text\n");
-}
-
-void qc_common_help(void) {
-  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_PROFILE);
-  printf("exit status: 0 every check passed (and at least one ran), 1 a check failed,\n"
-         "             2 the run could not be judged (bad input, nothing to check)\n");
 }

@@ -22,7 +22,8 @@
 
 #define QUANT_NO_DEVICE "quant compares the deployed bytes with qatcheck's reference quantizers, which run on the host"
 
-static void help(void) {
+/* The verb's --help: what it does and its options (p's table). */
+static void help(const qc_opts *p) {
   printf("usage: qatcheck quant --dump FILE.h5 --module PATH [--format FMT] [--profile P] [--identify] [options]\n"
          "       qatcheck quant --dump FILE.h5 [--modules REGEX] [--format FMT] [--profile P] [options]\n"
          "       qatcheck quant --checkpoint DEPLOYED --master MASTER [--modules REGEX] [--format FMT] [--profile P]\n"
@@ -35,26 +36,18 @@ static void help(void) {
          "Re-quantizes params/weight of module PATH and compares with its deployed bytes\n"
          "(saved/weight_q, saved/weight_scale or weight_scale_inv, and for nvfp4\n"
          "saved/weight_global_scale or weight_scale_2, each taken as stored): payload,\n"
-         "scales, global scale and decoded bf16 bits, negative zero included.\n\n"
-         "  --dump FILE.h5 the dump (spec section 2)\n"
-         "  --module PATH  the module group\n"
-         "  --format FMT   %s\n"
-         "                 (default: the module's contract weight_format)\n"
-         "  --profile P    %s\n"
-         "                 (default: the contract's, else auto: the first that reproduces the bytes)\n"
-         "  --identify     try every profile: those that reproduce the bytes, or the closest and\n"
-         "                 what differs (scales off by ulps, the scale and element rules the bytes fit)\n"
-         "  --calibration PATH  a calibration file (.qcal) or a folder of them (scripts/calibrate/):\n"
-         "                 every record quantized by qatcheck, compared byte for byte; --device cuda\n"
-         "                 runs the CUDA kernels instead of the host quantizers\n\n"
-         "Reports: --json holds each comparison (module, format, profile, reproduced or\n"
-         "mismatch, counts, the detail line); --junit and --markdown have one testcase per\n"
-         "comparison, a mismatch a failure. Under --identify they have one testcase, failed\n"
-         "when no profile reproduces the bytes (the JSON still lists every profile).\n\n",
-         QC_WEIGHT_FORMATS, QC_PROFILES);
-  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_PROFILE);
+         "scales, global scale and decoded bf16 bits, negative zero included.\n\n");
+  qc_opts_help(p->opt, 25);
   printf("exit status: 0 the bytes are reproduced (--identify: by some profile), 1 they are not,\n"
          "             2 cannot judge\n");
+}
+
+/* --calibration PATH: one path more (at most 15). */
+static int opt_calibration(const qc_opt *o, const char *v) {
+  qc_quant_args *a = o->value;
+  a->cal[a->ncal] = v;
+  if (++a->ncal == 16) return qc_err("quant: at most 15 --calibration paths");
+  return QC_OK;
 }
 
 /* --calibration: every path compared on the device asked for. */
@@ -80,32 +73,69 @@ done:
   return rc;
 }
 
+/* quant's modes, for its options' modes field. */
+enum { QM_ONE = 1, QM_MANY = 2, QM_CAL = 4 };
+
 int qc_cmd_quant(int argc, char **argv) {
-  qc_common_opts co = {0};
-  const char *dump = NULL, *path = NULL, *fmt = NULL, *prof = NULL, *cal[16];
-  int identify = 0, ncal = 0, rc;
-  if (qc_quant_many_wanted(argc, argv)) return qc_cmd_quant_many(argc, argv); /* quant_many.c */
-  for (int i = 1; i < argc; i++) {
-    int r;
-    if (qc_opt_help(argv[i])) { help(); return 0; }
-    if (strcmp(argv[i], "--identify") == 0) { identify = 1; continue; }
-    if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--calibration", &cal[ncal]))) {
-      if (r < 0) return QC_EINPUT;
-      if (++ncal == 16) return qc_err("quant: at most 15 --calibration paths");
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--dump", &dump)) || (r = qc_opt_value(argc, argv, &i, "--module", &path)) ||
-        (r = qc_opt_value(argc, argv, &i, "--format", &fmt))) {
-      if (r < 0) return QC_EINPUT;
-      continue;
-    }
-    qc_hint("run 'qatcheck quant --help'");
-    return qc_err("quant: unknown option '%s'", argv[i]);
+  qc_quant_args qa;
+  memset(&qa, 0, sizeof qa);
+  qc_opt opts[] = {
+      {.type = QC_OT_STRING, .name = "dump", .value = &qa.dump, .argh = "FILE.h5", .help = "the dump (spec section 2)",
+       .modes = QM_ONE | QM_MANY},
+      {.type = QC_OT_STRING, .name = "module", .value = &qa.module, .argh = "PATH", .help = "the module group", .modes = QM_ONE},
+      {.type = QC_OT_STRING, .name = "modules", .value = &qa.modules, .argh = "REGEX",
+       .help = "without --module: only module groups (or modules) whose path matches", .modes = QM_MANY},
+      {.type = QC_OT_STRING, .name = "checkpoint", .value = &qa.checkpoint, .argh = "DEPLOYED",
+       .help = "the deployed safetensors checkpoint (file, folder or index)", .modes = QM_MANY},
+      {.type = QC_OT_STRING, .name = "master", .value = &qa.master, .argh = "MASTER",
+       .help = "with --checkpoint: the master checkpoint it was quantized from", .modes = QM_MANY},
+      {.type = QC_OT_STRING, .name = "format", .value = &qa.format, .argh = "FMT",
+       .help = QC_WEIGHT_FORMATS "\n(default: the module's contract weight_format)", .modes = QM_ONE | QM_MANY},
+      QC_OPT_STRING("profile", &qa.co.profile, "P",
+                    QC_PROFILES "\n(default: the contract's, else auto: the first that reproduces the bytes)"),
+      {.type = QC_OT_BOOL, .name = "identify", .value = &qa.identify,
+       .help = "try every profile: those that reproduce the bytes, or the closest and\n"
+               "what differs (scales off by ulps, the scale and element rules the bytes fit)",
+       .modes = QM_ONE | QM_MANY /* refused by the many modes with their reason */},
+      {.type = QC_OT_CALLBACK, .name = "calibration", .value = &qa, .argh = "PATH", .fn = opt_calibration,
+       .help = "a calibration file (.qcal) or a folder of them (scripts/calibrate/):\n"
+               "every record quantized by qatcheck, compared byte for byte; --device cuda\n"
+               "runs the CUDA kernels instead of the host quantizers",
+       .modes = QM_CAL},
+      QC_OPT_TEXT("\nReports: --json holds each comparison (module, format, profile, reproduced or\n"
+                  "mismatch, counts, the detail line); --junit and --markdown have one testcase per\n"
+                  "comparison, a mismatch a failure. Under --identify they have one testcase, failed\n"
+                  "when no profile reproduces the bytes (the JSON still lists every profile).\n"),
+      QC_OPTS_COMMON(&qa.co, QC_HELP_MARKDOWN),
+      QC_OPT_END(),
+  };
+  qc_opts po = {.verb = "quant", .opt = opts, .help = help};
+  int rc = qc_opts_parse(&po, argc, argv);
+  if (rc || po.done) {
+    qc_opts_free(&po);
+    return rc;
   }
-  if (ncal) {
+  /* the mode, from the options given */
+  int many = qa.checkpoint || qa.master || (qa.dump && !qa.module);
+  if (many && qa.identify) {
+    qc_opts_free(&po);
+    qc_hint("qatcheck quant --dump F --module PATH --identify");
+    return qc_err("quant: --identify checks one module: give --dump and --module");
+  }
+  int at = qc_opts_outside(&po, many ? QM_MANY : QM_ONE | QM_CAL);
+  const char *bad = at ? argv[at] : NULL;
+  qc_opts_free(&po);
+  if (bad) {
+    qc_hint("run 'qatcheck quant --help'");
+    return qc_err("quant: unknown option '%s'", bad);
+  }
+  if (many) return qc_quant_many(&qa); /* quant_many.c */
+  const qc_common_opts co = qa.co;
+  const char *dump = qa.dump, *path = qa.module, *fmt = qa.format, *prof = NULL;
+  int identify = qa.identify;
+  if (qa.ncal) {
     if (dump || path || fmt || identify) return qc_err("quant: --calibration takes no --dump, --module, --format or --identify");
-    return run_calibration(&co, cal, ncal);
+    return run_calibration(&co, qa.cal, qa.ncal);
   }
   if (!dump || !path) {
     qc_hint("qatcheck quant --dump run.h5 --module /model.layers.0.mlp.down_proj --format nvfp4");

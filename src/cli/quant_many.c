@@ -1,5 +1,5 @@
 /* quant_many.c: the many-module modes of `qatcheck quant` (the branch
- * qc_cmd_quant takes for them): `--checkpoint DEPLOYED --master MASTER`
+ * qc_cmd_quant takes for them, its options parsed): `--checkpoint DEPLOYED --master MASTER`
  * (safetensors: every quantized module's bytes against its master
  * re-quantized) and `--dump F` without `--module` (every module group with
  * deployed bytes). One row per module; exit 1 on any mismatch. */
@@ -18,18 +18,6 @@
 
 #define QUANT_NO_DEVICE "quant compares the deployed bytes with qatcheck's reference quantizers, which run on the host"
 
-int qc_quant_many_wanted(int argc, char **argv) {
-  int dump = 0, module = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strncmp(a, "--checkpoint", 12) || !strncmp(a, "--master", 8)) return 1;
-    dump |= !strncmp(a, "--dump", 6);
-    module |= !strncmp(a, "--module", 8) && strncmp(a, "--modules", 9);
-    if (qc_opt_help(a)) return 0;
-  }
-  return dump && !module;
-}
-
 /* The deployed checkpoint's config.json (beside its files), or NULL. */
 static const char *config_of(const char *ckpt, char *buf, size_t n) {
   struct stat sb;
@@ -42,28 +30,14 @@ static const char *config_of(const char *ckpt, char *buf, size_t n) {
   return access(buf, R_OK) == 0 ? buf : NULL;
 }
 
-int qc_cmd_quant_many(int argc, char **argv) {
-  qc_common_opts co = {0};
-  const char *dep = NULL, *mst = NULL, *dump = NULL;
+int qc_quant_many(const qc_quant_args *a) {
+  const qc_common_opts co = a->co;
+  const char *dep = a->checkpoint, *mst = a->master, *dump = a->dump;
   qc_quant_many_opts o;
   int rc;
   memset(&o, 0, sizeof o);
-  for (int i = 1; i < argc; i++) {
-    int r;
-    if (strcmp(argv[i], "--identify") == 0) {
-      qc_hint("qatcheck quant --dump F --module PATH --identify");
-      return qc_err("quant: --identify checks one module: give --dump and --module");
-    }
-    if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--checkpoint", &dep)) || (r = qc_opt_value(argc, argv, &i, "--master", &mst)) ||
-        (r = qc_opt_value(argc, argv, &i, "--dump", &dump)) || (r = qc_opt_value(argc, argv, &i, "--modules", &o.modules)) ||
-        (r = qc_opt_value(argc, argv, &i, "--format", &o.format))) {
-      if (r < 0) return QC_EINPUT;
-      continue;
-    }
-    qc_hint("run 'qatcheck quant --help'");
-    return qc_err("quant: unknown option '%s'", argv[i]);
-  }
+  o.modules = a->modules;
+  o.format = a->format;
   if (dump && (dep || mst)) return qc_err("quant: --dump and --checkpoint/--master exclude each other");
   if (!dump && (!dep || !mst)) {
     qc_hint("qatcheck quant --checkpoint deployed/ --master master/");

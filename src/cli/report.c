@@ -11,7 +11,8 @@
 #include "report/audit.h"
 #include "report/run.h"
 
-static void help(void) {
+/* The verb's --help: what it does and its options (p's table). */
+static void help(const qc_opts *p) {
   printf("usage: qatcheck report IN.json... [--markdown A.md] [--html A.html] [options]\n\n"
          "Assembles one audit document from the JSON reports (--json) of vjp, contract, sft and\n"
          "step runs, in any mix: a one-screen summary (verdict per layer, counts, coverage, the\n"
@@ -20,19 +21,9 @@ static void help(void) {
          "plot of every check's noise multiple against its bound, the coverage matrix against the\n"
          "method's list with what is missing named; layer 2 per class and per layer with the\n"
          "outliers (plots); layer 3's config diff, pairs, curves and verdicts; the one-step update;\n"
-         "regressions against baselines; the inputs with their SHA-256.\n\n"
-         "  --markdown PATH    the audit as GitHub-flavoured Markdown (the plots are in the HTML)\n"
-         "  --html PATH        the audit as one self-contained HTML file (inline SVG, no scripts,\n"
-         "                     no external resources; prints well)\n"
-         "  --json PATH        the audit's summary as JSON (layers, coverage, regressions)\n"
-         "  --junit PATH       one testcase per input report (and per regression)\n"
-         "  --baseline OLD     a report of an earlier run; compared with the input report of the same\n"
-         "                     verb (and case or dump, when several); repeatable, one per input\n"
-         "  --fail-on regression   exit 1 when a check regressed against its baseline\n"
-         "  --regression-factor F  how far a metric may rise over its baseline (default 1.1)\n"
-         "  --quiet            print nothing but errors\n"
-         "  --help             this text\n\n"
-         "exit status: 0 every input report passed, 1 one failed, deviates, is inconclusive or is an\n"
+         "regressions against baselines; the inputs with their SHA-256.\n\n");
+  qc_opts_help(p->opt, 21);
+  printf("\nexit status: 0 every input report passed, 1 one failed, deviates, is inconclusive or is an\n"
          "             error report (the audit is then incomplete), 2 the reports cannot be read\n");
 }
 
@@ -58,18 +49,32 @@ int qc_cmd_report(int argc, char **argv) {
   memset(&e, 0, sizeof e);
   qc_report_out_init(&out, NULL, NULL, NULL);
   if (!in) return QC_ESYS;
-  for (int i = 1; i < argc; i++) {
-    int r;
-    if (qc_opt_help(argv[i])) { help(); goto done; }
-    if ((r = qc_opt_value(argc, argv, &i, "--html", &html))) { if (r < 0) { rc = QC_EINPUT; goto done; } continue; }
-    if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) { rc = QC_EINPUT; goto done; } continue; }
-    if (argv[i][0] == '-' && argv[i][1]) {
-      qc_hint("run 'qatcheck report --help'");
-      rc = qc_err("report: unknown option '%s'", argv[i]);
-      goto done;
-    }
-    in[nin++] = argv[i];
-  }
+  /* the common options, in the words of a verb that reads reports: --device and --profile
+   * parsed (and refused below), --timeout and --verbose taken, none of them listed */
+  qc_opt opts[] = {
+      QC_OPT_STRING("markdown", &co.markdown, "PATH", "the audit as GitHub-flavoured Markdown (the plots are in the HTML)"),
+      QC_OPT_STRING("html", &html, "PATH",
+                    "the audit as one self-contained HTML file (inline SVG, no scripts,\n"
+                    "no external resources; prints well)"),
+      QC_OPT_STRING("json", &co.json, "PATH", "the audit's summary as JSON (layers, coverage, regressions)"),
+      QC_OPT_STRING("junit", &co.junit, "PATH", "one testcase per input report (and per regression)"),
+      QC_OPT_CALLBACK("baseline", NULL, "OLD", qc_opt_baseline,
+                      "a report of an earlier run; compared with the input report of the same\n"
+                      "verb (and case or dump, when several); repeatable, one per input"),
+      QC_OPT_CALLBACK("fail-on", NULL, "regression", qc_opt_fail_on, "exit 1 when a check regressed against its baseline"),
+      QC_OPT_CALLBACK("regression-factor", NULL, "F", qc_opt_regression_factor,
+                      "how far a metric may rise over its baseline (default 1.1)"),
+      {.type = QC_OT_STRING, .name = "device", .value = &co.device, .argh = "DEV", .flags = QC_OPT_HIDDEN},
+      {.type = QC_OT_STRING, .name = "profile", .value = &co.profile, .argh = "NAME", .flags = QC_OPT_HIDDEN},
+      {.type = QC_OT_CALLBACK, .name = "timeout", .argh = "SECONDS", .fn = qc_opt_timeout, .flags = QC_OPT_HIDDEN},
+      {.type = QC_OT_BOOL, .name = "quiet", .alias = 'q', .value = &qc_quiet, .help = "print nothing but errors"},
+      {.type = QC_OT_BOOL, .name = "verbose", .alias = 'v', .value = &qc_verbose, .flags = QC_OPT_HIDDEN},
+      QC_OPT_BOOL("help", NULL, "this text"),
+      QC_OPT_END(),
+  };
+  qc_opts p = {.verb = "report", .opt = opts, .help = help, .positional = 1};
+  if ((rc = qc_opts_parse(&p, argc, argv)) || p.done) goto done;
+  qc_opts_args(&p, in, &nin);
   if ((rc = qc_opt_cpu_only("report", co.device, "report reads JSON reports and has no device work"))) goto done;
   if (co.profile) { rc = qc_err("report: --profile is not supported: the audit reads reports, it quantizes nothing"); goto done; }
   if (!nin) {
@@ -110,5 +115,6 @@ done:
   qc_report_out_free(&out);
   qc_evidence_free(&e);
   free((void *)in);
+  qc_opts_free(&p);
   return rc;
 }

@@ -16,17 +16,17 @@
 
 #define SFT_NO_DEVICE "sft compares logs on the host"
 
-static void help(void) {
+/* The verb's --help: what it does and its options (p's table). */
+static void help(const qc_opts *p) {
   printf("usage: qatcheck sft --case SFT.json [options]\n\n"
          "Layer 3: compares per-step logs of SFT runs (under_test, gradient_reference,\n"
          "native_baseline) within a window, against bounds declared in advance; builds\n"
          "the config-diff table of the controlled variables; says per pair pass, deviates\n"
          "or inconclusive, the first deviation, and where to look (forward, backward, late).\n\n"
-         "  --case PATH        the case file (docs/layer3.md)\n\n"
          "Logs: JSONL (verl's {\"step\", \"data\"} too), CSV, TensorBoard event files or run\n"
          "folders, Megatron golden values, Hugging Face trainer_state.json (told by content).\n"
          "Configs: JSON or YAML.\n\n");
-  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY);
+  qc_opts_help(p->opt, 21);
   printf("  (--markdown writes one SVG plot per judged metric beside the report)\n\n"
          "exit status: 0 every pair passed, 1 a pair deviates or is inconclusive,\n"
          "             2 the run could not be judged (bad case, unreadable log or config)\n");
@@ -53,8 +53,9 @@ static int register_inputs(const char *case_path, const qc_sft_case *cs) {
 int qc_cmd_sft(int argc, char **argv) {
   qc_common_opts co;
   const char *case_path;
-  int done, rc = qc_case_verb_opts(argc, argv, "sft", help, "qatcheck sft --case cases/proxy/sft.json", SFT_NO_DEVICE,
-                                   "sft reads logs, it quantizes nothing", &co, &case_path, &done);
+  static const qc_case_verb verb = {"sft", help, "qatcheck sft --case cases/proxy/sft.json", SFT_NO_DEVICE,
+                                    "sft reads logs, it quantizes nothing"};
+  int done, rc = qc_case_verb_opts(&verb, argc, argv, &co, &case_path, &done);
   if (rc || done) return rc;
   qc_sft_case *cs = qc_calloc(1, sizeof *cs, "case");
   qc_sft_run *run = qc_calloc(1, sizeof *run, "sft run");

@@ -15,7 +15,8 @@
 
 #define STEP_NO_DEVICE "step recomputes the optimizer step in float64 on the host"
 
-static void help(void) {
+/* The verb's --help: what it does and its options (p's table). */
+static void help(const qc_opts *p) {
   printf("usage: qatcheck step --case STEP.json [options]\n\n"
          "The one-step update: recomputes each arm's AdamW or SGD step in float64 as torch\n"
          "does (grad scale, global norm, clipping, decoupled weight decay, bias-corrected\n"
@@ -23,9 +24,8 @@ static void help(void) {
          "changed, parameters without gradients and gradients without parameters fail;\n"
          "two arms' gradients and updates are compared, and the localization said\n"
          "(gradients close but updates differ: scaling, clipping, optimizer state,\n"
-         "parameter binding).\n\n"
-         "  --case PATH        the case file (docs/layer3.md)\n\n");
-  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY);
+         "parameter binding).\n\n");
+  qc_opts_help(p->opt, 21);
   printf("exit status: 0 every judged check passed, 1 one failed,\n"
          "             2 the run could not be judged (bad case or dump, nothing judged)\n");
 }
@@ -33,8 +33,9 @@ static void help(void) {
 int qc_cmd_step(int argc, char **argv) {
   qc_common_opts co;
   const char *case_path;
-  int done, rc = qc_case_verb_opts(argc, argv, "step", help, "qatcheck step --case cases/proxy/step.json", STEP_NO_DEVICE,
-                                   "step quantizes nothing", &co, &case_path, &done);
+  static const qc_case_verb verb = {"step", help, "qatcheck step --case cases/proxy/step.json", STEP_NO_DEVICE,
+                                    "step quantizes nothing"};
+  int done, rc = qc_case_verb_opts(&verb, argc, argv, &co, &case_path, &done);
   if (rc || done) return rc;
   qc_step_case *cs = qc_calloc(1, sizeof *cs, "case");
   qc_step_run run;

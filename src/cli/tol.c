@@ -15,7 +15,8 @@
 
 #define TOL_NO_DEVICE "tol derives its bounds arithmetically on the host and has no device work"
 
-static void tol_help(void) {
+/* The verb's --help: what it does and its options (p's table). */
+static void tol_help(const qc_opts *p) {
   printf("usage: qatcheck tol --out-dtype D --k K [options]\n"
          "       qatcheck tol --dump FILE.h5 --module PATH [--acc-dtype D] [--lambda L] [--margin M]\n\n"
          "Derives the tolerances of one gradient tensor g (a reduction of K products,\n"
@@ -28,112 +29,106 @@ static void tol_help(void) {
          "              e_fmt = u_fmt/sqrt(3)        one operand quantized to --format\n"
          "  cosine_min  sqrt(1 - e^2);  norm_ratio [1 - e, 1 + e]\n"
          "  noise_multiple  sqrt(1 + (2d/e_out)^2), d = margin*sqrt(e_acc^2 + e_op^2 + e_fmt^2)\n"
-         "  max_abs     with --scale S: margin*S*(u_out + lambda*sqrt(K)*u_acc + n*u_op + u_fmt)\n\n"
-         "options:\n"
-         "  --out-dtype D         dtype the gradient is stored in (bfloat16, float32, ...; required)\n"
-         "  --k K                 reduction length (required): for a linear, N out-features\n"
-         "                        for d_x, M tokens for d_weight and d_bias\n"
-         "  --operand-dtype D     dtype the product's operands enter in (default: the output dtype)\n"
-         "  --rounded-operands N  operands (0-2) the candidate rounds to the operand dtype that the\n"
-         "                        reference takes unrounded, e.g. 1 for a dequantized weight cast to\n"
-         "                        bf16 (default 0: operands are what the dump or generator holds)\n"
-         "  --acc-dtype D         accumulator dtype (default float32)\n"
-         "  --format F            one operand quantized to F (fp8_*, mxfp8, nvfp4, mxfp4, e4m3, ...)\n"
-         "                        that the reference does not reproduce (default none)\n"
-         "  --tensor NAME         the gradient's name (default d_x)\n"
-         "  --lambda L            Higham-Mary lambda (default %g)\n"
-         "  --margin M            safety factor, at least 1 (default sqrt(3) = %.4g: the output\n"
-         "                        term becomes u, the worst case of one rounding)\n"
-         "  --scale S             bound on (|A||B|)_i, adds max_abs (default: no max_abs)\n\n"
-         "With --dump and --module, the module's class reads K and the dtypes of every gradient it\n"
-         "checks from the dump (linear: K = N for d_x, the tokens M for d_weight and d_bias; operands\n"
-         "in dY's dtype) and the whole \"tolerances\" member of the case file is printed.\n\n"
-         "The JSON member goes to stdout (not under --quiet). The report options record the\n"
-         "derivation: --json the inputs, every term and the member; --junit and --markdown\n"
-         "list each derived bound as a passed testcase (tol judges nothing, so nothing fails).\n"
-         "The command line in the reasoning leaves the report and output options out.\n\n",
-         QC_TOL_LAMBDA, QC_TOL_MARGIN);
-  qc_common_help_opts(QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY | QC_HELP_NO_BASELINE);
+         "  max_abs     with --scale S: margin*S*(u_out + lambda*sqrt(K)*u_acc + n*u_op + u_fmt)\n\n");
+  qc_opts_help(p->opt, 24);
   printf("exit status: 0 derived, 2 bad options\n");
 }
 
-/* Parse a number option value strictly; message names the option. */
-int qc_tol_num_arg(const char *opt, const char *v, double lo, double *out) {
-  char *end;
-  errno = 0;
-  double d = strtod(v, &end);
-  if (errno || end == v || *end || !(d >= lo) || d > 1e15)
-    return qc_err("option '%s' is '%s': expected a number of at least %g", opt, v, lo);
-  *out = d;
-  return QC_OK;
-}
-
 /* The command line as a shell would accept it, for the reasoning; the
- * arguments marked in skip (report and output options) left out. */
-static void cmdline(int argc, char **argv, const char *skip, char *buf, size_t n) {
+ * common options (report and output options) and their values left out. */
+static void cmdline(const qc_opts *p, char *buf, size_t n) {
   size_t o = (size_t)snprintf(buf, n, "qatcheck tol");
-  for (int i = 1; i < argc && o < n; i++) {
-    if (skip[i]) continue;
-    int plain = strspn(argv[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=/+:,") ==
-                strlen(argv[i]) && argv[i][0];
-    o += (size_t)snprintf(buf + o, n - o, plain ? " %s" : " '%s'", argv[i]);
+  int common = 0;
+  for (int i = 1; i < p->argc && o < n; i++) {
+    int w = p->which[i];
+    if (w != QC_OPTS_VALUE) common = w >= 0 && (p->opt[w].flags & QC_OPT_COMMON);
+    if (common) continue;
+    const char *a = p->argv[i];
+    int plain = strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=/+:,") == strlen(a) && a[0];
+    o += (size_t)snprintf(buf + o, n - o, plain ? " %s" : " '%s'", a);
   }
 }
+
+/* tol's modes, for its options' modes field. */
+enum { TM_ONE = 1, TM_DUMP = 2 };
 
 int qc_cmd_tol(int argc, char **argv) {
   qc_tol_spec s = {0};
   qc_common_opts co = {0};
-  const char *tensor = "d_x", *v = NULL;
-  double d = 0;
+  const char *tensor = "d_x", *dump = NULL, *module = NULL;
+  double k = 0, rounded = 0, lambda = 0, margin = 0, scale = 0;
   int rc = QC_OK;
   char *txt = NULL;
   qc_report_out out;
-  if (qc_tol_dump_wanted(argc, argv)) return qc_cmd_tol_dump(argc, argv); /* tol_dump.c */
+  char lambda_help[64], margin_help[160];
+  snprintf(lambda_help, sizeof lambda_help, "Higham-Mary lambda (default %g)", QC_TOL_LAMBDA);
+  snprintf(margin_help, sizeof margin_help,
+           "safety factor, at least 1 (default sqrt(3) = %.4g: the output\nterm becomes u, the worst case of one rounding)",
+           QC_TOL_MARGIN);
+  qc_opt opts[] = {
+      QC_OPT_GROUP("options:", 24),
+      {.type = QC_OT_STRING, .name = "out-dtype", .value = &s.out_dtype, .argh = "D", .modes = TM_ONE,
+       .help = "dtype the gradient is stored in (bfloat16, float32, ...; required)"},
+      {.type = QC_OT_NUMBER, .name = "k", .value = &k, .argh = "K", .lo = 1, .flags = QC_OPT_WHOLE, .modes = TM_ONE,
+       .help = "reduction length (required): for a linear, N out-features\nfor d_x, M tokens for d_weight and d_bias"},
+      {.type = QC_OT_STRING, .name = "operand-dtype", .value = &s.operand_dtype, .argh = "D", .modes = TM_ONE,
+       .help = "dtype the product's operands enter in (default: the output dtype)"},
+      {.type = QC_OT_NUMBER, .name = "rounded-operands", .value = &rounded, .argh = "N", .lo = 0, .flags = QC_OPT_WHOLE,
+       .modes = TM_ONE,
+       .help = "operands (0-2) the candidate rounds to the operand dtype that the\n"
+               "reference takes unrounded, e.g. 1 for a dequantized weight cast to\n"
+               "bf16 (default 0: operands are what the dump or generator holds)"},
+      {.type = QC_OT_STRING, .name = "acc-dtype", .value = &s.acc_dtype, .argh = "D", .modes = TM_ONE | TM_DUMP,
+       .help = "accumulator dtype (default float32)"},
+      {.type = QC_OT_STRING, .name = "format", .value = &s.format, .argh = "F", .modes = TM_ONE,
+       .help = "one operand quantized to F (fp8_*, mxfp8, nvfp4, mxfp4, e4m3, ...)\n"
+               "that the reference does not reproduce (default none)"},
+      {.type = QC_OT_STRING, .name = "tensor", .value = &tensor, .argh = "NAME", .modes = TM_ONE,
+       .help = "the gradient's name (default d_x)"},
+      {.type = QC_OT_NUMBER, .name = "lambda", .value = &lambda, .argh = "L", .lo = 1e-3, .modes = TM_ONE | TM_DUMP,
+       .help = lambda_help},
+      {.type = QC_OT_NUMBER, .name = "margin", .value = &margin, .argh = "M", .lo = 1, .modes = TM_ONE | TM_DUMP,
+       .help = margin_help},
+      {.type = QC_OT_NUMBER, .name = "scale", .value = &scale, .argh = "S", .lo = 0, .modes = TM_ONE,
+       .help = "bound on (|A||B|)_i, adds max_abs (default: no max_abs)"},
+      {.type = QC_OT_STRING, .name = "dump", .value = &dump, .argh = "FILE.h5", .modes = TM_DUMP,
+       .help = "with --module: read K and the dtypes from the dump (below)"},
+      {.type = QC_OT_STRING, .name = "module", .value = &module, .argh = "PATH", .modes = TM_DUMP,
+       .help = "with --dump: the module group whose tolerances to derive"},
+      QC_OPT_TEXT("\nWith --dump and --module, the module's class reads K and the dtypes of every gradient it\n"
+                  "checks from the dump (linear: K = N for d_x, the tokens M for d_weight and d_bias; operands\n"
+                  "in dY's dtype) and the whole \"tolerances\" member of the case file is printed.\n\n"
+                  "The JSON member goes to stdout (not under --quiet). The report options record the\n"
+                  "derivation: --json the inputs, every term and the member; --junit and --markdown\n"
+                  "list each derived bound as a passed testcase (tol judges nothing, so nothing fails).\n"
+                  "The command line in the reasoning leaves the report and output options out.\n"),
+      QC_OPTS_COMMON(&co, QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY | QC_HELP_NO_BASELINE),
+      QC_OPT_END(),
+  };
+  qc_opts p = {.verb = "tol", .opt = opts, .help = tol_help};
   qc_report_out_init(&out, NULL, NULL, NULL);
-  char *skip = qc_calloc((size_t)argc + 1, 1, "tol arguments");
-  if (!skip) return QC_ESYS;
-  for (int i = 1; i < argc; i++) {
-    int r, at = i;
-    if (qc_opt_help(argv[i])) { tol_help(); goto done; }
-    if ((r = qc_opt_common(argc, argv, &i, &co))) {
-      if (r < 0) { rc = QC_EINPUT; goto done; }
-      for (int j = at; j <= i; j++) skip[j] = 1;
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--out-dtype", &s.out_dtype)) ||
-        (r = qc_opt_value(argc, argv, &i, "--operand-dtype", &s.operand_dtype)) ||
-        (r = qc_opt_value(argc, argv, &i, "--acc-dtype", &s.acc_dtype)) ||
-        (r = qc_opt_value(argc, argv, &i, "--format", &s.format)) ||
-        (r = qc_opt_value(argc, argv, &i, "--tensor", &tensor))) {
-      if (r < 0) { rc = QC_EINPUT; goto done; }
-      continue;
-    }
-    static const char *const nums[] = {"--k", "--rounded-operands", "--lambda", "--margin", "--scale"};
-    int hit = -1;
-    for (int j = 0; j < 5 && hit < 0; j++) {
-      if ((r = qc_opt_value(argc, argv, &i, nums[j], &v)) < 0) { rc = QC_EINPUT; goto done; }
-      if (r) hit = j;
-    }
-    if (hit < 0) {
-      qc_err("tol: unknown option '%s'", argv[i]);
-      qc_hint("run 'qatcheck tol --help'");
-      rc = QC_EINPUT;
-      goto done;
-    }
-    static const double lo[] = {1, 0, 1e-3, 1, 0};  /* --lambda > 0, --margin >= 1 */
-    if ((rc = qc_tol_num_arg(nums[hit], v, lo[hit], &d))) goto done;
-    if ((hit == 0 || hit == 1) && d != (double)(int64_t)d) {
-      rc = qc_err("option '%s' is '%s': expected a whole number", nums[hit], v);
-      goto done;
-    }
-    switch (hit) {
-      case 0: s.k = (int64_t)d; break;
-      case 1: s.rounded_operands = d > 2 ? 3 : (int)d; break;
-      case 2: s.lambda = d; break;
-      case 3: s.margin = d; break;
-      default: s.scale = d; break;
-    }
+  if ((rc = qc_opts_parse(&p, argc, argv)) || p.done) goto done;
+  /* the mode, from the options given: --dump derives a module's gradients (tol_dump.c) */
+  int bad = qc_opts_outside(&p, dump ? TM_DUMP : TM_ONE);
+  if (bad && dump) {
+    qc_hint("with --dump, tol reads K and the dtypes from the dump; it takes --module, --acc-dtype, --lambda, --margin");
+    rc = qc_err("tol: option '%s' does not go with --dump", argv[bad]);
+    goto done;
   }
+  if (bad) {
+    qc_hint("run 'qatcheck tol --help'");
+    rc = qc_err("tol: unknown option '%s'", argv[bad]);
+    goto done;
+  }
+  if (dump) {
+    rc = qc_tol_dump(&co, dump, module, s.acc_dtype, lambda, margin);
+    goto done;
+  }
+  s.k = (int64_t)k;
+  s.rounded_operands = rounded > 2 ? 3 : (int)rounded;
+  s.lambda = lambda;
+  s.margin = margin;
+  s.scale = scale;
   if ((rc = qc_opt_cpu_only("tol", co.device, TOL_NO_DEVICE))) goto done;
   if (co.profile) {
     rc = qc_err("tol: --profile is not supported: the bounds do not depend on a quantizer profile (the format's unit "
@@ -147,7 +142,7 @@ int qc_cmd_tol(int argc, char **argv) {
   qc_tol_terms t;
   if ((rc = qc_tol_derive(&s, &t))) goto done;
   char cmd[512], why[1024];
-  cmdline(argc, argv, skip, cmd, sizeof cmd);
+  cmdline(&p, cmd, sizeof cmd);
   qc_tol_reasoning(&s, &t, cmd, why, sizeof why);
 
   qc_tol_info ti = {.tensor = tensor, .command = cmd, .reasoning = why, .s = &s, .t = &t};
@@ -158,7 +153,7 @@ int qc_cmd_tol(int argc, char **argv) {
   rc = QC_OK;
 done:
   if (rc == QC_ESYS && !qc_err_msg()[0]) qc_err_sys("tol: out of memory building the JSON");
-  free(skip);
+  qc_opts_free(&p);
   free(txt);
   qc_report_out_free(&out);
   return rc;

@@ -1,5 +1,5 @@
 /* tol_dump.c: `qatcheck tol --dump F --module PATH` (the branch qc_cmd_tol
- * takes for it): the module's class reads K and dtypes of each of its
+ * takes for it, its options parsed): the module's class reads K and dtypes of each of its
  * gradients from the dump (the class's tol_rules), each is derived as
  * `qatcheck tol` would, and the whole case-file "tolerances" member is
  * printed, every reasoning naming where its K came from. */
@@ -18,38 +18,10 @@
 #define TOL_NO_DEVICE "tol derives its bounds arithmetically on the host and has no device work"
 #define MAXG 16
 
-int qc_tol_dump_wanted(int argc, char **argv) {
-  for (int i = 1; i < argc; i++) {
-    if (qc_opt_help(argv[i])) return 0;
-    if (!strncmp(argv[i], "--dump", 6)) return 1;
-  }
-  return 0;
-}
-
-int qc_cmd_tol_dump(int argc, char **argv) {
-  qc_common_opts co = {0};
-  const char *dump = NULL, *path = NULL, *acc = NULL, *v = NULL;
-  double lambda = 0, margin = 0;
+int qc_tol_dump(const qc_common_opts *cop, const char *dump, const char *path, const char *acc, double lambda,
+                double margin) {
+  const qc_common_opts co = *cop;
   int rc;
-  for (int i = 1; i < argc; i++) {
-    int r;
-    if ((r = qc_opt_common(argc, argv, &i, &co))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--dump", &dump)) || (r = qc_opt_value(argc, argv, &i, "--module", &path)) ||
-        (r = qc_opt_value(argc, argv, &i, "--acc-dtype", &acc))) {
-      if (r < 0) return QC_EINPUT;
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--lambda", &v))) {
-      if (r < 0 || (rc = qc_tol_num_arg("--lambda", v, 1e-3, &lambda))) return QC_EINPUT;
-      continue;
-    }
-    if ((r = qc_opt_value(argc, argv, &i, "--margin", &v))) {
-      if (r < 0 || (rc = qc_tol_num_arg("--margin", v, 1, &margin))) return QC_EINPUT;
-      continue;
-    }
-    qc_hint("with --dump, tol reads K and the dtypes from the dump; it takes --module, --acc-dtype, --lambda, --margin");
-    return qc_err("tol: option '%s' does not go with --dump", argv[i]);
-  }
   if (!path) {
     qc_hint("qatcheck tol --dump step.h5 --module /model.layers.0.mlp.down_proj");
     return qc_err("tol: --dump needs --module PATH (the module group whose tolerances to derive)");

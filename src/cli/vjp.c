@@ -17,19 +17,14 @@
 #include "report/report.h"
 #include "report/run.h"
 
-static void help(void) {
+/* The verb's --help: what it does, its options (p's table), the module classes. */
+static void help(const qc_opts *p) {
   printf("usage: qatcheck vjp --case CASE.json [options]\n\n"
          "Layer 1: runs each module's production VJP (builtin, from a dump, or a plugin)\n"
          "and an independent float64 reference on the same inputs and the same dY, and\n"
-         "judges every gradient against the tolerances the case declared in advance.\n\n"
-         "  --case PATH        the case file (docs/interfaces.md section 3); its data.dump may be a\n"
-         "                     pattern of per-rank files of a sharded run (\"step.rank*.h5\")\n"
-         "  --allow-weak-tolerances\n"
-         "                     run a case whose bounds cannot see a scale error or a sign\n"
-         "                     flip, with a warning in every report (refused otherwise)\n\n"
-         "Under mpirun -np N the module groups are split among the N processes; rank 0\n"
-         "reports (docs/distributed.md).\n");
-  qc_common_help();
+         "judges every gradient against the tolerances the case declared in advance.\n\n");
+  qc_opts_help(p->opt, 21);
+  fputs(QC_HELP_EXIT, stdout);
   int n;
   const qc_registry_row *r = qc_registry_rows(&n);
   printf("\nmodule classes:\n");
@@ -55,16 +50,22 @@ int qc_cmd_vjp(int argc, char **argv) {
   qc_common_opts o = {0};
   const char *case_path = NULL;
   int allow_weak = 0;
-  for (int i = 1; i < argc; i++) {
-    int r;
-    if (qc_opt_help(argv[i])) { help(); return 0; }
-    if (strcmp(argv[i], "--allow-weak-tolerances") == 0) { allow_weak = 1; continue; }
-    if ((r = qc_opt_common(argc, argv, &i, &o))) { if (r < 0) return QC_EINPUT; continue; }
-    if ((r = qc_opt_value(argc, argv, &i, "--case", &case_path))) { if (r < 0) return QC_EINPUT; continue; }
-    qc_err("vjp: unknown option '%s'", argv[i]);
-    qc_hint("run 'qatcheck vjp --help'");
-    return QC_EINPUT;
-  }
+  qc_opt opts[] = {
+      QC_OPT_STRING("case", &case_path, "PATH",
+                    "the case file (docs/interfaces.md section 3); its data.dump may be a\n"
+                    "pattern of per-rank files of a sharded run (\"step.rank*.h5\")"),
+      QC_OPT_BOOL("allow-weak-tolerances", &allow_weak,
+                  "run a case whose bounds cannot see a scale error or a sign\n"
+                  "flip, with a warning in every report (refused otherwise)"),
+      QC_OPT_TEXT("\nUnder mpirun -np N the module groups are split among the N processes; rank 0\n"
+                  "reports (docs/distributed.md).\n"),
+      QC_OPTS_COMMON(&o, QC_HELP_MARKDOWN | QC_HELP_PROFILE),
+      QC_OPT_END(),
+  };
+  qc_opts p = {.verb = "vjp", .opt = opts, .help = help};
+  int rc = qc_opts_parse(&p, argc, argv);
+  qc_opts_free(&p);
+  if (rc || p.done) return rc;
   if (!case_path) {
     qc_err("vjp: option '--case' is required");
     qc_hint("qatcheck vjp --case cases/linear_bf16.json");
@@ -78,7 +79,6 @@ int qc_cmd_vjp(int argc, char **argv) {
   char devbuf[32];
   qc_plugin *plugin = NULL;
   qc_report_out out;
-  int rc;
   qc_report_out_init(&out, o.json, o.junit, o.markdown);
   if ((rc = qc_case_load(case_path, cs)) || (rc = qc_case_weak(cs, allow_weak))) goto done;
   /* the inputs, hashed for the report while the run goes on */

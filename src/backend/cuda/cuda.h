@@ -8,6 +8,8 @@
 
 #include "backend/backend.h"
 
+/* The build's stamp (backend.h), read by open.c before anything else. */
+extern const qc_backend_stamp qc_backend_cuda_stamp;
 int qc_backend_cuda_open(int device, const qc_backend **out);
 void qc_backend_cuda_close(const qc_backend *be);
 

@@ -9,7 +9,8 @@
  *   quant.cu     the quantizer kernels, widening, fake-quant to float64
  *   linear.cu    the fused linear audit (the linear class's fast path)
  *   coll.cu      collectives across processes (NCCL, when built with it)
- *   bench.cu     timing and conformance hooks for bench/ (cuda.h) */
+ *   bench.cu     timing and conformance hooks for bench/ (cuda.h)
+ *   stamp.cu     the ABI stamp open.c checks before it calls anything here */
 #ifndef QC_CUDA_PRIV_H
 #define QC_CUDA_PRIV_H
 

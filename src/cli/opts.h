@@ -1,0 +1,183 @@
+/* opts.h: options as data. Each verb declares its options in one table
+ * (git's parse-options style) and qc_opts_parse reads argv against it;
+ * the verb's --help lists the same table (qc_opts_help), so what a verb
+ * takes and what its help says cannot drift apart.
+ *
+ *   qc_opt opts[] = {
+ *       QC_OPT_STRING("case", &case_path, "PATH", "the case file"),
+ *       QC_OPT_BOOL("allow-weak-tolerances", &allow_weak, "run a case whose bounds ..."),
+ *       QC_OPTS_COMMON(&co, QC_HELP_MARKDOWN | QC_HELP_PROFILE),
+ *       QC_OPT_END(),
+ *   };
+ *   qc_opts p = {.verb = "vjp", .opt = opts, .help = help};
+ *   int rc = qc_opts_parse(&p, argc, argv);
+ *
+ * The parser takes `--name VALUE` and `--name=VALUE`, the short aliases the
+ * table names (-q, -v) and -h / --help (the verb's help printed, p.done set).
+ * An unknown option is "<verb>: unknown option '--x'" with the hint "run
+ * 'qatcheck <verb> --help'"; a missing value "option '--x' needs a value".
+ * Verbs with sub-modes (quant, tol) parse one table holding every mode's
+ * options, tagged with the modes they belong to, choose the mode from the
+ * values parsed, and ask qc_opts_outside for an option given that the mode
+ * does not take. docs/architecture.md ("Options") has the contributor's
+ * view. */
+#ifndef QC_CLI_OPTS_H
+#define QC_CLI_OPTS_H
+
+#include "core/qc.h"
+#include "core/watchdog.h"
+
+typedef enum {
+  QC_OT_END = 0,  /* the table's end */
+  QC_OT_BOOL,     /* a flag: *(int *)value = 1 */
+  QC_OT_STRING,   /* *(const char **)value = VALUE (a pointer into argv); the last wins */
+  QC_OT_NUMBER,   /* *(double *)value = VALUE, a number in [lo, 1e15] (QC_OPT_WHOLE: a whole one) */
+  QC_OT_CALLBACK, /* fn(opt, VALUE) (VALUE NULL under QC_OPT_NOARG): checks and stores it itself */
+  QC_OT_GROUP,    /* help only: a heading line ("common options:"; none when NULL); col > 0 sets the
+                   * help column from here on */
+  QC_OT_TEXT      /* help only: text printed as it is, between the options */
+} qc_optype;
+
+/* Flags of an option. */
+enum {
+  QC_OPT_HIDDEN = 1, /* parsed, not listed by --help (an option the verb refuses with its reason) */
+  QC_OPT_NOARG = 2,  /* a CALLBACK option that takes no value */
+  QC_OPT_WHOLE = 4,  /* a NUMBER option that must be a whole number */
+  QC_OPT_COMMON = 8, /* one of QC_OPTS_COMMON's (tol leaves them out of the command line it records) */
+  QC_OPT_HELPNUM = 16 /* the help is a printf format taking one double, help_num ("default %g") */
+};
+
+typedef struct qc_opt qc_opt;
+/* A CALLBACK option's handler: VALUE as given (NULL for a QC_OPT_NOARG
+ * option); QC_OK, or an error with its message set (qc_err). */
+typedef int (*qc_opt_fn)(const qc_opt *o, const char *arg);
+
+struct qc_opt {
+  qc_optype type;
+  const char *name;   /* the long name without "--" */
+  char alias;         /* a one-letter alias (-q) or 0 */
+  void *value;        /* where the value goes (see qc_optype); a CALLBACK's own data */
+  const char *argh;   /* the value's name in the help ("PATH"); NULL for flags */
+  const char *help;   /* the help; '\n' starts a continuation line, indented to the column */
+  unsigned flags;     /* QC_OPT_* */
+  qc_opt_fn fn;       /* CALLBACK: the handler */
+  double lo;          /* NUMBER: the smallest value taken */
+  double help_num;    /* QC_OPT_HELPNUM: the number the help prints */
+  unsigned modes;     /* the sub-modes that take it (a bit each, the verb's own); 0: every mode */
+  int col;            /* GROUP: the help column from here on (0: unchanged) */
+};
+
+#define QC_OPT_END() {.type = QC_OT_END}
+#define QC_OPT_BOOL(n, v, h) {.type = QC_OT_BOOL, .name = (n), .value = (v), .help = (h)}
+#define QC_OPT_STRING(n, v, a, h) {.type = QC_OT_STRING, .name = (n), .value = (v), .argh = (a), .help = (h)}
+#define QC_OPT_NUMBER(n, v, a, lo_, h) {.type = QC_OT_NUMBER, .name = (n), .value = (v), .argh = (a), .help = (h), .lo = (lo_)}
+#define QC_OPT_CALLBACK(n, v, a, f, h) {.type = QC_OT_CALLBACK, .name = (n), .value = (v), .argh = (a), .help = (h), .fn = (f)}
+#define QC_OPT_GROUP(h, c) {.type = QC_OT_GROUP, .help = (h), .col = (c)}
+#define QC_OPT_TEXT(h) {.type = QC_OT_TEXT, .help = (h)}
+
+/* What QC_OPTS_COMMON fills. */
+typedef struct qc_common_opts {
+  const char *json;     /* --json PATH */
+  const char *junit;    /* --junit PATH */
+  const char *markdown; /* --markdown PATH */
+  const char *device;   /* --device cpu|cuda[:N] (default cpu) */
+  const char *profile;  /* --profile NAME (default: the case's, else vllm) */
+} qc_common_opts;
+
+/* The help of QC_OPTS_COMMON, by flags: --markdown and --profile listed when
+ * flags name them (parsed always: a verb refuses them with its reason),
+ * --device as cpu only under QC_HELP_CPU_ONLY, the regression gate left out
+ * under QC_HELP_NO_BASELINE, the heading "common options:" left out under
+ * QC_HELP_NO_HEADING. */
+enum {
+  QC_HELP_MARKDOWN = 1,
+  QC_HELP_PROFILE = 2,
+  QC_HELP_CPU_ONLY = 4,
+  QC_HELP_NO_BASELINE = 8,
+  QC_HELP_NO_HEADING = 16
+};
+
+/* Handlers of the common options that do more than store a value: the
+ * watchdog re-armed (--timeout), the regression gate kept by the run
+ * (--baseline, --fail-on, --regression-factor: report/run.h). */
+int qc_opt_timeout(const qc_opt *o, const char *arg);
+int qc_opt_baseline(const qc_opt *o, const char *arg);
+int qc_opt_fail_on(const qc_opt *o, const char *arg);
+int qc_opt_regression_factor(const qc_opt *o, const char *arg);
+
+/* The common options (--json, --junit, --markdown, --device, --profile,
+ * --timeout, --baseline, --fail-on, --regression-factor, --quiet,
+ * --verbose, --help) as table entries filling *co; f: QC_HELP_* above. */
+#define QC_OPT_HIDE_UNLESS(f, bit) (((f) & (bit)) ? 0u : (unsigned)QC_OPT_HIDDEN)
+#define QC_OPTS_COMMON(co, f)                                                                                              \
+  {.type = QC_OT_GROUP, .help = ((f) & QC_HELP_NO_HEADING) ? NULL : "common options:", .col = 21},                       \
+  {.type = QC_OT_STRING, .name = "json", .value = &(co)->json, .argh = "PATH", .help = "write the JSON report (atomically)",  \
+   .flags = QC_OPT_COMMON},                                                                                                \
+  {.type = QC_OT_STRING, .name = "junit", .value = &(co)->junit, .argh = "PATH", .help = "write a JUnit XML report",        \
+   .flags = QC_OPT_COMMON},                                                                                                \
+  {.type = QC_OT_STRING, .name = "markdown", .value = &(co)->markdown, .argh = "PATH", .help = "write a Markdown report",   \
+   .flags = QC_OPT_COMMON | QC_OPT_HIDE_UNLESS(f, QC_HELP_MARKDOWN)},                                                       \
+  {.type = QC_OT_STRING, .name = "device", .value = &(co)->device, .argh = "DEV",                                          \
+   .help = ((f) & QC_HELP_CPU_ONLY) ? "cpu (the default and the only one: cuda[:N] is refused)" : "cpu (default) or cuda[:N]", \
+   .flags = QC_OPT_COMMON},                                                                                                \
+  {.type = QC_OT_STRING, .name = "profile", .value = &(co)->profile, .argh = "NAME",                                       \
+   .help = "quantizer profile (default: the contract's, else vllm)",                                                      \
+   .flags = QC_OPT_COMMON | QC_OPT_HIDE_UNLESS(f, QC_HELP_PROFILE)},                                                        \
+  {.type = QC_OT_CALLBACK, .name = "timeout", .argh = "SECONDS", .fn = qc_opt_timeout,                                     \
+   .help = "stop with exit 2 after this long (default %.0f = 6 h; 0: no limit)", .help_num = QC_TIMEOUT_DEFAULT,          \
+   .flags = QC_OPT_COMMON | QC_OPT_HELPNUM},                                                                                \
+  {.type = QC_OT_CALLBACK, .name = "baseline", .argh = "OLD", .fn = qc_opt_baseline,                                       \
+   .help = "compare every check with the report OLD.json of an earlier run;\n"                                            \
+           "regressions are listed in every report (docs/ci.md: the rule)",                                                \
+   .flags = QC_OPT_COMMON | (((f) & QC_HELP_NO_BASELINE) ? (unsigned)QC_OPT_HIDDEN : 0u)},                                 \
+  {.type = QC_OT_CALLBACK, .name = "fail-on", .argh = "regression", .fn = qc_opt_fail_on,                                  \
+   .help = "exit 1 when a check regressed against --baseline",                                                              \
+   .flags = QC_OPT_COMMON | (((f) & QC_HELP_NO_BASELINE) ? (unsigned)QC_OPT_HIDDEN : 0u)},                                 \
+  {.type = QC_OT_CALLBACK, .name = "regression-factor", .argh = "F", .fn = qc_opt_regression_factor,                       \
+   .help = "how far a metric may rise over its baseline (default 1.1)",                                                   \
+   .flags = QC_OPT_COMMON | (((f) & QC_HELP_NO_BASELINE) ? (unsigned)QC_OPT_HIDDEN : 0u)},                                 \
+  {.type = QC_OT_BOOL, .name = "quiet", .alias = 'q', .value = &qc_quiet, .help = "print nothing but errors",    \
+   .flags = QC_OPT_COMMON},                                                                                                \
+  {.type = QC_OT_BOOL, .name = "verbose", .alias = 'v', .value = &qc_verbose,                                   \
+   .help = "print progress and timings on stderr", .flags = QC_OPT_COMMON},                                               \
+  {.type = QC_OT_BOOL, .name = "help", .alias = 'h', .help = "this text", .flags = QC_OPT_COMMON}
+
+/* One parse of a verb's argv against its table. */
+typedef struct qc_opts {
+  const char *verb;        /* for the messages: "vjp" */
+  const qc_opt *opt;       /* the table, ended by QC_OPT_END() */
+  void (*help)(const struct qc_opts *p); /* prints the verb's --help (qc_opts_help(p->opt, ...) for the options) */
+  int positional;          /* 1: arguments without a leading '-' are the verb's (report's inputs) */
+  /* filled by qc_opts_parse */
+  int done;                /* --help was given and printed: the verb returns 0 */
+  int argc;
+  char **argv;
+  int *which;              /* per argv index: the table entry it names, or QC_OPTS_* below */
+} qc_opts;
+enum { QC_OPTS_ARG = -1 /* positional */, QC_OPTS_VALUE = -2 /* the value of the option before it */, QC_OPTS_NONE = -3 };
+
+/* The exit statuses of a verb's help, where the verb has no words of its own. */
+#define QC_HELP_EXIT                                                                \
+  "exit status: 0 every check passed (and at least one ran), 1 a check failed,\n" \
+  "             2 the run could not be judged (bad input, nothing to check)\n"
+
+/* Parse argv[1..argc) against p->opt, storing every value as it goes (a
+ * CALLBACK's or a NUMBER's bad value stops the parse there). QC_OK (p->done
+ * set after --help), or QC_EINPUT / QC_ESYS with the message set. Free p with
+ * qc_opts_free whatever it returns. */
+int qc_opts_parse(qc_opts *p, int argc, char **argv);
+/* The positional arguments in order: *n of them into out (argc entries). */
+void qc_opts_args(const qc_opts *p, const char **out, int *n);
+/* The argv index of the first option given that none of the modes in
+ * `modes` takes (an entry whose modes field has no bit of it), or 0. */
+int qc_opts_outside(const qc_opts *p, unsigned modes);
+/* 1 when the table entry with this long name was given. */
+int qc_opts_given(const qc_opts *p, const char *name);
+void qc_opts_free(qc_opts *p);
+/* Print the table's help: GROUP headings, TEXT as it is, each shown option
+ * as "  --name ARG" padded to col, its help after, continuation lines
+ * indented to col. A name that reaches the column is followed by two spaces
+ * and a one-line help, or by a new line and a longer help. */
+void qc_opts_help(const qc_opt *opt, int col);
+
+#endif
