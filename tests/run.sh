@@ -4,8 +4,10 @@
 # --fast: the contributor loop).
 #
 #   no NAME    the unit tests (Criterion), every end-to-end script
-#              tests/e2e/*.sh, then the GPU test binary (its tests report
-#              skipped without a device)
+#              tests/e2e/*.sh but fuzz (it builds the library again with
+#              clang and fuzzes: .ci/run runs it before the suite, `make
+#              fuzz` or `tests/run.sh fuzz` by hand), then the GPU test
+#              binary (its tests report skipped without a device)
 #   --fast     the unit tests and the end-to-end scripts listed in
 #              tests/fast.list (docs/contributing.md: what belongs there)
 #   NAME...    only these: an e2e script's name (class_cases), 'unit' or 'gpu'
@@ -74,7 +76,7 @@ elif [ $fast -eq 1 ]; then
   run_gpu=0
   e2e=$(grep -v '^#' tests/fast.list)
 else
-  e2e=$(for t in tests/e2e/*.sh; do basename "$t" .sh; done)
+  e2e=$(for t in tests/e2e/*.sh; do basename "$t" .sh; done | grep -vx fuzz)
 fi
 
 pass=0; fail=0; skip=0
