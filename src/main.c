@@ -31,7 +31,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   qc_cli_sandbox(argc, argv); /* the dump sandbox's child never returns from here */
   qc_mem_tune();
-  if (qc_watchdog_arm(QC_TIMEOUT_DEFAULT) != QC_OK) { /* --timeout re-arms it */
+  if (qc_watchdog_arm(QC_TIMEOUT_DEFAULT) != QC_OK || qc_watchdog_signals() != QC_OK) { /* --timeout re-arms it */
     qc_err_print();
     return 2;
   }

@@ -9,7 +9,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -23,6 +25,7 @@ static int g_started, g_armed;
 static struct timespec g_deadline;
 static char g_msg[256], g_hint[200];
 static qc_watchdog_fn g_hook;
+static int g_sigpipe[2] = {-1, -1};  /* the signal handler's byte goes in [1], the signal thread reads [0] */
 
 /* The watchdog thread: sleeps until the deadline, re-reading it whenever
  * it is re-armed; never returns once it expires. */
@@ -109,3 +112,68 @@ void qc_watchdog_release(int disarm) {
   }
   pthread_mutex_unlock(&g_mu);
 }
+
+/* The handler of SIGINT, SIGTERM and SIGHUP: hands the signal's number to
+ * the signal thread through the pipe (write is async-signal-safe); errno
+ * is kept for the code it interrupted. */
+static void on_signal(int signo) {
+  int saved = errno;
+  unsigned char b = (unsigned char)signo;
+  ssize_t w = write(g_sigpipe[1], &b, 1);
+  (void)w;
+  errno = saved;
+}
+
+/* The signal thread: waits for a byte from the handler, then ends the run
+ * as an expiry does (the hook's error reports, once no report is being
+ * committed), with exit 128 + the signal's number. Never returns once a
+ * signal arrives. */
+static void *sig_watch(void *arg) {
+  (void)arg;
+  unsigned char b = 0;
+  for (;;) {
+    ssize_t r = read(g_sigpipe[0], &b, 1);
+    if (r == 1) break;
+    if (r < 0 && errno == EINTR) continue;
+    return NULL; /* the pipe is gone: nothing more to watch */
+  }
+  int signo = b;
+  char msg[200];
+  const char *name = signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : signo == SIGHUP ? "SIGHUP" : "a signal";
+  snprintf(msg, sizeof msg, "the run was stopped by %s (signal %d): nothing judged", name, signo);
+  const char *hint = "the requested reports hold this error report; rerun to get a verdict";
+  pthread_mutex_lock(&g_mu); /* a report commit under way finishes first */
+  if (g_hook) g_hook(msg, hint);
+  char line[512];
+  int n = snprintf(line, sizeof line, "qatcheck: error: %s\nhint: %s\n", msg, hint);
+  ssize_t w = write(2, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : strlen(line));
+  (void)w;
+  _exit(128 + signo);
+}
+
+int qc_watchdog_signals(void) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  if (g_sigpipe[0] >= 0) return QC_OK;
+  if (pipe2(g_sigpipe, O_CLOEXEC) != 0) return qc_err_sys("cannot set up the run's signal handling: %s", strerror(errno));
+  pthread_attr_t at;
+  pthread_t th;
+  int rc = pthread_attr_init(&at);
+  if (!rc) rc = pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (!rc) rc = pthread_attr_setstacksize(&at, 256 << 10);
+  if (!rc) rc = pthread_create(&th, &at, sig_watch, NULL);
+  pthread_attr_destroy(&at);
+  if (rc) return qc_err_sys("cannot start the run's signal thread: %s", strerror(rc));
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigfillset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old;
+    if (sigaction(sigs[i], NULL, &old) != 0) return qc_err_sys("cannot read the handler of signal %d: %s", sigs[i], strerror(errno));
+    if (old.sa_handler == SIG_IGN) continue; /* started under nohup (or told to ignore it): keep ignoring it */
+    if (sigaction(sigs[i], &sa, NULL) != 0) return qc_err_sys("cannot catch signal %d: %s", sigs[i], strerror(errno));
+  }
+  return QC_OK;
+}
+

@@ -34,4 +34,13 @@ void qc_watchdog_hook(qc_watchdog_fn fn);
 void qc_watchdog_hold(void);
 void qc_watchdog_release(int disarm);
 
+/* Catch SIGINT, SIGTERM and SIGHUP (those not ignored when the run
+ * started): the handler only writes the signal's number to a pipe; a
+ * thread reading it ends the run as an expiry does (the hook's error
+ * reports, never during a report commit), with the line "qatcheck: error:
+ * the run was stopped by SIGTERM (signal 15): nothing judged" and exit 128
+ * + the signal's number. SIGKILL cannot be caught (docs/ci.md). QC_ESYS
+ * when the pipe, thread or handlers cannot be set up. */
+int qc_watchdog_signals(void);
+
 #endif

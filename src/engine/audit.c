@@ -222,6 +222,24 @@ static qc_check *fast_check(qc_audit *a, int from, const char *dy, const char *t
   return NULL;
 }
 
+/* QC_OK when every gradient the dump holds for (m, dy) is one the
+ * reference produced (or the fast path judged, at or after index `from`);
+ * otherwise QC_EINPUT naming the first that would go unjudged (a linear
+ * module's grads/d_bias without its params/bias): nothing in a dump is
+ * silently left out of the report. */
+static int unjudged_grads(qc_audit *a, const qc_module *m, const char *dy, const qc_tset *cand, const qc_tset *ref, int from) {
+  for (int j = 0; cand && j < cand->n; j++) {
+    const char *g = cand->t[j].name;
+    if (qc_tset_get(ref, g) || fast_check(a, from, dy, g)) continue;
+    qc_err("dump '%s': module '%s' (class %s): holds gradient 'grads/%s' but the module has nothing it is the gradient of: "
+           "it would go unjudged", a->cs->dump, m->path, m->cls->name, g);
+    qc_hint("the class produces '%s' only from a parameter or input the dump (or checkpoint) lacks here (for d_bias: "
+            "params/bias); add it, or leave grads/%s out of the dump", g, g);
+    return QC_EINPUT;
+  }
+  return QC_OK;
+}
+
 int qc_audit_module(qc_audit *a, const qc_module *m) {
   const qc_registry_row *row = qc_registry_find(m->cls->name);
   if (!row) return qc_err("%s: class '%s' has no registry row", m->path, m->cls->name);
@@ -242,6 +260,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     double t1 = qc_now_s();
     if (!rc) rc = run_candidate(&sub, m, i, &cand, &cset);
     double t2 = qc_now_s();
+    if (!rc && a->cs->cand == QC_CAND_DUMP) rc = unjudged_grads(a, m, dy->name, cset, &ref, first);
     for (int j = 0; !rc && j < ref.n; j++) {
       const qc_tensor *r = &ref.t[j];
       if (!qc_ctx_wants(&ctx, r->name)) continue; /* judged by the fast path */

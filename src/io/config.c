@@ -19,7 +19,9 @@
 #include "io/l3log.h"
 #include "io/log_priv.h"
 
-#define MAX_DEPTH 64
+#define MAX_DEPTH 64                  /* nesting levels: real trainer configs use under 10 */
+#define MAX_NODES 250000              /* values after alias expansion: real configs hold a few thousand */
+#define MAX_CONFIG ((size_t)4 << 20)  /* bytes: real configs are under 100 KB */
 
 /* ---- YAML to a cJSON tree ------------------------------------------------------------ */
 
@@ -47,14 +49,26 @@ static cJSON *yaml_scalar(const yaml_node_t *n) {
   return cJSON_CreateString(s);
 }
 
-static cJSON *yaml_node(yaml_document_t *doc, yaml_node_t *n, int depth) {
-  if (!n || depth > MAX_DEPTH) return NULL;
+/* The conversion's budget: nodes left to make (each alias expands again). */
+typedef struct {
+  long left;
+  int deep, big; /* which limit stopped it */
+} ybudget;
+
+/* The cJSON tree of node n, or NULL: a non-scalar key, more than MAX_DEPTH
+ * levels (b->deep) or more than MAX_NODES values once aliases are
+ * expanded (b->big: a 478-byte alias bomb would otherwise grow without
+ * bound), or out of memory. */
+static cJSON *yaml_node(yaml_document_t *doc, yaml_node_t *n, int depth, ybudget *b) {
+  if (!n) return NULL;
+  if (depth > MAX_DEPTH) { b->deep = 1; return NULL; }
+  if (--b->left < 0) { b->big = 1; return NULL; }
   switch (n->type) {
     case YAML_SCALAR_NODE: return yaml_scalar(n);
     case YAML_SEQUENCE_NODE: {
       cJSON *a = cJSON_CreateArray();
       for (yaml_node_item_t *it = n->data.sequence.items.start; a && it < n->data.sequence.items.top; it++) {
-        cJSON *c = yaml_node(doc, yaml_document_get_node(doc, *it), depth + 1);
+        cJSON *c = yaml_node(doc, yaml_document_get_node(doc, *it), depth + 1, b);
         if (!c) { cJSON_Delete(a); return NULL; }
         cJSON_AddItemToArray(a, c);
       }
@@ -65,7 +79,7 @@ static cJSON *yaml_node(yaml_document_t *doc, yaml_node_t *n, int depth) {
       for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; o && pr < n->data.mapping.pairs.top; pr++) {
         yaml_node_t *k = yaml_document_get_node(doc, pr->key);
         if (!k || k->type != YAML_SCALAR_NODE) { cJSON_Delete(o); return NULL; }
-        cJSON *c = yaml_node(doc, yaml_document_get_node(doc, pr->value), depth + 1);
+        cJSON *c = yaml_node(doc, yaml_document_get_node(doc, pr->value), depth + 1, b);
         if (!c) { cJSON_Delete(o); return NULL; }
         cJSON_DeleteItemFromObjectCaseSensitive(o, (const char *)k->data.scalar.value); /* a repeated key: the last wins */
         cJSON_AddItemToObject(o, (const char *)k->data.scalar.value, c);
@@ -76,23 +90,66 @@ static cJSON *yaml_node(yaml_document_t *doc, yaml_node_t *n, int depth) {
   }
 }
 
+/* Walk the text's events before libyaml builds the document: QC_EINPUT
+ * naming the line where nesting passes MAX_DEPTH or the values pass
+ * MAX_NODES (a 100,000-deep document is refused at level 65, not after
+ * minutes in the loader); QC_OK otherwise, syntax errors included (the
+ * loader reports those). */
+static int yaml_prescan(const char *buf, size_t n, const char *name) {
+  yaml_parser_t ps;
+  yaml_event_t ev;
+  if (!yaml_parser_initialize(&ps)) return qc_err_sys("out of memory starting the YAML parser");
+  yaml_parser_set_input_string(&ps, (const unsigned char *)buf, n);
+  int rc = QC_OK, depth = 0;
+  long nodes = 0;
+  for (;;) {
+    if (!yaml_parser_parse(&ps, &ev)) break; /* a syntax error: the loader names it */
+    yaml_event_type_t t = ev.type;
+    unsigned long line = (unsigned long)ev.start_mark.line + 1;
+    yaml_event_delete(&ev);
+    if (t == YAML_STREAM_END_EVENT) break;
+    if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) depth++;
+    if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) depth--;
+    if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT || t == YAML_SCALAR_EVENT || t == YAML_ALIAS_EVENT) nodes++;
+    if (depth > MAX_DEPTH) {
+      rc = qc_err("config '%s': YAML nested deeper than %d levels at line %lu: refused", name, MAX_DEPTH, line);
+      break;
+    }
+    if (nodes > MAX_NODES) {
+      rc = qc_err("config '%s': YAML with more than %d values (line %lu): refused", name, MAX_NODES, line);
+      break;
+    }
+  }
+  yaml_parser_delete(&ps);
+  return rc;
+}
+
 static int parse_yaml(const char *buf, size_t n, const char *name, cJSON **out) {
   yaml_parser_t ps;
   yaml_document_t doc;
   *out = NULL;
+  int rc = yaml_prescan(buf, n, name);
+  if (rc) return rc;
   if (!yaml_parser_initialize(&ps)) return qc_err_sys("out of memory starting the YAML parser");
   yaml_parser_set_input_string(&ps, (const unsigned char *)buf, n);
-  int rc = QC_OK;
   if (!yaml_parser_load(&ps, &doc)) {
     rc = qc_err("config '%s': not JSON, and not YAML: %s at line %lu", name, ps.problem ? ps.problem : "a syntax error",
                 (unsigned long)ps.problem_mark.line + 1);
     yaml_parser_delete(&ps);
     return rc;
   }
+  ybudget b = {.left = MAX_NODES};
   yaml_node_t *root = yaml_document_get_root_node(&doc);
   if (!root) rc = qc_err("config '%s': an empty document", name);
   else if (root->type != YAML_MAPPING_NODE) rc = qc_err("config '%s': expected a mapping (key: value) at the top", name);
-  else if (!(*out = yaml_node(&doc, root, 0))) rc = qc_err("config '%s': a YAML structure qatcheck cannot read (non-scalar keys, nesting deeper than %d)", name, MAX_DEPTH);
+  else if (!(*out = yaml_node(&doc, root, 0, &b))) {
+    if (b.big)
+      rc = qc_err("config '%s': YAML whose aliases expand to more than %d values: refused (an alias bomb?)", name, MAX_NODES);
+    else if (b.deep)
+      rc = qc_err("config '%s': YAML nested deeper than %d levels once aliases are expanded: refused", name, MAX_DEPTH);
+    else
+      rc = qc_err("config '%s': a YAML structure qatcheck cannot read (a key that is not a scalar)", name);
+  }
   yaml_document_delete(&doc);
   yaml_parser_delete(&ps);
   return rc;
@@ -247,7 +304,7 @@ int qc_config_read(const char *path, const qc_l3_keypath *keys, int nkeys, qc_l3
   char *buf;
   size_t n;
   memset(out, 0, sizeof *out);
-  int rc = qc_read_file(path, "config", (size_t)64 << 20, &buf, &n);
+  int rc = qc_read_file(path, "config", MAX_CONFIG, &buf, &n);
   if (rc) return rc;
   rc = qc_config_parse(buf, n, path, keys, nkeys, out);
   free(buf);

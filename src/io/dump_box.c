@@ -2,13 +2,14 @@
  * docs/robustness.md): forks the child that lets libhdf5 parse the file,
  * receives its map of the file, asks it for the reads pread cannot do, and
  * holds it to a deadline. A child that dies, or makes no progress while it
- * burns the deadline's worth of CPU (QATCHECK_HDF5_DEADLINE seconds,
- * default 30) or waits ten times as long, is killed, and the dump is
+ * burns the deadline's worth of CPU (QATCHECK_HDF5_DEADLINE seconds;
+ * by default 4 s plus 1 s per MiB of file, at most 30) or waits ten times as long, is killed, and the dump is
  * refused with one line naming what libhdf5 was reading. CPU time, not
  * wall time, catches the spin: a child starved on a busy machine is not
  * taken for a hung one. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,7 +26,9 @@
 #include "core/qc.h"
 #include "io/dump_priv.h"
 
-#define DEADLINE_DEFAULT 30.0
+#define DEADLINE_FLOOR 4.0   /* seconds of CPU for any file: a healthy header walk takes milliseconds */
+#define DEADLINE_PER_MIB 1.0 /* and this per MiB of file (more metadata to walk) */
+#define DEADLINE_MAX 30.0    /* no single libhdf5 step on a healthy file comes near it */
 #define MAX_STR (1u << 20)
 #define MAX_LIST 100000 /* strings in a list attribute */
 
@@ -128,15 +131,18 @@ int qc_h5map_children(const qc_h5map *m, const char *path, int (*fn)(void *ctx, 
 
 /* ---- the child's end of things ------------------------------------------------ */
 
-/* The child's deadline: seconds without progress. */
-static double deadline_s(void) {
+/* The child's deadline for a file of `size` bytes: seconds of CPU without
+ * progress (QATCHECK_HDF5_DEADLINE when set, else a floor plus a share per
+ * MiB, capped), so a hung reader of a 7 KB file is stopped in seconds. */
+static double deadline_s(int64_t size) {
   const char *e = getenv("QATCHECK_HDF5_DEADLINE");
   if (e && e[0]) {
     char *end;
     double v = strtod(e, &end);
     if (!*end && v > 0 && v <= 86400) return v;
   }
-  return DEADLINE_DEFAULT;
+  double d = floor(DEADLINE_FLOOR + DEADLINE_PER_MIB * (double)(size > 0 ? size : 0) / 1048576.0 + 0.5);
+  return d < DEADLINE_MAX ? d : DEADLINE_MAX;
 }
 
 /* The sanitizers' death callback (set by a fuzzer): the child must not
@@ -488,7 +494,7 @@ int qc_box_start(const char *path, int fd, int64_t size, qc_box **out, qc_h5map 
   qc_box *b = qc_calloc(1, sizeof *b, "dump reader");
   if (!b) return QC_ESYS;
   snprintf(b->path, sizeof b->path, "%s", path);
-  b->deadline = deadline_s();
+  b->deadline = deadline_s(size);
   b->sock = -1;
   b->pid = -1;
   pthread_mutex_init(&b->lock, NULL);

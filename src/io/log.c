@@ -21,7 +21,7 @@
 #include "io/l3log.h"
 #include "io/log_priv.h"
 
-#define LOG_MAX ((size_t)8 << 30)
+#define LOG_MAX ((size_t)1 << 30) /* a log of a long run is a few hundred MB at most (docs/robustness.md) */
 
 /* A log file's bytes: mapped read-only (no copy, no fresh pages to clear:
  * a quarter of the time of reading a large log), or read whole where it

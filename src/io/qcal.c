@@ -6,7 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/qc.h"
+
+/* The largest calibration file read (whole, into memory): captured
+ * activations of a few layers are a few GB. */
+#define QCAL_MAX ((size_t)32 << 30)
 
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static int64_t rd64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
@@ -19,17 +24,18 @@ static void name_of(char *dst, const uint8_t *src, size_t n) {
 
 int qc_qcal_read(const char *path, qc_qcal *q) {
   memset(q, 0, sizeof *q);
-  FILE *f = fopen(path, "rb");
-  if (!f) return qc_err("calibration file '%s': cannot open: %s", path, strerror(errno));
-  int rc = QC_EINPUT;
-  long len = -1;
-  if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-  if (len < 8 || fseek(f, 0, SEEK_SET) != 0) {
+  char *text = NULL;
+  size_t n = 0;
+  /* a FIFO or device (also one inside a calibration folder) is refused unopened */
+  int rc = qc_read_file(path, "calibration file", QCAL_MAX, &text, &n);
+  if (rc) return rc;
+  q->buf = (uint8_t *)text;
+  rc = QC_EINPUT;
+  long len = (long)n;
+  if (len < 8) {
     rc = qc_err("calibration file '%s': too short or unreadable: expected the magic QCAL0001", path);
     goto done;
   }
-  if (!(q->buf = qc_malloc((size_t)len, "calibration file"))) { rc = QC_ESYS; goto done; }
-  if (fread(q->buf, 1, (size_t)len, f) != (size_t)len) { rc = qc_err_sys("calibration file '%s': read failed", path); goto done; }
   if (memcmp(q->buf, "QCAL0001", 8) != 0) { rc = qc_err("calibration file '%s': bad magic: expected QCAL0001", path); goto done; }
   /* two passes: count, then index */
   for (int pass = 0; pass < 2; pass++) {
@@ -100,7 +106,6 @@ int qc_qcal_read(const char *path, qc_qcal *q) {
   }
   rc = QC_OK;
 done:
-  fclose(f);
   if (rc) qc_qcal_free(q);
   return rc;
 }

@@ -94,7 +94,7 @@ static int pick_worst(worst_list *l, worst *w) {
   int n = 0;
   char *taken = calloc((size_t)l->n + 1, 1);
   if (!taken) return 0;
-  qsort(l->v, (size_t)l->n, sizeof *l->v, worst_cmp);
+  if (l->n > 0) qsort(l->v, (size_t)l->n, sizeof *l->v, worst_cmp); /* l->v is NULL when there are none */
   for (int i = 0; i < l->n && n < NWORST; i++) {
     int first = 1;
     for (int j = 0; j < i && first; j++) first = strcmp(l->v[j].layer, l->v[i].layer) != 0;
@@ -106,7 +106,7 @@ static int pick_worst(worst_list *l, worst *w) {
   for (int i = 0; i < l->n && n < NWORST; i++)
     if (!taken[i]) w[n++] = l->v[i];
   free(taken);
-  qsort(w, (size_t)n, sizeof *w, worst_cmp);
+  if (n > 0) qsort(w, (size_t)n, sizeof *w, worst_cmp);
   return n;
 }
 

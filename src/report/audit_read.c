@@ -367,37 +367,51 @@ static int read_step(const cJSON *r, int src, qc_evidence *e) {
 
 /* ---- one report ------------------------------------------------------------------------ */
 
-/* The count of checks and failed checks the report declares (or that its arrays hold). */
-static void counts(const cJSON *r, qc_ev_src *s) {
+/* The report's checks counted from its array ("checks", contract's "rows",
+ * sft's "pairs": a verdict other than "pass" counts as failed), into s.
+ * QC_EINPUT, naming the file and the contradiction, when the report
+ * contradicts itself: "totals" that disagree with the array, or a "pass"
+ * verdict over a failed check (a hand-edited report is never read as a
+ * pass). */
+static int counts(const cJSON *r, const char *path, qc_ev_src *s) {
   const cJSON *t = get(r, "totals"), *x;
-  if (cJSON_IsObject(t)) {
-    s->checks = (int)num(t, "checks", 0);
-    s->failed = (int)num(t, "failed", 0);
-    return;
-  }
   const char *arr = get(r, "checks") ? "checks" : get(r, "rows") ? "rows" : "pairs";
-  cJSON_ArrayForEach(x, get(r, arr)) {
+  const cJSON *a = get(r, arr);
+  int n = 0, nf = 0, hard = 0;
+  const cJSON *arr_or_none = cJSON_IsArray(a) ? a : NULL;
+  cJSON_ArrayForEach(x, arr_or_none) {
     char v[16] = "";
     str(x, "verdict", v, sizeof v);
-    s->checks++;
-    s->failed += v[0] && strcmp(v, "pass") != 0;
+    n++;
+    nf += v[0] && strcmp(v, "pass") != 0;
+    hard += strcmp(v, "fail") == 0 || strcmp(v, "deviates") == 0;
   }
+  int has_t = cJSON_IsObject(t);
+  double tc = num(t, "checks", 0), tf = num(t, "failed", 0);
+  if (has_t && cJSON_IsArray(a) && strcmp(s->verb, "sft") != 0) {
+    if (tc != (double)n)
+      return qc_err("report '%s': contradicts itself: \"totals\" says %.0f check(s), its \"%s\" array holds %d", path, tc,
+                    arr, n);
+    if (tf != (double)hard)
+      return qc_err("report '%s': contradicts itself: \"totals\" says %.0f failed, its \"%s\" array holds %d failed", path,
+                    tf, arr, hard);
+  }
+  s->checks = has_t && !cJSON_IsArray(a) ? (int)tc : n;
+  s->failed = has_t && !cJSON_IsArray(a) ? (int)tf : nf;
+  if (strcmp(s->verdict, "pass") == 0 && (hard > 0 || tf > 0)) {
+    qc_err("report '%s': contradicts itself: \"verdict\" is \"pass\" but %d of its %d check(s) failed", path,
+           hard > 0 ? hard : (int)tf, s->checks);
+    qc_hint("a report is read as its checks say, never as its verdict string: regenerate it with the run that made it");
+    return QC_EINPUT;
+  }
+  return QC_OK;
 }
 
 int qc_audit_read(const char *path, qc_evidence *e) {
-  struct stat st;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return qc_err("report '%s': cannot read: %s", path, strerror(errno));
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return qc_err("report '%s': not a regular file", path);
-  }
-  char *text = malloc((size_t)st.st_size + 1);
-  ssize_t got = 0, k = 0;
-  while (text && got < st.st_size && (k = read(fd, text + got, (size_t)(st.st_size - got))) > 0) got += k;
-  close(fd);
-  if (!text) return OOM();
-  text[got] = 0;
+  char *text = NULL;
+  size_t got = 0;
+  int rc0 = qc_report_read_text(path, "report", &text, &got);
+  if (rc0) return rc0;
   cJSON *r = cJSON_ParseWithLength(text, (size_t)got);
   qc_ev_src *s = GROW(e->src, e->nsrc);
   int rc = s ? QC_OK : OOM();
@@ -422,7 +436,7 @@ int qc_audit_read(const char *path, qc_evidence *e) {
   else str(r, "case", s->title, sizeof s->title);
   if (!s->title[0] && cJSON_IsObject(d)) str(d, "path", s->title, sizeof s->title);
   if (!s->title[0]) str(r, "module", s->title, sizeof s->title);
-  counts(r, s);
+  if ((rc = counts(r, path, s))) goto done;
   int src = e->nsrc - 1;
   if (strcmp(s->verdict, "error") == 0) goto done; /* nothing judged: listed, not read */
   if (strcmp(s->verb, "vjp") == 0) rc = read_vjp(r, src, e);
@@ -460,16 +474,15 @@ static int pair_of(const qc_evidence *e, const cJSON *b, const char *bpath) {
   return found;
 }
 
-/* The report at path parsed again (the evidence keeps no JSON). */
+/* The report at path parsed again (the evidence keeps no JSON), or NULL
+ * with the error set. */
 static cJSON *parse_file(const char *path) {
-  FILE *f = fopen(path, "rb");
   char *text = NULL;
-  long n = 0;
-  if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)))
-    text[fread(text, 1, (size_t)n, f)] = 0;
-  if (f) fclose(f);
-  cJSON *j = text ? cJSON_Parse(text) : NULL;
+  size_t n = 0;
+  if (qc_report_read_text(path, "report", &text, &n)) return NULL;
+  cJSON *j = cJSON_ParseWithLength(text, n);
   free(text);
+  if (!j) qc_err("report '%s': cannot parse it again: it changed while being read", path);
   return j;
 }
 
@@ -485,7 +498,7 @@ int qc_audit_baselines(qc_audit_ctx *a) {
     if (a->reg_base[s])
       return qc_err("--baseline '%s': report '%s' has a baseline already ('%s')", bpath, e->src[s].path, a->reg_base[s]);
     cJSON *cur = parse_file(e->src[s].path);
-    if (!cur) return qc_err("report '%s': cannot read it again: %s", e->src[s].path, strerror(errno));
+    if (!cur) return QC_EINPUT;
     rc = qc_baseline_compare(qc_run_baseline_json(b), cur, a->factor, &a->reg[s]);
     cJSON_Delete(cur);
     if (rc) return rc;

@@ -55,6 +55,10 @@ void qc_report_out_free(qc_report_out *o) {
 }
 
 int qc_report_add_file(qc_report_out *o, const char *path, qc_sbuf *doc) {
+  struct stat st; /* as a report path: a regular file or absent (a link is never followed nor replaced) */
+  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return qc_err("plot '%s': is %s: a report file must be a regular file or absent", path,
+                  S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
   if (o->nextra == o->capextra) {
     int cap = o->capextra ? 2 * o->capextra : 8;
     qc_report_file *nv = realloc(o->extra, (size_t)cap * sizeof *nv);
@@ -87,9 +91,13 @@ static void on_signal(int sig) {
 static const int g_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define NSIGS ((int)(sizeof g_sigs / sizeof g_sigs[0]))
 
+/* Install (on) or restore the commit's handlers. A signal another handler
+ * already catches (the watchdog's: core/watchdog.h, which waits for this
+ * commit to end) keeps that handler. */
 static void guard(struct sigaction *old, int on) {
   for (int i = 0; i < NSIGS; i++) {
     if (on) {
+      if (sigaction(g_sigs[i], NULL, &old[i]) != 0 || old[i].sa_handler != SIG_DFL) continue;
       struct sigaction sa;
       memset(&sa, 0, sizeof sa);
       sa.sa_handler = on_signal;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/check.h"
+#include "core/file.h"
 #include "core/qc.h"
 #include "report/report.h"
 #include "report/run.h"
@@ -226,4 +227,40 @@ int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r
     cJSON_AddItemToArray(checks, o);
   }
   return qc_report_json_render(root, out);
+}
+
+/* The JSON values in text (one per opening bracket, comma or colon outside
+ * strings, plus one): an upper bound on the nodes cJSON would make. */
+static long json_values(const char *t, size_t n) {
+  long v = 1;
+  int in_str = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = t[i];
+    if (in_str) {
+      if (c == '\\') i++;
+      else if (c == '"') in_str = 0;
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '[' || c == '{' || c == ',' || c == ':') {
+      v++;
+    }
+  }
+  return v;
+}
+
+int qc_report_read_text(const char *path, const char *what, char **text, size_t *n) {
+  int rc = qc_read_file(path, what, QC_REPORT_MAX_BYTES, text, n);
+  if (rc) {
+    if (strstr(qc_err_msg(), "larger than the limit"))
+      qc_hint("qatcheck's own JSON reports are a few MB; this is not one of them");
+    return rc;
+  }
+  if (json_values(*text, *n) > QC_REPORT_MAX_VALUES) {
+    free(*text);
+    *text = NULL;
+    *n = 0;
+    return qc_err("%s '%s': more than %ld JSON values: larger than any qatcheck report, refused", what, path,
+                  QC_REPORT_MAX_VALUES);
+  }
+  return QC_OK;
 }

@@ -80,6 +80,17 @@ struct cJSON *qc_report_envelope(const char *verb, int verdict);
 int qc_report_json_render(struct cJSON *root, qc_sbuf *out);
 /* "totals": {"checks", "passed", "failed", "errors"} on root. */
 void qc_report_totals(struct cJSON *root, int checks, int failed, int errors);
+
+/* The limits on a JSON report read back (`qatcheck report`, --baseline):
+ * real reports are a few MB (a 10,000-check vjp report is about 15 MB). */
+#define QC_REPORT_MAX_BYTES ((size_t)64 << 20)
+#define QC_REPORT_MAX_VALUES 4000000L
+
+/* Read the JSON report at `path` (a regular file, or refused unopened: a
+ * FIFO never blocks) whole into a malloc'd NUL-terminated *text of *n
+ * bytes, within QC_REPORT_MAX_BYTES and QC_REPORT_MAX_VALUES JSON values
+ * (counted before cJSON builds a tree). Errors read "<what> 'path': ...". */
+int qc_report_read_text(const char *path, const char *what, char **text, size_t *n);
 /* A declared tolerance as JSON: its bounds and reasoning. */
 struct cJSON *qc_report_tol_json(const qc_tol *t);
 

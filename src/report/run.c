@@ -110,6 +110,16 @@ int qc_run_begin(const char *verb, int argc, char **argv) {
       else continue;
       break;
     }
+  /* --timeout starts now, before any option opens an input (--baseline is
+   * read while the options are parsed; the parser re-arms it, a moment later) */
+  for (int i = 1; i < argc; i++) {
+    const char *t = NULL;
+    if (strncmp(argv[i], "--timeout=", 10) == 0) t = argv[i] + 10;
+    else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) t = argv[++i];
+    char *end;
+    double sec = t ? strtod(t, &end) : -1;
+    if (t && end != t && !*end && isfinite(sec) && sec >= 0 && sec <= 1e9 && qc_watchdog_arm(sec) != QC_OK) return QC_ESYS;
+  }
   int rc = QC_OK;
   qc_watchdog_hook(on_timeout);
   for (int k = 0; k < QC_REP_KINDS; k++) {
@@ -231,19 +241,11 @@ int qc_run_baseline(const char *path) {
     return qc_err("%s: --baseline is not supported: its reports hold no checks to compare", R.verb);
   if (R.nbase && !is_report) return qc_err("--baseline given twice: expected one baseline report for '%s'", R.verb);
   if (R.nbase == (int)(sizeof R.base / sizeof R.base[0])) return qc_err("--baseline: at most %d baselines", R.nbase);
-  FILE *f = fopen(path, "rb");
-  struct stat st;
-  if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    int e = errno;
-    if (f) fclose(f);
-    return qc_err("--baseline '%s': cannot read: %s", path, f ? "not a regular file" : strerror(e));
-  }
-  char *text = malloc((size_t)st.st_size + 1);
-  size_t n = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
-  fclose(f);
-  if (!text) return qc_err_sys("out of memory reading '%s'", path);
-  text[n] = 0;
-  cJSON *j = cJSON_Parse(text);
+  char *text = NULL;
+  size_t n = 0;
+  int rc0 = qc_report_read_text(path, "--baseline", &text, &n); /* a FIFO is refused unopened */
+  if (rc0) return rc0;
+  cJSON *j = cJSON_ParseWithLength(text, n);
   free(text);
   int rc = QC_OK;
   const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "verb") : NULL;
