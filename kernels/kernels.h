@@ -81,24 +81,32 @@ size_t qk_metrics_scratch_bytes(void);
 /* Writes the result to res (device) after `scratch`. */
 int qk_metrics(const void *g, int g_kind, const double *r, int64_t n, void *scratch, qk_msum *res, void *stream);
 
-/* The bias test's sums of a bf16 candidate g against r, a [rows, cols]
- * row-major view, x = g - bf16(r) over finite pairs: out[i * 7 + k] for
- * row i gets sum x r, sum r^2, sum x^2, sum x^2 r^2, sum x r^3, sum r^4,
- * sum (bf16(r) - r)^2 (qk_bias_rows); out[(c * cols + j) * 2 + {0, 1}]
- * gets sum x r and sum r^2 of column j over the rows of chunk c, rows split
- * into `chunks` equal runs (qk_bias_cols). Device pointers; deterministic. */
-int qk_bias_rows(const void *g, const double *r, int64_t rows, int64_t cols, double *out, void *stream);
-int qk_bias_cols(const void *g, const double *r, int64_t rows, int64_t cols, int chunks, double *out, void *stream);
 /* The bias test's sums combined on the device in a fixed order, so that
  * only QK_BIAS_NSUM doubles leave it: each column's (t, c) summed over the
  * chunks in chunk order (written over chunk 0's slots of parts), then one
  * block, each thread a strided set of rows and of columns in order, then a
  * fixed tree: out[0..6] the 7 row sums summed over the rows, out[7..9] sum
  * over rows of t^2, t c, c^2 (t, c a row's sum x r and sum r^2),
- * out[10..12] the same over the columns (zero when chunks is 0). rows7 as
- * qk_bias_rows wrote it, parts as qk_bias_cols did. Deterministic. */
+ * out[10..12] the same over the columns (zero when chunks is 0). rows7:
+ * per row the 7 sums of x = g - bf16(r) over finite pairs (sum x r, r^2,
+ * x^2, x^2 r^2, x r^3, r^4, (bf16(r) - r)^2); parts: per chunk of rows and
+ * column, (sum x r, sum r^2). Deterministic. */
 #define QK_BIAS_NSUM 13
 int qk_bias_final(const double *rows7, int64_t rows, double *parts, int chunks, int64_t cols, double *out, void *stream);
+
+/* The fused audit pass of a bf16 candidate g against r ([rows, cols] device
+ * buffers): one read of both for the metrics (into res, as qk_metrics) and
+ * the bias test's combined sums (into bias_out[QK_BIAS_NSUM], as
+ * qk_bias_final; the column clusters only when use_cols). Blocks of
+ * QK_SUM_THREADS x QK_SUM_COLS columns by QK_SUM_ROWS rows; every partial in its own slot
+ * of scratch (qk_audit_sums_doubles(rows, cols) doubles), then fixed-order
+ * reductions: deterministic. The fused linear audit's metrics stage. */
+#define QK_SUM_THREADS 256
+#define QK_SUM_COLS 8
+#define QK_SUM_ROWS 32
+size_t qk_audit_sums_doubles(int64_t rows, int64_t cols);
+int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, int use_cols, double *scratch,
+                  qk_msum *res, double *bias_out, void *stream);
 
 /* Conformance: for 2^32 float32 bit patterns from `start` (count of them),
  * out[i] = __nv_cvt_float_to_fp8(bits(start + i), __NV_SATFINITE, kind)

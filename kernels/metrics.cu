@@ -137,10 +137,8 @@ extern "C" int qk_metrics(const void *g, int g_kind, const double *r, int64_t n,
   return (int)cudaGetLastError();
 }
 
-/* ---- the bias test's sums (qk_bias_rows / qk_bias_cols in kernels.h) -------
- * x = g - q(r), q the bf16 rounding (via float32, as qc_round_to); one
- * block a row for the row sums, one thread a column (a chunk of rows each)
- * for the column sums; fixed trees and loops: deterministic. */
+/* ---- the bias test's terms: x = g - q(r), q the bf16 rounding (via
+ * float32, as qc_round_to); the sums are the fused pass's (qk_audit_sums). */
 #define BT 256
 #define BS 7
 
@@ -154,53 +152,6 @@ __device__ __forceinline__ void bias_terms(double g, double r, double *a) {
   a[4] += xr * rr;
   a[5] += rr * rr;
   a[6] += e * e;
-}
-
-__global__ void __launch_bounds__(BT) k_bias_rows(const __nv_bfloat16 *g, const double *r, long long cols, double *out) {
-  __shared__ double sh[BS][BT];
-  double a[BS] = {0, 0, 0, 0, 0, 0, 0};
-  const long long row = blockIdx.x;
-  for (long long j = threadIdx.x; j < cols; j += BT)
-    bias_terms((double)__bfloat162float(g[row * cols + j]), r[row * cols + j], a);
-  for (int k = 0; k < BS; k++) sh[k][threadIdx.x] = a[k];
-  __syncthreads();
-  for (unsigned s = BT / 2; s; s >>= 1) {
-    if (threadIdx.x < s)
-      for (int k = 0; k < BS; k++) sh[k][threadIdx.x] += sh[k][threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x < BS) out[row * BS + threadIdx.x] = sh[threadIdx.x][0];
-}
-
-__global__ void __launch_bounds__(BT) k_bias_cols(const __nv_bfloat16 *g, const double *r, long long rows, long long cols,
-                                                  long long per, double *out) {
-  const long long j = (long long)blockIdx.x * BT + threadIdx.x, c = blockIdx.y;
-  if (j >= cols) return;
-  double t = 0, cc = 0;
-  const long long hi = min(rows, (c + 1) * per);
-  for (long long i = c * per; i < hi; i++) {
-    double rv = r[i * cols + j], gv = (double)__bfloat162float(g[i * cols + j]);
-    if (!isfinite(rv) || !isfinite(gv)) continue;
-    double q = (double)__bfloat162float(__float2bfloat16_rn((float)rv));
-    t += (gv - q) * rv;
-    cc += rv * rv;
-  }
-  out[(c * cols + j) * 2] = t;
-  out[(c * cols + j) * 2 + 1] = cc;
-}
-
-extern "C" int qk_bias_rows(const void *g, const double *r, int64_t rows, int64_t cols, double *out, void *stream) {
-  if (rows < 1) return 0;
-  k_bias_rows<<<(unsigned)rows, BT, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)g, r, cols, out);
-  return (int)cudaGetLastError();
-}
-
-extern "C" int qk_bias_cols(const void *g, const double *r, int64_t rows, int64_t cols, int chunks, double *out, void *stream) {
-  if (rows < 1 || cols < 1 || chunks < 1) return 0;
-  long long per = (rows + chunks - 1) / chunks;
-  dim3 grid((unsigned)((cols + BT - 1) / BT), (unsigned)chunks);
-  k_bias_cols<<<grid, BT, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)g, r, rows, cols, per, out);
-  return (int)cudaGetLastError();
 }
 
 #define FT 256 /* threads of the final reduction (one block; 13 x 256 doubles of shared memory) */
@@ -256,4 +207,142 @@ extern "C" int qk_bias_final(const double *rows7, int64_t rows, double *parts, i
   }
   k_bias_final<<<1, FT, 0, st>>>(rows7, rows, parts, chunks > 0 ? cols : 0, out);
   return (int)cudaGetLastError();
+}
+
+/* ---- the fused audit pass (qk_audit_sums in kernels.h) ----------------------
+ * One read of a bf16 candidate g and its float64 reference r ([rows, cols])
+ * for the metrics and both halves of the bias test. A block is QK_SUM_THREADS
+ * x QK_SUM_COLS columns (QK_SUM_COLS adjacent ones a thread, 16-byte loads
+ * where rows are aligned) by QK_SUM_ROWS rows, walked in row order: each
+ * thread keeps its metrics accumulator and its columns' (t, c); each row's 7
+ * bias sums are reduced over a warp by a fixed shuffle tree, kept per warp
+ * in shared memory and summed over the warps in order at the end; every
+ * partial lands in its own slot. Then fixed-order reductions over the slots. */
+
+/* One element's metrics, bias terms (as bias_terms) and column sums. */
+__device__ __forceinline__ void sums_add(macc &a, double *b, double &t, double &c, double gv, double rv, long long i) {
+  macc_add(a, gv, rv, i);
+  if (!isfinite(gv) || !isfinite(rv)) return;
+  double q = (double)__bfloat162float(__float2bfloat16_rn((float)rv)), x = gv - q, e = q - rv, xr = x * rv, rr = rv * rv;
+  b[0] += xr;
+  b[1] += rr;
+  b[2] += x * x;
+  b[3] += xr * xr;
+  b[4] += xr * rr;
+  b[5] += rr * rr;
+  b[6] += e * e;
+  t += xr;
+  c += rr;
+}
+
+__global__ void __launch_bounds__(QK_SUM_THREADS) k_audit_sums(const __nv_bfloat16 *g, const double *r, long long rows,
+                                                               long long cols, int vec, macc *mpart, double *rowpart,
+                                                               double *colpart) {
+  __shared__ double wrow[QK_SUM_ROWS][QK_SUM_THREADS / 32][BS];
+  __shared__ macc sh[QK_SUM_THREADS];
+  const long long j0 = ((long long)blockIdx.x * QK_SUM_THREADS + threadIdx.x) * QK_SUM_COLS, strips = gridDim.x;
+  const long long r0 = (long long)blockIdx.y * QK_SUM_ROWS;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nr = (int)min((long long)QK_SUM_ROWS, rows - r0);
+  const int nc = (int)max(0LL, min((long long)QK_SUM_COLS, cols - j0));
+  macc a;
+  macc_init(a);
+  double t[QK_SUM_COLS], c[QK_SUM_COLS];
+#pragma unroll
+  for (int v = 0; v < QK_SUM_COLS; v++) t[v] = c[v] = 0;
+  for (int k = 0; k < nr; k++) {
+    double b[BS] = {0, 0, 0, 0, 0, 0, 0};
+    const long long base = (r0 + k) * cols + j0;
+    if (vec && nc == QK_SUM_COLS) { /* 16-byte loads: 8 bf16, 4 x 2 float64 */
+      uint4 gw = *(const uint4 *)(g + base);
+      const __nv_bfloat16 *gh = (const __nv_bfloat16 *)&gw;
+      double rv[QK_SUM_COLS];
+#pragma unroll
+      for (int q = 0; q < QK_SUM_COLS / 2; q++) {
+        double2 x = *(const double2 *)(r + base + 2 * q);
+        rv[2 * q] = x.x;
+        rv[2 * q + 1] = x.y;
+      }
+#pragma unroll
+      for (int v = 0; v < QK_SUM_COLS; v++) sums_add(a, b, t[v], c[v], (double)__bfloat162float(gh[v]), rv[v], base + v);
+    } else {
+#pragma unroll
+      for (int v = 0; v < QK_SUM_COLS; v++)
+        if (v < nc) sums_add(a, b, t[v], c[v], (double)__bfloat162float(g[base + v]), r[base + v], base + v);
+    }
+#pragma unroll
+    for (int q = 0; q < BS; q++)
+      for (int o = 16; o; o >>= 1) b[q] += __shfl_down_sync(0xffffffffu, b[q], o);
+    if (lane == 0)
+      for (int q = 0; q < BS; q++) wrow[k][warp][q] = b[q];
+  }
+#pragma unroll
+  for (int v = 0; v < QK_SUM_COLS; v++)
+    if (v < nc) {
+      colpart[((long long)blockIdx.y * cols + j0 + v) * 2] = t[v];
+      colpart[((long long)blockIdx.y * cols + j0 + v) * 2 + 1] = c[v];
+    }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < nr * BS; idx += QK_SUM_THREADS) {
+    int k = idx / BS, q = idx % BS;
+    double v = 0;
+    for (int w = 0; w < QK_SUM_THREADS / 32; w++) v += wrow[k][w][q];
+    rowpart[((r0 + k) * strips + blockIdx.x) * BS + q] = v;
+  }
+  tree(sh, a);
+  if (threadIdx.x == 0) mpart[(long long)blockIdx.y * strips + blockIdx.x] = sh[0];
+}
+
+/* Each row's 7 sums over its strips, in strip order. */
+__global__ void k_rows_final(const double *rowpart, long long rows, long long strips, double *rows7) {
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= rows * BS) return;
+  const long long i = t / BS;
+  const int q = (int)(t % BS);
+  double v = 0;
+  for (long long s = 0; s < strips; s++) v += rowpart[(i * strips + s) * BS + q];
+  rows7[t] = v;
+}
+
+/* Any number of metrics partials: thread k merges partials k, k + MAXB, ...
+ * in order, then a fixed tree (ties keep the lower index: macc_merge). */
+__global__ void __launch_bounds__(MAXB) k_mpart_final(const macc *part, long long nb, qk_msum *res) {
+  __shared__ macc sh[MAXB];
+  macc a;
+  macc_init(a);
+  for (long long k = threadIdx.x; k < nb; k += MAXB) macc_merge(a, part[k]);
+  tree(sh, a);
+  if (threadIdx.x == 0) {
+    res->sg = sh[0].sg; res->sr = sh[0].sr; res->sd = sh[0].sd; res->dt = sh[0].dt; res->snf = sh[0].snf;
+    res->mx = sh[0].mx; res->idx = sh[0].idx; res->bad = sh[0].bad;
+  }
+}
+
+extern "C" size_t qk_audit_sums_doubles(int64_t rows, int64_t cols) {
+  const long long strips = (cols + QK_SUM_THREADS * QK_SUM_COLS - 1) / (QK_SUM_THREADS * QK_SUM_COLS),
+                  chunks = (rows + QK_SUM_ROWS - 1) / QK_SUM_ROWS;
+  return (size_t)(strips * chunks * (long long)(sizeof(macc) / 8) + rows * strips * BS + rows * BS + chunks * cols * 2);
+}
+
+extern "C" int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, int use_cols, double *scratch,
+                             qk_msum *res, double *bias_out, void *stream) {
+  cudaStream_t st = (cudaStream_t)stream;
+  if (rows < 1 || cols < 1) return (int)cudaErrorInvalidValue;
+  const long long strips = (cols + QK_SUM_THREADS * QK_SUM_COLS - 1) / (QK_SUM_THREADS * QK_SUM_COLS),
+                  chunks = (rows + QK_SUM_ROWS - 1) / QK_SUM_ROWS;
+  /* 16-byte loads where every row starts 16-byte aligned */
+  const int vec = cols % QK_SUM_COLS == 0 && ((uintptr_t)g & 15) == 0 && ((uintptr_t)r & 15) == 0;
+  macc *mpart = (macc *)scratch;
+  double *rowpart = scratch + strips * chunks * (long long)(sizeof(macc) / 8);
+  double *rows7 = rowpart + rows * strips * BS;
+  double *colpart = rows7 + rows * BS;
+  cudaError_t e;
+  k_audit_sums<<<dim3((unsigned)strips, (unsigned)chunks), QK_SUM_THREADS, 0, st>>>(
+      (const __nv_bfloat16 *)g, r, rows, cols, vec, mpart, rowpart, colpart);
+  if ((e = cudaGetLastError())) return (int)e;
+  k_mpart_final<<<1, MAXB, 0, st>>>(mpart, strips * chunks, res);
+  if ((e = cudaGetLastError())) return (int)e;
+  k_rows_final<<<(unsigned)((rows * BS + 255) / 256), 256, 0, st>>>(rowpart, rows, strips, rows7);
+  if ((e = cudaGetLastError())) return (int)e;
+  return qk_bias_final(rows7, rows, colpart, use_cols ? (int)chunks : 0, cols, bias_out, stream);
 }

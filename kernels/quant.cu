@@ -144,9 +144,14 @@ __global__ void k_tensor(qk_qargs a) {
 }
 
 /* ---- 128x128 tiles: one block of 256 threads, 2 rows x 128 columns a step.
- * (A version with 8 adjacent columns a thread, 16-byte loads and stores and
- * float64 staged through shared memory ran slower on the H200: 0.29 against
- * 0.16 ms for the decode-shape weight, both measured in one run.) ---------- */
+ * No array of the tile's values: the amax pass reads the tile, the encode
+ * pass reads it again (from L2) and, for the two-stage recipe, re-derives
+ * the first stage's value. Keeping the 64 values a thread in registers
+ * (with the producer recipes' arithmetic) took 216 registers a thread, one
+ * block an SM and 0.53 ms for the decode-shape weight (ncu, H200). (A
+ * version with 8 adjacent columns a thread, 16-byte loads and stores and
+ * float64 staged through shared memory ran slower: 0.29 against 0.16 ms
+ * before the recipes.) ------------------------------------------------------ */
 
 __device__ __forceinline__ float block_max(float v, float *sh) {
   for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -164,31 +169,30 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
   const int tc = threadIdx.x & 127, tr = threadIdx.x >> 7;
   const int64_t col = bc * 128 + tc;
   const bool colok = col < a.cols;
-  float v[64];
+  const int64_t r0 = br * 128 + tr;
+  const int steps = (int)min((int64_t)64, (a.rows - r0 + 1) / 2); /* rows r0, r0 + 2, ... below a.rows */
   float m = 0.f;
   unsigned bad = 0;
-#pragma unroll
-  for (int s = 0; s < 64; s++) {
-    int64_t row = br * 128 + 2 * s + tr;
-    v[s] = (colok && row < a.rows) ? load_in(a, row * a.cols + col) : 0.f; /* zero padding */
-    if (!isfinite(v[s])) bad++;
-    else m = fmaxf(m, fabsf(v[s]));
-  }
+  if (colok)
+    for (int s = 0; s < steps; s++) {
+      float v = load_in(a, (r0 + 2 * s) * a.cols + col);
+      if (!isfinite(v)) bad++;
+      else m = fmaxf(m, fabsf(v));
+    }
   if (bad) atomicAdd(&a.scratch[1], bad);
   /* a non-finite value anywhere in the tile makes the block max infinite */
   m = block_max(bad ? INFINITY : m, sh);
   if (isinf(m)) return;
-  qc_bscale sc = qr_block_scale(&a.rc, m, 0.f);
+  qc_bscale sc = qr_block_scale(&a.rc, m, 0.f), sc1 = sc;
   if (a.two_stage) {
     /* second stage: requantize the dequantized tile with a power-of-two scale */
     float m2 = 0.f;
-#pragma unroll
-    for (int s = 0; s < 64; s++) {
-      float d;
-      encode(false, sc, v[s], &d);
-      v[s] = d;
-      m2 = fmaxf(m2, fabsf(d));
-    }
+    if (colok)
+      for (int s = 0; s < steps; s++) {
+        float d;
+        encode(false, sc1, load_in(a, (r0 + 2 * s) * a.cols + col), &d);
+        m2 = fmaxf(m2, fabsf(d));
+      }
     m2 = block_max(m2, sh);
     sc = qr_block_scale(&a.rc2, m2, 0.f);
   }
@@ -198,16 +202,13 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
     if (a.scale_b) a.scale_b[sidx] = a.fmt == QK_FP8_BLOCK128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
   }
   if (!colok) return;
-  /* encode and store in one pass: no second array of codes in registers */
-#pragma unroll
-  for (int s = 0; s < 64; s++) {
-    int64_t row = br * 128 + 2 * s + tr;
-    if (row < a.rows) {
-      float d;
-      uint8_t c = encode(false, sc, v[s], &d);
-      store_deq(a, row * a.cols + col, d);
-      if (a.q) a.q[row * a.cols + col] = c;
-    }
+  for (int s = 0; s < steps; s++) {
+    const int64_t i = (r0 + 2 * s) * a.cols + col;
+    float v = load_in(a, i), d;
+    if (a.two_stage) encode(false, sc1, v, &v);
+    uint8_t c = encode(false, sc, v, &d);
+    store_deq(a, i, d);
+    if (a.q) a.q[i] = c;
   }
 }
 

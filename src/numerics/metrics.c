@@ -186,14 +186,10 @@ int qc_bias_use_cols(int64_t rows, int64_t cols) {
   return rows > 1 && cols >= QC_BIAS_MIN_CLUSTERS && cols <= ((int64_t)1 << 24);
 }
 
-int qc_bias_dev_chunks(int64_t rows, int64_t cols) {
-  int chunks = qc_bias_use_cols(rows, cols) ? (int)(rows < 64 ? rows : 64) : 0;
-  while (chunks > 1 && (int64_t)chunks * cols > ((int64_t)1 << 23)) chunks /= 2;
-  return chunks;
-}
-
 size_t qc_bias_dev_doubles(int64_t rows, int64_t cols) {
-  return (size_t)rows * 7 + (size_t)qc_bias_dev_chunks(rows, cols) * (size_t)cols * 2;
+  int64_t strips = (cols + QC_DEV_SUM_THREADS * QC_DEV_SUM_COLS - 1) / (QC_DEV_SUM_THREADS * QC_DEV_SUM_COLS);
+  int64_t chunks = (rows + QC_DEV_SUM_ROWS - 1) / QC_DEV_SUM_ROWS;
+  return (size_t)(strips * chunks * 8 + rows * strips * 7 + rows * 7 + chunks * cols * 2);
 }
 
 void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double *parts, int chunks) {

@@ -77,11 +77,14 @@ void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double 
 /* 1 when the column clusters of a [rows, cols] view are used (several rows,
  * enough columns, and the [cols] sums fit). */
 int qc_bias_use_cols(int64_t rows, int64_t cols);
-/* The device bias pass's column chunks of a [rows, cols] view (0: no column
- * clusters) and the doubles of scratch it needs (7 a row, 2 a column a
- * chunk): the CUDA backend's layout and the audit's memory estimate agree
- * through this one rule. */
-int qc_bias_dev_chunks(int64_t rows, int64_t cols);
+/* Doubles of device scratch the fused audit pass needs for a [rows, cols]
+ * gradient (the CUDA backend's qk_audit_sums: per block of
+ * QC_DEV_SUM_THREADS x QC_DEV_SUM_COLS columns by QC_DEV_SUM_ROWS rows a metrics partial of 8
+ * doubles; 7 sums a row a strip and a row; 2 a column a chunk of rows): the
+ * arena's layout and the audit's memory estimate agree through this rule. */
+#define QC_DEV_SUM_THREADS 256
+#define QC_DEV_SUM_COLS 8
+#define QC_DEV_SUM_ROWS 32
 size_t qc_bias_dev_doubles(int64_t rows, int64_t cols);
 /* Fill m's noise floor and bias fields from the sums (m->norm_r set). */
 void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m);

@@ -34,12 +34,12 @@ Test(qlayout, unknown_format_named) {
 }
 
 Test(qlayout, audit_bytes) {
-  /* 8 bytes x (2NK + 2MK + MN + the bias test's sums) + 2 bytes x (2NK + MK)
-   * + 64 MiB; the bias sums of the larger gradient: 7 a row (K = 2 columns
-   * are too few for column clusters) */
-  size_t want = 8 * (2 * 6 + 2 * 8 + 12 + 7 * 4) + 2 * (2 * 6 + 8) + ((size_t)64 << 20);
+  /* 8 bytes x (2NK + 2MK + MN + the fused pass's sums) + 2 bytes x (2NK + MK)
+   * + 64 MiB; the sums of the larger gradient ([4, 2]: one block, 8 doubles
+   * of metrics, 7 a row a strip, 7 a row, 2 a column) */
+  size_t want = 8 * (2 * 6 + 2 * 8 + 12 + (8 + 7 * 4 + 7 * 4 + 2 * 2)) + 2 * (2 * 6 + 8) + ((size_t)64 << 20);
   cr_expect_eq(qc_linear_audit_bytes(4, 2, 3), want);
-  /* with column clusters: 64 chunks of 2 sums a column over 4096 columns */
-  cr_expect_eq(qc_bias_dev_chunks(8192, 4096), 64);
-  cr_expect_eq(qc_bias_dev_doubles(8192, 4096), (size_t)8192 * 7 + (size_t)64 * 4096 * 2);
+  /* 8192 x 4096: 2 strips of 2048 columns, 256 chunks of 32 rows */
+  cr_expect_eq(qc_bias_dev_doubles(8192, 4096),
+               (size_t)2 * 256 * 8 + (size_t)8192 * 2 * 7 + (size_t)8192 * 7 + (size_t)256 * 4096 * 2);
 }

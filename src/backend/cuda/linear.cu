@@ -42,17 +42,20 @@ float cu_ev_ms(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
-/* Queue the bias test's sums of bf16 candidate g against r ([rows, cols]
- * device buffers): row and column sums into the scratch, combined on the
- * device in a fixed order into out[QK_BIAS_NSUM] (qk_bias_final). No
- * allocation, no sync: the audit downloads out at its one sync. */
-static int cu_bias_queue(cu *c, const uint16_t *g, const double *r, int64_t rows, int64_t cols, double *scratch,
+static_assert(QK_SUM_THREADS == QC_DEV_SUM_THREADS && QK_SUM_COLS == QC_DEV_SUM_COLS && QK_SUM_ROWS == QC_DEV_SUM_ROWS,
+              "the fused pass's blocks and the arena's estimate (numerics/metrics.h) must agree");
+
+/* Queue the fused metrics and bias pass of bf16 candidate g against r
+ * ([rows, cols] device buffers): the metrics into c->mres[slot], the bias
+ * test's combined sums into out[QK_BIAS_NSUM]. No allocation, no sync: the
+ * audit downloads both at its one sync. */
+static int cu_sums_queue(cu *c, const uint16_t *g, const double *r, int64_t rows, int64_t cols, int slot, double *scratch,
                          double *out) {
-  int rc = QC_OK, chunks = qc_bias_dev_chunks(rows, cols);
-  double *parts = scratch + (size_t)rows * 7;
-  CK((cudaError_t)qk_bias_rows(g, r, rows, cols, scratch, c->st), "bias row sums");
-  if (chunks) CK((cudaError_t)qk_bias_cols(g, r, rows, cols, chunks, parts, c->st), "bias column sums");
-  CK((cudaError_t)qk_bias_final(scratch, rows, parts, chunks, cols, out, c->st), "bias sums");
+  int rc = QC_OK;
+  if (qk_audit_sums_doubles(rows, cols) > qc_bias_dev_doubles(rows, cols))
+    return qc_err_sys("%s: the fused audit pass needs more scratch than the arena holds", c->name);
+  CK((cudaError_t)qk_audit_sums(g, r, rows, cols, qc_bias_use_cols(rows, cols), scratch, c->mres + slot, out, c->st),
+     "metrics and bias sums");
 done:
   return rc;
 }
@@ -62,7 +65,7 @@ static void cu_bias_fill(const double *v, int64_t rows, int64_t cols, qc_metrics
   qc_bias_sums s;
   memset(&s, 0, sizeof s);
   s.rows = rows;
-  s.cols = qc_bias_dev_chunks(rows, cols) ? cols : 0;
+  s.cols = qc_bias_use_cols(rows, cols) ? cols : 0;
   s.sxr = v[0]; s.srr = v[1]; s.sxx = v[2]; s.sx2r2 = v[3]; s.sxr3 = v[4]; s.sr4 = v[5]; s.snf = v[6];
   s.row_tt = v[7]; s.row_tc = v[8]; s.row_cc = v[9];
   s.col_tt = v[10]; s.col_tc = v[11]; s.col_cc = v[12];
@@ -131,10 +134,9 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if ((rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K))) goto done;
   if ((rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
   CK(cudaEventRecord(c->ev[3], c->st), "event");
-  if ((rc = cu_metrics_dev(c, gx, 1, rx, (int64_t)mk, 0, NULL)) || (rc = cu_metrics_dev(c, gw, 1, rw, (int64_t)nk, 1, NULL)))
-    goto done;
-  if ((rc = cu_bias_queue(c, gx, rx, M, K, bu.bias, bu.bias_out)) ||
-      (rc = cu_bias_queue(c, gw, rw, N, K, bu.bias, bu.bias_out + QK_BIAS_NSUM)))
+  /* metrics and bias test in one read of each gradient pair */
+  if ((rc = cu_sums_queue(c, gx, rx, M, K, 0, bu.bias, bu.bias_out)) ||
+      (rc = cu_sums_queue(c, gw, rw, N, K, 1, bu.bias, bu.bias_out + QK_BIAS_NSUM)))
     goto done;
   CK(cudaEventRecord(c->ev[4], c->st), "event");
   {
