@@ -55,12 +55,25 @@ int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
  * --profile's); absent or auto, every profile is tried and the first that
  * reproduces the bytes becomes the module's (the check says which and why;
  * none: the check fails naming the closest, and vllm is used). No check
- * when there are no saved bytes; then auto means vllm. */
+ * when there are no saved bytes; then auto means vllm. Bytes without a
+ * weight_format, or scales without bytes, are refused (QC_EINPUT): they
+ * would be ignored. */
 static int check_deployed(qc_audit *a, qc_module *m) {
   const char *fn = qc_contract_str(&m->contract, "weight_format", "none");
   const char *pn = qc_contract_str(&m->contract, "profile", "auto");
   int autop = strcmp(pn, "auto") == 0, rc;
-  if (!qc_tset_get(&m->saved, "weight_q") || !qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)
+  if (qc_tset_get(&m->saved, "weight_q") && (!qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)) {
+    /* deployed bytes no format can check would be ignored: refused instead */
+    qc_hint("set the contract's weight_format to the bytes' format (docs/numerics.md), or leave saved/weight_q out of the dump");
+    return qc_err("module '%s': dataset 'saved/weight_q' (deployed bytes) is present but the contract's weight_format is '%s': "
+                  "they would be ignored", m->path, fn);
+  }
+  static const char *scales[] = {"weight_scale", "weight_scale_inv", "weight_scale_2", "weight_global_scale"};
+  for (int i = 0; i < 4 && !qc_tset_get(&m->saved, "weight_q"); i++)
+    if (qc_tset_get(&m->saved, scales[i]))
+      return qc_err("module '%s': dataset 'saved/%s' is present without 'saved/weight_q': scales without their bytes would be ignored",
+                    m->path, scales[i]);
+  if (!qc_tset_get(&m->saved, "weight_q"))
     return autop && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "vllm", 0, 0) : QC_OK;
   qc_qfmt f;
   qc_qprof p = QC_QP_VLLM;
@@ -288,6 +301,7 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, co
       rc = qc_contract_set(&m.contract, "profile", "vllm", 0, 0);
     clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
+    if (!rc) rc = qc_module_check_known(&m, m.path); /* a generator makes only what its class declares */
     if (!rc) {
       if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
       rc = audit_described(a, &m, first, t0, cs->values[0] ? cs->values : "normal", split[i] ? i : -1);
@@ -421,7 +435,8 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
     qc_module *m = &cur->m;
     m->cls = qc_registry_find(ents[i].cls)->cls;
-    rc = qc_vjp_set_contract(m, cs, cur->contract, profile);
+    rc = qc_module_check_known(m, where); /* what the class does not model is refused, never ignored */
+    if (!rc) rc = qc_vjp_set_contract(m, cs, cur->contract, profile);
     if (!rc) rc = check_deployed(a, m);
     if (!rc) rc = qc_vjp_select_dy(m, cs, cs->dump);
     if (!rc) rc = check_finite(m, where); /* the selected dYs only */

@@ -457,6 +457,7 @@ extern const qc_split qc_linear_split; /* linear_split.c */
 const qc_class qc_class_linear = {
     .name = "linear",
     .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
+    .tensors = "inputs/x params/weight params/bias saved/weight_q saved/weight_scale saved/weight_scale_inv saved/weight_scale_2 saved/weight_global_scale outputs/y",
     .grads = "d_x d_weight d_bias",
     .shape_help = "[M, K, N] or [M, K, N, 0] (no bias): tokens, in_features, out_features",
     .keys = linear_keys,

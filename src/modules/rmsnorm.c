@@ -238,6 +238,7 @@ static const qc_key_spec rmsnorm_keys[] = {
 const qc_class qc_class_rmsnorm = {
     .name = "rmsnorm",
     .summary = "y = x / sqrt(mean(x^2) + eps) * w: d_x, d_weight with float32 statistics",
+    .tensors = "inputs/x params/weight outputs/y",
     .grads = "d_x d_weight",
     .shape_help = "[T, D]: tokens, hidden size",
     .keys = rmsnorm_keys,

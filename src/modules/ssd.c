@@ -85,6 +85,10 @@ static int ssd_view_get(const qc_module *m, ssd_view *v) {
     if (!dim_is(v->h0, 4, hs))
       return qc_err("%s: 'inputs/initial_state' is %s: expected [B, H, P, N] = %s", m->path,
                     qc_shape_str(4, v->h0->shape, s1, sizeof s1), qc_shape_str(4, hs, s2, sizeof s2));
+  } else if (qc_tset_get(&m->inputs, "initial_state")) { /* held but unused: refused, never ignored */
+    qc_hint("set the contract's initial_state to true to judge with it, or leave it out of the dump");
+    return qc_err("%s: dataset 'inputs/initial_state' is present but the contract's initial_state is false: "
+                  "the scan would start from zero and ignore it", m->path);
   }
   const double q = qc_contract_num(&m->contract, "chunk_size", 64);
   if (!(q >= 1) || q != floor(q) || q > 1e9)
@@ -433,6 +437,7 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
 const qc_class qc_class_ssd = {
     .name = "ssd",
     .summary = "Mamba-2 SSD scan (one group, no D, no gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm",
+    .tensors = "inputs/x inputs/dt inputs/A inputs/Bm inputs/Cm inputs/initial_state outputs/y",
     .grads = "d_x d_dt d_A d_Bm d_Cm d_initial_state",
     .shape_help = "[B, L, H, P, N]: batch, sequence, heads, head_dim, state size",
     .keys = ssd_keys,

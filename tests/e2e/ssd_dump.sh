@@ -2,7 +2,8 @@
 # ssd_dump.sh: the ssd class from a dump (spec schema): a module with an
 # initial state passes with the builtin candidate; bad input (A with a
 # positive entry, dt negative, Bm of another length than x, dt of another
-# head count, an unknown contract key) exits 2 with one `qatcheck: error:`
+# head count, an unknown contract key, an initial_state the contract does
+# not use) exits 2 with one `qatcheck: error:`
 # line naming the dataset or key, and only the error report.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
@@ -36,6 +37,7 @@ with h5py.File(sys.argv[1], "w") as f:
     module(f, "bad.Bm_length", c, bl=L - 1)
     module(f, "bad.dt_heads", c, dth=H + 1)
     module(f, "bad.key", {"chunk_size": 32, "ngroups": 2})
+    module(f, "bad.state_unused", {"chunk_size": 32})  # initial_state held, contract false
 P
 R='"reasoning": "float32 chunked scan; bound of cases/ssd.json"'
 TOL="{\"d_x\":{\"rel_l2\":2.34e-6,$R},\"d_Bm\":{\"rel_l2\":2.34e-6,$R},\"d_Cm\":{\"rel_l2\":2.34e-6,$R},\"d_initial_state\":{\"rel_l2\":2.34e-6,$R},\"d_dt\":{\"rel_l2\":9.35e-6,$R},\"d_A\":{\"rel_l2\":9.57e-6,$R}}"
@@ -49,5 +51,6 @@ dt_negative inputs/dt
 Bm_length inputs/Bm
 dt_heads inputs/dt
 key ngroups
+state_unused inputs/initial_state
 EOF2
 finish
