@@ -9,7 +9,8 @@
 # with Mamba-2's D skip and z gate, an rmsnorm with a bias, a linear
 # candidate d_bias without params/bias, linear deployed bytes without a
 # weight_format (or scales without bytes), an ssd initial_state the
-# contract does not use.
+# contract does not use, a group attribute or subgroup the reader does not
+# read.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -88,6 +89,9 @@ with h5py.File(sys.argv[1], "w") as f:
     group(f, "linear_bytes_no_format", "linear", d)
     d = C["linear"](); d["saved"] = {"weight_scale": np.ones((1, 1), np.float32)}
     group(f, "linear_scale_no_bytes", "linear", d)
+    # a setting as a group attribute, a role the reader does not know
+    group(f, "ssd_attr", "ssd", ssd()); f["ssd_attr"].attrs["ngroups"] = 2
+    group(f, "ssd_role", "ssd", ssd()); f["ssd_role/state/h"] = np.ones(3, np.float32)
     # an initial state the contract does not use
     d = ssd({"initial_state": bf(1, 2, 3, 4)})
     group(f, "ssd_state_unused", "ssd", d)
@@ -138,5 +142,7 @@ refused linear_dbias dump "'grads/dy/d_bias'" "linear candidate d_bias without p
 refused linear_bytes_no_format builtin "'saved/weight_q'" "linear deployed bytes without a weight_format are refused" "weight_format is 'none'"
 refused linear_scale_no_bytes builtin "'saved/weight_scale'" "linear scales without saved/weight_q are refused" "without 'saved/weight_q'"
 TOL=$(tol ssd)
+refused ssd_attr builtin "attribute 'ngroups'" "ssd with a group attribute ngroups is refused" "is not one qatcheck reads"
+refused ssd_role builtin "'state'" "ssd with a subgroup state/ is refused" "is not one of a module group's roles"
 refused ssd_state_unused builtin "'inputs/initial_state'" "ssd initial_state under initial_state = false is refused" "contract's initial_state is false"
 finish
