@@ -55,9 +55,11 @@ C = {
     "moe": moe,
     "ssd": ssd,
 }
-def group(f, path, cls, d, plant=None, grads=None):
+def group(f, path, cls, d, plant=None, grads=None, contract=None):
     g = f.create_group(path)
     g.attrs["class"] = cls
+    if contract:
+        g.attrs["contract"] = json.dumps(contract)
     for role in ("inputs", "params", "saved"):
         for k, v in d.get(role, {}).items():
             g[role + "/" + k] = v
@@ -75,8 +77,11 @@ with h5py.File(sys.argv[1], "w") as f:
         group(f, "extra_saved." + cls, cls, make(), "saved/extra")
         group(f, "extra_output." + cls, cls, make(), "outputs/final_state")
         group(f, "extra_grad." + cls, cls, make(), grads={"d_extra": np.ones(3, np.float32)})
-    # Mamba-2's D skip and z gate (issue 26): refused until modelled
-    group(f, "mamba2.D_z", "ssd", ssd({"D": bf(2), "z": bf(1, 5, 2, 3)}))
+    # Mamba-2's D skip and z gate (issue 26): D is modelled under d_skip =
+    # true (refused without it), z is refused until modelled
+    group(f, "mamba2.D", "ssd", ssd({"D": bf(2)}), contract={"d_skip": True})
+    group(f, "mamba2.D_off", "ssd", ssd({"D": bf(2)}))
+    group(f, "mamba2.D_z", "ssd", ssd({"D": bf(2), "z": bf(1, 5, 2, 3)}), contract={"d_skip": True})
     group(f, "mamba2.z", "ssd", ssd({"z": bf(1, 5, 2, 3)}))
     # an rmsnorm bias is a layernorm's, not an rmsnorm's
     d = C["rmsnorm"](); d["params"]["bias"] = bf(8)
@@ -126,14 +131,25 @@ for cls in linear rmsnorm layernorm rope swiglu relu2 gelu logprob router attent
 J
   expect_exit 0 "$cls: the valid group passes" "$QATCHECK" vjp --case "$T/ok.json" --quiet
   TAKES="not modelled by class '$cls'.*the class takes"
-  refused "extra_input.$cls" builtin "'inputs/D'" "$cls: inputs/D is refused" "$TAKES"
+  if [ $cls = ssd ]; then # ssd models inputs/D under d_skip; plant another input
+    refused "extra_input.$cls" builtin "'inputs/D'" "$cls: inputs/D is refused (d_skip false)" "the contract's d_skip is false"
+  else
+    refused "extra_input.$cls" builtin "'inputs/D'" "$cls: inputs/D is refused" "$TAKES"
+  fi
   refused "extra_param.$cls" builtin "'params/extra'" "$cls: params/extra is refused" "$TAKES"
   refused "extra_saved.$cls" builtin "'saved/extra'" "$cls: saved/extra is refused" "$TAKES"
   refused "extra_output.$cls" builtin "'outputs/final_state'" "$cls: outputs/final_state is refused" "$TAKES"
   refused "extra_grad.$cls" dump "'grads/dy/d_extra'" "$cls: a candidate grads/dy/d_extra is refused" "not a gradient class '$cls' checks.*it checks"
 done
 TOL=$(tol ssd)
-refused mamba2.D_z builtin "'inputs/D'" "ssd with Mamba-2's inputs/D and inputs/z is refused" "inputs/x, inputs/dt"
+DTOL=$(tol ssd | sed 's/}}$/},"d_D":{"rel_l2":1e-2,"reasoning":"float32 pairwise sum"}}/')
+cat >"$T/d.json" <<J
+{"data": {"dump": "d.h5", "modules": "^/mamba2\\\\.D\$"}, "candidate": "builtin", "tolerances": $DTOL}
+J
+expect_exit 0 "ssd with Mamba-2's inputs/D under d_skip = true passes" "$QATCHECK" vjp --case "$T/d.json" --json "$T/d.r.json"
+grep -q '"d_D"' "$T/d.r.json" && ok "d_D is checked" || bad "d_D is not in the report"
+refused mamba2.D_off builtin "'inputs/D'" "ssd with inputs/D but d_skip false is refused" "the contract's d_skip is false"
+refused mamba2.D_z builtin "'inputs/z'" "ssd with Mamba-2's inputs/D and inputs/z is refused (z)" "inputs/x, inputs/dt"
 refused mamba2.z builtin "'inputs/z'" "ssd with Mamba-2's inputs/z is refused" "not modelled by class 'ssd'"
 TOL=$(tol rmsnorm)
 refused rmsnorm_bias builtin "'params/bias'" "rmsnorm with a params/bias is refused" "the class takes inputs/x, params/weight"

@@ -63,6 +63,7 @@ static const fd_case cases[] = {
     {"moe", "9,8,5,5,4", {"activation=relu2", NULL}},
     {"ssd", "2,9,2,3,4", {NULL}},
     {"ssd", "2,11,3,3,4", {"initial_state=true", "chunk_size=4", NULL}},
+    {"ssd", "2,9,2,3,4", {"d_skip=true", "chunk_size=4", NULL}},
 };
 
 Test(fd, agrees_with_every_reference) {
