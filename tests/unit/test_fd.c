@@ -37,6 +37,7 @@ typedef struct {
 static const fd_case cases[] = {
     {"rmsnorm", "7,33", {NULL}},
     {"rmsnorm", "3,200", {"eps=1e-2", NULL}},
+    {"rmsnorm", "7,33", {"zero_centered=true", NULL}},
     {"layernorm", "7,33", {NULL}},
     {"layernorm", "4,17,0", {"eps=1e-3", NULL}},
     {"rope", "5,2,12", {NULL}},
