@@ -55,6 +55,7 @@ int qc_tol_dump(const qc_common_opts *cop, const char *dump, const char *path, c
   if ((rc = qc_dump_load_module(d, path, 1, &m, cj, sizeof cj))) goto done;
   m.cls = row->cls;
   snprintf(where, sizeof where, "module '%s'", path);
+  if ((rc = qc_module_check_known(&m, where))) goto done;
   if (cj[0] && (rc = qc_contract_parse(cj, where, &m.contract))) goto done;
   if ((rc = qc_contract_validate(&m.contract, m.cls->keys, where))) goto done;
   if ((rc = row->cls->tol_rules(&m, ask, MAXG, &n))) goto done;

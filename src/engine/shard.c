@@ -305,6 +305,11 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc
     rc = qc_dump_load_module(rf[r].d, e->path, 1, &rf[r].m, r ? c : contract, r ? sizeof c : sizeof contract);
     rf[r].loaded = !rc;
     if (!rc) rf[r].m.cls = row->cls;
+    if (!rc) {
+      char where[QC_PATHLEN + 1100];
+      snprintf(where, sizeof where, "dump '%s': module '%s'", qc_dump_path(rf[r].d), e->path);
+      if ((rc = qc_module_check_known(&rf[r].m, where))) break;
+    }
     if (!rc && (rc = qc_vjp_set_contract(&rf[r].m, cs, r ? c : contract, profile))) break;
     if (!rc && (rc = qc_vjp_select_dy(&rf[r].m, cs, qc_dump_path(rf[r].d)))) break;
   }

@@ -178,6 +178,7 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, co
       rc = qc_contract_set(&m.contract, "profile", "vllm", 0, 0);
     clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
+    if (!rc) rc = qc_module_check_known(&m, m.path); /* a generator makes only what its class declares */
     if (!rc) {
       if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
       rc = audit_described(a, &m, first, t0, cs->values[0] ? cs->values : "normal", split[i] ? i : -1);
@@ -311,7 +312,8 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
     qc_module *m = &cur->m;
     m->cls = qc_registry_find(ents[i].cls)->cls;
-    rc = qc_vjp_set_contract(m, cs, cur->contract, profile);
+    rc = qc_module_check_known(m, where); /* what the class does not model is refused, never ignored */
+    if (!rc) rc = qc_vjp_set_contract(m, cs, cur->contract, profile);
     if (!rc) rc = qc_vjp_check_deployed(a, m);
     if (!rc) rc = qc_vjp_select_dy(m, cs, cs->dump);
     if (!rc) rc = check_finite(m, where); /* the selected dYs only */

@@ -51,7 +51,18 @@ int qc_vjp_check_deployed(qc_audit *a, qc_module *m) {
   const char *fn = qc_contract_str(&m->contract, "weight_format", "none");
   const char *pn = qc_contract_str(&m->contract, "profile", "auto");
   int autop = strcmp(pn, "auto") == 0, rc;
-  if (!qc_tset_get(&m->saved, "weight_q") || !qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)
+  if (qc_tset_get(&m->saved, "weight_q") && (!qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)) {
+    /* deployed bytes no format can check would be ignored: refused instead */
+    qc_hint("set the contract's weight_format to the bytes' format (docs/numerics.md), or leave saved/weight_q out of the dump");
+    return qc_err("module '%s': dataset 'saved/weight_q' (deployed bytes) is present but the contract's weight_format is '%s': "
+                  "they would be ignored", m->path, fn);
+  }
+  static const char *scales[] = {"weight_scale", "weight_scale_inv", "weight_scale_2", "weight_global_scale"};
+  for (int i = 0; i < 4 && !qc_tset_get(&m->saved, "weight_q"); i++)
+    if (qc_tset_get(&m->saved, scales[i]))
+      return qc_err("module '%s': dataset 'saved/%s' is present without 'saved/weight_q': scales without their bytes would be ignored",
+                    m->path, scales[i]);
+  if (!qc_tset_get(&m->saved, "weight_q"))
     return autop && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "vllm", 0, 0) : QC_OK;
   qc_qfmt f;
   qc_qprof p = QC_QP_VLLM;

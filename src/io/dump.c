@@ -214,6 +214,44 @@ static int grads_check(void *arg, const qc_h5obj *o) {
   return c->rc != QC_OK;
 }
 
+typedef struct kids_ctx {
+  qc_dump *d;
+  const char *path;
+  int rc;
+} kids_ctx;
+
+/* A module group's child: a role group, or a module group of its own (a
+ * nested module, read on its own); anything else would be ignored. */
+static int kid_item(void *arg, const qc_h5obj *o) {
+  static const char *roles[] = {"inputs", "params", "saved", "outputs", "grad_out", "grads"};
+  kids_ctx *c = arg;
+  const char *name = strrchr(o->path, '/') + 1;
+  for (int i = 0; i < 6; i++)
+    if (strcmp(name, roles[i]) == 0) return 0;
+  if (o->type == QC_H5O_GROUP && qc_h5obj_attr(o, "class")) return 0;
+  c->rc = qc_err("dump '%s': module '%s': '%s' is not one of a module group's roles (inputs/, params/, saved/, outputs/, "
+                 "grad_out/, grads/) nor a module group: it would be ignored",
+                 c->d->path, c->path, name);
+  return 1;
+}
+
+/* Module group g's attributes and children are ones the reader models:
+ * QC_OK, or QC_EINPUT naming the first other one. */
+static int check_group(qc_dump *d, const qc_h5obj *g, const char *path) {
+  static const char *attrs[] = {"class", "contract", "not_captured", "parallel", "grad_reduce"};
+  for (int i = 0; i < g->nattr; i++) {
+    int known = 0;
+    for (int j = 0; j < 5; j++) known |= strcmp(g->attr[i].name, attrs[j]) == 0;
+    if (!known)
+      return qc_err("dump '%s': module '%s': attribute '%s' is not one qatcheck reads (class, contract, not_captured, "
+                    "parallel, grad_reduce): it would be ignored; put settings in the 'contract' attribute",
+                    d->path, path, g->attr[i].name);
+  }
+  kids_ctx c = {.d = d, .path = path};
+  qc_h5map_children(&d->map, path, kid_item, &c);
+  return c.rc;
+}
+
 /* The roles of module `path` (and grads/<dY>/ when with_grads): each
  * dataset validated (set NULL: sets unused) or read. */
 static int load_all(qc_dump *d, const char *path, int with_grads, qc_module *m, int validate) {
@@ -265,7 +303,8 @@ int qc_dump_load_module(qc_dump *d, const char *path, int with_grads, qc_module 
   }
   /* every dataset's type, shape and storage checked against the file
    * before the first byte of tensor data is read */
-  int rc = load_all(d, path, with_grads, m, 1);
+  int rc = check_group(d, g, path);
+  if (!rc) rc = load_all(d, path, with_grads, m, 1);
   if (!rc) rc = load_all(d, path, with_grads, m, 0);
   if (rc) qc_module_free(m);
   return rc;

@@ -1,6 +1,7 @@
 /* module.c: module instances (see module.h). */
 #include "model/module.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +61,68 @@ int qc_module_need(const qc_module *m, const char *role, const char *name, int m
     return qc_err("%s: dataset '%s/%s' is packed float4 (two elements a byte): expected a tensor of one element per value",
                   m->path, role, name);
   *out = t;
+  return QC_OK;
+}
+
+/* 1 when `word` is a space-separated word of `list` (NULL: an empty list). */
+static int has_word(const char *list, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = list; p && *p;) {
+    while (*p == ' ') p++;
+    const char *e = p;
+    while (*e && *e != ' ') e++;
+    if ((size_t)(e - p) == n && n && strncmp(p, word, n) == 0) return 1;
+    p = e;
+  }
+  return 0;
+}
+
+/* The class's declared tensors as "inputs/x, params/weight" into buf[n]. */
+static void takes_list(const qc_class *c, char *buf, size_t n) {
+  size_t l = 0;
+  buf[0] = 0;
+  for (const char *p = c->tensors; p && *p && l + 1 < n;) {
+    while (*p == ' ') p++;
+    const char *e = p;
+    while (*e && *e != ' ') e++;
+    if (e > p) l += (size_t)snprintf(buf + l, n - l, "%s%.*s", l ? ", " : "", (int)(e - p), p);
+    p = e;
+  }
+  if (!buf[0]) snprintf(buf, n, "nothing (the class declares no tensors)");
+}
+
+int qc_module_check_known(const qc_module *m, const char *where) {
+  static const char *roles[] = {"inputs", "params", "saved", "outputs"};
+  const qc_tset *sets[] = {&m->inputs, &m->params, &m->saved, &m->outputs};
+  const qc_class *c = m->cls;
+  char word[QC_NAMELEN + 16], takes[1024];
+  for (int r = 0; r < 4; r++)
+    for (int i = 0; i < sets[r]->n; i++) {
+      snprintf(word, sizeof word, "%s/%s", roles[r], sets[r]->t[i].name);
+      if (has_word(c->tensors, word)) continue;
+      takes_list(c, takes, sizeof takes);
+      qc_hint("model it in class '%s' (src/modules/%s.c and its reference), or leave it out of the dump", c->name, c->name);
+      return qc_err("%s: dataset '%s' is not modelled by class '%s' (judging without it could pass a wrong gradient): "
+                    "the class takes %s, and any name under grad_out/",
+                    where, word, c->name, takes);
+    }
+  for (int k = 0; m->cand && k < m->grad_out.n; k++)
+    for (int i = 0; i < m->cand[k].n; i++) {
+      const char *g = m->cand[k].t[i].name;
+      int checked = strncmp(g, "d_", 2) == 0 && has_word(c->grads, g);
+      if (checked && (qc_tset_get(&m->inputs, g + 2) || qc_tset_get(&m->params, g + 2))) continue;
+      if (checked) { /* the gradient of a tensor the module lacks */
+        char in[QC_NAMELEN + 16];
+        snprintf(in, sizeof in, "inputs/%s", g + 2);
+        snprintf(word, sizeof word, "params/%s", g + 2);
+        return qc_err("%s: dataset 'grads/%s/%s' is the gradient of a tensor the module lacks: missing dataset '%s'",
+                      where, m->grad_out.t[k].name, g, has_word(c->tensors, in) ? in : word);
+      }
+      qc_hint("the candidate's gradients are d_<input or param> of what the module holds");
+      return qc_err("%s: dataset 'grads/%s/%s' is not a gradient class '%s' checks on this module: "
+                    "it checks %s (each when its input or param is in the dump)",
+                    where, m->grad_out.t[k].name, g, c->name, c->grads && c->grads[0] ? c->grads : "none");
+    }
   return QC_OK;
 }
 

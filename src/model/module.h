@@ -223,6 +223,9 @@ typedef struct qc_class {
   const char *summary;         /* one line */
   const char *shape_help;      /* meaning of a generate shape row: "[M, K, N]" */
   const qc_key_spec *keys;     /* contract keys, NULL-key terminated */
+  const char *tensors;         /* every dataset the class models, "role/name" space-separated
+                                  ("inputs/x params/weight params/bias outputs/y"; some optional):
+                                  a dump group holding any other is refused (qc_module_check_known) */
   qc_gen_fn generate;
   qc_vjp_fn production;        /* src/modules/<name>.c: as a trainer runs it */
   const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
@@ -271,6 +274,13 @@ void qc_module_variant_free(qc_module *alt, const qc_module *m);
  * tensor or wrong rank is QC_EINPUT naming the module, role and tensor. */
 int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
                    const qc_tensor **out);
+/* Refuse what m's class does not model: a dataset of inputs/, params/,
+ * saved/ or outputs/ not named in m->cls->tensors, and a candidate
+ * gradient (m->cand, when loaded) that is not d_<name> of one of the
+ * class's `grads` whose tensor <name> m holds. QC_OK, or QC_EINPUT with
+ * one line "<where>: <role>/<name> is not modelled by class 'C' ..."
+ * listing what the class takes. m->cls must be set. */
+int qc_module_check_known(const qc_module *m, const char *where);
 /* Check that dY holds `numel` elements laid out as `want` describes
  * ("[tokens, features]"), with `last` as its last dimension when last > 0
  * (so a transposed dY of the same size is refused, not misread); QC_EINPUT

@@ -351,6 +351,7 @@ done:
 const qc_class qc_class_attention = {
     .name = "attention",
     .summary = "scaled dot-product attention (causal, GQA) from the saved O and LSE, flash-attention style: d_q, d_k, d_v",
+    .tensors = "inputs/q inputs/k inputs/v saved/out saved/lse outputs/y",
     .grads = "d_q d_k d_v",
     .shape_help = "[B, Hq, Hkv, S, D]: batch, query heads, kv heads, sequence, head_dim",
     .keys = attention_keys,

@@ -71,6 +71,7 @@ static const qc_key_spec gelu_keys[] = {
 const qc_class qc_class_gelu = {
     .name = "gelu",
     .summary = "y = x Phi(x) (erf) or its tanh approximation: d_x",
+    .tensors = "inputs/x outputs/y",
     .grads = "d_x",
     .shape_help = "[T, F]: tokens, features",
     .keys = gelu_keys,

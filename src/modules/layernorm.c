@@ -50,6 +50,7 @@ static const qc_key_spec layernorm_keys[] = {
 const qc_class qc_class_layernorm = {
     .name = "layernorm",
     .summary = "y = (x - mean) / sqrt(var + eps) * w + b: d_x, d_weight, d_bias with float32 statistics",
+    .tensors = "inputs/x params/weight params/bias outputs/y",
     .grads = "d_x d_weight d_bias",
     .shape_help = "[T, D] or [T, D, 0] (no bias): tokens, hidden size",
     .keys = layernorm_keys,

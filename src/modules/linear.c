@@ -456,6 +456,7 @@ static int linear_tol_rules(const qc_module *m, qc_tol_ask *out, int max, int *n
 const qc_class qc_class_linear = {
     .name = "linear",
     .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
+    .tensors = "inputs/x params/weight params/bias saved/weight_q saved/weight_scale saved/weight_scale_inv saved/weight_scale_2 saved/weight_global_scale outputs/y",
     .grads = "d_x d_weight d_bias",
     .shape_help = "[M, K, N] or [M, K, N, 0] (no bias): tokens, in_features, out_features",
     .keys = linear_keys,

@@ -351,6 +351,7 @@ static const qc_split logprob_split = {
 const qc_class qc_class_logprob = {
     .name = "logprob",
     .summary = "selected-token log-softmax with temperature, loss mask, normalization, vocab shards: d_logits",
+    .tensors = "inputs/logits saved/token_ids saved/loss_mask outputs/y",
     .grads = "d_logits",
     .shape_help = "[B, S, V]: sequences, positions, vocab",
     .keys = logprob_keys,

@@ -401,6 +401,7 @@ static int moe_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
 const qc_class qc_class_moe = {
     .name = "moe",
     .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum: d_x, d_w1, d_w2, d_topk_weights",
+    .tensors = "inputs/x inputs/topk_weights saved/topk_weights saved/topk_ids params/w1 params/w2 outputs/y",
     .grads = "d_x d_w1 d_w2 d_topk_weights",
     .shape_help = "[T, H, F, E, k]: tokens, hidden, expert intermediate, experts, top-k",
     .keys = moe_keys,

@@ -49,6 +49,7 @@ static const qc_key_spec relu2_keys[] = {{NULL, NULL, NULL, NULL}};
 const qc_class qc_class_relu2 = {
     .name = "relu2",
     .summary = "y = max(x, 0)^2: d_x",
+    .tensors = "inputs/x outputs/y",
     .grads = "d_x",
     .shape_help = "[T, F]: tokens, features",
     .keys = relu2_keys,

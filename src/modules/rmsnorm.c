@@ -8,6 +8,8 @@
  *            (rmsnorm drops the mean(g) term)
  *   d_weight sum over tokens of dy * xh
  *   d_bias   sum over tokens of dy                  (layernorm with params/bias)
+ *   rmsnorm zero_centered = true (Gemma): the scale is (1 + w), formed in
+ *   float32; g = dy * (1 + w), d_weight unchanged (d(1 + w)/dw = 1).
  *
  * Statistics, the per-row sums and the token reductions run in float32
  * (sequential, like a straightforward fused kernel); outputs are float32. */
@@ -21,6 +23,11 @@
 #include "modules/classes.h"
 #include "modules/mod_util.h"
 #include "modules/norm.h"
+
+/* 1 when m's contract scales by (1 + w) (rmsnorm's zero_centered key). */
+static int zero_centered(const qc_module *m) {
+  return strcmp(qc_contract_str(&m->contract, "zero_centered", "false"), "true") == 0;
+}
 
 /* The tensors of a norm module: x [rows, D], weight [D], optional bias. */
 typedef struct {
@@ -59,6 +66,8 @@ int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, 
   float *dx, *dw, *db = NULL;
   rc = QC_ESYS;
   if (!x || !w || !g) goto done;
+  if (zero_centered(m))
+    for (int64_t i = 0; i < D; i++) w[i] = 1.0f + w[i]; /* Gemma's (1 + w), in float32 */
   if ((rc = qc_mod_add(grads, "d_x", QC_F32, v.x->ndim, v.x->shape, (void **)&dx))) goto done;
   if ((rc = qc_mod_add(grads, "d_weight", QC_F32, 1, &D, (void **)&dw))) goto done;
   if (v.b && (rc = qc_mod_add(grads, "d_bias", QC_F32, 1, &D, (void **)&db))) goto done;
@@ -122,6 +131,8 @@ int qc_mod_norm_dx_without(const qc_module *m, const qc_tensor *dy, int center, 
   double *x = qc_mod_f64(v.x, "norm input"), *w = qc_mod_f64(v.w, "norm weight"), *g = qc_mod_f64(dy, "norm dY");
   rc = QC_ESYS;
   if (!x || !w || !g) goto done;
+  if (zero_centered(m))
+    for (int64_t i = 0; i < D; i++) w[i] += 1.0;
   if ((rc = qc_tensor_alloc(pred, "d_x", QC_F64, v.x->ndim, v.x->shape))) goto done;
   double *o = pred->data;
   for (int64_t r = 0; r < R; r++) {
@@ -175,6 +186,8 @@ int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *
   double *b = v.b ? qc_mod_f64(v.b, "norm bias") : NULL;
   rc = QC_ESYS;
   if (!x || !w || (v.b && !b)) goto done;
+  if (zero_centered(m))
+    for (int64_t i = 0; i < D; i++) w[i] += 1.0;
   if ((rc = qc_tensor_alloc(y, "y", QC_F64, v.x->ndim, v.x->shape))) goto done;
   for (int64_t r = 0; r < R; r++) {
     double *xr = x + r * D, mu = 0, ms = 0;
@@ -208,7 +221,8 @@ int qc_mod_norm_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim
   int rc;
   if ((rc = qc_mod_gen_bf16(&m->inputs, "x", 2, xs, rng, 1.0, &x))) return rc;
   if ((rc = qc_mod_gen_bf16(&m->params, "weight", 1, &D, rng, 0.1, &w))) return rc;
-  for (int64_t i = 0; i < D; i++) w[i] = qc_f32_to_bf16(1.0f + qc_bf16_to_f32(w[i]));
+  if (!zero_centered(m)) /* zero_centered: w ~ 0.1 N(0,1), the scale 1 + w */
+    for (int64_t i = 0; i < D; i++) w[i] = qc_f32_to_bf16(1.0f + qc_bf16_to_f32(w[i]));
   if (center) {
     for (int64_t t = 0; t < T; t++) {
       float off = (float)(2.0 * qc_rng_normal(rng));
@@ -231,11 +245,13 @@ static int rmsnorm_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *on
 
 static const qc_key_spec rmsnorm_keys[] = {
     {"eps", NULL, "1e-6", "added to mean(x^2) inside the square root"},
+    {"zero_centered", "true|false", "false", "true: y = x rstd (1 + w), Gemma's zero-centred weight; false: x rstd w"},
     {NULL, NULL, NULL, NULL}};
 
 const qc_class qc_class_rmsnorm = {
     .name = "rmsnorm",
     .summary = "y = x / sqrt(mean(x^2) + eps) * w: d_x, d_weight with float32 statistics",
+    .tensors = "inputs/x params/weight outputs/y",
     .grads = "d_x d_weight",
     .shape_help = "[T, D]: tokens, hidden size",
     .keys = rmsnorm_keys,

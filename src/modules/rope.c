@@ -197,6 +197,7 @@ static int rope_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim
 const qc_class qc_class_rope = {
     .name = "rope",
     .summary = "rotary position embedding (half or interleaved, partial rotary_dim, offset, inverse): d_x",
+    .tensors = "inputs/x inputs/positions outputs/y",
     .grads = "d_x",
     .shape_help = "[T, H, D]: tokens, heads, head_dim",
     .keys = rope_keys,

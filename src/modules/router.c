@@ -317,6 +317,7 @@ done:
 const qc_class qc_class_router = {
     .name = "router",
     .summary = "routing weights from fixed top-k ids: score (softmax|sigmoid|sqrt_softplus), normalization: d_logits",
+    .tensors = "inputs/logits saved/topk_ids params/bias outputs/y",
     .grads = "d_logits",
     .shape_help = "[T, E, k]: tokens, experts, top-k",
     .keys = router_keys,

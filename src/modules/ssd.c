@@ -1,13 +1,16 @@
 /* modules/ssd.c: the production VJP of the Mamba-2 state-space duality (SSD)
- * scan, single group (B and C shared by every head), no D skip, no gating,
- * as the chunked SSD algorithm computes it in float32.
+ * scan, single group (B and C shared by every head), optional D skip
+ * (contract d_skip = true), no gating, as the chunked SSD algorithm
+ * computes it in float32.
  *
  *   x [Bt, L, H, P], dt [Bt, L, H] (softplus'd, >= 0), A [H] (<= 0),
  *   Bm, Cm [Bt, L, N], optional initial_state [Bt, H, P, N] (contract
  *   initial_state = true); dY = dy [Bt, L, H, P].
  *   Definition (per batch b, head h; state h_t [P, N]):
  *     h_0 = initial_state or 0
- *     h_t = exp(dt_t A) h_{t-1} + dt_t x_t (x) B_t,   y_t = h_t C_t
+ *     h_t = exp(dt_t A) h_{t-1} + dt_t x_t (x) B_t,   y_t = h_t C_t (+ D_h x_t)
+ *   D skip (inputs/D [H], Mamba-2's per-head D): d_x_t += D_h dy_t,
+ *   d_D[h] = sum over (b, t, p) of dy x, a float32 pairwise sum.
  *
  * The sequence is cut into chunks of Q = chunk_size steps (the last may be
  * shorter). With a_k = dt_k A, local indices i, j in a chunk, S_in the state
@@ -25,7 +28,7 @@
  * Segment sums are accumulated directly (never a difference of cumulative
  * sums), so near-reset steps (dt A << -10) lose no accuracy. float32
  * throughout, float32 gradients d_x, d_dt, d_A, d_Bm, d_Cm (summed over
- * heads), d_initial_state. */
+ * heads), d_initial_state, d_D. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,10 +43,11 @@
 static const qc_key_spec ssd_keys[] = {
     {"chunk_size", NULL, "64", "steps per chunk of the chunked scan (a whole number >= 1; L need not be a multiple)"},
     {"initial_state", "true|false", "false", "true: inputs/initial_state [B, H, P, N] is h_0 (and d_initial_state is checked)"},
+    {"d_skip", "true|false", "false", "true: y += D x with inputs/D [H] (Mamba-2's D skip; d_D is checked)"},
     {NULL, NULL, NULL, NULL}};
 
 typedef struct {
-  const qc_tensor *x, *dt, *A, *Bm, *Cm, *h0;
+  const qc_tensor *x, *dt, *A, *Bm, *Cm, *h0, *D; /* h0, D: NULL unless the contract uses them */
   int64_t Bt, L, H, P, N, Q;
 } ssd_view;
 
@@ -86,6 +90,19 @@ static int ssd_view_get(const qc_module *m, ssd_view *v) {
     if (!dim_is(v->h0, 4, hs))
       return qc_err("%s: 'inputs/initial_state' is %s: expected [B, H, P, N] = %s", m->path,
                     qc_shape_str(4, v->h0->shape, s1, sizeof s1), qc_shape_str(4, hs, s2, sizeof s2));
+  } else if (qc_tset_get(&m->inputs, "initial_state")) { /* held but unused: refused, never ignored */
+    qc_hint("set the contract's initial_state to true to judge with it, or leave it out of the dump");
+    return qc_err("%s: dataset 'inputs/initial_state' is present but the contract's initial_state is false: "
+                  "the scan would start from zero and ignore it", m->path);
+  }
+  if (strcmp(qc_contract_str(&m->contract, "d_skip", "false"), "true") == 0) {
+    if ((rc = qc_module_need(m, "inputs", "D", 1, 1, &v->D))) return rc;
+    if (!dim_is(v->D, 1, as))
+      return qc_err("%s: 'inputs/D' is %s: expected [H] = %s (one D per head)", m->path,
+                    qc_shape_str(v->D->ndim, v->D->shape, s1, sizeof s1), qc_shape_str(1, as, s2, sizeof s2));
+  } else if (qc_tset_get(&m->inputs, "D")) { /* held but unused: refused, never ignored */
+    qc_hint("set the contract's d_skip to true to judge with it, or leave it out of the dump");
+    return qc_err("%s: dataset 'inputs/D' is present but the contract's d_skip is false: the D skip would be ignored", m->path);
   }
   const double q = qc_contract_num(&m->contract, "chunk_size", 64);
   if (!(q >= 1) || q != floor(q) || q > 1e9)
@@ -107,8 +124,18 @@ static int ssd_check_values(const qc_module *m, const ssd_view *v, const float *
   return QC_OK;
 }
 
+/* The float32 pairwise (cascade) sum of v[0 .. n): error ~ u log2(n). */
+static float pair_sum(const float *v, int64_t n) {
+  if (n <= 16) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += v[i];
+    return s;
+  }
+  return pair_sum(v, n / 2) + pair_sum(v + n / 2, n - n / 2);
+}
+
 /* Planted-defect switch for tests/unit/test_ssd.c (0 = the production VJP). */
-enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4 };
+enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6 };
 
 int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect) {
   ssd_view v;
@@ -120,6 +147,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
   float *x = qc_mod_f32(v.x, "ssd x"), *dt = qc_mod_f32(v.dt, "ssd dt"), *A = qc_mod_f32(v.A, "ssd A");
   float *Bm = qc_mod_f32(v.Bm, "ssd Bm"), *Cm = qc_mod_f32(v.Cm, "ssd Cm"), *dy = qc_mod_f32(dyt, "ssd dY");
   float *h0 = v.h0 ? qc_mod_f32(v.h0, "ssd initial_state") : NULL;
+  float *Dh = v.D ? qc_mod_f32(v.D, "ssd D") : NULL;
   float *Sin = qc_malloc((size_t)((nc + 1) * PN) * sizeof *Sin, "ssd chunk states");
   float *dS = qc_malloc((size_t)PN * sizeof *dS, "ssd state adjoint");
   float *dSn = qc_malloc((size_t)PN * sizeof *dSn, "ssd state adjoint");
@@ -130,9 +158,9 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
   float *Lseg = qc_malloc((size_t)(Qm * Qm) * sizeof *Lseg, "ssd decay matrix");
   float *CB = qc_malloc((size_t)(Qm * Qm) * sizeof *CB, "ssd C.B"), *dlog = qc_malloc((size_t)(Qm * Qm) * sizeof *dlog, "ssd dlog");
   float *u = qc_malloc((size_t)(Qm * P) * sizeof *u, "ssd u"), *du = qc_malloc((size_t)(Qm * P) * sizeof *du, "ssd du");
-  float *gx, *gdt, *gA, *gB, *gC, *gh0 = NULL;
+  float *gx, *gdt, *gA, *gB, *gC, *gh0 = NULL, *gD = NULL;
   rc = QC_ESYS;
-  if (!x || !dt || !A || !Bm || !Cm || !dy || (v.h0 && !h0) || !Sin || !dS || !dSn || !a || !din || !dout || !da || !dai ||
+  if (!x || !dt || !A || !Bm || !Cm || !dy || (v.h0 && !h0) || (v.D && !Dh) || !Sin || !dS || !dSn || !a || !din || !dout || !da || !dai ||
       !lin || !lout || !Lseg || !CB || !dlog || !u || !du)
     goto done;
   if ((rc = ssd_check_values(m, &v, dt, A))) goto done;
@@ -142,6 +170,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
   if ((rc = qc_mod_add(grads, "d_Bm", QC_F32, 3, v.Bm->shape, (void **)&gB))) goto done;
   if ((rc = qc_mod_add(grads, "d_Cm", QC_F32, 3, v.Cm->shape, (void **)&gC))) goto done;
   if (v.h0 && (rc = qc_mod_add(grads, "d_initial_state", QC_F32, 4, v.h0->shape, (void **)&gh0))) goto done;
+  if (v.D && (rc = qc_mod_add(grads, "d_D", QC_F32, 1, v.D->shape, (void **)&gD))) goto done;
   for (int64_t b = 0; b < Bt; b++)
     for (int64_t h = 0; h < H; h++) {
       const float Ah = A[h];
@@ -300,9 +329,28 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
 #undef BI
 #undef ASRC
     }
+  /* the D skip y += D_h x: d_x += D_h dy; d_D[h] = sum dy x over (b, t, p),
+   * a float32 pairwise sum of the float32 products (as torch's
+   * (dy * x).sum(dim=(0, 1, 3)) reduces) */
+  if (gD) {
+    const int64_t K = Bt * L * P;
+    float *prod = qc_malloc((size_t)K * sizeof *prod, "ssd dy x products");
+    if (!prod) { rc = QC_ESYS; goto done; }
+    for (int64_t h = 0; h < H; h++) {
+      int64_t k = 0;
+      for (int64_t r = 0; r < Bt * L; r++)
+        for (int64_t p = 0; p < P; p++, k++) {
+          const int64_t i = (r * H + h) * P + p;
+          if (defect != SSD_NO_D_GRAD) gx[i] += Dh[h] * dy[i]; /* defect: d_x from the state path only */
+          prod[k] = dy[i] * x[i];
+        }
+      gD[h] = defect == SSD_NO_D_PARAM ? 0.0f : pair_sum(prod, K); /* defect: d_D left at 0 */
+    }
+    free(prod);
+  }
   rc = QC_OK;
 done:
-  free(x); free(dt); free(A); free(Bm); free(Cm); free(dy); free(h0); free(Sin); free(dS); free(dSn);
+  free(x); free(dt); free(A); free(Bm); free(Cm); free(dy); free(h0); free(Dh); free(Sin); free(dS); free(dSn);
   free(a); free(din); free(dout); free(da); free(dai); free(lin); free(lout); free(Lseg); free(CB); free(dlog);
   free(u); free(du);
   return rc;
@@ -335,6 +383,9 @@ static int ssd_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
               "(measured up to 1.75 at L = 1)", grad, (long long)v.P, (long long)v.N, (long long)Q, (long long)v.H);
   else if (strcmp(grad, "d_dt") == 0)
     qc_mod_tm(tm, v.P * v.N, 1, 0, 0, "d_dt = A da + x.du, da carrying <dS, S> over P x N = %lld products", (long long)(v.P * v.N));
+  else if (strcmp(grad, "d_D") == 0)
+    qc_mod_tm(tm, v.Bt * v.L * v.P, 1, 0, 0, "d_D[h] = sum of dy x over B x L x P = %lld products (pairwise in the "
+              "production; bounded as a sequential sum)", (long long)(v.Bt * v.L * v.P));
   else if (strcmp(grad, "d_A") == 0)
     qc_mod_tm(tm, v.Bt * v.L + v.P * v.N, 1, 0, 0, "d_A sums dt da over the B x L = %lld steps, each da over P x N = %lld products",
               (long long)(v.Bt * v.L), (long long)(v.P * v.N));
@@ -353,9 +404,10 @@ static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
   double *x = qc_mod_f64(v.x, "ssd x"), *dt = qc_mod_f64(v.dt, "ssd dt"), *A = qc_mod_f64(v.A, "ssd A");
   double *Bm = qc_mod_f64(v.Bm, "ssd Bm"), *Cm = qc_mod_f64(v.Cm, "ssd Cm");
   double *h0 = v.h0 ? qc_mod_f64(v.h0, "ssd initial_state") : NULL;
+  double *Dh = v.D ? qc_mod_f64(v.D, "ssd D") : NULL;
   double *st = qc_malloc((size_t)(P * N + 1) * sizeof *st, "ssd state");
   rc = QC_ESYS;
-  if (!x || !dt || !A || !Bm || !Cm || (v.h0 && !h0) || !st) goto done;
+  if (!x || !dt || !A || !Bm || !Cm || (v.h0 && !h0) || (v.D && !Dh) || !st) goto done;
   if ((rc = qc_tensor_alloc(y, "y", QC_F64, 4, v.x->shape))) goto done;
   double *Y = y->data;
   for (int64_t b = 0; b < v.Bt; b++)
@@ -371,13 +423,13 @@ static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
             *sp = g * *sp + d * xt[p] * bt[q];
             acc += *sp * ct[q];
           }
-          Y[((b * L + t) * H + h) * P + p] = acc;
+          Y[((b * L + t) * H + h) * P + p] = acc + (Dh ? Dh[h] * xt[p] : 0);
         }
       }
     }
   rc = QC_OK;
 done:
-  free(x); free(dt); free(A); free(Bm); free(Cm); free(h0); free(st);
+  free(x); free(dt); free(A); free(Bm); free(Cm); free(h0); free(Dh); free(st);
   return rc;
 }
 
@@ -385,7 +437,8 @@ static float softplus(double z) { return (float)(z > 20 ? z : log1p(exp(z))); }
 
 /* Generated SSD: shape [B, L, H, P, N]. x ~ N(0,1), Bm, Cm ~ N(0,1) bf16;
  * dt = softplus(N(0,1) - 2) float32 (about 0.01..1.3); A = -exp(U(-1, 1))
- * float32; initial_state ~ N(0,1) float32 when the contract asks for it.
+ * float32; initial_state ~ N(0,1) float32 when the contract asks for it;
+ * D [H] = 1 + 0.5 N(0,1) float32 under d_skip = true.
  * values = "special": head 0 decays very slowly (dt = 1e-4 at every step,
  * dt A ~ -1e-4: memory over the whole sequence), and every 7th step of the
  * last head (from step 3) is a near-reset (dt = 40, dt A <= -14.7); a zero x
@@ -411,6 +464,11 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
     if ((rc = qc_mod_add(&m->inputs, "initial_state", QC_F32, 4, hs, (void **)&h0))) return rc;
     for (int64_t i = 0; i < B * H * P * N; i++) h0[i] = (float)qc_rng_normal(rng);
   }
+  if (strcmp(qc_contract_str(&m->contract, "d_skip", "false"), "true") == 0) {
+    float *D;
+    if ((rc = qc_mod_add(&m->inputs, "D", QC_F32, 1, as, (void **)&D))) return rc;
+    for (int64_t h = 0; h < H; h++) D[h] = (float)(1.0 + 0.5 * qc_rng_normal(rng)); /* Mamba-2 starts D at ones */
+  }
   if (qc_mod_special(gp)) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t t = 0; t < L; t++) {
@@ -432,8 +490,9 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
 
 const qc_class qc_class_ssd = {
     .name = "ssd",
-    .summary = "Mamba-2 SSD scan (one group, no D, no gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm",
-    .grads = "d_x d_dt d_A d_Bm d_Cm d_initial_state",
+    .summary = "Mamba-2 SSD scan (one group, optional D skip, no gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm, d_D",
+    .tensors = "inputs/x inputs/dt inputs/A inputs/Bm inputs/Cm inputs/initial_state inputs/D outputs/y",
+    .grads = "d_x d_dt d_A d_Bm d_Cm d_initial_state d_D",
     .shape_help = "[B, L, H, P, N]: batch, sequence, heads, head_dim, state size",
     .keys = ssd_keys,
     .generate = ssd_generate,

@@ -183,6 +183,7 @@ static int swiglu_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ond
 const qc_class qc_class_swiglu = {
     .name = "swiglu",
     .summary = "y = silu(min(gate, L)) * clamp(up, -L, L): d_gate, d_up, clamp derivative per at_limit",
+    .tensors = "inputs/gate inputs/up outputs/y",
     .grads = "d_gate d_up",
     .shape_help = "[T, F]: tokens, intermediate size (gate and up each [T, F])",
     .keys = swiglu_keys,

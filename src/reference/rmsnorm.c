@@ -5,9 +5,13 @@
  *   dy/dx through c/s:  d_x = (1/s) (P(g) - c * <g, c> / (n s^2)),  g = dy * w
  *   where P(g) = g - mean(g) for LayerNorm (the centering's Jacobian) and g
  *   for RMSNorm. d_weight = sum_t dy * c/s, d_bias = sum_t dy.
+ * RMSNorm with contract zero_centered = true (Gemma) scales by (1 + w): the
+ * same formulas with w replaced by 1 + w; d_weight is unchanged, since
+ * d(1 + w)/dw = 1.
  * Everything in float64; reductions are plain sums over <= 2^20 terms. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/module.h"
 #include "core/qc.h"
@@ -32,6 +36,8 @@ int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int cen
   double *dx, *dw, *db = NULL;
   rc = QC_ESYS;
   if (!X || !W || !G || !c) goto done;
+  if (!centered && strcmp(qc_contract_str(&m->contract, "zero_centered", "false"), "true") == 0)
+    for (int64_t i = 0; i < n; i++) W[i] = 1.0 + W[i]; /* the scale the forward applies */
   if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
   if ((rc = qc_refu_out(grads, "d_weight", 1, &n, &dw))) goto done;
   if (bt && (rc = qc_refu_out(grads, "d_bias", 1, &n, &db))) goto done;

@@ -1,5 +1,5 @@
-/* reference/ssd.c: the float64 VJP of the Mamba-2 SSD scan (one group, no D,
- * no gate), from the sequential recurrence, no chunking.
+/* reference/ssd.c: the float64 VJP of the Mamba-2 SSD scan (one group,
+ * optional D skip, no gate), from the sequential recurrence, no chunking.
  *
  * Per batch b and head h, state h_t [P, N], g_t = exp(dt_t A):
  *   h_0 = initial_state (contract initial_state = true) or 0
@@ -13,6 +13,9 @@
  *   d_dt_t  = A e_t + x_t . (G_t B_t)
  *   d_A    += dt_t e_t
  *   d_initial_state = g_1 G_1
+ * D skip (contract d_skip = true): y_t gains D_h x_t, a direct path from
+ * x to y beside the state, so d_x_t gains D_h dy_t and
+ *   d_D[h] = sum over b, t, p of dy_t[p] x_t[p].
  * Every h_t of a (b, h) is kept from the forward sweep. */
 #include <math.h>
 #include <stdlib.h>
@@ -25,7 +28,7 @@
 
 int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   (void)ctx;
-  const qc_tensor *xt, *dtt, *at, *bt, *ct, *h0t = NULL;
+  const qc_tensor *xt, *dtt, *at, *bt, *ct, *h0t = NULL, *Dt = NULL;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 4, 4, &xt))) return rc;
   if ((rc = qc_module_need(m, "inputs", "dt", 3, 3, &dtt))) return rc;
@@ -49,17 +52,23 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       return qc_err("%s: 'inputs/initial_state': expected [B, H, P, N] = [%lld, %lld, %lld, %lld]", m->path, (long long)Bt,
                     (long long)H, (long long)P, (long long)N);
   }
+  const int skip = strcmp(qc_contract_str(&m->contract, "d_skip", "false"), "true") == 0;
+  if (skip) {
+    if ((rc = qc_module_need(m, "inputs", "D", 1, 1, &Dt))) return rc;
+    if (Dt->shape[0] != H) return qc_err("%s: 'inputs/D': expected [H] = [%lld]", m->path, (long long)H);
+  }
   const double cs = qc_contract_num(&m->contract, "chunk_size", 64); /* the production's blocking; no effect here */
   if (!(cs >= 1) || cs != floor(cs)) return qc_err("%s: contract key 'chunk_size' = %g: expected a whole number >= 1", m->path, cs);
   if ((rc = qc_module_check_dy(m, dy, Bt * L * H * P, P, "the shape of inputs/x [B, L, H, P]"))) return rc;
   const int64_t PN = P * N;
   double *X = NULL, *DT = NULL, *AA = NULL, *BB = NULL, *CC = NULL, *H0 = NULL, *G = NULL, *hs = NULL, *adj = NULL;
-  double *dx, *ddt, *dA, *dB, *dC, *dh0 = NULL;
+  double *DD = NULL;
+  double *dx, *ddt, *dA, *dB, *dC, *dh0 = NULL, *dD = NULL;
   rc = QC_ESYS;
   if (!(X = qc_refu_load(xt, "reference ssd x")) || !(DT = qc_refu_load(dtt, "reference ssd dt")) ||
       !(AA = qc_refu_load(at, "reference ssd A")) || !(BB = qc_refu_load(bt, "reference ssd Bm")) ||
       !(CC = qc_refu_load(ct, "reference ssd Cm")) || !(G = qc_refu_load(dy, "reference ssd dY")) ||
-      (init && !(H0 = qc_refu_load(h0t, "reference ssd initial_state"))))
+      (init && !(H0 = qc_refu_load(h0t, "reference ssd initial_state"))) || (skip && !(DD = qc_refu_load(Dt, "reference ssd D"))))
     goto done;
   for (int64_t h = 0; h < H; h++)
     if (!(AA[h] <= 0) || !isfinite(AA[h])) {
@@ -81,6 +90,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   if ((rc = qc_refu_out(grads, "d_Bm", 3, bt->shape, &dB))) goto done;
   if ((rc = qc_refu_out(grads, "d_Cm", 3, ct->shape, &dC))) goto done;
   if (init && (rc = qc_refu_out(grads, "d_initial_state", 4, h0t->shape, &dh0))) goto done;
+  if (skip && (rc = qc_refu_out(grads, "d_D", 1, Dt->shape, &dD))) goto done;
   for (int64_t b = 0; b < Bt; b++)
     for (int64_t h = 0; h < H; h++) {
       /* forward sweep: hs[t] = h_t, t = 0..L */
@@ -116,7 +126,8 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
             gb += adj[p * N + n] * br[n];
             e += adj[p * N + n] * hp[p * N + n];
           }
-          dx[r * P + p] = DT[r] * gb;
+          dx[r * P + p] = DT[r] * gb + (skip ? DD[h] * gr[p] : 0.0); /* the state path + the skip path */
+          if (skip) dD[h] += gr[p] * xr[p];
           xg += xr[p] * gb;
         }
         for (int64_t n = 0; n < N; n++) {
@@ -134,6 +145,6 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
     }
   rc = QC_OK;
 done:
-  free(X); free(DT); free(AA); free(BB); free(CC); free(H0); free(G); free(hs); free(adj);
+  free(X); free(DT); free(AA); free(BB); free(CC); free(H0); free(DD); free(G); free(hs); free(adj);
   return rc;
 }

@@ -54,7 +54,9 @@ expect_exit 2 "an array 'class' attribute is not a module" "$QATCHECK" vjp --cas
 case_for array_root array_root.h5
 expect_exit 2 "an array root attribute is refused" "$QATCHECK" vjp --case "$T/array_root.json"
 case_for frozen_space frozen_space.h5
-expect_exit 1 "a frozen parameter named 'scale d_x' does not hide d_x" "$QATCHECK" vjp --case "$T/frozen_space.json"
+# (it cannot hide d_x: a parameter linear does not model is refused, frozen or not)
+expect_exit 2 "a frozen parameter named 'scale d_x' does not hide d_x" "$QATCHECK" vjp --case "$T/frozen_space.json"
+grep -q "dataset 'params/scale d_x' is not modelled by class 'linear'" "$T/err" && ok "names the parameter" || bad "frozen 'scale d_x': $(cat "$T/err")"
 case_for newline newline_class.h5
 expect_exit 2 "a class name with a newline" "$QATCHECK" vjp --case "$T/newline.json"
 [ "$(grep -c '' "$T/err")" -le 2 ] && ! grep -q '^qatcheck: vjp' "$T/err" && ok "error stays one line" || bad "error split over lines"

@@ -2,8 +2,11 @@
 # ssd_dump.sh: the ssd class from a dump (spec schema): a module with an
 # initial state passes with the builtin candidate; bad input (A with a
 # positive entry, dt negative, Bm of another length than x, dt of another
-# head count, an unknown contract key) exits 2 with one `qatcheck: error:`
-# line naming the dataset or key, and only the error report.
+# head count, an unknown contract key, an initial_state the contract does
+# not use) exits 2 with one `qatcheck: error:`
+# line naming the dataset or key, and only the error report. With Mamba-2's
+# D skip (d_skip = true), a trainer's gradients from the dump: correct
+# passes, d_x without the skip path D dy fails on d_x.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -36,6 +39,7 @@ with h5py.File(sys.argv[1], "w") as f:
     module(f, "bad.Bm_length", c, bl=L - 1)
     module(f, "bad.dt_heads", c, dth=H + 1)
     module(f, "bad.key", {"chunk_size": 32, "ngroups": 2})
+    module(f, "bad.state_unused", {"chunk_size": 32})  # initial_state held, contract false
 P
 R='"reasoning": "float32 chunked scan; bound of cases/ssd.json"'
 TOL="{\"d_x\":{\"rel_l2\":2.34e-6,$R},\"d_Bm\":{\"rel_l2\":2.34e-6,$R},\"d_Cm\":{\"rel_l2\":2.34e-6,$R},\"d_initial_state\":{\"rel_l2\":2.34e-6,$R},\"d_dt\":{\"rel_l2\":9.35e-6,$R},\"d_A\":{\"rel_l2\":9.57e-6,$R}}"
@@ -49,5 +53,66 @@ dt_negative inputs/dt
 Bm_length inputs/Bm
 dt_heads inputs/dt
 key ngroups
+state_unused inputs/initial_state
 EOF2
+# Mamba-2's D skip (issue 26): a trainer's float32 gradients from a dump.
+# The correct backward passes; one that forgets the skip path D dy in d_x
+# (which used to pass: inputs/D was ignored) fails on d_x alone.
+$PY - "$T/dskip.h5" <<'P' || exit 1
+import json, sys
+import h5py
+import numpy as np
+rng = np.random.default_rng(26)
+B, L, H, P, N = 2, 40, 3, 4, 8
+x = rng.standard_normal((B, L, H, P)); dt = np.log1p(np.exp(rng.standard_normal((B, L, H)) - 2))
+A = -np.exp(rng.uniform(-1, 1, H)); Bm = rng.standard_normal((B, L, N)); Cm = rng.standard_normal((B, L, N))
+D = 1 + 0.5 * rng.standard_normal(H); dy = rng.standard_normal((B, L, H, P))
+x, dt, A, Bm, Cm, D, dy = (a.astype(np.float32) for a in (x, dt, A, Bm, Cm, D, dy))
+X, DT, AA, BB, CC, DD, G = (a.astype(np.float64) for a in (x, dt, A, Bm, Cm, D, dy))
+dx = np.zeros_like(X); ddt = np.zeros_like(DT); dA = np.zeros(H); dB = np.zeros_like(BB); dC = np.zeros_like(CC)
+dD = np.zeros(H)
+for b in range(B):
+    for h in range(H):  # the recurrence h_t = g_t h_{t-1} + dt_t x_t (x) B_t, y_t = h_t C_t + D x_t, and its reverse scan
+        hs = [np.zeros((P, N))]
+        for t in range(L):
+            hs.append(np.exp(DT[b, t, h] * AA[h]) * hs[-1] + DT[b, t, h] * np.outer(X[b, t, h], BB[b, t]))
+        adj = np.zeros((P, N))
+        for t in range(L - 1, -1, -1):
+            g = np.exp(DT[b, t, h] * AA[h]); gy = G[b, t, h]
+            adj += np.outer(gy, CC[b, t])
+            dC[b, t] += hs[t + 1].T @ gy
+            gb = adj @ BB[b, t]
+            dx[b, t, h] = DT[b, t, h] * gb + DD[h] * gy
+            dB[b, t] += DT[b, t, h] * adj.T @ X[b, t, h]
+            e = g * np.sum(adj * hs[t])
+            ddt[b, t, h] = AA[h] * e + X[b, t, h] @ gb
+            dA[h] += DT[b, t, h] * e
+            dD[h] += gy @ X[b, t, h]
+            adj *= g
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["qatcheck_dump"] = 1
+    for path, gx in (("mixer.ok", dx), ("mixer.no_skip_grad", dx - DD[None, None, :, None] * G)):
+        g = f.create_group(path)
+        g.attrs["class"] = "ssd"
+        g.attrs["contract"] = json.dumps({"chunk_size": 16, "d_skip": True})
+        for k, v in (("x", x), ("dt", dt), ("A", A), ("Bm", Bm), ("Cm", Cm), ("D", D)):
+            g["inputs/" + k] = v
+        g["grad_out/dy"] = dy
+        for k, v in (("d_x", gx), ("d_dt", ddt), ("d_A", dA), ("d_Bm", dB), ("d_Cm", dC), ("d_D", dD)):
+            g["grads/dy/" + k] = v.astype(np.float32)
+P
+DTOL=$(echo "$TOL" | sed 's/}}$/},"d_D":{"rel_l2":2.34e-6,"reasoning":"float32 sum of dy x"}}/')
+for grp in ok no_skip_grad; do
+  cat >"$T/$grp.json" <<J
+{"data": {"dump": "dskip.h5", "modules": "^/mixer\\\\.$grp\$"}, "candidate": "dump", "tolerances": $DTOL}
+J
+done
+expect_exit 0 "ssd D skip: the correct trainer backward passes" "$QATCHECK" vjp --case "$T/ok.json" --quiet
+expect_exit 1 "ssd D skip: a backward without the skip path in d_x fails" "$QATCHECK" vjp --case "$T/no_skip_grad.json" --json "$T/ns.r.json"
+$PY - "$T/ns.r.json" <<'P' && ok "it fails on d_x alone" || bad "the D-skip defect does not fail exactly d_x"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = {c["tensor"] for c in r["checks"] if c["verdict"] == "fail"}
+assert failed == {"d_x"}, failed
+P
 finish

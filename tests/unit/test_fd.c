@@ -37,6 +37,7 @@ typedef struct {
 static const fd_case cases[] = {
     {"rmsnorm", "7,33", {NULL}},
     {"rmsnorm", "3,200", {"eps=1e-2", NULL}},
+    {"rmsnorm", "7,33", {"zero_centered=true", NULL}},
     {"layernorm", "7,33", {NULL}},
     {"layernorm", "4,17,0", {"eps=1e-3", NULL}},
     {"rope", "5,2,12", {NULL}},
@@ -63,6 +64,7 @@ static const fd_case cases[] = {
     {"moe", "9,8,5,5,4", {"activation=relu2", NULL}},
     {"ssd", "2,9,2,3,4", {NULL}},
     {"ssd", "2,11,3,3,4", {"initial_state=true", "chunk_size=4", NULL}},
+    {"ssd", "2,9,2,3,4", {"d_skip=true", "chunk_size=4", NULL}},
 };
 
 Test(fd, agrees_with_every_reference) {

@@ -17,8 +17,9 @@ static const char *shapes[] = {"1,4096", "127,1000", "1024,4096", "5,7"};
 
 Test(rmsnorm, builtin_matches_reference) {
   const char *eps[] = {"eps=1e-5", NULL};
-  const char *const *sets[] = {NULL, eps};
-  h_sweep("rmsnorm", shapes, 4, sets, 2, 11, NORM_TOL, NORM_TOL);
+  const char *zc[] = {"zero_centered=true", NULL}; /* Gemma's (1 + w) */
+  const char *const *sets[] = {NULL, eps, zc};
+  h_sweep("rmsnorm", shapes, 4, sets, 3, 11, NORM_TOL, NORM_TOL);
 }
 
 Test(layernorm, builtin_matches_reference) {
@@ -85,11 +86,22 @@ static int ln_drop_bias(const qc_ctx *ctx, const qc_module *m, const qc_tensor *
   return rc;
 }
 
+/* d_x scaled by w where the contract's zero_centered scale is (1 + w) */
+static int norm_zc_raw_w(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  return h_prod_with(ctx, m, dy, grads, "zero_centered=false");
+}
+
 Test(rmsnorm, planted_defects_fail_naming_tensor) {
   h_inst in;
   h_make(&in, "rmsnorm", "127,1000", 5, "normal", NULL);
   h_expect_fail(&in, norm_no_mean_term, NORM_TOL, "d_x");
   h_expect_fail(&in, norm_dw_raw_x, NORM_TOL, "d_weight");
+  h_free(&in);
+  /* Gemma's zero-centred weight: a backward that scales by w, not 1 + w, fails on d_x */
+  const char *zc[] = {"zero_centered=true", NULL};
+  h_make(&in, "rmsnorm", "127,1000", 6, "normal", zc);
+  h_expect_pass(&in, NORM_TOL);
+  h_expect_fail(&in, norm_zc_raw_w, NORM_TOL, "d_x");
   h_free(&in);
 }
 

@@ -3,7 +3,8 @@
  * multiple of the chunk, several chunk sizes, an initial state, a very long
  * decay and near-resets; planted defects in the chunked VJP (the chunk
  * boundary state not passed, the decay of the wrong time step, d_A without
- * its within-chunk term, d_dt without its x (x) B term); fd; bad input. */
+ * its within-chunk term, d_dt without its x (x) B term, the D skip's
+ * gradient forgotten); the D skip (d_skip); fd; bad input. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@
 
 /* src/modules/ssd.c: the production VJP with a planted defect switched on
  * (qc_ssd_vjp_defect, modules/classes.h) */
-enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4 };
+enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6 };
 
 Test(ssd, builtin_matches_reference) {
   const char *shapes[] = {"1,1,2,8,16", "2,63,3,16,32", "1,200,2,8,16", "2,37,3,5,7"};
@@ -30,8 +31,9 @@ Test(ssd, builtin_matches_reference) {
   const char *init[] = {"initial_state=true", NULL};
   const char *c16[] = {"chunk_size=16", NULL};
   const char *c7[] = {"chunk_size=7", "initial_state=true", NULL};
-  const char *const *sets[] = {dflt, init, c16, c7};
-  h_sweep("ssd", shapes, 4, sets, 4, 501, SSD_TOL_DT, SSD_TOL_HEAVY);
+  const char *skip[] = {"d_skip=true", "chunk_size=16", NULL};
+  const char *const *sets[] = {dflt, init, c16, c7, skip};
+  h_sweep("ssd", shapes, 4, sets, 5, 501, SSD_TOL_DT, SSD_TOL_HEAVY);
 }
 
 static int d_ok(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
@@ -53,6 +55,16 @@ static int d_da_no_intra(const qc_ctx *c, const qc_module *m, const qc_tensor *d
 static int d_ddt_no_xb(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
   return qc_ssd_vjp_defect(m, dy, g, SSD_DDT_NO_XB);
+}
+
+static int d_no_d_grad(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_NO_D_GRAD);
+}
+
+static int d_no_d_param(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_NO_D_PARAM);
 }
 
 /* h_expect_fail, logging the worst rel_l2 the defect reached */
@@ -81,6 +93,16 @@ Test(ssd, planted_defects_fail_naming_tensor) {
   h_make(&in, "ssd", "1,150,2,8,16", 12, "normal", init);
   expect_fail(&in, d_no_pass, "chunk state not passed (initial state)", "d_x");
   expect_fail(&in, d_da_no_intra, "d_A without the within-chunk term (initial state)", "d_A");
+  h_free(&in);
+  /* the D skip (Mamba-2's y += D x): a backward that forgets the skip path
+   * D dy in d_x fails on d_x, one that leaves d_D at 0 on d_D; the correct
+   * one passes */
+  const char *skip[] = {"d_skip=true", NULL};
+  h_make(&in, "ssd", "2,100,3,16,32", 14, "normal", skip);
+  cr_expect_eq(h_compare(&in, d_ok, SSD_TOL_DT, fail, sizeof fail, &w), 1, "d_skip: correct fails on %s (%.3g)", fail, w);
+  cr_expect(qc_tset_get(&in.m.inputs, "D") != NULL, "d_skip generates inputs/D");
+  expect_fail(&in, d_no_d_grad, "D skip gradient forgotten", "d_x");
+  expect_fail(&in, d_no_d_param, "d_D not accumulated", "d_D");
   h_free(&in);
   /* one chunk (L = 63 < 64): there is no boundary, so the no-pass defect is invisible there;
    * the shipped case's L = 200 is what catches it */
@@ -121,9 +143,9 @@ Test(ssd, chunk_sizes_and_edges) {
 }
 
 Test(ssd, fd_agrees) {
-  static const char *const sets[][3] = {{NULL}, {"initial_state=true", "chunk_size=3", NULL}};
+  static const char *const sets[][3] = {{NULL}, {"initial_state=true", "chunk_size=3", NULL}, {"d_skip=true", "chunk_size=4", NULL}};
   static const char *const shapes[] = {"2,9,2,3,4", "1,1,3,2,5", "1,12,1,4,3"};
-  h_fd_agrees("ssd", shapes, 3, sets, 2, 21);
+  h_fd_agrees("ssd", shapes, 3, sets, 3, 21);
 }
 
 Test(ssd, bad_input_is_refused) {
