@@ -171,6 +171,7 @@ typedef struct qc_step_param {
   int64_t n;
   double *before, *grad, *exp_avg, *exp_avg_sq, *momentum, *after, *after_master;
   char after_master_dtype[24];  /* the stored type of after_master ("bfloat16") */
+  char after_dtype[24];         /* the stored type of after ("float32"): the derived update bound's precision */
 } qc_step_param;
 
 /* One arm group of a step dump. */
@@ -200,7 +201,7 @@ typedef struct qc_step_check {
   char arm[2 * QC_L3_NAME + 2];   /* "under_test", or "under_test~gradient_reference" */
   char param[QC_PATHLEN];
   qc_step_kind kind;
-  int judged;                /* a tolerance was declared (frozen, missing and master are always judged) */
+  int judged;                /* a tolerance was declared or derived (updates); frozen, missing and master are always judged */
   int verdict;               /* QC_V_PASS / QC_V_FAIL (unjudged: PASS) */
   int has_metrics;
   qc_metrics m;
