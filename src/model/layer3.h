@@ -34,6 +34,7 @@ typedef struct qc_l3_col {
   char name[QC_L3_NAME];
   double *v;       /* [cap] the value at row i */
   uint8_t *has;    /* [cap] 1 when row i holds the metric */
+  double roundoff; /* the coarsest unit roundoff of its stored values (a TensorBoard float32: 2^-24); 0: exact or float64 text */
 } qc_l3_col;
 
 typedef struct qc_l3_log {
@@ -50,6 +51,7 @@ typedef struct qc_l3_log {
   int hint;                  /* the column the next key probably names */
   int unsorted;              /* a row was started below the one before it */
   int rec_dup;               /* the current record overwrote a value */
+  double set_roundoff;       /* the unit roundoff of the value qc_l3_log_set stores next (a reader's stored type; 0: exact) */
 } qc_l3_log;
 
 /* Start a record at `step`: a new row, or the last row when it has the same
