@@ -221,6 +221,17 @@ int qc_opt_timeout(const qc_opt *o, const char *t) {
   return QC_OK;
 }
 
+int qc_opt_rank_timeout(const qc_opt *o, const char *t) {
+  (void)o;
+  char *end;
+  double s = strtod(t, &end);
+  if (end == t || *end || qc_dist_rank_timeout(s) != QC_OK) {
+    qc_err_clear();
+    return qc_err("--rank-timeout '%s': expected a number of seconds from 0 (off) to 1e9", t);
+  }
+  return QC_OK;
+}
+
 /* the regression gate (report/baseline.h): kept by the run, applied when the reports are written */
 int qc_opt_baseline(const qc_opt *o, const char *v) { (void)o; return qc_run_baseline(v) ? QC_EINPUT : QC_OK; }
 int qc_opt_fail_on(const qc_opt *o, const char *v) { (void)o; return qc_run_fail_on(v) ? QC_EINPUT : QC_OK; }

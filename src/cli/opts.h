@@ -26,6 +26,7 @@
 
 #include "core/qc.h"
 #include "core/watchdog.h"
+#include "dist/dist.h"
 
 typedef enum {
   QC_OT_END = 0,  /* the table's end */
@@ -101,12 +102,14 @@ enum {
  * watchdog re-armed (--timeout), the regression gate kept by the run
  * (--baseline, --fail-on, --regression-factor: report/run.h). */
 int qc_opt_timeout(const qc_opt *o, const char *arg);
+/* --rank-timeout: the job's stall check (dist/dist.h) set. */
+int qc_opt_rank_timeout(const qc_opt *o, const char *arg);
 int qc_opt_baseline(const qc_opt *o, const char *arg);
 int qc_opt_fail_on(const qc_opt *o, const char *arg);
 int qc_opt_regression_factor(const qc_opt *o, const char *arg);
 
 /* The common options (--json, --junit, --markdown, --device, --profile,
- * --timeout, --baseline, --fail-on, --regression-factor, --quiet,
+ * --timeout, --rank-timeout, --baseline, --fail-on, --regression-factor, --quiet,
  * --verbose, --help) as table entries filling *co; f: QC_HELP_* above. */
 #define QC_OPT_HIDE_UNLESS(f, bit) (((f) & (bit)) ? 0u : (unsigned)QC_OPT_HIDDEN)
 #define QC_OPTS_COMMON(co, f)                                                                                              \
@@ -125,6 +128,10 @@ int qc_opt_regression_factor(const qc_opt *o, const char *arg);
    .flags = QC_OPT_COMMON | QC_OPT_HIDE_UNLESS(f, QC_HELP_PROFILE)},                                                        \
   {.type = QC_OT_CALLBACK, .name = "timeout", .argh = "SECONDS", .fn = qc_opt_timeout,                                     \
    .help = "stop with exit 2 after this long (default %.0f = 6 h; 0: no limit)", .help_num = QC_TIMEOUT_DEFAULT,          \
+   .flags = QC_OPT_COMMON | QC_OPT_HELPNUM},                                                                                \
+  {.type = QC_OT_CALLBACK, .name = "rank-timeout", .argh = "SECONDS", .fn = qc_opt_rank_timeout,                           \
+   .help = "under mpirun: end the job when a rank has not run for this long\n"                                            \
+           "(stopped, frozen; default %.0f, or QATCHECK_RANK_TIMEOUT; 0: off)", .help_num = QC_RANK_TIMEOUT_DEFAULT,       \
    .flags = QC_OPT_COMMON | QC_OPT_HELPNUM},                                                                                \
   {.type = QC_OT_CALLBACK, .name = "baseline", .argh = "OLD", .fn = qc_opt_baseline,                                       \
    .help = "compare every check with the report OLD.json of an earlier run;\n"                                            \

@@ -25,7 +25,17 @@ static int g_started, g_armed;
 static struct timespec g_deadline;
 static char g_msg[256], g_hint[200];
 static qc_watchdog_fn g_hook;
+static int g_quiet;                  /* qc_watchdog_quiet: the lines not printed */
 static int g_sigpipe[2] = {-1, -1};  /* the signal handler's byte goes in [1], the signal thread reads [0] */
+
+/* The error line and hint on stderr (one write), unless quiet. */
+static void say(const char *msg, const char *hint) {
+  if (g_quiet) return;
+  char line[640];
+  int n = snprintf(line, sizeof line, "qatcheck: error: %s\nhint: %s\n", msg, hint);
+  ssize_t w = write(2, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : strlen(line));
+  (void)w;
+}
 
 /* The watchdog thread: sleeps until the deadline, re-reading it whenever
  * it is re-armed; never returns once it expires. */
@@ -46,10 +56,7 @@ static void *watch(void *arg) {
   }
   /* expired, holding the mutex: no report is being committed */
   if (g_hook) g_hook(g_msg, g_hint);
-  char line[512];
-  int n = snprintf(line, sizeof line, "qatcheck: error: %s\nhint: %s\n", g_msg, g_hint);
-  ssize_t w = write(2, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : strlen(line));
-  (void)w;
+  say(g_msg, g_hint);
   _exit(2);
 }
 
@@ -144,10 +151,7 @@ static void *sig_watch(void *arg) {
   const char *hint = "the requested reports hold this error report; rerun to get a verdict";
   pthread_mutex_lock(&g_mu); /* a report commit under way finishes first */
   if (g_hook) g_hook(msg, hint);
-  char line[512];
-  int n = snprintf(line, sizeof line, "qatcheck: error: %s\nhint: %s\n", msg, hint);
-  ssize_t w = write(2, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : strlen(line));
-  (void)w;
+  say(msg, hint);
   _exit(128 + signo);
 }
 
@@ -177,3 +181,18 @@ int qc_watchdog_signals(void) {
   return QC_OK;
 }
 
+
+void qc_watchdog_end(const char *msg, const char *hint, int print, void (*done)(void)) {
+  pthread_mutex_lock(&g_mu); /* a report commit under way finishes first */
+  if (g_hook) g_hook(msg, hint);
+  g_quiet = !print;
+  say(msg, hint);
+  if (done) done();
+  _exit(2);
+}
+
+void qc_watchdog_quiet(int quiet) {
+  pthread_mutex_lock(&g_mu);
+  g_quiet = quiet != 0;
+  pthread_mutex_unlock(&g_mu);
+}

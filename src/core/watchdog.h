@@ -43,4 +43,16 @@ void qc_watchdog_release(int disarm);
  * when the pipe, thread or handlers cannot be set up. */
 int qc_watchdog_signals(void);
 
+/* End the run now, from a thread other than the main one, as an expiry
+ * does: once no report is being committed, the hook (msg, hint), then the
+ * error line and hint on stderr when `print` is 1 (nothing printed when 0),
+ * then `done` (when not NULL), and exit 2. Never returns. The job's stall
+ * check (dist/dist.h) ends a rank this way. */
+void qc_watchdog_end(const char *msg, const char *hint, int print, void (*done)(void)) __attribute__((noreturn));
+
+/* 1: the watchdog's own lines (an expiry, a signal) are not printed, the
+ * hook still runs. The ranks of an MPI job other than rank 0 are quiet, so
+ * a --timeout or a Ctrl-C that reaches every rank prints one line. */
+void qc_watchdog_quiet(int quiet);
+
 #endif

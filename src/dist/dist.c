@@ -3,13 +3,18 @@
  * function is the one-process case. */
 #include "dist/dist.h"
 
-#include <stdio.h>
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/qc.h"
+#include "core/watchdog.h"
 #include "numerics/formats.h"
 
 #ifdef QC_HAVE_MPI
@@ -58,6 +63,190 @@ static int mpi_fail(const char *what, int e) {
   } while (0)
 #endif
 
+
+/* ---- the stall check (docs/distributed.md, "A stopped rank") -------------------------
+ * The ranks of a node share one segment (an MPI shared-memory window over
+ * the node's communicator, allocated on the main thread at MPI_Init): a
+ * header and one slot per local rank. Each rank's beat thread stamps its
+ * slot with CLOCK_MONOTONIC (one clock for the whole node) every period and
+ * reads the others' stamps; it calls no MPI, so MPI_THREAD_FUNNELED holds.
+ * A slot left unstamped for the rank timeout is a rank that is not running
+ * (stopped, frozen): the lowest running rank of the node claims the header,
+ * ends its run (its error reports: rank 0's are the job's) and prints the
+ * line; the other running ranks exit 2 quietly once it has printed. */
+
+enum { BEAT_NONE = 0, BEAT_RUN, BEAT_DONE };
+
+/* The header of a node's segment. */
+typedef struct beat_head {
+  _Atomic int claim; /* 0, or 1 + the world rank that ends the job */
+  _Atomic int said;  /* 1 once that rank has printed its line */
+} beat_head;
+
+/* One rank's slot. */
+typedef struct beat_slot {
+  _Atomic long long ns; /* its last stamp (CLOCK_MONOTONIC, ns) */
+  _Atomic int state;    /* BEAT_* */
+  _Atomic int rank;     /* its world rank */
+  _Atomic int pid;
+} beat_slot;
+
+static struct {
+  beat_head *head;
+  beat_slot *slot; /* local_size slots */
+  _Atomic long long timeout_ns; /* 0: off */
+  pthread_t th;
+  int started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stop;
+#ifdef QC_HAVE_MPI
+  MPI_Comm node;
+  MPI_Win win;
+#endif
+} B = {.mu = PTHREAD_MUTEX_INITIALIZER, .timeout_ns = (long long)(QC_RANK_TIMEOUT_DEFAULT * 1e9)};
+
+#ifdef QC_HAVE_MPI
+/* Now on the node's monotonic clock, in nanoseconds. */
+static long long mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* After the claimant's line: the node's other ranks may exit. */
+static void said(void) { atomic_store(&B.head->said, 1); }
+
+/* The beat thread: stamps this rank's slot, and ends the run when another
+ * rank of the node has not stamped its own for the timeout. Returns when
+ * told to stop (qc_dist_end). */
+static void *beat_main(void *arg) {
+  (void)arg;
+  beat_slot *me = &B.slot[D.local_rank];
+  pthread_mutex_lock(&B.mu);
+  while (!B.stop) {
+    long long now = mono_ns(), to = atomic_load(&B.timeout_ns);
+    atomic_store(&me->ns, now);
+    if (to > 0) {
+      int stalled = -1, lowest = -1, spid = 0;
+      for (int i = 0; i < D.local_size; i++) {
+        beat_slot *s = &B.slot[i];
+        if (atomic_load(&s->state) != BEAT_RUN) continue;
+        int r = atomic_load(&s->rank);
+        if (i != D.local_rank && now - atomic_load(&s->ns) > to) {
+          if (stalled < 0 || r < stalled) stalled = r, spid = atomic_load(&s->pid);
+        } else if (lowest < 0 || r < lowest) lowest = r;
+      }
+      int claim = atomic_load(&B.head->claim);
+      if (stalled >= 0 || claim) {
+        char msg[300], hint[300];
+        snprintf(msg, sizeof msg, "rank %d (pid %d) made no progress for --rank-timeout %g s (stopped or frozen): the job was ended, nothing judged",
+                 stalled, spid, (double)to / 1e9);
+        snprintf(hint, sizeof hint, "a rank that does not run (SIGSTOP, a debugger, a frozen node) holds the others in their next collective; "
+                 "--rank-timeout SECONDS sets how long one may (0: never ends the job)");
+        int expect = 0;
+        if (!claim && stalled >= 0 && lowest == D.rank && atomic_compare_exchange_strong(&B.head->claim, &expect, D.rank + 1)) {
+          pthread_mutex_unlock(&B.mu);
+          atomic_store(&me->state, BEAT_DONE); /* the others do not take this rank for stopped */
+          /* the line is printed before the hook's reports are final, the
+           * flag after: the others exit (and mpirun ends the job) only then */
+          qc_watchdog_end(msg, hint, 1, said);
+        }
+        if (claim && atomic_load(&B.head->said)) {
+          pthread_mutex_unlock(&B.mu);
+          qc_watchdog_end(msg, hint, 0, NULL); /* its line is printed: exit 2 with it */
+        }
+      }
+    }
+    long long period = to > 0 && to / 10 < 1000000000LL ? to / 10 : 1000000000LL;
+    if (period < 20000000LL) period = 20000000LL;
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += (time_t)(period / 1000000000LL);
+    dl.tv_nsec += (long)(period % 1000000000LL);
+    if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+    int r;
+    do r = pthread_cond_timedwait(&B.cv, &B.mu, &dl);
+    while (r == EINTR);
+  }
+  pthread_mutex_unlock(&B.mu);
+  return NULL;
+}
+
+/* The node's segment (collective over the node: MPI_Win_allocate_shared),
+ * this rank's slot stamped, the beat thread started once every rank of the
+ * node has its slot. The timeout: QATCHECK_RANK_TIMEOUT, else the default;
+ * --rank-timeout changes it later. QC_OK or QC_ESYS. */
+static int beat_begin(void) {
+  const char *env = getenv("QATCHECK_RANK_TIMEOUT");
+  if (env && env[0] && qc_dist_rank_timeout(strtod(env, NULL)) != QC_OK) {
+    qc_err_clear();
+    return qc_err("QATCHECK_RANK_TIMEOUT '%s': expected a number of seconds from 0 (off) to 1e9", env);
+  }
+  size_t bytes = D.local_rank == 0 ? sizeof(beat_head) + (size_t)D.local_size * sizeof(beat_slot) : 0;
+  void *base = NULL, *p0 = NULL;
+  MPI_Aint sz = 0;
+  int du = 0;
+  MK(MPI_Win_allocate_shared((MPI_Aint)bytes, 1, MPI_INFO_NULL, B.node, &base, &B.win), "MPI_Win_allocate_shared (the ranks' heartbeat)");
+  MK(MPI_Win_shared_query(B.win, 0, &sz, &du, &p0), "MPI_Win_shared_query (the ranks' heartbeat)");
+  B.head = p0;
+  B.slot = (beat_slot *)((char *)p0 + sizeof(beat_head));
+  if (D.local_rank == 0) {
+    atomic_store(&B.head->claim, 0);
+    atomic_store(&B.head->said, 0);
+  }
+  beat_slot *me = &B.slot[D.local_rank];
+  atomic_store(&me->ns, mono_ns());
+  atomic_store(&me->rank, D.rank);
+  atomic_store(&me->pid, (int)getpid());
+  atomic_store(&me->state, BEAT_RUN);
+  MK(MPI_Barrier(B.node), "MPI_Barrier (the ranks' heartbeat)");
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&B.cv, &ca) != 0)
+    return qc_err_sys("rank %d: cannot set up the ranks' heartbeat", D.rank);
+  pthread_condattr_destroy(&ca);
+  pthread_attr_t at;
+  int rc = pthread_attr_init(&at);
+  if (!rc) rc = pthread_attr_setstacksize(&at, 256 << 10);
+  if (!rc) rc = pthread_create(&B.th, &at, beat_main, NULL);
+  pthread_attr_destroy(&at);
+  if (rc) return qc_err_sys("rank %d: cannot start the ranks' heartbeat thread: %s", D.rank, strerror(rc));
+  pthread_setname_np(B.th, "qc-heartbeat");
+  B.started = 1;
+  return QC_OK;
+}
+
+/* This rank leaves the watch (its slot done), its beat thread joined, the
+ * node's segment freed (collective over the node, unless MPI failed). */
+static void beat_end(void) {
+  if (B.started) {
+    atomic_store(&B.slot[D.local_rank].state, BEAT_DONE);
+    pthread_mutex_lock(&B.mu);
+    B.stop = 1;
+    pthread_cond_signal(&B.cv);
+    pthread_mutex_unlock(&B.mu);
+    pthread_join(B.th, NULL);
+    B.started = 0;
+  }
+  if (D.broken) return;
+  if (B.head) MPI_Win_free(&B.win);
+  B.head = NULL;
+  MPI_Comm_free(&B.node);
+}
+#endif
+
+int qc_dist_rank_timeout(double seconds) {
+  if (!isfinite(seconds) || seconds < 0 || seconds > 1e9)
+    return qc_err("--rank-timeout %g: expected a number of seconds from 0 (off) to 1e9", seconds);
+  atomic_store(&B.timeout_ns, (long long)(seconds * 1e9));
+  if (B.started) { /* the thread's period follows the new timeout */
+    pthread_mutex_lock(&B.mu);
+    pthread_cond_signal(&B.cv);
+    pthread_mutex_unlock(&B.mu);
+  }
+  return QC_OK;
+}
+
 int qc_dist_begin(void) {
   if (D.active || D.ended || !launched()) return QC_OK;
 #ifdef QC_HAVE_MPI
@@ -68,12 +257,12 @@ int qc_dist_begin(void) {
   MK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   MK(MPI_Comm_rank(MPI_COMM_WORLD, &D.rank), "MPI_Comm_rank");
   MK(MPI_Comm_size(MPI_COMM_WORLD, &D.size), "MPI_Comm_size");
-  MPI_Comm node;
-  MK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, D.rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-  MK(MPI_Comm_rank(node, &D.local_rank), "MPI_Comm_rank (node)");
-  MK(MPI_Comm_size(node, &D.local_size), "MPI_Comm_size (node)");
-  MPI_Comm_free(&node);
+  MK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, D.rank, MPI_INFO_NULL, &B.node), "MPI_Comm_split_type");
+  MK(MPI_Comm_rank(B.node, &D.local_rank), "MPI_Comm_rank (node)");
+  MK(MPI_Comm_size(B.node, &D.local_size), "MPI_Comm_size (node)");
   D.active = 1;
+  if (D.rank > 0) qc_watchdog_quiet(1); /* a --timeout or a signal on every rank: rank 0's line only */
+  if ((e = beat_begin())) return e;
   /* the node's cores shared among its ranks, unless told otherwise */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int per = ncpu > 0 ? (int)(ncpu / D.local_size) : 1;
@@ -100,6 +289,7 @@ void qc_dist_end(void) {
   /* no rank leaves before rank 0 has printed and written its reports: a
    * rank's non-zero exit makes mpirun end the job (unless MPI itself failed) */
   if (!D.broken) MPI_Barrier(MPI_COMM_WORLD);
+  beat_end();
   MPI_Finalize();
 #endif
 }

@@ -30,6 +30,23 @@ int qc_dist_begin(void);
 /* End the job (MPI_Finalize; collective). Idempotent. */
 void qc_dist_end(void);
 
+/* The stall check (docs/distributed.md, "A stopped rank"): from
+ * qc_dist_begin to qc_dist_end, a thread of each rank stamps a heartbeat
+ * in a segment shared by the ranks of its node (no MPI call off the main
+ * thread) and reads the others'. A rank of the node that has not stamped
+ * for the rank timeout (stopped, frozen) ends the job: the node's lowest
+ * running rank ends its run as an expiry of --timeout does (core/watchdog.h:
+ * its error reports, rank 0's being the job's) and prints the one line
+ * "rank R (pid P) made no progress for --rank-timeout S s ...", and the
+ * node's other running ranks exit 2 without a line. A rank alone on its
+ * node is watched by nobody (--timeout still ends the job). */
+#define QC_RANK_TIMEOUT_DEFAULT 60.0
+/* Set the rank timeout, in seconds (0: the check is off; the default is
+ * QATCHECK_RANK_TIMEOUT, else QC_RANK_TIMEOUT_DEFAULT): QC_OK, or
+ * QC_EINPUT outside [0, 1e9]. Any time, on any rank, also before
+ * qc_dist_begin. */
+int qc_dist_rank_timeout(double seconds);
+
 /* 1 when the run is a job of a process manager (even of one rank). */
 int qc_dist_active(void);
 int qc_dist_rank(void);        /* 0 when not active */

@@ -44,6 +44,43 @@ static int add_key(qc_l3_keypath *keys, int *n, int max, const char *key, const 
 
 #define MAXKEYS (QC_L3_NCONTROLLED + QC_L3_MAXKEYS + QC_L3_MAXEXPECTED)
 
+/* Every relative bound of the case against the resolution of the values it
+ * compares: where a log stores a metric rounded (TensorBoard's float32),
+ * |a - b| of two correct arms reaches the sum of the two roundings
+ * (u_a |a| + u_b |b|), so a pointwise_rel or mean_rel bound below u_a + u_b
+ * without an absolute part fails correct arms. QC_OK, or QC_EINPUT naming
+ * the check, the arm and its stored type. */
+static int check_resolution(const qc_sft_run *r, const qc_sft_case *cs) {
+  for (int i = 0; i < cs->npair; i++) {
+    const qc_sft_pair *p = &cs->pairs[i];
+    for (int k = 0; k < p->ncheck; k++) {
+      const qc_sft_check *c = &p->checks[k];
+      const qc_sft_bounds *b = &c->b;
+      double ro[2] = {0, 0};
+      int arm[2] = {p->a, p->b};
+      for (int s = 0; s < 2; s++) {
+        int col = qc_l3_log_col(&r->logs[arm[s]], c->metric);
+        if (col >= 0) ro[s] = r->logs[arm[s]].col[col].roundoff;
+      }
+      double res = ro[0] + ro[1];
+      const char *name = b->has_pw_rel && !(b->has_pw_abs && b->pw_abs > 0) && b->pw_rel < res ? "pointwise_rel"
+                         : b->has_mean_rel && !(b->has_mean_abs && b->mean_abs > 0) && b->mean_rel < res ? "mean_rel" : NULL;
+      if (!name) continue;
+      double bound = strcmp(name, "pointwise_rel") == 0 ? b->pw_rel : b->mean_rel;
+      int s = ro[0] >= ro[1] ? 0 : 1;
+      const qc_l3_log *l = &r->logs[arm[s]];
+      const char *type = ro[s] == 0x1p-24 ? "float32" : ro[s] == 0x1p-11 ? "float16" : ro[s] == 0x1p-8 ? "bfloat16" : "a rounded type";
+      qc_err("case '%s': pair '%s~%s', metric '%s': %s %g is below the logs' resolution %.3g: arm '%s' stores '%s' as %s (%s log '%s')",
+             cs->path, cs->arms[p->a].key, cs->arms[p->b].key, c->metric, name, bound, res, cs->arms[arm[s]].key, c->metric, type, l->format,
+             l->path);
+      qc_hint("two correct arms differ by the rounding of the stored values (up to %.3g relative here): give a bound of at least %.3g, "
+              "or log the metric at full precision (JSONL, or a TensorBoard tensor of double)", res, 2 * res);
+      return QC_EINPUT;
+    }
+  }
+  return QC_OK;
+}
+
 int qc_sft_load(qc_sft_run *r, const qc_sft_case *cs) {
   memset(r, 0, sizeof *r);
   r->cs = cs;
@@ -51,6 +88,7 @@ int qc_sft_load(qc_sft_run *r, const qc_sft_case *cs) {
   int rc;
   for (int a = 0; a < cs->narm; a++)
     if ((rc = load_log(cs->arms[a].log, cs->arms[a].tags, cs->arms[a].ntags, &r->logs[a]))) return rc;
+  if ((rc = check_resolution(r, cs))) return rc; /* every bound against what the logs can resolve, before any is judged */
   /* the keys of the table: the controlled variables, then any key an arm
    * maps or the case expects to differ */
   qc_l3_keypath all[MAXKEYS];

@@ -83,6 +83,52 @@ static void judge(qc_step_check *c, const qc_step_tolset *s, const qc_metrics *m
   c->verdict = qc_judge(m, t, c->why, sizeof c->why);
 }
 
+/* The unit roundoff of a stored floating-point type (its name), 0 when unknown. */
+static double roundoff(const char *dtype) {
+  static const struct { const char *name; int bits; } t[] = {
+      {"float64", 53}, {"float32", 24}, {"bfloat16", 8}, {"float16", 11}, {"float8_e4m3fn", 4}, {"float8_e5m2", 3}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strcmp(dtype, t[i].name) == 0) return ldexp(1, -t[i].bits);
+  return 0;
+}
+
+/* An update no tolerance is declared for, judged against bounds derived
+ * from the optimizer's float32 arithmetic and the precision of `after`
+ * (docs/layer3.md, "Derived bounds"): err[i] bounds element i's error
+ * (qc_step_update_err), rel_l2 <= 2 ||err|| / ||ref|| and max_abs <=
+ * 2 max err; the factor 2 is the margin over the first-order bound. */
+static void judge_derived(const qc_step_arm *a, const qc_step_param *p, double coef, const double *ref, double *err, const qc_metrics *m,
+                          qc_step_check *c) {
+  double ud = roundoff(p->after_dtype), u = fmax(ud, ldexp(1, -24)); /* AdamW and SGD compute in float32 at best */
+  if (ud == 0) u = ldexp(1, -24);
+  double ua = ud > u ? ud : 0; /* a type coarser than the arithmetic rounds the result once more */
+  qc_step_update_err(a, p, coef, u, ua, err);
+  double ee = 0, emax = 0, rr = 0;
+  for (int64_t i = 0; i < p->n; i++) {
+    ee += err[i] * err[i];
+    emax = fmax(emax, err[i]);
+    rr += ref[i] * ref[i];
+  }
+  qc_tol t;
+  memset(&t, 0, sizeof t);
+  t.has_max_abs = 1;
+  t.max_abs = 2 * emax;
+  if (rr > 0) {
+    t.has_rel_l2 = 1;
+    t.rel_l2 = 2 * sqrt(ee / rr);
+  }
+  snprintf(t.reasoning, sizeof t.reasoning,
+           "derived: the update recomputed with each operation's rounding in %s arithmetic (u = %.3g) bounded by its terms' "
+           "magnitudes%s%s, x2; ||err|| / ||update|| = %.3g",
+           u == ldexp(1, -24) ? "float32" : p->after_dtype, u, ua > 0 ? ", plus after stored in " : "", ua > 0 ? p->after_dtype : "",
+           rr > 0 ? sqrt(ee / rr) : 0.0);
+  c->has_metrics = 1;
+  c->m = *m;
+  c->judged = c->has_tol = 1;
+  c->tol = t;
+  c->verdict = qc_judge(m, &t, c->why, sizeof c->why);
+}
+
 /* A failed update: which known deviation explains it (passes the same tolerance)? */
 static int diagnose(const qc_step_arm *a, int k, const uint8_t *trained, double coef, const double *u, qc_step_check *c, double *tmp) {
   const qc_step_param *p = &a->params[k];
@@ -204,7 +250,8 @@ static int judge_arm(qc_step_run *r, qc_step_arm *a, qc_step_norms *nm, int *upd
     qc_step_update(a, p, nm->clip_coef, QC_STEP_ASIS, ref);
     qc_metrics m;
     qc_metrics_compute(u, ref, p->n, &m);
-    judge(&c, &r->cs->update, &m);
+    if (qc_step_tol_for(&r->cs->update, p->name)) judge(&c, &r->cs->update, &m);
+    else judge_derived(a, p, nm->clip_coef, ref, tmp, &m, &c);
     if (c.judged && c.verdict == QC_V_FAIL) {
       *upd_fail = 1;
       if ((rc = diagnose(a, k, tr, nm->clip_coef, u, &c, tmp))) break;

@@ -46,6 +46,15 @@ const char *qc_step_variant_text(qc_step_variant v);
  * before), float64, the gradient multiplied by coef (the clip coefficient)
  * after the division by grad_scale. p must have a gradient. */
 void qc_step_update(const qc_step_arm *a, const qc_step_param *p, double coef, qc_step_variant v, double *out);
+/* A first-order bound on each element's error in the trainer's update of
+ * p (err[p->n] >= 0) when its optimizer computes in arithmetic of unit
+ * roundoff u (2^-24 for float32) and stores `after` in a type of unit
+ * roundoff ua (the rounding of the new value, on top of the arithmetic's
+ * own): every operation of the recomputation (step.h's formulas) rounds
+ * its result, and the bound sums those roundings' effects on the update
+ * by the magnitudes of their terms, so a moment that cancels (b1 m against
+ * (1 - b1) g) is bounded by its terms, not by its small result. */
+void qc_step_update_err(const qc_step_arm *a, const qc_step_param *p, double coef, double u, double ua, double *err);
 /* The global norm of the gradients (divided by grad_scale) of the trained
  * parameters (trained[i] 1), and the clip coefficient (1 without clipping). */
 void qc_step_norm(const qc_step_arm *a, const uint8_t *trained, double *norm, double *coef);

@@ -47,6 +47,40 @@ void qc_step_update(const qc_step_arm *a, const qc_step_param *p, double coef, q
   }
 }
 
+void qc_step_update_err(const qc_step_arm *a, const qc_step_param *p, double coef, double u, double ua, double *err) {
+  const double s = coef / a->grad_scale, wd = a->weight_decay;
+  for (int64_t i = 0; i < p->n; i++) {
+    double g = fabs(p->grad[i] * s), x = fabs(p->before[i]), dg = 2 * u * g; /* the unscaling and the clip: 2 roundings */
+    double step, dstep;
+    if (a->opt == QC_OPT_SGD) {
+      double d = g + wd * x, dd = dg + u * (wd * x + d); /* wd p, then the sum */
+      if (a->momentum > 0 && a->step > 0 && p->momentum) {
+        double b = fabs(a->momentum * p->momentum[i]);
+        dd += u * (b + b + d); /* momentum buf, then the sum */
+        d += b;
+      }
+      step = a->lr * d;
+      dstep = a->lr * dd + u * step;
+    } else {
+      const double t = (double)(a->step + 1), b1 = a->beta1, b2 = a->beta2;
+      const double bc1 = 1 - pow(b1, t), bc2s = sqrt(1 - pow(b2, t)), ss = a->lr / bc1;
+      double m0 = p->exp_avg ? fabs(p->exp_avg[i]) : 0, v0 = p->exp_avg_sq ? p->exp_avg_sq[i] : 0;
+      double mterms = b1 * m0 + (1 - b1) * g;                 /* |b1 m| + |(1 - b1) g|: the moment's terms */
+      double m = fabs(b1 * (p->exp_avg ? p->exp_avg[i] : 0) + (1 - b1) * (p->grad[i] * s));
+      double dm = 3 * u * mterms + (1 - b1) * dg;             /* two products and a sum (or a lerp) */
+      double v = b2 * v0 + (1 - b2) * g * g;                  /* no cancellation: every term >= 0 */
+      double dv = 4 * u * v + 2 * (1 - b2) * g * dg;
+      double r = sqrt(v) / bc2s, den = r + a->eps;
+      double dden = (v > 0 ? r * 0.5 * dv / v : 0) + 3 * u * den; /* sqrt, the division, the + eps */
+      step = ss * m / den;
+      dstep = ss * (dm / den + m * dden / (den * den)) + 3 * u * step; /* the step size, the division, the product */
+    }
+    double decayed = a->opt == QC_OPT_SGD ? x : x * (1 - a->lr * wd), after = fabs(p->after[i]);
+    /* the decay's product, the final sum; then `after` stored in its own type */
+    err[i] = dstep + u * (a->opt == QC_OPT_SGD ? 0 : 2 * decayed) + u * (decayed + step) + ua * after;
+  }
+}
+
 void qc_step_norm(const qc_step_arm *a, const uint8_t *trained, double *norm, double *coef) {
   double ss = 0;
   for (int k = 0; k < a->nparam; k++) {

@@ -104,9 +104,10 @@ static int64_t shape_numel(pb s) {
   return r < 0 ? -1 : n;
 }
 
-/* A TensorProto holding one number: *ok 1 and its value in *out. 0, or -1
- * when malformed. */
-static int tensor_scalar(pb t, double *out, int *ok) {
+/* A TensorProto holding one number: *ok 1, its value in *out and the unit
+ * roundoff of its stored type in *ro (0: an integer). 0, or -1 when
+ * malformed. */
+static int tensor_scalar(pb t, double *out, int *ok, double *ro) {
   uint64_t dtype = 0, v;
   int64_t numel = 1;
   pb content = {0}, vals = {0}, sub;
@@ -130,6 +131,7 @@ static int tensor_scalar(pb t, double *out, int *ok) {
   size_t esize = dtype == DT_FLOAT || dtype == DT_INT32 ? 4 : dtype == DT_DOUBLE || dtype == DT_INT64 ? 8 :
                  dtype == DT_HALF || dtype == DT_BFLOAT16 ? 2 : 0;
   if (!esize) return 0; /* strings, booleans, complex: not a metric */
+  *ro = dtype == DT_FLOAT ? 0x1p-24 : dtype == DT_DOUBLE ? 0x1p-53 : dtype == DT_HALF ? 0x1p-11 : dtype == DT_BFLOAT16 ? 0x1p-8 : 0;
   if (content.p && (size_t)(content.e - content.p) == esize) {
     const uint8_t *c = content.p;
     switch (dtype) {
@@ -199,9 +201,10 @@ static int summary(pb s, int64_t step, qc_l3_log *out, int *rowed, int *rc) {
       else if (num == 8 && wt == 2) { tensor = sub; has_tensor = 1; }
     }
     if (r < 0) return -1;
-    double x = simple;
+    double x = simple, ro = 0x1p-24; /* simple_value is a float32 */
     int ok = has_simple;
-    if (!ok && has_tensor && tensor_scalar(tensor, &x, &ok) < 0) return -1;
+    if (!ok && has_tensor && tensor_scalar(tensor, &x, &ok, &ro) < 0) return -1;
+    out->set_roundoff = ro;
     if (!ok || !tag.p) continue;
     if (!*rowed) {
       if ((*rc = qc_l3_log_row(out, step))) return 0;

@@ -217,7 +217,7 @@ static int read_arm(qc_dump *d, const char *grp, qc_step_arm *arm) {
     arm->nparam = i + 1;
     int state_needed = arm->step > 0 && has_name(&grads, p->name);
     if ((rc = read_f64(d, grp, "before", p, 1, &p->before, NULL)) || (rc = read_f64(d, grp, "grad", p, 0, &p->grad, NULL)) ||
-        (rc = read_f64(d, grp, "after", p, 1, &p->after, NULL)) ||
+        (rc = read_f64(d, grp, "after", p, 1, &p->after, p->after_dtype)) ||
         (rc = read_f64(d, grp, "after_master", p, 0, &p->after_master, p->after_master_dtype)))
       break;
     if (arm->opt == QC_OPT_ADAMW) {

@@ -104,6 +104,7 @@ int qc_l3_log_set(qc_l3_log *l, const char *name, size_t len, double v) {
   }
   l->col[c].v[r] = v;
   l->col[c].has[r] = 1;
+  if (l->set_roundoff > l->col[c].roundoff) l->col[c].roundoff = l->set_roundoff;
   return QC_OK;
 }
 

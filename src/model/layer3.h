@@ -34,6 +34,7 @@ typedef struct qc_l3_col {
   char name[QC_L3_NAME];
   double *v;       /* [cap] the value at row i */
   uint8_t *has;    /* [cap] 1 when row i holds the metric */
+  double roundoff; /* the coarsest unit roundoff of its stored values (a TensorBoard float32: 2^-24); 0: exact or float64 text */
 } qc_l3_col;
 
 typedef struct qc_l3_log {
@@ -50,6 +51,7 @@ typedef struct qc_l3_log {
   int hint;                  /* the column the next key probably names */
   int unsorted;              /* a row was started below the one before it */
   int rec_dup;               /* the current record overwrote a value */
+  double set_roundoff;       /* the unit roundoff of the value qc_l3_log_set stores next (a reader's stored type; 0: exact) */
 } qc_l3_log;
 
 /* Start a record at `step`: a new row, or the last row when it has the same
@@ -171,6 +173,7 @@ typedef struct qc_step_param {
   int64_t n;
   double *before, *grad, *exp_avg, *exp_avg_sq, *momentum, *after, *after_master;
   char after_master_dtype[24];  /* the stored type of after_master ("bfloat16") */
+  char after_dtype[24];         /* the stored type of after ("float32"): the derived update bound's precision */
 } qc_step_param;
 
 /* One arm group of a step dump. */
@@ -200,7 +203,7 @@ typedef struct qc_step_check {
   char arm[2 * QC_L3_NAME + 2];   /* "under_test", or "under_test~gradient_reference" */
   char param[QC_PATHLEN];
   qc_step_kind kind;
-  int judged;                /* a tolerance was declared (frozen, missing and master are always judged) */
+  int judged;                /* a tolerance was declared or derived (updates); frozen, missing and master are always judged */
   int verdict;               /* QC_V_PASS / QC_V_FAIL (unjudged: PASS) */
   int has_metrics;
   qc_metrics m;

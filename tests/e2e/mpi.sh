@@ -5,7 +5,9 @@
 # fields (vjp with planted defects: the same checks fail; contract: rows,
 # classes, outliers); a bad module on rank 2: every rank exits 2, the one
 # error line names rank 2 and the module, nothing hangs, only the error
-# report is written; a verb that does not distribute refuses several ranks.
+# report is written; a rank stopped (SIGSTOP) in a job of 3: the job ends
+# within seconds of its --rank-timeout, one line naming it, only the error
+# report; a verb that does not distribute refuses several ranks.
 # Skipped (77) without mpirun or without MPI in this qatcheck.
 . "$(dirname "$0")/lib.inc"
 command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun"; exit 77; }
@@ -93,6 +95,40 @@ cat >"$T/bad.json" <<'J'
  "tolerances": {"d_x": {"rel_l2": 2e-2, "reasoning": "bf16"}, "d_weight": {"rel_l2": 2e-2, "reasoning": "bf16"}}}
 J
 bad_rank_run "$T/bad.json" "model.layers.2.norm.*grad_out"
+# ---- a stopped rank (SIGSTOP) ends the job within its --rank-timeout
+# rank 1 logs its pid and execs qatcheck; once its heartbeat thread runs
+# (the stall check is set up on every rank) it is stopped
+stall_run() { # stall_run DESC ENV ARG...: the job of 3 ranks under env ENV (VAR=VALUE), rank 1 stopped
+  desc=$1; envv=$2; shift 2
+  rm -f "$T/four/r.json" "$T/pids"
+  ( cd "$T/four" && env "$envv" QC_PIDS="$T/pids" $TO ${MPIRUN%-np 4} -np 3 sh -c 'echo "$OMPI_COMM_WORLD_RANK $$" >>"$QC_PIDS"; exec "$0" "$@"' \
+      "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --json r.json "$@" >"$T/out" 2>"$T/err"; echo $? >"$T/rc" ) &
+  job=$!
+  p=
+  for i in $(seq 400); do
+    p=$(awk '$1 == 1 { print $2 }' "$T/pids" 2>/dev/null)
+    [ -n "$p" ] && grep -qs qc-heartbeat /proc/"$p"/task/*/comm && break
+    p=; sleep 0.05
+  done
+  [ -n "$p" ] || { bad "$desc: rank 1's heartbeat never started"; wait $job; return; }
+  kill -STOP "$p"
+  s=$(date +%s)
+  wait $job
+  took=$(($(date +%s) - s))
+  [ "$took" -le 15 ] && ok "$desc: the job ends ${took} s after the stop" || bad "$desc: the job ended ${took} s after the stop"
+  [ "$(cat "$T/rc")" = 2 ] && ok "$desc: exit 2" || bad "$desc: exit $(cat "$T/rc"): $(cat "$T/err")"
+  [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "$desc: one error line" || bad "$desc: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
+  grep 'qatcheck: error:' "$T/err" | grep -q "rank 1 (pid $p) made no progress for --rank-timeout 5 s" && ok "$desc: the line names rank 1" || bad "$desc: $(cat "$T/err")"
+  [ -e "$T/four/r.json" ] && error_or_none "$T/four/r.json" && ok "$desc: the error report only" || bad "$desc: no error report at r.json, or another report"
+  kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null
+  sleep 0.2
+  st=$(awk '/^State:/ { print $2 }' /proc/"$p"/status 2>/dev/null)
+  [ -z "$st" ] || [ "$st" = Z ] && ok "$desc: nothing left running" || bad "$desc: rank 1 ($p) still runs"
+}
+stall_run "rank 1 stopped, --rank-timeout 5" QATCHECK_RANK_TIMEOUT=600 --rank-timeout 5
+stall_run "rank 1 stopped, QATCHECK_RANK_TIMEOUT=5" QATCHECK_RANK_TIMEOUT=5
+expect_exit 2 "--rank-timeout -1 is refused" "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --rank-timeout -1
+grep -q "qatcheck: error: --rank-timeout '-1': expected a number of seconds" "$T/err" && ok "--rank-timeout -1: the line says what is expected" || bad "--rank-timeout -1: $(cat "$T/err")"
 # ---- a verb that runs as one process refuses several
 expect_exit 2 "tol under 4 ranks is refused" $TO $MPIRUN "$QATCHECK" tol --help-not-an-option
 grep -q "runs as one process" "$T/err" && ok "tol: the refusal says it runs as one process" || bad "tol: $(cat "$T/err")"

@@ -112,7 +112,7 @@ Test(step, case_refusals) {
   const char *bad[][2] = {
       {"{\"dump\": \"s.h5\", \"tolerances\": {\"update\": {\"rel_l2\": 1e-3}}}", "reasoning"},
       {"{\"tolerances\": {\"update\": {\"rel_l2\": 1e-3, \"reasoning\": \"r\"}}}", "'dump'"},
-      {"{\"dump\": \"s.h5\"}", "tolerances"},
+      {"{\"dump\": \"s.h5\", \"tolerances\": [1]}", "'tolerances' must be an object"},
       {"{\"dump\": \"s.h5\", \"tolerances\": {\"updates\": {\"rel_l2\": 1e-3, \"reasoning\": \"r\"}}}", "unknown key 'updates'"},
       {"{\"dump\": \"s.h5\", \"tolerances\": {\"update\": {\"reasoning\": \"r\"}}}", "no bound"},
       {"{\"dump\": \"s.h5\", \"tolerances\": {\"update\": {\"rel_l2\": 1, \"reasoning\": \"r\", \"by_param\": [{\"params\": \"(\", \"rel_l2\": 1, \"reasoning\": \"r\"}]}}}",
@@ -135,4 +135,28 @@ Test(step, case_refusals) {
   cr_expect_eq(qc_step_tol_for(&c.update, "lm_head")->rel_l2, 1e-3);
   cr_expect_null(qc_step_tol_for(&c.grad_pair, "lm_head"));
   qc_step_case_free(&c);
+  /* no tolerances: every update is judged at derived bounds (engine/step.c) */
+  cr_assert_eq(qc_step_case_parse("{\"dump\": \"s.h5\"}", "c.json", ".", &c), QC_OK, "%s", qc_err_msg());
+  cr_expect_null(qc_step_tol_for(&c.update, "lm_head"));
+  qc_step_case_free(&c);
+}
+
+/* The derived error bound: zero arithmetic error gives zero; it grows with
+ * the unit roundoff, and a moment that cancels is bounded by its terms. */
+Test(step, update_err) {
+  double before[2] = {0.5, -0.25}, grad[2] = {0.1, 1e-3}, m[2] = {-0.0111, 0.2}, v[2] = {0.01, 0.04}, after[2] = {0.5, -0.25};
+  qc_step_param p = {.n = 2, .before = before, .grad = grad, .exp_avg = m, .exp_avg_sq = v, .after = after};
+  qc_step_arm a = {.opt = QC_OPT_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_scale = 1, .step = 3};
+  double e0[2], e1[2], e2[2];
+  qc_step_update_err(&a, &p, 1, 0, 0, e0);
+  qc_step_update_err(&a, &p, 1, 0x1p-24, 0, e1);
+  qc_step_update_err(&a, &p, 1, 0x1p-23, 0, e2);
+  for (int i = 0; i < 2; i++) {
+    cr_expect_eq(e0[i], 0);
+    cr_expect_gt(e1[i], 0);
+    cr_expect(fabs(e2[i] - 2 * e1[i]) <= 1e-6 * e2[i], "first order in u");
+  }
+  /* element 0: b1 m + (1 - b1) g = -0.00999 + 0.01 cancels to 1e-5; its error is bounded by the terms (~0.02 u), not by 1e-5 u */
+  double u0 = 1e-3 / (1 - pow(0.9, 4)) * 0.02 * 0x1p-24 / (sqrt(0.95 * 0.01 + 0.05 * 0.01) / sqrt(1 - pow(0.95, 4)));
+  cr_expect_gt(e1[0], u0, "the cancelling moment's terms bound its error: %g > %g", e1[0], u0);
 }
