@@ -94,7 +94,7 @@ static int check_report_path(int kind) {
   return rc;
 }
 
-static void on_timeout(const char *msg, const char *hint);
+static void on_timeout(void *ctx, const char *msg, const char *hint);
 
 int qc_run_begin(const char *verb, int argc, char **argv) {
   snprintf(R.verb, sizeof R.verb, "%s", verb);
@@ -121,7 +121,7 @@ int qc_run_begin(const char *verb, int argc, char **argv) {
     if (t && end != t && !*end && isfinite(sec) && sec >= 0 && sec <= 1e9 && qc_watchdog_arm(sec) != QC_OK) return QC_ESYS;
   }
   int rc = QC_OK;
-  qc_watchdog_hook(on_timeout);
+  qc_watchdog_hook(on_timeout, NULL);
   for (int k = 0; k < QC_REP_KINDS; k++) {
     if (!R.path[k]) continue;
     int r = check_report_path(k);
@@ -171,7 +171,8 @@ static void join_hashes(void) {
 /* --timeout expired (core/watchdog.h; on the watchdog's thread, while no
  * report is being committed): the requested paths get the error report,
  * as at any exit 2. */
-static void on_timeout(const char *msg, const char *hint) {
+static void on_timeout(void *ctx, const char *msg, const char *hint) {
+  (void)ctx;
   qc_err_clear();
   qc_err("%s", msg);
   qc_hint("%s", hint);
