@@ -5,9 +5,11 @@
 
 #include "core/qc.h"
 
-int qc_case_verb_opts(const qc_case_verb *v, int argc, char **argv, qc_common_opts *co, const char **case_path, int *done) {
+int qc_case_verb_opts(const qc_case_verb *v, struct qc_run *run, int argc, char **argv, qc_common_opts *co,
+                      const char **case_path, int *done) {
   *case_path = NULL;
   memset(co, 0, sizeof *co);
+  co->run = run;
   qc_opt opts[] = {
       QC_OPT_STRING("case", case_path, "PATH", "the case file (docs/layer3.md)"),
       QC_OPTS_COMMON(co, QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY),

@@ -17,6 +17,7 @@ typedef struct qc_case_verb {
 /* Parse argv against --case and the common options: QC_OK with *case_path
  * set (or *done 1: --help printed), else QC_EINPUT with the message set.
  * --case is required, --device must be cpu, --profile is refused. */
-int qc_case_verb_opts(const qc_case_verb *v, int argc, char **argv, qc_common_opts *co, const char **case_path, int *done);
+int qc_case_verb_opts(const qc_case_verb *v, struct qc_run *run, int argc, char **argv, qc_common_opts *co,
+                      const char **case_path, int *done);
 
 #endif

@@ -7,8 +7,11 @@
 
 #include "cli/opts.h"
 
-/* A verb: argv[0] is the verb name. Returns the exit status (0, 1, 2). */
-typedef int (*qc_verb_fn)(int argc, char **argv);
+struct qc_run;
+
+/* A verb: run is its run (report/run.h: its inputs, baselines and reports
+ * go to it), argv[0] the verb name. Returns the exit status (0, 1, 2). */
+typedef int (*qc_verb_fn)(struct qc_run *run, int argc, char **argv);
 
 typedef struct qc_verb {
   const char *name;
@@ -16,16 +19,17 @@ typedef struct qc_verb {
   const char *help;   /* one line for `qatcheck --help` */
 } qc_verb;
 
-/* The verbs (main.c's table): each parses its options (its table, cli/opts.h),
- * runs, and returns the exit status. */
-int qc_cmd_vjp(int argc, char **argv);
-int qc_cmd_contract(int argc, char **argv);
-int qc_cmd_tol(int argc, char **argv);
-int qc_cmd_fd(int argc, char **argv);
-int qc_cmd_quant(int argc, char **argv);
-int qc_cmd_report(int argc, char **argv);
-int qc_cmd_sft(int argc, char **argv);
-int qc_cmd_step(int argc, char **argv);
+/* The verbs, one file each in src/cli/ (main.c's table): each parses its
+ * options (its table, cli/opts.h), runs as `run`, and returns the exit
+ * status. */
+int qc_cmd_vjp(struct qc_run *run, int argc, char **argv);
+int qc_cmd_contract(struct qc_run *run, int argc, char **argv);
+int qc_cmd_tol(struct qc_run *run, int argc, char **argv);
+int qc_cmd_fd(struct qc_run *run, int argc, char **argv);
+int qc_cmd_quant(struct qc_run *run, int argc, char **argv);
+int qc_cmd_report(struct qc_run *run, int argc, char **argv);
+int qc_cmd_sft(struct qc_run *run, int argc, char **argv);
+int qc_cmd_step(struct qc_run *run, int argc, char **argv);
 
 /* Run verb v (argv[0] its name) as one run (report/run.h): its report
  * paths are checked before it does any work, and an exit 2 replaces them
@@ -54,24 +58,14 @@ typedef struct qc_quant_args {
   int ncal, identify;
 } qc_quant_args;
 /* quant's many-module modes (quant_many.c): --checkpoint DEPLOYED --master
- * MASTER, or --dump without --module. Returns the exit status. */
+ * MASTER, or --dump without --module (the run is a->co.run). Returns the
+ * exit status. */
 int qc_quant_many(const qc_quant_args *a);
 
 /* tol's --dump mode (tol_dump.c): the module's gradients, each derived with
  * the accumulator dtype acc (NULL: float32), lambda and margin (0: the
- * defaults). Returns the exit status. */
+ * defaults); the run is co->run. Returns the exit status. */
 int qc_tol_dump(const qc_common_opts *co, const char *dump, const char *module, const char *acc, double lambda,
                 double margin);
-
-/* The verbs, one file each in src/cli/ (main.c's table): each parses its
- * own options and returns the process's exit status. */
-int qc_cmd_vjp(int argc, char **argv);
-int qc_cmd_contract(int argc, char **argv);
-int qc_cmd_tol(int argc, char **argv);
-int qc_cmd_fd(int argc, char **argv);
-int qc_cmd_quant(int argc, char **argv);
-int qc_cmd_report(int argc, char **argv);
-int qc_cmd_sft(int argc, char **argv);
-int qc_cmd_step(int argc, char **argv);
 
 #endif

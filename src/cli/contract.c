@@ -129,8 +129,8 @@ static int opt_norm_ratio(const qc_opt *o, const char *v) {
   return QC_OK;
 }
 
-int qc_cmd_contract(int argc, char **argv) {
-  qc_common_opts co = {0};
+int qc_cmd_contract(qc_run *run, int argc, char **argv) {
+  qc_common_opts co = {.run = run};
   const char *dump_path = NULL, *ckpt_path = NULL, *dy_path = NULL, *wlist = DEFAULT_WFMT, *alist = "none";
   int mvd = 0, rc;
   qc_sweep_opts o;
@@ -199,7 +199,7 @@ int qc_cmd_contract(int argc, char **argv) {
   qc_sweep s;
   qc_report_out out;
   memset(&s, 0, sizeof s);
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  qc_run_out(run, &out, co.json, co.junit, co.markdown);
   if ((rc = qc_backend_open(qc_opt_rank_device(co.device, devbuf, sizeof devbuf), &be))) return rc;
   if ((rc = qc_dist_device_begin(be))) goto done; /* NCCL on a device, over the job's ranks */
   const char *hdf5 = ckpt_path ? dy_path : dump_path;
@@ -208,7 +208,7 @@ int qc_cmd_contract(int argc, char **argv) {
     goto done;
   }
   if (hdf5 && (rc = qc_dump_open(hdf5, &d))) goto done;
-  if (hdf5 && (rc = qc_run_input(ckpt_path ? "dy" : "dump", hdf5))) goto done;
+  if (hdf5 && (rc = qc_run_input(run, ckpt_path ? "dy" : "dump", hdf5))) goto done;
   if (ckpt_path && (rc = qc_st_open(ckpt_path, &st))) goto done;
   if ((rc = ckpt_path ? qc_contract_sweep_ckpt(st, d, be, &o, &s) : qc_contract_sweep(d, be, &o, &s))) goto done;
   if (qc_dist_rank() != 0) goto done; /* rank 0 alone holds every row and reports them */

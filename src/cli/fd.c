@@ -16,6 +16,7 @@
 #include "core/qc.h"
 #include "cli/cli.h"
 #include "report/report.h"
+#include "report/run.h"
 
 #define FD_NO_DEVICE "fd differences each class's float64 forward, which runs on the host only"
 
@@ -97,8 +98,8 @@ static int opt_directions(const qc_opt *o, const char *v) {
 /* --tol T. */
 static int opt_tol(const qc_opt *o, const char *v) { return parse_num("--tol", v, 0, &((fd_args *)o->value)->o->tol) ? QC_EINPUT : QC_OK; }
 
-int qc_cmd_fd(int argc, char **argv) {
-  qc_common_opts co = {0};
+int qc_cmd_fd(qc_run *run, int argc, char **argv) {
+  qc_common_opts co = {.run = run};
   const char *cls_name = NULL, *shape = NULL;
   qc_gen g = {0};
   qc_contract c = {0};
@@ -157,7 +158,7 @@ int qc_cmd_fd(int argc, char **argv) {
   qc_fd_row *rows = NULL;
   qc_report_out out;
   int nrows = 0, bad = 0;
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  qc_run_out(run, &out, co.json, co.junit, co.markdown);
   qc_ctx ctx = {.be = qc_backend_cpu(), .profile = co.profile ? co.profile : "vllm"};
   double t0 = qc_now_s();
   int rc = qc_fd_instance(row->cls, &g, &c, &m);

@@ -26,15 +26,16 @@ int qc_cli_run(const qc_verb *v, int argc, char **argv) {
   int rc = qc_dist_begin();                 /* started by mpirun: join the job */
   int later = qc_dist_rank() != 0;
   if (later) qc_quiet = 1;                  /* rank 0 alone speaks and writes */
-  if (!rc) rc = qc_run_begin(v->name, argc, argv);
-  if (later) qc_run_no_files();
+  qc_run run = {0};                         /* the run, handed to the verb (report/run.h) */
+  if (!rc) rc = qc_run_begin(&run, v->name, argc, argv);
+  if (later) qc_run_no_files(&run);
   if (!rc && qc_dist_size() > 1 && !distributes(v->name)) {
     rc = qc_err("%s: runs as one process: started as %d processes (mpirun -np %d)", v->name, qc_dist_size(), qc_dist_size());
     qc_hint("vjp and contract split their work among the ranks of an MPI job; run '%s' without mpirun", v->name);
   }
-  if (!rc) rc = v->fn(argc, argv);
+  if (!rc) rc = v->fn(&run, argc, argv);
   rc = qc_dist_finish(rc);                  /* every rank: the agreed error, or rank 0's verdict */
-  rc = qc_run_end(rc);
+  rc = qc_run_end(&run, rc);
   if (later) qc_err_clear();                /* the error line is rank 0's to print */
   else if (qc_dist_size() > 1 && rc == 2 && qc_err_msg()[0]) {
     qc_err_print(); /* before the job ends: once a rank exits non-zero, mpirun may kill the others */
@@ -232,10 +233,28 @@ int qc_opt_rank_timeout(const qc_opt *o, const char *t) {
   return QC_OK;
 }
 
+/* The run a regression-gate option goes to (o->value: the verb's
+ * qc_common_opts), or NULL with the error set when the verb has none. */
+static qc_run *gate_run(const qc_opt *o) {
+  const qc_common_opts *co = o->value;
+  if (co && co->run) return co->run;
+  qc_err("--%s: no run to keep it", o->name);
+  return NULL;
+}
+
 /* the regression gate (report/baseline.h): kept by the run, applied when the reports are written */
-int qc_opt_baseline(const qc_opt *o, const char *v) { (void)o; return qc_run_baseline(v) ? QC_EINPUT : QC_OK; }
-int qc_opt_fail_on(const qc_opt *o, const char *v) { (void)o; return qc_run_fail_on(v) ? QC_EINPUT : QC_OK; }
-int qc_opt_regression_factor(const qc_opt *o, const char *v) { (void)o; return qc_run_regression_factor(v) ? QC_EINPUT : QC_OK; }
+int qc_opt_baseline(const qc_opt *o, const char *v) {
+  qc_run *run = gate_run(o);
+  return !run || qc_run_baseline(run, v) ? QC_EINPUT : QC_OK;
+}
+int qc_opt_fail_on(const qc_opt *o, const char *v) {
+  qc_run *run = gate_run(o);
+  return !run || qc_run_fail_on(run, v) ? QC_EINPUT : QC_OK;
+}
+int qc_opt_regression_factor(const qc_opt *o, const char *v) {
+  qc_run *run = gate_run(o);
+  return !run || qc_run_regression_factor(run, v) ? QC_EINPUT : QC_OK;
+}
 
 const char *qc_opt_rank_device(const char *device, char *buf, size_t n) {
   if (!device || strcmp(device, "cuda") != 0 || !qc_dist_active()) return device;

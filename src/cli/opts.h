@@ -28,6 +28,8 @@
 #include "core/watchdog.h"
 #include "dist/dist.h"
 
+struct qc_run;
+
 typedef enum {
   QC_OT_END = 0,  /* the table's end */
   QC_OT_BOOL,     /* a flag: *(int *)value = 1 */
@@ -83,6 +85,8 @@ typedef struct qc_common_opts {
   const char *markdown; /* --markdown PATH */
   const char *device;   /* --device cpu|cuda[:N] (default cpu) */
   const char *profile;  /* --profile NAME (default: the case's, else vllm) */
+  struct qc_run *run;   /* the verb's run (report/run.h), set before the parse: the regression gate's
+                         * options (--baseline, --fail-on, --regression-factor) go to it */
 } qc_common_opts;
 
 /* The help of QC_OPTS_COMMON, by flags: --markdown and --profile listed when
@@ -100,7 +104,8 @@ enum {
 
 /* Handlers of the common options that do more than store a value: the
  * watchdog re-armed (--timeout), the regression gate kept by the run
- * (--baseline, --fail-on, --regression-factor: report/run.h). */
+ * (--baseline, --fail-on, --regression-factor: report/run.h; the entry's
+ * value is the verb's qc_common_opts, whose run field names the run). */
 int qc_opt_timeout(const qc_opt *o, const char *arg);
 /* --rank-timeout: the job's stall check (dist/dist.h) set. */
 int qc_opt_rank_timeout(const qc_opt *o, const char *arg);
@@ -133,14 +138,14 @@ int qc_opt_regression_factor(const qc_opt *o, const char *arg);
    .help = "under mpirun: end the job when a rank has not run for this long\n"                                            \
            "(stopped, frozen; default %.0f, or QATCHECK_RANK_TIMEOUT; 0: off)", .help_num = QC_RANK_TIMEOUT_DEFAULT,       \
    .flags = QC_OPT_COMMON | QC_OPT_HELPNUM},                                                                                \
-  {.type = QC_OT_CALLBACK, .name = "baseline", .argh = "OLD", .fn = qc_opt_baseline,                                       \
+  {.type = QC_OT_CALLBACK, .name = "baseline", .value = (co), .argh = "OLD", .fn = qc_opt_baseline,                       \
    .help = "compare every check with the report OLD.json of an earlier run;\n"                                            \
            "regressions are listed in every report (docs/ci.md: the rule)",                                                \
    .flags = QC_OPT_COMMON | (((f) & QC_HELP_NO_BASELINE) ? (unsigned)QC_OPT_HIDDEN : 0u)},                                 \
-  {.type = QC_OT_CALLBACK, .name = "fail-on", .argh = "regression", .fn = qc_opt_fail_on,                                  \
+  {.type = QC_OT_CALLBACK, .name = "fail-on", .value = (co), .argh = "regression", .fn = qc_opt_fail_on,                    \
    .help = "exit 1 when a check regressed against --baseline",                                                              \
    .flags = QC_OPT_COMMON | (((f) & QC_HELP_NO_BASELINE) ? (unsigned)QC_OPT_HIDDEN : 0u)},                                 \
-  {.type = QC_OT_CALLBACK, .name = "regression-factor", .argh = "F", .fn = qc_opt_regression_factor,                       \
+  {.type = QC_OT_CALLBACK, .name = "regression-factor", .value = (co), .argh = "F", .fn = qc_opt_regression_factor,       \
    .help = "how far a metric may rise over its baseline (default 1.1)",                                                   \
    .flags = QC_OPT_COMMON | (((f) & QC_HELP_NO_BASELINE) ? (unsigned)QC_OPT_HIDDEN : 0u)},                                 \
   {.type = QC_OT_BOOL, .name = "quiet", .alias = 'q', .value = &qc_quiet, .help = "print nothing but errors",    \

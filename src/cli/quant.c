@@ -57,7 +57,7 @@ static int run_calibration(const qc_common_opts *co, const char *const *paths, i
   qc_report_out out;
   int n = 0, rc, cuda = co->device && strcmp(co->device, "cpu") != 0;
   if (co->profile) return qc_err("quant: --profile and --calibration exclude each other: each record names its profile");
-  qc_report_out_init(&out, co->json, co->junit, co->markdown);
+  qc_run_out(co->run, &out, co->json, co->junit, co->markdown);
   if (cuda && (rc = qc_backend_open(co->device, &be))) goto done;
   if ((rc = qc_calib_check(paths, npaths, be, &rows, &n))) goto done;
   long long bad = 0;
@@ -76,9 +76,10 @@ done:
 /* quant's modes, for its options' modes field. */
 enum { QM_ONE = 1, QM_MANY = 2, QM_CAL = 4 };
 
-int qc_cmd_quant(int argc, char **argv) {
+int qc_cmd_quant(qc_run *run, int argc, char **argv) {
   qc_quant_args qa;
   memset(&qa, 0, sizeof qa);
+  qa.co.run = run;
   qc_opt opts[] = {
       {.type = QC_OT_STRING, .name = "dump", .value = &qa.dump, .argh = "FILE.h5", .help = "the dump (spec section 2)",
        .modes = QM_ONE | QM_MANY},
@@ -153,9 +154,9 @@ int qc_cmd_quant(int argc, char **argv) {
   qc_identify *idf = NULL;
   char cj[4096] = "";
   memset(&m, 0, sizeof m);
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  qc_run_out(co.run, &out, co.json, co.junit, co.markdown);
   if ((rc = qc_dump_open(dump, &d))) return rc;
-  if ((rc = qc_run_input("dump", dump))) goto done;
+  if ((rc = qc_run_input(co.run, "dump", dump))) goto done;
   if ((rc = qc_dump_load_module(d, path, 0, &m, cj, sizeof cj))) goto done;
   char where[QC_PATHLEN + 64];
   snprintf(where, sizeof where, "module '%s'", path);

@@ -15,6 +15,7 @@
 #include "io/dump.h"
 #include "io/safetensors.h"
 #include "report/report.h"
+#include "report/run.h"
 
 #define QUANT_NO_DEVICE "quant compares the deployed bytes with qatcheck's reference quantizers, which run on the host"
 
@@ -53,7 +54,7 @@ int qc_quant_many(const qc_quant_args *a) {
   qc_report_out out;
   char cfg[2048];
   memset(&rows, 0, sizeof rows);
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  qc_run_out(co.run, &out, co.json, co.junit, co.markdown);
   if (dump) {
     if ((rc = qc_dump_open(dump, &d)) || (rc = qc_quant_dump_all(d, &o, &rows))) goto done;
   } else {

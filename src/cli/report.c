@@ -38,14 +38,14 @@ static void console_lines(const qc_audit_ctx *a, qc_sbuf *b) {
   }
 }
 
-int qc_cmd_report(int argc, char **argv) {
-  qc_common_opts co = {0};
+int qc_cmd_report(qc_run *run, int argc, char **argv) {
+  qc_common_opts co = {.run = run};
   const char *html = NULL;
   const char **in = qc_calloc((size_t)argc + 1, sizeof *in, "report arguments");
   int nin = 0, rc = QC_OK, verdict = 0;
   qc_evidence e;
   qc_report_out out;
-  qc_audit_ctx a = {.e = &e, .factor = qc_run_factor()};
+  qc_audit_ctx a = {.e = &e, .factor = run->gate.factor};
   memset(&e, 0, sizeof e);
   qc_report_out_init(&out, NULL, NULL, NULL);
   if (!in) return QC_ESYS;
@@ -58,11 +58,11 @@ int qc_cmd_report(int argc, char **argv) {
                     "no external resources; prints well)"),
       QC_OPT_STRING("json", &co.json, "PATH", "the audit's summary as JSON (layers, coverage, regressions)"),
       QC_OPT_STRING("junit", &co.junit, "PATH", "one testcase per input report (and per regression)"),
-      QC_OPT_CALLBACK("baseline", NULL, "OLD", qc_opt_baseline,
+      QC_OPT_CALLBACK("baseline", &co, "OLD", qc_opt_baseline,
                       "a report of an earlier run; compared with the input report of the same\n"
                       "verb (and case or dump, when several); repeatable, one per input"),
-      QC_OPT_CALLBACK("fail-on", NULL, "regression", qc_opt_fail_on, "exit 1 when a check regressed against its baseline"),
-      QC_OPT_CALLBACK("regression-factor", NULL, "F", qc_opt_regression_factor,
+      QC_OPT_CALLBACK("fail-on", &co, "regression", qc_opt_fail_on, "exit 1 when a check regressed against its baseline"),
+      QC_OPT_CALLBACK("regression-factor", &co, "F", qc_opt_regression_factor,
                       "how far a metric may rise over its baseline (default 1.1)"),
       {.type = QC_OT_STRING, .name = "device", .value = &co.device, .argh = "DEV", .flags = QC_OPT_HIDDEN},
       {.type = QC_OT_STRING, .name = "profile", .value = &co.profile, .argh = "NAME", .flags = QC_OPT_HIDDEN},
@@ -83,12 +83,12 @@ int qc_cmd_report(int argc, char **argv) {
     goto done;
   }
   for (int i = 0; i < nin && !rc; i++) {
-    if (!(rc = qc_run_input("report", in[i]))) rc = qc_audit_read(in[i], &e);
+    if (!(rc = qc_run_input(run, "report", in[i]))) rc = qc_audit_read(in[i], &e);
   }
   if (rc) goto done;
-  a.factor = qc_run_factor();
-  if (qc_run_nbaselines() && (rc = qc_audit_baselines(&a))) goto done;
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  a.factor = run->gate.factor;
+  if (run->gate.nbase && (rc = qc_audit_baselines(&a, &run->gate))) goto done;
+  qc_run_out(run, &out, co.json, co.junit, co.markdown);
   qc_report_out_html(&out, html);
   if ((rc = qc_audit_render(&out, &a, &verdict)) || (rc = qc_report_commit(&out))) goto done; /* all or none */
   if (a.reg) {
@@ -96,7 +96,7 @@ int qc_cmd_report(int argc, char **argv) {
     int nreg = 0;
     console_lines(&a, &s);
     for (int i = 0; i < e.nsrc; i++) nreg += a.reg[i].n;
-    qc_run_regressions(nreg, s.s);
+    qc_baseline_record(&run->gate, nreg, s.s);
     qc_sbuf_free(&s);
   }
   if (!qc_quiet) {

@@ -34,35 +34,35 @@ static void help(const qc_opts *p) {
 
 /* The run's inputs, hashed into its reports: the case, every arm's log and
  * config, the noise logs (a TensorBoard run folder is not hashed: only files are). */
-static int register_inputs(const char *case_path, const qc_sft_case *cs) {
+static int register_inputs(qc_run *run, const char *case_path, const qc_sft_case *cs) {
   struct stat st;
-  int rc = qc_run_input("case", case_path);
+  int rc = qc_run_input(run, "case", case_path);
   for (int a = 0; !rc && a < cs->narm; a++) {
-    if (stat(cs->arms[a].log, &st) == 0 && S_ISREG(st.st_mode)) rc = qc_run_input("log", cs->arms[a].log);
-    if (!rc && cs->arms[a].config[0]) rc = qc_run_input("config", cs->arms[a].config);
+    if (stat(cs->arms[a].log, &st) == 0 && S_ISREG(st.st_mode)) rc = qc_run_input(run, "log", cs->arms[a].log);
+    if (!rc && cs->arms[a].config[0]) rc = qc_run_input(run, "config", cs->arms[a].config);
   }
   for (int p = 0; !rc && p < cs->npair; p++)
     for (int k = 0; !rc && k < cs->pairs[p].ncheck; k++)
       for (int j = 0; !rc && j < cs->pairs[p].checks[k].b.nnoise; j++) {
         const char *log = cs->pairs[p].checks[k].b.noise[j].log;
-        if (stat(log, &st) == 0 && S_ISREG(st.st_mode)) rc = qc_run_input("noise log", log);
+        if (stat(log, &st) == 0 && S_ISREG(st.st_mode)) rc = qc_run_input(run, "noise log", log);
       }
   return rc;
 }
 
-int qc_cmd_sft(int argc, char **argv) {
+int qc_cmd_sft(qc_run *qrun, int argc, char **argv) {
   qc_common_opts co;
   const char *case_path;
   static const qc_case_verb verb = {"sft", help, "qatcheck sft --case cases/proxy/sft.json", SFT_NO_DEVICE,
                                     "sft reads logs, it quantizes nothing"};
-  int done, rc = qc_case_verb_opts(&verb, argc, argv, &co, &case_path, &done);
+  int done, rc = qc_case_verb_opts(&verb, qrun, argc, argv, &co, &case_path, &done);
   if (rc || done) return rc;
   qc_sft_case *cs = qc_calloc(1, sizeof *cs, "case");
   qc_sft_run *run = qc_calloc(1, sizeof *run, "sft run");
   qc_report_out out;
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  qc_run_out(qrun, &out, co.json, co.junit, co.markdown);
   if (!cs || !run) { rc = QC_ESYS; goto done; }
-  if ((rc = qc_sft_case_load(case_path, cs)) || (rc = register_inputs(case_path, cs)) || (rc = qc_sft_load(run, cs))) goto done;
+  if ((rc = qc_sft_case_load(case_path, cs)) || (rc = register_inputs(qrun, case_path, cs)) || (rc = qc_sft_load(run, cs))) goto done;
   run->keep_series = co.markdown != NULL || co.json != NULL; /* the plots, and the curves the audit draws */
   if ((rc = qc_sft_judge(run))) goto done;
   if (qc_verbose) fprintf(stderr, "sft: read %.3f s, judged %.3f s\n", run->t_read, run->t_judge);

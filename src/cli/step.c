@@ -30,22 +30,22 @@ static void help(const qc_opts *p) {
          "             2 the run could not be judged (bad case or dump, nothing judged)\n");
 }
 
-int qc_cmd_step(int argc, char **argv) {
+int qc_cmd_step(qc_run *qrun, int argc, char **argv) {
   qc_common_opts co;
   const char *case_path;
   static const qc_case_verb verb = {"step", help, "qatcheck step --case cases/proxy/step.json", STEP_NO_DEVICE,
                                     "step quantizes nothing"};
-  int done, rc = qc_case_verb_opts(&verb, argc, argv, &co, &case_path, &done);
+  int done, rc = qc_case_verb_opts(&verb, qrun, argc, argv, &co, &case_path, &done);
   if (rc || done) return rc;
   qc_step_case *cs = qc_calloc(1, sizeof *cs, "case");
   qc_step_run run;
   memset(&run, 0, sizeof run);
   qc_report_out out;
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  qc_run_out(qrun, &out, co.json, co.junit, co.markdown);
   if (!cs) { rc = QC_ESYS; goto done; }
-  if ((rc = qc_step_case_load(case_path, cs)) || (rc = qc_run_input("case", case_path))) goto done;
+  if ((rc = qc_step_case_load(case_path, cs)) || (rc = qc_run_input(qrun, "case", case_path))) goto done;
   for (int i = 0; i < cs->ndump; i++) /* the dumps, hashed into the reports */
-    if ((rc = qc_run_input("dump", cs->dump[i]))) goto done;
+    if ((rc = qc_run_input(qrun, "dump", cs->dump[i]))) goto done;
   if ((rc = qc_step_load(&run, cs)) || (rc = qc_step_judge(&run))) goto done;
   if (qc_step_res_verdict(&run.res) == 2) {
     rc = qc_err("step: case '%s': nothing was judged (no declared tolerance applies)", case_path);

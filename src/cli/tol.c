@@ -12,6 +12,7 @@
 #include "model/tol.h"
 #include "cli/cli.h"
 #include "report/report.h"
+#include "report/run.h"
 
 #define TOL_NO_DEVICE "tol derives its bounds arithmetically on the host and has no device work"
 
@@ -52,9 +53,9 @@ static void cmdline(const qc_opts *p, char *buf, size_t n) {
 /* tol's modes, for its options' modes field. */
 enum { TM_ONE = 1, TM_DUMP = 2 };
 
-int qc_cmd_tol(int argc, char **argv) {
+int qc_cmd_tol(qc_run *run, int argc, char **argv) {
   qc_tol_spec s = {0};
-  qc_common_opts co = {0};
+  qc_common_opts co = {.run = run};
   const char *tensor = "d_x", *dump = NULL, *module = NULL;
   double k = 0, rounded = 0, lambda = 0, margin = 0, scale = 0;
   int rc = QC_OK;
@@ -146,7 +147,7 @@ int qc_cmd_tol(int argc, char **argv) {
   qc_tol_reasoning(&s, &t, cmd, why, sizeof why);
 
   qc_tol_info ti = {.tensor = tensor, .command = cmd, .reasoning = why, .s = &s, .t = &t};
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  qc_run_out(run, &out, co.json, co.junit, co.markdown);
   if (!(txt = qc_report_tol_member(&ti))) { rc = qc_err_sys("tol: out of memory building the JSON"); goto done; }
   if ((rc = qc_report_tol(&out, &ti)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   if (!qc_quiet) printf("%s\n", txt);

@@ -14,6 +14,7 @@
 #include "model/module.h"
 #include "model/tol.h"
 #include "report/report.h"
+#include "report/run.h"
 
 #define TOL_NO_DEVICE "tol derives its bounds arithmetically on the host and has no device work"
 #define MAXG 16
@@ -39,7 +40,7 @@ int qc_tol_dump(const qc_common_opts *cop, const char *dump, const char *path, c
   char *txt = NULL;
   int n = 0;
   memset(&m, 0, sizeof m);
-  qc_report_out_init(&out, co.json, co.junit, co.markdown);
+  qc_run_out(co.run, &out, co.json, co.junit, co.markdown);
   if ((rc = qc_dump_open(dump, &d))) goto done;
   if (qc_dump_get_attr(d, path, "class", cls, sizeof cls) != QC_OK) {
     rc = qc_err("dump '%s': '%s' is not a module group (no string attribute 'class')", dump, path);

@@ -36,18 +36,18 @@ static void help(const qc_opts *p) {
 
 /* The case's dump as the run's input: its one file, or every file of a
  * sharded dump's pattern (none matching: the engine says so). */
-static int dump_inputs(const char *dump) {
-  if (!qc_shard_pattern(dump)) return qc_run_input("dump", dump);
+static int dump_inputs(qc_run *run, const char *dump) {
+  if (!qc_shard_pattern(dump)) return qc_run_input(run, "dump", dump);
   glob_t g;
   int rc = QC_OK;
   if (glob(dump, 0, NULL, &g) != 0) return QC_OK;
-  for (size_t i = 0; i < g.gl_pathc && !rc; i++) rc = qc_run_input("dump", g.gl_pathv[i]);
+  for (size_t i = 0; i < g.gl_pathc && !rc; i++) rc = qc_run_input(run, "dump", g.gl_pathv[i]);
   globfree(&g);
   return rc;
 }
 
-int qc_cmd_vjp(int argc, char **argv) {
-  qc_common_opts o = {0};
+int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
+  qc_common_opts o = {.run = run};
   const char *case_path = NULL;
   int allow_weak = 0;
   qc_opt opts[] = {
@@ -79,12 +79,12 @@ int qc_cmd_vjp(int argc, char **argv) {
   char devbuf[32];
   qc_plugin *plugin = NULL;
   qc_report_out out;
-  qc_report_out_init(&out, o.json, o.junit, o.markdown);
+  qc_run_out(run, &out, o.json, o.junit, o.markdown);
   if ((rc = qc_case_load(case_path, cs)) || (rc = qc_case_weak(cs, allow_weak))) goto done;
   /* the inputs, hashed for the report while the run goes on */
-  if ((rc = qc_run_input("case", case_path))) goto done;
-  if (cs->data == QC_DATA_DUMP && (rc = dump_inputs(cs->dump))) goto done;
-  if (cs->cand == QC_CAND_PLUGIN && (rc = qc_run_input("plugin", cs->plugin))) goto done;
+  if ((rc = qc_run_input(run, "case", case_path))) goto done;
+  if (cs->data == QC_DATA_DUMP && (rc = dump_inputs(run, cs->dump))) goto done;
+  if (cs->cand == QC_CAND_PLUGIN && (rc = qc_run_input(run, "plugin", cs->plugin))) goto done;
   if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
   if (cs->has_split && (rc = qc_dist_device_begin(be))) goto done; /* split modules reduce through NCCL on a device */
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;

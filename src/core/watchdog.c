@@ -25,6 +25,7 @@ static int g_started, g_armed;
 static struct timespec g_deadline;
 static char g_msg[256], g_hint[200];
 static qc_watchdog_fn g_hook;
+static void *g_hook_ctx;             /* the hook's context (the run): set and unset with g_hook */
 static int g_quiet;                  /* qc_watchdog_quiet: the lines not printed */
 static int g_sigpipe[2] = {-1, -1};  /* the signal handler's byte goes in [1], the signal thread reads [0] */
 
@@ -55,7 +56,7 @@ static void *watch(void *arg) {
       break;
   }
   /* expired, holding the mutex: no report is being committed */
-  if (g_hook) g_hook(g_msg, g_hint);
+  if (g_hook) g_hook(g_hook_ctx, g_msg, g_hint);
   say(g_msg, g_hint);
   _exit(2);
 }
@@ -104,9 +105,10 @@ int qc_watchdog_arm(double seconds) {
   return rc;
 }
 
-void qc_watchdog_hook(qc_watchdog_fn fn) {
+void qc_watchdog_hook(qc_watchdog_fn fn, void *ctx) {
   pthread_mutex_lock(&g_mu);
   g_hook = fn;
+  g_hook_ctx = fn ? ctx : NULL;
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -116,6 +118,7 @@ void qc_watchdog_release(int disarm) {
   if (disarm) {
     g_armed = 0;
     g_hook = NULL;
+    g_hook_ctx = NULL;
   }
   pthread_mutex_unlock(&g_mu);
 }
@@ -150,7 +153,7 @@ static void *sig_watch(void *arg) {
   snprintf(msg, sizeof msg, "the run was stopped by %s (signal %d): nothing judged", name, signo);
   const char *hint = "the requested reports hold this error report; rerun to get a verdict";
   pthread_mutex_lock(&g_mu); /* a report commit under way finishes first */
-  if (g_hook) g_hook(msg, hint);
+  if (g_hook) g_hook(g_hook_ctx, msg, hint);
   say(msg, hint);
   _exit(128 + signo);
 }
@@ -184,7 +187,7 @@ int qc_watchdog_signals(void) {
 
 void qc_watchdog_end(const char *msg, const char *hint, int print, void (*done)(void)) {
   pthread_mutex_lock(&g_mu); /* a report commit under way finishes first */
-  if (g_hook) g_hook(msg, hint);
+  if (g_hook) g_hook(g_hook_ctx, msg, hint);
   g_quiet = !print;
   say(msg, hint);
   if (done) done();

@@ -23,9 +23,11 @@ int qc_watchdog_arm(double seconds);
 /* What to do on expiry before the exit (the report layer writes the run's
  * error reports: report/run.c); NULL for nothing. It runs on the
  * watchdog's thread while the main thread may still be working, never
- * while a writer holds the watchdog (below). */
-typedef void (*qc_watchdog_fn)(const char *msg, const char *hint);
-void qc_watchdog_hook(qc_watchdog_fn fn);
+ * while a writer holds the watchdog (below), and gets ctx as given: the
+ * watchdog keeps the one process-wide pointer to it (a timer thread or a
+ * signal has no other way to reach the run), until released disarmed. */
+typedef void (*qc_watchdog_fn)(void *ctx, const char *msg, const char *hint);
+void qc_watchdog_hook(qc_watchdog_fn fn, void *ctx);
 
 /* Hold off the expiry while a report is committed (so the hook never sees
  * one half-renamed); release with disarm 1 once the run's verdict is

@@ -10,7 +10,6 @@
 
 #include "core/qc.h"
 #include "report/audit.h"
-#include "report/run.h"
 #include "report/tlist.h"
 
 /* Counts of one verb's reports. */
@@ -298,7 +297,7 @@ static void regressions(qc_doc *d, const qc_audit_ctx *a) {
   }
 }
 
-static void inputs(qc_doc *d, const qc_evidence *e) {
+static void inputs(qc_doc *d, const qc_evidence *e, const qc_prov *prov) {
   qc_doc_h(d, 2, "inputs", "Inputs");
   qc_doc_table(d, "l:report|l:verb|l:of|l:verdict|r:checks|r:failed|l:sha256");
   for (int i = 0; i < e->nsrc; i++) {
@@ -314,7 +313,7 @@ static void inputs(qc_doc *d, const qc_evidence *e) {
   }
   qc_doc_table_end(d);
   qc_sbuf cmd = {0};
-  qc_run_cmdline(&cmd);
+  qc_prov_cmdline(prov, &cmd);
   qc_doc_p(d);
   qc_doc_text(d, "Assembled by ");
   qc_doc_code(d, cmd.s ? cmd.s : "qatcheck report");
@@ -325,9 +324,9 @@ static void inputs(qc_doc *d, const qc_evidence *e) {
 
 /* ---- JSON and JUnit ------------------------------------------------------------------------- */
 
-static int render_json(qc_sbuf *out, const qc_audit_ctx *a, const char *word, int verdict) {
+static int render_json(qc_sbuf *out, qc_prov *prov, const qc_audit_ctx *a, const char *word, int verdict) {
   const qc_evidence *e = a->e;
-  cJSON *root = qc_report_envelope("report", verdict);
+  cJSON *root = qc_report_envelope(prov, "report", verdict);
   if (!root) return qc_err_sys("out of memory");
   cJSON_AddStringToObject(root, "audit", word);
   static const char *const verbs[] = {"vjp", "contract", "sft", "step"};
@@ -416,7 +415,7 @@ int qc_audit_render(qc_report_out *o, const qc_audit_ctx *a, int *verdict) {
     qc_audit_l3(&d, e);
     qc_audit_step(&d, e);
     regressions(&d, a);
-    inputs(&d, e);
+    inputs(&d, e, o->prov);
     rc = qc_doc_end(&d);
     if (!rc) {
       o->doc[QC_REP_MARKDOWN] = d.md;
@@ -426,7 +425,7 @@ int qc_audit_render(qc_report_out *o, const qc_audit_ctx *a, int *verdict) {
       qc_sbuf_free(&d.html);
     }
   }
-  if (!rc && qc_report_wants(o, QC_REP_JSON)) rc = render_json(&o->doc[QC_REP_JSON], a, word, *verdict);
+  if (!rc && qc_report_wants(o, QC_REP_JSON)) rc = render_json(&o->doc[QC_REP_JSON], o->prov, a, word, *verdict);
   if (!rc && qc_report_wants(o, QC_REP_JUNIT)) rc = render_junit(&o->doc[QC_REP_JUNIT], a);
   return rc;
 }

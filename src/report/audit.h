@@ -89,11 +89,11 @@ void qc_audit_l2(qc_doc *d, const qc_evidence *e);
 void qc_audit_l3(qc_doc *d, const qc_evidence *e);
 void qc_audit_step(qc_doc *d, const qc_evidence *e);
 
-/* Compare each of the run's baselines with the input report of its verb
- * (of its case or dump when several have the verb): fills a->reg and
+/* Compare each baseline of the run's gate g with the input report of its
+ * verb (of its case or dump when several have the verb): fills a->reg and
  * a->reg_base (allocated here, [e->nsrc]). A baseline that matches no input,
  * or a second one for an input, is an error. */
-int qc_audit_baselines(qc_audit_ctx *a);
+int qc_audit_baselines(qc_audit_ctx *a, const qc_gate *g);
 
 /* The whole document into o's Markdown and HTML docs (those asked for), its
  * JSON summary and JUnit; *verdict 0 every input passed, 1 not. */

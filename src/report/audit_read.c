@@ -15,7 +15,7 @@
 #include "core/qc.h"
 #include "core/sha256.h"
 #include "report/audit.h"
-#include "report/run.h"
+#include "report/baseline.h"
 
 /* ---- small accessors ------------------------------------------------------------- */
 
@@ -486,20 +486,20 @@ static cJSON *parse_file(const char *path) {
   return j;
 }
 
-int qc_audit_baselines(qc_audit_ctx *a) {
+int qc_audit_baselines(qc_audit_ctx *a, const qc_gate *g) {
   const qc_evidence *e = a->e;
   a->reg = calloc((size_t)e->nsrc + 1, sizeof *a->reg);
   a->reg_base = calloc((size_t)e->nsrc + 1, sizeof *a->reg_base);
   if (!a->reg || !a->reg_base) return OOM();
-  for (int b = 0; b < qc_run_nbaselines(); b++) {
-    const char *bpath = qc_run_baseline_path(b);
-    int s = pair_of(e, qc_run_baseline_json(b), bpath), rc;
+  for (int b = 0; b < g->nbase; b++) {
+    const char *bpath = g->base_path[b];
+    int s = pair_of(e, g->base[b], bpath), rc;
     if (s < 0) return QC_EINPUT;
     if (a->reg_base[s])
       return qc_err("--baseline '%s': report '%s' has a baseline already ('%s')", bpath, e->src[s].path, a->reg_base[s]);
     cJSON *cur = parse_file(e->src[s].path);
     if (!cur) return QC_EINPUT;
-    rc = qc_baseline_compare(qc_run_baseline_json(b), cur, a->factor, &a->reg[s]);
+    rc = qc_baseline_compare(g->base[b], cur, a->factor, &a->reg[s]);
     cJSON_Delete(cur);
     if (rc) return rc;
     a->reg_base[s] = bpath;

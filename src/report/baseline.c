@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "core/qc.h"
-#include "report/run.h"
 #include "report/tlist.h"
 
 typedef struct bl_metric {
@@ -48,7 +47,7 @@ static const bl_verb *find_row(const char *verb) {
 
 int qc_baseline_known(const char *verb) { return find_row(verb) != NULL; }
 
-int qc_baseline_applies(const char *verb) { return qc_run_nbaselines() > 0 && find_row(verb) != NULL; }
+int qc_baseline_applies(const qc_gate *g, const char *verb) { return g && g->nbase > 0 && find_row(verb) != NULL; }
 
 const char *qc_baseline_rule(double factor) {
   static char buf[512];
@@ -280,14 +279,14 @@ static const char *kind_name(qc_reg_kind k) {
 /* ---- the run's comparison ---------------------------------------------------------- */
 
 /* Add the comparison to the rendered JSON text (parsed, amended, printed). */
-static int amend_json(qc_report_out *o, const qc_regress_list *l, const char *bpath, double f) {
+static int amend_json(qc_report_out *o, const qc_regress_list *l, const char *bpath, double f, int fail_on) {
   cJSON *root = cJSON_Parse(o->doc[QC_REP_JSON].s);
   if (!root) return qc_err_sys("out of memory comparing with the baseline");
   cJSON *b = cJSON_AddObjectToObject(root, "baseline");
   cJSON_AddStringToObject(b, "path", bpath);
   cJSON_AddNumberToObject(b, "factor", f);
   cJSON_AddStringToObject(b, "rule", qc_baseline_rule(f));
-  cJSON_AddBoolToObject(b, "fail_on_regression", qc_run_fails_on_regression());
+  cJSON_AddBoolToObject(b, "fail_on_regression", fail_on);
   cJSON_AddNumberToObject(b, "matched", l->matched);
   cJSON_AddNumberToObject(b, "new", l->added);
   cJSON_AddNumberToObject(b, "vanished", l->vanished);
@@ -334,19 +333,20 @@ static int amend_junit(qc_sbuf *doc, const qc_regress_list *l, const char *bpath
 }
 
 int qc_baseline_apply(qc_report_out *o) {
-  const cJSON *old = qc_run_baseline_json(0);
-  const char *bpath = qc_run_baseline_path(0);
-  double f = qc_run_factor();
-  if (!old || !o->doc[QC_REP_JSON].s) return QC_OK;
+  qc_gate *g = o->gate;
+  if (!g || g->nbase < 1 || !o->doc[QC_REP_JSON].s) return QC_OK;
+  const cJSON *old = g->base[0];
+  const char *bpath = g->base_path[0];
+  double f = g->factor;
   cJSON *cur = cJSON_Parse(o->doc[QC_REP_JSON].s);
   if (!cur) return qc_err_sys("out of memory comparing with the baseline");
   qc_regress_list l;
   int rc = qc_baseline_compare(old, cur, f, &l);
   cJSON_Delete(cur);
   if (rc) return rc;
-  if ((rc = amend_json(o, &l, bpath, f))) goto done;
+  if ((rc = amend_json(o, &l, bpath, f, g->fail_on))) goto done;
   if (o->path[QC_REP_MARKDOWN]) amend_markdown(&o->doc[QC_REP_MARKDOWN], &l, bpath, f);
-  if (o->path[QC_REP_JUNIT] && qc_run_fails_on_regression() && (rc = amend_junit(&o->doc[QC_REP_JUNIT], &l, bpath)))
+  if (o->path[QC_REP_JUNIT] && g->fail_on && (rc = amend_junit(&o->doc[QC_REP_JUNIT], &l, bpath)))
     goto done;
   /* the console lines, printed when the run ends */
   qc_sbuf s = {0};
@@ -354,9 +354,23 @@ int qc_baseline_apply(qc_report_out *o) {
                  l.added, l.vanished);
   for (int i = 0; i < l.n && i < 50; i++) qc_sbuf_printf(&s, "  REGRESSION %s: %s\n", l.v[i].id, l.v[i].what);
   if (l.n > 50) qc_sbuf_printf(&s, "  ... %d more in the JSON report\n", l.n - 50);
-  qc_run_regressions(l.n, s.s);
+  qc_baseline_record(g, l.n, s.s);
   qc_sbuf_free(&s);
 done:
   qc_regress_free(&l);
   return rc;
+}
+
+void qc_baseline_record(qc_gate *g, int n, const char *summary) {
+  g->nreg += n;
+  if (summary && summary[0]) qc_sbuf_printf(&g->regs, "%s", summary);
+}
+
+void qc_gate_free(qc_gate *g) {
+  for (int i = 0; i < g->nbase; i++) {
+    cJSON_Delete(g->base[i]);
+    free(g->base_path[i]);
+  }
+  qc_sbuf_free(&g->regs);
+  memset(g, 0, sizeof *g);
 }

@@ -24,7 +24,6 @@
 #include "core/watchdog.h"
 #include "report/baseline.h"
 #include "report/report.h"
-#include "report/run.h"
 #include "report/tlist.h"
 
 #define TMP_TAG ".qctmp-"
@@ -34,7 +33,12 @@ void qc_report_out_init(qc_report_out *o, const char *json, const char *junit, c
   o->path[QC_REP_JSON] = json;
   o->path[QC_REP_JUNIT] = junit;
   o->path[QC_REP_MARKDOWN] = markdown;
-  o->want_json = qc_baseline_applies(qc_run_verb());
+}
+
+void qc_report_out_run(qc_report_out *o, const char *verb, qc_prov *prov, struct qc_gate *gate) {
+  o->prov = prov;
+  o->gate = gate;
+  o->want_json = qc_baseline_applies(gate, verb);
 }
 
 void qc_report_out_html(qc_report_out *o, const char *html) { o->path[QC_REP_HTML] = html; }
@@ -267,8 +271,9 @@ int qc_report_commit(qc_report_out *o) {
 
 /* ---- error reports ------------------------------------------------------------------- */
 
-static int error_json(qc_sbuf *out, const char *verb, const char *msg, const char *hint) {
-  cJSON *root = qc_report_envelope(verb, 2);
+/* The error report as JSON: the envelope (verdict "error", prov), the error and hint, totals. */
+static int error_json(qc_sbuf *out, qc_prov *prov, const char *verb, const char *msg, const char *hint) {
+  cJSON *root = qc_report_envelope(prov, verb, 2);
   if (!root) return qc_err_sys("out of memory");
   cJSON_AddStringToObject(root, "error", msg);
   if (hint[0]) cJSON_AddStringToObject(root, "hint", hint);
@@ -276,6 +281,7 @@ static int error_json(qc_sbuf *out, const char *verb, const char *msg, const cha
   return qc_report_json_render(root, out);
 }
 
+/* The error report as JUnit: one <error> testcase named "run". */
 static int error_junit(qc_sbuf *out, const char *verb, const char *msg, const char *hint) {
   qc_tlist l = {0};
   char suite[64], cls[64];
@@ -290,7 +296,8 @@ static int error_junit(qc_sbuf *out, const char *verb, const char *msg, const ch
   return rc;
 }
 
-static void error_markdown(qc_sbuf *b, const char *verb, const char *msg, const char *hint) {
+/* The error report as Markdown: the error, the hint, the version and the provenance. */
+static void error_markdown(qc_sbuf *b, qc_prov *prov, const char *verb, const char *msg, const char *hint) {
   qc_sbuf_printf(b, "# qatcheck %s: error\n\nThe run could not be judged (exit status 2): nothing was checked, "
                     "and no earlier report stands in for this one.\n\n- error: ", verb);
   qc_sbuf_md(b, msg);
@@ -301,9 +308,10 @@ static void error_markdown(qc_sbuf *b, const char *verb, const char *msg, const 
     qc_sbuf_printf(b, "\n");
   }
   qc_sbuf_printf(b, "- qatcheck %s\n", QC_VERSION);
-  qc_run_markdown(b);
+  qc_prov_markdown(prov, b);
 }
 
+/* The error report as one HTML page: the error and the hint. */
 static void error_html(qc_sbuf *b, const char *verb, const char *msg, const char *hint) {
   qc_sbuf_printf(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>qatcheck %s: error</title>"
                     "<style>body{font-family:sans-serif;margin:2em;max-width:60em}.e{color:#a00}</style></head>\n"
@@ -318,18 +326,18 @@ static void error_html(qc_sbuf *b, const char *verb, const char *msg, const char
   qc_sbuf_printf(b, "</p>\n<p>qatcheck %s</p>\n</body></html>\n", QC_VERSION);
 }
 
-void qc_report_error_commit(const char *verb) {
+void qc_report_error_commit(const char *verb, const char *const *want, qc_prov *prov) {
   const char *path[QC_REP_KINDS];
   qc_sbuf docs[QC_REP_KINDS];
   const char *msg = qc_err_msg()[0] ? qc_err_msg() : "the run could not be judged";
   char *m = strdup(msg), *h = strdup(qc_err_hint());
   int any = 0;
   memset(docs, 0, sizeof docs);
-  for (int k = 0; k < QC_REP_KINDS; k++) any |= (path[k] = qc_run_path(k)) != NULL;
+  for (int k = 0; k < QC_REP_KINDS; k++) any |= (path[k] = want[k]) != NULL;
   if (!any || !m || !h) goto done;
-  if (path[QC_REP_JSON]) error_json(&docs[QC_REP_JSON], verb, m, h);
+  if (path[QC_REP_JSON]) error_json(&docs[QC_REP_JSON], prov, verb, m, h);
   if (path[QC_REP_JUNIT]) error_junit(&docs[QC_REP_JUNIT], verb, m, h);
-  if (path[QC_REP_MARKDOWN]) error_markdown(&docs[QC_REP_MARKDOWN], verb, m, h);
+  if (path[QC_REP_MARKDOWN]) error_markdown(&docs[QC_REP_MARKDOWN], prov, verb, m, h);
   if (path[QC_REP_HTML]) error_html(&docs[QC_REP_HTML], verb, m, h);
   /* all or none as ever; whatever cannot take its error report is removed,
    * so no older report is left standing */

@@ -78,9 +78,9 @@ const char *qc_report_outlier_rule(void) {
   return buf;
 }
 
-static int render_json(qc_sbuf *out, const qc_contract_info *ri, const qc_sweep *s) {
+static int render_json(qc_sbuf *out, qc_prov *prov, const qc_contract_info *ri, const qc_sweep *s) {
   const qc_sweep_opts *o = ri->o;
-  cJSON *root = qc_report_envelope("contract", ri->fails ? 1 : 0);
+  cJSON *root = qc_report_envelope(prov, "contract", ri->fails ? 1 : 0);
   if (!root) return qc_err_sys("out of memory building the report");
   cJSON_AddStringToObject(root, "comparison", "master_vs_dequant");
   qc_report_totals(root, s->n, ri->fails, 0);
@@ -229,7 +229,7 @@ static int render_markdown(qc_sbuf *out, const qc_contract_info *ri, const qc_sw
 
 int qc_report_contract(qc_report_out *o, const qc_contract_info *ri, const qc_sweep *s) {
   int rc = QC_OK;
-  if (qc_report_wants(o, QC_REP_JSON)) rc = render_json(&o->doc[QC_REP_JSON], ri, s);
+  if (qc_report_wants(o, QC_REP_JSON)) rc = render_json(&o->doc[QC_REP_JSON], o->prov, ri, s);
   if (!rc && qc_report_wants(o, QC_REP_JUNIT)) rc = render_junit(&o->doc[QC_REP_JUNIT], s);
   if (!rc && qc_report_wants(o, QC_REP_MARKDOWN)) rc = render_markdown(&o->doc[QC_REP_MARKDOWN], ri, s);
   return rc;

@@ -12,9 +12,9 @@
 
 static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
 
-static int render_json(qc_sbuf *out, const qc_fd_info *fi) {
+static int render_json(qc_sbuf *out, qc_prov *prov, const qc_fd_info *fi) {
   const qc_fd_opts *o = fi->o;
-  cJSON *root = qc_report_envelope("fd", fi->bad ? 1 : 0);
+  cJSON *root = qc_report_envelope(prov, "fd", fi->bad ? 1 : 0);
   if (!root) return qc_err_sys("fd: out of memory building the report");
   cJSON_AddStringToObject(root, "class", fi->cls);
   cJSON_AddStringToObject(root, "module", fi->module);
@@ -64,13 +64,13 @@ int qc_report_fd(qc_report_out *o, const qc_fd_info *fi) {
   int rc = QC_OK;
   if ((qc_report_wants(o, QC_REP_JUNIT) || qc_report_wants(o, QC_REP_MARKDOWN)) && (rc = make_list(&tl, fi))) goto done;
   qc_tlist_spread(&tl, fi->seconds);
-  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], fi))) goto done;
+  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], o->prov, fi))) goto done;
   if (qc_report_wants(o, QC_REP_JUNIT) && (rc = qc_tlist_junit(&tl, "fd", &o->doc[QC_REP_JUNIT]))) goto done;
   if (qc_report_wants(o, QC_REP_MARKDOWN)) {
     char pre[QC_PATHLEN + 256];
     snprintf(pre, sizeof pre, "- module: `%s` (seed %llu, %d direction(s), tol %g, h %g)", fi->module,
              (unsigned long long)fi->o->seed, fi->o->directions, fi->o->tol, fi->o->h);
-    rc = qc_tlist_markdown(&tl, "fd", pre, &o->doc[QC_REP_MARKDOWN]);
+    rc = qc_tlist_markdown(&tl, "fd", pre, o->prov, &o->doc[QC_REP_MARKDOWN]);
   }
 done:
   qc_tlist_free(&tl);

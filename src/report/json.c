@@ -10,7 +10,6 @@
 #include "core/file.h"
 #include "core/qc.h"
 #include "report/report.h"
-#include "report/run.h"
 
 static const char *verdict_str(int v) { return v == 0 ? "pass" : v == 1 ? "fail" : "error"; }
 
@@ -57,14 +56,14 @@ cJSON *qc_report_tol_json(const qc_tol *t) {
   return o;
 }
 
-cJSON *qc_report_envelope(const char *verb, int verdict) {
+cJSON *qc_report_envelope(qc_prov *prov, const char *verb, int verdict) {
   cJSON *root = cJSON_CreateObject();
   if (!root) return NULL;
   cJSON_AddNumberToObject(root, "qatcheck_report", 1);
   cJSON_AddStringToObject(root, "tool_version", QC_VERSION);
   cJSON_AddStringToObject(root, "verb", verb);
   cJSON_AddStringToObject(root, "verdict", verdict_str(verdict));
-  qc_run_json(root);
+  qc_prov_json(prov, root);
   return root;
 }
 
@@ -132,9 +131,9 @@ static cJSON *modules_json(const qc_modinfos *l) {
   return a;
 }
 
-int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
+int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, const qc_results *r) {
   int v = qc_results_verdict(r);
-  cJSON *root = qc_report_envelope(info->verb, v);
+  cJSON *root = qc_report_envelope(prov, info->verb, v);
   if (!root) return qc_err_sys("out of memory building the report");
   if (info->case_path) {
     cJSON *c = cJSON_AddObjectToObject(root, "case");

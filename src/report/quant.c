@@ -10,9 +10,9 @@
 #include "report/report.h"
 #include "report/tlist.h"
 
-static int render_json(qc_sbuf *out, const qc_quant_info *qi) {
+static int render_json(qc_sbuf *out, qc_prov *prov, const qc_quant_info *qi) {
   const qc_quant_cmp *c = qi->c;
-  cJSON *root = qc_report_envelope("quant", qi->verdict);
+  cJSON *root = qc_report_envelope(prov, "quant", qi->verdict);
   if (!root) return qc_err_sys("quant: out of memory building the report");
   cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "dump"), "path", qi->dump);
   cJSON_AddStringToObject(root, "module", qi->module);
@@ -77,13 +77,13 @@ int qc_report_quant(qc_report_out *o, const qc_quant_info *qi) {
   int rc = QC_OK;
   if ((qc_report_wants(o, QC_REP_JUNIT) || qc_report_wants(o, QC_REP_MARKDOWN)) && (rc = make_list(&tl, qi))) goto done;
   qc_tlist_spread(&tl, qi->seconds);
-  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], qi))) goto done;
+  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], o->prov, qi))) goto done;
   if (qc_report_wants(o, QC_REP_JUNIT) && (rc = qc_tlist_junit(&tl, "quant", &o->doc[QC_REP_JUNIT]))) goto done;
   if (qc_report_wants(o, QC_REP_MARKDOWN)) {
     char pre[QC_PATHLEN + 1200];
     snprintf(pre, sizeof pre, "- dump: `%s`, module `%s`, format %s%s", qi->dump, qi->module, qi->format,
              qi->identify ? ", every profile (--identify)" : "");
-    rc = qc_tlist_markdown(&tl, "quant", pre, &o->doc[QC_REP_MARKDOWN]);
+    rc = qc_tlist_markdown(&tl, "quant", pre, o->prov, &o->doc[QC_REP_MARKDOWN]);
   }
 done:
   qc_tlist_free(&tl);
@@ -106,8 +106,8 @@ void qc_report_quant_table(const qc_quant_info *qi) {
 
 /* ---- quant --calibration ------------------------------------------------------- */
 
-static int calib_json(qc_sbuf *out, const qc_calib_info *ci) {
-  cJSON *root = qc_report_envelope("quant", ci->verdict);
+static int calib_json(qc_sbuf *out, qc_prov *prov, const qc_calib_info *ci) {
+  cJSON *root = qc_report_envelope(prov, "quant", ci->verdict);
   if (!root) return qc_err_sys("quant: out of memory building the report");
   cJSON_AddStringToObject(root, "mode", "calibration");
   cJSON *ps = cJSON_AddArrayToObject(root, "calibration");
@@ -146,12 +146,12 @@ int qc_report_calib(qc_report_out *o, const qc_calib_info *ci) {
       rc = qc_tlist_add(&tl, ci->device, "calibration", name, bad ? msg : NULL, bad ? NULL : msg);
     }
   }
-  if (!rc && qc_report_wants(o, QC_REP_JSON)) rc = calib_json(&o->doc[QC_REP_JSON], ci);
+  if (!rc && qc_report_wants(o, QC_REP_JSON)) rc = calib_json(&o->doc[QC_REP_JSON], o->prov, ci);
   if (!rc && qc_report_wants(o, QC_REP_JUNIT)) rc = qc_tlist_junit(&tl, "quant", &o->doc[QC_REP_JUNIT]);
   if (!rc && qc_report_wants(o, QC_REP_MARKDOWN)) {
     char pre[256];
     snprintf(pre, sizeof pre, "- calibration: %d path(s) compared on %s", ci->n, ci->device);
-    rc = qc_tlist_markdown(&tl, "quant", pre, &o->doc[QC_REP_MARKDOWN]);
+    rc = qc_tlist_markdown(&tl, "quant", pre, o->prov, &o->doc[QC_REP_MARKDOWN]);
   }
   qc_tlist_free(&tl);
   return rc;

@@ -12,9 +12,9 @@
 #include "report/report.h"
 #include "report/tlist.h"
 
-static int render_json(qc_sbuf *out, const qc_quant_many_info *qi) {
+static int render_json(qc_sbuf *out, qc_prov *prov, const qc_quant_many_info *qi) {
   const qc_quant_rows *r = qi->rows;
-  cJSON *root = qc_report_envelope("quant", qi->verdict);
+  cJSON *root = qc_report_envelope(prov, "quant", qi->verdict);
   if (!root) return qc_err_sys("quant: out of memory building the report");
   cJSON_AddStringToObject(root, "mode", qi->master ? "checkpoint" : "dump");
   if (qi->master) {
@@ -66,7 +66,7 @@ int qc_report_quant_many(qc_report_out *o, const qc_quant_many_info *qi) {
       snprintf(name, sizeof name, "%s/%s", w->format, qc_qprof_name(w->c.prof));
       rc = qc_tlist_add(&tl, "quant", w->module, name, w->c.ok ? NULL : w->c.line, w->c.ok ? w->c.line : NULL);
     }
-  if (!rc && qc_report_wants(o, QC_REP_JSON)) rc = render_json(&o->doc[QC_REP_JSON], qi);
+  if (!rc && qc_report_wants(o, QC_REP_JSON)) rc = render_json(&o->doc[QC_REP_JSON], o->prov, qi);
   if (!rc && qc_report_wants(o, QC_REP_JUNIT)) rc = qc_tlist_junit(&tl, "quant", &o->doc[QC_REP_JUNIT]);
   if (!rc && qc_report_wants(o, QC_REP_MARKDOWN)) {
     char pre[2400];
@@ -75,7 +75,7 @@ int qc_report_quant_many(qc_report_out *o, const qc_quant_many_info *qi) {
                qi->master, qi->rows->n, qi->fails, qi->rows->nskip);
     else
       snprintf(pre, sizeof pre, "- dump: `%s`: %d module(s), %d mismatch", qi->deployed, qi->rows->n, qi->fails);
-    rc = qc_tlist_markdown(&tl, "quant", pre, &o->doc[QC_REP_MARKDOWN]);
+    rc = qc_tlist_markdown(&tl, "quant", pre, o->prov, &o->doc[QC_REP_MARKDOWN]);
   }
   qc_tlist_free(&tl);
   return rc;

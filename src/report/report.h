@@ -17,7 +17,10 @@
 #include "model/layer2.h"
 #include "model/modinfo.h"
 #include "model/tol.h"
+#include "report/prov.h"
 #include "report/sbuf.h"
+
+struct qc_gate;
 
 /* ---- the reports of one run ------------------------------------------------ */
 
@@ -35,10 +38,16 @@ typedef struct qc_report_out {
   int want_json;                  /* render the JSON without a path: a baseline compares it */
   int nextra, capextra;           /* more files, committed with the reports */
   qc_report_file *extra;
+  qc_prov *prov;                  /* the provenance every report records (NULL: none) */
+  struct qc_gate *gate;           /* the regression gate applied at the commit (NULL: none) */
 } qc_report_out;
 
-/* Set the requested paths (any may be NULL). */
+/* Set the requested paths (any may be NULL); no provenance, no gate. */
 void qc_report_out_init(qc_report_out *o, const char *json, const char *junit, const char *markdown);
+/* Hand o the run's provenance and regression gate (report/run.h's
+ * qc_run_out does, for the run of `verb`): the reports record prov, and
+ * with a baseline for the verb the JSON is rendered for the comparison. */
+void qc_report_out_run(qc_report_out *o, const char *verb, qc_prov *prov, struct qc_gate *gate);
 /* Set the HTML path (the `report` verb's audit document). */
 void qc_report_out_html(qc_report_out *o, const char *html);
 /* 1 when report `kind` is to be rendered: asked for, or (the JSON) needed
@@ -53,7 +62,7 @@ int qc_report_add_file(qc_report_out *o, const char *path, qc_sbuf *doc);
  * --baseline, the JSON is first compared with it and the regressions added
  * to each report (baseline.h). On failure no temporary is left, nothing is
  * renamed after the failure, and the error names the path; the run then
- * exits 2 and qc_run_end replaces every requested path with its error
+ * exits 2 and qc_run_end (run.h) replaces every requested path with its error
  * report. */
 int qc_report_commit(qc_report_out *o);
 void qc_report_out_free(qc_report_out *o);
@@ -65,18 +74,19 @@ char *qc_report_dir(const char *path);
  * fsync'd, then renamed over path. */
 int qc_write_atomic(const char *path, const char *data, size_t n);
 
-/* The error report of a run that cannot be judged, at every requested path
- * the run may write (run.h): JSON {"verdict": "error", "error": ...},
- * JUnit with one <error> testcase, Markdown and HTML saying so; a path that
- * cannot take it is removed if it holds a regular file. */
-void qc_report_error_commit(const char *verb);
+/* The error report of a run that cannot be judged, at every path[k]
+ * (QC_REP_KINDS of them, NULL: none) the run may write (run.h): JSON
+ * {"verdict": "error", "error": ...} of the current error message, JUnit
+ * with one <error> testcase, Markdown (with prov) and HTML saying so; a
+ * path that cannot take it is removed if it holds a regular file. */
+void qc_report_error_commit(const char *verb, const char *const *path, qc_prov *prov);
 
 /* A new JSON object holding the envelope (qatcheck_report, tool_version,
  * verb, verdict: 0 "pass", 1 "fail", 2 "error") and the run's provenance
- * (command_line, inputs), NULL out of memory; and its rendering,
- * newline-terminated, into out (root is deleted). */
+ * prov (command_line, inputs; empty when NULL), NULL out of memory; and
+ * its rendering, newline-terminated, into out (root is deleted). */
 struct cJSON;
-struct cJSON *qc_report_envelope(const char *verb, int verdict);
+struct cJSON *qc_report_envelope(qc_prov *prov, const char *verb, int verdict);
 int qc_report_json_render(struct cJSON *root, qc_sbuf *out);
 /* "totals": {"checks", "passed", "failed", "errors"} on root. */
 void qc_report_totals(struct cJSON *root, int checks, int failed, int errors);
@@ -113,9 +123,9 @@ const char *qc_report_check_name(const qc_check *k, char *buf, int n);
 /* Render the asked reports of a vjp run: JSON (one check per module, dY and
  * tensor), JUnit (one testcase per check, suite the module), Markdown. */
 int qc_report_vjp(qc_report_out *o, const qc_report_info *info, const qc_results *r);
-int qc_report_json(qc_sbuf *out, const qc_report_info *info, const qc_results *r);
+int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, const qc_results *r);
 int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *r);
-int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_results *r);
+int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, const qc_results *r);
 /* The readable table on stdout: module, dY, tensor, rel-L2, cosine, norm
  * ratio, verdict, why; then the verdict line. */
 void qc_report_table(const qc_report_info *info, const qc_results *r);

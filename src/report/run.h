@@ -1,5 +1,9 @@
 /* run.h: what one run of qatcheck knows about itself, for every report it
- * writes (process-wide; main.c begins and ends the run):
+ * writes: one qc_run, begun and ended around the verb by cli/'s
+ * qc_cli_run and handed to the verb, which hands it on (qc_run_out) to the
+ * reports it renders. It sits on top of report/: run.c calls the
+ * committer, the gate and the renderers' helpers, and none of them calls
+ * back (they take the provenance and the gate as arguments). It holds:
  *
  * - the command line, as given;
  * - the report paths asked for (--json, --junit, --markdown, --html), found
@@ -15,59 +19,56 @@
  *   regression, --regression-factor), and the regressions found.
  *
  * A run that exits 2 replaces every requested report path it may write
- * with an error report (qc_run_end) and touches no other file. */
+ * with an error report (qc_run_end) and touches no other file; so does a
+ * run stopped by --timeout or a signal: the watchdog (core/watchdog.h)
+ * keeps the one process-wide pointer to the run, registered by
+ * qc_run_begin, because its threads cannot be handed it. */
 #ifndef QC_REPORT_RUN_H
 #define QC_REPORT_RUN_H
 
-#include "report/sbuf.h"
+#include "report/baseline.h"
+#include "report/prov.h"
+#include "report/report.h"
 
-struct cJSON;
+typedef struct qc_run {
+  int begun;                         /* qc_run_begin was called */
+  char verb[32];                     /* "" before qc_run_begin */
+  const char *path[QC_REP_KINDS];    /* the requested report paths (pointers into argv) */
+  int refused[QC_REP_KINDS];         /* failed its check, or this process writes no file: never written */
+  qc_prov prov;                      /* the command line and the inputs */
+  qc_gate gate;                      /* the baselines, the rule, the regressions found */
+} qc_run;
 
-/* Begin the run of `verb` (argv[0] is the verb). Records the command line,
- * finds and checks the report paths. QC_OK, or QC_EINPUT with the first
- * refused path's message (every path is checked; those that pass still get
- * the error report). */
-int qc_run_begin(const char *verb, int argc, char **argv);
+/* Begin run *run of `verb` (argv[0] is the verb; *run is overwritten).
+ * Records the command line, finds and checks the report paths, arms
+ * --timeout and registers the run with the watchdog. QC_OK, or QC_EINPUT
+ * with the first refused path's message (every path is checked; those that
+ * pass still get the error report). A run whose qc_run_begin was never
+ * called must be zeroed ({0}) before qc_run_end. */
+int qc_run_begin(qc_run *run, const char *verb, int argc, char **argv);
 /* This process writes no file (a rank other than 0 of a job of several,
  * src/dist/): its reports, error reports included, are rank 0's to write. */
-void qc_run_no_files(void);
-/* The verb ("" before qc_run_begin). */
-const char *qc_run_verb(void);
-/* The requested path of report kind k (QC_REP_*), NULL when none. */
-const char *qc_run_path(int kind);
+void qc_run_no_files(qc_run *run);
 
 /* Record input file `path` in role `role` ("case", "dump", "plugin",
  * "report", "baseline"): its size now, its SHA-256 on a thread. A report
  * path naming the same file is refused (a report would overwrite an
  * input). QC_OK, QC_EINPUT (not a regular file, unreadable, a report path)
  * or QC_ESYS. */
-int qc_run_input(const char *role, const char *path);
+int qc_run_input(qc_run *run, const char *role, const char *path);
 
 /* --baseline PATH: read and parse the report now (an input of the run); it
  * must be a report of the running verb (any verb's for `report`), not an
  * error report, and only `report` takes several. */
-int qc_run_baseline(const char *path);
+int qc_run_baseline(qc_run *run, const char *path);
 /* --fail-on WHAT: only "regression" (regressions then exit 1). */
-int qc_run_fail_on(const char *what);
+int qc_run_fail_on(qc_run *run, const char *what);
 /* --regression-factor F: the factor a metric may rise by (> 1). */
-int qc_run_regression_factor(const char *v);
-/* The baselines given (parsed JSON, owned by the run) and their paths. */
-int qc_run_nbaselines(void);
-const struct cJSON *qc_run_baseline_json(int i);
-const char *qc_run_baseline_path(int i);
-double qc_run_factor(void);
-int qc_run_fails_on_regression(void);
-/* Add n regressions found (they decide the exit status at qc_run_end with
- * --fail-on regression) and keep their lines for the console summary. */
-void qc_run_regressions(int n, const char *summary);
+int qc_run_regression_factor(qc_run *run, const char *v);
 
-/* Add the run's provenance to a JSON report: "command_line" (the argv as
- * given) and "inputs" ([{role, path, size, sha256}]: waits for the hashes). */
-void qc_run_json(struct cJSON *root);
-/* The same for Markdown: the command line and every input, as list items. */
-void qc_run_markdown(qc_sbuf *b);
-/* The command line as one shell-quoted string into b. */
-void qc_run_cmdline(qc_sbuf *b);
+/* Set the requested paths of o (qc_report_out_init) and hand it the run's
+ * provenance and regression gate (qc_report_out_run); run may be NULL. */
+void qc_run_out(qc_run *run, qc_report_out *o, const char *json, const char *junit, const char *markdown);
 
 /* End the run with the verb's status rc (QC_OK, QC_FAIL, QC_EINPUT,
  * QC_ESYS) and return the exit status: on 2 (rc >= QC_EINPUT), every
@@ -75,7 +76,7 @@ void qc_run_cmdline(qc_sbuf *b);
  * of the current error message (a path whose error report cannot be
  * written is removed if it holds a regular file); on 0 with regressions and
  * --fail-on regression, 1. Prints the regression summary (not under
- * --quiet). Frees the run's state. */
-int qc_run_end(int rc);
+ * --quiet). Unregisters the run from the watchdog and frees its state. */
+int qc_run_end(qc_run *run, int rc);
 
 #endif

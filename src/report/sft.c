@@ -153,9 +153,9 @@ static cJSON *pair_json(const qc_sft_view *v, int p) {
   return o;
 }
 
-static int render_json(qc_sbuf *out, const qc_sft_view *v) {
+static int render_json(qc_sbuf *out, qc_prov *prov, const qc_sft_view *v) {
   const qc_sft_case *cs = v->cs;
-  cJSON *root = qc_report_envelope("sft", v->verdict);
+  cJSON *root = qc_report_envelope(prov, "sft", v->verdict);
   if (!root) return qc_err_sys("sft: out of memory building the report");
   cJSON_AddNumberToObject(root, "format_version", 1);
   cJSON_AddStringToObject(root, "case", cs->name);
@@ -241,7 +241,7 @@ static int make_list(qc_tlist *l, const qc_sft_view *v) {
 int qc_report_sft(qc_report_out *o, const qc_sft_view *v) {
   qc_tlist tl = {0};
   int rc = QC_OK;
-  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], v))) goto done;
+  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], o->prov, v))) goto done;
   if (qc_report_wants(o, QC_REP_JUNIT) && ((rc = make_list(&tl, v)) || (rc = qc_tlist_junit(&tl, "sft", &o->doc[QC_REP_JUNIT]))))
     goto done;
   if (qc_report_wants(o, QC_REP_MARKDOWN)) rc = qc_report_sft_markdown(o, v);

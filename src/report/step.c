@@ -32,10 +32,10 @@ static cJSON *metrics_json(const qc_metrics *m) {
   return o;
 }
 
-static int render_json(qc_sbuf *out, const qc_step_view *v) {
+static int render_json(qc_sbuf *out, qc_prov *prov, const qc_step_view *v) {
   const qc_step_res *r = v->res;
   int verdict = qc_step_res_verdict(r);
-  cJSON *root = qc_report_envelope("step", verdict);
+  cJSON *root = qc_report_envelope(prov, "step", verdict);
   if (!root) return qc_err_sys("step: out of memory building the report");
   cJSON_AddNumberToObject(root, "format_version", 1);
   cJSON_AddStringToObject(root, "case", v->cs->name);
@@ -124,7 +124,7 @@ int qc_report_step(qc_report_out *o, const qc_step_view *v) {
   qc_tlist tl = {0};
   int rc = QC_OK;
   if ((qc_report_wants(o, QC_REP_JUNIT) || qc_report_wants(o, QC_REP_MARKDOWN)) && (rc = make_list(&tl, v))) goto done;
-  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], v))) goto done;
+  if (qc_report_wants(o, QC_REP_JSON) && (rc = render_json(&o->doc[QC_REP_JSON], o->prov, v))) goto done;
   if (qc_report_wants(o, QC_REP_JUNIT) && (rc = qc_tlist_junit(&tl, "step", &o->doc[QC_REP_JUNIT]))) goto done;
   if (qc_report_wants(o, QC_REP_MARKDOWN)) {
     qc_sbuf pre = {0};
@@ -137,7 +137,7 @@ int qc_report_step(qc_report_out *o, const qc_step_view *v) {
       qc_sbuf_printf(&pre, " (%s)", n->implied_why);
     }
     if (v->res->localization[0]) qc_sbuf_printf(&pre, "\n- localization: **%s**: %s", v->res->localization, v->res->loc_text);
-    rc = pre.oom ? qc_err_sys("out of memory rendering the Markdown report") : qc_tlist_markdown(&tl, "step", pre.s, &o->doc[QC_REP_MARKDOWN]);
+    rc = pre.oom ? qc_err_sys("out of memory rendering the Markdown report") : qc_tlist_markdown(&tl, "step", pre.s, o->prov, &o->doc[QC_REP_MARKDOWN]);
     qc_sbuf_free(&pre);
   }
 done:

@@ -9,7 +9,6 @@
 #include "report/sbuf.h"
 #include "report/tlist.h"
 #include "report/report.h"
-#include "report/run.h"
 
 static const char *fmt_num(char *buf, size_t n, double v, const char *f) {
   if (isnan(v)) snprintf(buf, n, "-");
@@ -95,7 +94,7 @@ int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *
   return rc;
 }
 
-int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
+int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, const qc_results *r) {
   qc_sbuf b = *out;
   int v = qc_results_verdict(r), nf = 0;
   for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;
@@ -107,7 +106,7 @@ int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_result
     qc_sbuf_printf(&b, "- case: `%s` (%s), sha256 `%s`\n", info->case_name ? info->case_name : "", info->case_path,
                    info->case_sha256 ? info->case_sha256 : "");
   qc_sbuf_printf(&b, "- device: %s\n- qatcheck %s\n", info->device ? info->device : "cpu", QC_VERSION);
-  qc_run_markdown(&b);
+  qc_prov_markdown(prov, &b);
   const char *p = info->warnings;
   char line[1024];
   if (p && *p) qc_sbuf_printf(&b, "\n");
@@ -180,8 +179,8 @@ int qc_report_markdown(qc_sbuf *out, const qc_report_info *info, const qc_result
 
 int qc_report_vjp(qc_report_out *o, const qc_report_info *info, const qc_results *r) {
   int rc = QC_OK;
-  if (qc_report_wants(o, QC_REP_JSON)) rc = qc_report_json(&o->doc[QC_REP_JSON], info, r);
+  if (qc_report_wants(o, QC_REP_JSON)) rc = qc_report_json(&o->doc[QC_REP_JSON], o->prov, info, r);
   if (!rc && qc_report_wants(o, QC_REP_JUNIT)) rc = qc_report_junit(&o->doc[QC_REP_JUNIT], info, r);
-  if (!rc && qc_report_wants(o, QC_REP_MARKDOWN)) rc = qc_report_markdown(&o->doc[QC_REP_MARKDOWN], info, r);
+  if (!rc && qc_report_wants(o, QC_REP_MARKDOWN)) rc = qc_report_markdown(&o->doc[QC_REP_MARKDOWN], o->prov, info, r);
   return rc;
 }

@@ -11,7 +11,6 @@
 #include "model/check.h"
 #include "core/qc.h"
 #include "report/report.h"
-#include "report/run.h"
 
 /* Offsets into text; -1: absent. */
 typedef struct qc_tent {
@@ -258,13 +257,13 @@ int qc_tlist_junit_append(const qc_tlist *l, qc_sbuf *doc) {
   return QC_OK;
 }
 
-int qc_tlist_markdown(const qc_tlist *l, const char *verb, const char *preamble, qc_sbuf *out) {
+int qc_tlist_markdown(const qc_tlist *l, const char *verb, const char *preamble, qc_prov *prov, qc_sbuf *out) {
   qc_sbuf b = *out;
   int nf = qc_tlist_failures(l);
   qc_sbuf_printf(&b, "# qatcheck %s: %s\n\n", verb, l->n == 0 ? "nothing checked" : nf ? "FAIL" : "pass");
   if (preamble && preamble[0]) qc_sbuf_printf(&b, "%s\n", preamble);
   qc_sbuf_printf(&b, "- %d check(s): %d passed, %d failed\n- qatcheck %s\n", l->n, l->n - nf, nf, QC_VERSION);
-  qc_run_markdown(&b);
+  qc_prov_markdown(prov, &b);
   qc_sbuf_printf(&b, "\n");
   qc_sbuf_printf(&b, "| suite | check | verdict | detail |\n|---|---|---|---|\n");
   for (int i = 0; i < l->n; i++) {

@@ -6,6 +6,7 @@
 #ifndef QC_TLIST_H
 #define QC_TLIST_H
 
+#include "report/prov.h"
 #include "report/sbuf.h"
 
 typedef struct qc_tlist {
@@ -39,10 +40,10 @@ int qc_tlist_junit(const qc_tlist *l, const char *verb, qc_sbuf *out);
 /* Append l's suites to a JUnit document qc_tlist_junit rendered (the
  * counts of its <testsuites> updated). */
 int qc_tlist_junit_append(const qc_tlist *l, qc_sbuf *doc);
-/* Markdown: "# qatcheck VERB: pass|FAIL", the preamble lines (may be NULL),
- * then one table row per case (suite, case, verdict, message or output);
- * appended to out. */
-int qc_tlist_markdown(const qc_tlist *l, const char *verb, const char *preamble, qc_sbuf *out);
+/* Markdown: "# qatcheck VERB: pass|FAIL", the run's provenance (prov, may
+ * be NULL), the preamble lines (may be NULL), then one table row per case
+ * (suite, case, verdict, message or output); appended to out. */
+int qc_tlist_markdown(const qc_tlist *l, const char *verb, const char *preamble, qc_prov *prov, qc_sbuf *out);
 void qc_tlist_free(qc_tlist *l);
 
 #endif

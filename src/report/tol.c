@@ -35,9 +35,9 @@ static cJSON *member_json(const char *tensor, const qc_tol_terms *t, const char 
 
 /* The JSON report: envelope, the command, the inputs with defaults
  * resolved, every term, and the member as a case file takes it. */
-static int render_json(qc_sbuf *out, const char *tensor, const qc_tol_spec *s, const qc_tol_terms *t,
+static int render_json(qc_sbuf *out, qc_prov *prov, const char *tensor, const qc_tol_spec *s, const qc_tol_terms *t,
                        const char *cmd, cJSON *member) {
-  cJSON *root = qc_report_envelope("tol", 0);
+  cJSON *root = qc_report_envelope(prov, "tol", 0);
   if (!root) return qc_err_sys("tol: out of memory building the report");
   cJSON_AddStringToObject(root, "command", cmd);
   qc_report_totals(root, t->has_max_abs ? 5 : 4, 0, 0);
@@ -105,13 +105,13 @@ int qc_report_tol(qc_report_out *o, const qc_tol_info *ti) {
       (rc = bounds_list(&tl, ti->tensor, ti->t)))
     goto done;
   if (!rc && qc_report_wants(o, QC_REP_JSON) &&
-      (rc = render_json(&o->doc[QC_REP_JSON], ti->tensor, ti->s, ti->t, ti->command, member)))
+      (rc = render_json(&o->doc[QC_REP_JSON], o->prov, ti->tensor, ti->s, ti->t, ti->command, member)))
     goto done;
   if (!rc && qc_report_wants(o, QC_REP_JUNIT) && (rc = qc_tlist_junit(&tl, "tol", &o->doc[QC_REP_JUNIT]))) goto done;
   if (!rc && qc_report_wants(o, QC_REP_MARKDOWN)) {
     char pre[1700];
     snprintf(pre, sizeof pre, "- tensor: `%s`\n- reasoning: %s", ti->tensor, ti->reasoning);
-    rc = qc_tlist_markdown(&tl, "tol", pre, &o->doc[QC_REP_MARKDOWN]);
+    rc = qc_tlist_markdown(&tl, "tol", pre, o->prov, &o->doc[QC_REP_MARKDOWN]);
   }
 done:
   cJSON_Delete(member);

@@ -38,7 +38,7 @@ int qc_report_tol_module(qc_report_out *o, const qc_tol_info *ti, int n, const c
   qc_tlist tl = {0};
   int rc = QC_OK;
   if (qc_report_wants(o, QC_REP_JSON)) {
-    cJSON *root = qc_report_envelope("tol", 0), *m = merged(ti, n);
+    cJSON *root = qc_report_envelope(o->prov, "tol", 0), *m = merged(ti, n);
     if (!root || !m) {
       cJSON_Delete(root);
       cJSON_Delete(m);
@@ -64,7 +64,7 @@ int qc_report_tol_module(qc_report_out *o, const qc_tol_info *ti, int n, const c
   if (!rc && qc_report_wants(o, QC_REP_MARKDOWN)) {
     char pre[2400];
     snprintf(pre, sizeof pre, "- dump: `%s`, module `%s`: every gradient's tolerance, K and dtypes read from the dump", dump, module);
-    rc = qc_tlist_markdown(&tl, "tol", pre, &o->doc[QC_REP_MARKDOWN]);
+    rc = qc_tlist_markdown(&tl, "tol", pre, o->prov, &o->doc[QC_REP_MARKDOWN]);
   }
   qc_tlist_free(&tl);
   return rc;

@@ -1,0 +1,171 @@
+/* prov.c: the run's command line and input files with their SHA-256 (prov.h). */
+#include "report/prov.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/qc.h"
+#include "core/sha256.h"
+
+struct qc_prov_input {
+  char *role, *path;
+  long long size;
+  dev_t dev;
+  ino_t ino;
+  char sha[65];
+  int hashed;           /* 1: sha holds the digest; -1: could not (or cancelled) */
+  int started;
+  pthread_t th;
+  atomic_int *cancel;   /* the provenance's stop flag */
+};
+
+void qc_prov_init(qc_prov *p, int argc, char **argv) {
+  memset(p, 0, sizeof *p);
+  p->argc = argc;
+  p->argv = argv;
+  atomic_init(&p->cancel, 0);
+  pthread_mutex_init(&p->join, NULL);
+}
+
+/* Hash one input's file into in->sha (in->hashed 1), or give up on it
+ * (in->hashed -1: unreadable, or the provenance stopped). Always NULL. */
+static void *hash_thread(void *arg) {
+  qc_prov_input *in = arg;
+  int fd = open(in->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  in->hashed = -1;
+  if (fd < 0) return NULL;
+  size_t cap = 1 << 20;
+  unsigned char *buf = malloc(cap);
+  qc_sha256 c;
+  qc_sha256_init(&c);
+  ssize_t k = 0;
+  while (buf && !atomic_load(in->cancel) && (k = read(fd, buf, cap)) > 0) qc_sha256_update(&c, buf, (size_t)k);
+  if (buf && k == 0 && !atomic_load(in->cancel)) {
+    qc_sha256_final_hex(&c, in->sha);
+    in->hashed = 1;
+  }
+  free(buf);
+  close(fd);
+  return NULL;
+}
+
+int qc_prov_has(const qc_prov *p, const char *role, dev_t dev, ino_t ino) {
+  for (int i = 0; i < p->ninput; i++)
+    if (p->in[i]->dev == dev && p->in[i]->ino == ino && strcmp(p->in[i]->role, role) == 0) return 1;
+  return 0;
+}
+
+int qc_prov_add(qc_prov *p, const char *role, const char *path, long long size, dev_t dev, ino_t ino) {
+  qc_prov_input **nv = realloc(p->in, (size_t)(p->ninput + 1) * sizeof *nv);
+  if (!nv) return qc_err_sys("out of memory recording input '%s'", path);
+  p->in = nv;
+  qc_prov_input *in = calloc(1, sizeof *in);
+  if (in) {
+    in->role = strdup(role);
+    in->path = strdup(path);
+  }
+  if (!in || !in->role || !in->path) {
+    if (in) {
+      free(in->role);
+      free(in->path);
+    }
+    free(in);
+    return qc_err_sys("out of memory recording input '%s'", path);
+  }
+  p->in[p->ninput] = in;
+  in->size = size;
+  in->dev = dev;
+  in->ino = ino;
+  in->cancel = &p->cancel;
+  p->ninput++;
+  if (pthread_create(&in->th, NULL, hash_thread, in) == 0) in->started = 1;
+  else hash_thread(in); /* no thread: hash it here */
+  return QC_OK;
+}
+
+void qc_prov_join(qc_prov *p) {
+  pthread_mutex_lock(&p->join);
+  for (int i = 0; i < p->ninput; i++)
+    if (p->in[i]->started) {
+      pthread_join(p->in[i]->th, NULL);
+      p->in[i]->started = 0;
+    }
+  pthread_mutex_unlock(&p->join);
+}
+
+void qc_prov_stop(qc_prov *p) {
+  atomic_store(&p->cancel, 1);
+  qc_prov_join(p);
+  for (int i = 0; i < p->ninput; i++)
+    if (p->in[i]->hashed != 1) p->in[i]->hashed = -1;
+}
+
+void qc_prov_free(qc_prov *p) {
+  qc_prov_join(p);
+  for (int i = 0; i < p->ninput; i++) {
+    free(p->in[i]->role);
+    free(p->in[i]->path);
+    free(p->in[i]);
+  }
+  free(p->in);
+  pthread_mutex_destroy(&p->join);
+  memset(p, 0, sizeof *p);
+}
+
+void qc_prov_json(qc_prov *p, cJSON *root) {
+  cJSON *cl = cJSON_AddArrayToObject(root, "command_line");
+  for (int i = 0; p && cl && p->argv && i < p->argc; i++) cJSON_AddItemToArray(cl, cJSON_CreateString(p->argv[i]));
+  if (p) qc_prov_join(p);
+  cJSON *ins = cJSON_AddArrayToObject(root, "inputs");
+  for (int i = 0; p && ins && i < p->ninput; i++) {
+    const qc_prov_input *in = p->in[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "role", in->role);
+    cJSON_AddStringToObject(o, "path", in->path);
+    cJSON_AddNumberToObject(o, "size", (double)in->size);
+    if (in->hashed == 1) cJSON_AddStringToObject(o, "sha256", in->sha);
+    else cJSON_AddNullToObject(o, "sha256");
+    cJSON_AddItemToArray(ins, o);
+  }
+}
+
+void qc_prov_cmdline(const qc_prov *p, qc_sbuf *b) {
+  qc_sbuf_printf(b, "qatcheck");
+  for (int i = 0; p && p->argv && i < p->argc; i++) {
+    const char *a = p->argv[i];
+    int plain = a[0] && strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=/+:,@%") == strlen(a);
+    if (plain) {
+      qc_sbuf_printf(b, " %s", a);
+      continue;
+    }
+    qc_sbuf_printf(b, " '");
+    for (; *a; a++) {
+      if (*a == '\'') qc_sbuf_printf(b, "'\\''");
+      else qc_sbuf_printf(b, "%c", *a);
+    }
+    qc_sbuf_printf(b, "'");
+  }
+}
+
+void qc_prov_markdown(qc_prov *p, qc_sbuf *b) {
+  if (!p) return;
+  if (p->argv) {
+    qc_sbuf s = {0};
+    qc_prov_cmdline(p, &s);
+    qc_sbuf_printf(b, "- command: `");
+    qc_sbuf_md(b, s.s ? s.s : "");
+    qc_sbuf_printf(b, "`\n");
+    qc_sbuf_free(&s);
+  }
+  qc_prov_join(p);
+  for (int i = 0; i < p->ninput; i++) {
+    const qc_prov_input *in = p->in[i];
+    qc_sbuf_printf(b, "- %s: `", in->role);
+    qc_sbuf_md(b, in->path);
+    qc_sbuf_printf(b, "`, %lld bytes, sha256 `%s`\n", in->size, in->hashed == 1 ? in->sha : "-");
+  }
+}
