@@ -21,9 +21,10 @@
 #include "core/qc.h"
 #include "io/l3log.h"
 
-/* Read one log and map its tags to canonical metric names. */
-static int load_log(const char *path, const qc_l3_tag *tags, int ntags, qc_l3_log *l) {
-  int rc = qc_log_read(path, l), found;
+/* Read one log (its steps from step_key, "" for the known keys) and map
+ * its tags to canonical metric names. */
+static int load_log(const char *path, const char *step_key, const qc_l3_tag *tags, int ntags, qc_l3_log *l) {
+  int rc = qc_log_read_as(path, step_key, l), found;
   for (int t = 0; !rc && t < ntags; t++) rc = qc_l3_log_rename(l, tags[t].tag, tags[t].metric, &found);
   return rc;
 }
@@ -50,7 +51,7 @@ int qc_sft_load(qc_sft_run *r, const qc_sft_case *cs) {
   double t0 = qc_now_s();
   int rc;
   for (int a = 0; a < cs->narm; a++)
-    if ((rc = load_log(cs->arms[a].log, cs->arms[a].tags, cs->arms[a].ntags, &r->logs[a]))) return rc;
+    if ((rc = load_log(cs->arms[a].log, cs->arms[a].step_key, cs->arms[a].tags, cs->arms[a].ntags, &r->logs[a]))) return rc;
   /* the keys of the table: the controlled variables, then any key an arm
    * maps or the case expects to differ */
   qc_l3_keypath all[MAXKEYS];
@@ -152,7 +153,8 @@ static int load_noise(const qc_sft_case *cs, const qc_sft_pair *p, const qc_sft_
   if (!n) return QC_ESYS;
   for (int q = 0; q < k->b.nnoise; q++) {
     const qc_sft_noise *e = &k->b.noise[q];
-    int rc = e->ntags ? load_log(e->log, e->tags, e->ntags, &n[q]) : load_log(e->log, cs->arms[p->b].tags, cs->arms[p->b].ntags, &n[q]);
+    const char *sk = cs->arms[p->b].step_key;
+    int rc = e->ntags ? load_log(e->log, sk, e->tags, e->ntags, &n[q]) : load_log(e->log, sk, cs->arms[p->b].tags, cs->arms[p->b].ntags, &n[q]);
     if (rc) {
       for (int j = 0; j < q; j++) qc_l3_log_free(&n[j]);
       free(n);

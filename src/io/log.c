@@ -83,9 +83,40 @@ static int parse_into(const char *buf, size_t n, qc_l3_log *out) {
   return qc_log_parse_csv(buf, n, out);
 }
 
-int qc_log_parse(const char *buf, size_t n, const char *name, qc_l3_log *out) {
+static const char *const step_keys[] = {"step", "global_step", "Step", "current_steps", "iteration", "train/global_step", "_step"};
+
+int qc_log_step_rank(const qc_l3_log *l, const char *name, size_t len) {
+  if (l->step_want[0]) return strlen(l->step_want) == len && memcmp(l->step_want, name, len) == 0 ? 0 : -1;
+  for (int i = 0; i < (int)(sizeof step_keys / sizeof *step_keys); i++)
+    if (strlen(step_keys[i]) == len && memcmp(step_keys[i], name, len) == 0) return i;
+  return -1;
+}
+
+/* Set out's wanted step key (NULL or "": the known ones). QC_EINPUT when
+ * it is too long. */
+static int want_step(qc_l3_log *out, const char *step_key) {
+  if (!step_key || !step_key[0]) return QC_OK;
+  if (strlen(step_key) >= sizeof out->step_want) return qc_err("log '%s': step key '%.40s...' is too long", out->path, step_key);
+  snprintf(out->step_want, sizeof out->step_want, "%s", step_key);
+  return QC_OK;
+}
+
+/* Verbose: what was read as absent or skipped, once per log. */
+static void say_skipped(const qc_l3_log *l) {
+  if (!qc_verbose) return;
+  if (l->placeholders)
+    fprintf(stderr, "log '%s': %lld \"nan\" placeholder(s) of Megatron's golden values read as absent (steps the run did not log)\n",
+            l->path, (long long)l->placeholders);
+  if (l->nskipped) fprintf(stderr, "log '%s': %d top-level scalar(s) skipped: not a metric (a value per step)\n", l->path, l->nskipped);
+  if (l->step_key[0]) fprintf(stderr, "log '%s': steps read from '%s'\n", l->path, l->step_key);
+}
+
+int qc_log_parse(const char *buf, size_t n, const char *name, qc_l3_log *out) { return qc_log_parse_as(buf, n, name, NULL, out); }
+
+int qc_log_parse_as(const char *buf, size_t n, const char *name, const char *step_key, qc_l3_log *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->path, sizeof out->path, "%s", name);
+  if (want_step(out, step_key)) return QC_EINPUT;
   int rc = parse_into(buf, n, out);
   if (!rc) rc = qc_l3_log_finish(out);
   if (!rc && out->n == 0) rc = qc_err("log '%s': no step holds a value", out->path);
@@ -144,10 +175,13 @@ done:
   return rc;
 }
 
-int qc_log_read(const char *path, qc_l3_log *out) {
+int qc_log_read(const char *path, qc_l3_log *out) { return qc_log_read_as(path, NULL, out); }
+
+int qc_log_read_as(const char *path, const char *step_key, qc_l3_log *out) {
   memset(out, 0, sizeof *out);
   if (strlen(path) >= sizeof out->path) return qc_err("log '%.60s...': path longer than %zu characters", path, sizeof out->path - 1);
   snprintf(out->path, sizeof out->path, "%s", path);
+  if (want_step(out, step_key)) return QC_EINPUT;
   struct stat st;
   if (stat(path, &st) != 0) return qc_err("log '%s': cannot open: %s", path, strerror(errno));
   int rc;
@@ -163,6 +197,7 @@ int qc_log_read(const char *path, qc_l3_log *out) {
   }
   if (!rc) rc = qc_l3_log_finish(out);
   if (!rc && out->n == 0) rc = qc_err("log '%s': no step holds a value", path);
+  if (!rc) say_skipped(out);
   if (rc) {
     qc_l3_log_free(out);
     snprintf(out->path, sizeof out->path, "%s", path);

@@ -28,7 +28,7 @@ static int parse_tags(const cJSON *v, const char *where, qc_l3_tag *tags, int *n
 }
 
 static int parse_arm(const cJSON *v, const char *where, const char *dir, qc_sft_arm *a) {
-  static const char *const keys[] = {"log", "config", "tags", "keys", "description", NULL};
+  static const char *const keys[] = {"log", "config", "step_key", "tags", "keys", "description", NULL};
   char w[400], rel[QC_L3_PATH];
   int rc, found;
   snprintf(w, sizeof w, "%s: arms.%s", where, v->string);
@@ -42,6 +42,10 @@ static int parse_arm(const cJSON *v, const char *where, const char *dir, qc_sft_
   if ((rc = qc_lj_resolve(dir, rel, a->log, sizeof a->log))) return rc;
   if ((rc = qc_lj_str(v, "config", w, rel, sizeof rel, &found))) return rc;
   if (found && (rc = qc_lj_resolve(dir, rel, a->config, sizeof a->config))) return rc;
+  const cJSON *sk = cJSON_GetObjectItemCaseSensitive(v, "step_key");
+  if (sk && (!cJSON_IsString(sk) || !sk->valuestring[0] || strlen(sk->valuestring) >= sizeof a->step_key))
+    return qc_err("%s: 'step_key' must be the name of the log's step key or column (1 to %zu characters)", w, sizeof a->step_key - 1);
+  if (sk) snprintf(a->step_key, sizeof a->step_key, "%s", sk->valuestring);
   const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "tags");
   if (t && (rc = parse_tags(t, w, a->tags, &a->ntags))) return rc;
   const cJSON *k = cJSON_GetObjectItemCaseSensitive(v, "keys");

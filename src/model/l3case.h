@@ -63,6 +63,7 @@ typedef struct qc_sft_arm {
   char key[QC_L3_NAME];      /* "under_test", "gradient_reference", "native_baseline" */
   char log[QC_L3_PATH];      /* resolved */
   char config[QC_L3_PATH];   /* resolved; "" when none */
+  char step_key[QC_L3_NAME]; /* the log's step key ("": the known ones); its noise logs' too */
   int ntags;
   qc_l3_tag tags[QC_L3_MAXTAGS];
   int nkeys;                 /* config key paths (canonical key -> path) */

@@ -46,6 +46,12 @@ typedef struct qc_l3_log {
   /* duplicates: values set twice for one (step, metric), records that did
    * so, and the first such step */
   int64_t dup_values, dup_records, first_dup_step;
+  /* the step: the case's step key when it names one (step_want; "" reads
+   * the known keys, io/l3log.h), and the key the steps came from */
+  char step_want[QC_L3_NAME];
+  char step_key[QC_L3_NAME];
+  int64_t placeholders;      /* Megatron "nan" placeholders read as absent values */
+  int nskipped;              /* top-level scalars that are no metric (Megatron's iteration_timing_avg) */
   /* builder state */
   int hint;                  /* the column the next key probably names */
   int unsorted;              /* a row was started below the one before it */

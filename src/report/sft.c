@@ -182,6 +182,9 @@ static int render_json(qc_sbuf *out, const qc_sft_view *v) {
       cJSON_AddNumberToObject(o, "first_step", (double)l->step[0]);
       cJSON_AddNumberToObject(o, "last_step", (double)l->step[l->n - 1]);
     }
+    if (l->step_key[0]) cJSON_AddStringToObject(o, "step_key", l->step_key);
+    else cJSON_AddNullToObject(o, "step_key");
+    cJSON_AddNumberToObject(o, "placeholders", (double)l->placeholders);
     cJSON *ms = cJSON_AddArrayToObject(o, "metrics");
     for (int c = 0; c < l->ncol; c++) cJSON_AddItemToArray(ms, cJSON_CreateString(l->col[c].name));
     cJSON *d = cJSON_AddObjectToObject(o, "duplicates");
