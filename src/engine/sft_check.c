@@ -96,10 +96,35 @@ static double row_x(const qc_l3_log *l, int xc, int64_t i) {
   return l->col[xc].has[i] ? l->col[xc].v[i] : NAN;
 }
 
+/* The longest stretch without a point that log points x[n] (ascending)
+ * may have over [w0, w1] before it is a gap, and the rule in words (rule,
+ * for messages): the case's max_gap when declared; for a regular log (one
+ * interval, the median, at least half of all) twice that interval; for an
+ * irregular one (logged at 18, 47, 62, 63, ...) the larger of twice its
+ * mean interval and a tenth of the window, so a log at scattered steps is
+ * a gap only where the window really lacks data. 0 when n < 2. */
+static double gap_limit(const qc_sft_case *cs, const double *x, int64_t n, double w0, double w1, char *rule, size_t rn) {
+  if (cs->has_max_gap) {
+    snprintf(rule, rn, "the case's max_gap %g", cs->max_gap);
+    return cs->max_gap;
+  }
+  double I = qc_sft_interval(x, n);
+  if (I <= 0) return 0;
+  int64_t same = 0;
+  for (int64_t i = 1; i < n; i++) same += x[i] - x[i - 1] == I;
+  if (2 * same >= n - 1) {
+    snprintf(rule, rn, "usual interval %g", I);
+    return 2 * I;
+  }
+  double mean = (x[n - 1] - x[0]) / (double)(n - 1), lim = fmax(2 * mean, (w1 - w0) / 10);
+  snprintf(rule, rn, "an irregular log: limit %g, the larger of twice its mean interval %.4g and a tenth of the window", lim, mean);
+  return lim;
+}
+
 /* Does log l hold metric column c over [w0, w1]: present, and without a
- * stretch longer than twice its usual interval? 0 yes; 1 no, why set. */
-static int coverage(const qc_l3_log *l, int c, int xc, double w0, double w1, const char *metric, const char *xname, char *why,
-                    size_t wn) {
+ * stretch longer than gap_limit allows? 0 yes; 1 no, why set. */
+static int coverage(const qc_sft_case *cs, const qc_l3_log *l, int c, int xc, double w0, double w1, const char *metric,
+                    const char *xname, char *why, size_t wn) {
   int64_t n = 0, in0 = -1, in1 = -1;
   double *x = malloc((size_t)(l->n ? l->n : 1) * sizeof *x);
   if (!x) { snprintf(why, wn, "out of memory"); return 1; }
@@ -114,22 +139,23 @@ static int coverage(const qc_l3_log *l, int c, int xc, double w0, double w1, con
     snprintf(why, wn, "log '%s' has no '%s' in the window [%g, %g]", l->path, metric, w0, w1);
     bad = 1;
   } else {
-    double I = qc_sft_interval(x, n), lim = 2 * I;
-    if (I <= 0 && w1 > w0) {
+    char I[200];
+    double lim = gap_limit(cs, x, n, w0, w1, I, sizeof I);
+    if (lim <= 0 && w1 > w0) {
       snprintf(why, wn, "log '%s' holds '%s' at a single %s: no usual interval to judge the window's coverage", l->path, metric, xname);
       bad = 1;
     } else if (x[in0] - w0 > lim) {
-      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g (the window's start) to %g (usual interval %g)", l->path, metric,
+      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g (the window's start) to %g (%s)", l->path, metric,
                xname, w0, x[in0], I);
       bad = 1;
     } else if (w1 - x[in1] > lim) {
-      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g to %g (the window's end; usual interval %g)", l->path, metric,
+      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g to %g (the window's end; %s)", l->path, metric,
                xname, x[in1], w1, I);
       bad = 1;
     } else {
       for (int64_t i = in0 + 1; i <= in1 && !bad; i++)
         if (x[i] - x[i - 1] > lim) {
-          snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g to %g (usual interval %g)", l->path, metric, xname,
+          snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g to %g (%s)", l->path, metric, xname,
                    x[i - 1], x[i], I);
           bad = 1;
         }
@@ -139,8 +165,10 @@ static int coverage(const qc_l3_log *l, int c, int xc, double w0, double w1, con
   return bad;
 }
 
-/* Append "; text" (or text) to why. */
+/* Append "; text" (or text) to why, unless why holds it already (two arms
+ * reading the same file have the same gap: said once). */
 static void add_why(char *why, size_t n, const char *text) {
+  if (strstr(why, text)) return;
   size_t k = strlen(why);
   snprintf(why + k, n - k, "%s%s", k ? "; " : "", text);
 }
@@ -180,8 +208,8 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     return QC_OK;
   }
   int incon = 0;
-  if (coverage(la, ca, xa, w0, w1, k->metric, xname, why, sizeof why)) { add_why(r->why, sizeof r->why, why); incon = 1; }
-  if (coverage(lb, cb, xb, w0, w1, k->metric, xname, why, sizeof why)) { add_why(r->why, sizeof r->why, why); incon = 1; }
+  if (coverage(cs, la, ca, xa, w0, w1, k->metric, xname, why, sizeof why)) { add_why(r->why, sizeof r->why, why); incon = 1; }
+  if (coverage(cs, lb, cb, xb, w0, w1, k->metric, xname, why, sizeof why)) { add_why(r->why, sizeof r->why, why); incon = 1; }
   /* the aligned points: steps both logs hold the metric at, inside the window */
   int64_t cap = la->n < lb->n ? la->n : lb->n, n = 0;
   double *X = malloc((size_t)(cap ? cap : 1) * sizeof *X), *A = malloc((size_t)(cap ? cap : 1) * sizeof *A);

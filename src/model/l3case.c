@@ -202,7 +202,7 @@ static int parse_pair(const cJSON *v, const char *where, const char *dir, qc_sft
 }
 
 int qc_sft_case_parse(const char *text, const char *where, const char *dir, qc_sft_case *c) {
-  static const char *const top[] = {"name", "description", "arms", "x", "window", "expected_differences", "pairs", NULL};
+  static const char *const top[] = {"name", "description", "arms", "x", "window", "max_gap", "expected_differences", "pairs", NULL};
   memset(c, 0, sizeof *c);
   snprintf(c->path, sizeof c->path, "%s", where);
   snprintf(c->dir, sizeof c->dir, "%s", dir ? dir : "");
@@ -233,6 +233,14 @@ int qc_sft_case_parse(const char *text, const char *where, const char *dir, qc_s
     goto done;
   }
   if ((rc = parse_window(v, w, &c->w0, &c->w1))) goto done;
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "max_gap"))) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble)) {
+      rc = qc_err("%s: 'max_gap' must be a positive number on the x axis (the longest stretch without a point accepted)", w);
+      goto done;
+    }
+    c->has_max_gap = 1;
+    c->max_gap = v->valuedouble;
+  }
   if ((v = cJSON_GetObjectItemCaseSensitive(root, "expected_differences"))) {
     if (!cJSON_IsObject(v)) { rc = qc_err("%s: 'expected_differences' must be an object {\"key\": \"why it differs\"}", w); goto done; }
     for (const cJSON *e = v->child; e; e = e->next) {

@@ -78,6 +78,8 @@ typedef struct qc_sft_case {
   char sha256[65];
   int x_tokens;              /* x axis: 0 step, 1 tokens */
   double w0, w1;             /* the window */
+  int has_max_gap;           /* the case declares the longest stretch without a point it accepts */
+  double max_gap;            /* on the x axis; else the rule of docs/layer3.md (coverage) */
   int narm;
   qc_sft_arm arms[QC_L3_MAXARMS];
   int nexpected;

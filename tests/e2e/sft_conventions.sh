@@ -154,4 +154,35 @@ rc=$(run_case own_nokey '{"log": "own.jsonl", "config": "cfg.json"}' "{\"loss\":
 rc=$(run_case nan '{"log": "nan.jsonl", "config": "cfg.json"}' "{\"loss\": {$EXACT}}")
 [ "$rc" = 1 ] && ok "a logged NaN deviates (exit 1)" || bad "nan: exit $rc"
 json_is "$T/nan.json" "r['conclusion'] == 'deviates' and r['pairs'][0]['metrics'][0]['bound'] == 'nonfinite' and r['pairs'][0]['first_deviation']['step'] == 20"
+
+# irregular logging (18, 47, 62, 63, ...): judged at the steps both logs
+# hold; a gap only where the window really lacks data
+$PY - "$D" <<'P' || bad "writing the irregular logs"
+import json, math, os, random, sys
+d = sys.argv[1]
+r = random.Random(7)
+steps = sorted(r.sample(range(1, 501), 90))
+steps = sorted(set(steps) | {18, 47, 62, 63})
+loss = lambda s: 10 * math.exp(-s / 200) + 1
+open(os.path.join(d, "irr.jsonl"), "w").write("".join(json.dumps({"step": s, "loss": loss(s)}) + "\n" for s in steps))
+holed = [s for s in steps if not 200 <= s <= 350]
+open(os.path.join(d, "holed.jsonl"), "w").write("".join(json.dumps({"step": s, "loss": loss(s)}) + "\n" for s in holed))
+open(os.path.join(d, "every.jsonl"), "w").write("".join(json.dumps({"step": s, "loss": loss(s)}) + "\n" for s in range(1, 501)))
+P
+irr_case() { # NAME LOG_A LOG_B [EXTRA]
+  cat >"$D/$1.case.json" <<J
+{"arms": {"a": {"log": "$2", "config": "cfg.json"}, "b": {"log": "$3", "config": "cfg.json"}},
+ "window": [1, 500], $4 "pairs": {"a~b": {"loss": {$EXACT}}}}
+J
+}
+irr_case irr_self irr.jsonl irr.jsonl
+expect_exit 0 "an irregular log against itself passes" "$QATCHECK" sft --case "$D/irr_self.case.json" --json "$T/irr_self.json"
+irr_case irr_every irr.jsonl every.jsonl
+expect_exit 0 "an irregular log against one of every step: compared at the steps both hold" "$QATCHECK" sft --case "$D/irr_every.case.json" --json "$T/irr_every.json"
+json_is "$T/irr_every.json" "r['pairs'][0]['metrics'][0]['points'] == r['arms'][0]['steps']"
+irr_case irr_hole holed.jsonl holed.jsonl
+expect_exit 1 "an irregular log without steps 200-350 is a gap" "$QATCHECK" sft --case "$D/irr_hole.case.json" --json "$T/irr_hole.json"
+json_is "$T/irr_hole.json" "r['pairs'][0]['metrics'][0]['why'].count('has a gap') == 1 and 'irregular' in r['pairs'][0]['metrics'][0]['why']"
+irr_case irr_declared holed.jsonl holed.jsonl '"max_gap": 200,'
+expect_exit 0 "a declared max_gap accepts the stretch" "$QATCHECK" sft --case "$D/irr_declared.case.json" --json "$T/irr_declared.json"
 finish
