@@ -13,7 +13,12 @@
 # placeholders must give: a resumed run against a full one passes over the
 # steps both logged and is inconclusive (a gap, never a non-finite
 # deviation) over the steps it did not; two resumed runs are not NaN vs
-# NaN; a real NaN in a numeric log still deviates.
+# NaN; a real NaN in a numeric log still deviates. Irregular logging
+# (18, 47, 62, 63, ...) passes against itself and against a log of every
+# step, and is a gap only over a real hole (or within a declared max_gap).
+# gzip: logs read through it (several members, a Megatron file), a
+# truncated one refused; a compressed case, step dump and safetensors
+# checkpoint refused naming the file.
 . "$(dirname "$0")/lib.inc"
 $PY -c "import torch, tensorboard" 2>/dev/null || { echo "skip: python3 lacks torch or tensorboard"; exit 77; }
 json_is() { $PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1" 2>/dev/null || bad "$1: not ($2)"; }
@@ -185,4 +190,40 @@ expect_exit 1 "an irregular log without steps 200-350 is a gap" "$QATCHECK" sft 
 json_is "$T/irr_hole.json" "r['pairs'][0]['metrics'][0]['why'].count('has a gap') == 1 and 'irregular' in r['pairs'][0]['metrics'][0]['why']"
 irr_case irr_declared holed.jsonl holed.jsonl '"max_gap": 200,'
 expect_exit 0 "a declared max_gap accepts the stretch" "$QATCHECK" sft --case "$D/irr_declared.case.json" --json "$T/irr_declared.json"
+
+# gzip: logs are read through it (by the magic bytes, whatever the name);
+# cases, dumps and safetensors are refused naming the file
+gzip -c "$D/ref.jsonl" >"$D/ref.jsonl.gz"
+head -n 20 "$D/ref.jsonl" | gzip -c >"$D/two.log"; tail -n +21 "$D/ref.jsonl" | gzip -c >>"$D/two.log"
+gzip -c "$D/golden_resumed.json" >"$D/golden_resumed.json.gz"
+rc=$(run_case gz '{"log": "ref.jsonl.gz", "config": "cfg.json"}' "{\"loss\": {$EXACT}, \"grad_norm\": {$EXACT}}")
+passes gz "$rc" 50
+rc=$(run_case gz2 '{"log": "two.log", "config": "cfg.json"}' "{\"loss\": {$EXACT}}")
+passes gz2 "$rc" 50
+rc=$(run_case gzmg "{\"log\": \"golden_resumed.json.gz\", \"config\": \"cfg.json\", $MG_TAGS}" "{\"loss\": {$ROUND5}}" '[26, 50]')
+passes gzmg "$rc" 5
+head -c 300 "$D/ref.jsonl.gz" >"$D/cut.jsonl.gz"
+rc=$(run_case gzcut '{"log": "cut.jsonl.gz", "config": "cfg.json"}' "{\"loss\": {$EXACT}}")
+[ "$rc" = 2 ] && [ "$(grep -c 'qatcheck: error:' "$T/gzcut.err")" = 1 ] && grep -q "cut.jsonl.gz': the gzip data ends early" "$T/gzcut.err" \
+  && ok "a truncated gzip log is refused naming the file" || bad "gzcut: exit $rc: $(cat "$T/gzcut.err")"
+gz_refused() { # DESC NEEDLE ARGS...
+  desc=$1; needle=$2; shift 2
+  expect_exit 2 "$desc" "$QATCHECK" "$@"
+  [ "$(grep -c 'qatcheck: error:' "$T/err")" = 1 ] && grep -q -- "$needle': is gzip-compressed: decompress it first" "$T/err" \
+    || bad "$desc: $(cat "$T/err")"
+}
+gzip -c "$D/own.case.json" >"$D/own.case.json.gz"
+gz_refused "a gzip-compressed sft case" "own.case.json.gz" sft --case "$D/own.case.json.gz"
+$PY - "$D" <<'P' || bad "writing a dump and a safetensors file"
+import h5py, json, os, struct, sys
+d = sys.argv[1]
+h = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+open(os.path.join(d, "m.safetensors"), "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<2f", 1, 2))
+with h5py.File(os.path.join(d, "d.h5"), "w") as f:
+    f.attrs["qatcheck_step"] = 1
+json.dump({"dump": "d.h5.gz", "tolerances": {"update": {"rel_l2": 1e-3, "reasoning": "x"}}}, open(os.path.join(d, "step.json"), "w"))
+P
+gzip -kf "$D/m.safetensors" "$D/d.h5"
+gz_refused "a gzip-compressed step dump" "d.h5.gz" step --case "$D/step.json"
+gz_refused "a gzip-compressed safetensors checkpoint" "m.safetensors.gz" quant --checkpoint "$D/m.safetensors.gz" --master "$D/m.safetensors"
 finish
