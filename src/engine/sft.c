@@ -7,7 +7,8 @@
  *    check is inconclusive; never a pass;
  *  - it deviates when any check fails (even if others are inconclusive);
  *    its first deviation is the smallest x at which a check fails (ties:
- *    the check listed first);
+ *    the check listed first), its onset the earliest onset of a failed
+ *    check (a change point of a - b up to its failure, sft_check.c);
  *  - with x0 the first step both logs hold: forward when a loss or val_nll
  *    check fails at x0; else backward when any check fails at x0 or at the
  *    next common step; else late. */
@@ -120,6 +121,8 @@ static void pair_reasons(const qc_sft_run *r, const qc_sft_pair *p, qc_sft_pair_
       snprintf(what, sizeof what, "%.200s (%s) vs %.200s (%s)", x ? x : "absent", an, y ? y : "absent", bn);
       add_reason(pr->reasons, sizeof pr->reasons, "controlled variable '%s' differs: %s, not in expected_differences%s", row->key,
                  what, "");
+      size_t u = strlen(pr->undeclared);
+      snprintf(pr->undeclared + u, sizeof pr->undeclared - u, "%s%s", u ? ", " : "", row->key);
     }
   /* tokens at equal steps, over the pair's span */
   const qc_l3_log *la = &r->logs[p->a], *lb = &r->logs[p->b];
@@ -188,6 +191,12 @@ static int judge_pair(qc_sft_run *r, const qc_sft_pair *p, qc_sft_pair_res *pr) 
         pr->first_x = c->fail_x;
         pr->first_step = c->fail_step;
         pr->first_check = i;
+      }
+      if (c->has_onset && (!pr->has_onset || c->onset_x < pr->onset_x)) {
+        pr->has_onset = 1;
+        pr->onset_x = c->onset_x;
+        pr->onset_step = c->onset_step;
+        pr->onset_check = i;
       }
     }
     if (c->verdict == QC_L3_INCONCLUSIVE) any_incon = 1;

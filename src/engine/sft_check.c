@@ -90,6 +90,52 @@ int qc_sft_bootstrap(const double *d, int64_t n, int block, int B, uint64_t seed
   return QC_OK;
 }
 
+int qc_sft_onset(const double *x, const double *d, int64_t m, int64_t *k, char kind[8]) {
+  *k = m > 0 ? m - 1 : 0;
+  snprintf(kind, 8, "none");
+  if (m < 4) return QC_OK;
+  /* suffix sums on a centred, scaled x (tokens reach 1e12: no
+   * cancellation in the squares) and a centred d */
+  double *sx = malloc((size_t)(m + 1) * 4 * sizeof *sx);
+  if (!sx) return qc_err_sys("out of memory estimating an onset");
+  double *sxx = sx + (m + 1), *sxd = sxx + (m + 1), *sd = sxd + (m + 1);
+  double x0 = x[0], xs = x[m - 1] - x[0] > 0 ? x[m - 1] - x[0] : 1, dm = 0, sdd = 0;
+  for (int64_t i = 0; i < m; i++) dm += d[i];
+  dm /= (double)m;
+  sx[m] = sxx[m] = sxd[m] = sd[m] = 0;
+  for (int64_t i = m - 1; i >= 0; i--) {
+    double u = (x[i] - x0) / xs, e = d[i] - dm;
+    sx[i] = sx[i + 1] + u;
+    sxx[i] = sxx[i + 1] + u * u;
+    sxd[i] = sxd[i + 1] + u * e;
+    sd[i] = sd[i + 1] + e;
+    sdd += e * e;
+  }
+  double sse0 = sdd, best = sse0, n = (double)m;
+  int64_t bk = -1;
+  int drift = 0;
+  for (int64_t j = 0; j + 2 < m; j++) { /* drift: flat to x[j], a ramp after (at least 2 points on it) */
+    double t = (x[j] - x0) / xs, c = (double)(m - 1 - j);
+    double S1 = sx[j + 1] - c * t, S2 = sxx[j + 1] - 2 * t * sx[j + 1] + c * t * t, Shd = sxd[j + 1] - t * sd[j + 1];
+    double vh = S2 - S1 * S1 / n, cov = Shd; /* sum of e is 0: the centred covariance is Shd */
+    if (!(vh > 0)) continue;
+    double sse = sdd - cov * cov / vh;
+    if (sse < best) { best = sse; bk = j; drift = 1; }
+  }
+  for (int64_t j = 1; j < m; j++) { /* shift: a level before x[j], another from it */
+    double a = (double)j, b = (double)(m - j), s2 = sd[j]; /* sum after; before is -s2 */
+    double sse = sdd - s2 * s2 / a - s2 * s2 / b;
+    if (sse < best) { best = sse; bk = j; drift = 0; }
+  }
+  free(sx);
+  if (bk < 0) return QC_OK;
+  int keep = best <= 0 ? sse0 > 0 : n * log(sse0 / best) > 3 * log(n);
+  if (!keep) return QC_OK;
+  *k = bk;
+  snprintf(kind, 8, "%s", drift ? "drift" : "shift");
+  return QC_OK;
+}
+
 /* The x of row i of a log: its step, or its tokens (NAN when absent). */
 static double row_x(const qc_l3_log *l, int xc, int64_t i) {
   if (xc < 0) return (double)l->step[i];
@@ -350,6 +396,20 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     r->has_fail = 1;
     r->fail_x = X[f.i];
     r->fail_step = S[f.i];
+    /* the onset: a change point of a - b up to the failure (finite points
+     * only), relative to |b| when the failed bound is relative */
+    int64_t ok = 0, on = f.i;
+    int rel = strstr(f.bound, "_rel") != NULL;
+    snprintf(r->onset_kind, sizeof r->onset_kind, "none");
+    while (ok <= f.i && isfinite(A[ok]) && isfinite(Bv[ok]) && (!rel || Bv[ok] != 0)) ok++;
+    if (ok > f.i) {
+      if (!D && !(D = malloc((size_t)n * sizeof *D))) { rc = qc_err_sys("out of memory judging '%s'", k->metric); goto done; }
+      for (int64_t i = 0; i <= f.i; i++) D[i] = rel ? (A[i] - Bv[i]) / fabs(Bv[i]) : A[i] - Bv[i];
+      if ((rc = qc_sft_onset(X, D, f.i + 1, &on, r->onset_kind))) goto done;
+    }
+    r->has_onset = 1;
+    r->onset_x = X[on];
+    r->onset_step = S[on];
     snprintf(r->bound, sizeof r->bound, "%s", f.bound);
     char rest[512];
     snprintf(rest, sizeof rest, "%s", r->why);

@@ -142,6 +142,14 @@ typedef struct qc_sft_check_res {
   double eq_mean, eq_lo, eq_hi; /* the mean difference and its 1 - 2 alpha bootstrap interval */
   int eq_block;              /* the block length used */
   int nonfinite;             /* non-finite values in either arm over the window */
+  /* the onset of a failure: where the difference a - b began to change
+   * (a change point fitted to it up to the first failure), at or before
+   * fail_x; kind "drift" (a ramp), "shift" (a step), or "none" (no
+   * change found before the failure: the onset is the failure) */
+  int has_onset;
+  double onset_x;
+  int64_t onset_step;
+  char onset_kind[8];
   /* aligned series [npoints] (NULL when none) */
   double *x, *a, *b, *lo, *hi, *cum;
   int64_t *st;
@@ -153,10 +161,15 @@ typedef struct qc_sft_pair_res {
   double first_x;
   int64_t first_step;
   int first_check;           /* index into checks */
+  int has_onset;             /* the earliest onset among the failed checks (<= first_x) */
+  double onset_x;
+  int64_t onset_step;
+  int onset_check;
   qc_l3_loc loc;             /* QC_LOC_NONE unless the pair deviates */
   int has_x0;
   int64_t x0, x1;            /* the first step both logs have, and the next (-1: none) */
   char reasons[1024];        /* pair-level reasons for inconclusive ("; "-separated) */
+  char undeclared[512];      /* controlled variables that differ without a declared reason (", "-separated) */
   int ncheck;
   qc_sft_check_res *checks;  /* [ncheck], in the case's order */
 } qc_sft_pair_res;

@@ -105,6 +105,12 @@ static cJSON *check_json(const qc_sft_case *cs, const qc_sft_check *k, const qc_
     cJSON_AddNumberToObject(o, "first_fail_x", c->fail_x);
     cJSON_AddNumberToObject(o, "first_fail_step", (double)c->fail_step);
     cJSON_AddStringToObject(o, "bound", c->bound);
+    if (c->has_onset) {
+      cJSON *on = cJSON_AddObjectToObject(o, "onset");
+      cJSON_AddNumberToObject(on, "x", c->onset_x);
+      cJSON_AddNumberToObject(on, "step", (double)c->onset_step);
+      cJSON_AddStringToObject(on, "kind", c->onset_kind);
+    }
   } else {
     cJSON_AddNullToObject(o, "first_fail_x");
   }
@@ -135,13 +141,37 @@ static cJSON *pair_json(const qc_sft_view *v, int p) {
     cJSON_AddNumberToObject(f, "step", (double)pr->first_step);
     cJSON_AddStringToObject(f, "metric", pc->checks[pr->first_check].metric);
     cJSON_AddStringToObject(f, "bound", pr->checks[pr->first_check].bound);
+    if (pr->has_onset) {
+      const qc_sft_check_res *oc = &pr->checks[pr->onset_check];
+      cJSON *on = cJSON_AddObjectToObject(f, "onset");
+      cJSON_AddNumberToObject(on, "x", pr->onset_x);
+      cJSON_AddNumberToObject(on, "step", (double)pr->onset_step);
+      cJSON_AddStringToObject(on, "metric", pc->checks[pr->onset_check].metric);
+      cJSON_AddStringToObject(on, "kind", oc->onset_kind);
+    }
   } else {
     cJSON_AddNullToObject(o, "first_deviation");
+  }
+  cJSON *und = cJSON_AddArrayToObject(o, "undeclared_differences");
+  for (const char *q = pr->undeclared; *q;) {
+    size_t len = strcspn(q, ",");
+    char key[QC_L3_NAME];
+    snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), q);
+    cJSON_AddItemToArray(und, cJSON_CreateString(key));
+    q += len;
+    while (*q == ',' || *q == ' ') q++;
   }
   const char *loc = qc_l3_loc_name(pr->loc);
   if (loc) {
     cJSON_AddStringToObject(o, "localization", loc);
-    cJSON_AddStringToObject(o, "advice", qc_l3_loc_advice(pr->loc));
+    if (pr->verdict == QC_L3_FAIL && pr->undeclared[0]) {
+      char adv[1200];
+      snprintf(adv, sizeof adv, "first explain the undeclared differences (%s): either can make the arms deviate by itself; then: %s",
+               pr->undeclared, qc_l3_loc_advice(pr->loc));
+      cJSON_AddStringToObject(o, "advice", adv);
+    } else {
+      cJSON_AddStringToObject(o, "advice", qc_l3_loc_advice(pr->loc));
+    }
   } else {
     cJSON_AddNullToObject(o, "localization");
   }
@@ -338,6 +368,9 @@ void qc_report_sft_table(const qc_sft_view *v) {
     if (pr->has_first)
       printf(" at %s %g (%s, %s); localization: %s", xn, pr->first_x, pc->checks[pr->first_check].metric,
              pr->checks[pr->first_check].bound, qc_l3_loc_name(pr->loc));
+    if (pr->has_first && pr->has_onset && pr->onset_x < pr->first_x)
+      printf("; onset ~%s %g (%s, %s: where a - b began to change)", xn, pr->onset_x, pc->checks[pr->onset_check].metric,
+             pr->checks[pr->onset_check].onset_kind);
     printf("\n");
     if (pr->reasons[0]) printf("  %s\n", pr->reasons);
     for (int i = 0; i < pc->ncheck; i++) {
@@ -347,7 +380,9 @@ void qc_report_sft_table(const qc_sft_view *v) {
       printf("  %-14s %-24s %-12s %5lld points  mean diff %-10.3g max rel %-10.3g %s\n", pc->checks[i].metric, bs,
              qc_l3_verdict_name(c->verdict), (long long)c->npoints, c->mean_diff, c->max_rel, c->why);
     }
-    if (pr->loc != QC_LOC_NONE) printf("  -> %s\n", qc_l3_loc_advice(pr->loc));
+    if (pr->verdict == QC_L3_FAIL && pr->undeclared[0])
+      printf("  -> first explain the undeclared differences (%s): either can make the arms deviate by itself\n", pr->undeclared);
+    if (pr->loc != QC_LOC_NONE) printf("  -> %s%s\n", pr->verdict == QC_L3_FAIL && pr->undeclared[0] ? "then: " : "", qc_l3_loc_advice(pr->loc));
   }
   printf("sft: %s: %d pair(s), %d deviate, %d inconclusive\n", v->verdict ? "FAIL" : "pass", cs->npair, dev, inc);
 }

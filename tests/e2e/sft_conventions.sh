@@ -226,4 +226,30 @@ P
 gzip -kf "$D/m.safetensors" "$D/d.h5"
 gz_refused "a gzip-compressed step dump" "d.h5.gz" step --case "$D/step.json"
 gz_refused "a gzip-compressed safetensors checkpoint" "m.safetensors.gz" quant --checkpoint "$D/m.safetensors.gz" --master "$D/m.safetensors"
+
+# the onset: a drift from step 330 crosses a pointwise bound much later; the
+# report gives both the crossing and the onset
+$PY - "$D" <<'P' || bad "writing the drift"
+import json, math, os, random, sys
+d = sys.argv[1]
+r = random.Random(1)
+base = {s: 10 * math.exp(-s / 200) + 1 for s in range(1, 601)}
+open(os.path.join(d, "base.jsonl"), "w").write("".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in base.items()))
+drift = {s: v * (1 + 2e-4 * (r.random() - 0.5) + (1e-4 * (s - 330) if s > 330 else 0)) for s, v in base.items()}
+open(os.path.join(d, "drift.jsonl"), "w").write("".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in drift.items()))
+P
+cat >"$D/drift.case.json" <<J
+{"arms": {"a": {"log": "drift.jsonl", "config": "cfg.json"}, "b": {"log": "base.jsonl", "config": "cfg.json"}},
+ "window": [1, 600], "pairs": {"a~b": {"loss": {"pointwise_rel": 0.016, "reasoning": "1.6% per step"}}}}
+J
+expect_exit 1 "a drift deviates" "$QATCHECK" sft --case "$D/drift.case.json" --json "$T/drift.json"
+json_is "$T/drift.json" "480 <= r['pairs'][0]['first_deviation']['step'] <= 495 and abs(r['pairs'][0]['first_deviation']['onset']['step'] - 330) <= 10 and r['pairs'][0]['first_deviation']['onset']['kind'] == 'drift'"
+grep -q "DEVIATES at step 4[89][0-9] .*onset ~step 3[23][0-9] (loss, drift" "$T/out" && ok "the console gives the crossing and the onset" || bad "drift console: $(grep pair "$T/out")"
+# an undeclared config difference is named first when the pair deviates
+echo '{"lr": 2e-5, "seed": 1}' >"$D/cfg_lr.json"
+sed 's/"log": "drift.jsonl", "config": "cfg.json"/"log": "drift.jsonl", "config": "cfg_lr.json"/' "$D/drift.case.json" >"$D/drift_lr.case.json"
+expect_exit 1 "a drift with an undeclared lr difference deviates" "$QATCHECK" sft --case "$D/drift_lr.case.json" --json "$T/drift_lr.json"
+json_is "$T/drift_lr.json" "r['pairs'][0]['undeclared_differences'] == ['lr'] and r['pairs'][0]['advice'].startswith('first explain the undeclared differences (lr)')"
+grep -A20 "^pair a~b" "$T/out" | grep -- "->" | head -1 | grep -q "first explain the undeclared differences (lr)" \
+  && ok "the console names the undeclared difference before the localization" || bad "drift_lr console: $(cat "$T/out")"
 finish
