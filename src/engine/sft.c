@@ -98,7 +98,8 @@ static void add_reason(char *buf, size_t n, const char *fmt, const char *a, cons
   size_t k = strlen(buf);
   if (k + 4 >= n) return;
   if (k) k += (size_t)snprintf(buf + k, n - k, "; ");
-  snprintf(buf + k, n - k, fmt, a, b, c);
+  int w = snprintf(buf + k, n - k, fmt, a, b, c);
+  if (w >= 0 && (size_t)w >= n - k) qc_sft_clip_words(buf, n); /* never cut mid-word */
 }
 
 /* The pair-level reasons for inconclusive: configs, and the x axes. */

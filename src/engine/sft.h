@@ -54,6 +54,11 @@ int qc_sft_bootstrap(const double *d, int64_t n, int block, int B, uint64_t seed
  * itself). QC_OK or QC_ESYS. */
 int qc_sft_onset(const double *x, const double *d, int64_t m, int64_t *k, char kind[8]);
 
+/* s, which filled its buffer of n bytes (a message cut by snprintf), cut
+ * instead at a word boundary and marked " ...": a message is never cut
+ * mid-word. Unchanged when it did not fill the buffer. */
+void qc_sft_clip_words(char *s, size_t n);
+
 /* The usual interval between consecutive x at which a log holds a metric
  * (the median step), 0 when fewer than two points. */
 double qc_sft_interval(const double *x, int64_t n);

@@ -191,17 +191,17 @@ static int coverage(const qc_sft_case *cs, const qc_l3_log *l, int c, int xc, do
       snprintf(why, wn, "log '%s' holds '%s' at a single %s: no usual interval to judge the window's coverage", l->path, metric, xname);
       bad = 1;
     } else if (x[in0] - w0 > lim) {
-      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g (the window's start) to %g (%s)", l->path, metric,
+      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %.15g (the window's start) to %.15g (%s)", l->path, metric,
                xname, w0, x[in0], I);
       bad = 1;
     } else if (w1 - x[in1] > lim) {
-      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g to %g (the window's end; %s)", l->path, metric,
+      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %.15g to %.15g (the window's end; %s)", l->path, metric,
                xname, x[in1], w1, I);
       bad = 1;
     } else {
       for (int64_t i = in0 + 1; i <= in1 && !bad; i++)
         if (x[i] - x[i - 1] > lim) {
-          snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g to %g (%s)", l->path, metric, xname,
+          snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %.15g to %.15g (%s)", l->path, metric, xname,
                    x[i - 1], x[i], I);
           bad = 1;
         }
@@ -211,12 +211,31 @@ static int coverage(const qc_sft_case *cs, const qc_l3_log *l, int c, int xc, do
   return bad;
 }
 
+/* Where a point lies, for messages: "step 490", or "tokens 1003520 (step
+ * 490)" on a tokens axis (exact digits, never 1.00352e+06). Returns buf. */
+static const char *at_x(const qc_sft_case *cs, double x, int64_t step, char *buf, size_t n) {
+  if (cs->x_tokens) snprintf(buf, n, "tokens %.15g (step %lld)", x, (long long)step);
+  else snprintf(buf, n, "step %lld", (long long)step);
+  return buf;
+}
+
 /* Append "; text" (or text) to why, unless why holds it already (two arms
  * reading the same file have the same gap: said once). */
 static void add_why(char *why, size_t n, const char *text) {
   if (strstr(why, text)) return;
   size_t k = strlen(why);
-  snprintf(why + k, n - k, "%s%s", k ? "; " : "", text);
+  int w = snprintf(why + k, n - k, "%s%s", k ? "; " : "", text);
+  if (w >= 0 && (size_t)w >= n - k) qc_sft_clip_words(why, n);
+}
+
+void qc_sft_clip_words(char *s, size_t n) {
+  size_t len = strlen(s);
+  if (n < 16 || len + 1 < n) return;
+  size_t cut = n - 5; /* room for " ..." */
+  while (cut > n / 2 && s[cut] != ' ') cut--;
+  if (cut <= n / 2) cut = n - 5;
+  while (cut > 0 && (s[cut - 1] == ' ' || s[cut - 1] == ';' || s[cut - 1] == ',')) cut--;
+  snprintf(s + cut, n - cut, " ...");
 }
 
 typedef struct {
@@ -326,12 +345,13 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
   }
   /* the bounds, point by point */
   fail_at f = {.i = -1};
+  char xs[96];
   double sd = 0, sb = 0, mx = 0, mr = 0;
   for (int64_t i = 0; i < n; i++) {
     double a = A[i], bb = Bv[i], d = a - bb, ad = fabs(d);
     if (!isfinite(a) || !isfinite(bb)) {
       r->nonfinite++;
-      snprintf(why, sizeof why, "a non-finite value at %s %g (%s %g, %s %g)", xname, X[i], "a", a, "b", bb);
+      snprintf(why, sizeof why, "a non-finite value at %s (%s %g, %s %g)", at_x(cs, X[i], S[i], xs, sizeof xs), "a", a, "b", bb);
       note_fail(&f, i, "nonfinite", why);
       continue;
     }
@@ -340,7 +360,7 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     if ((b->has_pw_abs || b->has_pw_rel) && f.i < 0) {
       double lim = (b->has_pw_abs ? b->pw_abs : 0) + (b->has_pw_rel ? b->pw_rel : 0) * fabs(bb);
       if (!(ad <= lim)) {
-        snprintf(why, sizeof why, "|a - b| = %.4g > %.4g at %s %g", ad, lim, xname, X[i]);
+        snprintf(why, sizeof why, "|a - b| = %.4g > %.4g at %s", ad, lim, at_x(cs, X[i], S[i], xs, sizeof xs));
         note_fail(&f, i, b->has_pw_rel ? "pointwise_rel" : "pointwise_abs", why);
       }
     }
@@ -349,12 +369,12 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     if ((b->has_mean_abs || b->has_mean_rel) && i + 1 >= MEAN_MIN_POINTS && f.i < 0) {
       double m = sd / (double)(i + 1), lim = (b->has_mean_abs ? b->mean_abs : 0) + (b->has_mean_rel ? b->mean_rel : 0) * sb / (double)(i + 1);
       if (!(fabs(m) <= lim)) {
-        snprintf(why, sizeof why, "cumulative mean of a - b = %.4g, beyond %.4g at %s %g", m, lim, xname, X[i]);
+        snprintf(why, sizeof why, "cumulative mean of a - b = %.4g, beyond %.4g at %s", m, lim, at_x(cs, X[i], S[i], xs, sizeof xs));
         note_fail(&f, i, b->has_mean_rel ? "mean_rel" : "mean_abs", why);
       }
     }
     if (b->has_noise && band && f.i < 0 && isfinite(band[i]) && !(ad <= b->noise_multiple * band[i])) {
-      snprintf(why, sizeof why, "|a - b| = %.4g > %g x noise band %.4g at %s %g", ad, b->noise_multiple, band[i], xname, X[i]);
+      snprintf(why, sizeof why, "|a - b| = %.4g > %g x noise band %.4g at %s", ad, b->noise_multiple, band[i], at_x(cs, X[i], S[i], xs, sizeof xs));
       note_fail(&f, i, "noise_multiple", why);
     }
   }
@@ -413,7 +433,8 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     snprintf(r->bound, sizeof r->bound, "%s", f.bound);
     char rest[512];
     snprintf(rest, sizeof rest, "%s", r->why);
-    snprintf(r->why, sizeof r->why, "%s%s%s", f.why, rest[0] ? "; also: " : "", rest);
+    int w = snprintf(r->why, sizeof r->why, "%s%s%s", f.why, rest[0] ? "; also: " : "", rest);
+    if (w >= (int)sizeof r->why) qc_sft_clip_words(r->why, sizeof r->why);
   } else if (incon) r->verdict = QC_L3_INCONCLUSIVE;
   if (keep_series) {
     r->lo = malloc((size_t)n * sizeof *r->lo);

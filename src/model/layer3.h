@@ -48,6 +48,8 @@ typedef struct qc_l3_log {
   int64_t dup_values, dup_records, first_dup_step;
   /* the step: the case's step key when it names one (step_want; "" reads
    * the known keys, io/l3log.h), and the key the steps came from */
+  int64_t *dup_steps;        /* the steps re-logged with a different value, ascending, distinct (after finish) */
+  int64_t ndup_steps, capdup;
   char step_want[QC_L3_NAME];
   char step_key[QC_L3_NAME];
   int64_t placeholders;      /* Megatron "nan" placeholders read as absent values */
@@ -67,6 +69,9 @@ int qc_l3_log_set(qc_l3_log *l, const char *name, size_t len, double v);
 /* Sort the rows by step (stable) and merge rows of equal steps, the later
  * value winning; count the duplicates. QC_OK or QC_ESYS. */
 int qc_l3_log_finish(qc_l3_log *l);
+/* 1 when `step` was re-logged with a different value (a duplicate), after
+ * qc_l3_log_finish. */
+int qc_l3_log_is_dup(const qc_l3_log *l, int64_t step);
 /* Index of column `name`, or -1. */
 int qc_l3_log_col(const qc_l3_log *l, const char *name);
 /* Rename column `from` to `to` (a case's tag mapping). QC_OK when done or

@@ -252,4 +252,39 @@ expect_exit 1 "a drift with an undeclared lr difference deviates" "$QATCHECK" sf
 json_is "$T/drift_lr.json" "r['pairs'][0]['undeclared_differences'] == ['lr'] and r['pairs'][0]['advice'].startswith('first explain the undeclared differences (lr)')"
 grep -A20 "^pair a~b" "$T/out" | grep -- "->" | head -1 | grep -q "first explain the undeclared differences (lr)" \
   && ok "the console names the undeclared difference before the localization" || bad "drift_lr console: $(cat "$T/out")"
+# readable numbers: on a tokens axis the step too; re-logged steps noted;
+# a long config value clipped at a word, never mid-word
+$PY - "$D" <<'P' || bad "writing the token logs"
+import json, os, sys
+d = sys.argv[1]
+for name in ("base", "drift"):
+    recs = [json.loads(l) for l in open(os.path.join(d, name + ".jsonl"))]
+    out = []
+    for r in recs:
+        r["tokens"] = 2048 * r["step"]
+        if name == "drift" and 470 <= r["step"] <= 510:  # a restart re-logged these steps: first a stale value, then the kept one
+            out.append(json.dumps(dict(r, loss=r["loss"] * 1.5)))
+        out.append(json.dumps(r))
+    open(os.path.join(d, name + "_tok.jsonl"), "w").write("\n".join(out) + "\n")
+long = "fp8_block128 weights with bf16 activations and a float32 reference backward"
+json.dump({"lr": 1e-5, "seed": 1, "precision": long}, open(os.path.join(d, "cfg_p1.json"), "w"))
+json.dump({"lr": 1e-5, "seed": 1, "precision": "bf16"}, open(os.path.join(d, "cfg_p2.json"), "w"))
+P
+cat >"$D/tok.case.json" <<J
+{"arms": {"a": {"log": "drift_tok.jsonl", "config": "cfg_p1.json"}, "b": {"log": "base_tok.jsonl", "config": "cfg_p2.json"}},
+ "x": "tokens", "window": [2048, 1228800], "expected_differences": {"precision": "the recipe under test"},
+ "pairs": {"a~b": {"loss": {"pointwise_rel": 0.016, "reasoning": "1.6% per step"}}}}
+J
+expect_exit 1 "the drift on a tokens axis deviates" "$QATCHECK" sft --case "$D/tok.case.json" --json "$T/tok.json"
+grep -q "DEVIATES at tokens [0-9],[0-9][0-9][0-9],[0-9][0-9][0-9] (step 4[89][0-9]) .*onset ~tokens [0-9][0-9][0-9],[0-9][0-9][0-9] (step 3[23][0-9])" "$T/out" \
+  && ok "on a tokens axis the step is printed too" || bad "tokens console: $(grep pair "$T/out")"
+grep -q "log a: 41 step(s) re-logged with another value (first at step 470" "$T/out" && grep -q "was re-logged in '.*drift_tok.jsonl'" "$T/out" \
+  && ok "re-logged steps noted, and on the first deviation" || bad "re-logged: $(cat "$T/out")"
+json_is "$T/tok.json" "r['pairs'][0]['first_deviation']['relogged'] is True"
+line=$(grep "^  precision" "$T/out")
+case "$line" in
+  *"fp8_block128 weights with bf16 activations and a float32 reference backward"*) bad "the long value was not clipped: $line" ;;
+  *"fp8_block128 weights with bf16..."*|*"fp8_block128 weights with bf16 activations..."*) ok "a long config value is clipped at a word" ;;
+  *) bad "a long config value cut mid-word: $line" ;;
+esac
 finish
