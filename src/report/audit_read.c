@@ -40,6 +40,23 @@ static double num(const cJSON *o, const char *k, double dflt) {
 
 static int flag(const cJSON *o, const char *k) { return cJSON_IsTrue(get(o, k)); }
 
+/* A step report's per-arm numbers ({"under_test": {"recomputed": 1.8421,
+ * "implied": null}, ...}) in words: "under_test 1.842 (implied 1.842)". */
+static void arm_numbers(const cJSON *n, char *out, size_t cap) {
+  out[0] = 0;
+  const cJSON *arm;
+  cJSON_ArrayForEach(arm, n) {
+    size_t l = strlen(out);
+    const cJSON *rc = get(arm, "recomputed"), *im = get(arm, "implied");
+    char a[32] = "-", b[48] = "";
+    if (cJSON_IsNumber(arm)) snprintf(a, sizeof a, "%.6g", arm->valuedouble);
+    if (cJSON_IsNumber(rc)) snprintf(a, sizeof a, "%.6g", rc->valuedouble);
+    if (cJSON_IsNumber(im)) snprintf(b, sizeof b, " (implied by the update %.6g)", im->valuedouble);
+    else if (cJSON_IsObject(arm) && im) snprintf(b, sizeof b, " (not implied by the update)");
+    snprintf(out + l, cap - l, "%s%s %s%s", l ? ", " : "", arm->string ? arm->string : "?", a, b);
+  }
+}
+
 /* Grow array *v of *n elements of size sz by one (zeroed); NULL out of memory. */
 static void *grow(void **v, int *n, size_t sz) {
   char *nv = realloc(*v, (size_t)(*n + 1) * sz);
@@ -357,10 +374,10 @@ static int read_step(const cJSON *r, int src, qc_evidence *e) {
   for (int i = 0; i < 2; i++) {
     const cJSON *n = get(r, notes[i]);
     if (!n) continue;
-    char *t = cJSON_PrintUnformatted(n);
+    char t[512];
+    arm_numbers(n, t, sizeof t);
     size_t l = strlen(e->step_notes);
-    if (t) snprintf(e->step_notes + l, sizeof e->step_notes - l, "%s%s: %s", l ? "; " : "", notes[i], t);
-    free(t);
+    snprintf(e->step_notes + l, sizeof e->step_notes - l, "%s%s: %s", l ? "; " : "", notes[i], t);
   }
   return QC_OK;
 }
@@ -377,12 +394,14 @@ static void counts(const cJSON *r, qc_ev_src *s) {
   }
   const char *arr = get(r, "checks") ? "checks" : get(r, "rows") ? "rows" : "pairs";
   cJSON_ArrayForEach(x, get(r, arr)) {
-    char v[16] = "";
+    char v[16] = "", res[16] = "";
     str(x, "verdict", v, sizeof v);
+    str(x, "result", res, sizeof res); /* quant: "reproduced", "mismatch", "not_made" */
     s->checks++;
-    s->failed += v[0] && strcmp(v, "pass") != 0;
+    s->failed += (v[0] && strcmp(v, "pass") != 0) || (!v[0] && strcmp(res, "mismatch") == 0);
   }
 }
+
 
 int qc_audit_read(const char *path, qc_evidence *e) {
   struct stat st;
@@ -421,6 +440,7 @@ int qc_audit_read(const char *path, qc_evidence *e) {
   if (cJSON_IsObject(c)) str(c, "name", s->title, sizeof s->title);
   else str(r, "case", s->title, sizeof s->title);
   if (!s->title[0] && cJSON_IsObject(d)) str(d, "path", s->title, sizeof s->title);
+  if (!s->title[0] && cJSON_IsObject(get(r, "checkpoint"))) str(get(r, "checkpoint"), "path", s->title, sizeof s->title); /* quant */
   if (!s->title[0]) str(r, "module", s->title, sizeof s->title);
   counts(r, s);
   int src = e->nsrc - 1;
