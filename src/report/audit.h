@@ -5,9 +5,12 @@
  * resources, plots inline as SVG, print CSS), and its sections, in the
  * method's order: the one-screen summary and the inputs (audit.c), layer 1
  * per class with the coverage matrix (audit_l1.c), layer 2 per class and
- * layer (audit_l2.c), layer 3 and the one-step update (audit_l3.c). */
+ * layer (audit_l2.c), layer 3 and the one-step update (audit_l3.c); where
+ * a row came from and the suspicious passes (audit_extra.c). */
 #ifndef QC_REPORT_AUDIT_H
 #define QC_REPORT_AUDIT_H
+
+#include <cjson/cJSON.h>
 
 #include "model/evidence.h"
 #include "report/baseline.h"
@@ -22,6 +25,11 @@ int qc_audit_read(const char *path, qc_evidence *e);
  * base name and, when the report names one, its case ("v_fail.json: case
  * linear_dump"). A static buffer, valid until the next call. */
 const char *qc_audit_src_name(const qc_evidence *e, int src);
+
+/* A step report's per-arm numbers ({"under_test": {"recomputed": 1.8421,
+ * "implied": 1.8421}, ...}) in words into out[cap]: "under_test 1.8421
+ * (implied by the update 1.8421)", ", "-separated. */
+void qc_audit_arm_numbers(const cJSON *n, char *out, size_t cap);
 
 /* Append printf-style to the NUL-terminated buf of size n (truncating). */
 void qc_cat(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -40,22 +40,6 @@ static double num(const cJSON *o, const char *k, double dflt) {
 
 static int flag(const cJSON *o, const char *k) { return cJSON_IsTrue(get(o, k)); }
 
-/* A step report's per-arm numbers ({"under_test": {"recomputed": 1.8421,
- * "implied": null}, ...}) in words: "under_test 1.842 (implied 1.842)". */
-static void arm_numbers(const cJSON *n, char *out, size_t cap) {
-  out[0] = 0;
-  const cJSON *arm;
-  cJSON_ArrayForEach(arm, n) {
-    size_t l = strlen(out);
-    const cJSON *rc = get(arm, "recomputed"), *im = get(arm, "implied");
-    char a[32] = "-", b[48] = "";
-    if (cJSON_IsNumber(arm)) snprintf(a, sizeof a, "%.6g", arm->valuedouble);
-    if (cJSON_IsNumber(rc)) snprintf(a, sizeof a, "%.6g", rc->valuedouble);
-    if (cJSON_IsNumber(im)) snprintf(b, sizeof b, " (implied by the update %.6g)", im->valuedouble);
-    else if (cJSON_IsObject(arm) && im) snprintf(b, sizeof b, " (not implied by the update)");
-    snprintf(out + l, cap - l, "%s%s %s%s", l ? ", " : "", arm->string ? arm->string : "?", a, b);
-  }
-}
 
 /* Grow array *v of *n elements of size sz by one (zeroed); NULL out of memory. */
 static void *grow(void **v, int *n, size_t sz) {
@@ -375,7 +359,7 @@ static int read_step(const cJSON *r, int src, qc_evidence *e) {
     const cJSON *n = get(r, notes[i]);
     if (!n) continue;
     char t[512];
-    arm_numbers(n, t, sizeof t);
+    qc_audit_arm_numbers(n, t, sizeof t);
     size_t l = strlen(e->step_notes);
     snprintf(e->step_notes + l, sizeof e->step_notes - l, "%s%s: %s", l ? "; " : "", notes[i], t);
   }
