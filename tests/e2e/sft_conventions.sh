@@ -214,6 +214,9 @@ gz_refused() { # DESC NEEDLE ARGS...
 }
 gzip -c "$D/own.case.json" >"$D/own.case.json.gz"
 gz_refused "a gzip-compressed sft case" "own.case.json.gz" sft --case "$D/own.case.json.gz"
+gzip -c "$D/cfg.json" >"$D/cfg.json.gz"
+sed 's/"config": "cfg.json"}, "b"/"config": "cfg.json.gz"}, "b"/' "$D/own.case.json" >"$D/gzcfg.case.json"
+gz_refused "a gzip-compressed config" "cfg.json.gz" sft --case "$D/gzcfg.case.json"
 $PY - "$D" <<'P' || bad "writing a dump and a safetensors file"
 import h5py, json, os, struct, sys
 d = sys.argv[1]
