@@ -4,7 +4,7 @@
 # It prints what it found, llm.c style.
 
 CC       ?= gcc
-PKGS     := hdf5 libcjson yaml-0.1
+PKGS     := hdf5 libcjson yaml-0.1 zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread

@@ -4,9 +4,10 @@
 # (or with sudo available).
 set -eu
 # build: compilers, HDF5, cJSON, OpenBLAS (CBLAS), libyaml (layer 3 configs),
+# zlib (gzip-compressed layer 3 logs),
 # Open MPI (multi-process runs); tests: Criterion, clang (libFuzzer), chromium
 # (the HTML report rendered headless); Python helpers: h5py, numpy, torch (CPU)
-pkgs="build-essential pkg-config libcjson-dev libhdf5-dev libcriterion-dev libopenblas-dev libyaml-dev openmpi-bin libopenmpi-dev clang chromium fonts-dejavu-core libxml2-utils python3 python3-pip python3-h5py python3-numpy python3-torch python3-yaml"
+pkgs="build-essential pkg-config libcjson-dev libhdf5-dev libcriterion-dev libopenblas-dev libyaml-dev zlib1g-dev openmpi-bin libopenmpi-dev clang chromium fonts-dejavu-core libxml2-utils python3 python3-pip python3-h5py python3-numpy python3-torch python3-yaml"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -100,10 +100,10 @@ int qc_cmd_report(qc_run *run, int argc, char **argv) {
     qc_sbuf_free(&s);
   }
   if (!qc_quiet) {
-    qc_l1_summary s1;
-    qc_audit_l1_summary(&e, &s1);
-    printf("report: %s: %d report(s); layer 1: %d check(s), %d failed; coverage %d of %d applicable item(s)\n",
-           verdict ? "FAIL" : "pass", e.nsrc, s1.checks, s1.failed, s1.cov_covered, s1.cov_applicable);
+    qc_sbuf line = {0};
+    qc_audit_console(&e, verdict, &line);
+    printf("%s\n", line.s ? line.s : "report: out of memory");
+    qc_sbuf_free(&line);
     for (int k = 0; k < QC_REP_KINDS; k++)
       if (out.path[k]) printf("  wrote %s\n", out.path[k]);
   }

@@ -54,7 +54,36 @@ int qc_open_regular(const char *path, const char *what, int *fd, int64_t *size) 
   return QC_OK;
 }
 
+int qc_is_gzip(const void *head, size_t n) {
+  const unsigned char *h = head;
+  return n >= 2 && h[0] == 0x1f && h[1] == 0x8b;
+}
+
+int qc_refuse_gzip(const char *what, const char *path, const void *head, size_t n) {
+  if (!qc_is_gzip(head, n)) return QC_OK;
+  qc_err("%s '%s': is gzip-compressed: decompress it first (gunzip)", what, path);
+  return QC_EINPUT;
+}
+
+int qc_refuse_gzip_fd(const char *what, const char *path, int fd) {
+  unsigned char h[2];
+  ssize_t r;
+  do r = pread(fd, h, 2, 0);
+  while (r < 0 && errno == EINTR);
+  return r == 2 ? qc_refuse_gzip(what, path, h, 2) : QC_OK;
+}
+
 int qc_read_file(const char *path, const char *what, size_t max, char **buf, size_t *len) {
+  int rc = qc_read_file_any(path, what, max, buf, len);
+  if (!rc && (rc = qc_refuse_gzip(what, path, *buf, *len))) {
+    free(*buf);
+    *buf = NULL;
+    *len = 0;
+  }
+  return rc;
+}
+
+int qc_read_file_any(const char *path, const char *what, size_t max, char **buf, size_t *len) {
   int fd;
   int64_t size;
   *buf = NULL;

@@ -17,7 +17,19 @@ int qc_open_regular(const char *path, const char *what, int *fd, int64_t *size);
 
 /* Read the regular file `path` whole, at most `max` bytes, into a malloc'd
  * NUL-terminated buffer (*len bytes before the NUL). A larger file is
- * refused naming the limit. */
+ * refused naming the limit; so is a gzip-compressed one (qc_refuse_gzip). */
 int qc_read_file(const char *path, const char *what, size_t max, char **buf, size_t *len);
+/* The same, taking any bytes (a reader that decompresses gzip itself). */
+int qc_read_file_any(const char *path, const char *what, size_t max, char **buf, size_t *len);
+
+/* 1 when the n bytes at head begin with gzip's magic bytes (1f 8b). */
+int qc_is_gzip(const void *head, size_t n);
+/* QC_EINPUT with "<what> 'path': is gzip-compressed: decompress it first"
+ * when head (the file's first n bytes) is gzip's; else QC_OK. For inputs
+ * read in place (cases, dumps, safetensors) that a .gz would garble. */
+int qc_refuse_gzip(const char *what, const char *path, const void *head, size_t n);
+/* The same on an open descriptor: its first two bytes, read with pread
+ * (the offset is kept). A read error is left to the caller's own reads. */
+int qc_refuse_gzip_fd(const char *what, const char *path, int fd);
 
 #endif

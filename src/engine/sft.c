@@ -7,7 +7,8 @@
  *    check is inconclusive; never a pass;
  *  - it deviates when any check fails (even if others are inconclusive);
  *    its first deviation is the smallest x at which a check fails (ties:
- *    the check listed first);
+ *    the check listed first), its onset the earliest onset of a failed
+ *    check (a change point of a - b up to its failure, sft_check.c);
  *  - with x0 the first step both logs hold: forward when a loss or val_nll
  *    check fails at x0; else backward when any check fails at x0 or at the
  *    next common step; else late. */
@@ -21,9 +22,10 @@
 #include "core/qc.h"
 #include "io/l3log.h"
 
-/* Read one log and map its tags to canonical metric names. */
-static int load_log(const char *path, const qc_l3_tag *tags, int ntags, qc_l3_log *l) {
-  int rc = qc_log_read(path, l), found;
+/* Read one log (its steps from step_key, "" for the known keys) and map
+ * its tags to canonical metric names. */
+static int load_log(const char *path, const char *step_key, const qc_l3_tag *tags, int ntags, qc_l3_log *l) {
+  int rc = qc_log_read_as(path, step_key, l), found;
   for (int t = 0; !rc && t < ntags; t++) rc = qc_l3_log_rename(l, tags[t].tag, tags[t].metric, &found);
   return rc;
 }
@@ -87,7 +89,7 @@ int qc_sft_load(qc_sft_run *r, const qc_sft_case *cs) {
   double t0 = qc_now_s();
   int rc;
   for (int a = 0; a < cs->narm; a++)
-    if ((rc = load_log(cs->arms[a].log, cs->arms[a].tags, cs->arms[a].ntags, &r->logs[a]))) return rc;
+    if ((rc = load_log(cs->arms[a].log, cs->arms[a].step_key, cs->arms[a].tags, cs->arms[a].ntags, &r->logs[a]))) return rc;
   if ((rc = check_resolution(r, cs))) return rc; /* every bound against what the logs can resolve, before any is judged */
   /* the keys of the table: the controlled variables, then any key an arm
    * maps or the case expects to differ */
@@ -134,7 +136,8 @@ static void add_reason(char *buf, size_t n, const char *fmt, const char *a, cons
   size_t k = strlen(buf);
   if (k + 4 >= n) return;
   if (k) k += (size_t)snprintf(buf + k, n - k, "; ");
-  snprintf(buf + k, n - k, fmt, a, b, c);
+  int w = snprintf(buf + k, n - k, fmt, a, b, c);
+  if (w >= 0 && (size_t)w >= n - k) qc_sft_clip_words(buf, n); /* never cut mid-word */
 }
 
 /* The pair-level reasons for inconclusive: configs, and the x axes. */
@@ -157,6 +160,8 @@ static void pair_reasons(const qc_sft_run *r, const qc_sft_pair *p, qc_sft_pair_
       snprintf(what, sizeof what, "%.200s (%s) vs %.200s (%s)", x ? x : "absent", an, y ? y : "absent", bn);
       add_reason(pr->reasons, sizeof pr->reasons, "controlled variable '%s' differs: %s, not in expected_differences%s", row->key,
                  what, "");
+      size_t u = strlen(pr->undeclared);
+      snprintf(pr->undeclared + u, sizeof pr->undeclared - u, "%s%s", u ? ", " : "", row->key);
     }
   /* tokens at equal steps, over the pair's span */
   const qc_l3_log *la = &r->logs[p->a], *lb = &r->logs[p->b];
@@ -190,7 +195,8 @@ static int load_noise(const qc_sft_case *cs, const qc_sft_pair *p, const qc_sft_
   if (!n) return QC_ESYS;
   for (int q = 0; q < k->b.nnoise; q++) {
     const qc_sft_noise *e = &k->b.noise[q];
-    int rc = e->ntags ? load_log(e->log, e->tags, e->ntags, &n[q]) : load_log(e->log, cs->arms[p->b].tags, cs->arms[p->b].ntags, &n[q]);
+    const char *sk = cs->arms[p->b].step_key;
+    int rc = e->ntags ? load_log(e->log, sk, e->tags, e->ntags, &n[q]) : load_log(e->log, sk, cs->arms[p->b].tags, cs->arms[p->b].ntags, &n[q]);
     if (rc) {
       for (int j = 0; j < q; j++) qc_l3_log_free(&n[j]);
       free(n);
@@ -224,6 +230,12 @@ static int judge_pair(qc_sft_run *r, const qc_sft_pair *p, qc_sft_pair_res *pr) 
         pr->first_x = c->fail_x;
         pr->first_step = c->fail_step;
         pr->first_check = i;
+      }
+      if (c->has_onset && (!pr->has_onset || c->onset_x < pr->onset_x)) {
+        pr->has_onset = 1;
+        pr->onset_x = c->onset_x;
+        pr->onset_step = c->onset_step;
+        pr->onset_check = i;
       }
     }
     if (c->verdict == QC_L3_INCONCLUSIVE) any_incon = 1;

@@ -44,6 +44,21 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
  * the same seed gives the same interval. */
 int qc_sft_bootstrap(const double *d, int64_t n, int block, int B, uint64_t seed, double alpha, double *lo, double *hi);
 
+/* Where the difference series d[m] (at ascending x[m], the points of a
+ * check up to and including its first failure) began to change: the best
+ * of two one-change-point least-squares fits, a drift (flat, then a ramp
+ * from x[k]: a hinge, the CUSUM of a trend) and a shift (one level, then
+ * another from x[k]: the CUSUM of the mean), kept when it beats no change
+ * by BIC (m ln(SSE0 / SSE1) > 3 ln m). *k is the onset's index, kind
+ * "drift", "shift", or "none" (no change found: *k = m - 1, the failure
+ * itself). QC_OK or QC_ESYS. */
+int qc_sft_onset(const double *x, const double *d, int64_t m, int64_t *k, char kind[8]);
+
+/* s, which filled its buffer of n bytes (a message cut by snprintf), cut
+ * instead at a word boundary and marked " ...": a message is never cut
+ * mid-word. Unchanged when it did not fill the buffer. */
+void qc_sft_clip_words(char *s, size_t n);
+
 /* The usual interval between consecutive x at which a log holds a metric
  * (the median step), 0 when fewer than two points. */
 double qc_sft_interval(const double *x, int64_t n);

@@ -90,16 +90,87 @@ int qc_sft_bootstrap(const double *d, int64_t n, int block, int B, uint64_t seed
   return QC_OK;
 }
 
+int qc_sft_onset(const double *x, const double *d, int64_t m, int64_t *k, char kind[8]) {
+  *k = m > 0 ? m - 1 : 0;
+  snprintf(kind, 8, "none");
+  if (m < 4) return QC_OK;
+  /* suffix sums on a centred, scaled x (tokens reach 1e12: no
+   * cancellation in the squares) and a centred d */
+  double *sx = malloc((size_t)(m + 1) * 4 * sizeof *sx);
+  if (!sx) return qc_err_sys("out of memory estimating an onset");
+  double *sxx = sx + (m + 1), *sxd = sxx + (m + 1), *sd = sxd + (m + 1);
+  double x0 = x[0], xs = x[m - 1] - x[0] > 0 ? x[m - 1] - x[0] : 1, dm = 0, sdd = 0;
+  for (int64_t i = 0; i < m; i++) dm += d[i];
+  dm /= (double)m;
+  sx[m] = sxx[m] = sxd[m] = sd[m] = 0;
+  for (int64_t i = m - 1; i >= 0; i--) {
+    double u = (x[i] - x0) / xs, e = d[i] - dm;
+    sx[i] = sx[i + 1] + u;
+    sxx[i] = sxx[i + 1] + u * u;
+    sxd[i] = sxd[i + 1] + u * e;
+    sd[i] = sd[i + 1] + e;
+    sdd += e * e;
+  }
+  double sse0 = sdd, best = sse0, n = (double)m;
+  int64_t bk = -1;
+  int drift = 0;
+  for (int64_t j = 0; j + 2 < m; j++) { /* drift: flat to x[j], a ramp after (at least 2 points on it) */
+    double t = (x[j] - x0) / xs, c = (double)(m - 1 - j);
+    double S1 = sx[j + 1] - c * t, S2 = sxx[j + 1] - 2 * t * sx[j + 1] + c * t * t, Shd = sxd[j + 1] - t * sd[j + 1];
+    double vh = S2 - S1 * S1 / n, cov = Shd; /* sum of e is 0: the centred covariance is Shd */
+    if (!(vh > 0)) continue;
+    double sse = sdd - cov * cov / vh;
+    if (sse < best) { best = sse; bk = j; drift = 1; }
+  }
+  for (int64_t j = 1; j < m; j++) { /* shift: a level before x[j], another from it */
+    double a = (double)j, b = (double)(m - j), s2 = sd[j]; /* sum after; before is -s2 */
+    double sse = sdd - s2 * s2 / a - s2 * s2 / b;
+    if (sse < best) { best = sse; bk = j; drift = 0; }
+  }
+  free(sx);
+  if (bk < 0) return QC_OK;
+  int keep = best <= 0 ? sse0 > 0 : n * log(sse0 / best) > 3 * log(n);
+  if (!keep) return QC_OK;
+  *k = bk;
+  snprintf(kind, 8, "%s", drift ? "drift" : "shift");
+  return QC_OK;
+}
+
 /* The x of row i of a log: its step, or its tokens (NAN when absent). */
 static double row_x(const qc_l3_log *l, int xc, int64_t i) {
   if (xc < 0) return (double)l->step[i];
   return l->col[xc].has[i] ? l->col[xc].v[i] : NAN;
 }
 
+/* The longest stretch without a point that log points x[n] (ascending)
+ * may have over [w0, w1] before it is a gap, and the rule in words (rule,
+ * for messages): the case's max_gap when declared; for a regular log (one
+ * interval, the median, at least half of all) twice that interval; for an
+ * irregular one (logged at 18, 47, 62, 63, ...) the larger of twice its
+ * mean interval and a tenth of the window, so a log at scattered steps is
+ * a gap only where the window really lacks data. 0 when n < 2. */
+static double gap_limit(const qc_sft_case *cs, const double *x, int64_t n, double w0, double w1, char *rule, size_t rn) {
+  if (cs->has_max_gap) {
+    snprintf(rule, rn, "the case's max_gap %g", cs->max_gap);
+    return cs->max_gap;
+  }
+  double I = qc_sft_interval(x, n);
+  if (I <= 0) return 0;
+  int64_t same = 0;
+  for (int64_t i = 1; i < n; i++) same += x[i] - x[i - 1] == I;
+  if (2 * same >= n - 1) {
+    snprintf(rule, rn, "usual interval %g", I);
+    return 2 * I;
+  }
+  double mean = (x[n - 1] - x[0]) / (double)(n - 1), lim = fmax(2 * mean, (w1 - w0) / 10);
+  snprintf(rule, rn, "an irregular log: limit %g, the larger of twice its mean interval %.4g and a tenth of the window", lim, mean);
+  return lim;
+}
+
 /* Does log l hold metric column c over [w0, w1]: present, and without a
- * stretch longer than twice its usual interval? 0 yes; 1 no, why set. */
-static int coverage(const qc_l3_log *l, int c, int xc, double w0, double w1, const char *metric, const char *xname, char *why,
-                    size_t wn) {
+ * stretch longer than gap_limit allows? 0 yes; 1 no, why set. */
+static int coverage(const qc_sft_case *cs, const qc_l3_log *l, int c, int xc, double w0, double w1, const char *metric,
+                    const char *xname, char *why, size_t wn) {
   int64_t n = 0, in0 = -1, in1 = -1;
   double *x = malloc((size_t)(l->n ? l->n : 1) * sizeof *x);
   if (!x) { snprintf(why, wn, "out of memory"); return 1; }
@@ -114,22 +185,23 @@ static int coverage(const qc_l3_log *l, int c, int xc, double w0, double w1, con
     snprintf(why, wn, "log '%s' has no '%s' in the window [%g, %g]", l->path, metric, w0, w1);
     bad = 1;
   } else {
-    double I = qc_sft_interval(x, n), lim = 2 * I;
-    if (I <= 0 && w1 > w0) {
+    char I[200];
+    double lim = gap_limit(cs, x, n, w0, w1, I, sizeof I);
+    if (lim <= 0 && w1 > w0) {
       snprintf(why, wn, "log '%s' holds '%s' at a single %s: no usual interval to judge the window's coverage", l->path, metric, xname);
       bad = 1;
     } else if (x[in0] - w0 > lim) {
-      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g (the window's start) to %g (usual interval %g)", l->path, metric,
+      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %.15g (the window's start) to %.15g (%s)", l->path, metric,
                xname, w0, x[in0], I);
       bad = 1;
     } else if (w1 - x[in1] > lim) {
-      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g to %g (the window's end; usual interval %g)", l->path, metric,
+      snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %.15g to %.15g (the window's end; %s)", l->path, metric,
                xname, x[in1], w1, I);
       bad = 1;
     } else {
       for (int64_t i = in0 + 1; i <= in1 && !bad; i++)
         if (x[i] - x[i - 1] > lim) {
-          snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %g to %g (usual interval %g)", l->path, metric, xname,
+          snprintf(why, wn, "log '%s' has a gap in '%s': none from %s %.15g to %.15g (%s)", l->path, metric, xname,
                    x[i - 1], x[i], I);
           bad = 1;
         }
@@ -139,10 +211,31 @@ static int coverage(const qc_l3_log *l, int c, int xc, double w0, double w1, con
   return bad;
 }
 
-/* Append "; text" (or text) to why. */
+/* Where a point lies, for messages: "step 490", or "tokens 1003520 (step
+ * 490)" on a tokens axis (exact digits, never 1.00352e+06). Returns buf. */
+static const char *at_x(const qc_sft_case *cs, double x, int64_t step, char *buf, size_t n) {
+  if (cs->x_tokens) snprintf(buf, n, "tokens %.15g (step %lld)", x, (long long)step);
+  else snprintf(buf, n, "step %lld", (long long)step);
+  return buf;
+}
+
+/* Append "; text" (or text) to why, unless why holds it already (two arms
+ * reading the same file have the same gap: said once). */
 static void add_why(char *why, size_t n, const char *text) {
+  if (strstr(why, text)) return;
   size_t k = strlen(why);
-  snprintf(why + k, n - k, "%s%s", k ? "; " : "", text);
+  int w = snprintf(why + k, n - k, "%s%s", k ? "; " : "", text);
+  if (w >= 0 && (size_t)w >= n - k) qc_sft_clip_words(why, n);
+}
+
+void qc_sft_clip_words(char *s, size_t n) {
+  size_t len = strlen(s);
+  if (n < 16 || len + 1 < n) return;
+  size_t cut = n - 5; /* room for " ..." */
+  while (cut > n / 2 && s[cut] != ' ') cut--;
+  if (cut <= n / 2) cut = n - 5;
+  while (cut > 0 && (s[cut - 1] == ' ' || s[cut - 1] == ';' || s[cut - 1] == ',')) cut--;
+  snprintf(s + cut, n - cut, " ...");
 }
 
 typedef struct {
@@ -180,8 +273,8 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     return QC_OK;
   }
   int incon = 0;
-  if (coverage(la, ca, xa, w0, w1, k->metric, xname, why, sizeof why)) { add_why(r->why, sizeof r->why, why); incon = 1; }
-  if (coverage(lb, cb, xb, w0, w1, k->metric, xname, why, sizeof why)) { add_why(r->why, sizeof r->why, why); incon = 1; }
+  if (coverage(cs, la, ca, xa, w0, w1, k->metric, xname, why, sizeof why)) { add_why(r->why, sizeof r->why, why); incon = 1; }
+  if (coverage(cs, lb, cb, xb, w0, w1, k->metric, xname, why, sizeof why)) { add_why(r->why, sizeof r->why, why); incon = 1; }
   /* the aligned points: steps both logs hold the metric at, inside the window */
   int64_t cap = la->n < lb->n ? la->n : lb->n, n = 0;
   double *X = malloc((size_t)(cap ? cap : 1) * sizeof *X), *A = malloc((size_t)(cap ? cap : 1) * sizeof *A);
@@ -252,12 +345,13 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
   }
   /* the bounds, point by point */
   fail_at f = {.i = -1};
+  char xs[96];
   double sd = 0, sb = 0, mx = 0, mr = 0;
   for (int64_t i = 0; i < n; i++) {
     double a = A[i], bb = Bv[i], d = a - bb, ad = fabs(d);
     if (!isfinite(a) || !isfinite(bb)) {
       r->nonfinite++;
-      snprintf(why, sizeof why, "a non-finite value at %s %g (%s %g, %s %g)", xname, X[i], "a", a, "b", bb);
+      snprintf(why, sizeof why, "a non-finite value at %s (%s %g, %s %g)", at_x(cs, X[i], S[i], xs, sizeof xs), "a", a, "b", bb);
       note_fail(&f, i, "nonfinite", why);
       continue;
     }
@@ -266,7 +360,7 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     if ((b->has_pw_abs || b->has_pw_rel) && f.i < 0) {
       double lim = (b->has_pw_abs ? b->pw_abs : 0) + (b->has_pw_rel ? b->pw_rel : 0) * fabs(bb);
       if (!(ad <= lim)) {
-        snprintf(why, sizeof why, "|a - b| = %.4g > %.4g at %s %g", ad, lim, xname, X[i]);
+        snprintf(why, sizeof why, "|a - b| = %.4g > %.4g at %s", ad, lim, at_x(cs, X[i], S[i], xs, sizeof xs));
         note_fail(&f, i, b->has_pw_rel ? "pointwise_rel" : "pointwise_abs", why);
       }
     }
@@ -275,12 +369,12 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     if ((b->has_mean_abs || b->has_mean_rel) && i + 1 >= MEAN_MIN_POINTS && f.i < 0) {
       double m = sd / (double)(i + 1), lim = (b->has_mean_abs ? b->mean_abs : 0) + (b->has_mean_rel ? b->mean_rel : 0) * sb / (double)(i + 1);
       if (!(fabs(m) <= lim)) {
-        snprintf(why, sizeof why, "cumulative mean of a - b = %.4g, beyond %.4g at %s %g", m, lim, xname, X[i]);
+        snprintf(why, sizeof why, "cumulative mean of a - b = %.4g, beyond %.4g at %s", m, lim, at_x(cs, X[i], S[i], xs, sizeof xs));
         note_fail(&f, i, b->has_mean_rel ? "mean_rel" : "mean_abs", why);
       }
     }
     if (b->has_noise && band && f.i < 0 && isfinite(band[i]) && !(ad <= b->noise_multiple * band[i])) {
-      snprintf(why, sizeof why, "|a - b| = %.4g > %g x noise band %.4g at %s %g", ad, b->noise_multiple, band[i], xname, X[i]);
+      snprintf(why, sizeof why, "|a - b| = %.4g > %g x noise band %.4g at %s", ad, b->noise_multiple, band[i], at_x(cs, X[i], S[i], xs, sizeof xs));
       note_fail(&f, i, "noise_multiple", why);
     }
   }
@@ -322,10 +416,25 @@ int qc_sft_judge_check(const qc_sft_case *cs, const qc_sft_check *k, const qc_l3
     r->has_fail = 1;
     r->fail_x = X[f.i];
     r->fail_step = S[f.i];
+    /* the onset: a change point of a - b up to the failure (finite points
+     * only), relative to |b| when the failed bound is relative */
+    int64_t ok = 0, on = f.i;
+    int rel = strstr(f.bound, "_rel") != NULL;
+    snprintf(r->onset_kind, sizeof r->onset_kind, "none");
+    while (ok <= f.i && isfinite(A[ok]) && isfinite(Bv[ok]) && (!rel || Bv[ok] != 0)) ok++;
+    if (ok > f.i) {
+      if (!D && !(D = malloc((size_t)n * sizeof *D))) { rc = qc_err_sys("out of memory judging '%s'", k->metric); goto done; }
+      for (int64_t i = 0; i <= f.i; i++) D[i] = rel ? (A[i] - Bv[i]) / fabs(Bv[i]) : A[i] - Bv[i];
+      if ((rc = qc_sft_onset(X, D, f.i + 1, &on, r->onset_kind))) goto done;
+    }
+    r->has_onset = 1;
+    r->onset_x = X[on];
+    r->onset_step = S[on];
     snprintf(r->bound, sizeof r->bound, "%s", f.bound);
     char rest[512];
     snprintf(rest, sizeof rest, "%s", r->why);
-    snprintf(r->why, sizeof r->why, "%s%s%s", f.why, rest[0] ? "; also: " : "", rest);
+    int w = snprintf(r->why, sizeof r->why, "%s%s%s", f.why, rest[0] ? "; also: " : "", rest);
+    if (w >= (int)sizeof r->why) qc_sft_clip_words(r->why, sizeof r->why);
   } else if (incon) r->verdict = QC_L3_INCONCLUSIVE;
   if (keep_series) {
     r->lo = malloc((size_t)n * sizeof *r->lo);

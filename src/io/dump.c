@@ -27,6 +27,7 @@ int qc_dump_open_map(const char *path, qc_dump **out) {
   int64_t size;
   int rc = qc_open_regular(path, "dump", &fd, &size);
   if (rc) return rc;
+  if ((rc = qc_refuse_gzip_fd("dump", path, fd))) { close(fd); return rc; }
   qc_dump *d = qc_calloc(1, sizeof *d, "dump handle");
   if (!d) { close(fd); return QC_ESYS; }
   d->file = -1;

@@ -14,12 +14,32 @@
 
 /* Read an arm's log: a file (format by content) or a folder of TensorBoard
  * event files (events.out.tfevents.*, in name order). out is finished
- * (rows sorted and merged). */
+ * (rows sorted and merged). The step of a JSON record or a CSV row is read
+ * from the first of the known step keys it holds (QC_LOG_STEP_KEYS, in that
+ * order of preference). */
 int qc_log_read(const char *path, qc_l3_log *out);
+/* The same, with the step read only from key `step_key` (a case's
+ * "step_key", for a writer qatcheck does not know; NULL or "": the known
+ * keys). */
+int qc_log_read_as(const char *path, const char *step_key, qc_l3_log *out);
 
 /* Parse a log held in memory, format by content; `name` names it in
  * errors. out is finished. */
 int qc_log_parse(const char *buf, size_t n, const char *name, qc_l3_log *out);
+/* The same with a step key, as qc_log_read_as. */
+int qc_log_parse_as(const char *buf, size_t n, const char *name, const char *step_key, qc_l3_log *out);
+
+/* The step keys of the writers qatcheck knows, most preferred first:
+ * step (verl, Hugging Face log_history, most JSONL), global_step,
+ * Step (a W&B chart export), current_steps (LLaMA-Factory's
+ * trainer_log.jsonl), iteration (Megatron-style loggers),
+ * train/global_step (the W&B history of a Hugging Face run), _step (W&B's
+ * own counter). */
+#define QC_LOG_STEP_KEYS "step, global_step, Step, current_steps, iteration, train/global_step, _step"
+/* The rank of key name[0..len) among the step keys of log l: 0 for the
+ * case's key when l->step_want names one, else its position among the known
+ * keys; -1 when it is no step key. */
+int qc_log_step_rank(const qc_l3_log *l, const char *name, size_t len);
 
 /* The formats, each on a memory buffer. They add records to `out` (whose
  * path names it in errors) without finishing it, so the event files of a

@@ -1,5 +1,7 @@
-/* log_csv.c: CSV logs: a header row naming the columns, one of them
- * `step`; one row per step after it. Fields are separated by commas and may
+/* log_csv.c: CSV logs: a header row naming the columns, one of them a
+ * step key (`step`, W&B's `Step` or `_step`, ...: QC_LOG_STEP_KEYS, the
+ * most preferred present wins; or the case's step_key); one row per step
+ * after it. Fields are separated by commas and may
  * be double-quoted ("" inside is a quote). An empty cell is an absent
  * value; NaN, nan, inf, -inf, Infinity and -Infinity are values. A column
  * whose first non-empty cell is not a number is a text column (a time
@@ -82,7 +84,7 @@ int qc_log_parse_csv(const char *buf, size_t n, qc_l3_log *out) {
   char *tmp = malloc(QCAP);
   double *vals = malloc(MAX_COLS * sizeof *vals);
   int *kind = malloc(MAX_COLS * sizeof *kind);
-  int ncol = 0, stepcol = -1, rc = QC_OK, more = 1;
+  int ncol = 0, stepcol = -1, steprank = -1, rc = QC_OK, more = 1;
   snprintf(out->format, sizeof out->format, "csv");
   if (!cols || !tmp || !vals || !kind) { rc = qc_err_sys("out of memory reading log '%s'", out->path); goto done; }
   if (n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3; /* a byte-order mark */
@@ -94,14 +96,20 @@ int qc_log_parse_csv(const char *buf, size_t n, qc_l3_log *out) {
     if (len >= QC_L3_NAME) { rc = qc_err("log '%s': line 1: a column name longer than %d characters", out->path, QC_L3_NAME - 1); goto done; }
     memcpy(cols[ncol].name, fs, len);
     cols[ncol].len = len;
-    if (len == 4 && memcmp(fs, "step", 4) == 0 && stepcol < 0) stepcol = ncol;
+    int rank = qc_log_step_rank(out, fs, len);
+    if (rank >= 0 && (steprank < 0 || rank < steprank)) { stepcol = ncol; steprank = rank; }
     ncol++;
   }
-  if (stepcol < 0) {
-    rc = qc_err("log '%s': the header has no 'step' column", out->path);
-    qc_hint("the first line of a CSV log names its columns, one of them 'step'");
+  if (stepcol < 0 && out->step_want[0]) {
+    rc = qc_err("log '%s': the header has no '%s' column (the case's step_key)", out->path, out->step_want);
     goto done;
   }
+  if (stepcol < 0) {
+    rc = qc_err("log '%s': the header has no step column: none of %s", out->path, QC_LOG_STEP_KEYS);
+    qc_hint("the first line of a CSV log names its columns, one of them the step; name another with the arm's \"step_key\" in the case");
+    goto done;
+  }
+  snprintf(out->step_key, sizeof out->step_key, "%s", cols[stepcol].name);
   p = next;
   for (long line = 2; p < e; line++) {
     le = line_end(p, e, &next);
@@ -117,7 +125,7 @@ int qc_log_parse_csv(const char *buf, size_t n, qc_l3_log *out) {
     for (; c < ncol; c++) kind[c] = 1; /* a short row: the missing cells are empty */
     double s = vals[stepcol];
     if (kind[stepcol] != 0 || !(s > -9007199254740992.0 && s < 9007199254740992.0 && s == (double)(int64_t)s)) {
-      rc = qc_err("log '%s': line %ld has no step (column 'step' must hold an integer)", out->path, line);
+      rc = qc_err("log '%s': line %ld has no step (column '%s' must hold an integer)", out->path, line, cols[stepcol].name);
       goto done;
     }
     if ((rc = qc_l3_log_row(out, (int64_t)s))) goto done;

@@ -244,9 +244,18 @@ static const char *key(const char *p, const char *e, rec *r, const char **name, 
 
 #define IS_KEY(n, l, w) ((l) == sizeof(w) - 1 && memcmp((n), (w), sizeof(w) - 1) == 0)
 
-/* The members of an object at p into r (top: "step" and "data" are
- * special). Returns the end or NULL; *err names what was wrong. */
-static const char *object(const char *p, const char *e, rec *r, int top, int *has_step, double *step, const char **err) {
+/* A record's step: the value of its most preferred step key. */
+typedef struct {
+  int rank;           /* qc_log_step_rank of the key read (-1: none yet) */
+  double step;
+  const char *name;   /* the key, for the log's step_key */
+  size_t len;
+} stepkey;
+
+/* The members of an object at p into r (top: the step keys and "data" are
+ * special; any step key is never a metric). Returns the end or NULL; *err
+ * names what was wrong. */
+static const char *object(const char *p, const char *e, rec *r, int top, const qc_l3_log *out, stepkey *sk, const char **err) {
   p = qc_js_ws(p, e);
   if (p >= e || *p != '{') { *err = "expected a JSON object"; return NULL; }
   p = qc_js_ws(p + 1, e);
@@ -259,14 +268,13 @@ static const char *object(const char *p, const char *e, rec *r, int top, int *ha
     if (p >= e || *p != ':') { *err = "expected ':' after a key"; return NULL; }
     p = qc_js_ws(p + 1, e);
     if (top && IS_KEY(name, len, "data") && p < e && *p == '{') {
-      if (!(p = object(p, e, r, 0, has_step, step, err))) return NULL;
+      if (!(p = object(p, e, r, 0, out, sk, err))) return NULL;
     } else {
       double v;
-      int kind;
+      int kind, rank = top ? qc_log_step_rank(out, name, len) : -1;
       if (!(p = metric_value(p, e, &v, &kind))) { *err = "malformed value"; return NULL; }
-      if (kind && top && IS_KEY(name, len, "step")) {
-        *has_step = 1;
-        *step = v;
+      if (kind && rank >= 0) {
+        if (sk->rank < 0 || rank < sk->rank) *sk = (stepkey){rank, v, name, len};
       } else if (kind) {
         if (len >= QC_L3_NAME) { *err = "a metric name longer than 127 characters"; return NULL; }
         if (rec_add(r, name, len, v)) { *err = "out of memory"; return NULL; }
@@ -287,12 +295,17 @@ static int step_ok(double s) { return isfinite(s) && s == floor(s) && fabs(s) < 
  * ("line" 12, "log_history" 3), formatted only on an error. */
 static const char *record(const char *p, const char *e, rec *r, qc_l3_log *out, const char *kind, long idx, int *rc) {
   const char *err = NULL;
-  int has_step = 0;
-  double step = 0;
+  stepkey sk = {-1, 0, NULL, 0};
   r->n = 0;
   r->used = 0;
-  const char *end = object(p, e, r, 1, &has_step, &step, &err);
+  const char *end = object(p, e, r, 1, out, &sk, &err);
+  int has_step = sk.rank >= 0;
+  double step = sk.step;
   if (end && has_step && step_ok(step)) {
+    if (!out->step_key[0] && sk.len < sizeof out->step_key) {
+      memcpy(out->step_key, sk.name, sk.len);
+      out->step_key[sk.len] = 0;
+    }
     if ((*rc = qc_l3_log_row(out, (int64_t)step))) return NULL;
     for (int i = 0; i < r->n; i++)
       if ((*rc = qc_l3_log_set(out, r->v[i].name, r->v[i].len, r->v[i].v))) return NULL;
@@ -303,11 +316,13 @@ static const char *record(const char *p, const char *e, rec *r, qc_l3_log *out, 
   else snprintf(what, sizeof what, "%s[%ld]", kind, idx);
   if (!end) {
     *rc = err && strcmp(err, "out of memory") == 0 ? QC_ESYS : qc_err("log '%s': %s: %s", out->path, what, err ? err : "malformed JSON");
+  } else if (!has_step && out->step_want[0]) {
+    *rc = qc_err("log '%s': %s has no '%s' (the case's step_key)", out->path, what, out->step_want);
   } else if (!has_step) {
-    *rc = qc_err("log '%s': %s has no 'step'", out->path, what);
-    qc_hint("each record needs \"step\": the optimizer step (an integer)");
+    *rc = qc_err("log '%s': %s has no step: none of %s", out->path, what, QC_LOG_STEP_KEYS);
+    qc_hint("each record needs the optimizer step (an integer); name another key with the arm's \"step_key\" in the case");
   } else {
-    *rc = qc_err("log '%s': %s: 'step' is %g: expected an integer", out->path, what, step);
+    *rc = qc_err("log '%s': %s: '%.*s' is %g: expected an integer", out->path, what, (int)sk.len, sk.name, step);
   }
   return NULL;
 }
@@ -367,9 +382,15 @@ done:
 }
 
 /* One Megatron metric: {"start_step": S, "end_step": E, "step_interval": I,
- * "values": {"S": v, ...} or [v, ...]}. */
+ * "values": {"S": v, ...} or [v, ...]}. A dict's keys are iterations. A
+ * list is positional, as Megatron's older tests sliced the TensorBoard
+ * series (actual[start_step:end_step:step_interval], whose element 0 is
+ * iteration 1): values[i] is iteration start_step + 1 + i * step_interval.
+ * A string value is the placeholder Megatron's writer puts at a step the
+ * run did not log ("nan"): an absent value, counted in out->placeholders;
+ * a bare NaN is a logged non-finite value. */
 static int megatron_metric(const char *p, const char *e, const char *metric, qc_l3_log *out, const char *buf) {
-  double start = 1, interval = 1, v;
+  double start = 0, interval = 1, v;
   const char *vals = NULL;
   p = qc_js_ws(p, e);
   if (p >= e || *p != '{') return qc_err("log '%s': metric '%s': expected an object with 'values'", out->path, metric);
@@ -391,7 +412,7 @@ static int megatron_metric(const char *p, const char *e, const char *metric, qc_
   if (*vals != '{' && !list) return qc_err("log '%s': metric '%s': 'values' is neither an object nor a list", out->path, metric);
   p = qc_js_ws(vals + 1, e);
   for (int64_t i = 0; p < e && *p != (list ? ']' : '}'); i++) {
-    double step = start + (double)i * interval;
+    double step = start + 1 + (double)i * interval;
     if (!list) {
       char sk[32];
       size_t len;
@@ -404,7 +425,11 @@ static int megatron_metric(const char *p, const char *e, const char *metric, qc_
       if (p >= e || *p != ':') goto bad;
       p = qc_js_ws(p + 1, e);
     }
-    if (!(p = metric_value(p, e, &v, &kind))) goto bad;
+    if (p < e && *p == '"') { /* the placeholder of a step not logged */
+      if (!(p = qc_js_string(p, e, NULL, 0, NULL))) goto bad;
+      out->placeholders++;
+      kind = 0;
+    } else if (!(p = metric_value(p, e, &v, &kind))) goto bad;
     if (kind) {
       if ((rc = qc_l3_log_row(out, (int64_t)step)) || (rc = qc_l3_log_set(out, metric, strlen(metric), v))) return rc;
     }
@@ -429,7 +454,10 @@ int qc_log_parse_megatron(const char *buf, size_t n, qc_l3_log *out) {
     p = qc_js_ws(k, e);
     if (p >= e || *p != ':') return qc_err("log '%s': malformed JSON near line %ld", out->path, qc_line_of(buf, p));
     const char *v = qc_js_ws(p + 1, e);
-    if ((rc = megatron_metric(v, e, metric, out, buf))) return rc;
+    if (v < e && *v != '{') { /* a scalar beside the metrics (iteration_timing_avg): no value per step */
+      out->nskipped++;
+      if (qc_verbose) fprintf(stderr, "log '%s': '%s' skipped: a single value, not a metric per step\n", out->path, metric);
+    } else if ((rc = megatron_metric(v, e, metric, out, buf))) return rc;
     if (!(p = qc_js_skip(v, e, 1))) return qc_err("log '%s': malformed JSON near line %ld", out->path, qc_line_of(buf, v));
     p = after(p, e);
   }
@@ -441,13 +469,13 @@ const char *qc_js_probe(const char *p, const char *e, int *has_step, int *has_lo
   p = qc_js_ws(p, e);
   if (p >= e || *p != '{') return NULL;
   p = qc_js_ws(p + 1, e);
-  for (int first = 1; p < e && *p != '}'; first = 0) {
+  while (p < e && *p != '}') {
     char name[64];
     const char *v = member(p, e, name, sizeof name);
     if (!v) return NULL;
     if (strcmp(name, "step") == 0) *has_step = 1;
     if (strcmp(name, "log_history") == 0) *has_log_history = 1;
-    if (first && v < e && *v == '{') {
+    if (v < e && *v == '{') {
       /* a Megatron metric: an object with "values" among its keys */
       const char *q = qc_js_ws(v + 1, e);
       while (q < e && *q == '"') {

@@ -29,7 +29,7 @@ const char *qc_js_string(const char *p, const char *e, char *buf, size_t cap, si
 const char *qc_js_skip(const char *p, const char *e, int depth);
 
 /* The keys of the top-level object at p, to tell the formats apart: sets
- * *has_step, *has_log_history, and *megatron when its first member is an
+ * *has_step, *has_log_history, and *megatron when a member is an
  * object holding "values". Returns the end of the object, or NULL. */
 const char *qc_js_probe(const char *p, const char *e, int *has_step, int *has_log_history, int *megatron);
 

@@ -215,6 +215,8 @@ static int parse_header(qc_st *st, int pi, const char *hdr, uint64_t hlen, uint6
  * into the header length; checks the length against the limit and the file. */
 static int header_len(const char *where, const unsigned char *b8, uint64_t size, uint64_t *hlen) {
   if (size < 8) return qc_err("safetensors '%s': %llu bytes: too short for the 8-byte header length", where, (unsigned long long)size);
+  int rc = qc_refuse_gzip("safetensors", where, b8, 8);
+  if (rc) return rc;
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = n << 8 | b8[i];
   if (n > QC_ST_MAX_HEADER) {

@@ -28,7 +28,7 @@ static int parse_tags(const cJSON *v, const char *where, qc_l3_tag *tags, int *n
 }
 
 static int parse_arm(const cJSON *v, const char *where, const char *dir, qc_sft_arm *a) {
-  static const char *const keys[] = {"log", "config", "tags", "keys", "description", NULL};
+  static const char *const keys[] = {"log", "config", "step_key", "tags", "keys", "description", NULL};
   char w[400], rel[QC_L3_PATH];
   int rc, found;
   snprintf(w, sizeof w, "%s: arms.%s", where, v->string);
@@ -42,6 +42,10 @@ static int parse_arm(const cJSON *v, const char *where, const char *dir, qc_sft_
   if ((rc = qc_lj_resolve(dir, rel, a->log, sizeof a->log))) return rc;
   if ((rc = qc_lj_str(v, "config", w, rel, sizeof rel, &found))) return rc;
   if (found && (rc = qc_lj_resolve(dir, rel, a->config, sizeof a->config))) return rc;
+  const cJSON *sk = cJSON_GetObjectItemCaseSensitive(v, "step_key");
+  if (sk && (!cJSON_IsString(sk) || !sk->valuestring[0] || strlen(sk->valuestring) >= sizeof a->step_key))
+    return qc_err("%s: 'step_key' must be the name of the log's step key or column (1 to %zu characters)", w, sizeof a->step_key - 1);
+  if (sk) snprintf(a->step_key, sizeof a->step_key, "%s", sk->valuestring);
   const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "tags");
   if (t && (rc = parse_tags(t, w, a->tags, &a->ntags))) return rc;
   const cJSON *k = cJSON_GetObjectItemCaseSensitive(v, "keys");
@@ -198,7 +202,7 @@ static int parse_pair(const cJSON *v, const char *where, const char *dir, qc_sft
 }
 
 int qc_sft_case_parse(const char *text, const char *where, const char *dir, qc_sft_case *c) {
-  static const char *const top[] = {"name", "description", "arms", "x", "window", "expected_differences", "pairs", NULL};
+  static const char *const top[] = {"name", "description", "arms", "x", "window", "max_gap", "expected_differences", "pairs", NULL};
   memset(c, 0, sizeof *c);
   snprintf(c->path, sizeof c->path, "%s", where);
   snprintf(c->dir, sizeof c->dir, "%s", dir ? dir : "");
@@ -229,6 +233,14 @@ int qc_sft_case_parse(const char *text, const char *where, const char *dir, qc_s
     goto done;
   }
   if ((rc = parse_window(v, w, &c->w0, &c->w1))) goto done;
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "max_gap"))) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble)) {
+      rc = qc_err("%s: 'max_gap' must be a positive number on the x axis (the longest stretch without a point accepted)", w);
+      goto done;
+    }
+    c->has_max_gap = 1;
+    c->max_gap = v->valuedouble;
+  }
   if ((v = cJSON_GetObjectItemCaseSensitive(root, "expected_differences"))) {
     if (!cJSON_IsObject(v)) { rc = qc_err("%s: 'expected_differences' must be an object {\"key\": \"why it differs\"}", w); goto done; }
     for (const cJSON *e = v->child; e; e = e->next) {

@@ -63,6 +63,7 @@ typedef struct qc_sft_arm {
   char key[QC_L3_NAME];      /* "under_test", "gradient_reference", "native_baseline" */
   char log[QC_L3_PATH];      /* resolved */
   char config[QC_L3_PATH];   /* resolved; "" when none */
+  char step_key[QC_L3_NAME]; /* the log's step key ("": the known ones); its noise logs' too */
   int ntags;
   qc_l3_tag tags[QC_L3_MAXTAGS];
   int nkeys;                 /* config key paths (canonical key -> path) */
@@ -77,6 +78,8 @@ typedef struct qc_sft_case {
   char sha256[65];
   int x_tokens;              /* x axis: 0 step, 1 tokens */
   double w0, w1;             /* the window */
+  int has_max_gap;           /* the case declares the longest stretch without a point it accepts */
+  double max_gap;            /* on the x axis; else the rule of docs/layer3.md (coverage) */
   int narm;
   qc_sft_arm arms[QC_L3_MAXARMS];
   int nexpected;

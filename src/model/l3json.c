@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/qc.h"
 #include "core/sha256.h"
 
@@ -79,6 +80,7 @@ int qc_lj_load(const char *path, char **text, char *dir, size_t dirlen, char *sh
   }
   if (got != n) { rc = qc_err("case '%s': short read", path); goto done; }
   buf[n] = 0;
+  if ((rc = qc_refuse_gzip("case", path, buf, n))) goto done;
   if (memchr(buf, 0, n)) { rc = qc_err("case '%s': holds a NUL byte: not a JSON text", path); goto done; }
   qc_sha256_hex(buf, n, sha);
   snprintf(dir, dirlen, "%s", path);

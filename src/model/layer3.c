@@ -35,17 +35,58 @@ static int grow_rows(qc_l3_log *l, int64_t want) {
   return QC_OK;
 }
 
+/* Remember that `step` was re-logged (a list sorted and made distinct by
+ * finish). QC_OK or QC_ESYS. */
+static int note_dup_step(qc_l3_log *l, int64_t step) {
+  if (l->ndup_steps && l->dup_steps[l->ndup_steps - 1] == step) return QC_OK;
+  if (l->ndup_steps == l->capdup) {
+    int64_t cap = l->capdup ? 2 * l->capdup : 16;
+    int64_t *nv = realloc(l->dup_steps, (size_t)cap * sizeof *nv);
+    if (!nv) return qc_err_sys("out of memory reading log '%s'", l->path);
+    l->dup_steps = nv;
+    l->capdup = cap;
+  }
+  l->dup_steps[l->ndup_steps++] = step;
+  return QC_OK;
+}
+
 /* A record that overwrote a value is counted once, at its end (the next
- * row or finish). */
-static void close_record(qc_l3_log *l) {
-  if (!l->rec_dup) return;
+ * row or finish). QC_OK or QC_ESYS. */
+static int close_record(qc_l3_log *l) {
+  if (!l->rec_dup) return QC_OK;
   if (l->dup_records == 0 || l->step[l->n - 1] < l->first_dup_step) l->first_dup_step = l->step[l->n - 1];
   l->dup_records++;
   l->rec_dup = 0;
+  return note_dup_step(l, l->step[l->n - 1]);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sort the re-logged steps and drop repeats. */
+static void sort_dup_steps(qc_l3_log *l) {
+  if (l->ndup_steps < 2) return;
+  qsort(l->dup_steps, (size_t)l->ndup_steps, sizeof *l->dup_steps, cmp_i64);
+  int64_t m = 1;
+  for (int64_t i = 1; i < l->ndup_steps; i++)
+    if (l->dup_steps[i] != l->dup_steps[m - 1]) l->dup_steps[m++] = l->dup_steps[i];
+  l->ndup_steps = m;
+}
+
+int qc_l3_log_is_dup(const qc_l3_log *l, int64_t step) {
+  int64_t lo = 0, hi = l->ndup_steps;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (l->dup_steps[mid] < step) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < l->ndup_steps && l->dup_steps[lo] == step;
 }
 
 int qc_l3_log_row(qc_l3_log *l, int64_t step) {
-  if (l->n > 0) close_record(l);
+  if (l->n > 0 && close_record(l)) return QC_ESYS;
   if (l->n > 0 && l->step[l->n - 1] == step) return QC_OK; /* the same step: add to its row */
   if (l->n > 0 && step < l->step[l->n - 1]) l->unsorted = 1;
   int rc = grow_rows(l, l->n + 1);
@@ -115,9 +156,12 @@ static int cmp_idx_step(const void *pa, const void *pb, void *ctx) {
 }
 
 int qc_l3_log_finish(qc_l3_log *l) {
-  if (l->n > 0) close_record(l);
+  if (l->n > 0 && close_record(l)) return QC_ESYS;
   l->hint = 0;
-  if (!l->unsorted) return QC_OK;
+  if (!l->unsorted) {
+    sort_dup_steps(l);
+    return QC_OK;
+  }
   int64_t n = l->n, *idx = malloc((size_t)n * sizeof *idx), *nst = malloc((size_t)n * sizeof *nst);
   double *nv = malloc((size_t)n * sizeof *nv);
   uint8_t *nh = malloc((size_t)n), *seen = calloc((size_t)l->ncol + 1, 1);
@@ -142,6 +186,7 @@ int qc_l3_log_finish(qc_l3_log *l) {
       if (dup) {
         if (l->dup_records == 0 || s < l->first_dup_step) l->first_dup_step = s;
         l->dup_records++;
+        if ((rc = note_dup_step(l, s))) goto done;
       }
     }
     memset(seen, 0, (size_t)l->ncol);
@@ -160,6 +205,7 @@ int qc_l3_log_finish(qc_l3_log *l) {
   memcpy(l->step, nst, (size_t)m * sizeof *nst);
   l->n = m;
   l->unsorted = 0;
+  sort_dup_steps(l);
 done:
   free(idx);
   free(nst);
@@ -191,6 +237,7 @@ void qc_l3_log_free(qc_l3_log *l) {
   }
   free(l->col);
   free(l->step);
+  free(l->dup_steps);
   memset(l, 0, sizeof *l);
 }
 

@@ -47,6 +47,14 @@ typedef struct qc_l3_log {
   /* duplicates: values set twice for one (step, metric), records that did
    * so, and the first such step */
   int64_t dup_values, dup_records, first_dup_step;
+  /* the step: the case's step key when it names one (step_want; "" reads
+   * the known keys, io/l3log.h), and the key the steps came from */
+  int64_t *dup_steps;        /* the steps re-logged with a different value, ascending, distinct (after finish) */
+  int64_t ndup_steps, capdup;
+  char step_want[QC_L3_NAME];
+  char step_key[QC_L3_NAME];
+  int64_t placeholders;      /* Megatron "nan" placeholders read as absent values */
+  int nskipped;              /* top-level scalars that are no metric (Megatron's iteration_timing_avg) */
   /* builder state */
   int hint;                  /* the column the next key probably names */
   int unsorted;              /* a row was started below the one before it */
@@ -63,6 +71,9 @@ int qc_l3_log_set(qc_l3_log *l, const char *name, size_t len, double v);
 /* Sort the rows by step (stable) and merge rows of equal steps, the later
  * value winning; count the duplicates. QC_OK or QC_ESYS. */
 int qc_l3_log_finish(qc_l3_log *l);
+/* 1 when `step` was re-logged with a different value (a duplicate), after
+ * qc_l3_log_finish. */
+int qc_l3_log_is_dup(const qc_l3_log *l, int64_t step);
 /* Index of column `name`, or -1. */
 int qc_l3_log_col(const qc_l3_log *l, const char *name);
 /* Rename column `from` to `to` (a case's tag mapping). QC_OK when done or
@@ -138,6 +149,14 @@ typedef struct qc_sft_check_res {
   double eq_mean, eq_lo, eq_hi; /* the mean difference and its 1 - 2 alpha bootstrap interval */
   int eq_block;              /* the block length used */
   int nonfinite;             /* non-finite values in either arm over the window */
+  /* the onset of a failure: where the difference a - b began to change
+   * (a change point fitted to it up to the first failure), at or before
+   * fail_x; kind "drift" (a ramp), "shift" (a step), or "none" (no
+   * change found before the failure: the onset is the failure) */
+  int has_onset;
+  double onset_x;
+  int64_t onset_step;
+  char onset_kind[8];
   /* aligned series [npoints] (NULL when none) */
   double *x, *a, *b, *lo, *hi, *cum;
   int64_t *st;
@@ -149,10 +168,15 @@ typedef struct qc_sft_pair_res {
   double first_x;
   int64_t first_step;
   int first_check;           /* index into checks */
+  int has_onset;             /* the earliest onset among the failed checks (<= first_x) */
+  double onset_x;
+  int64_t onset_step;
+  int onset_check;
   qc_l3_loc loc;             /* QC_LOC_NONE unless the pair deviates */
   int has_x0;
   int64_t x0, x1;            /* the first step both logs have, and the next (-1: none) */
   char reasons[1024];        /* pair-level reasons for inconclusive ("; "-separated) */
+  char undeclared[512];      /* controlled variables that differ without a declared reason (", "-separated) */
   int ncheck;
   qc_sft_check_res *checks;  /* [ncheck], in the case's order */
 } qc_sft_pair_res;

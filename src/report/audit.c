@@ -33,6 +33,26 @@ static verb_sum sum_of(const qc_evidence *e, const char *verb) {
   return v;
 }
 
+static const char *verdict_of(const verb_sum *v);
+
+void qc_audit_console(const qc_evidence *e, int verdict, qc_sbuf *b) {
+  static const struct { const char *verb, *name; } L[] = {
+      {"vjp", "layer 1 (vjp)"}, {"contract", "layer 2 (contract)"}, {"sft", "layer 3 (sft)"}, {"step", "one-step (step)"}, {NULL, "other"}};
+  qc_l1_summary s1;
+  qc_audit_l1_summary(e, &s1);
+  qc_sbuf_printf(b, "report: %s: %d report(s)", verdict ? "FAIL" : "pass", e->nsrc);
+  for (size_t i = 0; i < sizeof L / sizeof *L; i++) {
+    verb_sum v = sum_of(e, L[i].verb);
+    if (!v.reports && !L[i].verb) continue; /* "other" only when there is some */
+    if (!v.reports) qc_sbuf_printf(b, "; %s: not run", L[i].name);
+    else qc_sbuf_printf(b, "; %s: %d check(s), %d failed (%s)", L[i].name, v.checks, v.failed, verdict_of(&v));
+  }
+  qc_sbuf_printf(b, "; coverage %d of %d applicable item(s)", s1.cov_covered, s1.cov_applicable);
+  int ns = qc_audit_nsuspicious(e);
+  if (ns) qc_sbuf_printf(b, "; %d suspicious pass(es) (>= %gx the noise floor or rel_l2 >= %g)", ns, QC_AUDIT_SUSPICIOUS,
+                         QC_AUDIT_SUSPICIOUS_REL);
+}
+
 static const char *verdict_of(const verb_sum *v) {
   if (!v->reports) return "not run";
   if (v->errors) return "error";
@@ -253,6 +273,15 @@ static void summary(qc_doc *d, const qc_audit_ctx *a, const char *word) {
       qc_doc_code(d, e->src[i].path);
       qc_doc_text(d, " could not be judged: %s", e->src[i].error);
     }
+  int nsus = qc_audit_nsuspicious(e);
+  if (nsus) {
+    qc_doc_p(d);
+    qc_doc_strong(d, "Suspicious passes: ");
+    qc_doc_text(d, "%d check(s) passed at %g times their noise floor or more, or with rel_l2 >= %g (", nsus, QC_AUDIT_SUSPICIOUS,
+                QC_AUDIT_SUSPICIOUS_REL);
+    qc_doc_ref(d, "suspicious", "the list");
+    qc_doc_text(d, ").");
+  }
   worst_checks(d, e);
   qc_doc_end_block(d);
   qc_sbuf_printf(&d->html, "</section>\n");
@@ -411,6 +440,7 @@ int qc_audit_render(qc_report_out *o, const qc_audit_ctx *a, int *verdict) {
     summary(&d, a, word);
     nav(&d);
     qc_audit_l1(&d, e);
+    qc_audit_suspicious(&d, e);
     qc_audit_l2(&d, e);
     qc_audit_l3(&d, e);
     qc_audit_step(&d, e);

@@ -5,9 +5,12 @@
  * resources, plots inline as SVG, print CSS), and its sections, in the
  * method's order: the one-screen summary and the inputs (audit.c), layer 1
  * per class with the coverage matrix (audit_l1.c), layer 2 per class and
- * layer (audit_l2.c), layer 3 and the one-step update (audit_l3.c). */
+ * layer (audit_l2.c), layer 3 and the one-step update (audit_l3.c); where
+ * a row came from and the suspicious passes (audit_extra.c). */
 #ifndef QC_REPORT_AUDIT_H
 #define QC_REPORT_AUDIT_H
+
+#include <cjson/cJSON.h>
 
 #include "model/evidence.h"
 #include "report/baseline.h"
@@ -17,6 +20,16 @@
 /* Read one JSON report into e (appended). QC_OK, QC_EINPUT (not a
  * qatcheck JSON report, unreadable), QC_ESYS. */
 int qc_audit_read(const char *path, qc_evidence *e);
+
+/* The input report src names, for a row that came from it: its file's
+ * base name and, when the report names one, its case ("v_fail.json: case
+ * linear_dump"). A static buffer, valid until the next call. */
+const char *qc_audit_src_name(const qc_evidence *e, int src);
+
+/* A step report's per-arm numbers ({"under_test": {"recomputed": 1.8421,
+ * "implied": 1.8421}, ...}) in words into out[cap]: "under_test 1.8421
+ * (implied by the update 1.8421)", ", "-separated. */
+void qc_audit_arm_numbers(const cJSON *n, char *out, size_t cap);
 
 /* Append printf-style to the NUL-terminated buf of size n (truncating). */
 void qc_cat(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -88,6 +101,23 @@ void qc_audit_coverage(qc_doc *d, const qc_evidence *e);
 void qc_audit_l2(qc_doc *d, const qc_evidence *e);
 void qc_audit_l3(qc_doc *d, const qc_evidence *e);
 void qc_audit_step(qc_doc *d, const qc_evidence *e);
+
+/* Suspicious passes: a check that passed with its error at least
+ * QC_AUDIT_SUSPICIOUS times its noise floor (noise_multiple), or with a
+ * relative error of QC_AUDIT_SUSPICIOUS_REL or more (an error half the
+ * gradient's size): a tolerance so loose it passes a real defect (a
+ * transposed weight gradient measures ~850x, so 1000x would miss it).
+ * Their number, listed by qc_audit_suspicious. */
+#define QC_AUDIT_SUSPICIOUS 100.0
+#define QC_AUDIT_SUSPICIOUS_REL 0.5
+int qc_audit_is_suspicious(const qc_check *k);
+int qc_audit_nsuspicious(const qc_evidence *e);
+void qc_audit_suspicious(qc_doc *d, const qc_evidence *e);
+
+/* The console's one-line summary: the verdict, the reports, and each layer
+ * (vjp, contract, sft, step, other) with its reports, checks and failures,
+ * the coverage and the suspicious passes. Into b. */
+void qc_audit_console(const qc_evidence *e, int verdict, qc_sbuf *b);
 
 /* Compare each baseline of the run's gate g with the input report of its
  * verb (of its case or dump when several have the verb): fills a->reg and

@@ -293,7 +293,7 @@ static void class_sources(qc_doc *d, const qc_evidence *e, const char *cls) {
 
 static void class_shapes(qc_doc *d, const qc_evidence *e, const char *cls) {
   qc_doc_h(d, 4, NULL, "Shapes and paths covered");
-  qc_doc_table(d, "l:instance|l:source|r:tokens|l:tensors|l:values|l:dY|r:checks|r:seconds");
+  qc_doc_table(d, "l:instance|l:report|l:source|r:tokens|l:tensors|l:values|l:dY|r:checks|r:seconds");
   for (int i = 0; i < e->nmod; i++) {
     const qc_modinfo *mi = &e->mod[i].mi;
     if (strcmp(mi->cls, cls) != 0) continue;
@@ -305,6 +305,7 @@ static void class_shapes(qc_doc *d, const qc_evidence *e, const char *cls) {
     for (int j = 0; j < mi->ndy; j++) qc_cat(dy, sizeof dy, "%s%s", j ? ", " : "", mi->dy[j].name);
     qc_doc_tr(d);
     qc_doc_td_code(d, mi->module);
+    qc_doc_td_code(d, qc_audit_src_name(e, e->mod[i].src));
     qc_doc_td(d, "%s", mi->source);
     qc_doc_td(d, "%lld", (long long)mi->tokens);
     qc_doc_td(d, "%s", ts);
@@ -389,17 +390,33 @@ static void class_metrics(qc_doc *d, const qc_evidence *e, const char *cls) {
     else qc_doc_td(d, "-");
   }
   qc_doc_table_end(d);
-  /* the reasoning, once per gradient and distinct text */
+  /* the reasoning, once per gradient and distinct text (32 modules of one
+   * case, or several reports, declare the same text: said once, with how
+   * many checks it covers) */
+  enum { MAXR = 64 };
   for (int t = 0; t < nt; t++) {
-    const char *last = NULL;
+    const char *seen[MAXR];
+    int count[MAXR], ns = 0, more = 0;
     for (int i = 0; i < e->nl1; i++) {
       const qc_check *k = &e->l1[i].c;
       if (strcmp(k->cls, cls) || strcmp(k->tensor, tens[t]) || !k->has_tol || !k->tol.reasoning[0]) continue;
-      if (last && strcmp(last, k->tol.reasoning) == 0) continue;
-      last = k->tol.reasoning;
+      int j = 0;
+      while (j < ns && strcmp(seen[j], k->tol.reasoning) != 0) j++;
+      if (j < ns) { count[j]++; continue; }
+      if (ns == MAXR) { more++; continue; }
+      seen[ns] = k->tol.reasoning;
+      count[ns++] = 1;
+    }
+    for (int j = 0; j < ns; j++) {
       qc_doc_li(d);
       qc_doc_code(d, tens[t]);
-      qc_doc_text(d, ": %s", k->tol.reasoning);
+      qc_doc_text(d, ": %s", seen[j]);
+      if (count[j] > 1) qc_doc_text(d, " (%d checks)", count[j]);
+    }
+    if (more) {
+      qc_doc_li(d);
+      qc_doc_code(d, tens[t]);
+      qc_doc_text(d, ": %d more check(s) with other reasoning (in their reports)", more);
     }
   }
   qc_doc_end_block(d);
@@ -417,7 +434,9 @@ static void class_failures(qc_doc *d, const qc_evidence *e, const char *cls) {
     qc_doc_code(d, c->c.module);
     qc_doc_text(d, " ");
     qc_doc_code(d, qc_report_check_name(&c->c, name, sizeof name));
-    qc_doc_text(d, ": %s", c->c.why);
+    qc_doc_text(d, " (from ");
+    qc_doc_code(d, qc_audit_src_name(e, c->src));
+    qc_doc_text(d, "): %s", c->c.why);
     if (isfinite(c->c.m.bias_z) && !strstr(c->c.why, "bias_z")) { /* the why names it when it failed */
       double bz = c->c.has_tol && c->c.tol.has_bias_z ? c->c.tol.bias_z : QC_BIAS_Z_DEFAULT;
       if (bz > 0) qc_doc_text(d, " (bias_z %.3g, within +-%.3g)", c->c.m.bias_z, bz);

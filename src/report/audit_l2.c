@@ -121,7 +121,7 @@ static void combo_plots(qc_doc *d, const qc_sweep *s, const l2_cell *c, int a, i
     char title[200], cap[400];
     snprintf(title, sizeof title, "%s per layer: %s, weight %s, activation %s", metric == 0 ? "cosine" : "norm ratio",
              c[a].tensor, c[a].wfmt, c[a].afmt);
-    qc_svg_plot p = {.title = title, .xlabel = "layer", .ylabel = metric == 0 ? "cosine (lowest row)" : "norm ratio (farthest row)",
+    qc_svg_plot p = {.title = title, .xlabel = "layer", .int_x = 1, .ylabel = metric == 0 ? "cosine (lowest row)" : "norm ratio (farthest row)",
                      .width = 900, .height = 320, .series = ser, .nseries = ns};
     if (metric == 1) qc_svg_hline(&p, 1.0, "norm ratio 1", NULL);
     snprintf(cap, sizeof cap, "%s of dX from the dequantized weight against dX from the master weight, per layer and "

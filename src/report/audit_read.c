@@ -40,6 +40,7 @@ static double num(const cJSON *o, const char *k, double dflt) {
 
 static int flag(const cJSON *o, const char *k) { return cJSON_IsTrue(get(o, k)); }
 
+
 /* Grow array *v of *n elements of size sz by one (zeroed); NULL out of memory. */
 static void *grow(void **v, int *n, size_t sz) {
   char *nv = realloc(*v, (size_t)(*n + 1) * sz);
@@ -357,10 +358,10 @@ static int read_step(const cJSON *r, int src, qc_evidence *e) {
   for (int i = 0; i < 2; i++) {
     const cJSON *n = get(r, notes[i]);
     if (!n) continue;
-    char *t = cJSON_PrintUnformatted(n);
+    char t[512];
+    qc_audit_arm_numbers(n, t, sizeof t);
     size_t l = strlen(e->step_notes);
-    if (t) snprintf(e->step_notes + l, sizeof e->step_notes - l, "%s%s: %s", l ? "; " : "", notes[i], t);
-    free(t);
+    snprintf(e->step_notes + l, sizeof e->step_notes - l, "%s%s: %s", l ? "; " : "", notes[i], t);
   }
   return QC_OK;
 }
@@ -380,11 +381,13 @@ static int counts(const cJSON *r, const char *path, qc_ev_src *s) {
   int n = 0, nf = 0, hard = 0;
   const cJSON *arr_or_none = cJSON_IsArray(a) ? a : NULL;
   cJSON_ArrayForEach(x, arr_or_none) {
-    char v[16] = "";
+    char v[16] = "", res[16] = "";
     str(x, "verdict", v, sizeof v);
+    str(x, "result", res, sizeof res); /* quant: "reproduced", "mismatch", "not_made" */
+    int mism = !v[0] && strcmp(res, "mismatch") == 0;
     n++;
-    nf += v[0] && strcmp(v, "pass") != 0;
-    hard += strcmp(v, "fail") == 0 || strcmp(v, "deviates") == 0;
+    nf += (v[0] && strcmp(v, "pass") != 0) || mism;
+    hard += strcmp(v, "fail") == 0 || strcmp(v, "deviates") == 0 || mism;
   }
   int has_t = cJSON_IsObject(t);
   double tc = num(t, "checks", 0), tf = num(t, "failed", 0);
@@ -406,6 +409,7 @@ static int counts(const cJSON *r, const char *path, qc_ev_src *s) {
   }
   return QC_OK;
 }
+
 
 int qc_audit_read(const char *path, qc_evidence *e) {
   char *text = NULL;
@@ -435,6 +439,7 @@ int qc_audit_read(const char *path, qc_evidence *e) {
   if (cJSON_IsObject(c)) str(c, "name", s->title, sizeof s->title);
   else str(r, "case", s->title, sizeof s->title);
   if (!s->title[0] && cJSON_IsObject(d)) str(d, "path", s->title, sizeof s->title);
+  if (!s->title[0] && cJSON_IsObject(get(r, "checkpoint"))) str(get(r, "checkpoint"), "path", s->title, sizeof s->title); /* quant */
   if (!s->title[0]) str(r, "module", s->title, sizeof s->title);
   if ((rc = counts(r, path, s))) goto done;
   int src = e->nsrc - 1;

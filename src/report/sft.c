@@ -105,6 +105,12 @@ static cJSON *check_json(const qc_sft_case *cs, const qc_sft_check *k, const qc_
     cJSON_AddNumberToObject(o, "first_fail_x", c->fail_x);
     cJSON_AddNumberToObject(o, "first_fail_step", (double)c->fail_step);
     cJSON_AddStringToObject(o, "bound", c->bound);
+    if (c->has_onset) {
+      cJSON *on = cJSON_AddObjectToObject(o, "onset");
+      cJSON_AddNumberToObject(on, "x", c->onset_x);
+      cJSON_AddNumberToObject(on, "step", (double)c->onset_step);
+      cJSON_AddStringToObject(on, "kind", c->onset_kind);
+    }
   } else {
     cJSON_AddNullToObject(o, "first_fail_x");
   }
@@ -135,13 +141,39 @@ static cJSON *pair_json(const qc_sft_view *v, int p) {
     cJSON_AddNumberToObject(f, "step", (double)pr->first_step);
     cJSON_AddStringToObject(f, "metric", pc->checks[pr->first_check].metric);
     cJSON_AddStringToObject(f, "bound", pr->checks[pr->first_check].bound);
+    cJSON_AddBoolToObject(f, "relogged", qc_l3_log_is_dup(&v->logs[pc->a], pr->first_step) ||
+                                         qc_l3_log_is_dup(&v->logs[pc->b], pr->first_step));
+    if (pr->has_onset) {
+      const qc_sft_check_res *oc = &pr->checks[pr->onset_check];
+      cJSON *on = cJSON_AddObjectToObject(f, "onset");
+      cJSON_AddNumberToObject(on, "x", pr->onset_x);
+      cJSON_AddNumberToObject(on, "step", (double)pr->onset_step);
+      cJSON_AddStringToObject(on, "metric", pc->checks[pr->onset_check].metric);
+      cJSON_AddStringToObject(on, "kind", oc->onset_kind);
+    }
   } else {
     cJSON_AddNullToObject(o, "first_deviation");
+  }
+  cJSON *und = cJSON_AddArrayToObject(o, "undeclared_differences");
+  for (const char *q = pr->undeclared; *q;) {
+    size_t len = strcspn(q, ",");
+    char key[QC_L3_NAME];
+    snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), q);
+    cJSON_AddItemToArray(und, cJSON_CreateString(key));
+    q += len;
+    while (*q == ',' || *q == ' ') q++;
   }
   const char *loc = qc_l3_loc_name(pr->loc);
   if (loc) {
     cJSON_AddStringToObject(o, "localization", loc);
-    cJSON_AddStringToObject(o, "advice", qc_l3_loc_advice(pr->loc));
+    if (pr->verdict == QC_L3_FAIL && pr->undeclared[0]) {
+      char adv[1200];
+      snprintf(adv, sizeof adv, "first explain the undeclared differences (%s): either can make the arms deviate by itself; then: %s",
+               pr->undeclared, qc_l3_loc_advice(pr->loc));
+      cJSON_AddStringToObject(o, "advice", adv);
+    } else {
+      cJSON_AddStringToObject(o, "advice", qc_l3_loc_advice(pr->loc));
+    }
   } else {
     cJSON_AddNullToObject(o, "localization");
   }
@@ -182,6 +214,9 @@ static int render_json(qc_sbuf *out, qc_prov *prov, const qc_sft_view *v) {
       cJSON_AddNumberToObject(o, "first_step", (double)l->step[0]);
       cJSON_AddNumberToObject(o, "last_step", (double)l->step[l->n - 1]);
     }
+    if (l->step_key[0]) cJSON_AddStringToObject(o, "step_key", l->step_key);
+    else cJSON_AddNullToObject(o, "step_key");
+    cJSON_AddNumberToObject(o, "placeholders", (double)l->placeholders);
     cJSON *ms = cJSON_AddArrayToObject(o, "metrics");
     for (int c = 0; c < l->ncol; c++) cJSON_AddItemToArray(ms, cJSON_CreateString(l->col[c].name));
     cJSON *d = cJSON_AddObjectToObject(o, "duplicates");
@@ -277,10 +312,57 @@ static void bounds_short(const qc_sft_bounds *b, char *out, size_t n) {
 #undef B
 }
 
+/* s cut to at most max characters at a word boundary (a space, comma or
+ * slash), "..." added when cut: a value is never cut mid-word. */
+static void clip_words(const char *s, size_t max, char *out, size_t outn) {
+  size_t n = strlen(s);
+  if (n <= max || max < 8) { snprintf(out, outn, "%s", s); return; }
+  size_t cut = max - 3;
+  while (cut > max / 2 && s[cut] != ' ' && s[cut] != ',' && s[cut] != '/' && s[cut - 1] != ',') cut--;
+  if (cut <= max / 2) cut = max - 3; /* one long word: cut it, marked */
+  while (cut > 0 && s[cut - 1] == ' ') cut--;
+  snprintf(out, outn, "%.*s...", (int)cut, s);
+}
+
+/* An x for people: "step 490", or on a tokens axis "tokens 1,254,400 (step
+ * 490)" (digits grouped when a whole number). */
+static void fmt_x(const qc_sft_case *cs, double x, int64_t step, char *out, size_t n) {
+  if (!cs->x_tokens) { snprintf(out, n, "step %lld", (long long)step); return; }
+  char num[64];
+  if (x == floor(x) && fabs(x) < 1e18) {
+    char raw[32];
+    snprintf(raw, sizeof raw, "%lld", (long long)llabs((long long)x));
+    size_t len = strlen(raw), k = 0;
+    if (x < 0) num[k++] = '-';
+    for (size_t i = 0; i < len; i++) {
+      if (i && (len - i) % 3 == 0) num[k++] = ',';
+      num[k++] = raw[i];
+    }
+    num[k] = 0;
+  } else {
+    snprintf(num, sizeof num, "%.6g", x);
+  }
+  snprintf(out, n, "tokens %s (step %lld)", num, (long long)step);
+}
+
+/* Which of the pair's logs re-logged `step` (a duplicate with another
+ * value), as " (step S re-logged in 'log'...: the last value is judged)",
+ * or "". */
+static void dup_note(const qc_sft_view *v, const qc_sft_pair *pc, int64_t step, char *out, size_t n) {
+  out[0] = 0;
+  const qc_l3_log *l[2] = {&v->logs[pc->a], &v->logs[pc->b]};
+  for (int s = 0; s < 2; s++)
+    if (qc_l3_log_is_dup(l[s], step) && !(s == 1 && strcmp(l[0]->path, l[1]->path) == 0 && out[0])) {
+      size_t k = strlen(out);
+      snprintf(out + k, n - k, " [step %lld was re-logged in '%s' with another value: the last one is judged]", (long long)step,
+               l[s]->path);
+    }
+}
+
 void qc_report_sft_table(const qc_sft_view *v) {
   const qc_sft_case *cs = v->cs;
   const char *xn = cs->x_tokens ? "tokens" : "step";
-  printf("sft: case %s, window [%g, %g] on %s\n", cs->name, cs->w0, cs->w1, xn);
+  printf("sft: case %s, window [%.15g, %.15g] on %s\n", cs->name, cs->w0, cs->w1, xn);
   const char *ms[64];
   int nm = judged_metrics(cs, ms, 64);
   printf("%-22s", "mean (last) in window");
@@ -297,6 +379,12 @@ void qc_report_sft_table(const qc_sft_view *v) {
     }
     printf("\n");
   }
+  for (int a = 0; a < cs->narm; a++) {
+    const qc_l3_log *l = &v->logs[a];
+    if (l->dup_values)
+      printf("log %s: %lld step(s) re-logged with another value (first at step %lld, %lld value(s)): the last value of a step is "
+             "judged\n", cs->arms[a].key, (long long)l->ndup_steps, (long long)l->first_dup_step, (long long)l->dup_values);
+  }
   int ndiff = 0;
   for (int k = 0; k < v->nrow; k++) ndiff += v->rows[k].differs;
   printf("config diff: %d key(s), %d differ\n", v->nrow, ndiff);
@@ -304,7 +392,11 @@ void qc_report_sft_table(const qc_sft_view *v) {
     const qc_sft_cfgrow *row = &v->rows[k];
     if (!row->differs) continue;
     printf("  %-20s", row->key);
-    for (int a = 0; a < cs->narm; a++) printf(" %.40s", row->val[a] ? row->val[a] : "-");
+    for (int a = 0; a < cs->narm; a++) {
+      char cell[64];
+      clip_words(row->val[a] ? row->val[a] : "-", 40, cell, sizeof cell);
+      printf(" %s", cell);
+    }
     printf("  %s\n", row->expected ? "(expected)" : "(NOT EXPECTED)");
   }
   int dev = 0, inc = 0;
@@ -314,10 +406,22 @@ void qc_report_sft_table(const qc_sft_view *v) {
     dev += pr->verdict == QC_L3_FAIL;
     inc += pr->verdict == QC_L3_INCONCLUSIVE;
     printf("pair %s~%s: %s", cs->arms[pc->a].key, cs->arms[pc->b].key, pr->verdict == QC_L3_FAIL ? "DEVIATES" : qc_l3_pair_verdict_name(pr->verdict));
-    if (pr->has_first)
-      printf(" at %s %g (%s, %s); localization: %s", xn, pr->first_x, pc->checks[pr->first_check].metric,
-             pr->checks[pr->first_check].bound, qc_l3_loc_name(pr->loc));
+    char fx[96], dn[2 * QC_L3_PATH + 200];
+    if (pr->has_first) {
+      fmt_x(cs, pr->first_x, pr->first_step, fx, sizeof fx);
+      printf(" at %s (%s, %s); localization: %s", fx, pc->checks[pr->first_check].metric, pr->checks[pr->first_check].bound,
+             qc_l3_loc_name(pr->loc));
+    }
+    if (pr->has_first && pr->has_onset && pr->onset_x < pr->first_x) {
+      fmt_x(cs, pr->onset_x, pr->onset_step, fx, sizeof fx);
+      printf("; onset ~%s (%s, %s: where a - b began to change)", fx, pc->checks[pr->onset_check].metric,
+             pr->checks[pr->onset_check].onset_kind);
+    }
     printf("\n");
+    if (pr->has_first) {
+      dup_note(v, pc, pr->first_step, dn, sizeof dn);
+      if (dn[0]) printf(" %s\n", dn);
+    }
     if (pr->reasons[0]) printf("  %s\n", pr->reasons);
     for (int i = 0; i < pc->ncheck; i++) {
       const qc_sft_check_res *c = &pr->checks[i];
@@ -326,7 +430,9 @@ void qc_report_sft_table(const qc_sft_view *v) {
       printf("  %-14s %-24s %-12s %5lld points  mean diff %-10.3g max rel %-10.3g %s\n", pc->checks[i].metric, bs,
              qc_l3_verdict_name(c->verdict), (long long)c->npoints, c->mean_diff, c->max_rel, c->why);
     }
-    if (pr->loc != QC_LOC_NONE) printf("  -> %s\n", qc_l3_loc_advice(pr->loc));
+    if (pr->verdict == QC_L3_FAIL && pr->undeclared[0])
+      printf("  -> first explain the undeclared differences (%s): either can make the arms deviate by itself\n", pr->undeclared);
+    if (pr->loc != QC_LOC_NONE) printf("  -> %s%s\n", pr->verdict == QC_L3_FAIL && pr->undeclared[0] ? "then: " : "", qc_l3_loc_advice(pr->loc));
   }
   printf("sft: %s: %d pair(s), %d deviate, %d inconclusive\n", v->verdict ? "FAIL" : "pass", cs->npair, dev, inc);
 }

@@ -115,6 +115,7 @@ static int plots(qc_report_out *o, const qc_sft_view *v, int p, int i, const cha
     pl.band_label = label;
   }
   if (c->has_fail) qc_svg_vline(&pl, c->fail_x, "first deviation", NULL);
+  if (c->has_onset && c->onset_x < c->fail_x) qc_svg_vline(&pl, c->onset_x, "onset", NULL);
   for (int pass = 0; pass < 2; pass++) {
     int mean_plot = pass == 1;
     if (mean_plot && !(b->has_mean_abs || b->has_mean_rel || b->has_equiv)) break;
@@ -248,10 +249,18 @@ int qc_report_sft_markdown(qc_report_out *o, const qc_sft_view *v) {
     const qc_sft_pair_res *pr = &v->pairs[p];
     qc_sbuf_printf(md, "\n## %s ~ %s: %s\n\n", cs->arms[pc->a].key, cs->arms[pc->b].key,
                    pr->verdict == QC_L3_FAIL ? "**deviates**" : pr->verdict == QC_L3_INCONCLUSIVE ? "**inconclusive**" : "pass");
+    if (pr->verdict == QC_L3_FAIL && pr->undeclared[0]) {
+      qc_sbuf_printf(md, "- **first explain the undeclared differences**: ");
+      qc_sbuf_md(md, pr->undeclared);
+      qc_sbuf_printf(md, " (either can make the arms deviate by itself; the localization below comes after)\n");
+    }
     if (pr->has_first)
       qc_sbuf_printf(md, "- first deviation: %s %g (step %lld), `%s`, bound `%s`\n- localization: **%s**: %s\n", xn, pr->first_x,
                      (long long)pr->first_step, pc->checks[pr->first_check].metric, pr->checks[pr->first_check].bound,
                      qc_l3_loc_name(pr->loc), qc_l3_loc_advice(pr->loc));
+    if (pr->has_first && pr->has_onset && pr->onset_x < pr->first_x)
+      qc_sbuf_printf(md, "- onset: %s %g (step %lld), `%s`, a %s: where a - b began to change, before it crossed the bound\n", xn,
+                     pr->onset_x, (long long)pr->onset_step, pc->checks[pr->onset_check].metric, pr->checks[pr->onset_check].onset_kind);
     if (pr->reasons[0]) {
       qc_sbuf_printf(md, "- cannot pass: ");
       qc_sbuf_md(md, pr->reasons);

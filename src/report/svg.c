@@ -97,6 +97,7 @@ int qc_svg_render(const qc_svg_plot *p, qc_sbuf *b) {
   if (p->title) text(b, W / 2.0, 17, "middle", "font-size=\"13\" font-weight=\"bold\"", p->title);
   /* grid and ticks */
   double xs = nice_step(x1 - x0, 6), ys = nice_step(y1 - y0, 5);
+  if (p->int_x && xs < 1) xs = 1; /* no tick between two layers */
   char tb[48];
   for (double v = ceil(x0 / xs) * xs; v <= x1 + xs * 1e-9; v += xs) {
     double X = PX(v);

@@ -44,6 +44,7 @@ typedef struct qc_svg_plot {
   const char *title, *xlabel, *ylabel;
   int width, height;         /* pixels; 0: 640 x 300 */
   int logy;                  /* log10 y axis (values <= 0 are left out) */
+  int int_x;                 /* x is a count (a layer index): ticks on whole numbers only */
   const qc_svg_series *series;
   int nseries;
   /* a shaded band lo[i] .. hi[i] along band_x (a bound around a curve) */

@@ -23,6 +23,7 @@ IN="$T/v_pass.json $T/v_fail.json $T/v_special.json $T/c.json tests/data/reports
 # shellcheck disable=SC2086
 expect_exit 1 "report over failing inputs exits 1" "$QATCHECK" report $IN --markdown "$T/a.md" --html "$T/a.html" --json "$T/a.json" --junit "$T/a.xml"
 grep -q "^report: FAIL: 6 report(s)" "$T/out" || bad "the console line: $(head -2 "$T/out")"
+cp "$T/out" "$T/out.all"
 # an audit of passing reports passes
 expect_exit 0 "report over passing inputs exits 0" "$QATCHECK" report "$T/v_pass.json" "$T/c.json" --markdown "$T/p.md"
 head -1 "$T/p.md" | grep -q "^# qatcheck audit: pass" || bad "the passing audit's title: $(head -1 "$T/p.md")"
@@ -79,6 +80,40 @@ assert 'id="summary"' in h and "noise multiple against its bound" in h and "per 
 P
 
 # a real browser: loads with no console message, renders the summary and the plots
+# issue 27: where each failed check and shape row came from; each reasoning
+# once; the step's grad_norm and clip_coef in words; all layers on the
+# console; a quant mismatch counted; passes far beyond the noise floor listed
+grep -q "^report: FAIL: 6 report(s); layer 1 (vjp): .*; layer 2 (contract): .*; layer 3 (sft): .*; one-step (step): " "$T/out.all" \
+  && ok "the console names every layer" || bad "console: $(head -1 "$T/out.all")"
+$PY - "$T/a.md" <<'P' && ok "sources named, reasoning once, step numbers formatted" || bad "audit issue-27 content"
+import sys
+md = open(sys.argv[1]).read()
+fails = md.split("#### Failed checks", 1)[1].split("\n### ", 1)[0]
+lines = [l for l in fails.splitlines() if l.startswith("- `/defect.")]
+assert lines and all("(from `v_fail.json" in l for l in lines), lines[:2]
+assert "| instance | report | source |" in md and "| `v_pass.json" in md, "the shapes table names the report"
+assert md.count("- `d_x`: bf16 output rounding") == 1, md.count("- `d_x`: bf16 output rounding")
+assert "grad\\_norm: under\\_test 1.8421 (implied by the update 1.8421)" in md and '{"' not in md.split("## One-step update", 1)[1], "step notes"
+P
+# a checkpoint whose quantization does not reproduce, and a tolerance so loose a defect passes
+$PY scripts/make_quant_checkpoint.py "$T/qck" --convention deepseek --plant payload:model.layers.1.mlp.down_proj >/dev/null 2>&1 || bad "make_quant_checkpoint.py"
+"$QATCHECK" quant --checkpoint "$T/qck/deployed" --master "$T/qck/master" --json "$T/q.json" --quiet; [ $? -eq 1 ] || bad "quant mismatch"
+L='{"rel_l2": 1e9, "noise_multiple": 1e9, "bias_z": 0, "reasoning": "far too loose"}'
+printf '{"module": "linear", "data": {"dump": "d.h5", "modules": "transposed_dw"}, "candidate": "dump", "tolerances": {"d_x": %s, "d_weight": %s, "d_bias": %s}}\n' "$L" "$L" "$L" >"$T/loose.json"
+"$QATCHECK" vjp --case "$T/loose.json" --json "$T/v_loose.json" --quiet || bad "vjp loose passes"
+expect_exit 1 "report with a quant mismatch and a loose pass" "$QATCHECK" report "$T/q.json" "$T/v_loose.json" --markdown "$T/q.md"
+grep -q "other: [0-9]* check(s), 1 failed (FAIL).*suspicious pass" "$T/out" && ok "the console counts the quant mismatch and the suspicious pass" || bad "console: $(cat "$T/out")"
+$PY - "$T/q.md" <<'P' && ok "the quant mismatch counted in the summary and the inputs; the suspicious pass listed" || bad "quant/suspicious content"
+import sys
+md = open(sys.argv[1]).read()
+row = [l for l in md.splitlines() if l.startswith("| other (fd, quant, tol)")][0]
+assert row.split("|")[5].strip() == "1", row
+inp = [l for l in md.splitlines() if l.startswith("| `") and "q.json" in l and "| quant |" in l][0]
+assert inp.split("|")[6].strip() == "1", inp
+sus = md.split("### Suspicious passes", 1)[1].split("\n## ", 1)[0]
+assert "/defect.transposed_dw" in sus and "far too loose" in sus and "v_loose.json" in sus, sus[:400]
+P
+
 CHROME=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROME" ]; then
   echo "chromium not installed: the browser check is skipped"

@@ -92,7 +92,7 @@ head -c $(($(wc -c <"$ev") - 7)) "$ev" >"$T/c2/native_baseline/tb/$(basename "$e
 refused "a truncated event file" "truncated" sft --case "$T/c2/sft.json"
 cp -r "$D" "$T/c3"
 sed -i '5s/"step": 5, //' "$T/c3/under_test/metrics.jsonl"
-refused "a JSONL line without a step" "line 5 has no 'step'" sft --case "$T/c3/sft.json"
+refused "a JSONL line without a step" "line 5 has no step" sft --case "$T/c3/sft.json"
 $PY -c "import json; c = json.load(open('$D/sft.json')); del c['pairs']['under_test~gradient_reference'][0]['reasoning']; json.dump(c, open('$D/c4.json', 'w'))"
 refused "a bound without reasoning" "reasoning" sft --case "$D/c4.json"
 refused "a log that is not there" "cannot open" sft --case "$T/c3/nope.json"

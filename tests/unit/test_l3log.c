@@ -117,8 +117,8 @@ Test(l3log, jsonl_duplicates_and_unordered_steps) {
 }
 
 Test(l3log, jsonl_refusals) {
-  parse_bad("{\"loss\": 1}\n", "no 'step'");
-  parse_bad("{\"step\": 1, \"loss\": 1}\n{\"loss\": 2}\n", "line 2 has no 'step'");
+  parse_bad("{\"loss\": 1}\n", "has no step: none of step");
+  parse_bad("{\"step\": 1, \"loss\": 1}\n{\"loss\": 2}\n", "line 2 has no step");
   parse_bad("{\"step\": 1.5, \"loss\": 1}\n{\"step\": 2}\n", "expected an integer");
   parse_bad("{\"step\": 1, \"loss\": 1}\n{\"step\": 2, \"loss\": }\n", "line 2");
   parse_bad("{\"step\": 1, \"loss\": 1} {\"step\": 2}\n{\"step\": 3}\n", "text after the object");
@@ -140,7 +140,7 @@ Test(l3log, csv_quotes_text_columns_and_short_rows) {
   cr_expect_not(h, "a short row's missing cells are empty");
   cr_expect_eq(qc_l3_log_col(&l, "phase"), -1, "a text column is not read");
   qc_l3_log_free(&l);
-  parse_bad("loss,acc\n1,2\n", "no 'step' column");
+  parse_bad("loss,acc\n1,2\n", "no step column: none of step");
   parse_bad("step,loss\n1,2\n2,abc\n", "not a number");
   parse_bad("step,loss\n1,2\n,3\n", "line 3 has no step");
   parse_bad("step,loss\n1,2,3\n", "more fields");
@@ -254,12 +254,13 @@ Test(l3log, megatron_and_trainer_state) {
   qc_l3_log l;
   int h;
   parse_ok("{\"lm loss\": {\"start_step\": 1, \"end_step\": 11, \"step_interval\": 5, \"values\": {\"1\": 10.5, \"6\": 9.5, \"11\": 9}},\n"
-           " \"num-zeros\": {\"start_step\": 1, \"end_step\": 11, \"step_interval\": 5, \"values\": [3, 4, 5]}}",
+           " \"num-zeros\": {\"start_step\": 0, \"end_step\": 11, \"step_interval\": 5, \"values\": [3, 4, 5]}}",
            &l);
   cr_expect_str_eq(l.format, "megatron");
   cr_expect_eq(l.n, 3);
   cr_expect_eq(val(&l, "lm loss", 6, &h), 9.5);
-  cr_expect_eq(val(&l, "num-zeros", 11, &h), 5, "a list: start + i * interval");
+  cr_expect_eq(val(&l, "num-zeros", 11, &h), 5, "a list: position start + i * interval, iteration one more");
+  cr_expect_eq(val(&l, "num-zeros", 1, &h), 3, "list index 0 at start_step 0 is iteration 1, as the dict's \"1\"");
   cr_expect_eq(l.dup_values, 0);
   qc_l3_log_free(&l);
   parse_ok("{\"best_metric\": null, \"log_history\": [\n"
@@ -273,8 +274,76 @@ Test(l3log, megatron_and_trainer_state) {
   cr_expect(isnan(val(&l, "grad_norm", 10, &h)) && h);
   cr_expect_eq(l.dup_values, 0, "the train and eval entries of a step are no duplicates");
   qc_l3_log_free(&l);
-  parse_bad("{\"lm loss\": {\"start_step\": 1}}", "line 1 has no 'step'");
-  parse_bad("{\"log_history\": [{\"loss\": 1}]}", "log_history[0] has no 'step'");
+  parse_bad("{\"lm loss\": {\"start_step\": 1}}", "line 1 has no step: none of step, global_step");
+  parse_bad("{\"log_history\": [{\"loss\": 1}]}", "log_history[0] has no step");
+}
+
+Test(l3log, megatron_placeholders_and_scalars) {
+  qc_l3_log l;
+  int h;
+  /* a resumed run: "nan" placeholders for steps 1-5 in every metric; memory
+   * logged only from step 10; a bare NaN is a logged value */
+  parse_ok("{\"lm loss\": {\"start_step\": 1, \"end_step\": 15, \"step_interval\": 5,"
+           " \"values\": {\"1\": \"nan\", \"5\": \"nan\", \"10\": 9.5, \"15\": NaN}},\n"
+           " \"mem-allocated-bytes\": {\"start_step\": 1, \"end_step\": 15, \"step_interval\": 5,"
+           " \"values\": {\"1\": \"nan\", \"5\": \"nan\", \"10\": \"nan\", \"15\": 1000}},\n"
+           " \"iteration_timing_avg\": 0.3}",
+           &l);
+  cr_expect_str_eq(l.format, "megatron");
+  cr_expect_eq(l.n, 2, "steps 1 and 5 are absent from every metric: no row");
+  cr_expect_eq(l.step[0], 10);
+  cr_expect_eq(l.placeholders, 5);
+  cr_expect_eq(l.nskipped, 1, "iteration_timing_avg is skipped");
+  val(&l, "mem-allocated-bytes", 10, &h);
+  cr_expect_not(h, "a placeholder beside a logged metric is absent");
+  cr_expect(isnan(val(&l, "lm loss", 15, &h)) && h, "a bare NaN is data");
+  cr_expect_eq(qc_l3_log_col(&l, "iteration_timing_avg"), -1);
+  qc_l3_log_free(&l);
+  /* the older list form, with the scalar first */
+  parse_ok("{\"iteration_timing_avg\": 0.3, \"lm loss\": {\"start_step\": 0, \"end_step\": 49, \"step_interval\": 5,"
+           " \"values\": [10.5, 10.25, \"nan\"]}}", &l);
+  cr_expect_str_eq(l.format, "megatron");
+  cr_expect_eq(l.n, 2);
+  cr_expect_eq(val(&l, "lm loss", 6, &h), 10.25);
+  qc_l3_log_free(&l);
+}
+
+Test(l3log, step_keys) {
+  qc_l3_log l;
+  int h;
+  /* LLaMA-Factory's trainer_log.jsonl: current_steps, text fields, a last line without loss */
+  parse_ok("{\"current_steps\": 10, \"total_steps\": 20, \"loss\": 1.23, \"lr\": 1e-05, \"epoch\": 0.5, \"percentage\": 50.0,"
+           " \"elapsed_time\": \"0:01:02\", \"remaining_time\": \"0:01:02\"}\n"
+           "{\"current_steps\": 20, \"total_steps\": 20, \"epoch\": 1.0, \"percentage\": 100.0, \"elapsed_time\": \"0:02:04\","
+           " \"remaining_time\": \"0:00:00\"}\n", &l);
+  cr_expect_eq(l.n, 2);
+  cr_expect_str_eq(l.step_key, "current_steps");
+  cr_expect_eq(val(&l, "loss", 10, &h), 1.23);
+  cr_expect_eq(qc_l3_log_col(&l, "current_steps"), -1, "the step key is no metric");
+  qc_l3_log_free(&l);
+  /* a W&B export: Step preferred to _step */
+  parse_ok("Step,_step,_runtime,run-1 - loss\n1,3,0.5,2.5\n2,7,1.0,2.25\n", &l);
+  cr_expect_str_eq(l.step_key, "Step");
+  cr_expect_eq(val(&l, "run-1 - loss", 2, &h), 2.25);
+  qc_l3_log_free(&l);
+  parse_ok("_step,train/global_step,train/loss\n0,5,2.5\n1,10,2.25\n", &l);
+  cr_expect_str_eq(l.step_key, "train/global_step");
+  cr_expect_eq(val(&l, "train/loss", 10, &h), 2.25);
+  qc_l3_log_free(&l);
+  parse_ok("{\"global_step\": 3, \"loss\": 1}\n{\"iteration\": 4, \"loss\": 2}\n", &l);
+  cr_expect_eq(l.n, 2);
+  qc_l3_log_free(&l);
+  /* a case's step_key: only that key */
+  qc_err_clear();
+  const char *own = "{\"it\": 7, \"step\": 1, \"loss\": 1}\n";
+  cr_assert_eq(qc_log_parse_as(own, strlen(own), "t", "it", &l), QC_OK, "%s", qc_err_msg());
+  cr_expect_eq(l.step[0], 7);
+  cr_expect_eq(val(&l, "step", 7, &h), 1, "with a step_key, 'step' is a metric like any");
+  qc_l3_log_free(&l);
+  qc_err_clear();
+  cr_expect_eq(qc_log_parse_as("a,b\n1,2\n", 8, "t", "it", &l), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "no 'it' column (the case's step_key)") != NULL, "%s", qc_err_msg());
+  parse_bad("{\"loss\": 1}\n", "current_steps");
 }
 
 Test(l3log, builder_rename) {

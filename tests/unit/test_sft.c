@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/qc.h"
+#include "core/rng.h"
 #include "engine/sft.h"
 #include "model/l3case.h"
 
@@ -384,4 +385,34 @@ Test(sft, case_refusals) {
     cr_expect_eq(qc_sft_case_parse(bad[i][0], "c.json", ".", &c), QC_EINPUT, "case %zu", i);
     cr_expect(strstr(qc_err_msg(), bad[i][1]) != NULL, "case %zu: '%s' lacks '%s'", i, qc_err_msg(), bad[i][1]);
   }
+}
+
+/* The onset of a deviation: a drift from step 330 crosses a bound at 490;
+ * the estimate finds 330 (within a few steps), a shift at 200 is a shift
+ * at 200, and noise without a change is no onset. */
+Test(sft, onset_drift_shift_none) {
+  enum { M = 490 };
+  double x[M], d[M];
+  qc_rng g;
+  qc_rng_seed(&g, 3);
+  for (int i = 0; i < M; i++) {
+    x[i] = i + 1;
+    double noise = 1e-3 * (qc_rng_uniform(&g) - 0.5);
+    d[i] = 0.002 + noise + (x[i] > 330 ? 2e-4 * (x[i] - 330) : 0);
+  }
+  int64_t k;
+  char kind[8];
+  cr_assert_eq(qc_sft_onset(x, d, M, &k, kind), QC_OK);
+  cr_expect_str_eq(kind, "drift");
+  cr_expect(fabs(x[k] - 330) <= 10, "onset at %g, expected ~330", x[k]);
+  for (int i = 0; i < M; i++) d[i] = 1e-3 * (qc_rng_uniform(&g) - 0.5) + (x[i] >= 200 ? 0.01 : 0);
+  cr_assert_eq(qc_sft_onset(x, d, M, &k, kind), QC_OK);
+  cr_expect_str_eq(kind, "shift");
+  cr_expect_eq(x[k], 200);
+  for (int i = 0; i < M; i++) d[i] = 1e-3 * (qc_rng_uniform(&g) - 0.5);
+  cr_assert_eq(qc_sft_onset(x, d, M, &k, kind), QC_OK);
+  cr_expect_str_eq(kind, "none");
+  cr_expect_eq(k, M - 1, "no change: the onset is the failure");
+  cr_assert_eq(qc_sft_onset(x, d, 3, &k, kind), QC_OK);
+  cr_expect_eq(k, 2, "too few points");
 }

@@ -67,3 +67,19 @@ Test(svg, ticks_radius_and_a_wide_legend) {
   cr_expect(strstr(out.s, "width=\"150\"") == NULL, "the legend grows with its longest label");
   qc_sbuf_free(&out);
 }
+
+/* A plot against the layer (int_x): ticks on whole layers only, never 0.2. */
+Test(svg, integer_x_ticks) {
+  double x[3] = {0, 1, 2}, y[3] = {0.99, 0.98, 0.995};
+  qc_svg_series s = {.label = "cosine", .x = x, .y = y, .n = 3};
+  qc_svg_plot p = {.title = "t", .xlabel = "layer", .series = &s, .nseries = 1, .int_x = 1};
+  qc_sbuf out = {0};
+  cr_assert_eq(qc_svg_render(&p, &out), QC_OK);
+  cr_expect(strstr(out.s, ">0.2<") == NULL && strstr(out.s, ">1.5<") == NULL && strstr(out.s, ">1.2<") == NULL, "a tick between layers");
+  cr_expect(strstr(out.s, ">1<") != NULL && strstr(out.s, ">2<") != NULL, "the layers are ticked");
+  qc_sbuf_free(&out);
+  p.int_x = 0;
+  cr_assert_eq(qc_svg_render(&p, &out), QC_OK);
+  cr_expect(strstr(out.s, ">0.2<") != NULL, "without int_x the default ticks (the test would not see a change otherwise)");
+  qc_sbuf_free(&out);
+}
