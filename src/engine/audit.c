@@ -111,9 +111,14 @@ int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_
     qc_err_clear();
   } else {
     k->level = terms.rel_l2;
+    /* the terms' scale: float32 working precision over ||T|| (the class's
+     * model), with the derivation's margin */
+    k->m.term_floor = tm.terms > 0 ? terms.margin * terms.lambda * terms.u_acc * tm.terms : 0.0;
     if (t->derive) qc_tol_fill_derived(&tm, &spec, &terms, t, k->m.norm_r == 0, &use);
-    qc_bias_allow(&k->m, pre);
+    double te = k->m.norm_r > 0 ? k->m.term_floor / k->m.norm_r : 0.0;
+    qc_bias_allow(&k->m, fmax(pre, te));
   }
+  if (t->has_bias_allow) qc_bias_set_allow(&k->m, t->bias_allow); /* the case's allowance replaces the model's */
   k->has_tol = 1;
   k->tol = use;
   qc_audit_verdict(k, dt, &use);
@@ -128,6 +133,8 @@ void qc_audit_verdict(qc_check *k, qc_dtype gdt, const qc_tol *t) {
    * never drops below a tenth of the type's nominal floor u/sqrt(3). */
   double u = gdt == QC_BF16 ? 0x1p-8 : gdt == QC_F16 ? 0x1p-11 : gdt == QC_F32 ? 0x1p-24 : 0x1p-53;
   double floor_eff = fmax(k->m.noise_floor, 0.1 * u / sqrt(3.0));
+  /* the arithmetic's error from the terms' scale adds to the floor */
+  if (k->m.term_floor > 0 && k->m.norm_r > 0) floor_eff = hypot(floor_eff, k->m.term_floor / k->m.norm_r);
   if (isnan(k->m.noise_floor)) k->m.noise_multiple = NAN;
   else k->m.noise_multiple = k->m.rel_l2 / floor_eff;
   k->verdict = qc_judge(&k->m, t, k->why, sizeof k->why);
@@ -240,12 +247,116 @@ static int unjudged_grads(qc_audit *a, const qc_module *m, const char *dy, const
   return QC_OK;
 }
 
+/* ---- reference variants: the legal operand roundings ------------------- */
+
+#define QC_NVAR 8 /* bit 1: dY rounded to bf16; bit 2: the float inputs; bit 4: ctx.round_ops */
+
+/* 1 when some finite value of t is not a bf16 value (so rounding it to bf16 changes it). */
+static int not_bf16(const qc_tensor *t) {
+  if (t->dtype != QC_F32 && t->dtype != QC_F64) return 0;
+  int64_t n = qc_numel(t);
+  for (int64_t i = 0; i < n; i++) {
+    double v = t->dtype == QC_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
+    if (isfinite(v) && (double)qc_round_bf16((float)v) != v) return 1;
+  }
+  return 0;
+}
+
+/* Round t's values to bf16 in place (float32 and float64 storage; others unchanged). */
+static void round_bf16(qc_tensor *t) {
+  int64_t n = qc_numel(t);
+  for (int64_t i = 0; i < n; i++)
+    if (t->dtype == QC_F32) ((float *)t->data)[i] = qc_round_bf16(((float *)t->data)[i]);
+    else if (t->dtype == QC_F64) ((double *)t->data)[i] = qc_round_bf16((float)((double *)t->data)[i]);
+}
+
+/* The variants of (m, dy) that differ from the reference: bit v of the
+ * result set for each v in 1..7 worth computing. */
+static unsigned variant_mask(const qc_module *m, const qc_tensor *dy) {
+  unsigned have = 0, mask = 0;
+  if (not_bf16(dy)) have |= 1;
+  for (int j = 0; j < m->inputs.n; j++)
+    if (not_bf16(&m->inputs.t[j])) have |= 2;
+  if (m->cls->round_ops) have |= 4;
+  for (unsigned v = 1; v < QC_NVAR; v++)
+    if ((v & have) == v) mask |= 1u << v;
+  return mask;
+}
+
+/* The variant's name for the report ("bf16-rounded dY and inputs"). */
+static void variant_name(unsigned v, char *buf, size_t n) {
+  snprintf(buf, n, "bf16-rounded %s%s%s%s%s", v & 1 ? "dY" : "", (v & 1) && (v & 6) ? (v & 6) == 6 ? ", " : " and " : "",
+           v & 2 ? "inputs" : "", (v & 2) && (v & 4) ? " and " : "", v & 4 ? "GEMM operands (dequantized weight, input)" : "");
+}
+
+/* The reference gradients of variant v into *out. */
+static int variant_ref(const qc_ctx *ctx, const qc_registry_row *row, const qc_module *m, const qc_tensor *dy, unsigned v,
+                       qc_tset *out) {
+  qc_module alt = *m;
+  qc_ctx c = *ctx;
+  qc_tensor d = *dy;
+  int rc = QC_OK;
+  c.round_ops = (v & 4) != 0;
+  if (v & 2) {
+    memset(&alt.inputs, 0, sizeof alt.inputs);
+    if ((rc = qc_tset_clone(&alt.inputs, &m->inputs))) return rc;
+    for (int j = 0; j < alt.inputs.n; j++) round_bf16(&alt.inputs.t[j]);
+  }
+  if (v & 1) {
+    memset(&d, 0, sizeof d);
+    if ((rc = qc_tensor_alloc(&d, dy->name, dy->dtype, dy->ndim, dy->shape))) goto done;
+    memcpy(d.data, dy->data, (size_t)qc_numel(dy) * qc_dtype_size(dy->dtype));
+    round_bf16(&d);
+  }
+  rc = row->reference(&c, &alt, &d, out);
+done:
+  if (v & 1) qc_tensor_free(&d);
+  if (v & 2) qc_tset_free(&alt.inputs);
+  return rc;
+}
+
+/* A failed check k of gradient g: judged again against each legal
+ * variant's reference (computed once per dY into vars[]); the passing one
+ * that fits best (smallest rel_l2) replaces k, naming its variant. k stays
+ * as it is when none passes. QC_OK or the error of a variant's reference. */
+static int try_variants(qc_audit *a, const qc_registry_row *row, const qc_module *m, const qc_tensor *dy, const qc_tensor *g,
+                        const qc_tol *t, qc_tset *vars, unsigned *done, qc_check *k) {
+  unsigned mask = variant_mask(m, dy);
+  qc_check best;
+  int have = 0, rc;
+  for (unsigned v = 1; v < QC_NVAR; v++) {
+    if (!(mask & (1u << v))) continue;
+    if (!(*done & (1u << v))) {
+      *done |= 1u << v;
+      if ((rc = variant_ref(a->ctx, row, m, dy, v, &vars[v]))) return rc;
+    }
+    const qc_tensor *r = qc_tset_get(&vars[v], k->tensor);
+    if (!r || !qc_shape_eq(g, r)) continue;
+    qc_check kv;
+    qc_check_init(&kv, m, dy->name, k->tensor, r->ndim, r->shape, t);
+    snprintf(kv.cand_dtype, sizeof kv.cand_dtype, "%s", k->cand_dtype);
+    if ((rc = qc_audit_compare(a->ctx, g, r, t, &kv)) || (rc = qc_audit_judge(m, dy, t, &kv))) {
+      qc_err_clear();
+      continue;
+    }
+    if (kv.verdict == QC_V_PASS && (!have || kv.m.rel_l2 < best.m.rel_l2)) {
+      variant_name(v, kv.variant, sizeof kv.variant);
+      best = kv;
+      have = 1;
+    }
+  }
+  if (have) *k = best;
+  return QC_OK;
+}
+
 int qc_audit_module(qc_audit *a, const qc_module *m) {
   const qc_registry_row *row = qc_registry_find(m->cls->name);
   if (!row) return qc_err("%s: class '%s' has no registry row", m->path, m->cls->name);
   for (int i = 0; i < m->grad_out.n; i++) {
     const qc_tensor *dy = &m->grad_out.t[i];
-    qc_tset ref = {0}, cand = {0};
+    qc_tset ref = {0}, cand = {0}, vars[QC_NVAR];
+    unsigned vdone = 0;
+    memset(vars, 0, sizeof vars);
     const qc_tset *cset = NULL;
     char skip[QC_FAST_MAX * (QC_NAMELEN + 1) + 2];
     double t0 = qc_now_s();
@@ -296,6 +407,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
       } else {
         rc = qc_audit_compare(a->ctx, g, r, t, &k);
         if (!rc) rc = qc_audit_judge(m, dy, t, &k);
+        if (!rc && k.verdict != QC_V_PASS) rc = try_variants(a, row, m, dy, g, t, vars, &vdone, &k);
       }
       if (!rc && k.verdict != QC_V_PASS) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, &k);
       if (!rc) rc = qc_results_add(a->res, &k);
@@ -305,6 +417,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
               t2 - t1, qc_now_s() - t2);
     qc_tset_free(&ref);
     qc_tset_free(&cand);
+    for (int v = 0; v < QC_NVAR; v++) qc_tset_free(&vars[v]);
     if (rc) return rc;
   }
   return QC_OK;

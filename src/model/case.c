@@ -153,6 +153,13 @@ static int parse_tol_extra(const cJSON *obj, const char *w, qc_tol *tl) {
     if (tl->bias_z < 0) return qc_err("%s: key 'bias_z' is %g: expected a bound >= 0 (0 turns the bias test off)", w, tl->bias_z);
     tl->has_bias_z = 1;
   }
+  if ((v = cJSON_GetObjectItemCaseSensitive(obj, "bias_allowance"))) {
+    if ((rc = get_number(v, w, "bias_allowance", &tl->bias_allow))) return rc;
+    if (!(tl->bias_allow >= 0))
+      return qc_err("%s: key 'bias_allowance' is %g: expected a relative error >= 0 (0: no allowance, z = z_raw)", w,
+                    tl->bias_allow);
+    tl->has_bias_allow = 1;
+  }
   if ((v = cJSON_GetObjectItemCaseSensitive(obj, "dtype"))) {
     if ((rc = get_string(v, w, "dtype", tl->dtype, sizeof tl->dtype))) return rc;
     if (strcmp(tl->dtype, "bfloat16") && strcmp(tl->dtype, "float16") && strcmp(tl->dtype, "float32") && strcmp(tl->dtype, "float64"))
@@ -164,7 +171,7 @@ static int parse_tol_extra(const cJSON *obj, const char *w, qc_tol *tl) {
 
 static int parse_tol(const cJSON *obj, const char *where, qc_case_tol *t) {
   static const char *const keys[] = {"rel_l2", "max_abs", "cosine_min", "norm_ratio", "noise_multiple", "reasoning", "bias_z",
-                                     "dtype", "derive", "margin", "rounded_operands", "format", NULL};
+                                     "bias_allowance", "dtype", "derive", "margin", "rounded_operands", "format", NULL};
   char w[256];
   snprintf(w, sizeof w, "%s: tolerances.%s", where, obj->string);
   if (!cJSON_IsObject(obj)) return qc_err("%s: expected an object", w);

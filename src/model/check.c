@@ -57,10 +57,15 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
     snprintf(why, (size_t)whylen, "%lld non-finite value(s) in the candidate", (long long)m->nonfinite);
     return QC_V_FAIL;
   }
+  /* the scale of the terms (m->term_floor, absolute) widens every relative
+   * bound by te = term_floor / ||r||: a cancelling sum's error is judged
+   * against what its arithmetic can make, not against the small result */
+  double te = m->norm_r > 0 && m->term_floor > 0 ? m->term_floor / m->norm_r : 0.0;
   /* a NaN metric never satisfies a bound: every test below is written so
    * that NaN falls on the failing side */
-  if (t->has_rel_l2 && !(m->rel_l2 <= t->rel_l2)) {
-    crossed(why, whylen, &bad, "rel_l2 %.3g > %.3g", m->rel_l2, t->rel_l2);
+  if (t->has_rel_l2 && !(m->rel_l2 <= t->rel_l2 + te)) {
+    if (te > 0) crossed(why, whylen, &bad, "rel_l2 %.3g > %.3g (+ %.3g from the terms' scale)", m->rel_l2, t->rel_l2, te);
+    else crossed(why, whylen, &bad, "rel_l2 %.3g > %.3g", m->rel_l2, t->rel_l2);
   }
   if (t->has_max_abs && !(m->max_abs <= t->max_abs)) {
     crossed(why, whylen, &bad, "max_abs %.3g > %.3g", m->max_abs, t->max_abs);
@@ -68,19 +73,26 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
   /* cosine is undefined when a norm is zero: then max_abs decides (spec);
    * with no max_abs declared, a zero against a non-zero fails */
   int one_zero = m->cosine_null && (m->norm_g > 0 || m->norm_r > 0);
-  if (t->has_cosine_min && (one_zero ? !t->has_max_abs : (!m->cosine_null && !(m->cosine >= t->cosine_min)))) {
+  double cmin = t->cosine_min;
+  if (te > 0 && cmin > -1) { /* the bound's angle widened: sin grows by te */
+    double s = sqrt(fmax(1.0 - cmin * cmin, 0.0)) + te;
+    cmin = cmin < 0 || s >= 1 ? -1.0 : sqrt(1.0 - s * s);
+  }
+  if (t->has_cosine_min && (one_zero ? !t->has_max_abs : (!m->cosine_null && !(m->cosine >= cmin)))) {
     if (one_zero)
       crossed(why, whylen, &bad, "cosine undefined (%s is zero, %s is not) and no max_abs declared",
                m->norm_g > 0 ? "reference" : "candidate", m->norm_g > 0 ? "candidate" : "reference");
+    else if (m->cosine > 0.999 && cmin > 0.999) /* both print as 1 at 9 digits: print 1 - cosine */
+      crossed(why, whylen, &bad, "cosine 1 - %.3g < 1 - %.3g", 1.0 - m->cosine, 1.0 - cmin);
     else
-      crossed(why, whylen, &bad, "cosine %.9g < %.9g", m->cosine, t->cosine_min);
+      crossed(why, whylen, &bad, "cosine %.9g < %.9g", m->cosine, cmin);
   }
   /* the norm ratio of two zero tensors is 1; over a zero reference it is
    * undefined, and max_abs decides as for the cosine */
   int ratio_undef = m->norm_r == 0 && m->norm_g > 0;
   if (t->has_norm_ratio && !(m->norm_r == 0 && m->norm_g == 0) &&
-      (ratio_undef ? !t->has_max_abs : !(m->norm_ratio >= t->norm_lo && m->norm_ratio <= t->norm_hi))) {
-    crossed(why, whylen, &bad, "norm_ratio %.9g outside [%.9g, %.9g]", m->norm_ratio, t->norm_lo, t->norm_hi);
+      (ratio_undef ? !t->has_max_abs : !(m->norm_ratio >= t->norm_lo - te && m->norm_ratio <= t->norm_hi + te))) {
+    crossed(why, whylen, &bad, "norm_ratio %.9g outside [%.9g, %.9g]", m->norm_ratio, t->norm_lo - te, t->norm_hi + te);
   }
   if (t->has_noise_multiple && !(m->noise_multiple <= t->noise_multiple)) {
     crossed(why, whylen, &bad, "noise_multiple %.3g > %.3g", m->noise_multiple, t->noise_multiple);

@@ -19,6 +19,8 @@ typedef struct qc_tol {
   double rel_l2, max_abs, cosine_min, norm_lo, norm_hi, noise_multiple;
   int has_bias_z;            /* declared (0 turns the test off); else QC_BIAS_Z_DEFAULT where computed */
   double bias_z;
+  int has_bias_allow;        /* declared: the bias test's allowance (0: none; z = z_raw), replacing the model's */
+  double bias_allow;
   char dtype[24];            /* declared precision the gradient is judged at ("": from its values) */
   /* {"derive": true, ...}: the bounds are derived for each check from the
    * class's error model, the shapes and the dtypes (engine/audit.c) */
@@ -51,6 +53,8 @@ typedef struct qc_check {
   char judged_dtype[24];     /* the precision the metrics were judged at ("" when not judged) */
   double level;              /* the noise level of a correct candidate (the class model's rel_l2; 0: none) */
   char precision[160];       /* why, when it is not the storage type ("" otherwise) */
+  char variant[96];          /* the legal reference variant the candidate was judged against
+                                ("bf16-rounded dY"; "" for the reference as the contract states it) */
   int verdict;               /* QC_V_PASS / QC_V_FAIL */
   char why[512];
   char diagnosis[1024];       /* failed checks: "consistent with: ...", or "no known signature" ("" on pass) */

@@ -55,6 +55,9 @@ typedef struct qc_ctx {
                                   fast path did them); a VJP may leave them out, and the
                                   engine ignores them if it does not */
   const qc_group *group;       /* NULL, or: the module is a slice (qc_split) run with these ranks */
+  int round_ops;               /* reference variants (engine/audit.c): 1 = the class rounds to bf16
+                                  the operands it builds internally (a dequantized weight or input)
+                                  before its GEMMs, as an implementation may; 0 = exact */
 } qc_ctx;
 
 /* 1 unless ctx->skip names gradient `grad` ("d_x"). */
@@ -124,6 +127,11 @@ typedef struct qc_tol_model {
   int rounded_operands;        /* operands the production rounds to bf16 that the reference keeps exact */
   double margin;               /* safety factor (0: the default sqrt(3)) */
   double scale;                /* > 0: a bound on (|A||B|)_i from the inputs' magnitudes (gives max_abs) */
+  double terms;                /* >= 0: ||T||_2, T_i the sum of |terms| that gradient element i adds up
+                                  (|A||B| for a GEMM, sum |t| for a reduction), each weighted by its
+                                  operands' conditioning where the class knows it (0: not known). The
+                                  candidate's working-precision error is judged against u_acc ||T||
+                                  besides |r|: a cancelling sum is not judged against itself */
   char why[384];               /* the model in words with its numbers ("d_x = dY W sums over N = 2048 outputs") */
 } qc_tol_model;
 
@@ -228,6 +236,8 @@ typedef struct qc_class {
                                   a dump group holding any other is refused (qc_module_check_known) */
   qc_gen_fn generate;
   qc_vjp_fn production;        /* src/modules/<name>.c: as a trainer runs it */
+  int round_ops;               /* 1: its reference honors qc_ctx.round_ops (operands it builds,
+                                  such as a dequantized weight, rounded to bf16: a variant) */
   const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
   qc_fwd_fn forward;           /* optional float64 forward for `fd` (NULL: none) */
   const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */

@@ -190,7 +190,10 @@ int qc_tol_from_model(const qc_tol_model *tm, const qc_tol *decl, const char *ou
   }
   int rc = qc_tol_derive(spec, terms);
   if (rc) return rc;
-  *pre = terms->margin * sqrt(terms->e_acc * terms->e_acc + terms->e_op * terms->e_op + terms->e_fmt * terms->e_fmt);
+  /* the bias allowance: accumulation and a declared unreproduced format;
+   * not rounded operands, which the engine reproduces as reference
+   * variants (a candidate is judged against the one it fits) */
+  *pre = terms->margin * sqrt(terms->e_acc * terms->e_acc + terms->e_fmt * terms->e_fmt);
   return QC_OK;
 }
 
@@ -225,6 +228,8 @@ void qc_tol_fill_derived(const qc_tol_model *tm, const qc_tol_spec *spec, const 
   if (decl) {
     out->has_bias_z = decl->has_bias_z;
     out->bias_z = decl->bias_z;
+    out->has_bias_allow = decl->has_bias_allow;
+    out->bias_allow = decl->bias_allow;
     snprintf(out->dtype, sizeof out->dtype, "%s", decl->dtype);
   }
   if (ref_zero) { /* nothing to project on */

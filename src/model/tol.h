@@ -73,9 +73,9 @@ void qc_tol_fill(const qc_tol_terms *t, const char *reasoning, qc_tol *out);
 /* The derivation for one check from a class's error model (qc_tol_model),
  * the declared tolerance's derive options (margin, rounded_operands,
  * format; ignored unless decl->derive) and the precision the candidate is
- * judged at (out_dtype). *pre gets margin x sqrt(e_acc^2 + e_op^2 +
- * e_fmt^2): the error the candidate may carry before its output rounding,
- * which the bias test allows as systematic. QC_OK or QC_EINPUT. */
+ * judged at (out_dtype). *pre gets margin x sqrt(e_acc^2 + e_fmt^2): the
+ * systematic error the bias test allows (rounded operands are not in it:
+ * the engine judges against reference variants that round them). QC_OK or QC_EINPUT. */
 int qc_tol_from_model(const qc_tol_model *tm, const qc_tol *decl, const char *out_dtype, qc_tol_spec *spec,
                       qc_tol_terms *terms, double *pre);
 /* The derived tolerance of one check into *out: every bound of `terms`

@@ -254,27 +254,38 @@ static int lin_pow2_format(const char *f) {
  * (d_weight) is not a bf16 value. */
 static int linear_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   lin_view v;
-  lin_contract c;
   int rc = lin_view_get(m, dy, &v);
   if (rc) return rc;
-  lin_contract_get(NULL, m, &c);
   double mdy = qc_mod_maxabs(dy);
+  const int64_t M = v.M, N = v.N, K = v.K;
+  double *G = qc_mod_f64(dy, "linear dY (terms)"), *B = NULL;
+  if (!G) return QC_ESYS;
   if (strcmp(grad, "d_x") == 0) {
-    int r = !c.dx_master && !lin_pow2_format(c.wfmt);
-    qc_mod_tm(tm, v.N, 1, r, 0, "d_x = dY W_ref sums over the N = %lld output features%s", (long long)v.N,
-              r ? "; the dequantized weight is cast to bf16 for the GEMM (1 rounded operand)" : "");
-    tm->scale = (double)v.N * mdy * qc_mod_maxabs(v.w);
+    qc_mod_tm(tm, N, 1, 0, 0, "d_x = dY W_ref sums over the N = %lld output features (terms |dY| |W|)", (long long)N);
+    tm->scale = (double)N * mdy * qc_mod_maxabs(v.w);
+    if ((B = qc_mod_f64(v.w, "linear weight (terms)"))) tm->terms = qc_mod_terms_gemm(G, N, 1, B, K, 1, M, K, N);
   } else if (strcmp(grad, "d_weight") == 0) {
-    int r = c.dw_quantized && !lin_pow2_format(c.afmt);
-    qc_mod_tm(tm, v.M, 1, r, 0, "d_weight = dY^T X sums over the M = %lld tokens%s", (long long)v.M,
-              r ? "; the dequantized input is cast to bf16 (1 rounded operand)" : "");
-    tm->scale = (double)v.M * mdy * qc_mod_maxabs(v.x);
+    qc_mod_tm(tm, M, 1, 0, 0, "d_weight = dY^T X sums over the M = %lld tokens (terms |dY|^T |X|)", (long long)M);
+    tm->scale = (double)M * mdy * qc_mod_maxabs(v.x);
+    if ((B = qc_mod_f64(v.x, "linear input (terms)"))) tm->terms = qc_mod_terms_gemm(G, 1, N, B, K, 1, N, K, M);
   } else if (strcmp(grad, "d_bias") == 0) {
-    qc_mod_tm(tm, v.M, 1, 0, 0, "d_bias = sum of dY over the M = %lld tokens", (long long)v.M);
-    tm->scale = (double)v.M * mdy;
+    qc_mod_tm(tm, M, 1, 0, 0, "d_bias = sum of dY over the M = %lld tokens (terms sum |dY|)", (long long)M);
+    tm->scale = (double)M * mdy;
+    double ss = 0;
+    for (int64_t n = 0; n < N; n++) {
+      double t = 0;
+      for (int64_t i = 0; i < M; i++) t += isfinite(G[i * N + n]) ? fabs(G[i * N + n]) : 0.0;
+      ss += t * t;
+    }
+    tm->terms = sqrt(ss);
+    B = G, G = NULL; /* freed below */
   } else {
+    free(G);
     return qc_err("%s: class linear has no gradient '%s'", m->path, grad);
   }
+  free(G);
+  if (!B) return QC_ESYS;
+  free(B);
   return QC_OK;
 }
 
@@ -462,6 +473,7 @@ const qc_class qc_class_linear = {
     .keys = linear_keys,
     .generate = linear_generate,
     .production = linear_vjp,
+    .round_ops = 1,
     .not_checked = "",
     .tol_model = linear_tol_model,
     .hypotheses = "factor sign transpose rows zero dy_precision nonfinite",

@@ -101,7 +101,6 @@ done:
  * several sums), d_weight sums over the tokens of xh, which carries rstd's
  * length-D error (K = T + D), d_bias sums dY over the tokens. */
 int qc_mod_norm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm, int center) {
-  (void)dy;
   norm_view v;
   int rc = norm_view_get(m, center, &v);
   if (rc) return rc;
@@ -115,7 +114,46 @@ int qc_mod_norm_tol_model(const qc_module *m, const qc_tensor *dy, const char *g
     qc_mod_tm(tm, v.rows, 1, 0, 0, "d_bias sums dY over the T = %lld tokens", (long long)v.rows);
   else
     return qc_err("%s: class %s has no gradient '%s'", m->path, center ? "layernorm" : "rmsnorm", grad);
-  return QC_OK;
+  /* the terms' scale, each xh weighted by its conditioning c = (|x| + |mu|)
+   * rstd: a row constant to an ulp has x - mu of an ulp, and float32's mean
+   * (error u |mu|) makes xh's error u c, not u |xh| */
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), v.D, "the shape of inputs/x"))) return rc;
+  const int64_t R = v.rows, D = v.D;
+  const double eps = qc_contract_num(&m->contract, "eps", center ? 1e-5 : 1e-6);
+  double *x = qc_mod_f64(v.x, "norm input"), *w = qc_mod_f64(v.w, "norm weight"), *g = qc_mod_f64(dy, "norm dY");
+  double *col = calloc((size_t)D, sizeof *col);
+  double ss = 0;
+  rc = QC_ESYS;
+  if (!x || !w || !g || !col) goto done;
+  int which = strcmp(grad, "d_x") == 0 ? 0 : strcmp(grad, "d_weight") == 0 ? 1 : 2;
+  for (int64_t r = 0; r < R; r++) {
+    const double *xr = x + r * D, *gr = g + r * D;
+    double mu = 0, var = 0, sa = 0, sax = 0, sac = 0;
+    for (int64_t i = 0; center && i < D; i++) mu += xr[i] / (double)D;
+    for (int64_t i = 0; i < D; i++) var += (xr[i] - mu) * (xr[i] - mu) / (double)D;
+    const double rstd = 1.0 / sqrt(var + eps);
+    for (int64_t i = 0; i < D; i++) {
+      double c = (fabs(xr[i]) + fabs(mu)) * rstd, a = fabs(gr[i] * w[i]);
+      if (which == 1) col[i] += fabs(gr[i]) * c;
+      else if (which == 2) col[i] += fabs(gr[i]);
+      sa += a;
+      sax += a * fabs(xr[i] - mu) * rstd;
+      sac += a * c;
+    }
+    for (int64_t i = 0; which == 0 && i < D; i++) {
+      double c = (fabs(xr[i]) + fabs(mu)) * rstd;
+      /* d_x = rstd (g - mean g - xh mean(g xh)), xh off by up to u c */
+      double t = rstd * (fabs(gr[i] * w[i]) + sa / (double)D + c * sax / (double)D + fabs(xr[i] - mu) * rstd * sac / (double)D);
+      if (isfinite(t)) ss += t * t;
+    }
+  }
+  for (int64_t i = 0; which && i < D; i++)
+    if (isfinite(col[i])) ss += col[i] * col[i];
+  tm->terms = sqrt(ss);
+  rc = QC_OK;
+done:
+  free(x); free(w); free(g); free(col);
+  return rc;
 }
 
 /* A norm's d_x in float64 with a term dropped (the hypotheses below):

@@ -272,6 +272,13 @@ void qc_bias_allow(qc_metrics *m, double allow) {
   m->bias_z = excess == 0 ? 0.0 : m->bias_sd > 0 ? copysign(excess / m->bias_sd, m->e_par) : copysign(INFINITY, m->e_par);
 }
 
+void qc_bias_set_allow(qc_metrics *m, double allow) {
+  if (isnan(m->bias_z) || isnan(m->bias_sd)) return;
+  m->bias_allow = allow;
+  double excess = fmax(fabs(m->e_par) - allow, 0.0);
+  m->bias_z = excess == 0 ? 0.0 : m->bias_sd > 0 ? copysign(excess / m->bias_sd, m->e_par) : copysign(INFINITY, m->e_par);
+}
+
 /* ---- blocks of several ranks (metrics.h) ------------------------------------ */
 
 enum { P_SG, P_SR, P_SD, P_DT, P_BAD, P_RBAD, P_SXR, P_SRR, P_SXX, P_SX2R2, P_SXR3, P_SR4, P_SNF, P_N };

@@ -31,6 +31,10 @@ typedef struct qc_metrics {
   double bias_allow;     /* second-order rounding allowance 3 ||x - e_par r||^2 / ||r||^2 */
   double bias_z_raw;     /* e_par / bias_sd (0 when both are 0) */
   double bias_z;         /* the judged z: sign(e_par) max(0, |e_par| - bias_allow) / bias_sd */
+  double term_floor;     /* absolute normwise error the arithmetic can make from the scale of the
+                            gradient's terms (margin u_acc ||T||, the class's error model; 0: none):
+                            the rel bounds, the noise multiple's divisor and the bias allowance
+                            grow by term_floor / ||r|| (a cancelling sum is not judged against itself) */
 } qc_metrics;
 
 #define QC_EPS_NORM 1e-30
@@ -92,6 +96,10 @@ void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m);
  * declared error model permits) and recompute bias_z; no-op when the bias
  * was not computed or the allowance is already larger. */
 void qc_bias_allow(qc_metrics *m, double allow);
+/* Set m's bias allowance to exactly `allow` (a case's declared allowance,
+ * 0: none, judged z = z_raw) and recompute bias_z; no-op when the bias
+ * was not computed. */
+void qc_bias_set_allow(qc_metrics *m, double allow);
 /* r rounded to element type dt (as qc_bias_pass rounds it). */
 double qc_round_to(double r, qc_dtype dt);
 /* ---- metrics of a gradient held in blocks by several ranks ----------------

@@ -12,6 +12,8 @@
  * and d_x by [|X| <= T] when the activation is quantized. Rounding
  * {"sr": {"seed": S}}: W_ref's payload rounds stochastically with key S,
  * salt = FNV-1a of "<module path>.weight", step 0 (docs/numerics.md).
+ * Variant ctx->round_ops: X_ref and W_ref rounded to bf16 before their
+ * GEMMs, the operands an implementation may legally cast (engine/audit.c).
  * Everything in float64; GEMMs through the backend's float64 GEMM only. */
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@
 #include "numerics/sr.h"
 #include "core/qc.h"
 #include "numerics/decode.h"
+#include "numerics/formats.h"
 
 /* dequant(quant(a)) in place for [rows, cols], when fmt is not "none"
  * (sr: stochastic payload rounding, NULL: nearest). */
@@ -92,6 +95,8 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
     if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
         (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx)))
       goto done;
+    if (ctx->round_ops) /* variant: the operand rounded to bf16 before the GEMM */
+      for (int64_t i = 0; i < M * K; i++) X[i] = qc_round_bf16((float)X[i]);
     if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_F64, 2, ws))) goto done;
     if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
     if (clipped && strcmp(wf, "none") != 0)
@@ -104,6 +109,8 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
     if (strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0 &&
         (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww)))
       goto done;
+    if (ctx->round_ops) /* variant: the dequantized weight rounded to bf16 before the GEMM */
+      for (int64_t i = 0; i < N * K; i++) W[i] = qc_round_bf16((float)W[i]);
     if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
     if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;
     if (clipped && strcmp(af, "none") != 0) {

@@ -50,6 +50,7 @@ cJSON *qc_report_tol_json(const qc_tol *t) {
   }
   if (t->has_noise_multiple) cJSON_AddNumberToObject(o, "noise_multiple", t->noise_multiple);
   if (t->has_bias_z) cJSON_AddNumberToObject(o, "bias_z", t->bias_z);
+  if (t->has_bias_allow) cJSON_AddNumberToObject(o, "bias_allowance", t->bias_allow);
   if (t->dtype[0]) cJSON_AddStringToObject(o, "dtype", t->dtype);
   if (t->derive && !t->has_rel_l2 && !t->has_max_abs) cJSON_AddBoolToObject(o, "derive", 1); /* not derived: no metrics */
   cJSON_AddStringToObject(o, "reasoning", t->reasoning);
@@ -194,6 +195,7 @@ int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, cons
       cJSON_AddNumberToObject(m, "nonfinite", (double)k->m.nonfinite);
       add_num(m, "noise_floor", k->m.noise_floor);
       add_num(m, "noise_multiple", k->m.noise_multiple);
+      if (k->m.term_floor > 0) add_num(m, "term_floor", k->m.term_floor);
       cJSON_AddItemToObject(m, "worst_index", index_json(k->m.worst, k->ndim, k->shape));
       add_num(m, "bias_z", k->m.bias_z);
       if (!isnan(k->m.bias_z)) {
@@ -206,6 +208,7 @@ int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, cons
     }
     if (k->judged_dtype[0]) cJSON_AddStringToObject(o, "judged_dtype", k->judged_dtype);
     if (k->precision[0]) cJSON_AddStringToObject(o, "precision", k->precision);
+    if (k->variant[0]) cJSON_AddStringToObject(o, "reference_variant", k->variant);
     if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", qc_report_tol_json(&k->tol));
     cJSON_AddStringToObject(o, "verdict", k->verdict == QC_V_PASS ? "pass" : "fail");
     cJSON_AddStringToObject(o, "why", k->why);

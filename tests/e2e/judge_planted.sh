@@ -1,0 +1,45 @@
+#!/bin/sh
+# judge_planted.sh: the default judgement (tolerances {"derive": true},
+# default bias_z) on dumps written with torch (tests/e2e/judge_planted.py):
+# every planted 0.1% systematic error (one gradient x 1.001 before its
+# output rounding; linear, rmsnorm, layernorm, attention, in bf16 and
+# float32; a stale fp8 block scale) fails on its tensor, and no correct
+# module fails: bf16 and float32 trainers, an autocast backward (X, W, dY
+# cast to bf16 inside: judged against the reference variant it fits,
+# named in the report), a d_bias that is zero in exact arithmetic, and a
+# layernorm with rows constant to an ulp (judged against the scale of
+# their terms).
+. "$(dirname "$0")/lib.inc"
+$PY tests/e2e/judge_planted.py "$T/p.h5" || exit 1
+cat >"$T/c.json" <<J
+{"data": {"dump": "p.h5"}, "candidate": "dump", "tolerances": {"d_x": {"derive": true}, "d_weight": {"derive": true},
+ "d_bias": {"derive": true}, "d_q": {"derive": true}, "d_k": {"derive": true}, "d_v": {"derive": true}}}
+J
+expect_exit 1 "planted 0.1% errors fail by default" "$QATCHECK" vjp --case "$T/c.json" --json "$T/r.json"
+$PY - "$T/r.json" <<'P' || bad "a planted error passed or a correct gradient failed"
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = []
+for c in r["checks"]:
+    mod, grad = c["module"], c["tensor"]
+    planted = mod.startswith("/bad.") and mod.split(".")[1] == grad
+    if planted != (c["verdict"] == "fail"):
+        bad.append((mod, grad, c["verdict"], c["why"][:120]))
+assert not bad, bad
+n = sum(1 for c in r["checks"] if c["module"].startswith("/bad.") and c["module"].split(".")[1] == c["tensor"])
+print("%d planted errors fail on their tensor, %d correct checks pass" % (n, len(r["checks"]) - n))
+ac = {c["tensor"]: c.get("reference_variant", "") for c in r["checks"] if c["module"] == "/ok.linear_autocast"}
+assert "dY" in ac["d_x"] and "dY" in ac["d_weight"], ac
+zb = [c for c in r["checks"] if c["module"] == "/ok.linear_zero_bias" and c["tensor"] == "d_bias"][0]
+assert zb["metrics"]["rel_l2"] > 0.1 and zb["metrics"]["term_floor"] > 0, zb["metrics"]
+print("autocast judged against", ac, "; the zero d_bias at rel_l2 %.3g passes" % zb["metrics"]["rel_l2"])
+P
+# a case may tighten: bias_allowance 0 and bias_z 3 on a correct module still pass
+cat >"$T/t.json" <<J
+{"data": {"dump": "p.h5", "modules": "^/ok\\\\.linear_bf16\$"}, "candidate": "dump", "tolerances": {
+ "d_x": {"derive": true, "bias_z": 4, "bias_allowance": 0}, "d_weight": {"derive": true, "bias_allowance": 0},
+ "d_bias": {"derive": true, "bias_allowance": 0}}}
+J
+expect_exit 0 "a correct module under bias_allowance 0" "$QATCHECK" vjp --case "$T/t.json" --json "$T/t.r.json"
+grep -q '"bias_allowance":[[:space:]]*0' "$T/t.r.json" || bad "the declared bias_allowance is not in the report"
+finish
