@@ -36,6 +36,9 @@ int qc_cli_run(const qc_verb *v, int argc, char **argv) {
   if (!rc) rc = v->fn(&run, argc, argv);
   rc = qc_dist_finish(rc);                  /* every rank: the agreed error, or rank 0's verdict */
   rc = qc_run_end(&run, rc);
+  /* the run has ended, its reports written: a signal from here on (mpirun
+   * ending the job once a rank exits 2) must not add a second error line */
+  qc_watchdog_quiet(1);
   if (later) qc_err_clear();                /* the error line is rank 0's to print */
   else if (qc_dist_size() > 1 && rc == 2 && qc_err_msg()[0]) {
     qc_err_print(); /* before the job ends: once a rank exits non-zero, mpirun may kill the others */
