@@ -142,18 +142,6 @@ extern "C" int qk_metrics(const void *g, int g_kind, const double *r, int64_t n,
 #define BT 256
 #define BS 7
 
-__device__ __forceinline__ void bias_terms(double g, double r, double *a) {
-  if (!isfinite(g) || !isfinite(r)) return;
-  double q = (double)__bfloat162float(__float2bfloat16_rn((float)r)), x = g - q, e = q - r, xr = x * r, rr = r * r;
-  a[0] += xr;
-  a[1] += rr;
-  a[2] += x * x;
-  a[3] += xr * xr;
-  a[4] += xr * rr;
-  a[5] += rr * rr;
-  a[6] += e * e;
-}
-
 #define FT 256 /* threads of the final reduction (one block; 13 x 256 doubles of shared memory) */
 
 /* Each column's cluster sums over the chunks, in chunk order, into chunk 0's slot. */
@@ -219,7 +207,8 @@ extern "C" int qk_bias_final(const double *rows7, int64_t rows, double *parts, i
  * in shared memory and summed over the warps in order at the end; every
  * partial lands in its own slot. Then fixed-order reductions over the slots. */
 
-/* One element's metrics, bias terms (as bias_terms) and column sums. */
+/* One element's metrics, its bias terms (over finite pairs: x r, r^2, x^2,
+ * x^2 r^2, x r^3, r^4, (q(r) - r)^2 into b) and its column sums (x r, r^2). */
 __device__ __forceinline__ void sums_add(macc &a, double *b, double &t, double &c, double gv, double rv, long long i) {
   macc_add(a, gv, rv, i);
   if (!isfinite(gv) || !isfinite(rv)) return;
