@@ -96,8 +96,12 @@ Test(fast_path, covered_gradients_judged_from_its_metrics_bias_from_the_vjps) {
   cr_expect_str_eq(res.v[0].tensor, "d_x");
   cr_expect_str_eq(res.v[1].tensor, "d_weight");
   cr_expect_str_eq(res.v[2].tensor, "d_bias");
-  cr_expect_eq(res.v[0].verdict, QC_V_FAIL, "d_x judged from the stub's rel_l2 0.5");
-  cr_expect(strstr(res.v[0].why, "rel_l2 0.5") != NULL, "%s", res.v[0].why);
+  /* the stub fails d_x (rel_l2 0.5): as on the host path, the legal
+   * reference variants are tried on the host, and the real production's
+   * d_x fits one, so the check passes naming it (the fast path's metrics
+   * are what made it try) */
+  cr_expect_eq(res.v[0].verdict, QC_V_PASS, "d_x: %s", res.v[0].why);
+  cr_expect(res.v[0].variant[0] != 0, "d_x passes on a named reference variant");
   cr_expect_eq(res.v[1].verdict, QC_V_PASS);
   cr_expect_eq(res.v[2].verdict, QC_V_PASS, "d_bias from the production and reference VJPs: %s", res.v[2].why);
   cr_expect(res.v[2].m.rel_l2 < 1e-2 && res.v[2].m.norm_r > 0, "d_bias was really compared");
