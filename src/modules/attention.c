@@ -6,10 +6,14 @@
  *   head h reads kv head h / (Hq / Hkv)); saved out [B, Hq, S, D] (O) and
  *   lse [B, Hq, S]; dY = dO [B, Hq, S, D]; c = softmax_scale (1/sqrt(D))
  *   causal: key j is visible to query i when j <= i
- *   P_ij   = exp(c q_i.k_j - LSE_i)                 lse_base = e
- *          = exp2(c log2(e) q_i.k_j - LSE_i)        lse_base = 2
+ *   window W > 0 (causal only): and when i - j < W, i.e. i - W < j <= i
+ *     (Hugging Face's sliding-window mask: W keys, the query's own included)
+ *   s_ij   = c q_i.k_j; softcap m > 0: s_ij = m tanh(c q_i.k_j / m)
+ *   P_ij   = exp(s_ij - LSE_i)                      lse_base = e
+ *          = exp2(log2(e) s_ij - LSE_i)             lse_base = 2
+ *          (no softcap: exp(c q_i.k_j - LSE_i), exp2(c log2(e) q_i.k_j - LSE_i))
  *   Delta_i = sum_d dO_id O_id
- *   dS_ij  = P_ij (dO_i.v_j - Delta_i)
+ *   dS_ij  = P_ij (dO_i.v_j - Delta_i)   [softcap: x (1 - tanh^2(c q_i.k_j / m))]
  *   d_q_i  = c sum_j dS_ij k_j;  d_k_j = c sum_i dS_ij q_i;  d_v_j = sum_i P_ij dO_i
  * d_k and d_v sum over the query heads sharing a kv head. float32
  * throughout, float32 gradients. A saved O or LSE that is not the forward of
@@ -33,6 +37,8 @@ static const qc_key_spec attention_keys[] = {
     {"causal", "true|false", "true", "true: query i attends to keys j <= i"},
     {"softmax_scale", NULL, NULL, "logit scale c in softmax(c Q K^T); default 1/sqrt(head_dim)"},
     {"lse_base", "e|2", "e", "base of the saved log-sum-exp: e (natural) or 2 (log2, as some kernels store it)"},
+    {"window", NULL, "0", "sliding window W (causal): query i attends keys i - W < j <= i (0: no window)"},
+    {"softcap", NULL, "0", "logit soft-cap m: logits m tanh(c q.k / m) before the softmax (0: none)"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors and sizes of an attention module. */
@@ -40,8 +46,17 @@ typedef struct {
   const qc_tensor *q, *k, *v, *o, *lse;
   int64_t B, Hq, Hkv, S, D;
   int causal, base2;
+  int64_t window; /* W: keys i - W < j <= i (0: no window) */
   double scale;
+  double softcap; /* m: logits m tanh(s / m) (0: none) */
 } at_view;
+
+/* The keys query i sees: j0 <= j < (the return value), causal and window
+ * applied. a: the view (S, causal, window); i in [0, S); j0 [1]: out. */
+static int64_t at_keys(const at_view *a, int64_t i, int64_t *j0) {
+  *j0 = a->window > 0 && i - a->window + 1 > 0 ? i - a->window + 1 : 0;
+  return a->causal ? i + 1 : a->S;
+}
 
 /* inputs only (the forward and generator need no saved tensors) */
 static int at_view_inputs(const qc_module *m, at_view *a) {
@@ -74,6 +89,18 @@ static int at_view_inputs(const qc_module *m, at_view *a) {
   if (!(a->scale > 0) || !(a->scale <= FLT_MAX) || a->scale < FLT_MIN) /* the production computes in float32 */
     return qc_err("%s: contract key 'softmax_scale' is %g: expected a number > 0 within float32's normal range", m->path,
                   a->scale);
+  const double w = qc_contract_num(&m->contract, "window", 0);
+  if (!(w >= 0) || w != floor(w) || w > 4e18)
+    return qc_err("%s: contract key 'window' is %g: expected a whole number >= 0 (0: no sliding window)", m->path, w);
+  a->window = (int64_t)w;
+  if (a->window > 0 && !a->causal)
+    return qc_err("%s: contract key 'window' is %lld with causal = false: a sliding window is causal here "
+                  "(keys i - W < j <= i); a bidirectional window is not modelled",
+                  m->path, (long long)a->window);
+  a->softcap = qc_contract_num(&m->contract, "softcap", 0);
+  if (!(a->softcap >= 0) || !(a->softcap <= FLT_MAX) || (a->softcap > 0 && a->softcap < FLT_MIN))
+    return qc_err("%s: contract key 'softcap' is %g: expected 0 (none) or a number > 0 within float32's normal range",
+                  m->path, a->softcap);
   return QC_OK;
 }
 
@@ -112,6 +139,7 @@ static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
   if ((rc = qc_mod_add(grads, "d_v", QC_F32, 4, a.v->shape, (void **)&dv))) goto done;
   const int64_t S = a.S, D = a.D, group = a.Hq / a.Hkv;
   const float c = (float)a.scale, c2 = (float)(a.scale * 1.4426950408889634); /* c log2(e) */
+  const float cap = (float)a.softcap, l2e = 1.4426950408889634f;
   for (int64_t b = 0; b < a.B; b++)
     for (int64_t h = 0; h < a.Hq; h++) {
       const int64_t qo = (b * a.Hq + h) * S * D, ko = (b * a.Hkv + h / group) * S * D;
@@ -120,16 +148,24 @@ static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
         const float L = lse[(b * a.Hq + h) * S + i];
         float delta = 0.0f;
         for (int64_t d = 0; d < D; d++) delta += gi[d] * oi[d];
-        const int64_t jn = a.causal ? i + 1 : S;
-        for (int64_t j = 0; j < jn; j++) {
+        int64_t j0;
+        const int64_t jn = at_keys(&a, i, &j0);
+        for (int64_t j = j0; j < jn; j++) {
           const float *kj = k + ko + j * D, *vj = v + ko + j * D;
           float s = 0.0f, dp = 0.0f;
           for (int64_t d = 0; d < D; d++) {
             s += qi[d] * kj[d];
             dp += gi[d] * vj[d];
           }
-          const float p = a.base2 ? exp2f(c2 * s - L) : expf(c * s - L);
-          const float ds = c * (p * (dp - delta));
+          float p, ds;
+          if (cap > 0.0f) { /* s' = m tanh(c s / m); ds/ds' = 1 - tanh^2 */
+            const float t = tanhf((c * s) / cap), sc = cap * t;
+            p = a.base2 ? exp2f(l2e * sc - L) : expf(sc - L);
+            ds = c * ((p * (dp - delta)) * (1.0f - t * t));
+          } else {
+            p = a.base2 ? exp2f(c2 * s - L) : expf(c * s - L);
+            ds = c * (p * (dp - delta));
+          }
           float *dqi = dq + qo + i * D, *dkj = dk + ko + j * D, *dvj = dv + ko + j * D;
           for (int64_t d = 0; d < D; d++) {
             dqi[d] += ds * kj[d];
@@ -146,7 +182,9 @@ done:
 }
 
 /* float64 forward of one instance: O [B, Hq, S, D] and the natural LSE
- * [B, Hq, S] (either may be NULL). Max-subtracted softmax. */
+ * [B, Hq, S] (either may be NULL) of the capped logits, over the keys the
+ * mask and window leave. Max-subtracted softmax. q [B, Hq, S, D]; k, v
+ * [B, Hkv, S, D]. Returns QC_OK or QC_ESYS. */
 static int attention_fwd64(const at_view *a, const double *q, const double *k, const double *v, double *o, double *lse) {
   const int64_t S = a->S, D = a->D, group = a->Hq / a->Hkv;
   double *p = qc_malloc((size_t)S * sizeof *p, "attention probabilities");
@@ -155,19 +193,21 @@ static int attention_fwd64(const at_view *a, const double *q, const double *k, c
     for (int64_t h = 0; h < a->Hq; h++) {
       const int64_t qo = (b * a->Hq + h) * S * D, ko = (b * a->Hkv + h / group) * S * D;
       for (int64_t i = 0; i < S; i++) {
-        const int64_t jn = a->causal ? i + 1 : S;
+        int64_t j0;
+        const int64_t jn = at_keys(a, i, &j0);
         double mx = -INFINITY, z = 0;
-        for (int64_t j = 0; j < jn; j++) {
+        for (int64_t j = j0; j < jn; j++) {
           double s = 0;
           for (int64_t d = 0; d < D; d++) s += q[qo + i * D + d] * k[ko + j * D + d];
           p[j] = a->scale * s;
+          if (a->softcap > 0) p[j] = a->softcap * tanh(p[j] / a->softcap);
           mx = fmax(mx, p[j]);
         }
-        for (int64_t j = 0; j < jn; j++) z += (p[j] = exp(p[j] - mx));
+        for (int64_t j = j0; j < jn; j++) z += (p[j] = exp(p[j] - mx));
         if (lse) lse[(b * a->Hq + h) * S + i] = mx + log(z);
         for (int64_t d = 0; o && d < D; d++) {
           double acc = 0;
-          for (int64_t j = 0; j < jn; j++) acc += p[j] * v[ko + j * D + d];
+          for (int64_t j = j0; j < jn; j++) acc += p[j] * v[ko + j * D + d];
           o[qo + i * D + d] = acc / z;
         }
       }
@@ -192,22 +232,29 @@ done:
   return rc;
 }
 
-/* The error model: d_q = c dS K sums over the S visible keys, d_k = c dS^T Q
- * and d_v = P^T dO over the S queries of the Hq/Hkv heads sharing a kv
- * head; float32 throughout (lambda 1). The magnitude bound for a zero
- * reference (one key: d_q = 0): |d_q_i| <= c max|k| (|dP_ij| + |Delta_i|)
- * <= c max|k| ||dO_i|| (max_j ||v_j|| + ||O_i||). */
+/* The error model: d_q = c dS K sums over the n visible keys, d_k = c dS^T Q
+ * and d_v = P^T dO over the n queries of each of the Hq/Hkv heads sharing a
+ * kv head, n = S, or min(W, S) under a sliding window W (a key is seen by
+ * at most W queries of a head); float32 throughout (lambda 1; the softcap's
+ * tanh and its derivative 1 - t^2 add a few ulps to each term's factor,
+ * within the per-term bound). The magnitude bound for a zero reference (one
+ * key: d_q = 0): |d_q_i| <= c max|k| (|dP_ij| + |Delta_i|) <= c max|k|
+ * ||dO_i|| (max_j ||v_j|| + ||O_i||); the softcap factor 1 - t^2 <= 1 only
+ * lowers it. m, dy (shape of q), grad: the gradient's name; tm: out. */
 static int attention_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   at_view a;
   int rc = at_view_get(m, &a);
   if (rc) return rc;
-  const int64_t group = a.Hq / a.Hkv;
+  const int64_t group = a.Hq / a.Hkv, n = a.window > 0 && a.window < a.S ? a.window : a.S;
+  char win[64] = "";
+  if (a.window > 0) snprintf(win, sizeof win, " (window W = %lld)", (long long)a.window);
   if (strcmp(grad, "d_q") == 0)
-    qc_mod_tm(tm, a.S, 1, 0, 0, "d_q = c dS K sums over the S = %lld %skeys", (long long)a.S, a.causal ? "(at most) visible " : "");
+    qc_mod_tm(tm, n, 1, 0, 0, "d_q = c dS K sums over the n = %lld %skeys%s", (long long)n,
+              a.causal ? "(at most) visible " : "", win);
   else if (strcmp(grad, "d_k") == 0 || strcmp(grad, "d_v") == 0)
-    qc_mod_tm(tm, a.S * group, 1, 0, 0, "%s sums over the S = %lld queries of the %lld query heads sharing a kv head: K = %lld",
-              strcmp(grad, "d_k") == 0 ? "d_k = c dS^T Q" : "d_v = P^T dO", (long long)a.S, (long long)group,
-              (long long)(a.S * group));
+    qc_mod_tm(tm, n * group, 1, 0, 0, "%s sums over the n = %lld queries%s of the %lld query heads sharing a kv head: K = %lld",
+              strcmp(grad, "d_k") == 0 ? "d_k = c dS^T Q" : "d_v = P^T dO", (long long)n, win, (long long)group,
+              (long long)(n * group));
   else
     return qc_err("%s: class attention has no gradient '%s'", m->path, grad);
   /* row norms of dO, v and O, for the magnitude bound */
@@ -229,8 +276,8 @@ static int attention_tol_model(const qc_module *m, const qc_tensor *dy, const ch
       vmax = fmax(vmax, sqrt(sv));
     }
     if (strcmp(grad, "d_q") == 0) tm->scale = a.scale * qc_mod_maxabs(a.k) * gmax * (vmax + omax);
-    else if (strcmp(grad, "d_k") == 0) tm->scale = (double)(a.S * group) * a.scale * qc_mod_maxabs(a.q) * gmax * (vmax + omax);
-    else tm->scale = (double)(a.S * group) * qc_mod_maxabs(dy);
+    else if (strcmp(grad, "d_k") == 0) tm->scale = (double)(n * group) * a.scale * qc_mod_maxabs(a.q) * gmax * (vmax + omax);
+    else tm->scale = (double)(n * group) * qc_mod_maxabs(dy);
   }
   free(g); free(v); free(o);
   return QC_OK;
@@ -285,15 +332,38 @@ static int attention_flip_causal(const qc_module *m, qc_module *alt, char *detai
   return qc_contract_set(&alt->contract, "causal", causal ? "false" : "true", 0, 0);
 }
 
+/* Hypothesis: the sliding window one key wider than the contract's W (the
+ * key at i - W attended: a mask j >= i - W, as `i - j <= W`). m: the module;
+ * alt: its copy to alter; detail [n]: out. QC_NA without a window. */
+static int attention_window_wide(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  const double w = qc_contract_num(&m->contract, "window", 0);
+  if (!(w >= 1)) return QC_NA;
+  snprintf(detail, n, "the contract says window = %.0f (keys i - %.0f < j <= i)", w, w);
+  return qc_contract_set(&alt->contract, "window", "", w + 1, 1);
+}
+
+/* Hypothesis: the sliding window one key narrower than the contract's W
+ * (the key at i - W + 1 masked: `i - j < W - 1`). QC_NA for W <= 1. */
+static int attention_window_narrow(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  const double w = qc_contract_num(&m->contract, "window", 0);
+  if (!(w >= 2)) return QC_NA;
+  snprintf(detail, n, "the contract says window = %.0f (keys i - %.0f < j <= i)", w, w);
+  return qc_contract_set(&alt->contract, "window", "", w - 1, 1);
+}
+
 static const qc_hypothesis attention_hyps[] = {
     {"lse_base", "/d_q/d_k/d_v/", "the saved LSE in the wrong base (log2 read as ln, or the reverse)", NULL, 0,
      attention_lse_base, 0},
     {"causal_mask", "/d_q/d_k/d_v/", "the causal mask the other way than the contract's", attention_flip_causal, 0, NULL, 0},
+    {"window_wide", "/d_q/d_k/d_v/", "the sliding window off by one: the key at i - W attended too", attention_window_wide, 0,
+     NULL, 0},
+    {"window_narrow", "/d_q/d_k/d_v/", "the sliding window off by one: the key at i - W + 1 masked", attention_window_narrow, 0,
+     NULL, 0},
     {NULL, NULL, NULL, NULL, 0, NULL, 0}};
 
 /* Generated attention: shape [B, Hq, Hkv, S, D]. q, k, v ~ N(0,1) bf16;
  * saved out (float32) and lse (float32, in the contract's base) from the
- * float64 forward under the contract. values = "special": query rows of
+ * float64 forward under the contract (mask, window, softcap). values = "special": query rows of
  * head 0 scaled by 64 (logits in the hundreds: the LSE formula must not
  * overflow), a zero query row (uniform attention), keys +-30 at a few
  * entries; "heavy_tail": every input divided by 0.05 + U(0,1). */
@@ -350,7 +420,7 @@ done:
 
 const qc_class qc_class_attention = {
     .name = "attention",
-    .summary = "scaled dot-product attention (causal, GQA) from the saved O and LSE, flash-attention style: d_q, d_k, d_v",
+    .summary = "scaled dot-product attention (causal, sliding window, softcap, GQA) from the saved O and LSE, flash-attention style: d_q, d_k, d_v",
     .tensors = "inputs/q inputs/k inputs/v saved/out saved/lse outputs/y",
     .grads = "d_q d_k d_v",
     .shape_help = "[B, Hq, Hkv, S, D]: batch, query heads, kv heads, sequence, head_dim",

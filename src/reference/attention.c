@@ -2,13 +2,17 @@
  * from the math, with its own softmax.
  *
  * Query head h of batch b reads kv head h / (Hq / Hkv). For query i:
- *   s_ij = c q_i.k_j over the visible keys (j <= i when causal, else all),
+ *   r_ij = c q_i.k_j (the raw logit),
+ *   s_ij = r_ij, or m tanh(r_ij / m) under a softcap m > 0,
+ *   over the visible keys: j <= i when causal (else all), and under a
+ *   sliding window W > 0 only the W most recent of them, i - j < W,
  *   P_ij = exp(s_ij - max_j s) / sum_l exp(s_il - max_l s),
  *   O_i  = sum_j P_ij v_j.
  * The chain rule, with g = dO:
  *   dL/dP_ij = g_i.v_j
  *   dL/ds_ij = P_ij (dL/dP_ij - sum_l P_il dL/dP_il)   (the softmax Jacobian)
- *   d_q_i = c sum_j dL/ds_ij k_j;  d_k_j += c dL/ds_ij q_i;  d_v_j += P_ij g_i
+ *   dL/dr_ij = dL/ds_ij ds/dr, ds/dr = 1 - tanh(r_ij / m)^2 (1 without a cap)
+ *   d_q_i = c sum_j dL/dr_ij k_j;  d_k_j += c dL/dr_ij q_i;  d_v_j += P_ij g_i
  * summed over every query head of a kv head's group. The saved out and lse
  * are required to be present and well-shaped (they belong to the module),
  * but never read: the reference recomputes the softmax, so a wrongly saved
@@ -22,10 +26,14 @@
 #include "core/qc.h"
 #include "reference/ref_util.h"
 
+/* 1 when a [4 dims] has shape s [4]. */
 static int same4(const qc_tensor *a, const int64_t *s) {
   return a->shape[0] == s[0] && a->shape[1] == s[1] && a->shape[2] == s[2] && a->shape[3] == s[3];
 }
 
+/* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k, d_v
+ * [B, Hkv, S, D] into grads from m's q, k, v and dy [B, Hq, S, D]; QC_EINPUT
+ * for bad shapes or contract values. */
 int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   (void)ctx;
   const qc_tensor *qt, *kt, *vt, *ot, *lt;
@@ -49,17 +57,24 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
   const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
   const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);
   if (!(sc > 0) || !isfinite(sc)) return qc_err("%s: contract key 'softmax_scale' = %g: expected > 0", m->path, sc);
+  const double wd = qc_contract_num(c, "window", 0), cap = qc_contract_num(c, "softcap", 0);
+  if (!(wd >= 0) || floor(wd) != wd || wd > 4e18)
+    return qc_err("%s: contract key 'window' = %g: expected a whole number >= 0", m->path, wd);
+  const int64_t W = (int64_t)wd; /* 0: no window */
+  if (W > 0 && !causal) return qc_err("%s: contract key 'window' = %lld: needs causal = true", m->path, (long long)W);
+  if (!(cap >= 0) || !isfinite(cap)) return qc_err("%s: contract key 'softcap' = %g: expected >= 0", m->path, cap);
   const char *base = qc_contract_str(c, "lse_base", "e");
   if (strcmp(base, "e") != 0 && strcmp(base, "2") != 0)
     return qc_err("%s: contract key 'lse_base' = '%s': expected e or 2", m->path, base);
   const int64_t grp = Hq / Hkv;
-  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *dq, *dk, *dv;
+  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *T = NULL, *dq, *dk, *dv;
   rc = QC_ESYS;
   if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
       !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")))
     goto done;
   if (!(P = qc_malloc((size_t)S * sizeof *P, "reference softmax row")) ||
-      !(dP = qc_malloc((size_t)S * sizeof *dP, "reference dL/dP row")))
+      !(dP = qc_malloc((size_t)S * sizeof *dP, "reference dL/dP row")) ||
+      !(T = qc_malloc((size_t)S * sizeof *T, "reference softcap derivative row")))
     goto done;
   if ((rc = qc_refu_out(grads, "d_q", 4, qt->shape, &dq))) goto done;
   if ((rc = qc_refu_out(grads, "d_k", 4, kt->shape, &dk))) goto done;
@@ -70,27 +85,37 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
       const double *k = K + (b * Hkv + h / grp) * S * D, *v = V + (b * Hkv + h / grp) * S * D;
       double *gq = dq + (b * Hq + h) * S * D, *gk = dk + (b * Hkv + h / grp) * S * D, *gv = dv + (b * Hkv + h / grp) * S * D;
       for (int64_t i = 0; i < S; i++) {
-        const int64_t n = causal ? i + 1 : S; /* keys 0..n-1 are visible */
+        const int64_t n = causal ? i + 1 : S; /* keys lo..n-1 are visible */
+        int64_t lo = 0;
+        while (W > 0 && i - lo >= W) lo++; /* the window: i - j < W */
         double mx = -INFINITY, z = 0, pd = 0;
-        for (int64_t j = 0; j < n; j++) {
-          double s = 0;
-          for (int64_t d = 0; d < D; d++) s += q[i * D + d] * k[j * D + d];
-          P[j] = sc * s;
+        for (int64_t j = lo; j < n; j++) {
+          double r = 0;
+          for (int64_t d = 0; d < D; d++) r += q[i * D + d] * k[j * D + d];
+          r *= sc;
+          if (cap > 0) {
+            const double th = tanh(r / cap);
+            P[j] = cap * th;
+            T[j] = 1 - th * th;
+          } else {
+            P[j] = r;
+            T[j] = 1;
+          }
           if (P[j] > mx) mx = P[j];
         }
-        for (int64_t j = 0; j < n; j++) {
+        for (int64_t j = lo; j < n; j++) {
           P[j] = exp(P[j] - mx);
           z += P[j];
         }
-        for (int64_t j = 0; j < n; j++) {
+        for (int64_t j = lo; j < n; j++) {
           P[j] /= z;
           double t = 0;
           for (int64_t d = 0; d < D; d++) t += g[i * D + d] * v[j * D + d];
           dP[j] = t;
           pd += P[j] * t;
         }
-        for (int64_t j = 0; j < n; j++) {
-          const double ds = P[j] * (dP[j] - pd);
+        for (int64_t j = lo; j < n; j++) {
+          const double ds = P[j] * (dP[j] - pd) * T[j];
           for (int64_t d = 0; d < D; d++) {
             gq[i * D + d] += sc * ds * k[j * D + d];
             gk[j * D + d] += sc * ds * q[i * D + d];
@@ -101,6 +126,6 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
     }
   rc = QC_OK;
 done:
-  free(Q); free(K); free(V); free(G); free(P); free(dP);
+  free(Q); free(K); free(V); free(G); free(P); free(dP); free(T);
   return rc;
 }
