@@ -1,0 +1,39 @@
+#!/bin/sh
+# attention_dump.sh: attention with a sliding window, a logit softcap and GQA
+# from a torch-made dump (scripts/make_attention_dump.py: an eager attention
+# in float32 with Hugging Face's window mask, autograd's gradients). The
+# correct module passes (the dump's gradients and the builtin flash
+# backward); a window off by one either way (the key at i - W attended, or
+# the key at i - W + 1 masked) fails on d_q, d_k and d_v and the diagnosis
+# names the off-by-one; a softcap whose tanh derivative is lost fails on d_q
+# and d_k only (d_v = P^T dO does not see it). Skips (77) without torch.
+. "$(dirname "$0")/lib.inc"
+"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
+$PY scripts/make_attention_dump.py "$T/d.h5" || exit 1
+ATOL='{"d_q":{"rel_l2":1e-5,"reasoning":"fp32 eager autograd"},"d_k":{"rel_l2":1e-5,"reasoning":"fp32 eager autograd"},"d_v":{"rel_l2":1e-5,"reasoning":"fp32 eager autograd"}}'
+cat >"$T/ok.json" <<J
+{"module": "attention", "data": {"dump": "d.h5", "modules": "^/model\\\\.layers\\\\.0\\\\.self_attn\\\\.sdpa\$"}, "candidate": "builtin", "tolerances": $ATOL}
+J
+expect_exit 0 "attention window+softcap: the builtin flash backward passes on the torch dump" "$QATCHECK" vjp --case "$T/ok.json" --quiet
+cat >"$T/all.json" <<J
+{"module": "attention", "data": {"dump": "d.h5"}, "candidate": "dump", "tolerances": $ATOL}
+J
+expect_exit 1 "attention window+softcap: the dump with planted defects fails" "$QATCHECK" vjp --case "$T/all.json" --json "$T/all.r.json"
+$PY - "$T/all.r.json" <<'P' || bad "attention window+softcap: the report does not fail exactly the planted defects"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = {(c["module"], c["tensor"]) for c in r["checks"] if c["verdict"] == "fail"}
+want = {("/defect.attention_window_wide", t) for t in ("d_q", "d_k", "d_v")}
+want |= {("/defect.attention_window_narrow", t) for t in ("d_q", "d_k", "d_v")}
+want |= {("/defect.attention_softcap_no_grad", t) for t in ("d_q", "d_k")}
+assert failed == want, sorted(failed ^ want)
+good = [c for c in r["checks"] if c["module"] == "/model.layers.0.self_attn.sdpa"]
+assert len(good) == 3 and all(c["verdict"] == "pass" for c in good), good
+for c in r["checks"]:
+    m = c["module"].rsplit("_", 1)[-1]
+    if c["verdict"] == "fail" and m in ("wide", "narrow"):
+        s = c["diagnosis"]["summary"]
+        assert s.startswith("consistent with") and ("i - W attended" if m == "wide" else "i - W + 1 masked") in s, (c["module"], s)
+print("the window off by one fails on d_q, d_k, d_v and is diagnosed; the lost tanh derivative fails on d_q, d_k")
+P
+finish
