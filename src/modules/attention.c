@@ -122,9 +122,11 @@ static int at_view_get(const qc_module *m, at_view *a) {
   return QC_OK;
 }
 
-/* Production VJP (see the file comment). */
-static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+/* The flash backward (see the file comment): d_q [B, Hq, S, D], d_k, d_v
+ * [B, Hkv, S, D] into grads from m and dy [B, Hq, S, D]. cap_grad 0 drops
+ * the softcap's derivative 1 - tanh^2 (the diagnosis's prediction of a
+ * backward that lost it); 1 is the production. Returns a status. */
+static int attention_flash(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int cap_grad) {
   at_view a;
   int rc = at_view_get(m, &a);
   if (rc) return rc;
@@ -161,7 +163,7 @@ static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
           if (cap > 0.0f) { /* s' = m tanh(c s / m); ds/ds' = 1 - tanh^2 */
             const float t = tanhf((c * s) / cap), sc = cap * t;
             p = a.base2 ? exp2f(l2e * sc - L) : expf(sc - L);
-            ds = c * ((p * (dp - delta)) * (1.0f - t * t));
+            ds = c * ((p * (dp - delta)) * (cap_grad ? 1.0f - t * t : 1.0f));
           } else {
             p = a.base2 ? exp2f(c2 * s - L) : expf(c * s - L);
             ds = c * (p * (dp - delta));
@@ -179,6 +181,12 @@ static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
 done:
   free(q); free(k); free(v); free(o); free(lse); free(g);
   return rc;
+}
+
+/* Production VJP (see the file comment). */
+static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  return attention_flash(m, dy, grads, 1);
 }
 
 /* float64 forward of one instance: O [B, Hq, S, D] and the natural LSE
@@ -351,6 +359,32 @@ static int attention_window_narrow(const qc_module *m, qc_module *alt, char *det
   return qc_contract_set(&alt->contract, "window", "", w - 1, 1);
 }
 
+/* Hypothesis: under a softcap, the backward lost the cap's derivative
+ * (dS not multiplied by 1 - tanh^2: a detached or straight-through tanh).
+ * The prediction is the flash backward without that factor. m, dy [shape
+ * of q], grad: the gradient; pred: out; detail [n]: out. QC_NA without a
+ * softcap or for d_v (which the factor does not reach). */
+static int attention_softcap_grad(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad,
+                                  const qc_tensor *cand, qc_tensor *pred, char *detail, size_t n) {
+  (void)ctx;
+  (void)cand;
+  at_view a;
+  int rc = at_view_get(m, &a);
+  if (rc) return rc;
+  if (!(a.softcap > 0) || strcmp(grad, "d_v") == 0) return QC_NA;
+  qc_tset out = {0};
+  if ((rc = attention_flash(m, dy, &out, 0))) goto done;
+  const qc_tensor *t = qc_tset_get(&out, grad);
+  rc = QC_NA;
+  if (!t) goto done;
+  if ((rc = qc_tensor_alloc(pred, grad, QC_F64, t->ndim, t->shape)) || (rc = qc_tensor_to_f64(t, pred->data))) goto done;
+  snprintf(detail, n, "the contract says softcap = %g: dS x (1 - tanh^2(c q.k / %g)) in the backward", a.softcap, a.softcap);
+  rc = QC_OK;
+done:
+  qc_tset_free(&out);
+  return rc;
+}
+
 static const qc_hypothesis attention_hyps[] = {
     {"lse_base", "/d_q/d_k/d_v/", "the saved LSE in the wrong base (log2 read as ln, or the reverse)", NULL, 0,
      attention_lse_base, 0},
@@ -359,6 +393,8 @@ static const qc_hypothesis attention_hyps[] = {
      NULL, 0},
     {"window_narrow", "/d_q/d_k/d_v/", "the sliding window off by one: the key at i - W + 1 masked", attention_window_narrow, 0,
      NULL, 0},
+    {"softcap_grad", "/d_q/d_k/", "the softcap's derivative 1 - tanh^2 lost in the backward (a detached tanh)", NULL, 0,
+     attention_softcap_grad, 0},
     {NULL, NULL, NULL, NULL, 0, NULL, 0}};
 
 /* Generated attention: shape [B, Hq, Hkv, S, D]. q, k, v ~ N(0,1) bf16;

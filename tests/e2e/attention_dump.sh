@@ -6,7 +6,8 @@
 # backward); a window off by one either way (the key at i - W attended, or
 # the key at i - W + 1 masked) fails on d_q, d_k and d_v and the diagnosis
 # names the off-by-one; a softcap whose tanh derivative is lost fails on d_q
-# and d_k only (d_v = P^T dO does not see it). Skips (77) without torch.
+# and d_k only (d_v = P^T dO does not see it), diagnosed as such. Skips (77)
+# without torch.
 . "$(dirname "$0")/lib.inc"
 "$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
 $PY scripts/make_attention_dump.py "$T/d.h5" || exit 1
@@ -34,6 +35,9 @@ for c in r["checks"]:
     if c["verdict"] == "fail" and m in ("wide", "narrow"):
         s = c["diagnosis"]["summary"]
         assert s.startswith("consistent with") and ("i - W attended" if m == "wide" else "i - W + 1 masked") in s, (c["module"], s)
-print("the window off by one fails on d_q, d_k, d_v and is diagnosed; the lost tanh derivative fails on d_q, d_k")
+    if c["verdict"] == "fail" and m == "grad":
+        s = c["diagnosis"]["summary"]
+        assert s.startswith("consistent with") and "1 - tanh^2 lost" in s, (c["module"], s)
+print("the window off by one fails on d_q, d_k, d_v, the lost tanh derivative on d_q, d_k; each is diagnosed")
 P
 finish
