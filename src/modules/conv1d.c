@@ -116,12 +116,15 @@ done:
   return rc;
 }
 
+/* The class's production VJP (no defect): d_x [B, L, C], d_weight [C, K]
+ * (or [C, 1, K]), d_bias [C] of m for dy [B, L, C]; returns a status. */
 static int conv1d_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   (void)ctx;
   return qc_conv1d_vjp_defect(m, dy, grads, CONV_OK);
 }
 
-/* Float64 forward y [B, L, C] by the definition (for `fd`); no discrete branch. */
+/* Float64 forward y [B, L, C] of m (x [B, L, C], weight [C, K], bias [C])
+ * by the definition, for `fd`; no discrete branch. Returns a status. */
 static int conv1d_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
   (void)branch;
   conv_view v;
@@ -150,8 +153,9 @@ done:
   return rc;
 }
 
-/* The error model: d_x sums K taps; d_weight and d_bias sum over the
- * B x L outputs (sequential float32 sums, lambda 1). */
+/* The error model of gradient `grad` of m (x [B, L, C], weight [C, K]) into
+ * tm: d_x sums K taps; d_weight and d_bias sum over the B x L outputs
+ * (sequential float32 sums, lambda 1). QC_EINPUT for another name. */
 static int conv1d_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   (void)dy;
   conv_view v;
@@ -169,7 +173,8 @@ static int conv1d_tol_model(const qc_module *m, const qc_tensor *dy, const char 
   return QC_OK;
 }
 
-/* Generated conv1d: shape [B, L, C, K] or [B, L, C, K, 0] (no bias).
+/* Generated conv1d into m, dY's shape [B, L, C] into ondim, oshape: shape
+ * [B, L, C, K] or [B, L, C, K, 0] (no bias). Returns a status.
  * x ~ N(0,1), weight ~ N(0,1)/sqrt(K), bias ~ 0.1 N(0,1), bf16 (weight
  * [C, K]). values = "special": a zero x row, +-3e4 and 1e-30 in x;
  * "heavy_tail": x divided by 0.05 + U(0,1). */
