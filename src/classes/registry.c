@@ -25,6 +25,7 @@ static const qc_registry_row g_rows[] = {
     {&qc_class_attention, qc_ref_attention, NULL},
     {&qc_class_moe, qc_ref_moe, NULL},
     {&qc_class_ssd, qc_ref_ssd, NULL},
+    {&qc_class_conv1d, qc_ref_conv1d, NULL},
 };
 
 /* Installs the table before main() (and before any test), in every program

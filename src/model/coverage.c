@@ -13,7 +13,7 @@
 const qc_cov_item qc_coverage[QC_COV_COUNT] = {
     {"decode", "small M (decode: one token)", NULL, "an instance with one token", 0},
     {"large_m", "large M (training / prefill: 1024 tokens or more)", NULL, "an instance with at least 1024 tokens", 0},
-    {"context_lengths", "different context lengths", "|attention|ssd|logprob|rope|",
+    {"context_lengths", "different context lengths", "|attention|ssd|conv1d|logprob|rope|",
      "instances of the class with at least two sequence lengths", 0},
     {"unaligned", "unaligned tails", NULL,
      "a token count (above 16) or a feature size off a multiple of 16, or of the format's block (32 MX, 128 fp8 block/group)", 0},
@@ -235,7 +235,8 @@ void qc_cov_tokens(const qc_module *m, int64_t *tokens, int64_t *seqlen) {
   if (strcmp(cls, "attention") == 0 && (t = qc_tset_get(&m->inputs, "q")) && t->ndim == 4) {
     *tokens = t->shape[0] * t->shape[2];
     *seqlen = t->shape[2];
-  } else if (strcmp(cls, "ssd") == 0 && (t = qc_tset_get(&m->inputs, "x")) && t->ndim == 4) {
+  } else if ((strcmp(cls, "ssd") == 0 && (t = qc_tset_get(&m->inputs, "x")) && t->ndim == 4) ||
+             (strcmp(cls, "conv1d") == 0 && (t = qc_tset_get(&m->inputs, "x")) && t->ndim == 3)) { /* [B, L, ...] */
     *tokens = t->shape[0] * t->shape[1];
     *seqlen = t->shape[1];
   } else if (strcmp(cls, "logprob") == 0 && (t = qc_tset_get(&m->inputs, "logits")) && t->ndim >= 2) {

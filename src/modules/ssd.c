@@ -1,11 +1,13 @@
 /* modules/ssd.c: the production VJP of the Mamba-2 state-space duality (SSD)
- * scan, single group (B and C shared by every head), optional D skip
- * (contract d_skip = true), no gating, as the chunked SSD algorithm
- * computes it in float32.
+ * scan, with G groups of B and C (ngroups: H/G consecutive heads share one),
+ * optional D skip (contract d_skip = true), no gating, as the chunked SSD
+ * algorithm computes it in float32.
  *
  *   x [Bt, L, H, P], dt [Bt, L, H] (softplus'd, >= 0), A [H] (<= 0),
- *   Bm, Cm [Bt, L, N], optional initial_state [Bt, H, P, N] (contract
- *   initial_state = true); dY = dy [Bt, L, H, P].
+ *   Bm, Cm [Bt, L, N] (one group) or [Bt, L, G, N] (G divides H; head h
+ *   reads group h / (H/G), as mamba_ssm repeats the groups over the heads),
+ *   optional initial_state [Bt, H, P, N] (contract initial_state = true);
+ *   dY = dy [Bt, L, H, P].
  *   Definition (per batch b, head h; state h_t [P, N]):
  *     h_0 = initial_state or 0
  *     h_t = exp(dt_t A) h_{t-1} + dt_t x_t (x) B_t,   y_t = h_t C_t (+ D_h x_t)
@@ -27,8 +29,9 @@
  * segments by prefix and suffix sums; d_dt = A da + x.du, d_A = sum dt da.
  * Segment sums are accumulated directly (never a difference of cumulative
  * sums), so near-reset steps (dt A << -10) lose no accuracy. float32
- * throughout, float32 gradients d_x, d_dt, d_A, d_Bm, d_Cm (summed over
- * heads), d_initial_state, d_D. */
+ * throughout, float32 gradients d_x, d_dt, d_A, d_Bm, d_Cm (each group's
+ * summed over the heads of the group; shaped as Bm, Cm), d_initial_state,
+ * d_D. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +51,7 @@ static const qc_key_spec ssd_keys[] = {
 
 typedef struct {
   const qc_tensor *x, *dt, *A, *Bm, *Cm, *h0, *D; /* h0, D: NULL unless the contract uses them */
-  int64_t Bt, L, H, P, N, Q;
+  int64_t Bt, L, H, P, N, G, Q; /* G: groups of Bm, Cm (1 for [B, L, N]) */
 } ssd_view;
 
 static int dim_is(const qc_tensor *t, int nd, const int64_t *want) {
@@ -65,26 +68,29 @@ static int ssd_view_get(const qc_module *m, ssd_view *v) {
   if ((rc = qc_module_need(m, "inputs", "x", 4, 4, &v->x))) return rc;
   if ((rc = qc_module_need(m, "inputs", "dt", 3, 3, &v->dt))) return rc;
   if ((rc = qc_module_need(m, "inputs", "A", 1, 1, &v->A))) return rc;
-  if ((rc = qc_module_need(m, "inputs", "Bm", 3, 3, &v->Bm))) return rc;
-  if ((rc = qc_module_need(m, "inputs", "Cm", 3, 3, &v->Cm))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "Bm", 3, 4, &v->Bm))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "Cm", 3, 4, &v->Cm))) return rc;
   v->Bt = v->x->shape[0];
   v->L = v->x->shape[1];
   v->H = v->x->shape[2];
   v->P = v->x->shape[3];
-  v->N = v->Bm->shape[2];
-  const int64_t dts[3] = {v->Bt, v->L, v->H}, as[1] = {v->H}, bs[3] = {v->Bt, v->L, v->N}, hs[4] = {v->Bt, v->H, v->P, v->N};
+  const int bnd = v->Bm->ndim;
+  v->G = bnd == 4 ? v->Bm->shape[2] : 1;
+  v->N = v->Bm->shape[bnd - 1];
+  const int64_t dts[3] = {v->Bt, v->L, v->H}, as[1] = {v->H}, hs[4] = {v->Bt, v->H, v->P, v->N};
+  const int64_t bs[4] = {v->Bt, v->L, bnd == 4 ? v->G : v->N, v->N};
   if (!dim_is(v->dt, 3, dts))
     return qc_err("%s: 'inputs/dt' is %s: expected [B, L, H] = %s (x is [B, L, H, P])", m->path,
                   qc_shape_str(v->dt->ndim, v->dt->shape, s1, sizeof s1), qc_shape_str(3, dts, s2, sizeof s2));
   if (!dim_is(v->A, 1, as))
     return qc_err("%s: 'inputs/A' is %s: expected [H] = %s", m->path, qc_shape_str(v->A->ndim, v->A->shape, s1, sizeof s1),
                   qc_shape_str(1, as, s2, sizeof s2));
-  if (v->Bm->shape[0] != v->Bt || v->Bm->shape[1] != v->L)
-    return qc_err("%s: 'inputs/Bm' is %s: expected [B, L, N] with B, L = %lld, %lld", m->path,
-                  qc_shape_str(3, v->Bm->shape, s1, sizeof s1), (long long)v->Bt, (long long)v->L);
-  if (!dim_is(v->Cm, 3, bs))
+  if (v->Bm->shape[0] != v->Bt || v->Bm->shape[1] != v->L || v->G < 1 || v->H % v->G != 0)
+    return qc_err("%s: 'inputs/Bm' is %s: expected [B, L, N] or [B, L, G, N] with B, L = %lld, %lld and G dividing H = %lld",
+                  m->path, qc_shape_str(bnd, v->Bm->shape, s1, sizeof s1), (long long)v->Bt, (long long)v->L, (long long)v->H);
+  if (!dim_is(v->Cm, bnd, bs))
     return qc_err("%s: 'inputs/Cm' is %s: expected the shape of 'inputs/Bm' %s", m->path,
-                  qc_shape_str(v->Cm->ndim, v->Cm->shape, s1, sizeof s1), qc_shape_str(3, bs, s2, sizeof s2));
+                  qc_shape_str(v->Cm->ndim, v->Cm->shape, s1, sizeof s1), qc_shape_str(bnd, bs, s2, sizeof s2));
   if (strcmp(qc_contract_str(&m->contract, "initial_state", "false"), "true") == 0) {
     if ((rc = qc_module_need(m, "inputs", "initial_state", 4, 4, &v->h0))) return rc;
     if (!dim_is(v->h0, 4, hs))
@@ -135,14 +141,15 @@ static float pair_sum(const float *v, int64_t n) {
 }
 
 /* Planted-defect switch for tests/unit/test_ssd.c (0 = the production VJP). */
-enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6 };
+enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6,
+       SSD_GROUP_WRONG_HEADS = 7 };
 
 int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect) {
   ssd_view v;
   int rc = ssd_view_get(m, &v);
   if (rc) return rc;
   if ((rc = qc_module_check_dy(m, dyt, qc_numel(v.x), v.x->shape[3], "the shape of inputs/x [B, L, H, P]"))) return rc;
-  const int64_t Bt = v.Bt, L = v.L, H = v.H, P = v.P, N = v.N, Q = v.Q, PN = P * N;
+  const int64_t Bt = v.Bt, L = v.L, H = v.H, P = v.P, N = v.N, G = v.G, Q = v.Q, PN = P * N;
   const int64_t nc = L > 0 ? (L + Q - 1) / Q : 0, Qm = Q < L ? Q : (L > 0 ? L : 1);
   float *x = qc_mod_f32(v.x, "ssd x"), *dt = qc_mod_f32(v.dt, "ssd dt"), *A = qc_mod_f32(v.A, "ssd A");
   float *Bm = qc_mod_f32(v.Bm, "ssd Bm"), *Cm = qc_mod_f32(v.Cm, "ssd Cm"), *dy = qc_mod_f32(dyt, "ssd dY");
@@ -167,16 +174,20 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
   if ((rc = qc_mod_add(grads, "d_x", QC_F32, 4, v.x->shape, (void **)&gx))) goto done;
   if ((rc = qc_mod_add(grads, "d_dt", QC_F32, 3, v.dt->shape, (void **)&gdt))) goto done;
   if ((rc = qc_mod_add(grads, "d_A", QC_F32, 1, v.A->shape, (void **)&gA))) goto done;
-  if ((rc = qc_mod_add(grads, "d_Bm", QC_F32, 3, v.Bm->shape, (void **)&gB))) goto done;
-  if ((rc = qc_mod_add(grads, "d_Cm", QC_F32, 3, v.Cm->shape, (void **)&gC))) goto done;
+  if ((rc = qc_mod_add(grads, "d_Bm", QC_F32, v.Bm->ndim, v.Bm->shape, (void **)&gB))) goto done;
+  if ((rc = qc_mod_add(grads, "d_Cm", QC_F32, v.Cm->ndim, v.Cm->shape, (void **)&gC))) goto done;
   if (v.h0 && (rc = qc_mod_add(grads, "d_initial_state", QC_F32, 4, v.h0->shape, (void **)&gh0))) goto done;
   if (v.D && (rc = qc_mod_add(grads, "d_D", QC_F32, 1, v.D->shape, (void **)&gD))) goto done;
   for (int64_t b = 0; b < Bt; b++)
     for (int64_t h = 0; h < H; h++) {
       const float Ah = A[h];
+      /* the group head h reads, and the one its d_Bm, d_Cm go to (the
+       * defect: heads interleaved over the groups, h mod G) */
+      const int64_t grp = h / (H / G), ggrp = defect == SSD_GROUP_WRONG_HEADS ? h % G : grp;
 #define XI(t, p) x[(((b * L + (t)) * H + h) * P) + (p)]
 #define DTI(t) ((b * L + (t)) * H + h)
-#define BI(t, n) ((b * L + (t)) * N + (n))
+#define BI(t, n) ((((b * L + (t)) * G + grp) * N) + (n))
+#define GI(t, n) ((((b * L + (t)) * G + ggrp) * N) + (n))
       /* the decay step of global time t: a = dt_src A */
 #define ASRC(t) (defect == SSD_DECAY_OFF_BY_ONE && (t) > 0 ? (t) - 1 : (t))
       /* pass 1: the chunk states, float32 */
@@ -244,8 +255,8 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
             const float M = Lseg[i * n + j] * CB[i * n + j], dCB = dM * Lseg[i * n + j];
             for (int64_t p = 0; p < P; p++) du[j * P + p] += M * g[p];
             for (int64_t q = 0; q < N; q++) {
-              gC[BI(s + i, q)] += dCB * Bm[BI(s + j, q)];
-              gB[BI(s + j, q)] += dCB * Cm[BI(s + i, q)];
+              gC[GI(s + i, q)] += dCB * Bm[BI(s + j, q)];
+              gB[GI(s + j, q)] += dCB * Cm[BI(s + i, q)];
             }
             dlog[i * n + j] = dM * M;
           }
@@ -260,7 +271,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
           for (int64_t q = 0; q < N; q++) {
             float t = 0.0f;
             for (int64_t p = 0; p < P; p++) t += g[p] * Si[p * N + q];
-            gC[BI(s + i, q)] += din[i] * t;
+            gC[GI(s + i, q)] += din[i] * t;
           }
           for (int64_t p = 0; p < P; p++) {
             const float w = din[i] * g[p];
@@ -286,7 +297,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
           for (int64_t q = 0; q < N; q++) {
             float t = 0.0f;
             for (int64_t p = 0; p < P; p++) t += dS[p * N + q] * u[j * P + p];
-            gB[BI(s + j, q)] += dout[j] * t;
+            gB[GI(s + j, q)] += dout[j] * t;
           }
         }
         /* scatter the log-derivatives onto the a_k of their segments */
@@ -327,6 +338,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
 #undef XI
 #undef DTI
 #undef BI
+#undef GI
 #undef ASRC
     }
   /* the D skip y += D_h x: d_x += D_h dy; d_D[h] = sum dy x over (b, t, p),
@@ -364,7 +376,7 @@ static int ssd_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
 /* The error model: nested float32 reductions on the longest path of each
  * gradient: d_x (and d_initial_state) C.B (N) + the within-chunk sum (Q)
  * + the state read (N) + the chunk hops (L/Q); d_Bm and d_Cm dy.u (P) + C.B
- * (N) + the chunk (Q) + the H heads, lambda 3 (random-signed sums that
+ * (N) + the chunk (Q) + the H/G heads of a group, lambda 3 (random-signed sums that
  * cancel; at one step a shared sum scales the whole gradient); d_dt the
  * P x N products of <dS, S>;
  * d_A those over the B x L steps. */
@@ -378,9 +390,9 @@ static int ssd_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
     qc_mod_tm(tm, 2 * v.N + Q + hops, 1, 0, 0, "%s: C.B (N = %lld) + the within-chunk sum (Q = %lld) + the state read (N) + "
               "%lld chunk hops", grad, (long long)v.N, (long long)Q, (long long)hops);
   else if (strcmp(grad, "d_Bm") == 0 || strcmp(grad, "d_Cm") == 0)
-    qc_mod_tm(tm, v.P + v.N + Q + v.H, 3, 0, 0, "%s: dy.u (P = %lld) + C.B (N = %lld) + the chunk (Q = %lld) + the H = %lld "
-              "heads; lambda 3: those random-signed sums cancel, and with few steps one of them scales every element alike "
-              "(measured up to 1.75 at L = 1)", grad, (long long)v.P, (long long)v.N, (long long)Q, (long long)v.H);
+    qc_mod_tm(tm, v.P + v.N + Q + v.H / v.G, 3, 0, 0, "%s: dy.u (P = %lld) + C.B (N = %lld) + the chunk (Q = %lld) + the H/G = %lld "
+              "heads of a group; lambda 3: those random-signed sums cancel, and with few steps one of them scales every element "
+              "alike (measured up to 1.75 at L = 1)", grad, (long long)v.P, (long long)v.N, (long long)Q, (long long)(v.H / v.G));
   else if (strcmp(grad, "d_dt") == 0)
     qc_mod_tm(tm, v.P * v.N, 1, 0, 0, "d_dt = A da + x.du, da carrying <dS, S> over P x N = %lld products", (long long)(v.P * v.N));
   else if (strcmp(grad, "d_D") == 0)
@@ -400,7 +412,7 @@ static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
   ssd_view v;
   int rc = ssd_view_get(m, &v);
   if (rc) return rc;
-  const int64_t L = v.L, H = v.H, P = v.P, N = v.N;
+  const int64_t L = v.L, H = v.H, P = v.P, N = v.N, G = v.G;
   double *x = qc_mod_f64(v.x, "ssd x"), *dt = qc_mod_f64(v.dt, "ssd dt"), *A = qc_mod_f64(v.A, "ssd A");
   double *Bm = qc_mod_f64(v.Bm, "ssd Bm"), *Cm = qc_mod_f64(v.Cm, "ssd Cm");
   double *h0 = v.h0 ? qc_mod_f64(v.h0, "ssd initial_state") : NULL;
@@ -415,7 +427,8 @@ static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
       for (int64_t e = 0; e < P * N; e++) st[e] = h0 ? h0[(b * H + h) * P * N + e] : 0;
       for (int64_t t = 0; t < L; t++) {
         const double d = dt[(b * L + t) * H + h], g = exp(d * A[h]);
-        const double *xt = x + ((b * L + t) * H + h) * P, *bt = Bm + (b * L + t) * N, *ct = Cm + (b * L + t) * N;
+        const double *xt = x + ((b * L + t) * H + h) * P, *bt = Bm + ((b * L + t) * G + h / (H / G)) * N,
+                     *ct = Cm + ((b * L + t) * G + h / (H / G)) * N;
         for (int64_t p = 0; p < P; p++) {
           double acc = 0;
           for (int64_t q = 0; q < N; q++) {
@@ -435,7 +448,8 @@ done:
 
 static float softplus(double z) { return (float)(z > 20 ? z : log1p(exp(z))); }
 
-/* Generated SSD: shape [B, L, H, P, N]. x ~ N(0,1), Bm, Cm ~ N(0,1) bf16;
+/* Generated SSD: shape [B, L, H, P, N] (Bm, Cm [B, L, N]) or [B, L, H, P,
+ * N, G] (Bm, Cm [B, L, G, N], G dividing H). x ~ N(0,1), Bm, Cm ~ N(0,1) bf16;
  * dt = softplus(N(0,1) - 2) float32 (about 0.01..1.3); A = -exp(U(-1, 1))
  * float32; initial_state ~ N(0,1) float32 when the contract asks for it;
  * D [H] = 1 + 0.5 N(0,1) float32 under d_skip = true.
@@ -444,20 +458,24 @@ static float softplus(double z) { return (float)(z > 20 ? z : log1p(exp(z))); }
  * last head (from step 3) is a near-reset (dt = 40, dt A <= -14.7); a zero x
  * row and x values +-8. "heavy_tail": x, Bm, Cm divided by 0.05 + U(0,1). */
 static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
-  if (gp->nshape != 5)
-    return qc_err("ssd: generate shape needs [B, L, H, P, N] (batch, sequence, heads, head_dim, state size), got %d entries",
-                  gp->nshape);
+  if (gp->nshape != 5 && gp->nshape != 6)
+    return qc_err("ssd: generate shape needs [B, L, H, P, N] (batch, sequence, heads, head_dim, state size) or [B, L, H, P, N, "
+                  "G] (G groups of Bm, Cm), got %d entries", gp->nshape);
   const int64_t B = gp->shape[0], L = gp->shape[1], H = gp->shape[2], P = gp->shape[3], N = gp->shape[4];
-  if (B < 1 || L < 1 || H < 1 || P < 1 || N < 1) return qc_err("ssd: generate shape needs B, L, H, P, N >= 1");
-  const int64_t xs[4] = {B, L, H, P}, ds[3] = {B, L, H}, as[1] = {H}, bs[3] = {B, L, N}, hs[4] = {B, H, P, N};
+  const int64_t G = gp->nshape == 6 ? gp->shape[5] : 1;
+  if (B < 1 || L < 1 || H < 1 || P < 1 || N < 1 || G < 1) return qc_err("ssd: generate shape needs B, L, H, P, N, G >= 1");
+  if (H % G != 0) return qc_err("ssd: generate shape: G = %lld groups must divide H = %lld heads", (long long)G, (long long)H);
+  const int bnd = gp->nshape == 6 ? 4 : 3;
+  const int64_t xs[4] = {B, L, H, P}, ds[3] = {B, L, H}, as[1] = {H}, hs[4] = {B, H, P, N};
+  const int64_t bs[4] = {B, L, bnd == 4 ? G : N, N};
   uint16_t *x, *bm, *cm;
   float *dt, *A, *h0;
   int rc;
   if ((rc = qc_mod_gen_bf16(&m->inputs, "x", 4, xs, rng, 1.0, &x))) return rc;
   if ((rc = qc_mod_add(&m->inputs, "dt", QC_F32, 3, ds, (void **)&dt))) return rc;
   if ((rc = qc_mod_add(&m->inputs, "A", QC_F32, 1, as, (void **)&A))) return rc;
-  if ((rc = qc_mod_gen_bf16(&m->inputs, "Bm", 3, bs, rng, 1.0, &bm))) return rc;
-  if ((rc = qc_mod_gen_bf16(&m->inputs, "Cm", 3, bs, rng, 1.0, &cm))) return rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "Bm", bnd, bs, rng, 1.0, &bm))) return rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "Cm", bnd, bs, rng, 1.0, &cm))) return rc;
   for (int64_t i = 0; i < B * L * H; i++) dt[i] = softplus(qc_rng_normal(rng) - 2.0);
   for (int64_t h = 0; h < H; h++) A[h] = (float)-exp(2.0 * qc_rng_uniform(rng) - 1.0);
   if (strcmp(qc_contract_str(&m->contract, "initial_state", "false"), "true") == 0) {
@@ -480,8 +498,8 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
   } else {
     static const float none[] = {0.0f};
     qc_mod_values(gp, rng, x, B * L * H, P, none, 1);
-    qc_mod_values(gp, rng, bm, B * L, N, none, 1);
-    qc_mod_values(gp, rng, cm, B * L, N, none, 1);
+    qc_mod_values(gp, rng, bm, B * L * G, N, none, 1);
+    qc_mod_values(gp, rng, cm, B * L * G, N, none, 1);
   }
   *ondim = 4;
   memcpy(oshape, xs, sizeof xs);
@@ -490,10 +508,10 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
 
 const qc_class qc_class_ssd = {
     .name = "ssd",
-    .summary = "Mamba-2 SSD scan (one group, optional D skip, no gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm, d_D",
+    .summary = "Mamba-2 SSD scan (ngroups from Bm's shape, optional D skip, no gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm, d_D",
     .tensors = "inputs/x inputs/dt inputs/A inputs/Bm inputs/Cm inputs/initial_state inputs/D outputs/y",
     .grads = "d_x d_dt d_A d_Bm d_Cm d_initial_state d_D",
-    .shape_help = "[B, L, H, P, N]: batch, sequence, heads, head_dim, state size",
+    .shape_help = "[B, L, H, P, N] or [B, L, H, P, N, G]: batch, sequence, heads, head_dim, state size, groups of Bm, Cm",
     .keys = ssd_keys,
     .generate = ssd_generate,
     .production = ssd_vjp,

@@ -19,6 +19,7 @@ int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
 int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
+int qc_ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 
 /* The RMSNorm (centered = 0) and LayerNorm (centered = 1) reference
  * together (reference/rmsnorm.c). */

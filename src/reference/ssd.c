@@ -1,14 +1,19 @@
-/* reference/ssd.c: the float64 VJP of the Mamba-2 SSD scan (one group,
- * optional D skip, no gate), from the sequential recurrence, no chunking.
+/* reference/ssd.c: the float64 VJP of the Mamba-2 SSD scan (G groups of
+ * B and C, optional D skip, no gate), from the sequential recurrence, no
+ * chunking.
  *
+ * Bm, Cm are [B, L, N] (G = 1) or [B, L, G, N]; the H heads split evenly
+ * into the G groups, heads g H/G .. (g+1) H/G - 1 reading group g, so B_t
+ * and C_t below are head h's group's. Their gradients are summed over the
+ * heads of that group only.
  * Per batch b and head h, state h_t [P, N], g_t = exp(dt_t A):
  *   h_0 = initial_state (contract initial_state = true) or 0
  *   h_t = g_t h_{t-1} + dt_t x_t (x) B_t,     y_t = h_t C_t
  * Reverse mode with the adjoint state G_t = dL/dh_t, t = L..1:
  *   G_t = dy_t (x) C_t + g_{t+1} G_{t+1}       (G_{L+1} = 0)
- *   d_C_t  += h_t^T dy_t                        (summed over heads)
+ *   d_C_t  += h_t^T dy_t                        (summed over the group's heads)
  *   d_x_t   = dt_t G_t B_t
- *   d_B_t  += dt_t G_t^T x_t                    (summed over heads)
+ *   d_B_t  += dt_t G_t^T x_t                    (summed over the group's heads)
  *   e_t     = g_t <G_t, h_{t-1}>                (dL/d(dt_t A))
  *   d_dt_t  = A e_t + x_t . (G_t B_t)
  *   d_A    += dt_t e_t
@@ -33,18 +38,22 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   if ((rc = qc_module_need(m, "inputs", "x", 4, 4, &xt))) return rc;
   if ((rc = qc_module_need(m, "inputs", "dt", 3, 3, &dtt))) return rc;
   if ((rc = qc_module_need(m, "inputs", "A", 1, 1, &at))) return rc;
-  if ((rc = qc_module_need(m, "inputs", "Bm", 3, 3, &bt))) return rc;
-  if ((rc = qc_module_need(m, "inputs", "Cm", 3, 3, &ct))) return rc;
-  const int64_t Bt = xt->shape[0], L = xt->shape[1], H = xt->shape[2], P = xt->shape[3], N = bt->shape[2];
+  if ((rc = qc_module_need(m, "inputs", "Bm", 3, 4, &bt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "Cm", 3, 4, &ct))) return rc;
+  const int64_t Bt = xt->shape[0], L = xt->shape[1], H = xt->shape[2], P = xt->shape[3];
+  const int64_t NG = bt->ndim == 4 ? bt->shape[2] : 1, N = bt->shape[bt->ndim - 1];
   if (dtt->shape[0] != Bt || dtt->shape[1] != L || dtt->shape[2] != H)
     return qc_err("%s: 'inputs/dt': expected [B, L, H] = [%lld, %lld, %lld]", m->path, (long long)Bt, (long long)L,
                   (long long)H);
   if (at->shape[0] != H) return qc_err("%s: 'inputs/A': expected [H] = [%lld]", m->path, (long long)H);
-  if (bt->shape[0] != Bt || bt->shape[1] != L)
-    return qc_err("%s: 'inputs/Bm': expected [B, L, N] with B = %lld, L = %lld", m->path, (long long)Bt, (long long)L);
-  if (ct->shape[0] != Bt || ct->shape[1] != L || ct->shape[2] != N)
-    return qc_err("%s: 'inputs/Cm': expected the shape of 'inputs/Bm' [%lld, %lld, %lld]", m->path, (long long)Bt,
-                  (long long)L, (long long)N);
+  if (bt->shape[0] != Bt || bt->shape[1] != L || NG < 1 || H % NG != 0)
+    return qc_err("%s: 'inputs/Bm': expected [B, L, N] or [B, L, G, N] with B = %lld, L = %lld and G dividing H = %lld", m->path,
+                  (long long)Bt, (long long)L, (long long)H);
+  if (ct->ndim != bt->ndim || ct->shape[0] != Bt || ct->shape[1] != L || ct->shape[ct->ndim - 1] != N ||
+      (ct->ndim == 4 && ct->shape[2] != NG))
+    return qc_err("%s: 'inputs/Cm': expected the shape of 'inputs/Bm' (B = %lld, L = %lld, G = %lld, N = %lld)", m->path,
+                  (long long)Bt, (long long)L, (long long)NG, (long long)N);
+  const int64_t hpg = H / NG; /* heads per group */
   const int init = strcmp(qc_contract_str(&m->contract, "initial_state", "false"), "true") == 0;
   if (init) {
     if ((rc = qc_module_need(m, "inputs", "initial_state", 4, 4, &h0t))) return rc;
@@ -87,8 +96,8 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   if ((rc = qc_refu_out(grads, "d_x", 4, xt->shape, &dx))) goto done;
   if ((rc = qc_refu_out(grads, "d_dt", 3, dtt->shape, &ddt))) goto done;
   if ((rc = qc_refu_out(grads, "d_A", 1, at->shape, &dA))) goto done;
-  if ((rc = qc_refu_out(grads, "d_Bm", 3, bt->shape, &dB))) goto done;
-  if ((rc = qc_refu_out(grads, "d_Cm", 3, ct->shape, &dC))) goto done;
+  if ((rc = qc_refu_out(grads, "d_Bm", bt->ndim, bt->shape, &dB))) goto done;
+  if ((rc = qc_refu_out(grads, "d_Cm", ct->ndim, ct->shape, &dC))) goto done;
   if (init && (rc = qc_refu_out(grads, "d_initial_state", 4, h0t->shape, &dh0))) goto done;
   if (skip && (rc = qc_refu_out(grads, "d_D", 1, Dt->shape, &dD))) goto done;
   for (int64_t b = 0; b < Bt; b++)
@@ -98,7 +107,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       for (int64_t t = 1; t <= L; t++) {
         const int64_t r = (b * L + t - 1) * H + h;
         const double g = exp(DT[r] * AA[h]);
-        const double *xr = X + r * P, *br = BB + (b * L + t - 1) * N;
+        const double *xr = X + r * P, *br = BB + ((b * L + t - 1) * NG + h / hpg) * N;
         const double *prev = hs + (t - 1) * PN;
         double *cur = hs + t * PN;
         for (int64_t p = 0; p < P; p++)
@@ -108,7 +117,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       memset(adj, 0, (size_t)PN * sizeof *adj);
       for (int64_t t = L; t >= 1; t--) {
         const int64_t r = (b * L + t - 1) * H + h;
-        const double *xr = X + r * P, *br = BB + (b * L + t - 1) * N, *cr = CC + (b * L + t - 1) * N, *gr = G + r * P;
+        const double *xr = X + r * P, *br = BB + ((b * L + t - 1) * NG + h / hpg) * N, *cr = CC + ((b * L + t - 1) * NG + h / hpg) * N, *gr = G + r * P;
         const double *ht = hs + t * PN, *hp = hs + (t - 1) * PN;
         /* adj currently holds g_{t+1} G_{t+1}; add the read-out y_t = h_t C_t */
         for (int64_t p = 0; p < P; p++)
@@ -116,7 +125,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         for (int64_t n = 0; n < N; n++) {
           double s = 0;
           for (int64_t p = 0; p < P; p++) s += ht[p * N + n] * gr[p];
-          dC[(b * L + t - 1) * N + n] += s;
+          dC[((b * L + t - 1) * NG + h / hpg) * N + n] += s;
         }
         const double g = exp(DT[r] * AA[h]);
         double e = 0, xg = 0;
@@ -133,7 +142,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         for (int64_t n = 0; n < N; n++) {
           double s = 0;
           for (int64_t p = 0; p < P; p++) s += adj[p * N + n] * xr[p];
-          dB[(b * L + t - 1) * N + n] += DT[r] * s;
+          dB[((b * L + t - 1) * NG + h / hpg) * N + n] += DT[r] * s;
         }
         e *= g;
         ddt[r] = AA[h] * e + xg;

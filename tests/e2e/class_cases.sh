@@ -5,19 +5,20 @@
 n=0
 for f in cases/rmsnorm.json cases/layernorm.json cases/rope*.json cases/swiglu*.json cases/relu2.json \
          cases/gelu.json cases/logprob*.json cases/router*.json cases/attention*.json cases/moe*.json \
-         cases/ssd*.json; do
+         cases/ssd*.json cases/conv1d.json; do
   n=$((n+1))
   expect_exit 0 "$f passes" "$QATCHECK" vjp --case "$f" --quiet --json "$T/r.json"
   "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["verdict"] == "pass" and r["checks"] else 1)' "$T/r.json" \
     || bad "$f: report verdict is not pass"
 done
-[ "$n" -ge 19 ] || bad "expected at least 19 class cases, found $n"
+[ "$n" -ge 20 ] || bad "expected at least 20 class cases, found $n"
 # bad input: a contract the class refuses exits 2 and writes no passing report
 # (tolerances for the class's own gradients: a name it lacks is refused first)
 tols() {
   case "$1" in
     logprob|router) g="d_logits" ;; swiglu) g="d_gate d_up" ;; attention) g="d_q d_k d_v" ;;
-    moe) g="d_x d_w1 d_w2 d_topk_weights" ;; ssd) g="d_x d_dt d_A d_Bm d_Cm d_initial_state" ;; *) g="d_x" ;;
+    moe) g="d_x d_w1 d_w2 d_topk_weights" ;; ssd) g="d_x d_dt d_A d_Bm d_Cm d_initial_state" ;;
+    conv1d) g="d_x d_weight d_bias" ;; *) g="d_x" ;;
   esac
   sep=""
   for t in $g; do printf '%s"%s": {"rel_l2": 1e-4, "reasoning": "r"}' "$sep" "$t"; sep=", "; done
@@ -50,5 +51,7 @@ ssd [2,10,3,4,5] {"initial_state":"yes"} initial_state
 ssd [2,10,3,4,5] {"chunk":64} chunk
 ssd [2,10,3,4,5] {"D_skip":true} D_skip
 ssd [2,10,3,4] {} state size
+conv1d [2,10,4,3] {"kernel":4} kernel
+conv1d [2,10,4] {} kernel width
 EOF2
 finish

@@ -12,7 +12,7 @@ expect() { # expect RC ARGS...
 }
 classes=$("$Q" fd --help | sed -n 's/.*--module CLASS *the class; one of: *//p')
 [ -n "$classes" ] || { echo "FAIL: fd --help lists no classes"; exit 1; }
-for c in rmsnorm layernorm rope swiglu relu2 gelu logprob router attention moe ssd; do
+for c in rmsnorm layernorm rope swiglu relu2 gelu logprob router attention moe ssd conv1d; do
   case " $classes " in *" $c "*) ;; *) echo "FAIL: fd --help does not list $c"; fail=1 ;; esac
 done
 for c in $classes; do expect 0 fd --module "$c" --quiet; done

@@ -6,7 +6,10 @@
 # not use) exits 2 with one `qatcheck: error:`
 # line naming the dataset or key, and only the error report. With Mamba-2's
 # D skip (d_skip = true), a trainer's gradients from the dump: correct
-# passes, d_x without the skip path D dy fails on d_x.
+# passes, d_x without the skip path D dy fails on d_x. With ngroups = 2
+# (Bm, Cm [B, L, G, N], H = 4: once refused by rank), a trainer's
+# gradients pass, and d_Bm, d_Cm summed over the wrong heads (h mod G
+# instead of h / (H/G)) fail on d_Bm and d_Cm alone.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -114,5 +117,68 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 failed = {c["tensor"] for c in r["checks"] if c["verdict"] == "fail"}
 assert failed == {"d_x"}, failed
+P
+# Mamba-2's ngroups (issue 26): Bm, Cm [B, L, G, N], head h reads group
+# h // (H // G); d_Bm, d_Cm sum over the heads of a group. A planted
+# backward that sums them over the interleaved heads h % G fails there.
+$PY - "$T/groups.h5" <<'P' || exit 1
+import json, sys
+import h5py
+import numpy as np
+rng = np.random.default_rng(62)
+B, L, H, P, N, G = 2, 30, 4, 4, 8, 2
+x = rng.standard_normal((B, L, H, P)); dt = np.log1p(np.exp(rng.standard_normal((B, L, H)) - 2))
+A = -np.exp(rng.uniform(-1, 1, H)); Bm = rng.standard_normal((B, L, G, N)); Cm = rng.standard_normal((B, L, G, N))
+dy = rng.standard_normal((B, L, H, P))
+x, dt, A, Bm, Cm, dy = (a.astype(np.float32) for a in (x, dt, A, Bm, Cm, dy))
+X, DT, AA, BB, CC, GY = (a.astype(np.float64) for a in (x, dt, A, Bm, Cm, dy))
+def grads(group_of_grad):
+    dx = np.zeros_like(X); ddt = np.zeros_like(DT); dA = np.zeros(H); dB = np.zeros_like(BB); dC = np.zeros_like(CC)
+    for b in range(B):
+        for h in range(H):
+            g_in, g_out = h // (H // G), group_of_grad(h)
+            hs = [np.zeros((P, N))]
+            for t in range(L):
+                hs.append(np.exp(DT[b, t, h] * AA[h]) * hs[-1] + DT[b, t, h] * np.outer(X[b, t, h], BB[b, t, g_in]))
+            adj = np.zeros((P, N))
+            for t in range(L - 1, -1, -1):
+                g = np.exp(DT[b, t, h] * AA[h]); gy = GY[b, t, h]
+                adj += np.outer(gy, CC[b, t, g_in])
+                dC[b, t, g_out] += hs[t + 1].T @ gy
+                gb = adj @ BB[b, t, g_in]
+                dx[b, t, h] = DT[b, t, h] * gb
+                dB[b, t, g_out] += DT[b, t, h] * adj.T @ X[b, t, h]
+                e = g * np.sum(adj * hs[t])
+                ddt[b, t, h] = AA[h] * e + X[b, t, h] @ gb
+                dA[h] += DT[b, t, h] * e
+                adj *= g
+    return dx, ddt, dA, dB, dC
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["qatcheck_dump"] = 1
+    for path, grp in (("mixer.groups_ok", lambda h: h // (H // G)), ("mixer.groups_wrong_heads", lambda h: h % G)):
+        g = f.create_group(path)
+        g.attrs["class"] = "ssd"
+        g.attrs["contract"] = json.dumps({"chunk_size": 8})
+        for k, v in (("x", x), ("dt", dt), ("A", A), ("Bm", Bm), ("Cm", Cm)):
+            g["inputs/" + k] = v
+        g["grad_out/dy"] = dy
+        for k, v in zip(("d_x", "d_dt", "d_A", "d_Bm", "d_Cm"), grads(grp)):
+            g["grads/dy/" + k] = v.astype(np.float32)
+P
+GTOL=$(echo "$TOL" | sed 's/,"d_initial_state":{[^}]*}//')
+for grp in groups_ok groups_wrong_heads; do
+  cat >"$T/$grp.json" <<J
+{"data": {"dump": "groups.h5", "modules": "^/mixer\\\\.$grp\$"}, "candidate": "dump", "tolerances": $GTOL}
+J
+done
+expect_exit 0 "ssd ngroups 2, H 4: the trainer's backward passes" "$QATCHECK" vjp --case "$T/groups_ok.json" --quiet
+sed 's/"candidate": "dump"/"candidate": "builtin"/' "$T/groups_ok.json" >"$T/groups_builtin.json"
+expect_exit 0 "ssd ngroups 2, H 4: the builtin candidate passes" "$QATCHECK" vjp --case "$T/groups_builtin.json" --quiet
+expect_exit 1 "ssd ngroups: d_Bm, d_Cm summed over the wrong heads fail" "$QATCHECK" vjp --case "$T/groups_wrong_heads.json" --json "$T/gw.r.json"
+$PY - "$T/gw.r.json" <<'P' && ok "it fails on d_Bm and d_Cm alone" || bad "the wrong-heads defect does not fail exactly d_Bm, d_Cm"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = {c["tensor"] for c in r["checks"] if c["verdict"] == "fail"}
+assert failed == {"d_Bm", "d_Cm"}, failed
 P
 finish

@@ -54,6 +54,7 @@ C = {
     "attention": attention,
     "moe": moe,
     "ssd": ssd,
+    "conv1d": lambda: {"inputs": {"x": bf(2, 6, 5)}, "params": {"weight": bf(5, 4), "bias": bf(5)}, "dy": bf(2, 6, 5)},
 }
 def group(f, path, cls, d, plant=None, grads=None, contract=None):
     g = f.create_group(path)
@@ -105,7 +106,8 @@ tol() { # tolerances for every gradient of class $1
   case $1 in
     linear) g="d_x d_weight d_bias" ;; rmsnorm) g="d_x d_weight" ;; layernorm) g="d_x d_weight d_bias" ;;
     swiglu) g="d_gate d_up" ;; logprob|router) g="d_logits" ;; attention) g="d_q d_k d_v" ;;
-    moe) g="d_x d_w1 d_w2 d_topk_weights" ;; ssd) g="d_x d_dt d_A d_Bm d_Cm" ;; *) g="d_x" ;;
+    moe) g="d_x d_w1 d_w2 d_topk_weights" ;; ssd) g="d_x d_dt d_A d_Bm d_Cm" ;;
+    conv1d) g="d_x d_weight d_bias" ;; *) g="d_x" ;;
   esac
   s=""
   for n in $g; do s="$s${s:+,}\"$n\":{\"rel_l2\":1e-2,\"reasoning\":\"float32 or bf16 production on tiny shapes\"}"; done
@@ -124,7 +126,7 @@ J
   grep 'qatcheck: error:' "$T/err" | grep -q "$5" || bad "$1: the message does not say '$5': $(cat "$T/err")"
   error_or_none "$T/r.json" || bad "$1: a refused run wrote a report other than its error report"
 }
-for cls in linear rmsnorm layernorm rope swiglu relu2 gelu logprob router attention moe ssd; do
+for cls in linear rmsnorm layernorm rope swiglu relu2 gelu logprob router attention moe ssd conv1d; do
   TOL=$(tol $cls)
   cat >"$T/ok.json" <<J
 {"data": {"dump": "d.h5", "modules": "^/ok\\\\.$cls\$"}, "candidate": "builtin", "tolerances": $TOL}

@@ -65,6 +65,9 @@ static const fd_case cases[] = {
     {"ssd", "2,9,2,3,4", {NULL}},
     {"ssd", "2,11,3,3,4", {"initial_state=true", "chunk_size=4", NULL}},
     {"ssd", "2,9,2,3,4", {"d_skip=true", "chunk_size=4", NULL}},
+    {"ssd", "2,9,4,3,4,2", {"chunk_size=4", NULL}},
+    {"conv1d", "2,9,5,4", {NULL}},
+    {"conv1d", "1,7,3,4,0", {NULL}},
 };
 
 Test(fd, agrees_with_every_reference) {

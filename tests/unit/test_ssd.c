@@ -4,7 +4,8 @@
  * decay and near-resets; planted defects in the chunked VJP (the chunk
  * boundary state not passed, the decay of the wrong time step, d_A without
  * its within-chunk term, d_dt without its x (x) B term, the D skip's
- * gradient forgotten); the D skip (d_skip); fd; bad input. */
+ * gradient forgotten, d_Bm, d_Cm summed over the wrong heads of a group);
+ * the D skip (d_skip); ngroups > 1 (Bm, Cm [B, L, G, N]); fd; bad input. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +24,8 @@
 
 /* src/modules/ssd.c: the production VJP with a planted defect switched on
  * (qc_ssd_vjp_defect, modules/classes.h) */
-enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6 };
+enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6,
+       SSD_GROUP_WRONG_HEADS = 7 };
 
 Test(ssd, builtin_matches_reference) {
   const char *shapes[] = {"1,1,2,8,16", "2,63,3,16,32", "1,200,2,8,16", "2,37,3,5,7"};
@@ -65,6 +67,11 @@ static int d_no_d_grad(const qc_ctx *c, const qc_module *m, const qc_tensor *dy,
 static int d_no_d_param(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
   return qc_ssd_vjp_defect(m, dy, g, SSD_NO_D_PARAM);
+}
+
+static int d_wrong_heads(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_GROUP_WRONG_HEADS);
 }
 
 /* h_expect_fail, logging the worst rel_l2 the defect reached */
@@ -142,10 +149,61 @@ Test(ssd, chunk_sizes_and_edges) {
   h_free(&in);
 }
 
+/* ngroups > 1 (Mamba-2's ngroups): Bm, Cm [B, L, G, N], head h reading
+ * group h / (H/G). The production matches the reference for G = 2 with
+ * H = 4, G = 3 with H = 6, G = H and a rank-4 G = 1; a backward that sums
+ * d_Bm, d_Cm over the wrong heads (interleaved, h mod G) fails on d_Bm
+ * while d_x, d_dt, d_A still pass; the same defect is invisible at G = 1. */
+Test(ssd, ngroups) {
+  const char *shapes[] = {"2,37,4,5,7,2", "1,70,6,4,8,3", "1,20,4,4,6,1", "2,41,4,3,5,4"};
+  const char *dflt[] = {NULL};
+  const char *c16[] = {"chunk_size=16", "initial_state=true", NULL};
+  const char *skip[] = {"d_skip=true", "chunk_size=7", NULL};
+  const char *const *sets[] = {dflt, c16, skip};
+  h_sweep("ssd", shapes, 4, sets, 3, 601, SSD_TOL_DT, SSD_TOL_HEAVY);
+  h_inst in;
+  char fail[256];
+  double w;
+  h_make(&in, "ssd", "2,100,4,8,16,2", 15, "normal", NULL);
+  const qc_tensor *bm = qc_tset_get(&in.m.inputs, "Bm");
+  cr_assert(bm->ndim == 4 && bm->shape[2] == 2 && bm->shape[3] == 16, "Bm is [B, L, G, N]");
+  cr_expect_eq(h_compare(&in, d_ok, SSD_TOL_DT, fail, sizeof fail, &w), 1, "ngroups 2: correct fails on %s (%.3g)", fail, w);
+  expect_fail(&in, d_wrong_heads, "d_Bm, d_Cm summed over the wrong heads", "d_Bm");
+  h_free(&in);
+  h_make(&in, "ssd", "2,30,4,8,16", 16, "normal", NULL);
+  cr_expect_eq(h_compare(&in, d_wrong_heads, SSD_TOL_DT, fail, sizeof fail, &w), 1, "one group: the heads defect differs (%s)", fail);
+  h_free(&in);
+  /* G not dividing H, Cm of another group count or rank: refused */
+  h_make(&in, "ssd", "1,10,4,3,5,2", 17, "normal", NULL);
+  h_expect_pass(&in, SSD_TOL);
+  qc_tensor *b = qc_tset_get_mut(&in.m.inputs, "Bm"), *c = qc_tset_get_mut(&in.m.inputs, "Cm");
+  b->shape[2] = 3;
+  b->shape[3] = 10;
+  c->shape[2] = 3;
+  c->shape[3] = 10;
+  h_expect_refused(&in, "inputs/Bm");
+  b->shape[2] = 2;
+  b->shape[3] = 5;
+  c->shape[2] = 1;
+  h_expect_refused(&in, "inputs/Cm");
+  c->shape[2] = 2;
+  c->shape[3] = 5;
+  c->ndim = 3;
+  c->shape[2] = 10;
+  h_expect_refused(&in, "inputs/Cm");
+  c->ndim = 4;
+  c->shape[2] = 2;
+  c->shape[3] = 5;
+  h_expect_pass(&in, SSD_TOL);
+  h_free(&in);
+}
+
 Test(ssd, fd_agrees) {
   static const char *const sets[][3] = {{NULL}, {"initial_state=true", "chunk_size=3", NULL}, {"d_skip=true", "chunk_size=4", NULL}};
   static const char *const shapes[] = {"2,9,2,3,4", "1,1,3,2,5", "1,12,1,4,3"};
   h_fd_agrees("ssd", shapes, 3, sets, 3, 21);
+  static const char *const gshapes[] = {"2,9,4,3,4,2", "1,7,6,2,3,3"};
+  h_fd_agrees("ssd", gshapes, 2, sets, 3, 31);
 }
 
 Test(ssd, bad_input_is_refused) {

@@ -1,0 +1,56 @@
+/* reference/conv1d.c: the float64 VJP of the causal depthwise convolution
+ * (Mamba-2's conv1d), from the definition, by scattering each output's
+ * adjoint onto the inputs it read:
+ *
+ *   x [B, L, C], weight [C, K] or [C, 1, K], bias [C] (optional), dY [B, L, C]
+ *   y[b, t, c] = bias[c] + sum_{k=0}^{K-1} weight[c, k] x[b, t - (K-1) + k, c],
+ *   x at negative times is 0 (left zero padding of K-1 steps).
+ * For every output (b, t, c) and tap k with s = t - (K-1) + k >= 0:
+ *   d_x[b, s, c] += weight[c, k] dy[b, t, c]
+ *   d_weight[c, k] += dy[b, t, c] x[b, s, c]
+ * and d_bias[c] += dy[b, t, c]. */
+#include <stdlib.h>
+
+#include "core/qc.h"
+#include "model/module.h"
+#include "reference/ref_classes.h"
+#include "reference/ref_util.h"
+
+int qc_ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  (void)ctx;
+  const qc_tensor *xt, *wt, *bt;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 3, 3, &xt))) return rc;
+  if ((rc = qc_module_need(m, "params", "weight", 2, 3, &wt))) return rc;
+  const int64_t B = xt->shape[0], L = xt->shape[1], C = xt->shape[2], K = wt->shape[wt->ndim - 1];
+  if (wt->shape[0] != C || (wt->ndim == 3 && wt->shape[1] != 1) || K < 1)
+    return qc_err("%s: 'params/weight': expected [C, K] or [C, 1, K] with C = %lld, K >= 1 (depthwise)", m->path, (long long)C);
+  bt = qc_tset_get(&m->params, "bias");
+  if (bt && (bt->ndim != 1 || bt->shape[0] != C))
+    return qc_err("%s: 'params/bias': expected [C] = [%lld]", m->path, (long long)C);
+  if ((rc = qc_module_check_dy(m, dy, B * L * C, C, "the shape of inputs/x [B, L, C]"))) return rc;
+  double *X = NULL, *W = NULL, *G = NULL, *dx, *dw, *db = NULL;
+  rc = QC_ESYS;
+  if (!(X = qc_refu_load(xt, "reference conv1d x")) || !(W = qc_refu_load(wt, "reference conv1d weight")) ||
+      !(G = qc_refu_load(dy, "reference conv1d dY")))
+    goto done;
+  if ((rc = qc_refu_out(grads, "d_x", 3, xt->shape, &dx))) goto done;
+  if ((rc = qc_refu_out(grads, "d_weight", wt->ndim, wt->shape, &dw))) goto done;
+  if (bt && (rc = qc_refu_out(grads, "d_bias", 1, bt->shape, &db))) goto done;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < L; t++)
+      for (int64_t c = 0; c < C; c++) {
+        const double g = G[(b * L + t) * C + c];
+        if (db) db[c] += g;
+        for (int64_t k = 0; k < K; k++) {
+          const int64_t s = t - (K - 1) + k;
+          if (s < 0) continue; /* the zero padding: no input, no gradient */
+          dx[(b * L + s) * C + c] += W[c * K + k] * g;
+          dw[c * K + k] += g * X[(b * L + s) * C + c];
+        }
+      }
+  rc = QC_OK;
+done:
+  free(X); free(W); free(G);
+  return rc;
+}
