@@ -173,7 +173,7 @@ void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *
 }
 
 const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor) {
-  const qc_tol *t = qc_case_tol_for(a->cs, tensor);
+  const qc_tol *t = qc_case_tol_for(a->cs, m->cls->name, tensor);
   if (!t) {
     qc_err("case '%s': no tolerance for '%s': module '%s' (class %s) has this gradient", a->cs->path, tensor, m->path,
            m->cls->name);
