@@ -29,10 +29,11 @@ static const qc_tensor *grad_input(const qc_module *m, const char *grad) {
   return t ? t : qc_tset_get(&m->params, grad + 2);
 }
 
-/* The gradients of m that vjp would judge, into names[0 .. *n): those the
- * dump holds candidates for (grads/ of the first dY), else every gradient
- * of the class whose input or parameter the module has. QC_OK, or
- * QC_EINPUT when there is none. */
+/* The gradients of m that vjp would judge, into names[0 .. *n): every
+ * gradient of the class whose input or parameter the module has (the
+ * reference returns it, so vjp needs its tolerance even when the dump
+ * holds no candidate for it), and any the dump holds a candidate for
+ * (grads/ of the first dY). QC_OK, or QC_EINPUT when there is none. */
 static int module_grads(const qc_module *m, char (*names)[QC_NAMELEN], int max, int *n) {
   const char *p = m->cls->grads;
   *n = 0;
@@ -43,7 +44,7 @@ static int module_grads(const qc_module *m, char (*names)[QC_NAMELEN], int max, 
       char g[QC_NAMELEN];
       memcpy(g, p, l);
       g[l] = 0;
-      if (cand ? qc_tset_get(&m->cand[0], g) != NULL : grad_input(m, g) != NULL) snprintf(names[(*n)++], QC_NAMELEN, "%s", g);
+      if ((cand && qc_tset_get(&m->cand[0], g)) || grad_input(m, g)) snprintf(names[(*n)++], QC_NAMELEN, "%s", g);
     }
     p += l;
     p += strspn(p, " ");
