@@ -62,10 +62,18 @@ typedef struct qc_quant_args {
  * exit status. */
 int qc_quant_many(const qc_quant_args *a);
 
-/* tol's --dump mode (tol_dump.c): the module's gradients, each derived with
- * the accumulator dtype acc (NULL: float32), lambda and margin (0: the
- * defaults); the run is co->run. Returns the exit status. */
-int qc_tol_dump(const qc_common_opts *co, const char *dump, const char *module, const char *acc, double lambda,
-                double margin);
+/* tol --dump's derive options, as a case's {"derive": true, ...} takes
+ * them: margin (0: the class's), rounded_operands (-1: the class's),
+ * format (NULL: none). */
+typedef struct qc_tol_dump_opts {
+  double margin;
+  int rounded_operands;
+  const char *format;
+} qc_tol_dump_opts;
+
+/* tol's --dump mode (tol_dump.c): every gradient of the module derived
+ * exactly as vjp's {"derive": true} derives it (qc_audit_derive) under
+ * dopt; the run is co->run. Returns the exit status. */
+int qc_tol_dump(const qc_common_opts *co, const char *dump, const char *module, const qc_tol_dump_opts *dopt);
 
 #endif

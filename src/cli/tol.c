@@ -19,7 +19,7 @@
 /* The verb's --help: what it does and its options (p's table). */
 static void tol_help(const qc_opts *p) {
   printf("usage: qatcheck tol --out-dtype D --k K [options]\n"
-         "       qatcheck tol --dump FILE.h5 --module PATH [--acc-dtype D] [--lambda L] [--margin M]\n\n"
+         "       qatcheck tol --dump FILE.h5 --module PATH [--margin M] [--rounded-operands N] [--format F]\n\n"
          "Derives the tolerances of one gradient tensor g (a reduction of K products,\n"
          "compared with a float64 reference of the same inputs) and prints the JSON\n"
          "member for the case file's \"tolerances\", reasoning included:\n"
@@ -75,18 +75,18 @@ int qc_cmd_tol(qc_run *run, int argc, char **argv) {
       {.type = QC_OT_STRING, .name = "operand-dtype", .value = &s.operand_dtype, .argh = "D", .modes = TM_ONE,
        .help = "dtype the product's operands enter in (default: the output dtype)"},
       {.type = QC_OT_NUMBER, .name = "rounded-operands", .value = &rounded, .argh = "N", .lo = 0, .flags = QC_OPT_WHOLE,
-       .modes = TM_ONE,
+       .modes = TM_ONE | TM_DUMP,
        .help = "operands (0-2) the candidate rounds to the operand dtype that the\n"
                "reference takes unrounded, e.g. 1 for a dequantized weight cast to\n"
                "bf16 (default 0: operands are what the dump or generator holds)"},
-      {.type = QC_OT_STRING, .name = "acc-dtype", .value = &s.acc_dtype, .argh = "D", .modes = TM_ONE | TM_DUMP,
+      {.type = QC_OT_STRING, .name = "acc-dtype", .value = &s.acc_dtype, .argh = "D", .modes = TM_ONE,
        .help = "accumulator dtype (default float32)"},
-      {.type = QC_OT_STRING, .name = "format", .value = &s.format, .argh = "F", .modes = TM_ONE,
+      {.type = QC_OT_STRING, .name = "format", .value = &s.format, .argh = "F", .modes = TM_ONE | TM_DUMP,
        .help = "one operand quantized to F (fp8_*, mxfp8, nvfp4, mxfp4, e4m3, ...)\n"
                "that the reference does not reproduce (default none)"},
       {.type = QC_OT_STRING, .name = "tensor", .value = &tensor, .argh = "NAME", .modes = TM_ONE,
        .help = "the gradient's name (default d_x)"},
-      {.type = QC_OT_NUMBER, .name = "lambda", .value = &lambda, .argh = "L", .lo = 1e-3, .modes = TM_ONE | TM_DUMP,
+      {.type = QC_OT_NUMBER, .name = "lambda", .value = &lambda, .argh = "L", .lo = 1e-3, .modes = TM_ONE,
        .help = lambda_help},
       {.type = QC_OT_NUMBER, .name = "margin", .value = &margin, .argh = "M", .lo = 1, .modes = TM_ONE | TM_DUMP,
        .help = margin_help},
@@ -96,9 +96,10 @@ int qc_cmd_tol(qc_run *run, int argc, char **argv) {
        .help = "with --module: read K and the dtypes from the dump (below)"},
       {.type = QC_OT_STRING, .name = "module", .value = &module, .argh = "PATH", .modes = TM_DUMP,
        .help = "with --dump: the module group whose tolerances to derive"},
-      QC_OPT_TEXT("\nWith --dump and --module, the module's class reads K and the dtypes of every gradient it\n"
-                  "checks from the dump (linear: K = N for d_x, the tokens M for d_weight and d_bias; operands\n"
-                  "in dY's dtype) and the whole \"tolerances\" member of the case file is printed.\n\n"
+      QC_OPT_TEXT("\nWith --dump and --module, every gradient of the module (any class) gets exactly the\n"
+                  "tolerance vjp's {\"derive\": true} gives it: the class's error model, judged at the\n"
+                  "candidate's dtype as dumped; --margin, --rounded-operands and --format stand for the\n"
+                  "derive options of those names. The whole \"tolerances\" member of the case file is printed.\n\n"
                   "The JSON member goes to stdout (not under --quiet). The report options record the\n"
                   "derivation: --json the inputs, every term and the member; --junit and --markdown\n"
                   "list each derived bound as a passed testcase (tol judges nothing, so nothing fails).\n"
@@ -112,7 +113,7 @@ int qc_cmd_tol(qc_run *run, int argc, char **argv) {
   /* the mode, from the options given: --dump derives a module's gradients (tol_dump.c) */
   int bad = qc_opts_outside(&p, dump ? TM_DUMP : TM_ONE);
   if (bad && dump) {
-    qc_hint("with --dump, tol reads K and the dtypes from the dump; it takes --module, --acc-dtype, --lambda, --margin");
+    qc_hint("with --dump, tol derives as vjp's {\"derive\": true} does; it takes --module, --margin, --rounded-operands, --format");
     rc = qc_err("tol: option '%s' does not go with --dump", argv[bad]);
     goto done;
   }
@@ -122,7 +123,9 @@ int qc_cmd_tol(qc_run *run, int argc, char **argv) {
     goto done;
   }
   if (dump) {
-    rc = qc_tol_dump(&co, dump, module, s.acc_dtype, lambda, margin);
+    qc_tol_dump_opts dopt = {.margin = margin, .rounded_operands = qc_opts_given(&p, "rounded-operands") ? (rounded > 2 ? 3 : (int)rounded) : -1,
+                             .format = s.format};
+    rc = qc_tol_dump(&co, dump, module, &dopt);
     goto done;
   }
   s.k = (int64_t)k;

@@ -45,7 +45,7 @@ qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_ch
   return dt;
 }
 
-/* The precision check k is judged at (qc_audit_dtype of g's values). */
+/* The precision check k is judged at (qc_audit_dtype of g's values gd). */
 static qc_dtype judged_dtype(const qc_tensor *g, const double *gd, const qc_tol *t, qc_check *k) {
   int f = g->dtype == QC_F32 || g->dtype == QC_F64;
   return qc_audit_dtype(g->dtype, f ? qc_values_dtype(gd, qc_numel(g), g->dtype) : g->dtype, t, k);
@@ -80,43 +80,60 @@ int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, 
   return QC_OK;
 }
 
+qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k) {
+  int f = g->dtype == QC_F32 || g->dtype == QC_F64;
+  qc_dtype vd = g->dtype;
+  if (f) {
+    int64_t n = qc_numel(g);
+    double *gd = qc_malloc((size_t)(n ? n : 1) * sizeof *gd, "candidate gradient (float64)");
+    if (gd && qc_tensor_to_f64(g, gd) == QC_OK) vd = qc_values_dtype(gd, n, g->dtype);
+    free(gd);
+    qc_err_clear();
+  }
+  return qc_audit_dtype(g->dtype, vd, t, k);
+}
+
+int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, qc_dtype dt, const qc_tol *decl, int ref_zero,
+                    qc_audit_model *am, qc_tol *out) {
+  memset(am, 0, sizeof *am);
+  if (!m->cls->tol_model) {
+    qc_err("%s: class %s has no error model for '%s': its tolerance cannot be derived", m->path, m->cls->name, grad);
+    return QC_EINPUT;
+  }
+  int rc = m->cls->tol_model(m, dy, grad, &am->tm);
+  if (!rc) rc = qc_tol_from_model(&am->tm, decl, qc_dtype_name(dt), &am->spec, &am->terms, &am->pre);
+  if (rc) return rc;
+  if (out) qc_tol_fill_derived(&am->tm, &am->spec, &am->terms, decl, ref_zero, out);
+  return QC_OK;
+}
+
 /* The check's tolerance: the declared one, or (derive) the one derived
- * from the class's error model, the shapes and the judged dtype; the model
- * also gives the bias test's allowance and the diagnosis's noise level.
- * QC_EINPUT when a derived tolerance cannot be made. */
+ * from the class's error model, the shapes and the judged dtype
+ * (qc_audit_derive, which `tol --dump` shares); the model also gives the
+ * bias test's allowance and the diagnosis's noise level. QC_EINPUT when a
+ * derived tolerance cannot be made. */
 int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_check *k) {
   qc_tol use = *t;
-  qc_tol_model tm;
-  qc_tol_spec spec;
-  qc_tol_terms terms;
-  double pre = 0;
+  qc_audit_model am;
   qc_dtype dt = QC_F32;
-  int have = 0;
   if (qc_dtype_from_name(k->judged_dtype, &dt)) dt = QC_F32;
-  memset(&tm, 0, sizeof tm);
   /* a sharded dump's per-rank check "d_x@rank2" is judged by d_x's model */
   char grad[sizeof k->tensor];
   snprintf(grad, sizeof grad, "%s", k->tensor);
   grad[strcspn(grad, "@")] = 0;
-  if (m->cls->tol_model && m->cls->tol_model(m, dy, grad, &tm) == QC_OK &&
-      qc_tol_from_model(&tm, t, qc_dtype_name(dt), &spec, &terms, &pre) == QC_OK)
-    have = 1;
-  if (!have) {
+  if (qc_audit_derive(m, dy, grad, dt, t, k->m.norm_r == 0, &am, t->derive ? &use : NULL)) {
     if (t->derive) {
-      if (!m->cls->tol_model) qc_err("%s: class %s has no error model for '%s': its tolerance cannot be derived", m->path,
-                                      m->cls->name, grad);
       qc_hint("declare the bounds of \"%s\" (rel_l2, noise_multiple, ...) instead of {\"derive\": true}", grad);
       return QC_EINPUT;
     }
     qc_err_clear();
   } else {
-    k->level = terms.rel_l2;
+    k->level = am.terms.rel_l2;
     /* the terms' scale: float32 working precision over ||T|| (the class's
      * model), with the derivation's margin */
-    k->m.term_floor = tm.terms > 0 ? terms.margin * terms.lambda * terms.u_acc * tm.terms : 0.0;
-    if (t->derive) qc_tol_fill_derived(&tm, &spec, &terms, t, k->m.norm_r == 0, &use);
+    k->m.term_floor = am.tm.terms > 0 ? am.terms.margin * am.terms.lambda * am.terms.u_acc * am.tm.terms : 0.0;
     double te = k->m.norm_r > 0 ? k->m.term_floor / k->m.norm_r : 0.0;
-    qc_bias_allow(&k->m, fmax(pre, te));
+    qc_bias_allow(&k->m, fmax(am.pre, te));
   }
   if (t->has_bias_allow) qc_bias_set_allow(&k->m, t->bias_allow); /* the case's allowance replaces the model's */
   k->has_tol = 1;
@@ -156,7 +173,7 @@ void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *
 }
 
 const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor) {
-  const qc_tol *t = qc_case_tol_for(a->cs, tensor);
+  const qc_tol *t = qc_case_tol_for(a->cs, m->cls->name, tensor);
   if (!t) {
     qc_err("case '%s': no tolerance for '%s': module '%s' (class %s) has this gradient", a->cs->path, tensor, m->path,
            m->cls->name);

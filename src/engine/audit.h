@@ -9,6 +9,7 @@
 #include "model/check.h"
 #include "model/modinfo.h"
 #include "model/module.h"
+#include "model/tol.h"
 #include "io/plugin.h"
 
 typedef struct qc_audit {
@@ -41,6 +42,28 @@ int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, 
  * holds its values (qc_values_dtype), else its storage; noted in
  * k->precision when it is not the storage type. */
 qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k);
+
+/* The precision candidate g is judged at, as qc_audit_compare judges it
+ * (qc_audit_dtype of its values; k may be NULL). Never fails: a tensor
+ * that cannot be read is judged at its storage dtype. */
+qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k);
+
+/* A class's error model of one gradient and its derivation. */
+typedef struct qc_audit_model {
+  qc_tol_model tm;             /* the class's model (K, lambda, scale, terms, why) */
+  qc_tol_spec spec;            /* the derivation's inputs (out_dtype: the judged dtype) */
+  qc_tol_terms terms;          /* every term and bound */
+  double pre;                  /* the systematic error the bias test allows */
+} qc_audit_model;
+
+/* The one derivation of gradient `grad` of m under dY dy judged at dt,
+ * shared by vjp's {"derive": true} and `tol --dump` so the two agree: the
+ * class's tol_model, qc_tol_from_model with decl's derive options (NULL:
+ * none), and (out non-NULL) the tolerance qc_tol_fill_derived makes of it
+ * (ref_zero: the reference is exactly zero). QC_OK, or QC_EINPUT when the
+ * class has no model for grad (message set). */
+int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, qc_dtype dt, const qc_tol *decl, int ref_zero,
+                    qc_audit_model *am, qc_tol *out);
 
 /* Judge check k (metrics and judged_dtype filled) of gradient k->tensor of
  * module m under dY dy and the case's tolerance t: t itself, or the one

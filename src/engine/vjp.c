@@ -64,7 +64,7 @@ static int check_tol_names(const qc_case *cs, const qc_class *const *cls, int nc
   int nrow;
   const qc_registry_row *rows = qc_registry_rows(&nrow);
   for (int t = 0; t < cs->ntol; t++) {
-    int known = 0;
+    int known = cs->tol[t].cls[0] != 0; /* a class's own: checked against it at case load */
     for (int i = 0; i < nrow && !known; i++) known = in_list(rows[i].cls->grads, cs->tol[t].tensor);
     if (known) continue;
     char names[256] = "", grads[512] = "";

@@ -18,7 +18,8 @@ static int takes_profile(const qc_module *m) {
 }
 
 /* Contract for m: the dump's attribute (if any), the case's over it, the
- * --profile option over both; validated against the class's keys. A profile
+ * --profile option over both where m's class takes a profile (else left
+ * out, said under --verbose); validated against the class's keys. A profile
  * none of them names is auto (check_deployed resolves it). */
 int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contract, const char *profile) {
   char where[QC_PATHLEN + 64];
@@ -29,10 +30,12 @@ int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
     if ((rc = qc_contract_parse(dump_contract, where, &m->contract))) return rc;
   }
   if (cs->has_contract && (rc = qc_contract_merge(&m->contract, &cs->contract))) return rc;
-  if (profile) {
-    if (!takes_profile(m)) return qc_err("--profile '%s': class '%s' has no quantizer profile", profile, m->cls->name);
-    if ((rc = qc_contract_set(&m->contract, "profile", profile, 0, 0))) return rc;
-  }
+  /* --profile applies to the classes with a quantizer; a mixed case's
+   * others (a norm beside its linears) are left as they are */
+  if (profile && !takes_profile(m) && qc_verbose)
+    fprintf(stderr, "qatcheck: %s: --profile '%s' not applied: class '%s' has no quantizer profile\n", m->path, profile,
+            m->cls->name);
+  if (profile && takes_profile(m) && (rc = qc_contract_set(&m->contract, "profile", profile, 0, 0))) return rc;
   snprintf(where, sizeof where, "case '%s': module '%s'", cs->path, m->path);
   int explicit_profile = qc_contract_has(&m->contract, "profile");
   if ((rc = qc_contract_validate(&m->contract, m->cls->keys, where))) return rc;

@@ -11,6 +11,7 @@
 
 #include "core/file.h"
 #include "core/qc.h"
+#include "model/module.h"
 #include "core/sha256.h"
 #include "model/tol.h"
 
@@ -330,6 +331,49 @@ static int blind_to(const qc_tol *t) {
   return mask;
 }
 
+/* 1 when `name` is a word of the space-separated list. */
+static int in_words(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p;) {
+    size_t l = strcspn(p, " ");
+    if (l == n && strncmp(p, name, n) == 0) return 1;
+    p += l;
+    p += strspn(p, " ");
+  }
+  return 0;
+}
+
+/* The tensor members of tolerances object v into c->tol, for class cls
+ * ("": the default for every class): a member naming a class (a group,
+ * parsed by the caller) is skipped at the top level; at a class's level
+ * every member is a tensor. Duplicates refused. QC_OK or QC_EINPUT. */
+static int parse_tols(const cJSON *v, const char *w, const char *cls, qc_case *c) {
+  int rc;
+  for (const cJSON *t = v->child; t; t = t->next) {
+    for (const cJSON *p = v->child; p != t; p = p->next)
+      if (strcmp(p->string, t->string) == 0) return qc_err("%s: tolerances: duplicate key '%s'", w, t->string);
+    if (!cls[0] && qc_registry_find(t->string)) continue;
+    if (!cls[0] && cJSON_IsObject(t) && t->child && cJSON_IsObject(t->child)) {
+      int n;
+      const qc_registry_row *rows = qc_registry_rows(&n);
+      char names[512] = "";
+      for (int i = 0; i < n; i++) {
+        size_t l = strlen(names);
+        snprintf(names + l, sizeof names - l, "%s%s", i ? ", " : "", rows[i].cls->name);
+      }
+      qc_err("%s: tolerances.%s: '%s' is not a class: a member holding tensors' tolerances names a class", w, t->string,
+             t->string);
+      qc_hint("the classes are %s", names);
+      return QC_EINPUT;
+    }
+    if (c->ntol == QC_MAX_TOL) return qc_err("%s: more than %d tolerances", w, QC_MAX_TOL);
+    if ((rc = parse_tol(t, w, &c->tol[c->ntol]))) return rc;
+    snprintf(c->tol[c->ntol].cls, sizeof c->tol[c->ntol].cls, "%s", cls);
+    c->ntol++;
+  }
+  return QC_OK;
+}
+
 /* Case lint: every tolerance whose bounds cannot see a scale error or a
  * sign flip is described in c->weak (one line each); qc_case_weak decides
  * whether that refuses the case. (A member whose bounds are derived at run
@@ -347,7 +391,8 @@ static void lint(qc_case *c, const char *where) {
       snprintf(what + strlen(what), sizeof what - strlen(what), "%sa sign flip (it passes -g): add rel_l2, cosine_min, max_abs or noise_multiple",
                what[0] ? "; nor " : "");
     size_t l = strlen(c->weak);
-    snprintf(c->weak + l, sizeof c->weak - l, "%s: tolerances.%s cannot see %s\n", where, c->tol[i].tensor, what);
+    snprintf(c->weak + l, sizeof c->weak - l, "%s: tolerances.%s%s%s cannot see %s\n", where, c->tol[i].cls,
+             c->tol[i].cls[0] ? "." : "", c->tol[i].tensor, what);
     c->nweak++;
   }
 }
@@ -489,12 +534,23 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
     goto done;
   }
   if (!cJSON_IsObject(v) || !v->child) { rc = qc_err("%s: key 'tolerances': expected a non-empty object of tensors", w); goto done; }
+  if ((rc = parse_tols(v, w, "", c))) goto done;
   for (const cJSON *t = v->child; t; t = t->next) {
-    for (const cJSON *p = v->child; p != t; p = p->next)
-      if (strcmp(p->string, t->string) == 0) { rc = qc_err("%s: tolerances: duplicate key '%s'", w, t->string); goto done; }
-    if (c->ntol == QC_MAX_TOL) { rc = qc_err("%s: more than %d tolerances", w, QC_MAX_TOL); goto done; }
-    if ((rc = parse_tol(t, w, &c->tol[c->ntol]))) goto done;
-    c->ntol++;
+    const qc_registry_row *row = qc_registry_find(t->string);
+    if (!row) continue; /* a tensor, parsed above */
+    char cw[320];
+    snprintf(cw, sizeof cw, "%s: tolerances.%s", w, t->string);
+    if (!cJSON_IsObject(t) || !t->child) {
+      rc = qc_err("%s: expected an object of the class's tensors' tolerances ({\"d_x\": {...}})", cw);
+      goto done;
+    }
+    for (const cJSON *g = t->child; g; g = g->next)
+      if (!in_words(row->cls->grads, g->string)) {
+        rc = qc_err("%s: class '%s' has no gradient '%s'", cw, t->string, g->string);
+        qc_hint("the gradients of class %s are %s (names are case-sensitive)", t->string, row->cls->grads);
+        goto done;
+      }
+    if ((rc = parse_tols(t, cw, t->string, c))) goto done;
   }
   lint(c, w);
 done:
@@ -521,8 +577,12 @@ int qc_case_load(const char *path, qc_case *c) {
   return rc;
 }
 
-const qc_tol *qc_case_tol_for(const qc_case *c, const char *tensor) {
+const qc_tol *qc_case_tol_for(const qc_case *c, const char *cls, const char *tensor) {
+  const qc_tol *dflt = NULL;
   for (int i = 0; i < c->ntol; i++)
-    if (strcmp(c->tol[i].tensor, tensor) == 0) return &c->tol[i].tol;
-  return NULL;
+    if (strcmp(c->tol[i].tensor, tensor) == 0) {
+      if (cls && c->tol[i].cls[0] && strcmp(c->tol[i].cls, cls) == 0) return &c->tol[i].tol;
+      if (!c->tol[i].cls[0]) dflt = &c->tol[i].tol;
+    }
+  return dflt;
 }

@@ -17,6 +17,7 @@ typedef enum { QC_DATA_GENERATE = 0, QC_DATA_DUMP = 1 } qc_data_kind;
 typedef enum { QC_CAND_BUILTIN = 0, QC_CAND_DUMP = 1, QC_CAND_PLUGIN = 2 } qc_cand_kind;
 
 typedef struct qc_case_tol {
+  char cls[64];             /* "" for every class, else the class it applies to ("linear") */
   char tensor[QC_NAMELEN];  /* "d_x" */
   qc_tol tol;
 } qc_case_tol;
@@ -63,8 +64,10 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
  * printed to stderr as "qatcheck: warning: ..." and QC_OK returned (the
  * caller records c->weak in every report). */
 int qc_case_weak(const qc_case *c, int allow);
-/* Tolerance declared for a tensor, or NULL. */
-const qc_tol *qc_case_tol_for(const qc_case *c, const char *tensor);
+/* Tolerance declared for a tensor of a module of class cls: the class's own
+ * ("tolerances": {"<cls>": {"<tensor>": ...}}), else the default one
+ * ("tolerances": {"<tensor>": ...}), else NULL. */
+const qc_tol *qc_case_tol_for(const qc_case *c, const char *cls, const char *tensor);
 
 /* Parse a contract JSON object text (a dump's `contract` attribute). */
 int qc_contract_parse(const char *json, const char *where, qc_contract *out);

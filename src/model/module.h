@@ -174,23 +174,6 @@ typedef int (*qc_ratios_fn)(const qc_module *m, const char *grad, double *k, cha
 /* The hypotheses engine/diagnose.c knows without the class, by name. */
 #define QC_HYP_GENERIC "factor sign transpose rows zero slice dy_precision nonfinite"
 
-/* What `qatcheck tol` is asked for one gradient of a module read from a
- * dump (`tol --dump F --module PATH`): the reduction length and dtypes the
- * class reads from the module's tensors and contract. */
-typedef struct qc_tol_ask {
-  char tensor[QC_NAMELEN];     /* "d_x" */
-  const char *out_dtype;       /* static dtype names (qc_dtype_name) */
-  const char *operand_dtype;
-  int64_t k;
-  int rounded_operands;        /* operands the candidate rounds to operand_dtype, the reference not */
-  char why[256];               /* where K and the dtypes came from, in words */
-} qc_tol_ask;
-
-/* Fill out[0 .. *n) (at most max) for every gradient the class checks on
- * m (a dump's module: tensors, validated contract; m->cand when the dump
- * holds candidate gradients). QC_EINPUT naming a missing tensor. */
-typedef int (*qc_tol_rules_fn)(const qc_module *m, qc_tol_ask *out, int max, int *n);
-
 /* Where one rank's gradient sits in the whole: the whole as a [rows, cols]
  * view (cols = its last dimension), the rank's block [r0, r1) x [c0, c1),
  * and its full shape. */
@@ -248,7 +231,6 @@ typedef struct qc_class {
   const char *hypotheses;      /* the generic hypotheses (QC_HYP_GENERIC's names) that apply, space-separated */
   const qc_hypothesis *hyps;   /* the class's own, {NULL}-terminated (NULL: none) */
   qc_ratios_fn ratios;         /* constant factors it can name (NULL: none) */
-  qc_tol_rules_fn tol_rules;   /* optional: K and dtypes of each gradient from a dump (`tol --dump`) */
   const qc_split *split;       /* optional: how a module is split across ranks (NULL: never split) */
 } qc_class;
 

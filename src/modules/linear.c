@@ -241,13 +241,6 @@ fail:
   return rc;
 }
 
-/* Formats whose dequantized values are payload x 2^k: exact in bfloat16
- * and wider, so a candidate casting them to bf16 rounds nothing. */
-static int lin_pow2_format(const char *f) {
-  return !strcmp(f, "none") || !strcmp(f, "mxfp8") || !strcmp(f, "mxfp4") || !strcmp(f, "fp8_block128_ue8m0") ||
-         !strcmp(f, "fp8_group128_ue8m0");
-}
-
 /* The error model of each gradient (qc_tol_model_fn): the production's
  * bf16 GEMMs with float32 accumulation; an operand it rounds to bf16 that
  * the reference keeps exact when the dequantized weight (d_x) or input
@@ -406,64 +399,6 @@ static const qc_hypothesis linear_hyps[] = {
      NULL, 0, linear_other_weight, 1},
     {NULL, NULL, NULL, NULL, 0, NULL, 0}};
 
-/* Are all values of dtype a exactly values of dtype b? */
-static int lin_fits(qc_dtype a, qc_dtype b) {
-  return a == b || (b == QC_F64 && (a == QC_F32 || a == QC_F16 || a == QC_BF16)) || (b == QC_F32 && (a == QC_F16 || a == QC_BF16));
-}
-
-/* The candidate's dtype of gradient g (grads/ of the first dY), else `dflt`. */
-static qc_dtype lin_out_dtype(const qc_module *m, const char *g, qc_dtype dflt) {
-  const qc_tensor *t = m->cand && m->grad_out.n ? qc_tset_get(&m->cand[0], g) : NULL;
-  return t ? t->dtype : dflt;
-}
-
-/* The next ask of out: gradient g, output in the candidate's dtype (else
- * dflt), operands in op, K = k. */
-static qc_tol_ask *lin_ask(qc_tol_ask *out, int *n, const qc_module *m, const char *g, qc_dtype dflt, qc_dtype op, int64_t k,
-                           int rounded) {
-  qc_tol_ask *a = &out[(*n)++];
-  memset(a, 0, sizeof *a);
-  snprintf(a->tensor, sizeof a->tensor, "%s", g);
-  a->out_dtype = qc_dtype_name(lin_out_dtype(m, g, dflt));
-  a->operand_dtype = qc_dtype_name(op);
-  a->k = k;
-  a->rounded_operands = rounded;
-  return a;
-}
-
-/* `tol --dump`: d_x reduces over N (out_features), d_weight and d_bias over
- * the M tokens (leading dimensions of dY); the operands enter in dY's
- * dtype; the weight (master, or dequantized under dx_weight = dequant) and
- * X (or its dequantization under dw_input = quantized) count as rounded
- * operands when their values are not exact in that dtype. */
-static int linear_tol_rules(const qc_module *m, qc_tol_ask *out, int max, int *n) {
-  const qc_tensor *w, *x;
-  int rc;
-  *n = 0;
-  if ((rc = qc_module_need(m, "params", "weight", 2, 2, &w)) || (rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &x))) return rc;
-  if (m->grad_out.n == 0) return qc_err("%s: no dataset under grad_out/: the tokens M come from dY", m->path);
-  const qc_tensor *dy = &m->grad_out.t[0], *b = qc_tset_get(&m->params, "bias");
-  const int64_t N = w->shape[0], M = qc_numel(dy) / (N ? N : 1);
-  const qc_dtype op = dy->dtype;
-  const char *wf = qc_contract_str(&m->contract, "weight_format", "none"), *af = qc_contract_str(&m->contract, "activation_format", "none");
-  int dx_master = !strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master");
-  int dw_q = !strcmp(qc_contract_str(&m->contract, "dw_input", "original"), "quantized");
-  int w_round = (dx_master || !strcmp(wf, "none")) ? !lin_fits(w->dtype, op) : !(lin_pow2_format(wf) && op != QC_F16);
-  int x_round = (!dw_q || !strcmp(af, "none")) ? !lin_fits(x->dtype, op) : !(lin_pow2_format(af) && op != QC_F16);
-  if (max < 3) return qc_err("%s: room for 3 tolerances needed", m->path);
-  qc_tol_ask *a = lin_ask(out, n, m, "d_x", x->dtype, op, N, w_round);
-  snprintf(a->why, sizeof a->why, "K = N = %lld (params/weight [%lld, %lld]); operands in dY's %s; %s weight%s", (long long)N,
-           (long long)N, (long long)w->shape[1], qc_dtype_name(op), dx_master || !strcmp(wf, "none") ? "master" : wf,
-           w_round ? " rounded to it" : " exact in it");
-  a = lin_ask(out, n, m, "d_weight", w->dtype, op, M, x_round);
-  snprintf(a->why, sizeof a->why, "K = M = %lld tokens (grad_out/%s: leading dimensions of %lld x %lld); X %s%s", (long long)M,
-           dy->name, (long long)M, (long long)N, dw_q && strcmp(af, "none") ? af : "as stored", x_round ? " rounded to dY's dtype" : "");
-  if (!b) return QC_OK;
-  a = lin_ask(out, n, m, "d_bias", b->dtype, op, M, 0);
-  snprintf(a->why, sizeof a->why, "K = M = %lld tokens (a sum of dY over tokens)", (long long)M);
-  return QC_OK;
-}
-
 const qc_class qc_class_linear = {
     .name = "linear",
     .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
@@ -478,6 +413,5 @@ const qc_class qc_class_linear = {
     .tol_model = linear_tol_model,
     .hypotheses = "factor sign transpose rows zero dy_precision nonfinite",
     .hyps = linear_hyps,
-    .tol_rules = linear_tol_rules,
     .split = &qc_linear_split,
 };

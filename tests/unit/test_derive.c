@@ -23,18 +23,18 @@ static int parse_tol(const char *member, qc_case *c) {
 Test(derive, case_keys) {
   qc_case c;
   cr_assert_eq(parse_tol("{\"derive\": true}", &c), QC_OK, "%s", qc_err_msg());
-  const qc_tol *t = qc_case_tol_for(&c, "d_x");
+  const qc_tol *t = qc_case_tol_for(&c, NULL, "d_x");
   cr_expect(t->derive && t->derive_rounded_operands == -1 && t->derive_margin == 0 && !t->derive_format[0]);
   cr_expect(!t->has_rel_l2 && !t->has_bias_z);
   cr_assert_eq(parse_tol("{\"derive\": true, \"margin\": 3, \"rounded_operands\": 1, \"format\": \"nvfp4\", \"bias_z\": 0, "
                          "\"dtype\": \"bfloat16\", \"reasoning\": \"dequantized weight cast to bf16\"}", &c),
                QC_OK, "%s", qc_err_msg());
-  t = qc_case_tol_for(&c, "d_x");
+  t = qc_case_tol_for(&c, NULL, "d_x");
   cr_expect(t->derive_margin == 3 && t->derive_rounded_operands == 1 && strcmp(t->derive_format, "nvfp4") == 0);
   cr_expect(t->has_bias_z && t->bias_z == 0 && strcmp(t->dtype, "bfloat16") == 0);
   cr_assert_eq(parse_tol("{\"rel_l2\": 4e-3, \"bias_z\": 3, \"dtype\": \"float32\", \"reasoning\": \"r\"}", &c), QC_OK, "%s",
                qc_err_msg());
-  t = qc_case_tol_for(&c, "d_x");
+  t = qc_case_tol_for(&c, NULL, "d_x");
   cr_expect(!t->derive && t->has_bias_z && t->bias_z == 3 && strcmp(t->dtype, "float32") == 0);
   /* bias_z alone is a bound */
   cr_expect_eq(parse_tol("{\"bias_z\": 5, \"reasoning\": \"r\"}", &c), QC_OK, "%s", qc_err_msg());
