@@ -1,9 +1,10 @@
 #!/bin/sh
 # moe_dump.sh: the moe class from a dump (spec schema): a routed-experts
 # module with repeated routing and an empty expert passes with the builtin
-# candidate; bad input (ids out of [0, E), w1 inconsistent with the
+# candidate, with DeepSeek-V3's shared experts and Qwen2-MoE's gated one; bad input (ids out of [0, E), w1 inconsistent with the
 # activation, topk_weights not [T, k], an unknown activation, a transposed
-# dY of the right size) exits 2 with
+# dY of the right size, shared-expert tensors the contract does not use or
+# whose Fs is not a multiple of shared_experts) exits 2 with
 # one `qatcheck: error:` line naming the dataset or key, and only the error report.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
@@ -16,8 +17,10 @@ def bf(a):  # float32 values exactly representable in bf16
     a.view(np.uint32)[...] &= 0xFFFF0000
     return a
 T, H, F, E, k = 24, 32, 16, 5, 3
-def module(f, path, ids, w1_rows=2 * F, wshape=(T, k), contract=None):
+def module(f, path, ids, w1_rows=2 * F, wshape=(T, k), contract=None, shared=None):
     g = f.create_group(path)
+    for name, a in (shared or {}).items():  # shared experts: params/shared_*
+        g["params/" + name] = a
     g.attrs["class"] = "moe"
     if contract is not None:
         g.attrs["contract"] = json.dumps(contract)
@@ -38,6 +41,16 @@ with h5py.File(sys.argv[1], "w") as f:
     module(f, "bad.w1_shape", good, w1_rows=F)
     module(f, "bad.weights_shape", good, wshape=(T, k + 1))
     module(f, "bad.activation", good, contract={"activation": "gelu"})
+    # shared experts: DeepSeek-V3 (2 of intermediate F, added unweighted) and
+    # Qwen2-MoE (one, gated by sigmoid(x . shared_gate), the gate as [H])
+    Fs = 2 * F
+    ds = {"shared_w1": bf(rng.standard_normal((2 * Fs, H)) / np.sqrt(H)), "shared_w2": bf(rng.standard_normal((H, Fs)) / np.sqrt(Fs))}
+    qw = dict(ds, shared_gate=bf(rng.standard_normal(H) / np.sqrt(H)))
+    module(f, "deepseek.mlp", good, contract={"shared_experts": 2}, shared=ds)
+    module(f, "qwen2.mlp", good, contract={"shared_experts": 2, "shared_gate": True}, shared=qw)
+    module(f, "bad.shared_unused", good, shared=ds)
+    module(f, "bad.gate_unused", good, contract={"shared_experts": 2}, shared=qw)
+    module(f, "bad.shared_count", good, contract={"shared_experts": 3}, shared=ds)
     module(f, "bad.dy_transposed", good)
     del f["bad.dy_transposed/grad_out/dy"]  # [H, T]: the same count in another layout
     f["bad.dy_transposed/grad_out/dy"] = bf(rng.standard_normal((H, T)))
@@ -47,8 +60,20 @@ cat >"$T/good.json" <<J
 {"data": {"dump": "d.h5", "modules": "experts\$"}, "candidate": "builtin", "tolerances": $TOL}
 J
 expect_exit 0 "moe module from a dump passes" "$QATCHECK" vjp --case "$T/good.json" --quiet
+STOL=$(echo "$TOL" | sed 's/}}$/},"d_shared_w1":{"rel_l2":2e-2,"reasoning":"bf16 GEMM operands"},"d_shared_w2":{"rel_l2":2e-2,"reasoning":"bf16 GEMM operands"},"d_shared_gate":{"rel_l2":2e-2,"reasoning":"one dot per token"}}/')
+for arch in deepseek qwen2; do
+  cat >"$T/$arch.json" <<J
+{"data": {"dump": "d.h5", "modules": "^/$arch\\\\.mlp$"}, "candidate": "builtin", "tolerances": $STOL}
+J
+  expect_exit 0 "moe with $arch shared experts passes" "$QATCHECK" vjp --case "$T/$arch.json" --json "$T/$arch.r.json"
+done
+grep -q '"d_shared_w1"' "$T/deepseek.r.json" && ok "deepseek: d_shared_w1 is checked" || bad "deepseek: d_shared_w1 not in the report"
+grep -q '"d_shared_gate"' "$T/qwen2.r.json" && ok "qwen2: d_shared_gate is checked" || bad "qwen2: d_shared_gate not in the report"
 expect_refused_groups moe d.h5 "$TOL" <<EOF2
 ids_range saved/topk_ids
+shared_unused params/shared_w1
+gate_unused params/shared_gate
+shared_count shared_w2
 w1_shape params/w1
 weights_shape topk_weights
 activation activation
