@@ -56,6 +56,7 @@ static const fd_case cases[] = {
     {"router", "6,8,3", {"score=softmax", "normalize=yes", NULL}},
     {"router", "6,8,3", {"score=sigmoid", "normalize=yes", "route_scale=2.5", NULL}},
     {"router", "6,8,3", {"score=sqrt_softplus", "normalize=yes", NULL}},
+    {"router", "6,8,3", {"score=sigmoid", "normalize=yes", "n_group=4", "topk_group=2", NULL}},
     {"attention", "2,4,2,5,6", {NULL}},
     {"attention", "1,8,2,7,9", {"causal=false", "softmax_scale=0.3", NULL}},
     {"moe", "5,6,4,4,2", {NULL}},
