@@ -116,7 +116,7 @@ int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_
     k->m.term_floor = tm.terms > 0 ? terms.margin * terms.lambda * terms.u_acc * tm.terms : 0.0;
     if (t->derive) qc_tol_fill_derived(&tm, &spec, &terms, t, k->m.norm_r == 0, &use);
     double te = k->m.norm_r > 0 ? k->m.term_floor / k->m.norm_r : 0.0;
-    qc_bias_allow(&k->m, fmax(pre, te));
+    qc_bias_allow(&k->m, fmax(fmax(pre, te), tm.low_rank ? terms.rel_l2 : 0.0));
   }
   if (t->has_bias_allow) qc_bias_set_allow(&k->m, t->bias_allow); /* the case's allowance replaces the model's */
   k->has_tol = 1;

@@ -376,7 +376,8 @@ done:
  * over the (token, slot) pairs of the busiest expert, the shared weights'
  * over all T tokens, d_topk_weights is one length-H dot whose cancellation
  * needs margin 3 (few elements per token to average over), as is each
- * token's term of d_shared_gate. Returns a status. */
+ * token's term of d_shared_gate, whose error (one scalar per token times
+ * x_t) is low rank. Returns a status. */
 static int moe_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   (void)dy;
   moe_view v;
@@ -401,10 +402,13 @@ static int moe_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
   else if (strcmp(grad, "d_shared_w1") == 0 || strcmp(grad, "d_shared_w2") == 0)
     qc_mod_tm(tm, v.T, 1, 2, 0, "%s = the dense shared MLP's weight gradient, a sum over all T = %lld tokens; the production "
               "rounds %s to bf16 (2 operands)", grad, (long long)v.T, grad[10] == '1' ? "gs dY and d_h" : "gs dY and a");
-  else if (strcmp(grad, "d_shared_gate") == 0)
+  else if (strcmp(grad, "d_shared_gate") == 0) {
     qc_mod_tm(tm, v.T > v.H ? v.T : v.H, 1, 1, 3, "d_shared_gate = sum_t gs(1 - gs) <dY_t, ys_t> x_t: a length-H = %lld dot "
-              "per token summed over T = %lld; a rounded to bf16 (1 operand); margin 3 for the dot's cancellation",
+              "per token summed over T = %lld; a rounded to bf16 (1 operand); margin 3 for the dot's cancellation; the "
+              "error is one scalar per token times x_t (low rank: the bias test allows it up to rel_l2)",
               (long long)v.H, (long long)v.T);
+    tm->low_rank = 1;
+  }
   else if (strcmp(grad, "d_topk_weights") == 0)
     qc_mod_tm(tm, v.H, 1, 1, 3, "d_topk_weights[t, j] = <dY_t, W2_e a>, one length-H = %lld dot; a rounded to bf16 (1 "
               "operand); margin 3 for the dot's cancellation over few elements", (long long)v.H);

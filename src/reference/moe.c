@@ -29,8 +29,7 @@
 static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
 
 /* One row of the expert MLP's activation and its derivative, from the
- * definition: h, gh [2F swiglu | F relu2], a, ga [F]. act_f writes a =
- * act(h); act_b writes gh = act'(h)^T ga. */
+ * definition: h [2F swiglu | F relu2], a [F]: a = act(h). */
 static void act_f(int relu2, double L, int64_t F, const double *h, double *a) {
   for (int64_t f = 0; f < F; f++) {
     if (relu2) {
@@ -46,6 +45,8 @@ static void act_f(int relu2, double L, int64_t F, const double *h, double *a) {
   }
 }
 
+/* gh [2F | F] = act'(h)^T ga [F] for one row, the clamp's derivative at
+ * exactly +-L 1 under pass, 0 otherwise. */
 static void act_b(int relu2, double L, int pass, int64_t F, const double *h, const double *ga, double *gh) {
   for (int64_t f = 0; f < F; f++) {
     if (relu2) {
