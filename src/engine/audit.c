@@ -133,7 +133,7 @@ int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_
      * model), with the derivation's margin */
     k->m.term_floor = am.tm.terms > 0 ? am.terms.margin * am.terms.lambda * am.terms.u_acc * am.tm.terms : 0.0;
     double te = k->m.norm_r > 0 ? k->m.term_floor / k->m.norm_r : 0.0;
-    qc_bias_allow(&k->m, fmax(am.pre, te));
+    qc_bias_allow(&k->m, fmax(fmax(am.pre, te), am.tm.low_rank ? am.terms.rel_l2 : 0.0));
   }
   if (t->has_bias_allow) qc_bias_set_allow(&k->m, t->bias_allow); /* the case's allowance replaces the model's */
   k->has_tol = 1;

@@ -132,6 +132,9 @@ typedef struct qc_tol_model {
                                   operands' conditioning where the class knows it (0: not known). The
                                   candidate's working-precision error is judged against u_acc ||T||
                                   besides |r|: a cancelling sum is not judged against itself */
+  int low_rank;                /* 1: the rounding error is one scalar per row (token) times a fixed vector (x_t),
+                                  so it lies along the reference as much as across it: the bias test allows a
+                                  systematic part up to the derived rel_l2 (0: independent per-element errors) */
   char why[384];               /* the model in words with its numbers ("d_x = dY W sums over N = 2048 outputs") */
 } qc_tol_model;
 

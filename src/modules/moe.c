@@ -35,16 +35,72 @@ static const qc_key_spec moe_keys[] = {
     {"activation", "swiglu|relu2", "swiglu", "expert activation: silu(gate) * up (w1 [E, 2F, H]) or relu(h)^2 (w1 [E, F, H])"},
     {"limit", NULL, "0", "swiglu clamp limit L: gate <= L, -L <= up <= L (0: no clamp; as the swiglu class)"},
     {"at_limit", "pass|block", "pass", "clamp derivative at exactly +-L: 1 (pass, torch.clamp) or 0 (block)"},
+    {"shared_experts", NULL, "0", "S > 0: a dense shared-expert MLP (params/shared_w1 [2Fs|Fs, H], params/shared_w2 [H, Fs], "
+     "S experts concatenated, Fs a multiple of S, the routed activation) added to every token's output"},
+    {"shared_gate", "true|false", "false", "true: the shared output scaled by sigmoid(x . params/shared_gate [1, H] or [H]) "
+     "(Qwen2-MoE); false: added unweighted (DeepSeek-V3)"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors and settings of a moe module. */
 typedef struct {
   const qc_tensor *x, *w1, *w2, *wt, *ids;
+  const qc_tensor *sw1, *sw2, *sg; /* shared experts (NULL when S = 0), gate (NULL unless gated) */
   int64_t T, H, F, E, k, R; /* R: rows of w1 per expert (2F swiglu, F relu2) */
+  int64_t S, Fs, Rs;        /* shared experts, their concatenated intermediate, rows of shared_w1 */
   int swiglu, block;
   double L;
   int64_t *id; /* [T*k], checked in [0, E) */
 } moe_view;
+
+/* The shared-expert part of v (v's routed shapes already read): under
+ * shared_experts = S > 0, params/shared_w1 [Rs, H] (Rs = 2Fs swiglu, Fs
+ * relu2) and params/shared_w2 [H, Fs] with Fs a multiple of S; under
+ * shared_gate = true, params/shared_gate [1, H] or [H]. A shared tensor the
+ * contract does not use is refused, never ignored. Returns a status. */
+static int moe_shared_get(const qc_module *m, moe_view *v) {
+  int rc;
+  char s1[64];
+  const double S = qc_contract_num(&m->contract, "shared_experts", 0);
+  const char *gs = qc_contract_str(&m->contract, "shared_gate", "false");
+  if (!(S >= 0) || S != floor(S) || S > 1e6)
+    return qc_err("%s: contract key 'shared_experts' is %g: expected a whole number >= 0 (0: none)", m->path, S);
+  if (strcmp(gs, "true") != 0 && strcmp(gs, "false") != 0)
+    return qc_err("%s: contract key 'shared_gate' is '%s': expected true or false", m->path, gs);
+  v->S = (int64_t)S;
+  const int gated = strcmp(gs, "true") == 0;
+  if (v->S == 0) {
+    static const char *const names[] = {"shared_w1", "shared_w2", "shared_gate"};
+    for (int i = 0; i < 3; i++)
+      if (qc_tset_get(&m->params, names[i])) {
+        qc_hint("set the contract's shared_experts to the number of shared experts to judge with them, or leave them out of the dump");
+        return qc_err("%s: dataset 'params/%s' is present but the contract's shared_experts is 0: the shared experts would be ignored",
+                      m->path, names[i]);
+      }
+    if (gated) return qc_err("%s: contract key 'shared_gate' is true but shared_experts is 0: there is no shared expert to gate", m->path);
+    return QC_OK;
+  }
+  if ((rc = qc_module_need(m, "params", "shared_w1", 2, 2, &v->sw1))) return rc;
+  if ((rc = qc_module_need(m, "params", "shared_w2", 2, 2, &v->sw2))) return rc;
+  v->Fs = v->sw2->shape[1];
+  v->Rs = v->swiglu ? 2 * v->Fs : v->Fs;
+  if (v->sw2->shape[0] != v->H || v->Fs < 1 || v->Fs % v->S != 0)
+    return qc_err("%s: 'params/shared_w2' is %s: expected [H, Fs] with H = %lld and Fs a multiple of shared_experts = %lld",
+                  m->path, qc_shape_str(v->sw2->ndim, v->sw2->shape, s1, sizeof s1), (long long)v->H, (long long)v->S);
+  if (v->sw1->shape[0] != v->Rs || v->sw1->shape[1] != v->H)
+    return qc_err("%s: 'params/shared_w1' is %s: expected [%lld, %lld] ([%s, H]) for activation %s", m->path,
+                  qc_shape_str(v->sw1->ndim, v->sw1->shape, s1, sizeof s1), (long long)v->Rs, (long long)v->H,
+                  v->swiglu ? "2Fs" : "Fs", v->swiglu ? "swiglu" : "relu2");
+  if (gated) {
+    if ((rc = qc_module_need(m, "params", "shared_gate", 1, 2, &v->sg))) return rc;
+    if (qc_numel(v->sg) != v->H || v->sg->shape[v->sg->ndim - 1] != v->H)
+      return qc_err("%s: 'params/shared_gate' is %s: expected [1, H] or [H] with H = %lld", m->path,
+                    qc_shape_str(v->sg->ndim, v->sg->shape, s1, sizeof s1), (long long)v->H);
+  } else if (qc_tset_get(&m->params, "shared_gate")) {
+    qc_hint("set the contract's shared_gate to true to judge with it, or leave it out of the dump");
+    return qc_err("%s: dataset 'params/shared_gate' is present but the contract's shared_gate is false: the gate would be ignored", m->path);
+  }
+  return QC_OK;
+}
 
 static int moe_view_get(const qc_module *m, moe_view *v) {
   int rc;
@@ -83,6 +139,7 @@ static int moe_view_get(const qc_module *m, moe_view *v) {
   if (v->wt->ndim != 2 || v->wt->shape[0] != v->T || v->wt->shape[1] != v->k)
     return qc_err("%s: '%s/topk_weights' is %s: expected [T, k] = [%lld, %lld] (the shape of saved/topk_ids)", m->path,
                   wrole, qc_shape_str(v->wt->ndim, v->wt->shape, s1, sizeof s1), (long long)v->T, (long long)v->k);
+  if ((rc = moe_shared_get(m, v))) return rc;
   if ((rc = qc_mod_ids(m, v->ids, "saved/topk_ids", &v->id))) return rc;
   for (int64_t i = 0; i < v->T * v->k; i++)
     if (v->id[i] < 0 || v->id[i] >= v->E) {
@@ -100,15 +157,16 @@ static int clamp_passes(double z, double lo, double hi, int block) {
   return block ? (z > lo && z < hi) : (z >= lo && z <= hi);
 }
 
-/* a = act(h) for one row: h [R], a [F] (float32). */
-static void act_row(const moe_view *v, const float *h, float *a) {
+/* a = act(h) for one row of intermediate F (v->F routed, v->Fs shared):
+ * h [2F swiglu | F relu2], a [F] (float32). */
+static void act_row(const moe_view *v, int64_t F, const float *h, float *a) {
   const float L = (float)v->L;
-  for (int64_t f = 0; f < v->F; f++) {
+  for (int64_t f = 0; f < F; f++) {
     if (!v->swiglu) {
       a[f] = h[f] > 0.0f ? h[f] * h[f] : 0.0f;
       continue;
     }
-    float g = h[f], u = h[v->F + f];
+    float g = h[f], u = h[F + f];
     if (L > 0) {
       g = fminf(g, L);
       u = fminf(fmaxf(u, -L), L);
@@ -117,15 +175,16 @@ static void act_row(const moe_view *v, const float *h, float *a) {
   }
 }
 
-/* d_h [R] = act'(h) d_a for one row (float32, closed form). */
-static void act_vjp_row(const moe_view *v, const float *h, const float *da, float *dh) {
+/* d_h = act'(h) d_a for one row of intermediate F (float32, closed form):
+ * h, dh [2F swiglu | F relu2], da [F]. */
+static void act_vjp_row(const moe_view *v, int64_t F, const float *h, const float *da, float *dh) {
   const float L = (float)v->L;
-  for (int64_t f = 0; f < v->F; f++) {
+  for (int64_t f = 0; f < F; f++) {
     if (!v->swiglu) {
       dh[f] = h[f] > 0.0f ? da[f] * 2.0f * h[f] : 0.0f;
       continue;
     }
-    float g = h[f], u = h[v->F + f];
+    float g = h[f], u = h[F + f];
     int gp = 1, up = 1;
     if (L > 0) {
       gp = clamp_passes(g, -INFINITY, L, v->block);
@@ -135,7 +194,7 @@ static void act_vjp_row(const moe_view *v, const float *h, const float *da, floa
     }
     float s = 1.0f / (1.0f + expf(-g));
     dh[f] = gp ? da[f] * u * (s * (1.0f + g * (1.0f - s))) : 0.0f;
-    dh[v->F + f] = up ? da[f] * (g * s) : 0.0f;
+    dh[F + f] = up ? da[f] * (g * s) : 0.0f;
   }
 }
 
@@ -153,6 +212,72 @@ static uint16_t *to_bf16(const qc_tensor *t, const char *what) {
   for (int64_t i = 0; i < n; i++) o[i] = qc_f32_to_bf16(f[i]);
   free(f);
   return o;
+}
+
+/* The shared experts' VJP, added to dx [T, H] (float32, the routed part
+ * already in it); xb [T, H] and gb [T, H] are x and dY in bf16. Writes
+ * d_shared_w1 [Rs, H], d_shared_w2 [H, Fs] and, when gated, d_shared_gate
+ * (the shape of params/shared_gate) into grads. As a trainer runs the dense
+ * MLP: h = x Ws1^T [T, Rs], a = act(h), ys = a Ws2^T [T, H] (bf16 GEMMs),
+ * gate z_t = <x_t, sg>, gs_t = sigmoid(z_t) in float32 (gs = 1 ungated);
+ * d_z_t = gs (1 - gs) <dy_t, ys_t>, G = gs dy (bf16), d_a = G Ws2,
+ * d_Ws2 = G^T a, d_h = act'(h) d_a, d_Ws1 = d_h^T x, d_x += d_h Ws1 + d_z sg.
+ * Returns a status. */
+static int moe_shared_vjp(const qc_backend *be, const moe_view *v, const uint16_t *xb, const uint16_t *gb, qc_tset *grads,
+                          float *dx) {
+  const int64_t T = v->T, H = v->H, Fs = v->Fs, Rs = v->Rs;
+  uint16_t *w1b = NULL, *w2b = NULL, *ab = NULL, *Gb = NULL, *dhb = NULL;
+  float *h = NULL, *a = NULL, *ys = NULL, *da = NULL, *dh = NULL, *dxs = NULL, *sg = NULL, *dsg = NULL, *dw1, *dw2;
+  int rc = QC_ESYS;
+  const size_t nT = (size_t)T;
+  if (!(w1b = to_bf16(v->sw1, "moe shared_w1 bf16")) || !(w2b = to_bf16(v->sw2, "moe shared_w2 bf16")) ||
+      !(ab = qc_malloc(nT * Fs * sizeof *ab, "moe shared a bf16")) || !(Gb = qc_malloc(nT * H * sizeof *Gb, "moe shared dY bf16")) ||
+      !(dhb = qc_malloc(nT * Rs * sizeof *dhb, "moe shared d_h bf16")) || !(h = qc_malloc(nT * Rs * sizeof *h, "moe shared h")) ||
+      !(a = qc_malloc(nT * Fs * sizeof *a, "moe shared a")) || !(ys = qc_malloc(nT * H * sizeof *ys, "moe shared out")) ||
+      !(da = qc_malloc(nT * Fs * sizeof *da, "moe shared d_a")) || !(dh = qc_malloc(nT * Rs * sizeof *dh, "moe shared d_h")) ||
+      !(dxs = qc_malloc(nT * H * sizeof *dxs, "moe shared d_x")))
+    goto done;
+  if (v->sg && !(sg = qc_mod_f32(v->sg, "moe shared_gate"))) goto done;
+  if ((rc = qc_mod_add(grads, "d_shared_w1", QC_F32, 2, v->sw1->shape, (void **)&dw1)) ||
+      (rc = qc_mod_add(grads, "d_shared_w2", QC_F32, 2, v->sw2->shape, (void **)&dw2)))
+    goto done;
+  if (v->sg && (rc = qc_mod_add(grads, "d_shared_gate", QC_F32, v->sg->ndim, v->sg->shape, (void **)&dsg))) goto done;
+  /* forward replay: h = x Ws1^T, a = act(h), ys = a Ws2^T */
+  if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, T, Rs, H, xb, H, w1b, H, h, Rs))) goto done;
+  for (int64_t t = 0; t < T; t++) act_row(v, Fs, h + t * Rs, a + t * Fs);
+  for (int64_t i = 0; i < T * Fs; i++) ab[i] = qc_f32_to_bf16(a[i]);
+  if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, T, H, Fs, ab, Fs, w2b, Fs, ys, H))) goto done;
+  /* the gate: gs = sigmoid(<x_t, sg>), d_z = gs (1 - gs) <dy_t, ys_t>; G = gs dy */
+  for (int64_t t = 0; t < T; t++) {
+    float gs = 1.0f, dz = 0.0f;
+    if (sg) {
+      float z = 0.0f, dot = 0.0f;
+      for (int64_t c = 0; c < H; c++) {
+        z += qc_bf16_to_f32(xb[t * H + c]) * sg[c];
+        dot += qc_bf16_to_f32(gb[t * H + c]) * ys[t * H + c];
+      }
+      gs = 1.0f / (1.0f + expf(-z));
+      dz = gs * (1.0f - gs) * dot;
+      for (int64_t c = 0; c < H; c++) {
+        dsg[c] += dz * qc_bf16_to_f32(xb[t * H + c]);
+        dx[t * H + c] += dz * sg[c];
+      }
+    }
+    for (int64_t c = 0; c < H; c++) Gb[t * H + c] = sg ? qc_f32_to_bf16(gs * qc_bf16_to_f32(gb[t * H + c])) : gb[t * H + c];
+  }
+  /* d_a = G Ws2 [T, Fs]; d_Ws2 = G^T a [H, Fs] */
+  if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, T, Fs, H, Gb, H, w2b, Fs, da, Fs))) goto done;
+  if ((rc = be->gemm_bf16(be, QC_OP_T, QC_OP_N, H, Fs, T, Gb, H, ab, Fs, dw2, Fs))) goto done;
+  /* d_h = act'(h) d_a; d_Ws1 = d_h^T x [Rs, H]; d_x += d_h Ws1 [T, H] */
+  for (int64_t t = 0; t < T; t++) act_vjp_row(v, Fs, h + t * Rs, da + t * Fs, dh + t * Rs);
+  for (int64_t i = 0; i < T * Rs; i++) dhb[i] = qc_f32_to_bf16(dh[i]);
+  if ((rc = be->gemm_bf16(be, QC_OP_T, QC_OP_N, Rs, H, T, dhb, Rs, xb, H, dw1, H))) goto done;
+  if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, T, H, Rs, dhb, Rs, w1b, H, dxs, H))) goto done;
+  for (int64_t i = 0; i < T * H; i++) dx[i] += dxs[i];
+  rc = QC_OK;
+done:
+  free(w1b); free(w2b); free(ab); free(Gb); free(dhb); free(h); free(a); free(ys); free(da); free(dh); free(dxs); free(sg);
+  return rc;
 }
 
 /* Production VJP (see the file comment). */
@@ -207,7 +332,7 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
     for (int64_t i = 0; i < n; i++) memcpy(Xe + i * H, xb + (perm[off + i] / k) * H, (size_t)H * sizeof *Xe);
     /* forward replay: h = Xe W1^T [n, R], a = act(h), y = a W2^T [n, H] */
     if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, R, H, Xe, H, W1, H, h, R))) goto done;
-    for (int64_t i = 0; i < n; i++) act_row(&v, h + i * R, a + i * F);
+    for (int64_t i = 0; i < n; i++) act_row(&v, F, h + i * R, a + i * F);
     for (int64_t i = 0; i < n * F; i++) ab[i] = qc_f32_to_bf16(a[i]);
     if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, H, F, ab, F, W2, F, ye, H))) goto done;
     /* d_topk_weights = <dy_t, y>; G = w dy_t (bf16 for the GEMMs) */
@@ -225,7 +350,7 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
     if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, F, H, Ge, H, W2, F, da, F))) goto done;
     if ((rc = be->gemm_bf16(be, QC_OP_T, QC_OP_N, H, F, n, Ge, H, ab, F, dw2 + e * H * F, F))) goto done;
     /* d_h = act'(h) d_a; d_w1[e] = d_h^T Xe [R, H]; d_x rows = d_h W1 [n, H] */
-    for (int64_t i = 0; i < n; i++) act_vjp_row(&v, h + i * R, da + i * F, dh + i * R);
+    for (int64_t i = 0; i < n; i++) act_vjp_row(&v, F, h + i * R, da + i * F, dh + i * R);
     for (int64_t i = 0; i < n * R; i++) dhb[i] = qc_f32_to_bf16(dh[i]);
     if ((rc = be->gemm_bf16(be, QC_OP_T, QC_OP_N, R, H, n, dhb, R, Xe, H, dw1 + e * R * H, H))) goto done;
     if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, H, R, dhb, R, W1, H, dxe, H))) goto done;
@@ -235,6 +360,7 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
       for (int64_t c = 0; c < H; c++) dr[c] += dxe[i * H + c];
     }
   }
+  if (v.S > 0 && (rc = moe_shared_vjp(be, &v, xb, gb, grads, dx))) goto done;
   rc = QC_OK;
 done:
   free(xb); free(w1b); free(w2b); free(gb); free(wt); free(cnt); free(perm);
@@ -246,9 +372,12 @@ done:
 /* The error model: the grouped GEMMs take bf16 operands the production
  * rounds from float32 and the reference keeps exact (w dY and d_h into d_x
  * and d_w1; w dY and a into d_w2; a into d_topk_weights); d_x sums k x
- * rows-of-w1 products per token, d_w1 and d_w2 sum over the (token, slot)
- * pairs of the busiest expert, d_topk_weights is one length-H dot whose
- * cancellation needs margin 3 (few elements per token to average over). */
+ * rows-of-w1 products per token (plus the shared rows), d_w1 and d_w2 sum
+ * over the (token, slot) pairs of the busiest expert, the shared weights'
+ * over all T tokens, d_topk_weights is one length-H dot whose cancellation
+ * needs margin 3 (few elements per token to average over), as is each
+ * token's term of d_shared_gate, whose error (one scalar per token times
+ * x_t) is low rank. Returns a status. */
 static int moe_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   (void)dy;
   moe_view v;
@@ -264,11 +393,22 @@ static int moe_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
   free(v.id);
   if (rc) return rc;
   if (strcmp(grad, "d_x") == 0)
-    qc_mod_tm(tm, v.k * v.R, 1, 2, 0, "d_x_t = sum_j W1_e^T d_h over k x rows of w1 = %lld products; the production rounds "
-              "w dY and d_h to bf16 (2 operands)", (long long)(v.k * v.R));
+    qc_mod_tm(tm, v.k * v.R + v.Rs, 1, 2, 0, "d_x_t = sum_j W1_e^T d_h (+ Ws1^T d_hs of the shared experts) over k x rows "
+              "of w1 (+ rows of shared_w1) = %lld products; the production rounds w dY and d_h to bf16 (2 operands)",
+              (long long)(v.k * v.R + v.Rs));
   else if (strcmp(grad, "d_w1") == 0 || strcmp(grad, "d_w2") == 0)
     qc_mod_tm(tm, busiest, 1, 2, 0, "%s sums over the (token, slot) pairs of an expert, %lld at most; the production rounds "
               "%s to bf16 (2 operands)", grad, (long long)busiest, grad[3] == '1' ? "w dY and d_h" : "w dY and a");
+  else if (strcmp(grad, "d_shared_w1") == 0 || strcmp(grad, "d_shared_w2") == 0)
+    qc_mod_tm(tm, v.T, 1, 2, 0, "%s = the dense shared MLP's weight gradient, a sum over all T = %lld tokens; the production "
+              "rounds %s to bf16 (2 operands)", grad, (long long)v.T, grad[10] == '1' ? "gs dY and d_h" : "gs dY and a");
+  else if (strcmp(grad, "d_shared_gate") == 0) {
+    qc_mod_tm(tm, v.T > v.H ? v.T : v.H, 1, 1, 3, "d_shared_gate = sum_t gs(1 - gs) <dY_t, ys_t> x_t: a length-H = %lld dot "
+              "per token summed over T = %lld; a rounded to bf16 (1 operand); margin 3 for the dot's cancellation; the "
+              "error is one scalar per token times x_t (low rank: the bias test allows it up to rel_l2)",
+              (long long)v.H, (long long)v.T);
+    tm->low_rank = 1;
+  }
   else if (strcmp(grad, "d_topk_weights") == 0)
     qc_mod_tm(tm, v.H, 1, 1, 3, "d_topk_weights[t, j] = <dY_t, W2_e a>, one length-H = %lld dot; a rounded to bf16 (1 "
               "operand); margin 3 for the dot's cancellation over few elements", (long long)v.H);
@@ -277,9 +417,69 @@ static int moe_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
   return QC_OK;
 }
 
+/* a [F] = act(h) in float64 for one row of intermediate F, h and bh
+ * [2F swiglu | F relu2]: the ReLU's side and the clamp's side of each value
+ * are taken from the branch row bh. */
+static void act_row_f64(const moe_view *v, int64_t F, const double *h, const double *bh, double *a) {
+  for (int64_t f = 0; f < F; f++) {
+    if (!v->swiglu) {
+      a[f] = bh[f] > 0 ? h[f] * h[f] : 0.0;
+      continue;
+    }
+    double gc = h[f], uc = h[F + f];
+    if (v->L > 0) {
+      if (!clamp_passes(bh[f], -INFINITY, v->L, v->block)) gc = v->L;
+      if (!clamp_passes(bh[F + f], -v->L, v->L, v->block)) uc = bh[F + f] > 0 ? v->L : -v->L;
+    }
+    a[f] = gc / (1.0 + exp(-gc)) * uc;
+  }
+}
+
+/* The shared experts' float64 forward added to out [T, H]: out_t +=
+ * gs_t Ws2 act(Ws1 x_t), gs_t = sigmoid(<x_t, sg>) (1 ungated); x, bx
+ * [T, H] are the inputs of v and of the branch bv (whose h decides the
+ * activation's branches). Returns a status. */
+static int moe_shared_forward(const moe_view *v, const moe_view *bv, const double *x, const double *bx, double *out) {
+  const int64_t T = v->T, H = v->H, Fs = v->Fs, Rs = v->Rs;
+  double *w1 = NULL, *w2 = NULL, *bw1 = NULL, *sg = NULL, *h = NULL, *bh = NULL, *a = NULL;
+  int rc = QC_ESYS;
+  if (!(w1 = qc_mod_f64(v->sw1, "moe shared_w1")) || !(w2 = qc_mod_f64(v->sw2, "moe shared_w2")) ||
+      !(bw1 = qc_mod_f64(bv->sw1, "moe shared_w1")) || (v->sg && !(sg = qc_mod_f64(v->sg, "moe shared_gate"))) ||
+      !(h = qc_malloc((size_t)Rs * sizeof *h, "moe shared h")) || !(bh = qc_malloc((size_t)Rs * sizeof *bh, "moe shared h")) ||
+      !(a = qc_malloc((size_t)Fs * sizeof *a, "moe shared a")))
+    goto done;
+  for (int64_t t = 0; t < T; t++) {
+    double gs = 1.0;
+    if (sg) {
+      double z = 0;
+      for (int64_t c = 0; c < H; c++) z += x[t * H + c] * sg[c];
+      gs = 1.0 / (1.0 + exp(-z));
+    }
+    for (int64_t r = 0; r < Rs; r++) {
+      double s = 0, bs = 0;
+      for (int64_t c = 0; c < H; c++) {
+        s += w1[r * H + c] * x[t * H + c];
+        bs += bw1[r * H + c] * bx[t * H + c];
+      }
+      h[r] = s;
+      bh[r] = bs;
+    }
+    act_row_f64(v, Fs, h, bh, a);
+    for (int64_t c = 0; c < H; c++) {
+      double s = 0;
+      for (int64_t f = 0; f < Fs; f++) s += w2[c * Fs + f] * a[f];
+      out[t * H + c] += gs * s;
+    }
+  }
+  rc = QC_OK;
+done:
+  free(w1); free(w2); free(bw1); free(sg); free(h); free(bh); free(a);
+  return rc;
+}
+
 /* Float64 forward out [T, H]. The discrete branches are taken from branch:
  * the ids, the ReLU's side and which side of the clamp limit each value of
- * h = w1[e] x_t lies on. */
+ * h = w1[e] x_t (and of the shared experts' h) lies on. Returns a status. */
 static int moe_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
   moe_view v, bv;
   int rc;
@@ -308,24 +508,14 @@ static int moe_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
         h[r] = s;
         bh[r] = bs;
       }
-      for (int64_t f = 0; f < F; f++) {
-        if (!v.swiglu) {
-          a[f] = bh[f] > 0 ? h[f] * h[f] : 0.0;
-          continue;
-        }
-        double gc = h[f], uc = h[F + f];
-        if (v.L > 0) {
-          if (!clamp_passes(bh[f], -INFINITY, v.L, v.block)) gc = v.L;
-          if (!clamp_passes(bh[F + f], -v.L, v.L, v.block)) uc = bh[F + f] > 0 ? v.L : -v.L;
-        }
-        a[f] = gc / (1.0 + exp(-gc)) * uc;
-      }
+      act_row_f64(&v, F, h, bh, a);
       for (int64_t c = 0; c < H; c++) {
         double s = 0;
         for (int64_t f = 0; f < F; f++) s += w2[(e * H + c) * F + f] * a[f];
         out[t * H + c] += wt[t * k + j] * s;
       }
     }
+  if (v.S > 0 && (rc = moe_shared_forward(&v, &bv, x, bx, out))) goto done;
   rc = QC_OK;
 done:
   free(x); free(w1); free(w2); free(wt); free(bx); free(bw1); free(h); free(bh); free(a);
@@ -344,7 +534,11 @@ done:
  * plain N(0,1) weights (signed, unnormalized), and token 0 with equal weights
  * 1/k (a tie). values = "special": x row T/2 zero, token T/2 + 1 scaled by 8
  * (h beyond the clamp), a zero weight; "heavy_tail": x divided by
- * 0.05 + U(0,1). */
+ * 0.05 + U(0,1). Under shared_experts = S (1..64): shared_w1 [2Fs | Fs, H]
+ * ~ 2.5 N(0,1) / sqrt(H), shared_w2 [H, Fs] ~ N(0,1) / sqrt(Fs) bf16 with
+ * Fs = S F; under shared_gate = true, shared_gate [1, H] ~ 2 N(0,1) /
+ * sqrt(H) bf16 (gate logits ~ 2 N(0,1): gates across (0, 1)). Returns a
+ * status. */
 static int moe_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
   if (gp->nshape != 5) return qc_err("moe: generate shape needs [T, H, F, E, k] (tokens, hidden, expert intermediate, experts, top-k), got %d entries", gp->nshape);
   const int64_t T = gp->shape[0], H = gp->shape[1], F = gp->shape[2], E = gp->shape[3], K = gp->shape[4];
@@ -392,6 +586,18 @@ static int moe_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
       for (int64_t j = 0; j < K; j++) wt[j] = (float)(1.0 / (double)K); /* tie */
   }
   if (qc_mod_special(gp) && T > 3) wt[3 * K] = 0.0f;
+  /* the shared experts, drawn after everything else (the routed data of a
+   * seed does not depend on them) */
+  const double S = qc_contract_num(&m->contract, "shared_experts", 0);
+  if (S >= 1 && S == floor(S) && S <= 64) {
+    const int64_t Fs = (int64_t)S * F, sw1s[2] = {swiglu ? 2 * Fs : Fs, H}, sw2s[2] = {H, Fs}, sgs[2] = {1, H};
+    uint16_t *p;
+    if ((rc = qc_mod_gen_bf16(&m->params, "shared_w1", 2, sw1s, rng, 2.5 / sqrt((double)H), &p))) return rc;
+    if ((rc = qc_mod_gen_bf16(&m->params, "shared_w2", 2, sw2s, rng, 1.0 / sqrt((double)Fs), &p))) return rc;
+    if (strcmp(qc_contract_str(&m->contract, "shared_gate", "false"), "true") == 0 &&
+        (rc = qc_mod_gen_bf16(&m->params, "shared_gate", 2, sgs, rng, 2.0 / sqrt((double)H), &p)))
+      return rc;
+  }
   *ondim = 2;
   oshape[0] = T;
   oshape[1] = H;
@@ -400,9 +606,11 @@ static int moe_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
 
 const qc_class qc_class_moe = {
     .name = "moe",
-    .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum: d_x, d_w1, d_w2, d_topk_weights",
-    .tensors = "inputs/x inputs/topk_weights saved/topk_weights saved/topk_ids params/w1 params/w2 outputs/y",
-    .grads = "d_x d_w1 d_w2 d_topk_weights",
+    .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum, optional shared "
+               "experts (gated or not): d_x, d_w1, d_w2, d_topk_weights, d_shared_w1, d_shared_w2, d_shared_gate",
+    .tensors = "inputs/x inputs/topk_weights saved/topk_weights saved/topk_ids params/w1 params/w2 params/shared_w1 "
+               "params/shared_w2 params/shared_gate outputs/y",
+    .grads = "d_x d_w1 d_w2 d_topk_weights d_shared_w1 d_shared_w2 d_shared_gate",
     .shape_help = "[T, H, F, E, k]: tokens, hidden, expert intermediate, experts, top-k",
     .keys = moe_keys,
     .generate = moe_generate,

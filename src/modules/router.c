@@ -12,7 +12,10 @@
  *   d_logits      = the score function's VJP of d_s (zero at unselected
  *                   experts for sigmoid/sqrt_softplus; all experts for softmax)
  * The ids are never recomputed: ties resolve as the forward recorded them,
- * and no gradient flows through the selection (nor to the bias). */
+ * and no gradient flows through the selection (nor to the bias). With
+ * group-limited routing (n_group, topk_group: DeepSeek-V3's noaux_tc) the
+ * selection changes but not the weights, which come from the unbiased
+ * scores; the ids are checked to lie in at most topk_group groups. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +31,9 @@ static const qc_key_spec router_keys[] = {
     {"score", "softmax|sigmoid|sqrt_softplus", "softmax", "score function of the logits (softmax over all experts)"},
     {"normalize", "no|yes", "no", "yes: selected weights divided by their sum (+ norm_eps)"},
     {"norm_eps", NULL, "1e-20", "added to the selected weights' sum when normalize = yes"},
-    {"route_scale", NULL, "1", "constant factor on the routing weights"},
+    {"route_scale", NULL, "1", "constant factor on the routing weights (DeepSeek-V3's routed_scaling_factor)"},
+    {"n_group", NULL, "1", "expert groups for group-limited top-k (DeepSeek-V3's noaux_tc): E/n_group consecutive experts each"},
+    {"topk_group", NULL, "0", "groups kept per token (by the sum of each group's top-2 score + bias; 0: all n_group); the k experts lie in them"},
     {NULL, NULL, NULL, NULL}};
 
 enum { SC_SOFTMAX, SC_SIGMOID, SC_SQRT_SOFTPLUS };
@@ -37,10 +42,29 @@ enum { SC_SOFTMAX, SC_SIGMOID, SC_SQRT_SOFTPLUS };
 typedef struct {
   const qc_tensor *logits, *ids;
   int64_t T, E, k;
+  int64_t ng, tg; /* n_group (groups of E/ng experts), topk_group */
   int score, normalize;
   double eps, scale;
   int64_t *id;   /* [T*k], checked in range and distinct per token */
 } rt_view;
+
+/* The group limit of v (v->E and v->k read): n_group divides E, 1 <=
+ * topk_group <= n_group (topk_group 0: n_group), k fits in topk_group
+ * groups. Returns a status. */
+static int rt_groups_get(const qc_module *m, rt_view *v) {
+  const double ng = qc_contract_num(&m->contract, "n_group", 1), tg0 = qc_contract_num(&m->contract, "topk_group", 0);
+  const double tg = tg0 == 0 ? ng : tg0; /* 0: every group */
+  if (!(ng >= 1) || ng != floor(ng) || ng > (double)v->E || v->E % (int64_t)ng != 0)
+    return qc_err("%s: contract key 'n_group' is %g: expected a whole number >= 1 dividing E = %lld", m->path, ng, (long long)v->E);
+  if (!(tg >= 1) || tg != floor(tg) || tg > ng)
+    return qc_err("%s: contract key 'topk_group' is %g: expected a whole number in 1..n_group = %g", m->path, tg, ng);
+  v->ng = (int64_t)ng;
+  v->tg = (int64_t)tg;
+  if (v->k > v->tg * (v->E / v->ng))
+    return qc_err("%s: 'saved/topk_ids' selects k = %lld experts: topk_group = %lld groups of %lld hold only %lld", m->path,
+                  (long long)v->k, (long long)v->tg, (long long)(v->E / v->ng), (long long)(v->tg * (v->E / v->ng)));
+  return QC_OK;
+}
 
 static int rt_view_get(const qc_module *m, rt_view *v) {
   int rc;
@@ -58,14 +82,23 @@ static int rt_view_get(const qc_module *m, rt_view *v) {
   v->normalize = strcmp(qc_contract_str(&m->contract, "normalize", "no"), "yes") == 0;
   v->eps = qc_contract_num(&m->contract, "norm_eps", 1e-20);
   v->scale = qc_contract_num(&m->contract, "route_scale", 1);
+  if ((rc = rt_groups_get(m, v))) return rc;
   if ((rc = qc_mod_ids(m, v->ids, "saved/topk_ids", &v->id))) return rc;
-  for (int64_t t = 0; t < v->T; t++)
+  for (int64_t t = 0; t < v->T; t++) {
+    int64_t groups = 0;
     for (int64_t j = 0; j < v->k; j++) {
-      int64_t e = v->id[t * v->k + j];
+      int64_t e = v->id[t * v->k + j], seen = 0;
       if (e < 0 || e >= v->E) return qc_err("%s: 'saved/topk_ids'[%lld, %lld] is %lld: expected an expert 0..%lld", m->path, (long long)t, (long long)j, (long long)e, (long long)v->E - 1);
-      for (int64_t i = 0; i < j; i++)
+      for (int64_t i = 0; i < j; i++) {
         if (v->id[t * v->k + i] == e) return qc_err("%s: 'saved/topk_ids' row %lld selects expert %lld twice: expected distinct ids", m->path, (long long)t, (long long)e);
+        seen |= v->id[t * v->k + i] / (v->E / v->ng) == e / (v->E / v->ng);
+      }
+      groups += !seen;
     }
+    if (groups > v->tg)
+      return qc_err("%s: 'saved/topk_ids' row %lld spans %lld expert groups: expected at most topk_group = %lld of n_group = %lld",
+                    m->path, (long long)t, (long long)groups, (long long)v->tg, (long long)v->ng);
+  }
   return QC_OK;
 }
 
@@ -255,13 +288,39 @@ done:
   return rc;
 }
 
+/* Group-limited selection (DeepSeek-V3's noaux_tc) on one token's
+ * selection keys key [E] (score + bias, finite): E/ng consecutive experts
+ * a group, each group scored by the sum of its top-2 keys (its top one when
+ * a group has one expert), the top tg groups kept (ties to the lower
+ * group), the keys of every other group set to -inf. gsc [ng]: scratch. */
+static void group_limit(double *key, int64_t E, int64_t ng, int64_t tg, double *gsc) {
+  const int64_t gs = E / ng;
+  for (int64_t g = 0; g < ng; g++) {
+    double a = -INFINITY, b = -INFINITY;
+    for (int64_t e = g * gs; e < (g + 1) * gs; e++) {
+      if (key[e] > a) { b = a; a = key[e]; }
+      else if (key[e] > b) b = key[e];
+    }
+    gsc[g] = gs > 1 ? a + b : a;
+  }
+  for (int64_t i = 0; i < tg; i++) { /* a kept group's score becomes +inf */
+    int64_t best = -1;
+    for (int64_t g = 0; g < ng; g++)
+      if (gsc[g] != INFINITY && (best < 0 || gsc[g] > gsc[best])) best = g;
+    gsc[best] = INFINITY;
+  }
+  for (int64_t e = 0; e < E; e++)
+    if (gsc[e / gs] != INFINITY) key[e] = -INFINITY;
+}
+
 /* Generated router: shape [T, E, k]. logits ~ N(0,1) float32; bias [E]
  * float32 from the levels {-0.05, 0, 0.05} (so selection keys tie), with
  * bias[0] = 2 (an expert the bias always selects). Token 0 has all logits
  * equal (every score ties; the bias and then the lower index decide); token
  * 1 has logits[0] = -1e4, so its top-k includes a zero score. topk_ids
  * [T, k] (int64) are the top k of score + bias under m->contract's score
- * (default softmax), ties to the lower index, then frozen. values =
+ * (default softmax), ties to the lower index, then frozen; under n_group >
+ * 1 only among the experts of the topk_group groups group_limit keeps. values =
  * "special": logits +-80 (saturated sigmoid) and a zero row; "heavy_tail":
  * logits of tokens from 2 on divided by 0.05 + U(0,1). */
 static int router_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
@@ -291,12 +350,16 @@ static int router_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ond
   if (strcmp(sc, "sigmoid") == 0) score = SC_SIGMOID;
   if (strcmp(sc, "sqrt_softplus") == 0) score = SC_SQRT_SOFTPLUS;
   rc = QC_ESYS;
-  if (!(s = qc_malloc((size_t)E * sizeof *s, "router scores")) || !(key = qc_malloc((size_t)E * sizeof *key, "router keys")))
+  if (!(s = qc_malloc((size_t)E * 2 * sizeof *s, "router scores")) || !(key = qc_malloc((size_t)E * sizeof *key, "router keys")))
     goto done;
+  rt_view gv = {.E = E, .k = K};
+  if ((rc = rt_groups_get(m, &gv))) goto done;
+  rc = QC_ESYS;
   for (int64_t t = 0; t < T; t++) {
     for (int64_t e = 0; e < E; e++) key[e] = x[t * E + e];
     scores_f64(score, key, E, s);
     for (int64_t e = 0; e < E; e++) key[e] = s[e] + b[e];
+    if (gv.ng > 1) group_limit(key, E, gv.ng, gv.tg, s + E);
     for (int64_t j = 0; j < K; j++) {
       int64_t best = -1;
       for (int64_t e = 0; e < E; e++)
@@ -316,7 +379,8 @@ done:
 
 const qc_class qc_class_router = {
     .name = "router",
-    .summary = "routing weights from fixed top-k ids: score (softmax|sigmoid|sqrt_softplus), normalization: d_logits",
+    .summary = "routing weights from fixed top-k ids (optionally group-limited): score (softmax|sigmoid|sqrt_softplus), "
+               "normalization: d_logits",
     .tensors = "inputs/logits saved/topk_ids params/bias outputs/y",
     .grads = "d_logits",
     .shape_help = "[T, E, k]: tokens, experts, top-k",

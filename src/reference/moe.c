@@ -15,7 +15,8 @@
  * silu'(z) = sigma(z) (1 + z (1 - sigma(z))); at exactly +-L the clamp's
  * derivative is 1 under at_limit = pass, 0 under block. Every sum over a
  * token's slots accumulates, so a token routed twice to one expert counts
- * twice; an expert nobody selects gets zero gradients. */
+ * twice; an expert nobody selects gets zero gradients. Shared experts
+ * (contract shared_experts > 0, optionally gated): see ref_shared. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,133 @@
 #include "reference/ref_util.h"
 
 static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
+
+/* One row of the expert MLP's activation and its derivative, from the
+ * definition: h [2F swiglu | F relu2], a [F]: a = act(h). */
+static void act_f(int relu2, double L, int64_t F, const double *h, double *a) {
+  for (int64_t f = 0; f < F; f++) {
+    if (relu2) {
+      a[f] = h[f] > 0 ? h[f] * h[f] : 0.0;
+      continue;
+    }
+    double z = h[f], u = h[F + f];
+    if (L > 0) {
+      z = z > L ? L : z;
+      u = u > L ? L : (u < -L ? -L : u);
+    }
+    a[f] = z * sigma(z) * u;
+  }
+}
+
+/* gh [2F | F] = act'(h)^T ga [F] for one row, the clamp's derivative at
+ * exactly +-L 1 under pass, 0 otherwise. */
+static void act_b(int relu2, double L, int pass, int64_t F, const double *h, const double *ga, double *gh) {
+  for (int64_t f = 0; f < F; f++) {
+    if (relu2) {
+      gh[f] = h[f] > 0 ? ga[f] * 2.0 * h[f] : 0.0;
+      continue;
+    }
+    double z = h[f], u = h[F + f], dz = 1.0, du = 1.0;
+    if (L > 0) {
+      if (z > L || (z == L && !pass)) dz = 0.0;
+      if (fabs(u) > L || (fabs(u) == L && !pass)) du = 0.0;
+      z = z > L ? L : z;
+      u = u > L ? L : (u < -L ? -L : u);
+    }
+    const double sg = sigma(z);
+    gh[f] = dz == 0.0 ? 0.0 : ga[f] * u * (sg + z * sg * (1.0 - sg));
+    gh[F + f] = du == 0.0 ? 0.0 : ga[f] * z * sg;
+  }
+}
+
+/* The shared experts (contract shared_experts = S > 0), from the math: a
+ * dense MLP every token passes through, out_t += g_t Ws2 act(Ws1 x_t), with
+ * g_t = sigmoid(<x_t, sg>) under shared_gate = true (1 otherwise). So
+ *   dL/dys = g dy_t,  dL/dWs2 += g dy_t a^T,  dL/da = g Ws2^T dy_t,
+ *   dL/dh = act'(h) dL/da,  dL/dWs1 += dL/dh x_t^T,
+ *   dL/dz = g (1 - g) <dy_t, ys>,  dL/dsg += dL/dz x_t,
+ *   dL/dx_t += Ws1^T dL/dh + dL/dz sg.
+ * X, G [T, H] are x and dY; dx [T, H] is added to. Checks and refuses the
+ * shared tensors (a shared tensor the contract does not use is refused).
+ * Returns a status. */
+static int ref_shared(const qc_module *m, int relu2, double L, int pass, const double *X, const double *G, int64_t T, int64_t H,
+                      double *dx, qc_tset *grads) {
+  const double S = qc_contract_num(&m->contract, "shared_experts", 0);
+  const char *gk = qc_contract_str(&m->contract, "shared_gate", "false");
+  const int gated = strcmp(gk, "true") == 0;
+  const qc_tensor *t1, *t2, *tg = NULL;
+  int rc;
+  if (!(S >= 0) || S != floor(S)) return qc_err("%s: contract key 'shared_experts' = %g: expected a whole number >= 0", m->path, S);
+  if (!gated && strcmp(gk, "false") != 0) return qc_err("%s: contract key 'shared_gate' = '%s': expected true or false", m->path, gk);
+  if (S == 0) {
+    static const char *const names[] = {"shared_w1", "shared_w2", "shared_gate"};
+    for (int i = 0; i < 3; i++)
+      if (qc_tset_get(&m->params, names[i]))
+        return qc_err("%s: dataset 'params/%s' is present but the contract's shared_experts is 0", m->path, names[i]);
+    if (gated) return qc_err("%s: contract key 'shared_gate' is true but shared_experts is 0", m->path);
+    return QC_OK;
+  }
+  if ((rc = qc_module_need(m, "params", "shared_w1", 2, 2, &t1))) return rc;
+  if ((rc = qc_module_need(m, "params", "shared_w2", 2, 2, &t2))) return rc;
+  if (gated && (rc = qc_module_need(m, "params", "shared_gate", 1, 2, &tg))) return rc;
+  if (!gated && qc_tset_get(&m->params, "shared_gate"))
+    return qc_err("%s: dataset 'params/shared_gate' is present but the contract's shared_gate is false", m->path);
+  const int64_t Fs = t2->shape[1], Rs = relu2 ? Fs : 2 * Fs;
+  if (t2->shape[0] != H || Fs < 1 || Fs % (int64_t)S != 0)
+    return qc_err("%s: 'params/shared_w2': expected [H, Fs] with H = %lld, Fs a multiple of %g", m->path, (long long)H, S);
+  if (t1->shape[0] != Rs || t1->shape[1] != H)
+    return qc_err("%s: 'params/shared_w1': expected [%lld, %lld]", m->path, (long long)Rs, (long long)H);
+  if (tg && (qc_numel(tg) != H || tg->shape[tg->ndim - 1] != H))
+    return qc_err("%s: 'params/shared_gate': expected [1, H] or [H] with H = %lld", m->path, (long long)H);
+  double *W1 = NULL, *W2 = NULL, *SG = NULL, *h = NULL, *a = NULL, *ys = NULL, *ga = NULL, *gh = NULL, *d1, *d2, *dg = NULL;
+  rc = QC_ESYS;
+  if (!(W1 = qc_refu_load(t1, "reference moe shared_w1")) || !(W2 = qc_refu_load(t2, "reference moe shared_w2")) ||
+      (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) || !(h = qc_malloc((size_t)Rs * sizeof *h, "reference h")) ||
+      !(a = qc_malloc((size_t)Fs * sizeof *a, "reference a")) || !(ys = qc_malloc((size_t)H * sizeof *ys, "reference ys")) ||
+      !(ga = qc_malloc((size_t)Fs * sizeof *ga, "reference dL/da")) || !(gh = qc_malloc((size_t)Rs * sizeof *gh, "reference dL/dh")))
+    goto done;
+  if ((rc = qc_refu_out(grads, "d_shared_w1", 2, t1->shape, &d1)) || (rc = qc_refu_out(grads, "d_shared_w2", 2, t2->shape, &d2)) ||
+      (tg && (rc = qc_refu_out(grads, "d_shared_gate", tg->ndim, tg->shape, &dg))))
+    goto done;
+  for (int64_t t = 0; t < T; t++) {
+    const double *xr = X + t * H, *g = G + t * H;
+    for (int64_t r = 0; r < Rs; r++) {
+      double s = 0;
+      for (int64_t c = 0; c < H; c++) s += W1[r * H + c] * xr[c];
+      h[r] = s;
+    }
+    act_f(relu2, L, Fs, h, a);
+    double z = 0, dot = 0;
+    for (int64_t c = 0; c < H; c++) {
+      double y = 0;
+      for (int64_t f = 0; f < Fs; f++) y += W2[c * Fs + f] * a[f];
+      ys[c] = y;
+      dot += g[c] * y;
+      if (SG) z += xr[c] * SG[c];
+    }
+    const double gs = SG ? sigma(z) : 1.0, dz = SG ? gs * (1.0 - gs) * dot : 0.0;
+    for (int64_t f = 0; f < Fs; f++) ga[f] = 0;
+    for (int64_t c = 0; c < H; c++)
+      for (int64_t f = 0; f < Fs; f++) {
+        ga[f] += gs * g[c] * W2[c * Fs + f];
+        d2[c * Fs + f] += gs * g[c] * a[f];
+      }
+    act_b(relu2, L, pass, Fs, h, ga, gh);
+    for (int64_t r = 0; r < Rs; r++)
+      for (int64_t c = 0; c < H; c++) {
+        d1[r * H + c] += gh[r] * xr[c];
+        dx[t * H + c] += W1[r * H + c] * gh[r];
+      }
+    for (int64_t c = 0; SG && c < H; c++) {
+      dg[c] += dz * xr[c];
+      dx[t * H + c] += dz * SG[c];
+    }
+  }
+  rc = QC_OK;
+done:
+  free(W1); free(W2); free(SG); free(h); free(a); free(ys); free(ga); free(gh);
+  return rc;
+}
 
 int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   (void)ctx;
@@ -88,18 +216,7 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         for (int64_t c = 0; c < H; c++) s += A1[r * H + c] * xr[c];
         h[r] = s;
       }
-      for (int64_t f = 0; f < F; f++) {
-        if (relu2) {
-          a[f] = h[f] > 0 ? h[f] * h[f] : 0.0;
-        } else {
-          double z = h[f], u = h[F + f];
-          if (L > 0) {
-            z = z > L ? L : z;
-            u = u > L ? L : (u < -L ? -L : u);
-          }
-          a[f] = z * sigma(z) * u;
-        }
-      }
+      act_f(relu2, L, F, h, a);
       /* dL/dw = <dy_t, W2_e a>;  dL/da = w W2_e^T dy_t;  dW2_e += w dy_t a^T */
       double dot = 0;
       for (int64_t f = 0; f < F; f++) ga[f] = 0;
@@ -114,22 +231,7 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       }
       dwt[t * k + j] = dot;
       /* dL/dh */
-      for (int64_t f = 0; f < F; f++) {
-        if (relu2) {
-          gh[f] = h[f] > 0 ? ga[f] * 2.0 * h[f] : 0.0;
-        } else {
-          double z = h[f], u = h[F + f], dz = 1.0, du = 1.0;
-          if (L > 0) {
-            if (z > L || (z == L && !pass)) dz = 0.0;
-            if (fabs(u) > L || (fabs(u) == L && !pass)) du = 0.0;
-            z = z > L ? L : z;
-            u = u > L ? L : (u < -L ? -L : u);
-          }
-          const double sg = sigma(z);
-          gh[f] = dz == 0.0 ? 0.0 : ga[f] * u * (sg + z * sg * (1.0 - sg));
-          gh[F + f] = du == 0.0 ? 0.0 : ga[f] * z * sg;
-        }
-      }
+      act_b(relu2, L, pass, F, h, ga, gh);
       /* dW1_e += dL/dh x_t^T;  d_x_t += W1_e^T dL/dh */
       for (int64_t r = 0; r < R; r++)
         for (int64_t c = 0; c < H; c++) {
@@ -138,7 +240,7 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         }
     }
   }
-  rc = QC_OK;
+  rc = ref_shared(m, relu2, L, pass, X, G, T, H, dx, grads);
 done:
   free(id); free(X); free(W1); free(W2); free(Wt); free(G); free(h); free(a); free(ga); free(gh);
   return rc;

@@ -10,7 +10,10 @@
  *     sqrt(softplus): sigma(x) / (2 sqrt(softplus(x))), which tends to
  *                     exp(x/2)/2 as x -> -inf (used below x = -36, where
  *                     the two agree to double precision)
- * The selection bias (params/bias) gets no gradient. */
+ * The selection bias (params/bias) gets no gradient: it only selects, as
+ * does the group limit (n_group groups of E/n_group experts, the ids in at
+ * most topk_group of them: DeepSeek-V3's noaux_tc); the weights are the
+ * unbiased scores of the selected experts, so the gradient is the same. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,18 @@ int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   const char *fn = qc_contract_str(&m->contract, "score", "softmax");
   const int norm = strcmp(qc_contract_str(&m->contract, "normalize", "no"), "yes") == 0;
   const double eps = qc_contract_num(&m->contract, "norm_eps", 1e-20), c = qc_contract_num(&m->contract, "route_scale", 1);
+  /* group-limited routing (n_group, topk_group): the selection only; the
+   * ids of a token lie in at most topk_group of n_group equal groups */
+  const double ngd = qc_contract_num(&m->contract, "n_group", 1), tg0 = qc_contract_num(&m->contract, "topk_group", 0);
+  const double tgd = tg0 == 0 ? ngd : tg0; /* 0: every group */
+  if (!(ngd >= 1) || ngd != floor(ngd) || ngd > (double)E || E % (int64_t)ngd != 0)
+    return qc_err("%s: contract key 'n_group' = %g: expected a whole number dividing E = %lld", m->path, ngd, (long long)E);
+  if (!(tgd >= 1) || tgd != floor(tgd) || tgd > ngd)
+    return qc_err("%s: contract key 'topk_group' = %g: expected 1..n_group = %g", m->path, tgd, ngd);
+  const int64_t gsize = E / (int64_t)ngd;
+  if (k > (int64_t)tgd * gsize)
+    return qc_err("%s: 'saved/topk_ids': k = %lld experts do not fit in topk_group = %g groups of %lld", m->path, (long long)k, tgd,
+                  (long long)gsize);
   int64_t *id = NULL;
   double *X = NULL, *G = NULL, *s = NULL, *gs = NULL, *dl;
   if ((rc = qc_refu_ids(m, it, "saved/topk_ids", &id))) return rc;
@@ -49,6 +64,17 @@ int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
       if (sel[j] < 0 || sel[j] >= E) { rc = qc_err("%s: 'saved/topk_ids'[%lld, %lld] = %lld: expected 0..%lld", m->path, (long long)t, (long long)j, (long long)sel[j], (long long)(E - 1)); goto done; }
       for (int64_t i = j + 1; i < k; i++)
         if (sel[i] == sel[j]) { rc = qc_err("%s: 'saved/topk_ids' row %lld repeats expert %lld: expected distinct ids", m->path, (long long)t, (long long)sel[j]); goto done; }
+    }
+    int64_t ngroups = 0;
+    for (int64_t j = 0; j < k; j++) {
+      int first = 1;
+      for (int64_t i = 0; i < j; i++) first &= sel[i] / gsize != sel[j] / gsize;
+      ngroups += first;
+    }
+    if (ngroups > (int64_t)tgd) {
+      rc = qc_err("%s: 'saved/topk_ids' row %lld spans %lld expert groups: expected at most topk_group = %g", m->path, (long long)t,
+                  (long long)ngroups, tgd);
+      goto done;
     }
     /* scores */
     if (strcmp(fn, "softmax") == 0) {

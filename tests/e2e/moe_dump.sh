@@ -1,10 +1,13 @@
 #!/bin/sh
 # moe_dump.sh: the moe class from a dump (spec schema): a routed-experts
 # module with repeated routing and an empty expert passes with the builtin
-# candidate; bad input (ids out of [0, E), w1 inconsistent with the
+# candidate, with DeepSeek-V3's shared experts and Qwen2-MoE's gated one; bad input (ids out of [0, E), w1 inconsistent with the
 # activation, topk_weights not [T, k], an unknown activation, a transposed
-# dY of the right size) exits 2 with
+# dY of the right size, shared-expert tensors the contract does not use or
+# whose Fs is not a multiple of shared_experts) exits 2 with
 # one `qatcheck: error:` line naming the dataset or key, and only the error report.
+# A trainer's own gradients (candidate: dump) with a gated shared expert
+# pass, and its planted defects fail on d_x and d_shared_gate.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -16,8 +19,10 @@ def bf(a):  # float32 values exactly representable in bf16
     a.view(np.uint32)[...] &= 0xFFFF0000
     return a
 T, H, F, E, k = 24, 32, 16, 5, 3
-def module(f, path, ids, w1_rows=2 * F, wshape=(T, k), contract=None):
+def module(f, path, ids, w1_rows=2 * F, wshape=(T, k), contract=None, shared=None):
     g = f.create_group(path)
+    for name, a in (shared or {}).items():  # shared experts: params/shared_*
+        g["params/" + name] = a
     g.attrs["class"] = "moe"
     if contract is not None:
         g.attrs["contract"] = json.dumps(contract)
@@ -38,6 +43,16 @@ with h5py.File(sys.argv[1], "w") as f:
     module(f, "bad.w1_shape", good, w1_rows=F)
     module(f, "bad.weights_shape", good, wshape=(T, k + 1))
     module(f, "bad.activation", good, contract={"activation": "gelu"})
+    # shared experts: DeepSeek-V3 (2 of intermediate F, added unweighted) and
+    # Qwen2-MoE (one, gated by sigmoid(x . shared_gate), the gate as [H])
+    Fs = 2 * F
+    ds = {"shared_w1": bf(rng.standard_normal((2 * Fs, H)) / np.sqrt(H)), "shared_w2": bf(rng.standard_normal((H, Fs)) / np.sqrt(Fs))}
+    qw = dict(ds, shared_gate=bf(rng.standard_normal(H) / np.sqrt(H)))
+    module(f, "deepseek.mlp", good, contract={"shared_experts": 2}, shared=ds)
+    module(f, "qwen2.mlp", good, contract={"shared_experts": 2, "shared_gate": True}, shared=qw)
+    module(f, "bad.shared_unused", good, shared=ds)
+    module(f, "bad.gate_unused", good, contract={"shared_experts": 2}, shared=qw)
+    module(f, "bad.shared_count", good, contract={"shared_experts": 3}, shared=ds)
     module(f, "bad.dy_transposed", good)
     del f["bad.dy_transposed/grad_out/dy"]  # [H, T]: the same count in another layout
     f["bad.dy_transposed/grad_out/dy"] = bf(rng.standard_normal((H, T)))
@@ -47,13 +62,88 @@ cat >"$T/good.json" <<J
 {"data": {"dump": "d.h5", "modules": "experts\$"}, "candidate": "builtin", "tolerances": $TOL}
 J
 expect_exit 0 "moe module from a dump passes" "$QATCHECK" vjp --case "$T/good.json" --quiet
+STOL=$(echo "$TOL" | sed 's/}}$/},"d_shared_w1":{"rel_l2":2e-2,"reasoning":"bf16 GEMM operands"},"d_shared_w2":{"rel_l2":2e-2,"reasoning":"bf16 GEMM operands"},"d_shared_gate":{"rel_l2":2e-2,"reasoning":"one dot per token"}}/')
+for arch in deepseek qwen2; do
+  cat >"$T/$arch.json" <<J
+{"data": {"dump": "d.h5", "modules": "^/$arch\\\\.mlp$"}, "candidate": "builtin", "tolerances": $STOL}
+J
+  expect_exit 0 "moe with $arch shared experts passes" "$QATCHECK" vjp --case "$T/$arch.json" --json "$T/$arch.r.json"
+done
+grep -q '"d_shared_w1"' "$T/deepseek.r.json" && ok "deepseek: d_shared_w1 is checked" || bad "deepseek: d_shared_w1 not in the report"
+grep -q '"d_shared_gate"' "$T/qwen2.r.json" && ok "qwen2: d_shared_gate is checked" || bad "qwen2: d_shared_gate not in the report"
 expect_refused_groups moe d.h5 "$TOL" <<EOF2
 ids_range saved/topk_ids
+shared_unused params/shared_w1
+gate_unused params/shared_gate
+shared_count shared_w2
 w1_shape params/w1
 weights_shape topk_weights
 activation activation
 dy_transposed last dimension
 EOF2
+
+# a trainer's own gradients with Qwen2-MoE's gated shared expert
+# (candidate: dump), computed here in float64 from the math: correct, the
+# shared path's d_x forgotten, and the gate's derivative taken as sigmoid(z)
+# instead of sigmoid(z)(1 - sigmoid(z)); each defect fails on its tensor
+$PY - "$T/tr.h5" <<'P' || exit 1
+import json, sys
+import h5py
+import numpy as np
+rng = np.random.default_rng(8)
+def bf(a):
+    a = np.asarray(a, np.float32).copy(); a.view(np.uint32)[...] &= 0xFFFF0000; return a
+T, H, F, E, k, Fs = 16, 16, 8, 4, 2, 16
+x = bf(rng.standard_normal((T, H))); w1 = bf(rng.standard_normal((E, 2 * F, H)) / 4); w2 = bf(rng.standard_normal((E, H, F)) / 3)
+s1 = bf(rng.standard_normal((2 * Fs, H)) / 4); s2 = bf(rng.standard_normal((H, Fs)) / 4); sg = bf(rng.standard_normal(H) / 2)
+ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int64)
+wt = rng.random((T, k)).astype(np.float32); dy = bf(rng.standard_normal((T, H)))
+X, G = x.astype(np.float64), dy.astype(np.float64)
+sig = lambda z: 1 / (1 + np.exp(-z))
+def mlp_vjp(W1, W2, xr, g, Fn):  # returns y, d_W1, d_W2, d_x for one row under swiglu
+    h = W1.astype(np.float64) @ xr; a_, b_ = h[:Fn], h[Fn:]; a = a_ * sig(a_) * b_
+    y = W2.astype(np.float64) @ a; da = W2.astype(np.float64).T @ g
+    s = sig(a_); dh = np.concatenate([da * b_ * (s + a_ * s * (1 - s)), da * a_ * s])
+    return y, np.outer(dh, xr), np.outer(g, a), W1.astype(np.float64).T @ dh
+def grads(defect=None):
+    d = {"d_x": np.zeros((T, H)), "d_w1": np.zeros(w1.shape), "d_w2": np.zeros(w2.shape), "d_topk_weights": np.zeros((T, k)),
+         "d_shared_w1": np.zeros(s1.shape), "d_shared_w2": np.zeros(s2.shape), "d_shared_gate": np.zeros(H)}
+    for t in range(T):
+        for j in range(k):
+            e = ids[t, j]
+            y, _, _, _ = mlp_vjp(w1[e], w2[e], X[t], G[t], F)
+            _, d1, d2, dx = mlp_vjp(w1[e], w2[e], X[t], wt[t, j] * G[t], F)
+            d["d_topk_weights"][t, j] = G[t] @ y; d["d_w1"][e] += d1; d["d_w2"][e] += d2; d["d_x"][t] += dx
+        z = X[t] @ sg; gs = sig(z)
+        ys, _, _, _ = mlp_vjp(s1, s2, X[t], G[t], Fs)
+        _, d1, d2, dx = mlp_vjp(s1, s2, X[t], gs * G[t], Fs)
+        dz = (gs if defect == "gate_deriv" else gs * (1 - gs)) * (G[t] @ ys)
+        d["d_shared_w1"] += d1; d["d_shared_w2"] += d2; d["d_shared_gate"] += dz * X[t]
+        if defect != "no_shared_dx": d["d_x"][t] += dx + dz * sg.astype(np.float64)
+    return d
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["qatcheck_dump"] = 1
+    for name in ("ok", "no_shared_dx", "gate_deriv"):
+        g = f.create_group("trainer." + name); g.attrs["class"] = "moe"
+        g.attrs["contract"] = json.dumps({"activation": "swiglu", "shared_experts": 1, "shared_gate": True})
+        g["inputs/x"] = x; g["inputs/topk_weights"] = wt; g["saved/topk_ids"] = ids; g["grad_out/dy"] = dy
+        g["params/w1"] = w1; g["params/w2"] = w2; g["params/shared_w1"] = s1; g["params/shared_w2"] = s2; g["params/shared_gate"] = sg
+        for n, v in grads(None if name == "ok" else name).items():
+            g["grads/dy/" + n] = v.astype(np.float32)
+P
+for t in ok:0: no_shared_dx:1:d_x gate_deriv:1:d_shared_gate; do
+  name=${t%%:*}; rest=${t#*:}; want=${rest%%:*}; tensor=${rest#*:}
+  cat >"$T/tr_$name.json" <<J
+{"data": {"dump": "tr.h5", "modules": "^/trainer\\\\.$name\$"}, "candidate": "dump", "tolerances": $STOL}
+J
+  expect_exit "$want" "a trainer's moe gradients with a gated shared expert: $name" "$QATCHECK" vjp --case "$T/tr_$name.json" --json "$T/tr_$name.r.json"
+  [ -z "$tensor" ] && continue
+  $PY - "$T/tr_$name.r.json" "$tensor" <<'P' && ok "$name fails on $tensor" || bad "$name does not fail on $tensor"
+import json, sys
+bad = {c["tensor"] for c in json.load(open(sys.argv[1]))["checks"] if c["verdict"] != "pass"}
+sys.exit(0 if sys.argv[2] in bad else 1)
+P
+done
 
 # the clamp's derivative exactly at the limit: gate and up pre-activations
 # built to equal +-7 exactly (bf16-exact weights and inputs), under

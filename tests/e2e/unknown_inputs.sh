@@ -9,8 +9,8 @@
 # with Mamba-2's D skip and z gate, an rmsnorm with a bias, a linear
 # candidate d_bias without params/bias, linear deployed bytes without a
 # weight_format (or scales without bytes), an ssd initial_state the
-# contract does not use, a group attribute or subgroup the reader does not
-# read.
+# contract does not use, moe shared experts the contract does not declare,
+# a group attribute or subgroup the reader does not read.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -98,6 +98,9 @@ with h5py.File(sys.argv[1], "w") as f:
     # a setting as a group attribute, a role the reader does not know
     group(f, "ssd_attr", "ssd", ssd()); f["ssd_attr"].attrs["ngroups"] = 2
     group(f, "ssd_role", "ssd", ssd()); f["ssd_role/state/h"] = np.ones(3, np.float32)
+    # shared experts (DeepSeek-V3, Qwen2-MoE) the contract does not declare
+    d = moe(); d["params"]["shared_w1"] = bf(16, 8); d["params"]["shared_w2"] = bf(8, 8)
+    group(f, "moe_shared_unused", "moe", d)
     # an initial state the contract does not use
     d = ssd({"initial_state": bf(1, 2, 3, 4)})
     group(f, "ssd_state_unused", "ssd", d)
@@ -159,6 +162,8 @@ TOL=$(tol linear)
 refused linear_dbias dump "'grads/dy/d_bias'" "linear candidate d_bias without params/bias is refused" "missing dataset 'params/bias'"
 refused linear_bytes_no_format builtin "'saved/weight_q'" "linear deployed bytes without a weight_format are refused" "weight_format is 'none'"
 refused linear_scale_no_bytes builtin "'saved/weight_scale'" "linear scales without saved/weight_q are refused" "without 'saved/weight_q'"
+TOL=$(tol moe)
+refused moe_shared_unused builtin "'params/shared_w1'" "moe with shared experts but shared_experts 0 is refused" "shared_experts is 0"
 TOL=$(tol ssd)
 refused ssd_attr builtin "attribute 'ngroups'" "ssd with a group attribute ngroups is refused" "is not one qatcheck reads"
 refused ssd_role builtin "'state'" "ssd with a subgroup state/ is refused" "is not one of a module group's roles"

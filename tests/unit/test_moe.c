@@ -236,3 +236,164 @@ Test(moe, bad_input_is_refused) {
   h_expect_refused(&in, "limit");
   h_free(&in);
 }
+
+/* ---- shared experts (DeepSeek-V3: added unweighted; Qwen2-MoE: gated by
+ * sigmoid(x . shared_gate)) ---- */
+
+/* d_shared_gate sums one length-H dot <dY_t, ys_t> per token (times x_t):
+ * with one token it is a single dot's cancellation (measured 1.5e-2 at
+ * [1, 64, 32, 16, 8] with the unit tests' float32 dY), so the smallest
+ * shape here has 5 tokens, as d_topk_weights' comment above. */
+Test(moe, shared_experts_match_reference) {
+  const char *shapes[] = {"5,64,32,16,8", "37,96,48,9,4", "64,128,40,6,2"};
+  const char *ds[] = {"shared_experts=2", NULL};
+  const char *qw[] = {"shared_experts=1", "shared_gate=true", NULL};
+  const char *qwc[] = {"shared_experts=1", "shared_gate=true", "limit=7", NULL};
+  const char *r2[] = {"activation=relu2", "shared_experts=2", "shared_gate=true", NULL};
+  const char *const *sets[] = {ds, qw, qwc, r2};
+  h_sweep("moe", shapes, 3, sets, 4, 501, MOE_TOL, MOE_TOL);
+}
+
+/* The generator draws the shared tensors after the routed ones: a seed's
+ * routed data is the same with and without shared experts. */
+Test(moe, shared_generator_shapes_and_routed_data_unchanged) {
+  const char *qw[] = {"shared_experts=2", "shared_gate=true", NULL};
+  h_inst a, b;
+  h_make(&a, "moe", "9,16,8,5,3", 7, "normal", NULL);
+  h_make(&b, "moe", "9,16,8,5,3", 7, "normal", qw);
+  const qc_tensor *w1 = qc_tset_get(&b.m.params, "shared_w1"), *w2 = qc_tset_get(&b.m.params, "shared_w2"),
+                  *sg = qc_tset_get(&b.m.params, "shared_gate");
+  cr_assert(w1 && w2 && sg);
+  cr_expect(w1->shape[0] == 32 && w1->shape[1] == 16, "shared_w1 [2 Fs, H] = [32, 16]");
+  cr_expect(w2->shape[0] == 16 && w2->shape[1] == 16, "shared_w2 [H, Fs] = [16, 16]");
+  cr_expect(sg->shape[0] == 1 && sg->shape[1] == 16, "shared_gate [1, H]");
+  cr_expect(memcmp(qc_tset_get(&a.m.params, "w1")->data, qc_tset_get(&b.m.params, "w1")->data, 5 * 16 * 16 * 2) == 0);
+  cr_expect_null(qc_tset_get(&a.m.params, "shared_w1"));
+  h_free(&a);
+  h_free(&b);
+}
+
+/* rel_l2 of candidate tensor `name` against the reference on in. */
+static double rel_of(h_inst *in, qc_vjp_fn cand, const char *name) {
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
+  qc_tset ref = {0}, got = {0};
+  cr_assert_eq(in->row->reference(&ctx, &in->m, &in->dy, &ref), QC_OK);
+  cr_assert_eq(cand(&ctx, &in->m, &in->dy, &got), QC_OK);
+  const qc_tensor *r = qc_tset_get(&ref, name), *g = qc_tset_get(&got, name);
+  cr_assert(r && g, "%s in both", name);
+  double *gd = h_f64(g);
+  qc_metrics mt;
+  qc_metrics_compute(gd, r->data, qc_numel(r), &mt);
+  free(gd);
+  qc_tset_free(&ref);
+  qc_tset_free(&got);
+  return mt.rel_l2;
+}
+
+/* Defect: the shared path's d_x forgotten (only the routed experts' d_x):
+ * the production run with the shared experts switched off supplies d_x. */
+static int moe_shared_no_dx(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  int rc = m->cls->production(ctx, m, dy, grads);
+  if (rc) return rc;
+  qc_module tmp = *m; /* shallow: the params without the shared tensors */
+  qc_tset params = {0}, g2 = {0};
+  for (int i = 0; i < m->params.n; i++)
+    if (strncmp(m->params.t[i].name, "shared_", 7) != 0) {
+      qc_tensor c = {0};
+      cr_assert_eq(qc_tensor_copy(&c, &m->params.t[i]), QC_OK);
+      cr_assert_eq(qc_tset_add(&params, &c), QC_OK);
+    }
+  tmp.params = params;
+  cr_assert_eq(qc_fd_parse_set(&tmp.contract, "shared_experts=0"), QC_OK);
+  cr_assert_eq(qc_fd_parse_set(&tmp.contract, "shared_gate=false"), QC_OK);
+  if ((rc = m->cls->production(ctx, &tmp, dy, &g2)) == QC_OK) {
+    const qc_tensor *d = qc_tset_get(&g2, "d_x");
+    memcpy(qc_tset_get_mut(grads, "d_x")->data, d->data, (size_t)qc_numel(d) * sizeof(float));
+  }
+  qc_tset_free(&params);
+  qc_tset_free(&g2);
+  return rc;
+}
+
+/* Defect: the gate's derivative taken as sigmoid(z) instead of sigmoid(z)
+ * (1 - sigmoid(z)), in d_shared_gate and in the gate's term of d_x
+ * (swiglu, no clamp: the shared MLP replayed here in float64). */
+static int moe_gate_deriv(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  int rc = m->cls->production(ctx, m, dy, grads);
+  if (rc) return rc;
+  const qc_tensor *xt = qc_tset_get(&m->inputs, "x"), *t1 = qc_tset_get(&m->params, "shared_w1"),
+                  *t2 = qc_tset_get(&m->params, "shared_w2"), *tg = qc_tset_get(&m->params, "shared_gate");
+  const int64_t T = xt->shape[0], H = xt->shape[1], Fs = t2->shape[1];
+  double *x = h_f64(xt), *w1 = h_f64(t1), *w2 = h_f64(t2), *sg = h_f64(tg), *g = h_f64(dy);
+  double *dsg = calloc((size_t)H, sizeof *dsg), *dx = h_f64(qc_tset_get(grads, "d_x")), *a = malloc((size_t)Fs * sizeof *a);
+  for (int64_t t = 0; t < T; t++) {
+    double z = 0, dot = 0;
+    for (int64_t c = 0; c < H; c++) z += x[t * H + c] * sg[c];
+    for (int64_t f = 0; f < Fs; f++) {
+      double hg = 0, hu = 0;
+      for (int64_t c = 0; c < H; c++) {
+        hg += w1[f * H + c] * x[t * H + c];
+        hu += w1[(Fs + f) * H + c] * x[t * H + c];
+      }
+      a[f] = hg / (1 + exp(-hg)) * hu;
+    }
+    for (int64_t c = 0; c < H; c++) {
+      double y = 0;
+      for (int64_t f = 0; f < Fs; f++) y += w2[c * Fs + f] * a[f];
+      dot += g[t * H + c] * y;
+    }
+    const double s = 1 / (1 + exp(-z)), good = s * (1 - s) * dot, bad = s * dot;
+    for (int64_t c = 0; c < H; c++) {
+      dsg[c] += bad * x[t * H + c];
+      dx[t * H + c] += (bad - good) * sg[c];
+    }
+  }
+  h_set(grads, "d_shared_gate", dsg, H);
+  h_set(grads, "d_x", dx, T * H);
+  free(x); free(w1); free(w2); free(sg); free(g); free(dsg); free(dx); free(a);
+  return QC_OK;
+}
+
+Test(moe, shared_planted_defects_fail_on_their_tensors) {
+  const char *ds[] = {"shared_experts=2", NULL};
+  const char *qw[] = {"shared_experts=1", "shared_gate=true", NULL};
+  h_inst in;
+  /* DeepSeek-V3 (ungated): the shared path's d_x forgotten fails d_x only */
+  h_make(&in, "moe", "37,48,24,9,4", 43, "normal", ds);
+  h_expect_pass(&in, MOE_TOL);
+  expect_fail_logged(&in, moe_shared_no_dx, "shared_no_dx", "d_x");
+  cr_expect(rel_of(&in, moe_shared_no_dx, "d_shared_w1") < MOE_TOL);
+  cr_expect(rel_of(&in, moe_shared_no_dx, "d_shared_w2") < MOE_TOL);
+  h_free(&in);
+  /* Qwen2-MoE (gated): the same, and the gate's derivative wrong fails
+   * d_shared_gate while the shared weights' gradients pass */
+  h_make(&in, "moe", "37,48,24,9,4", 44, "normal", qw);
+  h_expect_pass(&in, MOE_TOL);
+  expect_fail_logged(&in, moe_shared_no_dx, "shared_no_dx", "d_x");
+  double rg = rel_of(&in, moe_gate_deriv, "d_shared_gate");
+  cr_log_info("moe defect gate_deriv: d_shared_gate rel_l2 %.3g", rg);
+  cr_expect(rg > 0.1, "wrong gate derivative: d_shared_gate rel_l2 %g", rg);
+  cr_expect(rel_of(&in, moe_gate_deriv, "d_shared_w1") < MOE_TOL);
+  cr_expect(rel_of(&in, moe_gate_deriv, "d_shared_w2") < MOE_TOL);
+  cr_expect(rel_of(&in, moe_gate_deriv, "d_topk_weights") < MOE_TOL);
+  h_free(&in);
+}
+
+/* A shared tensor the contract does not use, or a shared shape that does
+ * not fit, is refused by both implementations. */
+Test(moe, shared_bad_input_is_refused) {
+  const char *qw[] = {"shared_experts=1", "shared_gate=true", NULL};
+  h_inst in;
+  h_make(&in, "moe", "6,8,4,5,2", 1, "normal", qw);
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "shared_gate=false"), QC_OK);
+  h_expect_refused(&in, "shared_gate");
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "shared_experts=0"), QC_OK);
+  h_expect_refused(&in, "shared_");
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "shared_gate=true"), QC_OK);
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "shared_experts=3"), QC_OK); /* Fs = 4 not a multiple of 3 */
+  h_expect_refused(&in, "shared_w2");
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "shared_experts=1"), QC_OK);
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "activation=relu2"), QC_OK); /* shared_w1 [2Fs, H] under relu2 */
+  h_expect_refused(&in, "w1");
+  h_free(&in);
+}

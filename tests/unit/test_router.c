@@ -139,3 +139,113 @@ Test(router, bad_input_is_refused) {
   id[1] = keep;
   h_free(&in);
 }
+
+/* ---- group-limited routing with a score-correction bias (DeepSeek-V3's
+ * noaux_tc): sigmoid scores, the bias and the group limit select, the
+ * weights are the unbiased scores normalized over the k chosen, times the
+ * routed scaling factor ---- */
+
+static const char *const ds3[] = {"score=sigmoid", "normalize=yes", "route_scale=2.5", "n_group=8", "topk_group=2", NULL};
+
+/* The plain top-k of score + bias (no group limit), ties to the lower index. */
+static void plain_topk(const float *x, const float *b, int64_t E, int64_t k, int64_t *out) {
+  double key[256];
+  for (int64_t e = 0; e < E; e++) key[e] = 1 / (1 + exp(-(double)x[e])) + b[e];
+  for (int64_t j = 0; j < k; j++) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; e++)
+      if (key[e] != -INFINITY && (best < 0 || key[e] > key[best])) best = e;
+    out[j] = best;
+    key[best] = -INFINITY;
+  }
+}
+
+/* The group limit changes the selection: on most tokens the plain top-k of
+ * score + bias spans more than topk_group groups, the generated ids never
+ * do; both implementations agree on the group-limited ids. */
+Test(router, group_limit_changes_selection) {
+  h_inst in;
+  h_make(&in, "router", "127,64,6", 21, "normal", ds3);
+  const int64_t *id = qc_tset_get(&in.m.saved, "topk_ids")->data;
+  const float *x = qc_tset_get(&in.m.inputs, "logits")->data, *b = qc_tset_get(&in.m.params, "bias")->data;
+  int changed = 0;
+  for (int64_t t = 0; t < 127; t++) {
+    int64_t p[6], g0 = -1, g1 = -1, other = 0;
+    plain_topk(x + t * 64, b, 64, 6, p);
+    for (int j = 0; j < 6; j++) {
+      int64_t g = id[t * 6 + j] / 8;
+      if (g0 < 0 || g == g0) g0 = g;
+      else if (g1 < 0 || g == g1) g1 = g;
+      else other = 1;
+    }
+    cr_expect(!other, "token %lld: ids span more than 2 groups", (long long)t);
+    int same = 1;
+    for (int j = 0; j < 6; j++) same &= p[j] == id[t * 6 + j];
+    changed += !same;
+  }
+  cr_log_info("router group limit: %d of 127 tokens select differently from the plain top-k", changed);
+  cr_expect(changed > 10, "the group limit changed only %d selections", changed);
+  h_expect_pass(&in, ROUTER_TOL);
+  h_free(&in);
+  const char *shapes[] = {"1,8,2", "127,64,6", "512,256,8"};
+  const char *ds3b[] = {"score=sigmoid", "normalize=yes", "route_scale=2.5", "n_group=8", "topk_group=4", NULL};
+  const char *const *sets[] = {ds3, ds3b};
+  h_sweep("router", shapes, 3, sets, 2, 601, ROUTER_TOL, ROUTER_TOL);
+}
+
+/* Defect: the weights taken from the biased scores s + bias (the key that
+ * selects) instead of s: w_j = c (s_j + b_j) / sum_i (s_i + b_i). */
+static int router_biased_weights(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  int rc = m->cls->production(ctx, m, dy, grads);
+  if (rc) return rc;
+  const qc_tensor *lt = qc_tset_get(&m->inputs, "logits"), *ids = qc_tset_get(&m->saved, "topk_ids");
+  const int64_t T = lt->shape[0], E = lt->shape[1], k = ids->shape[1];
+  const double c = qc_contract_num(&m->contract, "route_scale", 1);
+  double *x = h_f64(lt), *g = h_f64(dy), *b = h_f64(qc_tset_get(&m->params, "bias")), *d = calloc((size_t)(T * E), sizeof *d);
+  const int64_t *id = ids->data;
+  for (int64_t r = 0; r < T; r++) {
+    double D = 0, S = 0;
+    for (int64_t j = 0; j < k; j++) {
+      const int64_t e = id[r * k + j];
+      const double sb = 1 / (1 + exp(-x[r * E + e])) + b[e];
+      D += sb;
+      S += g[r * k + j] * sb;
+    }
+    for (int64_t j = 0; j < k; j++) {
+      const int64_t e = id[r * k + j];
+      const double s = 1 / (1 + exp(-x[r * E + e]));
+      d[r * E + e] = c * (g[r * k + j] / D - S / (D * D)) * s * (1 - s);
+    }
+  }
+  h_set(grads, "d_logits", d, T * E);
+  free(x); free(g); free(b); free(d);
+  return QC_OK;
+}
+
+Test(router, biased_weights_fail) {
+  h_inst in;
+  h_make(&in, "router", "127,64,6", 22, "normal", ds3);
+  char fail[256];
+  double worst;
+  h_compare(&in, router_biased_weights, ROUTER_TOL, fail, sizeof fail, &worst);
+  cr_log_info("router defect biased_weights fails on %s, rel_l2 %.3g", fail, worst);
+  h_expect_fail(&in, router_biased_weights, ROUTER_TOL, "d_logits");
+  cr_expect(worst > 0.05, "biased weights: rel_l2 %g", worst);
+  h_free(&in);
+}
+
+/* ids across more groups than topk_group, and a n_group that does not
+ * divide E, are refused by both implementations. */
+Test(router, group_limit_bad_input_is_refused) {
+  h_inst in;
+  h_make(&in, "router", "3,8,2", 1, "normal", NULL);
+  int64_t *id = qc_tset_get_mut(&in.m.saved, "topk_ids")->data;
+  id[0] = 0;
+  id[1] = 7; /* groups 0 and 3 of n_group = 4 */
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "n_group=4"), QC_OK);
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "topk_group=1"), QC_OK);
+  h_expect_refused(&in, "topk_group");
+  cr_assert_eq(qc_fd_parse_set(&in.m.contract, "n_group=3"), QC_OK);
+  h_expect_refused(&in, "n_group");
+  h_free(&in);
+}
