@@ -222,21 +222,25 @@ void qc_mod_block_whole(int ndim, const int64_t *shape, qc_split_block *b) {
 double qc_mod_terms_gemm(const double *a, int64_t sa_i, int64_t sa_k, const double *b, int64_t sb_k, int64_t sb_j, int64_t M,
                          int64_t N, int64_t K) {
   if (M < 1 || N < 1 || K < 1) return 0.0;
-  const int64_t step = M > 64 ? (M + 63) / 64 : 1;
+  /* a 64 x 256 grid of the output's elements at most, each a whole sum over
+   * K: the estimate costs 64 x 256 x K, not 64 rows of N x K (a prefill
+   * linear's d_weight took 4 s a call) */
+  const int64_t step = M > 64 ? (M + 63) / 64 : 1, cstep = N > 256 ? (N + 255) / 256 : 1;
+  const int64_t cols = (N + cstep - 1) / cstep;
   double ss = 0;
   int64_t rows = 0;
-  double *t = calloc((size_t)N, sizeof *t);
+  double *t = calloc((size_t)cols, sizeof *t);
   if (!t) return 0.0;
   for (int64_t i = 0; i < M; i += step, rows++) {
-    memset(t, 0, (size_t)N * sizeof *t);
+    memset(t, 0, (size_t)cols * sizeof *t);
     for (int64_t k = 0; k < K; k++) {
       double av = fabs(a[i * sa_i + k * sa_k]);
       if (!(av > 0) || !isfinite(av)) continue;
       const double *bk = b + k * sb_k;
-      for (int64_t j = 0; j < N; j++) t[j] += av * fabs(bk[j * sb_j]);
+      for (int64_t c = 0; c < cols; c++) t[c] += av * fabs(bk[c * cstep * sb_j]);
     }
-    for (int64_t j = 0; j < N; j++) ss += isfinite(t[j]) ? t[j] * t[j] : 0.0;
+    for (int64_t c = 0; c < cols; c++) ss += isfinite(t[c]) ? t[c] * t[c] : 0.0;
   }
   free(t);
-  return sqrt(ss * (double)M / (double)rows);
+  return sqrt(ss * ((double)M / (double)rows) * ((double)N / (double)cols));
 }

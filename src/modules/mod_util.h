@@ -40,8 +40,9 @@ void qc_mod_tm(qc_tol_model *tm, int64_t k, double lambda, int rounded, double m
 double qc_mod_maxabs(const qc_tensor *t);
 /* ||T||_F of T = |A| |B|, T [M, N] reducing over K, A(i, k) = a[i sa_i +
  * k sa_k], B(k, j) = b[k sb_k + j sb_j]: the scale of a GEMM's terms. Rows
- * of T are taken at an even stride (at most 64) and the sum of squares is
- * scaled to all M rows: a scale, not an exact norm. 0 when M, N or K is 0. */
+ * and columns of T are taken at an even stride (at most 64 rows by 256
+ * columns, each element its whole sum over K) and the sum of squares is
+ * scaled to all M x N: a scale, not an exact norm. 0 when M, N or K is 0. */
 double qc_mod_terms_gemm(const double *a, int64_t sa_i, int64_t sa_k, const double *b, int64_t sb_k, int64_t sb_j, int64_t M,
                          int64_t N, int64_t K);
 /* alter helper: set contract key `key` of alt to `to` (a string value);
