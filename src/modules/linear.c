@@ -251,34 +251,29 @@ static int linear_tol_model(const qc_module *m, const qc_tensor *dy, const char 
   if (rc) return rc;
   double mdy = qc_mod_maxabs(dy);
   const int64_t M = v.M, N = v.N, K = v.K;
-  double *G = qc_mod_f64(dy, "linear dY (terms)"), *B = NULL;
-  if (!G) return QC_ESYS;
   if (strcmp(grad, "d_x") == 0) {
     qc_mod_tm(tm, N, 1, 0, 0, "d_x = dY W_ref sums over the N = %lld output features (terms |dY| |W|)", (long long)N);
     tm->scale = (double)N * mdy * qc_mod_maxabs(v.w);
-    if ((B = qc_mod_f64(v.w, "linear weight (terms)"))) tm->terms = qc_mod_terms_gemm(G, N, 1, B, K, 1, M, K, N);
+    tm->terms = qc_mod_terms_tensor(dy, N, 1, v.w, K, 1, M, K, N);
   } else if (strcmp(grad, "d_weight") == 0) {
     qc_mod_tm(tm, M, 1, 0, 0, "d_weight = dY^T X sums over the M = %lld tokens (terms |dY|^T |X|)", (long long)M);
     tm->scale = (double)M * mdy * qc_mod_maxabs(v.x);
-    if ((B = qc_mod_f64(v.x, "linear input (terms)"))) tm->terms = qc_mod_terms_gemm(G, 1, N, B, K, 1, N, K, M);
+    tm->terms = qc_mod_terms_tensor(dy, 1, N, v.x, K, 1, N, K, M);
   } else if (strcmp(grad, "d_bias") == 0) {
     qc_mod_tm(tm, M, 1, 0, 0, "d_bias = sum of dY over the M = %lld tokens (terms sum |dY|)", (long long)M);
     tm->scale = (double)M * mdy;
-    double ss = 0;
+    double *G = qc_mod_f64(dy, "linear dY (terms)"), ss = 0;
+    if (!G) return QC_ESYS;
     for (int64_t n = 0; n < N; n++) {
       double t = 0;
       for (int64_t i = 0; i < M; i++) t += isfinite(G[i * N + n]) ? fabs(G[i * N + n]) : 0.0;
       ss += t * t;
     }
     tm->terms = sqrt(ss);
-    B = G, G = NULL; /* freed below */
-  } else {
     free(G);
+  } else {
     return qc_err("%s: class linear has no gradient '%s'", m->path, grad);
   }
-  free(G);
-  if (!B) return QC_ESYS;
-  free(B);
   return QC_OK;
 }
 

@@ -219,6 +219,52 @@ void qc_mod_block_whole(int ndim, const int64_t *shape, qc_split_block *b) {
   b->c1 = b->cols;
 }
 
+/* Element i of t as a double for the float types read directly (bf16,
+ * f16, f32, f64); 0 for the dtypes qc_mod_terms_tensor converts first. */
+static double elem(const qc_tensor *t, int64_t i) {
+  switch (t->dtype) {
+    case QC_BF16: return qc_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case QC_F16: return qc_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case QC_F32: return ((const float *)t->data)[i];
+    case QC_F64: return ((const double *)t->data)[i];
+    default: return 0.0;
+  }
+}
+
+static int direct(const qc_tensor *t) {
+  return t->dtype == QC_BF16 || t->dtype == QC_F16 || t->dtype == QC_F32 || t->dtype == QC_F64;
+}
+
+double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const qc_tensor *b, int64_t sb_k, int64_t sb_j,
+                           int64_t M, int64_t N, int64_t K) {
+  if (M < 1 || N < 1 || K < 1) return 0.0;
+  if (!direct(a) || !direct(b)) { /* other element types: through float64 copies */
+    double *A = qc_mod_f64(a, "terms"), *B = A ? qc_mod_f64(b, "terms") : NULL, r = 0.0;
+    if (A && B) r = qc_mod_terms_gemm(A, sa_i, sa_k, B, sb_k, sb_j, M, N, K);
+    free(A);
+    free(B);
+    return r;
+  }
+  /* the same grid as qc_mod_terms_gemm, read from the tensors: no copy */
+  const int64_t step = M > 64 ? (M + 63) / 64 : 1, cstep = N > 256 ? (N + 255) / 256 : 1;
+  const int64_t cols = (N + cstep - 1) / cstep;
+  double ss = 0;
+  int64_t rows = 0;
+  double *t = calloc((size_t)cols, sizeof *t);
+  if (!t) return 0.0;
+  for (int64_t i = 0; i < M; i += step, rows++) {
+    memset(t, 0, (size_t)cols * sizeof *t);
+    for (int64_t k = 0; k < K; k++) {
+      double av = fabs(elem(a, i * sa_i + k * sa_k));
+      if (!(av > 0) || !isfinite(av)) continue;
+      for (int64_t c = 0; c < cols; c++) t[c] += av * fabs(elem(b, k * sb_k + c * cstep * sb_j));
+    }
+    for (int64_t c = 0; c < cols; c++) ss += isfinite(t[c]) ? t[c] * t[c] : 0.0;
+  }
+  free(t);
+  return sqrt(ss * ((double)M / (double)rows) * ((double)N / (double)cols));
+}
+
 double qc_mod_terms_gemm(const double *a, int64_t sa_i, int64_t sa_k, const double *b, int64_t sb_k, int64_t sb_j, int64_t M,
                          int64_t N, int64_t K) {
   if (M < 1 || N < 1 || K < 1) return 0.0;
