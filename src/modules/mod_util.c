@@ -238,14 +238,15 @@ static int direct(const qc_tensor *t) {
 double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const qc_tensor *b, int64_t sb_k, int64_t sb_j,
                            int64_t M, int64_t N, int64_t K) {
   if (M < 1 || N < 1 || K < 1) return 0.0;
-  if (!direct(a) || !direct(b)) { /* other element types: through float64 copies */
+  if (!direct(a) || !direct(b)) { /* other element types: through float64 copies, read as float64 views */
     double *A = qc_mod_f64(a, "terms"), *B = A ? qc_mod_f64(b, "terms") : NULL, r = 0.0;
-    if (A && B) r = qc_mod_terms_gemm(A, sa_i, sa_k, B, sb_k, sb_j, M, N, K);
+    qc_tensor va = {.dtype = QC_F64, .data = A}, vb = {.dtype = QC_F64, .data = B};
+    if (A && B) r = qc_mod_terms_tensor(&va, sa_i, sa_k, &vb, sb_k, sb_j, M, N, K);
     free(A);
     free(B);
     return r;
   }
-  /* the same grid as qc_mod_terms_gemm, read from the tensors: no copy */
+  /* rows and columns of T at an even stride, each element its whole sum over K */
   const int64_t step = M > 64 ? (M + 63) / 64 : 1, cstep = N > 256 ? (N + 255) / 256 : 1;
   const int64_t cols = (N + cstep - 1) / cstep;
   double ss = 0;
@@ -265,28 +266,3 @@ double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const
   return sqrt(ss * ((double)M / (double)rows) * ((double)N / (double)cols));
 }
 
-double qc_mod_terms_gemm(const double *a, int64_t sa_i, int64_t sa_k, const double *b, int64_t sb_k, int64_t sb_j, int64_t M,
-                         int64_t N, int64_t K) {
-  if (M < 1 || N < 1 || K < 1) return 0.0;
-  /* a 64 x 256 grid of the output's elements at most, each a whole sum over
-   * K: the estimate costs 64 x 256 x K, not 64 rows of N x K (a prefill
-   * linear's d_weight took 4 s a call) */
-  const int64_t step = M > 64 ? (M + 63) / 64 : 1, cstep = N > 256 ? (N + 255) / 256 : 1;
-  const int64_t cols = (N + cstep - 1) / cstep;
-  double ss = 0;
-  int64_t rows = 0;
-  double *t = calloc((size_t)cols, sizeof *t);
-  if (!t) return 0.0;
-  for (int64_t i = 0; i < M; i += step, rows++) {
-    memset(t, 0, (size_t)cols * sizeof *t);
-    for (int64_t k = 0; k < K; k++) {
-      double av = fabs(a[i * sa_i + k * sa_k]);
-      if (!(av > 0) || !isfinite(av)) continue;
-      const double *bk = b + k * sb_k;
-      for (int64_t c = 0; c < cols; c++) t[c] += av * fabs(bk[c * cstep * sb_j]);
-    }
-    for (int64_t c = 0; c < cols; c++) ss += isfinite(t[c]) ? t[c] * t[c] : 0.0;
-  }
-  free(t);
-  return sqrt(ss * ((double)M / (double)rows) * ((double)N / (double)cols));
-}

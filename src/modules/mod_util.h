@@ -39,17 +39,14 @@ void qc_mod_tm(qc_tol_model *tm, int64_t k, double lambda, int rounded, double m
 /* The largest finite |value| of t (0 for an undecodable tensor). */
 double qc_mod_maxabs(const qc_tensor *t);
 /* ||T||_F of T = |A| |B|, T [M, N] reducing over K, A(i, k) = a[i sa_i +
- * k sa_k], B(k, j) = b[k sb_k + j sb_j]: the scale of a GEMM's terms. Rows
- * and columns of T are taken at an even stride (at most 64 rows by 256
- * columns, each element its whole sum over K) and the sum of squares is
- * scaled to all M x N: a scale, not an exact norm. 0 when M, N or K is 0. */
-/* qc_mod_terms_gemm on tensors a and b with the same strides (in
- * elements), read in place for bf16, f16, f32 and f64 (no float64 copy of
- * a whole operand); other element types through copies. */
+ * k sa_k], B(k, j) = b[k sb_k + j sb_j] (strides in elements): the scale of
+ * a GEMM's terms. Rows and columns of T are taken at an even stride (at
+ * most 64 rows by 256 columns, each element its whole sum over K) and the
+ * sum of squares is scaled to all M x N: a scale, not an exact norm. Read
+ * in place for bf16, f16, f32 and f64 (no float64 copy of a whole operand);
+ * other element types through copies. 0 when M, N or K is 0. */
 double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const qc_tensor *b, int64_t sb_k, int64_t sb_j,
                            int64_t M, int64_t N, int64_t K);
-double qc_mod_terms_gemm(const double *a, int64_t sa_i, int64_t sa_k, const double *b, int64_t sb_k, int64_t sb_j, int64_t M,
-                         int64_t N, int64_t K);
 /* alter helper: set contract key `key` of alt to `to` (a string value);
  * QC_NA when it already is `to`. */
 int qc_mod_flip(qc_module *alt, const char *key, const char *dflt, const char *to);
