@@ -45,11 +45,7 @@ with h5py.File(sys.argv[1], "w") as f:
 P
 R='"reasoning": "torch float64 autograd rounded to float32 against the float64 reference"'
 TOL="{\"d_x\":{\"rel_l2\":1e-6,$R},\"d_weight\":{\"rel_l2\":1e-6,$R},\"d_bias\":{\"rel_l2\":1e-6,$R}}"
-for grp in ok ok_ck nobias shift; do
-  cat >"$T/$grp.json" <<J
-{"data": {"dump": "d.h5", "modules": "^/conv\\\\.$grp\$"}, "candidate": "dump", "tolerances": $TOL}
-J
-done
+group_cases d.h5 conv "$TOL" ok ok_ck nobias shift
 expect_exit 0 "torch's conv1d gradients pass (weight [C, 1, K])" "$QATCHECK" vjp --case "$T/ok.json" --quiet
 expect_exit 0 "torch's conv1d gradients pass (weight [C, K])" "$QATCHECK" vjp --case "$T/ok_ck.json" --quiet
 expect_exit 0 "torch's conv1d gradients pass without a bias" "$QATCHECK" vjp --case "$T/nobias.json" --quiet

@@ -105,11 +105,7 @@ with h5py.File(sys.argv[1], "w") as f:
             g["grads/dy/" + k] = v.astype(np.float32)
 P
 DTOL=$(echo "$TOL" | sed 's/}}$/},"d_D":{"rel_l2":2.34e-6,"reasoning":"float32 sum of dy x"}}/')
-for grp in ok no_skip_grad; do
-  cat >"$T/$grp.json" <<J
-{"data": {"dump": "dskip.h5", "modules": "^/mixer\\\\.$grp\$"}, "candidate": "dump", "tolerances": $DTOL}
-J
-done
+group_cases dskip.h5 mixer "$DTOL" ok no_skip_grad
 expect_exit 0 "ssd D skip: the correct trainer backward passes" "$QATCHECK" vjp --case "$T/ok.json" --quiet
 expect_exit 1 "ssd D skip: a backward without the skip path in d_x fails" "$QATCHECK" vjp --case "$T/no_skip_grad.json" --json "$T/ns.r.json"
 $PY - "$T/ns.r.json" <<'P' && ok "it fails on d_x alone" || bad "the D-skip defect does not fail exactly d_x"
@@ -166,11 +162,7 @@ with h5py.File(sys.argv[1], "w") as f:
             g["grads/dy/" + k] = v.astype(np.float32)
 P
 GTOL=$(echo "$TOL" | sed 's/,"d_initial_state":{[^}]*}//')
-for grp in groups_ok groups_wrong_heads; do
-  cat >"$T/$grp.json" <<J
-{"data": {"dump": "groups.h5", "modules": "^/mixer\\\\.$grp\$"}, "candidate": "dump", "tolerances": $GTOL}
-J
-done
+group_cases groups.h5 mixer "$GTOL" groups_ok groups_wrong_heads
 expect_exit 0 "ssd ngroups 2, H 4: the trainer's backward passes" "$QATCHECK" vjp --case "$T/groups_ok.json" --quiet
 sed 's/"candidate": "dump"/"candidate": "builtin"/' "$T/groups_ok.json" >"$T/groups_builtin.json"
 expect_exit 0 "ssd ngroups 2, H 4: the builtin candidate passes" "$QATCHECK" vjp --case "$T/groups_builtin.json" --quiet
