@@ -163,8 +163,17 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
   return r;
 }
 
-__global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
+/* One 128 x 128 tile a block (256 threads: 128 columns by 2 interleaved
+ * rows). FUSE: the tile's share of the reference d_x = dY W_ref as well
+ * (a.fuse_m <= QK_LR_MAX rows of bf16 dY [fuse_m, rows]): each column's
+ * sum over the tile's rows of dY[m, row] * W_ref[row, col] in float64
+ * (exact products), into fuse_part[tile row][m][col]; qk_fuse_dx_final
+ * sums the tile rows in order. The decode shape's reference d_x then never
+ * needs W_ref in float64. */
+template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
   __shared__ float sh[8];
+  __shared__ double sdy[FUSE ? 128 : 1][FUSE ? QK_LR_MAX : 1];
+  __shared__ double sred[FUSE ? 128 : 1][FUSE ? QK_LR_MAX : 1];
   const int64_t br = blockIdx.y, bc = blockIdx.x;
   const int tc = threadIdx.x & 127, tr = threadIdx.x >> 7;
   const int64_t col = bc * 128 + tc;
@@ -173,6 +182,13 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
   const int steps = (int)min((int64_t)64, (a.rows - r0 + 1) / 2); /* rows r0, r0 + 2, ... below a.rows */
   float m = 0.f;
   unsigned bad = 0;
+  if (FUSE)
+    for (int idx = threadIdx.x; idx < 128 * QK_LR_MAX; idx += 256) {
+      const int i = idx / QK_LR_MAX, mm = idx % QK_LR_MAX;
+      const int64_t row = br * 128 + i;
+      sdy[FUSE ? i : 0][FUSE ? mm : 0] =
+          mm < a.fuse_m && row < a.rows ? (double)__bfloat162float(((const __nv_bfloat16 *)a.fuse_dy)[mm * a.rows + row]) : 0.0;
+    }
   if (colok)
     for (int s = 0; s < steps; s++) {
       float v = load_in(a, (r0 + 2 * s) * a.cols + col);
@@ -180,7 +196,8 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
       else m = fmaxf(m, fabsf(v));
     }
   if (bad) atomicAdd(&a.scratch[1], bad);
-  /* a non-finite value anywhere in the tile makes the block max infinite */
+  /* a non-finite value anywhere in the tile makes the block max infinite
+   * (block-wide: every thread of the block returns here alike) */
   m = block_max(bad ? INFINITY : m, sh);
   if (isinf(m)) return;
   qc_bscale sc = qr_block_scale(&a.rc, m, 0.f), sc1 = sc;
@@ -201,15 +218,50 @@ __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
     if (a.scale) a.scale[sidx] = sc.deq;
     if (a.scale_b) a.scale_b[sidx] = a.fmt == QK_FP8_BLOCK128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
   }
-  if (!colok) return;
-  for (int s = 0; s < steps; s++) {
-    const int64_t i = (r0 + 2 * s) * a.cols + col;
-    float v = load_in(a, i), d;
-    if (a.two_stage) encode(false, sc1, v, &v);
-    uint8_t c = encode(false, sc, v, &d);
-    store_deq(a, i, d);
-    if (a.q) a.q[i] = c;
+  double acc[FUSE ? QK_LR_MAX : 1];
+#pragma unroll
+  for (int mm = 0; mm < (FUSE ? QK_LR_MAX : 1); mm++) acc[mm] = 0.0;
+  if (colok)
+    for (int s = 0; s < steps; s++) {
+      const int64_t i = (r0 + 2 * s) * a.cols + col;
+      float v = load_in(a, i), d;
+      if (a.two_stage) encode(false, sc1, v, &v);
+      uint8_t c = encode(false, sc, v, &d);
+      store_deq(a, i, d);
+      if (a.q) a.q[i] = c;
+      if (FUSE) {
+        const double dd = (double)d;
+        const int li = tr + 2 * s;
+#pragma unroll
+        for (int mm = 0; mm < (FUSE ? QK_LR_MAX : 1); mm++) acc[mm] = fma(sdy[FUSE ? li : 0][FUSE ? mm : 0], dd, acc[mm]);
+      }
+    }
+  if (FUSE) { /* the two rows' threads of a column: row-1 thread's sums added to row-0's, in that order */
+    if (tr == 1)
+#pragma unroll
+      for (int mm = 0; mm < (FUSE ? QK_LR_MAX : 1); mm++) sred[FUSE ? tc : 0][FUSE ? mm : 0] = acc[mm];
+    __syncthreads();
+    if (tr == 0 && colok)
+#pragma unroll
+      for (int mm = 0; mm < (FUSE ? QK_LR_MAX : 1); mm++)
+        if (mm < a.fuse_m) a.fuse_part[(br * a.fuse_m + mm) * a.cols + col] = acc[mm] + sred[FUSE ? tc : 0][FUSE ? mm : 0];
   }
+}
+
+/* d_x[m, col] = sum over tile rows t, in order, of part[t][m][col]. */
+__global__ void k_fuse_dx_final(const double *part, int tiles, int mrows, int64_t cols, double *dx) {
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= (int64_t)mrows * cols) return;
+  double v = 0.0;
+  for (int k = 0; k < tiles; k++) v += part[(int64_t)k * mrows * cols + t];
+  dx[t] = v;
+}
+
+extern "C" int qk_fuse_dx_final(const double *part, int tiles, int mrows, int64_t cols, double *dx, void *stream) {
+  const int64_t n = (int64_t)mrows * cols;
+  if (n < 1 || tiles < 1) return (int)cudaErrorInvalidValue;
+  k_fuse_dx_final<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(part, tiles, mrows, cols, dx);
+  return (int)cudaGetLastError();
 }
 
 /* ---- launcher ------------------------------------------------------------------ */
@@ -241,7 +293,12 @@ extern "C" int qk_quantize(const qk_qargs *a, void *stream) {
     k_tensor<<<amax_blocks, 256, 0, st>>>(*a);
   } else if (a->fmt == QK_FP8_BLOCK128 || a->fmt == QK_FP8_BLOCK128_UE8M0) {
     dim3 grid((unsigned)((a->cols + 127) / 128), (unsigned)((a->rows + 127) / 128));
-    k_block128<<<grid, 256, 0, st>>>(*a);
+    if (a->fuse_m > 0) {
+      if (a->fuse_m > QK_LR_MAX || !a->fuse_dy || !a->fuse_part) return (int)cudaErrorInvalidValue;
+      k_block128<true><<<grid, 256, 0, st>>>(*a);
+    } else {
+      k_block128<false><<<grid, 256, 0, st>>>(*a);
+    }
   } else {
     int64_t G = group_width(a);
     if (G <= 0) return (int)cudaErrorInvalidValue;

@@ -252,3 +252,70 @@ Test(gpu_linear, nonfinite_weight_refused) {
   case_free(&c);
   qc_backend_close(be);
 }
+
+/* Two metrics of the same candidate against references that differ only
+ * in float64 summation order: equal to 1e-9 relative, the same worst index
+ * and the same counts. */
+static void expect_same_metrics(const qc_metrics *a, const qc_metrics *b, const char *what) {
+  const double va[] = {a->rel_l2, a->norm_r, a->norm_g, a->cosine, a->noise_floor, a->e_par, a->bias_sd, a->max_abs};
+  const double vb[] = {b->rel_l2, b->norm_r, b->norm_g, b->cosine, b->noise_floor, b->e_par, b->bias_sd, b->max_abs};
+  const char *nm[] = {"rel_l2", "norm_r", "norm_g", "cosine", "noise_floor", "e_par", "bias_sd", "max_abs"};
+  for (size_t i = 0; i < sizeof va / sizeof va[0]; i++)
+    cr_expect(fabs(va[i] - vb[i]) <= 1e-9 * fabs(vb[i]) + 1e-300, "%s %s: fused %.17g unfused %.17g", what, nm[i], va[i], vb[i]);
+  cr_expect_eq(a->nonfinite, b->nonfinite, "%s nonfinite", what);
+  cr_expect(fabs(a->bias_z - b->bias_z) <= 1e-6 * fabs(b->bias_z) + 1e-9, "%s bias_z fused %.17g unfused %.17g", what, a->bias_z, b->bias_z);
+}
+
+/* Decode shapes (M <= 16): the reference d_x summed inside the block128
+ * quantizer and d_weight formed inside the metrics pass (never written)
+ * give the metrics the materialized float64 references give, on every
+ * shape and format, with a builtin and a planted candidate. */
+Test(gpu_linear, decode_fusion_matches_materialized, .timeout = 600) {
+  const qc_backend *be = gpu_or_skip();
+  const char *fmts[] = {"fp8_block128", "fp8_block128_ue8m0", "none", "nvfp4"};
+  const int64_t shapes[][3] = {{1, 256, 128}, {7, 200, 130}, {16, 384, 257}, {16, 1000, 520}, {3, 64, 16}, {16, 130, 2050}};
+  for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      const int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+      if (!qc_quant_known(fmts[f])) continue;
+      lin_case c;
+      case_make(&c, M, K, N, fmts[f], s % 2 ? "special" : "normal", (uint64_t)(M * 17 + K * 3 + N));
+      dev_in d;
+      dev_upload(be, &c, &d);
+      qc_linear_audit a = {.M = M, .K = K, .N = N, .x = d.x, .w = d.w, .dy = d.dy, .weight_format = fmts[f], .profile = "vllm"};
+      for (int planted = 0; planted < 2; planted++) {
+        qc_linear_audit_out of, ou;
+        if (planted) { /* the builtin d_weight scaled by 1.001: the bias test must see it both ways */
+          qc_linear_audit_out oc;
+          memset(&oc, 0, sizeof oc);
+          uint16_t *cw = malloc((size_t)(N * K) * 2);
+          oc.dw_out = cw;
+          cr_assert_eq(be->audit_linear(be, &a, &oc), QC_OK, "%s", qc_err_msg());
+          for (int64_t i = 0; i < N * K; i++) cw[i] = qc_f32_to_bf16(1.001f * qc_bf16_to_f32(cw[i]));
+          if (!d.dwc) cr_assert_eq(be->buf_alloc(be, (size_t)(N * K) * 2, "planted d_weight", &d.dwc), QC_OK);
+          cr_assert_eq(be->upload(be, d.dwc, cw, (size_t)(N * K) * 2), QC_OK);
+          free(cw);
+          a.dw_cand = d.dwc;
+        }
+        memset(&of, 0, sizeof of);
+        memset(&ou, 0, sizeof ou);
+        cr_assert_eq(setenv("QC_CUDA_UNFUSED", "0", 1), 0);
+        cr_assert_eq(be->audit_linear(be, &a, &of), QC_OK, "%s", qc_err_msg());
+        cr_assert_eq(setenv("QC_CUDA_UNFUSED", "1", 1), 0);
+        cr_assert_eq(be->audit_linear(be, &a, &ou), QC_OK, "%s", qc_err_msg());
+        unsetenv("QC_CUDA_UNFUSED");
+        char what[160];
+        snprintf(what, sizeof what, "%s [%lld %lld %lld]%s d_x", fmts[f], (long long)M, (long long)K, (long long)N,
+                 planted ? " planted" : "");
+        expect_same_metrics(&of.dx, &ou.dx, what);
+        what[strlen(what) - 3] = 0;
+        strcat(what, "d_weight");
+        expect_same_metrics(&of.dw, &ou.dw, what);
+        if (planted && N * K >= 100000)
+          cr_expect(fabs(of.dw.bias_z) > 5, "%s: a 0.1%% scale passed the fused bias test (z %.3g)", what, of.dw.bias_z);
+      }
+      dev_free(be, &d);
+      case_free(&c);
+    }
+  qc_backend_close(be);
+}
