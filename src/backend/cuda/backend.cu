@@ -58,7 +58,7 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   cu *c = C(be);
   cudaSetDevice(c->dev);
   cu_coll_free(c);
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < QC_CU_EVENTS; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
   for (int i = 0; i < QC_FENCES; i++) {
     if (c->fence[i].ev) cudaEventDestroy(c->fence[i].ev);
@@ -73,6 +73,7 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   cudaFree(c->mscratch);
   cudaFree(c->mres);
   cudaFree(c->qscratch);
+  if (c->st2) cudaStreamDestroy(c->st2);
   if (c->st) cudaStreamDestroy(c->st);
   free(c);
 }
@@ -103,6 +104,7 @@ extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
   snprintf(c->name, sizeof c->name, "cuda:%d", device);
   CK(cudaSetDevice(device), "cudaSetDevice");
   CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "cudaStreamCreate");
+  CK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking), "cudaStreamCreate (second)");
   BK(cublasCreate(&c->blas), "cublasCreate");
   BK(cublasSetStream(c->blas, c->st), "cublasSetStream");
   /* DGEMM in plain FP64: no emulation, no reduced precision */
@@ -113,7 +115,7 @@ extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
       (rc = cu_dalloc(c, (2 + PEND) * sizeof(qk_msum), "metrics result", (void **)&c->mres)) ||
       (rc = cu_dalloc(c, 4 * sizeof(uint32_t), "quantizer scratch", (void **)&c->qscratch)))
     goto done;
-  for (int i = 0; i < 6; i++) CK(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
+  for (int i = 0; i < QC_CU_EVENTS; i++) CK(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
   for (int i = 0; i < QC_FENCES; i++) {
     CK(cudaEventCreateWithFlags(&c->fence[i].ev, cudaEventDisableTiming), "cudaEventCreate (fence)");
     CK(cudaMallocHost((void **)&c->fence[i].hres, PEND * sizeof(qk_msum)), "pinned metrics results");

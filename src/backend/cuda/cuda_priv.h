@@ -33,12 +33,14 @@ extern "C" {
 #define GiB (1024.0 * 1024.0 * 1024.0)
 #define WS_BYTES ((size_t)32 << 20)
 #define PEND 64
+#define QC_CU_EVENTS 7
 
 typedef struct cu {
   qc_backend be;
   int dev;
   char name[32];
   cudaStream_t st;
+  cudaStream_t st2;         /* the fused audit's second stream (candidate GEMMs, d_x metrics) */
   cublasHandle_t blas;
   cublasLtHandle_t lt;
   void *ws;                 /* cuBLASLt workspace */
@@ -62,7 +64,7 @@ typedef struct cu {
     uint32_t qs[4];         /* quantizer status ([1] the non-finite count) */
     double bias[2][QK_BIAS_NSUM]; /* the bias test's combined sums of d_x, d_weight */
   } *lh;
-  cudaEvent_t ev[6];
+  cudaEvent_t ev[QC_CU_EVENTS]; /* [0..4] stage times (timing), [5..6] the audit's cross-stream order */
   struct lt_plan {          /* cuBLASLt descriptors and algorithm per GEMM shape */
     int used;
     qc_op ta, tb;
@@ -110,7 +112,7 @@ static inline size_t cu_span(int64_t rows, int64_t cols, int64_t ld, size_t es) 
  * for the benchmark that times its parts). */
 typedef struct lin_bufs {
   double *wq64, *x64, *dy64, *rx, *rw; /* W_ref, X, dY, references d_x, d_weight: float64 */
-  double *bias;                        /* the bias test's row and column sums (one gradient at a time) */
+  double *bias, *bias2;                /* the bias test's row and column sums of d_x, of d_weight */
   double *bias_out;                    /* [2][QK_BIAS_NSUM] their combined sums (qk_bias_final) */
   uint16_t *wq16, *cx, *cw;           /* W_ref, builtin candidates d_x, d_weight: bf16 */
 } lin_bufs;
@@ -144,6 +146,7 @@ int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes);
 int cu_dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 float cu_ev_ms(cudaEvent_t a, cudaEvent_t b);
 void cu_lin_layout(const cu *c, int64_t M, int64_t K, int64_t N, lin_bufs *b);
+int cu_lt_gemm_on(cu *c, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt);
 int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt);
 int cu_metrics_dev(cu *c, const void *g, int g_kind, const double *r, int64_t n, int slot, qc_metrics *out);
 void cu_metrics_fill(const qk_msum *s, qc_metrics *m);

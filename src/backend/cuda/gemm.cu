@@ -86,17 +86,24 @@ done:
   return rc;
 }
 
-/* bf16 x bf16 -> dt (CUDA_R_32F or CUDA_R_16BF), fp32 accumulation, fp32 scale. */
-int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
-                   const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt) {
+/* bf16 x bf16 -> dt (CUDA_R_32F or CUDA_R_16BF), fp32 accumulation, fp32
+ * scale, queued on stream st (the workspace is one: never two at once). */
+int cu_lt_gemm_on(cu *c, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A,
+                  int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt) {
   int rc;
   struct cu::lt_plan *p = NULL;
   const float one = 1.0f, zero = 0.0f;
   if ((rc = plan_get(c, ta, tb, m, n, k, lda, ldb, ldd, dt, &p))) return rc;
-  BK(cublasLtMatmul(c->lt, p->op, &one, B, p->la, A, p->lb, &zero, D, p->ld, D, p->ld, &p->algo, c->ws, WS_BYTES, c->st),
+  BK(cublasLtMatmul(c->lt, p->op, &one, B, p->la, A, p->lb, &zero, D, p->ld, D, p->ld, &p->algo, c->ws, WS_BYTES, st),
      "cublasLtMatmul");
 done:
   return rc;
+}
+
+/* cu_lt_gemm_on the backend's stream. */
+int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B,
+               int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt) {
+  return cu_lt_gemm_on(c, c->st, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, dt);
 }
 
 /* Zero C's rows (k == 0 products). */

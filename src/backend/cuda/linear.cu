@@ -32,7 +32,8 @@ void cu_lin_layout(const cu *c, int64_t M, int64_t K, int64_t N, lin_bufs *b) {
   b->cx = (uint16_t *)carve(&p, mk * 2);
   b->cw = (uint16_t *)carve(&p, nk * 2);
   size_t bx = qc_bias_dev_doubles(M, K), bw = qc_bias_dev_doubles(N, K);
-  b->bias = (double *)carve(&p, (bx > bw ? bx : bw) * 8);
+  b->bias = (double *)carve(&p, bx * 8);
+  b->bias2 = (double *)carve(&p, bw * 8);
   b->bias_out = (double *)carve(&p, 2 * QK_BIAS_NSUM * 8);
 }
 
@@ -49,12 +50,12 @@ static_assert(QK_SUM_THREADS == QC_DEV_SUM_THREADS && QK_SUM_COLS == QC_DEV_SUM_
  * ([rows, cols] device buffers): the metrics into c->mres[slot], the bias
  * test's combined sums into out[QK_BIAS_NSUM]. No allocation, no sync: the
  * audit downloads both at its one sync. */
-static int cu_sums_queue(cu *c, const uint16_t *g, const double *r, int64_t rows, int64_t cols, int slot, double *scratch,
-                         double *out) {
+static int cu_sums_queue(cu *c, cudaStream_t st, const uint16_t *g, const double *r, int64_t rows, int64_t cols, int slot,
+                         double *scratch, double *out) {
   int rc = QC_OK;
   if (qk_audit_sums_doubles(rows, cols) > qc_bias_dev_doubles(rows, cols))
     return qc_err_sys("%s: the fused audit pass needs more scratch than the arena holds", c->name);
-  CK((cudaError_t)qk_audit_sums(g, r, rows, cols, qc_bias_use_cols(rows, cols), scratch, c->mres + slot, out, c->st),
+  CK((cudaError_t)qk_audit_sums(g, r, rows, cols, qc_bias_use_cols(rows, cols), scratch, c->mres + slot, out, st),
      "metrics and bias sums");
 done:
   return rc;
@@ -153,26 +154,38 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
     if (fuse_dx) CK((cudaError_t)qk_fuse_dx_final(wq64, (int)tiles, (int)M, K, rx, c->st), "reference d_x");
     wref = wq16;
   }
-  if (!(fuse_dx && fuse_dw)) {
-    CK((cudaError_t)qk_bf16_to_f64(a->x, x64, (int64_t)mk, c->st), "convert X");
-    CK((cudaError_t)qk_bf16_to_f64(a->dy, dy64, (int64_t)mn, c->st), "convert dY");
-  }
+  if (!(fuse_dx && fuse_dw)) CK((cudaError_t)qk_bf16_to_f64(a->dy, dy64, (int64_t)mn, c->st), "convert dY");
   CK(cudaEventRecord(c->ev[1], c->st), "event");
+  /* Two streams: the second widens X and runs the candidate GEMMs while the
+   * first runs the d_x DGEMM, then the d_x metrics while the first runs
+   * the d_weight DGEMM (memory-bound passes in the compute-bound GEMMs'
+   * shadow). Events order them: ev[1] W_ref and dY ready; ev[2] X and the
+   * candidates ready; ev[5] the reference d_x ready; ev[6] d_x's sums done. */
+  CK(cudaStreamWaitEvent(c->st2, c->ev[1], 0), "stream order");
+  if (!fuse_dw) CK((cudaError_t)qk_bf16_to_f64(a->x, x64, (int64_t)mk, c->st2), "convert X");
   /* candidate: d_x = dY W_ref, d_weight = dY^T X; bf16 operands, fp32 accumulation, bf16 out */
   gx = a->dx_cand ? a->dx_cand : cx;
   gw = a->dw_cand ? a->dw_cand : cw;
-  if (!a->dx_cand && (rc = cu_lt_gemm(c, QC_OP_N, QC_OP_N, M, K, N, a->dy, N, wref, K, cx, K, CUDA_R_16BF))) goto done;
-  if (!a->dw_cand && (rc = cu_lt_gemm(c, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF))) goto done;
-  CK(cudaEventRecord(c->ev[2], c->st), "event");
+  if (!a->dx_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_N, QC_OP_N, M, K, N, a->dy, N, wref, K, cx, K, CUDA_R_16BF)))
+    goto done;
+  if (!a->dw_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
+    goto done;
+  CK(cudaEventRecord(c->ev[2], c->st2), "event");
   /* reference: the same products in float64 */
   if (!fuse_dx && (rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K))) goto done;
+  CK(cudaEventRecord(c->ev[5], c->st), "event");
+  CK(cudaStreamWaitEvent(c->st, c->ev[2], 0), "stream order");
   if (!fuse_dw && (rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
   CK(cudaEventRecord(c->ev[3], c->st), "event");
-  /* metrics and bias test in one read of each gradient pair */
-  if ((rc = cu_sums_queue(c, gx, rx, M, K, 0, bu.bias, bu.bias_out))) goto done;
+  /* metrics and bias test in one read of each gradient pair: d_x's on the
+   * second stream once its reference is ready, d_weight's here */
+  CK(cudaStreamWaitEvent(c->st2, c->ev[5], 0), "stream order");
+  if ((rc = cu_sums_queue(c, c->st2, gx, rx, M, K, 0, bu.bias, bu.bias_out))) goto done;
+  CK(cudaEventRecord(c->ev[6], c->st2), "event");
   if (fuse_dw) rc = cu_sums_queue_lr(c, gw, a->dy, a->x, (int)M, N, K, 1, rw, nk, bu.bias_out + QK_BIAS_NSUM);
-  else rc = cu_sums_queue(c, gw, rw, N, K, 1, bu.bias, bu.bias_out + QK_BIAS_NSUM);
+  else rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM);
   if (rc) goto done;
+  CK(cudaStreamWaitEvent(c->st, c->ev[6], 0), "stream order");
   CK(cudaEventRecord(c->ev[4], c->st), "event");
   {
     /* the audit's one sync: metrics, bias sums and the quantizer status in one pinned block */
@@ -196,10 +209,11 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
     cu_bias_fill(h->bias[1], N, K, &o->dw);
   }
   o->ms_quant = cu_ev_ms(c->ev[0], c->ev[1]);
-  o->ms_cand = cu_ev_ms(c->ev[1], c->ev[2]);
-  o->ms_ref = cu_ev_ms(c->ev[2], c->ev[3]);
+  o->ms_cand = cu_ev_ms(c->ev[1], c->ev[2]); /* on the second stream, beside the d_x DGEMM */
+  o->ms_ref = cu_ev_ms(c->ev[1], c->ev[3]);  /* both DGEMMs, from the same start */
   o->ms_metrics = cu_ev_ms(c->ev[3], c->ev[4]);
   o->device_bytes = need;
 done:
+  if (rc) cudaStreamSynchronize(c->st2); /* nothing of this audit left running on the second stream */
   return rc;
 }
