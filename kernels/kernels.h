@@ -52,7 +52,7 @@ typedef struct qk_qargs {
   /* scratch, 4 words, zeroed by the launcher: [0] amax bits, [1] non-finite
    * count, [2] global scale g (nvfp4) bits */
   uint32_t *scratch;
-  /* fp8_block128 only (0 elsewhere): with fuse_m in 1..QK_LR_MAX, the
+  /* fp8_block128 only (0 elsewhere): with fuse_m in 1..QK_FUSE_M, the
    * tiles' shares of d_x = dY W_ref (dY: bf16 [fuse_m, rows]) into
    * fuse_part ([tile rows][fuse_m][cols] float64; qk_fuse_dx_final) */
   int fuse_m;
@@ -60,6 +60,7 @@ typedef struct qk_qargs {
   double *fuse_part;
 } qk_qargs;
 
+#define QK_FUSE_M 16 /* the most rows of dY the block128 quantizer sums d_x for */
 int qk_quantize(const qk_qargs *a, void *stream);
 /* dx [mrows, cols] = the sum over `tiles` tile rows, in order, of the fused
  * quantizer's partials part[tile][mrows][cols]. */
@@ -116,17 +117,6 @@ int qk_bias_final(const double *rows7, int64_t rows, double *parts, int chunks, 
 size_t qk_audit_sums_doubles(int64_t rows, int64_t cols);
 int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, int use_cols, double *scratch,
                   qk_msum *res, double *bias_out, void *stream);
-/* The same pass against a reference of rank kdim <= QK_LR_MAX that is never
- * written to memory: r[i, j] = sum_m A[m, i] B[m, j] in float64 over bf16
- * A [kdim, rows] and B [kdim, cols] (exact products, summed in m order):
- * the decode shape's d_weight = dY^T X. QK_LR_COLS columns a thread (the
- * kdim x QK_LR_COLS values of B stay in registers); scratch holds
- * qk_audit_sums_lr_doubles(rows, cols) doubles. */
-#define QK_LR_MAX 16
-#define QK_LR_COLS 2
-size_t qk_audit_sums_lr_doubles(int64_t rows, int64_t cols);
-int qk_audit_sums_lr(const void *g, const uint16_t *A, const uint16_t *B, int kdim, int64_t rows, int64_t cols,
-                     int use_cols, double *scratch, qk_msum *res, double *bias_out, void *stream);
 
 /* Conformance: for 2^32 float32 bit patterns from `start` (count of them),
  * out[i] = __nv_cvt_float_to_fp8(bits(start + i), __NV_SATFINITE, kind)

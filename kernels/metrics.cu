@@ -224,85 +224,41 @@ __device__ __forceinline__ void sums_add(macc &a, double *b, double &t, double &
   c += rr;
 }
 
-/* A block of the fused pass: QK_SUM_THREADS threads x COLS adjacent columns
- * a thread, QK_SUM_ROWS rows walked in order. r is read from memory, or
- * (LR: a reference of rank kdim <= QK_LR_MAX) formed in registers as
- * r[i, j] = sum_m A[m, i] B[m, j] over bf16 A [kdim, rows] and B [kdim,
- * cols] in float64 (exact products, sums in m order): the decode-shape
- * d_weight = dY^T X, never written to memory. */
-template <int COLS, bool LR>
 __global__ void __launch_bounds__(QK_SUM_THREADS) k_audit_sums(const __nv_bfloat16 *g, const double *r, long long rows,
                                                                long long cols, int vec, macc *mpart, double *rowpart,
-                                                               double *colpart, const __nv_bfloat16 *A,
-                                                               const __nv_bfloat16 *B, int kdim) {
+                                                               double *colpart) {
   __shared__ double wrow[QK_SUM_ROWS][QK_SUM_THREADS / 32][BS];
   __shared__ macc sh[QK_SUM_THREADS];
-  __shared__ double sa[LR ? QK_SUM_ROWS : 1][LR ? QK_LR_MAX : 1];
-  const long long j0 = ((long long)blockIdx.x * QK_SUM_THREADS + threadIdx.x) * COLS, strips = gridDim.x;
+  const long long j0 = ((long long)blockIdx.x * QK_SUM_THREADS + threadIdx.x) * QK_SUM_COLS, strips = gridDim.x;
   const long long r0 = (long long)blockIdx.y * QK_SUM_ROWS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nr = (int)min((long long)QK_SUM_ROWS, rows - r0);
-  const int nc = (int)max(0LL, min((long long)COLS, cols - j0));
+  const int nc = (int)max(0LL, min((long long)QK_SUM_COLS, cols - j0));
   macc a;
   macc_init(a);
-  double t[COLS], c[COLS];
-  double bv[LR ? QK_LR_MAX : 1][LR ? COLS : 1];
+  double t[QK_SUM_COLS], c[QK_SUM_COLS];
 #pragma unroll
-  for (int v = 0; v < COLS; v++) t[v] = c[v] = 0;
-  if (LR) {
-    for (int idx = threadIdx.x; idx < QK_SUM_ROWS * QK_LR_MAX; idx += QK_SUM_THREADS) {
-      int k = idx / QK_LR_MAX, m = idx % QK_LR_MAX;
-      sa[LR ? k : 0][LR ? m : 0] = k < nr && m < kdim ? (double)__bfloat162float(A[(long long)m * rows + r0 + k]) : 0.0;
-    }
-#pragma unroll
-    for (int m = 0; m < (LR ? QK_LR_MAX : 1); m++)
-#pragma unroll
-      for (int v = 0; v < (LR ? COLS : 1); v++)
-        bv[m][v] = m < kdim && v < nc ? (double)__bfloat162float(B[(long long)m * cols + j0 + v]) : 0.0;
-    __syncthreads();
-  }
+  for (int v = 0; v < QK_SUM_COLS; v++) t[v] = c[v] = 0;
   for (int k = 0; k < nr; k++) {
     double b[BS] = {0, 0, 0, 0, 0, 0, 0};
     const long long base = (r0 + k) * cols + j0;
-    double gv[COLS], rv[COLS];
-    if (vec && nc == COLS) { /* vector loads: COLS bf16 of g (and COLS float64 of r) */
-      if (COLS == 8) {
-        uint4 gw = *(const uint4 *)(g + base);
-        const __nv_bfloat16 *gh = (const __nv_bfloat16 *)&gw;
+    if (vec && nc == QK_SUM_COLS) { /* 16-byte loads: 8 bf16, 4 x 2 float64 */
+      uint4 gw = *(const uint4 *)(g + base);
+      const __nv_bfloat16 *gh = (const __nv_bfloat16 *)&gw;
+      double rv[QK_SUM_COLS];
 #pragma unroll
-        for (int v = 0; v < COLS; v++) gv[v] = (double)__bfloat162float(gh[v % 8]);
-      } else {
-        __nv_bfloat162 gw = *(const __nv_bfloat162 *)(g + base);
-        gv[0] = (double)__bfloat162float(gw.x);
-        gv[COLS - 1] = (double)__bfloat162float(gw.y);
+      for (int q = 0; q < QK_SUM_COLS / 2; q++) {
+        double2 x = *(const double2 *)(r + base + 2 * q);
+        rv[2 * q] = x.x;
+        rv[2 * q + 1] = x.y;
       }
-      if (!LR)
 #pragma unroll
-        for (int q = 0; q < COLS / 2; q++) {
-          double2 x = *(const double2 *)(r + base + 2 * q);
-          rv[2 * q] = x.x;
-          rv[2 * q + 1] = x.y;
-        }
+      for (int v = 0; v < QK_SUM_COLS; v++) sums_add(a, b, t[v], c[v], (double)__bfloat162float(gh[v]), rv[v], base + v);
     } else {
 #pragma unroll
-      for (int v = 0; v < COLS; v++) {
-        gv[v] = v < nc ? (double)__bfloat162float(g[base + v]) : 0.0;
-        if (!LR) rv[v] = v < nc ? r[base + v] : 0.0;
-      }
+      for (int v = 0; v < QK_SUM_COLS; v++)
+        if (v < nc) sums_add(a, b, t[v], c[v], (double)__bfloat162float(g[base + v]), r[base + v], base + v);
     }
-    if (LR) {
-#pragma unroll
-      for (int v = 0; v < COLS; v++) rv[v] = 0.0;
-#pragma unroll
-      for (int m = 0; m < (LR ? QK_LR_MAX : 1); m++) {
-        const double am = sa[LR ? k : 0][LR ? m : 0];
-#pragma unroll
-        for (int v = 0; v < COLS; v++) rv[v] = fma(am, bv[m][LR ? v : 0], rv[v]);
-      }
-    }
-#pragma unroll
-    for (int v = 0; v < COLS; v++)
-      if (v < nc) sums_add(a, b, t[v], c[v], gv[v], rv[v], base + v);
 #pragma unroll
     for (int q = 0; q < BS; q++)
       for (int o = 16; o; o >>= 1) b[q] += __shfl_down_sync(0xffffffffu, b[q], o);
@@ -310,7 +266,7 @@ __global__ void __launch_bounds__(QK_SUM_THREADS) k_audit_sums(const __nv_bfloat
       for (int q = 0; q < BS; q++) wrow[k][warp][q] = b[q];
   }
 #pragma unroll
-  for (int v = 0; v < COLS; v++)
+  for (int v = 0; v < QK_SUM_COLS; v++)
     if (v < nc) {
       colpart[((long long)blockIdx.y * cols + j0 + v) * 2] = t[v];
       colpart[((long long)blockIdx.y * cols + j0 + v) * 2 + 1] = c[v];
@@ -351,68 +307,31 @@ __global__ void __launch_bounds__(MAXB) k_mpart_final(const macc *part, long lon
   }
 }
 
-/* The grid of the fused pass for COLS columns a thread. */
-static void sums_grid(int64_t rows, int64_t cols, int colsper, long long *strips, long long *chunks) {
-  *strips = (cols + QK_SUM_THREADS * colsper - 1) / (QK_SUM_THREADS * colsper);
-  *chunks = (rows + QK_SUM_ROWS - 1) / QK_SUM_ROWS;
-}
-
-static size_t sums_doubles(int64_t rows, int64_t cols, int colsper) {
-  long long strips, chunks;
-  sums_grid(rows, cols, colsper, &strips, &chunks);
+extern "C" size_t qk_audit_sums_doubles(int64_t rows, int64_t cols) {
+  const long long strips = (cols + QK_SUM_THREADS * QK_SUM_COLS - 1) / (QK_SUM_THREADS * QK_SUM_COLS),
+                  chunks = (rows + QK_SUM_ROWS - 1) / QK_SUM_ROWS;
   return (size_t)(strips * chunks * (long long)(sizeof(macc) / 8) + rows * strips * BS + rows * BS + chunks * cols * 2);
-}
-
-extern "C" size_t qk_audit_sums_doubles(int64_t rows, int64_t cols) { return sums_doubles(rows, cols, QK_SUM_COLS); }
-extern "C" size_t qk_audit_sums_lr_doubles(int64_t rows, int64_t cols) { return sums_doubles(rows, cols, QK_LR_COLS); }
-
-/* The launches after the pass's grid (both forms): fixed-order reductions. */
-static int sums_finish(long long strips, long long chunks, int64_t rows, int64_t cols, int use_cols, double *scratch,
-                       qk_msum *res, double *bias_out, cudaStream_t st) {
-  macc *mpart = (macc *)scratch;
-  double *rowpart = scratch + strips * chunks * (long long)(sizeof(macc) / 8);
-  double *rows7 = rowpart + rows * strips * BS;
-  double *colpart = rows7 + rows * BS;
-  cudaError_t e;
-  k_mpart_final<<<1, MAXB, 0, st>>>(mpart, strips * chunks, res);
-  if ((e = cudaGetLastError())) return (int)e;
-  k_rows_final<<<(unsigned)((rows * BS + 255) / 256), 256, 0, st>>>(rowpart, rows, strips, rows7);
-  if ((e = cudaGetLastError())) return (int)e;
-  return qk_bias_final(rows7, rows, colpart, use_cols ? (int)chunks : 0, cols, bias_out, st);
 }
 
 extern "C" int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, int use_cols, double *scratch,
                              qk_msum *res, double *bias_out, void *stream) {
   cudaStream_t st = (cudaStream_t)stream;
-  long long strips, chunks;
   if (rows < 1 || cols < 1) return (int)cudaErrorInvalidValue;
-  sums_grid(rows, cols, QK_SUM_COLS, &strips, &chunks);
+  const long long strips = (cols + QK_SUM_THREADS * QK_SUM_COLS - 1) / (QK_SUM_THREADS * QK_SUM_COLS),
+                  chunks = (rows + QK_SUM_ROWS - 1) / QK_SUM_ROWS;
   /* 16-byte loads where every row starts 16-byte aligned */
   const int vec = cols % QK_SUM_COLS == 0 && ((uintptr_t)g & 15) == 0 && ((uintptr_t)r & 15) == 0;
   macc *mpart = (macc *)scratch;
   double *rowpart = scratch + strips * chunks * (long long)(sizeof(macc) / 8);
-  double *colpart = rowpart + rows * strips * BS + rows * BS;
+  double *rows7 = rowpart + rows * strips * BS;
+  double *colpart = rows7 + rows * BS;
   cudaError_t e;
-  k_audit_sums<QK_SUM_COLS, false><<<dim3((unsigned)strips, (unsigned)chunks), QK_SUM_THREADS, 0, st>>>(
-      (const __nv_bfloat16 *)g, r, rows, cols, vec, mpart, rowpart, colpart, NULL, NULL, 0);
+  k_audit_sums<<<dim3((unsigned)strips, (unsigned)chunks), QK_SUM_THREADS, 0, st>>>(
+      (const __nv_bfloat16 *)g, r, rows, cols, vec, mpart, rowpart, colpart);
   if ((e = cudaGetLastError())) return (int)e;
-  return sums_finish(strips, chunks, rows, cols, use_cols, scratch, res, bias_out, st);
-}
-
-extern "C" int qk_audit_sums_lr(const void *g, const uint16_t *A, const uint16_t *B, int kdim, int64_t rows, int64_t cols,
-                                int use_cols, double *scratch, qk_msum *res, double *bias_out, void *stream) {
-  cudaStream_t st = (cudaStream_t)stream;
-  long long strips, chunks;
-  if (rows < 1 || cols < 1 || kdim < 1 || kdim > QK_LR_MAX) return (int)cudaErrorInvalidValue;
-  sums_grid(rows, cols, QK_LR_COLS, &strips, &chunks);
-  const int vec = cols % QK_LR_COLS == 0 && ((uintptr_t)g & 3) == 0;
-  macc *mpart = (macc *)scratch;
-  double *rowpart = scratch + strips * chunks * (long long)(sizeof(macc) / 8);
-  double *colpart = rowpart + rows * strips * BS + rows * BS;
-  cudaError_t e;
-  k_audit_sums<QK_LR_COLS, true><<<dim3((unsigned)strips, (unsigned)chunks), QK_SUM_THREADS, 0, st>>>(
-      (const __nv_bfloat16 *)g, NULL, rows, cols, vec, mpart, rowpart, colpart, (const __nv_bfloat16 *)A,
-      (const __nv_bfloat16 *)B, kdim);
+  k_mpart_final<<<1, MAXB, 0, st>>>(mpart, strips * chunks, res);
   if ((e = cudaGetLastError())) return (int)e;
-  return sums_finish(strips, chunks, rows, cols, use_cols, scratch, res, bias_out, st);
+  k_rows_final<<<(unsigned)((rows * BS + 255) / 256), 256, 0, st>>>(rowpart, rows, strips, rows7);
+  if ((e = cudaGetLastError())) return (int)e;
+  return qk_bias_final(rows7, rows, colpart, use_cols ? (int)chunks : 0, cols, bias_out, stream);
 }

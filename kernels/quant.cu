@@ -165,15 +165,15 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
 
 /* One 128 x 128 tile a block (256 threads: 128 columns by 2 interleaved
  * rows). FUSE: the tile's share of the reference d_x = dY W_ref as well
- * (a.fuse_m <= QK_LR_MAX rows of bf16 dY [fuse_m, rows]): each column's
+ * (a.fuse_m <= QK_FUSE_M rows of bf16 dY [fuse_m, rows]): each column's
  * sum over the tile's rows of dY[m, row] * W_ref[row, col] in float64
  * (exact products), into fuse_part[tile row][m][col]; qk_fuse_dx_final
  * sums the tile rows in order. The decode shape's reference d_x then never
  * needs W_ref in float64. */
 template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
   __shared__ float sh[8];
-  __shared__ double sdy[FUSE ? 128 : 1][FUSE ? QK_LR_MAX : 1];
-  __shared__ double sred[FUSE ? 128 : 1][FUSE ? QK_LR_MAX : 1];
+  __shared__ double sdy[FUSE ? 128 : 1][FUSE ? QK_FUSE_M : 1];
+  __shared__ double sred[FUSE ? 128 : 1][FUSE ? QK_FUSE_M : 1];
   const int64_t br = blockIdx.y, bc = blockIdx.x;
   const int tc = threadIdx.x & 127, tr = threadIdx.x >> 7;
   const int64_t col = bc * 128 + tc;
@@ -183,13 +183,14 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs 
   float m = 0.f;
   unsigned bad = 0;
   if (FUSE)
-    for (int idx = threadIdx.x; idx < 128 * QK_LR_MAX; idx += 256) {
-      const int i = idx / QK_LR_MAX, mm = idx % QK_LR_MAX;
+    for (int idx = threadIdx.x; idx < 128 * QK_FUSE_M; idx += 256) {
+      const int i = idx / QK_FUSE_M, mm = idx % QK_FUSE_M;
       const int64_t row = br * 128 + i;
       sdy[FUSE ? i : 0][FUSE ? mm : 0] =
           mm < a.fuse_m && row < a.rows ? (double)__bfloat162float(((const __nv_bfloat16 *)a.fuse_dy)[mm * a.rows + row]) : 0.0;
     }
   if (colok)
+#pragma unroll 8
     for (int s = 0; s < steps; s++) {
       float v = load_in(a, (r0 + 2 * s) * a.cols + col);
       if (!isfinite(v)) bad++;
@@ -205,6 +206,7 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs 
     /* second stage: requantize the dequantized tile with a power-of-two scale */
     float m2 = 0.f;
     if (colok)
+#pragma unroll 8
       for (int s = 0; s < steps; s++) {
         float d;
         encode(false, sc1, load_in(a, (r0 + 2 * s) * a.cols + col), &d);
@@ -218,10 +220,11 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs 
     if (a.scale) a.scale[sidx] = sc.deq;
     if (a.scale_b) a.scale_b[sidx] = a.fmt == QK_FP8_BLOCK128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
   }
-  double acc[FUSE ? QK_LR_MAX : 1];
+  double acc[FUSE ? QK_FUSE_M : 1];
 #pragma unroll
-  for (int mm = 0; mm < (FUSE ? QK_LR_MAX : 1); mm++) acc[mm] = 0.0;
+  for (int mm = 0; mm < (FUSE ? QK_FUSE_M : 1); mm++) acc[mm] = 0.0;
   if (colok)
+#pragma unroll 4
     for (int s = 0; s < steps; s++) {
       const int64_t i = (r0 + 2 * s) * a.cols + col;
       float v = load_in(a, i), d;
@@ -233,17 +236,17 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs 
         const double dd = (double)d;
         const int li = tr + 2 * s;
 #pragma unroll
-        for (int mm = 0; mm < (FUSE ? QK_LR_MAX : 1); mm++) acc[mm] = fma(sdy[FUSE ? li : 0][FUSE ? mm : 0], dd, acc[mm]);
+        for (int mm = 0; mm < (FUSE ? QK_FUSE_M : 1); mm++) acc[mm] = fma(sdy[FUSE ? li : 0][FUSE ? mm : 0], dd, acc[mm]);
       }
     }
   if (FUSE) { /* the two rows' threads of a column: row-1 thread's sums added to row-0's, in that order */
     if (tr == 1)
 #pragma unroll
-      for (int mm = 0; mm < (FUSE ? QK_LR_MAX : 1); mm++) sred[FUSE ? tc : 0][FUSE ? mm : 0] = acc[mm];
+      for (int mm = 0; mm < (FUSE ? QK_FUSE_M : 1); mm++) sred[FUSE ? tc : 0][FUSE ? mm : 0] = acc[mm];
     __syncthreads();
     if (tr == 0 && colok)
 #pragma unroll
-      for (int mm = 0; mm < (FUSE ? QK_LR_MAX : 1); mm++)
+      for (int mm = 0; mm < (FUSE ? QK_FUSE_M : 1); mm++)
         if (mm < a.fuse_m) a.fuse_part[(br * a.fuse_m + mm) * a.cols + col] = acc[mm] + sred[FUSE ? tc : 0][FUSE ? mm : 0];
   }
 }
@@ -294,7 +297,7 @@ extern "C" int qk_quantize(const qk_qargs *a, void *stream) {
   } else if (a->fmt == QK_FP8_BLOCK128 || a->fmt == QK_FP8_BLOCK128_UE8M0) {
     dim3 grid((unsigned)((a->cols + 127) / 128), (unsigned)((a->rows + 127) / 128));
     if (a->fuse_m > 0) {
-      if (a->fuse_m > QK_LR_MAX || !a->fuse_dy || !a->fuse_part) return (int)cudaErrorInvalidValue;
+      if (a->fuse_m > QK_FUSE_M || !a->fuse_dy || !a->fuse_part) return (int)cudaErrorInvalidValue;
       k_block128<true><<<grid, 256, 0, st>>>(*a);
     } else {
       k_block128<false><<<grid, 256, 0, st>>>(*a);

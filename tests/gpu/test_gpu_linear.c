@@ -267,9 +267,9 @@ static void expect_same_metrics(const qc_metrics *a, const qc_metrics *b, const 
 }
 
 /* Decode shapes (M <= 16): the reference d_x summed inside the block128
- * quantizer and d_weight formed inside the metrics pass (never written)
- * give the metrics the materialized float64 references give, on every
- * shape and format, with a builtin and a planted candidate. */
+ * quantizer (W_ref never written in float64) gives the metrics the
+ * materialized float64 reference gives, on every shape and format, with a
+ * builtin and a planted candidate. */
 Test(gpu_linear, decode_fusion_matches_materialized, .timeout = 600) {
   const qc_backend *be = gpu_or_skip();
   const char *fmts[] = {"fp8_block128", "fp8_block128_ue8m0", "none", "nvfp4"};
@@ -285,13 +285,13 @@ Test(gpu_linear, decode_fusion_matches_materialized, .timeout = 600) {
       qc_linear_audit a = {.M = M, .K = K, .N = N, .x = d.x, .w = d.w, .dy = d.dy, .weight_format = fmts[f], .profile = "vllm"};
       for (int planted = 0; planted < 2; planted++) {
         qc_linear_audit_out of, ou;
-        if (planted) { /* the builtin d_weight scaled by 1.001: the bias test must see it both ways */
+        if (planted) { /* the builtin d_weight scaled by 1.02 (1.001 is below half a bf16 ulp: it would round away) */
           qc_linear_audit_out oc;
           memset(&oc, 0, sizeof oc);
           uint16_t *cw = malloc((size_t)(N * K) * 2);
           oc.dw_out = cw;
           cr_assert_eq(be->audit_linear(be, &a, &oc), QC_OK, "%s", qc_err_msg());
-          for (int64_t i = 0; i < N * K; i++) cw[i] = qc_f32_to_bf16(1.001f * qc_bf16_to_f32(cw[i]));
+          for (int64_t i = 0; i < N * K; i++) cw[i] = qc_f32_to_bf16(1.02f * qc_bf16_to_f32(cw[i]));
           if (!d.dwc) cr_assert_eq(be->buf_alloc(be, (size_t)(N * K) * 2, "planted d_weight", &d.dwc), QC_OK);
           cr_assert_eq(be->upload(be, d.dwc, cw, (size_t)(N * K) * 2), QC_OK);
           free(cw);
@@ -312,7 +312,7 @@ Test(gpu_linear, decode_fusion_matches_materialized, .timeout = 600) {
         strcat(what, "d_weight");
         expect_same_metrics(&of.dw, &ou.dw, what);
         if (planted && N * K >= 100000)
-          cr_expect(fabs(of.dw.bias_z) > 5, "%s: a 0.1%% scale passed the fused bias test (z %.3g)", what, of.dw.bias_z);
+          cr_expect(fabs(of.dw.bias_z) > 5, "%s: a 2%% scale passed the bias test (z %.3g)", what, of.dw.bias_z);
       }
       dev_free(be, &d);
       case_free(&c);

@@ -61,21 +61,6 @@ done:
   return rc;
 }
 
-/* The same for a d_weight of rank kdim never written to memory:
- * r = A^T B over bf16 A [kdim, rows] (dY) and B [kdim, cols] (X), formed in
- * the pass (qk_audit_sums_lr); scratch is the unused reference's buffer. */
-static int cu_sums_queue_lr(cu *c, const uint16_t *g, const uint16_t *A, const uint16_t *B, int kdim, int64_t rows,
-                            int64_t cols, int slot, double *scratch, size_t scratch_doubles, double *out) {
-  int rc = QC_OK;
-  if (qk_audit_sums_lr_doubles(rows, cols) > scratch_doubles)
-    return qc_err_sys("%s: the fused audit pass needs more scratch than the arena holds", c->name);
-  CK((cudaError_t)qk_audit_sums_lr(g, A, B, kdim, rows, cols, qc_bias_use_cols(rows, cols), scratch, c->mres + slot,
-                                   out, c->st),
-     "metrics and bias sums (rank-kdim reference)");
-done:
-  return rc;
-}
-
 /* Fill m's bias fields (its other metrics filled) from the combined sums. */
 static void cu_bias_fill(const double *v, int64_t rows, int64_t cols, qc_metrics *m) {
   qc_bias_sums s;
@@ -121,17 +106,15 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   wq64 = bu.wq64; x64 = bu.x64; dy64 = bu.dy64; rx = bu.rx; rw = bu.rw;
   wq16 = bu.wq16; cx = bu.cx; cw = bu.cw;
 
-  /* Decode shapes (M <= QK_LR_MAX tokens, the references not asked for):
+  /* Decode shapes (M <= QK_FUSE_M tokens, the reference not asked for):
    * the reference d_x is summed inside the block128 quantizer from W_ref
-   * as it is made (no float64 copy of W_ref), and the reference d_weight =
-   * dY^T X is formed inside the metrics pass (never written): the two
-   * largest float64 arrays of the audit are never written or read.
-   * QC_CUDA_UNFUSED=1 turns both off (the benchmark's side-by-side). */
+   * as it is made, so W_ref is never written in float64 (the largest array
+   * of the audit, otherwise written once and read once by the d_x DGEMM).
+   * QC_CUDA_UNFUSED=1 turns it off (the benchmark's side-by-side). */
   const int unfused = getenv("QC_CUDA_UNFUSED") && !strcmp(getenv("QC_CUDA_UNFUSED"), "1");
   const int64_t tiles = (N + 127) / 128;
-  const int fuse_dx = !unfused && M <= QK_LR_MAX && !o->dx_ref && tiles * M <= N &&
+  const int fuse_dx = !unfused && M <= QK_FUSE_M && !o->dx_ref && tiles * M <= N &&
                       (q.fmt == QK_FP8_BLOCK128 || q.fmt == QK_FP8_BLOCK128_UE8M0);
-  const int fuse_dw = !unfused && M <= QK_LR_MAX && !o->dw_ref && qk_audit_sums_lr_doubles(N, K) <= nk;
   CK(cudaEventRecord(c->ev[0], c->st), "event");
   /* W_ref (bf16 for the candidate, float64 for the reference), X and dY in float64 */
   if (q.fmt == QK_NONE) {
@@ -154,7 +137,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
     if (fuse_dx) CK((cudaError_t)qk_fuse_dx_final(wq64, (int)tiles, (int)M, K, rx, c->st), "reference d_x");
     wref = wq16;
   }
-  if (!(fuse_dx && fuse_dw)) CK((cudaError_t)qk_bf16_to_f64(a->dy, dy64, (int64_t)mn, c->st), "convert dY");
+  CK((cudaError_t)qk_bf16_to_f64(a->dy, dy64, (int64_t)mn, c->st), "convert dY");
   CK(cudaEventRecord(c->ev[1], c->st), "event");
   /* Two streams: the second widens X and runs the candidate GEMMs while the
    * first runs the d_x DGEMM, then the d_x metrics while the first runs
@@ -162,7 +145,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
    * shadow). Events order them: ev[1] W_ref and dY ready; ev[2] X and the
    * candidates ready; ev[5] the reference d_x ready; ev[6] d_x's sums done. */
   CK(cudaStreamWaitEvent(c->st2, c->ev[1], 0), "stream order");
-  if (!fuse_dw) CK((cudaError_t)qk_bf16_to_f64(a->x, x64, (int64_t)mk, c->st2), "convert X");
+  CK((cudaError_t)qk_bf16_to_f64(a->x, x64, (int64_t)mk, c->st2), "convert X");
   /* candidate: d_x = dY W_ref, d_weight = dY^T X; bf16 operands, fp32 accumulation, bf16 out */
   gx = a->dx_cand ? a->dx_cand : cx;
   gw = a->dw_cand ? a->dw_cand : cw;
@@ -175,16 +158,14 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if (!fuse_dx && (rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K))) goto done;
   CK(cudaEventRecord(c->ev[5], c->st), "event");
   CK(cudaStreamWaitEvent(c->st, c->ev[2], 0), "stream order");
-  if (!fuse_dw && (rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
+  if ((rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
   CK(cudaEventRecord(c->ev[3], c->st), "event");
   /* metrics and bias test in one read of each gradient pair: d_x's on the
    * second stream once its reference is ready, d_weight's here */
   CK(cudaStreamWaitEvent(c->st2, c->ev[5], 0), "stream order");
   if ((rc = cu_sums_queue(c, c->st2, gx, rx, M, K, 0, bu.bias, bu.bias_out))) goto done;
   CK(cudaEventRecord(c->ev[6], c->st2), "event");
-  if (fuse_dw) rc = cu_sums_queue_lr(c, gw, a->dy, a->x, (int)M, N, K, 1, rw, nk, bu.bias_out + QK_BIAS_NSUM);
-  else rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM);
-  if (rc) goto done;
+  if ((rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
   CK(cudaStreamWaitEvent(c->st, c->ev[6], 0), "stream order");
   CK(cudaEventRecord(c->ev[4], c->st), "event");
   {
