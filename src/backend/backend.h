@@ -122,7 +122,12 @@ typedef struct qc_linear_audit_out {
   qc_metrics dx, dw;        /* metrics of the candidate against the reference */
   double *dx_ref, *dw_ref;  /* optional host [M, K] / [N, K]: the float64 references are copied here */
   uint16_t *dx_out, *dw_out; /* optional host bf16: the builtin candidate's gradients */
-  double ms_quant, ms_cand, ms_ref, ms_metrics; /* device time of each stage (0 on the CPU) */
+  /* device time of each stage (0 on the CPU; the CUDA audit runs two
+   * streams, so they overlap): quant = widen dY and make W_ref; ref = the
+   * reference d_x; cand = the d_weight pair (X widened, candidate and
+   * reference) beside those two; metrics = from the reference d_x to the
+   * end (candidate d_x, both metrics passes) */
+  double ms_quant, ms_cand, ms_ref, ms_metrics;
   size_t device_bytes;      /* device memory the audit held at its peak */
 } qc_linear_audit_out;
 

@@ -66,6 +66,7 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   }
   for (int i = 0; i < 8; i++) cu_plan_free(&c->plans[i]);
   if (c->lt) cublasLtDestroy(c->lt);
+  if (c->blas2) cublasDestroy(c->blas2);
   if (c->blas) cublasDestroy(c->blas);
   if (c->lh) cudaFreeHost(c->lh);
   cudaFree(c->ws);
@@ -109,6 +110,9 @@ extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
   BK(cublasSetStream(c->blas, c->st), "cublasSetStream");
   /* DGEMM in plain FP64: no emulation, no reduced precision */
   BK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  BK(cublasCreate(&c->blas2), "cublasCreate (second)");
+  BK(cublasSetStream(c->blas2, c->st2), "cublasSetStream (second)");
+  BK(cublasSetMathMode(c->blas2, CUBLAS_DEFAULT_MATH), "cublasSetMathMode (second)");
   BK(cublasLtCreate(&c->lt), "cublasLtCreate");
   if ((rc = cu_dalloc(c, WS_BYTES, "cuBLASLt workspace", &c->ws)) ||
       (rc = cu_dalloc(c, qk_metrics_scratch_bytes(), "metrics scratch", &c->mscratch)) ||

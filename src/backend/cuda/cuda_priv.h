@@ -42,6 +42,7 @@ typedef struct cu {
   cudaStream_t st;
   cudaStream_t st2;         /* the fused audit's second stream (candidate GEMMs, d_x metrics) */
   cublasHandle_t blas;
+  cublasHandle_t blas2;     /* a second handle on st2 (a handle's workspace is not for two streams at once) */
   cublasLtHandle_t lt;
   void *ws;                 /* cuBLASLt workspace */
   void *arena;              /* the fused audit's scratch, grown on demand */
@@ -143,6 +144,7 @@ int cu_wait_fence(const qc_backend *be, int k);
 int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes);
 
 /* ---- shared between the files ---- */
+int cu_dgemm_dev_h(cu *c, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 int cu_dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 float cu_ev_ms(cudaEvent_t a, cudaEvent_t b);
 void cu_lin_layout(const cu *c, int64_t M, int64_t K, int64_t N, lin_bufs *b);

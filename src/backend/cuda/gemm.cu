@@ -14,16 +14,23 @@
 /* ---- GEMMs on device pointers (row-major, computed as the column-major
  * transpose: C^T = op(B)^T op(A)^T) ------------------------------------------ */
 
-/* float64 C[m,n] = op(A) op(B) on device pointers, cuBLAS DGEMM, row-major. */
-int cu_dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda,
-                     const double *B, int64_t ldb, double *Cm, int64_t ldc) {
+/* float64 C[m,n] = op(A) op(B) on device pointers, cuBLAS DGEMM, row-major,
+ * through handle h (on its stream). */
+int cu_dgemm_dev_h(cu *c, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                   int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc) {
   int rc = QC_OK;
   const double one = 1.0, zero = 0.0;
-  BK(cublasDgemm_64(c->blas, tb == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N, ta == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
+  BK(cublasDgemm_64(h, tb == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N, ta == QC_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
                     k, &one, B, ldb, A, lda, &zero, Cm, ldc),
      "cublasDgemm");
 done:
   return rc;
+}
+
+/* cu_dgemm_dev_h on the backend's own handle and stream. */
+int cu_dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda,
+                 const double *B, int64_t ldb, double *Cm, int64_t ldc) {
+  return cu_dgemm_dev_h(c, c->blas, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
 }
 
 /* Release a cached cuBLASLt plan. */

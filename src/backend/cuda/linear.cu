@@ -115,8 +115,28 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   const int64_t tiles = (N + 127) / 128;
   const int fuse_dx = !unfused && M <= QK_FUSE_M && !o->dx_ref && tiles * M <= N &&
                       (q.fmt == QK_FP8_BLOCK128 || q.fmt == QK_FP8_BLOCK128_UE8M0);
+  /* Two streams, so that memory-bound passes run in the shadow of others:
+   *   st:  widen dY | quantize W (W_ref) | d_x DGEMM | d_weight metrics
+   *   st2: widen X, candidate d_weight, d_weight DGEMM (these need no W) |
+   *        candidate d_x, d_x metrics (once W_ref and the reference d_x are)
+   * Events: ev[1] dY widened; ev[3] W_ref made; ev[5] the reference d_x
+   * ready; ev[6] the d_weight pair ready; ev[2] d_x's sums done. Every
+   * cuBLASLt call is on st2 (one workspace); each stream has its cuBLAS
+   * handle. */
+  gx = a->dx_cand ? a->dx_cand : cx;
+  gw = a->dw_cand ? a->dw_cand : cw;
   CK(cudaEventRecord(c->ev[0], c->st), "event");
-  /* W_ref (bf16 for the candidate, float64 for the reference), X and dY in float64 */
+  CK((cudaError_t)qk_bf16_to_f64(a->dy, dy64, (int64_t)mn, c->st), "convert dY");
+  CK(cudaEventRecord(c->ev[1], c->st), "event");
+  /* the second stream: d_weight's pair, candidate (bf16 operands, fp32
+   * accumulation, bf16 out) and reference (float64) */
+  CK(cudaStreamWaitEvent(c->st2, c->ev[1], 0), "stream order");
+  CK((cudaError_t)qk_bf16_to_f64(a->x, x64, (int64_t)mk, c->st2), "convert X");
+  if (!a->dw_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
+    goto done;
+  if ((rc = cu_dgemm_dev_h(c, c->blas2, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
+  CK(cudaEventRecord(c->ev[6], c->st2), "event");
+  /* W_ref: bf16 for the candidate, float64 for the reference */
   if (q.fmt == QK_NONE) {
     wref = a->w;
     CK((cudaError_t)qk_bf16_to_f64(a->w, wq64, (int64_t)nk, c->st), "convert W");
@@ -134,39 +154,22 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
       q.fuse_part = wq64;
     }
     CK((cudaError_t)qk_quantize(&q, c->st), "quantize W");
-    if (fuse_dx) CK((cudaError_t)qk_fuse_dx_final(wq64, (int)tiles, (int)M, K, rx, c->st), "reference d_x");
     wref = wq16;
   }
-  CK((cudaError_t)qk_bf16_to_f64(a->dy, dy64, (int64_t)mn, c->st), "convert dY");
-  CK(cudaEventRecord(c->ev[1], c->st), "event");
-  /* Two streams: the second widens X and runs the candidate GEMMs while the
-   * first runs the d_x DGEMM, then the d_x metrics while the first runs
-   * the d_weight DGEMM (memory-bound passes in the compute-bound GEMMs'
-   * shadow). Events order them: ev[1] W_ref and dY ready; ev[2] X and the
-   * candidates ready; ev[5] the reference d_x ready; ev[6] d_x's sums done. */
-  CK(cudaStreamWaitEvent(c->st2, c->ev[1], 0), "stream order");
-  CK((cudaError_t)qk_bf16_to_f64(a->x, x64, (int64_t)mk, c->st2), "convert X");
-  /* candidate: d_x = dY W_ref, d_weight = dY^T X; bf16 operands, fp32 accumulation, bf16 out */
-  gx = a->dx_cand ? a->dx_cand : cx;
-  gw = a->dw_cand ? a->dw_cand : cw;
+  CK(cudaEventRecord(c->ev[3], c->st), "event");
+  /* the reference d_x = dY W_ref in float64 */
+  if (fuse_dx) CK((cudaError_t)qk_fuse_dx_final(wq64, (int)tiles, (int)M, K, rx, c->st), "reference d_x");
+  else if ((rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K))) goto done;
+  CK(cudaEventRecord(c->ev[5], c->st), "event");
+  /* d_x's candidate and metrics on the second stream, d_weight's metrics here */
+  CK(cudaStreamWaitEvent(c->st2, c->ev[5], 0), "stream order");
   if (!a->dx_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_N, QC_OP_N, M, K, N, a->dy, N, wref, K, cx, K, CUDA_R_16BF)))
     goto done;
-  if (!a->dw_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
-    goto done;
-  CK(cudaEventRecord(c->ev[2], c->st2), "event");
-  /* reference: the same products in float64 */
-  if (!fuse_dx && (rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K))) goto done;
-  CK(cudaEventRecord(c->ev[5], c->st), "event");
-  CK(cudaStreamWaitEvent(c->st, c->ev[2], 0), "stream order");
-  if ((rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
-  CK(cudaEventRecord(c->ev[3], c->st), "event");
-  /* metrics and bias test in one read of each gradient pair: d_x's on the
-   * second stream once its reference is ready, d_weight's here */
-  CK(cudaStreamWaitEvent(c->st2, c->ev[5], 0), "stream order");
   if ((rc = cu_sums_queue(c, c->st2, gx, rx, M, K, 0, bu.bias, bu.bias_out))) goto done;
-  CK(cudaEventRecord(c->ev[6], c->st2), "event");
-  if ((rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
+  CK(cudaEventRecord(c->ev[2], c->st2), "event");
   CK(cudaStreamWaitEvent(c->st, c->ev[6], 0), "stream order");
+  if ((rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
+  CK(cudaStreamWaitEvent(c->st, c->ev[2], 0), "stream order");
   CK(cudaEventRecord(c->ev[4], c->st), "event");
   {
     /* the audit's one sync: metrics, bias sums and the quantizer status in one pinned block */
@@ -189,10 +192,10 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
     cu_bias_fill(h->bias[0], M, K, &o->dx);
     cu_bias_fill(h->bias[1], N, K, &o->dw);
   }
-  o->ms_quant = cu_ev_ms(c->ev[0], c->ev[1]);
-  o->ms_cand = cu_ev_ms(c->ev[1], c->ev[2]); /* on the second stream, beside the d_x DGEMM */
-  o->ms_ref = cu_ev_ms(c->ev[1], c->ev[3]);  /* both DGEMMs, from the same start */
-  o->ms_metrics = cu_ev_ms(c->ev[3], c->ev[4]);
+  o->ms_quant = cu_ev_ms(c->ev[0], c->ev[3]);   /* widen dY, make W_ref */
+  o->ms_ref = cu_ev_ms(c->ev[3], c->ev[5]);     /* the reference d_x */
+  o->ms_cand = cu_ev_ms(c->ev[1], c->ev[6]);    /* the second stream's d_weight pair, beside the two above */
+  o->ms_metrics = cu_ev_ms(c->ev[5], c->ev[4]); /* candidate d_x and both metrics passes */
   o->device_bytes = need;
 done:
   if (rc) cudaStreamSynchronize(c->st2); /* nothing of this audit left running on the second stream */
