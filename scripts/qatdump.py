@@ -649,7 +649,7 @@ class Dumper:
                 for rec in self.records.values():
                     if self.mode == "grad_accum":
                         for k in range(rec.calls):
-                            self._write_module(f, rec, "/microbatch%d/" % k, k, k)
+                            self._write_module(f, rec, "/microbatch%d%s" % (k, self.prefix), k, k)
                     else:
                         self._write_module(f, rec, None, -1, 0)
                 self._write_mode(f)
@@ -744,6 +744,10 @@ class Dumper:
         g0 = self._grad0.get(id(p))
         return (g - g0) if g0 is not None else g.clone()
 
+    def _gpath(self, rec):
+        """The module group's path: "/fc1" (the dumper's prefix, the name without FSDP's wrapper level)."""
+        return self.prefix + (_clean_name(rec.name) or "root")
+
     def _write_mode(self, f):
         """The evidence a mode adds under /qatcheck_mode: the first forward of
         a recomputed module (recompute), each parameter's accumulated
@@ -754,7 +758,7 @@ class Dumper:
                 if rec.calls != 2:
                     continue  # not under a checkpoint: run once
                 first, last = rec.per_call[0], rec.per_call[1]
-                g = f.require_group("%s/first_forward/%s" % (MODE_GROUP, _clean_name(rec.name) or "root"))
+                g = f.require_group("%s/first_forward%s" % (MODE_GROUP, self._gpath(rec)))
                 equal = {}
                 for role, d0, d1 in zip(("inputs", "outputs", "saved"), first, last):
                     for name, t in d0.items():
@@ -766,7 +770,7 @@ class Dumper:
         elif self.mode == "grad_accum":
             f.attrs["microbatches"] = np.int64(max(r.calls for r in self.records.values()))
             for rec in self.records.values():
-                g = f.require_group("%s/accumulated/%s" % (MODE_GROUP, _clean_name(rec.name) or "root"))
+                g = f.require_group("%s/accumulated%s" % (MODE_GROUP, self._gpath(rec)))
                 for pn, p in rec.module._parameters.items():
                     if p is None or not p.requires_grad or pn not in rec.param_grads:
                         continue
@@ -779,9 +783,9 @@ class Dumper:
             names = {id(p): n for n, p in self.model.named_parameters()}
             for tie in self._ties:
                 mname, pn, p = tie[0]
-                g = f.require_group("%s/tied/%s" % (MODE_GROUP, (_clean_name(mname) + "." + pn).lstrip(".")))
+                g = f.require_group("%s/tied/%s.%s" % (MODE_GROUP, self._gpath(self.records[mname])[1:], pn))
                 params = list(dict.fromkeys(id(q) for _, _, q in tie))
-                g.attrs["sites"] = json.dumps(["%s%s/%s" % (self.prefix, _clean_name(n) or "root", q) for n, q, _ in tie])
+                g.attrs["sites"] = json.dumps(["%s/%s" % (self._gpath(self.records[n]), q) for n, q, _ in tie])
                 g.attrs["parameters"] = json.dumps([names.get(i, "?") for i in params])
                 acc = self._grad_now(p)
                 if acc is None:

@@ -4,7 +4,8 @@ execution mode, correct or with a planted defect, beside the eager dump of
 the same step (docs/qatdump.md "Execution modes").
 
 usage: exec_modes.py OUT.h5 MODE [VARIANT]
-  eager                       the plain step (the whole batch, one backward)
+  eager [plain]               the plain step (the whole batch, one backward);
+                              plain: without the quantizer (grad_accum's eager)
   recompute ok|reseed|rescale the block under torch.utils.checkpoint; reseed:
                               the recompute draws a new stochastic-rounding
                               seed; rescale: a delayed-scaling amax history
@@ -46,6 +47,8 @@ class Quant(torch.nn.Module):
         self.seed, self.draws = 1234, 0
 
     def forward(self, x):
+        if MODE == "grad_accum" or VARIANT == "plain":
+            return x  # its draws depend on the batch's shape: not the subject of grad_accum
         amax = float(x.detach().abs().max())
         scale = self.history[-1] / 7.0
         if VARIANT == "rescale":
