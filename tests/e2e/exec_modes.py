@@ -4,6 +4,7 @@ execution mode, correct or with a planted defect, beside the eager dump of
 the same step (docs/qatdump.md "Execution modes").
 
 usage: exec_modes.py OUT.h5 MODE [VARIANT]
+       exec_modes.py OUT.h5:MODE[:VARIANT]...   (several steps, one process)
   eager [plain]               the plain step (the whole batch, one backward);
                               plain: without the quantizer (grad_accum's eager)
   recompute ok|reseed|rescale the block under torch.utils.checkpoint; reseed:
@@ -31,8 +32,7 @@ import torch  # noqa: E402
 
 import qatdump  # noqa: E402
 
-OUT, MODE = sys.argv[1], sys.argv[2]
-VARIANT = sys.argv[3] if len(sys.argv) > 3 else "ok"
+MODE = VARIANT = None  # the step's, set by step()
 K, N, B, S = 32, 48, 4, 8  # features in, hidden, sequences, tokens each: 32 tokens
 
 
@@ -47,8 +47,8 @@ class Quant(torch.nn.Module):
         self.seed, self.draws = 1234, 0
 
     def forward(self, x):
-        if MODE == "grad_accum" or VARIANT == "plain":
-            return x  # its draws depend on the batch's shape: not the subject of grad_accum
+        if MODE in ("grad_accum", "cuda_eager", "cuda_graph") or VARIANT == "plain":
+            return x  # draws that depend on the batch's shape, a host sync: not the subject there
         amax = float(x.detach().abs().max())
         scale = self.history[-1] / 7.0
         if VARIANT == "rescale":
@@ -92,73 +92,86 @@ def loss_of(y):
     return (y.float() ** 2).mean()
 
 
-torch.manual_seed(0)
-if MODE == "tied":
-    model = Tied(VARIANT == "storage")
-    with qatdump.attach(model, OUT, modules=r"^(enc|dec)$", mode="tied"):
-        loss_of(model(data())).backward()
-    sys.exit(0)
+def step(OUT, mode, variant):
+    """Dump one step of MODE / VARIANT into OUT; 77 when it needs a GPU and there is none."""
+    global MODE, VARIANT
+    MODE, VARIANT = mode, variant
+    torch.manual_seed(0)
+    if MODE == "tied":
+        model = Tied(VARIANT == "storage")
+        with qatdump.attach(model, OUT, modules=r"^(enc|dec)$", mode="tied"):
+            loss_of(model(data())).backward()
+        return 0
 
-if MODE in ("cuda_eager", "cuda_graph"):
-    if not torch.cuda.is_available():
-        print("skip: no CUDA device for torch")
-        sys.exit(77)
-    model = Block().cuda()
-    x = data("cuda")
-    if MODE == "cuda_eager":
+    if MODE in ("cuda_eager", "cuda_graph"):
+        if not torch.cuda.is_available():
+            print("skip: no CUDA device for torch")
+            return 77
+        model = Block().cuda()
+        x = data("cuda")
+        if MODE == "cuda_eager":
+            with qatdump.attach(model, OUT, modules=r"^fc[12]$"):
+                loss_of(model(x)).backward()
+            return 0
+        static_x = torch.zeros_like(x)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up before capture, as torch asks
+            for _ in range(3):
+                model.zero_grad(set_to_none=True)
+                loss_of(model(static_x)).backward()
+        torch.cuda.current_stream().wait_stream(s)
+        model.zero_grad(set_to_none=True)
+        model.quant.draws = 0
+        d = qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="cuda_graph")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loss_of(model(static_x)).backward()
+        if VARIANT == "stale":
+            static_x = x.clone()   # the bug: a new tensor, the graph still reads the old one
+        else:
+            static_x.copy_(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        d.write()
+        d.detach()
+        return 0
+
+    model = Block()
+    x = data()
+    if MODE == "eager":
         with qatdump.attach(model, OUT, modules=r"^fc[12]$"):
             loss_of(model(x)).backward()
-        sys.exit(0)
-    static_x = torch.zeros_like(x)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up before capture, as torch asks
-        for _ in range(3):
-            model.zero_grad(set_to_none=True)
-            loss_of(model(static_x)).backward()
-    torch.cuda.current_stream().wait_stream(s)
-    model.zero_grad(set_to_none=True)
-    model.quant.draws = 0
-    d = qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="cuda_graph")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        loss_of(model(static_x)).backward()
-    if VARIANT == "stale":
-        static_x = x.clone()   # the bug: a new tensor, the graph still reads the old one
+    elif MODE == "recompute":
+        from torch.utils.checkpoint import checkpoint
+        with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="recompute"):
+            xin = x.clone().requires_grad_(True)
+            loss_of(checkpoint(model, xin, use_reentrant=True)).backward()
+    elif MODE == "autocast":
+        with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="autocast"):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = model(x)
+            loss_of(y).backward()
+    elif MODE == "grad_accum":
+        n = 2
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="grad_accum"):
+            for mb in x.chunk(n):
+                if VARIANT == "zero_grad":
+                    opt.zero_grad()  # the bug: clears what the earlier micro-batches accumulated
+                loss = loss_of(model(mb)) / n
+                if VARIANT == "double_scale":
+                    loss = loss / n  # the bug: the mean over micro-batches taken twice
+                loss.backward()
+        opt.step()
     else:
-        static_x.copy_(x)
-    graph.replay()
-    torch.cuda.synchronize()
-    d.write()
-    d.detach()
-    sys.exit(0)
+        raise SystemExit("unknown mode %s" % MODE)
+    return 0
 
-model = Block()
-x = data()
-if MODE == "eager":
-    with qatdump.attach(model, OUT, modules=r"^fc[12]$"):
-        loss_of(model(x)).backward()
-elif MODE == "recompute":
-    from torch.utils.checkpoint import checkpoint
-    with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="recompute"):
-        xin = x.clone().requires_grad_(True)
-        loss_of(checkpoint(model, xin, use_reentrant=True)).backward()
-elif MODE == "autocast":
-    with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="autocast"):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            y = model(x)
-        loss_of(y).backward()
-elif MODE == "grad_accum":
-    n = 2
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="grad_accum"):
-        for mb in x.chunk(n):
-            if VARIANT == "zero_grad":
-                opt.zero_grad()  # the bug: clears what the earlier micro-batches accumulated
-            loss = loss_of(model(mb)) / n
-            if VARIANT == "double_scale":
-                loss = loss / n  # the bug: the mean over micro-batches taken twice
-            loss.backward()
-    opt.step()
-else:
-    sys.exit("unknown mode %s" % MODE)
+
+if __name__ == "__main__":
+    runs = [a.split(":") for a in sys.argv[1:]] if ":" in sys.argv[1] else [sys.argv[1:]]
+    for r in runs:
+        rc = step(r[0], r[1], r[2] if len(r) > 2 else "ok")
+        if rc:
+            sys.exit(rc)
