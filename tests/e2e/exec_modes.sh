@@ -12,7 +12,9 @@
 #   grad_accum double_scale  the micro-batch mean taken twice
 #   tied storage          the second site's gradient never reaches the weight
 # and refuse what cannot be judged (exit 2, one line). The CUDA Graph mode
-# needs a GPU: tests/e2e/cuda_graph.sh. Skips (77) without torch.
+# needs a GPU to capture (tests/e2e/cuda_graph.sh); here its judgement runs
+# on the dumps an H200 made (tests/data/torch/cuda_graph/). Skips (77)
+# without torch.
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/qatdump.inc"
 D=$T/d
@@ -81,6 +83,11 @@ for item in "recompute (activation checkpointing)" "autocast" "gradient accumula
 done
 grep -q "CUDA Graph\*\* in class linear: needs" "$T/audit.md" && ok "audit: the covered modes, CUDA Graph named missing" \
   || bad "audit: CUDA Graph is not named as missing"
+
+# CUDA Graph on the dumps an H200 made (torch 2.11: tests/e2e/cuda_graph.sh there):
+# the replay equals the eager step bit for bit, a stale static input fails
+DUMPS="$HERE/../data/torch/cuda_graph" sh "$HERE/cuda_graph.sh" >"$T/cg.out" 2>&1 \
+  && ok "cuda_graph: the H200's replay passes, its stale input fails" || { bad "cuda_graph on the H200 dumps"; cat "$T/cg.out"; }
 
 # what cannot be judged: exit 2, one line naming the file
 case_for "$D/recompute_ok.h5" 'fc[12]$' >"$T/c.json"
