@@ -7,7 +7,9 @@ usage: exec_modes.py OUT.h5 MODE [VARIANT]
        exec_modes.py OUT.h5:MODE[:VARIANT]...   (several steps, one process)
   eager [plain]               the plain step (the whole batch, one backward);
                               plain: without the quantizer (grad_accum's eager)
-  recompute ok|reseed|rescale the block under torch.utils.checkpoint; reseed:
+  recompute ok|nonreentrant|reseed|rescale
+                              the block under torch.utils.checkpoint (reentrant;
+                              nonreentrant: use_reentrant=False); reseed:
                               the recompute draws a new stochastic-rounding
                               seed; rescale: a delayed-scaling amax history
                               advanced by the recompute (another scale)
@@ -146,7 +148,7 @@ def step(OUT, mode, variant):
         from torch.utils.checkpoint import checkpoint
         with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="recompute"):
             xin = x.clone().requires_grad_(True)
-            loss_of(checkpoint(model, xin, use_reentrant=True)).backward()
+            loss_of(checkpoint(model, xin, use_reentrant=VARIANT != "nonreentrant")).backward()
     elif MODE == "autocast":
         with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="autocast"):
             with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -20,7 +20,7 @@
 D=$T/d
 mkdir -p "$D"
 "$PY" "$HERE/exec_modes.py" "$D/eager.h5:eager" "$D/plain.h5:eager:plain" \
-  "$D/recompute_ok.h5:recompute" "$D/recompute_reseed.h5:recompute:reseed" "$D/recompute_rescale.h5:recompute:rescale" \
+  "$D/recompute_ok.h5:recompute" "$D/recompute_nonreentrant.h5:recompute:nonreentrant" "$D/recompute_reseed.h5:recompute:reseed" "$D/recompute_rescale.h5:recompute:rescale" \
   "$D/autocast_ok.h5:autocast" \
   "$D/grad_accum_ok.h5:grad_accum" "$D/grad_accum_zero_grad.h5:grad_accum:zero_grad" \
   "$D/grad_accum_double_scale.h5:grad_accum:double_scale" \
@@ -60,6 +60,7 @@ P
 }
 
 judge recompute_ok eager 0 - recompute
+judge recompute_nonreentrant eager 0 - recompute
 ff="/fc1|recompute:first_forward|inputs/x /fc1|recompute:first_forward|outputs/y /fc2|recompute:first_forward|inputs/x /fc2|recompute:first_forward|outputs/y"
 ea="/fc1|recompute:eager|inputs/x /fc1|recompute:eager|outputs/y /fc1|recompute:eager|grad_out/dy /fc1|recompute:eager|d_x /fc1|recompute:eager|d_weight /fc1|recompute:eager|d_bias /fc2|recompute:eager|inputs/x /fc2|recompute:eager|outputs/y /fc2|recompute:eager|d_weight"
 judge recompute_reseed eager 1 "$ff $ea" -
