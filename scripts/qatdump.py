@@ -47,6 +47,20 @@ whose parameter gradients the trainer averages over the ranks declares
 `qatcheck_grad_reduce = "mean"` (the group's `grad_reduce`; the default is
 a sum). Every other dataset must be the same on every rank.
 
+Execution modes (docs/qatdump.md "Execution modes"): attach(..., mode=)
+records the step as it ran under activation recompute ("recompute": the
+recomputed forward in the module group, the first one under
+/qatcheck_mode/first_forward), autocast ("autocast": its device and dtype
+as root attributes), a CUDA Graph capture and replay ("cuda_graph": the
+hooks' records are replayed with the graph; write() after replay()),
+micro-batch accumulation ("grad_accum": /microbatch<k>/<module> per
+micro-batch, each parameter's accumulated .grad under
+/qatcheck_mode/accumulated) or a tied parameter ("tied": each site's share
+through a private alias of the parameter, the accumulated gradient and the
+sites under /qatcheck_mode/tied); the root attribute `mode` names it
+("eager" by default). `qatcheck vjp --eager EAGER.h5` judges it against
+the eager dump of the same step.
+
 Tensor arguments are recorded whether passed by position or by keyword
 (`lin(x=x)`): the call is bound to the forward's signature. float8 tensors
 get their `dtype` attribute; on torch < 2.1 (no float8 dtypes) uint8 bytes
@@ -341,7 +355,7 @@ class Dumper:
         self._ties = self._find_ties() if mode == "tied" else []
         # each parameter's .grad before the step: the accumulated gradient is what the step adds to it
         self._grad0 = {}
-        for rec in self.records.values():
+        for rec in (self.records.values() if mode in ("grad_accum", "tied") else ()):
             for p in rec.module._parameters.values():
                 if p is not None and p.grad is not None:
                     self._grad0[id(p)] = p.grad.detach().clone()
