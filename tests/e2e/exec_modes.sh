@@ -102,4 +102,22 @@ grep -q "root attribute 'mode' is 'recompute': expected the eager dump" "$T/err"
 case_for "$D/jit.h5" 'fc[12]$' >"$T/j.json"
 expect_exit 2 "an unknown mode is refused" "$QATCHECK" vjp --case "$T/j.json"
 [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "root attribute 'mode' is 'jit'" "$T/err" || bad "unknown mode: $(cat "$T/err")"
+# a mode dump without its evidence: exit 2, one line naming the file and what is missing
+"$PY" - "$D" <<'P'
+import h5py, shutil, sys
+d = sys.argv[1]
+shutil.copy(d + "/grad_accum_ok.h5", d + "/noacc.h5")
+with h5py.File(d + "/noacc.h5", "a") as f:
+    del f["qatcheck_mode/accumulated"]
+shutil.copy(d + "/tied_ok.h5", d + "/nosites.h5")
+with h5py.File(d + "/nosites.h5", "a") as f:
+    del f["qatcheck_mode/tied/enc.weight"].attrs["sites"]
+P
+case_for "$D/noacc.h5" 'fc[12]$' >"$T/na.json"
+case_for "$D/nosites.h5" '^/(enc|dec)$' >"$T/ns.json"
+for c in "na:the accumulated gradients of module '/fc1' are missing" "ns:has no string attribute 'sites'"; do
+  expect_exit 2 "${c%%:*}: refused" "$QATCHECK" vjp --case "$T/${c%%:*}.json" --json "$T/${c%%:*}.r.json"
+  [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "${c#*:}" "$T/err" || bad "${c%%:*}: $(cat "$T/err")"
+  error_or_none "$T/${c%%:*}.r.json" || bad "${c%%:*}: a refused run wrote a report other than its error report"
+done
 finish
