@@ -592,16 +592,38 @@ class Dumper:
                     o.register_hook(self._store(rec.grad_out, dyname))
             saved_names = getattr(m, "qatcheck_saved", None)
             fn = outs[0].grad_fn if outs else None
-            if saved_names and (fn is None or not hasattr(fn, "saved_tensors")):
+            if saved_names and self.mode == "recompute":
+                # read when the backward reaches the Function: a non-reentrant checkpoint's
+                # saved tensors exist only then (reading them now would recompute the block)
+                if fn is not None and outs[0].requires_grad and torch.is_grad_enabled():
+                    outs[0].register_hook(self._read_saved(rec, fn, saved_names))
+            elif saved_names and (fn is None or not hasattr(fn, "saved_tensors")):
                 rec.not_captured.append("saved %s: the output has no autograd Function with saved_tensors"
                                         % list(saved_names))
             elif saved_names:
-                st = fn.saved_tensors
-                for name, t in zip(saved_names, st):
-                    rec.saved[name] = t.detach().clone()
-                if len(st) != len(saved_names):
-                    rec.not_captured.append("saved: %d tensor(s) saved, %d named by qatcheck_saved (the extra "
-                                            "ones are not recorded)" % (len(st), len(saved_names)))
+                self._keep_saved(rec, rec.saved, fn.saved_tensors, saved_names)
+            return None
+        return hook
+
+    @staticmethod
+    def _keep_saved(rec, into, st, saved_names):
+        for name, t in zip(saved_names, st):
+            into[name] = t.detach().clone()
+        if len(st) != len(saved_names):
+            rec.not_captured.append("saved: %d tensor(s) saved, %d named by qatcheck_saved (the extra "
+                                    "ones are not recorded)" % (len(st), len(saved_names)))
+
+    def _read_saved(self, rec, fn, saved_names):
+        """Mode recompute: the saved tensors the backward uses, read as it
+        reaches fn (under a non-reentrant checkpoint the read is what runs
+        the recompute), into the last forward's record."""
+        def hook(g):
+            if not hasattr(fn, "saved_tensors"):
+                rec.not_captured.append("saved %s: the output has no autograd Function with saved_tensors"
+                                        % list(saved_names))
+                return None
+            st = fn.saved_tensors
+            self._keep_saved(rec, rec.per_call[-1][2], st, saved_names)
             return None
         return hook
 
