@@ -4,8 +4,9 @@
  * and /qatcheck_mode holds the evidence the mode adds. After the vjp audit
  * of the same dump, each mode is judged from that evidence and, given the
  * eager dump of the same step, against it:
- *   recompute   the recomputed forward's inputs, outputs and saved tensors
- *               against the first forward's, bit for bit; with the eager
+ *   recompute   the recomputed forward's inputs and outputs (saved tensors
+ *               where the dump holds the first forward's) against the
+ *               first forward's, bit for bit; with the eager
  *               dump: the forward state bit for bit, dY and gradients
  *               within one unit roundoff of their dtype
  *   cuda_graph  with the eager dump: as recompute's eager comparison
