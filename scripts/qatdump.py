@@ -297,7 +297,8 @@ class _Record:
         self.not_captured = []  # what was seen but not recorded, in words
         self.restore = None     # undoes the forward wrapper
         self.per_call = []      # (inputs, outputs, saved) of each call, in call order
-        self.tied = []          # parameter names this module shares with another site (mode tied)
+        self.tied = []          # parameter names read through a per-site alias (mode tied)
+        self.by_call = {}       # mode tied: {call: {kind: {name: [gradients]}}}
         self.fsdp1 = None       # (flat_param, wrapper, {param: (offset, numel, shape)}) under FSDP1
         self.fsdp2 = None       # (reduce, [param names]) under FSDP2
 
@@ -314,7 +315,7 @@ class Dumper:
             raise QatDumpError("mode cuda_graph: no CUDA device (torch.cuda.is_available() is False): a CUDA Graph "
                                "is captured and replayed on a GPU")
         self.mode = mode
-        self._multi = mode in ("recompute", "grad_accum")  # a module may run more than once
+        self._multi = mode in ("recompute", "grad_accum", "tied")  # a module may run more than once
         self._autocast = None   # (device, dtype name) the forward ran under (mode autocast)
         self._captured = False  # a forward ran inside a CUDA Graph capture (mode cuda_graph)
         if rank is None and torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -352,7 +353,8 @@ class Dumper:
         if not self.records:
             raise QatDumpError("no module matched: modules=%r among classes %s" %
                                (modules, sorted(c.__name__ for c in self.classes)))
-        self._ties = self._find_ties() if mode == "tied" else []
+        if mode == "tied":
+            self._tie_prepare()
         # each parameter's .grad before the step: the accumulated gradient is what the step adds to it
         self._grad0 = {}
         for rec in (self.records.values() if mode in ("grad_accum", "tied") else ()):
@@ -360,34 +362,50 @@ class Dumper:
                 if p is not None and p.grad is not None:
                     self._grad0[id(p)] = p.grad.detach().clone()
 
-    def _find_ties(self):
-        """Mode tied: the parameters of the selected modules that are one
-        tensor used at two or more sites (one Parameter held by several
-        modules, or distinct Parameters over the same storage): a list of
-        [(module name, param name, parameter), ...] per tie, sites in
-        module order. Every user of a tied Parameter must be selected: its
-        accumulated gradient sums over all of them."""
-        groups = {}
+    def _tie_prepare(self):
+        """Mode tied: every trainable parameter of the selected modules is
+        read through a private alias at each call (a site), so each site's
+        share of its gradient is its own; the ties (a tensor used at two or
+        more sites: one Parameter held by several modules or used by one
+        module called several times, or distinct Parameters over the same
+        storage) are found in write(). Every user of such a Parameter must
+        be selected: its accumulated gradient sums over all of them."""
+        selected = set(self.records)
         for rec in self.records.values():
             for pn, p in rec.module._parameters.items():
                 if p is None or not p.requires_grad:
                     continue
-                key = (p.data_ptr(), tuple(p.shape), tuple(p.stride()), p.dtype, p.device)
-                groups.setdefault(key, []).append((rec.name, pn, p))
-        ties = [g for g in groups.values() if len(g) > 1]
-        if not ties:
-            raise QatDumpError("mode tied: no parameter of the selected modules is used at two sites (one Parameter "
-                               "held by two modules, or two Parameters over one storage); select every site")
-        selected = set(self.records)
-        for g in ties:
-            for mname, pn, p in g:
                 for user in self._owners.get(id(p), []):
                     umod = user.rsplit(".", 1)[0] if "." in user else ""
                     if umod not in selected:
                         raise QatDumpError("mode tied: parameter '%s.%s' is also used by '%s', which is not selected: "
                                            "its accumulated gradient sums over every site; select it too"
-                                           % (mname, pn, umod or "the root module"))
-                self.records[mname].tied.append(pn)
+                                           % (rec.name, pn, umod or "the root module"))
+                rec.tied.append(pn)
+
+    def _site_path(self, rec, k):
+        """The group of module rec's call k: its own path, or /call<k><path>
+        when mode tied saw it called more than once (each call a site)."""
+        if self.mode == "tied" and rec.calls > 1:
+            return "/call%d%s" % (k, self._gpath(rec))
+        return self._gpath(rec)
+
+    def _find_ties(self):
+        """Mode tied, after the step: [(module name, call, param name,
+        parameter), ...] per tensor used at two or more sites, sites in
+        module and call order."""
+        groups = {}
+        for rec in self.records.values():
+            for k in range(rec.calls):
+                for pn in rec.tied:
+                    p = rec.module._parameters[pn]
+                    key = (p.data_ptr(), tuple(p.shape), tuple(p.stride()), p.dtype, p.device)
+                    groups.setdefault(key, []).append((rec.name, k, pn, p))
+        ties = [g for g in groups.values() if len(g) > 1]
+        if not ties:
+            raise QatDumpError("mode tied: no parameter of the selected modules was used at two sites (one Parameter "
+                               "held by two modules or used by a module called twice, or two Parameters over one "
+                               "storage); select every site")
         return ties
 
     def _class_of(self, m):
@@ -433,12 +451,12 @@ class Dumper:
             if (rec.calls == 1 or self._multi) and not rec.inputs:
                 args, kwargs = self._capture_inputs(m, rec, sig, args, kwargs)
             swapped = []
-            if rec.tied and rec.calls == 1 and torch.is_grad_enabled():
+            if rec.tied and torch.is_grad_enabled():
                 # a private alias of each tied parameter: its gradient is this site's share alone
                 for pn in rec.tied:
                     p = m._parameters[pn]
                     alias = p.view_as(p)
-                    alias.register_hook(self._store(rec.param_grads, pn))
+                    alias.register_hook(self._grad_hook(rec, "param_grads", pn))
                     m._parameters[pn] = alias
                     swapped.append((pn, p))
             try:
@@ -491,7 +509,7 @@ class Dumper:
                 # a private alias: its gradient is this module's alone;
                 # a leaf input gets grad so the backward computes d_x
                 tap = a.view_as(a) if a.requires_grad else a.detach().requires_grad_(True)
-                tap.register_hook(self._store(rec.input_grads, name))
+                tap.register_hook(self._grad_hook(rec, "input_grads", name))
                 new[i] = tap
         for pname, v in slots:
             if torch.is_tensor(v) or v is None:
@@ -589,7 +607,7 @@ class Dumper:
                 if o.requires_grad and torch.is_grad_enabled():
                     dyname = "dy" if len(outs) == 1 else "d" + name
                     rec.dy_expected.append(dyname)
-                    o.register_hook(self._store(rec.grad_out, dyname))
+                    o.register_hook(self._grad_hook(rec, "grad_out", dyname))
             saved_names = getattr(m, "qatcheck_saved", None)
             fn = outs[0].grad_fn if outs else None
             if saved_names and self.mode == "recompute":
@@ -627,6 +645,20 @@ class Dumper:
             return None
         return hook
 
+    def _grad_hook(self, rec, kind, name):
+        """The hook storing a gradient of module rec (kind: grad_out,
+        input_grads, param_grads): appended in arrival order, or in mode
+        tied under the call it belongs to (a backward reaches the sites in
+        reverse order)."""
+        if self.mode != "tied":
+            return self._store(getattr(rec, kind), name)
+        k = rec.calls - 1
+
+        def hook(g):
+            rec.by_call.setdefault(k, {}).setdefault(kind, {}).setdefault(name, []).append(g.detach().clone())
+            return None
+        return hook
+
     @staticmethod
     def _store(d, name):
         def hook(g):
@@ -649,21 +681,29 @@ class Dumper:
         self._fsdp1_collect()
         self._fsdp2_collect()
         for rec in self.records.values():
+            for k, kinds in sorted(rec.by_call.items()):  # mode tied: the gradients in call order
+                for kind, d in kinds.items():
+                    for name, gs in d.items():
+                        if len(gs) != 1:
+                            raise QatDumpError("module '%s': call %d's '%s' received %d gradients: more than one "
+                                               "backward ran inside attach(); dump one step" % (rec.name, k, name, len(gs)))
+                        getattr(rec, kind).setdefault(name, [None] * rec.calls)[k] = gs[0]
             if rec.calls == 0:
                 raise QatDumpError("module '%s' did not run in this step: run one forward and backward "
                                    "inside attach(), or narrow `modules`" % rec.name)
-            if rec.calls > 1 and not (self.mode == "grad_accum" or (self.mode == "recompute" and rec.calls == 2)):
+            if rec.calls > 1 and not (self.mode in ("grad_accum", "tied") or (self.mode == "recompute" and rec.calls == 2)):
                 raise QatDumpError("module '%s' ran %d times in this step: its parameter gradients sum over the "
                                    "calls; dump a step that calls it once (under activation checkpointing: "
-                                   "mode='recompute'; over micro-batches: mode='grad_accum')" % (rec.name, rec.calls))
+                                   "mode='recompute'; over micro-batches: mode='grad_accum'; a layer applied twice: mode='tied')"
+                                   % (rec.name, rec.calls))
             missing = [n for n in rec.dy_expected if n not in rec.grad_out]
             if missing or not rec.grad_out:
                 raise QatDumpError("module '%s': output %s received no gradient: run backward before write() "
                                    "(and make the loss depend on the module)" % (rec.name, missing or "y"))
-            want = rec.calls if self.mode == "grad_accum" else 1
+            want = rec.calls if self.mode in ("grad_accum", "tied") else 1
             for d in (rec.grad_out, rec.input_grads, rec.param_grads):
                 for n, gs in d.items():
-                    if len(gs) != want:
+                    if len(gs) != want or any(g is None for g in gs):
                         raise QatDumpError("module '%s': '%s' received %d gradients in %d forward(s): %s"
                                            % (rec.name, n, len(gs), rec.calls,
                                               "one backward per micro-batch, in order" if want > 1 else
@@ -686,6 +726,9 @@ class Dumper:
                     if self.mode == "grad_accum":
                         for k in range(rec.calls):
                             self._write_module(f, rec, "/microbatch%d%s" % (k, self.prefix), k, k)
+                    elif self.mode == "tied" and rec.calls > 1:
+                        for k in range(rec.calls):
+                            self._write_module(f, rec, "/call%d%s" % (k, self.prefix), k, k)
                     else:
                         self._write_module(f, rec, None, -1, 0)
                 self._write_mode(f)
@@ -817,11 +860,11 @@ class Dumper:
                     write_tensor(g, "d_" + pn, acc)
         elif self.mode == "tied":
             names = {id(p): n for n, p in self.model.named_parameters()}
-            for tie in self._ties:
-                mname, pn, p = tie[0]
-                g = f.require_group("%s/tied/%s.%s" % (MODE_GROUP, self._gpath(self.records[mname])[1:], pn))
-                params = list(dict.fromkeys(id(q) for _, _, q in tie))
-                g.attrs["sites"] = json.dumps(["%s/%s" % (self._gpath(self.records[n]), q) for n, q, _ in tie])
+            for tie in self._find_ties():
+                mname, k0, pn, p = tie[0]
+                g = f.require_group("%s/tied/%s.%s" % (MODE_GROUP, self._site_path(self.records[mname], k0)[1:], pn))
+                params = list(dict.fromkeys(id(q) for _, _, _, q in tie))
+                g.attrs["sites"] = json.dumps(["%s/%s" % (self._site_path(self.records[n], k), q) for n, k, q, _ in tie])
                 g.attrs["parameters"] = json.dumps([names.get(i, "?") for i in params])
                 acc = self._grad_now(p)
                 if acc is None:

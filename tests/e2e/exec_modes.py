@@ -18,10 +18,11 @@ usage: exec_modes.py OUT.h5 MODE [VARIANT]
                               2 micro-batches; zero_grad: .grad cleared at
                               each micro-batch (the first one is dropped);
                               double_scale: the loss divided by 2 twice
-  tied ok|storage
+  tied ok|storage|repeat
                               a weight used at two sites (enc, dec); storage:
                               dec holds its own Parameter over enc's storage
-                              (its gradient never reaches enc's .grad)
+                              (its gradient never reaches enc's .grad);
+                              repeat: one linear (lin) called twice
   cuda_eager / cuda_graph ok|stale
                               on the GPU; stale: the step's batch rebinds the
                               static input instead of copying into it
@@ -74,6 +75,17 @@ class Block(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(self.quant(x))))
 
 
+class Twice(torch.nn.Module):
+    """One linear applied twice: its weight is used at two sites."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(K, K)
+
+    def forward(self, x):
+        return self.lin(torch.tanh(self.lin(x)))
+
+
 class Tied(torch.nn.Module):
     def __init__(self, storage_bug):
         super().__init__()
@@ -100,8 +112,8 @@ def step(OUT, mode, variant):
     MODE, VARIANT = mode, variant
     torch.manual_seed(0)
     if MODE == "tied":
-        model = Tied(VARIANT == "storage")
-        with qatdump.attach(model, OUT, modules=r"^(enc|dec)$", mode="tied"):
+        model = Twice() if VARIANT == "repeat" else Tied(VARIANT == "storage")
+        with qatdump.attach(model, OUT, modules=r"^(enc|dec|lin)$", mode="tied"):
             loss_of(model(data())).backward()
         return 0
 

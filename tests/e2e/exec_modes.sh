@@ -11,6 +11,7 @@
 #   grad_accum zero_grad  .grad cleared at each micro-batch (one dropped)
 #   grad_accum double_scale  the micro-batch mean taken twice
 #   tied storage          the second site's gradient never reaches the weight
+# (a tie of two modules, and one linear called twice, pass)
 # and refuse what cannot be judged (exit 2, one line). The CUDA Graph mode
 # needs a GPU to capture (tests/e2e/cuda_graph.sh); here its judgement runs
 # on the dumps an H200 made (tests/data/torch/cuda_graph/). Skips (77)
@@ -24,7 +25,7 @@ mkdir -p "$D"
   "$D/autocast_ok.h5:autocast" \
   "$D/grad_accum_ok.h5:grad_accum" "$D/grad_accum_zero_grad.h5:grad_accum:zero_grad" \
   "$D/grad_accum_double_scale.h5:grad_accum:double_scale" \
-  "$D/tied_ok.h5:tied" "$D/tied_storage.h5:tied:storage" >"$T/py.txt" 2>&1 || { cat "$T/py.txt"; echo "FAIL: dumping"; exit 1; }
+  "$D/tied_ok.h5:tied" "$D/tied_storage.h5:tied:storage" "$D/tied_repeat.h5:tied:repeat" >"$T/py.txt" 2>&1 || { cat "$T/py.txt"; echo "FAIL: dumping"; exit 1; }
 
 # case DUMP REGEX: the trainer's gradients of the matching linears, tolerances derived
 case_for() {
@@ -36,7 +37,7 @@ case_for() {
 # module must show on a pass
 judge() {
   name=$1; eager=$2; want=$3; failed=$4; covered=$5
-  re='fc[12]$'; case $name in tied*) re='^/(enc|dec)$' ;; esac
+  re='fc[12]$'; case $name in tied_repeat) re='lin$' ;; tied*) re='^/(enc|dec)$' ;; esac
   case_for "$D/$name.h5" "$re" >"$T/$name.json"
   if [ "$eager" = - ]; then set -- ; else set -- --eager "$D/$eager.h5"; fi
   "$QATCHECK" vjp --case "$T/$name.json" "$@" --json "$T/$name.r.json" >"$T/$name.out" 2>&1
@@ -73,6 +74,7 @@ grep -q "micro-batch 0's gradient is not in the accumulated .grad" "$T/grad_accu
 judge grad_accum_double_scale plain 1 "/fc1|grad_accum:eager|d_weight /fc1|grad_accum:eager|d_bias /fc2|grad_accum:eager|d_weight /fc2|grad_accum:eager|d_bias" -
 grep -q "constant factor k = 0.5" "$T/grad_accum_double_scale.out" || bad "double_scale: no diagnosis of the factor 0.5"
 judge tied_ok - 0 - shared_params
+judge tied_repeat - 0 - shared_params   # one linear called twice: /call0/lin, /call1/lin
 judge tied_storage - 1 "/enc|tied:accumulated|d_weight" -
 grep -q "(/dec/weight) is lost" "$T/tied_storage.out" || bad "tied storage: no diagnosis naming the lost site"
 
