@@ -69,8 +69,9 @@ saved/weight_q and saved/weight_scale, from its contract's weight_format.
 
 Guards against the false differences of the method (they raise QatDumpError
 with the module's name): a module called more than once in the step (its
-parameter gradients sum over the calls), a parameter shared with another
-module (its gradient sums over the users), an FSDP2-managed parameter that
+parameter gradients sum over the calls; unless mode recompute, grad_accum or
+tied says why), a parameter shared with another module (its gradient sums
+over the users; unless mode tied), an FSDP2-managed parameter that
 is not a DTensor (an unsharded compute copy: cannot tell it from the
 master; FSDP1's FlatParameters are read whole and cut per parameter, see
 docs/qatdump.md "FSDP1"), a DTensor parameter's gradient (reduce-scattered across ranks, not
