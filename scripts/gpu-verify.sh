@@ -23,12 +23,17 @@
 #   fsdp_real      tests/e2e/fsdp_real.sh: the fsdp_flat layout against real
 #                  FSDP1 bytes (this machine's torch runs FSDP1 on the CPU;
 #                  Debian's does not, so CI skips it)
+#   cuda_graph     tests/e2e/cuda_graph.sh: a step captured in a CUDA Graph and
+#                  replayed, dumped by qatdump (mode cuda_graph) and judged by
+#                  `vjp --eager` against the eager step: the replay passes bit
+#                  for bit, a stale static input fails (exit 77 without a
+#                  CUDA device for torch)
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
 set -u
 OUT=$1; shift
-CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard dump_e2e st_bench proxy gpu_mpi fsdp_real}
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard dump_e2e st_bench proxy gpu_mpi fsdp_real cuda_graph}
 Q=/tmp/qc
 mkdir -p "$Q" "$OUT"
 [ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
@@ -84,6 +89,7 @@ for c in $CHECKS; do
         echo "bench_guard: the planted 10% slowdown gave exit $rc, expected 1"; exit 1' "$Q" ;;
     dump_e2e) run dump_e2e sh bench/gpu_dump_e2e.sh "$QATCHECK" ;;
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
+    cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
   esac
 done

@@ -47,6 +47,20 @@ whose parameter gradients the trainer averages over the ranks declares
 `qatcheck_grad_reduce = "mean"` (the group's `grad_reduce`; the default is
 a sum). Every other dataset must be the same on every rank.
 
+Execution modes (docs/qatdump.md "Execution modes"): attach(..., mode=)
+records the step as it ran under activation recompute ("recompute": the
+recomputed forward in the module group, the first one under
+/qatcheck_mode/first_forward), autocast ("autocast": its device and dtype
+as root attributes), a CUDA Graph capture and replay ("cuda_graph": the
+hooks' records are replayed with the graph; write() after replay()),
+micro-batch accumulation ("grad_accum": /microbatch<k>/<module> per
+micro-batch, each parameter's accumulated .grad under
+/qatcheck_mode/accumulated) or a tied parameter ("tied": each site's share
+through a private alias of the parameter, the accumulated gradient and the
+sites under /qatcheck_mode/tied); the root attribute `mode` names it
+("eager" by default). `qatcheck vjp --eager EAGER.h5` judges it against
+the eager dump of the same step.
+
 Tensor arguments are recorded whether passed by position or by keyword
 (`lin(x=x)`): the call is bound to the forward's signature. float8 tensors
 get their `dtype` attribute; on torch < 2.1 (no float8 dtypes) uint8 bytes
@@ -55,8 +69,9 @@ saved/weight_q and saved/weight_scale, from its contract's weight_format.
 
 Guards against the false differences of the method (they raise QatDumpError
 with the module's name): a module called more than once in the step (its
-parameter gradients sum over the calls), a parameter shared with another
-module (its gradient sums over the users), an FSDP2-managed parameter that
+parameter gradients sum over the calls; unless mode recompute, grad_accum or
+tied says why), a parameter shared with another module (its gradient sums
+over the users; unless mode tied), an FSDP2-managed parameter that
 is not a DTensor (an unsharded compute copy: cannot tell it from the
 master; FSDP1's FlatParameters are read whole and cut per parameter, see
 docs/qatdump.md "FSDP1"), a DTensor parameter's gradient (reduce-scattered across ranks, not
@@ -78,7 +93,14 @@ except ImportError as _e:  # the wrong interpreter: say which one has them
                       "(scripts/install-deps.sh): run your training script with /usr/bin/python3, or install them "
                       "for %s" % (_e, sys.executable)) from _e
 
-__all__ = ["attach", "Dumper", "QatDumpError", "write_tensor", "DEFAULT_CLASSES", "SHARD_DEFAULTS"]
+__all__ = ["attach", "Dumper", "QatDumpError", "write_tensor", "DEFAULT_CLASSES", "SHARD_DEFAULTS", "MODES"]
+
+# The execution modes a step can be captured under (the root attribute
+# `mode`; docs/qatdump.md "Execution modes"): what each one changes in the
+# dump is said at Dumper.
+MODES = ("eager", "recompute", "autocast", "cuda_graph", "grad_accum", "tied")
+# the root group of the evidence a mode adds beside the module groups
+MODE_GROUP = "qatcheck_mode"
 
 # The pieces a rank holds under each parallel layout, by class: dataset ->
 # the dimension it is split along (docs/interfaces.md "Sharded dumps").
@@ -275,6 +297,9 @@ class _Record:
         self.handles = []
         self.not_captured = []  # what was seen but not recorded, in words
         self.restore = None     # undoes the forward wrapper
+        self.per_call = []      # (inputs, outputs, saved) of each call, in call order
+        self.tied = []          # parameter names read through a per-site alias (mode tied)
+        self.by_call = {}       # mode tied: {call: {kind: {name: [gradients]}}}
         self.fsdp1 = None       # (flat_param, wrapper, {param: (offset, numel, shape)}) under FSDP1
         self.fsdp2 = None       # (reduce, [param names]) under FSDP2
 
@@ -282,8 +307,18 @@ class _Record:
 class Dumper:
     """Hooks on the selected modules of one model; see attach()."""
 
-    def __init__(self, model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None):
+    def __init__(self, model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None,
+                 mode="eager"):
         self.model, self.path, self.prefix = model, path, prefix
+        if mode not in MODES:
+            raise QatDumpError("mode %r: expected one of %s" % (mode, ", ".join(MODES)))
+        if mode == "cuda_graph" and not torch.cuda.is_available():
+            raise QatDumpError("mode cuda_graph: no CUDA device (torch.cuda.is_available() is False): a CUDA Graph "
+                               "is captured and replayed on a GPU")
+        self.mode = mode
+        self._multi = mode in ("recompute", "grad_accum", "tied")  # a module may run more than once
+        self._autocast = None   # (device, dtype name) the forward ran under (mode autocast)
+        self._captured = False  # a forward ran inside a CUDA Graph capture (mode cuda_graph)
         if rank is None and torch.distributed.is_available() and torch.distributed.is_initialized():
             rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         if (rank is None) != (world_size is None) or (rank is not None and not 0 <= rank < world_size):
@@ -309,6 +344,7 @@ class Dumper:
                 continue
             self._guard_params(mname, m)
             rec = _Record(mname, cls)
+            rec.module = m
             rec.fsdp1 = self._fsdp1.get(id(m))
             rec.fsdp2 = self._fsdp2.get(id(m))
             self.records[mname] = rec
@@ -318,6 +354,60 @@ class Dumper:
         if not self.records:
             raise QatDumpError("no module matched: modules=%r among classes %s" %
                                (modules, sorted(c.__name__ for c in self.classes)))
+        if mode == "tied":
+            self._tie_prepare()
+        # each parameter's .grad before the step: the accumulated gradient is what the step adds to it
+        self._grad0 = {}
+        for rec in (self.records.values() if mode in ("grad_accum", "tied") else ()):
+            for p in rec.module._parameters.values():
+                if p is not None and p.grad is not None:
+                    self._grad0[id(p)] = p.grad.detach().clone()
+
+    def _tie_prepare(self):
+        """Mode tied: every trainable parameter of the selected modules is
+        read through a private alias at each call (a site), so each site's
+        share of its gradient is its own; the ties (a tensor used at two or
+        more sites: one Parameter held by several modules or used by one
+        module called several times, or distinct Parameters over the same
+        storage) are found in write(). Every user of such a Parameter must
+        be selected: its accumulated gradient sums over all of them."""
+        selected = set(self.records)
+        for rec in self.records.values():
+            for pn, p in rec.module._parameters.items():
+                if p is None or not p.requires_grad:
+                    continue
+                for user in self._owners.get(id(p), []):
+                    umod = user.rsplit(".", 1)[0] if "." in user else ""
+                    if umod not in selected:
+                        raise QatDumpError("mode tied: parameter '%s.%s' is also used by '%s', which is not selected: "
+                                           "its accumulated gradient sums over every site; select it too"
+                                           % (rec.name, pn, umod or "the root module"))
+                rec.tied.append(pn)
+
+    def _site_path(self, rec, k):
+        """The group of module rec's call k: its own path, or /call<k><path>
+        when mode tied saw it called more than once (each call a site)."""
+        if self.mode == "tied" and rec.calls > 1:
+            return "/call%d%s" % (k, self._gpath(rec))
+        return self._gpath(rec)
+
+    def _find_ties(self):
+        """Mode tied, after the step: [(module name, call, param name,
+        parameter), ...] per tensor used at two or more sites, sites in
+        module and call order."""
+        groups = {}
+        for rec in self.records.values():
+            for k in range(rec.calls):
+                for pn in rec.tied:
+                    p = rec.module._parameters[pn]
+                    key = (p.data_ptr(), tuple(p.shape), tuple(p.stride()), p.dtype, p.device)
+                    groups.setdefault(key, []).append((rec.name, k, pn, p))
+        ties = [g for g in groups.values() if len(g) > 1]
+        if not ties:
+            raise QatDumpError("mode tied: no parameter of the selected modules was used at two sites (one Parameter "
+                               "held by two modules or used by a module called twice, or two Parameters over one "
+                               "storage); select every site")
+        return ties
 
     def _class_of(self, m):
         for c in type(m).__mro__:
@@ -330,10 +420,10 @@ class Dumper:
             if p is None:
                 continue
             users = self._owners.get(id(p), [])
-            if len(users) > 1:
+            if len(users) > 1 and self.mode != "tied":
                 raise QatDumpError("module '%s': parameter '%s' is shared with %s: its gradient sums over every "
-                                   "user, not this module's VJP; dump a model without tied weights or select "
-                                   "another module" % (mname, pn, ", ".join(u for u in users if u != mname + "." + pn)))
+                                   "user, not this module's VJP; dump it with mode='tied' (each site's share and "
+                                   "the sum), a model without tied weights, or select another module" % (mname, pn, ", ".join(u for u in users if u != mname + "." + pn)))
             if self._fsdp and id(m) not in self._fsdp1 and not _is_dtensor(p):
                 raise QatDumpError("module '%s': parameter '%s' is FSDP-managed but not a DTensor: it may be the "
                                    "unsharded compute copy, not the sharded master; cannot tell, so refusing "
@@ -359,9 +449,22 @@ class Dumper:
         had = "forward" in m.__dict__
 
         def forward(*args, **kwargs):
-            if rec.calls == 1 and not rec.inputs:
+            if (rec.calls == 1 or self._multi) and not rec.inputs:
                 args, kwargs = self._capture_inputs(m, rec, sig, args, kwargs)
-            return orig(*args, **kwargs)
+            swapped = []
+            if rec.tied and torch.is_grad_enabled():
+                # a private alias of each tied parameter: its gradient is this site's share alone
+                for pn in rec.tied:
+                    p = m._parameters[pn]
+                    alias = p.view_as(p)
+                    alias.register_hook(self._grad_hook(rec, "param_grads", pn))
+                    m._parameters[pn] = alias
+                    swapped.append((pn, p))
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                for pn, p in swapped:
+                    m._parameters[pn] = p
 
         m.forward = forward
 
@@ -402,11 +505,12 @@ class Dumper:
         for name, i in zip(names, tens):
             a = slots[i][1]
             rec.inputs[name] = a.detach().clone()
-            if a.is_floating_point():
+            if a.is_floating_point() and torch.is_grad_enabled():
+                # (a forward without grad, a checkpoint's first, gets no tap: its backward never runs)
                 # a private alias: its gradient is this module's alone;
                 # a leaf input gets grad so the backward computes d_x
                 tap = a.view_as(a) if a.requires_grad else a.detach().requires_grad_(True)
-                tap.register_hook(self._store(rec.input_grads, name))
+                tap.register_hook(self._grad_hook(rec, "input_grads", name))
                 new[i] = tap
         for pname, v in slots:
             if torch.is_tensor(v) or v is None:
@@ -439,6 +543,11 @@ class Dumper:
     def _pre_hook(self, rec):
         def hook(m, args):
             rec.calls += 1
+            if rec.calls == 1 or self._multi:
+                rec.inputs, rec.outputs, rec.saved = {}, {}, {}
+                rec.per_call.append((rec.inputs, rec.outputs, rec.saved))
+            if rec.calls == 1:
+                self._mode_facts(rec)
             if rec.calls > 1:
                 return None  # reported in write(): parameter gradients sum over calls
             if id(m) in self._fsdp1 or id(m) in self._fsdp2:
@@ -458,13 +567,34 @@ class Dumper:
                         raise QatDumpError("module '%s': parameter '%s' is a DTensor: its gradient is "
                                            "reduce-scattered across ranks, not this rank's VJP; dump the "
                                            "gradients from an unsharded (single-rank) run" % (rec.name, pn))
-                    rec.handles.append(p.register_hook(self._store(rec.param_grads, pn)))
+                    if pn not in rec.tied:  # a tied parameter's share comes from its alias (_wrap_forward)
+                        rec.handles.append(p.register_hook(self._store(rec.param_grads, pn)))
             return None
         return hook
 
+    def _mode_facts(self, rec):
+        """What the mode needs to see at a module's first forward: the
+        autocast state, a CUDA Graph capture under way."""
+        if self.mode == "autocast":
+            state = None
+            if torch.is_autocast_enabled():
+                getd = getattr(torch, "get_autocast_gpu_dtype", None)
+                state = ("cuda", str(getd()).replace("torch.", "") if getd else "float16")
+            elif hasattr(torch, "is_autocast_cpu_enabled") and torch.is_autocast_cpu_enabled():
+                state = ("cpu", str(torch.get_autocast_cpu_dtype()).replace("torch.", ""))
+            if state is None:
+                raise QatDumpError("module '%s' ran outside torch.autocast in mode autocast: run the forward inside "
+                                   "`with torch.autocast(...)`" % rec.name)
+            if self._autocast is not None and self._autocast != state:
+                raise QatDumpError("module '%s' ran under autocast %s, another module under %s: one autocast per dump"
+                                   % (rec.name, state, self._autocast))
+            self._autocast = state
+        if self.mode == "cuda_graph" and torch.cuda.is_current_stream_capturing():
+            self._captured = True
+
     def _post_hook(self, rec):
         def hook(m, args, out):
-            if rec.calls > 1:
+            if rec.calls > 1 and not self._multi:
                 return None
             seq = [out] if torch.is_tensor(out) else list(out) if isinstance(out, (list, tuple)) else [out]
             outs = [o for o in seq if torch.is_tensor(o)]
@@ -475,22 +605,58 @@ class Dumper:
             names = self._names(m, "qatcheck_outputs", "y", len(outs))
             for name, o in zip(names, outs):
                 rec.outputs[name] = o.detach().clone()
-                if o.requires_grad:
+                if o.requires_grad and torch.is_grad_enabled():
                     dyname = "dy" if len(outs) == 1 else "d" + name
                     rec.dy_expected.append(dyname)
-                    o.register_hook(self._store(rec.grad_out, dyname))
+                    o.register_hook(self._grad_hook(rec, "grad_out", dyname))
             saved_names = getattr(m, "qatcheck_saved", None)
             fn = outs[0].grad_fn if outs else None
-            if saved_names and (fn is None or not hasattr(fn, "saved_tensors")):
+            if saved_names and self.mode == "recompute":
+                # read when the backward reaches the Function: a non-reentrant checkpoint's
+                # saved tensors exist only then (reading them now would recompute the block)
+                if fn is not None and outs[0].requires_grad and torch.is_grad_enabled():
+                    outs[0].register_hook(self._read_saved(rec, fn, saved_names))
+            elif saved_names and (fn is None or not hasattr(fn, "saved_tensors")):
                 rec.not_captured.append("saved %s: the output has no autograd Function with saved_tensors"
                                         % list(saved_names))
             elif saved_names:
-                st = fn.saved_tensors
-                for name, t in zip(saved_names, st):
-                    rec.saved[name] = t.detach().clone()
-                if len(st) != len(saved_names):
-                    rec.not_captured.append("saved: %d tensor(s) saved, %d named by qatcheck_saved (the extra "
-                                            "ones are not recorded)" % (len(st), len(saved_names)))
+                self._keep_saved(rec, rec.saved, fn.saved_tensors, saved_names)
+            return None
+        return hook
+
+    @staticmethod
+    def _keep_saved(rec, into, st, saved_names):
+        for name, t in zip(saved_names, st):
+            into[name] = t.detach().clone()
+        if len(st) != len(saved_names):
+            rec.not_captured.append("saved: %d tensor(s) saved, %d named by qatcheck_saved (the extra "
+                                    "ones are not recorded)" % (len(st), len(saved_names)))
+
+    def _read_saved(self, rec, fn, saved_names):
+        """Mode recompute: the saved tensors the backward uses, read as it
+        reaches fn (under a non-reentrant checkpoint the read is what runs
+        the recompute), into the last forward's record."""
+        def hook(g):
+            if not hasattr(fn, "saved_tensors"):
+                rec.not_captured.append("saved %s: the output has no autograd Function with saved_tensors"
+                                        % list(saved_names))
+                return None
+            st = fn.saved_tensors
+            self._keep_saved(rec, rec.per_call[-1][2], st, saved_names)
+            return None
+        return hook
+
+    def _grad_hook(self, rec, kind, name):
+        """The hook storing a gradient of module rec (kind: grad_out,
+        input_grads, param_grads): appended in arrival order, or in mode
+        tied under the call it belongs to (a backward reaches the sites in
+        reverse order)."""
+        if self.mode != "tied":
+            return self._store(getattr(rec, kind), name)
+        k = rec.calls - 1
+
+        def hook(g):
+            rec.by_call.setdefault(k, {}).setdefault(kind, {}).setdefault(name, []).append(g.detach().clone())
             return None
         return hook
 
@@ -516,35 +682,63 @@ class Dumper:
         self._fsdp1_collect()
         self._fsdp2_collect()
         for rec in self.records.values():
+            for k, kinds in sorted(rec.by_call.items()):  # mode tied: the gradients in call order
+                for kind, d in kinds.items():
+                    for name, gs in d.items():
+                        if len(gs) != 1:
+                            raise QatDumpError("module '%s': call %d's '%s' received %d gradients: more than one "
+                                               "backward ran inside attach(); dump one step" % (rec.name, k, name, len(gs)))
+                        getattr(rec, kind).setdefault(name, [None] * rec.calls)[k] = gs[0]
             if rec.calls == 0:
                 raise QatDumpError("module '%s' did not run in this step: run one forward and backward "
                                    "inside attach(), or narrow `modules`" % rec.name)
-            if rec.calls > 1:
+            if rec.calls > 1 and not (self.mode in ("grad_accum", "tied") or (self.mode == "recompute" and rec.calls == 2)):
                 raise QatDumpError("module '%s' ran %d times in this step: its parameter gradients sum over the "
-                                   "calls; dump a step that calls it once" % (rec.name, rec.calls))
+                                   "calls; dump a step that calls it once (under activation checkpointing: "
+                                   "mode='recompute'; over micro-batches: mode='grad_accum'; a layer applied twice: mode='tied')"
+                                   % (rec.name, rec.calls))
             missing = [n for n in rec.dy_expected if n not in rec.grad_out]
             if missing or not rec.grad_out:
                 raise QatDumpError("module '%s': output %s received no gradient: run backward before write() "
                                    "(and make the loss depend on the module)" % (rec.name, missing or "y"))
+            want = rec.calls if self.mode in ("grad_accum", "tied") else 1
             for d in (rec.grad_out, rec.input_grads, rec.param_grads):
                 for n, gs in d.items():
-                    if len(gs) > 1:
-                        raise QatDumpError("module '%s': '%s' received %d gradients: more than one backward ran "
-                                           "inside attach(); dump one step" % (rec.name, n, len(gs)))
+                    if len(gs) != want or any(g is None for g in gs):
+                        raise QatDumpError("module '%s': '%s' received %d gradients in %d forward(s): %s"
+                                           % (rec.name, n, len(gs), rec.calls,
+                                              "one backward per micro-batch, in order" if want > 1 else
+                                              "more than one backward ran inside attach(); dump one step"))
+        if self.mode == "autocast" and self._autocast is None:
+            raise QatDumpError("mode autocast: no selected module ran under torch.autocast")
+        if self.mode == "cuda_graph" and not self._captured:
+            raise QatDumpError("mode cuda_graph: no selected module's forward ran inside a CUDA Graph capture "
+                               "(torch.cuda.graph): attach() after the warm-up, capture, replay, then write()")
         try:
             with h5py.File(path, "w") as f:
                 f.attrs["qatcheck_dump"] = np.int64(1)
+                f.attrs["mode"] = self.mode
                 if self._sharded:
                     f.attrs["rank"] = np.int64(self.rank)
                     f.attrs["world_size"] = np.int64(self.world_size)
+                if self.mode == "autocast":
+                    f.attrs["autocast_device"], f.attrs["autocast_dtype"] = self._autocast
                 for rec in self.records.values():
-                    self._write_module(f, rec)
+                    if self.mode == "grad_accum":
+                        for k in range(rec.calls):
+                            self._write_module(f, rec, "/microbatch%d%s" % (k, self.prefix), k, k)
+                    elif self.mode == "tied" and rec.calls > 1:
+                        for k in range(rec.calls):
+                            self._write_module(f, rec, "/call%d%s" % (k, self.prefix), k, k)
+                    else:
+                        self._write_module(f, rec, None, -1, 0)
+                self._write_mode(f)
         except BaseException:
             if os.path.exists(path):
                 os.remove(path)  # a refused or interrupted dump leaves no half-written file
             raise
         for rec in self.records.values():
-            for what in rec.not_captured:
+            for what in dict.fromkeys(rec.not_captured):
                 warnings.warn("qatdump: module '%s': %s" % (rec.name, what), stacklevel=2)
         return path
 
@@ -622,28 +816,89 @@ class Dumper:
                     g = p.grad.to_local() if _is_dtensor(p.grad) else p.grad
                     rec.param_grads[pn] = [g.detach().clone()]
 
-    def _write_module(self, f, rec):
-        m = dict(self.model.named_modules())[rec.name]
-        gpath = self.prefix + (_clean_name(rec.name) or "root")
+    def _grad_now(self, p):
+        """What this step added to p.grad (None when it has none)."""
+        if p.grad is None:
+            return None
+        g = p.grad.detach()
+        g0 = self._grad0.get(id(p))
+        return (g - g0) if g0 is not None else g.clone()
+
+    def _gpath(self, rec):
+        """The module group's path: "/fc1" (the dumper's prefix, the name without FSDP's wrapper level)."""
+        return self.prefix + (_clean_name(rec.name) or "root")
+
+    def _write_mode(self, f):
+        """The evidence a mode adds under /qatcheck_mode: the first forward of
+        a recomputed module (recompute), each parameter's accumulated
+        gradient (grad_accum), each tie's sites and accumulated gradient
+        (tied)."""
+        if self.mode == "recompute":
+            for rec in self.records.values():
+                if rec.calls != 2:
+                    continue  # not under a checkpoint: run once
+                first, last = rec.per_call[0], rec.per_call[1]
+                g = f.require_group("%s/first_forward%s" % (MODE_GROUP, self._gpath(rec)))
+                equal = {}
+                for role, d0, d1 in zip(("inputs", "outputs", "saved"), first, last):
+                    for name, t in d0.items():
+                        write_tensor(g.require_group(role), name, t)
+                        t1 = d1.get(name)
+                        equal[role + "/" + name] = bool(t1 is not None and t1.dtype == t.dtype and
+                                                        t1.shape == t.shape and torch.equal(t1.cpu(), t.cpu()))
+                g.attrs["equal"] = json.dumps(equal)  # for the reader: qatcheck compares the data itself
+        elif self.mode == "grad_accum":
+            f.attrs["microbatches"] = np.int64(max(r.calls for r in self.records.values()))
+            for rec in self.records.values():
+                g = f.require_group("%s/accumulated%s" % (MODE_GROUP, self._gpath(rec)))
+                for pn, p in rec.module._parameters.items():
+                    if p is None or not p.requires_grad or pn not in rec.param_grads:
+                        continue
+                    acc = self._grad_now(p)
+                    if acc is None:
+                        raise QatDumpError("module '%s': parameter '%s' has no .grad after the micro-batches: "
+                                           "write() before optimizer.zero_grad()" % (rec.name, pn))
+                    write_tensor(g, "d_" + pn, acc)
+        elif self.mode == "tied":
+            names = {id(p): n for n, p in self.model.named_parameters()}
+            for tie in self._find_ties():
+                mname, k0, pn, p = tie[0]
+                g = f.require_group("%s/tied/%s.%s" % (MODE_GROUP, self._site_path(self.records[mname], k0)[1:], pn))
+                params = list(dict.fromkeys(id(q) for _, _, _, q in tie))
+                g.attrs["sites"] = json.dumps(["%s/%s" % (self._site_path(self.records[n], k), q) for n, k, q, _ in tie])
+                g.attrs["parameters"] = json.dumps([names.get(i, "?") for i in params])
+                acc = self._grad_now(p)
+                if acc is None:
+                    raise QatDumpError("mode tied: parameter '%s.%s' has no .grad: run backward before write()"
+                                       % (mname, pn))
+                write_tensor(g, "accumulated", acc)
+
+    def _write_module(self, f, rec, gprefix=None, call=-1, gi=0):
+        """Module rec as a group: its call `call`'s inputs, outputs and saved
+        tensors and the gi-th gradient of each (a micro-batch's; the one
+        backward's otherwise), under gprefix (default: the dumper's)."""
+        m = rec.module
+        gpath = (gprefix or self.prefix) + (_clean_name(rec.name) or "root")
+        ins, outs, saveds = rec.per_call[call]
         g = f.require_group(gpath)
         g.attrs["class"] = rec.cls
         contract = getattr(m, "qatcheck_contract", None)
         if contract is not None:
             g.attrs["contract"] = json.dumps(contract)
-        dys = {n: gs[0] for n, gs in rec.grad_out.items()}
+        dys = {n: gs[gi] for n, gs in rec.grad_out.items()}
         declared = dict(_DEPLOYED.get((contract or {}).get("weight_format"), {}))
         declared = {"saved/" + k: v for k, v in declared.items()}
         for k, v in (getattr(m, "qatcheck_dtypes", None) or {}).items():
             declared[k if "/" in k else "saved/" + k] = v
-        for role, d in (("inputs", rec.inputs), ("outputs", rec.outputs), ("saved", rec.saved),
+        for role, d in (("inputs", ins), ("outputs", outs), ("saved", saveds),
                         ("grad_out", dys), ("params", {k: t for k, (t, _) in rec.params.items()})):
             for name, t in d.items():
                 if t.dtype == torch.uint8 and role + "/" + name not in declared and role in ("saved", "params"):
                     rec.not_captured.append("%s/%s is uint8 with no declared element type: if it holds float8 or "
                                             "float4 bytes, set qatcheck_dtypes = {'%s/%s': 'float8_e4m3fn'} on the "
                                             "module" % (role, name, role, name))
-        g.attrs["not_captured"] = json.dumps(rec.not_captured)
-        for role, d in (("inputs", rec.inputs), ("outputs", rec.outputs), ("saved", rec.saved),
+        g.attrs["not_captured"] = json.dumps(list(dict.fromkeys(rec.not_captured)))
+        for role, d in (("inputs", ins), ("outputs", outs), ("saved", saveds),
                         ("grad_out", dys)):
             if d:
                 sub = g.require_group(role)
@@ -660,7 +915,7 @@ class Dumper:
             gg = g.require_group("grads/" + dyname)
             for d in (rec.input_grads, rec.param_grads):
                 for name, gs in d.items():
-                    write_tensor(gg, "d_" + name, gs[0])
+                    write_tensor(gg, "d_" + name, gs[gi])
 
     def _write_sharding(self, g, m, rec):
         """The module's parallel layout: `parallel` on the group, `shard_dim`
@@ -748,25 +1003,33 @@ class Dumper:
         return False
 
 
-def attach(model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None):
+def attach(model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None, mode="eager"):
     """Hook the modules of `model` whose name matches the regex `modules`
     (None: all) and whose class is in `classes` ({torch class: qatcheck
     class}, added to DEFAULT_CLASSES) or that carry a `qatcheck_class`
     attribute. Run one forward and backward, then write() (or leave the
     `with` block) before the optimizer step. Under torch.distributed (or
     with rank= and world_size=) each rank writes its own file: put "{rank}"
-    in the path."""
-    return Dumper(model, path, modules, classes, prefix, rank, world_size)
+    in the path. `mode` names the execution mode the step runs under
+    (MODES; docs/qatdump.md "Execution modes"): written as the root
+    attribute `mode`, with the evidence the mode needs."""
+    return Dumper(model, path, modules, classes, prefix, rank, world_size, mode)
 
 
 def _ls(path):
     with h5py.File(path, "r") as f:
+        print("mode=%s%s" % (f.attrs.get("mode", "eager"), "".join(
+            "  %s=%s" % (k, f.attrs[k]) for k in ("autocast_device", "autocast_dtype", "microbatches") if k in f.attrs)))
+
         def show(name, obj):
             if isinstance(obj, h5py.Group) and "class" in obj.attrs:
                 print("/%s  class=%s%s" % (name, obj.attrs["class"],
                                            "  contract=" + obj.attrs["contract"] if "contract" in obj.attrs else ""))
                 if obj.attrs.get("not_captured", "[]") != "[]":
                     print("  not captured: %s" % obj.attrs["not_captured"])
+            elif isinstance(obj, h5py.Group) and ("sites" in obj.attrs or "equal" in obj.attrs):
+                print("/%s  %s" % (name, "  ".join("%s=%s" % (k, obj.attrs[k]) for k in ("sites", "parameters", "equal")
+                                                    if k in obj.attrs)))
             elif isinstance(obj, h5py.Dataset):
                 print("  /%s %s %s%s" % (name, list(obj.shape), obj.attrs.get("dtype", obj.dtype),
                                          " frozen" if "frozen" in obj.attrs else ""))

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "core/qc.h"
 #include "dist/dist.h"
+#include "engine/modes.h"
 #include "engine/vjp.h"
 #include "io/plugin.h"
 #include "model/case.h"
@@ -48,12 +49,16 @@ static int dump_inputs(qc_run *run, const char *dump) {
 
 int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   qc_common_opts o = {.run = run};
-  const char *case_path = NULL;
+  const char *case_path = NULL, *eager = NULL;
   int allow_weak = 0;
   qc_opt opts[] = {
       QC_OPT_STRING("case", &case_path, "PATH",
                     "the case file (docs/interfaces.md section 3); its data.dump may be a\n"
                     "pattern of per-rank files of a sharded run (\"step.rank*.h5\")"),
+      QC_OPT_STRING("eager", &eager, "DUMP",
+                    "the eager dump of the same step: the case's dump, written in an\n"
+                    "execution mode (root attribute mode: recompute, cuda_graph,\n"
+                    "grad_accum, ...), is also judged against it (docs/audit.md)"),
       QC_OPT_BOOL("allow-weak-tolerances", &allow_weak,
                   "run a case whose bounds cannot see a scale error or a sign\n"
                   "flip, with a warning in every report (refused otherwise)"),
@@ -85,6 +90,12 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   if ((rc = qc_run_input(run, "case", case_path))) goto done;
   if (cs->data == QC_DATA_DUMP && (rc = dump_inputs(run, cs->dump))) goto done;
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_run_input(run, "plugin", cs->plugin))) goto done;
+  if (eager && (cs->data != QC_DATA_DUMP || qc_shard_pattern(cs->dump))) {
+    rc = qc_err("vjp: --eager '%s': case '%s' %s: --eager compares a dump written in an execution mode with the eager one",
+                eager, case_path, cs->data != QC_DATA_DUMP ? "generates its data" : "reads a sharded dump");
+    goto done;
+  }
+  if (eager && (rc = qc_run_input(run, "eager", eager))) goto done;
   if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
   if (cs->has_split && (rc = qc_dist_device_begin(be))) goto done; /* split modules reduce through NCCL on a device */
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
@@ -92,6 +103,10 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};
   rc = qc_vjp_case(&a, o.profile);
   if (rc || qc_dist_rank() != 0) goto done; /* rank 0 alone holds the merged results and reports them */
+  /* the dump's execution mode, from its evidence and against the eager step (an eager dump: nothing to judge) */
+  if (cs->data == QC_DATA_DUMP && !qc_shard_pattern(cs->dump) && (eager || (a.dump_mode[0] && strcmp(a.dump_mode, "eager") != 0)) &&
+      (rc = qc_modes_audit(cs->dump, cs->modules_re, eager, &res, &mods)))
+    goto done;
   if (res.n == 0) {
     rc = qc_err("case '%s': nothing was checked", case_path);
     goto done;

@@ -23,6 +23,8 @@ typedef struct qc_audit {
   qc_modinfos *info;          /* NULL, or where a case's run (vjp.c) describes each module */
   const char *split;          /* NULL, or split[u] = 1 for the units every rank runs together
                                  (engine/split.c), set by vjp.c for the merge */
+  char dump_mode[32];         /* the dump's root attribute `mode` as vjp.c read it ("": none;
+                                 "?": unreadable here, engine/modes.c says why) */
 } qc_audit;
 
 /* Audit module m (cls and contract set; grad_out holds the dYs; cand set

@@ -257,6 +257,10 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   }
   if (qc_shard_pattern(cs->dump)) return qc_vjp_sharded(a, cs, profile, at, nunits); /* one file per rank */
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
+  if (qc_dump_get_attr(d, "/", "mode", a->dump_mode, sizeof a->dump_mode) != QC_OK) { /* the execution mode: engine/modes.c */
+    snprintf(a->dump_mode, sizeof a->dump_mode, "%s", qc_err_msg()[0] ? "?" : "");
+    qc_err_clear();
+  }
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   if (n == 0) {
     rc = no_match(d, cs);

@@ -40,11 +40,13 @@ const qc_cov_item qc_coverage[QC_COV_COUNT] = {
     {"target", "the target dtype / layout (the trainer's own gradients)", NULL,
      "the candidate is the dump (gradients as the trainer produced them), not qatcheck's builtin VJP", 0},
     {"shared_params", "shared parameters: gradient accumulation across use sites", NULL,
-     "not observable in a one-module audit: check the integrated step", 1},
-    {"recompute", "recompute (activation checkpointing)", NULL, "not observable in a one-module audit", 1},
-    {"autocast", "autocast", NULL, "not observable in a one-module audit", 1},
-    {"cuda_graph", "CUDA Graph", NULL, "not observable in a one-module audit", 1},
-    {"grad_accumulation", "gradient accumulation", NULL, "not observable in a one-module audit (see qatcheck step)", 1},
+     "a dump in mode tied (scripts/qatdump.py) whose accumulated gradient equals the sum of its sites' shares", 0},
+    {"recompute", "recompute (activation checkpointing)", NULL,
+     "a dump in mode recompute whose recomputed forward equals its first, bit for bit (and the eager step's, with vjp --eager)", 0},
+    {"autocast", "autocast", NULL, "a dump in mode autocast whose gradients pass against their own reference", 0},
+    {"cuda_graph", "CUDA Graph", NULL, "a dump in mode cuda_graph that equals the eager step's (vjp --eager EAGER.h5)", 0},
+    {"grad_accumulation", "gradient accumulation", NULL,
+     "a dump in mode grad_accum whose accumulated gradient is the sum of its micro-batches' (and the whole batch's, with vjp --eager)", 0},
     {"parallel_reduction", "the actual parallel reduction", NULL, "not observable in a one-module audit of unsharded tensors", 1},
 };
 

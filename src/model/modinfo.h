@@ -7,10 +7,11 @@
  *
  * The coverage list (qc_coverage[]) follows the method's layer-1
  * "Coverage" step item by item; each item says which classes it applies to
- * and how an instance shows it. Items a module-level audit cannot observe
- * (recompute, autocast, CUDA Graph, gradient accumulation, the actual
- * parallel reduction, shared parameters) are in the list too, so a report
- * names them as missing instead of passing over them. */
+ * and how an instance shows it. The execution modes (recompute, autocast,
+ * CUDA Graph, gradient accumulation, shared parameters) are shown by a dump
+ * written in that mode whose mode checks passed (engine/modes.h); the
+ * parallel reduction by a sharded dump. Until then a report names them as
+ * missing instead of passing over them. */
 #ifndef QC_MODINFO_H
 #define QC_MODINFO_H
 

@@ -1,0 +1,584 @@
+/* modes.c: a dump's execution mode judged from its evidence and against
+ * the eager dump of the same step (modes.h). */
+#include "engine/modes.h"
+
+#include <cJSON.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/qc.h"
+#include "io/dump.h"
+#include "numerics/decode.h"
+
+#define MODE_GROUP "/qatcheck_mode"
+#define MAX_MARKS 4096
+
+static const char *const modes[] = {"eager", "recompute", "autocast", "cuda_graph", "grad_accum", "tied"};
+static const int mode_cov[] = {-1, QC_COV_RECOMPUTE, QC_COV_AUTOCAST, QC_COV_CUDA_GRAPH, QC_COV_GRAD_ACCUM,
+                               QC_COV_SHARED_PARAMS};
+
+typedef struct mark {
+  char base[QC_PATHLEN]; /* the module's path without a micro-batch prefix */
+  int bad;
+} mark;
+
+typedef struct mctx {
+  qc_dump *d, *e;        /* the mode's dump, the eager one (NULL) */
+  const char *mode;
+  qc_results *res;
+  mark *marks;
+  int nmarks;
+} mctx;
+
+/* The unit roundoff of a stored float type (0: not a float). */
+static double unit(qc_dtype dt) {
+  switch (dt) {
+    case QC_F64: return ldexp(1, -53);
+    case QC_F32: return ldexp(1, -24);
+    case QC_F16: return ldexp(1, -11);
+    case QC_BF16: return ldexp(1, -8);
+    default: return 0;
+  }
+}
+
+/* Module `base` passed (bad 0) or failed a check of the mode. */
+static int mark_module(mctx *c, const char *base, int bad) {
+  for (int i = 0; i < c->nmarks; i++)
+    if (strcmp(c->marks[i].base, base) == 0) {
+      c->marks[i].bad |= bad;
+      return QC_OK;
+    }
+  if (c->nmarks == MAX_MARKS) return QC_OK; /* coverage only: more modules change nothing it says */
+  snprintf(c->marks[c->nmarks].base, QC_PATHLEN, "%s", base);
+  c->marks[c->nmarks++].bad = bad;
+  return QC_OK;
+}
+
+/* "/microbatch3/fc1" -> "/fc1"; other paths as they are. */
+static const char *base_of(const char *path) {
+  const char *p = path;
+  if (strncmp(p, "/microbatch", 11) != 0) return path;
+  p += 11;
+  if (!isdigit((unsigned char)*p)) return path;
+  while (isdigit((unsigned char)*p)) p++;
+  return *p == '/' ? p : path;
+}
+
+/* One check into the results: g against r (n values), judged by t, or
+ * verdict/why given (why non-NULL: the verdict is the caller's). */
+static int add_check(mctx *c, const char *module, const char *cls, const char *against, const char *tensor,
+                     const qc_tensor *shape, qc_dtype cand, const double *g, const double *r, int64_t n, const qc_tol *t,
+                     int verdict, const char *why, const char *diag) {
+  qc_check k;
+  memset(&k, 0, sizeof k);
+  snprintf(k.module, sizeof k.module, "%s", module);
+  snprintf(k.cls, sizeof k.cls, "%s", cls);
+  snprintf(k.dy, sizeof k.dy, "%s:%s", c->mode, against);
+  snprintf(k.tensor, sizeof k.tensor, "%s", tensor);
+  if (shape) {
+    k.ndim = shape->ndim;
+    memcpy(k.shape, shape->shape, sizeof k.shape);
+  }
+  snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(cand));
+  if (g && r) {
+    qc_metrics_compute(g, r, n, &k.m);
+    k.has_metrics = 1;
+  }
+  k.tol = *t;
+  k.has_tol = 1;
+  if (why) {
+    k.verdict = verdict;
+    snprintf(k.why, sizeof k.why, "%s", why);
+  } else {
+    k.verdict = qc_judge(&k.m, t, k.why, sizeof k.why);
+  }
+  if (k.verdict != QC_V_PASS && diag) snprintf(k.diagnosis, sizeof k.diagnosis, "%s", diag);
+  mark_module(c, base_of(module), k.verdict != QC_V_PASS);
+  return qc_results_add(c->res, &k);
+}
+
+/* Dataset dset of d decoded into a malloc'd float64 array (*v), its
+ * tensor in *t (caller frees both). */
+static int read64(qc_dump *d, const char *dset, qc_tensor *t, double **v) {
+  int rc = qc_dump_read(d, dset, t);
+  if (rc) return rc;
+  int64_t n = qc_numel(t) * (t->dtype == QC_E2M1X2 ? 2 : 1);
+  *v = qc_malloc((size_t)(n > 0 ? n : 1) * sizeof **v, "mode comparison");
+  if (!*v) { qc_tensor_free(t); return QC_ESYS; }
+  if ((rc = qc_tensor_to_f64(t, *v))) { free(*v); *v = NULL; qc_tensor_free(t); }
+  return rc;
+}
+
+/* The tensor at path `cp` of dump cd against the one at `rp` of rd: bit
+ * for bit (exact), or within one unit roundoff of the reference's dtype. */
+static int compare(mctx *c, const char *module, const char *cls, const char *against, const char *tensor, qc_dump *cd,
+                   const char *cp, qc_dump *rd, const char *rp, int exact) {
+  qc_tensor ct = {0}, rt = {0};
+  double *g = NULL, *r = NULL;
+  qc_tol t;
+  memset(&t, 0, sizeof t);
+  int rc;
+  if (!qc_dump_exists(cd, cp)) {
+    qc_tensor sh;
+    if ((rc = qc_dump_info(rd, rp, &sh))) return rc;
+    t.has_max_abs = 1;
+    snprintf(t.reasoning, sizeof t.reasoning, "the %s dump must hold what '%s' holds", c->mode, qc_dump_path(rd));
+    char why[QC_PATHLEN + 64];
+    snprintf(why, sizeof why, "missing: %s has no '%s'", qc_dump_path(cd), cp);
+    return add_check(c, module, cls, against, tensor, &sh, sh.dtype, NULL, NULL, 0, &t, QC_V_FAIL, why, NULL);
+  }
+  if ((rc = read64(cd, cp, &ct, &g)) || (rc = read64(rd, rp, &rt, &r))) goto done;
+  char why[256] = "";
+  int verdict = QC_V_PASS;
+  int64_t n = qc_numel(&rt) * (rt.dtype == QC_E2M1X2 ? 2 : 1);
+  if (ct.dtype != rt.dtype || !qc_shape_eq(&ct, &rt)) {
+    char a[96], b[96];
+    snprintf(why, sizeof why, "%s %s here, %s %s in %s", qc_dtype_name(ct.dtype), qc_shape_str(ct.ndim, ct.shape, a, sizeof a),
+             qc_dtype_name(rt.dtype), qc_shape_str(rt.ndim, rt.shape, b, sizeof b), against);
+    verdict = QC_V_FAIL;
+    free(g);
+    g = NULL;
+  }
+  if (exact) {
+    t.has_max_abs = 1;
+    snprintf(t.reasoning, sizeof t.reasoning, "the same forward on the same data: bit for bit (%s)",
+             strcmp(against, "first_forward") == 0 ? "a recompute rebuilds the first forward's scales, routing and draws"
+                                                   : "the eager step's forward state");
+    if (verdict == QC_V_PASS && memcmp(ct.data, rt.data, rt.nbytes) != 0) {
+      size_t es = qc_dtype_size(rt.dtype);
+      int64_t diff = 0;
+      for (int64_t i = 0; es && i < qc_numel(&rt); i++)
+        diff += memcmp((const char *)ct.data + i * (int64_t)es, (const char *)rt.data + i * (int64_t)es, es) != 0;
+      qc_metrics m;
+      qc_metrics_compute(g, r, n, &m);
+      snprintf(why, sizeof why, "not bit for bit: %lld of %lld elements differ (max_abs %.3g, rel_l2 %.3g)", (long long)diff,
+               (long long)qc_numel(&rt), m.max_abs, m.rel_l2);
+      verdict = QC_V_FAIL;
+    }
+    rc = add_check(c, module, cls, against, tensor, &rt, ct.dtype, g, r, n, &t, verdict, why, NULL);
+  } else {
+    double u = unit(rt.dtype);
+    t.has_rel_l2 = 1;
+    t.rel_l2 = u;
+    snprintf(t.reasoning, sizeof t.reasoning,
+             "the same kernels on the same data: bit for bit, or within one unit roundoff of %s (%.3g: a "
+             "non-deterministic reduction order)", qc_dtype_name(rt.dtype), u);
+    rc = add_check(c, module, cls, against, tensor, &rt, ct.dtype, g, r, n, &t, verdict, verdict ? why : NULL, NULL);
+  }
+done:
+  free(g);
+  free(r);
+  qc_tensor_free(&ct);
+  qc_tensor_free(&rt);
+  return rc;
+}
+
+/* Every dataset of role group `role` of module cpath (in cd) against the
+ * one of the same name under rpath (in rd). */
+static int compare_role(mctx *c, const char *module, const char *cls, const char *against, qc_dump *cd, const char *cpath,
+                        qc_dump *rd, const char *rpath, const char *role, int exact) {
+  char g[QC_PATHLEN + 32];
+  char(*names)[QC_NAMELEN] = NULL;
+  int n = 0, rc;
+  snprintf(g, sizeof g, "%s/%s", rpath, role);
+  if ((rc = qc_dump_list(rd, g, &names, &n))) return rc;
+  for (int i = 0; i < n && !rc; i++) {
+    char cp[QC_PATHLEN * 2], rp[QC_PATHLEN * 2], tn[QC_NAMELEN + 16];
+    snprintf(cp, sizeof cp, "%s/%s/%s", cpath, role, names[i]);
+    snprintf(rp, sizeof rp, "%s/%s/%s", rpath, role, names[i]);
+    /* gradients by their own name (d_x); forward state by role/name */
+    if (strncmp(role, "grads/", 6) == 0) snprintf(tn, sizeof tn, "%s", names[i]);
+    else snprintf(tn, sizeof tn, "%s/%s", role, names[i]);
+    rc = compare(c, module, cls, against, tn, cd, cp, rd, rp, exact);
+  }
+  free(names);
+  return rc;
+}
+
+/* Module path of the mode's dump against the same path of the eager dump:
+ * forward state bit for bit, dY and gradients within noise. */
+static int against_eager(mctx *c, const qc_dump_entry *e) {
+  static const char *fwd[] = {"inputs", "params", "saved", "outputs"};
+  if (!qc_dump_exists(c->e, e->path))
+    return qc_err("eager dump '%s': no module group '%s': the eager dump must be the same step of the same model "
+                  "(%s holds it)", qc_dump_path(c->e), e->path, qc_dump_path(c->d));
+  int rc = QC_OK;
+  for (int i = 0; i < 4 && !rc; i++) rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, fwd[i], 1);
+  char gp[QC_PATHLEN + 16];
+  char(*dys)[QC_NAMELEN] = NULL;
+  int ndy = 0;
+  snprintf(gp, sizeof gp, "%s/grad_out", e->path);
+  if (!rc) rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, "grad_out", 0);
+  if (!rc) rc = qc_dump_list(c->e, gp, &dys, &ndy);
+  for (int i = 0; i < ndy && !rc; i++) {
+    char role[QC_NAMELEN + 8];
+    snprintf(role, sizeof role, "grads/%s", dys[i]);
+    rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, role, 0);
+  }
+  free(dys);
+  return rc;
+}
+
+/* recompute: the recomputed forward (the module group) against the first
+ * (/qatcheck_mode/first_forward<path>), bit for bit. */
+static int recompute(mctx *c, const qc_dump_entry *e) {
+  static const char *roles[] = {"inputs", "outputs", "saved"};
+  char ff[QC_PATHLEN + 32];
+  snprintf(ff, sizeof ff, MODE_GROUP "/first_forward%s", e->path);
+  if (!qc_dump_exists(c->d, ff)) return QC_OK; /* ran once: not under a checkpoint */
+  int rc = QC_OK;
+  for (int i = 0; i < 3 && !rc; i++) rc = compare_role(c, e->path, e->cls, "first_forward", c->d, e->path, c->d, ff, roles[i], 1);
+  return rc;
+}
+
+/* sum += dataset dset of d (n values, same shape as `like`); QC_EINPUT naming it otherwise. */
+static int add_into(qc_dump *d, const char *dset, const qc_tensor *like, double *sum, int64_t n) {
+  qc_tensor t;
+  double *v = NULL;
+  int rc = read64(d, dset, &t, &v);
+  if (rc) return rc;
+  if (!qc_shape_eq(&t, like) || qc_numel(&t) * (t.dtype == QC_E2M1X2 ? 2 : 1) != n) {
+    char a[96], b[96];
+    rc = qc_err("dump '%s': '%s' is %s: the accumulated gradient it adds to is %s", qc_dump_path(d), dset,
+                qc_shape_str(t.ndim, t.shape, a, sizeof a), qc_shape_str(like->ndim, like->shape, b, sizeof b));
+  }
+  for (int64_t i = 0; !rc && i < n; i++) sum[i] += v[i];
+  free(v);
+  qc_tensor_free(&t);
+  return rc;
+}
+
+/* rel_l2 of g against r (n values). */
+static double rel(const double *g, const double *r, int64_t n) {
+  double d = 0, s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    d += (g[i] - r[i]) * (g[i] - r[i]);
+    s += r[i] * r[i];
+  }
+  return sqrt(d) / fmax(sqrt(s), QC_EPS_NORM);
+}
+
+/* A failed sum's likely cause: g a constant factor of r. */
+static void factor_diag(const double *g, const double *r, int64_t n, double bound, char *out, size_t len) {
+  double gr = 0, rr = 0;
+  for (int64_t i = 0; i < n; i++) {
+    gr += g[i] * r[i];
+    rr += r[i] * r[i];
+  }
+  if (rr <= 0) return;
+  double k = gr / rr, d = 0;
+  for (int64_t i = 0; i < n; i++) d += (g[i] - k * r[i]) * (g[i] - k * r[i]);
+  if (sqrt(d) / sqrt(rr) <= 4 * bound + 1e-6 && fabs(k - 1) > 4 * bound)
+    snprintf(out, len, "consistent with: a constant factor k = %.4g (a loss scaled %s)", k,
+             k < 1 ? "down twice, or divided by the micro-batch count where it was already a mean" : "up twice");
+}
+
+/* The gradient tensors d_<p> of module `path` for every dY it holds, summed into sum. */
+static int module_grad(qc_dump *d, const char *path, const char *dname, const qc_tensor *like, double *sum, int64_t n, int *found) {
+  char gp[QC_PATHLEN + 16];
+  char(*dys)[QC_NAMELEN] = NULL;
+  int ndy = 0, rc;
+  snprintf(gp, sizeof gp, "%s/grad_out", path);
+  if ((rc = qc_dump_list(d, gp, &dys, &ndy))) return rc;
+  for (int i = 0; i < ndy && !rc; i++) {
+    char ds[QC_PATHLEN * 2];
+    snprintf(ds, sizeof ds, "%s/grads/%s/%s", path, dys[i], dname);
+    if (!qc_dump_exists(d, ds)) continue;
+    rc = add_into(d, ds, like, sum, n);
+    (*found)++;
+  }
+  free(dys);
+  return rc;
+}
+
+/* grad_accum, module `base` (first micro-batch entry e): each parameter's
+ * accumulated gradient against the sum of the micro-batches' gradients,
+ * and that sum against the eager whole batch's. */
+static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb) {
+  char ag[QC_PATHLEN + 32];
+  char(*names)[QC_NAMELEN] = NULL;
+  int n = 0, rc;
+  snprintf(ag, sizeof ag, MODE_GROUP "/accumulated%s", base);
+  if (!qc_dump_exists(c->d, ag))
+    return qc_err("dump '%s': mode grad_accum but no '%s': the accumulated gradients of module '%s' are missing "
+                  "(scripts/qatdump.py writes them)", qc_dump_path(c->d), ag, base);
+  if ((rc = qc_dump_list(c->d, ag, &names, &n))) return rc;
+  for (int i = 0; i < n && !rc; i++) {
+    char ap[QC_PATHLEN * 2];
+    qc_tensor at;
+    double *acc = NULL, *sum = NULL;
+    snprintf(ap, sizeof ap, "%s/%s", ag, names[i]);
+    if ((rc = read64(c->d, ap, &at, &acc))) break;
+    int64_t nv = qc_numel(&at);
+    double **parts = qc_calloc((size_t)nmb, sizeof *parts, "micro-batch gradients");
+    sum = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof *sum, "micro-batch sum");
+    if (!parts || !sum) rc = QC_ESYS;
+    int found = 0;
+    for (int k = 0; k < nmb && !rc; k++) {
+      char mp[QC_PATHLEN + 32];
+      snprintf(mp, sizeof mp, "/microbatch%d%s", k, base);
+      if (!(parts[k] = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof **parts, "micro-batch gradient"))) { rc = QC_ESYS; break; }
+      int f = 0;
+      if ((rc = module_grad(c->d, mp, names[i], &at, parts[k], nv, &f))) break;
+      found += f;
+      for (int64_t j = 0; j < nv; j++) sum[j] += parts[k][j];
+    }
+    if (!rc && !found) rc = qc_err("dump '%s': '%s' has no micro-batch gradient %s to sum", qc_dump_path(c->d), ap, names[i]);
+    if (!rc) {
+      double u = unit(at.dtype), bound = 2.0 * (nmb + 1) * u;
+      qc_tol t;
+      memset(&t, 0, sizeof t);
+      t.has_rel_l2 = 1;
+      t.rel_l2 = bound;
+      snprintf(t.reasoning, sizeof t.reasoning,
+               "the accumulated .grad is the sum of the %d micro-batches' gradients: %d additions rounded to %s, "
+               "2 (N + 1) u = %.3g", nmb, nmb, qc_dtype_name(at.dtype), bound);
+      char diag[256] = "";
+      for (int k = 0; k < nmb && !diag[0]; k++) { /* the sum without micro-batch k */
+        for (int64_t j = 0; j < nv; j++) sum[j] -= parts[k][j];
+        if (nmb > 1 && rel(acc, sum, nv) <= bound)
+          snprintf(diag, sizeof diag, "consistent with: micro-batch %d's gradient is not in the accumulated .grad "
+                   "(cleared by a zero_grad inside the loop, or dropped)", k);
+        for (int64_t j = 0; j < nv; j++) sum[j] += parts[k][j];
+      }
+      if (!diag[0]) factor_diag(acc, sum, nv, bound, diag, sizeof diag);
+      rc = add_check(c, base, e->cls, "accumulated", names[i], &at, at.dtype, acc, sum, nv, &t, 0, NULL, diag);
+    }
+    if (!rc && c->e) { /* the sum against the whole batch's gradient */
+      qc_tensor wt = {0};
+      double *w = NULL, *wsum = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof *wsum, "whole-batch gradient");
+      int f = 0;
+      if (!wsum) rc = QC_ESYS;
+      if (!rc && !qc_dump_exists(c->e, base))
+        rc = qc_err("eager dump '%s': no module group '%s': the eager dump must be the same step of the same model, "
+                    "the whole batch in one backward", qc_dump_path(c->e), base);
+      if (!rc) rc = module_grad(c->e, base, names[i], &at, wsum, nv, &f);
+      if (!rc && !f) rc = qc_err("eager dump '%s': module '%s' has no gradient %s", qc_dump_path(c->e), base, names[i]);
+      char gp[QC_PATHLEN + 32];
+      char(*dys)[QC_NAMELEN] = NULL;
+      int ndy = 0;
+      snprintf(gp, sizeof gp, "%s/grad_out", base);
+      if (!rc) rc = qc_dump_list(c->e, gp, &dys, &ndy);
+      int64_t tokens = 1;
+      if (!rc && ndy) {
+        char dp[QC_PATHLEN * 2];
+        snprintf(dp, sizeof dp, "%s/%s", gp, dys[0]);
+        if (!(rc = qc_dump_info(c->e, dp, &wt)) && wt.ndim >= 1) tokens = qc_numel(&wt) / (wt.shape[wt.ndim - 1] ? wt.shape[wt.ndim - 1] : 1);
+      }
+      free(dys);
+      if (!rc) {
+        double u = unit(at.dtype), bound = (nmb + 1) * u + 8 * ldexp(1, -24) * sqrt((double)tokens);
+        qc_tol t;
+        memset(&t, 0, sizeof t);
+        t.has_rel_l2 = 1;
+        t.rel_l2 = bound;
+        snprintf(t.reasoning, sizeof t.reasoning,
+                 "the micro-batches' gradients sum to the whole batch's: each rounded to %s and the sum, (N + 1) u, "
+                 "plus a float32 accumulator over the %lld tokens in another order, 8 u32 sqrt(tokens): %.3g",
+                 qc_dtype_name(at.dtype), (long long)tokens, bound);
+        char diag[256] = "";
+        factor_diag(sum, wsum, nv, bound, diag, sizeof diag);
+        rc = add_check(c, base, e->cls, "eager", names[i], &at, at.dtype, sum, wsum, nv, &t, 0, NULL, diag);
+      }
+      free(w);
+      free(wsum);
+    }
+    for (int k = 0; parts && k < nmb; k++) free(parts[k]);
+    free(parts);
+    free(sum);
+    free(acc);
+    qc_tensor_free(&at);
+  }
+  free(names);
+  return rc;
+}
+
+/* tied: the tie group `tg` (attributes sites, parameters; dataset
+ * accumulated) against the sum of its sites' shares. */
+static int tied(mctx *c, const char *tg, const char *cls) {
+  char buf[4096], pbuf[1024] = "";
+  int rc = qc_dump_get_attr(c->d, tg, "sites", buf, sizeof buf);
+  if (rc) return qc_err("dump '%s': tie '%s' has no string attribute 'sites' (a JSON list of \"/module/param\")",
+                        qc_dump_path(c->d), tg);
+  qc_dump_get_attr(c->d, tg, "parameters", pbuf, sizeof pbuf);
+  qc_err_clear();
+  cJSON *s = cJSON_Parse(buf);
+  int ns = cJSON_IsArray(s) ? cJSON_GetArraySize(s) : 0;
+  if (ns < 2) {
+    cJSON_Delete(s);
+    return qc_err("dump '%s': tie '%s': attribute 'sites' is %.80s: expected a JSON list of two or more \"/module/param\"",
+                  qc_dump_path(c->d), tg, buf);
+  }
+  char ap[QC_PATHLEN + 32], first[QC_PATHLEN] = "", pname[QC_NAMELEN] = "";
+  snprintf(ap, sizeof ap, "%s/accumulated", tg);
+  qc_tensor at = {0};
+  double *acc = NULL, *sum = NULL, **parts = NULL;
+  if ((rc = read64(c->d, ap, &at, &acc))) goto done;
+  int64_t nv = qc_numel(&at);
+  sum = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof *sum, "tied sum");
+  parts = qc_calloc((size_t)ns, sizeof *parts, "tied sites");
+  if (!sum || !parts) { rc = QC_ESYS; goto done; }
+  for (int i = 0; i < ns && !rc; i++) {
+    const cJSON *it = cJSON_GetArrayItem(s, i);
+    const char *site = cJSON_GetStringValue(it), *sl = site ? strrchr(site, '/') : NULL;
+    if (!sl || sl == site || strlen(sl + 1) + 2 >= QC_NAMELEN || (size_t)(sl - site) >= QC_PATHLEN) {
+      rc = qc_err("dump '%s': tie '%s': site %d is not \"/module/param\"", qc_dump_path(c->d), tg, i);
+      break;
+    }
+    char mod[QC_PATHLEN], dn[QC_NAMELEN];
+    snprintf(mod, sizeof mod, "%.*s", (int)(sl - site), site);
+    snprintf(dn, sizeof dn, "d_%s", sl + 1);
+    if (!i) {
+      snprintf(first, sizeof first, "%s", mod);
+      snprintf(pname, sizeof pname, "%s", dn);
+    }
+    if (!qc_dump_exists(c->d, mod)) {
+      rc = qc_err("dump '%s': tie '%s': site module '%s' is not in the dump", qc_dump_path(c->d), tg, mod);
+      break;
+    }
+    if (!(parts[i] = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof **parts, "tied site"))) { rc = QC_ESYS; break; }
+    int f = 0;
+    rc = module_grad(c->d, mod, dn, &at, parts[i], nv, &f);
+    for (int64_t j = 0; !rc && j < nv; j++) sum[j] += parts[i][j];
+    mark_module(c, mod, 0);
+  }
+  if (rc) goto done;
+  double bound = 2.0 * (ns + 1) * unit(at.dtype);
+  qc_tol t;
+  memset(&t, 0, sizeof t);
+  t.has_rel_l2 = 1;
+  t.rel_l2 = bound;
+  snprintf(t.reasoning, sizeof t.reasoning,
+           "a parameter used at %d sites accumulates their shares: %d additions rounded to %s, 2 (N + 1) u = %.3g", ns, ns,
+           qc_dtype_name(at.dtype), bound);
+  char diag[512] = "";
+  for (int k = 0; k < ns && !diag[0]; k++) {
+    for (int64_t j = 0; j < nv; j++) sum[j] -= parts[k][j];
+    if (rel(acc, sum, nv) <= bound)
+      snprintf(diag, sizeof diag, "consistent with: site %d's share (%s) is lost from the accumulated gradient%s%s", k,
+               cJSON_GetStringValue(cJSON_GetArrayItem(s, k)), strchr(pbuf, ',') ? "; the sites hold distinct Parameters "
+               "over one storage: " : "", strchr(pbuf, ',') ? pbuf : "");
+    for (int64_t j = 0; j < nv; j++) sum[j] += parts[k][j];
+  }
+  rc = add_check(c, first, cls, "accumulated", pname, &at, at.dtype, acc, sum, nv, &t, 0, NULL, diag);
+  /* every site shares the tie's verdict */
+  for (int i = 0; i < ns; i++) {
+    const char *site = cJSON_GetStringValue(cJSON_GetArrayItem(s, i)), *sl = strrchr(site, '/');
+    char mod[QC_PATHLEN];
+    snprintf(mod, sizeof mod, "%.*s", (int)(sl - site), site);
+    mark_module(c, mod, c->res->v[c->res->n - 1].verdict != QC_V_PASS);
+  }
+done:
+  for (int i = 0; parts && i < ns; i++) free(parts[i]);
+  free(parts);
+  free(sum);
+  free(acc);
+  qc_tensor_free(&at);
+  cJSON_Delete(s);
+  return rc;
+}
+
+/* The coverage item of the mode, in the facts of every module whose mode
+ * checks all passed (autocast: whose vjp checks all passed). */
+static void cover(mctx *c, int m, qc_modinfos *mods) {
+  for (int i = 0; i < mods->n; i++) {
+    qc_modinfo *mi = &mods->v[i];
+    int ok = 0;
+    if (m == 2) { /* autocast: its own reference only */
+      ok = mi->nchecks > 0;
+      for (int k = mi->first; k < mi->first + mi->nchecks && k < c->res->n; k++) ok &= c->res->v[k].verdict == QC_V_PASS;
+    } else {
+      for (int k = 0; k < c->nmarks; k++)
+        if (strcmp(c->marks[k].base, base_of(mi->module)) == 0) ok = !c->marks[k].bad;
+    }
+    if (ok) mi->cover |= 1u << mode_cov[m];
+  }
+}
+
+int qc_modes_audit(const char *path, const char *re, const char *eager, qc_results *res, qc_modinfos *mods) {
+  qc_dump *d = NULL, *e = NULL;
+  qc_dump_entry *ents = NULL;
+  int n = 0, m = 0, rc;
+  char mode[64] = "eager", emode[64] = "eager";
+  mctx c = {.res = res};
+  if ((rc = qc_dump_open(path, &d))) return rc;
+  if (qc_dump_get_attr(d, "/", "mode", mode, sizeof mode) != QC_OK) {
+    if (qc_err_msg()[0]) { rc = QC_EINPUT; goto done; }
+    snprintf(mode, sizeof mode, "eager");
+  }
+  for (m = 0; m < 6 && strcmp(mode, modes[m]) != 0; m++) {}
+  if (m == 6) {
+    rc = qc_err("dump '%s': root attribute 'mode' is '%.40s': expected eager, recompute, autocast, cuda_graph, grad_accum "
+                "or tied", path, mode);
+    goto done;
+  }
+  if (m == 0) {
+    if (eager) {
+      rc = qc_err("--eager '%s': dump '%s' is itself an eager step (no root attribute 'mode', or 'eager'): --eager judges "
+                  "a dump written in an execution mode", eager, path);
+      qc_hint("scripts/qatdump.py attach(..., mode='recompute') (docs/qatdump.md, \"Execution modes\")");
+    }
+    goto done;
+  }
+  if (eager) {
+    if ((rc = qc_dump_open(eager, &e))) goto done;
+    if (qc_dump_get_attr(e, "/", "mode", emode, sizeof emode) != QC_OK && qc_err_msg()[0]) { rc = QC_EINPUT; goto done; }
+    qc_err_clear();
+    if (strcmp(emode, "eager") != 0) {
+      rc = qc_err("--eager '%s': root attribute 'mode' is '%.40s': expected the eager dump of the same step", eager, emode);
+      goto done;
+    }
+  }
+  c.d = d;
+  c.e = e;
+  c.mode = modes[m];
+  if (!(c.marks = qc_calloc(MAX_MARKS, sizeof *c.marks, "mode coverage"))) { rc = QC_ESYS; goto done; }
+  if ((rc = qc_dump_modules(d, re, &ents, &n))) goto done;
+  if (m == 4) { /* grad_accum: one base module at a time, over its micro-batches */
+    for (int i = 0; i < n && !rc; i++) {
+      const char *b = base_of(ents[i].path);
+      if (b == ents[i].path) {
+        rc = qc_err("dump '%s': mode grad_accum but module '%s' is not under /microbatch<k>/", path, ents[i].path);
+        break;
+      }
+      int seen = 0, nmb = 0;
+      for (int j = 0; j < i && !seen; j++) seen = strcmp(base_of(ents[j].path), b) == 0;
+      if (seen) continue;
+      for (;; nmb++) {
+        char mp[QC_PATHLEN + 32];
+        snprintf(mp, sizeof mp, "/microbatch%d%s", nmb, b);
+        if (!qc_dump_exists(d, mp)) break;
+      }
+      rc = grad_accum(&c, &ents[i], b, nmb);
+    }
+  } else if (m == 5) { /* tied: every tie one of the selected modules holds */
+    for (int i = 0; i < n && !rc; i++) {
+      char pg[QC_PATHLEN + 16];
+      char(*ps)[QC_NAMELEN] = NULL;
+      int np = 0;
+      snprintf(pg, sizeof pg, "%s/params", ents[i].path);
+      if ((rc = qc_dump_list(d, pg, &ps, &np))) break;
+      for (int k = 0; k < np && !rc; k++) {
+        char tg[QC_PATHLEN * 2];
+        snprintf(tg, sizeof tg, MODE_GROUP "/tied/%s.%s", ents[i].path + 1, ps[k]);
+        if (qc_dump_exists(d, tg)) rc = tied(&c, tg, ents[i].cls);
+      }
+      free(ps);
+    }
+  } else {
+    for (int i = 0; i < n && !rc; i++) {
+      if (m == 1) rc = recompute(&c, &ents[i]);
+      if (!rc && e && (m == 1 || m == 3)) rc = against_eager(&c, &ents[i]);
+    }
+  }
+  if (!rc) cover(&c, m, mods);
+done:
+  free(ents);
+  free(c.marks);
+  if (e) qc_dump_close(e);
+  qc_dump_close(d);
+  return rc;
+}
