@@ -516,12 +516,15 @@ def config_for(arch, size="tiny"):
                              num_attention_heads=4 if tiny else 16, num_key_value_heads=2 if tiny else 4,
                              rope_theta=10000.0 if tiny else 500000.0, tie_word_embeddings=False)
     if arch == "gemma2":
-        return T.Gemma2Config(vocab_size=96 if tiny else 32000, hidden_size=64 if tiny else 2048,
+        cfg = T.Gemma2Config(vocab_size=96 if tiny else 32000, hidden_size=64 if tiny else 2048,
                               intermediate_size=96 if tiny else 8192, num_hidden_layers=2 if tiny else 4,
                               num_attention_heads=4 if tiny else 8, num_key_value_heads=2 if tiny else 4,
                               head_dim=16 if tiny else 256, sliding_window=5 if tiny else 512,
                               query_pre_attn_scalar=16 if tiny else 256, attn_logit_softcapping=50.0,
                               final_logit_softcapping=30.0, tie_word_embeddings=True)
+        if tiny:  # logits of a tiny random model are O(1): a cap of 5 bends them (50 would not)
+            cfg.attn_logit_softcapping = 5.0
+        return cfg
     if arch == "qwen2_moe":
         return T.Qwen2MoeConfig(vocab_size=96 if tiny else 32000, hidden_size=64 if tiny else 2048,
                                 intermediate_size=96 if tiny else 5632, moe_intermediate_size=32 if tiny else 1408,
@@ -742,9 +745,34 @@ def write_case(plan, dump, path, name=None):
         json.dump(case, f, indent=1)
 
 
+def run_one(arch, plant, out, a):
+    """Build, instrument, step, dump, write the case; print the summary."""
+    os.makedirs(out, exist_ok=True)
+    model = build(arch, a.size, a.seed).to(a.device)
+    plan = instrument(model, a.format, plant, a.plant_layer)
+    seq = a.seq or (12 if a.size == "tiny" else 1024)
+    ids, mask = batch(model, a.batch, seq, a.seed + 1, a.device)
+    dump = os.path.join(out, "step.h5")
+    t_step, loss = dump_step(model, plan, ids, mask, dump)
+    write_case(plan, dump, os.path.join(out, "case.json"))
+    with open(os.path.join(out, "plan.json"), "w") as f:
+        json.dump({"modules": plan["modules"], "not_mapped": plan["not_mapped"], "planted": plan["planted"],
+                   "step_seconds": t_step, "loss": loss, "transformers": transformers.__version__}, f, indent=1)
+    counts = {}
+    for c in plan["modules"].values():
+        counts[c] = counts.get(c, 0) + 1
+    print("qatdump_hf: %s: %d modules dumped (%s), step %.3f s, loss %.4f%s" % (
+        arch, len(plan["modules"]), ", ".join("%s %d" % kv for kv in sorted(counts.items())), t_step, loss,
+        ", planted %s in %s" % (plant, plan["planted"]) if plan["planted"] else ""))
+    for n, why in plan["not_mapped"]:
+        print("  not mapped: %s: %s" % (n, why))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", required=True, choices=["llama", "gemma2", "qwen2_moe", "mamba2"])
+    ap.add_argument("--arch", required=True, nargs="+",
+                    help="llama, gemma2, qwen2_moe, mamba2, each optionally ARCH:PLANT (%s); with more than one, "
+                         "each goes to OUT/ARCH or OUT/ARCH_PLANT" % ", ".join(PLANTS[1:]))
     ap.add_argument("--out", required=True, help="folder: step.h5, case.json, plan.json")
     ap.add_argument("--format", default="fp8_block128", choices=["fp8_block128", "nvfp4", "none"])
     ap.add_argument("--size", default="tiny", choices=["tiny", "gpu"])
@@ -759,25 +787,17 @@ def main(argv=None):
         print("qatdump_hf: transformers is not installed for %s (scripts/install-deps.sh installs 4.49.0)"
               % sys.executable)
         return 77
-    os.makedirs(a.out, exist_ok=True)
-    model = build(a.arch, a.size, a.seed).to(a.device)
-    plan = instrument(model, a.format, a.plant, a.plant_layer)
-    seq = a.seq or (12 if a.size == "tiny" else 1024)
-    ids, mask = batch(model, a.batch, seq, a.seed + 1, a.device)
-    dump = os.path.join(a.out, "step.h5")
-    t_step, loss = dump_step(model, plan, ids, mask, dump)
-    write_case(plan, dump, os.path.join(a.out, "case.json"))
-    with open(os.path.join(a.out, "plan.json"), "w") as f:
-        json.dump({"modules": plan["modules"], "not_mapped": plan["not_mapped"], "planted": plan["planted"],
-                   "step_seconds": t_step, "loss": loss, "transformers": transformers.__version__}, f, indent=1)
-    counts = {}
-    for c in plan["modules"].values():
-        counts[c] = counts.get(c, 0) + 1
-    print("qatdump_hf: %s: %d modules dumped (%s), step %.2f s, loss %.4f%s" % (
-        a.arch, len(plan["modules"]), ", ".join("%s %d" % kv for kv in sorted(counts.items())), t_step, loss,
-        ", planted in %s" % plan["planted"] if plan["planted"] else ""))
-    for n, why in plan["not_mapped"]:
-        print("  not mapped: %s: %s" % (n, why))
+    runs = []
+    for item in a.arch:
+        arch, _, plant = item.partition(":")
+        plant = plant or a.plant
+        if arch not in ("llama", "gemma2", "qwen2_moe", "mamba2") or plant not in PLANTS:
+            ap.error("--arch %r: expected ARCH[:PLANT], ARCH one of llama, gemma2, qwen2_moe, mamba2, PLANT one "
+                     "of %s" % (item, ", ".join(PLANTS)))
+        out = a.out if len(a.arch) == 1 else os.path.join(a.out, arch if plant == "none" else arch + "_" + plant)
+        runs.append((arch, plant, out))
+    for arch, plant, out in runs:
+        run_one(arch, plant, out, a)
     return 0
 
 
