@@ -404,13 +404,19 @@ class QcSSD(torch.nn.Module):
         self.chunk_size, self.num_heads, self.n_groups = mixer.chunk_size, mixer.num_heads, mixer.n_groups
         self.qatcheck_contract = {"chunk_size": int(mixer.chunk_size), "d_skip": True}
         self.qc_plant = "none"
+        # "tile": transformers 4.49's torch path, B.repeat(1, 1, H/G, 1): head h reads group h mod G;
+        # "interleave": mamba_ssm's (and qatcheck's) convention, head h reads group h / (H/G)
+        self.group_map = "tile"
 
     def forward(self, x, dt, A, Bm, Cm, D):
         from transformers.models.mamba2.modeling_mamba2 import pad_tensor_by_size, reshape_into_chunks, segment_sum
         batch_size, seq_len = x.shape[:2]
         hidden_states = x.float()
-        B = Bm.float().repeat(1, 1, self.num_heads // self.n_groups, 1)
-        C = Cm.float().repeat(1, 1, self.num_heads // self.n_groups, 1)
+        r = self.num_heads // self.n_groups
+        if self.group_map == "tile":
+            B, C = Bm.float().repeat(1, 1, r, 1), Cm.float().repeat(1, 1, r, 1)
+        else:
+            B, C = Bm.float().repeat_interleave(r, dim=2), Cm.float().repeat_interleave(r, dim=2)
         pad_size = (self.chunk_size - seq_len % self.chunk_size) % self.chunk_size
         xs = hidden_states.detach() if self.qc_plant == "dskip_grad" else hidden_states  # planted: D x's d_x lost
         D_residual = D[..., None] * pad_tensor_by_size(xs, pad_size)
@@ -541,10 +547,12 @@ def config_for(arch, size="tiny"):
     raise ValueError("unknown architecture %r: one of llama, gemma2, qwen2_moe, mamba2" % arch)
 
 
-def build(arch, size="tiny", seed=0):
+def build(arch, size="tiny", seed=0, ngroups=None):
     need_transformers()
     torch.manual_seed(seed)
     cfg = config_for(arch, size)
+    if ngroups and arch == "mamba2":
+        cfg.n_groups = ngroups
     cls = {"llama": transformers.LlamaForCausalLM, "gemma2": transformers.Gemma2ForCausalLM,
            "qwen2_moe": transformers.Qwen2MoeForCausalLM, "mamba2": transformers.Mamba2ForCausalLM}[arch]
     model = cls(cfg).float()
@@ -559,7 +567,8 @@ def _is_norm(m):
     return n.endswith("RMSNorm") and n != "MambaRMSNormGated"
 
 
-def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_linear=("lm_head", r"\.gate$")):
+def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_linear=("lm_head", r"\.gate$"),
+               ssd_groups="tile"):
     """Map every module of `model` that qatcheck has a class for; return the
     plan: {"modules": {name: class}, "not_mapped": [(name, why)], ...}.
     Linears named by keep_linear (regexes) run unquantized (weight_format
@@ -632,6 +641,7 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
             m.qc_conv = QcConv1d(m.conv1d)
             del m.conv1d
             m.qc_ssd = QcSSD(m)
+            m.qc_ssd.group_map = ssd_groups
             m.norm = QcGatedNorm(m.norm)
             m.torch_forward = _mamba2_forward.__get__(m)
             m.forward = (lambda mm: lambda hidden_states, cache_params=None, cache_position=None, attention_mask=None:
@@ -748,8 +758,8 @@ def write_case(plan, dump, path, name=None):
 def run_one(arch, plant, out, a):
     """Build, instrument, step, dump, write the case; print the summary."""
     os.makedirs(out, exist_ok=True)
-    model = build(arch, a.size, a.seed).to(a.device)
-    plan = instrument(model, a.format, plant, a.plant_layer)
+    model = build(arch, a.size, a.seed, a.ngroups).to(a.device)
+    plan = instrument(model, a.format, plant, a.plant_layer, ssd_groups=a.ssd_groups)
     seq = a.seq or (12 if a.size == "tiny" else 1024)
     ids, mask = batch(model, a.batch, seq, a.seed + 1, a.device)
     dump = os.path.join(out, "step.h5")
@@ -782,6 +792,10 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=0, help="sequence length (default 12 tiny, 1024 gpu)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ngroups", type=int, default=0, help="Mamba2's n_groups (default 1)")
+    ap.add_argument("--ssd-groups", default="tile", choices=["tile", "interleave"],
+                    help="how Mamba2's heads read the B, C groups: tile (transformers 4.49's torch path, the "
+                         "default) or interleave (mamba_ssm's kernels)")
     a = ap.parse_args(argv)
     if transformers is None:
         print("qatdump_hf: transformers is not installed for %s (scripts/install-deps.sh installs 4.49.0)"

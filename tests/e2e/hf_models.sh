@@ -8,7 +8,11 @@
 # module; the modules it cannot map are listed by name in the dump; a bug
 # planted in one module of a whole model (o_proj's d_x scaled by 1.001, a
 # Gemma 2 softcap derivative taken as 1, a Mamba2 D skip left out of d_x)
-# fails (exit 1) on that module only. Skips (77) without transformers.
+# fails (exit 1) on that module only. Mamba2 with n_groups = 2: transformers
+# 4.49's torch path tiles the B, C groups over the heads (head h reads group
+# h mod G, B.repeat) where mamba_ssm's kernels and the ssd class read group
+# h / (H/G): every ssd module fails, and passes with the groups
+# interleaved. Skips (77) without transformers.
 . "$(dirname "$0")/lib.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 "$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
@@ -19,7 +23,10 @@ clean="llama gemma2 qwen2_moe mamba2"
 planted="llama:o_proj_dx gemma2:softcap_grad mamba2:dskip_grad"
 # shellcheck disable=SC2086
 "$PY" "$ROOT/scripts/qatdump_hf.py" --arch $clean $planted --out "$T" >"$T/dump.log" 2>&1 &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama --format nvfp4 --out "$T/llama_nvfp4" >>"$T/dump.log" 2>&1 ||
+  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama mamba2 --format nvfp4 --ngroups 2 --out "$T/b" >>"$T/dump.log" 2>&1 &&
+  mv "$T/b/llama" "$T/llama_nvfp4" && mv "$T/b/mamba2" "$T/mamba2_g2_tile" &&
+  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch mamba2 --ngroups 2 --ssd-groups interleave \
+    --out "$T/mamba2_g2_interleave" >>"$T/dump.log" 2>&1 ||
   { bad "qatdump_hf.py"; tail -30 "$T/dump.log"; finish; }
 grep '^qatdump_hf' "$T/dump.log"
 
@@ -34,13 +41,17 @@ r = json.load(open(d + "/r.json"))
 mods = {"/" + m for m in plan["modules"]}
 checked = {c["module"] for c in r["checks"]}
 failed = {c["module"] for c in r["checks"] if c["verdict"] != "pass"}
-expect = {"/" + plan["planted"]} if want == "1" else set()
+expect = {"/" + plan["planted"]} if want == "1" and plan["planted"] else set()
+if d.endswith("_g2_tile"):  # the library's own grouping: every ssd module, nothing else
+    expect = {m for m in mods if m.endswith(".qc_ssd")}
 errs = []
 # the planted module fails on the gradients its bug reaches
 tens = sorted(c["tensor"] for c in r["checks"] if c["verdict"] != "pass")
 plant = d.rsplit("/", 1)[-1]
 want_t = {"llama_o_proj_dx": [["d_x"]], "gemma2_softcap_grad": [["d_k", "d_q"], ["d_q"]],
           "mamba2_dskip_grad": [["d_x"]]}.get(plant, [[]])
+if plant.endswith("_g2_tile"):
+    want_t = [sorted(["d_A", "d_Bm", "d_Cm", "d_dt", "d_x"] * 2)]
 if tens not in want_t:
     errs.append("failed tensors %s, expected one of %s" % (tens, want_t))
 if mods - checked:
@@ -53,9 +64,9 @@ sys.exit(1 if errs else 0)
 PYEOF
 }
 
-for d in $clean llama_nvfp4 llama_o_proj_dx gemma2_softcap_grad mamba2_dskip_grad; do
+for d in $clean llama_nvfp4 mamba2_g2_interleave llama_o_proj_dx gemma2_softcap_grad mamba2_dskip_grad mamba2_g2_tile; do
   want=0
-  case $d in *_o_proj_dx|*_softcap_grad|*_dskip_grad) want=1 ;; esac
+  case $d in *_o_proj_dx|*_softcap_grad|*_dskip_grad|*_g2_tile) want=1 ;; esac
   (cd "$T/$d" && "$QATCHECK" vjp --case case.json --json r.json >out.txt 2>&1)
   rc=$?
   if [ $rc -ne $want ]; then bad "$d: vjp exit $rc, expected $want"; tail -15 "$T/$d/out.txt"; continue; fi
