@@ -23,12 +23,18 @@
 #   fsdp_real      tests/e2e/fsdp_real.sh: the fsdp_flat layout against real
 #                  FSDP1 bytes (this machine's torch runs FSDP1 on the CPU;
 #                  Debian's does not, so CI skips it)
+#   hf_models      bench/hf_models.sh: whole transformers models (Llama,
+#                  Gemma 2, Qwen2-MoE, Mamba2) at hidden 2048, one training
+#                  step on the GPU, the whole-model audit on the GPU, audit
+#                  time against step time; transformers from .gpu/wheels
+#                  (scripts/gpu-pack.sh) when the machine lacks it; exit 77
+#                  (skipped) without transformers or a CUDA device for torch
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
 set -u
 OUT=$1; shift
-CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard dump_e2e st_bench proxy gpu_mpi fsdp_real}
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard dump_e2e st_bench proxy gpu_mpi fsdp_real hf_models}
 Q=/tmp/qc
 mkdir -p "$Q" "$OUT"
 [ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
@@ -67,6 +73,16 @@ st_bench() {
   echo "DGEMM at 512 x 4096 x 4096: $r GFLOP/s"
   FORMAT=safetensors DEVICE=cuda GEMM_GFLOPS=$r ST_READ=$Q/st_read BENCH_TMP=${BENCH_TMP:-/tmp/stbench} sh bench/contract.sh
 }
+hf_models() { # transformers from the bundle's wheels when this machine lacks it
+  if ! $PY -c "import transformers" 2>/dev/null && [ -d .gpu/wheels ]; then
+    for w in .gpu/wheels/*.whl; do # one by one: a wheel of another Python ABI is skipped, not fatal
+      $PY -m pip install -q --no-index --no-deps --target "$Q/py" "$w" >/dev/null 2>&1 ||
+        echo "hf_models: could not install $w"
+    done
+    export PYTHONPATH=$Q/py${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  PY=$PY sh bench/hf_models.sh --device cuda
+}
 for c in $CHECKS; do
   case $c in
     test_gpu) run test_gpu "$Q/test_gpu" --verbose ;;
@@ -84,6 +100,7 @@ for c in $CHECKS; do
         echo "bench_guard: the planted 10% slowdown gave exit $rc, expected 1"; exit 1' "$Q" ;;
     dump_e2e) run dump_e2e sh bench/gpu_dump_e2e.sh "$QATCHECK" ;;
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
+    hf_models) run hf_models hf_models ;;
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
   esac
 done

@@ -97,14 +97,20 @@ class _Saved(torch.autograd.Function):
 
 # ---- linear: the serving engine's quantized forward, the trainer's backward ----
 
+_QUANT_S = [0.0]   # seconds spent in the host-side fake quantization
+
+
 def dequant_weight(w, fmt):
     """dequant(quant(W)) under fmt (qatcheck's contract, profile vllm), as
     the bf16 operand the GEMMs read."""
     if fmt == "none":
         return w.detach().to(BF16)
     import quant_oracle  # the independent oracle of the formats (scripts/conformance/)
+    t0 = time.perf_counter()
     fq = quant_oracle.fake_quant(fmt, "vllm", w.detach().float().cpu().numpy())
-    return torch.from_numpy(np.ascontiguousarray(fq)).to(w.device).to(BF16)
+    r = torch.from_numpy(np.ascontiguousarray(fq)).to(w.device).to(BF16)
+    _QUANT_S[0] += time.perf_counter() - t0
+    return r
 
 
 class _QLinearFn(torch.autograd.Function):
@@ -542,8 +548,8 @@ def config_for(arch, size="tiny"):
     if arch == "mamba2":
         return T.Mamba2Config(vocab_size=96 if tiny else 32000, hidden_size=64 if tiny else 2048,
                               num_hidden_layers=2 if tiny else 4, num_heads=8 if tiny else 64,
-                              head_dim=16 if tiny else 64, state_size=16 if tiny else 128, n_groups=1,
-                              expand=2, chunk_size=4 if tiny else 256, conv_kernel=4, tie_word_embeddings=False)
+                              head_dim=16 if tiny else 64, state_size=16 if tiny else 64, n_groups=1,
+                              expand=2, chunk_size=4 if tiny else 128, conv_kernel=4, tie_word_embeddings=False)
     raise ValueError("unknown architecture %r: one of llama, gemma2, qwen2_moe, mamba2" % arch)
 
 
@@ -712,10 +718,18 @@ def batch(model, bsz=2, seq=12, seed=1, device="cpu"):
     return ids, mask
 
 
-def dump_step(model, plan, ids, mask, path, lr=1e-3):
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def dump_step(model, plan, ids, mask, path, lr=1e-3, warm=0):
     """One training step: forward, loss (the logprob module), backward,
-    dump, optimizer step. Returns the seconds the step took without the
-    dump's writing."""
+    dump, optimizer step. With warm > 0, that many undumped steps run
+    first and the last is timed (forward, backward, optimizer step).
+    Returns {"loss", "dumped_step_s" (forward and backward with the dump's
+    hooks), "write_s", and with warm: "step_s", "quant_s" (of step_s, the
+    host-side fake quantization by the conformance oracle)}."""
     names = sorted(plan["modules"])
     rx = "^(%s)$" % "|".join(re.escape(n) for n in names)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -726,22 +740,37 @@ def dump_step(model, plan, ids, mask, path, lr=1e-3):
             m.qc_positions = pos.reshape(-1).contiguous()
     lp = model.qc_logprob
     lp.ids, lp.mask = ids[:, 1:].contiguous(), mask
+    kw = {} if plan["arch"] == "mamba2" else {"position_ids": pos}
+    out = {}
+
+    def step():
+        logits = model(input_ids=ids, use_cache=False, **kw).logits
+        loss = -lp(logits[:, :-1]).sum()
+        loss.backward()
+        return loss
+    for _ in range(warm):
+        opt.zero_grad(set_to_none=True)
+        _QUANT_S[0] = 0.0
+        _sync(ids.device)
+        t0 = time.perf_counter()
+        step()
+        opt.step()
+        _sync(ids.device)
+        out["step_s"], out["quant_s"] = time.perf_counter() - t0, _QUANT_S[0]
+    opt.zero_grad(set_to_none=True)
     d = qatdump.attach(model, path, modules=rx)
     t0 = time.perf_counter()
-    kw = {} if plan["arch"] == "mamba2" else {"position_ids": pos}
-    logits = model(input_ids=ids, use_cache=False, **kw).logits
-    loss = -lp(logits[:, :-1]).sum()
-    loss.backward()
-    if ids.is_cuda:
-        torch.cuda.synchronize()
-    t_step = time.perf_counter() - t0
+    loss = step()
+    _sync(ids.device)
+    t1 = time.perf_counter()
     d.write()
     d.detach()
+    out["dumped_step_s"], out["write_s"], out["loss"] = t1 - t0, time.perf_counter() - t1, float(loss)
     opt.step()
     with h5py.File(path, "a") as f:
         f.attrs["not_mapped"] = json.dumps(["%s: %s" % nm for nm in plan["not_mapped"]])
         f.attrs["hf_model"] = "%s (transformers %s)" % (plan["arch"], transformers.__version__)
-    return t_step, float(loss)
+    return out
 
 
 def write_case(plan, dump, path, name=None):
@@ -763,11 +792,13 @@ def run_one(arch, plant, out, a):
     seq = a.seq or (12 if a.size == "tiny" else 1024)
     ids, mask = batch(model, a.batch, seq, a.seed + 1, a.device)
     dump = os.path.join(out, "step.h5")
-    t_step, loss = dump_step(model, plan, ids, mask, dump)
+    tm = dump_step(model, plan, ids, mask, dump, warm=a.warm if a.warm >= 0 else int(a.size == "gpu") * 2)
     write_case(plan, dump, os.path.join(out, "case.json"))
     with open(os.path.join(out, "plan.json"), "w") as f:
-        json.dump({"modules": plan["modules"], "not_mapped": plan["not_mapped"], "planted": plan["planted"],
-                   "step_seconds": t_step, "loss": loss, "transformers": transformers.__version__}, f, indent=1)
+        json.dump(dict({"modules": plan["modules"], "not_mapped": plan["not_mapped"], "planted": plan["planted"],
+                        "transformers": transformers.__version__, "tokens": ids.numel(),
+                        "device": str(ids.device)}, **tm), f, indent=1)
+    t_step, loss = tm.get("step_s", tm["dumped_step_s"]), tm["loss"]
     counts = {}
     for c in plan["modules"].values():
         counts[c] = counts.get(c, 0) + 1
@@ -793,6 +824,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ngroups", type=int, default=0, help="Mamba2's n_groups (default 1)")
+    ap.add_argument("--warm", type=int, default=-1, help="undumped steps before the dumped one, the last timed "
+                    "(default 2 at --size gpu, else 0)")
     ap.add_argument("--ssd-groups", default="tile", choices=["tile", "interleave"],
                     help="how Mamba2's heads read the B, C groups: tile (transformers 4.49's torch path, the "
                          "default) or interleave (mamba_ssm's kernels)")
