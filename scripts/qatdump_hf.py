@@ -28,7 +28,8 @@ The mapping (transformers 4.49; what each class's contract is set from):
                             (dX from the dequantized weight, dW straight through)
   *RMSNorm                  rmsnorm (eps; Gemma's (1 + w): zero_centered)
   attention interface       attention (causal, HF's own mask: window, softcap,
-                            scaling, GQA); Llama and Gemma 2 (ALL_ATTENTION_FUNCTIONS)
+                            scaling, GQA); Llama and Gemma 2 (ALL_ATTENTION_FUNCTIONS),
+                            Qwen2-MoE's inline eager lines
   apply_rotary_pos_emb      rope, one module for q and one for k (theta, half)
   MLP act(gate) * up        swiglu (silu); Gemma 2's act_fn alone: gelu (tanh)
   Qwen2MoeSparseMoeBlock    router (softmax, top-k, norm_topk_prob) and moe
@@ -246,6 +247,40 @@ def _qc_attention_interface(module, query, key, value, attention_mask, dropout=0
     core.call = (module, attention_mask, scaling if scaling is not None else module.head_dim ** -0.5, softcap)
     out = core(query, key, value)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _qwen2moe_eager(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kw):
+    """Qwen2MoeAttention.forward's inline eager attention (transformers 4.49),
+    its lines unchanged, from repeat_kv to the product with V."""
+    from transformers.models.qwen2_moe.modeling_qwen2_moe import repeat_kv
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) / math.sqrt(module.head_dim)
+    if attention_mask is not None:
+        causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
+        attn_weights = attn_weights + causal_mask
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = F.dropout(attn_weights, p=module.attention_dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous(), attn_weights
+
+
+def _qwen2moe_attn_forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_value=None,
+                           output_attentions=False, use_cache=False, cache_position=None, position_embeddings=None):
+    """Qwen2MoeAttention.forward (4.49) with the attention core as a module."""
+    from transformers.models.qwen2_moe import modeling_qwen2_moe as mq
+    if past_key_value is not None:
+        raise qatdump.QatDumpError("qatdump_hf: Qwen2-MoE attention is instrumented for training steps (no cache)")
+    bsz, q_len, _ = hidden_states.size()
+    query_states = self.q_proj(hidden_states).view(bsz, q_len, -1, self.head_dim).transpose(1, 2)
+    key_states = self.k_proj(hidden_states).view(bsz, q_len, -1, self.head_dim).transpose(1, 2)
+    value_states = self.v_proj(hidden_states).view(bsz, q_len, -1, self.head_dim).transpose(1, 2)
+    cos, sin = position_embeddings
+    query_states, key_states = mq.apply_rotary_pos_emb(query_states, key_states, cos, sin, position_ids)
+    self.qc_attn.call = (self, attention_mask, 1.0 / math.sqrt(self.head_dim), None)
+    attn_output = self.qc_attn(query_states, key_states, value_states)
+    attn_output = attn_output.transpose(1, 2).contiguous().reshape(bsz, q_len, self.hidden_size)
+    return self.o_proj(attn_output), None, past_key_value
 
 
 _CURRENT = []   # the attention module running (for apply_rotary_pos_emb)
@@ -624,7 +659,8 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
                 a.qatcheck_contract = {"approximate": "tanh"}
             notes.append((name + " (act_fn(gate) * up)", "the GeGLU product: no class for it (act_fn is dumped "
                                                        "as gelu, the linears as linear)"))
-        elif tn in ("LlamaAttention", "Gemma2Attention"):
+        elif isinstance(m, (ml.LlamaAttention, mg.Gemma2Attention)):
+            tn = "LlamaAttention" if isinstance(m, ml.LlamaAttention) else "Gemma2Attention"
             eager = ml.eager_attention_forward if tn == "LlamaAttention" else mg.eager_attention_forward
             contract = {"causal": True, "softmax_scale": float(m.scaling)}
             if tn == "Gemma2Attention":
@@ -637,12 +673,15 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
             m.qc_rope_q = QcRope(rot, cfg.rope_theta)
             m.qc_rope_k = QcRope(rot, cfg.rope_theta)
             _track_current(m)
-        elif tn == "Qwen2MoeAttention":
+        elif isinstance(m, mq.Qwen2MoeAttention):  # eager, sdpa and flash classes alike: run as eager
+            m.qc_attn = QcAttention(_qwen2moe_eager, {"causal": True, "softmax_scale": 1.0 / math.sqrt(m.head_dim)})
             m.qc_rope_q = QcRope(mq.rotate_half, cfg.rope_theta)
             m.qc_rope_k = QcRope(mq.rotate_half, cfg.rope_theta)
+            m.forward = _qwen2moe_attn_forward.__get__(m)
             _track_current(m)
-            notes.append((name + " (attention core)", "Qwen2MoeAttention computes eager attention inline in "
-                                                      "transformers 4.49 (no attention interface to hook)"))
+            cfg._attn_implementation = "eager"    # the model builds the 4-D causal mask eager attention reads
+            if getattr(cfg, "use_sliding_window", False):
+                raise qatdump.QatDumpError("qatdump_hf: %s: Qwen2-MoE's use_sliding_window is not instrumented" % name)
         elif tn == "Mamba2Mixer":
             m.qc_conv = QcConv1d(m.conv1d)
             del m.conv1d
