@@ -13,7 +13,7 @@
 # usage: sh bench/hf_models.sh [--device cuda|cpu] [--size gpu|tiny]
 #          [--seq N] [--format F] [ARCH...]          (default: cuda, gpu, all four)
 # QATCHECK (./qatcheck), PY (/usr/bin/python3), BENCH_TMP (a mktemp -d).
-# Exit 77 with one "skip:" line without transformers, or with --device cuda
+# Exit 77 with one "skip:" line without transformers 4.49, or with --device cuda
 # and no CUDA device for torch; 1 when an audit does not pass; 0 otherwise.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,8 +33,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 archs=${archs:-llama gemma2 qwen2_moe mamba2}
-"$PY" -c "import transformers" 2>/dev/null ||
-  { echo "skip: transformers missing for $PY (scripts/install-deps.sh installs 4.49.0)"; exit 77; }
+"$PY" -c "import transformers, sys; sys.exit(not transformers.__version__.startswith('4.49.'))" 2>/dev/null ||
+  { echo "skip: transformers 4.49 missing for $PY (scripts/install-deps.sh installs 4.49.0)"; exit 77; }
 case $dev in cuda*)
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null ||
     { echo "skip: --device $dev: torch sees no CUDA device"; exit 77; } ;;

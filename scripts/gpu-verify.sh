@@ -26,9 +26,10 @@
 #   hf_models      bench/hf_models.sh: whole transformers models (Llama,
 #                  Gemma 2, Qwen2-MoE, Mamba2) at hidden 2048, one training
 #                  step on the GPU, the whole-model audit on the GPU, audit
-#                  time against step time; transformers from .gpu/wheels
-#                  (scripts/gpu-pack.sh) when the machine lacks it; exit 77
-#                  (skipped) without transformers or a CUDA device for torch
+#                  time against step time; transformers 4.49.0 from
+#                  .gpu/wheels (scripts/gpu-pack.sh) put first on the path
+#                  when the machine has another release or none; exit 77
+#                  (skipped) without transformers 4.49 or a CUDA device
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
@@ -73,11 +74,12 @@ st_bench() {
   echo "DGEMM at 512 x 4096 x 4096: $r GFLOP/s"
   FORMAT=safetensors DEVICE=cuda GEMM_GFLOPS=$r ST_READ=$Q/st_read BENCH_TMP=${BENCH_TMP:-/tmp/stbench} sh bench/contract.sh
 }
-hf_models() { # transformers from the bundle's wheels when this machine lacks it
-  if ! $PY -c "import transformers" 2>/dev/null && [ -d .gpu/wheels ]; then
-    for w in .gpu/wheels/*.whl; do # one by one: a wheel of another Python ABI is skipped, not fatal
+hf_models() { # qatdump_hf.py follows transformers 4.49.0: the bundle's pinned wheels go first on the path
+  if ! $PY -c "import transformers, sys; sys.exit(transformers.__version__ != '4.49.0')" 2>/dev/null &&
+     [ -d .gpu/wheels ]; then
+    for w in .gpu/wheels/*.whl; do # one by one: a wheel of another Python ABI is skipped (the machine's own is used)
       $PY -m pip install -q --no-index --no-deps --target "$Q/py" "$w" >/dev/null 2>&1 ||
-        echo "hf_models: could not install $w"
+        echo "hf_models: $(basename "$w") does not install here: the machine's own package is used"
     done
     export PYTHONPATH=$Q/py${PYTHONPATH:+:$PYTHONPATH}
   fi

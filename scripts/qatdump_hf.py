@@ -77,9 +77,15 @@ GRADS = {"linear": ["d_x", "d_weight", "d_bias"], "rmsnorm": ["d_x", "d_weight"]
          "ssd": ["d_x", "d_dt", "d_A", "d_Bm", "d_Cm", "d_D"], "conv1d": ["d_x", "d_weight", "d_bias"]}
 
 
-def need_transformers():
+TESTED = "4.49."   # the release whose module code the instrumentation follows
+
+
+def need_transformers(other_version=False):
     if transformers is None:
         raise ImportError("qatdump_hf needs transformers (4.49.0: scripts/install-deps.sh)")
+    if not other_version and not transformers.__version__.startswith(TESTED):
+        raise qatdump.QatDumpError("qatdump_hf follows transformers 4.49's module code; this is %s (pass "
+                                   "other_version=True to try it anyway)" % transformers.__version__)
 
 
 class _Saved(torch.autograd.Function):
@@ -609,12 +615,12 @@ def _is_norm(m):
 
 
 def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_linear=("lm_head", r"\.gate$"),
-               ssd_groups="tile"):
+               ssd_groups="tile", other_version=False):
     """Map every module of `model` that qatcheck has a class for; return the
     plan: {"modules": {name: class}, "not_mapped": [(name, why)], ...}.
     Linears named by keep_linear (regexes) run unquantized (weight_format
     none), as serving engines keep the head and the router."""
-    need_transformers()
+    need_transformers(other_version)
     from transformers.models.gemma2 import modeling_gemma2 as mg
     from transformers.models.llama import modeling_llama as ml
     from transformers.models.qwen2_moe import modeling_qwen2_moe as mq
@@ -869,9 +875,9 @@ def main(argv=None):
                     help="how Mamba2's heads read the B, C groups: tile (transformers 4.49's torch path, the "
                          "default) or interleave (mamba_ssm's kernels)")
     a = ap.parse_args(argv)
-    if transformers is None:
-        print("qatdump_hf: transformers is not installed for %s (scripts/install-deps.sh installs 4.49.0)"
-              % sys.executable)
+    if transformers is None or not transformers.__version__.startswith(TESTED):
+        print("skip: qatdump_hf needs transformers 4.49 for %s (%s; scripts/install-deps.sh installs 4.49.0)"
+              % (sys.executable, "not installed" if transformers is None else "found " + transformers.__version__))
         return 77
     runs = []
     for item in a.arch:

@@ -12,12 +12,12 @@
 # 4.49's torch path tiles the B, C groups over the heads (head h reads group
 # h mod G, B.repeat) where mamba_ssm's kernels and the ssd class read group
 # h / (H/G): every ssd module fails, and passes with the groups
-# interleaved. Skips (77) without transformers.
+# interleaved. Skips (77) without transformers 4.49.
 . "$(dirname "$0")/lib.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 "$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
-"$PY" -c "import transformers" 2>/dev/null ||
-  { echo "skip: transformers missing for $PY (scripts/install-deps.sh installs 4.49.0)"; exit 77; }
+"$PY" -c "import transformers, sys; sys.exit(not transformers.__version__.startswith('4.49.'))" 2>/dev/null ||
+  { echo "skip: transformers 4.49 missing for $PY (scripts/install-deps.sh installs 4.49.0)"; exit 77; }
 
 clean="llama gemma2 qwen2_moe mamba2"
 planted="llama:o_proj_dx gemma2:softcap_grad mamba2:dskip_grad"
