@@ -73,6 +73,31 @@ for d in $clean llama_nvfp4 mamba2_g2_interleave llama_o_proj_dx gemma2_softcap_
   check_report "$T/$d" $want || fails=$((fails+1))
 done
 
+# the library's conventions are what the contracts say: Gemma 2's sliding
+# window (key j visible to query i when i - W < j <= i; layer 0 is a sliding
+# layer, W = 5 < 12 tokens) fails one off either way, diagnosed as such, and
+# its (1 + w) norm fails as a plain rmsnorm
+conv_case() { # NAME REGEX CONTRACT TENSORS...
+  cc_n=$1; cc_r=$2; cc_c=$3; shift 3
+  { printf '{"data": {"dump": "step.h5", "modules": "%s"}, "candidate": "dump", "contract": %s, "tolerances": {' "$cc_r" "$cc_c"
+    cc_sep=""; for cc_t in "$@"; do printf '%s"%s": {"derive": true}' "$cc_sep" "$cc_t"; cc_sep=", "; done
+    printf '}}\n'; } >"$T/gemma2/$cc_n.json"
+}
+att='layers\\.0\\.self_attn\\.qc_attn$'
+conv_case w5 "$att" '{"window": 5}' d_q d_k d_v
+conv_case w4 "$att" '{"window": 4}' d_q d_k d_v
+conv_case w6 "$att" '{"window": 6}' d_q d_k d_v
+conv_case zc 'layers\\.0\\.input_layernorm$' '{"zero_centered": false}' d_x d_weight
+for c in w5:0 w4:1 w6:1 zc:1; do
+  (cd "$T/gemma2" && "$QATCHECK" vjp --case "${c%:*}.json" >"${c%:*}.out" 2>&1)
+  rc=$?
+  [ $rc -eq "${c#*:}" ] || { cat "$T/gemma2/${c%:*}.json"; bad "gemma2 convention ${c%:*}: vjp exit $rc, expected ${c#*:}"; tail -5 "$T/gemma2/${c%:*}.out"; }
+done
+grep -q "the key at i - W attended too" "$T/gemma2/w4.out" && grep -q "the key at i - W + 1 masked" "$T/gemma2/w6.out" &&
+  grep -q "input_layernorm *dy *d_x .*FAIL" "$T/gemma2/zc.out" &&
+  ok "Gemma 2: window 5 passes, 4 and 6 fail diagnosed one off; (1 + w) fails as a plain rmsnorm" ||
+  { bad "Gemma 2's conventions"; tail -4 "$T/gemma2/w4.out" "$T/gemma2/w6.out" "$T/gemma2/zc.out"; }
+
 # the whole audit: every module of every model in the report
 reports=""
 for d in $clean; do reports="$reports $T/$d/r.json"; done
