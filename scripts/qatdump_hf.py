@@ -107,23 +107,34 @@ class _Saved(torch.autograd.Function):
 _QUANT_S = [0.0]   # seconds spent in the host-side fake quantization
 
 
-def dequant_weight(w, fmt):
+def dequant_weight(w, fmt, deployed=False):
     """dequant(quant(W)) under fmt (qatcheck's contract, profile vllm), as
-    the bf16 operand the GEMMs read."""
+    the bf16 operand the GEMMs read; with deployed, also the bytes a serving
+    engine holds: [weight_q (uint8 payload), weight_scale (float32 block
+    multipliers, or nvfp4's e4m3 bytes), weight_global_scale (nvfp4)]."""
     if fmt == "none":
-        return w.detach().to(BF16)
+        return w.detach().to(BF16), []
     import quant_oracle  # the independent oracle of the formats (scripts/conformance/)
     t0 = time.perf_counter()
-    fq = quant_oracle.fake_quant(fmt, "vllm", w.detach().float().cpu().numpy())
+    wn = w.detach().float().cpu().numpy()
+    fq = quant_oracle.fake_quant(fmt, "vllm", wn)
     r = torch.from_numpy(np.ascontiguousarray(fq)).to(w.device).to(BF16)
+    saved = []
+    if deployed:
+        q, sc, g = quant_oracle.quantize(fmt, "vllm", wn)
+        saved = [torch.from_numpy(np.ascontiguousarray(q, np.uint8)),
+                 torch.from_numpy(np.ascontiguousarray(sc, np.uint8 if sc.dtype == np.uint8 else np.float32))]
+        if g is not None:
+            saved.append(torch.from_numpy(np.ascontiguousarray(g, np.float32)))
     _QUANT_S[0] += time.perf_counter() - t0
-    return r
+    return r, saved
 
 
 class _QLinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, mod):
-        wq = dequant_weight(w, mod.qc_format)
+        wq, dep = dequant_weight(w, mod.qc_format, mod.qc_deployed)
+        ctx.save_for_backward(*dep)  # the deployed bytes only (saved/ of the dump); the rest as attributes
         xb = x.detach().to(BF16)
         y = xb.float() @ wq.float().t()
         if b is not None:
@@ -154,9 +165,11 @@ class QcLinear(torch.nn.Linear):
         return _QLinearFn.apply(x, self.weight, self.bias, self)
 
 
-def _to_qc_linear(lin, fmt):
+def _to_qc_linear(lin, fmt, deployed=True):
     lin.__class__ = QcLinear
-    lin.qc_format, lin.qc_plant = fmt, "none"
+    lin.qc_format, lin.qc_plant, lin.qc_deployed = fmt, "none", deployed and fmt != "none"
+    if lin.qc_deployed:
+        lin.qatcheck_saved = ["weight_q", "weight_scale"] + (["weight_global_scale"] if fmt == "nvfp4" else [])
     lin.qatcheck_contract = {"weight_format": fmt, "activation_format": "none",
                              "dx_weight": "dequant" if fmt != "none" else "master"}
     if fmt != "none":
@@ -615,11 +628,14 @@ def _is_norm(m):
 
 
 def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_linear=("lm_head", r"\.gate$"),
-               ssd_groups="tile", other_version=False):
+               ssd_groups="tile", other_version=False, deployed=True):
     """Map every module of `model` that qatcheck has a class for; return the
     plan: {"modules": {name: class}, "not_mapped": [(name, why)], ...}.
     Linears named by keep_linear (regexes) run unquantized (weight_format
-    none), as serving engines keep the head and the router."""
+    none), as serving engines keep the head and the router. With deployed,
+    each quantized linear's Function saves the bytes a serving engine holds
+    (saved/weight_q, weight_scale, nvfp4's weight_global_scale), which vjp
+    compares byte for byte with its own quantizer."""
     need_transformers(other_version)
     from transformers.models.gemma2 import modeling_gemma2 as mg
     from transformers.models.llama import modeling_llama as ml
@@ -646,7 +662,7 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
     # every linear: the quantized forward, the trainer's backward
     for name, m in list(model.named_modules()):
         if type(m) is torch.nn.Linear:
-            _to_qc_linear(m, "none" if any(re.search(r, name) for r in keep_linear) else fmt)
+            _to_qc_linear(m, "none" if any(re.search(r, name) for r in keep_linear) else fmt, deployed)
     for name, m in list(model.named_modules()):
         tn = type(m).__name__
         if _is_norm(m):
@@ -833,7 +849,7 @@ def run_one(arch, plant, out, a):
     """Build, instrument, step, dump, write the case; print the summary."""
     os.makedirs(out, exist_ok=True)
     model = build(arch, a.size, a.seed, a.ngroups).to(a.device)
-    plan = instrument(model, a.format, plant, a.plant_layer, ssd_groups=a.ssd_groups)
+    plan = instrument(model, a.format, plant, a.plant_layer, ssd_groups=a.ssd_groups, deployed=not a.no_deployed)
     seq = a.seq or (12 if a.size == "tiny" else 1024)
     ids, mask = batch(model, a.batch, seq, a.seed + 1, a.device)
     dump = os.path.join(out, "step.h5")
@@ -869,6 +885,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ngroups", type=int, default=0, help="Mamba2's n_groups (default 1)")
+    ap.add_argument("--no-deployed", action="store_true", help="do not save the quantized linears' deployed bytes")
     ap.add_argument("--warm", type=int, default=-1, help="undumped steps before the dumped one, the last timed "
                     "(default 2 at --size gpu, else 0)")
     ap.add_argument("--ssd-groups", default="tile", choices=["tile", "interleave"],

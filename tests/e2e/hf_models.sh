@@ -8,7 +8,8 @@
 # module; the modules it cannot map are listed by name in the dump; a bug
 # planted in one module of a whole model (o_proj's d_x scaled by 1.001, a
 # Gemma 2 softcap derivative taken as 1, a Mamba2 D skip left out of d_x)
-# fails (exit 1) on that module only. Mamba2 with n_groups = 2: transformers
+# fails (exit 1) on that module only. Each quantized linear's Function
+# saves the deployed bytes, which vjp checks byte for byte. Mamba2 with n_groups = 2: transformers
 # 4.49's torch path tiles the B, C groups over the heads (head h reads group
 # h mod G, B.repeat) where mamba_ssm's kernels and the ssd class read group
 # h / (H/G): every ssd module fails, and passes with the groups
@@ -34,7 +35,7 @@ grep '^qatdump_hf' "$T/dump.log"
 # failed checks are exactly those of the planted module (none when clean)
 check_report() {
   "$PY" - "$1" "$2" <<'PYEOF'
-import json, sys
+import json, re, sys
 d, want = sys.argv[1], sys.argv[2]
 plan = json.load(open(d + "/plan.json"))
 r = json.load(open(d + "/r.json"))
@@ -54,6 +55,11 @@ if plant.endswith("_g2_tile"):
     want_t = [sorted(["d_A", "d_Bm", "d_Cm", "d_dt", "d_x"] * 2)]
 if tens not in want_t:
     errs.append("failed tensors %s, expected one of %s" % (tens, want_t))
+# each quantized linear's deployed bytes are checked against qatcheck's quantizer
+quant = {c["module"] for c in r["checks"] if c["tensor"] == "quantizer" and c["verdict"] == "pass"}
+qlin = {"/" + m for m, c in plan["modules"].items() if c == "linear" and not re.search(r"(^lm_head|\.gate)$", m)}
+if quant != qlin:
+    errs.append("quantizer checks passed on %d modules, expected the %d quantized linears" % (len(quant), len(qlin)))
 if mods - checked:
     errs.append("not checked: %s" % sorted(mods - checked))
 if failed != expect:
