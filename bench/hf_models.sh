@@ -12,7 +12,8 @@
 #
 # usage: sh bench/hf_models.sh [--device cuda|cpu] [--size gpu|tiny]
 #          [--seq N] [--format F] [ARCH...]          (default: cuda, gpu, all four)
-# QATCHECK (./qatcheck), PY (/usr/bin/python3), BENCH_TMP (a mktemp -d).
+# QATCHECK (./qatcheck), PY (/usr/bin/python3), BENCH_TMP (a mktemp -d),
+# KEEP=1 keeps each dump (removed after its audit by default).
 # Exit 77 with one "skip:" line without transformers 4.49, or with --device cuda
 # and no CUDA device for torch; 1 when an audit does not pass; 0 otherwise.
 set -u
@@ -73,6 +74,7 @@ PYEOF
   tail -1 "$W/$a/out.txt"
   [ $rc -eq 0 ] || { grep FAIL "$W/$a/out.txt" | head -5; worst=1; }
   echo "hf_${a}_audit_exit $rc"
+  [ "${KEEP:-0}" = 1 ] || rm -f "$W/$a/step.h5"  # about 2 GB a model at --size gpu
   "$PY" - "$W/$a/plan.json" "$a" "$t0" "$t1" <<'PYEOF'
 import json, sys
 p = json.load(open(sys.argv[1]))
