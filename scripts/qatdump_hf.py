@@ -12,20 +12,22 @@ tolerances are derived by qatcheck. What cannot be mapped is listed by name
     import qatdump_hf
     model = qatdump_hf.build("llama", size="tiny")      # or your own transformers model
     plan = qatdump_hf.instrument(model, fmt="fp8_block128")
-    qatdump_hf.dump_step(model, plan, ids, "step.h5")   # one forward, backward, optimizer step
+    ids, mask = qatdump_hf.batch(model)                 # token ids [B, S], loss mask [B, S-1]
+    qatdump_hf.dump_step(model, plan, ids, mask, "step.h5")  # forward, backward, dump, optimizer step
     qatdump_hf.write_case(plan, "step.h5", "case.json")
 
-or from the shell:
+or from the shell (--help lists the rest):
 
-    scripts/qatdump_hf.py --arch llama --out DIR [--format fp8_block128|nvfp4|none]
-                          [--size tiny|gpu] [--device cpu|cuda] [--plant NAME] [--seed S]
+    scripts/qatdump_hf.py --arch llama [gemma2 qwen2_moe:PLANT ...] --out DIR
+                          [--format fp8_block128|nvfp4|none] [--size tiny|gpu] [--device cpu|cuda]
 
 The mapping (transformers 4.49; what each class's contract is set from):
 
   nn.Linear                 linear: the serving engine's quantized forward (fake
                             quant of the master under --format, bf16 operands,
-                            fp32 accumulation) and the trainer's backward
-                            (dX from the dequantized weight, dW straight through)
+                            fp32 accumulation; its deployed bytes saved) and the
+                            trainer's backward (dX from the dequantized weight,
+                            dW straight through)
   *RMSNorm                  rmsnorm (eps; Gemma's (1 + w): zero_centered)
   attention interface       attention (causal, HF's own mask: window, softcap,
                             scaling, GQA); Llama and Gemma 2 (ALL_ATTENTION_FUNCTIONS),
@@ -644,6 +646,9 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
         raise ValueError("unknown plant %r: one of %s" % (plant, ", ".join(PLANTS)))
     cfg = model.config
     arch = cfg.model_type
+    need = {"softcap_grad": "gemma2", "dskip_grad": "mamba2"}.get(plant)
+    if need and arch != need:
+        raise ValueError("plant %r applies to %s (a softcapped attention, a D skip), not to %s" % (plant, need, arch))
     notes = []
     # the MoE blocks first (their linears are replaced by the stacked experts)
     for name, m in list(model.named_modules()):
