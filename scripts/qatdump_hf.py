@@ -911,7 +911,11 @@ def main(argv=None):
         out = a.out if len(a.arch) == 1 else os.path.join(a.out, arch if plant == "none" else arch + "_" + plant)
         runs.append((arch, plant, out))
     for arch, plant, out in runs:
-        run_one(arch, plant, out, a)
+        try:
+            run_one(arch, plant, out, a)
+        except (ValueError, qatdump.QatDumpError) as e:
+            print("qatdump_hf: %s: %s" % (arch, e), file=sys.stderr)
+            return 2
     return 0
 
 
