@@ -410,9 +410,10 @@ class QcMoE(torch.nn.Module):
         ids = self.ids
         out = torch.zeros_like(x)
         mask = F.one_hot(ids, num_classes=self.E).permute(2, 1, 0)
+        w1s, w2s = self.w1.unbind(0), self.w2.unbind(0)  # one stacked gradient, not E full-size scatters
         for e in range(self.E):
             idx, top_x = torch.where(mask[e])
-            h = self._mlp(x[None, top_x].reshape(-1, x.shape[-1]), self.w1[e], self.w2[e], self.F)
+            h = self._mlp(x[None, top_x].reshape(-1, x.shape[-1]), w1s[e], w2s[e], self.F)
             out = out.index_add(0, top_x, (h * topk_weights[top_x, idx, None]).to(x.dtype))
         sh = torch.sigmoid(F.linear(x, self.shared_gate)) * self._mlp(x, self.shared_w1, self.shared_w2, self.Fs)
         return _Saved.apply(out + sh, ids)
