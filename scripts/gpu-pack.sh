@@ -31,5 +31,14 @@ cc -O2 -std=c11 -D_GNU_SOURCE -Isrc $(pkg-config --cflags libcjson) bench/st_rea
   src/core/tensor.c -o "$stage/st_read" $(pkg-config --libs libcjson) -lm -lpthread
 ldd "$stage/st_read" | awk '/=>/ {print $3}' | grep cjson | xargs -r -I{} cp -Ln {} "$stage/lib/" 2>/dev/null || true
 strip --strip-unneeded "$stage"/* "$stage"/lib/* 2>/dev/null || true
+# the wheels of transformers and its dependencies (scripts/install-deps.sh's
+# pins; pure Python or manylinux), for gpu-verify.sh's hf_models check on a
+# machine that lacks them and cannot reach a registry; best effort
+mkdir -p .gpu/wheels
+/usr/bin/python3 -m pip download -q --only-binary=:all: --no-deps -d .gpu/wheels "transformers==4.49.0" \
+  "tokenizers==0.21.4" "huggingface-hub==0.36.2" "regex==2026.11.19" "tqdm==4.70.1" "filelock==4.3.1" \
+  "fsspec==2026.9.0" "safetensors==0.8.0" "ml_dtypes==0.5.1" "packaging==26.4" "pyyaml==6.0.4" \
+  "requests==2.34.2" "urllib3==2.8.0" "idna==3.20" "certifi==2026.10.19.post1" "charset-normalizer==3.5.3" >/dev/null 2>&1 ||
+  echo "gpu-pack: could not download the transformers wheels: gpu-verify's hf_models check needs them on the GPU machine"
 tar -C "$stage" -cJf .gpu/bundle.tar.xz .
 echo "gpu-pack: .gpu/bundle.tar.xz ($(du -h .gpu/bundle.tar.xz | cut -f1)); carry .gpu"

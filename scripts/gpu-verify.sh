@@ -28,12 +28,19 @@
 #                  `vjp --eager` against the eager step: the replay passes bit
 #                  for bit, a stale static input fails (exit 77 without a
 #                  CUDA device for torch)
+#   hf_models      bench/hf_models.sh: whole transformers models (Llama,
+#                  Gemma 2, Qwen2-MoE, Mamba2) at hidden 2048, one training
+#                  step on the GPU, the whole-model audit on the GPU, audit
+#                  time against step time; transformers 4.49.0 from
+#                  .gpu/wheels (scripts/gpu-pack.sh) put first on the path
+#                  when the machine has another release or none; exit 77
+#                  (skipped) without transformers 4.49 or a CUDA device
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
 set -u
 OUT=$1; shift
-CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard dump_e2e st_bench proxy gpu_mpi fsdp_real cuda_graph}
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard dump_e2e st_bench proxy gpu_mpi fsdp_real cuda_graph hf_models}
 Q=/tmp/qc
 mkdir -p "$Q" "$OUT"
 [ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
@@ -72,6 +79,17 @@ st_bench() {
   echo "DGEMM at 512 x 4096 x 4096: $r GFLOP/s"
   FORMAT=safetensors DEVICE=cuda GEMM_GFLOPS=$r ST_READ=$Q/st_read BENCH_TMP=${BENCH_TMP:-/tmp/stbench} sh bench/contract.sh
 }
+hf_models() { # qatdump_hf.py follows transformers 4.49.0: the bundle's pinned wheels go first on the path
+  if ! $PY -c "import transformers, sys; sys.exit(transformers.__version__ != '4.49.0')" 2>/dev/null &&
+     [ -d .gpu/wheels ]; then
+    for w in .gpu/wheels/*.whl; do # one by one: a wheel of another Python ABI is skipped (the machine's own is used)
+      $PY -m pip install -q --no-index --no-deps --target "$Q/py" "$w" >/dev/null 2>&1 ||
+        echo "hf_models: $(basename "$w") does not install here: the machine's own package is used"
+    done
+    export PYTHONPATH=$Q/py${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  PY=$PY sh bench/hf_models.sh --device cuda
+}
 for c in $CHECKS; do
   case $c in
     test_gpu) run test_gpu "$Q/test_gpu" --verbose ;;
@@ -90,6 +108,7 @@ for c in $CHECKS; do
     dump_e2e) run dump_e2e sh bench/gpu_dump_e2e.sh "$QATCHECK" ;;
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
+    hf_models) run hf_models hf_models ;;
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
   esac
 done

@@ -43,4 +43,21 @@ if ! /usr/bin/python3 -c "import safetensors, tensorboard" 2>/dev/null; then
     echo "install-deps: could not install safetensors/tensorboard: the tests that need their files will skip"
   rm -f "$c"
 fi
+# transformers: whole models from a real model-definition library
+# (scripts/qatdump_hf.py, tests/e2e/hf_models.sh). 4.49.0 is the newest that
+# runs on Debian's torch 1.13 (4.50 imports torch.distributed.tensor, torch
+# >= 2.5); its dependencies pinned to versions that install as wheels; the
+# numpy pin as above.
+if ! /usr/bin/python3 -c "import transformers" 2>/dev/null; then
+  echo "install-deps: installing transformers 4.49.0 (pip)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  c=$(mktemp)
+  /usr/bin/python3 -c "import numpy; print('numpy==' + numpy.__version__)" >"$c" 2>/dev/null || : >"$c"
+  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages --only-binary=:all: -c "$c" "transformers==4.49.0" \
+    "tokenizers==0.21.4" "huggingface-hub==0.36.2" "hf-xet==1.8.0" "regex==2026.11.19" "tqdm==4.70.1" \
+    "filelock==4.3.1" "fsspec==2026.9.0" >/dev/null 2>&1 ||
+    echo "install-deps: could not install transformers: the whole-model tests will skip"
+  rm -f "$c"
+fi
 exit 0
