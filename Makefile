@@ -59,6 +59,9 @@ else
   $(info qatcheck: MPI not found: one process only)
 endif
 
+# `make` alone builds `all` (the first rule below would be the stamp's)
+.DEFAULT_GOAL := all
+
 # ---- sources -----------------------------------------------------------------
 LAYERS  := core numerics model modules reference classes engine sweep dist io report backend cli
 SRC_C   := src/main.c $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
