@@ -48,6 +48,7 @@ scripts/conformance/quant_oracle.py:
   /defect.dw_x_fp8                  d_weight from X rounded to e4m3 (float32 X)        input_precision
   /ok.fwd.rmsnorm, /ok.fwd.swiglu   torch autograd forward and backward (outputs/y bf16)  -
   /ok.fwd.attention                 causal attention [1, 4/2, 24, 16], torch autograd     -
+  /defect.rmsnorm_zero_centered     x rstd (1 + w) under zero_centered false            zero_centered
   /defect.attention_shift           its causal mask shifted by +1 (tril(diagonal=1)), forward and backward
                                                                       causal_shift_plus1
 """
@@ -270,6 +271,8 @@ def users(f, rng):
     xr, wr = nrm(37, 200), bf16.round_(1 + 0.1 * rng.standard_normal(200).astype(F))
     torch_group(f, "/ok.fwd.rmsnorm", "rmsnorm", {"eps": 1e-6}, {"x": xr}, {"weight": wr},
                 lambda x, weight: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * weight)
+    torch_group(f, "/defect.rmsnorm_zero_centered", "rmsnorm", {"eps": 1e-6}, {"x": xr}, {"weight": wr},
+                lambda x, weight: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * (1 + weight))
     torch_group(f, "/ok.fwd.swiglu", "swiglu", {}, {"gate": nrm(37, 96), "up": nrm(37, 96)}, {},
                 lambda gate, up: torch.nn.functional.silu(gate) * up)
     qkv = {"q": nrm(1, 4, 24, 16), "k": nrm(1, 2, 24, 16), "v": nrm(1, 2, 24, 16)}

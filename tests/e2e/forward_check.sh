@@ -6,8 +6,9 @@
 # format (and fp8_token X, float32 X), an RMSNorm, a SwiGLU and a causal
 # attention pass; a 0.1% scale of y, another profile, a per-tensor or
 # per-block scale instead of the contract's, a stale per-tensor scale, X
-# rounded to bf16 before its quantizer and a causal mask shifted by one
-# fail on y alone (their gradients follow the contract), each diagnosed by
+# rounded to bf16 before its quantizer fail on y alone (their gradients
+# follow the contract), as do a causal mask shifted by one and Gemma's
+# zero-centred RMSNorm weight under zero_centered false, each diagnosed by
 # name; the text, JSON, Markdown and HTML reports show the forward row; an
 # outputs/y of the wrong shape exits 2 with one error line.
 . "$(dirname "$0")/lib.inc"
@@ -16,7 +17,7 @@ TOL='{"d_x": {"derive": true}, "d_weight": {"derive": true}, "d_bias": {"derive"
 echo "{\"data\": {\"dump\": \"u.h5\", \"modules\": \"^/ok\\\\\\\\.fwd\\\\\\\\.\"}, \"candidate\": \"dump\", \"tolerances\": $TOL}" >"$T/ok.json"
 expect_exit 0 "correct forwards and gradients pass" "$QATCHECK" vjp --case "$T/ok.json" --json "$T/ok.r.json" --markdown "$T/ok.md"
 cp "$T/out" "$T/ok.out"
-echo "{\"data\": {\"dump\": \"u.h5\", \"modules\": \"^/defect\\\\\\\\.(fwd_|attention_shift)\"}, \"candidate\": \"dump\", \"tolerances\": $TOL}" >"$T/d.json"
+echo "{\"data\": {\"dump\": \"u.h5\", \"modules\": \"^/defect\\\\\\\\.(fwd_|attention_shift|rmsnorm_zero)\"}, \"candidate\": \"dump\", \"tolerances\": $TOL}" >"$T/d.json"
 expect_exit 1 "planted forward mistakes fail" "$QATCHECK" vjp --case "$T/d.json" --json "$T/d.r.json"
 cp "$T/out" "$T/d.out"
 $PY - "$T" <<'P' || bad "a forward check is missing, fails where it must not, or misnames its cause"
@@ -42,7 +43,8 @@ want = {"/defect.fwd_scaled": ("factor", "k = 1.001"),
         "/defect.fwd_per_block": ("weight_format", "'fp8_block128' (a scale per 128 x 128 block) rather than the declared 'fp8_channel'"),
         "/defect.fwd_stale": ("stale_scale", "stale per-tensor weight scale: 0.97"),
         "/defect.fwd_x_bf16": ("rounded_input", "rounded to bfloat16 before quantization"),
-        "/defect.attention_shift": ("causal_shift_plus1", "shifted by +1")}
+        "/defect.attention_shift": ("causal_shift_plus1", "shifted by +1"),
+        "/defect.rmsnorm_zero_centered": ("zero_centered", "zero_centered 'true' rather than the declared 'false'")}
 r = json.load(open(T + "/d.r.json"))
 out = open(T + "/d.out").read()
 for m, (name, word) in want.items():
@@ -50,7 +52,7 @@ for m, (name, word) in want.items():
     y = [c for c in cs if c["tensor"] == "y"]
     if not y or y[0]["verdict"] != "fail":
         print("FAIL %s: outputs/y did not fail" % m); bad += 1; continue
-    if m != "/defect.attention_shift" and any(c["verdict"] != "pass" for c in cs if c["tensor"] != "y"):
+    if m.startswith("/defect.fwd_") and any(c["verdict"] != "pass" for c in cs if c["tensor"] != "y"):
         print("FAIL %s: a gradient failed though it follows the contract" % m); bad += 1
     d = y[0].get("diagnosis", {})
     first = [h["name"] for h in d.get("hypotheses", []) if h["consistent"]]
