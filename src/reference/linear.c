@@ -178,7 +178,7 @@ int qc_ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, q
   snprintf(ww, sizeof ww, "%s: params/weight", m->path);
   rc = QC_ESYS;
   if (!(W = qc_malloc((size_t)(N * K + 1) * 8, "reference weight")) || !(X = qc_malloc((size_t)(M * K + 1) * 8, "reference input")) ||
-      !(B = qc_calloc((size_t)N + 1, 8, "reference bias")) || !(T = qc_malloc((size_t)(M * N + 1) * 8, "forward terms")))
+      !(B = qc_calloc((size_t)N + 1, 8, "reference bias")) || !(T = qc_malloc((size_t)((M < 256 ? M : 256) * N + 1) * 8, "forward terms")))
     goto done;
   if ((rc = qc_tensor_to_f64(w, W)) || (rc = qc_tensor_to_f64(x, X)) || (b && (rc = qc_tensor_to_f64(b, B)))) goto done;
   if ((rc = ref_fake_quant(prof, af, M, K, X, NULL, wx))) goto done;
@@ -194,14 +194,17 @@ int qc_ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, q
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, M, N, K, X, K, W, K, Y, N))) goto done;
   for (int64_t i = 0; i < M; i++)
     for (int64_t n = 0; n < N; n++) Y[i * N + n] += B[n];
-  /* the terms: |X_q| |W_q|^T + |b| */
-  for (int64_t i = 0; i < N * K || i < M * K; i++) {
-    if (i < N * K) W[i] = fabs(W[i]);
-    if (i < M * K) X[i] = fabs(X[i]);
+  /* the terms |X_q| |W_q|^T + |b|, over at most 256 evenly spaced rows
+   * (||T|| scaled up from them; the per-element bound only from all rows) */
+  const int64_t ms = M < 256 ? M : 256;
+  for (int64_t i = 0; i < N * K; i++) W[i] = fabs(W[i]);
+  for (int64_t j = 0; j < ms; j++) {
+    const int64_t i = j * M / ms;
+    for (int64_t c = 0; c < K; c++) X[j * K + c] = fabs(X[i * K + c]);
   }
-  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, M, N, K, X, K, W, K, T, N))) goto done;
+  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, ms, N, K, X, K, W, K, T, N))) goto done;
   double ss = 0, smax = 0;
-  for (int64_t i = 0; i < M; i++)
+  for (int64_t i = 0; i < ms; i++)
     for (int64_t n = 0; n < N; n++) {
       double t = T[i * N + n] + fabs(B[n]);
       ss += t * t;
@@ -210,8 +213,8 @@ int qc_ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, q
   memset(tm, 0, sizeof *tm);
   tm->k = K > 0 ? K : 1;
   tm->lambda = 1;
-  tm->scale = smax;
-  tm->terms = sqrt(ss);
+  tm->scale = ms == M ? smax : 0;
+  tm->terms = sqrt(ss * ((double)M / (double)(ms ? ms : 1)));
   snprintf(tm->why, sizeof tm->why, "y = X_q W_q^T + b sums over the K = %lld input features (terms |X_q| |W_q|)", (long long)K);
   *y = out;
   memset(&out, 0, sizeof out);
