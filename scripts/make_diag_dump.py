@@ -43,6 +43,7 @@ scripts/conformance/quant_oracle.py:
   /defect.fwd_x_bf16                fp8_token X (float32) rounded to bf16 first        rounded_input
   /defect.dx_profile                mxfp4 'vllm', d_x from W quantized by 'exact'      profile
   /defect.dx_per_tensor             fp8_block128, d_x from an fp8_tensor W             weight_format
+  /defect.dx_stale                  fp8_tensor, d_x from W quantized with a 3% smaller weight's scale   stale_scale
   /defect.bias_axis                 [64, 64] dY: d_bias summed over the features       axis
   /defect.bias_axis_rect            [64, 192] dY: the same, 64 values for 192 features  (shape: wrong axis)
   /defect.dw_x_fp8                  d_weight from X rounded to e4m3 (float32 X)        input_precision
@@ -188,6 +189,10 @@ def user_linear(f, path, x, w, b, dy, contract, fwd=None, defect=None, x_f32=Fal
         cq = fq(contract["weight_format"], w, "exact")
     elif defect == "dx_per_tensor":
         cq = fq("fp8_tensor", w, "vllm")
+    elif defect == "dx_stale":
+        import ml_dtypes
+        s = F(np.abs(w * F(0.97)).max() / 448)
+        cq = np.clip(w / s, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(F) * s
     t = torch.from_numpy
     xo = e4m3(x / F(np.abs(x).max() / 448)) * F(np.abs(x).max() / 448) if defect == "dw_x_fp8" else x
     dx = bf16.round_((t(dy) @ t(cq)).numpy())
@@ -261,6 +266,7 @@ def users(f, rng):
                 defect="x_bf16", x_f32=True)
     user_linear(f, "/defect.dx_profile", x, w, b, dy, {"weight_format": "mxfp4", "profile": "vllm"}, defect="dx_profile")
     user_linear(f, "/defect.dx_per_tensor", x, w, b, dy, {"weight_format": "fp8_block128"}, defect="dx_per_tensor")
+    user_linear(f, "/defect.dx_stale", x, w, b, dy, {"weight_format": "fp8_tensor"}, defect="dx_stale")
     sq = bf16.round_(rng.standard_normal((m, m)).astype(F))
     wsq = bf16.round_((rng.standard_normal((m, k)) / np.sqrt(k)).astype(F))
     user_linear(f, "/defect.bias_axis", x, wsq, b[:m].copy(), sq, {"weight_format": "none"}, defect="bias_axis")

@@ -156,6 +156,40 @@ static int hyp_quantizer(dg *d) {
   return QC_OK;
 }
 
+/* A stale per-tensor scale: the reference with ctx->wscale f (the class's
+ * reference quantizes a per-tensor weight with f times its own scale; QC_NA
+ * where it does not apply), f fitted over one octave, 1% then 0.05% steps. */
+static void hyp_stale_scale(dg *d) {
+  const qc_registry_row *row = qc_registry_find(d->m->cls->name);
+  qc_ctx c = *d->ctx;
+  const qc_ctx *c0 = d->ctx;
+  double bf = 0, be = INFINITY;
+  int ok = 0;
+  for (const qc_key_spec *ks = d->m->cls->keys; ks && ks->key; ks++) /* a per-tensor format in the contract */
+    if (quant_key(ks->key) && strcmp(qc_contract_str(&d->m->contract, ks->key, ks->dflt), "fp8_tensor") == 0) ok = row != NULL;
+  d->ctx = &c;
+  for (int pass = 0; pass < 2 && ok; pass++) {
+    double lo = pass ? bf * 0.99 : 0.7071, step = pass ? bf * 0.0005 : 0.01;
+    for (int i = 0; i < (pass ? 41 : 71) && ok; i++) {
+      c.wscale = pass ? lo + i * step : lo * pow(1.01, i);
+      if (run_for(d, row->reference, d->m, d->dy)) { ok = 0; break; }
+      if (!pass && !i && qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) { ok = 0; break; } /* this gradient does not see the scale */
+      double e = qc_dg_rel(d->g, d->p, d->n);
+      if (e < be) { be = e; bf = c.wscale; }
+    }
+  }
+  c.wscale = bf;
+  if (ok && !run_for(d, row->reference, d->m, d->dy)) {
+    char says[256];
+    snprintf(says, sizeof says, "%s from a weight quantized with a stale per-tensor scale: %.4g x the current weight's amax / 448 "
+             "(a scale from an earlier step's amax, as delayed scaling keeps it)", d->k->tensor, bf);
+    d->ctx = c0;
+    qc_dg_judge(d, "stale_scale", says, d->level);
+  }
+  d->ctx = c0;
+  qc_err_clear();
+}
+
 /* The float inputs rounded to a float8 type (per-tensor scale amax / max)
  * before the backward: an operand such as X saved in lower precision. */
 static int hyp_input_precision(dg *d) {
@@ -377,6 +411,7 @@ int qc_diagnose(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, cons
     double work = (double)d.n;
     for (int i = 0; i < m->params.n; i++) work = fmax(work, (double)qc_numel(&m->params.t[i]) * (double)d.R);
     if (work <= 4e8 && (rc = hyp_quantizer(&d))) goto done;
+    if (work <= 4e8 && has_word(gen, "dy_precision")) hyp_stale_scale(&d);
   }
   qc_dg_summarize(&d);
 done:

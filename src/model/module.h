@@ -58,8 +58,9 @@ typedef struct qc_ctx {
   int round_ops;               /* reference variants (engine/audit.c): 1 = the class rounds to bf16
                                   the operands it builds internally (a dequantized weight or input)
                                   before its GEMMs, as an implementation may; 0 = exact */
-  double wscale;               /* forward variants (engine/forward.c): > 0, a per-tensor weight scale
-                                  this many times the weight's own (a stale scale); 0: its own */
+  double wscale;               /* diagnosis variants (engine/forward.c, diagnose.c): > 0, a per-tensor
+                                  weight scale this many times the weight's own (a stale scale), for a
+                                  reference that models it (else it returns QC_NA); 0: its own */
   int world_size;              /* processes the dump came from (its root attribute world_size;
                                   0 or 1: one process, so no data-parallel explanation) */
 } qc_ctx;

@@ -14,6 +14,8 @@
  * salt = FNV-1a of "<module path>.weight", step 0 (docs/numerics.md).
  * Variant ctx->round_ops: X_ref and W_ref rounded to bf16 before their
  * GEMMs, the operands an implementation may legally cast (engine/audit.c).
+ * Variant ctx->wscale > 0 (a diagnosis): W_ref of an fp8_tensor weight
+ * quantized with that multiple of its scale amax / 448 (QC_NA otherwise).
  * Everything in float64; GEMMs through the backend's float64 GEMM only. */
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +44,17 @@ static int ref_fake_quant(const char *profile, const char *fmt, int64_t rows, in
   for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
   free(f);
   return rc;
+}
+
+/* W [N, K] quantized per tensor to float8_e4m3fn with scale f amax / 448
+ * (f != 1: a scale from another weight, e.g. an earlier step's amax), then
+ * dequantized, in place. */
+static void stale_fp8_tensor(double *W, int64_t n, double f) {
+  double amax = 0;
+  for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(W[i]));
+  float s = (float)(amax * f / 448.0);
+  if (!(s > 0)) return;
+  for (int64_t i = 0; i < n; i++) W[i] = (double)qc_e4m3_to_f32(qc_f32_to_e4m3((float)(W[i] / s))) * s;
 }
 
 int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
@@ -106,9 +119,13 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
 
   /* d_x = dY W_ref, then the activation quantizer's STE mask (from X) */
   if (want_dx) {
-    if (strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0 &&
-        (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww)))
+    int deq = strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0;
+    if (ctx->wscale > 0) { /* variant: a stale per-tensor scale (diagnosis) */
+      if (!deq || strcmp(wf, "fp8_tensor") != 0) { rc = QC_NA; goto done; }
+      stale_fp8_tensor(W, N * K, ctx->wscale);
+    } else if (deq && (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww))) {
       goto done;
+    }
     if (ctx->round_ops) /* variant: the dequantized weight rounded to bf16 before the GEMM */
       for (int64_t i = 0; i < N * K; i++) W[i] = qc_round_bf16((float)W[i]);
     if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
@@ -135,17 +152,6 @@ done:
   qc_tensor_free(&db);
   free(W); free(X); free(G);
   return rc;
-}
-
-/* W [N, K] quantized per tensor to float8_e4m3fn with scale f amax / 448
- * (f != 1: a scale from another weight, e.g. an earlier step's amax), then
- * dequantized, in place. */
-static void stale_fp8_tensor(double *W, int64_t n, double f) {
-  double amax = 0;
-  for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(W[i]));
-  float s = (float)(amax * f / 448.0);
-  if (!(s > 0)) return;
-  for (int64_t i = 0; i < n; i++) W[i] = (double)qc_e4m3_to_f32(qc_f32_to_e4m3((float)(W[i] / s))) * s;
 }
 
 /* The forward y = dequant(quant(X)) dequant(quant(W))^T + b in float64

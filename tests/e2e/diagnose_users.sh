@@ -2,7 +2,8 @@
 # diagnose_users.sh: the backward mistakes users make, each planted in a
 # torch-built dump (scripts/make_diag_dump.py --set users), are named by
 # the best-fitting hypothesis: d_x from a weight quantized under another
-# profile, or per tensor where the contract has 128 x 128 blocks; d_bias
+# profile, or per tensor where the contract has 128 x 128 blocks, or with
+# a stale per-tensor scale (an earlier step's amax); d_bias
 # summed over the features (a square dY, and a rectangular one whose
 # d_bias has one value per token); d_weight from X rounded to e4m3; an
 # attention mask shifted by one. No diagnosis offers a constant factor
@@ -21,6 +22,7 @@ r = json.load(open(T + "/r.json"))
 out = open(T + "/c.out").read()
 want = {("/defect.dx_profile", "d_x"): ("profile", "profile 'exact' rather than the declared 'vllm'"),
         ("/defect.dx_per_tensor", "d_x"): ("weight_format", "'fp8_tensor' (one per-tensor scale) rather than the declared 'fp8_block128'"),
+        ("/defect.dx_stale", "d_x"): ("stale_scale", "stale per-tensor scale: 0.9"),
         ("/defect.bias_axis", "d_bias"): ("axis", "reduced over the wrong axis"),
         ("/defect.bias_axis_rect", "d_bias"): (None, "one value per token (64, dY's rows)"),
         ("/defect.dw_x_fp8", "d_weight"): ("input_precision", "float8_e4m3fn"),
