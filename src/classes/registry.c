@@ -13,19 +13,19 @@
 #include "reference/ref_classes.h"
 
 static const qc_registry_row g_rows[] = {
-    {&qc_class_linear, qc_ref_linear, qc_fast_linear},
-    {&qc_class_rmsnorm, qc_ref_rmsnorm, NULL},
-    {&qc_class_layernorm, qc_ref_layernorm, NULL},
-    {&qc_class_rope, qc_ref_rope, NULL},
-    {&qc_class_swiglu, qc_ref_swiglu, NULL},
-    {&qc_class_relu2, qc_ref_relu2, NULL},
-    {&qc_class_gelu, qc_ref_gelu, NULL},
-    {&qc_class_logprob, qc_ref_logprob, NULL},
-    {&qc_class_router, qc_ref_router, NULL},
-    {&qc_class_attention, qc_ref_attention, NULL},
-    {&qc_class_moe, qc_ref_moe, NULL},
-    {&qc_class_ssd, qc_ref_ssd, NULL},
-    {&qc_class_conv1d, qc_ref_conv1d, NULL},
+    {&qc_class_linear, qc_ref_linear, qc_fast_linear, qc_ref_linear_forward},
+    {&qc_class_rmsnorm, qc_ref_rmsnorm, NULL, NULL},
+    {&qc_class_layernorm, qc_ref_layernorm, NULL, NULL},
+    {&qc_class_rope, qc_ref_rope, NULL, NULL},
+    {&qc_class_swiglu, qc_ref_swiglu, NULL, NULL},
+    {&qc_class_relu2, qc_ref_relu2, NULL, NULL},
+    {&qc_class_gelu, qc_ref_gelu, NULL, NULL},
+    {&qc_class_logprob, qc_ref_logprob, NULL, NULL},
+    {&qc_class_router, qc_ref_router, NULL, NULL},
+    {&qc_class_attention, qc_ref_attention, NULL, NULL},
+    {&qc_class_moe, qc_ref_moe, NULL, NULL},
+    {&qc_class_ssd, qc_ref_ssd, NULL, NULL},
+    {&qc_class_conv1d, qc_ref_conv1d, NULL, NULL},
 };
 
 /* Installs the table before main() (and before any test), in every program

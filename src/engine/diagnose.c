@@ -24,6 +24,25 @@ static int has_word(const char *list, const char *w) {
   return 0;
 }
 
+/* What a quantization format's scale is, in words (for its hypothesis). */
+const char *qc_dg_format_words(const char *v) {
+  static const struct { const char *f, *w; } t[] = {
+      {"none", "no quantization"},
+      {"fp8_tensor", "one per-tensor scale"},
+      {"fp8_channel", "a scale per output channel"},
+      {"fp8_token", "a scale per token"},
+      {"fp8_block128", "a scale per 128 x 128 block"},
+      {"fp8_block128_ue8m0", "a power-of-two scale per 128 x 128 block"},
+      {"fp8_group128", "a scale per 1 x 128 group"},
+      {"fp8_group128_ue8m0", "a power-of-two scale per 1 x 128 group"},
+      {"mxfp8", "a power-of-two scale per 32 elements"},
+      {"mxfp4", "FP4 with a power-of-two scale per 32 elements"},
+      {"nvfp4", "FP4 with an FP8 scale per 16 elements and a per-tensor scale"}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strcmp(t[i].f, v) == 0) return t[i].w;
+  return NULL;
+}
+
 /* ---- predictions from another VJP run ----------------------------------- */
 
 /* Run fn on module mm with dY dyv, keeping only d->k->tensor, into d->p.
@@ -86,6 +105,164 @@ done:
   return rc;
 }
 
+/* 1 when key names a quantizer setting: "profile" or "*_format". */
+static int quant_key(const char *key) {
+  size_t l = strlen(key);
+  return strcmp(key, "profile") == 0 || (l > 7 && strcmp(key + l - 7, "_format") == 0);
+}
+
+/* Another quantizer than the contract's in the backward: for each
+ * quantizer key (profile, formats), the reference under every other value;
+ * the best value per key recorded (another profile; a per-tensor scale
+ * where the contract has blocks; ...). */
+static int hyp_quantizer(dg *d) {
+  const qc_registry_row *row = qc_registry_find(d->m->cls->name);
+  double *best = malloc((size_t)d->n * sizeof *best);
+  if (!best) return qc_err_sys("out of memory diagnosing %s", d->k->tensor);
+  for (const qc_key_spec *ks = d->m->cls->keys; row && ks && ks->key; ks++) {
+    if (!ks->values || strchr(ks->values, '{') || !quant_key(ks->key)) continue;
+    const char *cur = qc_contract_str(&d->m->contract, ks->key, ks->dflt);
+    double be = INFINITY;
+    char bv[64] = "";
+    for (const char *p = ks->values; *p;) {
+      size_t l = strcspn(p, "|");
+      char v[64];
+      snprintf(v, sizeof v, "%.*s", (int)(l < sizeof v ? l : sizeof v - 1), p);
+      p += l + (p[l] == '|');
+      if (strcmp(v, cur) == 0 || strcmp(v, "auto") == 0) continue;
+      qc_module alt = *d->m;
+      if (qc_contract_set(&alt.contract, ks->key, v, 0, 0) || run_for(d, row->reference, &alt, d->dy)) { qc_err_clear(); continue; }
+      if (qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) continue; /* the same gradient on this data */
+      double e = qc_dg_rel(d->g, d->p, d->n);
+      if (e < be) {
+        be = e;
+        snprintf(bv, sizeof bv, "%s", v);
+        memcpy(best, d->p, (size_t)d->n * sizeof *best);
+      }
+    }
+    if (!bv[0]) continue;
+    memcpy(d->p, best, (size_t)d->n * sizeof *best);
+    char says[256];
+    const char *fw = qc_dg_format_words(bv), *fc = qc_dg_format_words(cur);
+    if (fw && fc)
+      snprintf(says, sizeof says, "%s matches the reference with %s '%s' (%s) rather than the declared '%s' (%s)", d->k->tensor,
+               ks->key, bv, fw, cur, fc);
+    else
+      snprintf(says, sizeof says, "%s matches the reference with %s '%s' rather than the declared '%s'", d->k->tensor, ks->key, bv,
+               cur);
+    qc_dg_judge(d, ks->key, says, d->level);
+  }
+  free(best);
+  return QC_OK;
+}
+
+/* A stale per-tensor scale: the reference with ctx->wscale f (the class's
+ * reference quantizes a per-tensor weight with f times its own scale; QC_NA
+ * where it does not apply), f fitted over one octave, 1% then 0.05% steps. */
+static void hyp_stale_scale(dg *d) {
+  const qc_registry_row *row = qc_registry_find(d->m->cls->name);
+  qc_ctx c = *d->ctx;
+  const qc_ctx *c0 = d->ctx;
+  double bf = 0, be = INFINITY;
+  int ok = 0;
+  for (const qc_key_spec *ks = d->m->cls->keys; ks && ks->key; ks++) /* a per-tensor format in the contract */
+    if (quant_key(ks->key) && strcmp(qc_contract_str(&d->m->contract, ks->key, ks->dflt), "fp8_tensor") == 0) ok = row != NULL;
+  d->ctx = &c;
+  for (int pass = 0; pass < 2 && ok; pass++) {
+    double lo = pass ? bf * 0.99 : 0.7071, step = pass ? bf * 0.0005 : 0.01;
+    for (int i = 0; i < (pass ? 41 : 71) && ok; i++) {
+      c.wscale = pass ? lo + i * step : lo * pow(1.01, i);
+      if (run_for(d, row->reference, d->m, d->dy)) { ok = 0; break; }
+      if (!pass && !i && qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) { ok = 0; break; } /* this gradient does not see the scale */
+      double e = qc_dg_rel(d->g, d->p, d->n);
+      if (e < be) { be = e; bf = c.wscale; }
+    }
+  }
+  c.wscale = bf;
+  if (ok && !run_for(d, row->reference, d->m, d->dy)) {
+    char says[256];
+    snprintf(says, sizeof says, "%s from a weight quantized with a stale per-tensor scale: %.4g x the current weight's amax / 448 "
+             "(a scale from an earlier step's amax, as delayed scaling keeps it)", d->k->tensor, bf);
+    d->ctx = c0;
+    qc_dg_judge(d, "stale_scale", says, d->level);
+  }
+  d->ctx = c0;
+  qc_err_clear();
+}
+
+/* The float inputs rounded to a float8 type (per-tensor scale amax / max)
+ * before the backward: an operand such as X saved in lower precision. */
+static int hyp_input_precision(dg *d) {
+  static const struct { qc_dtype dt; const char *name; double fmax; } v[] = {
+      {QC_E4M3, "float8_e4m3fn", 448.0}, {QC_E5M2, "float8_e5m2", 57344.0}};
+  const qc_registry_row *row = qc_registry_find(d->m->cls->name);
+  int rc = QC_OK;
+  for (size_t j = 0; row && j < sizeof v / sizeof v[0]; j++) {
+    qc_module alt = *d->m;
+    memset(&alt.inputs, 0, sizeof alt.inputs);
+    if ((rc = qc_tset_clone(&alt.inputs, &d->m->inputs))) break;
+    int any = 0;
+    for (int i = 0; i < alt.inputs.n; i++) {
+      qc_tensor *t = &alt.inputs.t[i];
+      if (t->dtype != QC_F32 && t->dtype != QC_F64) continue; /* bf16 inputs are what the trainer saved */
+      int64_t n = qc_numel(t);
+      double amax = 0;
+      for (int64_t e = 0; e < n; e++) {
+        double x = t->dtype == QC_F32 ? ((float *)t->data)[e] : ((double *)t->data)[e];
+        if (isfinite(x)) amax = fmax(amax, fabs(x));
+      }
+      if (!(amax > 0)) continue;
+      double s = amax / v[j].fmax;
+      for (int64_t e = 0; e < n; e++) {
+        double x = t->dtype == QC_F32 ? ((float *)t->data)[e] : ((double *)t->data)[e];
+        if (!isfinite(x)) continue;
+        float q = (float)(x / s);
+        double r = (v[j].dt == QC_E4M3 ? qc_e4m3_to_f32(qc_f32_to_e4m3(q)) : qc_e5m2_to_f32(qc_f32_to_e5m2(q))) * s;
+        if (t->dtype == QC_F32) ((float *)t->data)[e] = (float)r;
+        else ((double *)t->data)[e] = r;
+      }
+      any = 1;
+    }
+    if (any && !run_for(d, row->reference, &alt, d->dy)) {
+      char says[256];
+      snprintf(says, sizeof says, "the float inputs rounded to %s (per-tensor scale) before the backward: %s computed from a "
+               "lower-precision saved input than the forward's", v[j].name, d->k->tensor);
+      qc_dg_judge(d, "input_precision", says, d->level);
+    }
+    qc_err_clear();
+    qc_module_variant_free(&alt, d->m);
+  }
+  return rc;
+}
+
+/* A 1-D gradient that is dY summed over its rows (a bias's), reduced over
+ * dY's columns instead (a square dY keeps the size). */
+static void hyp_axis(dg *d) {
+  const qc_tensor *dy = d->dy;
+  if (d->r->ndim != 1 || !dy || dy->ndim < 2) return;
+  int64_t C = dy->shape[dy->ndim - 1], R = C ? qc_numel(dy) / C : 0;
+  if (C != d->n || R != C) return;
+  double *y = malloc((size_t)(R * C + 1) * sizeof *y), *col = calloc((size_t)C + 1, sizeof *col);
+  if (y && col && !qc_tensor_to_f64(dy, y)) {
+    for (int64_t i = 0; i < R; i++)
+      for (int64_t c = 0; c < C; c++) col[c] += y[i * C + c];
+    if (qc_dg_rel(col, d->rd, C) <= 1e-9) { /* the reference is dY's column sums */
+      for (int64_t i = 0; i < R; i++) {
+        double s = 0;
+        for (int64_t c = 0; c < C; c++) s += y[i * C + c];
+        d->p[i] = s;
+      }
+      char says[256];
+      snprintf(says, sizeof says, "%s reduced over the wrong axis: dY summed over its features (last dimension) instead of its "
+               "%lld tokens", d->k->tensor, (long long)R);
+      qc_dg_judge(d, "axis", says, d->level);
+    }
+  }
+  qc_err_clear();
+  free(y);
+  free(col);
+}
+
 /* The class's own hypotheses for this gradient. */
 static void hyp_class(dg *d) {
   const qc_registry_row *row = qc_registry_find(d->m->cls->name);
@@ -118,8 +295,38 @@ static void hyp_class(dg *d) {
 
 /* ---- the summary -------------------------------------------------------- */
 
-static void summarize(dg *d) {
+/* The summary: the consistent hypothesis closest to the candidate first
+ * (ranked by its residual), then the other specific ones (a constant factor
+ * only when it fits best), the fitted ones only when nothing specific holds. */
+/* Order key of hypothesis i: consistent before not, specific before
+ * fitted, then by residual (none: first); the tested order otherwise. */
+static double rank_key(const dg *d, int i, int *cls) {
+  const struct qc_hyp_result *h = &d->k->hyp[i];
+  *cls = !h->consistent ? 2 : d->fitted[i] ? 1 : 0;
+  return *cls == 2 ? (double)i : isnan(h->rel_l2) ? -1.0 : h->rel_l2;
+}
+
+/* Sort the recorded hypotheses by rank_key (stable), fitted marks with them,
+ * so a report's first consistent hypothesis is the best one. */
+static void rank_hyps(dg *d) {
   qc_check *k = d->k;
+  for (int i = 1; i < k->nhyp; i++)
+    for (int j = i; j > 0; j--) {
+      int ca, cb;
+      double ka = rank_key(d, j - 1, &ca), kb = rank_key(d, j, &cb);
+      if (ca < cb || (ca == cb && ka <= kb)) break;
+      struct qc_hyp_result t = k->hyp[j];
+      k->hyp[j] = k->hyp[j - 1];
+      k->hyp[j - 1] = t;
+      char f = d->fitted[j];
+      d->fitted[j] = d->fitted[j - 1];
+      d->fitted[j - 1] = f;
+    }
+}
+
+void qc_dg_summarize(dg *d) {
+  qc_check *k = d->k;
+  rank_hyps(d);
   size_t o = 0;
   char *s = k->diagnosis;
   size_t n = sizeof k->diagnosis;
@@ -132,6 +339,7 @@ static void summarize(dg *d) {
       for (int j = 0; j < k->nhyp; j++)
         if (j != i && k->hyp[j].consistent && !d->fitted[j] && k->hyp[j].rel_l2 < h->rel_l2) best = 0;
       if (pass != (d->fitted[i] ? 2 : best ? 0 : 1) || (pass == 2 && nc)) continue; /* fitted: only when nothing specific holds */
+      if (pass == 1 && strcmp(h->name, "factor") == 0) continue; /* a factor only when it explains the error best */
       const char *lead = nc ? "; also: " : strcmp(h->name, "nonfinite") == 0 ? "traced: " : "consistent with: ";
       nc++;
       if (o < n) o += (size_t)snprintf(s + o, n - o, "%s%s", lead, h->says);
@@ -161,8 +369,13 @@ int qc_diagnose(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, cons
     return QC_OK;
   }
   if (!qc_dtype_is_float(g->dtype) || g->dtype == QC_E2M1X2 || qc_numel(g) != qc_numel(r) || qc_numel(r) == 0) {
+    int64_t dc = dy && dy->ndim ? dy->shape[dy->ndim - 1] : 0;
     if (qc_numel(g) == qc_numel(r) && g->ndim == 2 && r->ndim == 2 && g->shape[0] == r->shape[1] && g->shape[1] == r->shape[0])
       snprintf(k->diagnosis, sizeof k->diagnosis, "the candidate's shape is the reference's transposed: a transposed gradient");
+    else if (r->ndim == 1 && dc == qc_numel(r) && dc > 0 && qc_numel(g) == qc_numel(dy) / dc && qc_numel(g) != dc)
+      snprintf(k->diagnosis, sizeof k->diagnosis, "%s reduced over the wrong axis: the candidate has one value per token (%lld, "
+               "dY's rows) where the reference has one per feature (%lld): dY summed over its features instead of its tokens",
+               k->tensor, (long long)qc_numel(g), (long long)dc);
     else
       snprintf(k->diagnosis, sizeof k->diagnosis, "no known signature");
     return QC_OK;
@@ -193,8 +406,14 @@ int qc_diagnose(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, cons
     if (has_word(gen, "slice")) qc_dg_slice(&d);
     hyp_class(&d);
     if (has_word(gen, "dy_precision") && (rc = hyp_dy_precision(&d))) goto done;
+    if (has_word(gen, "dy_precision") && (rc = hyp_input_precision(&d))) goto done; /* the operands' precision */
+    hyp_axis(&d);
+    double work = (double)d.n;
+    for (int i = 0; i < m->params.n; i++) work = fmax(work, (double)qc_numel(&m->params.t[i]) * (double)d.R);
+    if (work <= 4e8 && (rc = hyp_quantizer(&d))) goto done;
+    if (work <= 4e8 && has_word(gen, "dy_precision")) hyp_stale_scale(&d);
   }
-  summarize(&d);
+  qc_dg_summarize(&d);
 done:
   free(d.g);
   free(d.p);

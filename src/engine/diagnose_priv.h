@@ -42,4 +42,9 @@ void qc_dg_zero(dg *d, const char *frozen);                /* a zero candidate *
 void qc_dg_slice(dg *d);                                   /* zero slices: a missing term */
 void qc_dg_nonfinite(dg *d);                               /* the first non-finite value, traced */
 
+/* A quantization format's scale in words ("a scale per 128 x 128 block"), or NULL. */
+const char *qc_dg_format_words(const char *v);
+/* Write d->k->diagnosis from the hypotheses recorded (diagnose.c). */
+void qc_dg_summarize(dg *d);
+
 #endif

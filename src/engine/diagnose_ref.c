@@ -53,26 +53,34 @@ static void named_factor(dg *d, double kf, double tol, char *says, size_t n) {
       snprintf(says, n, "a constant factor k = %.5g (%s)", kf, ks[i]);
       return;
     }
+  /* ranks, all-reduces and the optimizer's DP scaling explain a factor only
+   * in a dump of several processes (root attribute world_size > 1) */
+  int dist = d->ctx->world_size > 1 || (d->ctx->group && d->ctx->group->size > 1);
   int expert = strstr(d->m->path, "expert") != NULL; /* expert weights: scaled in the optimizer step */
   const char *timing = expert ? "or an expert gradient dumped before the optimizer step applies its expert-DP / DP scaling"
                               : "or a gradient dumped before the optimizer step applies its data-parallel scaling";
   for (int j = 2; j <= 1024; j++) {
     if (fabs(kf / j - 1) <= tol) {
-      if (j == 2) snprintf(says, n, "a constant factor k = %.5f (= 2: a doubled gradient, an all-reduce summed twice or a "
-                           "term added twice, %s)", kf, timing);
+      if (!dist) snprintf(says, n, "a constant factor k = %.5f (= %d%s)", kf, j, j == 2 ? ": a doubled value, a term added twice"
+                          : ": a scale applied twice, or a sum where a mean is meant");
+      else if (j == 2) snprintf(says, n, "a constant factor k = %.5f (= 2: a doubled gradient, an all-reduce summed twice or a "
+                                "term added twice, %s)", kf, timing);
       else snprintf(says, n, "a constant factor k = %.5f (= %d: a parallelism ratio, summed over %d ranks where it should be "
                     "averaged, %s)", kf, j, j, timing);
       return;
     }
     if (fabs(kf * j - 1) <= tol) {
-      if (j == 2) snprintf(says, n, "a constant factor k = %.5f (= 1/2: half the gradient, averaged over 2 ranks where it "
-                           "should be summed, a missing all-reduce or one of two terms lost, %s)", kf, timing);
+      if (!dist) snprintf(says, n, "a constant factor k = %.5f (= 1/%d%s)", kf, j, j == 2 ? ": half the value, one of two terms "
+                          "lost" : ": a mean where a sum is meant, or a scale divided out twice");
+      else if (j == 2) snprintf(says, n, "a constant factor k = %.5f (= 1/2: half the gradient, averaged over 2 ranks where it "
+                                "should be summed, a missing all-reduce or one of two terms lost, %s)", kf, timing);
       else snprintf(says, n, "a constant factor k = %.5f (= 1/%d: a parallelism ratio, averaged over %d ranks where it should "
                     "be summed or a missing all-reduce, %s)", kf, j, j, timing);
       return;
     }
   }
-  snprintf(says, n, "a constant factor k = %.6g (a scale applied or lost inside the backward)", kf);
+  snprintf(says, n, "a constant factor k = %.6g (a scale applied or lost inside the %s)", kf,
+           strcmp(d->k->tensor, "y") == 0 && strcmp(d->k->dy, "forward") == 0 ? "forward" : "backward");
 }
 
 void qc_dg_factor(dg *d, int want_factor, int want_sign) {

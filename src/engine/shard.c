@@ -410,10 +410,15 @@ int qc_vjp_sharded(qc_audit *a, const qc_case *cs, const char *profile, long lon
   }
   *nunits = n;
   if ((rc = qc_vjp_units(n, &owner))) goto done;
+  qc_ctx wctx = *a->ctx; /* W processes: the diagnosis may name data-parallel causes */
+  const qc_ctx *ctx0 = a->ctx;
+  wctx.world_size = W;
+  a->ctx = &wctx;
   for (int i = 0; i < n && !rc; i++) {
     if (owner[i] != qc_dist_rank()) continue;
     if ((rc = audit_sharded(a, cs, profile, rf, W, &ents[i], qc_registry_find(ents[i].cls)))) *at = i;
   }
+  a->ctx = ctx0;
 done:
   free(owner);
   free(ents);

@@ -15,6 +15,7 @@
 #include "dist/dist.h"
 #include "engine/ckpt_quant.h"
 #include "engine/deployed.h"
+#include "engine/forward.h"
 #include "engine/gen.h"
 #include "io/dump.h"
 #include "io/prefetch.h"
@@ -29,6 +30,7 @@ static int audit_described(qc_audit *a, const qc_module *m, int first, double t0
   int rc = QC_OK;
   if (a->info && !(mi = qc_malloc(sizeof *mi, "module facts"))) return QC_ESYS;
   if (mi) rc = qc_modinfo_fill(mi, m, values ? "generated" : "dump", cand_name(a->cs->cand), values);
+  if (!rc && unit < 0) rc = qc_forward_check(a, m); /* the output first: a quantizer or profile mismatch shows there */
   if (!rc) rc = unit >= 0 ? qc_split_audit(a, m, unit) : qc_audit_module(a, m); /* a failed rank meets the others in the merge */
   if (unit >= 0 && !rc && qc_dist_rank() != 0) { /* the others ran it with rank 0: their checks are rank 0's */
     a->res->n = first;
@@ -247,6 +249,8 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   const qc_class **classes = NULL;
   int n = 0, ncls = 0, rc;
   loader *L = NULL;
+  const qc_ctx *ctx0 = NULL;
+  qc_ctx wctx;
   qc_prefetch pf;
   qc_progress pg;
   memset(&pf, 0, sizeof pf);
@@ -302,6 +306,12 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   L->ckpt = ck;
   L->prefix = cs->ckpt_prefix;
   L->with_grads = cs->cand == QC_CAND_DUMP;
+  long long world = 1;
+  if (qc_dump_get_int_attr(d, "/", "world_size", &world) != QC_OK) { qc_err_clear(); world = 1; }
+  wctx = *a->ctx; /* the diagnosis names data-parallel causes only for a dump of several processes */
+  wctx.world_size = world > 1 ? (int)(world < 1 << 20 ? world : 1 << 20) : 1;
+  ctx0 = a->ctx;
+  a->ctx = &wctx;
   if ((rc = qc_prefetch_start(&pf, n, 1, load_entry, L))) goto done;
   qc_progress_start(&pg, "vjp", "modules", n);
   for (int i = 0; i < n && !rc; i++) {
@@ -337,6 +347,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   }
   if (rc && *at < 0 && n > 0) *at = gidx[0]; /* the read-ahead's start */
 done:
+  if (ctx0) a->ctx = ctx0;
   qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
   if (L)

@@ -42,7 +42,8 @@ typedef struct qc_check {
   char module[QC_PATHLEN];   /* "/model.layers.3.mlp.down_proj" */
   char cls[64];              /* "linear" */
   char dy[QC_NAMELEN];       /* "random", or a grad_out dataset name */
-  char tensor[QC_NAMELEN];   /* "d_x", or "quantizer" */
+  char tensor[QC_NAMELEN];   /* "d_x", or "quantizer", or "y" (the forward check) */
+  char kind[16];             /* "forward" for the forward check ("": a gradient, or the deployed bytes) */
   int ndim;
   int64_t shape[QC_MAXDIM];  /* the reference's shape */
   char cand_dtype[24];       /* the candidate's element type ("" when missing) */
@@ -65,7 +66,7 @@ typedef struct qc_check {
     double rel_l2;           /* candidate vs the hypothesis' prediction (NAN: not computed) */
     double level;            /* the noise level it is compared with */
     int consistent;
-  } hyp[12];
+  } hyp[16];
 } qc_check;
 
 typedef struct qc_results {

@@ -58,6 +58,11 @@ typedef struct qc_ctx {
   int round_ops;               /* reference variants (engine/audit.c): 1 = the class rounds to bf16
                                   the operands it builds internally (a dequantized weight or input)
                                   before its GEMMs, as an implementation may; 0 = exact */
+  double wscale;               /* diagnosis variants (engine/forward.c, diagnose.c): > 0, a per-tensor
+                                  weight scale this many times the weight's own (a stale scale), for a
+                                  reference that models it (else it returns QC_NA); 0: its own */
+  int world_size;              /* processes the dump came from (its root attribute world_size;
+                                  0 or 1: one process, so no data-parallel explanation) */
 } qc_ctx;
 
 /* 1 unless ctx->skip names gradient `grad` ("d_x"). */
@@ -237,12 +242,25 @@ typedef struct qc_class {
   const qc_split *split;       /* optional: how a module is split across ranks (NULL: never split) */
 } qc_class;
 
+/* The forward the contract defines, from the math (src/reference/): y
+ * (allocated here, QC_F64, shaped like outputs/y) from m's inputs and
+ * params, with every quantizer the contract names (format, profile,
+ * rounding); ctx->round_ops rounds the GEMM operands to bf16 after their
+ * quantization (a legal variant), ctx->wscale > 0 quantizes a per-tensor
+ * weight with that multiple of its scale. *tm gets y's error model (the
+ * reduction length, ||T|| of the terms each y element sums). QC_OK, QC_NA
+ * (the variant does not apply), or an error. */
+typedef int (*qc_fwd_ref_fn)(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm);
+
 /* A registry row: the class, its independent reference and, optionally, a
- * fast path that runs both together on the backend. */
+ * fast path that runs both together on the backend, and the reference's
+ * forward (NULL: the forward check uses the class's float64 `forward`
+ * where the contract quantizes nothing). */
 typedef struct qc_registry_row {
   const qc_class *cls;
   qc_vjp_fn reference;         /* src/reference/<name>.c */
   qc_fast_fn fast;             /* NULL, or src/modules/<name>_fast.c */
+  qc_fwd_ref_fn forward;       /* NULL, or src/reference/<name>.c */
 } qc_registry_row;
 
 /* The class table is src/classes/registry.c's, installed when the program

@@ -5,7 +5,8 @@
  *   q [B, Hq, S, D], k, v [B, Hkv, S, D] (GQA: Hq a multiple of Hkv; query
  *   head h reads kv head h / (Hq / Hkv)); saved out [B, Hq, S, D] (O) and
  *   lse [B, Hq, S]; dY = dO [B, Hq, S, D]; c = softmax_scale (1/sqrt(D))
- *   causal: key j is visible to query i when j <= i
+ *   causal: key j is visible to query i when j <= i (j <= i + k under the
+ *     contract's causal_offset k; a query left with no key outputs 0)
  *   window W > 0 (causal only): and when i - j < W, i.e. i - W < j <= i
  *     (Hugging Face's sliding-window mask: W keys, the query's own included)
  *   s_ij   = c q_i.k_j; softcap m > 0: s_ij = m tanh(c q_i.k_j / m)
@@ -38,6 +39,8 @@ static const qc_key_spec attention_keys[] = {
     {"softmax_scale", NULL, NULL, "logit scale c in softmax(c Q K^T); default 1/sqrt(head_dim)"},
     {"lse_base", "e|2", "e", "base of the saved log-sum-exp: e (natural) or 2 (log2, as some kernels store it)"},
     {"window", NULL, "0", "sliding window W (causal): query i attends keys i - W < j <= i (0: no window)"},
+    {"causal_offset", NULL, "0", "causal mask diagonal k: query i attends keys j <= i + k (0: the diagonal; a query left with "
+     "no key outputs 0)"},
     {"softcap", NULL, "0", "logit soft-cap m: logits m tanh(c q.k / m) before the softmax (0: none)"},
     {NULL, NULL, NULL, NULL}};
 
@@ -47,6 +50,7 @@ typedef struct {
   int64_t B, Hq, Hkv, S, D;
   int causal, base2;
   int64_t window; /* W: keys i - W < j <= i (0: no window) */
+  int64_t coff;   /* k: the causal mask's diagonal, keys j <= i + k */
   double scale;
   double softcap; /* m: logits m tanh(s / m) (0: none) */
 } at_view;
@@ -55,7 +59,9 @@ typedef struct {
  * applied. a: the view (S, causal, window); i in [0, S); j0 [1]: out. */
 static int64_t at_keys(const at_view *a, int64_t i, int64_t *j0) {
   *j0 = a->window > 0 && i - a->window + 1 > 0 ? i - a->window + 1 : 0;
-  return a->causal ? i + 1 : a->S;
+  if (!a->causal) return a->S;
+  int64_t n = i + 1 + a->coff;
+  return n < *j0 ? *j0 : n > a->S ? a->S : n; /* j0 == n: no key (the row is 0) */
 }
 
 /* inputs only (the forward and generator need no saved tensors) */
@@ -97,6 +103,10 @@ static int at_view_inputs(const qc_module *m, at_view *a) {
     return qc_err("%s: contract key 'window' is %lld with causal = false: a sliding window is causal here "
                   "(keys i - W < j <= i); a bidirectional window is not modelled",
                   m->path, (long long)a->window);
+  const double co = qc_contract_num(&m->contract, "causal_offset", 0);
+  if (co != floor(co) || fabs(co) > 4e18 || (co != 0 && !a->causal))
+    return qc_err("%s: contract key 'causal_offset' is %g: expected a whole number, with causal = true", m->path, co);
+  a->coff = (int64_t)co;
   a->softcap = qc_contract_num(&m->contract, "softcap", 0);
   if (!(a->softcap >= 0) || !(a->softcap <= FLT_MAX) || (a->softcap > 0 && a->softcap < FLT_MIN))
     return qc_err("%s: contract key 'softcap' is %g: expected 0 (none) or a number > 0 within float32's normal range",
@@ -203,6 +213,11 @@ static int attention_fwd64(const at_view *a, const double *q, const double *k, c
       for (int64_t i = 0; i < S; i++) {
         int64_t j0;
         const int64_t jn = at_keys(a, i, &j0);
+        if (jn <= j0) { /* no visible key (a mask shifted back): the output is 0 */
+          if (lse) lse[(b * a->Hq + h) * S + i] = -INFINITY;
+          for (int64_t d = 0; o && d < D; d++) o[qo + i * D + d] = 0;
+          continue;
+        }
         double mx = -INFINITY, z = 0;
         for (int64_t j = j0; j < jn; j++) {
           double s = 0;
@@ -340,6 +355,26 @@ static int attention_flip_causal(const qc_module *m, qc_module *alt, char *detai
   return qc_contract_set(&alt->contract, "causal", causal ? "false" : "true", 0, 0);
 }
 
+/* The causal mask's diagonal moved by `by` from the contract's. m: the
+ * module; alt: its copy to alter; detail [n]: out. QC_NA without a mask. */
+static int attention_shift(const qc_module *m, qc_module *alt, char *detail, size_t n, int by) {
+  if (strcmp(qc_contract_str(&m->contract, "causal", "true"), "true") != 0) return QC_NA;
+  const double k = qc_contract_num(&m->contract, "causal_offset", 0);
+  snprintf(detail, n, "the contract says keys j <= i%+.0f", k);
+  if (k == 0) detail[strlen(detail) - 2] = 0; /* "j <= i" */
+  return qc_contract_set(&alt->contract, "causal_offset", "", k + by, 1);
+}
+
+/* Hypothesis: the causal mask one key later (attention_shift, +1). */
+static int attention_shift_plus1(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  return attention_shift(m, alt, detail, n, 1);
+}
+
+/* Hypothesis: the causal mask one key earlier (attention_shift, -1). */
+static int attention_shift_minus1(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  return attention_shift(m, alt, detail, n, -1);
+}
+
 /* Hypothesis: the sliding window one key wider than the contract's W (the
  * key at i - W attended: a mask j >= i - W, as `i - j <= W`). m: the module;
  * alt: its copy to alter; detail [n]: out. QC_NA without a window. */
@@ -393,6 +428,10 @@ static const qc_hypothesis attention_hyps[] = {
      NULL, 0},
     {"window_narrow", "/d_q/d_k/d_v/", "the sliding window off by one: the key at i - W + 1 masked", attention_window_narrow, 0,
      NULL, 0},
+    {"causal_shift_plus1", "/d_q/d_k/d_v/", "the causal mask shifted by +1: query i attends key i + 1 too (a future token)",
+     attention_shift_plus1, 0, NULL, 0},
+    {"causal_shift_minus1", "/d_q/d_k/d_v/", "the causal mask shifted by -1: query i does not attend key i (its own)",
+     attention_shift_minus1, 0, NULL, 0},
     {"softcap_grad", "/d_q/d_k/", "the softcap's derivative 1 - tanh^2 lost in the backward (a detached tanh)", NULL, 0,
      attention_softcap_grad, 0},
     {NULL, NULL, NULL, NULL, 0, NULL, 0}};

@@ -4,7 +4,8 @@
  * Query head h of batch b reads kv head h / (Hq / Hkv). For query i:
  *   r_ij = c q_i.k_j (the raw logit),
  *   s_ij = r_ij, or m tanh(r_ij / m) under a softcap m > 0,
- *   over the visible keys: j <= i when causal (else all), and under a
+ *   over the visible keys: j <= i + k when causal (k the contract's causal_offset,
+ *   0 by default; a query left with no key gives 0), else all; under a
  *   sliding window W > 0 only the W most recent of them, i - j < W,
  *   P_ij = exp(s_ij - max_j s) / sum_l exp(s_il - max_l s),
  *   O_i  = sum_j P_ij v_j.
@@ -62,6 +63,10 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
     return qc_err("%s: contract key 'window' = %g: expected a whole number >= 0", m->path, wd);
   const int64_t W = (int64_t)wd; /* 0: no window */
   if (W > 0 && !causal) return qc_err("%s: contract key 'window' = %lld: needs causal = true", m->path, (long long)W);
+  const double cod = qc_contract_num(c, "causal_offset", 0);
+  if (floor(cod) != cod || fabs(cod) > 4e18 || (cod != 0 && !causal))
+    return qc_err("%s: contract key 'causal_offset' = %g: expected a whole number, with causal = true", m->path, cod);
+  const int64_t off = (int64_t)cod; /* the mask's diagonal: keys j <= i + off */
   if (!(cap >= 0) || !isfinite(cap)) return qc_err("%s: contract key 'softcap' = %g: expected >= 0", m->path, cap);
   const char *base = qc_contract_str(c, "lse_base", "e");
   if (strcmp(base, "e") != 0 && strcmp(base, "2") != 0)
@@ -85,9 +90,11 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
       const double *k = K + (b * Hkv + h / grp) * S * D, *v = V + (b * Hkv + h / grp) * S * D;
       double *gq = dq + (b * Hq + h) * S * D, *gk = dk + (b * Hkv + h / grp) * S * D, *gv = dv + (b * Hkv + h / grp) * S * D;
       for (int64_t i = 0; i < S; i++) {
-        const int64_t n = causal ? i + 1 : S; /* keys lo..n-1 are visible */
+        int64_t n = causal ? i + 1 + off : S; /* keys lo..n-1 are visible */
+        if (n > S) n = S;
         int64_t lo = 0;
         while (W > 0 && i - lo >= W) lo++; /* the window: i - j < W */
+        if (n <= lo) continue; /* no visible key: the output and its gradients are 0 */
         double mx = -INFINITY, z = 0, pd = 0;
         for (int64_t j = lo; j < n; j++) {
           double r = 0;

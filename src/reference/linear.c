@@ -14,6 +14,8 @@
  * salt = FNV-1a of "<module path>.weight", step 0 (docs/numerics.md).
  * Variant ctx->round_ops: X_ref and W_ref rounded to bf16 before their
  * GEMMs, the operands an implementation may legally cast (engine/audit.c).
+ * Variant ctx->wscale > 0 (a diagnosis): W_ref of an fp8_tensor weight
+ * quantized with that multiple of its scale amax / 448 (QC_NA otherwise).
  * Everything in float64; GEMMs through the backend's float64 GEMM only. */
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +44,17 @@ static int ref_fake_quant(const char *profile, const char *fmt, int64_t rows, in
   for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
   free(f);
   return rc;
+}
+
+/* W [N, K] quantized per tensor to float8_e4m3fn with scale f amax / 448
+ * (f != 1: a scale from another weight, e.g. an earlier step's amax), then
+ * dequantized, in place. */
+static void stale_fp8_tensor(double *W, int64_t n, double f) {
+  double amax = 0;
+  for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(W[i]));
+  float s = (float)(amax * f / 448.0);
+  if (!(s > 0)) return;
+  for (int64_t i = 0; i < n; i++) W[i] = (double)qc_e4m3_to_f32(qc_f32_to_e4m3((float)(W[i] / s))) * s;
 }
 
 int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
@@ -106,9 +119,13 @@ int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
 
   /* d_x = dY W_ref, then the activation quantizer's STE mask (from X) */
   if (want_dx) {
-    if (strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0 &&
-        (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww)))
+    int deq = strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0;
+    if (ctx->wscale > 0) { /* variant: a stale per-tensor scale (diagnosis) */
+      if (!deq || strcmp(wf, "fp8_tensor") != 0) { rc = QC_NA; goto done; }
+      stale_fp8_tensor(W, N * K, ctx->wscale);
+    } else if (deq && (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww))) {
       goto done;
+    }
     if (ctx->round_ops) /* variant: the dequantized weight rounded to bf16 before the GEMM */
       for (int64_t i = 0; i < N * K; i++) W[i] = qc_round_bf16((float)W[i]);
     if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
@@ -134,5 +151,82 @@ done:
   qc_tensor_free(&dw);
   qc_tensor_free(&db);
   free(W); free(X); free(G);
+  return rc;
+}
+
+/* The forward y = dequant(quant(X)) dequant(quant(W))^T + b in float64
+ * (qc_fwd_ref_fn): X's rows quantized under activation_format, W under
+ * weight_format with the contract's rounding, both under its profile; the
+ * terms |X_q| |W_q|^T + |b| give the error model. */
+int qc_ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+  const qc_tensor *x, *w, *b;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &x))) return rc;
+  if ((rc = qc_module_need(m, "params", "weight", 2, 2, &w))) return rc;
+  b = qc_tset_get(&m->params, "bias");
+  const int64_t K = x->shape[x->ndim - 1], M = K ? qc_numel(x) / K : 0, N = w->shape[0];
+  if (w->shape[1] != K || (b && (b->ndim != 1 || b->shape[0] != N)))
+    return qc_err("%s: params/weight or params/bias do not match inputs/x: expected weight [N, %lld], bias [N]", m->path,
+                  (long long)K);
+  const qc_contract *c = &m->contract;
+  const char *wf = qc_contract_str(c, "weight_format", "none"), *af = qc_contract_str(c, "activation_format", "none");
+  const char *prof = qc_contract_str(c, "profile", "vllm");
+  if (ctx->wscale > 0 && strcmp(wf, "fp8_tensor") != 0) return QC_NA; /* a stale scale of a per-tensor weight only */
+  double *W = NULL, *X = NULL, *B = NULL, *T = NULL;
+  qc_tensor out = {0};
+  int64_t ys[QC_MAXDIM];
+  memcpy(ys, x->shape, sizeof ys);
+  ys[x->ndim - 1] = N;
+  qc_sr sr;
+  qc_sr_from_contract(c, m->path, &sr);
+  char wx[QC_PATHLEN + 32], ww[QC_PATHLEN + 32];
+  snprintf(wx, sizeof wx, "%s: inputs/x", m->path);
+  snprintf(ww, sizeof ww, "%s: params/weight", m->path);
+  rc = QC_ESYS;
+  if (!(W = qc_malloc((size_t)(N * K + 1) * 8, "reference weight")) || !(X = qc_malloc((size_t)(M * K + 1) * 8, "reference input")) ||
+      !(B = qc_calloc((size_t)N + 1, 8, "reference bias")) || !(T = qc_malloc((size_t)((M < 256 ? M : 256) * N + 1) * 8, "forward terms")))
+    goto done;
+  if ((rc = qc_tensor_to_f64(w, W)) || (rc = qc_tensor_to_f64(x, X)) || (b && (rc = qc_tensor_to_f64(b, B)))) goto done;
+  if ((rc = ref_fake_quant(prof, af, M, K, X, NULL, wx))) goto done;
+  if (ctx->wscale > 0) stale_fp8_tensor(W, N * K, ctx->wscale);
+  else if ((rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww))) goto done;
+  if (ctx->round_ops) /* variant: the quantized operands rounded to bf16 before the GEMM */
+    for (int64_t i = 0; i < N * K || i < M * K; i++) {
+      if (i < N * K) W[i] = qc_round_bf16((float)W[i]);
+      if (i < M * K) X[i] = qc_round_bf16((float)X[i]);
+    }
+  if ((rc = qc_tensor_alloc(&out, "y", QC_F64, x->ndim, ys))) goto done;
+  double *Y = out.data;
+  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, M, N, K, X, K, W, K, Y, N))) goto done;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t n = 0; n < N; n++) Y[i * N + n] += B[n];
+  /* the terms |X_q| |W_q|^T + |b|, over at most 256 evenly spaced rows
+   * (||T|| scaled up from them; the per-element bound only from all rows) */
+  const int64_t ms = M < 256 ? M : 256;
+  for (int64_t i = 0; i < N * K; i++) W[i] = fabs(W[i]);
+  for (int64_t j = 0; j < ms; j++) {
+    const int64_t i = j * M / ms;
+    for (int64_t c = 0; c < K; c++) X[j * K + c] = fabs(X[i * K + c]);
+  }
+  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, ms, N, K, X, K, W, K, T, N))) goto done;
+  double ss = 0, smax = 0;
+  for (int64_t i = 0; i < ms; i++)
+    for (int64_t n = 0; n < N; n++) {
+      double t = T[i * N + n] + fabs(B[n]);
+      ss += t * t;
+      smax = fmax(smax, t);
+    }
+  memset(tm, 0, sizeof *tm);
+  tm->k = K > 0 ? K : 1;
+  tm->lambda = 1;
+  tm->scale = ms == M ? smax : 0;
+  tm->terms = sqrt(ss * ((double)M / (double)(ms ? ms : 1)));
+  snprintf(tm->why, sizeof tm->why, "y = X_q W_q^T + b sums over the K = %lld input features (terms |X_q| |W_q|)", (long long)K);
+  *y = out;
+  memset(&out, 0, sizeof out);
+  rc = QC_OK;
+done:
+  qc_tensor_free(&out);
+  free(W); free(X); free(B); free(T);
   return rc;
 }

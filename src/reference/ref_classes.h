@@ -8,6 +8,8 @@
 #include "model/module.h"
 
 int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
+/* The linear forward the contract defines (a qc_fwd_ref_fn, reference/linear.c). */
+int qc_ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm);
 int qc_ref_rmsnorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_layernorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);

@@ -181,6 +181,7 @@ int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, cons
     cJSON_AddStringToObject(o, "class", k->cls);
     cJSON_AddStringToObject(o, "dy", k->dy);
     cJSON_AddStringToObject(o, "tensor", k->tensor);
+    if (k->kind[0]) cJSON_AddStringToObject(o, "kind", k->kind);
     cJSON_AddItemToObject(o, "shape", shape_json(k->ndim, k->shape));
     if (k->cand_dtype[0]) cJSON_AddStringToObject(o, "candidate_dtype", k->cand_dtype);
     if (k->has_metrics) {

@@ -6,7 +6,8 @@
 # weight [C, 1, K] as torch holds it, and [C, K]) pass as the candidate,
 # which checks the class's index convention against torch's. A planted
 # off-by-one causal shift (the conv read one step late: outputs [1 .. L]
-# of the padded conv, not [0 .. L-1]) fails; a dump without a bias passes.
+# of the padded conv, not [0 .. L-1]) fails, in its gradients and in its
+# outputs/y (the forward check); a dump without a bias passes.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -24,19 +25,20 @@ def grads(x, w, b, shift):
     y = F.conv1d(x.transpose(1, 2), w, b, padding=K - 1, groups=C)[..., shift:shift + L].transpose(1, 2)
     dy = torch.randn(B, L, C, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
     y.backward(dy)
-    return dy, x.grad, w.grad, (b.grad if b is not None else None)
+    return dy, x.grad, w.grad, (b.grad if b is not None else None), y.detach()
 with h5py.File(sys.argv[1], "w") as f:
     f.attrs["qatcheck_dump"] = 1
     for path, shift, bias, wshape in (("conv.ok", 0, True, (C, 1, K)), ("conv.ok_ck", 0, True, (C, K)),
                                       ("conv.nobias", 0, False, (C, 1, K)), ("conv.shift", 1, True, (C, 1, K))):
         x = bf(torch.randn(B, L, C)); w = bf(torch.randn(C, 1, K) / 2); b = bf(0.1 * torch.randn(C)) if bias else None
-        dy, dx, dw, db = grads(x, w, b, shift)
+        dy, dx, dw, db, y = grads(x, w, b, shift)
         g = f.create_group(path)
         g.attrs["class"] = "conv1d"
         g["inputs/x"] = x.numpy()
         g["params/weight"] = w.reshape(wshape).numpy()
         if bias:
             g["params/bias"] = b.numpy()
+        g["outputs/y"] = y.float().numpy()
         g["grad_out/dy"] = dy.float().numpy()
         g["grads/dy/d_x"] = dx.float().numpy()
         g["grads/dy/d_weight"] = dw.reshape(wshape).float().numpy()
@@ -57,5 +59,16 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 failed = {c["tensor"] for c in r["checks"] if c["verdict"] == "fail"}
 assert {"d_x", "d_weight"} <= failed, failed
+P
+$PY - "$T/s.r.json" <<'P' && ok "the shift fails the forward check y too" || bad "the shifted conv's outputs/y passed"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [c["verdict"] for c in r["checks"] if c["tensor"] == "y" and c.get("kind") == "forward"] == ["fail"]
+P
+"$QATCHECK" vjp --case "$T/ok.json" --json "$T/ok.r.json" >/dev/null 2>&1
+$PY - "$T/ok.r.json" <<'P' && ok "torch's conv1d output passes the forward check" || bad "torch's conv1d outputs/y fails or is not checked"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [c["verdict"] for c in r["checks"] if c["tensor"] == "y" and c.get("kind") == "forward"] == ["pass"]
 P
 finish

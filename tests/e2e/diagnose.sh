@@ -23,7 +23,7 @@ T = sys.argv[1]
 want = {
   "dd": {("/defect.doubled", "d_weight"): ("factor", "= 2:"),
          ("/defect.halved", "d_x"): ("factor", "= 1/2:"),
-         ("/defect.mlp.experts.1.down_proj", "d_weight"): ("factor", "expert-DP"),
+         ("/defect.mlp.experts.1.down_proj", "d_weight"): ("factor", "= 1/8:"),
          ("/defect.sign", "d_x"): ("sign", "sign flip"),
          ("/defect.transposed_dw", "d_weight"): ("transpose", "transposed"),
          ("/defect.shifted_rows", "d_x"): ("rows", "shifted by +2"),
@@ -90,6 +90,17 @@ for d, w in want.items():
     print("%s: %d planted causes named" % (d, len(w)))
 sys.exit(1 if bad else 0)
 P
+# one process (no world_size > 1): no rank, all-reduce or DP scaling is offered;
+# the same dump marked as one of 8 processes' gets the expert-DP reading
+grep -E "^/defect\.(doubled|halved|mlp\.experts\.1)" "$T/dd.out" | grep -qiE "rank|all-reduce|data-parallel|expert-DP" \
+  && bad "a single-process dump's factor names a data-parallel cause" || ok "a single-process factor names no data-parallel cause"
+$PY - "$T/dd.h5" <<'P' || bad "could not mark the dump world_size 8"
+import sys, h5py
+h5py.File(sys.argv[1], "a").attrs["world_size"] = 8
+P
+"$QATCHECK" vjp --case "$T/dd.json" >"$T/dd8.out" 2>&1
+grep "^/defect.mlp.experts.1.down_proj" "$T/dd8.out" | grep -q "expert-DP" \
+  && ok "a dump of 8 processes names the expert-DP scaling" || bad "world_size 8: no expert-DP reading of the 1/8 factor"
 # a check that fails for no known reason says so, listing what it tested
 grep -q "no known signature (tested:" "$T/ld.out" && ok "an unexplained failure says 'no known signature'" \
   || bad "no 'no known signature' line for the sparse-dY wrong weight"

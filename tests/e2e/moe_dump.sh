@@ -83,7 +83,8 @@ dy_transposed last dimension
 EOF2
 
 # a trainer's own gradients with Qwen2-MoE's gated shared expert
-# (candidate: dump), computed here in float64 from the math: correct, the
+# (candidate: dump), computed here in float64 from the math (with its
+# outputs/y, which the forward check judges): correct, the
 # shared path's d_x forgotten, and the gate's derivative taken as sigmoid(z)
 # instead of sigmoid(z)(1 - sigmoid(z)); each defect fails on its tensor
 $PY - "$T/tr.h5" <<'P' || exit 1
@@ -121,6 +122,13 @@ def grads(defect=None):
         d["d_shared_w1"] += d1; d["d_shared_w2"] += d2; d["d_shared_gate"] += dz * X[t]
         if defect != "no_shared_dx": d["d_x"][t] += dx + dz * sg.astype(np.float64)
     return d
+def forward():  # y = sum_j w_tj expert_j(x_t) + sigmoid(x_t . g) shared(x_t), float64
+    Y = np.zeros((T, H))
+    for t in range(T):
+        for j in range(k):
+            Y[t] += wt[t, j] * mlp_vjp(w1[ids[t, j]], w2[ids[t, j]], X[t], G[t], F)[0]
+        Y[t] += sig(X[t] @ sg) * mlp_vjp(s1, s2, X[t], G[t], Fs)[0]
+    return Y
 with h5py.File(sys.argv[1], "w") as f:
     f.attrs["qatcheck_dump"] = 1
     for name in ("ok", "no_shared_dx", "gate_deriv"):
@@ -128,6 +136,7 @@ with h5py.File(sys.argv[1], "w") as f:
         g.attrs["contract"] = json.dumps({"activation": "swiglu", "shared_experts": 1, "shared_gate": True})
         g["inputs/x"] = x; g["inputs/topk_weights"] = wt; g["saved/topk_ids"] = ids; g["grad_out/dy"] = dy
         g["params/w1"] = w1; g["params/w2"] = w2; g["params/shared_w1"] = s1; g["params/shared_w2"] = s2; g["params/shared_gate"] = sg
+        g["outputs/y"] = forward().astype(np.float32)
         for n, v in grads(None if name == "ok" else name).items():
             g["grads/dy/" + n] = v.astype(np.float32)
 P
@@ -137,6 +146,10 @@ for t in ok:0: no_shared_dx:1:d_x gate_deriv:1:d_shared_gate; do
 {"data": {"dump": "tr.h5", "modules": "^/trainer\\\\.$name\$"}, "candidate": "dump", "tolerances": $STOL}
 J
   expect_exit "$want" "a trainer's moe gradients with a gated shared expert: $name" "$QATCHECK" vjp --case "$T/tr_$name.json" --json "$T/tr_$name.r.json"
+  $PY - "$T/tr_$name.r.json" <<'P' && ok "$name: its outputs/y passes the forward check" || bad "$name: outputs/y fails or is not checked"
+import json, sys
+sys.exit(0 if [c["verdict"] for c in json.load(open(sys.argv[1]))["checks"] if c.get("kind") == "forward"] == ["pass"] else 1)
+P
   [ -z "$tensor" ] && continue
   $PY - "$T/tr_$name.r.json" "$tensor" <<'P' && ok "$name fails on $tensor" || bad "$name does not fail on $tensor"
 import json, sys

@@ -9,7 +9,8 @@
 # passes, d_x without the skip path D dy fails on d_x. With ngroups = 2
 # (Bm, Cm [B, L, G, N], H = 4: once refused by rank), a trainer's
 # gradients pass, and d_Bm, d_Cm summed over the wrong heads (h mod G
-# instead of h / (H/G)) fail on d_Bm and d_Cm alone.
+# instead of h / (H/G)) fail on d_Bm and d_Cm alone; the outputs/y of
+# the float64 scan passes the forward check.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -149,6 +150,15 @@ def grads(group_of_grad):
                 dA[h] += DT[b, t, h] * e
                 adj *= g
     return dx, ddt, dA, dB, dC
+def forward():  # y_t = h_t C_t, h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, float64
+    Y = np.zeros_like(X)
+    for b in range(B):
+        for h in range(H):
+            hs, gi = np.zeros((P, N)), h // (H // G)
+            for t in range(L):
+                hs = np.exp(DT[b, t, h] * AA[h]) * hs + DT[b, t, h] * np.outer(X[b, t, h], BB[b, t, gi])
+                Y[b, t, h] = hs @ CC[b, t, gi]
+    return Y
 with h5py.File(sys.argv[1], "w") as f:
     f.attrs["qatcheck_dump"] = 1
     for path, grp in (("mixer.groups_ok", lambda h: h // (H // G)), ("mixer.groups_wrong_heads", lambda h: h % G)):
@@ -158,12 +168,17 @@ with h5py.File(sys.argv[1], "w") as f:
         for k, v in (("x", x), ("dt", dt), ("A", A), ("Bm", Bm), ("Cm", Cm)):
             g["inputs/" + k] = v
         g["grad_out/dy"] = dy
+        g["outputs/y"] = forward().astype(np.float32)
         for k, v in zip(("d_x", "d_dt", "d_A", "d_Bm", "d_Cm"), grads(grp)):
             g["grads/dy/" + k] = v.astype(np.float32)
 P
 GTOL=$(echo "$TOL" | sed 's/,"d_initial_state":{[^}]*}//')
 group_cases groups.h5 mixer "$GTOL" groups_ok groups_wrong_heads
-expect_exit 0 "ssd ngroups 2, H 4: the trainer's backward passes" "$QATCHECK" vjp --case "$T/groups_ok.json" --quiet
+expect_exit 0 "ssd ngroups 2, H 4: the trainer's backward passes" "$QATCHECK" vjp --case "$T/groups_ok.json" --json "$T/go.r.json"
+$PY - "$T/go.r.json" <<'P' && ok "its outputs/y passes the forward check" || bad "the ssd outputs/y fails or is not checked"
+import json, sys
+sys.exit(0 if [c["verdict"] for c in json.load(open(sys.argv[1]))["checks"] if c.get("kind") == "forward"] == ["pass"] else 1)
+P
 sed 's/"candidate": "dump"/"candidate": "builtin"/' "$T/groups_ok.json" >"$T/groups_builtin.json"
 expect_exit 0 "ssd ngroups 2, H 4: the builtin candidate passes" "$QATCHECK" vjp --case "$T/groups_builtin.json" --quiet
 expect_exit 1 "ssd ngroups: d_Bm, d_Cm summed over the wrong heads fail" "$QATCHECK" vjp --case "$T/groups_wrong_heads.json" --json "$T/gw.r.json"

@@ -1,0 +1,339 @@
+/* forward.c: see forward.h. The check (the reference forward, its error
+ * model, the legal variants) and its diagnosis (the predictions of what
+ * users get wrong in a forward). No class is named: the quantizer knobs
+ * are the contract's keys, varied through the class's key table. */
+#include "engine/forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/qc.h"
+#include "engine/diagnose_priv.h"
+#include "numerics/decode.h"
+#include "numerics/formats.h"
+#include "numerics/metrics.h"
+
+/* Forward diagnoses only up to this many multiply-adds per forward run
+ * (each hypothesis is one or more runs). */
+#define FWD_DIAG_MAX_WORK 4e8
+
+/* 1 when the contract quantizes something: a key named *_format whose
+ * value is not "none". */
+static int quantizes(const qc_module *m) {
+  for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) {
+    size_t l = strlen(k->key);
+    if (l > 7 && strcmp(k->key + l - 7, "_format") == 0 && strcmp(qc_contract_str(&m->contract, k->key, k->dflt), "none") != 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* The reference forward of m into *r with its error model *tm: the
+ * class's reference forward, else its float64 forward when the contract
+ * quantizes nothing (model: the reduction over the first input's last
+ * dimension, terms not known). QC_NA when neither applies. */
+static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd, qc_tensor *r, qc_tol_model *tm) {
+  memset(tm, 0, sizeof *tm);
+  if (fwd) return fwd(ctx, m, r, tm);
+  if (!m->cls->forward || quantizes(m) || ctx->round_ops || ctx->wscale > 0) return QC_NA;
+  int rc = m->cls->forward(m, m, r);
+  if (rc) return rc;
+  const qc_tensor *x = m->inputs.n ? &m->inputs.t[0] : NULL;
+  tm->k = x && x->ndim ? x->shape[x->ndim - 1] : 1;
+  if (tm->k < 1) tm->k = 1;
+  tm->lambda = 1;
+  snprintf(tm->why, sizeof tm->why, "the %s forward, each output reducing over at most %lld values (the last dimension of "
+           "inputs/%s)", m->cls->name, (long long)tm->k, x ? x->name : "-");
+  return QC_OK;
+}
+
+/* A copy of m's inputs with each float tensor rounded to dt (bf16, f16)
+ * into alt->inputs; *changed = 1 when a value moved. */
+static int rounded_inputs(const qc_module *m, qc_module *alt, qc_dtype dt, int *changed) {
+  memset(&alt->inputs, 0, sizeof alt->inputs);
+  int rc = qc_tset_clone(&alt->inputs, &m->inputs);
+  *changed = 0;
+  for (int j = 0; !rc && j < alt->inputs.n; j++) {
+    qc_tensor *t = &alt->inputs.t[j];
+    int64_t n = qc_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+      double v = t->dtype == QC_F32 ? ((float *)t->data)[i] : t->dtype == QC_F64 ? ((double *)t->data)[i] : NAN;
+      if (!isfinite(v)) continue;
+      double q = qc_round_to(v, dt);
+      *changed |= q != v;
+      if (t->dtype == QC_F32) ((float *)t->data)[i] = (float)q;
+      else ((double *)t->data)[i] = q;
+    }
+  }
+  return rc;
+}
+
+/* Derive y's tolerance from model tm at the judged dtype, set the bias
+ * allowance and the noise level, and give k its verdict. */
+static int judge(const qc_tol_model *tm, qc_check *k) {
+  qc_tol decl, use;
+  memset(&decl, 0, sizeof decl);
+  decl.derive = 1;
+  decl.derive_rounded_operands = -1;
+  qc_tol_spec spec;
+  qc_tol_terms terms;
+  double pre = 0;
+  qc_dtype dt = QC_F32;
+  if (qc_dtype_from_name(k->judged_dtype, &dt)) dt = QC_F32;
+  int rc = qc_tol_from_model(tm, &decl, qc_dtype_name(dt), &spec, &terms, &pre);
+  if (rc) return rc;
+  qc_tol_fill_derived(tm, &spec, &terms, &decl, k->m.norm_r == 0, &use);
+  k->level = terms.rel_l2;
+  k->m.term_floor = tm->terms > 0 ? terms.margin * terms.lambda * terms.u_acc * tm->terms : 0.0;
+  double te = k->m.norm_r > 0 ? k->m.term_floor / k->m.norm_r : 0.0;
+  qc_bias_allow(&k->m, fmax(pre, te));
+  k->has_tol = 1;
+  k->tol = use;
+  qc_audit_verdict(k, dt, &use);
+  return QC_OK;
+}
+
+/* Compare y with r and judge it into a fresh check *k. */
+static int compare(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, const qc_tensor *r, const qc_tol_model *tm,
+                   qc_check *k) {
+  qc_tol none;
+  memset(&none, 0, sizeof none);
+  qc_check_init(k, m, "forward", "y", r->ndim, r->shape, &none);
+  snprintf(k->kind, sizeof k->kind, "forward");
+  snprintf(k->cand_dtype, sizeof k->cand_dtype, "%s", qc_dtype_name(y->dtype));
+  int rc = qc_audit_compare(ctx, y, r, &none, k);
+  return rc ? rc : judge(tm, k);
+}
+
+int qc_forward_check(qc_audit *a, const qc_module *m) {
+  const qc_tensor *y = qc_tset_get(&m->outputs, "y");
+  const qc_registry_row *row = qc_registry_find(m->cls->name);
+  if (!y || !row || !qc_dtype_is_float(y->dtype) || y->dtype == QC_E2M1X2 || qc_numel(y) == 0) return QC_OK;
+  qc_tensor r = {0};
+  qc_tol_model tm;
+  qc_check k;
+  int rc = ref_forward(a->ctx, m, row->forward, &r, &tm);
+  if (rc == QC_NA || (rc && !row->forward)) { /* no forward here: the class's fd forward may refuse what the VJP takes */
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: outputs/y not checked: no forward of class %s for this contract\n", m->path,
+                            m->cls->name);
+    qc_err_clear();
+    return QC_OK;
+  }
+  if (rc) return rc;
+  if (qc_numel(&r) != qc_numel(y) && !row->forward) { /* a class's output may be another tensor than its fd forward's */
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: outputs/y not checked: not the shape of the %s forward\n", m->path,
+                            m->cls->name);
+    goto done;
+  }
+  if (qc_numel(&r) != qc_numel(y) || !qc_shape_eq(&r, y)) {
+    if (qc_numel(&r) != qc_numel(y)) {
+      char s1[64], s2[64];
+      rc = qc_err("%s: outputs/y is %s but the forward the contract defines gives %s", m->path,
+                  qc_shape_str(y->ndim, y->shape, s1, sizeof s1), qc_shape_str(r.ndim, r.shape, s2, sizeof s2));
+      qc_hint("outputs/y is the module's output as its forward returned it; drop it from the dump if it is something else");
+      goto done;
+    }
+    memcpy(r.shape, y->shape, sizeof r.shape); /* the same values, laid out as the dump's */
+    r.ndim = y->ndim;
+  }
+  if ((rc = compare(a->ctx, m, y, &r, &tm, &k))) goto done;
+  if (k.verdict != QC_V_PASS) { /* the legal variants: operands rounded to bf16 (a quantizer's output, or autocast) */
+    for (int v = 1; v <= 2 && k.verdict != QC_V_PASS; v++) {
+      qc_ctx c = *a->ctx;
+      qc_module alt = *m;
+      qc_tensor rv = {0};
+      qc_tol_model tv;
+      int changed = 1, r2 = QC_OK;
+      c.round_ops = v == 1;
+      if (v == 2) { /* inputs rounded: legal only where no quantizer follows (else a defect, diagnosed) */
+        if (quantizes(m)) continue;
+        r2 = rounded_inputs(m, &alt, QC_BF16, &changed);
+      } else if (!row->forward) {
+        continue;
+      }
+      if (!r2 && changed) r2 = ref_forward(&c, &alt, row->forward, &rv, &tv);
+      if (!r2 && changed && qc_numel(&rv) == qc_numel(y)) {
+        qc_check kv;
+        memcpy(rv.shape, y->shape, sizeof rv.shape);
+        rv.ndim = y->ndim;
+        if (!compare(a->ctx, m, y, &rv, &tv, &kv) && kv.verdict == QC_V_PASS) {
+          snprintf(kv.variant, sizeof kv.variant, "%s", v == 1 ? "bf16-rounded GEMM operands (quantized weight, input)"
+                                                               : "bf16-rounded inputs");
+          k = kv;
+        }
+      }
+      qc_err_clear();
+      qc_tensor_free(&rv);
+      qc_module_variant_free(&alt, m);
+    }
+  }
+  if (k.verdict != QC_V_PASS && (rc = qc_diagnose_forward(a->ctx, m, y, &r, row->forward, &k))) goto done;
+  rc = qc_results_add(a->res, &k);
+done:
+  qc_tensor_free(&r);
+  return rc;
+}
+
+/* ---- the diagnosis ------------------------------------------------------ */
+
+/* Run the forward of variant (c, alt) into d->p; QC_NA when it does not
+ * apply or gives another size. */
+static int predict(dg *d, const qc_ctx *c, const qc_module *alt, qc_fwd_ref_fn fwd) {
+  qc_tensor y = {0};
+  qc_tol_model tm;
+  int rc = ref_forward(c, alt, fwd, &y, &tm);
+  if (!rc) rc = qc_numel(&y) == d->n ? qc_tensor_to_f64(&y, d->p) : QC_NA;
+  qc_tensor_free(&y);
+  if (rc) qc_err_clear();
+  return rc;
+}
+
+/* Every other value of each choice key of the class (a profile, a format,
+ * a mask's direction): the best value per key recorded, when its forward
+ * differs from the reference. */
+static int hyp_contract(dg *d, qc_fwd_ref_fn fwd) {
+  double *best = malloc((size_t)d->n * sizeof *best);
+  if (!best) return qc_err_sys("out of memory diagnosing the forward");
+  for (const qc_key_spec *ks = d->m->cls->keys; ks && ks->key; ks++) {
+    if (!ks->values || strchr(ks->values, '{')) continue; /* numbers, and keys that take one */
+    const char *cur = qc_contract_str(&d->m->contract, ks->key, ks->dflt);
+    double be = INFINITY;
+    char bv[64] = "";
+    for (const char *p = ks->values; *p;) {
+      size_t l = strcspn(p, "|");
+      char v[64];
+      snprintf(v, sizeof v, "%.*s", (int)(l < sizeof v ? l : sizeof v - 1), p);
+      p += l + (p[l] == '|');
+      if (strcmp(v, cur) == 0 || strcmp(v, "auto") == 0) continue;
+      qc_module alt = *d->m;
+      if (qc_contract_set(&alt.contract, ks->key, v, 0, 0) || predict(d, d->ctx, &alt, fwd)) { qc_err_clear(); continue; }
+      if (qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) continue; /* the same forward on this data */
+      double e = qc_dg_rel(d->g, d->p, d->n);
+      if (e < be) {
+        be = e;
+        snprintf(bv, sizeof bv, "%s", v);
+        memcpy(best, d->p, (size_t)d->n * sizeof *best);
+      }
+    }
+    if (!bv[0]) continue;
+    memcpy(d->p, best, (size_t)d->n * sizeof *best);
+    char says[256];
+    const char *fw = qc_dg_format_words(bv), *fc = qc_dg_format_words(cur);
+    if (fw && fc)
+      snprintf(says, sizeof says, "outputs/y matches the forward with %s '%s' (%s) rather than the declared '%s' (%s)", ks->key,
+               bv, fw, cur, fc);
+    else
+      snprintf(says, sizeof says, "outputs/y matches the forward with %s '%s' rather than the declared '%s'", ks->key, bv, cur);
+    qc_dg_judge(d, ks->key, says, d->level);
+  }
+  free(best);
+  return QC_OK;
+}
+
+/* The class's own hypotheses that alter the module (a mask shifted, the
+ * other pair layout, W^T): the forward of each variant. */
+static void hyp_class_alters(dg *d, qc_fwd_ref_fn fwd) {
+  for (const qc_hypothesis *h = d->m->cls->hyps; h && h->name; h++) {
+    if (!h->alter || h->via_production) continue;
+    char detail[160] = "", says[256];
+    qc_module alt = *d->m;
+    int rc = h->alter(d->m, &alt, detail, sizeof detail);
+    if (!rc) rc = predict(d, d->ctx, &alt, fwd);
+    qc_module_variant_free(&alt, d->m);
+    qc_err_clear();
+    if (rc || qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) continue;
+    snprintf(says, sizeof says, "outputs/y matches the forward with %s%s%s", h->says, detail[0] ? "; " : "", detail);
+    qc_dg_judge(d, h->name, says, d->level);
+  }
+}
+
+/* A stale per-tensor weight scale: the scale f times the weight's own,
+ * f fitted on a grid (1% steps over [0.71, 1.41], then 0.05% around the best). */
+static void hyp_stale_scale(dg *d, qc_fwd_ref_fn fwd) {
+  qc_ctx c = *d->ctx;
+  double bf = 0, be = INFINITY;
+  for (int pass = 0; pass < 2; pass++) {
+    /* over one octave: a float8 grid is the same at scales a power of two apart */
+    double lo = pass ? bf * 0.99 : 0.7071, step = pass ? bf * 0.0005 : 0.01;
+    int n = pass ? 41 : 71;
+    for (int i = 0; i < n; i++) {
+      c.wscale = pass ? lo + i * step : lo * pow(1.01, i);
+      if (predict(d, &c, d->m, fwd)) return; /* not a per-tensor weight */
+      double e = qc_dg_rel(d->g, d->p, d->n);
+      if (e < be) { be = e; bf = c.wscale; }
+    }
+  }
+  c.wscale = bf;
+  if (predict(d, &c, d->m, fwd)) return;
+  char says[256];
+  snprintf(says, sizeof says, "outputs/y matches a forward with a stale per-tensor weight scale: %.4g x the current weight's "
+           "amax / 448 (a scale from an earlier step's amax, as delayed scaling keeps it)", bf);
+  qc_dg_judge(d, "stale_scale", says, d->level);
+}
+
+/* Inputs rounded to bf16 or fp16 before their quantizer. */
+static int hyp_rounded_inputs(dg *d, qc_fwd_ref_fn fwd) {
+  static const struct { qc_dtype dt; const char *name; } v[] = {{QC_BF16, "bfloat16"}, {QC_F16, "float16"}};
+  if (!quantizes(d->m)) return QC_OK; /* without a quantizer it is the legal variant */
+  for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) {
+    qc_module alt = *d->m;
+    int changed = 0, rc = rounded_inputs(d->m, &alt, v[j].dt, &changed);
+    if (!rc && changed && !predict(d, d->ctx, &alt, fwd)) {
+      char says[256], names[128] = "";
+      for (int i = 0; i < d->m->inputs.n; i++) {
+        size_t l = strlen(names);
+        snprintf(names + l, sizeof names - l, "%s%s", i ? ", " : "", d->m->inputs.t[i].name);
+      }
+      snprintf(says, sizeof says, "outputs/y matches the input (%s) rounded to %s before quantization: a cast before the "
+               "quantizer the contract does not have", names, v[j].name);
+      qc_dg_judge(d, "rounded_input", says, d->level);
+    }
+    qc_module_variant_free(&alt, d->m);
+    if (rc == QC_ESYS) return rc;
+    qc_err_clear();
+  }
+  return QC_OK;
+}
+
+int qc_diagnose_forward(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, const qc_tensor *r, qc_fwd_ref_fn fwd,
+                        qc_check *k) {
+  dg d = {.ctx = ctx, .m = m, .r = r, .cand = y, .k = k};
+  int rc = QC_OK;
+  k->nhyp = 0;
+  d.n = qc_numel(r);
+  d.C = r->ndim ? r->shape[r->ndim - 1] : 1;
+  d.R = d.n / (d.C ? d.C : 1);
+  d.g = malloc((size_t)(d.n + 1) * sizeof *d.g);
+  d.p = malloc((size_t)(d.n + 1) * sizeof *d.p);
+  d.rd = (double *)r->data;
+  if (!d.g || !d.p) { rc = qc_err_sys("out of memory diagnosing %s's forward", m->path); goto done; }
+  if ((rc = qc_tensor_to_f64(y, d.g))) goto done;
+  qc_dtype jd = QC_F32;
+  if (qc_dtype_from_name(k->judged_dtype, &jd)) jd = y->dtype;
+  double u = jd == QC_BF16 ? 0x1p-8 : jd == QC_F16 ? 0x1p-11 : jd == QC_F32 ? 0x1p-24 : 0x1p-53;
+  d.floor = fmax(isnan(k->m.noise_floor) ? 0 : k->m.noise_floor, 0.1 * u / sqrt(3.0));
+  d.level = k->level > 0 ? k->level : 3 * d.floor;
+  d.e0 = k->m.rel_l2;
+  if (k->m.nonfinite) {
+    qc_dg_nonfinite(&d);
+  } else {
+    double work = 1;
+    for (int i = 0; i < m->inputs.n; i++) work = fmax(work, (double)qc_numel(&m->inputs.t[i]));
+    for (int i = 0; i < m->params.n; i++) work = fmax(work, (double)qc_numel(&m->params.t[i]) * (double)d.R);
+    qc_dg_factor(&d, 1, 1);
+    if ((rc = qc_dg_rows(&d))) goto done;
+    if (work <= FWD_DIAG_MAX_WORK) {
+      if ((rc = hyp_contract(&d, fwd))) goto done;
+      hyp_class_alters(&d, fwd);
+      if ((rc = hyp_rounded_inputs(&d, fwd))) goto done;
+      if (fwd) hyp_stale_scale(&d, fwd);
+    }
+  }
+  qc_dg_summarize(&d);
+done:
+  free(d.g);
+  free(d.p);
+  return rc;
+}
