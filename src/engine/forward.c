@@ -46,17 +46,30 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
   tm->lambda = 1;
   snprintf(tm->why, sizeof tm->why, "the %s forward, each output reducing over at most %lld values (the last dimension of "
            "inputs/%s)", m->cls->name, (long long)tm->k, x ? x->name : "-");
+  /* A chain (an expert's three GEMMs, a scan) rounds in more steps than one
+   * reduction: the class's error model of d_<first input>, the same chain
+   * run backward, when it is the longer (its terms are the gradient's, not
+   * the output's: not used) */
+  const qc_tensor *y = qc_tset_get(&m->outputs, "y");
+  char g[80];
+  qc_tol_model gm;
+  memset(&gm, 0, sizeof gm);
+  if (x && y && m->cls->tol_model && snprintf(g, sizeof g, "d_%s", x->name) < (int)sizeof g &&
+      m->cls->tol_model(m, y, g, &gm) == QC_OK && gm.k * (gm.lambda > 0 ? gm.lambda : 1) > tm->k) {
+    tm->k = gm.k;
+    tm->lambda = gm.lambda > 0 ? gm.lambda : 1;
+    tm->margin = gm.margin;
+    snprintf(tm->why, sizeof tm->why, "the %s forward, modelled as its %s chain run forward: %s", m->cls->name, g, gm.why);
+  }
+  qc_err_clear();
   return QC_OK;
 }
 
-/* A copy of m's inputs with each float tensor rounded to dt (bf16, f16)
- * into alt->inputs; *changed = 1 when a value moved. */
-static int rounded_inputs(const qc_module *m, qc_module *alt, qc_dtype dt, int *changed) {
-  memset(&alt->inputs, 0, sizeof alt->inputs);
-  int rc = qc_tset_clone(&alt->inputs, &m->inputs);
-  *changed = 0;
-  for (int j = 0; !rc && j < alt->inputs.n; j++) {
-    qc_tensor *t = &alt->inputs.t[j];
+/* The float values of set s rounded to dt in place; *changed = 1 when a
+ * value moved. */
+static void round_set(qc_tset *s, qc_dtype dt, int *changed) {
+  for (int j = 0; j < s->n; j++) {
+    qc_tensor *t = &s->t[j];
     int64_t n = qc_numel(t);
     for (int64_t i = 0; i < n; i++) {
       double v = t->dtype == QC_F32 ? ((float *)t->data)[i] : t->dtype == QC_F64 ? ((double *)t->data)[i] : NAN;
@@ -67,7 +80,28 @@ static int rounded_inputs(const qc_module *m, qc_module *alt, qc_dtype dt, int *
       else ((double *)t->data)[i] = q;
     }
   }
-  return rc;
+}
+
+/* A copy of m's inputs (and, with params, its parameters) with each float
+ * tensor rounded to dt (bf16, f16) into alt; *changed = 1 when a value
+ * moved. Inputs and parameters both rounded is autocast's forward. */
+static int rounded_inputs_p(const qc_module *m, qc_module *alt, qc_dtype dt, int params, int *changed) {
+  int rc;
+  memset(&alt->inputs, 0, sizeof alt->inputs);
+  *changed = 0;
+  if ((rc = qc_tset_clone(&alt->inputs, &m->inputs))) return rc;
+  round_set(&alt->inputs, dt, changed);
+  if (params) {
+    memset(&alt->params, 0, sizeof alt->params);
+    if ((rc = qc_tset_clone(&alt->params, &m->params))) return rc;
+    round_set(&alt->params, dt, changed);
+  }
+  return QC_OK;
+}
+
+/* rounded_inputs_p on the inputs alone. */
+static int rounded_inputs(const qc_module *m, qc_module *alt, qc_dtype dt, int *changed) {
+  return rounded_inputs_p(m, alt, dt, 0, changed);
 }
 
 /* Derive y's tolerance from model tm at the judged dtype, set the bias
@@ -140,16 +174,17 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
   }
   if ((rc = compare(a->ctx, m, y, &r, &tm, &k))) goto done;
   if (k.verdict != QC_V_PASS) { /* the legal variants: operands rounded to bf16 (a quantizer's output, or autocast) */
-    for (int v = 1; v <= 2 && k.verdict != QC_V_PASS; v++) {
+    for (int v = 1; v <= 3 && k.verdict != QC_V_PASS; v++) {
       qc_ctx c = *a->ctx;
       qc_module alt = *m;
       qc_tensor rv = {0};
       qc_tol_model tv;
       int changed = 1, r2 = QC_OK;
       c.round_ops = v == 1;
-      if (v == 2) { /* inputs rounded: legal only where no quantizer follows (else a defect, diagnosed) */
+      if (v >= 2) { /* inputs (and, 3, parameters: autocast) rounded: legal only where no quantizer
+                     * follows (else a defect, diagnosed) */
         if (quantizes(m)) continue;
-        r2 = rounded_inputs(m, &alt, QC_BF16, &changed);
+        r2 = rounded_inputs_p(m, &alt, QC_BF16, v == 3, &changed);
       } else if (!row->forward) {
         continue;
       }
@@ -159,8 +194,10 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
         memcpy(rv.shape, y->shape, sizeof rv.shape);
         rv.ndim = y->ndim;
         if (!compare(a->ctx, m, y, &rv, &tv, &kv) && kv.verdict == QC_V_PASS) {
-          snprintf(kv.variant, sizeof kv.variant, "%s", v == 1 ? "bf16-rounded GEMM operands (quantized weight, input)"
-                                                               : "bf16-rounded inputs");
+          snprintf(kv.variant, sizeof kv.variant, "%s",
+                   v == 1   ? "bf16-rounded GEMM operands (quantized weight, input)"
+                   : v == 2 ? "bf16-rounded inputs"
+                            : "bf16-rounded inputs and parameters (autocast)");
           k = kv;
         }
       }

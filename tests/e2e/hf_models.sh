@@ -52,7 +52,7 @@ plant = d.rsplit("/", 1)[-1]
 want_t = {"llama_o_proj_dx": [["d_x"]], "gemma2_softcap_grad": [["d_k", "d_q"], ["d_q"]],
           "mamba2_dskip_grad": [["d_x"]]}.get(plant, [[]])
 if plant.endswith("_g2_tile"):
-    want_t = [sorted(["d_A", "d_Bm", "d_Cm", "d_dt", "d_x"] * 2)]
+    want_t = [sorted(["d_A", "d_Bm", "d_Cm", "d_dt", "d_x", "y"] * 2)]  # y: the forward check sees it too
 if tens not in want_t:
     errs.append("failed tensors %s, expected one of %s" % (tens, want_t))
 # each quantized linear's deployed bytes are checked against qatcheck's quantizer
