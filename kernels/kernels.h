@@ -118,6 +118,33 @@ size_t qk_audit_sums_doubles(int64_t rows, int64_t cols);
 int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, int use_cols, double *scratch,
                   qk_msum *res, double *bias_out, void *stream);
 
+/* The Ozaki-scheme reference GEMM (kernels/ozaki.cu; the GEMMs themselves
+ * are cuBLASLt's int8 ones, src/backend/cuda/ozaki.cu). A panel is an
+ * operand seen along its contraction: R rows of k elements, element (r, l)
+ * at base[r * sr + l * sl], sr or sl equal to 1.
+ * qk_oz_split: exps[r] (Rp ints) = the smallest e with max_l |P(r, l)| <
+ * 2^e (QK_OZ_EZERO for a row of zeros); out = S int8 slices of Rp x kp,
+ * slice s at out + s Rp kp, row r's k digits contiguous at r * kp, zeros
+ * in the padding: the digits d_s = trunc of the residual times 2^(7 s),
+ * in [-127, 127]; flag[0] |= 1 when an element is not finite.
+ * qk_oz_combine: C [m, n] (ldc) = (acc: C +) 2^(ea_i + eb_j - 7 (S + 1))
+ * sum_{L=2}^{S+1} T_L 2^(7 (S + 1 - L)), T_L the int32 [m, np] product of
+ * level L at T + (L - 2) tstride, combined exactly in int64.
+ * qk_oz_check: the self-check on ns sampled elements of C = op(A) op(B)
+ * (op(A)[i, l] = A[i sar + l sal], op(B)[l, j] = B[l sbl + j sbc]; every
+ * element when m n <= ns, else a fixed pseudo-random set): res[0] = max
+ * |C - exact| / sum_l |a| |b|, res[1] = sum (C - exact)^2, res[2] = sum
+ * exact^2, res[3] = sum (bf16(exact) - exact)^2, exact a compensated
+ * float64 dot product; scratch: 4 ns doubles. Deterministic. */
+#define QK_OZ_EZERO ((int)0x80808080) /* the exponent of a row of zeros (a memset of 0x80 bytes) */
+#define QK_OZ_SMAX 5
+int qk_oz_split(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, int S, int *exps, unsigned *flag,
+                int8_t *out, int64_t Rp, int64_t kp, void *stream);
+int qk_oz_combine(const int32_t *T, int64_t tstride, int S, int64_t m, int64_t n, int64_t np, const int *ea,
+                  const int *eb, double *C, int64_t ldc, int acc, void *stream);
+int qk_oz_check(const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc, const double *C,
+                int64_t ldc, int64_t m, int64_t n, int64_t k, int ns, double *scratch, double *res, void *stream);
+
 /* Conformance: for 2^32 float32 bit patterns from `start` (count of them),
  * out[i] = __nv_cvt_float_to_fp8(bits(start + i), __NV_SATFINITE, kind)
  * (kind 0 = E4M3, 1 = E5M2), and mism[0] += how many differ from the same

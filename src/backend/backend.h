@@ -116,6 +116,11 @@ typedef struct qc_linear_audit {
   const uint16_t *dw_cand;  /* [N, K] bf16 candidate d_weight, or NULL: builtin candidate */
   const char *weight_format; /* "none", "fp8_block128", ... */
   const char *profile;      /* NULL = "vllm" */
+  /* The reference's GEMMs: 0 = float64 (cuBLAS DGEMM); 2 .. QC_REF_SLICES_MAX = the
+   * fast reference, the Ozaki scheme with that many int8 slices on tensor
+   * cores, kept for a gradient only when its self-check's measured error is
+   * below 1e-3 of the noise floor, else recomputed in float64 (docs/gpu.md). */
+  int ref_slices;
 } qc_linear_audit;
 
 typedef struct qc_linear_audit_out {
@@ -129,7 +134,17 @@ typedef struct qc_linear_audit_out {
    * end (candidate d_x, both metrics passes) */
   double ms_quant, ms_cand, ms_ref, ms_metrics;
   size_t device_bytes;      /* device memory the audit held at its peak */
+  /* the fast reference's self-check, [0] d_x, [1] d_weight (zeros under ref_slices 0) */
+  int ref_fast[2];          /* 1: the fast reference was kept; 0: float64 (asked for, or the fallback) */
+  double ref_err[2];        /* its sample's max |fast - exact| / sum |a||b| */
+  double ref_err_norm[2];   /* its sample's ||fast - exact|| / ||exact|| */
+  double ref_gate[2];       /* the bound both had to stay below: 1e-3 x the sample's noise floor */
 } qc_linear_audit_out;
+
+/* --reference fast: the Ozaki reference's default number of slices, and the range taken. */
+#define QC_REF_FAST_SLICES 4
+#define QC_REF_SLICES_MIN 2
+#define QC_REF_SLICES_MAX 5
 
 /* Device memory the fused linear audit needs for M, K, N (bytes). */
 size_t qc_linear_audit_bytes(int64_t M, int64_t K, int64_t N);
@@ -145,7 +160,7 @@ size_t qc_linear_audit_bytes(int64_t M, int64_t K, int64_t N);
  * layout (a field added, removed, moved or retyped), of the structs it
  * passes (qc_linear_audit, qc_linear_audit_out, qc_metrics, qc_qout), or of
  * the semantics of an operation or of qc_backend_cuda_open/close. */
-#define QC_BACKEND_ABI 1
+#define QC_BACKEND_ABI 2
 #define QC_BACKEND_STAMP_SYM "qc_backend_cuda_stamp"
 
 /* The stamp itself. Its layout never changes: it is how a mismatch is seen. */

@@ -47,10 +47,27 @@ static int dump_inputs(qc_run *run, const char *dump) {
   return rc;
 }
 
+/* --reference float64 | fast | fast:S into the number of slices (0: float64). */
+static int parse_reference(const char *v, int *slices) {
+  char *end = NULL;
+  if (!strcmp(v, "float64")) *slices = 0;
+  else if (!strcmp(v, "fast")) *slices = QC_REF_FAST_SLICES;
+  else if (!strncmp(v, "fast:", 5) && (*slices = (int)strtol(v + 5, &end, 10), end != v + 5 && !*end) &&
+           *slices >= QC_REF_SLICES_MIN && *slices <= QC_REF_SLICES_MAX)
+    ;
+  else {
+    qc_err("vjp: --reference '%s': expected float64, fast or fast:S (S slices, %d to %d)", v, QC_REF_SLICES_MIN,
+           QC_REF_SLICES_MAX);
+    return QC_EINPUT;
+  }
+  return QC_OK;
+}
+
 int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   qc_common_opts o = {.run = run};
   const char *case_path = NULL, *eager = NULL;
-  int allow_weak = 0;
+  int allow_weak = 0, ref_slices = 0;
+  const char *reference = NULL;
   qc_opt opts[] = {
       QC_OPT_STRING("case", &case_path, "PATH",
                     "the case file (docs/interfaces.md section 3); its data.dump may be a\n"
@@ -62,6 +79,11 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
       QC_OPT_BOOL("allow-weak-tolerances", &allow_weak,
                   "run a case whose bounds cannot see a scale error or a sign\n"
                   "flip, with a warning in every report (refused otherwise)"),
+      QC_OPT_STRING("reference", &reference, "KIND",
+                    "float64 (default): the reference GEMMs in float64 (DGEMM);\n"
+                    "fast: on --device cuda, the fused linear audit's reference on\n"
+                    "int8 tensor cores (Ozaki scheme, fast:S for S slices, 2 to 5),\n"
+                    "self-checked, float64 wherever the check fails; cpu: float64"),
       QC_OPT_TEXT("\nUnder mpirun -np N the module groups are split among the N processes; rank 0\n"
                   "reports (docs/distributed.md).\n"),
       QC_OPTS_COMMON(&o, QC_HELP_MARKDOWN | QC_HELP_PROFILE),
@@ -76,6 +98,7 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
     qc_hint("qatcheck vjp --case cases/linear_bf16.json");
     return QC_EINPUT;
   }
+  if (reference && (rc = parse_reference(reference, &ref_slices))) return rc;
   qc_case *cs = qc_calloc(1, sizeof *cs, "case");
   if (!cs) return QC_ESYS;
   qc_results res = {0};
@@ -99,7 +122,9 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
   if (cs->has_split && (rc = qc_dist_device_begin(be))) goto done; /* split modules reduce through NCCL on a device */
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
-  qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm"};
+  if (ref_slices && !be->audit_linear && qc_verbose)
+    fprintf(stderr, "qatcheck: --reference fast: %s has no tensor-core reference; the reference stays float64\n", be->name);
+  qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm", .ref_slices = ref_slices};
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};
   rc = qc_vjp_case(&a, o.profile);
   if (rc || qc_dist_rank() != 0) goto done; /* rank 0 alone holds the merged results and reports them */

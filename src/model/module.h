@@ -63,6 +63,9 @@ typedef struct qc_ctx {
                                   reference that models it (else it returns QC_NA); 0: its own */
   int world_size;              /* processes the dump came from (its root attribute world_size;
                                   0 or 1: one process, so no data-parallel explanation) */
+  int ref_slices;              /* --reference: 0 = float64 (the default); S = the fast reference with S
+                                  int8 slices, where a backend has one (the CUDA fused linear audit,
+                                  backend.h qc_linear_audit.ref_slices); ignored elsewhere */
 } qc_ctx;
 
 /* 1 unless ctx->skip names gradient `grad` ("d_x"). */

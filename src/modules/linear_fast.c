@@ -75,7 +75,7 @@ int qc_fast_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, c
              (rc = be->buf_alloc(be, cw->nbytes, "candidate d_weight", &dcw)) || (rc = be->upload(be, dcw, cw->data, cw->nbytes))))
     goto done;
   qc_linear_audit la = {.M = M, .K = K, .N = N, .x = dx_, .w = dw_, .dy = ddy, .dx_cand = dcx, .dw_cand = dcw,
-                        .weight_format = fmt, .profile = "vllm"};
+                        .weight_format = fmt, .profile = "vllm", .ref_slices = ctx->ref_slices};
   if ((rc = be->audit_linear(be, &la, &o))) goto done;
   int64_t wshape[2] = {N, K};
   put(out, "d_x", x->ndim, x->shape, &o.dx);

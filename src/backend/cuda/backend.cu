@@ -65,6 +65,7 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
     if (c->fence[i].hres) cudaFreeHost(c->fence[i].hres);
   }
   for (int i = 0; i < 8; i++) cu_plan_free(&c->plans[i]);
+  cu_oz_free(c);
   if (c->lt) cublasLtDestroy(c->lt);
   if (c->blas2) cublasDestroy(c->blas2);
   if (c->blas) cublasDestroy(c->blas);

@@ -27,6 +27,32 @@ typedef struct qc_cuda_bench {
  * the same shape has run on be. */
 int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *a, int reps, qc_cuda_bench *r);
 
+/* The fast reference (--reference fast, ozaki.cu) against DGEMM on the
+ * audit `a` (device buffers), after one audit_linear of the same shape ran
+ * on be with the float64 reference: [0] d_x, [1] d_weight. */
+typedef struct qc_cuda_ref_bench {
+  double ms_dgemm2;         /* the two DGEMM references (median of reps) */
+  double ms_fast2;          /* the two fast references: split, int8 GEMMs, combine (no self-check) */
+  double ms_check2;         /* their two self-checks */
+  double fast_tops;         /* 2 x 2MNK / ms_fast2: the DGEMM-equivalent rate, TFLOP/s */
+  double max_abs[2];        /* max |fast - DGEMM| */
+  double rel_l2[2];         /* ||fast - DGEMM|| / ||DGEMM|| */
+  double norm_ref[2];       /* ||DGEMM|| */
+  double check_err[2];      /* the self-check: max |fast - exact| / sum |a||b| on the sample */
+  double check_err_norm[2]; /* ... and normwise on the sample */
+  double check_noise_floor[2]; /* the sample's noise floor (the gate is 1e-3 of it) */
+  unsigned nonfinite[2];    /* a non-finite operand was seen */
+} qc_cuda_ref_bench;
+int qc_cuda_bench_ref(const qc_backend *be, const qc_linear_audit *a, int slices, int reps, qc_cuda_ref_bench *r);
+/* C[m, n] = op(A) op(B) on device buffers (gemm_f64_buf's convention) by the
+ * fast reference with `slices` slices (0: DGEMM), waited for; check: its
+ * self-check (max error of sum |a||b|, sum err^2, sum exact^2, sum of the
+ * exact values' bf16 rounding errors squared, on the sample), nonfinite:
+ * non-zero when an operand was not finite. For the GPU tests. */
+int qc_cuda_ref_gemm(const qc_backend *be, int slices, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k,
+                     const double *A, int64_t lda, const double *B, int64_t ldb, double *C, int64_t ldc, double check[4],
+                     unsigned *nonfinite);
+
 /* count float32 bit patterns from start through CUDA's saturating FP8
  * conversion (kind 0 E4M3, 1 E5M2): mismatches against the spec's rule in a
  * kernel; the bytes into host_chunk when not NULL. */

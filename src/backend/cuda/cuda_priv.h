@@ -8,6 +8,7 @@
  *   metrics.cu   the fused deterministic metrics pass, queued results, sync
  *   quant.cu     the quantizer kernels, widening, fake-quant to float64
  *   linear.cu    the fused linear audit (the linear class's fast path)
+ *   ozaki.cu     the fast reference: the Ozaki scheme on int8 tensor cores
  *   coll.cu      collectives across processes (NCCL, when built with it)
  *   bench.cu     timing and conformance hooks for bench/ (cuda.h)
  *   stamp.cu     the ABI stamp open.c checks before it calls anything here */
@@ -76,6 +77,30 @@ typedef struct cu {
     cublasLtMatmulAlgo_t algo;
   } plans[8];
   int next_plan;
+  struct cu_oz {            /* the fast reference (ozaki.cu); nothing allocated until it is asked for */
+    void *buf[2];           /* per slot (d_x, d_weight: they may run on two streams at once): slices,
+                             * int32 products, exponents, a cuBLASLt workspace; grown on demand, freed at close */
+    size_t bytes[2];
+    void *dev;              /* [2][4] self-check results, [2] non-finite flags, [2] the check's scratch */
+    double *host;           /* pinned: the same results and flags, downloaded at the settle */
+    struct oz_plan {        /* cuBLASLt int8 x int8 -> int32 descriptors and algorithm per shape */
+      int used;
+      int64_t mp, np, kc, kp;
+      cublasLtMatmulDesc_t op;
+      cublasLtMatrixLayout_t la, lb, ld;
+      cublasLtMatmulAlgo_t algo;
+    } plans[8];
+    int next_plan;
+    struct oz_pend {        /* a reference queued on the fast path, for the settle's DGEMM fallback */
+      int used;
+      cudaStream_t st;
+      cublasHandle_t h;
+      qc_op ta, tb;
+      int64_t m, n, k, lda, ldb, ldc;
+      const double *A, *B;
+      double *C;
+    } pend[2];
+  } oz;
 #ifdef QC_HAVE_NCCL
   ncclComm_t comm;          /* the collectives' communicator (coll.cu), NULL until coll_init */
 #endif
@@ -155,5 +180,26 @@ void cu_metrics_fill(const qk_msum *s, qc_metrics *m);
 void cu_plan_free(struct cu::lt_plan *p);
 void cu_coll_free(cu *c);
 int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
+/* ozaki.cu: the reference GEMMs of the fused audit. cu_ref_gemm queues
+ * C = op(A) op(B) (cu_dgemm_dev's convention) on stream st (h: the cuBLAS
+ * handle bound to it) in float64 (slices 0: cuBLAS DGEMM) or by the Ozaki
+ * scheme with `slices` int8 slices and its self-check; slot 0 (d_x) or 1
+ * (d_weight) owns its buffers, so the two may run on two streams at once;
+ * slot 1 is queued first in an audit (it forgets what an audit that failed
+ * left queued). cu_ref_settle, called once an audit's references are
+ * queued: nothing when none took the fast path; else waits for both
+ * streams, keeps each fast result whose measured error is below 1e-3 of
+ * the sample's noise floor, recomputes the others with DGEMM on their
+ * stream (and waits for them), and reports into o (NULL: not reported).
+ * cu_ozaki_gemm is the fast GEMM alone (res: 4 device doubles for the
+ * self-check, or NULL; flag: a device word set non-zero on a non-finite
+ * operand, or NULL). */
+int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n,
+                int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
+int cu_ref_settle(cu *c, qc_linear_audit_out *o);
+int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                  int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res,
+                  unsigned *flag);
+void cu_oz_free(cu *c);
 
 #endif

@@ -134,7 +134,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   CK((cudaError_t)qk_bf16_to_f64(a->x, x64, (int64_t)mk, c->st2), "convert X");
   if (!a->dw_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
     goto done;
-  if ((rc = cu_dgemm_dev_h(c, c->blas2, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
+  if ((rc = cu_ref_gemm(c, a->ref_slices, 1, c->st2, c->blas2, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
   CK(cudaEventRecord(c->ev[6], c->st2), "event");
   /* W_ref: bf16 for the candidate, float64 for the reference */
   if (q.fmt == QK_NONE) {
@@ -159,7 +159,8 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   CK(cudaEventRecord(c->ev[3], c->st), "event");
   /* the reference d_x = dY W_ref in float64 */
   if (fuse_dx) CK((cudaError_t)qk_fuse_dx_final(wq64, (int)tiles, (int)M, K, rx, c->st), "reference d_x");
-  else if ((rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K))) goto done;
+  else if ((rc = cu_ref_gemm(c, a->ref_slices, 0, c->st, c->blas, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K))) goto done;
+  if ((rc = cu_ref_settle(c, o))) goto done; /* the fast reference's check (ozaki.cu); nothing without one */
   CK(cudaEventRecord(c->ev[5], c->st), "event");
   /* d_x's candidate and metrics on the second stream, d_weight's metrics here */
   CK(cudaStreamWaitEvent(c->st2, c->ev[5], 0), "stream order");

@@ -1,0 +1,378 @@
+/* ozaki.cu: the fast reference (--reference fast): the fused audit's
+ * float64 reference GEMMs by the Ozaki scheme on int8 tensor cores.
+ *
+ * Each row of op(A) gets a power-of-two scale 2^e_i > max |row| and is cut
+ * into S int8 digits per element (kernels/ozaki.cu): a = 2^e_i (sum_t d_t
+ * 2^(-7t) + rest), |d_t| <= 127, |rest| < 2^(-7S); likewise each column of
+ * op(B) with 2^f_j. Every pair of slices (t, u) with t + u <= S + 1 is one
+ * cuBLASLt int8 GEMM with exact int32 accumulation (the pairs of one level
+ * L = t + u accumulated into one int32 buffer with beta 1), and one kernel
+ * combines the levels exactly in int64 and scales by 2^(e_i + f_j - 7(S+1))
+ * into float64. The contraction is cut into chunks so that no int32 sum can
+ * overflow (S pairs x kc x 127^2 < 2^31). Error analysis: docs/gpu.md.
+ *
+ * The self-check: after the GEMM, a fixed sample of elements is recomputed
+ * as compensated float64 dot products on the device; cu_ref_settle keeps
+ * the fast result only when the sample's error (max relative to sum |a||b|
+ * and normwise) is below 1e-3 of the sample's noise floor, and recomputes
+ * with DGEMM otherwise (said under --verbose).
+ *
+ * cuBLASLt layout (column-major, "TN", what its IMMA kernels require): the
+ * row-major product C[m, n] is computed as the column-major D[np, mp] =
+ * Bs^T As, Bs the slices of op(B) stored kp x np (column j's k digits
+ * contiguous), As those of op(A) stored kp x mp; m, n, k padded with zeros
+ * to multiples of 16 (every pointer and leading dimension 16-byte aligned). */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_priv.h"
+
+#define OZ_NS 2048 /* elements in the self-check's sample */
+#define OZ_GATE 1e-3 /* the fast result is kept below this fraction of the noise floor */
+
+static int64_t up16(int64_t v) { return (v + 15) & ~(int64_t)15; }
+static size_t up256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+/* Bytes of the Ozaki buffer for padded sizes mp, np, kp and S slices. */
+static size_t oz_bytes(int64_t mp, int64_t np, int64_t kp, int S) {
+  return up256((size_t)S * (size_t)(mp * kp)) + up256((size_t)S * (size_t)(np * kp)) + up256((size_t)S * (size_t)(mp * np) * 4) +
+         up256((size_t)mp * 4) + up256((size_t)np * 4);
+}
+
+void cu_oz_free(cu *c) {
+  for (int i = 0; i < 8; i++) {
+    struct cu::cu_oz::oz_plan *p = &c->oz.plans[i];
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+  }
+  cudaFree(c->oz.buf[0]);
+  cudaFree(c->oz.buf[1]);
+  cudaFree(c->oz.dev);
+  if (c->oz.host) cudaFreeHost(c->oz.host);
+  memset(&c->oz, 0, sizeof c->oz);
+}
+
+/* The small fixed buffers: check results and flags (device and pinned), scratch. */
+static int oz_small(cu *c) {
+  int rc = QC_OK;
+  if (c->oz.dev) return QC_OK;
+  if ((rc = cu_dalloc(c, (10 + 8 * OZ_NS) * sizeof(double), "the fast reference's self-check", &c->oz.dev))) return rc;
+  CK(cudaMallocHost((void **)&c->oz.host, 8 * sizeof(double) + 16), "pinned self-check results");
+done:
+  return rc;
+}
+static double *oz_res(cu *c, int slot) { return (double *)c->oz.dev + 4 * slot; }
+static unsigned *oz_flag(cu *c, int slot) { return (unsigned *)((double *)c->oz.dev + 8) + slot; }
+static double *oz_scratch(cu *c, int slot) { return (double *)c->oz.dev + 10 + 4 * OZ_NS * slot; /* after the results and the flags' 16 bytes */ }
+
+/* The cached int8 plan for padded mp x np, contraction chunk kc, row pitch
+ * kp (descriptors and the heuristic's first algorithm), or a new one. */
+static int oz_plan(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct cu::cu_oz::oz_plan **out) {
+  int rc = QC_OK, nres = 0;
+  struct cu::cu_oz::oz_plan *p;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t h;
+  const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+  const cudaDataType_t st = CUDA_R_32I;
+  size_t wsb = WS_BYTES;
+  for (int i = 0; i < 8; i++) {
+    p = &c->oz.plans[i];
+    if (p->used && p->mp == mp && p->np == np && p->kc == kc && p->kp == kp) {
+      *out = p;
+      return QC_OK;
+    }
+  }
+  p = &c->oz.plans[c->oz.next_plan];
+  c->oz.next_plan = (c->oz.next_plan + 1) % 8;
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  memset(p, 0, sizeof *p);
+  memset(&h, 0, sizeof h);
+  BK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "cublasLtMatmulDescCreate (int8)");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &st, sizeof st), "cublasLt SCALE_TYPE");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT), "cublasLt TRANSA");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN), "cublasLt TRANSB");
+  BK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8I, kc, np, kp), "cublasLt layout (op(B) slices)");
+  BK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8I, kc, mp, kp), "cublasLt layout (op(A) slices)");
+  BK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32I, np, mp, np), "cublasLt layout (int32 product)");
+  BK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb),
+     "cublasLt workspace preference");
+  {
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &h, &nres);
+    if (s != CUBLAS_STATUS_SUCCESS || nres == 0) {
+      rc = qc_err("%s: cuBLASLt has no algorithm for an int8 x int8 -> int32 GEMM (m %lld, n %lld, k %lld, TN) on this "
+                  "GPU (status %d)",
+                  c->name, (long long)mp, (long long)np, (long long)kc, (int)s);
+      goto done;
+    }
+  }
+  p->algo = h.algo;
+  p->used = 1;
+  p->mp = mp; p->np = np; p->kc = kc; p->kp = kp;
+  *out = p;
+done:
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (rc) {
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+  }
+  return rc;
+}
+
+/* The largest contraction chunk (a multiple of 16) whose int32 sums cannot
+ * overflow: at most S pairs per level, each |d d'| <= 127^2. */
+static int64_t oz_chunk(int S) { return ((int64_t)2147483647 / ((int64_t)S * 127 * 127)) & ~(int64_t)15; }
+
+int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                  int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res,
+                  unsigned *flag) {
+  int rc = QC_OK;
+  const int S = slices;
+  const int64_t mp = up16(m), np = up16(n), kp = up16(k), kmax = oz_chunk(S);
+  /* op(A) as a panel of rows i, op(B) of columns j (kernels.h) */
+  const int64_t asr = ta == QC_OP_N ? lda : 1, asl = ta == QC_OP_N ? 1 : lda;
+  const int64_t bsr = tb == QC_OP_N ? 1 : ldb, bsl = tb == QC_OP_N ? ldb : 1;
+  const int32_t one = 1, zero = 0;
+  if (S < QC_REF_SLICES_MIN || S > QC_REF_SLICES_MAX || S > QK_OZ_SMAX)
+    return qc_err("%s: the fast reference takes %d to %d slices, not %d", c->name, QC_REF_SLICES_MIN, QC_REF_SLICES_MAX, S);
+  if (slot < 0 || slot > 1) return qc_err_sys("%s: fast reference slot %d out of range", c->name, slot);
+  if (m == 0 || n == 0) return QC_OK;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; i++) CK(cudaMemsetAsync(Cm + i * ldc, 0, (size_t)n * 8, st), "zero GEMM output");
+    if (res) CK(cudaMemsetAsync(res, 0, 4 * sizeof *res, st), "zero self-check");
+    return QC_OK;
+  }
+  {
+    size_t need = oz_bytes(mp, np, kp, S) + WS_BYTES;
+    if (c->oz.bytes[slot] < need) {
+      cudaFree(c->oz.buf[slot]); /* waits for the work queued on it */
+      c->oz.buf[slot] = NULL;
+      c->oz.bytes[slot] = 0;
+      if ((rc = cu_dalloc(c, need, "the fast reference's slices and int32 products", &c->oz.buf[slot]))) return rc;
+      c->oz.bytes[slot] = need;
+    }
+  }
+  {
+    char *p = (char *)c->oz.buf[slot];
+    void *ws = p + oz_bytes(mp, np, kp, S);
+    int8_t *as = (int8_t *)p;
+    p += up256((size_t)S * (size_t)(mp * kp));
+    int8_t *bs = (int8_t *)p;
+    p += up256((size_t)S * (size_t)(np * kp));
+    int32_t *T = (int32_t *)p;
+    p += up256((size_t)S * (size_t)(mp * np) * 4);
+    int *ea = (int *)p;
+    p += up256((size_t)mp * 4);
+    int *eb = (int *)p;
+    if ((rc = oz_small(c))) return rc;
+    unsigned *fl = flag ? flag : oz_flag(c, slot);
+    CK(cudaMemsetAsync(fl, 0, sizeof *fl, st), "zero the non-finite flag");
+    CK((cudaError_t)qk_oz_split(A, m, k, asr, asl, S, ea, fl, as, mp, kp, st), "split op(A) into int8 slices");
+    CK((cudaError_t)qk_oz_split(B, n, k, bsr, bsl, S, eb, fl, bs, np, kp, st), "split op(B) into int8 slices");
+    for (int64_t k0 = 0; k0 < kp; k0 += kmax) {
+      const int64_t kc = kp - k0 < kmax ? kp - k0 : kmax;
+      struct cu::cu_oz::oz_plan *pl = NULL;
+      if ((rc = oz_plan(c, mp, np, kc, kp, &pl))) return rc;
+      for (int L = 2; L <= S + 1; L++) {
+        int32_t *TL = T + (int64_t)(L - 2) * mp * np;
+        for (int t = 1; t < L; t++) {
+          const int u = L - t;
+          const int8_t *at = as + (int64_t)(t - 1) * mp * kp + k0, *bu = bs + (int64_t)(u - 1) * np * kp + k0;
+          BK(cublasLtMatmul(c->lt, pl->op, &one, bu, pl->la, at, pl->lb, t == 1 ? &zero : &one, TL, pl->ld, TL, pl->ld,
+                            &pl->algo, ws, WS_BYTES, st),
+             "cublasLtMatmul (int8 slices)");
+        }
+      }
+      CK((cudaError_t)qk_oz_combine(T, mp * np, S, m, n, np, ea, eb, Cm, ldc, k0 > 0, st), "combine the int32 products");
+    }
+  }
+  if (res) {
+    CK((cudaError_t)qk_oz_check(A, asr, asl, B, bsl, bsr, Cm, ldc, m, n, k, OZ_NS, oz_scratch(c, slot), res, st),
+       "the fast reference's self-check");
+  }
+done:
+  return rc;
+}
+
+int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n,
+                int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc) {
+  int rc = QC_OK;
+  if (slot < 0 || slot > 1) return qc_err_sys("%s: reference slot %d out of range", c->name, slot);
+  c->oz.pend[slot].used = 0;
+  if (slot == 1) c->oz.pend[0].used = 0; /* an audit's first: nothing of an earlier one is pending */
+  if (slices <= 0) return cu_dgemm_dev_h(c, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+  if ((rc = oz_small(c))) return rc;
+  rc = cu_ozaki_gemm(c, slot, st, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, slices, oz_res(c, slot), oz_flag(c, slot));
+  if (rc == QC_EINPUT) {
+    /* no memory for the slices, or no int8 algorithm on this GPU: the float64 reference, said so */
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: the fast reference cannot run (%s): float64 DGEMM instead\n", c->name, qc_err_msg());
+    qc_err_clear();
+    return cu_dgemm_dev_h(c, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+  }
+  if (rc) return rc;
+  struct cu::cu_oz::oz_pend *p = &c->oz.pend[slot];
+  p->used = 1;
+  p->st = st; p->h = h;
+  p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldc = ldc;
+  p->A = A; p->B = B; p->C = Cm;
+  return QC_OK;
+}
+
+int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
+  int rc = QC_OK;
+  const char *names[2] = {"d_x", "d_weight"};
+  if (o)
+    for (int s = 0; s < 2; s++) o->ref_fast[s] = 0, o->ref_err[s] = o->ref_err_norm[s] = o->ref_gate[s] = 0;
+  if (!c->oz.pend[0].used && !c->oz.pend[1].used) return QC_OK;
+  double *h = c->oz.host;
+  int fell = 0;
+  for (int s = 0; s < 2; s++)
+    if (c->oz.pend[s].used) CK(cudaStreamSynchronize(c->oz.pend[s].st), "the fast reference");
+  CK(cudaMemcpyAsync(h, c->oz.dev, 8 * sizeof(double) + 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, c->st),
+     "download the self-check");
+  CK(cudaStreamSynchronize(c->st), "the fast reference's self-check");
+  for (int s = 0; s < 2; s++) {
+    struct cu::cu_oz::oz_pend *p = &c->oz.pend[s];
+    if (!p->used) continue;
+    const double *r = h + 4 * s;
+    const unsigned fl = ((const unsigned *)(h + 8))[s];
+    const double nrm = fmax(sqrt(r[2]), QC_EPS_NORM);
+    const double err_norm = sqrt(r[1]) / nrm, gate = OZ_GATE * (sqrt(r[3]) / nrm);
+    const int keep = !fl && r[0] <= gate && err_norm <= gate; /* a NaN fails both */
+    if (o) {
+      o->ref_fast[s] = keep;
+      o->ref_err[s] = r[0];
+      o->ref_err_norm[s] = err_norm;
+      o->ref_gate[s] = gate;
+    }
+    if (qc_verbose)
+      fprintf(stderr,
+              "qatcheck: %s: fast reference %s: self-check on %d elements: max error %.3g of sum |a||b|, normwise %.3g, "
+              "bound %.3g (1e-3 x the noise floor)%s\n",
+              c->name, names[s], OZ_NS, r[0], err_norm, gate,
+              keep ? ": kept" : fl ? ": a non-finite operand: recomputed with float64 DGEMM" : ": recomputed with float64 DGEMM");
+    if (!keep && (rc = cu_dgemm_dev_h(c, p->h, p->ta, p->tb, p->m, p->n, p->k, p->A, p->lda, p->B, p->ldb, p->C, p->ldc)))
+      goto done;
+    if (!keep) fell |= 1 << s;
+  }
+  /* a fallback ran after the events the audit recorded on its stream: wait for it here */
+  for (int s = 0; s < 2; s++)
+    if (fell >> s & 1) CK(cudaStreamSynchronize(c->oz.pend[s].st), "the float64 reference");
+done:
+  c->oz.pend[0].used = c->oz.pend[1].used = 0;
+  return rc;
+}
+
+/* ---- the benchmark hook (cuda.h) -------------------------------------------- */
+
+/* The fast reference of the audit `a` against DGEMM, after audit_linear of
+ * the same shape ran with the float64 reference (its X, dY, W_ref in float64
+ * and its references are still in the arena). */
+extern "C" int qc_cuda_bench_ref(const qc_backend *be, const qc_linear_audit *a, int slices, int reps,
+                                 qc_cuda_ref_bench *r) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  const int64_t M = a->M, K = a->K, N = a->N;
+  const size_t mk = (size_t)(M * K), nk = (size_t)(N * K);
+  lin_bufs bu;
+  double *fx = NULL, *fw = NULL;
+  float *t = NULL;
+  qk_msum ms[2];
+  memset(r, 0, sizeof *r);
+  if (!c->arena || c->arena_bytes < qc_linear_audit_bytes(M, K, N)) return qc_err("bench: run the audit first");
+  if (reps < 1 || reps > 64) return qc_err("bench: reps in 1..64");
+  cu_lin_layout(c, M, K, N, &bu);
+  if ((rc = oz_small(c)) || (rc = cu_dalloc(c, mk * 8, "fast d_x reference", (void **)&fx)) ||
+      (rc = cu_dalloc(c, nk * 8, "fast d_weight reference", (void **)&fw)))
+    goto done;
+  if (!(t = (float *)calloc((size_t)reps * 3, sizeof *t))) {
+    rc = qc_err_sys("bench: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < reps; i++) {
+    CK(cudaEventRecord(c->ev[0], c->st), "event");
+    if ((rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, bu.dy64, N, bu.wq64, K, bu.rx, K)) ||
+        (rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, bu.dy64, N, bu.x64, K, bu.rw, K)))
+      goto done;
+    CK(cudaEventRecord(c->ev[1], c->st), "event");
+    if ((rc = cu_ozaki_gemm(c, 0, c->st, QC_OP_N, QC_OP_N, M, K, N, bu.dy64, N, bu.wq64, K, fx, K, slices, NULL, oz_flag(c, 0))) ||
+        (rc = cu_ozaki_gemm(c, 1, c->st, QC_OP_T, QC_OP_N, N, K, M, bu.dy64, N, bu.x64, K, fw, K, slices, NULL, oz_flag(c, 1))))
+      goto done;
+    CK(cudaEventRecord(c->ev[2], c->st), "event");
+    CK((cudaError_t)qk_oz_check(bu.dy64, N, 1, bu.wq64, K, 1, fx, K, M, K, N, OZ_NS, oz_scratch(c, 0), oz_res(c, 0), c->st),
+       "self-check");
+    CK((cudaError_t)qk_oz_check(bu.dy64, 1, N, bu.x64, K, 1, fw, K, N, K, M, OZ_NS, oz_scratch(c, 1), oz_res(c, 1), c->st),
+       "self-check");
+    CK(cudaEventRecord(c->ev[3], c->st), "event");
+    CK(cudaEventSynchronize(c->ev[3]), "bench");
+    t[3 * i + 0] = cu_ev_ms(c->ev[0], c->ev[1]);
+    t[3 * i + 1] = cu_ev_ms(c->ev[1], c->ev[2]);
+    t[3 * i + 2] = cu_ev_ms(c->ev[2], c->ev[3]);
+  }
+  for (int f = 0; f < 3; f++) {
+    float v[64] = {0};
+    for (int i = 0; i < reps; i++) v[i] = t[3 * i + f];
+    for (int i = 1; i < reps; i++)
+      for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { float x = v[j]; v[j] = v[j - 1]; v[j - 1] = x; }
+    (f == 0 ? r->ms_dgemm2 : f == 1 ? r->ms_fast2 : r->ms_check2) = v[reps / 2];
+  }
+  /* the fast references against DGEMM's: the metrics pass with g = fast (float64) */
+  CK((cudaError_t)qk_metrics(fx, 0, bu.rx, (int64_t)mk, c->mscratch, c->mres, c->st), "compare d_x references");
+  CK((cudaError_t)qk_metrics(fw, 0, bu.rw, (int64_t)nk, c->mscratch, c->mres + 1, c->st), "compare d_weight references");
+  CK(cudaMemcpyAsync(ms, c->mres, sizeof ms, cudaMemcpyDeviceToHost, c->st), "download");
+  CK(cudaMemcpyAsync(c->oz.host, c->oz.dev, 8 * sizeof(double) + 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, c->st), "download");
+  CK(cudaStreamSynchronize(c->st), "bench");
+  for (int s = 0; s < 2; s++) {
+    const double *h = c->oz.host + 4 * s;
+    const double nrm = fmax(sqrt(h[2]), QC_EPS_NORM);
+    r->max_abs[s] = ms[s].mx < 0 ? 0 : ms[s].mx;
+    r->rel_l2[s] = sqrt(ms[s].sd) / fmax(sqrt(ms[s].sr), QC_EPS_NORM);
+    r->norm_ref[s] = sqrt(ms[s].sr);
+    r->check_err[s] = h[0];
+    r->check_err_norm[s] = sqrt(h[1]) / nrm;
+    r->check_noise_floor[s] = sqrt(h[3]) / nrm;
+    r->nonfinite[s] = ((const unsigned *)(c->oz.host + 8))[s];
+  }
+  r->fast_tops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_fast2 * 1e9);
+done:
+  cudaFree(fx);
+  cudaFree(fw);
+  free(t);
+  return rc;
+}
+
+/* The GPU test's hook (cuda.h): C = op(A) op(B) on device buffers by the
+ * fast reference with `slices` slices (0: DGEMM) and its self-check; waits. */
+extern "C" int qc_cuda_ref_gemm(const qc_backend *be, int slices, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k,
+                                const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc,
+                                double check[4], unsigned *nonfinite) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  memset(check, 0, 4 * sizeof *check);
+  *nonfinite = 0;
+  if (slices <= 0) return (rc = cu_gemm_f64_buf(be, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc)) ? rc : cu_sync(be);
+  if ((rc = oz_small(c)) ||
+      (rc = cu_ozaki_gemm(c, 0, c->st, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, slices, oz_res(c, 0), oz_flag(c, 0))))
+    return rc;
+  CK(cudaMemcpyAsync(c->oz.host, c->oz.dev, 8 * sizeof(double) + 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, c->st),
+     "download the self-check");
+  CK(cudaStreamSynchronize(c->st), "the fast reference");
+  memcpy(check, c->oz.host, 4 * sizeof *check);
+  *nonfinite = ((const unsigned *)(c->oz.host + 8))[0];
+done:
+  return rc;
+}
