@@ -3,9 +3,14 @@
  * reference GEMMs, metrics) on --device cuda[:N] for one shape and prints
  * "key value" lines: the audit's median time, its parts timed alone (the
  * floor), device copy and metrics bandwidth, upload time from pinned
- * memory. --conformance instead runs CUDA's FP8 conversions over all 2^32
+ * memory. --ref-fast adds the fast reference (--reference fast, the Ozaki
+ * scheme on int8 tensor cores) for 3 and 4 slices: its time against the
+ * DGEMMs', the whole audit with it, its error against DGEMM (max and
+ * normwise, absolute and relative to the noise floor), its self-check, and
+ * the metrics' difference between the two audits. --conformance instead runs CUDA's FP8 conversions over all 2^32
  * float32 bit patterns against the spec's rule (a kernel) and against
  * qatcheck's CPU encoders. Exit 2 on bad input or no device. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,10 +100,72 @@ static int conformance(const qc_backend *be) {
   return rc;
 }
 
+/* --ref-fast: the fast reference for S = 3 and 4 against a float64 audit
+ * of the same inputs, run here unfused (QC_CUDA_UNFUSED=1: at decode
+ * shapes the fused audit never writes W_ref in float64, which the fast
+ * reference's d_x and the comparison need); the fast audits are timed as
+ * the audit runs (fused where it fuses). t: reps doubles of scratch. */
+static int audit_unfused(const qc_backend *be, qc_linear_audit *a, qc_linear_audit_out *fo) {
+  const char *env = getenv("QC_CUDA_UNFUSED");
+  char *keep = env ? strdup(env) : NULL;
+  memset(fo, 0, sizeof *fo);
+  setenv("QC_CUDA_UNFUSED", "1", 1);
+  a->ref_slices = 0;
+  int rc = be->audit_linear(be, a, fo);
+  if (keep) setenv("QC_CUDA_UNFUSED", keep, 1);
+  else unsetenv("QC_CUDA_UNFUSED");
+  free(keep);
+  return rc;
+}
+
+static int bench_ref_fast(const qc_backend *be, qc_linear_audit *a, int reps, double *t) {
+  int rc = QC_OK;
+  qc_linear_audit_out fo;
+  const qc_linear_audit_out *f = &fo;
+  if ((rc = audit_unfused(be, a, &fo))) return rc;
+  const double nf[2] = {f->dx.noise_floor, f->dw.noise_floor};
+  const double cnt[2] = {(double)a->M * a->K, (double)a->N * a->K};
+  const char *g[2] = {"dx", "dw"};
+  for (int S = 3; S <= 4; S++) {
+    qc_cuda_ref_bench r;
+    qc_linear_audit_out o;
+    if ((S > 3 && (rc = audit_unfused(be, a, &fo))) || (rc = qc_cuda_bench_ref(be, a, S, reps, &r))) return rc;
+    printf("ref%d_dgemm2_ms %.4f\nref%d_fast2_ms %.4f\nref%d_check2_ms %.4f\nref%d_speedup %.3f\nref%d_fast_tflops %.1f\n", S,
+           r.ms_dgemm2, S, r.ms_fast2, S, r.ms_check2, S, r.ms_dgemm2 / (r.ms_fast2 + r.ms_check2), S, r.fast_tops);
+    for (int s = 0; s < 2; s++) {
+      double rms = r.norm_ref[s] / sqrt(cnt[s]);
+      printf("ref%d_%s_err_max_abs %.6g\nref%d_%s_err_max_of_nf_rms %.6g\nref%d_%s_err_rel_l2 %.6g\nref%d_%s_err_rel_l2_of_nf %.6g\n"
+             "ref%d_%s_check_err %.6g\nref%d_%s_check_err_norm %.6g\nref%d_%s_check_gate %.6g\nref%d_%s_nonfinite %u\n",
+             S, g[s], r.max_abs[s], S, g[s], r.max_abs[s] / (nf[s] * rms), S, g[s], r.rel_l2[s], S, g[s], r.rel_l2[s] / nf[s],
+             S, g[s], r.check_err[s], S, g[s], r.check_err_norm[s], S, g[s], 1e-3 * r.check_noise_floor[s], S, g[s], r.nonfinite[s]);
+    }
+    /* the whole audit with the fast reference */
+    a->ref_slices = S;
+    memset(&o, 0, sizeof o);
+    if ((rc = be->audit_linear(be, a, &o))) goto out; /* warm-up: the slices' buffer, the int8 plans */
+    for (int i = 0; i < reps; i++) {
+      double t0 = now_ms();
+      if ((rc = be->audit_linear(be, a, &o))) goto out;
+      t[i] = now_ms() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    printf("ref%d_audit_ms %.4f\nref%d_stage_ref_ms %.4f\nref%d_kept %d %d\n", S, t[reps / 2], S, o.ms_ref, S, o.ref_fast[0], o.ref_fast[1]);
+    const qc_metrics *q[2] = {&o.dx, &o.dw}, *p[2] = {&f->dx, &f->dw};
+    for (int s = 0; s < 2; s++)
+      printf("ref%d_%s_rel_l2 %.9g\nref%d_%s_rel_l2_float64 %.9g\nref%d_%s_rel_l2_diff %.3g\nref%d_%s_noise_floor_diff %.3g\n"
+             "ref%d_%s_bias_z_diff %.3g\nref%d_%s_max_abs_diff %.3g\n",
+             S, g[s], q[s]->rel_l2, S, g[s], p[s]->rel_l2, S, g[s], q[s]->rel_l2 - p[s]->rel_l2, S, g[s],
+             q[s]->noise_floor - p[s]->noise_floor, S, g[s], q[s]->bias_z - p[s]->bias_z, S, g[s], q[s]->max_abs - p[s]->max_abs);
+  }
+out:
+  a->ref_slices = 0;
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *device = "cuda:0", *fmt = "fp8_block128";
   int64_t M = 8192, K = 7168, N = 4096;
-  int reps = 7, conf = 0, rc;
+  int reps = 7, conf = 0, ref_fast = 0, rc;
   double plant = 0; /* --plant-slowdown: each timed audit made this fraction longer */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -108,10 +175,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--fmt") && i + 1 < argc) fmt = argv[++i];
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--conformance")) conf = 1;
+    else if (!strcmp(argv[i], "--ref-fast")) ref_fast = 1;
     else if (!strcmp(argv[i], "--plant-slowdown") && i + 1 < argc) plant = atof(argv[++i]);
     else {
       fprintf(stderr, "qatcheck: error: gpu_linear: unknown argument '%s'\n"
-                      "usage: gpu_linear [--device cuda:N] [--M m --K k --N n] [--fmt F] [--reps R] [--conformance]\n"
+                      "usage: gpu_linear [--device cuda:N] [--M m --K k --N n] [--fmt F] [--reps R] [--conformance] [--ref-fast]\n"
                       "                  [--plant-slowdown F]\n", argv[i]);
       return 2;
     }
@@ -188,6 +256,7 @@ int main(int argc, char **argv) {
   printf("upload_ms %.3f\nupload_gbs %.1f\ndevice_gib %.3f\n", up, (nx + nw + ny) / (up * 1e6), o.device_bytes / 1073741824.0);
   printf("dx_rel_l2 %.6g\ndw_rel_l2 %.6g\ndx_noise_floor %.6g\ndw_noise_floor %.6g\n", o.dx.rel_l2, o.dw.rel_l2,
          o.dx.noise_floor, o.dw.noise_floor);
+  if (ref_fast && (rc = bench_ref_fast(be, &a, reps, t))) goto done;
 done:
   if (rc) qc_err_print();
   if (hx) be->host_free(be, hx);

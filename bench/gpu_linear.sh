@@ -6,7 +6,8 @@
 # (peer_torch.py), and the metrics kernel against the device copy bandwidth.
 # Shapes: prefill M=8192 K=7168 N=4096 and decode M=16; weight fp8_block128.
 #
-# Usage: sh bench/gpu_linear.sh [--check] [--no-peer] [BINDIR] (default build); PY=python3.
+# Usage: sh bench/gpu_linear.sh [--check] [--no-peer] [--reference fast] [BINDIR]
+# (default build); PY=python3.
 # Targets: prefill audit/floor <= 1.05 and torch/audit >= 1.55; decode
 # audit/memfloor (the floor with the non-GEMM bytes at copy bandwidth) <= 1.3
 # and torch/audit >= 5; metrics/copy >= 0.70.
@@ -17,13 +18,29 @@
 # naming it. QC_BENCH_PLANT=F makes each timed audit call F longer (the
 # guard's own test: F=0.10 must fail). --no-peer leaves PyTorch out (its
 # ratios are then not checked).
+#
+# --reference fast: also the fast reference (vjp --reference fast: the Ozaki
+# scheme on int8 tensor cores, docs/gpu.md) for 3 and 4 slices on both
+# shapes: its time against the two DGEMMs, the whole audit with it, its
+# error against DGEMM (max and normwise, absolute and relative to the noise
+# floor), its self-check, the metrics' difference between the two audits
+# (bench_gpu_linear --ref-fast; its lines are prefixed refS_). The ratios
+# and the guard are the float64 audit's, as without it.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-check=0; peer=1; bindir=build
+check=0; peer=1; bindir=build; reffast=; want_ref=0
 for a in "$@"; do
+  if [ $want_ref = 1 ]; then
+    want_ref=0
+    case $a in fast) reffast=--ref-fast ;; float64) reffast= ;; *) echo "gpu_linear.sh: --reference fast|float64, not '$a'" >&2; exit 2 ;; esac
+    continue
+  fi
   case $a in
     --check) check=1 ;;
     --no-peer) peer=0 ;;
+    --reference) want_ref=1 ;;
+    --reference=fast) reffast=--ref-fast ;;
+    --reference=float64) reffast= ;;
     -*) echo "gpu_linear.sh: unknown option '$a'" >&2; exit 2 ;;
     *) bindir=$a ;;
   esac
@@ -36,7 +53,7 @@ get() { awk -v k="$2" '$1 == k {print $2}' "$1"; }
 for shape in "8192 7168 4096 prefill" "16 7168 4096 decode"; do
   set -- $shape
   M=$1; K=$2; N=$3; tag=$4
-  if ! "$bindir/bench_gpu_linear" --M "$M" --K "$K" --N "$N" --fmt fp8_block128 --plant-slowdown "${QC_BENCH_PLANT:-0}" \
+  if ! "$bindir/bench_gpu_linear" --M "$M" --K "$K" --N "$N" --fmt fp8_block128 --plant-slowdown "${QC_BENCH_PLANT:-0}" $reffast \
       >"$out/q_$tag" 2>"$out/qe_$tag"; then
     cat "$out/qe_$tag"; exit 2
   fi
@@ -54,6 +71,18 @@ for shape in "8192 7168 4096 prefill" "16 7168 4096 decode"; do
     printf "%s: metrics %.0f GB/s, copy %.0f GB/s, metrics/copy %.3f\n", tag, m, c, m / c;
     printf "%s.audit_floor %.4f\n%s.audit_memfloor %.4f\n%s.metrics_copy %.4f\n", tag, a / f, tag, a / (f + fm), tag, m / c >> R;
     if (p > 0) printf "%s.torch_audit %.4f\n", tag, p / a >> R }'
+  if [ -n "$reffast" ]; then
+    for S in 3 4; do
+      awk -v tag="$tag" -v S="$S" -v a="$a" '{v[$1] = $2; w[$1] = $3} END {
+        p = "ref" S "_";
+        printf "%s: fast reference S=%d: %.3f ms (+ self-check %.3f ms) against DGEMM %.3f ms: %.2fx; audit %.3f ms against %.3f ms (fast kept: d_x %s, d_weight %s)\n",
+          tag, S, v[p "fast2_ms"], v[p "check2_ms"], v[p "dgemm2_ms"], v[p "speedup"], v[p "audit_ms"], a, v[p "kept"], w[p "kept"];
+        for (i = 0; i < 2; i++) { g = i ? "dw" : "dx";
+          printf "%s: S=%d %s: error against DGEMM: max %.3g (%.3g of noise floor x rms), rel_l2 %.3g (%.3g of the noise floor); self-check %.3g / norm %.3g, gate %.3g; rel_l2 fast - float64 %.3g\n",
+            tag, S, g, v[p g "_err_max_abs"], v[p g "_err_max_of_nf_rms"], v[p g "_err_rel_l2"], v[p g "_err_rel_l2_of_nf"],
+            v[p g "_check_err"], v[p g "_check_err_norm"], v[p g "_check_gate"], v[p g "_rel_l2_diff"] } }' "$out/q_$tag"
+    done
+  fi
 done
 echo "ratios:"; sed 's/^/  /' "$out/ratios"
 [ $check = 1 ] || exit 0

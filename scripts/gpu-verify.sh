@@ -19,6 +19,10 @@
 #   linear_bench   bench/gpu_linear.sh --check: the fused audit's ratios
 #                  against bench/baseline.json (exit 1 on a regression)
 #   bench_guard    the same guard on a planted 10% slowdown: must exit 1
+#   ozaki          the fast reference (vjp --reference fast): the GPU test's
+#                  gpu_ozaki suite (against DGEMM, odd shapes, the audit's
+#                  verdicts) and bench/gpu_linear.sh --reference fast (times,
+#                  errors against DGEMM for 3 and 4 slices)
 #   dump_e2e       bench/gpu_dump_e2e.sh: the end-to-end dump run
 #   fsdp_real      tests/e2e/fsdp_real.sh: the fsdp_flat layout against real
 #                  FSDP1 bytes (this machine's torch runs FSDP1 on the CPU;
@@ -40,7 +44,7 @@
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
 set -u
 OUT=$1; shift
-CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard dump_e2e st_bench proxy gpu_mpi fsdp_real cuda_graph hf_models}
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard ozaki dump_e2e st_bench proxy gpu_mpi fsdp_real cuda_graph hf_models}
 Q=/tmp/qc
 mkdir -p "$Q" "$OUT"
 [ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
@@ -105,6 +109,7 @@ for c in $CHECKS; do
     bench_guard) run bench_guard sh -c 'QC_BENCH_PLANT=0.10 sh bench/gpu_linear.sh --check --no-peer "$0"; rc=$?
         [ $rc = 1 ] && echo "bench_guard: the planted 10% slowdown fails the check (exit 1)" && exit 0
         echo "bench_guard: the planted 10% slowdown gave exit $rc, expected 1"; exit 1' "$Q" ;;
+    ozaki) run ozaki sh -c '"$0/test_gpu" --filter "gpu_ozaki/*" --verbose && sh bench/gpu_linear.sh --no-peer --reference fast "$0"' "$Q" ;;
     dump_e2e) run dump_e2e sh bench/gpu_dump_e2e.sh "$QATCHECK" ;;
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
