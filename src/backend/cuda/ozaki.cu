@@ -263,7 +263,7 @@ int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
       fprintf(stderr,
               "qatcheck: %s: fast reference %s: self-check on %d elements: max error %.3g of sum |a||b|, normwise %.3g, "
               "bound %.3g (1e-3 x the noise floor)%s\n",
-              c->name, names[s], OZ_NS, r[0], err_norm, gate,
+              c->name, names[s], p->m * p->n < OZ_NS ? (int)(p->m * p->n) : OZ_NS, r[0], err_norm, gate,
               keep ? ": kept" : fl ? ": a non-finite operand: recomputed with float64 DGEMM" : ": recomputed with float64 DGEMM");
     if (!keep && (rc = cu_dgemm_dev_h(c, p->h, p->ta, p->tb, p->m, p->n, p->k, p->A, p->lda, p->B, p->ldb, p->C, p->ldc)))
       goto done;
