@@ -109,7 +109,7 @@ __global__ static void k_combine(const int32_t *T, int64_t tstride, int S, int64
   for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < m * n; q += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = q / n, j = q - i * n;
     long long s = 0;
-    for (int L = 2; L <= S + 1; L++) s += (long long)T[(int64_t)(L - 2) * tstride + i * np + j] << (7 * (S + 1 - L));
+    for (int L = 2; L <= S + 1; L++) s += (long long)T[(int64_t)(L - 2) * tstride + i * np + j] * (1LL << (7 * (S + 1 - L)));
     int e1 = ea[i], e2 = eb[j];
     double v = s == 0 || e1 == QK_OZ_EZERO || e2 == QK_OZ_EZERO ? 0.0 : scalbn((double)s, e1 + e2 - 7 * (S + 1));
     if (acc) C[i * ldc + j] += v;
