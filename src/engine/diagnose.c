@@ -111,16 +111,11 @@ static int quant_key(const char *key) {
   return strcmp(key, "profile") == 0 || (l > 7 && strcmp(key + l - 7, "_format") == 0);
 }
 
-/* Another quantizer than the contract's in the backward: for each
- * quantizer key (profile, formats), the reference under every other value;
- * the best value per key recorded (another profile; a per-tensor scale
- * where the contract has blocks; ...). */
-static int hyp_quantizer(dg *d) {
-  const qc_registry_row *row = qc_registry_find(d->m->cls->name);
+int qc_dg_scan_keys(dg *d, int (*keep)(const char *key), qc_dg_run_fn run, void *arg, const char *subject, const char *what) {
   double *best = malloc((size_t)d->n * sizeof *best);
-  if (!best) return qc_err_sys("out of memory diagnosing %s", d->k->tensor);
-  for (const qc_key_spec *ks = d->m->cls->keys; row && ks && ks->key; ks++) {
-    if (!ks->values || strchr(ks->values, '{') || !quant_key(ks->key)) continue;
+  if (!best) return qc_err_sys("out of memory diagnosing %s", subject);
+  for (const qc_key_spec *ks = d->m->cls->keys; ks && ks->key; ks++) {
+    if (!ks->values || strchr(ks->values, '{') || (keep && !keep(ks->key))) continue; /* numbers, keys that take one */
     const char *cur = qc_contract_str(&d->m->contract, ks->key, ks->dflt);
     double be = INFINITY;
     char bv[64] = "";
@@ -131,8 +126,8 @@ static int hyp_quantizer(dg *d) {
       p += l + (p[l] == '|');
       if (strcmp(v, cur) == 0 || strcmp(v, "auto") == 0) continue;
       qc_module alt = *d->m;
-      if (qc_contract_set(&alt.contract, ks->key, v, 0, 0) || run_for(d, row->reference, &alt, d->dy)) { qc_err_clear(); continue; }
-      if (qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) continue; /* the same gradient on this data */
+      if (qc_contract_set(&alt.contract, ks->key, v, 0, 0) || run(d, &alt, arg)) { qc_err_clear(); continue; }
+      if (qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) continue; /* the same result on this data */
       double e = qc_dg_rel(d->g, d->p, d->n);
       if (e < be) {
         be = e;
@@ -145,15 +140,30 @@ static int hyp_quantizer(dg *d) {
     char says[256];
     const char *fw = qc_dg_format_words(bv), *fc = qc_dg_format_words(cur);
     if (fw && fc)
-      snprintf(says, sizeof says, "%s matches the reference with %s '%s' (%s) rather than the declared '%s' (%s)", d->k->tensor,
-               ks->key, bv, fw, cur, fc);
+      snprintf(says, sizeof says, "%s matches %s with %s '%s' (%s) rather than the declared '%s' (%s)", subject, what, ks->key,
+               bv, fw, cur, fc);
     else
-      snprintf(says, sizeof says, "%s matches the reference with %s '%s' rather than the declared '%s'", d->k->tensor, ks->key, bv,
-               cur);
+      snprintf(says, sizeof says, "%s matches %s with %s '%s' rather than the declared '%s'", subject, what, ks->key, bv, cur);
     qc_dg_judge(d, ks->key, says, d->level);
   }
   free(best);
   return QC_OK;
+}
+
+/* The class's reference under an altered contract, for qc_dg_scan_keys. */
+static int run_ref(dg *d, const qc_module *alt, void *arg) {
+  const qc_registry_row *row = arg;
+  return run_for(d, row->reference, alt, d->dy);
+}
+
+/* Another quantizer than the contract's in the backward: for each
+ * quantizer key (profile, formats), the reference under every other value;
+ * the best value per key recorded (another profile; a per-tensor scale
+ * where the contract has blocks; ...). */
+static int hyp_quantizer(dg *d) {
+  const qc_registry_row *row = qc_registry_find(d->m->cls->name);
+  if (!row) return QC_OK;
+  return qc_dg_scan_keys(d, quant_key, run_ref, (void *)row, d->k->tensor, "the reference");
 }
 
 /* A stale per-tensor scale: the reference with ctx->wscale f (the class's

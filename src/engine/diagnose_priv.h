@@ -44,6 +44,13 @@ void qc_dg_nonfinite(dg *d);                               /* the first non-fini
 
 /* A quantization format's scale in words ("a scale per 128 x 128 block"), or NULL. */
 const char *qc_dg_format_words(const char *v);
+/* Every other value of each choice key of the class that keep accepts
+ * (NULL: every key): run(d, alt, arg) predicts into d->p under the other
+ * value (non-zero: no prediction); the best value per key, when it differs
+ * from the reference, is judged as "<subject> matches <what> with KEY 'v'
+ * rather than the declared 'cur'". QC_ESYS on memory. */
+typedef int (*qc_dg_run_fn)(dg *d, const qc_module *alt, void *arg);
+int qc_dg_scan_keys(dg *d, int (*keep)(const char *key), qc_dg_run_fn run, void *arg, const char *subject, const char *what);
 /* Write d->k->diagnosis from the hypotheses recorded (diagnose.c). */
 void qc_dg_summarize(dg *d);
 

@@ -227,46 +227,14 @@ static int predict(dg *d, const qc_ctx *c, const qc_module *alt, qc_fwd_ref_fn f
   return rc;
 }
 
+/* The forward under an altered contract, for qc_dg_scan_keys. */
+static int predict_key(dg *d, const qc_module *alt, void *arg) { return predict(d, d->ctx, alt, *(qc_fwd_ref_fn *)arg); }
+
 /* Every other value of each choice key of the class (a profile, a format,
  * a mask's direction): the best value per key recorded, when its forward
  * differs from the reference. */
 static int hyp_contract(dg *d, qc_fwd_ref_fn fwd) {
-  double *best = malloc((size_t)d->n * sizeof *best);
-  if (!best) return qc_err_sys("out of memory diagnosing the forward");
-  for (const qc_key_spec *ks = d->m->cls->keys; ks && ks->key; ks++) {
-    if (!ks->values || strchr(ks->values, '{')) continue; /* numbers, and keys that take one */
-    const char *cur = qc_contract_str(&d->m->contract, ks->key, ks->dflt);
-    double be = INFINITY;
-    char bv[64] = "";
-    for (const char *p = ks->values; *p;) {
-      size_t l = strcspn(p, "|");
-      char v[64];
-      snprintf(v, sizeof v, "%.*s", (int)(l < sizeof v ? l : sizeof v - 1), p);
-      p += l + (p[l] == '|');
-      if (strcmp(v, cur) == 0 || strcmp(v, "auto") == 0) continue;
-      qc_module alt = *d->m;
-      if (qc_contract_set(&alt.contract, ks->key, v, 0, 0) || predict(d, d->ctx, &alt, fwd)) { qc_err_clear(); continue; }
-      if (qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) continue; /* the same forward on this data */
-      double e = qc_dg_rel(d->g, d->p, d->n);
-      if (e < be) {
-        be = e;
-        snprintf(bv, sizeof bv, "%s", v);
-        memcpy(best, d->p, (size_t)d->n * sizeof *best);
-      }
-    }
-    if (!bv[0]) continue;
-    memcpy(d->p, best, (size_t)d->n * sizeof *best);
-    char says[256];
-    const char *fw = qc_dg_format_words(bv), *fc = qc_dg_format_words(cur);
-    if (fw && fc)
-      snprintf(says, sizeof says, "outputs/y matches the forward with %s '%s' (%s) rather than the declared '%s' (%s)", ks->key,
-               bv, fw, cur, fc);
-    else
-      snprintf(says, sizeof says, "outputs/y matches the forward with %s '%s' rather than the declared '%s'", ks->key, bv, cur);
-    qc_dg_judge(d, ks->key, says, d->level);
-  }
-  free(best);
-  return QC_OK;
+  return qc_dg_scan_keys(d, NULL, predict_key, &fwd, "outputs/y", "the forward");
 }
 
 /* The class's own hypotheses that alter the module (a mask shifted, the
