@@ -93,6 +93,31 @@ qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k) {
   return qc_audit_dtype(g->dtype, vd, t, k);
 }
 
+/* ||T||_2 of gradient `grad` from the class's reference run in its terms
+ * mode (qc_ctx.terms: T_i the magnitudes of the terms element i adds up,
+ * from the math); 0 when the row has no terms mode or the run fails (a
+ * slice the reference cannot run alone): the relative model alone then. */
+static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *grad) {
+  const qc_registry_row *row = qc_registry_find(m->cls->name);
+  if (!row || !row->terms) return 0.0;
+  qc_ctx c;
+  memset(&c, 0, sizeof c);
+  c.terms = 1;
+  qc_tset ts = {0};
+  double ss = 0;
+  if (row->reference(&c, m, dy, &ts) == QC_OK) {
+    const qc_tensor *t = qc_tset_get(&ts, grad);
+    const int64_t n = t && t->dtype == QC_F64 ? qc_numel(t) : 0;
+    for (int64_t i = 0; i < n; i++) {
+      const double v = ((const double *)t->data)[i];
+      if (isfinite(v)) ss += v * v;
+    }
+  }
+  qc_err_clear();
+  qc_tset_free(&ts);
+  return sqrt(ss);
+}
+
 int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, qc_dtype dt, const qc_tol *decl, int ref_zero,
                     qc_audit_model *am, qc_tol *out) {
   memset(am, 0, sizeof *am);
@@ -101,6 +126,7 @@ int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, q
     return QC_EINPUT;
   }
   int rc = m->cls->tol_model(m, dy, grad, &am->tm);
+  if (!rc && !(am->tm.terms > 0)) am->tm.terms = ref_terms(m, dy, grad); /* the class's model leaves it to the reference */
   if (!rc) rc = qc_tol_from_model(&am->tm, decl, qc_dtype_name(dt), &am->spec, &am->terms, &am->pre);
   if (rc) return rc;
   if (out) qc_tol_fill_derived(&am->tm, &am->spec, &am->terms, decl, ref_zero, out);

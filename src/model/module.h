@@ -58,6 +58,11 @@ typedef struct qc_ctx {
   int round_ops;               /* reference variants (engine/audit.c): 1 = the class rounds to bf16
                                   the operands it builds internally (a dequantized weight or input)
                                   before its GEMMs, as an implementation may; 0 = exact */
+  int terms;                   /* 1: a reference whose registry row sets `terms` returns, under each
+                                  gradient's name and shape, T instead of the gradient: T_i the sum of
+                                  the magnitudes of the terms that element i adds up, each weighted
+                                  by its operands' conditioning where the math says (the terms' scale
+                                  of the error model: qc_tol_model.terms); 0 = the gradient */
 } qc_ctx;
 
 /* 1 unless ctx->skip names gradient `grad` ("d_x"). */
@@ -243,6 +248,8 @@ typedef struct qc_registry_row {
   const qc_class *cls;
   qc_vjp_fn reference;         /* src/reference/<name>.c */
   qc_fast_fn fast;             /* NULL, or src/modules/<name>_fast.c */
+  int terms;                   /* 1: the reference honors qc_ctx.terms (the terms' scale of every
+                                  gradient whose class model leaves qc_tol_model.terms at 0) */
 } qc_registry_row;
 
 /* The class table is src/classes/registry.c's, installed when the program

@@ -21,7 +21,14 @@
  * D skip (contract d_skip = true): y_t gains D_h x_t, a direct path from
  * x to y beside the state, so d_x_t gains D_h dy_t and
  *   d_D[h] = sum over b, t, p of dy_t[p] x_t[p].
- * Every h_t of a (b, h) is kept from the forward sweep. */
+ * Every h_t of a (b, h) is kept from the forward sweep.
+ * The terms' scale (ctx->terms): the same sweeps on |x|, |B|, |C|, |dy|,
+ * |h_0|, |D| and |A| (g_t > 0 as is), so every state, adjoint and sum is
+ * the sum of its terms' magnitudes, each contribution of head (b, h)
+ * weighted by w = 1 + 2 max_c |sum_{t in chunk c} dt_t A_h|: a chunked
+ * production takes g_s ... g_t as exp of a difference of float32 cumsums
+ * within a chunk of chunk_size steps, whose error is u (|cs_t| + |cs_s|),
+ * not u |cs_t - cs_s|. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +39,7 @@
 #include "reference/ref_util.h"
 
 int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  const int ab = ctx && ctx->terms;
   const qc_tensor *xt, *dtt, *at, *bt, *ct, *h0t = NULL, *Dt = NULL;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 4, 4, &xt))) return rc;
@@ -89,6 +96,12 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       rc = qc_err("%s: dataset 'inputs/dt' element %lld = %g: expected a finite value >= 0", m->path, (long long)i, DT[i]);
       goto done;
     }
+  if (ab) { /* the terms' scale: every operand in magnitude */
+    double *const arr[] = {X, BB, CC, G, H0, DD};
+    const int64_t len[] = {Bt * L * H * P, Bt * L * NG * N, Bt * L * NG * N, Bt * L * H * P, init ? Bt * H * PN : 0, skip ? H : 0};
+    for (int j = 0; j < 6; j++)
+      for (int64_t i = 0; i < len[j]; i++) arr[j][i] = fabs(arr[j][i]);
+  }
   rc = QC_ESYS;
   if (!(hs = qc_malloc((size_t)((L + 1) * PN) * sizeof *hs, "reference ssd states")) ||
       !(adj = qc_malloc((size_t)PN * sizeof *adj, "reference ssd adjoint state")))
@@ -102,6 +115,12 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   if (skip && (rc = qc_refu_out(grads, "d_D", 1, Dt->shape, &dD))) goto done;
   for (int64_t b = 0; b < Bt; b++)
     for (int64_t h = 0; h < H; h++) {
+      double w = 1; /* the terms' weight of the chunked cumsums (file comment) */
+      for (int64_t t0 = 0; ab && t0 < L; t0 += (int64_t)cs) {
+        double c = 0;
+        for (int64_t t = t0; t < L && t < t0 + (int64_t)cs; t++) c += DT[(b * L + t) * H + h] * fabs(AA[h]);
+        w = fmax(w, 1 + 2 * c);
+      }
       /* forward sweep: hs[t] = h_t, t = 0..L */
       for (int64_t e = 0; e < PN; e++) hs[e] = init ? H0[(b * H + h) * PN + e] : 0.0;
       for (int64_t t = 1; t <= L; t++) {
@@ -125,7 +144,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         for (int64_t n = 0; n < N; n++) {
           double s = 0;
           for (int64_t p = 0; p < P; p++) s += ht[p * N + n] * gr[p];
-          dC[((b * L + t - 1) * NG + h / hpg) * N + n] += s;
+          dC[((b * L + t - 1) * NG + h / hpg) * N + n] += w * s;
         }
         const double g = exp(DT[r] * AA[h]);
         double e = 0, xg = 0;
@@ -135,22 +154,22 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
             gb += adj[p * N + n] * br[n];
             e += adj[p * N + n] * hp[p * N + n];
           }
-          dx[r * P + p] = DT[r] * gb + (skip ? DD[h] * gr[p] : 0.0); /* the state path + the skip path */
+          dx[r * P + p] = w * DT[r] * gb + (skip ? DD[h] * gr[p] : 0.0); /* the state path + the skip path */
           if (skip) dD[h] += gr[p] * xr[p];
           xg += xr[p] * gb;
         }
         for (int64_t n = 0; n < N; n++) {
           double s = 0;
           for (int64_t p = 0; p < P; p++) s += adj[p * N + n] * xr[p];
-          dB[((b * L + t - 1) * NG + h / hpg) * N + n] += DT[r] * s;
+          dB[((b * L + t - 1) * NG + h / hpg) * N + n] += w * DT[r] * s;
         }
         e *= g;
-        ddt[r] = AA[h] * e + xg;
-        dA[h] += DT[r] * e;
+        ddt[r] = w * ((ab ? fabs(AA[h]) : AA[h]) * e + xg);
+        dA[h] += w * DT[r] * e;
         for (int64_t i = 0; i < PN; i++) adj[i] *= g; /* now g_t G_t: dL/dh_{t-1} from step t */
       }
       if (dh0)
-        for (int64_t i = 0; i < PN; i++) dh0[(b * H + h) * PN + i] = adj[i];
+        for (int64_t i = 0; i < PN; i++) dh0[(b * H + h) * PN + i] = w * adj[i];
     }
   rc = QC_OK;
 done:
