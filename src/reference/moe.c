@@ -22,7 +22,11 @@
  * product, |W2 a| summed as sum_f |W2||a|, and act' as the magnitudes of
  * its terms (swiglu's silu' = sigma + z sigma (1 - sigma) cancels near
  * z = -1.28: sigma + |z| sigma (1 - sigma)); the gate's 1 - g is a
- * difference (1 + g). */
+ * difference (1 + g).
+ * Variant ctx->round_ops (the legal roundings of a grouped-GEMM backward):
+ * the operands the production builds and feeds to its bf16 GEMMs rounded
+ * to bf16: a (into y, dL/dW2), w dy_t (into dL/da, dL/dW2), dL/dh (into
+ * dL/dW1, dL/dx); for the shared experts a, g dy_t and dL/dh alike. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +34,13 @@
 #include "model/module.h"
 #include "reference/ref_classes.h"
 #include "core/qc.h"
+#include "numerics/formats.h"
 #include "reference/ref_util.h"
 
 static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
+
+/* v rounded to bf16 under the round_ops variant (rb), else v. */
+static double rnd(int rb, double v) { return rb ? (double)qc_round_bf16((float)v) : v; }
 
 /* One row of the expert MLP's activation and its derivative, from the
  * definition: h [2F swiglu | F relu2], a [F]: a = act(h). */
@@ -82,9 +90,10 @@ static void act_b(int relu2, double L, int pass, int ab, int64_t F, const double
  *   dL/dx_t += Ws1^T dL/dh + dL/dz sg.
  * X, G [T, H] are x and dY; dx [T, H] is added to. Checks and refuses the
  * shared tensors (a shared tensor the contract does not use is refused).
- * ab: the terms' scale (G then holds |dY|). Returns a status. */
-static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab, const double *X, const double *G, int64_t T,
-                      int64_t H, double *dx, qc_tset *grads) {
+ * ab: the terms' scale (G then holds |dY|); rb: the round_ops variant.
+ * Returns a status. */
+static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab, int rb, const double *X, const double *G,
+                      int64_t T, int64_t H, double *dx, qc_tset *grads) {
   const double S = qc_contract_num(&m->contract, "shared_experts", 0);
   const char *gk = qc_contract_str(&m->contract, "shared_gate", "false");
   const int gated = strcmp(gk, "true") == 0;
@@ -130,6 +139,7 @@ static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab,
       h[r] = s;
     }
     act_f(relu2, L, Fs, h, a);
+    for (int64_t f = 0; rb && f < Fs; f++) a[f] = rnd(rb, a[f]);
     double z = 0, dot = 0;
     for (int64_t c = 0; c < H; c++) {
       double y = 0;
@@ -142,10 +152,12 @@ static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab,
     for (int64_t f = 0; f < Fs; f++) ga[f] = 0;
     for (int64_t c = 0; c < H; c++)
       for (int64_t f = 0; f < Fs; f++) {
-        ga[f] += gs * g[c] * (ab ? fabs(W2[c * Fs + f]) : W2[c * Fs + f]);
-        d2[c * Fs + f] += gs * g[c] * (ab ? fabs(a[f]) : a[f]);
+        const double gg = SG ? rnd(rb, gs * g[c]) : g[c];
+        ga[f] += gg * (ab ? fabs(W2[c * Fs + f]) : W2[c * Fs + f]);
+        d2[c * Fs + f] += gg * (ab ? fabs(a[f]) : a[f]);
       }
     act_b(relu2, L, pass, ab, Fs, h, ga, gh);
+    for (int64_t r = 0; rb && r < Rs; r++) gh[r] = rnd(rb, gh[r]);
     for (int64_t r = 0; r < Rs; r++)
       for (int64_t c = 0; c < H; c++) {
         d1[r * H + c] += gh[r] * (ab ? fabs(xr[c]) : xr[c]);
@@ -163,7 +175,7 @@ done:
 }
 
 int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  const int ab = ctx && ctx->terms;
+  const int ab = ctx && ctx->terms, rb = ctx && ctx->round_ops && !ab;
   const qc_tensor *xt, *w1t, *w2t, *it, *wtt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 2, 2, &xt))) return rc;
@@ -226,6 +238,7 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         h[r] = s;
       }
       act_f(relu2, L, F, h, a);
+      for (int64_t f = 0; rb && f < F; f++) a[f] = rnd(rb, a[f]);
       /* dL/dw = <dy_t, W2_e a>;  dL/da = w W2_e^T dy_t;  dW2_e += w dy_t a^T */
       double dot = 0;
       for (int64_t f = 0; f < F; f++) ga[f] = 0;
@@ -234,14 +247,16 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         for (int64_t f = 0; f < F; f++) {
           const double w2 = ab ? fabs(A2[c * F + f]) : A2[c * F + f], af = ab ? fabs(a[f]) : a[f];
           yc += w2 * af;
-          ga[f] += w * g[c] * w2;
-          D2[c * F + f] += w * g[c] * af;
+          const double wg = rnd(rb, w * g[c]);
+          ga[f] += wg * w2;
+          D2[c * F + f] += wg * af;
         }
         dot += g[c] * yc;
       }
       dwt[t * k + j] = dot;
       /* dL/dh */
       act_b(relu2, L, pass, ab, F, h, ga, gh);
+      for (int64_t r = 0; rb && r < R; r++) gh[r] = rnd(rb, gh[r]);
       /* dW1_e += dL/dh x_t^T;  d_x_t += W1_e^T dL/dh */
       for (int64_t r = 0; r < R; r++)
         for (int64_t c = 0; c < H; c++) {
@@ -250,7 +265,7 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         }
     }
   }
-  rc = ref_shared(m, relu2, L, pass, ab, X, G, T, H, dx, grads);
+  rc = ref_shared(m, relu2, L, pass, ab, rb, X, G, T, H, dx, grads);
 done:
   free(id); free(X); free(W1); free(W2); free(Wt); free(G); free(h); free(a); free(ga); free(gh);
   return rc;

@@ -9,7 +9,17 @@ its output rounding), in bf16 and float32:
                 cancel, as k_proj's under softmax); a stale fp8 block scale
   rmsnorm, layernorm   torch's float32 kernels; a layernorm with 6 of 48
                 rows constant to one ulp
-  attention     float32 eager attention (bf16-valued q, k, v)
+  attention     float32 eager attention (bf16-valued q, k, v); keys that
+                are all equal (d_q zero in exact arithmetic) and keys with a
+                large common part (a k_proj bias: d_q ill-conditioned)
+  swiglu, gelu  float32 eager, with gates and inputs where the derivative
+                cancels (silu' near -1.28, gelu' near -0.75 and below)
+  conv1d        a depthwise causal conv1d (F.conv1d); a float32 d_bias of
+                columns of dY that sum to zero
+  moe           routed experts (swiglu) and a shared expert, float32 loops
+  ssd           the chunked SSD scan (float32 cumsums of dt A, exp of their
+                differences, as mamba_ssm's minimal chunked form) with long
+                chunks of large dt A, where d_A cancels
 """
 import json
 import sys
@@ -72,6 +82,134 @@ def linear_grads(x, w, b, dy, cast=None):
         dy = t(bf(dy), False)
     y.backward(torch.as_tensor(np.asarray(dy, F)))
     return {"d_x": X.grad.numpy(), "d_weight": W.grad.numpy(), "d_bias": B.grad.numpy()}
+
+
+def moe_grads(x, tw, ids, w1, w2, dy, sw1, sw2, sg):
+    """Routed swiglu experts plus a gated shared expert, float32 eager."""
+    X, TW, W1, W2, S1, S2, SG = t(x), t(tw), t(w1), t(w2), t(sw1), t(sw2), t(sg)
+    F_ = w2.shape[2]
+    out = torch.zeros_like(X)
+    for j in range(ids.shape[1]):
+        for e in range(w1.shape[0]):
+            sel = np.nonzero(ids[:, j] == e)[0]
+            if len(sel) == 0:
+                continue
+            h = X[sel] @ W1[e].T
+            a = torch.nn.functional.silu(h[:, :F_]) * h[:, F_:]
+            out = out.index_add(0, torch.as_tensor(sel), TW[sel, j:j + 1] * (a @ W2[e].T))
+    hs = X @ S1.T
+    Fs = sw2.shape[1]
+    ys = (torch.nn.functional.silu(hs[:, :Fs]) * hs[:, Fs:]) @ S2.T
+    out = out + torch.sigmoid(X @ SG)[:, None] * ys
+    out.backward(torch.as_tensor(dy))
+    return {"d_x": X.grad.numpy(), "d_topk_weights": TW.grad.numpy(), "d_w1": W1.grad.numpy(), "d_w2": W2.grad.numpy(),
+            "d_shared_w1": S1.grad.numpy(), "d_shared_w2": S2.grad.numpy(), "d_shared_gate": SG.grad.numpy()}
+
+
+def segsum(a):
+    """[..., Q] -> [..., Q, Q]: cs_i - cs_j below the diagonal (float32 cumsums), -inf above."""
+    cs = torch.cumsum(a, -1)
+    d = cs[..., :, None] - cs[..., None, :]
+    return d.masked_fill(~torch.tril(torch.ones(a.shape[-1], a.shape[-1], dtype=torch.bool)), float("-inf"))
+
+
+def ssd_grads(x, dt, A, Bm, Cm, dy, Q):
+    """Mamba-2's chunked SSD (mamba_ssm's minimal discrete form) in float32:
+    X = x dt, A dt per step, G = 1 group; chunks of Q steps."""
+    X0, DT, AA, BB, CC = t(x), t(dt), t(A), t(Bm), t(Cm)
+    b, L, H, P = x.shape
+    N, c = Bm.shape[-1], L // Q
+    X = (X0 * DT[..., None]).reshape(b, c, Q, H, P)
+    Ad = (DT * AA).reshape(b, c, Q, H).permute(0, 3, 1, 2)            # b h c l
+    Bc = BB.reshape(b, c, Q, N)
+    Cc = CC.reshape(b, c, Q, N)
+    A_cs = torch.cumsum(Ad, -1)
+    Lm = torch.exp(segsum(Ad))                                          # b h c l s
+    y_diag = torch.einsum("bcln,bcsn,bhcls,bcshp->bclhp", Cc, Bc, Lm, X)
+    decay = torch.exp(A_cs[..., -1:] - A_cs)
+    states = torch.einsum("bcln,bhcl,bclhp->bchpn", Bc, decay, X)
+    states = torch.cat([torch.zeros_like(states[:, :1]), states], 1)
+    dchunk = torch.exp(segsum(torch.nn.functional.pad(A_cs[..., -1], (1, 0))))
+    states = torch.einsum("bhzc,bchpn->bzhpn", dchunk, states)[:, :-1]
+    y_off = torch.einsum("bcln,bchpn,bhcl->bclhp", Cc, states, torch.exp(A_cs))
+    y = (y_diag + y_off).reshape(b, L, H, P)
+    y.backward(torch.as_tensor(dy))
+    return {"d_x": X0.grad.numpy(), "d_dt": DT.grad.numpy(), "d_A": AA.grad.numpy(), "d_Bm": BB.grad.numpy(),
+            "d_Cm": CC.grad.numpy()}
+
+
+def classes(f):
+    """swiglu, gelu, conv1d, moe and ssd: correct and planted, bf16 and float32 outputs."""
+    T, Fd = 64, 256
+    # gates and inputs spread over the derivative's cancellation (silu' = 0 near -1.28, gelu' near -0.75)
+    gate = bf(np.concatenate([rng.uniform(-1.4, -1.15, (T // 4, Fd)), 2 * rng.standard_normal((3 * T // 4, Fd))]))
+    up, dyg = bf(rng.standard_normal((T, Fd))), bf(rng.standard_normal((T, Fd)))
+    xg = bf(np.concatenate([rng.uniform(-0.9, -0.6, (T // 4, Fd)), rng.uniform(-6, -3, (T // 8, Fd)),
+                            2 * rng.standard_normal((5 * T // 8, Fd))]))
+    B_, L_, C_, K_ = 4, 64, 96, 4
+    xc, wc, bc, dyc = bf(rng.standard_normal((B_, L_, C_))), bf(rng.standard_normal((C_, K_)) / 2), bf(rng.standard_normal(C_)), \
+        bf(rng.standard_normal((B_, L_, C_)))
+    Tm, Hm, Fm, Em, km = 128, 64, 32, 6, 2
+    xm, dym = bf(rng.standard_normal((Tm, Hm))), bf(rng.standard_normal((Tm, Hm)))
+    ids = np.stack([rng.permutation(Em)[:km] for _ in range(Tm)]).astype(np.int32)
+    tw = bf(rng.random((Tm, km)))
+    w1, w2 = bf(rng.standard_normal((Em, 2 * Fm, Hm)) / np.sqrt(Hm)), bf(rng.standard_normal((Em, Hm, Fm)) / np.sqrt(Fm))
+    sw1, sw2, sg = bf(rng.standard_normal((2 * Fm, Hm)) / np.sqrt(Hm)), bf(rng.standard_normal((Hm, Fm)) / np.sqrt(Fm)), \
+        bf(rng.standard_normal(Hm) / np.sqrt(Hm))
+    # ssd: chunks of 64 steps of dt A ~ -0.6 (cumsums to ~ -40 within a chunk)
+    Bs, Ls, Hs, Ps, Ns, Qs = 2, 128, 2, 8, 16, 64
+    xs, Bms, Cms, dys = bf(rng.standard_normal((Bs, Ls, Hs, Ps))), bf(rng.standard_normal((Bs, Ls, Ns))), \
+        bf(rng.standard_normal((Bs, Ls, Ns))), bf(rng.standard_normal((Bs, Ls, Hs, Ps)))
+    dts = rng.uniform(0.3, 0.9, (Bs, Ls, Hs)).astype(F)
+    As = np.array([-1.0, -0.7], F)
+    for ob, tag in ((True, "bf16"), (False, "f32")):
+        G_, U_ = t(gate), t(up)
+        (torch.nn.functional.silu(G_) * U_).backward(torch.as_tensor(dyg))
+        variants(f, "swiglu_" + tag, "swiglu", {}, {"gate": gate, "up": up}, {}, dyg,
+                 {"d_gate": G_.grad.numpy(), "d_up": U_.grad.numpy()}, ob)
+        X_ = t(xg)
+        torch.nn.functional.gelu(X_).backward(torch.as_tensor(dyg))
+        variants(f, "gelu_" + tag, "gelu", {"approximate": "none"}, {"x": xg}, {}, dyg, {"d_x": X_.grad.numpy()}, ob)
+        X_, W_, B0 = t(xc), t(wc), t(bc)
+        y = torch.nn.functional.conv1d(X_.permute(0, 2, 1), W_[:, None, :], B0, padding=K_ - 1, groups=C_)[..., :L_]
+        y.permute(0, 2, 1).backward(torch.as_tensor(dyc))
+        variants(f, "conv1d_" + tag, "conv1d", {}, {"x": xc}, {"weight": wc, "bias": bc}, dyc,
+                 {"d_x": X_.grad.numpy(), "d_weight": W_.grad.numpy(), "d_bias": B0.grad.numpy()}, ob)
+        variants(f, "moe_" + tag, "moe", {"activation": "swiglu", "shared_experts": 1, "shared_gate": True},
+                 {"x": xm, "topk_weights": tw}, {"w1": w1, "w2": w2, "shared_w1": sw1, "shared_w2": sw2, "shared_gate": sg}, dym,
+                 moe_grads(xm, tw, ids, w1, w2, dym, sw1, sw2, sg), ob, saved={"topk_ids": ids})
+        variants(f, "ssd_" + tag, "ssd", {"chunk_size": Qs}, {"x": xs, "dt": dts, "A": As, "Bm": Bms, "Cm": Cms}, {}, dys,
+                 ssd_grads(xs, dts, As, Bms, Cms, dys, Qs), ob, in_bf16=False)
+    # a float32 conv1d d_bias of columns of dY that sum to zero (cancellation)
+    dz = rng.standard_normal((B_, L_, C_)) * 1e-3
+    dz = (dz - dz.mean((0, 1), keepdims=True)).astype(F)
+    X_, W_, B0 = t(xc), t(wc), t(bc)
+    y = torch.nn.functional.conv1d(X_.permute(0, 2, 1), W_[:, None, :], B0, padding=K_ - 1, groups=C_)[..., :L_]
+    y.permute(0, 2, 1).backward(torch.as_tensor(dz))
+    module(f, "/ok.conv1d_zero_bias", "conv1d", {}, {"x": xc}, {"weight": wc, "bias": bc}, dz,
+           {"d_x": X_.grad.numpy(), "d_weight": W_.grad.numpy(), "d_bias": B0.grad.numpy()}, False, in_bf16=False)
+
+
+def attention_keys(f):
+    """float32 attention whose keys are all equal (d_q = 0 in exact arithmetic)
+    or share a large common part (d_q ill-conditioned, as under a k_proj bias)."""
+    B_, H, S, Dh = 1, 2, 48, 32
+    sc = Dh ** -0.5
+    qa, va, dya = (bf(rng.standard_normal((B_, H, S, Dh))) for _ in range(3))
+    kb = bf(rng.standard_normal((B_, H, 1, Dh)) * 4)
+    for tag, ka in (("equal_keys", np.broadcast_to(kb, (B_, H, S, Dh)).copy()),
+                    ("key_bias", bf(kb + 0.05 * rng.standard_normal((B_, H, S, Dh))))):
+        s64 = sc * qa.astype(np.float64) @ ka.astype(np.float64).swapaxes(-1, -2)
+        s64 = np.where(np.tril(np.ones((S, S), bool)), s64, -np.inf)
+        mx = s64.max(-1, keepdims=True)
+        lse = (mx[..., 0] + np.log(np.exp(s64 - mx).sum(-1))).astype(F)
+        o = (np.exp(s64 - lse[..., None]) @ va.astype(np.float64)).astype(F)
+        Q, Kt, V = t(qa), t(ka), t(va)
+        sco = ((Q @ Kt.transpose(-1, -2)) * sc).masked_fill(~torch.tril(torch.ones(S, S, dtype=torch.bool)), float("-inf"))
+        (torch.softmax(sco, -1) @ V).backward(torch.as_tensor(dya))
+        module(f, "/ok.attention_" + tag, "attention", {"causal": True, "softmax_scale": sc}, {"q": qa, "k": ka, "v": va}, {}, dya,
+               {"d_q": Q.grad.numpy(), "d_k": Kt.grad.numpy(), "d_v": V.grad.numpy()}, False, in_bf16=False,
+               saved={"out": o, "lse": lse})
 
 
 def main():
@@ -150,6 +288,8 @@ def main():
             grads = {"d_q": Q.grad.numpy(), "d_k": Kt.grad.numpy(), "d_v": V.grad.numpy()}
             variants(f, "attention_" + tag, "attention", {"causal": True, "softmax_scale": sc}, {"q": qa, "k": ka, "v": va}, {}, dya,
                      grads, ob, saved={"out": o, "lse": lse})
+        attention_keys(f)
+        classes(f)
 
 
 if __name__ == "__main__":
