@@ -26,7 +26,9 @@
  * Variant ctx->round_ops (the legal roundings of a grouped-GEMM backward):
  * the operands the production builds and feeds to its bf16 GEMMs rounded
  * to bf16: a (into y, dL/dW2), w dy_t (into dL/da, dL/dW2), dL/dh (into
- * dL/dW1, dL/dx); for the shared experts a, g dy_t and dL/dh alike. */
+ * dL/dW1, dL/dx); for the shared experts a, g dy_t and dL/dh alike.
+ * round_ops 2: also the expert outputs y (and the shared ys) held in bf16,
+ * as read by dL/dw = <dy_t, y> (and the gate's <dy_t, ys>). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,8 +146,8 @@ static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab,
     for (int64_t c = 0; c < H; c++) {
       double y = 0;
       for (int64_t f = 0; f < Fs; f++) y += ab ? fabs(W2[c * Fs + f] * a[f]) : W2[c * Fs + f] * a[f];
-      ys[c] = y;
-      dot += g[c] * y;
+      ys[c] = rb >= 2 ? rnd(rb, y) : y;
+      dot += g[c] * ys[c];
       if (SG) z += xr[c] * SG[c];
     }
     const double gs = SG ? sigma(z) : 1.0, dz = SG ? gs * (ab ? 1.0 + gs : 1.0 - gs) * dot : 0.0;
@@ -175,7 +177,7 @@ done:
 }
 
 int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  const int ab = ctx && ctx->terms, rb = ctx && ctx->round_ops && !ab;
+  const int ab = ctx && ctx->terms, rb = ctx && !ab ? ctx->round_ops : 0;
   const qc_tensor *xt, *w1t, *w2t, *it, *wtt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 2, 2, &xt))) return rc;
@@ -251,7 +253,7 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
           ga[f] += wg * w2;
           D2[c * F + f] += wg * af;
         }
-        dot += g[c] * yc;
+        dot += g[c] * (rb >= 2 ? rnd(rb, yc) : yc);
       }
       dwt[t * k + j] = dot;
       /* dL/dh */

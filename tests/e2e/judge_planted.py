@@ -1,4 +1,6 @@
-"""judge_planted.py OUT.h5: dumps written with torch (CPU) for judge_planted.sh.
+"""judge_planted.py OUT.h5 [--seed S]: dumps written with torch (CPU) for
+judge_planted.sh (seed 0) and scripts/bias-table.py (the correct modules,
+/ok.*, under several seeds: the bias test's null).
 
 Correct modules (/ok.*) computed as trainers compute them, and planted
 0.1% systematic errors (/bad.<grad>.*: that gradient times 1.001 before
@@ -17,6 +19,9 @@ its output rounding), in bf16 and float32:
   conv1d        a depthwise causal conv1d (F.conv1d); a float32 d_bias of
                 columns of dY that sum to zero
   moe           routed experts (swiglu) and a shared expert, float32 loops
+                in torch's order; and with the legal roundings of a
+                grouped-GEMM backward (a, w dY, d_h and the shared expert's
+                a, g dY, d_h to bf16), also with bf16 expert outputs y
   ssd           the chunked SSD scan (float32 cumsums of dt A, exp of their
                 differences, as mamba_ssm's minimal chunked form) with long
                 chunks of large dt A, where d_A cancels
@@ -30,8 +35,9 @@ import numpy as np
 import torch
 
 F = np.float32
-torch.manual_seed(0)
-rng = np.random.default_rng(7)
+SEED = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else 0
+torch.manual_seed(SEED)
+rng = np.random.default_rng(7 + 1000 * SEED)
 
 
 def bf(a):
@@ -84,8 +90,22 @@ def linear_grads(x, w, b, dy, cast=None):
     return {"d_x": X.grad.numpy(), "d_weight": W.grad.numpy(), "d_bias": B.grad.numpy()}
 
 
-def moe_grads(x, tw, ids, w1, w2, dy, sw1, sw2, sg):
-    """Routed swiglu experts plus a gated shared expert, float32 eager."""
+def rb(v):
+    """v rounded to bf16 in the forward, the gradient passed through."""
+    return v + (v.to(torch.bfloat16).float() - v).detach()
+
+
+def rb_grad(v):
+    """v as is; its gradient rounded to bf16 (an operand of the backward GEMMs)."""
+    if v.requires_grad:
+        v.register_hook(lambda g: g.to(torch.bfloat16).float())
+    return v
+
+
+def moe_grads(x, tw, ids, w1, w2, dy, sw1, sw2, sg, ops=False, ybf=False):
+    """Routed swiglu experts plus a gated shared expert, float32 eager; ops:
+    a, w dY and d_h (the shared a, g dY, d_h) rounded to bf16, as a grouped
+    bf16-GEMM backward; ybf: the expert outputs y held in bf16."""
     X, TW, W1, W2, S1, S2, SG = t(x), t(tw), t(w1), t(w2), t(sw1), t(sw2), t(sg)
     F_ = w2.shape[2]
     out = torch.zeros_like(X)
@@ -95,11 +115,23 @@ def moe_grads(x, tw, ids, w1, w2, dy, sw1, sw2, sg):
             if len(sel) == 0:
                 continue
             h = X[sel] @ W1[e].T
+            if ops:
+                h = rb_grad(h)
             a = torch.nn.functional.silu(h[:, :F_]) * h[:, F_:]
-            out = out.index_add(0, torch.as_tensor(sel), TW[sel, j:j + 1] * (a @ W2[e].T))
+            ye = (rb(a) if ops else a) @ W2[e].T
+            if ybf:
+                ye = rb(ye)
+            if ops:
+                ye = rb_grad(ye)
+            out = out.index_add(0, torch.as_tensor(sel), TW[sel, j:j + 1] * ye)
     hs = X @ S1.T
+    if ops:
+        hs = rb_grad(hs)
     Fs = sw2.shape[1]
-    ys = (torch.nn.functional.silu(hs[:, :Fs]) * hs[:, Fs:]) @ S2.T
+    a_s = torch.nn.functional.silu(hs[:, :Fs]) * hs[:, Fs:]
+    ys = (rb(a_s) if ops else a_s) @ S2.T
+    if ops:
+        ys = rb_grad(ys)
     out = out + torch.sigmoid(X @ SG)[:, None] * ys
     out.backward(torch.as_tensor(dy))
     return {"d_x": X.grad.numpy(), "d_topk_weights": TW.grad.numpy(), "d_w1": W1.grad.numpy(), "d_w2": W2.grad.numpy(),
@@ -175,9 +207,14 @@ def classes(f):
         y.permute(0, 2, 1).backward(torch.as_tensor(dyc))
         variants(f, "conv1d_" + tag, "conv1d", {}, {"x": xc}, {"weight": wc, "bias": bc}, dyc,
                  {"d_x": X_.grad.numpy(), "d_weight": W_.grad.numpy(), "d_bias": B0.grad.numpy()}, ob)
-        variants(f, "moe_" + tag, "moe", {"activation": "swiglu", "shared_experts": 1, "shared_gate": True},
-                 {"x": xm, "topk_weights": tw}, {"w1": w1, "w2": w2, "shared_w1": sw1, "shared_w2": sw2, "shared_gate": sg}, dym,
-                 moe_grads(xm, tw, ids, w1, w2, dym, sw1, sw2, sg), ob, saved={"topk_ids": ids})
+        mc, mi, mp = {"activation": "swiglu", "shared_experts": 1, "shared_gate": True}, {"x": xm, "topk_weights": tw}, \
+            {"w1": w1, "w2": w2, "shared_w1": sw1, "shared_w2": sw2, "shared_gate": sg}
+        variants(f, "moe_" + tag, "moe", mc, mi, mp, dym, moe_grads(xm, tw, ids, w1, w2, dym, sw1, sw2, sg), ob,
+                 saved={"topk_ids": ids})
+        variants(f, "moe_ops_" + tag, "moe", mc, mi, mp, dym, moe_grads(xm, tw, ids, w1, w2, dym, sw1, sw2, sg, ops=True), ob,
+                 saved={"topk_ids": ids})
+        module(f, "/ok.moe_ops_ybf_" + tag, "moe", mc, mi, mp, dym,
+               moe_grads(xm, tw, ids, w1, w2, dym, sw1, sw2, sg, ops=True, ybf=True), ob, saved={"topk_ids": ids})
         variants(f, "ssd_" + tag, "ssd", {"chunk_size": Qs}, {"x": xs, "dt": dts, "A": As, "Bm": Bms, "Cm": Cms}, {}, dys,
                  ssd_grads(xs, dts, As, Bms, Cms, dys, Qs), ob, in_bf16=False)
     # a float32 conv1d d_bias of columns of dY that sum to zero (cancellation)
