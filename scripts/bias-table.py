@@ -57,9 +57,9 @@ def tabulate(folder):
         if b.startswith("dump."):
             script = b.split(".")[2].split("--m_")[0]
             src = "tests/e2e %s.py%s" % (script, " M=" + b.split("--m_")[1].split(".")[0] if "--m_" in b else "")
-        per_class = b.startswith("dump.") and script == "judge_planted"
         else:
             src = "cases/" + b.split(".")[0]
+        per_class = b.startswith("dump.") and "judge_planted" in b
         for c in json.load(open(f))["checks"]:
             m = c.get("metrics") or {}
             bias = m.get("bias")
