@@ -93,6 +93,26 @@ qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k) {
   return qc_audit_dtype(g->dtype, vd, t, k);
 }
 
+/* The terms' sets of one (module, dY) while qc_audit_module judges its
+ * gradients (the scope): one run of the reference's terms mode serves them
+ * all. Outside a scope (tol --dump, a split or sharded check) each call
+ * runs its own. */
+static _Thread_local struct {
+  const qc_module *m;
+  const qc_tensor *dy;
+  qc_tset ts;
+  int state; /* 0: none, 1: scoped, not run; 2: run (ts valid); 3: run, failed */
+} g_terms;
+
+/* Open (m, dy) as the terms' scope (m NULL: close it), freeing the last. */
+static void terms_scope(const qc_module *m, const qc_tensor *dy) {
+  qc_tset_free(&g_terms.ts);
+  memset(&g_terms, 0, sizeof g_terms);
+  g_terms.m = m;
+  g_terms.dy = dy;
+  g_terms.state = m ? 1 : 0;
+}
+
 /* ||T||_2 of gradient `grad` from the class's reference run in its terms
  * mode (qc_ctx.terms: T_i the magnitudes of the terms element i adds up,
  * from the math); 0 when the row has no terms mode or the run fails (a
@@ -100,21 +120,24 @@ qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k) {
 static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *grad) {
   const qc_registry_row *row = qc_registry_find(m->cls->name);
   if (!row || !row->terms) return 0.0;
-  qc_ctx c;
-  memset(&c, 0, sizeof c);
-  c.terms = 1;
-  qc_tset ts = {0};
-  double ss = 0;
-  if (row->reference(&c, m, dy, &ts) == QC_OK) {
-    const qc_tensor *t = qc_tset_get(&ts, grad);
-    const int64_t n = t && t->dtype == QC_F64 ? qc_numel(t) : 0;
-    for (int64_t i = 0; i < n; i++) {
-      const double v = ((const double *)t->data)[i];
-      if (isfinite(v)) ss += v * v;
-    }
+  const int scoped = g_terms.state && g_terms.m == m && g_terms.dy == dy;
+  qc_tset own = {0}, *ts = scoped ? &g_terms.ts : &own;
+  if (!scoped || g_terms.state == 1) {
+    qc_ctx c;
+    memset(&c, 0, sizeof c);
+    c.terms = 1;
+    const int ok = row->reference(&c, m, dy, ts) == QC_OK;
+    qc_err_clear();
+    if (scoped) g_terms.state = ok ? 2 : 3;
   }
-  qc_err_clear();
-  qc_tset_free(&ts);
+  double ss = 0;
+  const qc_tensor *t = !scoped || g_terms.state == 2 ? qc_tset_get(ts, grad) : NULL;
+  const int64_t n = t && t->dtype == QC_F64 ? qc_numel(t) : 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double v = ((const double *)t->data)[i];
+    if (isfinite(v)) ss += v * v;
+  }
+  qc_tset_free(&own);
   return sqrt(ss);
 }
 
@@ -428,6 +451,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     int first = a->res->n;
     int rc = run_fast(a, row, m, i, skip, sizeof skip);
     if (rc) return rc;
+    terms_scope(m, dy);
     qc_ctx ctx = *a->ctx; /* the VJPs may leave out what the fast path judged */
     ctx.skip = skip[0] ? skip : NULL;
     qc_audit sub = *a;
@@ -488,6 +512,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     qc_tset_free(&ref);
     qc_tset_free(&cand);
     for (int v = 0; v < QC_NVAR; v++) qc_tset_free(&vars[v]);
+    terms_scope(NULL, NULL);
     if (rc) return rc;
   }
   return QC_OK;
