@@ -3,7 +3,8 @@
 # default bias_z) on dumps written with torch (tests/e2e/judge_planted.py):
 # every planted 0.1% systematic error (one gradient x 1.001 before its
 # output rounding; linear, rmsnorm, layernorm, attention, swiglu, gelu,
-# conv1d, moe with a gated shared expert, the chunked ssd scan, in bf16
+# conv1d, moe with a gated shared expert (also with a grouped-GEMM
+# backward's legal bf16 roundings), the chunked ssd scan, in bf16
 # and float32; a stale fp8 block scale) fails on its tensor, and no
 # correct module fails: bf16 and float32 trainers, an autocast backward
 # (X, W, dY cast to bf16 inside: judged against the reference variant it
