@@ -8,7 +8,8 @@
 # and float32; a stale fp8 block scale) fails on its tensor, and no
 # correct module fails: bf16 and float32 trainers, an autocast backward
 # (X, W, dY cast to bf16 inside: judged against the reference variant it
-# fits, named in the report), a linear and a conv1d d_bias that are zero
+# fits, named in the report), moe backwards with the legal roundings
+# (judged against the round_ops variants), a linear and a conv1d d_bias that are zero
 # in exact arithmetic, attention whose keys are all equal (d_q zero in
 # exact arithmetic) or share a large common part (a k_proj bias), swiglu
 # and gelu where their derivatives cancel, an ssd d_A over chunks of
