@@ -22,6 +22,9 @@ its output rounding), in bf16 and float32:
                 in torch's order; and with the legal roundings of a
                 grouped-GEMM backward (a, w dY, d_h and the shared expert's
                 a, g dY, d_h to bf16), also with bf16 expert outputs y
+  logprob       torch's log_softmax and gather, half the positions with a
+                nearly certain token (1 - p_id cancels in float32); and every
+                position nearly certain (float32, correct only)
   ssd           the chunked SSD scan (float32 cumsums of dt A, exp of their
                 differences, as mamba_ssm's minimal chunked form) with long
                 chunks of large dt A, where d_A cancels
@@ -45,6 +48,9 @@ def bf(a):
 
 
 def put(g, name, a, as_bf16):
+    if np.issubdtype(np.asarray(a).dtype, np.integer):  # ids as they are
+        g.create_dataset(name, data=np.asarray(a))
+        return
     a = np.asarray(a, F)
     if as_bf16:
         bits = (a.view(np.uint32) >> 16).astype(np.uint16)
@@ -217,6 +223,27 @@ def classes(f):
                moe_grads(xm, tw, ids, w1, w2, dym, sw1, sw2, sg, ops=True, ybf=True), ob, saved={"topk_ids": ids})
         variants(f, "ssd_" + tag, "ssd", {"chunk_size": Qs}, {"x": xs, "dt": dts, "A": As, "Bm": Bms, "Cm": Cms}, {}, dys,
                  ssd_grads(xs, dts, As, Bms, Cms, dys, Qs), ob, in_bf16=False)
+    # logprob: half the positions nearly certain (target logit +20: 1 - p_id ~ 1e-6)
+    Sl, Vl, Tl = 64, 512, 0.7
+    zl = bf(rng.standard_normal((1, Sl, Vl)) * 2)
+    idl = rng.integers(0, Vl, (1, Sl)).astype(np.int32)
+    zl[0, ::2][np.arange(Sl // 2), idl[0, ::2]] = bf(zl[0, ::2][np.arange(Sl // 2), idl[0, ::2]] + 20)
+    dyl = bf(rng.standard_normal((1, Sl)))
+    for ob, tag in ((True, "bf16"), (False, "f32")):
+        Z = t(zl)
+        lp = torch.log_softmax(Z / Tl, -1).gather(-1, torch.as_tensor(idl, dtype=torch.int64)[..., None])[..., 0]
+        lp.backward(torch.as_tensor(dyl))
+        variants(f, "logprob_" + tag, "logprob", {"temperature": Tl}, {"logits": zl}, {}, dyl, {"d_logits": Z.grad.numpy()}, ob,
+                 saved={"token_ids": idl})
+    # every position nearly certain: d_logits is float32 residue of 1 - p_id
+    # (0.1% is below what float32 resolves there: correct only)
+    zc = zl.copy()
+    zc[0, 1::2][np.arange(Sl // 2), idl[0, 1::2]] = bf(zc[0, 1::2][np.arange(Sl // 2), idl[0, 1::2]] + 20)
+    Z = t(zc)
+    lp = torch.log_softmax(Z / Tl, -1).gather(-1, torch.as_tensor(idl, dtype=torch.int64)[..., None])[..., 0]
+    lp.backward(torch.as_tensor(dyl))
+    module(f, "/ok.logprob_certain_f32", "logprob", {"temperature": Tl}, {"logits": zc}, {}, dyl, {"d_logits": Z.grad.numpy()},
+           False, saved={"token_ids": idl})
     # a float32 conv1d d_bias of columns of dY that sum to zero (cancellation)
     dz = rng.standard_normal((B_, L_, C_)) * 1e-3
     dz = (dz - dz.mean((0, 1), keepdims=True)).astype(F)

@@ -2,7 +2,7 @@
 # judge_planted.sh: the default judgement (tolerances {"derive": true},
 # default bias_z) on dumps written with torch (tests/e2e/judge_planted.py):
 # every planted 0.1% systematic error (one gradient x 1.001 before its
-# output rounding; linear, rmsnorm, layernorm, attention, swiglu, gelu,
+# output rounding; linear, rmsnorm, layernorm, attention, swiglu, gelu, logprob,
 # conv1d, moe with a gated shared expert (also with a grouped-GEMM
 # backward's legal bf16 roundings), the chunked ssd scan, in bf16
 # and float32; a stale fp8 block scale) fails on its tensor, and no
@@ -12,7 +12,8 @@
 # (judged against the round_ops variants), a linear and a conv1d d_bias that are zero
 # in exact arithmetic, attention whose keys are all equal (d_q zero in
 # exact arithmetic) or share a large common part (a k_proj bias), swiglu
-# and gelu where their derivatives cancel, an ssd d_A over chunks of
+# and gelu where their derivatives cancel, a logprob whose tokens are
+# nearly certain at half the positions, an ssd d_A over chunks of
 # large dt A, and a layernorm with rows constant to an ulp (each judged
 # against the scale of its terms). One planted error is out of reach by
 # construction: the bf16 ssd d_A has 2 elements (one per head), and 0.1%
@@ -25,7 +26,7 @@ cat >"$T/c.json" <<J
  "d_gate": {"derive": true}, "d_up": {"derive": true}, "d_w1": {"derive": true}, "d_w2": {"derive": true},
  "d_topk_weights": {"derive": true}, "d_shared_w1": {"derive": true}, "d_shared_w2": {"derive": true},
  "d_shared_gate": {"derive": true}, "d_dt": {"derive": true}, "d_A": {"derive": true}, "d_Bm": {"derive": true},
- "d_Cm": {"derive": true}}}
+ "d_Cm": {"derive": true}, "d_logits": {"derive": true}}}
 J
 expect_exit 1 "planted 0.1% errors fail by default" "$QATCHECK" vjp --case "$T/c.json" --json "$T/r.json"
 $PY - "$T/r.json" <<'P' || bad "a planted error passed or a correct gradient failed"
@@ -52,7 +53,7 @@ def check(mod, grad):
     return [c for c in r["checks"] if c["module"] == mod and c["tensor"] == grad][0]["metrics"]
 # judged against the terms' scale: far beyond the relative bound, inside it plus te
 for mod, grad, lo in (("/ok.conv1d_zero_bias", "d_bias", 0.1), ("/ok.attention_equal_keys", "d_q", 1e3),
-                      ("/ok.attention_key_bias", "d_q", 3e-6)):
+                      ("/ok.attention_key_bias", "d_q", 3e-6), ("/ok.logprob_certain_f32", "d_logits", 1e-3)):
     mm = check(mod, grad)
     assert mm["rel_l2"] > lo and mm["term_floor"] > 0, (mod, grad, mm)
     print("%s %s at rel_l2 %.3g passes (term_floor %.3g)" % (mod, grad, mm["rel_l2"], mm["term_floor"]))
