@@ -3,7 +3,8 @@
 "The bias test"). Runs `qatcheck vjp` on every case in cases/ under several
 seeds (generated data; the dump case once) and on the correct modules of the
 end-to-end dumps (scripts/make_linear_dump.py at 1, 48 and 96 tokens,
-make_class_dump.py, make_diag_dump.py, each under several seeds), then prints
+make_class_dump.py, make_diag_dump.py, tests/e2e/judge_planted.py's torch-made
+/ok modules, tabulated per class, each under several seeds), then prints
 a Markdown table per source: checks, how many are exact (the candidate
 equals the reference rounded to its precision: z = 0 by construction), and
 over the others the raw z = e_par / sd (mean, sd, max |z|) and the judged z
@@ -58,6 +59,7 @@ def tabulate(folder):
             src = "tests/e2e %s.py%s" % (script, " M=" + b.split("--m_")[1].split(".")[0] if "--m_" in b else "")
         else:
             src = "cases/" + b.split(".")[0]
+        per_class = b.startswith("dump.") and "judge_planted" in b
         for c in json.load(open(f))["checks"]:
             m = c.get("metrics") or {}
             bias = m.get("bias")
@@ -68,7 +70,7 @@ def tabulate(folder):
                 exact = None
             zr = bias["z_raw"] if bias["z_raw"] is not None else float("inf")
             z = m["bias_z"] if m["bias_z"] is not None else float("inf")
-            rows.setdefault(src, []).append((zr, z, exact))
+            rows.setdefault(src + (" " + c["class"] if per_class else ""), []).append((zr, z, exact))
     return table(rows)
 
 
@@ -98,13 +100,17 @@ def main():
             json.dump(c, open(path, "w"))
             print("bias-table: %s seed %s" % (name, s), file=sys.stderr)
             run(a.qatcheck, path, path + ".r")
-    derive = {t: {"derive": True} for t in ("d_x", "d_weight", "d_bias", "d_q", "d_k", "d_v", "d_gate", "d_up", "d_logits")}
+    derive = {t: {"derive": True} for t in ("d_x", "d_weight", "d_bias", "d_q", "d_k", "d_v", "d_gate", "d_up", "d_logits", "d_w1",
+                                            "d_w2", "d_topk_weights", "d_shared_w1", "d_shared_w2", "d_shared_gate", "d_dt",
+                                            "d_A", "d_Bm", "d_Cm")}
     for s in range(0 if a.no_dumps else a.seeds):
         dumps = [(["make_linear_dump.py", "--m", str(m), "--seed", str(s)], "^/model") for m in (1, 48, 96)]
         dumps += [(["make_class_dump.py", "--seed", str(s)], "^/model"), (["make_diag_dump.py", "--seed", str(s)], "^/ok")]
+        dumps += [(["judge_planted.py", "--seed", str(s)], "^/ok")]
         for cmd, regex in dumps:
             h5 = os.path.join(tmp, "dump.%d.%s%s.h5" % (s, cmd[0][:-3], "--m_%s" % cmd[2] if "--m" in cmd else ""))
-            subprocess.run([sys.executable, os.path.join(HERE, cmd[0]), h5] + cmd[1:], check=True)
+            where = os.path.join(ROOT, "tests", "e2e") if cmd[0] == "judge_planted.py" else HERE
+            subprocess.run([sys.executable, os.path.join(where, cmd[0]), h5] + cmd[1:], check=True)
             case = {"data": {"dump": h5, "modules": regex}, "candidate": "dump", "tolerances": derive}
             path = h5 + ".case.json"
             json.dump(case, open(path, "w"))

@@ -57,7 +57,13 @@ typedef struct qc_ctx {
   const qc_group *group;       /* NULL, or: the module is a slice (qc_split) run with these ranks */
   int round_ops;               /* reference variants (engine/audit.c): 1 = the class rounds to bf16
                                   the operands it builds internally (a dequantized weight or input)
-                                  before its GEMMs, as an implementation may; 0 = exact */
+                                  before its GEMMs, as an implementation may; 2 = those and the
+                                  outputs held in bf16 between GEMMs (class round_ops 2); 0 = exact */
+  int terms;                   /* 1: a reference whose registry row sets `terms` returns, under each
+                                  gradient's name and shape, T instead of the gradient: T_i the sum of
+                                  the magnitudes of the terms that element i adds up, each weighted
+                                  by its operands' conditioning where the math says (the terms' scale
+                                  of the error model: qc_tol_model.terms); 0 = the gradient */
   double wscale;               /* diagnosis variants (engine/forward.c, diagnose.c): > 0, a per-tensor
                                   weight scale this many times the weight's own (a stale scale), for a
                                   reference that models it (else it returns QC_NA); 0: its own */
@@ -140,9 +146,9 @@ typedef struct qc_tol_model {
                                   operands' conditioning where the class knows it (0: not known). The
                                   candidate's working-precision error is judged against u_acc ||T||
                                   besides |r|: a cancelling sum is not judged against itself */
-  int low_rank;                /* 1: the rounding error is one scalar per row (token) times a fixed vector (x_t),
-                                  so it lies along the reference as much as across it: the bias test allows a
-                                  systematic part up to the derived rel_l2 (0: independent per-element errors) */
+  double terms_lambda;         /* > 0: the lambda of the terms' floor (margin lambda u_acc ||T||) where the
+                                  model's lambda also carries another error than the sums' (moe: its
+                                  bf16 roundings that fall the other way); 0: lambda */
   char why[384];               /* the model in words with its numbers ("d_x = dY W sums over N = 2048 outputs") */
 } qc_tol_model;
 
@@ -231,7 +237,9 @@ typedef struct qc_class {
   qc_gen_fn generate;
   qc_vjp_fn production;        /* src/modules/<name>.c: as a trainer runs it */
   int round_ops;               /* 1: its reference honors qc_ctx.round_ops (operands it builds,
-                                  such as a dequantized weight, rounded to bf16: a variant) */
+                                  such as a dequantized weight, rounded to bf16: a variant); 2: also
+                                  round_ops 2 (the outputs a production may hold in bf16 between its
+                                  GEMMs, moe's expert outputs: a second variant) */
   const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
   qc_fwd_fn forward;           /* optional float64 forward for `fd` (NULL: none) */
   const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */
@@ -264,6 +272,8 @@ typedef struct qc_registry_row {
   qc_vjp_fn reference;         /* src/reference/<name>.c */
   qc_fast_fn fast;             /* NULL, or src/modules/<name>_fast.c */
   qc_fwd_ref_fn forward;       /* NULL, or src/reference/<name>.c */
+  int terms;                   /* 1: the reference honors qc_ctx.terms (the terms' scale of every
+                                  gradient whose class model leaves qc_tol_model.terms at 0) */
 } qc_registry_row;
 
 /* The class table is src/classes/registry.c's, installed when the program

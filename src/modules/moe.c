@@ -369,15 +369,25 @@ done:
   return rc;
 }
 
+/* Lambda for n operands rounded to bf16 from float32 sums of K terms,
+ * judged against the round_ops variant that rounds the exact values: an
+ * operand within its float32 error e = sqrt(K) u_f32 of a bf16 rounding
+ * boundary rounds the other way, an error of u_bf16 with probability
+ * ~e / u_bf16, so n such operands add n u_bf16 e in square:
+ * e_acc^2 (1 + n u_bf16 / (sqrt(K) u_f32)) = (lambda sqrt(K) u_f32)^2. */
+static double moe_flips(int64_t K, int n) { return sqrt(1.0 + n * 0x1p-8 / (sqrt((double)(K > 0 ? K : 1)) * 0x1p-24)); }
+
 /* The error model: the grouped GEMMs take bf16 operands the production
- * rounds from float32 and the reference keeps exact (w dY and d_h into d_x
- * and d_w1; w dY and a into d_w2; a into d_topk_weights); d_x sums k x
+ * rounds from float32 (w dY and d_h into d_x and d_w1; w dY and a into
+ * d_w2; a into d_topk_weights): the reference's round_ops variant rounds
+ * them too, and what is left between the two, the roundings that fall the
+ * other way of a boundary, is the lambda of moe_flips; d_x sums k x
  * rows-of-w1 products per token (plus the shared rows), d_w1 and d_w2 sum
  * over the (token, slot) pairs of the busiest expert, the shared weights'
  * over all T tokens, d_topk_weights is one length-H dot whose cancellation
  * needs margin 3 (few elements per token to average over), as is each
- * token's term of d_shared_gate, whose error (one scalar per token times
- * x_t) is low rank. Returns a status. */
+ * token's term of d_shared_gate. The terms' scale comes from the
+ * reference. Returns a status. */
 static int moe_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   (void)dy;
   moe_view v;
@@ -393,27 +403,25 @@ static int moe_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
   free(v.id);
   if (rc) return rc;
   if (strcmp(grad, "d_x") == 0)
-    qc_mod_tm(tm, v.k * v.R + v.Rs, 1, 2, 0, "d_x_t = sum_j W1_e^T d_h (+ Ws1^T d_hs of the shared experts) over k x rows "
-              "of w1 (+ rows of shared_w1) = %lld products; the production rounds w dY and d_h to bf16 (2 operands)",
-              (long long)(v.k * v.R + v.Rs));
+    qc_mod_tm(tm, v.k * v.R + v.Rs, moe_flips(v.k * v.R + v.Rs, 2), 0, 0, "d_x_t = sum_j W1_e^T d_h (+ Ws1^T d_hs of the shared experts) over k x rows "
+              "of w1 (+ rows of shared_w1) = %lld products; the production rounds w dY and d_h to bf16, the round_ops variant too: "
+              "lambda sqrt(1 + 2 u_bf16 / (sqrt(K) u_f32)) for the roundings that fall the other way", (long long)(v.k * v.R + v.Rs));
   else if (strcmp(grad, "d_w1") == 0 || strcmp(grad, "d_w2") == 0)
-    qc_mod_tm(tm, busiest, 1, 2, 0, "%s sums over the (token, slot) pairs of an expert, %lld at most; the production rounds "
-              "%s to bf16 (2 operands)", grad, (long long)busiest, grad[3] == '1' ? "w dY and d_h" : "w dY and a");
+    qc_mod_tm(tm, busiest, moe_flips(busiest, 2), 0, 0, "%s sums over the (token, slot) pairs of an expert, %lld at most; "
+              "the production rounds %s to bf16, the round_ops variant too: lambda sqrt(1 + 2 u_bf16 / (sqrt(K) u_f32))", grad, (long long)busiest, grad[3] == '1' ? "w dY and d_h" : "w dY and a");
   else if (strcmp(grad, "d_shared_w1") == 0 || strcmp(grad, "d_shared_w2") == 0)
-    qc_mod_tm(tm, v.T, 1, 2, 0, "%s = the dense shared MLP's weight gradient, a sum over all T = %lld tokens; the production "
-              "rounds %s to bf16 (2 operands)", grad, (long long)v.T, grad[10] == '1' ? "gs dY and d_h" : "gs dY and a");
-  else if (strcmp(grad, "d_shared_gate") == 0) {
-    qc_mod_tm(tm, v.T > v.H ? v.T : v.H, 1, 1, 3, "d_shared_gate = sum_t gs(1 - gs) <dY_t, ys_t> x_t: a length-H = %lld dot "
-              "per token summed over T = %lld; a rounded to bf16 (1 operand); margin 3 for the dot's cancellation; the "
-              "error is one scalar per token times x_t (low rank: the bias test allows it up to rel_l2)",
-              (long long)v.H, (long long)v.T);
-    tm->low_rank = 1;
-  }
+    qc_mod_tm(tm, v.T, moe_flips(v.T, 2), 0, 0, "%s = the dense shared MLP's weight gradient, a sum over all T = %lld tokens; "
+              "the production rounds %s to bf16, the round_ops variant too: lambda sqrt(1 + 2 u_bf16 / (sqrt(K) u_f32))", grad, (long long)v.T, grad[10] == '1' ? "gs dY and d_h" : "gs dY and a");
+  else if (strcmp(grad, "d_shared_gate") == 0)
+    qc_mod_tm(tm, v.T > v.H ? v.T : v.H, moe_flips(v.T > v.H ? v.T : v.H, 2), 0, 3, "d_shared_gate = sum_t gs(1 - gs) <dY_t, ys_t> x_t: a length-H = %lld dot "
+              "per token summed over T = %lld; a and ys rounded to bf16, by the round_ops variants too: lambda sqrt(1 + 2 "
+              "u_bf16 / (sqrt(K) u_f32)); margin 3 for the dot's cancellation", (long long)v.H, (long long)v.T);
   else if (strcmp(grad, "d_topk_weights") == 0)
-    qc_mod_tm(tm, v.H, 1, 1, 3, "d_topk_weights[t, j] = <dY_t, W2_e a>, one length-H = %lld dot; a rounded to bf16 (1 "
-              "operand); margin 3 for the dot's cancellation over few elements", (long long)v.H);
+    qc_mod_tm(tm, v.H, moe_flips(v.H, 2), 0, 3, "d_topk_weights[t, j] = <dY_t, W2_e a>, one length-H = %lld dot; a and y "
+              "rounded to bf16, by the round_ops variants too: lambda sqrt(1 + 2 u_bf16 / (sqrt(K) u_f32)); margin 3 for the dot's cancellation over few elements", (long long)v.H);
   else
     return qc_err("%s: class moe has no gradient '%s'", m->path, grad);
+  tm->terms_lambda = 1; /* the sums' own floor: the flips are in lambda only */
   return QC_OK;
 }
 
@@ -619,5 +627,6 @@ const qc_class qc_class_moe = {
     .forward = moe_forward,
     .fd_shape = "5,6,4,4,2",
     .tol_model = moe_tol_model,
+    .round_ops = 2,
     .hypotheses = "factor sign transpose rows zero slice dy_precision nonfinite",
 };

@@ -1,7 +1,7 @@
 /* modules/ssd.c: the production VJP of the Mamba-2 state-space duality (SSD)
  * scan, with G groups of B and C (ngroups: H/G consecutive heads share one),
- * optional D skip (contract d_skip = true), no gating, as the chunked SSD
- * algorithm computes it in float32.
+ * optional D skip (contract d_skip = true), optional z gating (contract
+ * z_gate = true), as the chunked SSD algorithm computes it in float32.
  *
  *   x [Bt, L, H, P], dt [Bt, L, H] (softplus'd, >= 0), A [H] (<= 0),
  *   Bm, Cm [Bt, L, N] (one group) or [Bt, L, G, N] (G divides H; head h
@@ -13,6 +13,11 @@
  *     h_t = exp(dt_t A) h_{t-1} + dt_t x_t (x) B_t,   y_t = h_t C_t (+ D_h x_t)
  *   D skip (inputs/D [H], Mamba-2's per-head D): d_x_t += D_h dy_t,
  *   d_D[h] = sum over (b, t, p) of dy x, a float32 pairwise sum.
+ *   z gate (inputs/z [Bt, L, H, P], mamba_chunk_scan_combined's z): the
+ *   output is o_t = y_t silu(z_t) elementwise, so with dY = do:
+ *     d_z = do y silu'(z),  silu'(z) = s (1 + z (1 - s)), s = sigmoid(z),
+ *   and the scan's own upstream gradient is dy = do silu(z); the forward
+ *   y (scan plus skip) is recomputed in float32 by the recurrence.
  *
  * The sequence is cut into chunks of Q = chunk_size steps (the last may be
  * shorter). With a_k = dt_k A, local indices i, j in a chunk, S_in the state
@@ -47,10 +52,11 @@ static const qc_key_spec ssd_keys[] = {
     {"chunk_size", NULL, "64", "steps per chunk of the chunked scan (a whole number >= 1; L need not be a multiple)"},
     {"initial_state", "true|false", "false", "true: inputs/initial_state [B, H, P, N] is h_0 (and d_initial_state is checked)"},
     {"d_skip", "true|false", "false", "true: y += D x with inputs/D [H] (Mamba-2's D skip; d_D is checked)"},
+    {"z_gate", "true|false", "false", "true: the output is y silu(z) with inputs/z [B, L, H, P] (mamba_ssm's z; d_z is checked)"},
     {NULL, NULL, NULL, NULL}};
 
 typedef struct {
-  const qc_tensor *x, *dt, *A, *Bm, *Cm, *h0, *D; /* h0, D: NULL unless the contract uses them */
+  const qc_tensor *x, *dt, *A, *Bm, *Cm, *h0, *D, *z; /* h0, D, z: NULL unless the contract uses them */
   int64_t Bt, L, H, P, N, G, Q; /* G: groups of Bm, Cm (1 for [B, L, N]) */
 } ssd_view;
 
@@ -110,6 +116,15 @@ static int ssd_view_get(const qc_module *m, ssd_view *v) {
     qc_hint("set the contract's d_skip to true to judge with it, or leave it out of the dump");
     return qc_err("%s: dataset 'inputs/D' is present but the contract's d_skip is false: the D skip would be ignored", m->path);
   }
+  if (strcmp(qc_contract_str(&m->contract, "z_gate", "false"), "true") == 0) {
+    if ((rc = qc_module_need(m, "inputs", "z", 4, 4, &v->z))) return rc;
+    if (!dim_is(v->z, 4, v->x->shape))
+      return qc_err("%s: 'inputs/z' is %s: expected the shape of 'inputs/x' %s", m->path,
+                    qc_shape_str(v->z->ndim, v->z->shape, s1, sizeof s1), qc_shape_str(4, v->x->shape, s2, sizeof s2));
+  } else if (qc_tset_get(&m->inputs, "z")) { /* held but unused: refused, never ignored */
+    qc_hint("set the contract's z_gate to true to judge with it, or leave it out of the dump");
+    return qc_err("%s: dataset 'inputs/z' is present but the contract's z_gate is false: the gate would be ignored", m->path);
+  }
   const double q = qc_contract_num(&m->contract, "chunk_size", 64);
   if (!(q >= 1) || q != floor(q) || q > 1e9)
     return qc_err("%s: contract key 'chunk_size' is %g: expected a whole number >= 1", m->path, q);
@@ -142,7 +157,46 @@ static float pair_sum(const float *v, int64_t n) {
 
 /* Planted-defect switch for tests/unit/test_ssd.c (0 = the production VJP). */
 enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6,
-       SSD_GROUP_WRONG_HEADS = 7 };
+       SSD_GROUP_WRONG_HEADS = 7, SSD_Z_NO_DZ = 8, SSD_Z_UNGATED_DX = 9 };
+
+/* The z gate (v->z set): the float32 forward y (the recurrence, plus the D
+ * skip) into gz as d_z = dy y silu'(z), and dy (float32, in place) turned
+ * into the scan's upstream gradient dy silu(z). Defects: SSD_Z_NO_DZ leaves
+ * d_z at 0, SSD_Z_UNGATED_DX keeps dy ungated (the gate's effect on every
+ * other gradient forgotten). Returns a status. */
+static int ssd_gate(const ssd_view *v, const float *x, const float *dt, const float *A, const float *Bm, const float *Cm,
+                    const float *h0, const float *Dh, float *dy, float *gz, int defect) {
+  const int64_t L = v->L, H = v->H, P = v->P, N = v->N, G = v->G;
+  float *z = qc_mod_f32(v->z, "ssd z"), *st = qc_malloc((size_t)(P * N + 1) * sizeof *st, "ssd gate state");
+  int rc = QC_ESYS;
+  if (!z || !st) goto done;
+  for (int64_t b = 0; b < v->Bt; b++)
+    for (int64_t h = 0; h < H; h++) {
+      for (int64_t e = 0; e < P * N; e++) st[e] = h0 ? h0[(b * H + h) * P * N + e] : 0.0f;
+      for (int64_t t = 0; t < L; t++) {
+        const int64_t r = (b * L + t) * H + h;
+        const float d = dt[r], g = expf(d * A[h]);
+        const float *bt = Bm + ((b * L + t) * G + h / (H / G)) * N, *ct = Cm + ((b * L + t) * G + h / (H / G)) * N;
+        for (int64_t p = 0; p < P; p++) {
+          float y = 0.0f;
+          const float xd = d * x[r * P + p];
+          for (int64_t q = 0; q < N; q++) {
+            st[p * N + q] = g * st[p * N + q] + xd * bt[q];
+            y += st[p * N + q] * ct[q];
+          }
+          if (Dh) y += Dh[h] * x[r * P + p];
+          const int64_t i = r * P + p;
+          const float zi = z[i], sg = 1.0f / (1.0f + expf(-zi));
+          gz[i] = defect == SSD_Z_NO_DZ ? 0.0f : dy[i] * y * (sg * (1.0f + zi * (1.0f - sg)));
+          if (defect != SSD_Z_UNGATED_DX) dy[i] *= zi * sg;
+        }
+      }
+    }
+  rc = QC_OK;
+done:
+  free(z); free(st);
+  return rc;
+}
 
 int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect) {
   ssd_view v;
@@ -165,7 +219,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
   float *Lseg = qc_malloc((size_t)(Qm * Qm) * sizeof *Lseg, "ssd decay matrix");
   float *CB = qc_malloc((size_t)(Qm * Qm) * sizeof *CB, "ssd C.B"), *dlog = qc_malloc((size_t)(Qm * Qm) * sizeof *dlog, "ssd dlog");
   float *u = qc_malloc((size_t)(Qm * P) * sizeof *u, "ssd u"), *du = qc_malloc((size_t)(Qm * P) * sizeof *du, "ssd du");
-  float *gx, *gdt, *gA, *gB, *gC, *gh0 = NULL, *gD = NULL;
+  float *gx, *gdt, *gA, *gB, *gC, *gh0 = NULL, *gD = NULL, *gz = NULL;
   rc = QC_ESYS;
   if (!x || !dt || !A || !Bm || !Cm || !dy || (v.h0 && !h0) || (v.D && !Dh) || !Sin || !dS || !dSn || !a || !din || !dout || !da || !dai ||
       !lin || !lout || !Lseg || !CB || !dlog || !u || !du)
@@ -178,6 +232,9 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
   if ((rc = qc_mod_add(grads, "d_Cm", QC_F32, v.Cm->ndim, v.Cm->shape, (void **)&gC))) goto done;
   if (v.h0 && (rc = qc_mod_add(grads, "d_initial_state", QC_F32, 4, v.h0->shape, (void **)&gh0))) goto done;
   if (v.D && (rc = qc_mod_add(grads, "d_D", QC_F32, 1, v.D->shape, (void **)&gD))) goto done;
+  if (v.z && ((rc = qc_mod_add(grads, "d_z", QC_F32, 4, v.z->shape, (void **)&gz)) ||
+              (rc = ssd_gate(&v, x, dt, A, Bm, Cm, h0, Dh, dy, gz, defect))))
+    goto done;
   for (int64_t b = 0; b < Bt; b++)
     for (int64_t h = 0; h < H; h++) {
       const float Ah = A[h];
@@ -395,6 +452,10 @@ static int ssd_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
               "alike (measured up to 1.75 at L = 1)", grad, (long long)v.P, (long long)v.N, (long long)Q, (long long)(v.H / v.G));
   else if (strcmp(grad, "d_dt") == 0)
     qc_mod_tm(tm, v.P * v.N, 1, 0, 0, "d_dt = A da + x.du, da carrying <dS, S> over P x N = %lld products", (long long)(v.P * v.N));
+  else if (strcmp(grad, "d_z") == 0)
+    qc_mod_tm(tm, 2 * v.N + Q + hops, 2, 0, 0, "d_z = dY y silu'(z), y the scan's float32 forward: h.C (N = %lld) over the "
+              "recurrence's chunk (Q = %lld) and %lld hops; lambda 2 for silu' and its expf", (long long)v.N, (long long)Q,
+              (long long)hops);
   else if (strcmp(grad, "d_D") == 0)
     qc_mod_tm(tm, v.Bt * v.L * v.P, 1, 0, 0, "d_D[h] = sum of dy x over B x L x P = %lld products (pairwise in the "
               "production; bounded as a sequential sum)", (long long)(v.Bt * v.L * v.P));
@@ -406,7 +467,8 @@ static int ssd_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
   return QC_OK;
 }
 
-/* Float64 forward y [B, L, H, P] by the recurrence (for `fd`); no discrete branch. */
+/* Float64 forward y [B, L, H, P] by the recurrence, gated by silu(z) under
+ * z_gate (for `fd`); no discrete branch. */
 static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
   (void)branch;
   ssd_view v;
@@ -416,10 +478,10 @@ static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
   double *x = qc_mod_f64(v.x, "ssd x"), *dt = qc_mod_f64(v.dt, "ssd dt"), *A = qc_mod_f64(v.A, "ssd A");
   double *Bm = qc_mod_f64(v.Bm, "ssd Bm"), *Cm = qc_mod_f64(v.Cm, "ssd Cm");
   double *h0 = v.h0 ? qc_mod_f64(v.h0, "ssd initial_state") : NULL;
-  double *Dh = v.D ? qc_mod_f64(v.D, "ssd D") : NULL;
+  double *Dh = v.D ? qc_mod_f64(v.D, "ssd D") : NULL, *Z = v.z ? qc_mod_f64(v.z, "ssd z") : NULL;
   double *st = qc_malloc((size_t)(P * N + 1) * sizeof *st, "ssd state");
   rc = QC_ESYS;
-  if (!x || !dt || !A || !Bm || !Cm || (v.h0 && !h0) || (v.D && !Dh) || !st) goto done;
+  if (!x || !dt || !A || !Bm || !Cm || (v.h0 && !h0) || (v.D && !Dh) || (v.z && !Z) || !st) goto done;
   if ((rc = qc_tensor_alloc(y, "y", QC_F64, 4, v.x->shape))) goto done;
   double *Y = y->data;
   for (int64_t b = 0; b < v.Bt; b++)
@@ -436,13 +498,14 @@ static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
             *sp = g * *sp + d * xt[p] * bt[q];
             acc += *sp * ct[q];
           }
-          Y[((b * L + t) * H + h) * P + p] = acc + (Dh ? Dh[h] * xt[p] : 0);
+          const int64_t i = ((b * L + t) * H + h) * P + p;
+          Y[i] = (acc + (Dh ? Dh[h] * xt[p] : 0)) * (Z ? Z[i] / (1.0 + exp(-Z[i])) : 1.0);
         }
       }
     }
   rc = QC_OK;
 done:
-  free(x); free(dt); free(A); free(Bm); free(Cm); free(h0); free(Dh); free(st);
+  free(x); free(dt); free(A); free(Bm); free(Cm); free(h0); free(Dh); free(Z); free(st);
   return rc;
 }
 
@@ -452,7 +515,8 @@ static float softplus(double z) { return (float)(z > 20 ? z : log1p(exp(z))); }
  * N, G] (Bm, Cm [B, L, G, N], G dividing H). x ~ N(0,1), Bm, Cm ~ N(0,1) bf16;
  * dt = softplus(N(0,1) - 2) float32 (about 0.01..1.3); A = -exp(U(-1, 1))
  * float32; initial_state ~ N(0,1) float32 when the contract asks for it;
- * D [H] = 1 + 0.5 N(0,1) float32 under d_skip = true.
+ * D [H] = 1 + 0.5 N(0,1) float32 under d_skip = true; z [B, L, H, P] ~
+ * 2 N(0,1) bf16 under z_gate = true.
  * values = "special": head 0 decays very slowly (dt = 1e-4 at every step,
  * dt A ~ -1e-4: memory over the whole sequence), and every 7th step of the
  * last head (from step 3) is a near-reset (dt = 40, dt A <= -14.7); a zero x
@@ -487,6 +551,10 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
     if ((rc = qc_mod_add(&m->inputs, "D", QC_F32, 1, as, (void **)&D))) return rc;
     for (int64_t h = 0; h < H; h++) D[h] = (float)(1.0 + 0.5 * qc_rng_normal(rng)); /* Mamba-2 starts D at ones */
   }
+  if (strcmp(qc_contract_str(&m->contract, "z_gate", "false"), "true") == 0) {
+    uint16_t *z;
+    if ((rc = qc_mod_gen_bf16(&m->inputs, "z", 4, xs, rng, 2.0, &z))) return rc;
+  }
   if (qc_mod_special(gp)) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t t = 0; t < L; t++) {
@@ -508,9 +576,9 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
 
 const qc_class qc_class_ssd = {
     .name = "ssd",
-    .summary = "Mamba-2 SSD scan (ngroups from Bm's shape, optional D skip, no gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm, d_D",
-    .tensors = "inputs/x inputs/dt inputs/A inputs/Bm inputs/Cm inputs/initial_state inputs/D outputs/y",
-    .grads = "d_x d_dt d_A d_Bm d_Cm d_initial_state d_D",
+    .summary = "Mamba-2 SSD scan (ngroups from Bm's shape, optional D skip, optional z gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm, d_D, d_z",
+    .tensors = "inputs/x inputs/dt inputs/A inputs/Bm inputs/Cm inputs/initial_state inputs/D inputs/z outputs/y",
+    .grads = "d_x d_dt d_A d_Bm d_Cm d_initial_state d_D d_z",
     .shape_help = "[B, L, H, P, N] or [B, L, H, P, N, G]: batch, sequence, heads, head_dim, state size, groups of Bm, Cm",
     .keys = ssd_keys,
     .generate = ssd_generate,

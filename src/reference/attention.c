@@ -17,7 +17,19 @@
  * summed over every query head of a kv head's group. The saved out and lse
  * are required to be present and well-shaped (they belong to the module),
  * but never read: the reference recomputes the softmax, so a wrongly saved
- * O or LSE (base, scale, a stale forward) shows up as a gradient mismatch. */
+ * O or LSE (base, scale, a stale forward) shows up as a gradient mismatch.
+ * The terms' scale (ctx->terms): the same chain over the terms'
+ * magnitudes, P_ij from the forward: |dL/dP_ij| -> sum_d |g_i||v_j|, the
+ * row's sum_l P_il |dL/dP_il| added, not subtracted, and P_ij's own error:
+ * its exponent s_ij - max is a difference whose float32 error is u w_ij,
+ * w_ij = 1 + c sum_d |q_i||k_j| + |max| (the logit's terms), so
+ *   T(dL/ds_ij) = P_ij (sum_d |g_i||v_j| + sum_l P_il sum_d |g_i||v_l|
+ *                 + w_ij |dL/dP_ij - sum_l P_il dL/dP_il|) |ds/dr|
+ *   T(d_q_i) = c sum_j T(dL/ds_ij) |k_j|, T(d_k_j) = c sum_i T(dL/ds_ij) |q_i|,
+ *   T(d_v_j) = sum_i P_ij w_ij |g_i|.
+ * A d_q that is zero in exact arithmetic (keys sharing a large common
+ * part, as a k_proj bias: sum_j dL/ds_ij = 0 cancels it) keeps the scale
+ * of the common part's terms. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +48,7 @@ static int same4(const qc_tensor *a, const int64_t *s) {
  * [B, Hkv, S, D] into grads from m's q, k, v and dy [B, Hq, S, D]; QC_EINPUT
  * for bad shapes or contract values. */
 int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  const int ab = ctx && ctx->terms;
   const qc_tensor *qt, *kt, *vt, *ot, *lt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "q", 4, 4, &qt))) return rc;
@@ -72,14 +84,16 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
   if (strcmp(base, "e") != 0 && strcmp(base, "2") != 0)
     return qc_err("%s: contract key 'lse_base' = '%s': expected e or 2", m->path, base);
   const int64_t grp = Hq / Hkv;
-  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *T = NULL, *dq, *dk, *dv;
+  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *T = NULL, *Wt = NULL, *Pa = NULL, *dq, *dk, *dv;
   rc = QC_ESYS;
   if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
       !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")))
     goto done;
   if (!(P = qc_malloc((size_t)S * sizeof *P, "reference softmax row")) ||
       !(dP = qc_malloc((size_t)S * sizeof *dP, "reference dL/dP row")) ||
-      !(T = qc_malloc((size_t)S * sizeof *T, "reference softcap derivative row")))
+      !(T = qc_malloc((size_t)S * sizeof *T, "reference softcap derivative row")) ||
+      (ab && !(Wt = qc_malloc((size_t)S * sizeof *Wt, "reference logit terms row"))) ||
+      (ab && !(Pa = qc_malloc((size_t)S * sizeof *Pa, "reference |dL/dP| terms row"))))
     goto done;
   if ((rc = qc_refu_out(grads, "d_q", 4, qt->shape, &dq))) goto done;
   if ((rc = qc_refu_out(grads, "d_k", 4, kt->shape, &dk))) goto done;
@@ -95,10 +109,12 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
         int64_t lo = 0;
         while (W > 0 && i - lo >= W) lo++; /* the window: i - j < W */
         if (n <= lo) continue; /* no visible key: the output and its gradients are 0 */
-        double mx = -INFINITY, z = 0, pd = 0;
+        double mx = -INFINITY, z = 0, pd = 0, pda = 0;
         for (int64_t j = lo; j < n; j++) {
-          double r = 0;
+          double r = 0, ra = 0;
           for (int64_t d = 0; d < D; d++) r += q[i * D + d] * k[j * D + d];
+          for (int64_t d = 0; ab && d < D; d++) ra += fabs(q[i * D + d] * k[j * D + d]);
+          if (ab) Wt[j] = 1 + sc * ra;
           r *= sc;
           if (cap > 0) {
             const double th = tanh(r / cap);
@@ -116,10 +132,27 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
         }
         for (int64_t j = lo; j < n; j++) {
           P[j] /= z;
-          double t = 0;
+          double t = 0, ta = 0;
           for (int64_t d = 0; d < D; d++) t += g[i * D + d] * v[j * D + d];
+          for (int64_t d = 0; ab && d < D; d++) ta += fabs(g[i * D + d] * v[j * D + d]);
           dP[j] = t;
           pd += P[j] * t;
+          if (ab) {
+            Pa[j] = ta;
+            pda += P[j] * ta;
+            Wt[j] += fabs(mx);
+          }
+        }
+        if (ab) { /* the terms' scale (file comment) */
+          for (int64_t j = lo; j < n; j++) {
+            const double dsa = P[j] * (Pa[j] + pda + Wt[j] * fabs(dP[j] - pd)) * fabs(T[j]);
+            for (int64_t d = 0; d < D; d++) {
+              gq[i * D + d] += sc * dsa * fabs(k[j * D + d]);
+              gk[j * D + d] += sc * dsa * fabs(q[i * D + d]);
+              gv[j * D + d] += P[j] * Wt[j] * fabs(g[i * D + d]);
+            }
+          }
+          continue;
         }
         for (int64_t j = lo; j < n; j++) {
           const double ds = P[j] * (dP[j] - pd) * T[j];
@@ -133,6 +166,6 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
     }
   rc = QC_OK;
 done:
-  free(Q); free(K); free(V); free(G); free(P); free(dP); free(T);
+  free(Q); free(K); free(V); free(G); free(P); free(dP); free(T); free(Wt); free(Pa);
   return rc;
 }

@@ -8,7 +8,9 @@
  * For every output (b, t, c) and tap k with s = t - (K-1) + k >= 0:
  *   d_x[b, s, c] += weight[c, k] dy[b, t, c]
  *   d_weight[c, k] += dy[b, t, c] x[b, s, c]
- * and d_bias[c] += dy[b, t, c]. */
+ * and d_bias[c] += dy[b, t, c]. The terms' scale (ctx->terms): the same
+ * sums of the products' magnitudes. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "core/qc.h"
@@ -17,7 +19,7 @@
 #include "reference/ref_util.h"
 
 int qc_ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  const int ab = ctx && ctx->terms;
   const qc_tensor *xt, *wt, *bt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 3, 3, &xt))) return rc;
@@ -37,6 +39,9 @@ int qc_ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   if ((rc = qc_refu_out(grads, "d_x", 3, xt->shape, &dx))) goto done;
   if ((rc = qc_refu_out(grads, "d_weight", wt->ndim, wt->shape, &dw))) goto done;
   if (bt && (rc = qc_refu_out(grads, "d_bias", 1, bt->shape, &db))) goto done;
+  if (ab) /* the terms' scale: every product in magnitude */
+    for (int64_t i = 0; i < B * L * C; i++) { X[i] = fabs(X[i]); G[i] = fabs(G[i]); }
+  for (int64_t i = 0; ab && i < C * K; i++) W[i] = fabs(W[i]);
   for (int64_t b = 0; b < B; b++)
     for (int64_t t = 0; t < L; t++)
       for (int64_t c = 0; c < C; c++) {

@@ -7,7 +7,11 @@
  * or 1/(n_b * B') (mean_sequences: mean over the B' sequences that have any
  * counted token of their per-sequence token mean); uncounted tokens weigh 0.
  * The log-sum-exp is reduced shard by shard (vocab_shards contiguous
- * slices), each shard's (max, sum) combined in float64. */
+ * slices), each shard's (max, sum) combined in float64.
+ * The terms' scale (ctx->terms): |dy w| / T (1[v = id] + p_v (1 + |z_v| +
+ * |lse|)): the softmax probability's exponent z_v - lse is a difference
+ * whose float32 error is u (|z_v| + |lse|) in p_v's relative terms, and
+ * 1 - p_id cancels when the token is nearly certain. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +44,7 @@ static void lp_weights(const double *mask, int64_t B, int64_t S, const char *nor
 }
 
 int qc_ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  const int ab = ctx && ctx->terms;
   const qc_tensor *lt, *it, *mt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "logits", 2, 3, &lt))) return rc;
@@ -80,7 +84,9 @@ int qc_ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
       double lk = mk + log(sk), hi = fmax(lse, lk);
       lse = hi + log(exp(lse - hi) + exp(lk - hi));
     }
-    for (int64_t v = 0; v < V; v++) dl[i * V + v] = G[i] * w[i] * ((v == id[i]) - exp(z[v] / T - lse)) / T;
+    for (int64_t v = 0; v < V; v++)
+      dl[i * V + v] = ab ? fabs(G[i] * w[i]) * ((v == id[i]) + exp(z[v] / T - lse) * (1 + fabs(z[v] / T) + fabs(lse))) / T
+                         : G[i] * w[i] * ((v == id[i]) - exp(z[v] / T - lse)) / T;
   }
   rc = QC_OK;
 done:

@@ -16,7 +16,19 @@
  * derivative is 1 under at_limit = pass, 0 under block. Every sum over a
  * token's slots accumulates, so a token routed twice to one expert counts
  * twice; an expert nobody selects gets zero gradients. Shared experts
- * (contract shared_experts > 0, optionally gated): see ref_shared. */
+ * (contract shared_experts > 0, optionally gated): see ref_shared.
+ * The terms' scale (ctx->terms): the forward (h, a, y) as is, the backward
+ * over its terms' magnitudes: |dy|, |w|, |W1|, |W2|, |x|, |a| in every
+ * product, |W2 a| summed as sum_f |W2||a|, and act' as the magnitudes of
+ * its terms (swiglu's silu' = sigma + z sigma (1 - sigma) cancels near
+ * z = -1.28: sigma + |z| sigma (1 - sigma)); the gate's 1 - g is a
+ * difference (1 + g).
+ * Variant ctx->round_ops (the legal roundings of a grouped-GEMM backward):
+ * the operands the production builds and feeds to its bf16 GEMMs rounded
+ * to bf16: a (into y, dL/dW2), w dy_t (into dL/da, dL/dW2), dL/dh (into
+ * dL/dW1, dL/dx); for the shared experts a, g dy_t and dL/dh alike.
+ * round_ops 2: also the expert outputs y (and the shared ys) held in bf16,
+ * as read by dL/dw = <dy_t, y> (and the gate's <dy_t, ys>). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +36,13 @@
 #include "model/module.h"
 #include "reference/ref_classes.h"
 #include "core/qc.h"
+#include "numerics/formats.h"
 #include "reference/ref_util.h"
 
 static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
+
+/* v rounded to bf16 under the round_ops variant (rb), else v. */
+static double rnd(int rb, double v) { return rb ? (double)qc_round_bf16((float)v) : v; }
 
 /* One row of the expert MLP's activation and its derivative, from the
  * definition: h [2F swiglu | F relu2], a [F]: a = act(h). */
@@ -46,11 +62,12 @@ static void act_f(int relu2, double L, int64_t F, const double *h, double *a) {
 }
 
 /* gh [2F | F] = act'(h)^T ga [F] for one row, the clamp's derivative at
- * exactly +-L 1 under pass, 0 otherwise. */
-static void act_b(int relu2, double L, int pass, int64_t F, const double *h, const double *ga, double *gh) {
+ * exactly +-L 1 under pass, 0 otherwise; ab: the magnitudes of act''s
+ * terms (the terms' scale). */
+static void act_b(int relu2, double L, int pass, int ab, int64_t F, const double *h, const double *ga, double *gh) {
   for (int64_t f = 0; f < F; f++) {
     if (relu2) {
-      gh[f] = h[f] > 0 ? ga[f] * 2.0 * h[f] : 0.0;
+      gh[f] = h[f] > 0 ? ga[f] * 2.0 * h[f] : 0.0; /* one product: its own magnitude under ab (ga >= 0) */
       continue;
     }
     double z = h[f], u = h[F + f], dz = 1.0, du = 1.0;
@@ -61,8 +78,8 @@ static void act_b(int relu2, double L, int pass, int64_t F, const double *h, con
       u = u > L ? L : (u < -L ? -L : u);
     }
     const double sg = sigma(z);
-    gh[f] = dz == 0.0 ? 0.0 : ga[f] * u * (sg + z * sg * (1.0 - sg));
-    gh[F + f] = du == 0.0 ? 0.0 : ga[f] * z * sg;
+    gh[f] = dz == 0.0 ? 0.0 : ab ? ga[f] * fabs(u) * (sg + fabs(z) * sg * (1.0 - sg)) : ga[f] * u * (sg + z * sg * (1.0 - sg));
+    gh[F + f] = du == 0.0 ? 0.0 : ab ? ga[f] * fabs(z * sg) : ga[f] * z * sg;
   }
 }
 
@@ -75,9 +92,10 @@ static void act_b(int relu2, double L, int pass, int64_t F, const double *h, con
  *   dL/dx_t += Ws1^T dL/dh + dL/dz sg.
  * X, G [T, H] are x and dY; dx [T, H] is added to. Checks and refuses the
  * shared tensors (a shared tensor the contract does not use is refused).
+ * ab: the terms' scale (G then holds |dY|); rb: the round_ops variant.
  * Returns a status. */
-static int ref_shared(const qc_module *m, int relu2, double L, int pass, const double *X, const double *G, int64_t T, int64_t H,
-                      double *dx, qc_tset *grads) {
+static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab, int rb, const double *X, const double *G,
+                      int64_t T, int64_t H, double *dx, qc_tset *grads) {
   const double S = qc_contract_num(&m->contract, "shared_experts", 0);
   const char *gk = qc_contract_str(&m->contract, "shared_gate", "false");
   const int gated = strcmp(gk, "true") == 0;
@@ -123,30 +141,33 @@ static int ref_shared(const qc_module *m, int relu2, double L, int pass, const d
       h[r] = s;
     }
     act_f(relu2, L, Fs, h, a);
+    for (int64_t f = 0; rb && f < Fs; f++) a[f] = rnd(rb, a[f]);
     double z = 0, dot = 0;
     for (int64_t c = 0; c < H; c++) {
       double y = 0;
-      for (int64_t f = 0; f < Fs; f++) y += W2[c * Fs + f] * a[f];
-      ys[c] = y;
-      dot += g[c] * y;
+      for (int64_t f = 0; f < Fs; f++) y += ab ? fabs(W2[c * Fs + f] * a[f]) : W2[c * Fs + f] * a[f];
+      ys[c] = rb >= 2 ? rnd(rb, y) : y;
+      dot += g[c] * ys[c];
       if (SG) z += xr[c] * SG[c];
     }
-    const double gs = SG ? sigma(z) : 1.0, dz = SG ? gs * (1.0 - gs) * dot : 0.0;
+    const double gs = SG ? sigma(z) : 1.0, dz = SG ? gs * (ab ? 1.0 + gs : 1.0 - gs) * dot : 0.0;
     for (int64_t f = 0; f < Fs; f++) ga[f] = 0;
     for (int64_t c = 0; c < H; c++)
       for (int64_t f = 0; f < Fs; f++) {
-        ga[f] += gs * g[c] * W2[c * Fs + f];
-        d2[c * Fs + f] += gs * g[c] * a[f];
+        const double gg = SG ? rnd(rb, gs * g[c]) : g[c];
+        ga[f] += gg * (ab ? fabs(W2[c * Fs + f]) : W2[c * Fs + f]);
+        d2[c * Fs + f] += gg * (ab ? fabs(a[f]) : a[f]);
       }
-    act_b(relu2, L, pass, Fs, h, ga, gh);
+    act_b(relu2, L, pass, ab, Fs, h, ga, gh);
+    for (int64_t r = 0; rb && r < Rs; r++) gh[r] = rnd(rb, gh[r]);
     for (int64_t r = 0; r < Rs; r++)
       for (int64_t c = 0; c < H; c++) {
-        d1[r * H + c] += gh[r] * xr[c];
-        dx[t * H + c] += W1[r * H + c] * gh[r];
+        d1[r * H + c] += gh[r] * (ab ? fabs(xr[c]) : xr[c]);
+        dx[t * H + c] += (ab ? fabs(W1[r * H + c]) : W1[r * H + c]) * gh[r];
       }
     for (int64_t c = 0; SG && c < H; c++) {
-      dg[c] += dz * xr[c];
-      dx[t * H + c] += dz * SG[c];
+      dg[c] += dz * (ab ? fabs(xr[c]) : xr[c]);
+      dx[t * H + c] += dz * (ab ? fabs(SG[c]) : SG[c]);
     }
   }
   rc = QC_OK;
@@ -156,7 +177,7 @@ done:
 }
 
 int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  const int ab = ctx && ctx->terms, rb = ctx && !ab ? ctx->round_ops : 0;
   const qc_tensor *xt, *w1t, *w2t, *it, *wtt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 2, 2, &xt))) return rc;
@@ -198,6 +219,8 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       !(W2 = qc_refu_load(w2t, "reference moe w2")) || !(Wt = qc_refu_load(wtt, "reference moe topk_weights")) ||
       !(G = qc_refu_load(dy, "reference moe dY")))
     goto done;
+  for (int64_t i = 0; ab && i < T * H; i++) G[i] = fabs(G[i]); /* the terms' scale: |dY|, |w| */
+  for (int64_t i = 0; ab && i < T * k; i++) Wt[i] = fabs(Wt[i]);
   if (!(h = qc_malloc((size_t)R * sizeof *h, "reference h")) || !(a = qc_malloc((size_t)F * sizeof *a, "reference a")) ||
       !(ga = qc_malloc((size_t)F * sizeof *ga, "reference dL/da")) || !(gh = qc_malloc((size_t)R * sizeof *gh, "reference dL/dh")))
     goto done;
@@ -217,30 +240,34 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         h[r] = s;
       }
       act_f(relu2, L, F, h, a);
+      for (int64_t f = 0; rb && f < F; f++) a[f] = rnd(rb, a[f]);
       /* dL/dw = <dy_t, W2_e a>;  dL/da = w W2_e^T dy_t;  dW2_e += w dy_t a^T */
       double dot = 0;
       for (int64_t f = 0; f < F; f++) ga[f] = 0;
       for (int64_t c = 0; c < H; c++) {
         double yc = 0;
         for (int64_t f = 0; f < F; f++) {
-          yc += A2[c * F + f] * a[f];
-          ga[f] += w * g[c] * A2[c * F + f];
-          D2[c * F + f] += w * g[c] * a[f];
+          const double w2 = ab ? fabs(A2[c * F + f]) : A2[c * F + f], af = ab ? fabs(a[f]) : a[f];
+          yc += w2 * af;
+          const double wg = rnd(rb, w * g[c]);
+          ga[f] += wg * w2;
+          D2[c * F + f] += wg * af;
         }
-        dot += g[c] * yc;
+        dot += g[c] * (rb >= 2 ? rnd(rb, yc) : yc);
       }
       dwt[t * k + j] = dot;
       /* dL/dh */
-      act_b(relu2, L, pass, F, h, ga, gh);
+      act_b(relu2, L, pass, ab, F, h, ga, gh);
+      for (int64_t r = 0; rb && r < R; r++) gh[r] = rnd(rb, gh[r]);
       /* dW1_e += dL/dh x_t^T;  d_x_t += W1_e^T dL/dh */
       for (int64_t r = 0; r < R; r++)
         for (int64_t c = 0; c < H; c++) {
-          D1[r * H + c] += gh[r] * xr[c];
-          dx[t * H + c] += A1[r * H + c] * gh[r];
+          D1[r * H + c] += gh[r] * (ab ? fabs(xr[c]) : xr[c]);
+          dx[t * H + c] += (ab ? fabs(A1[r * H + c]) : A1[r * H + c]) * gh[r];
         }
     }
   }
-  rc = ref_shared(m, relu2, L, pass, X, G, T, H, dx, grads);
+  rc = ref_shared(m, relu2, L, pass, ab, rb, X, G, T, H, dx, grads);
 done:
   free(id); free(X); free(W1); free(W2); free(Wt); free(G); free(h); free(a); free(ga); free(gh);
   return rc;

@@ -46,8 +46,9 @@ int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_
   return rc;
 }
 
-int qc_refu_pointwise(const qc_module *m, const qc_tensor *dy, qc_tset *grads, double (*grad)(double x, int variant),
-                      int variant) {
+int qc_refu_pointwise(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads,
+                      double (*grad)(double x, int variant), int variant) {
+  const int ab = ctx && ctx->terms;
   const qc_tensor *xt;
   double *dx;
   int rc;
@@ -57,7 +58,8 @@ int qc_refu_pointwise(const qc_module *m, const qc_tensor *dy, qc_tset *grads, d
   rc = QC_ESYS;
   if (!X || !G) goto done;
   if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
-  for (int64_t i = 0; i < qc_numel(xt); i++) dx[i] = G[i] * grad(X[i], variant);
+  for (int64_t i = 0; i < qc_numel(xt); i++)
+    dx[i] = ab ? fabs(G[i]) * grad(X[i], variant | QC_REFU_TERMS) : G[i] * grad(X[i], variant);
   rc = QC_OK;
 done:
   free(X); free(G);

@@ -4,7 +4,10 @@
  * matrix Q(phi) = [[cos, -sin], [sin, cos]], phi = s (p_t + offset)
  * theta^(-2j/R) (s = -1 for the inverse rotation). Its VJP is Q(phi)^T dy =
  * Q(-phi) dy. Pairs: half layout (j, j + R/2), interleaved (2j, 2j+1);
- * features from R on pass through (d_x = dy). Angles in float64. */
+ * features from R on pass through (d_x = dy). Angles in float64.
+ * The terms' scale (ctx->terms): each output sums two products, |cos g_a|
+ * + |sin g_b|; a float32 angle errs by u |phi|, moving the output by |phi|
+ * times the other pair (|sin g_a| + |cos g_b|), so that term is added. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +18,7 @@
 #include "reference/ref_util.h"
 
 int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  const int ab = ctx && ctx->terms;
   const qc_tensor *xt, *pt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 2, 3, &xt))) return rc;
@@ -42,13 +45,19 @@ int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_t
     for (int64_t h = 0; h < H; h++) {
       const double *g = G + (t * H + h) * D;
       double *d = dx + (t * H + h) * D;
-      for (int64_t i = R; i < D; i++) d[i] = g[i];
+      for (int64_t i = R; i < D; i++) d[i] = ab ? fabs(g[i]) : g[i];
       for (int64_t j = 0; j < R / 2; j++) {
         const int64_t a = inter ? 2 * j : j, b = inter ? 2 * j + 1 : j + R / 2;
         const double phi = s * ((double)p[t] + off) * exp(-2.0 * (double)j / (double)R * log(theta));
         /* Q(-phi) [g_a, g_b] */
-        d[a] = cos(phi) * g[a] + sin(phi) * g[b];
-        d[b] = -sin(phi) * g[a] + cos(phi) * g[b];
+        const double co = cos(phi), si = sin(phi);
+        if (ab) {
+          d[a] = fabs(co * g[a]) + fabs(si * g[b]) + fabs(phi) * (fabs(si * g[a]) + fabs(co * g[b]));
+          d[b] = fabs(si * g[a]) + fabs(co * g[b]) + fabs(phi) * (fabs(co * g[a]) + fabs(si * g[b]));
+          continue;
+        }
+        d[a] = co * g[a] + si * g[b];
+        d[b] = -si * g[a] + co * g[b];
       }
     }
   rc = QC_OK;

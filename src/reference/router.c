@@ -13,7 +13,12 @@
  * The selection bias (params/bias) gets no gradient: it only selects, as
  * does the group limit (n_group groups of E/n_group experts, the ids in at
  * most topk_group of them: DeepSeek-V3's noaux_tc); the weights are the
- * unbiased scores of the selected experts, so the gradient is the same. */
+ * unbiased scores of the selected experts, so the gradient is the same.
+ * The terms' scale (ctx->terms): the same chain with every sum and
+ * difference taken over its terms' magnitudes: dL/ds from |c dy| / D and
+ * |c dy| s / D^2, the softmax's s |dL/ds| + s sum |dL/ds| s, the
+ * sigmoid's s (1 + s) (1 - s is a difference), the sqrt-softplus factor
+ * as is (one product). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +32,7 @@ static double softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp
 static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
 
 int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  const int ab = ctx && ctx->terms;
   const qc_tensor *lt, *it;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "logits", 2, 2, &lt))) return rc;
@@ -93,20 +98,21 @@ int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
     }
     for (int64_t e = 0; e < E; e++) gs[e] = 0;
     for (int64_t j = 0; j < k; j++) {
-      gs[sel[j]] += c * g[j] / D;
-      for (int64_t i = 0; norm && i < k; i++) gs[sel[i]] -= c * g[j] * s[sel[j]] / (D * D);
+      const double cg = ab ? fabs(c * g[j]) : c * g[j], sub = ab ? -1.0 : 1.0;
+      gs[sel[j]] += cg / D;
+      for (int64_t i = 0; norm && i < k; i++) gs[sel[i]] -= sub * cg * s[sel[j]] / (D * D);
     }
     /* dL/dlogits through the score function */
     double *d = dl + t * E;
     if (strcmp(fn, "softmax") == 0) {
       double sg = 0;
       for (int64_t f = 0; f < E; f++) sg += gs[f] * s[f];
-      for (int64_t e = 0; e < E; e++) d[e] = s[e] * gs[e] - s[e] * sg;
+      for (int64_t e = 0; e < E; e++) d[e] = ab ? s[e] * gs[e] + s[e] * sg : s[e] * gs[e] - s[e] * sg;
     } else if (strcmp(fn, "sigmoid") == 0) {
-      for (int64_t e = 0; e < E; e++) d[e] = gs[e] * s[e] * (1 - s[e]);
+      for (int64_t e = 0; e < E; e++) d[e] = gs[e] * s[e] * (ab ? 1 + s[e] : 1 - s[e]);
     } else {
       for (int64_t e = 0; e < E; e++)
-        d[e] = gs[e] * (x[e] < -36 ? 0.5 * exp(0.5 * x[e]) : sigmoid(x[e]) / (2 * s[e]));
+        d[e] = gs[e] * (x[e] < -36 ? 0.5 * exp(0.5 * x[e]) : sigmoid(x[e]) / (2 * s[e])); /* gs >= 0 under ab */
     }
   }
   rc = QC_OK;

@@ -1,6 +1,6 @@
 /* reference/ssd.c: the float64 VJP of the Mamba-2 SSD scan (G groups of
- * B and C, optional D skip, no gate), from the sequential recurrence, no
- * chunking.
+ * B and C, optional D skip, optional z gate), from the sequential
+ * recurrence, no chunking.
  *
  * Bm, Cm are [B, L, N] (G = 1) or [B, L, G, N]; the H heads split evenly
  * into the G groups, heads g H/G .. (g+1) H/G - 1 reading group g, so B_t
@@ -21,7 +21,23 @@
  * D skip (contract d_skip = true): y_t gains D_h x_t, a direct path from
  * x to y beside the state, so d_x_t gains D_h dy_t and
  *   d_D[h] = sum over b, t, p of dy_t[p] x_t[p].
- * Every h_t of a (b, h) is kept from the forward sweep. */
+ * z gate (contract z_gate = true, inputs/z shaped as x): the output is
+ * o_t = y_t * silu(z_t) elementwise, y_t the scan plus the skip above. With
+ * do_t = dL/do_t (the dY given), sigma = 1 / (1 + exp(-z)):
+ *   d_z_t = do_t y_t silu'(z_t),  silu'(z) = sigma (1 + z (1 - sigma))
+ *   dy_t  = do_t silu(z_t)      (what every formula above reads as dy)
+ * Every h_t of a (b, h) is kept from the forward sweep.
+ * The terms' scale (ctx->terms): the same sweeps on |x|, |B|, |C|, |dy|,
+ * |h_0|, |D| and |A| (g_t > 0 as is), so every state, adjoint and sum is
+ * the sum of its terms' magnitudes. A chunked production takes g_s ... g_t
+ * as exp of a difference of float32 cumsums, whose error u (|cs_t| +
+ * |cs_s|) is not u |cs_t - cs_s|; but each step's cumsum rounds on its own,
+ * so those errors are independent across the terms and add in quadrature,
+ * below u times the sum of the magnitudes (a chunk of 64 steps of dt A ~
+ * -0.6: the correct float32 d_A errs by 6e-7 relative, its terms' scale
+ * allows 1e-5), and no weight is added for them. Under the gate: d_z's
+ * terms |do| (|h_t| |C_t| + |D x_t|) (sigma + |z| sigma (1 - sigma)) (silu'
+ * cancels near z = -1.28), and dy's |do silu(z)|. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +48,8 @@
 #include "reference/ref_util.h"
 
 int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
-  const qc_tensor *xt, *dtt, *at, *bt, *ct, *h0t = NULL, *Dt = NULL;
+  const int ab = ctx && ctx->terms;
+  const qc_tensor *xt, *dtt, *at, *bt, *ct, *h0t = NULL, *Dt = NULL, *zt = NULL;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 4, 4, &xt))) return rc;
   if ((rc = qc_module_need(m, "inputs", "dt", 3, 3, &dtt))) return rc;
@@ -66,18 +82,24 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
     if ((rc = qc_module_need(m, "inputs", "D", 1, 1, &Dt))) return rc;
     if (Dt->shape[0] != H) return qc_err("%s: 'inputs/D': expected [H] = [%lld]", m->path, (long long)H);
   }
+  const int gate = strcmp(qc_contract_str(&m->contract, "z_gate", "false"), "true") == 0;
+  if (gate) {
+    if ((rc = qc_module_need(m, "inputs", "z", 4, 4, &zt))) return rc;
+    if (!qc_shape_eq(zt, xt)) return qc_err("%s: 'inputs/z': expected the shape of 'inputs/x' [B, L, H, P]", m->path);
+  }
   const double cs = qc_contract_num(&m->contract, "chunk_size", 64); /* the production's blocking; no effect here */
   if (!(cs >= 1) || cs != floor(cs)) return qc_err("%s: contract key 'chunk_size' = %g: expected a whole number >= 1", m->path, cs);
   if ((rc = qc_module_check_dy(m, dy, Bt * L * H * P, P, "the shape of inputs/x [B, L, H, P]"))) return rc;
   const int64_t PN = P * N;
   double *X = NULL, *DT = NULL, *AA = NULL, *BB = NULL, *CC = NULL, *H0 = NULL, *G = NULL, *hs = NULL, *adj = NULL;
-  double *DD = NULL;
-  double *dx, *ddt, *dA, *dB, *dC, *dh0 = NULL, *dD = NULL;
+  double *DD = NULL, *Z = NULL;
+  double *dx, *ddt, *dA, *dB, *dC, *dh0 = NULL, *dD = NULL, *dz = NULL;
   rc = QC_ESYS;
   if (!(X = qc_refu_load(xt, "reference ssd x")) || !(DT = qc_refu_load(dtt, "reference ssd dt")) ||
       !(AA = qc_refu_load(at, "reference ssd A")) || !(BB = qc_refu_load(bt, "reference ssd Bm")) ||
       !(CC = qc_refu_load(ct, "reference ssd Cm")) || !(G = qc_refu_load(dy, "reference ssd dY")) ||
-      (init && !(H0 = qc_refu_load(h0t, "reference ssd initial_state"))) || (skip && !(DD = qc_refu_load(Dt, "reference ssd D"))))
+      (init && !(H0 = qc_refu_load(h0t, "reference ssd initial_state"))) || (skip && !(DD = qc_refu_load(Dt, "reference ssd D"))) ||
+      (gate && !(Z = qc_refu_load(zt, "reference ssd z"))))
     goto done;
   for (int64_t h = 0; h < H; h++)
     if (!(AA[h] <= 0) || !isfinite(AA[h])) {
@@ -89,6 +111,12 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       rc = qc_err("%s: dataset 'inputs/dt' element %lld = %g: expected a finite value >= 0", m->path, (long long)i, DT[i]);
       goto done;
     }
+  if (ab) { /* the terms' scale: every operand in magnitude */
+    double *const arr[] = {X, BB, CC, G, H0, DD};
+    const int64_t len[] = {Bt * L * H * P, Bt * L * NG * N, Bt * L * NG * N, Bt * L * H * P, init ? Bt * H * PN : 0, skip ? H : 0};
+    for (int j = 0; j < 6; j++)
+      for (int64_t i = 0; i < len[j]; i++) arr[j][i] = fabs(arr[j][i]);
+  }
   rc = QC_ESYS;
   if (!(hs = qc_malloc((size_t)((L + 1) * PN) * sizeof *hs, "reference ssd states")) ||
       !(adj = qc_malloc((size_t)PN * sizeof *adj, "reference ssd adjoint state")))
@@ -100,6 +128,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   if ((rc = qc_refu_out(grads, "d_Cm", ct->ndim, ct->shape, &dC))) goto done;
   if (init && (rc = qc_refu_out(grads, "d_initial_state", 4, h0t->shape, &dh0))) goto done;
   if (skip && (rc = qc_refu_out(grads, "d_D", 1, Dt->shape, &dD))) goto done;
+  if (gate && (rc = qc_refu_out(grads, "d_z", 4, zt->shape, &dz))) goto done;
   for (int64_t b = 0; b < Bt; b++)
     for (int64_t h = 0; h < H; h++) {
       /* forward sweep: hs[t] = h_t, t = 0..L */
@@ -112,6 +141,17 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
         double *cur = hs + t * PN;
         for (int64_t p = 0; p < P; p++)
           for (int64_t n = 0; n < N; n++) cur[p * N + n] = g * prev[p * N + n] + DT[r] * xr[p] * br[n];
+        /* the gate: d_z from the output y_t (the read-out plus the skip), and
+         * this head's dy turned into do silu(z) for the sweep below */
+        const double *cr = CC + ((b * L + t - 1) * NG + h / hpg) * N;
+        for (int64_t p = 0; gate && p < P; p++) {
+          double y = skip ? DD[h] * xr[p] : 0.0;
+          for (int64_t n = 0; n < N; n++) y += cur[p * N + n] * cr[n];
+          const int64_t i = r * P + p;
+          const double z = Z[i], sg = 1.0 / (1.0 + exp(-z));
+          dz[i] = ab ? fabs(G[i]) * y * (sg + fabs(z) * sg * (1.0 - sg)) : G[i] * y * sg * (1.0 + z * (1.0 - sg));
+          G[i] *= ab ? fabs(z * sg) : z * sg;
+        }
       }
       /* reverse sweep with the adjoint state */
       memset(adj, 0, (size_t)PN * sizeof *adj);
@@ -145,7 +185,7 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
           dB[((b * L + t - 1) * NG + h / hpg) * N + n] += DT[r] * s;
         }
         e *= g;
-        ddt[r] = AA[h] * e + xg;
+        ddt[r] = (ab ? fabs(AA[h]) : AA[h]) * e + xg;
         dA[h] += DT[r] * e;
         for (int64_t i = 0; i < PN; i++) adj[i] *= g; /* now g_t G_t: dL/dh_{t-1} from step t */
       }
@@ -154,6 +194,6 @@ int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
     }
   rc = QC_OK;
 done:
-  free(X); free(DT); free(AA); free(BB); free(CC); free(H0); free(DD); free(G); free(hs); free(adj);
+  free(X); free(DT); free(AA); free(BB); free(CC); free(H0); free(DD); free(Z); free(G); free(hs); free(adj);
   return rc;
 }

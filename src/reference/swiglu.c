@@ -6,7 +6,10 @@
  *            for z inside the limit, 0 beyond it
  *   d_up   = dy * a(gate) * b'(up),   b' = 1 inside [-L, L], 0 outside
  * At exactly +-L the derivative is the contract's at_limit: 1 (pass) or 0
- * (block). */
+ * (block).
+ * The terms' scale (ctx->terms): a'(z) is a sum, sigma(z) + z sigma(z)
+ * (1 - sigma(z)), that cancels near z = -1.28, so d_gate's terms are
+ * |dy b| (sigma + |z| sigma (1 - sigma)); d_up's one product |dy a|. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,7 @@
 static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
 
 int qc_ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
+  const int ab = ctx && ctx->terms;
   const qc_tensor *gt, *ut;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "gate", 1, QC_MAXDIM, &gt))) return rc;
@@ -44,8 +47,8 @@ int qc_ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
       w = w > L ? L : (w < -L ? -L : w);
     }
     const double sg = sigma(z);
-    dg[i] = da == 0.0 ? 0.0 : D[i] * w * (sg + z * sg * (1.0 - sg));
-    du[i] = db == 0.0 ? 0.0 : D[i] * z * sg;
+    dg[i] = da == 0.0 ? 0.0 : ab ? fabs(D[i] * w) * (sg + fabs(z) * sg * (1.0 - sg)) : D[i] * w * (sg + z * sg * (1.0 - sg));
+    du[i] = db == 0.0 ? 0.0 : ab ? fabs(D[i] * z * sg) : D[i] * z * sg;
   }
   rc = QC_OK;
 done:

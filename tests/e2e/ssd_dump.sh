@@ -9,8 +9,13 @@
 # passes, d_x without the skip path D dy fails on d_x. With ngroups = 2
 # (Bm, Cm [B, L, G, N], H = 4: once refused by rank), a trainer's
 # gradients pass, and d_Bm, d_Cm summed over the wrong heads (h mod G
-# instead of h / (H/G)) fail on d_Bm and d_Cm alone; the outputs/y of
-# the float64 scan passes the forward check.
+# instead of h / (H/G)) fail on d_Bm and d_Cm alone. With the z gate
+# (z_gate = true: the output is y silu(z), mamba_ssm's z), a trainer's
+# gradients pass under derived tolerances, the builtin candidate passes, a
+# backward that forgets d_z fails on d_z alone and one that forgets the
+# gate's effect on d_x (d_x from the ungated dY) fails on d_x alone; an
+# inputs/z the contract does not use is refused. The outputs/y of the float64
+# scan passes the forward check.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -188,4 +193,75 @@ r = json.load(open(sys.argv[1]))
 failed = {c["tensor"] for c in r["checks"] if c["verdict"] == "fail"}
 assert failed == {"d_Bm", "d_Cm"}, failed
 P
+# Mamba-2's z gate (issue 26): o = y silu(z), y the scan plus the D skip.
+$PY - "$T/gate.h5" <<'P' || exit 1
+import json, sys
+import h5py
+import numpy as np
+rng = np.random.default_rng(27)
+B, L, H, P, N = 2, 36, 3, 4, 8
+x = rng.standard_normal((B, L, H, P)); dt = np.log1p(np.exp(rng.standard_normal((B, L, H)) - 2))
+A = -np.exp(rng.uniform(-1, 1, H)); Bm = rng.standard_normal((B, L, N)); Cm = rng.standard_normal((B, L, N))
+D = 1 + 0.5 * rng.standard_normal(H); z = 2 * rng.standard_normal((B, L, H, P)); do = rng.standard_normal((B, L, H, P))
+x, dt, A, Bm, Cm, D, z, do = (a.astype(np.float32) for a in (x, dt, A, Bm, Cm, D, z, do))
+X, DT, AA, BB, CC, DD, Z, DO = (a.astype(np.float64) for a in (x, dt, A, Bm, Cm, D, z, do))
+sg = 1 / (1 + np.exp(-Z))
+def grads(gy):
+    """the scan's gradients under its upstream gradient gy, and its output y"""
+    y = np.zeros_like(X); dx = np.zeros_like(X); ddt = np.zeros_like(DT); dA = np.zeros(H); dB = np.zeros_like(BB)
+    dC = np.zeros_like(CC); dD = np.zeros(H)
+    for b in range(B):
+        for h in range(H):
+            hs = [np.zeros((P, N))]
+            for t in range(L):
+                hs.append(np.exp(DT[b, t, h] * AA[h]) * hs[-1] + DT[b, t, h] * np.outer(X[b, t, h], BB[b, t]))
+                y[b, t, h] = hs[-1] @ CC[b, t] + DD[h] * X[b, t, h]
+            adj = np.zeros((P, N))
+            for t in range(L - 1, -1, -1):
+                g = np.exp(DT[b, t, h] * AA[h]); gt = gy[b, t, h]
+                adj += np.outer(gt, CC[b, t])
+                dC[b, t] += hs[t + 1].T @ gt
+                gb = adj @ BB[b, t]
+                dx[b, t, h] = DT[b, t, h] * gb + DD[h] * gt
+                dB[b, t] += DT[b, t, h] * adj.T @ X[b, t, h]
+                e = g * np.sum(adj * hs[t])
+                ddt[b, t, h] = AA[h] * e + X[b, t, h] @ gb
+                dA[h] += DT[b, t, h] * e
+                dD[h] += gt @ X[b, t, h]
+                adj *= g
+    return y, {"d_x": dx, "d_dt": ddt, "d_A": dA, "d_Bm": dB, "d_Cm": dC, "d_D": dD}
+y, ok = grads(DO * Z * sg)
+ok["d_z"] = DO * y * sg * (1 + Z * (1 - sg))
+no_dz = {k: v for k, v in ok.items() if k != "d_z"}
+ungated = dict(ok, d_x=grads(DO)[1]["d_x"])
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["qatcheck_dump"] = 1
+    for path, gr, contract in (("gate.ok", ok, {"z_gate": True}), ("gate.no_dz", no_dz, {"z_gate": True}),
+                               ("gate.ungated_dx", ungated, {"z_gate": True}), ("gate.z_unused", no_dz, {})):
+        g = f.create_group(path)
+        g.attrs["class"] = "ssd"
+        g.attrs["contract"] = json.dumps(dict(contract, chunk_size=16, d_skip=True))
+        for k, v in (("x", x), ("dt", dt), ("A", A), ("Bm", Bm), ("Cm", Cm), ("D", D), ("z", z)):
+            g["inputs/" + k] = v
+        g["grad_out/dy"] = do
+        for k, v in gr.items():
+            g["grads/dy/" + k] = v.astype(np.float32)
+P
+ZTOL='{"d_x":{"derive":true},"d_dt":{"derive":true},"d_A":{"derive":true},"d_Bm":{"derive":true},"d_Cm":{"derive":true},"d_D":{"derive":true},"d_z":{"derive":true}}'
+group_cases gate.h5 gate "$ZTOL" ok no_dz ungated_dx z_unused
+expect_exit 0 "ssd z gate: the correct trainer backward passes" "$QATCHECK" vjp --case "$T/ok.json" --quiet
+sed 's/"candidate": "dump"/"candidate": "builtin"/' "$T/ok.json" >"$T/gate_builtin.json"
+expect_exit 0 "ssd z gate: the builtin candidate passes" "$QATCHECK" vjp --case "$T/gate_builtin.json" --quiet
+for d in no_dz:d_z ungated_dx:d_x; do
+  grp=${d%%:*} tens=${d#*:}
+  expect_exit 1 "ssd z gate: $grp fails" "$QATCHECK" vjp --case "$T/$grp.json" --json "$T/$grp.r.json"
+  $PY - "$T/$grp.r.json" "$tens" <<'P' && ok "$grp fails on $tens alone" || bad "$grp does not fail exactly $tens"
+import json, sys
+r = json.load(open(sys.argv[1]))
+failed = {c["tensor"] for c in r["checks"] if c["verdict"] == "fail"}
+assert failed == {sys.argv[2]}, failed
+P
+done
+expect_exit 2 "ssd: inputs/z without z_gate is refused" "$QATCHECK" vjp --case "$T/z_unused.json" --quiet
+grep -q "inputs/z" "$T/err" || bad "the refusal does not name inputs/z: $(cat "$T/err")"
 finish

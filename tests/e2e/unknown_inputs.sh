@@ -6,7 +6,8 @@
 # candidate gradient grads/dy/d_extra) exits 2 with one `qatcheck: error:`
 # line naming the dataset and listing what the class takes, and only the
 # error report. Then the cases that used to pass silently: an SSD group
-# with Mamba-2's D skip and z gate, an rmsnorm with a bias, a linear
+# with Mamba-2's D skip and z gate (both modelled now, each refused when
+# its contract key is off), an rmsnorm with a bias, a linear
 # candidate d_bias without params/bias, linear deployed bytes without a
 # weight_format (or scales without bytes), an ssd initial_state the
 # contract does not use, moe shared experts the contract does not declare,
@@ -79,11 +80,12 @@ with h5py.File(sys.argv[1], "w") as f:
         group(f, "extra_output." + cls, cls, make(), "outputs/final_state")
         group(f, "extra_grad." + cls, cls, make(), grads={"d_extra": np.ones(3, np.float32)})
     # Mamba-2's D skip and z gate (issue 26): D is modelled under d_skip =
-    # true (refused without it), z is refused until modelled
+    # true, z under z_gate = true (each refused without its key)
     group(f, "mamba2.D", "ssd", ssd({"D": bf(2)}), contract={"d_skip": True})
     group(f, "mamba2.D_off", "ssd", ssd({"D": bf(2)}))
     group(f, "mamba2.D_z", "ssd", ssd({"D": bf(2), "z": bf(1, 5, 2, 3)}), contract={"d_skip": True})
     group(f, "mamba2.z", "ssd", ssd({"z": bf(1, 5, 2, 3)}))
+    group(f, "mamba2.D_z_gate", "ssd", ssd({"D": bf(2), "z": bf(1, 5, 2, 3)}), contract={"d_skip": True, "z_gate": True})
     # an rmsnorm bias is a layernorm's, not an rmsnorm's
     d = C["rmsnorm"](); d["params"]["bias"] = bf(8)
     group(f, "rmsnorm_bias", "rmsnorm", d)
@@ -154,8 +156,14 @@ J
 expect_exit 0 "ssd with Mamba-2's inputs/D under d_skip = true passes" "$QATCHECK" vjp --case "$T/d.json" --json "$T/d.r.json"
 grep -q '"d_D"' "$T/d.r.json" && ok "d_D is checked" || bad "d_D is not in the report"
 refused mamba2.D_off builtin "'inputs/D'" "ssd with inputs/D but d_skip false is refused" "the contract's d_skip is false"
-refused mamba2.D_z builtin "'inputs/z'" "ssd with Mamba-2's inputs/D and inputs/z is refused (z)" "inputs/x, inputs/dt"
-refused mamba2.z builtin "'inputs/z'" "ssd with Mamba-2's inputs/z is refused" "not modelled by class 'ssd'"
+refused mamba2.D_z builtin "'inputs/z'" "ssd with inputs/D and inputs/z but z_gate false is refused (z)" "the contract's z_gate is false"
+refused mamba2.z builtin "'inputs/z'" "ssd with inputs/z but z_gate false is refused" "the contract's z_gate is false"
+ZTOL=$(echo "$DTOL" | sed 's/}}$/},"d_z":{"rel_l2":1e-2,"reasoning":"float32 gate"}}/')
+cat >"$T/z.json" <<J
+{"data": {"dump": "d.h5", "modules": "^/mamba2\\\\.D_z_gate\$"}, "candidate": "builtin", "tolerances": $ZTOL}
+J
+expect_exit 0 "ssd with Mamba-2's inputs/D and inputs/z under d_skip and z_gate passes" "$QATCHECK" vjp --case "$T/z.json" --json "$T/z.r.json"
+grep -q '"d_z"' "$T/z.r.json" && ok "d_z is checked" || bad "d_z is not in the report"
 TOL=$(tol rmsnorm)
 refused rmsnorm_bias builtin "'params/bias'" "rmsnorm with a params/bias is refused" "the class takes inputs/x, params/weight"
 TOL=$(tol linear)

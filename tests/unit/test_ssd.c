@@ -4,8 +4,10 @@
  * decay and near-resets; planted defects in the chunked VJP (the chunk
  * boundary state not passed, the decay of the wrong time step, d_A without
  * its within-chunk term, d_dt without its x (x) B term, the D skip's
- * gradient forgotten, d_Bm, d_Cm summed over the wrong heads of a group);
- * the D skip (d_skip); ngroups > 1 (Bm, Cm [B, L, G, N]); fd; bad input. */
+ * gradient forgotten, d_Bm, d_Cm summed over the wrong heads of a group,
+ * under the z gate d_z left at 0 or the gate's effect on dY forgotten);
+ * the D skip (d_skip); the z gate (z_gate); ngroups > 1 (Bm, Cm [B, L, G,
+ * N]); fd; bad input. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,7 +27,7 @@
 /* src/modules/ssd.c: the production VJP with a planted defect switched on
  * (qc_ssd_vjp_defect, modules/classes.h) */
 enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6,
-       SSD_GROUP_WRONG_HEADS = 7 };
+       SSD_GROUP_WRONG_HEADS = 7, SSD_Z_NO_DZ = 8, SSD_Z_UNGATED_DX = 9 };
 
 Test(ssd, builtin_matches_reference) {
   const char *shapes[] = {"1,1,2,8,16", "2,63,3,16,32", "1,200,2,8,16", "2,37,3,5,7"};
@@ -34,8 +36,9 @@ Test(ssd, builtin_matches_reference) {
   const char *c16[] = {"chunk_size=16", NULL};
   const char *c7[] = {"chunk_size=7", "initial_state=true", NULL};
   const char *skip[] = {"d_skip=true", "chunk_size=16", NULL};
-  const char *const *sets[] = {dflt, init, c16, c7, skip};
-  h_sweep("ssd", shapes, 4, sets, 5, 501, SSD_TOL_DT, SSD_TOL_HEAVY);
+  const char *gate[] = {"z_gate=true", "d_skip=true", "chunk_size=16", NULL};
+  const char *const *sets[] = {dflt, init, c16, c7, skip, gate};
+  h_sweep("ssd", shapes, 4, sets, 6, 501, SSD_TOL_DT, SSD_TOL_HEAVY);
 }
 
 static int d_ok(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
@@ -74,6 +77,16 @@ static int d_wrong_heads(const qc_ctx *c, const qc_module *m, const qc_tensor *d
   return qc_ssd_vjp_defect(m, dy, g, SSD_GROUP_WRONG_HEADS);
 }
 
+static int d_z_no_dz(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_Z_NO_DZ);
+}
+
+static int d_z_ungated(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
+  (void)c;
+  return qc_ssd_vjp_defect(m, dy, g, SSD_Z_UNGATED_DX);
+}
+
 /* h_expect_fail, logging the worst rel_l2 the defect reached */
 static void expect_fail(h_inst *in, qc_vjp_fn cand, const char *what, const char *tensor) {
   char fail[256];
@@ -110,6 +123,15 @@ Test(ssd, planted_defects_fail_naming_tensor) {
   cr_expect(qc_tset_get(&in.m.inputs, "D") != NULL, "d_skip generates inputs/D");
   expect_fail(&in, d_no_d_grad, "D skip gradient forgotten", "d_x");
   expect_fail(&in, d_no_d_param, "d_D not accumulated", "d_D");
+  h_free(&in);
+  /* the z gate (the output y silu(z)): d_z left at 0 fails on d_z, dY not
+   * gated before the scan's VJP fails on d_x; the correct one passes */
+  const char *gate[] = {"z_gate=true", "d_skip=true", "chunk_size=16", NULL};
+  h_make(&in, "ssd", "2,70,3,8,16", 15, "normal", gate);
+  cr_expect_eq(h_compare(&in, d_ok, SSD_TOL_DT, fail, sizeof fail, &w), 1, "z_gate: correct fails on %s (%.3g)", fail, w);
+  cr_expect(qc_tset_get(&in.m.inputs, "z") != NULL, "z_gate generates inputs/z");
+  expect_fail(&in, d_z_no_dz, "d_z left at 0", "d_z");
+  expect_fail(&in, d_z_ungated, "the gate's effect on dY forgotten", "d_x");
   h_free(&in);
   /* one chunk (L = 63 < 64): there is no boundary, so the no-pass defect is invisible there;
    * the shipped case's L = 200 is what catches it */
