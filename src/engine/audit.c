@@ -401,7 +401,8 @@ static int z_elevated(const qc_check *k) {
 /* A failed check k of gradient g (or a passing one with an elevated z):
  * judged again against each legal variant's reference (computed once per
  * dY into vars[]); of the variants that fit the candidate better than the
- * contract's reference (smaller rel_l2), the passing one that fits best
+ * contract's reference (smaller rel_l2, or a smaller multiple of its own
+ * noise floor), the passing one that fits best
  * replaces a failed k, naming its variant; a passing k is replaced only by
  * such a variant that passes with a smaller |z|. k stays as it is when
  * none qualifies. QC_OK or the error of a variant's reference. */
@@ -426,7 +427,10 @@ static int try_variants(qc_audit *a, const qc_registry_row *row, const qc_module
       continue;
     }
     if (k->verdict == QC_V_PASS && zabs(&kv) >= zabs(have ? &best : k)) continue; /* a pass is kept unless z drops */
-    if (kv.m.rel_l2 >= k->m.rel_l2) continue; /* a variant that fits no better explains nothing (a scale error) */
+    /* a variant that fits no better explains nothing (a scale error hides in a variant's noise): better
+     * is a smaller rel_l2 or, at the noise level where rel_l2 alone cannot tell two roundings apart, a
+     * smaller multiple of the variant's own noise floor (a bf16 sum of bf16-rounded dY) */
+    if (kv.m.rel_l2 >= k->m.rel_l2 && !(kv.m.noise_multiple < k->m.noise_multiple)) continue;
     if (kv.verdict == QC_V_PASS && (!have || kv.m.rel_l2 < best.m.rel_l2 || k->verdict == QC_V_PASS)) {
       variant_name(v, kv.variant, sizeof kv.variant);
       best = kv;
