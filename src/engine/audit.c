@@ -258,6 +258,8 @@ static int run_candidate(qc_audit *a, const qc_module *m, int i, qc_tset *out, c
  * gradients judged here; *skip gets "/d_x/d_weight/" (what it covered and
  * passed) so the general path leaves those out: a failed one is computed
  * there again, for its diagnosis only. */
+static int z_elevated(const qc_check *k);
+
 static int run_fast(qc_audit *a, const qc_registry_row *row, const qc_module *m, int i, char *skip, size_t skiplen) {
   static const qc_tset empty;
   const qc_tensor *dy = &m->grad_out.t[i];
@@ -282,7 +284,10 @@ static int run_fast(qc_audit *a, const qc_registry_row *row, const qc_module *m,
     k.m = g->m;
     k.has_metrics = 1;
     if ((rc = qc_audit_judge(m, dy, t, &k)) || (rc = qc_results_add(a->res, &k))) return rc;
-    if (k.verdict == QC_V_PASS)
+    /* a pass is final unless its z is elevated: then, as on the host
+     * path, the legal variants judge it too (the same reference chosen
+     * on either path) */
+    if (k.verdict == QC_V_PASS && !z_elevated(&k))
       l += (size_t)snprintf(skip + l, l < skiplen ? skiplen - l : 0, "%s%s/", l ? "" : "/", g->name);
   }
   return QC_OK;
@@ -475,12 +480,13 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
       }
       const qc_tensor *g = qc_tset_get(cset, r->name);
       qc_check *fk = fast_check(a, first, dy->name, r->name);
-      if (fk) { /* failed on the fast path: the legal variants as on the host path, else its diagnosis */
+      if (fk) { /* failed on the fast path, or passed with an elevated z: the legal variants as on the
+                 * host path, else (a failure) its diagnosis */
         if (g && qc_shape_eq(g, r)) {
           qc_check kv = *fk;
           rc = try_variants(a, row, m, dy, g, t, vars, &vdone, &kv);
           if (!rc && kv.verdict == QC_V_PASS) *fk = kv; /* the same verdict the host path reaches */
-          else if (!rc) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, fk);
+          else if (!rc && fk->verdict != QC_V_PASS) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, fk);
         }
         continue;
       }

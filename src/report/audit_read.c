@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -391,6 +392,10 @@ static int counts(const cJSON *r, const char *path, qc_ev_src *s) {
   }
   int has_t = cJSON_IsObject(t);
   double tc = num(t, "checks", 0), tf = num(t, "failed", 0);
+  /* counts, as the writer writes them: a whole number an int holds */
+  if (!(tc >= 0 && tc <= INT_MAX && tc == floor(tc)) || !(tf >= 0 && tf <= INT_MAX && tf == floor(tf)))
+    return qc_err("report '%s': \"totals\" holds checks %g and failed %g: expected counts (whole numbers from 0 to %d)",
+                  path, tc, tf, INT_MAX);
   if (has_t && cJSON_IsArray(a) && strcmp(s->verb, "sft") != 0) {
     if (tc != (double)n)
       return qc_err("report '%s': contradicts itself: \"totals\" says %.0f check(s), its \"%s\" array holds %d", path, tc,

@@ -34,6 +34,12 @@ key = lambda c: (c["module"], c["dy"], c["tensor"])
 assert [key(c) for c in a] == [key(c) for c in b], "different checks"
 for c, g in zip(a, b):
     assert c["verdict"] == g["verdict"], f"{key(c)}: cpu {c['verdict']} cuda {g['verdict']}"
+    if c.get("reference_variant") != g.get("reference_variant"):
+        # a z at the variants' retry threshold: each backend judged against a
+        # legal reference, not the same one; the verdict must agree (above)
+        print(f"{key(c)}: cpu judged against {c.get('reference_variant', 'the reference')}, cuda against "
+              f"{g.get('reference_variant', 'the reference')}; same verdict")
+        continue
     x, y = c["metrics"]["rel_l2"], g["metrics"]["rel_l2"]
     assert abs(x - y) <= 0.05 * abs(x) + 1e-12, f"{key(c)}: rel_l2 cpu {x} cuda {y}"
 print(f"{len(a)} checks agree")

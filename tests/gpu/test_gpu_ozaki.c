@@ -36,7 +36,7 @@ static double *bf16_randn(int64_t n, uint64_t seed, double scale) {
 static void *dev_copy(const qc_backend *be, const void *h, size_t bytes) {
   void *d = NULL;
   cr_assert_eq(be->buf_alloc(be, bytes ? bytes : 8, "test buffer", &d), QC_OK, "%s", qc_err_msg());
-  if (bytes) cr_assert_eq(be->upload(be, d, h, bytes), QC_OK);
+  if (bytes && h) cr_assert_eq(be->upload(be, d, h, bytes), QC_OK, "%s", qc_err_msg()); /* h NULL: an output buffer */
   return d;
 }
 
