@@ -7,10 +7,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "core/qc.h"
 #include "core/rng.h"
+#include "model/check.h"
 
 /* The CUDA backend, or skip the test (no device, or a build without CUDA). */
 static inline const qc_backend *gpu_or_skip(void) {
@@ -38,6 +40,18 @@ static inline double gpu_rel(const double *a, const double *b, int64_t n) {
     s += b[i] * b[i];
   }
   return sqrt(d) / (sqrt(s) > 0 ? sqrt(s) : 1);
+}
+
+/* The verdict of metrics m under a rel_l2 bound alone (the bias test off:
+ * the tests compare it on its own, with the engine's allowance). */
+static inline int gpu_verdict(const qc_metrics *m, double rel) {
+  qc_tol t;
+  char why[256];
+  memset(&t, 0, sizeof t);
+  t.has_rel_l2 = 1;
+  t.rel_l2 = rel;
+  t.has_bias_z = 1;
+  return qc_judge(m, &t, why, sizeof why);
 }
 
 #endif

@@ -82,15 +82,6 @@ static void cpu_metrics(const qc_tensor *cand, const qc_tensor *ref, qc_metrics 
   free(g);
 }
 
-static int verdict(const qc_metrics *m, double rel) {
-  qc_tol t;
-  char why[256];
-  memset(&t, 0, sizeof t);
-  t.has_rel_l2 = 1;
-  t.rel_l2 = rel;
-  t.has_bias_z = 1; /* off: the bias test is compared on its own below (its allowance is the engine's) */
-  return qc_judge(m, &t, why, sizeof why);
-}
 
 /* The fused GPU audit against the CPU class pair, one case. */
 static void audit_vs_cpu(const qc_backend *be, int64_t M, int64_t K, int64_t N, const char *fmt, const char *values) {
@@ -128,10 +119,10 @@ static void audit_vs_cpu(const qc_backend *be, int64_t M, int64_t K, int64_t N, 
   /* verdicts at a pass bound and a fail bound */
   for (int i = 0; i < 2; i++) {
     double tol = i ? 1e-2 : 1e-5;
-    cr_expect_eq(verdict(&o.dx, tol), verdict(&cdx, tol), "d_x verdict at %g", tol);
-    cr_expect_eq(verdict(&o.dw, tol), verdict(&cdw, tol), "d_weight verdict at %g", tol);
+    cr_expect_eq(gpu_verdict(&o.dx, tol), gpu_verdict(&cdx, tol), "d_x verdict at %g", tol);
+    cr_expect_eq(gpu_verdict(&o.dw, tol), gpu_verdict(&cdw, tol), "d_weight verdict at %g", tol);
   }
-  cr_expect_eq(verdict(&o.dx, 1e-2), QC_V_PASS, "builtin candidate d_x rel_l2 %.3g", o.dx.rel_l2);
+  cr_expect_eq(gpu_verdict(&o.dx, 1e-2), QC_V_PASS, "builtin candidate d_x rel_l2 %.3g", o.dx.rel_l2);
   /* the bias test of the builtin candidate: computed on the device, in bounds on both */
   cr_expect(!isnan(o.dx.bias_z) && !isnan(o.dw.bias_z), "the fused audit computes the bias test");
   cr_expect(fabs(o.dw.bias_z) <= 5 && fabs(cdw.bias_z) <= 5, "d_weight bias z gpu %.3g cpu %.3g: a correct candidate",
@@ -162,8 +153,8 @@ static void audit_vs_cpu(const qc_backend *be, int64_t M, int64_t K, int64_t N, 
     cr_assert_eq(be->audit_linear(be, &ab, &ob), QC_OK, "%s", qc_err_msg());
     qc_metrics cb;
     cpu_metrics(&bad, qc_tset_get(&rc, "d_x"), &cb);
-    cr_expect_eq(verdict(&ob.dx, 1e-2), QC_V_FAIL, "planted d_x defect passed on the GPU (rel_l2 %.3g)", ob.dx.rel_l2);
-    cr_expect_eq(verdict(&cb, 1e-2), QC_V_FAIL, "planted d_x defect passed on the CPU");
+    cr_expect_eq(gpu_verdict(&ob.dx, 1e-2), QC_V_FAIL, "planted d_x defect passed on the GPU (rel_l2 %.3g)", ob.dx.rel_l2);
+    cr_expect_eq(gpu_verdict(&cb, 1e-2), QC_V_FAIL, "planted d_x defect passed on the CPU");
     cr_expect(fabs(ob.dx.rel_l2 - cb.rel_l2) <= 1e-12 * cb.rel_l2, "given candidate: gpu %.17g cpu %.17g", ob.dx.rel_l2, cb.rel_l2);
     /* the bias test on the same candidate: the same sums up to summation order, the same verdict */
     cr_expect(fabs(ob.dx.e_par - cb.e_par) <= 1e-9 * fabs(cb.e_par), "given candidate e_par: gpu %.17g cpu %.17g", ob.dx.e_par, cb.e_par);
@@ -216,7 +207,7 @@ Test(gpu_linear, class_pair_on_cuda_backend) {
     qc_metrics mc, mg;
     cpu_metrics(qc_tset_get(&pc, names[i]), r1, &mc);
     cpu_metrics(qc_tset_get(&pg, names[i]), r2, &mg);
-    cr_expect_eq(verdict(&mc, 1e-2), verdict(&mg, 1e-2));
+    cr_expect_eq(gpu_verdict(&mc, 1e-2), gpu_verdict(&mg, 1e-2));
     cr_expect(fabs(mc.rel_l2 - mg.rel_l2) <= 0.05 * mc.rel_l2, "%s rel_l2 cpu %.4g gpu %.4g", names[i], mc.rel_l2, mg.rel_l2);
   }
   qc_tset_free(&pc); qc_tset_free(&rc); qc_tset_free(&pg); qc_tset_free(&rg);

@@ -177,15 +177,6 @@ Test(gpu_ozaki, nonfinite_operand_flagged) {
 
 /* ---- the fused audit with the fast reference ---------------------------- */
 
-static int verdict(const qc_metrics *m, double rel) {
-  qc_tol t;
-  char why[256];
-  memset(&t, 0, sizeof t);
-  t.has_rel_l2 = 1;
-  t.rel_l2 = rel;
-  t.has_bias_z = 1;
-  return qc_judge(m, &t, why, sizeof why);
-}
 
 typedef struct { void *x, *w, *dy, *dxc; } dev_lin;
 
@@ -238,11 +229,11 @@ static void audit_fast_vs_f64(const qc_backend *be, int64_t M, int64_t K, int64_
   cr_expect(fabs(oq.dx.noise_floor - of.dx.noise_floor) <= 1e-2 * of.dx.noise_floor, "d_x noise floor %.6g %.6g", oq.dx.noise_floor, of.dx.noise_floor);
   for (int i = 0; i < 3; i++) {
     double tol = i == 0 ? 1e-5 : i == 1 ? 1e-2 : 1.5 * of.dx.rel_l2;
-    cr_expect_eq(verdict(&oq.dx, tol), verdict(&of.dx, tol), "%s %s d_x verdict at %g", fmt, tag, tol);
-    cr_expect_eq(verdict(&oq.dw, tol), verdict(&of.dw, tol), "%s %s d_weight verdict at %g", fmt, tag, tol);
+    cr_expect_eq(gpu_verdict(&oq.dx, tol), gpu_verdict(&of.dx, tol), "%s %s d_x verdict at %g", fmt, tag, tol);
+    cr_expect_eq(gpu_verdict(&oq.dw, tol), gpu_verdict(&of.dw, tol), "%s %s d_weight verdict at %g", fmt, tag, tol);
   }
   cr_expect(fabs(oq.dx.bias_z - of.dx.bias_z) <= 0.05 * fabs(of.dx.bias_z) + 0.05, "d_x bias z fast %.4g float64 %.4g", oq.dx.bias_z, of.dx.bias_z);
-  if (planted) cr_expect_eq(verdict(&oq.dx, 1e-2), QC_V_FAIL, "a 3%% d_x defect passes with the fast reference");
+  if (planted) cr_expect_eq(gpu_verdict(&oq.dx, 1e-2), QC_V_FAIL, "a 3%% d_x defect passes with the fast reference");
   /* determinism */
   cr_expect_eq(memcmp(&oq.dx, &oq2.dx, sizeof oq.dx), 0, "fast d_x metrics differ between runs");
   cr_expect_eq(memcmp(oq.dw_ref, oq2.dw_ref, (size_t)(N * K) * 8), 0, "fast d_weight references differ between runs");
