@@ -39,6 +39,11 @@ static double num(const cJSON *o, const char *k, double dflt) {
   return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
+/* A JSON number as a count or index: clamped into what the type holds (a
+ * report from elsewhere may say anything; a cast out of range is undefined) */
+static int64_t as_i64(double v) { return v != v ? 0 : v > 9e15 ? (int64_t)9e15 : v < -9e15 ? -(int64_t)9e15 : (int64_t)v; }
+static int as_int(double v) { return v != v ? 0 : v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v; }
+
 static int flag(const cJSON *o, const char *k) { return cJSON_IsTrue(get(o, k)); }
 
 
@@ -83,7 +88,7 @@ static void read_tol(const cJSON *t, qc_tol *o) {
 static void read_shape(const cJSON *a, int *ndim, int64_t *shape) {
   const cJSON *e;
   *ndim = 0;
-  cJSON_ArrayForEach(e, a) if (*ndim < QC_MAXDIM) shape[(*ndim)++] = (int64_t)e->valuedouble;
+  cJSON_ArrayForEach(e, a) if (*ndim < QC_MAXDIM) shape[(*ndim)++] = as_i64(e->valuedouble);
 }
 
 static int read_vjp(const cJSON *r, int src, qc_evidence *e) {
@@ -111,7 +116,7 @@ static int read_vjp(const cJSON *r, int src, qc_evidence *e) {
       q->m.cosine_null = cJSON_IsNull(get(m, "cosine"));
       q->m.noise_floor = num(m, "noise_floor", NAN);
       q->m.noise_multiple = num(m, "noise_multiple", NAN);
-      q->m.nonfinite = (int64_t)num(m, "nonfinite", 0);
+      q->m.nonfinite = as_i64(num(m, "nonfinite", 0));
       q->m.bias_z = num(m, "bias_z", NAN);
     }
     if (cJSON_IsObject(get(k, "tolerance"))) {
@@ -139,9 +144,9 @@ static int read_vjp(const cJSON *r, int src, qc_evidence *e) {
     str(mo, "values", mi->values, sizeof mi->values);
     str(mo, "contract", mi->contract, sizeof mi->contract);
     str(mo, "reference", m->reference, sizeof m->reference);
-    mi->tokens = (int64_t)num(mo, "tokens", 0);
-    mi->seqlen = (int64_t)num(mo, "seqlen", 0);
-    mi->nchecks = (int)num(mo, "checks", 0);
+    mi->tokens = as_i64(num(mo, "tokens", 0));
+    mi->seqlen = as_i64(num(mo, "seqlen", 0));
+    mi->nchecks = as_int(num(mo, "checks", 0));
     mi->seconds = num(mo, "seconds", 0);
     const cJSON *t;
     cJSON_ArrayForEach(t, get(mo, "tensors")) {
@@ -194,8 +199,8 @@ static int read_contract(const cJSON *r, int src, qc_evidence *e) {
     s->cap = s->n;
     str(x, "module", w2->module, sizeof w2->module);
     str(x, "class", w2->cls, sizeof w2->cls);
-    w2->layer = (int)num(x, "layer", -1);
-    w2->expert = (int)num(x, "expert", -1);
+    w2->layer = as_int(num(x, "layer", -1));
+    w2->expert = as_int(num(x, "expert", -1));
     str(x, "weight_format", w2->wfmt, sizeof w2->wfmt);
     str(x, "activation_format", w2->afmt, sizeof w2->afmt);
     str(x, "dy", w2->dy, sizeof w2->dy);
@@ -224,10 +229,10 @@ static int read_contract(const cJSON *r, int src, qc_evidence *e) {
     c->tensor = tensor_name(t);
     str(x, "weight_format", c->wfmt, sizeof c->wfmt);
     str(x, "activation_format", c->afmt, sizeof c->afmt);
-    c->layers = (int)num(x, "layers", 0);
-    c->rows = (int)num(x, "rows", 0);
-    c->outliers = (int)num(x, "outliers", 0);
-    c->fails = (int)num(x, "failed", 0);
+    c->layers = as_int(num(x, "layers", 0));
+    c->rows = as_int(num(x, "rows", 0));
+    c->outliers = as_int(num(x, "outliers", 0));
+    c->fails = as_int(num(x, "failed", 0));
     const cJSON *cs = get(x, "cosine"), *ns = get(x, "norm_ratio");
     c->cos_min = num(cs, "min", NAN);
     c->cos_med = num(cs, "median", NAN);
