@@ -38,8 +38,8 @@ static double nice_step(double span, int want) {
 /* A number for a tick label: short, no trailing zeros. */
 static void fmt_tick(char *buf, size_t n, double v, double step) {
   if (v == 0 || (fabs(v) >= 1e-3 && fabs(v) < 1e6)) {
-    int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
-    if (dec > 8) dec = 8;
+    double dd = step >= 1 ? 0 : ceil(-log10(step) - 1e-9); /* inf for a step that underflowed to 0 */
+    int dec = dd > 8 || dd != dd ? 8 : dd < 0 ? 0 : (int)dd;
     snprintf(buf, n, "%.*f", dec, v);
   } else {
     snprintf(buf, n, "%.3g", v);
