@@ -31,33 +31,33 @@ if ! /usr/bin/python3 -c "import ml_dtypes" 2>/dev/null; then
   $SUDO /usr/bin/python3 -m pip install -q --break-system-packages --no-deps "ml_dtypes==0.5.1" >/dev/null 2>&1 ||
     echo "install-deps: could not install ml_dtypes: the quantizer e2e test will skip"
 fi
-# safetensors and tensorboard: the real writers of the checkpoints and event
-# files the tests read (the same numpy pin as above: never replace Debian's)
-if ! /usr/bin/python3 -c "import safetensors, tensorboard" 2>/dev/null; then
-  echo "install-deps: installing safetensors and tensorboard (pip)"
+# pip_pinned WHAT WARNING PIP-ARGS...: pip-install into Debian's python3
+# with numpy held at Debian's version (h5py is built against it; never
+# replace it); on failure say WARNING and go on (the tests that need it skip)
+pip_pinned() {
+  what=$1; warn=$2; shift 2
+  echo "install-deps: installing $what (pip)"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   c=$(mktemp)
   /usr/bin/python3 -c "import numpy; print('numpy==' + numpy.__version__)" >"$c" 2>/dev/null || : >"$c"
-  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages -c "$c" "safetensors==0.8.0" "tensorboard==2.21.0" >/dev/null 2>&1 ||
-    echo "install-deps: could not install safetensors/tensorboard: the tests that need their files will skip"
+  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages -c "$c" "$@" >/dev/null 2>&1 ||
+    echo "install-deps: could not install $what: $warn"
   rm -f "$c"
+}
+# safetensors and tensorboard: the real writers of the checkpoints and event
+# files the tests read
+if ! /usr/bin/python3 -c "import safetensors, tensorboard" 2>/dev/null; then
+  pip_pinned "safetensors and tensorboard" "the tests that need their files will skip" \
+    "safetensors==0.8.0" "tensorboard==2.21.0"
 fi
 # transformers: whole models from a real model-definition library
 # (scripts/qatdump_hf.py, tests/e2e/hf_models.sh). 4.49.0 is the newest that
 # runs on Debian's torch 1.13 (4.50 imports torch.distributed.tensor, torch
-# >= 2.5); its dependencies pinned to versions that install as wheels; the
-# numpy pin as above.
+# >= 2.5); its dependencies pinned to versions that install as wheels.
 if ! /usr/bin/python3 -c "import transformers" 2>/dev/null; then
-  echo "install-deps: installing transformers 4.49.0 (pip)"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  c=$(mktemp)
-  /usr/bin/python3 -c "import numpy; print('numpy==' + numpy.__version__)" >"$c" 2>/dev/null || : >"$c"
-  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages --only-binary=:all: -c "$c" "transformers==4.49.0" \
+  pip_pinned "transformers 4.49.0" "the whole-model tests will skip" --only-binary=:all: "transformers==4.49.0" \
     "tokenizers==0.21.4" "huggingface-hub==0.36.2" "hf-xet==1.8.0" "regex==2026.11.19" "tqdm==4.70.1" \
-    "filelock==4.3.1" "fsspec==2026.9.0" >/dev/null 2>&1 ||
-    echo "install-deps: could not install transformers: the whole-model tests will skip"
-  rm -f "$c"
+    "filelock==4.3.1" "fsspec==2026.9.0"
 fi
 exit 0
