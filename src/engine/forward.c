@@ -40,22 +40,27 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
   if (!m->cls->forward || quantizes(m) || ctx->round_ops || ctx->wscale > 0) return QC_NA;
   int rc = m->cls->forward(m, m, r);
   if (rc) return rc;
-  const qc_tensor *x = m->inputs.n ? &m->inputs.t[0] : NULL;
+  const qc_tensor *x = NULL; /* the first floating input (rope's positions are ids) */
+  for (int j = 0; j < m->inputs.n && !x; j++)
+    if (qc_dtype_is_float(m->inputs.t[j].dtype)) x = &m->inputs.t[j];
+  if (!x && m->inputs.n) x = &m->inputs.t[0];
   tm->k = x && x->ndim ? x->shape[x->ndim - 1] : 1;
   if (tm->k < 1) tm->k = 1;
   tm->lambda = 1;
   snprintf(tm->why, sizeof tm->why, "the %s forward, each output reducing over at most %lld values (the last dimension of "
            "inputs/%s)", m->cls->name, (long long)tm->k, x ? x->name : "-");
   /* A chain (an expert's three GEMMs, a scan) rounds in more steps than one
-   * reduction: the class's error model of d_<first input>, the same chain
-   * run backward, when it is the longer (its terms are the gradient's, not
-   * the output's: not used) */
+   * reduction, and rope's float32 angles err by ~u p inv_freq: the class's
+   * error model of d_<first input>, the same chain run backward, when its
+   * accumulation term lambda sqrt(K) u is the larger (its terms are the
+   * gradient's, not the output's: not used) */
   const qc_tensor *y = qc_tset_get(&m->outputs, "y");
   char g[80];
   qc_tol_model gm;
   memset(&gm, 0, sizeof gm);
   if (x && y && m->cls->tol_model && snprintf(g, sizeof g, "d_%s", x->name) < (int)sizeof g &&
-      m->cls->tol_model(m, y, g, &gm) == QC_OK && gm.k * (gm.lambda > 0 ? gm.lambda : 1) > tm->k) {
+      m->cls->tol_model(m, y, g, &gm) == QC_OK &&
+      (gm.lambda > 0 ? gm.lambda : 1) * sqrt((double)gm.k) > tm->lambda * sqrt((double)tm->k)) {
     tm->k = gm.k;
     tm->lambda = gm.lambda > 0 ? gm.lambda : 1;
     tm->margin = gm.margin;
