@@ -40,8 +40,13 @@ for c, g in zip(a, b):
         print(f"{key(c)}: cpu judged against {c.get('reference_variant', 'the reference')}, cuda against "
               f"{g.get('reference_variant', 'the reference')}; same verdict")
         continue
+    # 5% of rel_l2, or 1% of the rel_l2 tolerance the verdict is judged
+    # against: a float32 candidate far below its tolerance (a MoE's d_w2 at
+    # rel_l2 ~1e-6 against 5.5e-3) differs between the backends by its
+    # float32 accumulation order alone
     x, y = c["metrics"]["rel_l2"], g["metrics"]["rel_l2"]
-    assert abs(x - y) <= 0.05 * abs(x) + 1e-12, f"{key(c)}: rel_l2 cpu {x} cuda {y}"
+    tol = (c.get("tolerance") or {}).get("rel_l2") or 0.0
+    assert abs(x - y) <= max(0.05 * abs(x), 0.01 * tol) + 1e-12, f"{key(c)}: rel_l2 cpu {x} cuda {y} (tolerance {tol})"
 print(f"{len(a)} checks agree")
 EOF
   then ok "$n: exit $r1 on both, same verdicts"; else bad "$n: cpu and cuda disagree"; fi
