@@ -148,8 +148,20 @@ extern "C" int qk_metrics(const void *g, int g_kind, const double *r, int64_t n,
 __global__ void __launch_bounds__(BT) k_bias_colsum(double *parts, int chunks, long long cols) {
   const long long j = (long long)blockIdx.x * BT + threadIdx.x;
   if (j >= cols) return;
+  /* eight chunks' loads in flight before their adds, in chunk order */
   double t = 0, c = 0;
-  for (int k = 0; k < chunks; k++) {
+  int k = 0;
+  for (; k + 8 <= chunks; k += 8) {
+    double pt[8], pc[8]; /* scalar loads: the slots need not be 16-byte aligned */
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+      pt[q] = parts[((long long)(k + q) * cols + j) * 2];
+      pc[q] = parts[((long long)(k + q) * cols + j) * 2 + 1];
+    }
+#pragma unroll
+    for (int q = 0; q < 8; q++) { t += pt[q]; c += pc[q]; }
+  }
+  for (; k < chunks; k++) {
     t += parts[((long long)k * cols + j) * 2];
     c += parts[((long long)k * cols + j) * 2 + 1];
   }

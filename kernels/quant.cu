@@ -255,8 +255,19 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs 
 __global__ void k_fuse_dx_final(const double *part, int tiles, int mrows, int64_t cols, double *dx) {
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= (int64_t)mrows * cols) return;
+  /* eight loads in flight before their adds (the same order of sums):
+   * one dependent load a tile made this pass latency-bound */
+  const int64_t stride = (int64_t)mrows * cols;
   double v = 0.0;
-  for (int k = 0; k < tiles; k++) v += part[(int64_t)k * mrows * cols + t];
+  int k = 0;
+  for (; k + 8 <= tiles; k += 8) {
+    double p[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) p[j] = part[(int64_t)(k + j) * stride + t];
+#pragma unroll
+    for (int j = 0; j < 8; j++) v += p[j];
+  }
+  for (; k < tiles; k++) v += part[(int64_t)k * stride + t];
   dx[t] = v;
 }
 
