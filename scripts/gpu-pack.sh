@@ -40,5 +40,10 @@ mkdir -p .gpu/wheels
   "fsspec==2026.9.0" "safetensors==0.8.0" "ml_dtypes==0.5.1" "packaging==26.4" "pyyaml==6.0.4" \
   "requests==2.34.2" "urllib3==2.8.0" "idna==3.20" "certifi==2026.10.19.post1" "charset-normalizer==3.5.3" >/dev/null 2>&1 ||
   echo "gpu-pack: could not download the transformers wheels: gpu-verify's hf_models check needs them on the GPU machine"
+# the compiled ones again for CPython 3.12 (the GPU machine's Python may not be this one's)
+/usr/bin/python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 --implementation cp --abi cp312 \
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .gpu/wheels \
+  "regex==2026.11.19" "pyyaml==6.0.4" "charset-normalizer==3.5.3" >/dev/null 2>&1 ||
+  echo "gpu-pack: could not download the CPython 3.12 wheels of regex, pyyaml and charset-normalizer"
 tar -C "$stage" -cJf .gpu/bundle.tar.xz .
 echo "gpu-pack: .gpu/bundle.tar.xz ($(du -h .gpu/bundle.tar.xz | cut -f1)); carry .gpu"
