@@ -17,11 +17,24 @@ for fmt in none fp8_block128 mxfp8 nvfp4; do
  $LIN_TOL}
 EOF
 done
+# the runs, GPU_VJP_JOBS cases at once (default 4: the CPU side's host
+# references are single-threaded), then the comparisons in order
+runcase() { # CASE NAME: both devices' reports, errors and exit codes
+  "$QATCHECK" vjp --case "$1" --device cpu --json "$T/cpu_$2.json" --quiet >/dev/null 2>"$T/cpu_err_$2"; echo $? >"$T/cpu_rc_$2"
+  "$QATCHECK" vjp --case "$1" --device cuda --json "$T/gpu_$2.json" --quiet >/dev/null 2>"$T/gpu_err_$2"; echo $? >"$T/gpu_rc_$2"
+}
+jobs_n=0
+for c in cases/*.json "$T"/nobias_*.json; do
+  runcase "$c" "$(basename "$c" .json)" &
+  jobs_n=$((jobs_n + 1))
+  [ $jobs_n -lt "${GPU_VJP_JOBS:-4}" ] || { wait; jobs_n=0; }
+done
+wait
 for c in cases/*.json "$T"/nobias_*.json; do
   n=$(basename "$c" .json)
-  "$QATCHECK" vjp --case "$c" --device cpu --json "$T/cpu_$n.json" --quiet >/dev/null 2>"$T/cpu_err"; r1=$?
+  r1=$(cat "$T/cpu_rc_$n"); r2=$(cat "$T/gpu_rc_$n")
+  cp "$T/cpu_err_$n" "$T/cpu_err"; cp "$T/gpu_err_$n" "$T/gpu_err"
   if [ $r1 -eq 2 ] && grep -q "not implemented" "$T/cpu_err"; then echo "skip $n: $(head -1 "$T/cpu_err")"; continue; fi
-  "$QATCHECK" vjp --case "$c" --device cuda --json "$T/gpu_$n.json" --quiet >/dev/null 2>"$T/gpu_err"; r2=$?
   if [ $r1 -ne $r2 ]; then bad "$n: cpu exit $r1, cuda exit $r2 ($(head -1 "$T/gpu_err"))"; continue; fi
   if [ $r1 -eq 2 ]; then
     if cmp -s "$T/cpu_err" "$T/gpu_err"; then ok "$n: exit 2 on both, same message"; else bad "$n: exit 2 with different messages"; fi
