@@ -512,6 +512,16 @@ class Dumper:
                 tap = a.view_as(a) if a.requires_grad else a.detach().requires_grad_(True)
                 tap.register_hook(self._grad_hook(rec, "input_grads", name))
                 new[i] = tap
+        # a module of a bf16 model (a floating input or parameter in bf16, no
+        # autocast): its own ops round their results to bf16, and a bf16
+        # input used at several sites (Mamba2's dt, also promoted to float32
+        # against a float32 A) gets its gradient contributions rounded and
+        # summed in bf16 (compute_dtype)
+        fl = [t.dtype for t in rec.inputs.values() if t.is_floating_point()]
+        fl += [p.dtype for p in m.parameters(recurse=False) if p.is_floating_point()]
+        autocast = torch.is_autocast_enabled() or (hasattr(torch, "is_autocast_cpu_enabled") and
+                                                   torch.is_autocast_cpu_enabled())
+        rec.bf16_compute = any(d == torch.bfloat16 for d in fl) and not autocast
         for pname, v in slots:
             if torch.is_tensor(v) or v is None:
                 continue
@@ -883,6 +893,8 @@ class Dumper:
         g = f.require_group(gpath)
         g.attrs["class"] = rec.cls
         contract = getattr(m, "qatcheck_contract", None)
+        if getattr(rec, "bf16_compute", False) and "compute_dtype" not in (contract or {}):
+            contract = dict(contract or {}, compute_dtype="bfloat16")  # observed at its forward
         if contract is not None:
             g.attrs["contract"] = json.dumps(contract)
         dys = {n: gs[gi] for n, gs in rec.grad_out.items()}

@@ -856,6 +856,15 @@ def run_one(arch, plant, out, a):
     os.makedirs(out, exist_ok=True)
     model = build(arch, a.size, a.seed, a.ngroups).to(a.device)
     plan = instrument(model, a.format, plant, a.plant_layer, ssd_groups=a.ssd_groups, deployed=not a.no_deployed)
+    if a.dtype != "float32":
+        # a bf16 model as from_pretrained(torch_dtype=...) makes it: every
+        # parameter in bf16, the rotary inv_freq buffers kept in float32
+        # (.to() alone rounds them too, and every rope then turns by other
+        # angles than the config's theta says)
+        model.to(getattr(torch, a.dtype))
+        for m in model.modules():
+            if hasattr(m, "original_inv_freq") and torch.is_tensor(getattr(m, "inv_freq", None)):
+                m.inv_freq = m.original_inv_freq.to(device=m.inv_freq.device, dtype=torch.float32)
     seq = a.seq or (12 if a.size == "tiny" else 1024)
     ids, mask = batch(model, a.batch, seq, a.seed + 1, a.device)
     dump = os.path.join(out, "step.h5")
@@ -894,6 +903,9 @@ def main(argv=None):
     ap.add_argument("--no-deployed", action="store_true", help="do not save the quantized linears' deployed bytes")
     ap.add_argument("--warm", type=int, default=-1, help="undumped steps before the dumped one, the last timed "
                     "(default 2 at --size gpu, else 0)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="the model's parameter dtype: float32 masters (the default) or a pure bf16 model, "
+                         "every module computing in bf16 as the library does")
     ap.add_argument("--ssd-groups", default="tile", choices=["tile", "interleave"],
                     help="how Mamba2's heads read the B, C groups: tile (transformers 4.49's torch path, the "
                          "default) or interleave (mamba_ssm's kernels)")

@@ -141,6 +141,18 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
   return sqrt(ss);
 }
 
+void qc_audit_bf16_compute(const qc_module *m, qc_tol_model *tm) {
+  if (!qc_contract_bf16_compute(&m->contract)) return;
+  for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) { /* a GEMM class with formats: its contract is its arithmetic */
+    const size_t kl = strlen(k->key);
+    if (kl > 7 && strcmp(k->key + kl - 7, "_format") == 0) return;
+  }
+  tm->rounded_operands += QC_BF16_COMPUTE_ROUNDINGS;
+  const size_t l = strlen(tm->why);
+  snprintf(tm->why + l, sizeof tm->why - l, "%scompute_dtype bfloat16: %d more bf16 roundings (product, activation, sum)",
+           l ? "; " : "", QC_BF16_COMPUTE_ROUNDINGS);
+}
+
 int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, qc_dtype dt, const qc_tol *decl, int ref_zero,
                     qc_audit_model *am, qc_tol *out) {
   memset(am, 0, sizeof *am);
@@ -149,6 +161,7 @@ int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, q
     return QC_EINPUT;
   }
   int rc = m->cls->tol_model(m, dy, grad, &am->tm);
+  if (!rc) qc_audit_bf16_compute(m, &am->tm);
   if (!rc && !(am->tm.terms > 0)) am->tm.terms = ref_terms(m, dy, grad); /* the class's model leaves it to the reference */
   if (!rc) rc = qc_tol_from_model(&am->tm, decl, qc_dtype_name(dt), &am->spec, &am->terms, &am->pre);
   if (rc) return rc;

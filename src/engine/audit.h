@@ -64,6 +64,14 @@ typedef struct qc_audit_model {
  * none), and (out non-NULL) the tolerance qc_tol_fill_derived makes of it
  * (ref_zero: the reference is exactly zero). QC_OK, or QC_EINPUT when the
  * class has no model for grad (message set). */
+/* A module whose contract says compute_dtype = bfloat16 (a pure-bf16
+ * model: every elementwise op and matmul of its own rounds its result to
+ * bf16) gets QC_BF16_COMPUTE_ROUNDINGS more bf16-rounded operands in its
+ * error model tm, on the path to each output: a product, an activation and
+ * a sum. A class with *_format keys (a quantized GEMM: bf16 operands,
+ * float32 accumulation) is left alone: its contract is its arithmetic. */
+#define QC_BF16_COMPUTE_ROUNDINGS 3
+void qc_audit_bf16_compute(const qc_module *m, qc_tol_model *tm);
 int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, qc_dtype dt, const qc_tol *decl, int ref_zero,
                     qc_audit_model *am, qc_tol *out);
 

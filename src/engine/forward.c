@@ -67,6 +67,7 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
     snprintf(tm->why, sizeof tm->why, "the %s forward, modelled as its %s chain run forward: %s", m->cls->name, g, gm.why);
   }
   qc_err_clear();
+  qc_audit_bf16_compute(m, tm);
   return QC_OK;
 }
 

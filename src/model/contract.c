@@ -65,11 +65,23 @@ static int in_list(const char *list, const char *s, int *takes_num) {
   return 0;
 }
 
+const qc_key_spec qc_common_keys[] = {
+    {"compute_dtype", "float32|bfloat16", "float32",
+     "the dtype the module's own arithmetic rounds its intermediate results to: bfloat16 in a pure-bf16 model "
+     "(every elementwise op and matmul rounds its result), float32 where it computes in float32"},
+    {NULL, NULL, NULL, NULL}};
+
+int qc_contract_bf16_compute(const qc_contract *c) {
+  return strcmp(qc_contract_str(c, "compute_dtype", "float32"), "bfloat16") == 0;
+}
+
 int qc_contract_validate(qc_contract *c, const qc_key_spec *spec, const char *where) {
   for (int i = 0; i < c->n; i++) {
     const qc_kv *kv = &c->kv[i];
     const qc_key_spec *s = spec;
     while (s && s->key && strcmp(s->key, kv->key) != 0) s++;
+    if (!s || !s->key) /* not the class's own: one of every class's */
+      for (s = qc_common_keys; s->key && strcmp(s->key, kv->key) != 0; s++) {}
     if (!s || !s->key) {
       qc_err("%s: unknown contract key '%s'", where, kv->key);
       char keys[512] = "";
@@ -77,7 +89,11 @@ int qc_contract_validate(qc_contract *c, const qc_key_spec *spec, const char *wh
         strncat(keys, k == spec ? "" : ", ", sizeof keys - strlen(keys) - 1);
         strncat(keys, k->key, sizeof keys - strlen(keys) - 1);
       }
-      qc_hint("this class takes: %s", keys[0] ? keys : "(no contract keys)");
+      for (const qc_key_spec *k = qc_common_keys; k->key; k++) {
+        strncat(keys, keys[0] ? ", " : "", sizeof keys - strlen(keys) - 1);
+        strncat(keys, k->key, sizeof keys - strlen(keys) - 1);
+      }
+      qc_hint("this class takes: %s", keys);
       return QC_EINPUT;
     }
     if (!s->values) {

@@ -42,8 +42,15 @@ const qc_kv *qc_contract_get(const qc_contract *c, const char *key);
 int qc_contract_set(qc_contract *c, const char *key, const char *str, double num, int has_num);
 /* Merge: every key of `over` replaces the same key in c. */
 int qc_contract_merge(qc_contract *c, const qc_contract *over);
-/* Check c against a NULL-terminated spec list: unknown keys and values not
- * allowed fail with a message naming `where` and the key. Fills defaults. */
+/* The keys every class takes besides its own (NULL-terminated):
+ * compute_dtype, the dtype a module's own arithmetic rounds its
+ * intermediate results to (float32, or bfloat16 in a pure-bf16 model). */
+extern const qc_key_spec qc_common_keys[];
+/* 1 when c says compute_dtype = bfloat16. */
+int qc_contract_bf16_compute(const qc_contract *c);
+/* Check c against a NULL-terminated spec list (and qc_common_keys):
+ * unknown keys and values not allowed fail with a message naming `where`
+ * and the key. Fills defaults. */
 int qc_contract_validate(qc_contract *c, const qc_key_spec *spec, const char *where);
 /* Render as a JSON object string into buf. */
 char *qc_contract_json(const qc_contract *c, char *buf, int n);

@@ -87,8 +87,10 @@ int qc_tol_derive(const qc_tol_spec *s, qc_tol_terms *t) {
   memset(t, 0, sizeof *t);
   if (!s->out_dtype) return qc_err("tol: '--out-dtype' is required: expected the dtype the gradient is stored in");
   if (s->k < 1) return qc_err("tol: '--k' is %lld: expected the reduction length, at least 1", (long long)s->k);
-  if (s->rounded_operands < 0 || s->rounded_operands > 2)
-    return qc_err("tol: '--rounded-operands' is %d: expected 0, 1 or 2", s->rounded_operands);
+  /* up to 2 a GEMM's operands, and 3 more a bf16-computing module's own
+   * roundings (compute_dtype, engine/audit.h) */
+  if (s->rounded_operands < 0 || s->rounded_operands > 5)
+    return qc_err("tol: '--rounded-operands' is %d: expected 0 to 5", s->rounded_operands);
   if ((rc = qc_tol_unit_roundoff(s->out_dtype, "--out-dtype", 0, &t->u_out))) return rc;
   if ((rc = qc_tol_unit_roundoff(s->operand_dtype ? s->operand_dtype : s->out_dtype, "--operand-dtype", 0, &t->u_op)))
     return rc;

@@ -29,7 +29,11 @@ planted="llama:o_proj_dx gemma2:softcap_grad mamba2:dskip_grad"
   mv "$T/b/llama" "$T/llama_nvfp4" && mv "$T/b/mamba2" "$T/mamba2_g2_tile" &&
   "$PY" "$ROOT/scripts/qatdump_hf.py" --arch mamba2 --ngroups 2 --ssd-groups interleave \
     --out "$T/mamba2_g2_interleave" >>"$T/dump.log" 2>&1 &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama --seq 4096 --batch 1 --out "$T/llama_long" >>"$T/dump.log" 2>&1 ||
+  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama --seq 4096 --batch 1 --out "$T/llama_long" >>"$T/dump.log" 2>&1 &&
+  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch $clean --dtype bfloat16 --seq 64 --out "$T/bf16" >>"$T/dump.log" 2>&1 &&
+  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama:o_proj_dx mamba2:dskip_grad --dtype bfloat16 --seq 64 \
+    --out "$T/bf16" >>"$T/dump.log" 2>&1 &&
+  for a in $clean llama_o_proj_dx mamba2_dskip_grad; do mv "$T/bf16/$a" "$T/${a}_bf16" || exit 1; done ||
   { bad "qatdump_hf.py"; tail -30 "$T/dump.log"; finish; }
 grep '^qatdump_hf' "$T/dump.log"
 
@@ -51,6 +55,8 @@ errs = []
 # the planted module fails on the gradients its bug reaches
 tens = sorted(c["tensor"] for c in r["checks"] if c["verdict"] != "pass")
 plant = d.rsplit("/", 1)[-1]
+if plant.endswith("_bf16"):  # the same plant in a pure-bf16 model
+    plant = plant[:-5]
 want_t = {"llama_o_proj_dx": [["d_x"]], "gemma2_softcap_grad": [["d_k", "d_q"], ["d_q"]],
           "mamba2_dskip_grad": [["d_x"]]}.get(plant, [[]])
 if plant.endswith("_g2_tile"):
@@ -76,9 +82,16 @@ PYEOF
 # (position x inv_freq) err by ~u p inv_freq: the rope forward and d_x
 # pass on the rope class's error model (a generic one-reduction model
 # failed the forward at rel_l2 8e-6 against 4.7e-6)
-for d in $clean llama_long llama_nvfp4 mamba2_g2_interleave llama_o_proj_dx gemma2_softcap_grad mamba2_dskip_grad mamba2_g2_tile; do
+# *_bf16: pure-bf16 models (every parameter bf16, no autocast); qatdump
+# observes it and writes compute_dtype = bfloat16 into each module's
+# contract, whose own ops round their results to bf16: before that,
+# nearly every non-linear check of a correct bf16 model failed. The
+# planted o_proj d_x x 1.001 and the missing D skip still fail there (the
+# softcap derivative taken as 1 does not at this size: with logits far
+# below the cap it moves d_q by less than bf16 resolves)
+for d in $clean llama_long llama_bf16 gemma2_bf16 qwen2_moe_bf16 mamba2_bf16 llama_o_proj_dx_bf16 mamba2_dskip_grad_bf16 llama_nvfp4 mamba2_g2_interleave llama_o_proj_dx gemma2_softcap_grad mamba2_dskip_grad mamba2_g2_tile; do
   want=0
-  case $d in *_o_proj_dx|*_softcap_grad|*_dskip_grad|*_g2_tile) want=1 ;; esac
+  case $d in *_o_proj_dx|*_softcap_grad|*_dskip_grad|*_g2_tile|*_dx_bf16|*_grad_bf16) want=1 ;; esac
   (cd "$T/$d" && "$QATCHECK" vjp --case case.json --json r.json >out.txt 2>&1)
   rc=$?
   if [ $rc -ne $want ]; then bad "$d: vjp exit $rc, expected $want"; tail -15 "$T/$d/out.txt"; continue; fi
