@@ -207,6 +207,7 @@ const qc_class qc_class_rope = {
     .forward = rope_forward,
     .fd_shape = "5,2,12",
     .tol_model = rope_tol_model,
+    .round_ops = 2, /* reference variants: cos and sin in bf16; also each product and sum (a bf16 model) */
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = rope_hyps,
 };

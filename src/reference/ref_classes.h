@@ -13,6 +13,8 @@ int qc_ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, q
 int qc_ref_rmsnorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_layernorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
+/* The rope forward (a qc_fwd_ref_fn, reference/rope.c). */
+int qc_ref_rope_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm);
 int qc_ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_relu2(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_gelu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);

@@ -1,4 +1,4 @@
-/* reference/rope.c: the float64 RoPE VJP, from the math.
+/* reference/rope.c: the float64 RoPE VJP and forward, from the math.
  *
  * The forward multiplies each feature pair (a, b) of token t by the rotation
  * matrix Q(phi) = [[cos, -sin], [sin, cos]], phi = s (p_t + offset)
@@ -7,7 +7,14 @@
  * features from R on pass through (d_x = dy). Angles in float64.
  * The terms' scale (ctx->terms): each output sums two products, |cos g_a|
  * + |sin g_b|; a float32 angle errs by u |phi|, moving the output by |phi|
- * times the other pair (|sin g_a| + |cos g_b|), so that term is added. */
+ * times the other pair (|sin g_a| + |cos g_b|), so that term is added.
+ * Variants: ctx->round_ops 1, cos and sin rounded to bf16 before they
+ * multiply (the library casts its tables to x's dtype); 2, each product
+ * and the pair's sum rounded to bf16 as well (a pure-bf16 model's ops,
+ * forward and autograd alike). Rounding x cos with cos a bf16 value just
+ * below 1 shrinks the product by a fixed part of an ulp: a systematic
+ * error (bias z -3 on 16K elements) that only the rounded arithmetic
+ * itself reproduces. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,53 +22,104 @@
 #include "model/module.h"
 #include "reference/ref_classes.h"
 #include "core/qc.h"
+#include "numerics/formats.h"
 #include "reference/ref_util.h"
 
-int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  const int ab = ctx && ctx->terms;
+/* Q(s phi) (fwd = 1) or Q(-s phi) (the VJP) applied to every token and
+ * head of v [T, H, D] into out (ctx->terms: the terms' scale;
+ * ctx->round_ops: the bf16 variants). A status. */
+static int rope_apply(const qc_ctx *ctx, const qc_module *m, const double *v, int fwd, double *out) {
   const qc_tensor *xt, *pt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 2, 3, &xt))) return rc;
   if ((rc = qc_module_need(m, "inputs", "positions", 1, 1, &pt))) return rc;
+  const int ab = ctx && ctx->terms, rnd = ctx ? ctx->round_ops : 0;
   const int64_t T = xt->shape[0], D = xt->shape[xt->ndim - 1], H = qc_numel(xt) / (T * D);
   const qc_contract *c = &m->contract;
   const double rdim = qc_contract_num(c, "rotary_dim", 0), theta = qc_contract_num(c, "theta", 10000);
   const int64_t R = rdim == 0 ? D : (int64_t)rdim;
-  if (pt->shape[0] != T) return qc_err("%s: 'inputs/positions': expected [%lld], one per token", m->path, (long long)T);
-  if (rdim != floor(rdim) || R % 2 || R < 2 || R > D)
-    return qc_err("%s: contract key 'rotary_dim' = %g: expected even, 2..%lld, or 0", m->path, rdim, (long long)D);
-  if (!(theta > 1)) return qc_err("%s: contract key 'theta' = %g: expected > 1", m->path, theta);
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
   const int inter = strcmp(qc_contract_str(c, "layout", "half"), "interleaved") == 0;
   const double s = strcmp(qc_contract_str(c, "inverse", "no"), "yes") == 0 ? -1.0 : 1.0;
   const double off = qc_contract_num(c, "position_offset", 0);
   int64_t *p = NULL;
-  double *G = NULL, *dx;
   if ((rc = qc_refu_ids(m, pt, "inputs/positions", &p))) return rc;
-  rc = QC_ESYS;
-  if (!(G = qc_refu_load(dy, "reference rope dY"))) goto done;
-  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
   for (int64_t t = 0; t < T; t++)
     for (int64_t h = 0; h < H; h++) {
-      const double *g = G + (t * H + h) * D;
-      double *d = dx + (t * H + h) * D;
+      const double *g = v + (t * H + h) * D;
+      double *d = out + (t * H + h) * D;
       for (int64_t i = R; i < D; i++) d[i] = ab ? fabs(g[i]) : g[i];
       for (int64_t j = 0; j < R / 2; j++) {
         const int64_t a = inter ? 2 * j : j, b = inter ? 2 * j + 1 : j + R / 2;
         const double phi = s * ((double)p[t] + off) * exp(-2.0 * (double)j / (double)R * log(theta));
-        /* Q(-phi) [g_a, g_b] */
-        const double co = cos(phi), si = sin(phi);
+        double co = cos(phi), si = sin(phi);
+        if (rnd) {
+          co = qc_round_bf16((float)co);
+          si = qc_round_bf16((float)si);
+        }
+        if (fwd) si = -si; /* Q(phi) = Q(-phi)^T */
         if (ab) {
           d[a] = fabs(co * g[a]) + fabs(si * g[b]) + fabs(phi) * (fabs(si * g[a]) + fabs(co * g[b]));
           d[b] = fabs(si * g[a]) + fabs(co * g[b]) + fabs(phi) * (fabs(co * g[a]) + fabs(si * g[b]));
+          continue;
+        }
+        /* Q(-phi) [g_a, g_b] */
+        if (rnd >= 2) { /* each product and the sum rounded to bf16, as a bf16 model's ops do */
+          d[a] = qc_round_bf16((float)((double)qc_round_bf16((float)(co * g[a])) + qc_round_bf16((float)(si * g[b]))));
+          d[b] = qc_round_bf16((float)((double)qc_round_bf16((float)(-si * g[a])) + qc_round_bf16((float)(co * g[b]))));
           continue;
         }
         d[a] = co * g[a] + si * g[b];
         d[b] = -si * g[a] + co * g[b];
       }
     }
-  rc = QC_OK;
+  free(p);
+  return QC_OK;
+}
+
+/* The contract's checks shared by the VJP and the forward. */
+static int rope_check(const qc_module *m, const qc_tensor **xt) {
+  const qc_tensor *pt;
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "x", 2, 3, xt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "positions", 1, 1, &pt))) return rc;
+  const int64_t T = (*xt)->shape[0], D = (*xt)->shape[(*xt)->ndim - 1];
+  const double rdim = qc_contract_num(&m->contract, "rotary_dim", 0), theta = qc_contract_num(&m->contract, "theta", 10000);
+  if (pt->shape[0] != T) return qc_err("%s: 'inputs/positions': expected [%lld], one per token", m->path, (long long)T);
+  const int64_t R = rdim == 0 ? D : (int64_t)rdim;
+  if (rdim != floor(rdim) || R % 2 || R < 2 || R > D)
+    return qc_err("%s: contract key 'rotary_dim' = %g: expected even, 2..%lld, or 0", m->path, rdim, (long long)D);
+  if (!(theta > 1)) return qc_err("%s: contract key 'theta' = %g: expected > 1", m->path, theta);
+  return QC_OK;
+}
+
+int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  const qc_tensor *xt;
+  int rc;
+  if ((rc = rope_check(m, &xt))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
+  double *G = NULL, *dx;
+  rc = QC_ESYS;
+  if (!(G = qc_refu_load(dy, "reference rope dY"))) goto done;
+  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
+  rc = rope_apply(ctx, m, G, 0, dx);
 done:
-  free(p); free(G);
+  free(G);
+  return rc;
+}
+
+/* The forward y = Q(phi) x in float64 (a qc_fwd_ref_fn): tm left zero, so
+ * the engine takes the class's own error model (its float32 angles). */
+int qc_ref_rope_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+  const qc_tensor *xt;
+  int rc;
+  memset(tm, 0, sizeof *tm);
+  if ((rc = rope_check(m, &xt))) return rc;
+  double *X = NULL;
+  rc = QC_ESYS;
+  if (!(X = qc_refu_load(xt, "reference rope x"))) goto done;
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, xt->ndim, xt->shape))) goto done;
+  rc = rope_apply(ctx && ctx->terms ? NULL : ctx, m, X, 1, (double *)y->data);
+done:
+  free(X);
   return rc;
 }
