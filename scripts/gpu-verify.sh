@@ -38,7 +38,9 @@
 #                  time against step time; transformers 4.49.0 from
 #                  .gpu/wheels (scripts/gpu-pack.sh) put first on the path
 #                  when the machine has another release or none; exit 77
-#                  (skipped) without transformers 4.49 or a CUDA device
+#                  (skipped) without transformers 4.49 or a CUDA device.
+#                  hf_models_ARCH (hf_models_llama, ...): one architecture
+#                  (Llama's dump and audit took 5 minutes on the H200)
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
@@ -92,7 +94,7 @@ hf_models() { # qatdump_hf.py follows transformers 4.49.0: the bundle's pinned w
     done
     export PYTHONPATH=$Q/py${PYTHONPATH:+:$PYTHONPATH}
   fi
-  PY=$PY sh bench/hf_models.sh --device cuda
+  PY=$PY sh bench/hf_models.sh --device cuda "$@"
 }
 for c in $CHECKS; do
   case $c in
@@ -114,6 +116,7 @@ for c in $CHECKS; do
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
     hf_models) run hf_models hf_models ;;
+    hf_models_*) run "$c" hf_models "${c#hf_models_}" ;; # one architecture (a device call is 10 minutes at most)
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
   esac
 done
