@@ -316,6 +316,24 @@ static double rank_key(const dg *d, int i, int *cls) {
   return *cls == 2 ? (double)i : isnan(h->rel_l2) ? -1.0 : h->rel_l2;
 }
 
+
+int qc_dg_setup(dg *d, const char *what) {
+  d->n = qc_numel(d->r);
+  d->C = d->r->ndim ? d->r->shape[d->r->ndim - 1] : 1;
+  d->R = d->n / (d->C ? d->C : 1);
+  d->g = malloc((size_t)(d->n + 1) * sizeof *d->g);
+  d->p = malloc((size_t)(d->n + 1) * sizeof *d->p);
+  d->rd = (double *)d->r->data;
+  if (!d->g || !d->p) return qc_err_sys("out of memory diagnosing %s", what);
+  int rc = qc_tensor_to_f64(d->cand, d->g);
+  if (rc) return rc;
+  qc_dtype jd = QC_F32;
+  if (qc_dtype_from_name(d->k->judged_dtype, &jd)) jd = d->cand->dtype;
+  const double u = jd == QC_BF16 ? 0x1p-8 : jd == QC_F16 ? 0x1p-11 : jd == QC_F32 ? 0x1p-24 : 0x1p-53;
+  d->floor = fmax(isnan(d->k->m.noise_floor) ? 0 : d->k->m.noise_floor, 0.1 * u / sqrt(3.0));
+  d->e0 = d->k->m.rel_l2;
+  return QC_OK;
+}
 /* Sort the recorded hypotheses by rank_key (stable), fitted marks with them,
  * so a report's first consistent hypothesis is the best one. */
 static void rank_hyps(dg *d) {
@@ -391,21 +409,9 @@ int qc_diagnose(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, cons
     return QC_OK;
   }
   dg d = {.ctx = ctx, .m = m, .dy = dy, .r = r, .cand = g, .ref_names = ref_names, .k = k};
-  d.n = qc_numel(r);
-  d.C = r->ndim ? r->shape[r->ndim - 1] : 1;
-  d.R = d.n / (d.C ? d.C : 1);
-  d.g = malloc((size_t)d.n * sizeof *d.g);
-  d.p = malloc((size_t)d.n * sizeof *d.p);
-  d.rd = (double *)r->data;
-  int rc = QC_OK;
-  if (!d.g || !d.p) { rc = qc_err_sys("out of memory diagnosing %s", k->tensor); goto done; }
-  if ((rc = qc_tensor_to_f64(g, d.g))) goto done;
-  qc_dtype jd = QC_F32;
-  if (qc_dtype_from_name(k->judged_dtype, &jd)) jd = g->dtype;
-  double u = jd == QC_BF16 ? 0x1p-8 : jd == QC_F16 ? 0x1p-11 : jd == QC_F32 ? 0x1p-24 : 0x1p-53;
-  d.floor = fmax(isnan(k->m.noise_floor) ? 0 : k->m.noise_floor, 0.1 * u / sqrt(3.0));
+  int rc = qc_dg_setup(&d, k->tensor);
+  if (rc) goto done;
   d.level = k->level > 0 ? k->level : (k->tol.has_rel_l2 ? k->tol.rel_l2 : 3 * d.floor);
-  d.e0 = k->m.rel_l2;
   if (k->m.nonfinite) {
     if (has_word(gen, "nonfinite")) qc_dg_nonfinite(&d);
   } else {

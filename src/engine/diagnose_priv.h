@@ -24,6 +24,11 @@ typedef struct dg {
   char fitted[16];      /* per recorded hypothesis: fitted to the candidate (reported last) */
 } dg;
 
+/* Fill d's float64 copy of its candidate (d->g), scratch (d->p), [R, C]
+ * view of its reference, the noise floor of d->k's judged dtype and e0
+ * (d->r, d->cand and d->k set; d->level is the caller's). The caller frees
+ * d->g and d->p, also on failure. A status; `what` names the subject. */
+int qc_dg_setup(dg *d, const char *what);
 /* ||a - b|| / max(||b||, eps) over n values. */
 double qc_dg_rel(const double *a, const double *b, int64_t n);
 /* Record hypothesis `name` tested with prediction error e (NAN: none) at

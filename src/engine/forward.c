@@ -331,20 +331,10 @@ int qc_diagnose_forward(const qc_ctx *ctx, const qc_module *m, const qc_tensor *
   dg d = {.ctx = ctx, .m = m, .r = r, .cand = y, .k = k};
   int rc = QC_OK;
   k->nhyp = 0;
-  d.n = qc_numel(r);
-  d.C = r->ndim ? r->shape[r->ndim - 1] : 1;
-  d.R = d.n / (d.C ? d.C : 1);
-  d.g = malloc((size_t)(d.n + 1) * sizeof *d.g);
-  d.p = malloc((size_t)(d.n + 1) * sizeof *d.p);
-  d.rd = (double *)r->data;
-  if (!d.g || !d.p) { rc = qc_err_sys("out of memory diagnosing %s's forward", m->path); goto done; }
-  if ((rc = qc_tensor_to_f64(y, d.g))) goto done;
-  qc_dtype jd = QC_F32;
-  if (qc_dtype_from_name(k->judged_dtype, &jd)) jd = y->dtype;
-  double u = jd == QC_BF16 ? 0x1p-8 : jd == QC_F16 ? 0x1p-11 : jd == QC_F32 ? 0x1p-24 : 0x1p-53;
-  d.floor = fmax(isnan(k->m.noise_floor) ? 0 : k->m.noise_floor, 0.1 * u / sqrt(3.0));
+  char what[QC_PATHLEN + 16];
+  snprintf(what, sizeof what, "%s's forward", m->path);
+  if ((rc = qc_dg_setup(&d, what))) goto done;
   d.level = k->level > 0 ? k->level : 3 * d.floor;
-  d.e0 = k->m.rel_l2;
   if (k->m.nonfinite) {
     qc_dg_nonfinite(&d);
   } else {
