@@ -5,6 +5,7 @@
 #include <cJSON.h>
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,20 @@ static double unit(qc_dtype dt) {
     case QC_BF16: return ldexp(1, -8);
     default: return 0;
   }
+}
+
+/* A tolerance of rel_l2 bound alone, with its reasoning (printf-style). */
+static qc_tol rel_tol(double bound, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static qc_tol rel_tol(double bound, const char *fmt, ...) {
+  qc_tol t;
+  memset(&t, 0, sizeof t);
+  t.has_rel_l2 = 1;
+  t.rel_l2 = bound;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t.reasoning, sizeof t.reasoning, fmt, ap);
+  va_end(ap);
+  return t;
 }
 
 /* Module `base` passed (bad 0) or failed a check of the mode. */
@@ -329,11 +344,7 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
     if (!rc && !found) rc = qc_err("dump '%s': '%s' has no micro-batch gradient %s to sum", qc_dump_path(c->d), ap, names[i]);
     if (!rc) {
       double u = unit(at.dtype), bound = 2.0 * (nmb + 1) * u;
-      qc_tol t;
-      memset(&t, 0, sizeof t);
-      t.has_rel_l2 = 1;
-      t.rel_l2 = bound;
-      snprintf(t.reasoning, sizeof t.reasoning,
+      qc_tol t = rel_tol(bound,
                "the accumulated .grad is the sum of the %d micro-batches' gradients: %d additions rounded to %s, "
                "2 (N + 1) u = %.3g", nmb, nmb, qc_dtype_name(at.dtype), bound);
       char diag[256] = "";
@@ -371,11 +382,7 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
       free(dys);
       if (!rc) {
         double u = unit(at.dtype), bound = (nmb + 1) * u + 8 * ldexp(1, -24) * sqrt((double)tokens);
-        qc_tol t;
-        memset(&t, 0, sizeof t);
-        t.has_rel_l2 = 1;
-        t.rel_l2 = bound;
-        snprintf(t.reasoning, sizeof t.reasoning,
+        qc_tol t = rel_tol(bound,
                  "the micro-batches' gradients sum to the whole batch's: each rounded to %s and the sum, (N + 1) u, "
                  "plus a float32 accumulator over the %lld tokens in another order, 8 u32 sqrt(tokens): %.3g",
                  qc_dtype_name(at.dtype), (long long)tokens, bound);
@@ -447,11 +454,7 @@ static int tied(mctx *c, const char *tg, const char *cls) {
   }
   if (rc) goto done;
   double bound = 2.0 * (ns + 1) * unit(at.dtype);
-  qc_tol t;
-  memset(&t, 0, sizeof t);
-  t.has_rel_l2 = 1;
-  t.rel_l2 = bound;
-  snprintf(t.reasoning, sizeof t.reasoning,
+  qc_tol t = rel_tol(bound,
            "a parameter used at %d sites accumulates their shares: %d additions rounded to %s, 2 (N + 1) u = %.3g", ns, ns,
            qc_dtype_name(at.dtype), bound);
   char diag[512] = "";
