@@ -69,7 +69,7 @@ except ImportError:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance"))
 
 BF16 = torch.bfloat16
-PLANTS = ("none", "o_proj_dx", "softcap_grad", "dskip_grad")
+PLANTS = ("none", "o_proj_dx", "softcap_grad", "dskip_grad", "swiglu_gate_grad")
 
 # the gradients of each class (docs/classes.md, the class table)
 GRADS = {"linear": ["d_x", "d_weight", "d_bias"], "rmsnorm": ["d_x", "d_weight"],
@@ -191,7 +191,22 @@ class QcSwiGLU(torch.nn.Module):
         object.__setattr__(self, "_act", act)
 
     def forward(self, gate, up):
+        if getattr(self, "qc_plant", "none") == "swiglu_gate_grad":
+            gate = _ScaleGrad.apply(gate, 1.003)  # the planted bug: d_gate scaled by 1.003
         return self._act(gate) * up
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the gradient times f, rounded to the gradient's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, f):
+        ctx.f = f
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):  # in float32: a bf16 tensor times a Python float takes the float as bf16 (1.003 -> 1)
+        return (g.float() * ctx.f).to(g.dtype), None
 
 
 def _mlp_forward(self, x):
@@ -744,6 +759,9 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
         model.get_submodule(planted).qc_plant = plant
     elif plant == "dskip_grad":
         planted = pl + ".mixer.qc_ssd"
+        model.get_submodule(planted).qc_plant = plant
+    elif plant == "swiglu_gate_grad":
+        planted = pl + ".mlp.qc_swiglu"
         model.get_submodule(planted).qc_plant = plant
     return _plan(model, notes, planted)
 

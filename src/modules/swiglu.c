@@ -193,6 +193,7 @@ const qc_class qc_class_swiglu = {
     .forward = swiglu_forward,
     .fd_shape = "9,21",
     .tol_model = swiglu_tol_model,
+    .round_ops = 2, /* reference variants: a bf16 model's ops rounded once each (torch 2), or every step (torch 1.13's CPU) */
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = swiglu_hyps,
 };
