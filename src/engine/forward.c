@@ -195,13 +195,19 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
   const int elevated = k.verdict == QC_V_PASS && zb > 0 && isfinite(k.m.bias_z) && fabs(k.m.bias_z) > 0.5 * zb;
   if (k.verdict != QC_V_PASS || elevated) {
     int replaced = 0;
-    for (int v = 1; v <= 3 && (k.verdict != QC_V_PASS || (elevated && !replaced)); v++) {
+    /* the class's rounding variants, fullest first (each a legal arithmetic:
+     * rope's tables and ops, swiglu's ops rounded once or every step): the
+     * best fit of them all; then the rounded inputs, while still needed */
+    const int nlev = m->cls->round_ops > 1 ? m->cls->round_ops : 1;
+    for (int step = 0; step < nlev + 2; step++) {
+      const int v = step < nlev ? 1 : step - nlev + 2, lvl = step < nlev ? nlev - step : 0;
+      if (!(k.verdict != QC_V_PASS || (elevated && (v == 1 || !replaced)))) break;
       qc_ctx c = *a->ctx;
       qc_module alt = *m;
       qc_tensor rv = {0};
       qc_tol_model tv;
       int changed = 1, r2 = QC_OK;
-      c.round_ops = v == 1 ? (m->cls->round_ops > 1 ? m->cls->round_ops : 1) : 0; /* the class's fullest rounding */
+      c.round_ops = lvl;
       if (v >= 2) { /* inputs (and, 3, parameters: autocast) rounded: legal only where no quantizer
                      * follows (else a defect, diagnosed) */
         if (quantizes(m)) continue;
@@ -218,7 +224,8 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
             (k.verdict != QC_V_PASS ||
              (fabs(kv.m.bias_z) < fabs(k.m.bias_z) && (kv.m.rel_l2 < k.m.rel_l2 || kv.m.noise_multiple < k.m.noise_multiple)))) {
           snprintf(kv.variant, sizeof kv.variant, "%s",
-                   v == 1   ? "bf16-rounded operands (a GEMM's quantized weight and input; rope's cos, sin, products and sums)"
+                   v == 1   ? (lvl > 1 ? "bf16-rounded operands and ops (every op of the class in bf16)"
+                                        : "bf16-rounded operands (a GEMM's quantized weight and input; each op rounded once)")
                    : v == 2 ? "bf16-rounded inputs"
                             : "bf16-rounded inputs and parameters (autocast)");
           k = kv;
