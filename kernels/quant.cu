@@ -16,6 +16,9 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
 #include "qk_elem.cuh"
@@ -251,6 +254,154 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs 
   }
 }
 
+/* The bf16 tile kernel (the audit's weights: bf16 input, cols a multiple
+ * of 8, every pointer aligned; k_block128 takes the rest, and all of it
+ * under QC_CUDA_QK_SCALAR=1). One 128 x 128 tile a block of 256 threads:
+ * 16 column groups of 8 adjacent columns by 16 rows, 8 passes of 16 rows.
+ * Each thread loads its 64 values once with 16-byte loads and keeps them
+ * packed as bf16 pairs (32 registers): W is read once, not two or three
+ * times, and the stores are 8 to 64 bytes wide. The arithmetic per element
+ * is encode()'s, so the bytes are k_block128's.
+ *
+ * FUSE: the tile's payload codes go to shared memory (16 KB), and a second
+ * phase sums the tile's share of the reference d_x, dY[m, row] *
+ * W_ref[row, col] over the tile's rows in float64 (exact products), with
+ * W_ref looked up by code in a table of decode(code) * s, the float
+ * encode() returns (256 entries, one a thread). A thread takes one column
+ * and 8 rows m of dY over the tile's rows in order. (Two columns a thread
+ * over half the rows, 7 shared loads a row for 16 products rather than 10
+ * for 8, measured no faster: ncu 209 against 197 us for the decode
+ * weight; the shared loads are not what bounds it.) */
+__device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float bf_at(const uint4 &v, int j) {
+  const uint32_t w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
+  return (j & 1) ? bf_hi(w) : bf_lo(w);
+}
+
+template <bool FUSE> __global__ void __launch_bounds__(256) k_block128v(qk_qargs a) {
+  __shared__ float sh[8];
+  __shared__ __align__(16) uint8_t scode[FUSE ? 128 : 1][FUSE ? 128 : 16];
+  __shared__ __align__(16) double sdy[FUSE ? 128 : 1][FUSE ? QK_FUSE_M : 1];
+  __shared__ double slut[FUSE ? 256 : 1];
+  const int64_t br = blockIdx.y, bc = blockIdx.x;
+  const int cg = threadIdx.x & 15, rr = threadIdx.x >> 4;
+  const int64_t col = bc * 128 + cg * 8; /* cols % 8 == 0: a group is wholly inside or outside */
+  const bool colok = col < a.cols;
+  const int64_t row0 = br * 128 + rr;
+  const uint16_t *in = (const uint16_t *)a.in;
+  uint4 v[8];
+  if (FUSE) /* consecutive threads, consecutive rows of dY: coalesced */
+    for (int idx = threadIdx.x; idx < 128 * QK_FUSE_M; idx += 256) {
+      const int i = idx % 128, mm = idx / 128;
+      const int64_t row = br * 128 + i;
+      sdy[FUSE ? i : 0][FUSE ? mm : 0] =
+          mm < a.fuse_m && row < a.rows ? (double)__bfloat162float(((const __nv_bfloat16 *)a.fuse_dy)[mm * a.rows + row]) : 0.0;
+    }
+#pragma unroll
+  for (int s = 0; s < 8; s++) {
+    const int64_t row = row0 + 16 * s;
+    v[s] = colok && row < a.rows ? __ldg((const uint4 *)(in + row * a.cols + col)) : make_uint4(0, 0, 0, 0);
+  }
+  float m = 0.f;
+  unsigned bad = 0;
+#pragma unroll
+  for (int s = 0; s < 8; s++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) { /* out-of-range elements were loaded as zeros: finite, below any amax */
+      const float x = bf_at(v[s], j);
+      if (!isfinite(x)) bad++;
+      else m = fmaxf(m, fabsf(x));
+    }
+  if (bad) atomicAdd(&a.scratch[1], bad);
+  m = block_max(bad ? INFINITY : m, sh);
+  if (isinf(m)) return; /* block-wide, as k_block128 */
+  qc_bscale sc = qr_block_scale(&a.rc, m, 0.f), sc1 = sc;
+  if (a.two_stage) {
+    float m2 = 0.f;
+#pragma unroll
+    for (int s = 0; s < 8; s++)
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        float d;
+        encode(false, sc1, bf_at(v[s], j), &d);
+        m2 = fmaxf(m2, fabsf(d));
+      }
+    m2 = block_max(m2, sh);
+    sc = qr_block_scale(&a.rc2, m2, 0.f);
+  }
+  const int64_t sidx = br * ((a.cols + 127) / 128) + bc;
+  if (threadIdx.x == 0) {
+    if (a.scale) a.scale[sidx] = sc.deq;
+    if (a.scale_b) a.scale_b[sidx] = a.fmt == QK_FP8_BLOCK128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
+  }
+#pragma unroll
+  for (int s = 0; s < 8; s++) {
+    const int64_t row = row0 + 16 * s;
+    float d[8];
+    uint32_t cw[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      float x = bf_at(v[s], j);
+      if (a.two_stage) encode(false, sc1, x, &x);
+      const uint8_t c = encode(false, sc, x, &d[j]);
+      cw[j >> 2] |= (uint32_t)c << (8 * (j & 3));
+    }
+    if (FUSE) *(uint2 *)&scode[FUSE ? rr + 16 * s : 0][FUSE ? cg * 8 : 0] = make_uint2(cw[0], cw[1]);
+    if (!colok || row >= a.rows) continue;
+    const int64_t i = row * a.cols + col;
+    if (a.q) *(uint2 *)(a.q + i) = make_uint2(cw[0], cw[1]);
+    if (a.deq) {
+      *(float4 *)(a.deq + i) = make_float4(d[0], d[1], d[2], d[3]);
+      *(float4 *)(a.deq + i + 4) = make_float4(d[4], d[5], d[6], d[7]);
+    }
+    if (a.deq_bf16) {
+      uint32_t p[4];
+#pragma unroll
+      for (int k = 0; k < 4; k++)
+        p[k] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(d[2 * k])) |
+               ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(d[2 * k + 1])) << 16);
+      *(uint4 *)(a.deq_bf16 + i) = make_uint4(p[0], p[1], p[2], p[3]);
+    }
+    if (a.deq_f64)
+#pragma unroll
+      for (int k = 0; k < 4; k++) *(double2 *)(a.deq_f64 + i + 2 * k) = make_double2((double)d[2 * k], (double)d[2 * k + 1]);
+  }
+  if (FUSE) {
+    /* W_ref of each code, as encode() computes it: one entry a thread */
+    slut[FUSE ? threadIdx.x : 0] = (double)__fmul_rn(qk_e4m3_to_f32((uint8_t)threadIdx.x), sc.deq);
+    __syncthreads();
+    const int nrows = (int)min((int64_t)128, a.rows - br * 128);
+    { /* thread: column tc, rows m = 8h..8h+7 of dY, all 128 rows in order */
+      const int tc = threadIdx.x & 127, h = threadIdx.x >> 7;
+      const int64_t c = bc * 128 + tc;
+      if (h * 8 < a.fuse_m && c < a.cols) {
+        double acc[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[j] = 0.0;
+        for (int r = 0; r < nrows; r++) {
+          const double w = slut[FUSE ? scode[FUSE ? r : 0][FUSE ? tc : 0] : 0];
+          const double *dy = &sdy[FUSE ? r : 0][FUSE ? 8 * h : 0];
+#pragma unroll
+          for (int j = 0; j < 8; j++) acc[j] = fma(dy[FUSE ? j : 0], w, acc[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+          if (8 * h + j < a.fuse_m) a.fuse_part[(br * a.fuse_m + 8 * h + j) * a.cols + c] = acc[j];
+      }
+    }
+  }
+}
+
+/* k_block128v's conditions: bf16 input, whole groups of 8 columns, every
+ * pointer aligned to its vector width. */
+static bool block128v_ok(const qk_qargs *a) {
+  const char *e = getenv("QC_CUDA_QK_SCALAR");
+  if (e && !strcmp(e, "1")) return false;
+  return a->in_bf16 && a->cols % 8 == 0 && (uintptr_t)a->in % 16 == 0 && (uintptr_t)a->q % 8 == 0 &&
+         (uintptr_t)a->deq % 16 == 0 && (uintptr_t)a->deq_bf16 % 16 == 0 && (uintptr_t)a->deq_f64 % 16 == 0;
+}
+
 /* d_x[m, col] = sum over tile rows t, in order, of part[t][m][col]. */
 __global__ void k_fuse_dx_final(const double *part, int tiles, int mrows, int64_t cols, double *dx) {
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -307,11 +458,14 @@ extern "C" int qk_quantize(const qk_qargs *a, void *stream) {
     k_tensor<<<amax_blocks, 256, 0, st>>>(*a);
   } else if (a->fmt == QK_FP8_BLOCK128 || a->fmt == QK_FP8_BLOCK128_UE8M0) {
     dim3 grid((unsigned)((a->cols + 127) / 128), (unsigned)((a->rows + 127) / 128));
+    const bool vec = block128v_ok(a);
     if (a->fuse_m > 0) {
       if (a->fuse_m > QK_FUSE_M || !a->fuse_dy || !a->fuse_part) return (int)cudaErrorInvalidValue;
-      k_block128<true><<<grid, 256, 0, st>>>(*a);
+      if (vec) k_block128v<true><<<grid, 256, 0, st>>>(*a);
+      else k_block128<true><<<grid, 256, 0, st>>>(*a);
     } else {
-      k_block128<false><<<grid, 256, 0, st>>>(*a);
+      if (vec) k_block128v<false><<<grid, 256, 0, st>>>(*a);
+      else k_block128<false><<<grid, 256, 0, st>>>(*a);
     }
   } else {
     int64_t G = group_width(a);

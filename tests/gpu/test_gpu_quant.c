@@ -216,3 +216,58 @@ Test(gpu_quant, nonfinite_and_unknown_refused) {
   cr_expect_eq(be->quantize(be, "fp9", "vllm", 2, 128, x, &q), QC_EINPUT);
   qc_backend_close(be);
 }
+
+/* The bf16 tile quantizer (16-byte loads, one read of the tile: the audit's
+ * weights) against the element-wise one (QC_CUDA_QK_SCALAR=1), against the
+ * same input two bytes off alignment (which the element-wise one takes)
+ * and against the CPU: identical float64 values for block128 and its
+ * two-stage ue8m0 under every profile, on shapes with partial tiles. */
+Test(gpu_quant, bf16_tile_paths_match_cpu, .timeout = 300) {
+  const qc_backend *be = gpu_or_skip();
+  const int64_t shapes[][2] = {{256, 384}, {300, 456}, {129, 136}, {1, 16}, {200, 1000}};
+  const char *fmts[] = {"fp8_block128", "fp8_block128_ue8m0"};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+    float *x = s % 2 ? bf16_weights(rows, cols, 7 + s) : qdata(rows, cols, 3 + s);
+    uint16_t *xb = malloc((size_t)(n + 1) * 2);
+    float *xf = malloc((size_t)n * 4);
+    double *cpu = malloc((size_t)n * 8), *g[3];
+    for (int64_t i = 0; i < n; i++) {
+      xb[i + 1] = qc_f32_to_bf16(x[i]);
+      xf[i] = qc_bf16_to_f32(xb[i + 1]);
+    }
+    void *din = NULL, *dout = NULL, *dscr = NULL;
+    cr_assert_eq(be->buf_alloc(be, (size_t)(n + 8) * 2, "in", &din), QC_OK);
+    cr_assert_eq(be->buf_alloc(be, (size_t)n * 8, "out", &dout), QC_OK);
+    cr_assert_eq(be->buf_alloc(be, (size_t)n * 4, "scratch", &dscr), QC_OK);
+    for (int k = 0; k < 3; k++) g[k] = malloc((size_t)n * 8);
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+      for (size_t p = 0; p < sizeof g_profs / sizeof g_profs[0]; p++) {
+        cr_assert_eq(qc_fake_quant_f64(fmts[f], g_profs[p], rows, cols, xf, cpu, cols, "x"), QC_OK, "%s", qc_err_msg());
+        for (int k = 0; k < 3; k++) { /* 0: the tile kernel, 1: element-wise, 2: misaligned input */
+          const int off = k == 2 ? 1 : 0; /* in elements: 2 bytes */
+          cr_assert_eq(be->upload(be, (uint16_t *)din + off, xb + 1, (size_t)n * 2), QC_OK);
+          cr_assert_eq(setenv("QC_CUDA_QK_SCALAR", k == 1 ? "1" : "0", 1), 0);
+          cr_assert_eq(be->fake_quant_f64(be, fmts[f], g_profs[p], rows, cols, QC_BF16, (uint16_t *)din + off, dscr, dout, "x"),
+                       QC_OK, "%s", qc_err_msg());
+          cr_assert_eq(be->sync(be), QC_OK, "%s", qc_err_msg());
+          cr_assert_eq(be->download(be, g[k], dout, (size_t)n * 8), QC_OK);
+        }
+        unsetenv("QC_CUDA_QK_SCALAR");
+        for (int k = 0; k < 3; k++) {
+          int64_t first = -1, cnt = 0;
+          for (int64_t i = 0; i < n; i++)
+            if (memcmp(&g[k][i], &cpu[i], 8)) { if (first < 0) first = i; cnt++; }
+          cr_expect_eq(cnt, 0, "%s/%s [%lld x %lld] path %d: %lld values differ from the CPU, first at %lld: cpu %a gpu %a",
+                       fmts[f], g_profs[p], (long long)rows, (long long)cols, k, (long long)cnt, (long long)first,
+                       first >= 0 ? cpu[first] : 0, first >= 0 ? g[k][first] : 0);
+        }
+      }
+    for (int k = 0; k < 3; k++) free(g[k]);
+    be->buf_free(be, din);
+    be->buf_free(be, dout);
+    be->buf_free(be, dscr);
+    free(x); free(xb); free(xf); free(cpu);
+  }
+  qc_backend_close(be);
+}
