@@ -25,17 +25,26 @@ __device__ __forceinline__ void macc_init(macc &a) {
   a.bad = 0;
 }
 
-__device__ __forceinline__ void macc_add(macc &a, double g, double r, long long i) {
-  if (!isfinite(g)) { a.bad++; return; }
+/* r rounded to bf16 as qc_noise_floor rounds it: via float32 (two of the
+ * SM's slow 64-bit conversions: computed once an element) */
+__device__ __forceinline__ double rnd_bf16(double r) { return (double)__bfloat162float(__float2bfloat16_rn((float)r)); }
+
+/* One finite candidate g against r, whose bf16 rounding is q. */
+__device__ __forceinline__ void macc_add_q(macc &a, double g, double r, double q, long long i) {
   double d = g - r;
   a.sg += g * g;
   a.sr += r * r;
   a.sd += d * d;
   a.dt += g * r;
-  double e = (double)__bfloat162float(__float2bfloat16_rn((float)r)) - r; /* as qc_noise_floor: via float32 */
+  double e = q - r;
   a.snf += e * e;
   double ad = fabs(d);
   if (ad > a.mx) { a.mx = ad; a.idx = i; }
+}
+
+__device__ __forceinline__ void macc_add(macc &a, double g, double r, long long i) {
+  if (!isfinite(g)) { a.bad++; return; }
+  macc_add_q(a, g, r, rnd_bf16(r), i);
 }
 
 /* b covers indices after a's: ties keep the lower index. */
@@ -222,9 +231,11 @@ extern "C" int qk_bias_final(const double *rows7, int64_t rows, double *parts, i
 /* One element's metrics, its bias terms (over finite pairs: x r, r^2, x^2,
  * x^2 r^2, x r^3, r^4, (q(r) - r)^2 into b) and its column sums (x r, r^2). */
 __device__ __forceinline__ void sums_add(macc &a, double *b, double &t, double &c, double gv, double rv, long long i) {
-  macc_add(a, gv, rv, i);
-  if (!isfinite(gv) || !isfinite(rv)) return;
-  double q = (double)__bfloat162float(__float2bfloat16_rn((float)rv)), x = gv - q, e = q - rv, xr = x * rv, rr = rv * rv;
+  if (!isfinite(gv)) { a.bad++; return; }
+  const double q = rnd_bf16(rv); /* one rounding for the metrics and the bias terms */
+  macc_add_q(a, gv, rv, q, i);
+  if (!isfinite(rv)) return;
+  double x = gv - q, e = q - rv, xr = x * rv, rr = rv * rv;
   b[0] += xr;
   b[1] += rr;
   b[2] += x * x;
