@@ -118,6 +118,28 @@ static int audit_unfused(const qc_backend *be, qc_linear_audit *a, qc_linear_aud
   return rc;
 }
 
+/* The audit timed with env=1 (reps calls, median): "audit_TAG_ms",
+ * its quantizer stage and its rel_l2s' relative difference from o's. */
+static int side_by_side(const qc_backend *be, const qc_linear_audit *a, const qc_linear_audit_out *o, int reps, double *t,
+                        const char *env, const char *tag) {
+  qc_linear_audit_out os;
+  int rc = QC_OK;
+  memset(&os, 0, sizeof os);
+  setenv(env, "1", 1);
+  for (int i = 0; i < reps && !rc; i++) {
+    double t0 = now_ms();
+    rc = be->audit_linear(be, a, &os);
+    t[i] = now_ms() - t0;
+  }
+  unsetenv(env);
+  if (rc) return rc;
+  qsort(t, (size_t)reps, sizeof *t, cmp_d);
+  printf("audit_%s_ms %.4f\nstage_quant_%s_ms %.4f\n", tag, t[reps / 2], tag, os.ms_quant);
+  printf("%s_dx_rel_l2_diff %.3g\n%s_dw_rel_l2_diff %.3g\n", tag, fabs(os.dx.rel_l2 - o->dx.rel_l2) / o->dx.rel_l2, tag,
+         fabs(os.dw.rel_l2 - o->dw.rel_l2) / o->dw.rel_l2);
+  return QC_OK;
+}
+
 static int bench_ref_fast(const qc_backend *be, qc_linear_audit *a, int reps, double *t) {
   int rc = QC_OK;
   qc_linear_audit_out fo;
@@ -256,6 +278,12 @@ int main(int argc, char **argv) {
   printf("upload_ms %.3f\nupload_gbs %.1f\ndevice_gib %.3f\n", up, (nx + nw + ny) / (up * 1e6), o.device_bytes / 1073741824.0);
   printf("dx_rel_l2 %.6g\ndw_rel_l2 %.6g\ndx_noise_floor %.6g\ndw_noise_floor %.6g\n", o.dx.rel_l2, o.dw.rel_l2,
          o.dx.noise_floor, o.dw.noise_floor);
+  /* side by side, each with an environment switch of the CUDA backend:
+   * the element-wise block128 quantizer, d_weight's metrics on the
+   * second stream */
+  if ((rc = side_by_side(be, &a, &o, reps, t, "QC_CUDA_QK_SCALAR", "qscalar")) ||
+      (rc = side_by_side(be, &a, &o, reps, t, "QC_CUDA_DW_EARLY", "dwearly")))
+    goto done;
   if (ref_fast && (rc = bench_ref_fast(be, &a, reps, t))) goto done;
 done:
   if (rc) qc_err_print();

@@ -123,6 +123,9 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
    * ready; ev[6] the d_weight pair ready; ev[2] d_x's sums done. Every
    * cuBLASLt call is on st2 (one workspace); each stream has its cuBLAS
    * handle. */
+  /* QC_CUDA_DW_EARLY=1: d_weight's metrics on the second stream right
+   * after its pair, beside the quantizer (measured side by side) */
+  const int dw_early = getenv("QC_CUDA_DW_EARLY") && !strcmp(getenv("QC_CUDA_DW_EARLY"), "1");
   gx = a->dx_cand ? a->dx_cand : cx;
   gw = a->dw_cand ? a->dw_cand : cw;
   CK(cudaEventRecord(c->ev[0], c->st), "event");
@@ -135,6 +138,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if (!a->dw_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
     goto done;
   if ((rc = cu_ref_gemm(c, a->ref_slices, 1, c->st2, c->blas2, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
+  if (dw_early && (rc = cu_sums_queue(c, c->st2, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
   CK(cudaEventRecord(c->ev[6], c->st2), "event");
   /* W_ref: bf16 for the candidate, float64 for the reference */
   if (q.fmt == QK_NONE) {
@@ -169,7 +173,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if ((rc = cu_sums_queue(c, c->st2, gx, rx, M, K, 0, bu.bias, bu.bias_out))) goto done;
   CK(cudaEventRecord(c->ev[2], c->st2), "event");
   CK(cudaStreamWaitEvent(c->st, c->ev[6], 0), "stream order");
-  if ((rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
+  if (!dw_early && (rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
   CK(cudaStreamWaitEvent(c->st, c->ev[2], 0), "stream order");
   CK(cudaEventRecord(c->ev[4], c->st), "event");
   {
