@@ -12,7 +12,9 @@
 # audit_s, audit_exit, and audit_per_step (audit_s / step_s).
 #
 # usage: sh bench/hf_models.sh [--device cuda|cpu] [--size gpu|tiny]
-#          [--seq N] [--format F] [ARCH...]          (default: cuda, gpu, all four)
+#          [--seq N] [--format F] [--dtype float32|bfloat16] [ARCH...]
+#          (default: cuda, gpu, float32, all four; bfloat16: a pure-bf16 model,
+#          every parameter bf16 as from_pretrained(torch_dtype=bf16) builds it)
 # QATCHECK (./qatcheck), PY (/usr/bin/python3), BENCH_TMP (a mktemp -d),
 # KEEP=1 keeps each dump (removed after its audit by default).
 # Exit 77 with one "skip:" line without transformers 4.49, or with --device cuda
@@ -22,13 +24,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 Q=${QATCHECK:-./qatcheck}
 case "$Q" in /*) ;; */*) Q="$(pwd)/$Q" ;; esac
 PY=${PY:-/usr/bin/python3}
-dev=cuda; size=gpu; seq=""; fmt=fp8_block128; archs=""
+dev=cuda; size=gpu; seq=""; fmt=fp8_block128; dtype=float32; archs=""
 while [ $# -gt 0 ]; do
   case $1 in
     --device) dev=$2; shift ;;
     --size) size=$2; shift ;;
     --seq) seq="--seq $2"; shift ;;
     --format) fmt=$2; shift ;;
+    --dtype) dtype=$2; shift ;;
     -*) echo "bench/hf_models.sh: unknown option '$1'" >&2; exit 2 ;;
     *) archs="$archs $1" ;;
   esac
@@ -46,6 +49,7 @@ mkdir -p "$W"
 [ -n "${BENCH_TMP:-}" ] || trap 'rm -rf "$W"' EXIT
 echo "device $dev"
 echo "size $size"
+echo "dtype $dtype"
 "$PY" -c "import torch, transformers; print('torch', torch.__version__); print('transformers', transformers.__version__)"
 worst=0
 for a in $archs; do
@@ -55,7 +59,7 @@ for a in $archs; do
   # token a layer at this size): Qwen2-MoE at 2 x 128 tokens unless --seq says otherwise
   [ -z "$seq" ] && [ "$a" = qwen2_moe ] && [ "$size" = gpu ] && aseq="--seq 128"
   # shellcheck disable=SC2086
-  "$PY" "$here/../scripts/qatdump_hf.py" --arch "$a" --size "$size" --device "$dev" --format "$fmt" --warm 2 $aseq \
+  "$PY" "$here/../scripts/qatdump_hf.py" --arch "$a" --size "$size" --device "$dev" --format "$fmt" --dtype "$dtype" --warm 2 $aseq \
     --out "$W/$a" >"$W/$a.log" 2>&1 || { echo "hf_${a}_dump_exit $?"; tail -5 "$W/$a.log"; worst=1; continue; }
   grep '^qatdump_hf' "$W/$a.log"
   "$PY" - "$W/$a" "$a" <<'PYEOF'

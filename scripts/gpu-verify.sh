@@ -40,7 +40,9 @@
 #                  when the machine has another release or none; exit 77
 #                  (skipped) without transformers 4.49 or a CUDA device.
 #                  hf_models_ARCH (hf_models_llama, ...): one architecture
-#                  (Llama's dump and audit took 5 minutes on the H200)
+#                  (Llama's dump and audit took 5 minutes on the H200);
+#                  hf_models_ARCH_bf16: that model in pure bf16 (torch's own
+#                  bf16 arithmetic on the GPU, judged with compute_dtype)
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
@@ -116,6 +118,7 @@ for c in $CHECKS; do
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
     hf_models) run hf_models hf_models ;;
+    hf_models_*_bf16) a=${c#hf_models_}; run "$c" hf_models --dtype bfloat16 "${a%_bf16}" ;; # the same in pure bf16
     hf_models_*) run "$c" hf_models "${c#hf_models_}" ;; # one architecture (a device call is 10 minutes at most)
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
   esac

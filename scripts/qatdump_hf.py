@@ -672,7 +672,7 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
             parent = model.get_submodule(name.rsplit(".", 1)[0])
             new = QcMoEBlock(m)
             with torch.no_grad():
-                xt = torch.randn(2, 3, m.gate.in_features)
+                xt = torch.randn(2, 3, m.gate.in_features, device=m.gate.weight.device, dtype=m.gate.weight.dtype)
                 ref, _ = mq.Qwen2MoeSparseMoeBlock.forward(m, xt)
                 got, _ = new(xt)
             if not torch.allclose(ref, got, rtol=1e-5, atol=1e-6):
