@@ -21,7 +21,7 @@ static const qc_registry_row g_rows[] = {
     {&qc_class_rope, qc_ref_rope, NULL, qc_ref_rope_forward, 1},
     {&qc_class_swiglu, qc_ref_swiglu, NULL, qc_ref_swiglu_forward, 1},
     {&qc_class_relu2, qc_ref_relu2, NULL, NULL, 1},
-    {&qc_class_gelu, qc_ref_gelu, NULL, NULL, 1},
+    {&qc_class_gelu, qc_ref_gelu, NULL, qc_ref_gelu_forward, 1},
     {&qc_class_logprob, qc_ref_logprob, NULL, NULL, 1},
     {&qc_class_router, qc_ref_router, NULL, NULL, 1},
     {&qc_class_attention, qc_ref_attention, NULL, NULL, 1},

@@ -372,8 +372,8 @@ static unsigned variant_mask(const qc_module *m, const qc_tensor *dy) {
 /* The variant's name for the report ("bf16-rounded dY and inputs"). */
 static void variant_name(unsigned v, char *buf, size_t n) {
   snprintf(buf, n, "bf16-rounded %s%s%s%s%s%s", v & 1 ? "dY" : "", (v & 1) && (v & 6) ? (v & 6) == 6 ? ", " : " and " : "",
-           v & 2 ? "inputs" : "", (v & 2) && (v & 4) ? " and " : "", v & 4 ? "operands (a GEMM's dequantized weight and input; an op's result rounded once)" : "",
-           v & 8 ? " and the outputs held between ops (every op of the class in bf16)" : "");
+           v & 2 ? "inputs" : "", (v & 2) && (v & 4) ? " and " : "", v & 4 ? "operands and ops (the class's rounding variant " : "",
+           v & 8 ? "2, docs/classes.md)" : v & 4 ? "1, docs/classes.md)" : "");
 }
 
 /* The reference gradients of variant v into *out. */

@@ -223,11 +223,11 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
         if (!compare(a->ctx, m, y, &rv, &tv, &kv) && kv.verdict == QC_V_PASS &&
             (k.verdict != QC_V_PASS ||
              (fabs(kv.m.bias_z) < fabs(k.m.bias_z) && (kv.m.rel_l2 < k.m.rel_l2 || kv.m.noise_multiple < k.m.noise_multiple)))) {
-          snprintf(kv.variant, sizeof kv.variant, "%s",
-                   v == 1   ? (lvl > 1 ? "bf16-rounded operands and ops (every op of the class in bf16)"
-                                        : "bf16-rounded operands (a GEMM's quantized weight and input; each op rounded once)")
-                   : v == 2 ? "bf16-rounded inputs"
-                            : "bf16-rounded inputs and parameters (autocast)");
+          if (v == 1)
+            snprintf(kv.variant, sizeof kv.variant, "bf16-rounded operands and ops (the class's rounding variant %d of %d)", lvl,
+                     nlev);
+          else
+            snprintf(kv.variant, sizeof kv.variant, "%s", v == 2 ? "bf16-rounded inputs" : "bf16-rounded inputs and parameters (autocast)");
           k = kv;
           replaced = 1;
         }

@@ -19,6 +19,7 @@ int qc_ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
 int qc_ref_swiglu_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm);
 int qc_ref_relu2(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_gelu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
+int qc_ref_gelu_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm);
 int qc_ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);

@@ -26,7 +26,7 @@ assert sorted(ok) == ["d_gate", "d_up", "y"], sorted(ok)
 assert sorted(p) == ["d_gate", "d_up", "y"], sorted(p)
 assert all(c["verdict"] == "pass" for c in ok.values()), ok
 assert [t for t, c in p.items() if c["verdict"] != "pass"] == ["d_gate"], {t: c["verdict"] for t, c in p.items()}
-assert "rounded once" in ok["y"].get("reference_variant", ""), ok["y"].get("reference_variant")
+assert "variant 1 of 2" in ok["y"].get("reference_variant", ""), ok["y"].get("reference_variant")
 print("ok   y, d_gate, d_up pass (y against the variant '%s'); the planted d_gate fails alone (bias z %.1f)"
       % (ok["y"]["reference_variant"], p["d_gate"]["metrics"]["bias_z"]))
 P
