@@ -334,7 +334,7 @@ static int unjudged_grads(qc_audit *a, const qc_module *m, const char *dy, const
 
 /* ---- reference variants: the legal operand roundings ------------------- */
 
-#define QC_NVAR 16 /* bit 1: dY rounded to bf16; bit 2: the float inputs; bit 4: ctx.round_ops 1; bits 4 and 8: 2 */
+#define QC_NVAR 64 /* bit 1: dY rounded to bf16; bit 2: the float inputs; bits 4, 8, 16, 32: ctx.round_ops 1 to 4 (nested) */
 
 /* 1 when some finite value of t is not a bf16 value (so rounding it to bf16 changes it). */
 static int not_bf16(const qc_tensor *t) {
@@ -356,16 +356,18 @@ static void round_bf16(qc_tensor *t) {
 }
 
 /* The variants of (m, dy) that differ from the reference: bit v of the
- * result set for each v in 1..7 worth computing. */
-static unsigned variant_mask(const qc_module *m, const qc_tensor *dy) {
-  unsigned have = 0, mask = 0;
+ * result set for each v in 1..QC_NVAR-1 worth computing. */
+static unsigned long long variant_mask(const qc_module *m, const qc_tensor *dy) {
+  unsigned long long have = 0, mask = 0;
   if (not_bf16(dy)) have |= 1;
   for (int j = 0; j < m->inputs.n; j++)
     if (not_bf16(&m->inputs.t[j])) have |= 2;
   if (m->cls->round_ops) have |= 4;
   if (m->cls->round_ops >= 2) have |= 8;
-  for (unsigned v = 1; v < QC_NVAR; v++)
-    if ((v & have) == v && (!(v & 8) || (v & 4))) mask |= 1u << v; /* level 2 includes level 1 */
+  if (m->cls->round_ops >= 3) have |= 16;
+  if (m->cls->round_ops >= 4) have |= 32;
+  for (unsigned v = 1; v < QC_NVAR; v++) /* each level includes the ones below it */
+    if ((v & have) == v && (!(v & 8) || (v & 4)) && (!(v & 16) || (v & 8)) && (!(v & 32) || (v & 16))) mask |= 1ull << v;
   return mask;
 }
 
@@ -373,7 +375,7 @@ static unsigned variant_mask(const qc_module *m, const qc_tensor *dy) {
 static void variant_name(unsigned v, char *buf, size_t n) {
   snprintf(buf, n, "bf16-rounded %s%s%s%s%s%s", v & 1 ? "dY" : "", (v & 1) && (v & 6) ? (v & 6) == 6 ? ", " : " and " : "",
            v & 2 ? "inputs" : "", (v & 2) && (v & 4) ? " and " : "", v & 4 ? "operands and ops (the class's rounding variant " : "",
-           v & 8 ? "2, docs/classes.md)" : v & 4 ? "1, docs/classes.md)" : "");
+           v & 32 ? "4, docs/classes.md)" : v & 16 ? "3, docs/classes.md)" : v & 8 ? "2, docs/classes.md)" : v & 4 ? "1, docs/classes.md)" : "");
 }
 
 /* The reference gradients of variant v into *out. */
@@ -383,7 +385,7 @@ static int variant_ref(const qc_ctx *ctx, const qc_registry_row *row, const qc_m
   qc_ctx c = *ctx;
   qc_tensor d = *dy;
   int rc = QC_OK;
-  c.round_ops = (v & 8) ? 2 : (v & 4) != 0;
+  c.round_ops = (v & 32) ? 4 : (v & 16) ? 3 : (v & 8) ? 2 : (v & 4) != 0;
   if (v & 2) {
     memset(&alt.inputs, 0, sizeof alt.inputs);
     if ((rc = qc_tset_clone(&alt.inputs, &m->inputs))) return rc;
@@ -425,14 +427,14 @@ static int z_elevated(const qc_check *k) {
  * such a variant that passes with a smaller |z|. k stays as it is when
  * none qualifies. QC_OK or the error of a variant's reference. */
 static int try_variants(qc_audit *a, const qc_registry_row *row, const qc_module *m, const qc_tensor *dy, const qc_tensor *g,
-                        const qc_tol *t, qc_tset *vars, unsigned *done, qc_check *k) {
-  unsigned mask = variant_mask(m, dy);
+                        const qc_tol *t, qc_tset *vars, unsigned long long *done, qc_check *k) {
+  unsigned long long mask = variant_mask(m, dy);
   qc_check best;
   int have = 0, rc;
   for (unsigned v = 1; v < QC_NVAR; v++) {
-    if (!(mask & (1u << v))) continue;
-    if (!(*done & (1u << v))) {
-      *done |= 1u << v;
+    if (!(mask & (1ull << v))) continue;
+    if (!(*done & (1ull << v))) {
+      *done |= 1ull << v;
       if ((rc = variant_ref(a->ctx, row, m, dy, v, &vars[v]))) return rc;
     }
     const qc_tensor *r = qc_tset_get(&vars[v], k->tensor);
@@ -465,7 +467,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
   for (int i = 0; i < m->grad_out.n; i++) {
     const qc_tensor *dy = &m->grad_out.t[i];
     qc_tset ref = {0}, cand = {0}, vars[QC_NVAR];
-    unsigned vdone = 0;
+    unsigned long long vdone = 0;
     memset(vars, 0, sizeof vars);
     const qc_tset *cset = NULL;
     char skip[QC_FAST_MAX * (QC_NAMELEN + 1) + 2];

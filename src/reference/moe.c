@@ -28,7 +28,15 @@
  * to bf16: a (into y, dL/dW2), w dy_t (into dL/da, dL/dW2), dL/dh (into
  * dL/dW1, dL/dx); for the shared experts a, g dy_t and dL/dh alike.
  * round_ops 2: also the expert outputs y (and the shared ys) held in bf16,
- * as read by dL/dw = <dy_t, y> (and the gate's <dy_t, ys>). */
+ * as read by dL/dw = <dy_t, y> (and the gate's <dy_t, ys>).
+ * round_ops 3: an eager pure-bf16 model under torch 2 (each op in float32,
+ * rounded once): also h and dL/da held in bf16, silu(z) rounded (the saved
+ * activation), d_s = b(dL/da u) before silu' (swiglu's variant 1), the
+ * shared gate's logit and sigmoid rounded. round_ops 4: the same with
+ * silu, silu' and the sigmoid every op in bf16 (torch 1.13's CPU, swiglu's
+ * variant 2). Rounding d_s times silu', a factor just above 1 for large
+ * z, gives back d_s: a systematic error in d_x (bias z -8.7 on a tiny
+ * bf16 Qwen2-MoE at 2 x 4096 tokens) only these variants reproduce. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +52,18 @@ static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) /
 /* v rounded to bf16 under the round_ops variant (rb), else v. */
 static double rnd(int rb, double v) { return rb ? (double)qc_round_bf16((float)v) : v; }
 
+/* silu(z) under variant rb: exact; b(silu(z)) computed once (rb 3, a
+ * bf16 model under torch 2); every op in bf16 (rb 4, torch 1.13's CPU:
+ * z / b(1 + b(exp(-z)))). */
+static double silu_v(int rb, double z) {
+  if (rb >= 4) return rnd(1, z / rnd(1, 1.0 + rnd(1, exp(-z))));
+  return rb >= 3 ? rnd(1, z * sigma(z)) : z * sigma(z);
+}
+
 /* One row of the expert MLP's activation and its derivative, from the
- * definition: h [2F swiglu | F relu2], a [F]: a = act(h). */
-static void act_f(int relu2, double L, int64_t F, const double *h, double *a) {
+ * definition: h [2F swiglu | F relu2], a [F]: a = act(h); rb >= 3: silu
+ * as silu_v (the caller rounds a). */
+static void act_f(int relu2, double L, int rb, int64_t F, const double *h, double *a) {
   for (int64_t f = 0; f < F; f++) {
     if (relu2) {
       a[f] = h[f] > 0 ? h[f] * h[f] : 0.0;
@@ -57,14 +74,14 @@ static void act_f(int relu2, double L, int64_t F, const double *h, double *a) {
       z = z > L ? L : z;
       u = u > L ? L : (u < -L ? -L : u);
     }
-    a[f] = z * sigma(z) * u;
+    a[f] = rb >= 3 ? silu_v(rb, z) * u : z * sigma(z) * u;
   }
 }
 
 /* gh [2F | F] = act'(h)^T ga [F] for one row, the clamp's derivative at
  * exactly +-L 1 under pass, 0 otherwise; ab: the magnitudes of act''s
  * terms (the terms' scale). */
-static void act_b(int relu2, double L, int pass, int ab, int64_t F, const double *h, const double *ga, double *gh) {
+static void act_b(int relu2, double L, int pass, int ab, int rb, int64_t F, const double *h, const double *ga, double *gh) {
   for (int64_t f = 0; f < F; f++) {
     if (relu2) {
       gh[f] = h[f] > 0 ? ga[f] * 2.0 * h[f] : 0.0; /* one product: its own magnitude under ab (ga >= 0) */
@@ -76,6 +93,18 @@ static void act_b(int relu2, double L, int pass, int ab, int64_t F, const double
       if (fabs(u) > L || (fabs(u) == L && !pass)) du = 0.0;
       z = z > L ? L : z;
       u = u > L ? L : (u < -L ? -L : u);
+    }
+    if (rb >= 3 && !ab) { /* a bf16 model's ops: d_s = b(ga u) first, as its autograd rounds it (swiglu's variants) */
+      const double ds = rnd(1, ga[f] * u);
+      if (rb >= 4) {
+        const double sgb = rnd(1, 1.0 / rnd(1, 1.0 + rnd(1, exp(-z))));
+        gh[f] = dz == 0.0 ? 0.0 : rnd(1, rnd(1, ds * sgb) * rnd(1, 1.0 + rnd(1, z * rnd(1, 1.0 - sgb))));
+      } else {
+        const double sg = sigma(z);
+        gh[f] = dz == 0.0 ? 0.0 : rnd(1, ds * sg * (1.0 + z * (1.0 - sg)));
+      }
+      gh[F + f] = du == 0.0 ? 0.0 : rnd(1, ga[f] * silu_v(rb, z));
+      continue;
     }
     const double sg = sigma(z);
     gh[f] = dz == 0.0 ? 0.0 : ab ? ga[f] * fabs(u) * (sg + fabs(z) * sg * (1.0 - sg)) : ga[f] * u * (sg + z * sg * (1.0 - sg));
@@ -138,9 +167,9 @@ static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab,
     for (int64_t r = 0; r < Rs; r++) {
       double s = 0;
       for (int64_t c = 0; c < H; c++) s += W1[r * H + c] * xr[c];
-      h[r] = s;
+      h[r] = rb >= 3 ? rnd(rb, s) : s; /* rb >= 3: the GEMM's output held in bf16 */
     }
-    act_f(relu2, L, Fs, h, a);
+    act_f(relu2, L, rb, Fs, h, a);
     for (int64_t f = 0; rb && f < Fs; f++) a[f] = rnd(rb, a[f]);
     double z = 0, dot = 0;
     for (int64_t c = 0; c < H; c++) {
@@ -150,7 +179,9 @@ static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab,
       dot += g[c] * ys[c];
       if (SG) z += xr[c] * SG[c];
     }
-    const double gs = SG ? sigma(z) : 1.0, dz = SG ? gs * (ab ? 1.0 + gs : 1.0 - gs) * dot : 0.0;
+    if (rb >= 3) z = rnd(rb, z); /* the gate's GEMM output, then its sigmoid rounded (every op under rb 4) */
+    const double gs = !SG ? 1.0 : rb >= 4 ? rnd(1, 1.0 / rnd(1, 1.0 + rnd(1, exp(-z)))) : rb >= 3 ? rnd(1, sigma(z)) : sigma(z);
+    const double dz = SG ? gs * (ab ? 1.0 + gs : 1.0 - gs) * dot : 0.0;
     for (int64_t f = 0; f < Fs; f++) ga[f] = 0;
     for (int64_t c = 0; c < H; c++)
       for (int64_t f = 0; f < Fs; f++) {
@@ -158,7 +189,8 @@ static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab,
         ga[f] += gg * (ab ? fabs(W2[c * Fs + f]) : W2[c * Fs + f]);
         d2[c * Fs + f] += gg * (ab ? fabs(a[f]) : a[f]);
       }
-    act_b(relu2, L, pass, ab, Fs, h, ga, gh);
+    for (int64_t f = 0; rb >= 3 && f < Fs; f++) ga[f] = rnd(rb, ga[f]); /* dL/da: a GEMM's output held in bf16 */
+    act_b(relu2, L, pass, ab, rb, Fs, h, ga, gh);
     for (int64_t r = 0; rb && r < Rs; r++) gh[r] = rnd(rb, gh[r]);
     for (int64_t r = 0; r < Rs; r++)
       for (int64_t c = 0; c < H; c++) {
@@ -237,9 +269,9 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       for (int64_t r = 0; r < R; r++) {
         double s = 0;
         for (int64_t c = 0; c < H; c++) s += A1[r * H + c] * xr[c];
-        h[r] = s;
+        h[r] = rb >= 3 ? rnd(rb, s) : s;
       }
-      act_f(relu2, L, F, h, a);
+      act_f(relu2, L, rb, F, h, a);
       for (int64_t f = 0; rb && f < F; f++) a[f] = rnd(rb, a[f]);
       /* dL/dw = <dy_t, W2_e a>;  dL/da = w W2_e^T dy_t;  dW2_e += w dy_t a^T */
       double dot = 0;
@@ -257,7 +289,8 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       }
       dwt[t * k + j] = dot;
       /* dL/dh */
-      act_b(relu2, L, pass, ab, F, h, ga, gh);
+      for (int64_t f = 0; rb >= 3 && f < F; f++) ga[f] = rnd(rb, ga[f]);
+      act_b(relu2, L, pass, ab, rb, F, h, ga, gh);
       for (int64_t r = 0; rb && r < R; r++) gh[r] = rnd(rb, gh[r]);
       /* dW1_e += dL/dh x_t^T;  d_x_t += W1_e^T dL/dh */
       for (int64_t r = 0; r < R; r++)

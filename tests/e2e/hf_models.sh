@@ -36,7 +36,9 @@ planted="llama:o_proj_dx gemma2:softcap_grad mamba2:dskip_grad"
   for a in $clean llama_o_proj_dx mamba2_dskip_grad; do mv "$T/bf16/$a" "$T/${a}_bf16" || exit 1; done &&
   "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama llama:swiglu_gate_grad --dtype bfloat16 --seq 1024 \
     --out "$T/bf16l" >>"$T/dump.log" 2>&1 &&
-  mv "$T/bf16l/llama" "$T/llama_bf16_long" && mv "$T/bf16l/llama_swiglu_gate_grad" "$T/llama_swiglu_gate_grad_bf16" ||
+  mv "$T/bf16l/llama" "$T/llama_bf16_long" && mv "$T/bf16l/llama_swiglu_gate_grad" "$T/llama_swiglu_gate_grad_bf16" &&
+  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch qwen2_moe --dtype bfloat16 --seq 4096 --out "$T/qwen2_moe_bf16_long" \
+    >>"$T/dump.log" 2>&1 ||
   { bad "qatdump_hf.py"; tail -30 "$T/dump.log"; finish; }
 grep '^qatdump_hf' "$T/dump.log"
 
@@ -98,7 +100,10 @@ PYEOF
 # the float64 reference, a false alarm before the swiglu reference's bf16
 # variants (torch 1.13's CPU rounds every op: the variant reproduces all
 # of it); the same model with d_gate x 1.003 fails on that module (z 59)
-for d in $clean llama_long llama_bf16 gemma2_bf16 qwen2_moe_bf16 mamba2_bf16 llama_o_proj_dx_bf16 mamba2_dskip_grad_bf16 llama_bf16_long llama_swiglu_gate_grad_bf16 llama_nvfp4 mamba2_g2_interleave llama_o_proj_dx gemma2_softcap_grad mamba2_dskip_grad mamba2_g2_tile; do
+# qwen2_moe_bf16_long: a bf16 Qwen2-MoE at 2 x 4096 tokens, whose experts'
+# d_x failed at z -8.7 before the moe reference's variants 3 and 4 (the
+# same rounding of d_s times silu', inside the experts)
+for d in $clean llama_long llama_bf16 gemma2_bf16 qwen2_moe_bf16 mamba2_bf16 llama_o_proj_dx_bf16 mamba2_dskip_grad_bf16 llama_bf16_long llama_swiglu_gate_grad_bf16 qwen2_moe_bf16_long llama_nvfp4 mamba2_g2_interleave llama_o_proj_dx gemma2_softcap_grad mamba2_dskip_grad mamba2_g2_tile; do
   want=0
   case $d in *_o_proj_dx|*_softcap_grad|*_dskip_grad|*_g2_tile|*_dx_bf16|*_grad_bf16) want=1 ;; esac
   (cd "$T/$d" && "$QATCHECK" vjp --case case.json --json r.json >out.txt 2>&1)
