@@ -192,11 +192,11 @@ class QcSwiGLU(torch.nn.Module):
 
     def forward(self, gate, up):
         if getattr(self, "qc_plant", "none") == "swiglu_gate_grad":
-            gate = _ScaleGrad.apply(gate, 1.003)  # the planted bug: d_gate scaled by 1.003
+            gate = ScaleGrad.apply(gate, 1.003)  # the planted bug: d_gate scaled by 1.003
         return self._act(gate) * up
 
 
-class _ScaleGrad(torch.autograd.Function):
+class ScaleGrad(torch.autograd.Function):
     """Identity forward; the gradient times f, rounded to the gradient's dtype."""
 
     @staticmethod

@@ -58,23 +58,16 @@ static double gelu_tanh_bf16(double x, int fwd) {
 
 static int gelu_tanh(const qc_module *m) { return strcmp(qc_contract_str(&m->contract, "approximate", "none"), "tanh") == 0; }
 
+/* The tanh form's bf16 derivative (the variant's grad for qc_refu_pointwise). */
+static double gelu_grad_bf16(double x, int variant) {
+  (void)variant;
+  return gelu_tanh_bf16(x, 0);
+}
+
 int qc_ref_gelu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  if (!(ctx && ctx->round_ops && !ctx->terms && gelu_tanh(m)))
-    return qc_refu_pointwise(ctx, m, dy, grads, gelu_grad, gelu_tanh(m));
-  const qc_tensor *xt;
-  double *dx;
-  int rc;
-  if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
-  double *X = qc_refu_load(xt, "reference x"), *G = qc_refu_load(dy, "reference dY");
-  rc = QC_ESYS;
-  if (!X || !G) goto done;
-  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
-  for (int64_t i = 0; i < qc_numel(xt); i++) dx[i] = bfr(G[i] * gelu_tanh_bf16(X[i], 0));
-  rc = QC_OK;
-done:
-  free(X); free(G);
-  return rc;
+  if (ctx && ctx->round_ops && !ctx->terms && gelu_tanh(m))
+    return qc_refu_pointwise(ctx, m, dy, grads, gelu_grad_bf16, QC_REFU_BF16);
+  return qc_refu_pointwise(ctx, m, dy, grads, gelu_grad, gelu_tanh(m));
 }
 
 /* The forward y = gelu(x) in float64 (a qc_fwd_ref_fn), or under the

@@ -6,6 +6,7 @@
 
 #include "core/qc.h"
 #include "numerics/decode.h"
+#include "numerics/formats.h"
 
 double *qc_refu_load(const qc_tensor *t, const char *what) {
   double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);
@@ -58,8 +59,10 @@ int qc_refu_pointwise(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   rc = QC_ESYS;
   if (!X || !G) goto done;
   if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
-  for (int64_t i = 0; i < qc_numel(xt); i++)
+  for (int64_t i = 0; i < qc_numel(xt); i++) {
     dx[i] = ab ? fabs(G[i]) * grad(X[i], variant | QC_REFU_TERMS) : G[i] * grad(X[i], variant);
+    if (!ab && (variant & QC_REFU_BF16)) dx[i] = qc_round_bf16((float)dx[i]);
+  }
   rc = QC_OK;
 done:
   free(X); free(G);

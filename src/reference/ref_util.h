@@ -22,8 +22,11 @@ int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_
 /* Elementwise one-input references: inputs/x [...], d_x (float64, shape of
  * x) = dy * grad(x, variant). Under ctx->terms (the terms' scale) d_x =
  * |dy| * grad(x, variant | QC_REFU_TERMS), grad then returning the sum of
- * the magnitudes of the derivative's terms. */
+ * the magnitudes of the derivative's terms. With QC_REFU_BF16 in variant
+ * (a bf16 model's variant) d_x = b(dy * grad(x, variant)), b() the
+ * rounding to bf16: grad then returns its own rounded derivative. */
 #define QC_REFU_TERMS 0x100
+#define QC_REFU_BF16 0x200
 int qc_refu_pointwise(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads,
                       double (*grad)(double x, int variant), int variant);
 #endif
