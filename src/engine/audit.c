@@ -141,6 +141,11 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
   return sqrt(ss);
 }
 
+int qc_audit_round_levels(const qc_module *m) {
+  const int n = m->cls->round_ops;
+  return n > 2 && !qc_contract_bf16_compute(&m->contract) ? 2 : n;
+}
+
 void qc_audit_bf16_compute(const qc_module *m, qc_tol_model *tm) {
   if (!qc_contract_bf16_compute(&m->contract)) return;
   for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) { /* a GEMM class with formats: its contract is its arithmetic */
@@ -362,10 +367,11 @@ static unsigned long long variant_mask(const qc_module *m, const qc_tensor *dy) 
   if (not_bf16(dy)) have |= 1;
   for (int j = 0; j < m->inputs.n; j++)
     if (not_bf16(&m->inputs.t[j])) have |= 2;
-  if (m->cls->round_ops) have |= 4;
-  if (m->cls->round_ops >= 2) have |= 8;
-  if (m->cls->round_ops >= 3) have |= 16;
-  if (m->cls->round_ops >= 4) have |= 32;
+  const int lv = qc_audit_round_levels(m);
+  if (lv) have |= 4;
+  if (lv >= 2) have |= 8;
+  if (lv >= 3) have |= 16;
+  if (lv >= 4) have |= 32;
   for (unsigned v = 1; v < QC_NVAR; v++) /* each level includes the ones below it */
     if ((v & have) == v && (!(v & 8) || (v & 4)) && (!(v & 16) || (v & 8)) && (!(v & 32) || (v & 16))) mask |= 1ull << v;
   return mask;

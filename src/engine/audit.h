@@ -58,12 +58,6 @@ typedef struct qc_audit_model {
   double pre;                  /* the systematic error the bias test allows */
 } qc_audit_model;
 
-/* The one derivation of gradient `grad` of m under dY dy judged at dt,
- * shared by vjp's {"derive": true} and `tol --dump` so the two agree: the
- * class's tol_model, qc_tol_from_model with decl's derive options (NULL:
- * none), and (out non-NULL) the tolerance qc_tol_fill_derived makes of it
- * (ref_zero: the reference is exactly zero). QC_OK, or QC_EINPUT when the
- * class has no model for grad (message set). */
 /* A module whose contract says compute_dtype = bfloat16 (a pure-bf16
  * model: every elementwise op and matmul of its own rounds its result to
  * bf16) gets QC_BF16_COMPUTE_ROUNDINGS more bf16-rounded operands in its
@@ -72,6 +66,16 @@ typedef struct qc_audit_model {
  * float32 accumulation) is left alone: its contract is its arithmetic. */
 #define QC_BF16_COMPUTE_ROUNDINGS 3
 void qc_audit_bf16_compute(const qc_module *m, qc_tol_model *tm);
+/* The reference variants' rounding levels tried for m: the class's
+ * round_ops, levels above 2 (a pure-bf16 model's arithmetic: moe's 3 and
+ * 4) only when its contract says compute_dtype bfloat16. */
+int qc_audit_round_levels(const qc_module *m);
+/* The one derivation of gradient `grad` of m under dY dy judged at dt,
+ * shared by vjp's {"derive": true} and `tol --dump` so the two agree: the
+ * class's tol_model, qc_tol_from_model with decl's derive options (NULL:
+ * none), and (out non-NULL) the tolerance qc_tol_fill_derived makes of it
+ * (ref_zero: the reference is exactly zero). QC_OK, or QC_EINPUT when the
+ * class has no model for grad (message set). */
 int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, qc_dtype dt, const qc_tol *decl, int ref_zero,
                     qc_audit_model *am, qc_tol *out);
 

@@ -198,7 +198,7 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
     /* the class's rounding variants, fullest first (each a legal arithmetic:
      * rope's tables and ops, swiglu's ops rounded once or every step): the
      * best fit of them all; then the rounded inputs, while still needed */
-    const int nlev = m->cls->round_ops > 1 ? m->cls->round_ops : 1;
+    const int lv = qc_audit_round_levels(m), nlev = lv > 1 ? lv : 1;
     for (int step = 0; step < nlev + 2; step++) {
       const int v = step < nlev ? 1 : step - nlev + 2, lvl = step < nlev ? nlev - step : 0;
       if (!(k.verdict != QC_V_PASS || (elevated && (v == 1 || !replaced)))) break;
