@@ -43,6 +43,9 @@
 #                  (Llama's dump and audit took 5 minutes on the H200);
 #                  hf_models_ARCH_bf16: that model in pure bf16 (torch's own
 #                  bf16 arithmetic on the GPU, judged with compute_dtype)
+#   hf_e2e         tests/e2e/hf_models.sh (CI's tiny whole models, clean and
+#                  planted) under this machine's torch and the bundle's
+#                  transformers 4.49.0: the dumper against another torch release
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
@@ -87,7 +90,7 @@ st_bench() {
   echo "DGEMM at 512 x 4096 x 4096: $r GFLOP/s"
   FORMAT=safetensors DEVICE=cuda GEMM_GFLOPS=$r ST_READ=$Q/st_read BENCH_TMP=${BENCH_TMP:-/tmp/stbench} sh bench/contract.sh
 }
-hf_models() { # qatdump_hf.py follows transformers 4.49.0: the bundle's pinned wheels go first on the path
+hf_path() { # qatdump_hf.py follows transformers 4.49.0: the bundle's pinned wheels go first on the path
   if ! $PY -c "import transformers, sys; sys.exit(transformers.__version__ != '4.49.0')" 2>/dev/null &&
      [ -d .gpu/wheels ]; then
     for w in .gpu/wheels/*.whl; do # one by one: a wheel of another Python ABI is skipped (the machine's own is used)
@@ -96,8 +99,9 @@ hf_models() { # qatdump_hf.py follows transformers 4.49.0: the bundle's pinned w
     done
     export PYTHONPATH=$Q/py${PYTHONPATH:+:$PYTHONPATH}
   fi
-  PY=$PY sh bench/hf_models.sh --device cuda "$@"
 }
+hf_models() { hf_path; PY=$PY sh bench/hf_models.sh --device cuda "$@"; }
+hf_e2e() { hf_path; PY=$PY sh tests/e2e/hf_models.sh; }
 for c in $CHECKS; do
   case $c in
     test_gpu) run test_gpu "$Q/test_gpu" --verbose ;;
@@ -118,6 +122,7 @@ for c in $CHECKS; do
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
     hf_models) run hf_models hf_models ;;
+    hf_e2e) run hf_e2e hf_e2e ;;
     hf_models_*_bf16) a=${c#hf_models_}; run "$c" hf_models --dtype bfloat16 "${a%_bf16}" ;; # the same in pure bf16
     hf_models_*) run "$c" hf_models "${c#hf_models_}" ;; # one architecture (a device call is 10 minutes at most)
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
