@@ -91,29 +91,23 @@ size_t qk_metrics_scratch_bytes(void);
 /* Writes the result to res (device) after `scratch`. */
 int qk_metrics(const void *g, int g_kind, const double *r, int64_t n, void *scratch, qk_msum *res, void *stream);
 
-/* The bias test's sums combined on the device in a fixed order, so that
- * only QK_BIAS_NSUM doubles leave it: each column's (t, c) summed over the
- * chunks in chunk order (written over chunk 0's slots of parts), then one
- * block, each thread a strided set of rows and of columns in order, then a
- * fixed tree: out[0..6] the 7 row sums summed over the rows, out[7..9] sum
- * over rows of t^2, t c, c^2 (t, c a row's sum x r and sum r^2),
- * out[10..12] the same over the columns (zero when chunks is 0). rows7:
- * per row the 7 sums of x = g - bf16(r) over finite pairs (sum x r, r^2,
- * x^2, x^2 r^2, x r^3, r^4, (bf16(r) - r)^2); parts: per chunk of rows and
- * column, (sum x r, sum r^2). Deterministic. */
-#define QK_BIAS_NSUM 13
-int qk_bias_final(const double *rows7, int64_t rows, double *parts, int chunks, int64_t cols, double *out, void *stream);
-
 /* The fused audit pass of a bf16 candidate g against r ([rows, cols] device
  * buffers): one read of both for the metrics (into res, as qk_metrics) and
- * the bias test's combined sums (into bias_out[QK_BIAS_NSUM], as
- * qk_bias_final; the column clusters only when use_cols). Blocks of
- * QK_SUM_THREADS x QK_SUM_COLS columns by QK_SUM_ROWS rows; every partial in its own slot
- * of scratch (qk_audit_sums_doubles(rows, cols) doubles), then fixed-order
- * reductions: deterministic. The fused linear audit's metrics stage. */
+ * the bias test's combined sums (into bias_out[QK_BIAS_NSUM]: 0 sum x r,
+ * 1 sum r^2, 2 sum x^2, 3 sum x^2 r^2, 4 sum x r^3, 5 sum r^4, 6 sum
+ * (bf16(r) - r)^2, over finite pairs, x = g - bf16(r); 7..9 the sums over
+ * the rows of t^2, t c, c^2 with (t, c) a row's (sum x r, sum r^2); 10..12
+ * the same over the columns, zero unless use_cols). Blocks of one strip of
+ * 32 x QK_SUM_COLS columns by QK_SUM_ROWS rows, QK_SUM_THREADS threads; every
+ * partial in its own slot of scratch (qk_audit_sums_doubles(rows, cols)
+ * doubles), then fixed-order reductions (QK_SUM_FB blocks, then one): the
+ * grid is the shape's alone, so the sums are deterministic. The fused linear
+ * audit's metrics stage. */
+#define QK_BIAS_NSUM 13
 #define QK_SUM_THREADS 256
 #define QK_SUM_COLS 8
-#define QK_SUM_ROWS 32
+#define QK_SUM_ROWS 64
+#define QK_SUM_FB 64
 size_t qk_audit_sums_doubles(int64_t rows, int64_t cols);
 int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, int use_cols, double *scratch,
                   qk_msum *res, double *bias_out, void *stream);

@@ -187,9 +187,9 @@ int qc_bias_use_cols(int64_t rows, int64_t cols) {
 }
 
 size_t qc_bias_dev_doubles(int64_t rows, int64_t cols) {
-  int64_t strips = (cols + QC_DEV_SUM_THREADS * QC_DEV_SUM_COLS - 1) / (QC_DEV_SUM_THREADS * QC_DEV_SUM_COLS);
+  int64_t strips = (cols + 32 * QC_DEV_SUM_COLS - 1) / (32 * QC_DEV_SUM_COLS);
   int64_t chunks = (rows + QC_DEV_SUM_ROWS - 1) / QC_DEV_SUM_ROWS;
-  return (size_t)(strips * chunks * 8 + rows * strips * 7 + rows * 7 + chunks * cols * 2);
+  return (size_t)(strips * chunks * 13 + rows * strips * 2 + chunks * cols * 2 + QC_DEV_SUM_FB * 21);
 }
 
 void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double *parts, int chunks) {

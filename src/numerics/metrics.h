@@ -82,13 +82,15 @@ void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double 
  * enough columns, and the [cols] sums fit). */
 int qc_bias_use_cols(int64_t rows, int64_t cols);
 /* Doubles of device scratch the fused audit pass needs for a [rows, cols]
- * gradient (the CUDA backend's qk_audit_sums: per block of
- * QC_DEV_SUM_THREADS x QC_DEV_SUM_COLS columns by QC_DEV_SUM_ROWS rows a metrics partial of 8
- * doubles; 7 sums a row a strip and a row; 2 a column a chunk of rows): the
- * arena's layout and the audit's memory estimate agree through this rule. */
+ * gradient (the CUDA backend's qk_audit_sums: per block of one strip of
+ * 32 x QC_DEV_SUM_COLS columns by QC_DEV_SUM_ROWS rows a partial of 13
+ * doubles (the metrics' 8 and 5 sums); 2 a row a strip; 2 a column a chunk
+ * of rows; QC_DEV_SUM_FB combined partials of 21): the arena's layout and
+ * the audit's memory estimate agree through this rule. */
 #define QC_DEV_SUM_THREADS 256
 #define QC_DEV_SUM_COLS 8
-#define QC_DEV_SUM_ROWS 32
+#define QC_DEV_SUM_ROWS 64
+#define QC_DEV_SUM_FB 64
 size_t qc_bias_dev_doubles(int64_t rows, int64_t cols);
 /* Fill m's noise floor and bias fields from the sums (m->norm_r set). */
 void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m);

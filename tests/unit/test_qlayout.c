@@ -36,12 +36,12 @@ Test(qlayout, unknown_format_named) {
 Test(qlayout, audit_bytes) {
   /* 8 bytes x (2NK + 2MK + MN + the fused pass's sums of both gradients,
    * which run at once on two streams) + 2 bytes x (2NK + MK) + 64 MiB; the
-   * sums of [4, 2] and of [3, 2] (one block each: 8 doubles of metrics, 7
-   * a row a strip, 7 a row, 2 a column) */
-  size_t want = 8 * (2 * 6 + 2 * 8 + 12 + (8 + 7 * 4 + 7 * 4 + 2 * 2) + (8 + 7 * 3 + 7 * 3 + 2 * 2)) + 2 * (2 * 6 + 8) +
+   * sums of [4, 2] and of [3, 2] (one block each: 13 doubles of block
+   * partial, 2 a row a strip, 2 a column a chunk, 64 x 21 combined) */
+  size_t want = 8 * (2 * 6 + 2 * 8 + 12 + (13 + 2 * 4 + 2 * 2 + 64 * 21) + (13 + 2 * 3 + 2 * 2 + 64 * 21)) + 2 * (2 * 6 + 8) +
                 ((size_t)64 << 20);
   cr_expect_eq(qc_linear_audit_bytes(4, 2, 3), want);
-  /* 8192 x 4096: 2 strips of 2048 columns, 256 chunks of 32 rows */
+  /* 8192 x 4096: 16 strips of 256 columns, 128 chunks of 64 rows */
   cr_expect_eq(qc_bias_dev_doubles(8192, 4096),
-               (size_t)2 * 256 * 8 + (size_t)8192 * 2 * 7 + (size_t)8192 * 7 + (size_t)256 * 4096 * 2);
+               (size_t)16 * 128 * 13 + (size_t)8192 * 16 * 2 + (size_t)128 * 4096 * 2 + 64 * 21);
 }

@@ -43,7 +43,8 @@ float cu_ev_ms(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
-static_assert(QK_SUM_THREADS == QC_DEV_SUM_THREADS && QK_SUM_COLS == QC_DEV_SUM_COLS && QK_SUM_ROWS == QC_DEV_SUM_ROWS,
+static_assert(QK_SUM_THREADS == QC_DEV_SUM_THREADS && QK_SUM_COLS == QC_DEV_SUM_COLS && QK_SUM_ROWS == QC_DEV_SUM_ROWS &&
+                  QK_SUM_FB == QC_DEV_SUM_FB,
               "the fused pass's blocks and the arena's estimate (numerics/metrics.h) must agree");
 
 /* Queue the fused metrics and bias pass of bf16 candidate g against r
