@@ -263,15 +263,14 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs 
  * times, and the stores are 8 to 64 bytes wide. The arithmetic per element
  * is encode()'s, so the bytes are k_block128's.
  *
- * FUSE: the tile's payload codes go to shared memory (16 KB), and a second
+ * FUSE: the tile's payload codes go to shared memory (17 KB), and a second
  * phase sums the tile's share of the reference d_x, dY[m, row] *
- * W_ref[row, col] over the tile's rows in float64 (exact products), with
- * W_ref looked up by code in a table of decode(code) * s, the float
- * encode() returns (256 entries, one a thread). A thread takes one column
- * and 8 rows m of dY over the tile's rows in order. (Two columns a thread
- * over half the rows, 7 shared loads a row for 16 products rather than 10
- * for 8, measured no faster: ncu 209 against 197 us for the decode
- * weight; the shared loads are not what bounds it.) */
+ * W_ref[row, col] over the tile's rows, on the float64 tensor cores (mma
+ * m8n8k4: exact products, float64 sums, as DGEMM's), W_ref made from each
+ * code as encode() makes it. (The first version summed with a thread's own
+ * float64 FMAs, one column and 8 rows m a thread, W_ref from a 256-entry
+ * table in shared memory: ncu 197 to 209 us for the decode weight, bound by
+ * the shared loads, about 10 for 8 products.) */
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 __device__ __forceinline__ float bf_at(const uint4 &v, int j) {
@@ -281,9 +280,11 @@ __device__ __forceinline__ float bf_at(const uint4 &v, int j) {
 
 template <bool FUSE> __global__ void __launch_bounds__(256) k_block128v(qk_qargs a) {
   __shared__ float sh[8];
-  __shared__ __align__(16) uint8_t scode[FUSE ? 128 : 1][FUSE ? 128 : 16];
-  __shared__ __align__(16) double sdy[FUSE ? 128 : 1][FUSE ? QK_FUSE_M : 1];
-  __shared__ double slut[FUSE ? 256 : 1];
+  /* FUSE: the codes, rows padded to 136 bytes (a B fragment's 4 rows x 8
+   * columns fall in 32 different banks), and dY as the MMA's A fragments:
+   * sa[k-step][m half][lane] */
+  __shared__ __align__(16) uint8_t scode[FUSE ? 128 : 1][FUSE ? 136 : 16];
+  __shared__ __align__(16) double sa[FUSE ? 32 : 1][FUSE ? 2 : 1][FUSE ? 32 : 1];
   const int64_t br = blockIdx.y, bc = blockIdx.x;
   const int cg = threadIdx.x & 15, rr = threadIdx.x >> 4;
   const int64_t col = bc * 128 + cg * 8; /* cols % 8 == 0: a group is wholly inside or outside */
@@ -291,11 +292,11 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128v(qk_qargs
   const int64_t row0 = br * 128 + rr;
   const uint16_t *in = (const uint16_t *)a.in;
   uint4 v[8];
-  if (FUSE) /* consecutive threads, consecutive rows of dY: coalesced */
+  if (FUSE) /* consecutive threads, consecutive rows of dY: coalesced; dY[mm, i] is A's element (mm % 8, i % 4) of k-step i / 4 */
     for (int idx = threadIdx.x; idx < 128 * QK_FUSE_M; idx += 256) {
       const int i = idx % 128, mm = idx / 128;
       const int64_t row = br * 128 + i;
-      sdy[FUSE ? i : 0][FUSE ? mm : 0] =
+      sa[FUSE ? i / 4 : 0][FUSE ? mm / 8 : 0][FUSE ? (mm % 8) * 4 + i % 4 : 0] =
           mm < a.fuse_m && row < a.rows ? (double)__bfloat162float(((const __nv_bfloat16 *)a.fuse_dy)[mm * a.rows + row]) : 0.0;
     }
 #pragma unroll
@@ -368,28 +369,38 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128v(qk_qargs
       for (int k = 0; k < 4; k++) *(double2 *)(a.deq_f64 + i + 2 * k) = make_double2((double)d[2 * k], (double)d[2 * k + 1]);
   }
   if (FUSE) {
-    /* W_ref of each code, as encode() computes it: one entry a thread */
-    slut[FUSE ? threadIdx.x : 0] = (double)__fmul_rn(qk_e4m3_to_f32((uint8_t)threadIdx.x), sc.deq);
     __syncthreads();
-    const int nrows = (int)min((int64_t)128, a.rows - br * 128);
-    { /* thread: column tc, rows m = 8h..8h+7 of dY, all 128 rows in order */
-      const int tc = threadIdx.x & 127, h = threadIdx.x >> 7;
-      const int64_t c = bc * 128 + tc;
-      if (h * 8 < a.fuse_m && c < a.cols) {
-        double acc[8];
+    /* the tile's share of d_x, [16 x 128 rows] x [128 rows x 128 columns],
+     * on the float64 tensor cores (mma m8n8k4: exact products of bf16 dY
+     * and the float W_ref, float64 sums): warp w takes columns 16w to
+     * 16w + 15 (two 8-column tiles) for both halves of m, the 32 k-steps of
+     * 4 rows in order. B's element (row ks 4 + lane % 4, column lane / 4)
+     * is W_ref, as encode() computes it, from the code. */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    double acc[2][2][2] = {{{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}};
+#pragma unroll 4
+    for (int ks = 0; ks < 32; ks++) {
+      const double a0 = sa[FUSE ? ks : 0][0][FUSE ? lane : 0], a1 = sa[FUSE ? ks : 0][FUSE ? 1 : 0][FUSE ? lane : 0];
 #pragma unroll
-        for (int j = 0; j < 8; j++) acc[j] = 0.0;
-        for (int r = 0; r < nrows; r++) {
-          const double w = slut[FUSE ? scode[FUSE ? r : 0][FUSE ? tc : 0] : 0];
-          const double *dy = &sdy[FUSE ? r : 0][FUSE ? 8 * h : 0];
-#pragma unroll
-          for (int j = 0; j < 8; j++) acc[j] = fma(dy[FUSE ? j : 0], w, acc[j]);
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-          if (8 * h + j < a.fuse_m) a.fuse_part[(br * a.fuse_m + 8 * h + j) * a.cols + c] = acc[j];
+      for (int nt = 0; nt < 2; nt++) {
+        const uint8_t code = scode[FUSE ? ks * 4 + (lane & 3) : 0][FUSE ? (2 * w + nt) * 8 + (lane >> 2) : 0];
+        const double b = (double)__fmul_rn(qk_e4m3_to_f32(code), sc.deq);
+        asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+            : "+d"(acc[0][nt][0]), "+d"(acc[0][nt][1]) : "d"(a0), "d"(b));
+        asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+            : "+d"(acc[1][nt][0]), "+d"(acc[1][nt][1]) : "d"(a1), "d"(b));
       }
     }
+    /* D's elements (row lane / 4, columns 2 (lane % 4) + 0, 1) of each 8 x 8 tile */
+#pragma unroll
+    for (int mh = 0; mh < 2; mh++)
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++) {
+        const int mm = mh * 8 + (lane >> 2);
+        const int64_t c = bc * 128 + (2 * w + nt) * 8 + 2 * (lane & 3); /* cols % 8 == 0: both columns in or out */
+        if (mm < a.fuse_m && c < a.cols)
+          *(double2 *)(a.fuse_part + (br * a.fuse_m + mm) * a.cols + c) = make_double2(acc[mh][nt][0], acc[mh][nt][1]);
+      }
   }
 }
 
