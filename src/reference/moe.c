@@ -1,5 +1,5 @@
 /* reference/moe.c: float64 VJP of routed experts with fixed top-k ids, from
- * the definition, token by token and slot by slot (no sort, no grouping).
+ * the definition. The math is per token and slot:
  *
  * For token t and slot j, e = ids[t, j] (fixed; not differentiated):
  *   h = W1_e x_t  (W1_e = w1[e], [2F, H] swiglu or [F, H] relu2)
@@ -9,14 +9,28 @@
  *   dL/da     = w_tj W2_e^T dy_t,            dL/dW2_e += w_tj dy_t a^T
  *   dL/dh     = act'(h) * dL/da
  *   dL/dW1_e += dL/dh x_t^T,                 dL/dx_t  += W1_e^T dL/dh
+ * The products run through the backend's float64 GEMM (gemm_f64, as
+ * reference/linear.c), grouped by expert: expert e's n_e rows are the
+ * (token, slot) pairs routed to it, in token order then slot order; with
+ * X_e [n_e, H] their x_t and WG_e [n_e, H] their w_tj dy_t:
+ *   H_e = X_e W1_e^T,  Y_e = A_e W2_e^T,  dL/dA_e = WG_e W2_e,
+ *   dL/dW2_e = WG_e^T A_e,  dL/dW1_e = dL/dH_e^T X_e,
+ * and the rows of dL/dH_e W1_e are added to their tokens' d_x, expert by
+ * expert. The grouping is only an order of float64 sums: each element is
+ * the same sum of the same terms as token by token and slot by slot, and
+ * each rounding of the variants below falls on the same quantity (they are
+ * elementwise on the GEMMs' operands and outputs). A row keeps its slot
+ * index s = t k + j: its token and its d_topk_weights element are read
+ * from s, never through an inverse permutation.
  * act: relu2 a = max(h, 0)^2, a' = 2 max(h, 0); swiglu a_f = silu(g') u' with
  * g = h_f, u = h_{F+f}, g' = min(g, L), u' = clamp(u, -L, L) (L = 0: no
  * clamp), d/dg = u' silu'(g') [g inside], d/du = silu(g') [u inside],
  * silu'(z) = sigma(z) (1 + z (1 - sigma(z))); at exactly +-L the clamp's
- * derivative is 1 under at_limit = pass, 0 under block. Every sum over a
- * token's slots accumulates, so a token routed twice to one expert counts
- * twice; an expert nobody selects gets zero gradients. Shared experts
- * (contract shared_experts > 0, optionally gated): see ref_shared.
+ * derivative is 1 under at_limit = pass, 0 under block. Each (token, slot)
+ * pair is its own row, so a token routed twice to one expert counts twice;
+ * an expert nobody selects has no rows and gets zero gradients. Shared
+ * experts (contract shared_experts > 0, optionally gated): see ref_shared,
+ * the same products over all T tokens at once.
  * The terms' scale (ctx->terms): the forward (h, a, y) as is, the backward
  * over its terms' magnitudes: |dy|, |w|, |W1|, |W2|, |x|, |a| in every
  * product, |W2 a| summed as sum_f |W2||a|, and act' as the magnitudes of
@@ -41,9 +55,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "model/module.h"
 #include "reference/ref_classes.h"
 #include "core/qc.h"
+#include "numerics/decode.h"
 #include "numerics/formats.h"
 #include "reference/ref_util.h"
 
@@ -112,6 +128,111 @@ static void act_b(int relu2, double L, int pass, int ab, int rb, int64_t F, cons
   }
 }
 
+/* C [m, n] = op(A) op(B) through the backend's float64 GEMM (row-major,
+ * contiguous: A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k]).
+ * C is overwritten. */
+static int gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,
+                double *C) {
+  return be->gemm_f64(be, ta, tb, m, n, k, A, ta == QC_OP_N ? k : m, B, tb == QC_OP_N ? n : k, C, n);
+}
+
+/* The expert MLP over n rows (routed: one expert's slots; shared: every
+ * token), its rounding points those of the variant rb and its operands
+ * the terms' magnitudes under ab, as the file's top comment says. */
+typedef struct mlp {
+  const qc_backend *be;
+  int relu2, pass, ab, rb;
+  double L;
+  int64_t H, F, R; /* R = 2F swiglu, F relu2 */
+  /* buffers for up to the rows they were made for */
+  double *h;   /* [n, R] h, then dL/dh */
+  double *a;   /* [n, F] a, then dL/da */
+  double *y;   /* [n, H] y = W2 a, then the rows' W1^T dL/dh (d_x's terms) */
+  double *wg;  /* [n, H] the caller's scaled dy rows (w_tj dy_t, g_t dy_t) */
+  double *tmp; /* [R] one row of dL/dh */
+} mlp;
+
+/* Allocate p's buffers for up to n rows. Returns a status. */
+static int mlp_alloc(mlp *p, int64_t n) {
+  if (!(p->h = qc_malloc((size_t)(n * p->R) * sizeof *p->h, "reference moe h")) ||
+      !(p->a = qc_malloc((size_t)(n * p->F) * sizeof *p->a, "reference moe a")) ||
+      !(p->y = qc_malloc((size_t)(n * p->H) * sizeof *p->y, "reference moe y")) ||
+      !(p->wg = qc_malloc((size_t)(n * p->H) * sizeof *p->wg, "reference moe w dy")) ||
+      !(p->tmp = qc_malloc((size_t)p->R * sizeof *p->tmp, "reference moe dL/dh")))
+    return QC_ESYS;
+  return QC_OK;
+}
+
+static void mlp_free(mlp *p) {
+  free(p->h); free(p->a); free(p->y); free(p->wg); free(p->tmp);
+  p->h = p->a = p->y = p->wg = p->tmp = NULL;
+}
+
+/* v[i] = rnd(rb, v[i]) for n elements. */
+static void rnd_all(int rb, double *v, int64_t n) {
+  for (int64_t i = 0; rb && i < n; i++) v[i] = rnd(rb, v[i]);
+}
+
+/* |v[i]| for n elements, in place. */
+static void abs_all(double *v, int64_t n) {
+  for (int64_t i = 0; i < n; i++) v[i] = fabs(v[i]);
+}
+
+/* The forward of n rows X [n, H] through W1 [R, H], W2 [H, F]: p->h = X W1^T
+ * (held in bf16 when rb >= 3), p->a = act(h) (rounded when rb), p->y =
+ * W2 a (rounded when rb >= 2: the y that dL/dw reads). Under ab the
+ * backward's operands are magnitudes: X, W1, W2 and p->a are replaced by
+ * their magnitudes once h is made (y = sum |W2||a|). Returns a status. */
+static int mlp_fwd(mlp *p, int64_t n, double *X, double *W1, double *W2) {
+  const int64_t H = p->H, F = p->F, R = p->R;
+  int rc;
+  if ((rc = gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, X, W1, p->h))) return rc;
+  if (p->rb >= 3) rnd_all(p->rb, p->h, n * R); /* rb >= 3: the GEMM's output held in bf16 */
+  for (int64_t i = 0; i < n; i++) act_f(p->relu2, p->L, p->rb, F, p->h + i * R, p->a + i * F);
+  rnd_all(p->rb, p->a, n * F);
+  if (p->ab) {
+    abs_all(X, n * H);
+    abs_all(W1, R * H);
+    abs_all(W2, H * F);
+    abs_all(p->a, n * F);
+  }
+  if ((rc = gemm(p->be, QC_OP_N, QC_OP_T, n, H, F, p->a, W2, p->y))) return rc;
+  if (p->rb >= 2) rnd_all(p->rb, p->y, n * H);
+  return QC_OK;
+}
+
+/* The backward of the n rows mlp_fwd made, from p->wg [n, H] (the caller's
+ * scaled dy, rounded as it says): D2 [H, F] = WG^T A, dL/dA = WG W2 (held
+ * in bf16 when rb >= 3), dL/dH = act'(h) dL/dA (rounded when rb), D1 [R, H]
+ * = dL/dH^T X, and p->y [n, H] = dL/dH W1 (each row's d_x terms). D1 and D2
+ * are overwritten. Returns a status. */
+static int mlp_bwd(mlp *p, int64_t n, const double *X, const double *W1, const double *W2, double *D1, double *D2) {
+  const int64_t H = p->H, F = p->F, R = p->R;
+  int rc;
+  if ((rc = gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2))) return rc;
+  if ((rc = gemm(p->be, QC_OP_N, QC_OP_N, n, F, H, p->wg, W2, p->a))) return rc; /* a no longer needed: dL/da */
+  if (p->rb >= 3) rnd_all(p->rb, p->a, n * F); /* dL/da: a GEMM's output held in bf16 */
+  for (int64_t i = 0; i < n; i++) {
+    act_b(p->relu2, p->L, p->pass, p->ab, p->rb, F, p->h + i * R, p->a + i * F, p->tmp);
+    memcpy(p->h + i * R, p->tmp, (size_t)R * sizeof *p->tmp); /* h's row no longer needed: dL/dh */
+  }
+  rnd_all(p->rb, p->h, n * R);
+  if ((rc = gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1))) return rc;
+  return gemm(p->be, QC_OP_N, QC_OP_N, n, H, R, p->h, W1, p->y);
+}
+
+/* Expert e's [rows, cols] of the [E, rows, cols] tensor t, decoded into d. */
+static int load_expert(const qc_tensor *t, int64_t e, double *d) {
+  qc_tensor v = *t;
+  const int64_t n = t->shape[1] * t->shape[2];
+  v.ndim = 2;
+  v.shape[0] = t->shape[1];
+  v.shape[1] = t->shape[2];
+  v.data = (char *)t->data + (size_t)(e * n) * qc_dtype_size(t->dtype);
+  v.nbytes = (size_t)n * qc_dtype_size(t->dtype);
+  return qc_tensor_to_f64(&v, d);
+}
+
 /* The shared experts (contract shared_experts = S > 0), from the math: a
  * dense MLP every token passes through, out_t += g_t Ws2 act(Ws1 x_t), with
  * g_t = sigmoid(<x_t, sg>) under shared_gate = true (1 otherwise). So
@@ -119,12 +240,15 @@ static void act_b(int relu2, double L, int pass, int ab, int rb, int64_t F, cons
  *   dL/dh = act'(h) dL/da,  dL/dWs1 += dL/dh x_t^T,
  *   dL/dz = g (1 - g) <dy_t, ys>,  dL/dsg += dL/dz x_t,
  *   dL/dx_t += Ws1^T dL/dh + dL/dz sg.
- * X, G [T, H] are x and dY; dx [T, H] is added to. Checks and refuses the
- * shared tensors (a shared tensor the contract does not use is refused).
- * ab: the terms' scale (G then holds |dY|); rb: the round_ops variant.
- * Returns a status. */
-static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab, int rb, const double *X, const double *G,
-                      int64_t T, int64_t H, double *dx, qc_tset *grads) {
+ * The products run over all T tokens at once (mlp_fwd, mlp_bwd). X, G
+ * [T, H] are x and dY (|dY| under the terms' scale); X is overwritten
+ * (|x| under p.ab: the caller has no more use for it); dx [T, H] is added
+ * to. Checks and refuses the shared tensors (a shared tensor the contract
+ * does not use is refused). p: the activation, variants and H (its F, R
+ * and buffers are set here). Returns a status. */
+static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int64_t T, double *dx, qc_tset *grads) {
+  const int64_t H = p.H;
+  const int ab = p.ab, rb = p.rb;
   const double S = qc_contract_num(&m->contract, "shared_experts", 0);
   const char *gk = qc_contract_str(&m->contract, "shared_gate", "false");
   const int gated = strcmp(gk, "true") == 0;
@@ -145,66 +269,110 @@ static int ref_shared(const qc_module *m, int relu2, double L, int pass, int ab,
   if (gated && (rc = qc_module_need(m, "params", "shared_gate", 1, 2, &tg))) return rc;
   if (!gated && qc_tset_get(&m->params, "shared_gate"))
     return qc_err("%s: dataset 'params/shared_gate' is present but the contract's shared_gate is false", m->path);
-  const int64_t Fs = t2->shape[1], Rs = relu2 ? Fs : 2 * Fs;
+  const int64_t Fs = t2->shape[1], Rs = p.relu2 ? Fs : 2 * Fs;
   if (t2->shape[0] != H || Fs < 1 || Fs % (int64_t)S != 0)
     return qc_err("%s: 'params/shared_w2': expected [H, Fs] with H = %lld, Fs a multiple of %g", m->path, (long long)H, S);
   if (t1->shape[0] != Rs || t1->shape[1] != H)
     return qc_err("%s: 'params/shared_w1': expected [%lld, %lld]", m->path, (long long)Rs, (long long)H);
   if (tg && (qc_numel(tg) != H || tg->shape[tg->ndim - 1] != H))
     return qc_err("%s: 'params/shared_gate': expected [1, H] or [H] with H = %lld", m->path, (long long)H);
-  double *W1 = NULL, *W2 = NULL, *SG = NULL, *h = NULL, *a = NULL, *ys = NULL, *ga = NULL, *gh = NULL, *d1, *d2, *dg = NULL;
+  double *W1 = NULL, *W2 = NULL, *SG = NULL, *gs = NULL, *d1, *d2, *dg = NULL;
+  p.F = Fs;
+  p.R = Rs;
+  p.h = p.a = p.y = p.wg = p.tmp = NULL;
   rc = QC_ESYS;
   if (!(W1 = qc_refu_load(t1, "reference moe shared_w1")) || !(W2 = qc_refu_load(t2, "reference moe shared_w2")) ||
-      (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) || !(h = qc_malloc((size_t)Rs * sizeof *h, "reference h")) ||
-      !(a = qc_malloc((size_t)Fs * sizeof *a, "reference a")) || !(ys = qc_malloc((size_t)H * sizeof *ys, "reference ys")) ||
-      !(ga = qc_malloc((size_t)Fs * sizeof *ga, "reference dL/da")) || !(gh = qc_malloc((size_t)Rs * sizeof *gh, "reference dL/dh")))
+      (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) ||
+      !(gs = qc_malloc((size_t)T * sizeof *gs, "reference moe shared gate")) || (rc = mlp_alloc(&p, T)))
     goto done;
   if ((rc = qc_refu_out(grads, "d_shared_w1", 2, t1->shape, &d1)) || (rc = qc_refu_out(grads, "d_shared_w2", 2, t2->shape, &d2)) ||
       (tg && (rc = qc_refu_out(grads, "d_shared_gate", tg->ndim, tg->shape, &dg))))
     goto done;
+  /* the gate from the signed x and sg (the forward), before mlp_fwd makes X |x| under ab */
   for (int64_t t = 0; t < T; t++) {
-    const double *xr = X + t * H, *g = G + t * H;
-    for (int64_t r = 0; r < Rs; r++) {
-      double s = 0;
-      for (int64_t c = 0; c < H; c++) s += W1[r * H + c] * xr[c];
-      h[r] = rb >= 3 ? rnd(rb, s) : s; /* rb >= 3: the GEMM's output held in bf16 */
-    }
-    act_f(relu2, L, rb, Fs, h, a);
-    for (int64_t f = 0; rb && f < Fs; f++) a[f] = rnd(rb, a[f]);
-    double z = 0, dot = 0;
-    for (int64_t c = 0; c < H; c++) {
-      double y = 0;
-      for (int64_t f = 0; f < Fs; f++) y += ab ? fabs(W2[c * Fs + f] * a[f]) : W2[c * Fs + f] * a[f];
-      ys[c] = rb >= 2 ? rnd(rb, y) : y;
-      dot += g[c] * ys[c];
-      if (SG) z += xr[c] * SG[c];
-    }
+    double z = 0;
+    for (int64_t c = 0; SG && c < H; c++) z += X[t * H + c] * SG[c];
     if (rb >= 3) z = rnd(rb, z); /* the gate's GEMM output, then its sigmoid rounded (every op under rb 4) */
-    const double gs = !SG ? 1.0 : rb >= 4 ? rnd(1, 1.0 / rnd(1, 1.0 + rnd(1, exp(-z)))) : rb >= 3 ? rnd(1, sigma(z)) : sigma(z);
-    const double dz = SG ? gs * (ab ? 1.0 + gs : 1.0 - gs) * dot : 0.0;
-    for (int64_t f = 0; f < Fs; f++) ga[f] = 0;
-    for (int64_t c = 0; c < H; c++)
-      for (int64_t f = 0; f < Fs; f++) {
-        const double gg = SG ? rnd(rb, gs * g[c]) : g[c];
-        ga[f] += gg * (ab ? fabs(W2[c * Fs + f]) : W2[c * Fs + f]);
-        d2[c * Fs + f] += gg * (ab ? fabs(a[f]) : a[f]);
+    gs[t] = !SG ? 1.0 : rb >= 4 ? rnd(1, 1.0 / rnd(1, 1.0 + rnd(1, exp(-z)))) : rb >= 3 ? rnd(1, sigma(z)) : sigma(z);
+  }
+  if ((rc = mlp_fwd(&p, T, X, W1, W2))) goto done;
+  /* dL/dz_t = g (1 - g) <dy_t, ys> (gs[t] becomes it once read); dL/dys = g dy_t */
+  for (int64_t t = 0; t < T; t++) {
+    const double *g = G + t * H;
+    double dot = 0;
+    for (int64_t c = 0; c < H; c++) dot += g[c] * p.y[t * H + c];
+    for (int64_t c = 0; c < H; c++) p.wg[t * H + c] = SG ? rnd(rb, gs[t] * g[c]) : g[c];
+    gs[t] = SG ? gs[t] * (ab ? 1.0 + gs[t] : 1.0 - gs[t]) * dot : 0.0;
+  }
+  if ((rc = mlp_bwd(&p, T, X, W1, W2, d1, d2))) goto done;
+  if (ab && SG) abs_all(SG, H);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t c = 0; c < H; c++) {
+      dx[t * H + c] += p.y[t * H + c];
+      if (SG) {
+        dg[c] += gs[t] * X[t * H + c];
+        dx[t * H + c] += gs[t] * SG[c];
       }
-    for (int64_t f = 0; rb >= 3 && f < Fs; f++) ga[f] = rnd(rb, ga[f]); /* dL/da: a GEMM's output held in bf16 */
-    act_b(relu2, L, pass, ab, rb, Fs, h, ga, gh);
-    for (int64_t r = 0; rb && r < Rs; r++) gh[r] = rnd(rb, gh[r]);
-    for (int64_t r = 0; r < Rs; r++)
-      for (int64_t c = 0; c < H; c++) {
-        d1[r * H + c] += gh[r] * (ab ? fabs(xr[c]) : xr[c]);
-        dx[t * H + c] += (ab ? fabs(W1[r * H + c]) : W1[r * H + c]) * gh[r];
-      }
-    for (int64_t c = 0; SG && c < H; c++) {
-      dg[c] += dz * (ab ? fabs(xr[c]) : xr[c]);
-      dx[t * H + c] += dz * (ab ? fabs(SG[c]) : SG[c]);
+    }
+  rc = QC_OK;
+done:
+  free(W1); free(W2); free(SG); free(gs);
+  mlp_free(&p);
+  return rc;
+}
+
+/* The routed experts, grouped by expert (the file's top comment): X, G
+ * [T, H] (x and dY), Wt [T, k] (the weights; |.| under ab), id [T, k];
+ * the gradients' storage dx, dwt, dw1, dw2 (zeroed). p: the activation,
+ * variants and sizes (its buffers are made here). Returns a status. */
+static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const double *X, const double *G, const double *Wt,
+                      const int64_t *id, int64_t T, int64_t k, int64_t E, double *dx, double *dwt, double *dw1, double *dw2) {
+  const int64_t H = p.H, F = p.F, R = p.R;
+  int64_t *off = NULL, *ord = NULL, nmax = 0;
+  double *W1 = NULL, *W2 = NULL, *Xe = NULL;
+  int rc = QC_ESYS;
+  p.h = p.a = p.y = p.wg = p.tmp = NULL;
+  /* ord[off[e] .. off[e+1]) = the slots s = t k + j routed to e, s increasing */
+  if (!(off = qc_malloc((size_t)(E + 1) * sizeof *off, "reference moe groups")) ||
+      !(ord = qc_malloc((size_t)(T * k) * sizeof *ord, "reference moe groups")))
+    goto done;
+  memset(off, 0, (size_t)(E + 1) * sizeof *off);
+  for (int64_t s = 0; s < T * k; s++) off[id[s] + 1]++;
+  for (int64_t e = 0; e < E; e++) {
+    nmax = off[e + 1] > nmax ? off[e + 1] : nmax;
+    off[e + 1] += off[e];
+  }
+  for (int64_t s = 0; s < T * k; s++) ord[off[id[s]]++] = s; /* off[e] moves to e's end ... */
+  for (int64_t e = E; e > 0; e--) off[e] = off[e - 1];        /* ... and back to e's start */
+  off[0] = 0;
+  if (!(W1 = qc_malloc((size_t)(R * H) * sizeof *W1, "reference moe w1")) ||
+      !(W2 = qc_malloc((size_t)(H * F) * sizeof *W2, "reference moe w2")) ||
+      !(Xe = qc_malloc((size_t)(nmax * H) * sizeof *Xe, "reference moe x rows")) || (rc = mlp_alloc(&p, nmax)))
+    goto done;
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t n = off[e + 1] - off[e], *sl = ord + off[e];
+    if (n == 0) continue; /* nobody selects e: its gradients stay zero */
+    if ((rc = load_expert(w1t, e, W1)) || (rc = load_expert(w2t, e, W2))) goto done;
+    for (int64_t i = 0; i < n; i++) memcpy(Xe + i * H, X + sl[i] / k * H, (size_t)H * sizeof *Xe);
+    if ((rc = mlp_fwd(&p, n, Xe, W1, W2))) goto done;
+    /* dL/dw = <dy_t, y>;  the rows' w dy_t, rounded as the GEMMs' operand */
+    for (int64_t i = 0; i < n; i++) {
+      const double *g = G + sl[i] / k * H, w = Wt[sl[i]];
+      double dot = 0;
+      for (int64_t c = 0; c < H; c++) dot += g[c] * p.y[i * H + c];
+      dwt[sl[i]] = dot;
+      for (int64_t c = 0; c < H; c++) p.wg[i * H + c] = rnd(p.rb, w * g[c]);
+    }
+    if ((rc = mlp_bwd(&p, n, Xe, W1, W2, dw1 + e * R * H, dw2 + e * H * F))) goto done;
+    for (int64_t i = 0; i < n; i++) {
+      double *d = dx + sl[i] / k * H;
+      for (int64_t c = 0; c < H; c++) d[c] += p.y[i * H + c];
     }
   }
   rc = QC_OK;
 done:
-  free(W1); free(W2); free(SG); free(h); free(a); free(ys); free(ga); free(gh);
+  free(off); free(ord); free(W1); free(W2); free(Xe);
+  mlp_free(&p);
   return rc;
 }
 
@@ -236,8 +404,11 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   if (wtt->ndim != 2 || wtt->shape[0] != T || wtt->shape[1] != k)
     return qc_err("%s: '%s/topk_weights': expected [T, k] = [%lld, %lld]", m->path, role, (long long)T, (long long)k);
   if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) return rc;
+  /* the terms' scale runs with a bare ctx (engine/audit.c): the CPU's float64 GEMM then */
+  const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = relu2, .pass = pass, .ab = ab, .rb = rb, .L = L,
+                 .H = H, .F = F, .R = R};
   int64_t *id = NULL;
-  double *X = NULL, *W1 = NULL, *W2 = NULL, *Wt = NULL, *G = NULL, *h = NULL, *a = NULL, *ga = NULL, *gh = NULL;
+  double *X = NULL, *Wt = NULL, *G = NULL;
   double *dx, *dw1, *dw2, *dwt;
   if ((rc = qc_refu_ids(m, it, "saved/topk_ids", &id))) return rc;
   for (int64_t i = 0; i < T * k; i++)
@@ -247,61 +418,18 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
       goto done;
     }
   rc = QC_ESYS;
-  if (!(X = qc_refu_load(xt, "reference moe x")) || !(W1 = qc_refu_load(w1t, "reference moe w1")) ||
-      !(W2 = qc_refu_load(w2t, "reference moe w2")) || !(Wt = qc_refu_load(wtt, "reference moe topk_weights")) ||
+  if (!(X = qc_refu_load(xt, "reference moe x")) || !(Wt = qc_refu_load(wtt, "reference moe topk_weights")) ||
       !(G = qc_refu_load(dy, "reference moe dY")))
     goto done;
   for (int64_t i = 0; ab && i < T * H; i++) G[i] = fabs(G[i]); /* the terms' scale: |dY|, |w| */
   for (int64_t i = 0; ab && i < T * k; i++) Wt[i] = fabs(Wt[i]);
-  if (!(h = qc_malloc((size_t)R * sizeof *h, "reference h")) || !(a = qc_malloc((size_t)F * sizeof *a, "reference a")) ||
-      !(ga = qc_malloc((size_t)F * sizeof *ga, "reference dL/da")) || !(gh = qc_malloc((size_t)R * sizeof *gh, "reference dL/dh")))
-    goto done;
   int64_t ws[2] = {T, k};
   if ((rc = qc_refu_out(grads, "d_x", 2, xt->shape, &dx)) || (rc = qc_refu_out(grads, "d_w1", 3, w1t->shape, &dw1)) ||
       (rc = qc_refu_out(grads, "d_w2", 3, w2t->shape, &dw2)) || (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
     goto done;
-  for (int64_t t = 0; t < T; t++) {
-    const double *xr = X + t * H, *g = G + t * H;
-    for (int64_t j = 0; j < k; j++) {
-      const int64_t e = id[t * k + j];
-      const double w = Wt[t * k + j], *A1 = W1 + e * R * H, *A2 = W2 + e * H * F;
-      double *D1 = dw1 + e * R * H, *D2 = dw2 + e * H * F;
-      for (int64_t r = 0; r < R; r++) {
-        double s = 0;
-        for (int64_t c = 0; c < H; c++) s += A1[r * H + c] * xr[c];
-        h[r] = rb >= 3 ? rnd(rb, s) : s;
-      }
-      act_f(relu2, L, rb, F, h, a);
-      for (int64_t f = 0; rb && f < F; f++) a[f] = rnd(rb, a[f]);
-      /* dL/dw = <dy_t, W2_e a>;  dL/da = w W2_e^T dy_t;  dW2_e += w dy_t a^T */
-      double dot = 0;
-      for (int64_t f = 0; f < F; f++) ga[f] = 0;
-      for (int64_t c = 0; c < H; c++) {
-        double yc = 0;
-        for (int64_t f = 0; f < F; f++) {
-          const double w2 = ab ? fabs(A2[c * F + f]) : A2[c * F + f], af = ab ? fabs(a[f]) : a[f];
-          yc += w2 * af;
-          const double wg = rnd(rb, w * g[c]);
-          ga[f] += wg * w2;
-          D2[c * F + f] += wg * af;
-        }
-        dot += g[c] * (rb >= 2 ? rnd(rb, yc) : yc);
-      }
-      dwt[t * k + j] = dot;
-      /* dL/dh */
-      for (int64_t f = 0; rb >= 3 && f < F; f++) ga[f] = rnd(rb, ga[f]);
-      act_b(relu2, L, pass, ab, rb, F, h, ga, gh);
-      for (int64_t r = 0; rb && r < R; r++) gh[r] = rnd(rb, gh[r]);
-      /* dW1_e += dL/dh x_t^T;  d_x_t += W1_e^T dL/dh */
-      for (int64_t r = 0; r < R; r++)
-        for (int64_t c = 0; c < H; c++) {
-          D1[r * H + c] += gh[r] * (ab ? fabs(xr[c]) : xr[c]);
-          dx[t * H + c] += (ab ? fabs(A1[r * H + c]) : A1[r * H + c]) * gh[r];
-        }
-    }
-  }
-  rc = ref_shared(m, relu2, L, pass, ab, rb, X, G, T, H, dx, grads);
+  if ((rc = ref_routed(p, w1t, w2t, X, G, Wt, id, T, k, E, dx, dwt, dw1, dw2))) goto done;
+  rc = ref_shared(m, p, X, G, T, dx, grads);
 done:
-  free(id); free(X); free(W1); free(W2); free(Wt); free(G); free(h); free(a); free(ga); free(gh);
+  free(id); free(X); free(Wt); free(G);
   return rc;
 }
