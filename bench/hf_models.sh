@@ -55,8 +55,9 @@ worst=0
 for a in $archs; do
   rm -rf "${W:?}/$a"
   aseq=$seq
-  # the moe class's float64 reference runs token by token, slot by slot on the host (about 0.4 s a
-  # token a layer at this size): Qwen2-MoE at 2 x 128 tokens unless --seq says otherwise
+  # Qwen2-MoE at 2 x 128 tokens unless --seq says otherwise: the size chosen when the moe class's
+  # float64 reference ran token by token on the host (about 0.4 s a token a layer at this size;
+  # it now groups its products by expert through the float64 GEMM), kept so runs stay comparable
   [ -z "$seq" ] && [ "$a" = qwen2_moe ] && [ "$size" = gpu ] && aseq="--seq 128"
   # shellcheck disable=SC2086
   "$PY" "$here/../scripts/qatdump_hf.py" --arch "$a" --size "$size" --device "$dev" --format "$fmt" --dtype "$dtype" --warm 2 $aseq \
