@@ -54,15 +54,12 @@ __device__ __forceinline__ void macc_merge(macc &a, const macc &b) {
   if (b.mx > a.mx || (b.mx == a.mx && b.idx >= 0 && (a.idx < 0 || b.idx < a.idx))) { a.mx = b.mx; a.idx = b.idx; }
 }
 
-__device__ __forceinline__ void merge(macc &a, const macc &b) { macc_merge(a, b); }
-
-/* Fixed tree over blockDim.x (a power of two) accumulators in shared
- * memory, each type with its merge(); the result in sh[0]. */
-template <typename A> __device__ void tree(A *sh, const A &v) {
+/* Fixed tree over blockDim.x (a power of two) accumulators in shared memory. */
+__device__ void tree(macc *sh, macc v) {
   sh[threadIdx.x] = v;
   __syncthreads();
   for (unsigned s = blockDim.x / 2; s; s >>= 1) {
-    if (threadIdx.x < s) merge(sh[threadIdx.x], sh[threadIdx.x + s]);
+    if (threadIdx.x < s) macc_merge(sh[threadIdx.x], sh[threadIdx.x + s]);
     __syncthreads();
   }
 }
@@ -224,11 +221,21 @@ __device__ __forceinline__ void rows_reduce(double (*v)[2], int lane, double *o)
     for (int s = 0; s < 2; s++) o[s] += __shfl_xor_sync(0xffffffffu, o[s], d);
 }
 
-/* (macc_merge's ties keep the lower index, in whatever order.) */
-__device__ __forceinline__ void merge(sacc &a, const sacc &b) {
+/* b covers later indices than a (macc_merge's ties keep the lower index). */
+__device__ __forceinline__ void sacc_merge(sacc &a, const sacc &b) {
   macc_merge(a.m, b.m);
 #pragma unroll
   for (int k = 0; k < NG; k++) a.s[k] += b.s[k];
+}
+
+/* Fixed tree over blockDim.x (a power of two) accumulators; the result in sh[0]. */
+__device__ void sacc_tree(sacc *sh, const sacc &v) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s; s >>= 1) {
+    if (threadIdx.x < s) sacc_merge(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
 }
 
 __global__ void __launch_bounds__(QK_SUM_THREADS, 2) k_audit_sums(const __nv_bfloat16 *g, const double *r, long long rows,
@@ -306,7 +313,7 @@ __global__ void __launch_bounds__(QK_SUM_THREADS, 2) k_audit_sums(const __nv_bfl
     }
   }
   __syncthreads();
-  tree((sacc *)smem, a);
+  sacc_tree((sacc *)smem, a);
   if (threadIdx.x == 0) bpart[(long long)blockIdx.y * strips + blockIdx.x] = ((sacc *)smem)[0];
 }
 
@@ -320,10 +327,19 @@ struct mid {
   double b[QK_BIAS_NSUM];
 };
 
-__device__ __forceinline__ void merge(mid &a, const mid &b) {
+__device__ __forceinline__ void mid_merge(mid &a, const mid &b) {
   macc_merge(a.m, b.m);
 #pragma unroll
   for (int k = 0; k < QK_BIAS_NSUM; k++) a.b[k] += b.b[k];
+}
+
+__device__ void mid_tree(mid *sh, const mid &v) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s; s >>= 1) {
+    if (threadIdx.x < s) mid_merge(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
 }
 
 #define MIDT 128
@@ -364,13 +380,13 @@ __global__ void __launch_bounds__(MIDT) k_sums_mid(const sacc *bpart, long long 
 #pragma unroll
     for (int q = 0; q < NG; q++) a.b[2 + q] += bpart[k].s[q];
   }
-  tree(sh, a);
+  mid_tree(sh, a);
   if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
 }
 
 __global__ void __launch_bounds__(QK_SUM_FB) k_sums_last(const mid *part, qk_msum *res, double *bias_out) {
   __shared__ mid sh[QK_SUM_FB];
-  tree(sh, part[threadIdx.x]);
+  mid_tree(sh, part[threadIdx.x]);
   if (threadIdx.x == 0) {
     const macc &m = sh[0].m;
     res->sg = m.sg; res->sr = m.sr; res->sd = m.sd; res->dt = m.dt; res->snf = m.snf;
