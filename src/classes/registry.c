@@ -25,7 +25,7 @@ static const qc_registry_row g_rows[] = {
     {&qc_class_logprob, qc_ref_logprob, NULL, NULL, 1},
     {&qc_class_router, qc_ref_router, NULL, NULL, 1},
     {&qc_class_attention, qc_ref_attention, NULL, NULL, 1},
-    {&qc_class_moe, qc_ref_moe, NULL, NULL, 1},
+    {&qc_class_moe, qc_ref_moe, NULL, qc_ref_moe_forward, 1},
     {&qc_class_ssd, qc_ref_ssd, NULL, NULL, 1},
     {&qc_class_conv1d, qc_ref_conv1d, NULL, NULL, 1},
 };

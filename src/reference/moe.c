@@ -50,7 +50,10 @@
  * silu, silu' and the sigmoid every op in bf16 (torch 1.13's CPU, swiglu's
  * variant 2). Rounding d_s times silu', a factor just above 1 for large
  * z, gives back d_s: a systematic error in d_x (bias z -8.7 on a tiny
- * bf16 Qwen2-MoE at 2 x 4096 tokens) only these variants reproduce. */
+ * bf16 Qwen2-MoE at 2 x 4096 tokens) only these variants reproduce.
+ * The forward (qc_ref_moe_forward, outputs/y's check): out_t = sum_j w_tj y
+ * (+ g_t ys), the same grouped products and the same roundings of h, a
+ * and y under ctx->round_ops. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,8 +248,9 @@ static int load_expert(const qc_tensor *t, int64_t e, double *d) {
  * (|x| under p.ab: the caller has no more use for it); dx [T, H] is added
  * to. Checks and refuses the shared tensors (a shared tensor the contract
  * does not use is refused). p: the activation, variants and H (its F, R
- * and buffers are set here). Returns a status. */
-static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int64_t T, double *dx, qc_tset *grads) {
+ * and buffers are set here). out [T, H] non-NULL: the forward only,
+ * out_t += g_t ys_t (G, dx and grads unused). Returns a status. */
+static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int64_t T, double *dx, qc_tset *grads, double *out) {
   const int64_t H = p.H;
   const int ab = p.ab, rb = p.rb;
   const double S = qc_contract_num(&m->contract, "shared_experts", 0);
@@ -285,8 +289,9 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
       (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) ||
       !(gs = qc_malloc((size_t)T * sizeof *gs, "reference moe shared gate")) || (rc = mlp_alloc(&p, T)))
     goto done;
-  if ((rc = qc_refu_out(grads, "d_shared_w1", 2, t1->shape, &d1)) || (rc = qc_refu_out(grads, "d_shared_w2", 2, t2->shape, &d2)) ||
-      (tg && (rc = qc_refu_out(grads, "d_shared_gate", tg->ndim, tg->shape, &dg))))
+  if (!out && ((rc = qc_refu_out(grads, "d_shared_w1", 2, t1->shape, &d1)) ||
+               (rc = qc_refu_out(grads, "d_shared_w2", 2, t2->shape, &d2)) ||
+               (tg && (rc = qc_refu_out(grads, "d_shared_gate", tg->ndim, tg->shape, &dg)))))
     goto done;
   /* the gate from the signed x and sg (the forward), before mlp_fwd makes X |x| under ab */
   for (int64_t t = 0; t < T; t++) {
@@ -296,6 +301,12 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
     gs[t] = !SG ? 1.0 : rb >= 4 ? rnd(1, 1.0 / rnd(1, 1.0 + rnd(1, exp(-z)))) : rb >= 3 ? rnd(1, sigma(z)) : sigma(z);
   }
   if ((rc = mlp_fwd(&p, T, X, W1, W2))) goto done;
+  if (out) { /* the forward: out_t += g_t ys_t */
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t c = 0; c < H; c++) out[t * H + c] += gs[t] * p.y[t * H + c];
+    rc = QC_OK;
+    goto done;
+  }
   /* dL/dz_t = g (1 - g) <dy_t, ys> (gs[t] becomes it once read); dL/dys = g dy_t */
   for (int64_t t = 0; t < T; t++) {
     const double *g = G + t * H;
@@ -324,9 +335,12 @@ done:
 /* The routed experts, grouped by expert (the file's top comment): X, G
  * [T, H] (x and dY), Wt [T, k] (the weights; |.| under ab), id [T, k];
  * the gradients' storage dx, dwt, dw1, dw2 (zeroed). p: the activation,
- * variants and sizes (its buffers are made here). Returns a status. */
+ * variants and sizes (its buffers are made here). out [T, H] non-NULL:
+ * the forward only, out_t += w_tj y for each slot (G and the gradients
+ * unused). Returns a status. */
 static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const double *X, const double *G, const double *Wt,
-                      const int64_t *id, int64_t T, int64_t k, int64_t E, double *dx, double *dwt, double *dw1, double *dw2) {
+                      const int64_t *id, int64_t T, int64_t k, int64_t E, double *dx, double *dwt, double *dw1, double *dw2,
+                      double *out) {
   const int64_t H = p.H, F = p.F, R = p.R;
   int64_t *off = NULL, *ord = NULL, nmax = 0;
   double *W1 = NULL, *W2 = NULL, *Xe = NULL;
@@ -355,6 +369,13 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
     if ((rc = load_expert(w1t, e, W1)) || (rc = load_expert(w2t, e, W2))) goto done;
     for (int64_t i = 0; i < n; i++) memcpy(Xe + i * H, X + sl[i] / k * H, (size_t)H * sizeof *Xe);
     if ((rc = mlp_fwd(&p, n, Xe, W1, W2))) goto done;
+    if (out) { /* the forward: each slot's w_tj y added to its token, expert by expert */
+      for (int64_t i = 0; i < n; i++) {
+        double *o = out + sl[i] / k * H;
+        for (int64_t c = 0; c < H; c++) o[c] += Wt[sl[i]] * p.y[i * H + c];
+      }
+      continue;
+    }
     /* dL/dw = <dy_t, y>;  the rows' w dy_t, rounded as the GEMMs' operand */
     for (int64_t i = 0; i < n; i++) {
       const double *g = G + sl[i] / k * H, w = Wt[sl[i]];
@@ -376,25 +397,40 @@ done:
   return rc;
 }
 
-int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  const int ab = ctx && ctx->terms, rb = ctx && !ab ? ctx->round_ops : 0;
-  const qc_tensor *xt, *w1t, *w2t, *it, *wtt;
+/* A moe module's tensors and settings, checked: x [T, H], w1 [E, R, H],
+ * w2 [E, H, F], topk_ids [T, k] (ids[] decoded, each in [0, E)),
+ * topk_weights [T, k] (inputs/ or saved/), the activation, its clamp. */
+typedef struct {
+  const qc_tensor *xt, *w1t, *w2t, *wtt;
+  int64_t T, H, E, F, k, R;
+  int relu2, pass;
+  double L;
+  int64_t *id; /* [T k], the caller frees it */
+} moe_in;
+
+/* Read and check m's tensors and contract into *in. Returns a status
+ * (in->id NULL unless QC_OK). */
+static int moe_in_get(const qc_module *m, moe_in *in) {
+  const qc_tensor *it;
   int rc;
-  if ((rc = qc_module_need(m, "inputs", "x", 2, 2, &xt))) return rc;
-  if ((rc = qc_module_need(m, "params", "w1", 3, 3, &w1t))) return rc;
-  if ((rc = qc_module_need(m, "params", "w2", 3, 3, &w2t))) return rc;
+  memset(in, 0, sizeof *in);
+  if ((rc = qc_module_need(m, "inputs", "x", 2, 2, &in->xt))) return rc;
+  if ((rc = qc_module_need(m, "params", "w1", 3, 3, &in->w1t))) return rc;
+  if ((rc = qc_module_need(m, "params", "w2", 3, 3, &in->w2t))) return rc;
   if ((rc = qc_module_need(m, "saved", "topk_ids", 2, 2, &it))) return rc;
   const char *role = qc_tset_get(&m->inputs, "topk_weights") ? "inputs" : "saved";
-  if ((rc = qc_module_need(m, role, "topk_weights", 1, QC_MAXDIM, &wtt))) return rc;
+  if ((rc = qc_module_need(m, role, "topk_weights", 1, QC_MAXDIM, &in->wtt))) return rc;
   const char *act = qc_contract_str(&m->contract, "activation", "swiglu");
-  const int relu2 = strcmp(act, "relu2") == 0;
-  if (!relu2 && strcmp(act, "swiglu") != 0) return qc_err("%s: contract key 'activation' = '%s': expected swiglu or relu2", m->path, act);
-  const double L = qc_contract_num(&m->contract, "limit", 0);
-  const int pass = strcmp(qc_contract_str(&m->contract, "at_limit", "pass"), "pass") == 0;
-  if (!(L >= 0)) return qc_err("%s: contract key 'limit' = %g: expected >= 0", m->path, L);
-  if (L > 0 && relu2) return qc_err("%s: contract key 'limit' = %g: only activation swiglu has a clamp", m->path, L);
-  const int64_t T = xt->shape[0], H = xt->shape[1], E = w2t->shape[0], F = w2t->shape[2], k = it->shape[1];
-  const int64_t R = relu2 ? F : 2 * F;
+  in->relu2 = strcmp(act, "relu2") == 0;
+  if (!in->relu2 && strcmp(act, "swiglu") != 0)
+    return qc_err("%s: contract key 'activation' = '%s': expected swiglu or relu2", m->path, act);
+  in->L = qc_contract_num(&m->contract, "limit", 0);
+  in->pass = strcmp(qc_contract_str(&m->contract, "at_limit", "pass"), "pass") == 0;
+  if (!(in->L >= 0)) return qc_err("%s: contract key 'limit' = %g: expected >= 0", m->path, in->L);
+  if (in->L > 0 && in->relu2) return qc_err("%s: contract key 'limit' = %g: only activation swiglu has a clamp", m->path, in->L);
+  const qc_tensor *w1t = in->w1t, *w2t = in->w2t, *wtt = in->wtt;
+  const int64_t T = in->xt->shape[0], H = in->xt->shape[1], E = w2t->shape[0], F = w2t->shape[2], k = it->shape[1];
+  const int64_t R = in->relu2 ? F : 2 * F;
   if (w2t->shape[1] != H || F < 1 || E < 1) return qc_err("%s: 'params/w2': expected [E, H, F] with H = %lld", m->path, (long long)H);
   if (w1t->shape[0] != E || w1t->shape[1] != R || w1t->shape[2] != H)
     return qc_err("%s: 'params/w1' is [%lld, %lld, %lld]: expected [%lld, %lld, %lld] for activation %s", m->path,
@@ -403,33 +439,66 @@ int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ts
   if (it->shape[0] != T) return qc_err("%s: 'saved/topk_ids': expected [%lld, k]", m->path, (long long)T);
   if (wtt->ndim != 2 || wtt->shape[0] != T || wtt->shape[1] != k)
     return qc_err("%s: '%s/topk_weights': expected [T, k] = [%lld, %lld]", m->path, role, (long long)T, (long long)k);
-  if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) return rc;
-  /* the terms' scale runs with a bare ctx (engine/audit.c): the CPU's float64 GEMM then */
-  const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = relu2, .pass = pass, .ab = ab, .rb = rb, .L = L,
-                 .H = H, .F = F, .R = R};
-  int64_t *id = NULL;
+  in->T = T, in->H = H, in->E = E, in->F = F, in->k = k, in->R = R;
+  if ((rc = qc_refu_ids(m, it, "saved/topk_ids", &in->id))) return rc;
+  for (int64_t i = 0; i < T * k; i++)
+    if (in->id[i] < 0 || in->id[i] >= E) {
+      rc = qc_err("%s: 'saved/topk_ids'[%lld, %lld] = %lld: expected 0..%lld", m->path, (long long)(i / k), (long long)(i % k),
+                  (long long)in->id[i], (long long)(E - 1));
+      free(in->id);
+      in->id = NULL;
+      return rc;
+    }
+  return QC_OK;
+}
+
+int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  const int ab = ctx && ctx->terms, rb = ctx && !ab ? ctx->round_ops : 0;
+  moe_in in;
+  int rc;
+  if ((rc = moe_in_get(m, &in))) return rc;
+  const int64_t T = in.T, H = in.H, k = in.k;
   double *X = NULL, *Wt = NULL, *G = NULL;
   double *dx, *dw1, *dw2, *dwt;
-  if ((rc = qc_refu_ids(m, it, "saved/topk_ids", &id))) return rc;
-  for (int64_t i = 0; i < T * k; i++)
-    if (id[i] < 0 || id[i] >= E) {
-      rc = qc_err("%s: 'saved/topk_ids'[%lld, %lld] = %lld: expected 0..%lld", m->path, (long long)(i / k), (long long)(i % k),
-                  (long long)id[i], (long long)(E - 1));
-      goto done;
-    }
+  if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) goto done;
+  /* the terms' scale runs with a bare ctx (engine/audit.c): the CPU's float64 GEMM then */
+  const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass, .ab = ab, .rb = rb,
+                 .L = in.L, .H = H, .F = in.F, .R = in.R};
   rc = QC_ESYS;
-  if (!(X = qc_refu_load(xt, "reference moe x")) || !(Wt = qc_refu_load(wtt, "reference moe topk_weights")) ||
+  if (!(X = qc_refu_load(in.xt, "reference moe x")) || !(Wt = qc_refu_load(in.wtt, "reference moe topk_weights")) ||
       !(G = qc_refu_load(dy, "reference moe dY")))
     goto done;
   for (int64_t i = 0; ab && i < T * H; i++) G[i] = fabs(G[i]); /* the terms' scale: |dY|, |w| */
   for (int64_t i = 0; ab && i < T * k; i++) Wt[i] = fabs(Wt[i]);
   int64_t ws[2] = {T, k};
-  if ((rc = qc_refu_out(grads, "d_x", 2, xt->shape, &dx)) || (rc = qc_refu_out(grads, "d_w1", 3, w1t->shape, &dw1)) ||
-      (rc = qc_refu_out(grads, "d_w2", 3, w2t->shape, &dw2)) || (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
+  if ((rc = qc_refu_out(grads, "d_x", 2, in.xt->shape, &dx)) || (rc = qc_refu_out(grads, "d_w1", 3, in.w1t->shape, &dw1)) ||
+      (rc = qc_refu_out(grads, "d_w2", 3, in.w2t->shape, &dw2)) || (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
     goto done;
-  if ((rc = ref_routed(p, w1t, w2t, X, G, Wt, id, T, k, E, dx, dwt, dw1, dw2))) goto done;
-  rc = ref_shared(m, p, X, G, T, dx, grads);
+  if ((rc = ref_routed(p, in.w1t, in.w2t, X, G, Wt, in.id, T, k, in.E, dx, dwt, dw1, dw2, NULL))) goto done;
+  rc = ref_shared(m, p, X, G, T, dx, grads, NULL);
 done:
-  free(id); free(X); free(Wt); free(G);
+  free(in.id); free(X); free(Wt); free(G);
+  return rc;
+}
+
+int qc_ref_moe_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+  (void)tm; /* left zero: engine/forward.c models the forward as the d_x chain run forward */
+  if (ctx && ctx->wscale > 0) return QC_NA; /* no quantizer here: a stale scale changes nothing */
+  moe_in in;
+  int rc;
+  if ((rc = moe_in_get(m, &in))) return rc;
+  const int64_t T = in.T, H = in.H;
+  double *X = NULL, *Wt = NULL;
+  const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass,
+                 .rb = ctx ? ctx->round_ops : 0, .L = in.L, .H = H, .F = in.F, .R = in.R};
+  rc = QC_ESYS;
+  if (!(X = qc_refu_load(in.xt, "reference moe x")) || !(Wt = qc_refu_load(in.wtt, "reference moe topk_weights"))) goto done;
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 2, in.xt->shape))) goto done;
+  memset(y->data, 0, (size_t)(T * H) * sizeof(double));
+  if ((rc = ref_routed(p, in.w1t, in.w2t, X, NULL, Wt, in.id, T, in.k, in.E, NULL, NULL, NULL, NULL, y->data))) goto done;
+  rc = ref_shared(m, p, X, NULL, T, NULL, NULL, y->data);
+done:
+  if (rc) qc_tensor_free(y);
+  free(in.id); free(X); free(Wt);
   return rc;
 }

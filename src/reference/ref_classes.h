@@ -24,6 +24,8 @@ int qc_ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
 int qc_ref_router(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
+/* The moe forward, grouped by expert as its VJP (a qc_fwd_ref_fn, reference/moe.c). */
+int qc_ref_moe_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm);
 int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 int qc_ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads);
 

@@ -122,22 +122,22 @@ def grads(defect=None):
         d["d_shared_w1"] += d1; d["d_shared_w2"] += d2; d["d_shared_gate"] += dz * X[t]
         if defect != "no_shared_dx": d["d_x"][t] += dx + dz * sg.astype(np.float64)
     return d
-def forward():  # y = sum_j w_tj expert_j(x_t) + sigmoid(x_t . g) shared(x_t), float64
+def forward(defect=None):  # y = sum_j w_tj expert_j(x_t) + sigmoid(x_t . g) shared(x_t), float64
     Y = np.zeros((T, H))
     for t in range(T):
         for j in range(k):
             Y[t] += wt[t, j] * mlp_vjp(w1[ids[t, j]], w2[ids[t, j]], X[t], G[t], F)[0]
-        Y[t] += sig(X[t] @ sg) * mlp_vjp(s1, s2, X[t], G[t], Fs)[0]
+        Y[t] += (1.0 if defect == "fwd_ungated" else sig(X[t] @ sg)) * mlp_vjp(s1, s2, X[t], G[t], Fs)[0]
     return Y
 with h5py.File(sys.argv[1], "w") as f:
     f.attrs["qatcheck_dump"] = 1
-    for name in ("ok", "no_shared_dx", "gate_deriv"):
+    for name in ("ok", "no_shared_dx", "gate_deriv", "fwd_ungated"):
         g = f.create_group("trainer." + name); g.attrs["class"] = "moe"
         g.attrs["contract"] = json.dumps({"activation": "swiglu", "shared_experts": 1, "shared_gate": True})
         g["inputs/x"] = x; g["inputs/topk_weights"] = wt; g["saved/topk_ids"] = ids; g["grad_out/dy"] = dy
         g["params/w1"] = w1; g["params/w2"] = w2; g["params/shared_w1"] = s1; g["params/shared_w2"] = s2; g["params/shared_gate"] = sg
-        g["outputs/y"] = forward().astype(np.float32)
-        for n, v in grads(None if name == "ok" else name).items():
+        g["outputs/y"] = forward(name).astype(np.float32)
+        for n, v in grads(None if name in ("ok", "fwd_ungated") else name).items():
             g["grads/dy/" + n] = v.astype(np.float32)
 P
 for t in ok:0: no_shared_dx:1:d_x gate_deriv:1:d_shared_gate; do
@@ -157,6 +157,16 @@ bad = {c["tensor"] for c in json.load(open(sys.argv[1]))["checks"] if c["verdict
 sys.exit(0 if sys.argv[2] in bad else 1)
 P
 done
+# a forward that adds the shared expert ungated (its gradients correct):
+# outputs/y alone fails, against the grouped float64 reference forward
+cat >"$T/tr_fwd.json" <<J
+{"data": {"dump": "tr.h5", "modules": "^/trainer\\\\.fwd_ungated\$"}, "candidate": "dump", "tolerances": $STOL}
+J
+expect_exit 1 "a trainer's moe forward with its shared expert ungated" "$QATCHECK" vjp --case "$T/tr_fwd.json" --json "$T/tr_fwd.r.json"
+$PY - "$T/tr_fwd.r.json" <<'P' && ok "fwd_ungated fails on outputs/y alone" || bad "fwd_ungated: not outputs/y alone failed"
+import json, sys
+sys.exit(0 if {c["tensor"] for c in json.load(open(sys.argv[1]))["checks"] if c["verdict"] != "pass"} == {"y"} else 1)
+P
 
 # the clamp's derivative exactly at the limit: gate and up pre-activations
 # built to equal +-7 exactly (bf16-exact weights and inputs), under
