@@ -16,6 +16,10 @@ void qc_sha256_init(qc_sha256 *c);
 void qc_sha256_update(qc_sha256 *c, const void *buf, size_t n);
 /* The hex digest (65 bytes with the NUL). */
 void qc_sha256_final_hex(qc_sha256 *c, char out[65]);
+/* Whether the x86 SHA extensions are used (1) or the portable code (0).
+ * on: -1 asks; 0 turns them off; 1 turns them on where the CPU has them
+ * (the tests compare the two). Process-wide: set it before hashing. */
+int qc_sha256_accel(int on);
 /* Hex digest of buf[0..n) into out (65 bytes). */
 void qc_sha256_hex(const void *buf, size_t n, char out[65]);
 #endif
