@@ -24,6 +24,12 @@ Modules (class attention, contract {"causal": true, "window": 5,
   /defect.attention_softcap_no_grad    the cap's value in the forward, its
                                        derivative 1 in the backward (a
                                        detached tanh)  -> fails on d_q, d_k
+
+Multi-head latent attention's core (DeepSeek-V3: q.k over more dims than
+v; here D 12, Dv 8), contract {"causal": true} (softmax_scale 1/sqrt(D)):
+  /model.layers.1.self_attn.mla        correct                -> passes
+  /defect.attention_mla_scale_dv       forward and backward at 1/sqrt(Dv),
+                                       v's head_dim       -> fails everywhere
 """
 import argparse
 import json
@@ -60,18 +66,19 @@ def eager(q, k, v, scale, window, cap, cap_grad=True):
     return torch.softmax(s, dim=-1) @ vr, lse
 
 
-def module(f, path, q, k, v, dy, window, cap_grad=True):
+def module(f, path, q, k, v, dy, window, cap_grad=True, cap=CAP, contract=None, scale=None):
     """One module group: saved out/lse from the float64 forward with this
-    trainer's mask, grads from float32 autograd."""
-    sc = 1 / np.sqrt(q.shape[-1])
+    trainer's mask and scale (1/sqrt(q's head_dim) by default), grads from
+    float32 autograd."""
+    sc = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
     t64 = [torch.tensor(x, dtype=torch.float64) for x in (q, k, v)]
-    o64, lse64 = eager(*t64, sc, window, CAP)
+    o64, lse64 = eager(*t64, sc, window, cap)
     t32 = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
-    o32, _ = eager(*t32, sc, window, CAP, cap_grad)
+    o32, _ = eager(*t32, sc, window, cap, cap_grad)
     o32.backward(torch.tensor(dy))
     g = f.create_group(path)
     g.attrs["class"] = "attention"
-    g.attrs["contract"] = json.dumps({"causal": True, "window": W, "softcap": CAP})
+    g.attrs["contract"] = json.dumps(contract or {"causal": True, "window": W, "softcap": CAP})
     for name, x in (("q", q), ("k", k), ("v", v)):
         g.require_group("inputs").create_dataset(name, data=x)
     g.require_group("saved").create_dataset("out", data=o64.numpy().astype(F))
@@ -96,6 +103,12 @@ def main():
         module(f, "/defect.attention_window_wide", q, k, v, dy, W + 1)
         module(f, "/defect.attention_window_narrow", q, k, v, dy, W - 1)
         module(f, "/defect.attention_softcap_no_grad", q, k, v, dy, W, cap_grad=False)
+        # MLA: D 12, Dv 8, GQA 4/2, no window (W >= S), no softcap
+        q, k = nrm(2, 4, 19, 12), bf16.round_(1.5 * nrm(2, 2, 19, 12))
+        v, dy = nrm(2, 2, 19, 8), nrm(2, 4, 19, 8)
+        causal = {"causal": True}
+        module(f, "/model.layers.1.self_attn.mla", q, k, v, dy, 19, cap=0, contract=causal)
+        module(f, "/defect.attention_mla_scale_dv", q, k, v, dy, 19, cap=0, contract=causal, scale=1 / np.sqrt(8))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
  * the flash-attention / cuDNN backward computes it: from the output O and
  * the log-sum-exp LSE the forward saved, never a recomputed normalizer.
  *
- *   q [B, Hq, S, D], k, v [B, Hkv, S, D] (GQA: Hq a multiple of Hkv; query
- *   head h reads kv head h / (Hq / Hkv)); saved out [B, Hq, S, D] (O) and
- *   lse [B, Hq, S]; dY = dO [B, Hq, S, D]; c = softmax_scale (1/sqrt(D))
+ *   q [B, Hq, S, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] (GQA: Hq a multiple
+ *   of Hkv; query head h reads kv head h / (Hq / Hkv); Dv = D but for
+ *   DeepSeek's MLA: q.k over 192 = 128 + 64 rope dims, v of 128); saved out
+ *   [B, Hq, S, Dv] (O) and lse [B, Hq, S]; dY = dO [B, Hq, S, Dv];
+ *   c = softmax_scale (1/sqrt(D))
  *   causal: key j is visible to query i when j <= i (j <= i + k under the
  *     contract's causal_offset k; a query left with no key outputs 0)
  *   window W > 0 (causal only): and when i - j < W, i.e. i - W < j <= i
@@ -47,7 +49,7 @@ static const qc_key_spec attention_keys[] = {
 /* The tensors and sizes of an attention module. */
 typedef struct {
   const qc_tensor *q, *k, *v, *o, *lse;
-  int64_t B, Hq, Hkv, S, D;
+  int64_t B, Hq, Hkv, S, D, Dv; /* D: q and k's head_dim; Dv: v's (and O's) */
   int causal, base2;
   int64_t window; /* W: keys i - W < j <= i (0: no window) */
   int64_t coff;   /* k: the causal mask's diagonal, keys j <= i + k */
@@ -83,11 +85,13 @@ static int at_view_inputs(const qc_module *m, at_view *a) {
   if (a->Hq % a->Hkv)
     return qc_err("%s: 'inputs/k' has %lld kv heads: expected a divisor of the %lld query heads of 'inputs/q' (GQA)",
                   m->path, (long long)a->Hkv, (long long)a->Hq);
-  for (int d = 0; d < 4; d++)
-    if (a->v->shape[d] != a->k->shape[d])
-      return qc_err("%s: 'inputs/v' is [%lld, %lld, %lld, %lld]: expected the shape of 'inputs/k'", m->path,
+  a->Dv = a->v->shape[3];
+  for (int d = 0; d < 3; d++)
+    if (a->v->shape[d] != a->k->shape[d] || a->Dv < 1)
+      return qc_err("%s: 'inputs/v' is [%lld, %lld, %lld, %lld]: expected [B, Hkv, S, Dv] = [%lld, %lld, %lld, Dv] as "
+                    "'inputs/k' but for its head_dim", m->path,
                     (long long)a->v->shape[0], (long long)a->v->shape[1], (long long)a->v->shape[2],
-                    (long long)a->v->shape[3]);
+                    (long long)a->v->shape[3], (long long)a->B, (long long)a->Hkv, (long long)a->S);
   a->causal = strcmp(qc_contract_str(&m->contract, "causal", "true"), "true") == 0;
   a->base2 = strcmp(qc_contract_str(&m->contract, "lse_base", "e"), "2") == 0;
   a->scale = qc_contract_has(&m->contract, "softmax_scale") ? qc_contract_num(&m->contract, "softmax_scale", 0)
@@ -120,10 +124,11 @@ static int at_view_get(const qc_module *m, at_view *a) {
   if ((rc = qc_module_need(m, "saved", "out", 4, 4, &a->o))) return rc;
   if ((rc = qc_module_need(m, "saved", "lse", 3, 3, &a->lse))) return rc;
   for (int d = 0; d < 4; d++)
-    if (a->o->shape[d] != a->q->shape[d])
-      return qc_err("%s: 'saved/out' is [%lld, %lld, %lld, %lld]: expected the shape of 'inputs/q' [B, Hq, S, D]",
+    if (a->o->shape[d] != (d < 3 ? a->q->shape[d] : a->Dv))
+      return qc_err("%s: 'saved/out' is [%lld, %lld, %lld, %lld]: expected [B, Hq, S, Dv] = [%lld, %lld, %lld, %lld] (q's "
+                    "rows, v's head_dim)",
                     m->path, (long long)a->o->shape[0], (long long)a->o->shape[1], (long long)a->o->shape[2],
-                    (long long)a->o->shape[3]);
+                    (long long)a->o->shape[3], (long long)a->B, (long long)a->Hq, (long long)a->S, (long long)a->Dv);
   for (int d = 0; d < 3; d++)
     if (a->lse->shape[d] != a->q->shape[d])
       return qc_err("%s: 'saved/lse' is [%lld, %lld, %lld]: expected [B, Hq, S] = [%lld, %lld, %lld]", m->path,
@@ -132,15 +137,15 @@ static int at_view_get(const qc_module *m, at_view *a) {
   return QC_OK;
 }
 
-/* The flash backward (see the file comment): d_q [B, Hq, S, D], d_k, d_v
- * [B, Hkv, S, D] into grads from m and dy [B, Hq, S, D]. cap_grad 0 drops
+/* The flash backward (see the file comment): d_q [B, Hq, S, D], d_k [B, Hkv,
+ * S, D], d_v [B, Hkv, S, Dv] into grads from m and dy [B, Hq, S, Dv]. cap_grad 0 drops
  * the softcap's derivative 1 - tanh^2 (the diagnosis's prediction of a
  * backward that lost it); 1 is the production. Returns a status. */
 static int attention_flash(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int cap_grad) {
   at_view a;
   int rc = at_view_get(m, &a);
   if (rc) return rc;
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(a.q), a.q->shape[3], "the shape of inputs/q [B, Hq, S, D]"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(a.o), a.Dv, "the shape of saved/out [B, Hq, S, Dv]"))) return rc;
   float *q = qc_mod_f32(a.q, "attention q"), *k = qc_mod_f32(a.k, "attention k"), *v = qc_mod_f32(a.v, "attention v");
   float *o = qc_mod_f32(a.o, "attention out"), *lse = qc_mod_f32(a.lse, "attention lse"), *g = qc_mod_f32(dy, "attention dY");
   float *dq, *dk, *dv;
@@ -149,26 +154,25 @@ static int attention_flash(const qc_module *m, const qc_tensor *dy, qc_tset *gra
   if ((rc = qc_mod_add(grads, "d_q", QC_F32, 4, a.q->shape, (void **)&dq))) goto done;
   if ((rc = qc_mod_add(grads, "d_k", QC_F32, 4, a.k->shape, (void **)&dk))) goto done;
   if ((rc = qc_mod_add(grads, "d_v", QC_F32, 4, a.v->shape, (void **)&dv))) goto done;
-  const int64_t S = a.S, D = a.D, group = a.Hq / a.Hkv;
+  const int64_t S = a.S, D = a.D, Dv = a.Dv, group = a.Hq / a.Hkv;
   const float c = (float)a.scale, c2 = (float)(a.scale * 1.4426950408889634); /* c log2(e) */
   const float cap = (float)a.softcap, l2e = 1.4426950408889634f;
   for (int64_t b = 0; b < a.B; b++)
     for (int64_t h = 0; h < a.Hq; h++) {
       const int64_t qo = (b * a.Hq + h) * S * D, ko = (b * a.Hkv + h / group) * S * D;
+      const int64_t go = (b * a.Hq + h) * S * Dv, vo = (b * a.Hkv + h / group) * S * Dv; /* dO, O; v */
       for (int64_t i = 0; i < S; i++) {
-        const float *qi = q + qo + i * D, *gi = g + qo + i * D, *oi = o + qo + i * D;
+        const float *qi = q + qo + i * D, *gi = g + go + i * Dv, *oi = o + go + i * Dv;
         const float L = lse[(b * a.Hq + h) * S + i];
         float delta = 0.0f;
-        for (int64_t d = 0; d < D; d++) delta += gi[d] * oi[d];
+        for (int64_t d = 0; d < Dv; d++) delta += gi[d] * oi[d];
         int64_t j0;
         const int64_t jn = at_keys(&a, i, &j0);
         for (int64_t j = j0; j < jn; j++) {
-          const float *kj = k + ko + j * D, *vj = v + ko + j * D;
+          const float *kj = k + ko + j * D, *vj = v + vo + j * Dv;
           float s = 0.0f, dp = 0.0f;
-          for (int64_t d = 0; d < D; d++) {
-            s += qi[d] * kj[d];
-            dp += gi[d] * vj[d];
-          }
+          for (int64_t d = 0; d < D; d++) s += qi[d] * kj[d];
+          for (int64_t d = 0; d < Dv; d++) dp += gi[d] * vj[d];
           float p, ds;
           if (cap > 0.0f) { /* s' = m tanh(c s / m); ds/ds' = 1 - tanh^2 */
             const float t = tanhf((c * s) / cap), sc = cap * t;
@@ -178,12 +182,12 @@ static int attention_flash(const qc_module *m, const qc_tensor *dy, qc_tset *gra
             p = a.base2 ? exp2f(c2 * s - L) : expf(c * s - L);
             ds = c * (p * (dp - delta));
           }
-          float *dqi = dq + qo + i * D, *dkj = dk + ko + j * D, *dvj = dv + ko + j * D;
+          float *dqi = dq + qo + i * D, *dkj = dk + ko + j * D, *dvj = dv + vo + j * Dv;
           for (int64_t d = 0; d < D; d++) {
             dqi[d] += ds * kj[d];
             dkj[d] += ds * qi[d];
-            dvj[d] += p * gi[d];
           }
+          for (int64_t d = 0; d < Dv; d++) dvj[d] += p * gi[d];
         }
       }
     }
@@ -199,23 +203,24 @@ static int attention_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
   return attention_flash(m, dy, grads, 1);
 }
 
-/* float64 forward of one instance: O [B, Hq, S, D] and the natural LSE
+/* float64 forward of one instance: O [B, Hq, S, Dv] and the natural LSE
  * [B, Hq, S] (either may be NULL) of the capped logits, over the keys the
- * mask and window leave. Max-subtracted softmax. q [B, Hq, S, D]; k, v
- * [B, Hkv, S, D]. Returns QC_OK or QC_ESYS. */
+ * mask and window leave. Max-subtracted softmax. q [B, Hq, S, D]; k [B,
+ * Hkv, S, D]; v [B, Hkv, S, Dv]. Returns QC_OK or QC_ESYS. */
 static int attention_fwd64(const at_view *a, const double *q, const double *k, const double *v, double *o, double *lse) {
-  const int64_t S = a->S, D = a->D, group = a->Hq / a->Hkv;
+  const int64_t S = a->S, D = a->D, Dv = a->Dv, group = a->Hq / a->Hkv;
   double *p = qc_malloc((size_t)S * sizeof *p, "attention probabilities");
   if (!p) return QC_ESYS;
   for (int64_t b = 0; b < a->B; b++)
     for (int64_t h = 0; h < a->Hq; h++) {
       const int64_t qo = (b * a->Hq + h) * S * D, ko = (b * a->Hkv + h / group) * S * D;
+      const int64_t oo = (b * a->Hq + h) * S * Dv, vo = (b * a->Hkv + h / group) * S * Dv;
       for (int64_t i = 0; i < S; i++) {
         int64_t j0;
         const int64_t jn = at_keys(a, i, &j0);
         if (jn <= j0) { /* no visible key (a mask shifted back): the output is 0 */
           if (lse) lse[(b * a->Hq + h) * S + i] = -INFINITY;
-          for (int64_t d = 0; o && d < D; d++) o[qo + i * D + d] = 0;
+          for (int64_t d = 0; o && d < Dv; d++) o[oo + i * Dv + d] = 0;
           continue;
         }
         double mx = -INFINITY, z = 0;
@@ -228,10 +233,10 @@ static int attention_fwd64(const at_view *a, const double *q, const double *k, c
         }
         for (int64_t j = j0; j < jn; j++) z += (p[j] = exp(p[j] - mx));
         if (lse) lse[(b * a->Hq + h) * S + i] = mx + log(z);
-        for (int64_t d = 0; o && d < D; d++) {
+        for (int64_t d = 0; o && d < Dv; d++) {
           double acc = 0;
-          for (int64_t j = j0; j < jn; j++) acc += p[j] * v[ko + j * D + d];
-          o[qo + i * D + d] = acc / z;
+          for (int64_t j = j0; j < jn; j++) acc += p[j] * v[vo + j * Dv + d];
+          o[oo + i * Dv + d] = acc / z;
         }
       }
     }
@@ -239,7 +244,7 @@ static int attention_fwd64(const at_view *a, const double *q, const double *k, c
   return QC_OK;
 }
 
-/* Float64 forward y = O (shape of q); no discrete branch (the mask is fixed). */
+/* Float64 forward y = O [B, Hq, S, Dv]; no discrete branch (the mask is fixed). */
 static int attention_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
   (void)branch;
   at_view a;
@@ -248,7 +253,8 @@ static int attention_forward(const qc_module *m, const qc_module *branch, qc_ten
   double *q = qc_mod_f64(a.q, "attention q"), *k = qc_mod_f64(a.k, "attention k"), *v = qc_mod_f64(a.v, "attention v");
   rc = QC_ESYS;
   if (!q || !k || !v) goto done;
-  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 4, a.q->shape))) goto done;
+  const int64_t ys[4] = {a.B, a.Hq, a.S, a.Dv};
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 4, ys))) goto done;
   rc = attention_fwd64(&a, q, k, v, y->data, NULL);
 done:
   free(q); free(k); free(v);
@@ -263,7 +269,7 @@ done:
  * within the per-term bound). The magnitude bound for a zero reference (one
  * key: d_q = 0): |d_q_i| <= c max|k| (|dP_ij| + |Delta_i|) <= c max|k|
  * ||dO_i|| (max_j ||v_j|| + ||O_i||); the softcap factor 1 - t^2 <= 1 only
- * lowers it. m, dy (shape of q), grad: the gradient's name; tm: out. */
+ * lowers it. m, dy (shape of saved/out), grad: the gradient's name; tm: out. */
 static int attention_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   at_view a;
   int rc = at_view_get(m, &a);
@@ -283,19 +289,19 @@ static int attention_tol_model(const qc_module *m, const qc_tensor *dy, const ch
   /* row norms of dO, v and O, for the magnitude bound */
   double *g = qc_mod_f64(dy, "attention dY"), *v = qc_mod_f64(a.v, "attention v"), *o = qc_mod_f64(a.o, "attention out");
   double gmax = 0, vmax = 0, omax = 0;
-  if (g && v && o && qc_numel(dy) == qc_numel(a.q)) {
-    for (int64_t r = 0; r < qc_numel(a.q) / a.D; r++) {
+  if (g && v && o && qc_numel(dy) == qc_numel(a.o)) {
+    for (int64_t r = 0; r < qc_numel(a.o) / a.Dv; r++) {
       double sg = 0, so = 0;
-      for (int64_t d = 0; d < a.D; d++) {
-        sg += g[r * a.D + d] * g[r * a.D + d];
-        so += o[r * a.D + d] * o[r * a.D + d];
+      for (int64_t d = 0; d < a.Dv; d++) {
+        sg += g[r * a.Dv + d] * g[r * a.Dv + d];
+        so += o[r * a.Dv + d] * o[r * a.Dv + d];
       }
       gmax = fmax(gmax, sqrt(sg));
       omax = fmax(omax, sqrt(so));
     }
-    for (int64_t r = 0; r < qc_numel(a.v) / a.D; r++) {
+    for (int64_t r = 0; r < qc_numel(a.v) / a.Dv; r++) {
       double sv = 0;
-      for (int64_t d = 0; d < a.D; d++) sv += v[r * a.D + d] * v[r * a.D + d];
+      for (int64_t d = 0; d < a.Dv; d++) sv += v[r * a.Dv + d] * v[r * a.Dv + d];
       vmax = fmax(vmax, sqrt(sv));
     }
     if (strcmp(grad, "d_q") == 0) tm->scale = a.scale * qc_mod_maxabs(a.k) * gmax * (vmax + omax);
@@ -436,29 +442,32 @@ static const qc_hypothesis attention_hyps[] = {
      attention_softcap_grad, 0},
     {NULL, NULL, NULL, NULL, 0, NULL, 0}};
 
-/* Generated attention: shape [B, Hq, Hkv, S, D]. q, k, v ~ N(0,1) bf16;
+/* Generated attention: shape [B, Hq, Hkv, S, D] or [B, Hq, Hkv, S, D, Dv]
+ * (v's head_dim, D by default). q, k, v ~ N(0,1) bf16;
  * saved out (float32) and lse (float32, in the contract's base) from the
  * float64 forward under the contract (mask, window, softcap). values = "special": query rows of
  * head 0 scaled by 64 (logits in the hundreds: the LSE formula must not
  * overflow), a zero query row (uniform attention), keys +-30 at a few
  * entries; "heavy_tail": every input divided by 0.05 + U(0,1). */
 static int attention_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
-  if (gp->nshape != 5)
-    return qc_err("attention: generate shape needs [B, Hq, Hkv, S, D] (batch, query heads, kv heads, sequence, head_dim), got %d entries",
-                  gp->nshape);
+  if (gp->nshape != 5 && gp->nshape != 6)
+    return qc_err("attention: generate shape needs [B, Hq, Hkv, S, D] or [B, Hq, Hkv, S, D, Dv] (batch, query heads, kv "
+                  "heads, sequence, head_dim, v's head_dim), got %d entries", gp->nshape);
   const int64_t B = gp->shape[0], Hq = gp->shape[1], Hkv = gp->shape[2], S = gp->shape[3], D = gp->shape[4];
-  if (B < 1 || Hq < 1 || Hkv < 1 || S < 1 || D < 1)
-    return qc_err("attention: generate shape needs B, Hq, Hkv, S, D >= 1");
+  const int64_t Dv = gp->nshape == 6 ? gp->shape[5] : D;
+  if (B < 1 || Hq < 1 || Hkv < 1 || S < 1 || D < 1 || Dv < 1)
+    return qc_err("attention: generate shape needs B, Hq, Hkv, S, D, Dv >= 1");
   if (Hq % Hkv)
     return qc_err("attention: generate shape: Hkv = %lld kv heads must divide Hq = %lld query heads (GQA)", (long long)Hkv,
                   (long long)Hq);
-  const int64_t qs[4] = {B, Hq, S, D}, ks[4] = {B, Hkv, S, D}, ls[3] = {B, Hq, S};
+  const int64_t qs[4] = {B, Hq, S, D}, ks[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv}, os[4] = {B, Hq, S, Dv},
+                ls[3] = {B, Hq, S};
   uint16_t *q, *k, *v;
   float *o, *lse;
   int rc;
   if ((rc = qc_mod_gen_bf16(&m->inputs, "q", 4, qs, rng, 1.0, &q))) return rc;
   if ((rc = qc_mod_gen_bf16(&m->inputs, "k", 4, ks, rng, 1.0, &k))) return rc;
-  if ((rc = qc_mod_gen_bf16(&m->inputs, "v", 4, ks, rng, 1.0, &v))) return rc;
+  if ((rc = qc_mod_gen_bf16(&m->inputs, "v", 4, vs, rng, 1.0, &v))) return rc;
   if (qc_mod_special(gp)) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t i = 0; i < S; i++)
@@ -472,21 +481,21 @@ static int attention_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *
     static const float none[] = {0.0f};
     qc_mod_values(gp, rng, q, B * Hq * S, D, none, 1);
     qc_mod_values(gp, rng, k, B * Hkv * S, D, none, 1);
-    qc_mod_values(gp, rng, v, B * Hkv * S, D, none, 1);
+    qc_mod_values(gp, rng, v, B * Hkv * S, Dv, none, 1);
   }
-  if ((rc = qc_mod_add(&m->saved, "out", QC_F32, 4, qs, (void **)&o))) return rc;
+  if ((rc = qc_mod_add(&m->saved, "out", QC_F32, 4, os, (void **)&o))) return rc;
   if ((rc = qc_mod_add(&m->saved, "lse", QC_F32, 3, ls, (void **)&lse))) return rc;
   at_view a;
   if ((rc = at_view_inputs(m, &a))) return rc;
   double *qd = qc_mod_f64(a.q, "attention q"), *kd = qc_mod_f64(a.k, "attention k"), *vd = qc_mod_f64(a.v, "attention v");
-  double *od = qc_malloc((size_t)(B * Hq * S * D) * sizeof *od, "attention out"), *ld = qc_malloc((size_t)(B * Hq * S) * sizeof *ld, "attention lse");
+  double *od = qc_malloc((size_t)(B * Hq * S * Dv) * sizeof *od, "attention out"), *ld = qc_malloc((size_t)(B * Hq * S) * sizeof *ld, "attention lse");
   rc = QC_ESYS;
   if (!qd || !kd || !vd || !od || !ld) goto done;
   if ((rc = attention_fwd64(&a, qd, kd, vd, od, ld))) goto done;
-  for (int64_t i = 0; i < B * Hq * S * D; i++) o[i] = (float)od[i];
+  for (int64_t i = 0; i < B * Hq * S * Dv; i++) o[i] = (float)od[i];
   for (int64_t i = 0; i < B * Hq * S; i++) lse[i] = (float)(a.base2 ? ld[i] * 1.4426950408889634 : ld[i]);
   *ondim = 4;
-  memcpy(oshape, qs, sizeof qs);
+  memcpy(oshape, os, sizeof os);
   rc = QC_OK;
 done:
   free(qd); free(kd); free(vd); free(od); free(ld);
@@ -498,7 +507,8 @@ const qc_class qc_class_attention = {
     .summary = "scaled dot-product attention (causal, sliding window, softcap, GQA) from the saved O and LSE, flash-attention style: d_q, d_k, d_v",
     .tensors = "inputs/q inputs/k inputs/v saved/out saved/lse outputs/y",
     .grads = "d_q d_k d_v",
-    .shape_help = "[B, Hq, Hkv, S, D]: batch, query heads, kv heads, sequence, head_dim",
+    .shape_help = "[B, Hq, Hkv, S, D] or [B, Hq, Hkv, S, D, Dv]: batch, query heads, kv heads, sequence, head_dim, v's "
+                  "head_dim (MLA: D 192, Dv 128)",
     .keys = attention_keys,
     .generate = attention_generate,
     .production = attention_vjp,

@@ -1,7 +1,8 @@
 /* reference/attention.c: the float64 VJP of scaled dot-product attention,
  * from the math, with its own softmax.
  *
- * Query head h of batch b reads kv head h / (Hq / Hkv). For query i:
+ * Query head h of batch b reads kv head h / (Hq / Hkv); q and k have head_dim
+ * D, v and O their own Dv (DeepSeek's MLA: 192 and 128). For query i:
  *   r_ij = c q_i.k_j (the raw logit),
  *   s_ij = r_ij, or m tanh(r_ij / m) under a softcap m > 0,
  *   over the visible keys: j <= i + k when causal (k the contract's causal_offset,
@@ -44,9 +45,9 @@ static int same4(const qc_tensor *a, const int64_t *s) {
   return a->shape[0] == s[0] && a->shape[1] == s[1] && a->shape[2] == s[2] && a->shape[3] == s[3];
 }
 
-/* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k, d_v
- * [B, Hkv, S, D] into grads from m's q, k, v and dy [B, Hq, S, D]; QC_EINPUT
- * for bad shapes or contract values. */
+/* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k [B, Hkv,
+ * S, D], d_v [B, Hkv, S, Dv] into grads from m's q, k, v and dy [B, Hq, S,
+ * Dv]; QC_EINPUT for bad shapes or contract values. */
 int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *qt, *kt, *vt, *ot, *lt;
@@ -57,15 +58,19 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
   if ((rc = qc_module_need(m, "saved", "out", 4, 4, &ot))) return rc;
   if ((rc = qc_module_need(m, "saved", "lse", 3, 3, &lt))) return rc;
   const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
-  const int64_t kvs[4] = {B, Hkv, S, D};
+  const int64_t Dv = vt->shape[3], kvs[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv}, os[4] = {B, Hq, S, Dv};
   if (!same4(kt, kvs) || Hkv < 1 || Hq % Hkv)
     return qc_err("%s: 'inputs/k': expected [%lld, Hkv, %lld, %lld] with Hkv dividing the %lld query heads", m->path,
                   (long long)B, (long long)S, (long long)D, (long long)Hq);
-  if (!same4(vt, kvs)) return qc_err("%s: 'inputs/v': expected the shape of 'inputs/k'", m->path);
-  if (!same4(ot, qt->shape)) return qc_err("%s: 'saved/out': expected the shape of 'inputs/q'", m->path);
+  if (Dv < 1 || !same4(vt, vs))
+    return qc_err("%s: 'inputs/v': expected [%lld, %lld, %lld, Dv]: the shape of 'inputs/k' but for its head_dim", m->path,
+                  (long long)B, (long long)Hkv, (long long)S);
+  if (!same4(ot, os))
+    return qc_err("%s: 'saved/out': expected [%lld, %lld, %lld, %lld]: the rows of 'inputs/q', the head_dim of 'inputs/v'",
+                  m->path, (long long)B, (long long)Hq, (long long)S, (long long)Dv);
   if (lt->shape[0] != B || lt->shape[1] != Hq || lt->shape[2] != S)
     return qc_err("%s: 'saved/lse': expected [%lld, %lld, %lld]", m->path, (long long)B, (long long)Hq, (long long)S);
-  if ((rc = qc_module_check_dy(m, dy, qc_numel(qt), qt->shape[3], "the shape of inputs/q [B, Hq, S, D]"))) return rc;
+  if ((rc = qc_module_check_dy(m, dy, B * Hq * S * Dv, Dv, "the shape of saved/out [B, Hq, S, Dv]"))) return rc;
   const qc_contract *c = &m->contract;
   const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
   const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);
@@ -100,9 +105,9 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
   if ((rc = qc_refu_out(grads, "d_v", 4, vt->shape, &dv))) goto done;
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < Hq; h++) {
-      const double *q = Q + (b * Hq + h) * S * D, *g = G + (b * Hq + h) * S * D;
-      const double *k = K + (b * Hkv + h / grp) * S * D, *v = V + (b * Hkv + h / grp) * S * D;
-      double *gq = dq + (b * Hq + h) * S * D, *gk = dk + (b * Hkv + h / grp) * S * D, *gv = dv + (b * Hkv + h / grp) * S * D;
+      const double *q = Q + (b * Hq + h) * S * D, *g = G + (b * Hq + h) * S * Dv;
+      const double *k = K + (b * Hkv + h / grp) * S * D, *v = V + (b * Hkv + h / grp) * S * Dv;
+      double *gq = dq + (b * Hq + h) * S * D, *gk = dk + (b * Hkv + h / grp) * S * D, *gv = dv + (b * Hkv + h / grp) * S * Dv;
       for (int64_t i = 0; i < S; i++) {
         int64_t n = causal ? i + 1 + off : S; /* keys lo..n-1 are visible */
         if (n > S) n = S;
@@ -133,8 +138,8 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
         for (int64_t j = lo; j < n; j++) {
           P[j] /= z;
           double t = 0, ta = 0;
-          for (int64_t d = 0; d < D; d++) t += g[i * D + d] * v[j * D + d];
-          for (int64_t d = 0; ab && d < D; d++) ta += fabs(g[i * D + d] * v[j * D + d]);
+          for (int64_t d = 0; d < Dv; d++) t += g[i * Dv + d] * v[j * Dv + d];
+          for (int64_t d = 0; ab && d < Dv; d++) ta += fabs(g[i * Dv + d] * v[j * Dv + d]);
           dP[j] = t;
           pd += P[j] * t;
           if (ab) {
@@ -149,8 +154,8 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
             for (int64_t d = 0; d < D; d++) {
               gq[i * D + d] += sc * dsa * fabs(k[j * D + d]);
               gk[j * D + d] += sc * dsa * fabs(q[i * D + d]);
-              gv[j * D + d] += P[j] * Wt[j] * fabs(g[i * D + d]);
             }
+            for (int64_t d = 0; d < Dv; d++) gv[j * Dv + d] += P[j] * Wt[j] * fabs(g[i * Dv + d]);
           }
           continue;
         }
@@ -159,8 +164,8 @@ int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy,
           for (int64_t d = 0; d < D; d++) {
             gq[i * D + d] += sc * ds * k[j * D + d];
             gk[j * D + d] += sc * ds * q[i * D + d];
-            gv[j * D + d] += P[j] * g[i * D + d];
           }
+          for (int64_t d = 0; d < Dv; d++) gv[j * Dv + d] += P[j] * g[i * Dv + d];
         }
       }
     }

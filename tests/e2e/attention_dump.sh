@@ -6,8 +6,10 @@
 # backward); a window off by one either way (the key at i - W attended, or
 # the key at i - W + 1 masked) fails on d_q, d_k and d_v and the diagnosis
 # names the off-by-one; a softcap whose tanh derivative is lost fails on d_q
-# and d_k only (d_v = P^T dO does not see it), diagnosed as such. Skips (77)
-# without torch.
+# and d_k only (d_v = P^T dO does not see it), diagnosed as such. DeepSeek's
+# MLA core (v's head_dim other than q and k's) passes, with the builtin
+# backward too, and run at 1/sqrt(v's head_dim) against the contract's
+# 1/sqrt(D) it fails on d_q, d_k and d_v. Skips (77) without torch.
 . "$(dirname "$0")/lib.inc"
 "$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
 $PY scripts/make_attention_dump.py "$T/d.h5" || exit 1
@@ -16,6 +18,9 @@ cat >"$T/ok.json" <<J
 {"module": "attention", "data": {"dump": "d.h5", "modules": "^/model\\\\.layers\\\\.0\\\\.self_attn\\\\.sdpa\$"}, "candidate": "builtin", "tolerances": $ATOL}
 J
 expect_exit 0 "attention window+softcap: the builtin flash backward passes on the torch dump" "$QATCHECK" vjp --case "$T/ok.json" --quiet
+sed 's/layers\\\\.0\\\\.self_attn\\\\.sdpa/layers\\\\.1\\\\.self_attn\\\\.mla/' "$T/ok.json" >"$T/mla.json"
+grep -q 'mla' "$T/mla.json" || bad "the MLA case was not written"
+expect_exit 0 "attention MLA (D 12, Dv 8): the builtin flash backward passes on the torch dump" "$QATCHECK" vjp --case "$T/mla.json" --quiet
 cat >"$T/all.json" <<J
 {"module": "attention", "data": {"dump": "d.h5"}, "candidate": "dump", "tolerances": $ATOL}
 J
@@ -27,9 +32,13 @@ failed = {(c["module"], c["tensor"]) for c in r["checks"] if c["verdict"] == "fa
 want = {("/defect.attention_window_wide", t) for t in ("d_q", "d_k", "d_v")}
 want |= {("/defect.attention_window_narrow", t) for t in ("d_q", "d_k", "d_v")}
 want |= {("/defect.attention_softcap_no_grad", t) for t in ("d_q", "d_k")}
+want |= {("/defect.attention_mla_scale_dv", t) for t in ("d_q", "d_k", "d_v")}
 assert failed == want, sorted(failed ^ want)
-good = [c for c in r["checks"] if c["module"] == "/model.layers.0.self_attn.sdpa"]
-assert len(good) == 3 and all(c["verdict"] == "pass" for c in good), good
+for m in ("/model.layers.0.self_attn.sdpa", "/model.layers.1.self_attn.mla"):
+    good = [c for c in r["checks"] if c["module"] == m]
+    assert len(good) == 3 and all(c["verdict"] == "pass" for c in good), good
+mla = {c["tensor"]: c["shape"] for c in r["checks"] if c["module"] == "/model.layers.1.self_attn.mla"}
+assert mla == {"d_q": [2, 4, 19, 12], "d_k": [2, 2, 19, 12], "d_v": [2, 2, 19, 8]}, mla
 for c in r["checks"]:
     m = c["module"].rsplit("_", 1)[-1]
     if c["verdict"] == "fail" and m in ("wide", "narrow"):

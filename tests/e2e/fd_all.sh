@@ -24,6 +24,7 @@ expect 0 fd --module router --set score=sqrt_softplus --set normalize=yes --dire
 expect 0 fd --module router --values special --set score=sigmoid --set normalize=yes --quiet
 expect 0 fd --module attention --shape 1,8,2,7,10 --set causal=false --set softmax_scale=0.3 --quiet
 expect 0 fd --module attention --shape 2,4,4,1,5 --quiet
+expect 0 fd --module attention --shape 1,4,2,7,6,5 --set softcap=3 --set window=3 --quiet  # MLA: v's head_dim 5, q and k's 6
 expect 0 fd --module moe --set activation=relu2 --shape 9,8,5,5,4 --quiet
 expect 0 fd --module moe --set limit=1 --set at_limit=block --shape 6,8,5,4,3 --seed 3 --quiet
 expect 0 fd --module ssd --shape 2,11,3,3,4 --set initial_state=true --set chunk_size=4 --quiet
