@@ -32,7 +32,8 @@ The mapping (transformers 4.49; what each class's contract is set from):
   attention interface       attention (causal, HF's own mask: window, softcap,
                             scaling, GQA); Llama and Gemma 2 (ALL_ATTENTION_FUNCTIONS),
                             Qwen2-MoE's inline eager lines
-  apply_rotary_pos_emb      rope, one module for q and one for k (theta, half)
+  apply_rotary_pos_emb      rope, one module for q and one for k (theta, half;
+                            under rope_scaling the table inv_freq and scale)
   MLP act(gate) * up        swiglu (silu); Gemma 2's act_fn alone: gelu (tanh)
   Qwen2MoeSparseMoeBlock    router (softmax, top-k, norm_topk_prob) and moe
                             (stacked experts, shared expert, sigmoid gate)
@@ -216,18 +217,38 @@ def _mlp_forward(self, x):
 
 class QcRope(torch.nn.Module):
     """The library's apply_rotary_pos_emb on one of q, k: x [T, H, D] (tokens
-    first), positions [T]; cos and sin are the model's rotary_emb output."""
+    first), positions [T]; cos and sin are the model's rotary_emb output.
+    With table (the model's rotary_emb under a config's rope_scaling:
+    llama3, yarn, linear, dynamic), its inv_freq at the call is an input
+    (the frequencies the angles used) and its attention_scaling the
+    contract's scale (cos and sin are multiplied by it)."""
     qatcheck_class = "rope"
     qatcheck_inputs = ["x", "positions"]
 
-    def __init__(self, rotate_half, theta):
+    def __init__(self, rotate_half, theta, table=None):
         super().__init__()
         object.__setattr__(self, "_rot", rotate_half)
+        object.__setattr__(self, "table", table)  # not a submodule: the model owns it
         self.qatcheck_contract = {"theta": float(theta), "layout": "half"}
+        if table is not None:
+            self.qatcheck_inputs = ["x", "positions", "inv_freq"]
+            self.qatcheck_contract["scale"] = float(table.attention_scaling)
         self.cos = self.sin = None
 
-    def forward(self, x, positions):
+    def forward(self, x, positions, inv_freq=None):
         return x * self.cos + self._rot(x) * self.sin
+
+
+def _rope_table(model):
+    """The model's rotary embedding when its config scales RoPE (a
+    rope_type other than default, or an attention_scaling other than 1),
+    else None."""
+    for m in model.modules():
+        if torch.is_tensor(getattr(m, "inv_freq", None)) and hasattr(m, "attention_scaling"):
+            if getattr(m, "rope_type", "default") != "default" or float(m.attention_scaling) != 1.0:
+                return m
+            return None
+    return None
 
 
 class QcAttention(torch.nn.Module):
@@ -342,7 +363,8 @@ def _rope_patch(orig):
             b, h, s, d = t.shape
             rope.cos = cos.reshape(b * s, 1, d)
             rope.sin = sin.reshape(b * s, 1, d)
-            y = rope(t.transpose(1, 2).reshape(b * s, h, d), att.qc_positions)
+            extra = () if rope.table is None else (rope.table.inv_freq.detach().float(),)
+            y = rope(t.transpose(1, 2).reshape(b * s, h, d), att.qc_positions, *extra)
             out.append(y.reshape(b, s, h, d).transpose(1, 2))
         return tuple(out)
     apply_rotary_pos_emb.qc_orig = orig
@@ -625,12 +647,16 @@ def config_for(arch, size="tiny"):
     raise ValueError("unknown architecture %r: one of llama, gemma2, qwen2_moe, mamba2" % arch)
 
 
-def build(arch, size="tiny", seed=0, ngroups=None):
+def build(arch, size="tiny", seed=0, ngroups=None, rope_scaling=None):
     need_transformers()
     torch.manual_seed(seed)
     cfg = config_for(arch, size)
     if ngroups and arch == "mamba2":
         cfg.n_groups = ngroups
+    if rope_scaling:
+        if arch == "mamba2":
+            raise ValueError("--rope-scaling: mamba2 has no rotary embedding")
+        cfg.rope_scaling = dict(rope_scaling)
     cls = {"llama": transformers.LlamaForCausalLM, "gemma2": transformers.Gemma2ForCausalLM,
            "qwen2_moe": transformers.Qwen2MoeForCausalLM, "mamba2": transformers.Mamba2ForCausalLM}[arch]
     model = cls(cfg).float()
@@ -666,6 +692,7 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
     if need and arch != need:
         raise ValueError("plant %r applies to %s (a softcapped attention, a D skip), not to %s" % (plant, need, arch))
     notes = []
+    table = _rope_table(model)  # a scaled RoPE: its frequencies go into the dump
     # the MoE blocks first (their linears are replaced by the stacked experts)
     for name, m in list(model.named_modules()):
         if type(m).__name__ == "Qwen2MoeSparseMoeBlock":
@@ -713,13 +740,13 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
                     contract["softcap"] = float(cfg.attn_logit_softcapping)
             m.qc_attn = QcAttention(eager, contract)
             rot = ml.rotate_half if tn == "LlamaAttention" else mg.rotate_half
-            m.qc_rope_q = QcRope(rot, cfg.rope_theta)
-            m.qc_rope_k = QcRope(rot, cfg.rope_theta)
+            m.qc_rope_q = QcRope(rot, cfg.rope_theta, table)
+            m.qc_rope_k = QcRope(rot, cfg.rope_theta, table)
             _track_current(m)
         elif isinstance(m, mq.Qwen2MoeAttention):  # eager, sdpa and flash classes alike: run as eager
             m.qc_attn = QcAttention(_qwen2moe_eager, {"causal": True, "softmax_scale": 1.0 / math.sqrt(m.head_dim)})
-            m.qc_rope_q = QcRope(mq.rotate_half, cfg.rope_theta)
-            m.qc_rope_k = QcRope(mq.rotate_half, cfg.rope_theta)
+            m.qc_rope_q = QcRope(mq.rotate_half, cfg.rope_theta, table)
+            m.qc_rope_k = QcRope(mq.rotate_half, cfg.rope_theta, table)
             m.forward = _qwen2moe_attn_forward.__get__(m)
             _track_current(m)
             cfg._attn_implementation = "eager"    # the model builds the 4-D causal mask eager attention reads
@@ -872,7 +899,7 @@ def write_case(plan, dump, path, name=None):
 def run_one(arch, plant, out, a):
     """Build, instrument, step, dump, write the case; print the summary."""
     os.makedirs(out, exist_ok=True)
-    model = build(arch, a.size, a.seed, a.ngroups).to(a.device)
+    model = build(arch, a.size, a.seed, a.ngroups, a.rope_scaling).to(a.device)
     plan = instrument(model, a.format, plant, a.plant_layer, ssd_groups=a.ssd_groups, deployed=not a.no_deployed)
     if a.dtype != "float32":
         # a bf16 model as from_pretrained(torch_dtype=...) makes it: every
@@ -927,6 +954,9 @@ def main(argv=None):
     ap.add_argument("--ssd-groups", default="tile", choices=["tile", "interleave"],
                     help="how Mamba2's heads read the B, C groups: tile (transformers 4.49's torch path, the "
                          "default) or interleave (mamba_ssm's kernels)")
+    ap.add_argument("--rope-scaling", type=json.loads, default=None, metavar="JSON",
+                    help="the config's rope_scaling, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8, ...}' (Llama 3.1); "
+                         "the dumped rope modules then carry the table's inv_freq and attention_scaling")
     a = ap.parse_args(argv)
     if transformers is None or not transformers.__version__.startswith(TESTED):
         print("skip: qatdump_hf needs transformers 4.49 for %s (%s; scripts/install-deps.sh installs 4.49.0)"

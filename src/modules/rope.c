@@ -4,8 +4,11 @@
  *
  *   x [T, H, D] or [T, D], positions [T] (integers), p = position + offset
  *   pair j (j < R/2, R = rotary_dim): half layout (a, b) = (j, j + R/2),
- *   interleaved (a, b) = (2j, 2j + 1); angle = s * p * theta^(-2j/R),
- *   s = -1 when inverse = yes (the inverse rotation), else +1
+ *   interleaved (a, b) = (2j, 2j + 1); angle = s * p * inv_freq_j,
+ *   inv_freq_j = theta^(-2j/R), or inputs/inv_freq [R/2] when the dump has it
+ *   (the table a scaled RoPE made: llama3, YaRN, linear, dynamic NTK),
+ *   s = -1 when inverse = yes (the inverse rotation), else +1;
+ *   cos and sin times the contract's scale k (YaRN's attention scaling, 1)
  *   forward  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos;  y_i = x_i for i >= R
  *   d_x      d_a = dy_a cos + dy_b sin,  d_b = -dy_a sin + dy_b cos;  d_i = dy_i for i >= R */
 #include <math.h>
@@ -18,6 +21,7 @@
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "modules/mod_util.h"
+#include "numerics/decode.h"
 
 static const qc_key_spec rope_keys[] = {
     {"theta", NULL, "10000", "frequency base: pair j turns at theta^(-2j/rotary_dim) per position"},
@@ -25,14 +29,17 @@ static const qc_key_spec rope_keys[] = {
     {"layout", "half|interleaved", "half", "pairs (j, j + R/2) (GPT-NeoX/Llama) or (2j, 2j + 1) (GPT-J)"},
     {"position_offset", NULL, "0", "added to every position before the angle"},
     {"inverse", "no|yes", "no", "yes: the forward rotates by -angle (inverse RoPE)"},
+    {"scale", NULL, "1", "cos and sin multiplied by this (YaRN's attention scaling, transformers' attention_scaling; "
+     "DeepSeek's mscale)"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors and sizes of a rope module. */
 typedef struct {
   const qc_tensor *x, *pos;
+  const qc_tensor *inv; /* inputs/inv_freq [R/2], or NULL: theta^(-2j/R) */
   int64_t T, H, D, R;
   int interleaved;
-  double sign, offset, theta;
+  double sign, offset, theta, scale;
 } rope_view;
 
 static int rope_view_get(const qc_module *m, rope_view *v) {
@@ -56,6 +63,34 @@ static int rope_view_get(const qc_module *m, rope_view *v) {
   v->offset = qc_contract_num(&m->contract, "position_offset", 0);
   v->theta = qc_contract_num(&m->contract, "theta", 10000);
   if (!(v->theta > 1)) return qc_err("%s: contract key 'theta' is %g: expected a number > 1", m->path, v->theta);
+  v->scale = qc_contract_num(&m->contract, "scale", 1);
+  if (!(v->scale > 0) || !isfinite(v->scale))
+    return qc_err("%s: contract key 'scale' is %g: expected a number > 0 (cos and sin are multiplied by it)", m->path, v->scale);
+  if ((v->inv = qc_tset_get(&m->inputs, "inv_freq"))) {
+    if (v->inv->ndim != 1 || v->inv->shape[0] != v->R / 2 || !qc_dtype_is_float(v->inv->dtype) ||
+        v->inv->dtype == QC_E2M1X2)
+      return qc_err("%s: 'inputs/inv_freq' has %lld values: expected a float vector [R/2] = [%lld], one frequency per "
+                    "rotary pair", m->path, (long long)qc_numel(v->inv), (long long)(v->R / 2));
+    double *f = qc_mod_f64(v->inv, "rope inv_freq");
+    if (!f) return QC_ESYS;
+    int64_t bad = -1;
+    for (int64_t j = 0; j < v->R / 2 && bad < 0; j++)
+      if (!(f[j] >= 0) || !isfinite(f[j])) bad = j;
+    const double fb = bad >= 0 ? f[bad] : 0;
+    free(f);
+    if (bad >= 0)
+      return qc_err("%s: 'inputs/inv_freq'[%lld] = %g: expected a finite frequency >= 0", m->path, (long long)bad, fb);
+  }
+  return QC_OK;
+}
+
+/* f [R/2]: the frequencies, inputs/inv_freq as stored, else theta^(-2j/R)
+ * (f32 1: 1 / theta^(2j/R) rounded to float32 as torch computes it).
+ * Returns a status. */
+static int rope_freqs(const rope_view *v, int f32, double *f) {
+  if (v->inv) return qc_tensor_to_f64(v->inv, f);
+  for (int64_t j = 0; j < v->R / 2; j++)
+    f[j] = f32 ? 1.0f / powf((float)v->theta, (float)(2 * j) / (float)v->R) : pow(v->theta, -2.0 * (double)j / (double)v->R);
   return QC_OK;
 }
 
@@ -74,16 +109,18 @@ static int rope_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, 
   if (rc) return rc;
   if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), v.x->shape[v.x->ndim - 1], "the shape of inputs/x"))) return rc;
   if ((rc = qc_mod_ids(m, v.pos, "inputs/positions", &pos))) return rc;
-  float *g = qc_mod_f32(dy, "rope dY"), *inv = qc_malloc((size_t)v.R * sizeof *inv, "rope inv_freq"), *dx;
+  float *g = qc_mod_f32(dy, "rope dY"), *dx;
+  double *inv = qc_malloc((size_t)v.R * sizeof *inv, "rope inv_freq");
   rc = QC_ESYS;
   if (!g || !inv) goto done;
+  if ((rc = rope_freqs(&v, 1, inv))) goto done;
   if ((rc = qc_mod_add(grads, "d_x", QC_F32, v.x->ndim, v.x->shape, (void **)&dx))) goto done;
   memcpy(dx, g, (size_t)qc_numel(v.x) * sizeof *dx);
-  for (int64_t j = 0; j < v.R / 2; j++) inv[j] = 1.0f / powf((float)v.theta, (float)(2 * j) / (float)v.R);
+  const float k = (float)v.scale;
   for (int64_t t = 0; t < v.T; t++) {
     float p = (float)((double)pos[t] + v.offset);
     for (int64_t j = 0; j < v.R / 2; j++) {
-      float ang = (float)v.sign * (p * inv[j]), c = cosf(ang), s = sinf(ang);
+      float ang = (float)v.sign * (p * (float)inv[j]), c = cosf(ang) * k, s = sinf(ang) * k;
       int64_t a, b;
       rope_pair(&v, j, &a, &b);
       for (int64_t h = 0; h < v.H; h++) {
@@ -112,10 +149,14 @@ static int rope_tol_model(const qc_module *m, const qc_tensor *dy, const char *g
   if (rc) return rc;
   if (strcmp(grad, "d_x") != 0) return qc_err("%s: class rope has no gradient '%s'", m->path, grad);
   if ((rc = qc_mod_ids(m, v.pos, "inputs/positions", &pos))) return rc;
-  double pmax = 0, s2 = 0;
+  double pmax = 0, s2 = 0, *f = qc_malloc((size_t)v.R * sizeof *f, "rope inv_freq");
+  if (!f || (rc = rope_freqs(&v, 0, f))) {
+    free(pos); free(f);
+    return f ? rc : QC_ESYS;
+  }
   for (int64_t t = 0; t < v.T; t++) pmax = fmax(pmax, fabs((double)pos[t] + v.offset));
-  for (int64_t j = 0; j < v.R / 2; j++) s2 += pow(v.theta, -4.0 * (double)j / (double)v.R) / (double)(v.R / 2);
-  free(pos);
+  for (int64_t j = 0; j < v.R / 2; j++) s2 += f[j] * f[j] / (double)(v.R / 2);
+  free(pos); free(f);
   const int64_t K = v.R / 2;
   double lambda = fmax(4.0, 0.7 * pmax * sqrt(s2) / sqrt((double)K));
   qc_mod_tm(tm, K, lambda, 0, 0, "K = %lld rotary pairs; the float32 angle p inv_freq rounds to an absolute error ~u p "
@@ -149,26 +190,27 @@ static int rope_forward(const qc_module *m, const qc_module *branch, qc_tensor *
   int rc = rope_view_get(m, &v);
   if (rc) return rc;
   if ((rc = qc_mod_ids(m, v.pos, "inputs/positions", &pos))) return rc;
-  double *x = qc_mod_f64(v.x, "rope x");
+  double *x = qc_mod_f64(v.x, "rope x"), *f = qc_malloc((size_t)v.R * sizeof *f, "rope inv_freq");
   rc = QC_ESYS;
-  if (!x) goto done;
+  if (!x || !f) goto done;
+  if ((rc = rope_freqs(&v, 0, f))) goto done;
   if ((rc = qc_tensor_alloc(y, "y", QC_F64, v.x->ndim, v.x->shape))) goto done;
   double *yd = y->data;
   memcpy(yd, x, (size_t)qc_numel(v.x) * sizeof *yd);
   for (int64_t t = 0; t < v.T; t++)
     for (int64_t j = 0; j < v.R / 2; j++) {
-      double ang = v.sign * ((double)pos[t] + v.offset) * pow(v.theta, -2.0 * (double)j / (double)v.R);
+      const double ang = v.sign * ((double)pos[t] + v.offset) * f[j], c = v.scale * cos(ang), s = v.scale * sin(ang);
       int64_t a, b;
       rope_pair(&v, j, &a, &b);
       for (int64_t h = 0; h < v.H; h++) {
         int64_t o = (t * v.H + h) * v.D;
-        yd[o + a] = x[o + a] * cos(ang) - x[o + b] * sin(ang);
-        yd[o + b] = x[o + a] * sin(ang) + x[o + b] * cos(ang);
+        yd[o + a] = x[o + a] * c - x[o + b] * s;
+        yd[o + b] = x[o + a] * s + x[o + b] * c;
       }
     }
   rc = QC_OK;
 done:
-  free(x); free(pos);
+  free(x); free(f); free(pos);
   return rc;
 }
 
@@ -196,14 +238,14 @@ static int rope_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim
 
 const qc_class qc_class_rope = {
     .name = "rope",
-    .summary = "rotary position embedding (half or interleaved, partial rotary_dim, offset, inverse): d_x",
-    .tensors = "inputs/x inputs/positions outputs/y",
+    .summary = "rotary position embedding (half or interleaved, partial rotary_dim, offset, inverse, scaled tables): d_x",
+    .tensors = "inputs/x inputs/positions inputs/inv_freq outputs/y",
     .grads = "d_x",
     .shape_help = "[T, H, D]: tokens, heads, head_dim",
     .keys = rope_keys,
     .generate = rope_generate,
     .production = rope_vjp,
-    .not_checked = "inputs/positions: integer positions, not differentiable",
+    .not_checked = "inputs/positions: integer positions, not differentiable; inputs/inv_freq: the frequency table, a buffer",
     .forward = rope_forward,
     .fd_shape = "5,2,12",
     .tol_model = rope_tol_model,

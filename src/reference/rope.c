@@ -1,9 +1,11 @@
 /* reference/rope.c: the float64 RoPE VJP and forward, from the math.
  *
  * The forward multiplies each feature pair (a, b) of token t by the rotation
- * matrix Q(phi) = [[cos, -sin], [sin, cos]], phi = s (p_t + offset)
- * theta^(-2j/R) (s = -1 for the inverse rotation). Its VJP is Q(phi)^T dy =
- * Q(-phi) dy. Pairs: half layout (j, j + R/2), interleaved (2j, 2j+1);
+ * matrix k Q(phi), Q(phi) = [[cos, -sin], [sin, cos]], phi = s (p_t + offset)
+ * f_j (s = -1 for the inverse rotation), f_j = theta^(-2j/R) or, when the
+ * dump has inputs/inv_freq [R/2], its f_j (a scaled RoPE's table: llama3,
+ * YaRN, linear, dynamic NTK), k the contract's scale (YaRN's attention
+ * scaling multiplies cos and sin; 1). Its VJP is k Q(phi)^T dy = k Q(-phi) dy. Pairs: half layout (j, j + R/2), interleaved (2j, 2j+1);
  * features from R on pass through (d_x = dy). Angles in float64.
  * The terms' scale (ctx->terms): each output sums two products, |cos g_a|
  * + |sin g_b|; a float32 angle errs by u |phi|, moving the output by |phi|
@@ -40,9 +42,15 @@ static int rope_apply(const qc_ctx *ctx, const qc_module *m, const double *v, in
   const int64_t R = rdim == 0 ? D : (int64_t)rdim;
   const int inter = strcmp(qc_contract_str(c, "layout", "half"), "interleaved") == 0;
   const double s = strcmp(qc_contract_str(c, "inverse", "no"), "yes") == 0 ? -1.0 : 1.0;
-  const double off = qc_contract_num(c, "position_offset", 0);
+  const double off = qc_contract_num(c, "position_offset", 0), k = qc_contract_num(c, "scale", 1);
+  const qc_tensor *ft = qc_tset_get(&m->inputs, "inv_freq");
   int64_t *p = NULL;
-  if ((rc = qc_refu_ids(m, pt, "inputs/positions", &p))) return rc;
+  double *f = NULL;
+  if (ft && !(f = qc_refu_load(ft, "reference rope inv_freq"))) return QC_ESYS;
+  if ((rc = qc_refu_ids(m, pt, "inputs/positions", &p))) {
+    free(f);
+    return rc;
+  }
   for (int64_t t = 0; t < T; t++)
     for (int64_t h = 0; h < H; h++) {
       const double *g = v + (t * H + h) * D;
@@ -50,8 +58,8 @@ static int rope_apply(const qc_ctx *ctx, const qc_module *m, const double *v, in
       for (int64_t i = R; i < D; i++) d[i] = ab ? fabs(g[i]) : g[i];
       for (int64_t j = 0; j < R / 2; j++) {
         const int64_t a = inter ? 2 * j : j, b = inter ? 2 * j + 1 : j + R / 2;
-        const double phi = s * ((double)p[t] + off) * exp(-2.0 * (double)j / (double)R * log(theta));
-        double co = cos(phi), si = sin(phi);
+        const double phi = s * ((double)p[t] + off) * (f ? f[j] : exp(-2.0 * (double)j / (double)R * log(theta)));
+        double co = k * cos(phi), si = k * sin(phi);
         if (rnd) {
           co = qc_round_bf16((float)co);
           si = qc_round_bf16((float)si);
@@ -73,6 +81,7 @@ static int rope_apply(const qc_ctx *ctx, const qc_module *m, const double *v, in
       }
     }
   free(p);
+  free(f);
   return QC_OK;
 }
 
@@ -89,7 +98,18 @@ static int rope_check(const qc_module *m, const qc_tensor **xt) {
   if (rdim != floor(rdim) || R % 2 || R < 2 || R > D)
     return qc_err("%s: contract key 'rotary_dim' = %g: expected even, 2..%lld, or 0", m->path, rdim, (long long)D);
   if (!(theta > 1)) return qc_err("%s: contract key 'theta' = %g: expected > 1", m->path, theta);
-  return QC_OK;
+  const double k = qc_contract_num(&m->contract, "scale", 1);
+  if (!(k > 0) || !isfinite(k)) return qc_err("%s: contract key 'scale' = %g: expected > 0", m->path, k);
+  const qc_tensor *ft = qc_tset_get(&m->inputs, "inv_freq");
+  if (!ft) return QC_OK;
+  if (ft->ndim != 1 || ft->shape[0] != R / 2 || !qc_dtype_is_float(ft->dtype) || ft->dtype == QC_E2M1X2)
+    return qc_err("%s: 'inputs/inv_freq': expected a float vector [%lld], one frequency a rotary pair", m->path, (long long)(R / 2));
+  double *f = qc_refu_load(ft, "reference rope inv_freq");
+  if (!f) return QC_ESYS;
+  for (int64_t j = 0; j < R / 2 && rc == QC_OK; j++)
+    if (!(f[j] >= 0) || !isfinite(f[j])) rc = qc_err("%s: 'inputs/inv_freq'[%lld] = %g: expected finite, >= 0", m->path, (long long)j, f[j]);
+  free(f);
+  return rc;
 }
 
 int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {

@@ -1,0 +1,64 @@
+#!/bin/sh
+# hf_rope_scaling.sh: a transformers Llama whose config scales RoPE (Llama
+# 3.1's llama3 bands, YaRN with its attention scaling) dumped by
+# scripts/qatdump_hf.py --rope-scaling: each rope module carries the
+# rotary_emb's inv_freq table (inputs/inv_freq) and its attention_scaling
+# (contract scale), and the whole model passes. A backward that leaves out
+# YaRN's scale (d_x of one rope module divided by it) fails on that module
+# only; an inv_freq table of the wrong length exits 2 naming it. Before the
+# rope class took the table, these correct models failed every rope check
+# (rel_l2 0.14 under YaRN). Skips (77) without transformers 4.49.
+. "$(dirname "$0")/lib.inc"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
+"$PY" -c "import transformers, sys; sys.exit(not transformers.__version__.startswith('4.49.'))" 2>/dev/null ||
+  { echo "skip: transformers 4.49 missing for $PY (scripts/install-deps.sh installs 4.49.0)"; exit 77; }
+L3='{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}'
+YA='{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}'
+for t in llama3 yarn; do
+  [ $t = llama3 ] && spec=$L3 || spec=$YA
+  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama --rope-scaling "$spec" --seq 48 --out "$T/$t" >"$T/$t.log" 2>&1 ||
+    { bad "qatdump_hf.py --rope-scaling $t"; tail -5 "$T/$t.log"; continue; }
+  expect_exit 0 "a Llama under $t rope scaling passes" sh -c 'cd "$1" && "$2" vjp --case case.json --json r.json' - "$T/$t" "$QATCHECK"
+  "$PY" - "$T/$t" "$t" <<'P' && ok "$t: every rope module has the table and was checked" || bad "$t: a rope module lacks the table or a check"
+import json, sys, h5py
+d, t = sys.argv[1], sys.argv[2]
+r = json.load(open(d + "/r.json"))
+ropes = sorted({c["module"] for c in r["checks"] if ".qc_rope_" in c["module"]})
+assert len(ropes) == 4, ropes
+with h5py.File(d + "/step.h5", "r") as f:
+    for m in ropes:
+        g = f[m]
+        c = json.loads(g.attrs["contract"])
+        assert "inv_freq" in g["inputs"] and g["inputs/inv_freq"].shape == (8,), m
+        assert (c["scale"] > 1.1) == (t == "yarn"), (m, c)
+P
+done
+# YaRN's scale left out of one rope module's backward: that module fails, alone
+"$PY" - "$T/yarn" <<'P' || bad "could not plant the unscaled rope backward"
+import json, h5py
+with h5py.File(__import__("sys").argv[1] + "/step.h5", "a") as f:
+    g = f["model.layers.1.self_attn.qc_rope_q"]
+    k = json.loads(g.attrs["contract"])["scale"]
+    d = g["grads/dy/d_x"][...]
+    del g["grads/dy/d_x"]
+    g["grads/dy/d_x"] = (d / k).astype(d.dtype)
+P
+expect_exit 1 "YaRN's scale left out of one rope backward" sh -c 'cd "$1" && "$2" vjp --case case.json --json r2.json' - "$T/yarn" "$QATCHECK"
+"$PY" - "$T/yarn/r2.json" <<'P' && ok "only the planted rope module fails" || bad "the failures are not the planted rope module's alone"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert {c["module"] for c in r["checks"] if c["verdict"] != "pass"} == {"/model.layers.1.self_attn.qc_rope_q"}
+P
+# an inv_freq of the wrong length: exit 2, the dataset named
+"$PY" - "$T/llama3" <<'P' || bad "could not write the bad table"
+import h5py, sys
+with h5py.File(sys.argv[1] + "/step.h5", "a") as f:
+    g = f["model.layers.0.self_attn.qc_rope_k/inputs"]
+    v = g["inv_freq"][...]
+    del g["inv_freq"]
+    g["inv_freq"] = v[:-1]
+P
+expect_exit 2 "an inv_freq table of the wrong length" sh -c 'cd "$1" && "$2" vjp --case case.json' - "$T/llama3" "$QATCHECK"
+grep -q "error: .*inputs/inv_freq" "$T/err" && ok "the error names inputs/inv_freq" || bad "the error does not name inputs/inv_freq"
+finish
