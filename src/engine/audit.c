@@ -365,8 +365,8 @@ static void round_bf16(qc_tensor *t) {
 static unsigned long long variant_mask(const qc_module *m, const qc_tensor *dy) {
   unsigned long long have = 0, mask = 0;
   if (not_bf16(dy)) have |= 1;
-  for (int j = 0; j < m->inputs.n; j++)
-    if (not_bf16(&m->inputs.t[j])) have |= 2;
+  for (int j = 0; j < m->inputs.n; j++) /* the differentiated inputs: a buffer (rope's inv_freq) stays as stored */
+    if (qc_module_input_grad(m, m->inputs.t[j].name) && not_bf16(&m->inputs.t[j])) have |= 2;
   const int lv = qc_audit_round_levels(m);
   if (lv) have |= 4;
   if (lv >= 2) have |= 8;
@@ -395,7 +395,8 @@ static int variant_ref(const qc_ctx *ctx, const qc_registry_row *row, const qc_m
   if (v & 2) {
     memset(&alt.inputs, 0, sizeof alt.inputs);
     if ((rc = qc_tset_clone(&alt.inputs, &m->inputs))) return rc;
-    for (int j = 0; j < alt.inputs.n; j++) round_bf16(&alt.inputs.t[j]);
+    for (int j = 0; j < alt.inputs.n; j++)
+      if (qc_module_input_grad(m, alt.inputs.t[j].name)) round_bf16(&alt.inputs.t[j]);
   }
   if (v & 1) {
     memset(&d, 0, sizeof d);

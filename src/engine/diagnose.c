@@ -215,6 +215,7 @@ static int hyp_input_precision(dg *d) {
     for (int i = 0; i < alt.inputs.n; i++) {
       qc_tensor *t = &alt.inputs.t[i];
       if (t->dtype != QC_F32 && t->dtype != QC_F64) continue; /* bf16 inputs are what the trainer saved */
+      if (!qc_module_input_grad(d->m, t->name)) continue;   /* a table the class reads (rope's inv_freq) */
       int64_t n = qc_numel(t);
       double amax = 0;
       for (int64_t e = 0; e < n; e++) {

@@ -48,7 +48,22 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
     if (!m->cls->forward || quantizes(m) || ctx->round_ops || ctx->wscale > 0) return QC_NA;
     if ((rc = m->cls->forward(m, m, r))) return rc;
   }
-  const qc_tensor *x = NULL; /* the first floating input (rope's positions are ids) */
+  /* the input of the class's first gradient that m holds as floats (d_x: x; d_q: q), not whichever
+   * the dump lists first (moe's topk_weights, rope's inv_freq table); else the first floating input
+   * (rope's positions are ids) */
+  const qc_tensor *x = NULL;
+  for (const char *p = m->cls->grads; p && *p && !x;) {
+    p += strspn(p, " ");
+    const size_t w = strcspn(p, " ");
+    char name[QC_NAMELEN];
+    if (w > 2 && w - 2 < sizeof name && strncmp(p, "d_", 2) == 0) {
+      memcpy(name, p + 2, w - 2);
+      name[w - 2] = 0;
+      const qc_tensor *t = qc_tset_get(&m->inputs, name);
+      if (t && qc_dtype_is_float(t->dtype)) x = t;
+    }
+    p += w;
+  }
   for (int j = 0; j < m->inputs.n && !x; j++)
     if (qc_dtype_is_float(m->inputs.t[j].dtype)) x = &m->inputs.t[j];
   if (!x && m->inputs.n) x = &m->inputs.t[0];
@@ -98,13 +113,19 @@ static void round_set(qc_tset *s, qc_dtype dt, int *changed) {
 
 /* A copy of m's inputs (and, with params, its parameters) with each float
  * tensor rounded to dt (bf16, f16) into alt; *changed = 1 when a value
- * moved. Inputs and parameters both rounded is autocast's forward. */
+ * moved. Inputs and parameters both rounded is autocast's forward. Only
+ * the inputs the class differentiates: a buffer it reads (rope's
+ * inv_freq) stays as stored, so a table rounded by the trainer fails. */
 static int rounded_inputs_p(const qc_module *m, qc_module *alt, qc_dtype dt, int params, int *changed) {
   int rc;
   memset(&alt->inputs, 0, sizeof alt->inputs);
   *changed = 0;
   if ((rc = qc_tset_clone(&alt->inputs, &m->inputs))) return rc;
-  round_set(&alt->inputs, dt, changed);
+  for (int j = 0; j < alt->inputs.n; j++)
+    if (qc_module_input_grad(m, alt->inputs.t[j].name)) {
+      qc_tset one = {.n = 1, .t = &alt->inputs.t[j]};
+      round_set(&one, dt, changed);
+    }
   if (params) {
     memset(&alt->params, 0, sizeof alt->params);
     if ((rc = qc_tset_clone(&alt->params, &m->params))) return rc;

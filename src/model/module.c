@@ -42,6 +42,18 @@ void qc_module_variant_free(qc_module *alt, const qc_module *m) {
   if (alt->outputs.t != m->outputs.t) qc_tset_free(&alt->outputs);
 }
 
+int qc_module_input_grad(const qc_module *m, const char *name) {
+  const char *g = m->cls ? m->cls->grads : NULL;
+  const size_t n = strlen(name);
+  for (const char *p = g; p && *p;) {
+    p += strspn(p, " ");
+    const size_t w = strcspn(p, " ");
+    if (w == n + 2 && p[0] == 'd' && p[1] == '_' && strncmp(p + 2, name, n) == 0) return 1;
+    p += w;
+  }
+  return 0;
+}
+
 int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
                    const qc_tensor **out) {
   const qc_tset *s = strcmp(role, "inputs") == 0    ? &m->inputs

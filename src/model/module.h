@@ -300,6 +300,11 @@ void qc_module_variant_free(qc_module *alt, const qc_module *m);
  * tensor or wrong rank is QC_EINPUT naming the module, role and tensor. */
 int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
                    const qc_tensor **out);
+/* 1 when m's class differentiates its input `name` (d_<name> is one of its
+ * `grads`): an activation a trainer may hold in bf16, so the legal
+ * variants round it; 0 for a buffer the class only reads (rope's
+ * inv_freq), which they leave as stored. */
+int qc_module_input_grad(const qc_module *m, const char *name);
 /* Refuse what m's class does not model: a dataset of inputs/, params/,
  * saved/ or outputs/ not named in m->cls->tensors, and a candidate
  * gradient (m->cand, when loaded) that is not d_<name> of one of the

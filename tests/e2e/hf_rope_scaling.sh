@@ -5,7 +5,9 @@
 # rotary_emb's inv_freq table (inputs/inv_freq) and its attention_scaling
 # (contract scale), and the whole model passes. A backward that leaves out
 # YaRN's scale (d_x of one rope module divided by it) fails on that module
-# only; an inv_freq table of the wrong length exits 2 naming it. Before the
+# only; an inv_freq table of the wrong length exits 2 naming it; at
+# positions 30000+ a correct table passes and one the trainer rounded to
+# bf16 fails. Before the
 # rope class took the table, these correct models failed every rope check
 # (rel_l2 0.14 under YaRN). Skips (77) without transformers 4.49.
 . "$(dirname "$0")/lib.inc"
@@ -61,4 +63,43 @@ with h5py.File(sys.argv[1] + "/step.h5", "a") as f:
 P
 expect_exit 2 "an inv_freq table of the wrong length" sh -c 'cd "$1" && "$2" vjp --case case.json' - "$T/llama3" "$QATCHECK"
 grep -q "error: .*inputs/inv_freq" "$T/err" && ok "the error names inputs/inv_freq" || bad "the error does not name inputs/inv_freq"
+# a scaled table at long positions, written here in float32 as torch does
+# (angle p f, cos and sin, the half-split rotation): correct, the forward's
+# model is still rope's own (float32 angles at p ~ 30000), and it passes;
+# the trainer's table rounded to bf16 while the dump keeps float32 fails
+# (the bf16-inputs variant rounds the differentiated x, never the table)
+"$PY" - "$T/long.h5" <<'P' || bad "could not write the long-position rope dump"
+import json, sys
+import h5py, numpy as np
+r = np.random.default_rng(5)
+T, H, D = 64, 2, 16
+def bf(a):  # to bfloat16 and back, round to nearest even (torch's .to(torch.bfloat16))
+    u = np.asarray(a, np.float32).copy().view(np.uint32)
+    u += 0x7FFF + ((u >> 16) & 1); u &= 0xFFFF0000
+    return u.view(np.float32)
+x, dy = bf(r.standard_normal((T, H, D))), bf(r.standard_normal((T, H, D)))
+pos = np.arange(30000, 30000 + T, dtype=np.int64)
+f = (1.0 / 10000.0 ** (np.arange(0, D, 2) / D)).astype(np.float32)
+f[D // 4:] /= 8  # a llama3-like low band, scaled
+def rope(x, f, sign=1.0):
+    ang = (pos.astype(np.float32)[:, None] * f[None, :]).astype(np.float32)
+    c, s = np.cos(ang)[:, None, :], sign * np.sin(ang)[:, None, :]
+    a, b = x[..., : D // 2], x[..., D // 2:]
+    return np.concatenate([a * c - b * s, a * s + b * c], -1).astype(np.float32)
+with h5py.File(sys.argv[1], "w") as h:
+    h.attrs["qatcheck_dump"] = 1
+    for name, fr in (("ok", f), ("table_bf16", bf(f))):
+        g = h.create_group(name)
+        g.attrs["class"] = "rope"
+        g.attrs["contract"] = json.dumps({"theta": 10000.0, "layout": "half"})
+        g["inputs/x"], g["inputs/positions"], g["inputs/inv_freq"] = x, pos, f
+        g["outputs/y"], g["grad_out/dy"] = rope(x, fr), dy
+        g["grads/dy/d_x"] = rope(dy, fr, -1.0)
+P
+for t in ok:0 table_bf16:1; do
+  cat >"$T/long_${t%%:*}.json" <<J
+{"data": {"dump": "long.h5", "modules": "^/${t%%:*}\$"}, "candidate": "dump", "tolerances": {"rope": {"d_x": {"derive": true, "reasoning": "the class's model"}}}}
+J
+  expect_exit "${t#*:}" "a scaled rope at positions 30000+: ${t%%:*}" "$QATCHECK" vjp --case "$T/long_${t%%:*}.json"
+done
 finish
