@@ -17,9 +17,7 @@
 # interleaved. Skips (77) without transformers 4.49.
 . "$(dirname "$0")/lib.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
-"$PY" -c "import transformers, sys; sys.exit(not transformers.__version__.startswith('4.49.'))" 2>/dev/null ||
-  { echo "skip: transformers 4.49 missing for $PY (scripts/install-deps.sh installs 4.49.0)"; exit 77; }
+need_hf
 
 clean="llama gemma2 qwen2_moe mamba2"
 planted="llama:o_proj_dx gemma2:softcap_grad mamba2:dskip_grad"

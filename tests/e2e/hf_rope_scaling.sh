@@ -12,9 +12,7 @@
 # (rel_l2 0.14 under YaRN). Skips (77) without transformers 4.49.
 . "$(dirname "$0")/lib.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
-"$PY" -c "import transformers, sys; sys.exit(not transformers.__version__.startswith('4.49.'))" 2>/dev/null ||
-  { echo "skip: transformers 4.49 missing for $PY (scripts/install-deps.sh installs 4.49.0)"; exit 77; }
+need_hf
 L3='{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}'
 YA='{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}'
 for t in llama3 yarn; do
