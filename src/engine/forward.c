@@ -52,17 +52,12 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
    * the dump lists first (moe's topk_weights, rope's inv_freq table); else the first floating input
    * (rope's positions are ids) */
   const qc_tensor *x = NULL;
-  for (const char *p = m->cls->grads; p && *p && !x;) {
-    p += strspn(p, " ");
-    const size_t w = strcspn(p, " ");
-    char name[QC_NAMELEN];
-    if (w > 2 && w - 2 < sizeof name && strncmp(p, "d_", 2) == 0) {
-      memcpy(name, p + 2, w - 2);
-      name[w - 2] = 0;
-      const qc_tensor *t = qc_tset_get(&m->inputs, name);
-      if (t && qc_dtype_is_float(t->dtype)) x = t;
+  for (int j = 0, best = 0; j < m->inputs.n; j++) {
+    const int k = qc_module_input_grad(m, m->inputs.t[j].name);
+    if (k > 0 && (best == 0 || k < best) && qc_dtype_is_float(m->inputs.t[j].dtype)) {
+      best = k;
+      x = &m->inputs.t[j];
     }
-    p += w;
   }
   for (int j = 0; j < m->inputs.n && !x; j++)
     if (qc_dtype_is_float(m->inputs.t[j].dtype)) x = &m->inputs.t[j];

@@ -45,10 +45,13 @@ void qc_module_variant_free(qc_module *alt, const qc_module *m) {
 int qc_module_input_grad(const qc_module *m, const char *name) {
   const char *g = m->cls ? m->cls->grads : NULL;
   const size_t n = strlen(name);
+  int k = 0;
   for (const char *p = g; p && *p;) {
     p += strspn(p, " ");
     const size_t w = strcspn(p, " ");
-    if (w == n + 2 && p[0] == 'd' && p[1] == '_' && strncmp(p + 2, name, n) == 0) return 1;
+    if (w == 0) break;
+    k++;
+    if (w == n + 2 && p[0] == 'd' && p[1] == '_' && strncmp(p + 2, name, n) == 0) return k;
     p += w;
   }
   return 0;

@@ -300,8 +300,8 @@ void qc_module_variant_free(qc_module *alt, const qc_module *m);
  * tensor or wrong rank is QC_EINPUT naming the module, role and tensor. */
 int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
                    const qc_tensor **out);
-/* 1 when m's class differentiates its input `name` (d_<name> is one of its
- * `grads`): an activation a trainer may hold in bf16, so the legal
+/* k > 0 when m's class differentiates its input `name` (d_<name> is word k
+ * of its `grads`): an activation a trainer may hold in bf16, so the legal
  * variants round it; 0 for a buffer the class only reads (rope's
  * inv_freq), which they leave as stored. */
 int qc_module_input_grad(const qc_module *m, const char *name);
