@@ -66,15 +66,13 @@ grep -q "error: .*inputs/inv_freq" "$T/err" && ok "the error names inputs/inv_fr
 # model is still rope's own (float32 angles at p ~ 30000), and it passes;
 # the trainer's table rounded to bf16 while the dump keeps float32 fails
 # (the bf16-inputs variant rounds the differentiated x, never the table)
-"$PY" - "$T/long.h5" <<'P' || bad "could not write the long-position rope dump"
+"$PY" - "$T/long.h5" "$ROOT/scripts" <<'P' || bad "could not write the long-position rope dump"
 import json, sys
 import h5py, numpy as np
+sys.path.insert(0, sys.argv[2])
+from bf16 import round_ as bf  # to bfloat16 and back, nearest even (torch's .to(torch.bfloat16))
 r = np.random.default_rng(5)
 T, H, D = 64, 2, 16
-def bf(a):  # to bfloat16 and back, round to nearest even (torch's .to(torch.bfloat16))
-    u = np.asarray(a, np.float32).copy().view(np.uint32)
-    u += 0x7FFF + ((u >> 16) & 1); u &= 0xFFFF0000
-    return u.view(np.float32)
 x, dy = bf(r.standard_normal((T, H, D))), bf(r.standard_normal((T, H, D)))
 pos = np.arange(30000, 30000 + T, dtype=np.int64)
 f = (1.0 / 10000.0 ** (np.arange(0, D, 2) / D)).astype(np.float32)
