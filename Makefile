@@ -140,16 +140,20 @@ build/plugins/%.so: tests/plugins/%.c include/qatcheck_plugin.h
 # includes follow the layers' one dependency direction
 # (docs/architecture.md). After the objects are built, the same table is
 # checked on their symbols (nm): no object uses a symbol of a layer it may
-# not use, whatever its includes say.
+# not use, whatever its includes say. The structural facts the docs state
+# (file sizes, files calling one way, where libraries are called) are
+# checked the same way, sources then objects (scripts/check-structure.sh).
 CHECK_SRC := $(shell find src kernels -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null)
 checks: $(BUILD)/sources.ok
-$(BUILD)/sources.ok: $(CHECK_SRC) src $(wildcard src/*/) scripts/check-layers.sh scripts/check-independence.sh
+$(BUILD)/sources.ok: $(CHECK_SRC) src $(wildcard src/*/) scripts/check-layers.sh scripts/check-independence.sh scripts/check-structure.sh
 	@mkdir -p $(dir $@)
 	@sh scripts/check-independence.sh
 	@sh scripts/check-layers.sh
+	@sh scripts/check-structure.sh
 	@touch $@
-$(BUILD)/symbols.ok: $(OBJ_C) $(OBJ_CU) scripts/check-layers.sh
+$(BUILD)/symbols.ok: $(OBJ_C) $(OBJ_CU) scripts/check-layers.sh scripts/check-structure.sh
 	@sh scripts/check-layers.sh . $(BUILD)
+	@sh scripts/check-structure.sh . $(BUILD)
 	@touch $@
 check-independence:
 	@sh scripts/check-independence.sh
