@@ -44,7 +44,7 @@ src/io/dump_box.c: the sandbox's parent: fork, map, deadline and read requests b
 src/io/dump_walk.c: the sandbox's child: every libhdf5 call that parses a file, in one file on purpose
 src/sweep/pipeline.c: layer 2's two stages: the read-ahead's slots, the backend's buffers and the loop between them share the unit's types
 src/model/case.c: the case file's parser and its checks
-src/dist/dist.c: every MPI call of the tool (the one file that may make them)
+src/dist/dist.c: every MPI call of the tool (dist/ is the one layer that may make them)
 src/engine/audit.c: one module's audit and the reference variants (issue 37: the variants move to a module of their own)
 src/engine/modes.c: the execution modes, each judged from its evidence and against the eager step
 src/modules/moe.c: routed and shared experts: production VJP, float64 forward, generator, error model
