@@ -28,7 +28,7 @@ double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
     sd += d * d;
     sr += r[i] * r[i];
   }
-  return sqrt(sd) / fmax(sqrt(sr), QC_EPS_NORM);
+  return qc_rel_l2_sums(sd, sr); /* rel_l2 of q(r) against r, q formed on the fly */
 }
 
 qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k) {
@@ -215,8 +215,9 @@ void qc_audit_verdict(qc_check *k, qc_dtype gdt, const qc_tol *t) {
   snprintf(k->judged_dtype, sizeof k->judged_dtype, "%s", qc_dtype_name(gdt));
   /* A reference (nearly) exact in the candidate's type has a floor near 0,
    * and any harmless difference would be an enormous multiple. The divisor
-   * never drops below a tenth of the type's nominal floor u/sqrt(3). */
-  double u = gdt == QC_BF16 ? 0x1p-8 : gdt == QC_F16 ? 0x1p-11 : gdt == QC_F32 ? 0x1p-24 : 0x1p-53;
+   * never drops below a tenth of the type's nominal floor u/sqrt(3); a type
+   * qc_noise_floor does not round to counts as float64. */
+  double u = qc_dtype_unit(gdt == QC_BF16 || gdt == QC_F16 || gdt == QC_F32 ? gdt : QC_F64);
   double floor_eff = fmax(k->m.noise_floor, 0.1 * u / sqrt(3.0));
   /* the arithmetic's error from the terms' scale adds to the floor */
   if (k->m.term_floor > 0 && k->m.norm_r > 0) floor_eff = hypot(floor_eff, k->m.term_floor / k->m.norm_r);

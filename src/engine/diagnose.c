@@ -127,8 +127,8 @@ int qc_dg_scan_keys(dg *d, int (*keep)(const char *key), qc_dg_run_fn run, void 
       if (strcmp(v, cur) == 0 || strcmp(v, "auto") == 0) continue;
       qc_module alt = *d->m;
       if (qc_contract_set(&alt.contract, ks->key, v, 0, 0) || run(d, &alt, arg)) { qc_err_clear(); continue; }
-      if (qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) continue; /* the same result on this data */
-      double e = qc_dg_rel(d->g, d->p, d->n);
+      if (qc_rel_l2(d->p, d->rd, d->n) <= 1e-12) continue; /* the same result on this data */
+      double e = qc_rel_l2(d->g, d->p, d->n);
       if (e < be) {
         be = e;
         snprintf(bv, sizeof bv, "%s", v);
@@ -183,8 +183,8 @@ static void hyp_stale_scale(dg *d) {
     for (int i = 0; i < (pass ? 41 : 71) && ok; i++) {
       c.wscale = pass ? lo + i * step : lo * pow(1.01, i);
       if (run_for(d, row->reference, d->m, d->dy)) { ok = 0; break; }
-      if (!pass && !i && qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) { ok = 0; break; } /* this gradient does not see the scale */
-      double e = qc_dg_rel(d->g, d->p, d->n);
+      if (!pass && !i && qc_rel_l2(d->p, d->rd, d->n) <= 1e-12) { ok = 0; break; } /* this gradient does not see the scale */
+      double e = qc_rel_l2(d->g, d->p, d->n);
       if (e < be) { be = e; bf = c.wscale; }
     }
   }
@@ -257,7 +257,7 @@ static void hyp_axis(dg *d) {
   if (y && col && !qc_tensor_to_f64(dy, y)) {
     for (int64_t i = 0; i < R; i++)
       for (int64_t c = 0; c < C; c++) col[c] += y[i * C + c];
-    if (qc_dg_rel(col, d->rd, C) <= 1e-9) { /* the reference is dY's column sums */
+    if (qc_rel_l2(col, d->rd, C) <= 1e-9) { /* the reference is dY's column sums */
       for (int64_t i = 0; i < R; i++) {
         double s = 0;
         for (int64_t c = 0; c < C; c++) s += y[i * C + c];
@@ -330,7 +330,7 @@ int qc_dg_setup(dg *d, const char *what) {
   if (rc) return rc;
   qc_dtype jd = QC_F32;
   if (qc_dtype_from_name(d->k->judged_dtype, &jd)) jd = d->cand->dtype;
-  const double u = jd == QC_BF16 ? 0x1p-8 : jd == QC_F16 ? 0x1p-11 : jd == QC_F32 ? 0x1p-24 : 0x1p-53;
+  const double u = qc_dtype_unit(jd == QC_BF16 || jd == QC_F16 || jd == QC_F32 ? jd : QC_F64); /* as qc_audit_verdict's */
   d->floor = fmax(isnan(d->k->m.noise_floor) ? 0 : d->k->m.noise_floor, 0.1 * u / sqrt(3.0));
   d->e0 = d->k->m.rel_l2;
   return QC_OK;

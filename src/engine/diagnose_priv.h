@@ -29,8 +29,6 @@ typedef struct dg {
  * (d->r, d->cand and d->k set; d->level is the caller's). The caller frees
  * d->g and d->p, also on failure. A status; `what` names the subject. */
 int qc_dg_setup(dg *d, const char *what);
-/* ||a - b|| / max(||b||, eps) over n values. */
-double qc_dg_rel(const double *a, const double *b, int64_t n);
 /* Record hypothesis `name` tested with prediction error e (NAN: none) at
  * level lv; consistent when closer than the reference, within the level,
  * and (distinct) told apart from the reference. */

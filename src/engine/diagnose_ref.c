@@ -12,15 +12,6 @@
 #include "numerics/decode.h"
 #include "numerics/metrics.h"
 
-double qc_dg_rel(const double *a, const double *b, int64_t n) {
-  double d = 0, s = 0;
-  for (int64_t i = 0; i < n; i++) {
-    d += (a[i] - b[i]) * (a[i] - b[i]);
-    s += b[i] * b[i];
-  }
-  return sqrt(d) / fmax(sqrt(s), QC_EPS_NORM);
-}
-
 /* Record hypothesis `name` tested with prediction error e (NAN: none) at
  * level lv; consistent when the prediction is closer than the reference
  * and within the level, and (distinct) tells it apart from the reference. */
@@ -38,7 +29,7 @@ void qc_dg_record(dg *d, const char *name, const char *says, double e, double lv
 /* A prediction's error against the candidate, recorded; distinct when the
  * prediction differs from the reference by more than the level. */
 void qc_dg_judge(dg *d, const char *name, const char *says, double lv) {
-  double e = qc_dg_rel(d->g, d->p, d->n), dist = qc_dg_rel(d->p, d->rd, d->n);
+  double e = qc_rel_l2(d->g, d->p, d->n), dist = qc_rel_l2(d->p, d->rd, d->n);
   qc_dg_record(d, name, says, e, lv, dist > lv);
 }
 
@@ -93,7 +84,7 @@ void qc_dg_factor(dg *d, int want_factor, int want_sign) {
   if (!(srr > 0) || !(sgg > 0)) return; /* a zero candidate is the `zero` hypothesis's */
   double kf = sgr / srr, sd = d->k->m.bias_sd;
   for (int64_t i = 0; i < d->n; i++) d->p[i] = kf * d->rd[i];
-  double e = qc_dg_rel(d->g, d->p, d->n);
+  double e = qc_rel_l2(d->g, d->p, d->n);
   /* near 1 the factor is told from the reference by the bias test's
    * standard error: three of them, not the test's five, since the check
    * has failed already and the factor must explain the data to the level
@@ -148,7 +139,7 @@ int qc_dg_rows(dg *d) {
   for (int64_t s = -4; s <= 4; s++)
     for (int wrap = 0; wrap < 2 && s != 0 && llabs(s) < d->R; wrap++) {
       shifted(d, s, wrap);
-      double e = qc_dg_rel(d->g, d->p, d->n);
+      double e = qc_rel_l2(d->g, d->p, d->n);
       if (e < best) { best = e; bs = s; bw = wrap; }
     }
   char says[256];
@@ -192,7 +183,7 @@ int qc_dg_rows(dg *d) {
     }
     used[bj] = 1; /* a permutation uses each reference row once */
     memcpy(d->p + i * d->C, d->rd + bj * d->C, (size_t)d->C * sizeof *d->p);
-    if (bj != i && qc_dg_rel(gi, d->rd + i * d->C, d->C) > d->level) {
+    if (bj != i && qc_rel_l2(gi, d->rd + i * d->C, d->C) > d->level) {
       if (!moved++) { ex = i; ey = bj; }
     }
   }
@@ -258,7 +249,7 @@ void qc_dg_slice(dg *d) {
       for (int64_t o = 0; o < outer; o++) memset(d->p + (o * S + s) * inner, 0, (size_t)inner * sizeof *d->p);
     }
     if (!count || count == S) continue;
-    double e = qc_dg_rel(d->g, d->p, d->n);
+    double e = qc_rel_l2(d->g, d->p, d->n);
     if (e < best) { best = e; bd = dim; bcount = count; bfirst = first; }
   }
   if (bd < 0) return;

@@ -295,7 +295,7 @@ static void hyp_class_alters(dg *d, qc_fwd_ref_fn fwd) {
     if (!rc) rc = predict(d, d->ctx, &alt, fwd);
     qc_module_variant_free(&alt, d->m);
     qc_err_clear();
-    if (rc || qc_dg_rel(d->p, d->rd, d->n) <= 1e-12) continue;
+    if (rc || qc_rel_l2(d->p, d->rd, d->n) <= 1e-12) continue;
     snprintf(says, sizeof says, "outputs/y matches the forward with %s%s%s", h->says, detail[0] ? "; " : "", detail);
     qc_dg_judge(d, h->name, says, d->level);
   }
@@ -313,7 +313,7 @@ static void hyp_stale_scale(dg *d, qc_fwd_ref_fn fwd) {
     for (int i = 0; i < n; i++) {
       c.wscale = pass ? lo + i * step : lo * pow(1.01, i);
       if (predict(d, &c, d->m, fwd)) return; /* not a per-tensor weight */
-      double e = qc_dg_rel(d->g, d->p, d->n);
+      double e = qc_rel_l2(d->g, d->p, d->n);
       if (e < be) { be = e; bf = c.wscale; }
     }
   }

@@ -34,15 +34,11 @@ typedef struct mctx {
   int nmarks;
 } mctx;
 
-/* The unit roundoff of a stored float type (0: not a float). */
+/* The unit roundoff of a stored wide float type (float64, float32, float16,
+ * bfloat16); 0 for any other: an 8- or 4-bit element and an integer are
+ * compared bit for bit. */
 static double unit(qc_dtype dt) {
-  switch (dt) {
-    case QC_F64: return ldexp(1, -53);
-    case QC_F32: return ldexp(1, -24);
-    case QC_F16: return ldexp(1, -11);
-    case QC_BF16: return ldexp(1, -8);
-    default: return 0;
-  }
+  return dt == QC_F64 || dt == QC_F32 || dt == QC_F16 || dt == QC_BF16 ? qc_dtype_unit(dt) : 0;
 }
 
 /* A tolerance of rel_l2 bound alone, with its reasoning (printf-style). */
@@ -266,16 +262,6 @@ static int add_into(qc_dump *d, const char *dset, const qc_tensor *like, double 
   return rc;
 }
 
-/* rel_l2 of g against r (n values). */
-static double rel(const double *g, const double *r, int64_t n) {
-  double d = 0, s = 0;
-  for (int64_t i = 0; i < n; i++) {
-    d += (g[i] - r[i]) * (g[i] - r[i]);
-    s += r[i] * r[i];
-  }
-  return sqrt(d) / fmax(sqrt(s), QC_EPS_NORM);
-}
-
 /* A failed sum's likely cause: g a constant factor of r. */
 static void factor_diag(const double *g, const double *r, int64_t n, double bound, char *out, size_t len) {
   double gr = 0, rr = 0;
@@ -350,7 +336,7 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
       char diag[256] = "";
       for (int k = 0; k < nmb && !diag[0]; k++) { /* the sum without micro-batch k */
         for (int64_t j = 0; j < nv; j++) sum[j] -= parts[k][j];
-        if (nmb > 1 && rel(acc, sum, nv) <= bound)
+        if (nmb > 1 && qc_rel_l2(acc, sum, nv) <= bound)
           snprintf(diag, sizeof diag, "consistent with: micro-batch %d's gradient is not in the accumulated .grad "
                    "(cleared by a zero_grad inside the loop, or dropped)", k);
         for (int64_t j = 0; j < nv; j++) sum[j] += parts[k][j];
@@ -381,7 +367,7 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
       }
       free(dys);
       if (!rc) {
-        double u = unit(at.dtype), bound = (nmb + 1) * u + 8 * ldexp(1, -24) * sqrt((double)tokens);
+        double u = unit(at.dtype), bound = (nmb + 1) * u + 8 * qc_dtype_unit(QC_F32) * sqrt((double)tokens);
         qc_tol t = rel_tol(bound,
                  "the micro-batches' gradients sum to the whole batch's: each rounded to %s and the sum, (N + 1) u, "
                  "plus a float32 accumulator over the %lld tokens in another order, 8 u32 sqrt(tokens): %.3g",
@@ -460,7 +446,7 @@ static int tied(mctx *c, const char *tg, const char *cls) {
   char diag[512] = "";
   for (int k = 0; k < ns && !diag[0]; k++) {
     for (int64_t j = 0; j < nv; j++) sum[j] -= parts[k][j];
-    if (rel(acc, sum, nv) <= bound)
+    if (qc_rel_l2(acc, sum, nv) <= bound)
       snprintf(diag, sizeof diag, "consistent with: site %d's share (%s) is lost from the accumulated gradient%s%s", k,
                cJSON_GetStringValue(cJSON_GetArrayItem(s, k)), strchr(pbuf, ',') ? "; the sites hold distinct Parameters "
                "over one storage: " : "", strchr(pbuf, ',') ? pbuf : "");

@@ -21,6 +21,7 @@
 
 #include "core/qc.h"
 #include "io/l3log.h"
+#include "numerics/decode.h"
 
 /* Read one log (its steps from step_key, "" for the known keys) and map
  * its tags to canonical metric names. */
@@ -71,7 +72,9 @@ static int check_resolution(const qc_sft_run *r, const qc_sft_case *cs) {
       double bound = strcmp(name, "pointwise_rel") == 0 ? b->pw_rel : b->mean_rel;
       int s = ro[0] >= ro[1] ? 0 : 1;
       const qc_l3_log *l = &r->logs[arm[s]];
-      const char *type = ro[s] == 0x1p-24 ? "float32" : ro[s] == 0x1p-11 ? "float16" : ro[s] == 0x1p-8 ? "bfloat16" : "a rounded type";
+      const char *type = "a rounded type";
+      for (qc_dtype t = QC_F32; t <= QC_BF16; t++) /* float32, float16, bfloat16: the types a log stores rounded */
+        if (ro[s] == qc_dtype_unit(t)) type = qc_dtype_name(t);
       qc_err("case '%s': pair '%s~%s', metric '%s': %s %g is below the logs' resolution %.3g: arm '%s' stores '%s' as %s (%s log '%s')",
              cs->path, cs->arms[p->a].key, cs->arms[p->b].key, c->metric, name, bound, res, cs->arms[arm[s]].key, c->metric, type, l->format,
              l->path);

@@ -104,16 +104,6 @@ static int flat_candidate(const qc_tensor *g, int64_t L, int64_t len, qc_tensor 
   return rc;
 }
 
-/* rel-L2 of a against b (n each). */
-static double rel_l2(const double *a, const double *b, int64_t n) {
-  double d = 0, s = 0;
-  for (int64_t i = 0; i < n; i++) {
-    d += (a[i] - b[i]) * (a[i] - b[i]);
-    s += b[i] * b[i];
-  }
-  return sqrt(d) / fmax(sqrt(s), QC_EPS_NORM);
-}
-
 /* What the diagnoses of one rank and dY compute once: the reference on
  * the rank's own pieces (its partial gradient) and on the whole module with
  * the other ranks' pieces of the parameters / of the rest zeroed. */
@@ -168,8 +158,8 @@ static int diagnose_check(qc_audit *a, const qc_registry_row *row, qc_module *w,
   if (oi && piece(oi, flat, d, off, len, r, &pi)) memset(&pi, 0, sizeof pi);
   if (d >= 0 && !piece(refv, 0, d, off, len, r, &full)) { /* a share equal to the unreduced whole is no partial sum */
     for (int64_t e = 0; e < n; e++) ((double *)full.data)[e] /= scale;
-    if (pp.data && qc_numel(&pp) == n && rel_l2(pp.data, full.data, n) < 1e-9) qc_tensor_free(&pp);
-    if (pi.data && qc_numel(&pi) == n && rel_l2(pi.data, full.data, n) < 1e-9) qc_tensor_free(&pi);
+    if (pp.data && qc_numel(&pp) == n && qc_rel_l2(pp.data, full.data, n) < 1e-9) qc_tensor_free(&pp);
+    if (pi.data && qc_numel(&pi) == n && qc_rel_l2(pi.data, full.data, n) < 1e-9) qc_tensor_free(&pi);
   }
   qc_err_clear(); /* a diagnosis that cannot be made is no error */
   snprintf(sp, sizeof sp, "rank %d's own parameter pieces' share only (a partial sum): the reduction of the %d ranks' "

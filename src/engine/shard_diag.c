@@ -23,19 +23,6 @@ int qc_shard_slice(const qc_tensor *t, int d, int64_t off, int64_t len, qc_tenso
   return QC_OK;
 }
 
-/* rel-L2 of a against b (float64, n each). */
-static double rel(const double *a, const double *b, int64_t n, double *dot_ab, double *bb) {
-  double d = 0, s = 0, ab = 0;
-  for (int64_t i = 0; i < n; i++) {
-    d += (a[i] - b[i]) * (a[i] - b[i]);
-    s += b[i] * b[i];
-    ab += a[i] * b[i];
-  }
-  if (dot_ab) *dot_ab = ab;
-  if (bb) *bb = s;
-  return sqrt(d) / fmax(sqrt(s), QC_EPS_NORM);
-}
-
 /* One hypothesis about a failed per-rank check, recorded on it: its name,
  * what it would mean, the candidate's rel-L2 to its prediction (NAN: a
  * multiple, judged by the cosine), consistent or not. */
@@ -55,32 +42,36 @@ void qc_shard_diagnose(qc_check *k, const double *g, const qc_tensor *ref, int d
                        int nown) {
   char says[256];
   int64_t n;
-  double ab, bb, exp_rel, gg = 0;
+  double ab = 0, bb = 0, exp_rel, gg = 0;
   qc_tensor mine;
   const double *want = ref->data;
   memset(&mine, 0, sizeof mine);
   if (d >= 0 && qc_shard_slice(ref, d, off[r], len[r], &mine) != QC_OK) { qc_err_clear(); return; }
   if (d >= 0) want = mine.data;
   n = d >= 0 ? qc_numel(&mine) : qc_numel(ref);
-  exp_rel = rel(g, want, n, &ab, &bb);
+  exp_rel = qc_rel_l2(g, want, n);
   const double close = 0.25 * exp_rel; /* nearer a prediction than a quarter of the miss */
-  for (int64_t i = 0; i < n; i++) gg += g[i] * g[i];
+  for (int64_t i = 0; i < n; i++) {
+    ab += g[i] * want[i];
+    bb += want[i] * want[i];
+    gg += g[i] * g[i];
+  }
   double c = bb > 0 ? ab / bb : NAN, cosine = bb > 0 && gg > 0 ? ab / sqrt(bb * gg) : 0;
   k->nhyp = 0;
   if (d < 0 && partial && qc_numel(partial) == n) {
-    double rl = rel(g, partial->data, n, NULL, NULL);
+    double rl = qc_rel_l2(g, partial->data, n);
     snprintf(says, sizeof says, "rank %d's own partial gradient: the all-reduce over the %d ranks is missing", r, W);
     hyp(k, "reduction_partial", says, rl, rl < close);
   }
   for (int i = 0; i < nown; i++) {
     if (!own[i].pred) continue;
-    double rl = rel(g, own[i].pred, n, NULL, NULL);
+    double rl = qc_rel_l2(g, own[i].pred, n);
     hyp(k, "reduction_partial", own[i].says, rl, rl < close);
   }
   for (int s = 0; d >= 0 && s < W; s++) {
     qc_tensor other;
     if (s == r || len[s] != len[r] || qc_shard_slice(ref, d, off[s], len[s], &other)) continue;
-    double rl = rel(g, other.data, n, NULL, NULL);
+    double rl = qc_rel_l2(g, other.data, n);
     snprintf(says, sizeof says, "the reference's piece of rank %d: the shards are in the wrong order", s);
     hyp(k, "shard_order", says, rl, rl < close);
     qc_tensor_free(&other);
@@ -102,7 +93,7 @@ void qc_shard_diagnose(qc_check *k, const double *g, const qc_tensor *ref, int d
   }
   /* ranks holding different partials (no common multiple of the reference) that add up to it */
   if (d < 0 && sum) {
-    double rl = rel(sum, want, n, NULL, NULL);
+    double rl = qc_rel_l2(sum, want, n);
     snprintf(says, sizeof says, "a partial sum: the %d ranks' gradients add up to the reference: the all-reduce is missing", W);
     hyp(k, "reduction_sum", says, rl, rl < close && !(cosine > 0.999 && fabs(c - 1) > 0.01));
   }

@@ -13,6 +13,7 @@
 
 #include "core/qc.h"
 #include "io/stepdump.h"
+#include "numerics/decode.h"
 #include "numerics/formats.h"
 #include "numerics/metrics.h"
 
@@ -85,11 +86,8 @@ static void judge(qc_step_check *c, const qc_step_tolset *s, const qc_metrics *m
 
 /* The unit roundoff of a stored floating-point type (its name), 0 when unknown. */
 static double roundoff(const char *dtype) {
-  static const struct { const char *name; int bits; } t[] = {
-      {"float64", 53}, {"float32", 24}, {"bfloat16", 8}, {"float16", 11}, {"float8_e4m3fn", 4}, {"float8_e5m2", 3}};
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    if (strcmp(dtype, t[i].name) == 0) return ldexp(1, -t[i].bits);
-  return 0;
+  qc_dtype t;
+  return qc_dtype_from_name(dtype, &t) ? 0 : qc_dtype_unit(t);
 }
 
 /* An update no tolerance is declared for, judged against bounds derived
@@ -99,8 +97,9 @@ static double roundoff(const char *dtype) {
  * 2 max err; the factor 2 is the margin over the first-order bound. */
 static void judge_derived(const qc_step_arm *a, const qc_step_param *p, double coef, const double *ref, double *err, const qc_metrics *m,
                           qc_step_check *c) {
-  double ud = roundoff(p->after_dtype), u = fmax(ud, ldexp(1, -24)); /* AdamW and SGD compute in float32 at best */
-  if (ud == 0) u = ldexp(1, -24);
+  const double u32 = qc_dtype_unit(QC_F32);
+  double ud = roundoff(p->after_dtype), u = fmax(ud, u32); /* AdamW and SGD compute in float32 at best */
+  if (ud == 0) u = u32;
   double ua = ud > u ? ud : 0; /* a type coarser than the arithmetic rounds the result once more */
   qc_step_update_err(a, p, coef, u, ua, err);
   double ee = 0, emax = 0, rr = 0;
@@ -120,7 +119,7 @@ static void judge_derived(const qc_step_arm *a, const qc_step_param *p, double c
   snprintf(t.reasoning, sizeof t.reasoning,
            "derived: the update recomputed with each operation's rounding in %s arithmetic (u = %.3g) bounded by its terms' "
            "magnitudes%s%s, x2; ||err|| / ||update|| = %.3g",
-           u == ldexp(1, -24) ? "float32" : p->after_dtype, u, ua > 0 ? ", plus after stored in " : "", ua > 0 ? p->after_dtype : "",
+           u == u32 ? "float32" : p->after_dtype, u, ua > 0 ? ", plus after stored in " : "", ua > 0 ? p->after_dtype : "",
            rr > 0 ? sqrt(ee / rr) : 0.0);
   c->has_metrics = 1;
   c->m = *m;

@@ -131,7 +131,8 @@ static int tensor_scalar(pb t, double *out, int *ok, double *ro) {
   size_t esize = dtype == DT_FLOAT || dtype == DT_INT32 ? 4 : dtype == DT_DOUBLE || dtype == DT_INT64 ? 8 :
                  dtype == DT_HALF || dtype == DT_BFLOAT16 ? 2 : 0;
   if (!esize) return 0; /* strings, booleans, complex: not a metric */
-  *ro = dtype == DT_FLOAT ? 0x1p-24 : dtype == DT_DOUBLE ? 0x1p-53 : dtype == DT_HALF ? 0x1p-11 : dtype == DT_BFLOAT16 ? 0x1p-8 : 0;
+  *ro = dtype == DT_FLOAT ? qc_dtype_unit(QC_F32) : dtype == DT_DOUBLE ? qc_dtype_unit(QC_F64) : dtype == DT_HALF ? qc_dtype_unit(QC_F16)
+        : dtype == DT_BFLOAT16 ? qc_dtype_unit(QC_BF16) : 0;
   if (content.p && (size_t)(content.e - content.p) == esize) {
     const uint8_t *c = content.p;
     switch (dtype) {
@@ -201,7 +202,7 @@ static int summary(pb s, int64_t step, qc_l3_log *out, int *rowed, int *rc) {
       else if (num == 8 && wt == 2) { tensor = sub; has_tensor = 1; }
     }
     if (r < 0) return -1;
-    double x = simple, ro = 0x1p-24; /* simple_value is a float32 */
+    double x = simple, ro = qc_dtype_unit(QC_F32); /* simple_value is a float32 */
     int ok = has_simple;
     if (!ok && has_tensor && tensor_scalar(tensor, &x, &ok, &ro) < 0) return -1;
     out->set_roundoff = ro;

@@ -7,17 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "numerics/decode.h"
 #include "numerics/quant.h"
 #include "core/qc.h"
 
-/* Unit roundoff 2^-p of each accepted name (p = significand bits). */
+/* The element type of each accepted name, whose unit roundoff
+ * (qc_dtype_unit) it has; tf32 rounds to float16's significand (10 bits)
+ * in float32's range, so it has float16's. */
 static const struct {
   const char *names; /* '|'-separated, the first is the canonical one */
-  int p;
+  qc_dtype dt;
 } g_u[] = {
-    {"float64|fp64|f64|double", 53}, {"float32|fp32|f32|float", 24}, {"tf32", 11},
-    {"float16|fp16|f16|half", 11},   {"bfloat16|bf16", 8},           {"float8_e4m3fn|e4m3|fp8_e4m3", 4},
-    {"float8_e5m2|e5m2|fp8_e5m2", 3}, {"float4_e2m1fn_x2|e2m1|fp4", 2},
+    {"float64|fp64|f64|double", QC_F64}, {"float32|fp32|f32|float", QC_F32}, {"tf32", QC_F16},
+    {"float16|fp16|f16|half", QC_F16},   {"bfloat16|bf16", QC_BF16},         {"float8_e4m3fn|e4m3|fp8_e4m3", QC_E4M3},
+    {"float8_e5m2|e5m2|fp8_e5m2", QC_E5M2}, {"float4_e2m1fn_x2|e2m1|fp4", QC_E2M1X2},
 };
 
 /* 1 when `name` is one of the '|'-separated words of `list`. */
@@ -36,14 +39,14 @@ static int in_list(const char *list, const char *name) {
 int qc_tol_unit_roundoff(const char *name, const char *what, int allow_format, double *u) {
   for (size_t i = 0; i < sizeof g_u / sizeof g_u[0]; i++)
     if (in_list(g_u[i].names, name)) {
-      *u = ldexp(1.0, -g_u[i].p);
+      *u = qc_dtype_unit(g_u[i].dt);
       return QC_OK;
     }
   if (allow_format && strcmp(name, "none") == 0) { *u = 0; return QC_OK; }
   if (allow_format && in_list(QC_WEIGHT_FORMATS "|" QC_ACT_FORMATS, name)) {
     /* the element format's roundoff: the scale only places the block */
     int fp4 = strcmp(name, "nvfp4") == 0 || strcmp(name, "mxfp4") == 0;
-    *u = ldexp(1.0, fp4 ? -2 : -4);
+    *u = qc_dtype_unit(fp4 ? QC_E2M1X2 : QC_E4M3);
     return QC_OK;
   }
   if (allow_format)

@@ -374,12 +374,7 @@ static int linear_other_weight(const qc_ctx *ctx, const qc_module *m, const qc_t
   if ((rc = chol_solve(A, B, N, K))) goto done;
   if ((rc = qc_tensor_alloc(pred, grad, QC_F64, v.x->ndim, v.x->shape))) goto done;
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, y, N, B, K, pred->data, K))) goto done;
-  double dd = 0, ww = 0;
-  for (int64_t i = 0; i < N * K; i++) {
-    dd += (B[i] - w[i]) * (B[i] - w[i]);
-    ww += w[i] * w[i];
-  }
-  snprintf(detail, n, "the weight that explains it differs from params/weight (the master) by rel_l2 %.2g", sqrt(dd / fmax(ww, 1e-300)));
+  snprintf(detail, n, "the weight that explains it differs from params/weight (the master) by rel_l2 %.2g", qc_rel_l2(B, w, N * K));
   rc = QC_OK;
 done:
   free(y); free(g); free(w); free(A); free(B);

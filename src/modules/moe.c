@@ -30,6 +30,7 @@
 #include "numerics/formats.h"
 #include "core/qc.h"
 #include "modules/mod_util.h"
+#include "numerics/decode.h"
 
 static const qc_key_spec moe_keys[] = {
     {"activation", "swiglu|relu2", "swiglu", "expert activation: silu(gate) * up (w1 [E, 2F, H]) or relu(h)^2 (w1 [E, F, H])"},
@@ -375,7 +376,9 @@ done:
  * boundary rounds the other way, an error of u_bf16 with probability
  * ~e / u_bf16, so n such operands add n u_bf16 e in square:
  * e_acc^2 (1 + n u_bf16 / (sqrt(K) u_f32)) = (lambda sqrt(K) u_f32)^2. */
-static double moe_flips(int64_t K, int n) { return sqrt(1.0 + n * 0x1p-8 / (sqrt((double)(K > 0 ? K : 1)) * 0x1p-24)); }
+static double moe_flips(int64_t K, int n) {
+  return sqrt(1.0 + n * qc_dtype_unit(QC_BF16) / (sqrt((double)(K > 0 ? K : 1)) * qc_dtype_unit(QC_F32)));
+}
 
 /* The error model: the grouped GEMMs take bf16 operands the production
  * rounds from float32 (w dY and d_h into d_x and d_w1; w dY and a into

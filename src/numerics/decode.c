@@ -1,6 +1,7 @@
 /* decode.c: tensors decoded to float64 (see decode.h). */
 #include "numerics/decode.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/qc.h"
@@ -42,4 +43,10 @@ int qc_tensor_decode_f64(const qc_tensor *t, qc_tensor *out) {
   rc = qc_tensor_to_f64(t, (double *)out->data);
   if (rc) qc_tensor_free(out);
   return rc;
+}
+
+double qc_dtype_unit(qc_dtype d) {
+  static const int bits[QC_DTYPE_COUNT] = {[QC_F64] = 53, [QC_F32] = 24,  [QC_F16] = 11,
+                                           [QC_BF16] = 8, [QC_E4M3] = 4, [QC_E5M2] = 3, [QC_E2M1X2] = 2};
+  return d >= 0 && d < QC_DTYPE_COUNT && bits[d] ? ldexp(1.0, -bits[d]) : 0.0;
 }

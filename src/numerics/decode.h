@@ -12,4 +12,11 @@ int qc_tensor_to_f64(const qc_tensor *t, double *out);
 /* Allocate a float64 tensor holding t decoded (same logical shape). */
 int qc_tensor_decode_f64(const qc_tensor *t, qc_tensor *out);
 
+/* The unit roundoff 2^-p of element type d, p its significand bits (the
+ * implicit one included): float64 2^-53, float32 2^-24, float16 2^-11,
+ * bfloat16 2^-8, float8_e4m3fn 2^-4, float8_e5m2 2^-3, float4_e2m1fn_x2
+ * 2^-2; 0 for a type without a significand (integers, the e8m0 scale).
+ * The one table of these; callers that accept only some types say which. */
+double qc_dtype_unit(qc_dtype d);
+
 #endif

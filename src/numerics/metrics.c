@@ -12,11 +12,22 @@
 #include <stdio.h>
 #include <string.h>
 
+double qc_rel_l2_sums(double ss_diff, double ss_ref) { return sqrt(ss_diff) / fmax(sqrt(ss_ref), QC_EPS_NORM); }
+
+double qc_rel_l2(const double *a, const double *b, int64_t n) {
+  double d = 0, s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    d += (a[i] - b[i]) * (a[i] - b[i]);
+    s += b[i] * b[i];
+  }
+  return qc_rel_l2_sums(d, s);
+}
+
 void qc_metrics_finish(double ss_g, double ss_r, double ss_d, double dot, qc_metrics *m) {
   m->norm_g = sqrt(ss_g);
   m->norm_r = sqrt(ss_r);
   m->norm_diff = sqrt(ss_d);
-  m->rel_l2 = m->norm_diff / fmax(m->norm_r, QC_EPS_NORM);
+  m->rel_l2 = qc_rel_l2_sums(ss_d, ss_r);
   m->norm_ratio = m->norm_r > 0 ? m->norm_g / m->norm_r : (m->norm_g > 0 ? INFINITY : NAN);
   if (m->norm_g > 0 && m->norm_r > 0) {
     /* near 1, <g,r>/(|g||r|) loses the digits that matter; from

@@ -39,6 +39,14 @@ typedef struct qc_metrics {
 
 #define QC_EPS_NORM 1e-30
 
+/* The relative L2 error ||a - b|| / max(||b||, QC_EPS_NORM) of a against
+ * b (n each), float64 sums in index order: the one definition of rel_l2
+ * (the metrics pass finishes its own sums with qc_rel_l2_sums). */
+double qc_rel_l2(const double *a, const double *b, int64_t n);
+/* The same from the sums ss_diff = sum (a - b)^2 and ss_ref = sum b^2:
+ * sqrt(ss_diff) / max(sqrt(ss_ref), QC_EPS_NORM). */
+double qc_rel_l2_sums(double ss_diff, double ss_ref);
+
 /* Compute metrics of g against r (n elements each), float64 throughout. */
 void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics *out);
 /* The same metrics with the sums formed over fixed chunks of 65536 elements

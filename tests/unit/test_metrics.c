@@ -1,9 +1,12 @@
-/* test_metrics.c: metrics on hand-computed vectors and the verdict rules. */
+/* test_metrics.c: metrics on hand-computed vectors and the verdict rules;
+ * the one rel_l2 (qc_rel_l2) and the one unit roundoff table
+ * (qc_dtype_unit) that every caller shares. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "numerics/decode.h"
 #include "numerics/metrics.h"
 #include "model/check.h"
 
@@ -18,6 +21,33 @@ Test(metrics, hand_vectors) {
   cr_expect_float_eq(m.cosine, 34.0 / (sqrt(30.0) * sqrt(39.0)), 1e-15);
   cr_expect_float_eq(m.sqnr_db, 10 * log10(39.0), 1e-12);
   cr_expect_eq(m.nonfinite, 0);
+}
+
+/* qc_rel_l2 is the metrics pass's rel_l2, bit for bit, and holds its floor
+ * QC_EPS_NORM for a zero reference. */
+Test(metrics, rel_l2_is_the_metrics_pass_one) {
+  double g[5] = {1, 2, 3, 4, -1e-3}, r[5] = {1, 2, 3, 5, 7e-4};
+  qc_metrics m;
+  qc_metrics_compute(g, r, 5, &m);
+  cr_expect_eq(qc_rel_l2(g, r, 5), m.rel_l2);
+  cr_expect_eq(qc_rel_l2_sums(1.0, 39.0), 1.0 / sqrt(39.0));
+  double z[2] = {0, 0}, e[2] = {3e-31, 4e-31};
+  cr_expect_float_eq(qc_rel_l2(e, z, 2), 5e-31 / QC_EPS_NORM, 1e-15);
+  cr_expect_eq(qc_rel_l2(z, z, 2), 0.0);
+}
+
+/* The unit roundoff of every element type: 2^-(significand bits), 0
+ * where there is no significand. */
+Test(metrics, dtype_unit_roundoff) {
+  cr_expect_eq(qc_dtype_unit(QC_F64), 0x1p-53);
+  cr_expect_eq(qc_dtype_unit(QC_F32), 0x1p-24);
+  cr_expect_eq(qc_dtype_unit(QC_F16), 0x1p-11);
+  cr_expect_eq(qc_dtype_unit(QC_BF16), 0x1p-8);
+  cr_expect_eq(qc_dtype_unit(QC_E4M3), 0x1p-4);
+  cr_expect_eq(qc_dtype_unit(QC_E5M2), 0x1p-3);
+  cr_expect_eq(qc_dtype_unit(QC_E2M1X2), 0x1p-2);
+  const qc_dtype none[] = {QC_I32, QC_I64, QC_U8, QC_I8, QC_E8M0, QC_DTYPE_COUNT};
+  for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) cr_expect_eq(qc_dtype_unit(none[i]), 0.0, "dtype %d", (int)none[i]);
 }
 
 Test(metrics, zero_norm_cosine_is_null) {

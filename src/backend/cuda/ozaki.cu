@@ -340,7 +340,7 @@ extern "C" int qc_cuda_bench_ref(const qc_backend *be, const qc_linear_audit *a,
     const double *h = c->oz.host + 4 * s;
     const double nrm = fmax(sqrt(h[2]), QC_EPS_NORM);
     r->max_abs[s] = ms[s].mx < 0 ? 0 : ms[s].mx;
-    r->rel_l2[s] = sqrt(ms[s].sd) / fmax(sqrt(ms[s].sr), QC_EPS_NORM);
+    r->rel_l2[s] = qc_rel_l2_sums(ms[s].sd, ms[s].sr);
     r->norm_ref[s] = sqrt(ms[s].sr);
     r->check_err[s] = h[0];
     r->check_err_norm[s] = sqrt(h[1]) / nrm;
