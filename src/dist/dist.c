@@ -33,7 +33,6 @@ int qc_dist_active(void) { return D.active; }
 int qc_dist_rank(void) { return D.rank; }
 int qc_dist_size(void) { return D.size; }
 int qc_dist_local_rank(void) { return D.local_rank; }
-int qc_dist_local_size(void) { return D.local_size; }
 
 /* OpenBLAS's thread count, when the BLAS linked in is OpenBLAS. */
 void openblas_set_num_threads(int n) __attribute__((weak));
@@ -458,20 +457,6 @@ done:
   return rc;
 #else
   return qc_err_sys("gather without MPI");
-#endif
-}
-
-int qc_dist_allgather(const void *mine, size_t n, void *all) {
-  if (!D.active || D.size == 1) {
-    if (n) memcpy(all, mine, n);
-    return QC_OK;
-  }
-#ifdef QC_HAVE_MPI
-  if (n > (size_t)0x7fffffff) return qc_err_sys("allgather of %zu bytes: more than MPI's 2 GiB", n);
-  MK(MPI_Allgather(mine, (int)n, MPI_BYTE, all, (int)n, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather");
-  return QC_OK;
-#else
-  return qc_err_sys("allgather without MPI");
 #endif
 }
 

@@ -52,7 +52,6 @@ int qc_dist_active(void);
 int qc_dist_rank(void);        /* 0 when not active */
 int qc_dist_size(void);        /* 1 when not active */
 int qc_dist_local_rank(void);  /* this rank's index among the ranks on its node */
-int qc_dist_local_size(void);
 
 /* Who does which unit: owner[i] in [0, size) for n units of cost[i] (any
  * positive measure of their work), by longest processing time first:
@@ -90,8 +89,6 @@ int qc_dist_failed(void);
  * lens[r] rank r's byte count (lens holds qc_dist_size() entries); other
  * ranks get *all = NULL. QC_OK or QC_ESYS. */
 int qc_dist_gather(const void *buf, size_t n, void **all, size_t *lens);
-/* Every rank's n bytes at mine into all[r * n .. ] on every rank (collective). */
-int qc_dist_allgather(const void *mine, size_t n, void *all);
 /* Rank 0's n bytes at buf to every rank (collective). */
 int qc_dist_bcast(void *buf, size_t n);
 

@@ -47,7 +47,6 @@ static const struct {
 const char *qc_st_path(const qc_st *st) { return st->path; }
 int qc_st_count(const qc_st *st) { return st->n; }
 const qc_st_tensor *qc_st_at(const qc_st *st, int i) { return i >= 0 && i < st->n ? &st->t[i] : NULL; }
-const char *qc_st_part_path(const qc_st *st, int part) { return part >= 0 && part < st->npart ? st->part[part].path : "?"; }
 
 void qc_st_close(qc_st *st) {
   if (!st) return;

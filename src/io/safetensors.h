@@ -60,8 +60,6 @@ const char *qc_st_path(const qc_st *st);
 int qc_st_count(const qc_st *st);
 const qc_st_tensor *qc_st_at(const qc_st *st, int i);
 const qc_st_tensor *qc_st_find(const qc_st *st, const char *name);
-/* The file (shard) a tensor lies in. */
-const char *qc_st_part_path(const qc_st *st, int part);
 
 /* Read tensor t (slice `index` of its first dimension when index >= 0)
  * into buf, bytes as stored; nbytes must be exactly that size. Safe from

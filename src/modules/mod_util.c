@@ -164,11 +164,6 @@ double qc_mod_maxabs(const qc_tensor *t) {
   return mx;
 }
 
-int qc_mod_flip(qc_module *alt, const char *key, const char *dflt, const char *to) {
-  if (strcmp(qc_contract_str(&alt->contract, key, dflt), to) == 0) return QC_NA;
-  return qc_contract_set(&alt->contract, key, to, 0, 0);
-}
-
 /* ---- slices of a module split across ranks -------------------------------- */
 
 int qc_mod_cut(const qc_tensor *t, int dim, int64_t lo, int64_t hi, qc_tensor *out) {

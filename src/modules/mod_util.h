@@ -47,9 +47,6 @@ double qc_mod_maxabs(const qc_tensor *t);
  * other element types through copies. 0 when M, N or K is 0. */
 double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const qc_tensor *b, int64_t sb_k, int64_t sb_j,
                            int64_t M, int64_t N, int64_t K);
-/* alter helper: set contract key `key` of alt to `to` (a string value);
- * QC_NA when it already is `to`. */
-int qc_mod_flip(qc_module *alt, const char *key, const char *dflt, const char *to);
 
 /* ---- slices of a module split across ranks (qc_split) ---------------------- */
 /* out = t's entries [lo, hi) along dimension dim (-1: the last), name and

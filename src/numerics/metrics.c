@@ -203,36 +203,6 @@ size_t qc_bias_dev_doubles(int64_t rows, int64_t cols) {
   return (size_t)(strips * chunks * 13 + rows * strips * 2 + chunks * cols * 2 + QC_DEV_SUM_FB * 21);
 }
 
-void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double *parts, int chunks) {
-  for (int64_t i = 0; i < s->rows; i++) {
-    const double *a = rows7 + i * 7;
-    s->sxr += a[0];
-    s->srr += a[1];
-    s->sxx += a[2];
-    s->sx2r2 += a[3];
-    s->sxr3 += a[4];
-    s->sr4 += a[5];
-    s->snf += a[6];
-    s->row_tt += a[0] * a[0];
-    s->row_tc += a[0] * a[1];
-    s->row_cc += a[1] * a[1];
-  }
-  if (!parts) {
-    s->cols = 0;
-    return;
-  }
-  for (int64_t j = 0; j < s->cols; j++) {
-    double t = 0, c = 0;
-    for (int k = 0; k < chunks; k++) {
-      t += parts[((int64_t)k * s->cols + j) * 2];
-      c += parts[((int64_t)k * s->cols + j) * 2 + 1];
-    }
-    s->col_tt += t * t;
-    s->col_tc += t * c;
-    s->col_cc += c * c;
-  }
-}
-
 int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, qc_metrics *m) {
   qc_bias_sums s;
   memset(&s, 0, sizeof s);

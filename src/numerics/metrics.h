@@ -80,12 +80,6 @@ typedef struct qc_bias_sums {
  * view. Needs m->norm_r (from the metrics pass); fills noise_floor and the
  * bias fields. QC_OK, or QC_ESYS (out of memory for the column sums). */
 int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, qc_metrics *m);
-/* Accumulate into s (zeroed, rows and cols set) a device pass's results:
- * per row, the 7 sums (sum x r, r^2, x^2, x^2 r^2, x r^3, r^4, (q(r) - r)^2),
- * in row order; per chunk of rows and column, (sum x r, sum r^2), summed
- * over the chunks in order into the column clusters (parts may be NULL:
- * no column clusters). */
-void qc_bias_sums_from_parts(qc_bias_sums *s, const double *rows7, const double *parts, int chunks);
 /* 1 when the column clusters of a [rows, cols] view are used (several rows,
  * enough columns, and the [cols] sums fit). */
 int qc_bias_use_cols(int64_t rows, int64_t cols);

@@ -234,13 +234,6 @@ static int commit_docs(const char *const *path, const qc_sbuf *docs, int n, int 
   return rc;
 }
 
-int qc_write_atomic(const char *path, const char *data, size_t n) {
-  const char *paths[1] = {path};
-  qc_sbuf docs[1] = {{.s = (char *)data, .n = n}};
-  int bad;
-  return commit_docs(paths, docs, 1, &bad);
-}
-
 int qc_report_commit(qc_report_out *o) {
   int rc = QC_OK, bad;
   if (o->want_json && o->doc[QC_REP_JSON].s && (rc = qc_baseline_apply(o))) return rc;

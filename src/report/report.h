@@ -70,9 +70,6 @@ void qc_report_out_free(qc_report_out *o);
 /* The folder of a report path (malloc'd; "." for a bare name), NULL out of memory. */
 char *qc_report_dir(const char *path);
 
-/* Write data to path whole or not at all: a temporary file beside it,
- * fsync'd, then renamed over path. */
-int qc_write_atomic(const char *path, const char *data, size_t n);
 
 /* The error report of a run that cannot be judged, at every path[k]
  * (QC_REP_KINDS of them, NULL: none) the run may write (run.h): JSON
