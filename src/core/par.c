@@ -18,7 +18,9 @@ static void *run_piece(void *p) {
   return NULL;
 }
 
-int qc_par_threads(void) {
+/* Threads qc_par_for uses: QATCHECK_THREADS when set (>= 1), else the
+ * online processors (at most QC_PAR_MAX). */
+static int qc_par_threads(void) {
   const char *e = getenv("QATCHECK_THREADS");
   long n = e && *e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;

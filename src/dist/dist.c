@@ -460,7 +460,8 @@ done:
 #endif
 }
 
-int qc_dist_bcast(void *buf, size_t n) {
+/* Rank 0's n bytes at buf to every rank (collective). */
+static int qc_dist_bcast(void *buf, size_t n) {
   if (!D.active || D.size == 1) return QC_OK;
 #ifdef QC_HAVE_MPI
   if (n > (size_t)0x7fffffff) return qc_err_sys("broadcast of %zu bytes: more than MPI's 2 GiB", n);

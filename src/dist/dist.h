@@ -89,8 +89,6 @@ int qc_dist_failed(void);
  * lens[r] rank r's byte count (lens holds qc_dist_size() entries); other
  * ranks get *all = NULL. QC_OK or QC_ESYS. */
 int qc_dist_gather(const void *buf, size_t n, void **all, size_t *lens);
-/* Rank 0's n bytes at buf to every rank (collective). */
-int qc_dist_bcast(void *buf, size_t n);
 
 /* The collectives of a device backend (collective): on a backend with
  * coll_init (CUDA built with NCCL), after an agreement, rank 0 makes the

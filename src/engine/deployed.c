@@ -11,6 +11,15 @@
 #include "numerics/decode.h"
 #include "numerics/formats.h"
 
+/* A master weight and the deployed bytes found for it. */
+typedef struct qc_deployed_input {
+  int64_t N, K;
+  float *W;            /* [N, K] float32 (bf16 / f16 / f32 masters exactly; float64 rounded) */
+  qc_quantized got;    /* payload, scales and (nvfp4) global scale as found; gscale empty if none */
+  int g_mult;          /* the global scale is a multiplier (saved/weight_scale_2) */
+  const char *where;   /* names the source in messages ("/model.layers.0.mlp.down_proj: saved") */
+} qc_deployed_input;
+
 static void note(qc_deployed_result *r, const char *part, int64_t i, double master, uint32_t e, uint32_t f) {
   if (r->nfirst >= QC_DEPLOYED_FIRST) return;
   qc_qmismatch *q = &r->first[r->nfirst++];
@@ -29,13 +38,18 @@ static uint32_t code_at(const qc_tensor *q, int64_t cols, int64_t i) {
   return (uint32_t)(p[r * q->shape[1] + c / 2] >> (4 * (c & 1))) & 0xfu;
 }
 
-void qc_deployed_input_free(qc_deployed_input *in) {
+/* Free what in holds (in itself is the caller's). */
+static void qc_deployed_input_free(qc_deployed_input *in) {
   free(in->W);
   qc_quantized_free(&in->got);
   memset(in, 0, sizeof *in);
 }
 
-int qc_deployed_read_module(const qc_module *m, qc_qfmt fmt, qc_deployed_input *in) {
+/* Read m's master and deployed bytes into *in (copies; free with
+ * qc_deployed_input_free). Absent saved/weight_q: QC_OK with in->got.q
+ * empty. A missing scale (or global scale for nvfp4), a master that is not
+ * 2-D: QC_EINPUT naming the dataset. */
+static int qc_deployed_read_module(const qc_module *m, qc_qfmt fmt, qc_deployed_input *in) {
   memset(in, 0, sizeof *in);
   in->where = m->path;
   const qc_tensor *wq = qc_tset_get(&m->saved, "weight_q");
@@ -105,7 +119,11 @@ static int64_t payload_diff(const qc_tensor *exp, const qc_tensor *got, int64_t 
   return bad;
 }
 
-int qc_deployed_compare(qc_qfmt fmt, qc_qprof prof, const qc_deployed_input *in, const qc_sr *sr, qc_deployed_result *out) {
+/* Compare in's bytes with qatcheck's quantization of in->W under fmt/prof
+ * (round to nearest, or sr). Wrong dtypes or shapes, a non-finite master:
+ * QC_EINPUT with a message; mismatching bytes are a result (counts, the
+ * first QC_DEPLOYED_FIRST mismatches, the payload under the stored scales). */
+static int qc_deployed_compare(qc_qfmt fmt, qc_qprof prof, const qc_deployed_input *in, const qc_sr *sr, qc_deployed_result *out) {
   memset(out, 0, sizeof *out);
   out->n_payload_given = -1;
   if (!in->got.q.data) return QC_OK;
@@ -202,7 +220,9 @@ static int list_profiles(char *buf, int n, const int *flag) {
   return k;
 }
 
-int qc_deployed_identify(qc_qfmt fmt, const qc_deployed_input *in, const qc_sr *sr, qc_identify *out) {
+/* Every profile against in's bytes (*out: which reproduce them, the chosen
+ * one, the reason in words). */
+static int qc_deployed_identify(qc_qfmt fmt, const qc_deployed_input *in, const qc_sr *sr, qc_identify *out) {
   memset(out, 0, sizeof *out);
   out->chosen = -1;
   if (!in->got.q.data) return QC_OK;

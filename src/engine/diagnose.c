@@ -25,7 +25,7 @@ static int has_word(const char *list, const char *w) {
 }
 
 /* What a quantization format's scale is, in words (for its hypothesis). */
-const char *qc_dg_format_words(const char *v) {
+static const char *qc_dg_format_words(const char *v) {
   static const struct { const char *f, *w; } t[] = {
       {"none", "no quantization"},
       {"fp8_tensor", "one per-tensor scale"},

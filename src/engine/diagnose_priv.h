@@ -29,10 +29,6 @@ typedef struct dg {
  * (d->r, d->cand and d->k set; d->level is the caller's). The caller frees
  * d->g and d->p, also on failure. A status; `what` names the subject. */
 int qc_dg_setup(dg *d, const char *what);
-/* Record hypothesis `name` tested with prediction error e (NAN: none) at
- * level lv; consistent when closer than the reference, within the level,
- * and (distinct) told apart from the reference. */
-void qc_dg_record(dg *d, const char *name, const char *says, double e, double lv, int distinct);
 /* Record the prediction in d->p: its error, distinct when it differs from
  * the reference by more than the level. */
 void qc_dg_judge(dg *d, const char *name, const char *says, double lv);
@@ -45,8 +41,6 @@ void qc_dg_zero(dg *d, const char *frozen);                /* a zero candidate *
 void qc_dg_slice(dg *d);                                   /* zero slices: a missing term */
 void qc_dg_nonfinite(dg *d);                               /* the first non-finite value, traced */
 
-/* A quantization format's scale in words ("a scale per 128 x 128 block"), or NULL. */
-const char *qc_dg_format_words(const char *v);
 /* Every other value of each choice key of the class that keep accepts
  * (NULL: every key): run(d, alt, arg) predicts into d->p under the other
  * value (non-zero: no prediction); the best value per key, when it differs

@@ -15,7 +15,7 @@
 /* Record hypothesis `name` tested with prediction error e (NAN: none) at
  * level lv; consistent when the prediction is closer than the reference
  * and within the level, and (distinct) tells it apart from the reference. */
-void qc_dg_record(dg *d, const char *name, const char *says, double e, double lv, int distinct) {
+static void qc_dg_record(dg *d, const char *name, const char *says, double e, double lv, int distinct) {
   qc_check *k = d->k;
   if (k->nhyp >= (int)(sizeof k->hyp / sizeof k->hyp[0])) return;
   struct qc_hyp_result *h = &k->hyp[k->nhyp++];

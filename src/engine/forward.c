@@ -19,6 +19,9 @@
  * (each hypothesis is one or more runs). */
 #define FWD_DIAG_MAX_WORK 4e8
 
+static int qc_diagnose_forward(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, const qc_tensor *r, qc_fwd_ref_fn fwd,
+                               qc_check *k);
+
 /* 1 when the contract quantizes something: a key named *_format whose
  * value is not "none". */
 static int quantizes(const qc_module *m) {
@@ -349,8 +352,12 @@ static int hyp_rounded_inputs(dg *d, qc_fwd_ref_fn fwd) {
   return QC_OK;
 }
 
-int qc_diagnose_forward(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, const qc_tensor *r, qc_fwd_ref_fn fwd,
-                        qc_check *k) {
+/* Diagnose failed forward check k: candidate y against reference r
+ * (float64) of module m, fwd the class's reference forward (NULL: none, so
+ * only the predictions from r). Fills k's hypotheses and diagnosis. QC_OK,
+ * or QC_ESYS out of memory. */
+static int qc_diagnose_forward(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, const qc_tensor *r, qc_fwd_ref_fn fwd,
+                               qc_check *k) {
   dg d = {.ctx = ctx, .m = m, .r = r, .cand = y, .k = k};
   int rc = QC_OK;
   k->nhyp = 0;

@@ -8,7 +8,13 @@
 #include "numerics/formats.h"
 #include "core/qc.h"
 
-int qc_gen_dy(const char *kind, int ndim, const int64_t *shape, qc_rng *rng, qc_tensor *out) {
+/* Make dY of kind `kind` with shape [ndim, shape] as bfloat16 (a BF16
+ * trainer's upstream gradient), named `kind`, into out.
+ *   random: N(0,1); zero: all 0; ones: all 1;
+ *   sparse: about 1% non-zero: ~10% of rows x ~10% of columns chosen at
+ *           random (at least one of each), N(0,1) there.
+ * Unknown kind: QC_EINPUT. */
+static int qc_gen_dy(const char *kind, int ndim, const int64_t *shape, qc_rng *rng, qc_tensor *out) {
   int rc = qc_tensor_alloc(out, kind, QC_BF16, ndim, shape);
   if (rc) return rc;
   uint16_t *p = out->data;

@@ -8,14 +8,6 @@
 #include "model/module.h"
 #include "core/rng.h"
 
-/* Make dY of kind `kind` with shape [ndim, shape] as bfloat16 (a BF16
- * trainer's upstream gradient), named `kind`, into out.
- *   random: N(0,1); zero: all 0; ones: all 1;
- *   sparse: about 1% non-zero: ~10% of rows x ~10% of columns chosen at
- *           random (at least one of each), N(0,1) there.
- * Unknown kind: QC_EINPUT. */
-int qc_gen_dy(const char *kind, int ndim, const int64_t *shape, qc_rng *rng, qc_tensor *out);
-
 /* Build generated instance `index` of class row `row` for shape row
  * [n, shape] with the case's seed and values. Its grad_out holds one dY per
  * kind in kinds[0..nkinds). The module's contract must be set by the

@@ -59,8 +59,4 @@ int qc_sft_onset(const double *x, const double *d, int64_t m, int64_t *k, char k
  * mid-word. Unchanged when it did not fill the buffer. */
 void qc_sft_clip_words(char *s, size_t n);
 
-/* The usual interval between consecutive x at which a log holds a metric
- * (the median step), 0 when fewer than two points. */
-double qc_sft_interval(const double *x, int64_t n);
-
 #endif

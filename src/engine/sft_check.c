@@ -42,7 +42,9 @@ static double select_k(double *v, int64_t n, int64_t k) {
   return v[k];
 }
 
-double qc_sft_interval(const double *x, int64_t n) {
+/* The usual interval between consecutive x at which a log holds a metric
+ * (the median step), 0 when fewer than two points. */
+static double qc_sft_interval(const double *x, int64_t n) {
   if (n < 2) return 0;
   double d0 = x[1] - x[0], mn = d0, mx = d0;
   for (int64_t i = 2; i < n; i++) {

@@ -68,7 +68,8 @@ static int by_path(const void *a, const void *b, void *map) {
   return strcmp(m->o[*(const int *)a].path, m->o[*(const int *)b].path);
 }
 
-int qc_h5map_index(qc_h5map *m) {
+/* Sort the index; QC_ESYS out of memory. */
+static int qc_h5map_index(qc_h5map *m) {
   m->sorted = qc_malloc((size_t)(m->n ? m->n : 1) * sizeof *m->sorted, "dump index");
   if (!m->sorted) return QC_ESYS;
   for (int i = 0; i < m->n; i++) m->sorted[i] = i;

@@ -86,8 +86,6 @@ typedef struct qc_h5map {
 } qc_h5map;
 
 void qc_h5map_free(qc_h5map *m);
-/* Sort the index; QC_ESYS out of memory. */
-int qc_h5map_index(qc_h5map *m);
 /* The object at `path` ("/" or "/a/b"; a trailing '/' ignored), or NULL. */
 const qc_h5obj *qc_h5map_find(const qc_h5map *m, const char *path);
 /* An attribute of o, or NULL. */

@@ -65,7 +65,10 @@ static int put_utf8(char *buf, size_t cap, size_t *k, unsigned u) {
   return 0;
 }
 
-const char *qc_js_string(const char *p, const char *e, char *buf, size_t cap, size_t *len) {
+/* A string at p (p at its opening quote): its decoded text into
+ * buf[0..cap) when buf is non-NULL (*len its length; a text that does not
+ * fit is an error). Returns the end, or NULL (malformed; too long). */
+static const char *qc_js_string(const char *p, const char *e, char *buf, size_t cap, size_t *len) {
   if (p >= e || *p != '"') return NULL;
   p++;
   size_t k = 0;
@@ -117,7 +120,9 @@ static const char *lit(const char *p, const char *e, const char *w) {
   return (size_t)(e - p) >= n && memcmp(p, w, n) == 0 ? p + n : NULL;
 }
 
-const char *qc_js_skip(const char *p, const char *e, int depth) {
+/* Skip one value of any type, checking its syntax (bare NaN and Infinity
+ * accepted). Returns the end, or NULL. */
+static const char *qc_js_skip(const char *p, const char *e, int depth) {
   if (depth > MAX_DEPTH) return NULL;
   p = qc_js_ws(p, e);
   if (p >= e) return NULL;

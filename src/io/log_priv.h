@@ -20,13 +20,6 @@ const char *qc_num_special(const char *p, const char *e, double *out);
 /* ---- a JSON scanner without a tree (log_json.c) --------------------------- */
 
 const char *qc_js_ws(const char *p, const char *e);
-/* A string at p (p at its opening quote): its decoded text into
- * buf[0..cap) when buf is non-NULL (*len its length; a text that does not
- * fit is an error). Returns the end, or NULL (malformed; too long). */
-const char *qc_js_string(const char *p, const char *e, char *buf, size_t cap, size_t *len);
-/* Skip one value of any type, checking its syntax (bare NaN and Infinity
- * accepted). Returns the end, or NULL. */
-const char *qc_js_skip(const char *p, const char *e, int depth);
 
 /* The keys of the top-level object at p, to tell the formats apart: sets
  * *has_step, *has_log_history, and *megatron when a member is an

@@ -230,7 +230,8 @@ static int header_len(const char *where, const unsigned char *b8, uint64_t size,
   return QC_OK;
 }
 
-int qc_st_add_part(qc_st *st, const char *path) {
+/* Append file `path` as a part (not opened). */
+static int qc_st_add_part(qc_st *st, const char *path) {
   void *p = realloc(st->part, (size_t)(st->npart + 1) * sizeof *st->part);
   if (!p) return qc_err_sys("out of memory opening a checkpoint");
   st->part = p;

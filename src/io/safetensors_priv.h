@@ -26,8 +26,6 @@ struct qc_st {
 
 /* A new, empty checkpoint named path (QATCHECK_ST_READ read here). */
 qc_st *qc_st_new(const char *path);
-/* Append file `path` as a part (not opened). */
-int qc_st_add_part(qc_st *st, const char *path);
 /* Open file `path` as a new part and parse and validate its header. */
 int qc_st_open_part(qc_st *st, const char *path);
 /* Sort the tensors by name; a name in two parts is refused. */

@@ -45,7 +45,7 @@ typedef struct qc_quant_cmp {
   char line[2048];     /* qc_deployed_summary */
 } qc_quant_cmp;
 
-/* Every profile against one set of deployed bytes (engine/deployed.h,
+/* Every profile against one set of deployed bytes (engine/deployed.c,
  * qc_deployed_identify): which reproduce them, which one to use, and in
  * words why (or, when none does, the closest and what differs). */
 typedef struct qc_identify {

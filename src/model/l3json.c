@@ -58,7 +58,9 @@ int qc_lj_resolve(const char *dir, const char *p, char *out, size_t n) {
   return QC_OK;
 }
 
-int qc_lj_load(const char *path, char **text, char *dir, size_t dirlen, char *sha) {
+/* Read a case file (a regular file up to 64 MiB) into a malloc'd string,
+ * its folder into dir, and its SHA-256 into sha (65 bytes). */
+static int qc_lj_load(const char *path, char **text, char *dir, size_t dirlen, char *sha) {
   *text = NULL;
   if (strlen(path) >= dirlen) return qc_err("case '%.60s...': path longer than %zu characters", path, dirlen - 1);
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -95,7 +97,8 @@ done:
   return rc;
 }
 
-int qc_lj_parse(const char *text, const char *where, cJSON **root) {
+/* Parse JSON text, the error naming `where` and the line. */
+static int qc_lj_parse(const char *text, const char *where, cJSON **root) {
   const char *endp = NULL;
   *root = cJSON_ParseWithOpts(text, &endp, 1);
   if (*root) return QC_OK;

@@ -16,11 +16,6 @@ int qc_lj_str(const cJSON *obj, const char *key, const char *where, char *out, s
 int qc_lj_num(const cJSON *obj, const char *key, const char *where, double lo, double *out, int *found);
 /* A path relative to dir, resolved into out[0..n) (never truncated). */
 int qc_lj_resolve(const char *dir, const char *p, char *out, size_t n);
-/* Read a case file (a regular file up to 64 MiB) into a malloc'd string,
- * its folder into dir, and its SHA-256 into sha (65 bytes). */
-int qc_lj_load(const char *path, char **text, char *dir, size_t dirlen, char *sha);
-/* Parse JSON text, the error naming `where` and the line. */
-int qc_lj_parse(const char *text, const char *where, cJSON **root);
 /* The start every layer-3 case shares: parse text into *root (deleted by
  * the caller, also on error), check it is an object of the keys in `top`,
  * read `name` (default: the file name without its extension) and check

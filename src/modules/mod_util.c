@@ -166,7 +166,9 @@ double qc_mod_maxabs(const qc_tensor *t) {
 
 /* ---- slices of a module split across ranks -------------------------------- */
 
-int qc_mod_cut(const qc_tensor *t, int dim, int64_t lo, int64_t hi, qc_tensor *out) {
+/* out = t's entries [lo, hi) along dimension dim (-1: the last), name and
+ * dtype kept. QC_OK, QC_EINPUT (dim or range outside t), QC_ESYS. */
+static int qc_mod_cut(const qc_tensor *t, int dim, int64_t lo, int64_t hi, qc_tensor *out) {
   if (dim < 0) dim += t->ndim;
   if (dim < 0 || dim >= t->ndim || lo < 0 || hi > t->shape[dim] || lo > hi)
     return qc_err("'%s': slice [%lld, %lld) of dimension %d is outside its shape", t->name, (long long)lo, (long long)hi, dim);

@@ -49,9 +49,6 @@ double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const
                            int64_t M, int64_t N, int64_t K);
 
 /* ---- slices of a module split across ranks (qc_split) ---------------------- */
-/* out = t's entries [lo, hi) along dimension dim (-1: the last), name and
- * dtype kept. QC_OK, QC_EINPUT (dim or range outside t), QC_ESYS. */
-int qc_mod_cut(const qc_tensor *t, int dim, int64_t lo, int64_t hi, qc_tensor *out);
 /* Add to set `dst` a copy of t, or its cut along dim when dim_len is t's
  * length along dim (else the whole: a tensor the split does not touch). */
 int qc_mod_add_cut(qc_tset *dst, const qc_tensor *t, int dim, int64_t dim_len, int64_t lo, int64_t hi);

@@ -90,7 +90,8 @@ static void tables_init(void) {
   free(buf);
 }
 
-void qc_ptables_init(void) { pthread_once(&g_once, tables_init); }
+/* Decode the tables (thread safe, once). */
+static void qc_ptables_init(void) { pthread_once(&g_once, tables_init); }
 
 int qc_ptables_ok(void) {
   qc_ptables_init();

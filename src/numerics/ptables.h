@@ -23,8 +23,6 @@ extern const uint32_t qc_ceil2log_nexc;
 /* Provenance line of the measurement ("" for a placeholder table). */
 extern const char qc_ptables_source[];
 
-/* Decode the tables (thread safe, once). */
-void qc_ptables_init(void);
 /* 1 when the rcp.approx table decoded to qc_rcpa_ndiff mantissas of which
  * qc_rcpa_nup round up, and the ceil2_log list is sorted; else 0. */
 int qc_ptables_ok(void);

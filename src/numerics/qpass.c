@@ -263,9 +263,13 @@ void qq_enc_run(const float *x, uint8_t *q, int64_t n, float k, int div, int fp4
   }
 }
 
-/* Stage 2 of fp8_block128_ue8m0 for one block (see qpass.h). */
-void qq_stage2_block(const plan_t *pl, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols, uint8_t *codes,
-                     float *deq, uint8_t *sb, float *scratch, const float *s_given) {
+/* Stage 2 of fp8_block128_ue8m0 for one block (rows r0..r1, columns
+ * c0..c1) whose stage-1 codes and multiplier s1 are in place: dequantize
+ * into scratch (float32 q * s1), then requantize by stage 2's recipe
+ * (a power-of-two scale; s_given: a stored one), round to nearest; the
+ * block's deq and byte become stage 2's. */
+static void qq_stage2_block(const plan_t *pl, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols, uint8_t *codes,
+                            float *deq, uint8_t *sb, float *scratch, const float *s_given) {
   int64_t w = c1 - c0;
   float s1 = *deq;
   for (int64_t r = r0; r < r1; r++) {
@@ -280,9 +284,14 @@ void qq_stage2_block(const plan_t *pl, int64_t r0, int64_t r1, int64_t c0, int64
   for (int64_t r = r0; r < r1; r++) qq_enc_run(scratch + (r - r0) * w, codes + r * cols + c0, w, b.k, b.div, 0);
 }
 
-/* Quantize in[rows, cols] by plan pl (see qpass.h). */
-int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, const qc_qstored *st,
-                  float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch) {
+/* Quantize in[rows, cols] by plan pl into codes[rows*cols] (one element a
+ * byte, unpacked), per-block dequant multipliers deq[gr*gc] and scale bytes
+ * sb[gr*gc], by stage 1's recipe, or with the stored scales of st (NULL:
+ * derive; see qc_qstored). scratch (br*bc floats) is given for the
+ * two-stage format: each block then goes through qq_stage2_block. Returns 1
+ * (outputs unfinished) as soon as a block holds a non-finite value, else 0. */
+static int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, const qc_qstored *st,
+                         float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch) {
   const float *ss = st ? st->scale : NULL;
   const uint8_t *sbs = st ? st->scale_b : NULL;
   int64_t br = pl->br ? pl->br : rows, bc = pl->bc ? pl->bc : cols;

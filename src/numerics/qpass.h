@@ -29,7 +29,6 @@ static inline float bitsf(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
  * accumulators, so the compiler can keep them in vector lanes. */
 uint32_t qq_abs_max_bits(const float *x, int64_t n);
 
-
 /* Refuse non-finite input, naming the first offender. */
 int qq_check_finite(const float *in, int64_t n, const char *what);
 
@@ -49,23 +48,6 @@ float qq_nvfp4_g(const plan_t *pl, float amax);
  * Buffers: codes [rows*cols], deq and sb [qq_grid]. */
 int qq_quant_core(qc_qfmt f, qc_qprof p, int64_t rows, int64_t cols, const float *in, const qc_sr *sr,
                   const qc_qstored *st, uint8_t *codes, float *deq, uint8_t *sb, float *gout, const char *what);
-
-/* Quantize in[rows, cols] by plan pl into codes[rows*cols] (one element a
- * byte, unpacked), per-block dequant multipliers deq[gr*gc] and scale bytes
- * sb[gr*gc], by stage 1's recipe, or with the stored scales of st (NULL:
- * derive; see qc_qstored). scratch (br*bc floats) is given for the
- * two-stage format: each block then goes through qq_stage2_block. Returns 1
- * (outputs unfinished) as soon as a block holds a non-finite value, else 0. */
-int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, const qc_qstored *st,
-                  float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch);
-
-/* Stage 2 of fp8_block128_ue8m0 for one block (rows r0..r1, columns
- * c0..c1) whose stage-1 codes and multiplier s1 are in place: dequantize
- * into scratch (float32 q * s1), then requantize by stage 2's recipe
- * (a power-of-two scale; s_given: a stored one), round to nearest; the
- * block's deq and byte become stage 2's. */
-void qq_stage2_block(const plan_t *pl, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols, uint8_t *codes,
-                     float *deq, uint8_t *sb, float *scratch, const float *s_given);
 
 /* Decode tables of the element magnitudes, filled once (thread safe). */
 void qq_tables_init(void);

@@ -97,7 +97,6 @@ void qc_audit_missing(const qc_evidence *e, qc_sbuf *b, int max);
 /* How much of its tightest bound check k uses (1 = at the bound; NAN: no bound). */
 double qc_audit_bound_use(const qc_check *k);
 void qc_audit_l1(qc_doc *d, const qc_evidence *e);
-void qc_audit_coverage(qc_doc *d, const qc_evidence *e);
 void qc_audit_l2(qc_doc *d, const qc_evidence *e);
 void qc_audit_l3(qc_doc *d, const qc_evidence *e);
 void qc_audit_step(qc_doc *d, const qc_evidence *e);
@@ -110,7 +109,6 @@ void qc_audit_step(qc_doc *d, const qc_evidence *e);
  * Their number, listed by qc_audit_suspicious. */
 #define QC_AUDIT_SUSPICIOUS 100.0
 #define QC_AUDIT_SUSPICIOUS_REL 0.5
-int qc_audit_is_suspicious(const qc_check *k);
 int qc_audit_nsuspicious(const qc_evidence *e);
 void qc_audit_suspicious(qc_doc *d, const qc_evidence *e);
 

@@ -21,7 +21,9 @@ const char *qc_audit_src_name(const qc_evidence *e, int src) {
   return buf;
 }
 
-int qc_audit_is_suspicious(const qc_check *k) {
+/* 1 when k passed at QC_AUDIT_SUSPICIOUS times its noise floor or more, or
+ * with rel_l2 >= QC_AUDIT_SUSPICIOUS_REL (audit.h). */
+static int qc_audit_is_suspicious(const qc_check *k) {
   if (k->verdict != QC_V_PASS || !k->has_metrics) return 0;
   return (isfinite(k->m.noise_multiple) && k->m.noise_multiple >= QC_AUDIT_SUSPICIOUS) ||
          (isfinite(k->m.rel_l2) && k->m.rel_l2 >= QC_AUDIT_SUSPICIOUS_REL);

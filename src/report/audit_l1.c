@@ -109,7 +109,9 @@ void qc_audit_missing(const qc_evidence *e, qc_sbuf *b, int max) {
   if (more) qc_sbuf_printf(b, "; and %d more item(s)", more);
 }
 
-void qc_audit_coverage(qc_doc *d, const qc_evidence *e) {
+/* The coverage section: each item of the layer-1 list per class, covered,
+ * missing or n/a. */
+static void qc_audit_coverage(qc_doc *d, const qc_evidence *e) {
   const char *cls[MAXCLS];
   int n = classes(e, cls, MAXCLS);
   qc_doc_h(d, 3, "coverage", "Coverage against the method's list");

@@ -68,7 +68,8 @@ static cJSON *class_json(const qc_cclass *c) {
   return o;
 }
 
-const char *qc_report_outlier_rule(void) {
+/* The outlier rule in words (model/layer2.h's QC_OUTLIER_*). */
+static const char *qc_report_outlier_rule(void) {
   static char buf[512];
   snprintf(buf, sizeof buf,
            "within each (class, tensor, weight_format, activation_format) of at least %d rows: "

@@ -87,7 +87,8 @@ int qc_prov_add(qc_prov *p, const char *role, const char *path, long long size, 
   return QC_OK;
 }
 
-void qc_prov_join(qc_prov *p) {
+/* Wait for every input's hash (from the main thread or the watchdog's). */
+static void qc_prov_join(qc_prov *p) {
   pthread_mutex_lock(&p->join);
   for (int i = 0; i < p->ninput; i++)
     if (p->in[i]->started) {

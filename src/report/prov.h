@@ -33,8 +33,6 @@ int qc_prov_has(const qc_prov *p, const char *role, dev_t dev, ino_t ino);
  * hashing it (on a thread; here when none can be started). QC_OK or
  * QC_ESYS (out of memory, nothing recorded). */
 int qc_prov_add(qc_prov *p, const char *role, const char *path, long long size, dev_t dev, ino_t ino);
-/* Wait for every input's hash (from the main thread or the watchdog's). */
-void qc_prov_join(qc_prov *p);
 /* Stop hashing (an error report carries no hashes worth waiting for): the
  * inputs not hashed yet are recorded without a digest. */
 void qc_prov_stop(qc_prov *p);

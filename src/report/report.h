@@ -121,8 +121,6 @@ const char *qc_report_check_name(const qc_check *k, char *buf, int n);
  * tensor), JUnit (one testcase per check, suite the module), Markdown. */
 int qc_report_vjp(qc_report_out *o, const qc_report_info *info, const qc_results *r);
 int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, const qc_results *r);
-int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *r);
-int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, const qc_results *r);
 /* The readable table on stdout: module, dY, tensor, rel-L2, cosine, norm
  * ratio, verdict, why; then the verdict line. */
 void qc_report_table(const qc_report_info *info, const qc_results *r);
@@ -142,8 +140,6 @@ typedef struct qc_contract_info {
 int qc_report_contract(qc_report_out *o, const qc_contract_info *ri, const qc_sweep *s);
 /* The class table, failed rows and outliers on stdout. */
 void qc_report_contract_table(const qc_contract_info *ri, const qc_sweep *s);
-/* The outlier rule in words (model/layer2.h's QC_OUTLIER_*). */
-const char *qc_report_outlier_rule(void);
 
 /* ---- fd: finite differences (fd.c) --------------------------------------------- */
 

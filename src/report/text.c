@@ -66,7 +66,9 @@ static double check_time(const qc_report_info *info, int i) {
   return 0;
 }
 
-int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
+/* The JUnit report of a vjp run into out: one testcase per check, suite
+ * the module. */
+static int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *r) {
   /* one testsuite per module, in the order modules first appear; a testcase
    * is the module (classname) and dY/tensor (name) */
   qc_tlist l = {0};
@@ -94,7 +96,8 @@ int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_results *
   return rc;
 }
 
-int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, const qc_results *r) {
+/* The Markdown report of a vjp run into out (prov: its inputs). */
+static int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, const qc_results *r) {
   qc_sbuf b = *out;
   int v = qc_results_verdict(r), nf = 0;
   for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;

@@ -66,13 +66,15 @@ void qc_tlist_spread(qc_tlist *l, double total) {
     if (l->v[i].time < 0) l->v[i].time = total > 0 ? total / k : 0;
 }
 
-int qc_tlist_failures(const qc_tlist *l) {
+/* The cases of l that failed (errors not counted). */
+static int qc_tlist_failures(const qc_tlist *l) {
   int f = 0;
   for (int i = 0; i < l->n; i++) f += l->v[i].failure >= 0 && !l->v[i].error;
   return f;
 }
 
-int qc_tlist_errors(const qc_tlist *l) {
+/* The cases of l that could not be judged. */
+static int qc_tlist_errors(const qc_tlist *l) {
   int f = 0;
   for (int i = 0; i < l->n; i++) f += l->v[i].error;
   return f;

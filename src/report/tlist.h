@@ -28,8 +28,6 @@ int qc_tlist_add_error(qc_tlist *l, const char *suite, const char *classname, co
 void qc_tlist_time(qc_tlist *l, double seconds);
 /* Give each case without its own time total / n seconds. */
 void qc_tlist_spread(qc_tlist *l, double total);
-int qc_tlist_failures(const qc_tlist *l);
-int qc_tlist_errors(const qc_tlist *l);
 /* JUnit XML (the common schema: Jenkins' junit-10): <testsuites name=
  * "qatcheck VERB" tests failures errors time>, one <testsuite> per suite
  * (name tests failures errors skipped time timestamp hostname),

@@ -38,7 +38,9 @@ static int cmp_entry(const void *a, const void *b) {
   return qc_sweep_cmp_natural(((const sw_entry *)a)->path, ((const sw_entry *)b)->path);
 }
 
-int qc_ckpt_linear_weight(const qc_st_tensor *t, char *path, size_t n) {
+/* Is t a linear weight by the naming rules above (any dtype)? Then its
+ * module path "/<module>" into path. */
+static int qc_ckpt_linear_weight(const qc_st_tensor *t, char *path, size_t n) {
   size_t l = strlen(t->name);
   if (l < 8 || strcmp(t->name + l - 7, ".weight") != 0) return 0;
   if (t->ndim != 2 && !(t->ndim == 3 && has_component(t->name, "experts"))) return 0;

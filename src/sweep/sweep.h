@@ -53,9 +53,6 @@ int qc_contract_sweep(struct qc_dump *d, const struct qc_backend *be, const qc_s
  * master), a dy dump none of whose groups is a module. */
 int qc_contract_sweep_ckpt(struct qc_st *st, struct qc_dump *dy, const struct qc_backend *be, const qc_sweep_opts *o,
                            qc_sweep *s);
-/* Is t a linear weight by the naming rules above (any dtype)? Then its
- * module path "/<module>" into path. */
-int qc_ckpt_linear_weight(const struct qc_st_tensor *t, char *path, size_t n);
 
 /* Group rows into class summaries and mark outliers by the rule of
  * model/layer2.h (QC_OUTLIER_*). */

@@ -190,16 +190,10 @@ int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
  * queued: nothing when none took the fast path; else waits for both
  * streams, keeps each fast result whose measured error is below 1e-3 of
  * the sample's noise floor, recomputes the others with DGEMM on their
- * stream (and waits for them), and reports into o (NULL: not reported).
- * cu_ozaki_gemm is the fast GEMM alone (res: 4 device doubles for the
- * self-check, or NULL; flag: a device word set non-zero on a non-finite
- * operand, or NULL). */
+ * stream (and waits for them), and reports into o (NULL: not reported). */
 int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n,
                 int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 int cu_ref_settle(cu *c, qc_linear_audit_out *o);
-int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
-                  int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res,
-                  unsigned *flag);
 void cu_oz_free(cu *c);
 
 #endif

@@ -137,9 +137,12 @@ done:
  * overflow: at most S pairs per level, each |d d'| <= 127^2. */
 static int64_t oz_chunk(int S) { return ((int64_t)2147483647 / ((int64_t)S * 127 * 127)) & ~(int64_t)15; }
 
-int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
-                  int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res,
-                  unsigned *flag) {
+/* The Ozaki scheme's fast GEMM alone (cu_ref_gemm adds the fallback; res:
+ * 4 device doubles for the self-check, or NULL; flag: a device word set
+ * non-zero on a non-finite operand, or NULL). */
+static int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                         int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res,
+                         unsigned *flag) {
   int rc = QC_OK;
   const int S = slices;
   const int64_t mp = up16(m), np = up16(n), kp = up16(k), kmax = oz_chunk(S);
