@@ -20,6 +20,15 @@
 # still exists; each defined global symbol belongs to its object's layer,
 # and an object that uses (U) a symbol of a layer it may not use fails,
 # whatever its includes say (a hand-written prototype, a missing include).
+# And every function an object of src/ exports (nm type T, but main) has a
+# user outside its own object, or it fails as dead or to be made static. A
+# user is: another object of the build (the tool's, the CUDA backend's:
+# its .so resolves qc_* against the executable), a mention in the sources
+# of tests/ or bench/ (unit, GPU and fuzz tests, plugins and benches link
+# the same objects but are built after this check), or a quoted name in a
+# source of src/ (looked up by dlsym: the CUDA backend's entry points).
+# Without CUDA objects in BUILD_DIR (a CPU-only build) a mention in the
+# CUDA sources (kernels/, src/backend/cuda/) counts instead of their nm.
 #
 # One pass: the whole tree goes through one awk (and one nm), so the check
 # costs milliseconds and runs in every build.
@@ -50,6 +59,7 @@ srcs=$(find src kernels -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o
 
 # the objects of sources that exist (a stale object of a removed file is not read)
 objs=
+words=/dev/null
 if [ -n "$build" ]; then
   [ -d "$build" ] || { echo "layers: no build folder $build" >&2; exit 2; }
   for f in $srcs; do
@@ -60,6 +70,19 @@ if [ -n "$build" ]; then
     esac
     [ -f "$o" ] && objs="$objs $o"
   done
+  # the names used outside the build's objects (see "Symbols" above), one a line
+  words=$(mktemp) || exit 2
+  trap 'rm -f "$words"' EXIT
+  ext=$(find tests bench -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | LC_ALL=C sort)
+  case "$objs" in
+    *.cu.o*) ;;
+    *) ext="$ext $(find kernels src/backend/cuda -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' \) 2>/dev/null | LC_ALL=C sort)" ;;
+  esac
+  # shellcheck disable=SC2086
+  {
+    [ -n "$(echo $ext)" ] && cat $ext | tr -c 'A-Za-z0-9_' '\n'
+    find src -type f \( -name '*.c' -o -name '*.cu' \) -exec grep -ho '"[A-Za-z_][A-Za-z0-9_]*"' {} + | tr -d '"'
+  } | grep '^[A-Za-z_]' | LC_ALL=C sort -u >"$words"
 fi
 
 prog='
@@ -74,6 +97,7 @@ function may(l, dep) { return index(" " ok[l] " ", " " dep " ") > 0 }
 function rule(l,   s) { s = ok[l]; gsub(/ /, ", ", s); return l " may use " s " only (" DIR ")" }
 function bad(msg) { out[++nout] = msg }
 BEGIN {
+  while ((getline w < WORDS) > 0) ext[w] = 1
   DIR = "core <- numerics <- model <- {modules, reference} <- classes <- engine, sweep <- cli; backend: core, numerics; io, report: core, numerics, model; dist: core, numerics, backend"
   n = split(TABLE, rows, "\n")
   for (i = 1; i <= n; i++) { split(rows[i], kv, ":"); ok[kv[1]] = kv[2] }
@@ -126,8 +150,9 @@ FILENAME != "-" && !skip && /^[ \t]*#[ \t]*include/ {
 FILENAME == "-" {
   o = $1; sub(/:$/, "", o); s = $2; t = $3
   r = substr(o, length(BUILD) + 2)
-  if (t == "U") { k = o SUBSEP s; if (!(k in seen)) { seen[k] = 1; uo[++nu] = o; us[nu] = s; ul[nu] = layer_of(r) } }
+  if (t == "U") { used[s] = 1; k = o SUBSEP s; if (!(k in seen)) { seen[k] = 1; uo[++nu] = o; us[nu] = s; ul[nu] = layer_of(r) } }
   else if (t ~ /^[BCDGRSTVWi]$/) { def[s] = r; defl[s] = layer_of(r) }
+  if (t == "T" && r ~ /^src\// && s != "main") { fs[++nf] = s; fo[nf] = r }
 }
 END {
   # the engine is generic: it names no class (its registry row does the class-specific work)
@@ -140,6 +165,10 @@ END {
     if (l == "" || d == "" || may(l, d)) continue
     bad(substr(uo[i], length(BUILD) + 2) ": uses symbol " s " of " def[s] ": " rule(l))
   }
+  # an exported function with no user outside its object: dead, or static
+  for (i = 1; i <= nf; i++)
+    if (!(fs[i] in used) && !(fs[i] in ext))
+      bad(fo[i] ": exports " fs[i] ", which no other object, test or bench uses: make it static, or delete it")
   if (nout == 0) exit 0
   print "layers: dependencies against the direction:"
   for (i = 1; i <= nout; i++) print "  " out[i]
@@ -148,7 +177,7 @@ END {
 '
 # shellcheck disable=SC2086
 if [ -n "$objs" ]; then
-  nm -A -P $objs | awk -v TABLE="$table" -v BUILD="$build" "$prog" $srcs -
+  nm -A -P $objs | awk -v TABLE="$table" -v BUILD="$build" -v WORDS="$words" "$prog" $srcs -
 else
-  awk -v TABLE="$table" -v BUILD="$build" "$prog" $srcs - </dev/null
+  awk -v TABLE="$table" -v BUILD="$build" -v WORDS="$words" "$prog" $srcs - </dev/null
 fi

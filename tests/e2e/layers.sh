@@ -4,7 +4,10 @@
 # the line and the rule, on one copy of the tree with one include planted
 # against each rule of the dependency direction (each planted, checked and
 # undone in turn), and, naming the object and the symbol, on objects where
-# a model/ file calls a modules/ function with no include at all;
+# a model/ file calls a modules/ function with no include at all, and on
+# an object exporting a function no other object, test or bench uses
+# (passed once a test source, a quoted name in src/, or in a CPU-only
+# build a CUDA source, names it);
 # scripts/check-independence.sh passes here and fails on a reference that
 # includes a production module or calls the candidate's GEMM path.
 . "$(dirname "$0")/lib.inc"
@@ -88,7 +91,38 @@ for sym in qc_mod_probe qc_class_probe; do
     ok "symbols: the line names the object, $sym and the rule" || bad "symbols: no line names $sym: $(cat "$T/out")"
 done
 grep -q "probe_mod.o: uses" "$T/out" && bad "symbols: modules/ using nothing above it is named: $(cat "$T/out")"
-rm -f "$W/src/modules/probe_mod.c" "$W/src/model/probe_model.c"
+# qc_model_probe has no user outside its object; qc_mod_probe has one
+grep -F "src/model/probe_model.o: exports qc_model_probe, which no other object, test or bench uses" "$T/out" | grep -qF "make it static" &&
+  ok "symbols: an exported function nobody uses is named" || bad "symbols: no line names qc_model_probe: $(cat "$T/out")"
+grep -q "exports qc_mod_probe" "$T/out" && bad "symbols: a function another object uses is named dead: $(cat "$T/out")"
+
+# exported functions nobody links: probe_mod.o alone in a build folder
+# (a CPU-only one: no CUDA object), its qc_mod_probe used by nothing but
+# what each step plants
+mkdir -p "$T/c/src/modules"
+cp "$T/b/src/modules/probe_mod.o" "$T/c/src/modules/"
+rm -f "$W/src/model/probe_model.c"
+dead() {
+  expect_exit 1 "symbols: $1" sh "$W/scripts/check-layers.sh" "$W" "$T/c"
+  grep -qF "src/modules/probe_mod.o: exports qc_mod_probe, which no other object, test or bench uses" "$T/out" ||
+    bad "symbols: no line names qc_mod_probe: $(cat "$T/out")"
+}
+dead "an exported function no object, test or bench uses is refused"
+mkdir -p "$W/tests/unit"
+printf 'int qc_mod_probe(int x);\nTest(probe, one) { cr_expect(qc_mod_probe(0) == 1); }\n' >"$W/tests/unit/test_probe.c"
+expect_exit 0 "symbols: a function a unit test calls is used" sh "$W/scripts/check-layers.sh" "$W" "$T/c"
+rm -f "$W/tests/unit/test_probe.c"
+cp "$W/src/io/plugin.c" "$T/saved"
+printf 'void *qc_io_probe(void *h);\nvoid *qc_io_probe(void *h) { return dlsym(h, "qc_mod_probe"); }\n' >>"$W/src/io/plugin.c"
+expect_exit 0 "symbols: a function looked up by name (dlsym) is used" sh "$W/scripts/check-layers.sh" "$W" "$T/c"
+cp "$T/saved" "$W/src/io/plugin.c"
+printf 'extern "C" int qc_mod_probe(int x);\nint cu_probe(void) { return qc_mod_probe(1); }\n' >"$W/src/backend/cuda/probe.cu"
+expect_exit 0 "symbols: without CUDA objects, a function a CUDA source calls is used" sh "$W/scripts/check-layers.sh" "$W" "$T/c"
+mkdir -p "$T/c/src/backend/cuda"
+printf 'typedef int probe_t;\n' >"$T/probe_cu.c"
+${CC:-cc} -c "$T/probe_cu.c" -o "$T/c/src/backend/cuda/probe.cu.o" || bad "symbols: the CUDA object stand-in does not compile"
+dead "with CUDA objects, their nm counts, not the CUDA sources' text"
+rm -f "$W/src/backend/cuda/probe.cu" "$W/src/modules/probe_mod.c"
 
 # independence: a reference that borrows production code fails
 for planted in '#include "modules/mod_util.h"' 'static int x(void) { return qc_mod_dummy(); }'; do
