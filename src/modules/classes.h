@@ -29,15 +29,4 @@ int qc_fast_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, c
 /* How a linear module is split across ranks (modules/linear_split.c). */
 extern const qc_split qc_linear_split;
 
-/* The production SSD VJP with one planted defect (0: none), for
- * tests/unit/test_ssd.c; returns what the VJP returns. */
-int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect);
-
-/* The production conv1d VJP of m (x [B, L, C], weight [C, K] or [C, 1, K],
- * bias [C]) for dyt [B, L, C] into grads, with one planted defect (0: none;
- * 1 kernel flipped in d_x, 2 d_weight one step late, 3 d_bias over a
- * channels-first view), for tests/unit/test_conv1d.c; returns what the VJP
- * returns. */
-int qc_conv1d_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect);
-
 #endif

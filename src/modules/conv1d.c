@@ -52,17 +52,12 @@ static int conv_view_get(const qc_module *m, conv_view *v) {
   return QC_OK;
 }
 
-/* Planted-defect switch for tests/unit/test_conv1d.c (0 = the production VJP). */
-enum { CONV_OK = 0, CONV_FLIPPED = 1, CONV_SHIFT = 2, CONV_BIAS_AXIS = 3 };
-
-/* The production VJP of m (x [B, L, C], weight [C, K], bias [C]) for dyt
- * [B, L, C] with planted defect `defect` (0: none): d_x [B, L, C],
- * d_weight (weight's shape), d_bias [C] (when m has a bias), float32, added
- * to grads. CONV_FLIPPED runs d_x with the kernel reversed (a convolution
- * where the forward is a correlation); CONV_SHIFT reads x one step late in
- * d_weight (padding K-2 instead of K-1); CONV_BIAS_AXIS sums d_bias as if
- * dy were channels first [B, C, L]. Returns a status. */
-int qc_conv1d_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect) {
+/* The class's production VJP of m (x [B, L, C], weight [C, K] or
+ * [C, 1, K], bias [C]) for dyt [B, L, C]: d_x [B, L, C], d_weight (the
+ * weight's shape), d_bias [C] (when m has a bias), float32, added to
+ * grads. Returns a status. */
+static int conv1d_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dyt, qc_tset *grads) {
+  (void)ctx;
   conv_view v;
   int rc = conv_view_get(m, &v);
   if (rc) return rc;
@@ -84,19 +79,17 @@ int qc_conv1d_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grad
         for (int64_t k = 0; k < K; k++) {
           const int64_t t = s + (K - 1) - k;
           if (t >= L) continue;
-          const int64_t kk = defect == CONV_FLIPPED ? K - 1 - k : k;
-          acc += w[c * K + kk] * dy[IX(b, t, c)];
+          acc += w[c * K + k] * dy[IX(b, t, c)];
         }
         gx[IX(b, s, c)] = acc;
       }
   /* d_weight[c, k]: over the B x L outputs (sequential float32 sum) */
-  const int64_t lag = defect == CONV_SHIFT ? 1 : 0;
   for (int64_t c = 0; c < C; c++)
     for (int64_t k = 0; k < K; k++) {
       float acc = 0.0f;
       for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < L; t++) {
-          const int64_t s = t - (K - 1) + k - lag;
+          const int64_t s = t - (K - 1) + k;
           if (s >= 0 && s < L) acc += dy[IX(b, t, c)] * x[IX(b, s, c)];
         }
       gw[c * K + k] = acc;
@@ -106,7 +99,7 @@ int qc_conv1d_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grad
       float acc = 0.0f;
       for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < L; t++)
-          acc += defect == CONV_BIAS_AXIS ? dy[b * L * C + c * L + t] : dy[IX(b, t, c)];
+          acc += dy[IX(b, t, c)];
       gb[c] = acc;
     }
 #undef IX
@@ -114,13 +107,6 @@ int qc_conv1d_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grad
 done:
   free(x); free(w); free(dy);
   return rc;
-}
-
-/* The class's production VJP (no defect): d_x [B, L, C], d_weight [C, K]
- * (or [C, 1, K]), d_bias [C] of m for dy [B, L, C]; returns a status. */
-static int conv1d_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
-  return qc_conv1d_vjp_defect(m, dy, grads, CONV_OK);
 }
 
 /* Float64 forward y [B, L, C] of m (x [B, L, C], weight [C, K], bias [C])

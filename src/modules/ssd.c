@@ -155,17 +155,11 @@ static float pair_sum(const float *v, int64_t n) {
   return pair_sum(v, n / 2) + pair_sum(v + n / 2, n - n / 2);
 }
 
-/* Planted-defect switch for tests/unit/test_ssd.c (0 = the production VJP). */
-enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6,
-       SSD_GROUP_WRONG_HEADS = 7, SSD_Z_NO_DZ = 8, SSD_Z_UNGATED_DX = 9 };
-
 /* The z gate (v->z set): the float32 forward y (the recurrence, plus the D
  * skip) into gz as d_z = dy y silu'(z), and dy (float32, in place) turned
- * into the scan's upstream gradient dy silu(z). Defects: SSD_Z_NO_DZ leaves
- * d_z at 0, SSD_Z_UNGATED_DX keeps dy ungated (the gate's effect on every
- * other gradient forgotten). Returns a status. */
+ * into the scan's upstream gradient dy silu(z). Returns a status. */
 static int ssd_gate(const ssd_view *v, const float *x, const float *dt, const float *A, const float *Bm, const float *Cm,
-                    const float *h0, const float *Dh, float *dy, float *gz, int defect) {
+                    const float *h0, const float *Dh, float *dy, float *gz) {
   const int64_t L = v->L, H = v->H, P = v->P, N = v->N, G = v->G;
   float *z = qc_mod_f32(v->z, "ssd z"), *st = qc_malloc((size_t)(P * N + 1) * sizeof *st, "ssd gate state");
   int rc = QC_ESYS;
@@ -187,8 +181,8 @@ static int ssd_gate(const ssd_view *v, const float *x, const float *dt, const fl
           if (Dh) y += Dh[h] * x[r * P + p];
           const int64_t i = r * P + p;
           const float zi = z[i], sg = 1.0f / (1.0f + expf(-zi));
-          gz[i] = defect == SSD_Z_NO_DZ ? 0.0f : dy[i] * y * (sg * (1.0f + zi * (1.0f - sg)));
-          if (defect != SSD_Z_UNGATED_DX) dy[i] *= zi * sg;
+          gz[i] = dy[i] * y * (sg * (1.0f + zi * (1.0f - sg)));
+          dy[i] *= zi * sg;
         }
       }
     }
@@ -198,7 +192,12 @@ done:
   return rc;
 }
 
-int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, int defect) {
+/* The class's production VJP (the chunked algorithm above) of m for dyt
+ * into grads: the float32 gradients named in the file's comment. Returns a
+ * status. tests/unit/ssd_defect.c holds a copy with planted defects, bit
+ * for bit this one with every defect off. */
+static int ssd_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dyt, qc_tset *grads) {
+  (void)ctx;
   ssd_view v;
   int rc = ssd_view_get(m, &v);
   if (rc) return rc;
@@ -233,20 +232,16 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
   if (v.h0 && (rc = qc_mod_add(grads, "d_initial_state", QC_F32, 4, v.h0->shape, (void **)&gh0))) goto done;
   if (v.D && (rc = qc_mod_add(grads, "d_D", QC_F32, 1, v.D->shape, (void **)&gD))) goto done;
   if (v.z && ((rc = qc_mod_add(grads, "d_z", QC_F32, 4, v.z->shape, (void **)&gz)) ||
-              (rc = ssd_gate(&v, x, dt, A, Bm, Cm, h0, Dh, dy, gz, defect))))
+              (rc = ssd_gate(&v, x, dt, A, Bm, Cm, h0, Dh, dy, gz))))
     goto done;
   for (int64_t b = 0; b < Bt; b++)
     for (int64_t h = 0; h < H; h++) {
       const float Ah = A[h];
-      /* the group head h reads, and the one its d_Bm, d_Cm go to (the
-       * defect: heads interleaved over the groups, h mod G) */
-      const int64_t grp = h / (H / G), ggrp = defect == SSD_GROUP_WRONG_HEADS ? h % G : grp;
+      /* the group head h reads (and its d_Bm, d_Cm go to) */
+      const int64_t grp = h / (H / G);
 #define XI(t, p) x[(((b * L + (t)) * H + h) * P) + (p)]
 #define DTI(t) ((b * L + (t)) * H + h)
 #define BI(t, n) ((((b * L + (t)) * G + grp) * N) + (n))
-#define GI(t, n) ((((b * L + (t)) * G + ggrp) * N) + (n))
-      /* the decay step of global time t: a = dt_src A */
-#define ASRC(t) (defect == SSD_DECAY_OFF_BY_ONE && (t) > 0 ? (t) - 1 : (t))
       /* pass 1: the chunk states, float32 */
       float *S0 = Sin;
       for (int64_t e = 0; e < PN; e++) S0[e] = h0 ? h0[(b * H + h) * PN + e] : 0.0f;
@@ -257,11 +252,10 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
         float acc = 0.0f;
         for (int64_t k = n - 1; k >= 0; k--) { /* dout_j = exp(sum_{k>j} a_k) */
           dout[k] = expf(acc);
-          acc += dt[DTI(ASRC(s + k))] * Ah;
+          acc += dt[DTI(s + k)] * Ah;
         }
         const float D = expf(acc);
-        for (int64_t e = 0; e < PN; e++) So[e] = defect == SSD_NO_STATE_PASS ? 0.0f : D * Si[e];
-        if (defect == SSD_NO_STATE_PASS) continue; /* every chunk starts from zero */
+        for (int64_t e = 0; e < PN; e++) So[e] = D * Si[e];
         for (int64_t j = 0; j < n; j++) {
           const float w = dout[j] * dt[DTI(s + j)];
           for (int64_t p = 0; p < P; p++) {
@@ -270,8 +264,6 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
           }
         }
       }
-      if (defect == SSD_NO_STATE_PASS)
-        for (int64_t c = 1; c <= nc; c++) memset(Sin + c * PN, 0, (size_t)PN * sizeof *Sin);
       /* pass 2: chunks in reverse with the state adjoint dS (the final state is no output: 0) */
       memset(dS, 0, (size_t)PN * sizeof *dS);
       for (int64_t c = nc - 1; c >= 0; c--) {
@@ -279,7 +271,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
         const float *Si = Sin + c * PN;
         float acc = 0.0f;
         for (int64_t k = 0; k < n; k++) {
-          a[k] = dt[DTI(ASRC(s + k))] * Ah;
+          a[k] = dt[DTI(s + k)] * Ah;
           acc += a[k];
           din[k] = expf(acc);
         }
@@ -312,8 +304,8 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
             const float M = Lseg[i * n + j] * CB[i * n + j], dCB = dM * Lseg[i * n + j];
             for (int64_t p = 0; p < P; p++) du[j * P + p] += M * g[p];
             for (int64_t q = 0; q < N; q++) {
-              gC[GI(s + i, q)] += dCB * Bm[BI(s + j, q)];
-              gB[GI(s + j, q)] += dCB * Cm[BI(s + i, q)];
+              gC[BI(s + i, q)] += dCB * Bm[BI(s + j, q)];
+              gB[BI(s + j, q)] += dCB * Cm[BI(s + i, q)];
             }
             dlog[i * n + j] = dM * M;
           }
@@ -328,7 +320,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
           for (int64_t q = 0; q < N; q++) {
             float t = 0.0f;
             for (int64_t p = 0; p < P; p++) t += g[p] * Si[p * N + q];
-            gC[GI(s + i, q)] += din[i] * t;
+            gC[BI(s + i, q)] += din[i] * t;
           }
           for (int64_t p = 0; p < P; p++) {
             const float w = din[i] * g[p];
@@ -354,7 +346,7 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
           for (int64_t q = 0; q < N; q++) {
             float t = 0.0f;
             for (int64_t p = 0; p < P; p++) t += dS[p * N + q] * u[j * P + p];
-            gB[GI(s + j, q)] += dout[j] * t;
+            gB[BI(s + j, q)] += dout[j] * t;
           }
         }
         /* scatter the log-derivatives onto the a_k of their segments */
@@ -377,17 +369,16 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
           pre += lout[k];
         }
         for (int64_t k = 0; k < n; k++) {
-          const int64_t t = s + k, src = ASRC(t);
-          gdt[DTI(src)] += Ah * (da[k] + dai[k]);
-          gA[h] += dt[DTI(src)] * (defect == SSD_DA_NO_INTRA ? da[k] : da[k] + dai[k]);
+          const int64_t t = s + k;
+          gdt[DTI(t)] += Ah * (da[k] + dai[k]);
+          gA[h] += dt[DTI(t)] * (da[k] + dai[k]);
           float xd = 0.0f;
           for (int64_t p = 0; p < P; p++) {
             gx[((b * L + t) * H + h) * P + p] = dt[DTI(t)] * du[k * P + p];
             xd += XI(t, p) * du[k * P + p];
           }
-          if (defect != SSD_DDT_NO_XB) gdt[DTI(t)] += xd;
+          gdt[DTI(t)] += xd;
         }
-        if (defect == SSD_NO_STATE_PASS && c > 0) memset(dSn, 0, (size_t)PN * sizeof *dSn);
         memcpy(dS, dSn, (size_t)PN * sizeof *dS);
       }
       if (gh0)
@@ -395,8 +386,6 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
 #undef XI
 #undef DTI
 #undef BI
-#undef GI
-#undef ASRC
     }
   /* the D skip y += D_h x: d_x += D_h dy; d_D[h] = sum dy x over (b, t, p),
    * a float32 pairwise sum of the float32 products (as torch's
@@ -410,10 +399,10 @@ int qc_ssd_vjp_defect(const qc_module *m, const qc_tensor *dyt, qc_tset *grads, 
       for (int64_t r = 0; r < Bt * L; r++)
         for (int64_t p = 0; p < P; p++, k++) {
           const int64_t i = (r * H + h) * P + p;
-          if (defect != SSD_NO_D_GRAD) gx[i] += Dh[h] * dy[i]; /* defect: d_x from the state path only */
+          gx[i] += Dh[h] * dy[i];
           prod[k] = dy[i] * x[i];
         }
-      gD[h] = defect == SSD_NO_D_PARAM ? 0.0f : pair_sum(prod, K); /* defect: d_D left at 0 */
+      gD[h] = pair_sum(prod, K);
     }
     free(prod);
   }
@@ -423,11 +412,6 @@ done:
   free(a); free(din); free(dout); free(da); free(dai); free(lin); free(lout); free(Lseg); free(CB); free(dlog);
   free(u); free(du);
   return rc;
-}
-
-static int ssd_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
-  return qc_ssd_vjp_defect(m, dy, grads, SSD_OK);
 }
 
 /* The error model: nested float32 reductions on the longest path of each

@@ -1,7 +1,9 @@
 /* test_ssd.c: the builtin SSD VJP (chunked, float32) against the float64
  * reference (the sequential recurrence and its reverse scan): L = 1, L not a
  * multiple of the chunk, several chunk sizes, an initial state, a very long
- * decay and near-resets; planted defects in the chunked VJP (the chunk
+ * decay and near-resets; planted defects in a copy of the chunked VJP
+ * (ssd_defect.c, equal to the production one bit for bit with the defects
+ * off; the chunk
  * boundary state not passed, the decay of the wrong time step, d_A without
  * its within-chunk term, d_dt without its x (x) B term, the D skip's
  * gradient forgotten, d_Bm, d_Cm summed over the wrong heads of a group,
@@ -19,15 +21,11 @@
 #include "engine/fd.h"
 #include "modules/classes.h"
 #include "core/qc.h"
+#include "ssd_defect.h"
 
 #define SSD_TOL 2.34e-6        /* cases/ssd.json d_x, d_Bm, d_Cm, d_initial_state */
 #define SSD_TOL_DT 9.35e-6     /* cases/ssd.json d_dt (d_A: 9.57e-6); the sweeps judge every tensor by it */
 #define SSD_TOL_HEAVY 9.35e-6  /* heavy_tail (x, Bm, Cm up to 20x: d_Bm, d_Cm measured <= 1.6e-6) and special (near-resets, 1e-4 decay) */
-
-/* src/modules/ssd.c: the production VJP with a planted defect switched on
- * (qc_ssd_vjp_defect, modules/classes.h) */
-enum { SSD_OK = 0, SSD_NO_STATE_PASS = 1, SSD_DECAY_OFF_BY_ONE = 2, SSD_DA_NO_INTRA = 3, SSD_DDT_NO_XB = 4, SSD_NO_D_GRAD = 5, SSD_NO_D_PARAM = 6,
-       SSD_GROUP_WRONG_HEADS = 7, SSD_Z_NO_DZ = 8, SSD_Z_UNGATED_DX = 9 };
 
 Test(ssd, builtin_matches_reference) {
   const char *shapes[] = {"1,1,2,8,16", "2,63,3,16,32", "1,200,2,8,16", "2,37,3,5,7"};
@@ -43,48 +41,81 @@ Test(ssd, builtin_matches_reference) {
 
 static int d_ok(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_OK);
+  return t_ssd_vjp_defect(m, dy, g, SSD_OK);
 }
 static int d_no_pass(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_NO_STATE_PASS);
+  return t_ssd_vjp_defect(m, dy, g, SSD_NO_STATE_PASS);
 }
 static int d_off_by_one(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_DECAY_OFF_BY_ONE);
+  return t_ssd_vjp_defect(m, dy, g, SSD_DECAY_OFF_BY_ONE);
 }
 static int d_da_no_intra(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_DA_NO_INTRA);
+  return t_ssd_vjp_defect(m, dy, g, SSD_DA_NO_INTRA);
 }
 static int d_ddt_no_xb(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_DDT_NO_XB);
+  return t_ssd_vjp_defect(m, dy, g, SSD_DDT_NO_XB);
 }
 
 static int d_no_d_grad(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_NO_D_GRAD);
+  return t_ssd_vjp_defect(m, dy, g, SSD_NO_D_GRAD);
 }
 
 static int d_no_d_param(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_NO_D_PARAM);
+  return t_ssd_vjp_defect(m, dy, g, SSD_NO_D_PARAM);
 }
 
 static int d_wrong_heads(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_GROUP_WRONG_HEADS);
+  return t_ssd_vjp_defect(m, dy, g, SSD_GROUP_WRONG_HEADS);
 }
 
 static int d_z_no_dz(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_Z_NO_DZ);
+  return t_ssd_vjp_defect(m, dy, g, SSD_Z_NO_DZ);
 }
 
 static int d_z_ungated(const qc_ctx *c, const qc_module *m, const qc_tensor *dy, qc_tset *g) {
   (void)c;
-  return qc_ssd_vjp_defect(m, dy, g, SSD_Z_UNGATED_DX);
+  return t_ssd_vjp_defect(m, dy, g, SSD_Z_UNGATED_DX);
+}
+
+/* The defect copy with every defect off is the production VJP bit for bit:
+ * each default, initial state, D skip, z gate, ngroups, chunk size (one
+ * step, L not a multiple, beyond L) and special values (near-resets). */
+Test(ssd, defect_copy_is_production) {
+  static const struct { const char *shape, *values; const char *sets[4]; } c[] = {
+      {"2,200,3,16,32", "normal", {NULL}},
+      {"1,150,2,8,16", "normal", {"initial_state=true", NULL}},
+      {"2,100,3,16,32", "heavy_tail", {"d_skip=true", "chunk_size=7", NULL}},
+      {"2,70,3,8,16", "normal", {"z_gate=true", "d_skip=true", "chunk_size=16", NULL}},
+      {"2,41,4,3,5,2", "normal", {"chunk_size=1", "initial_state=true", NULL}},
+      {"1,37,6,4,8,3", "normal", {"chunk_size=1000", NULL}},
+      {"1,200,3,16,32", "special", {NULL}},
+  };
+  qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    h_inst in;
+    qc_tset p = {0}, d = {0};
+    h_make(&in, "ssd", c[i].shape, 900 + i, c[i].values, c[i].sets);
+    cr_assert_eq(in.row->cls->production(&ctx, &in.m, &in.dy, &p), QC_OK, "%s", qc_err_msg());
+    cr_assert_eq(t_ssd_vjp_defect(&in.m, &in.dy, &d, SSD_OK), QC_OK, "%s", qc_err_msg());
+    cr_expect_eq(d.n, p.n, "case %zu: %d gradients, the production %d", i, d.n, p.n);
+    for (int k = 0; k < p.n; k++) {
+      const qc_tensor *a = &p.t[k], *b = qc_tset_get(&d, a->name);
+      cr_assert(b && b->nbytes == a->nbytes, "case %zu: the copy has no %s of its size", i, a->name);
+      cr_expect(memcmp(a->data, b->data, a->nbytes) == 0, "case %zu (%s %s): %s differs from the production VJP", i, c[i].shape,
+                c[i].values, a->name);
+    }
+    qc_tset_free(&p);
+    qc_tset_free(&d);
+    h_free(&in);
+  }
 }
 
 /* h_expect_fail, logging the worst rel_l2 the defect reached */
