@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/pattern.h"
 #include "core/qc.h"
 #include "engine/deployed.h"
 #include "model/case.h"
@@ -235,12 +236,7 @@ int qc_quant_checkpoint(const qc_st *dep, const qc_st *mst, const qc_quant_many_
   char scale_fmt[32], path[QC_ST_NAMELEN + 2], note[160];
   memset(out, 0, sizeof *out);
   if (o->modules && o->modules[0]) {
-    int e = regcomp(&re, o->modules, REG_EXTENDED | REG_NOSUB);
-    if (e) {
-      char eb[128];
-      regerror(e, &re, eb, sizeof eb);
-      return qc_err("--modules '%s': %s", o->modules, eb);
-    }
+    if ((rc = qc_pattern_compile(&re, o->modules, "--modules"))) return rc;
     use_re = 1;
   }
   config_scale_fmt(o->config, scale_fmt, sizeof scale_fmt);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/file.h"
+#include "core/pattern.h"
 #include "core/qc.h"
 #include "io/dump_priv.h"
 
@@ -114,12 +115,7 @@ int qc_dump_modules(qc_dump *d, const char *regex, qc_dump_entry **out, int *n) 
       return QC_EINPUT;
     }
   if (regex && regex[0]) {
-    int e = regcomp(&re, regex, REG_EXTENDED | REG_NOSUB);
-    if (e) {
-      char eb[128];
-      regerror(e, &re, eb, sizeof eb);
-      return qc_err("modules regex '%s': %s", regex, eb);
-    }
+    if ((rc = qc_pattern_compile(&re, regex, "modules regex"))) return rc;
     have_re = 1;
   }
   qc_dump_entry *v = NULL;

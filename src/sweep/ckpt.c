@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/pattern.h"
 #include "core/qc.h"
 #include "io/dump.h"
 #include "io/safetensors.h"
@@ -61,12 +62,7 @@ int qc_contract_sweep_ckpt(qc_st *st, qc_dump *dy, const qc_backend *be, const q
   qc_tsrc_st(&wsrc, st);
   if (dy) qc_tsrc_dump(&dsrc, dy);
   if (o->modules && o->modules[0]) {
-    int e = regcomp(&re, o->modules, REG_EXTENDED | REG_NOSUB);
-    if (e) {
-      char eb[128];
-      regerror(e, &re, eb, sizeof eb);
-      return qc_err("--modules '%s': %s", o->modules, eb);
-    }
+    if ((rc = qc_pattern_compile(&re, o->modules, "--modules"))) return rc;
     use_re = 1;
   }
   if (!(se = calloc((size_t)(qc_st_count(st) ? qc_st_count(st) : 1), sizeof *se))) { rc = qc_err_sys("out of memory"); goto done; }

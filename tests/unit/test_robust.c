@@ -1,7 +1,7 @@
 /* test_robust.c: bad input that once crashed, hung or ran wrongly: numbers
  * out of range in a case, non-finite bounds, weak tolerance sets (the
- * lint), special files, the watchdog's argument, and the class table's
- * list of gradients against what each reference returns. */
+ * lint), special files, the watchdog's argument, a user's regex, and the
+ * class table's list of gradients against what each reference returns. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "core/file.h"
+#include "core/pattern.h"
 #include "core/qc.h"
 #include "core/watchdog.h"
 #include "engine/gen.h"
@@ -118,6 +119,20 @@ Test(robust, special_files_refused_unopened) {
   unlink(big);
   unlink(fifo);
   rmdir(dir);
+}
+
+/* A user's regex (--modules, a dump's module filter): compiled, or refused
+ * with one message naming where it came from and the pattern. */
+Test(robust, user_regex_compiled_or_named) {
+  regex_t re;
+  qc_err_clear();
+  cr_assert_eq(qc_pattern_compile(&re, "^/layers\\.[0-9]+$", "--modules"), QC_OK);
+  cr_expect_eq(regexec(&re, "/layers.12", 0, NULL, 0), 0);
+  cr_expect_neq(regexec(&re, "/layers.x", 0, NULL, 0), 0);
+  regfree(&re);
+  cr_expect_eq(qc_pattern_compile(&re, "(", "--modules"), QC_EINPUT);
+  cr_expect(strncmp(qc_err_msg(), "--modules '(': ", 15) == 0, "message: %s", qc_err_msg());
+  qc_err_clear();
 }
 
 Test(robust, watchdog_argument) {
