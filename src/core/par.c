@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/number.h"
+
 typedef struct piece {
   void (*fn)(void *, int64_t, int64_t, int);
   void *ctx;
@@ -18,11 +20,11 @@ static void *run_piece(void *p) {
   return NULL;
 }
 
-/* Threads qc_par_for uses: QATCHECK_THREADS when set (>= 1), else the
- * online processors (at most QC_PAR_MAX). */
+/* Threads qc_par_for uses: QATCHECK_THREADS when set (a whole number of at
+ * least 1, core/number.c), else the online processors (at most QC_PAR_MAX). */
 static int qc_par_threads(void) {
-  const char *e = getenv("QATCHECK_THREADS");
-  long n = e && *e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
+  double v = qc_env_value("QATCHECK_THREADS", 0);
+  long n = v >= 1 ? (long)v : sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
   return n > QC_PAR_MAX ? QC_PAR_MAX : (int)n;
 }

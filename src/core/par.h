@@ -13,8 +13,8 @@
  * thread that cannot be started runs its piece in the caller instead. */
 void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi, int tid), void *ctx);
 
-/* The most threads qc_par_for uses (QATCHECK_THREADS when set, >= 1, else
- * the online processors, at most this). */
+/* The most threads qc_par_for uses (QATCHECK_THREADS when set, a whole
+ * number of at least 1, else the online processors, at most this). */
 #define QC_PAR_MAX 64
 
 #endif

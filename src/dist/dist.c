@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/number.h"
 #include "core/qc.h"
 #include "core/watchdog.h"
 #include "numerics/formats.h"
@@ -177,11 +178,9 @@ static void *beat_main(void *arg) {
  * node has its slot. The timeout: QATCHECK_RANK_TIMEOUT, else the default;
  * --rank-timeout changes it later. QC_OK or QC_ESYS. */
 static int beat_begin(void) {
-  const char *env = getenv("QATCHECK_RANK_TIMEOUT");
-  if (env && env[0] && qc_dist_rank_timeout(strtod(env, NULL)) != QC_OK) {
-    qc_err_clear();
-    return qc_err("QATCHECK_RANK_TIMEOUT '%s': expected a number of seconds from 0 (off) to 1e9", env);
-  }
+  double env; /* seconds, 0: off (core/number.c: its range); -1: unset */
+  int erc = qc_env_num("QATCHECK_RANK_TIMEOUT", -1, &env);
+  if (erc || (env >= 0 && (erc = qc_dist_rank_timeout(env)))) return erc;
   size_t bytes = D.local_rank == 0 ? sizeof(beat_head) + (size_t)D.local_size * sizeof(beat_slot) : 0;
   void *base = NULL, *p0 = NULL;
   MPI_Aint sz = 0;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/number.h"
 #include "core/qc.h"
 #include "dist/dist.h"
 #include "engine/vjp.h"
@@ -278,15 +279,13 @@ static int shapes_of(qc_dump *d, const char *path, qc_module *m) {
 /* The automatic split (vjp.h). */
 int qc_split_auto(const qc_audit *a, qc_dump *d, const qc_dump_entry *ents, int n, char *split) {
   const qc_backend *be = a->ctx->be;
-  const char *env = getenv("QATCHECK_MEM_FREE");
+  double env = -1; /* QATCHECK_MEM_FREE: a whole number of bytes (core/number.c); -1: unset */
   size_t fr = 0;
-  int rc = QC_OK;
-  if (qc_dist_size() < 2 || (!env && (be->host_memory || !be->mem_free))) return QC_OK;
-  if (env) {
-    char *end;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (end == env || *end) return qc_err("QATCHECK_MEM_FREE='%s': expected a number of bytes", env);
-    fr = (size_t)v;
+  int rc = qc_env_num("QATCHECK_MEM_FREE", -1, &env);
+  if (rc) return rc;
+  if (qc_dist_size() < 2 || (env < 0 && (be->host_memory || !be->mem_free))) return QC_OK;
+  if (env >= 0) {
+    fr = (size_t)env;
   } else if ((rc = be->mem_free(be, &fr))) {
     return rc;
   }

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/number.h"
 #include "core/qc.h"
 #include "io/dump_priv.h"
 
@@ -136,12 +137,8 @@ int qc_h5map_children(const qc_h5map *m, const char *path, int (*fn)(void *ctx, 
  * progress (QATCHECK_HDF5_DEADLINE when set, else a floor plus a share per
  * MiB, capped), so a hung reader of a 7 KB file is stopped in seconds. */
 static double deadline_s(int64_t size) {
-  const char *e = getenv("QATCHECK_HDF5_DEADLINE");
-  if (e && e[0]) {
-    char *end;
-    double v = strtod(e, &end);
-    if (!*end && v > 0 && v <= 86400) return v;
-  }
+  double v = qc_env_value("QATCHECK_HDF5_DEADLINE", 0); /* above 0, at most 86400 (core/number.c) */
+  if (v > 0) return v;
   double d = floor(DEADLINE_FLOOR + DEADLINE_PER_MIB * (double)(size > 0 ? size : 0) / 1048576.0 + 0.5);
   return d < DEADLINE_MAX ? d : DEADLINE_MAX;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/number.h"
 #include "core/progress.h"
 #include "core/qc.h"
 #include "io/prefetch.h"
@@ -383,11 +384,8 @@ static int slot_set(slot *sl, const sw_plan *plans, const int *ug, const int *ue
  * slots than a quarter of physical memory holds. QATCHECK_AHEAD=N overrides. */
 #define QC_MAX_AHEAD 8
 static int units_ahead(const qc_backend *be, size_t slot_bytes) {
-  const char *env = getenv("QATCHECK_AHEAD");
-  if (env && *env) {
-    int v = atoi(env);
-    return v < 0 ? 0 : v > QC_MAX_AHEAD ? QC_MAX_AHEAD : v;
-  }
+  double v = qc_env_value("QATCHECK_AHEAD", -1); /* 0 .. QC_MAX_AHEAD (core/number.c) */
+  if (v >= 0) return v > QC_MAX_AHEAD ? QC_MAX_AHEAD : (int)v;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int p = be->host_memory ? (ncpu >= 2 ? 1 : 0) : (ncpu >= 4 ? (int)(ncpu / 2) : 1);
   if (p > QC_MAX_AHEAD) p = QC_MAX_AHEAD;
