@@ -15,7 +15,7 @@ int qc_case_verb_opts(const qc_case_verb *v, struct qc_run *run, int argc, char 
       QC_OPTS_COMMON(co, QC_HELP_MARKDOWN | QC_HELP_CPU_ONLY),
       QC_OPT_END(),
   };
-  qc_opts p = {.verb = v->verb, .opt = opts, .help = v->help};
+  qc_opts p = {.verb = v->verb, .opt = opts, .help = v->help, .run = run};
   int rc = qc_opts_parse(&p, argc, argv);
   qc_opts_free(&p);
   *done = p.done;

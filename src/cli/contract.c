@@ -4,7 +4,6 @@
  * options, runs the sweep (src/sweep/), writes the reports (all or none) and
  * prints the per-class table (report/contract.c), returns the verdict. */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,62 +68,35 @@ static int parse_formats(const char *opt, const char *val, const char *allowed, 
   return QC_OK;
 }
 
-/* Parse a finite number, the whole string. */
-static int parse_num(const char *opt, const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (!*s || *end || errno || !isfinite(v)) return qc_err("%s '%s': expected a finite number", opt, s);
-  *out = v;
+/* --tokens M: a generated dY's tokens (the range: the table's). */
+static int opt_tokens(const qc_opt *o, double v) {
+  ((qc_sweep_opts *)o->value)->tokens = (int64_t)v;
   return QC_OK;
 }
 
-/* Parse an unsigned integer in [lo, hi], the whole string. */
-static int parse_int(const char *opt, const char *s, unsigned long long lo, unsigned long long hi,
-                     unsigned long long *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (!*s || *s == '-' || *end || errno || v < lo || v > hi)
-    return qc_err("%s '%s': expected an integer in [%llu, %llu]", opt, s, lo, hi);
-  *out = v;
+/* --seed S: at most 2^53 (the table's range), as the report records the seed as a JSON number, exactly. */
+static int opt_seed(const qc_opt *o, double v) {
+  ((qc_sweep_opts *)o->value)->seed = (uint64_t)v;
   return QC_OK;
 }
 
-/* --tokens M: a generated dY's tokens. */
-static int opt_tokens(const qc_opt *o, const char *v) {
-  unsigned long long u;
-  if (parse_int("--tokens", v, 1, 1ull << 24, &u)) return QC_EINPUT;
-  ((qc_sweep_opts *)o->value)->tokens = (int64_t)u;
-  return QC_OK;
-}
-
-/* --seed S: at most 2^53, as the report records the seed as a JSON number, exactly. */
-static int opt_seed(const qc_opt *o, const char *v) {
-  unsigned long long u;
-  if (parse_int("--seed", v, 0, 1ull << 53, &u)) return QC_EINPUT;
-  ((qc_sweep_opts *)o->value)->seed = u;
-  return QC_OK;
-}
-
-/* --cosine-min X: in [-1, 1]. */
-static int opt_cos_min(const qc_opt *o, const char *v) {
+/* --cosine-min X: in [-1, 1] (the table's range). */
+static int opt_cos_min(const qc_opt *o, double v) {
   qc_sweep_opts *s = o->value;
-  if (parse_num("--cosine-min", v, &s->cos_min)) return QC_EINPUT;
-  if (s->cos_min < -1 || s->cos_min > 1) return qc_err("--cosine-min '%s': expected a number in [-1, 1]", v);
+  s->cos_min = v;
   s->has_cos_min = 1;
   return QC_OK;
 }
 
-/* --norm-ratio LO,HI: 0 < LO <= HI. */
+/* --norm-ratio LO,HI: each in the entry's range (above 0), LO <= HI. */
 static int opt_norm_ratio(const qc_opt *o, const char *v) {
   qc_sweep_opts *s = o->value;
   char lo[64];
   const char *comma = strchr(v, ',');
   if (!comma || comma - v >= (int)sizeof lo) return qc_err("--norm-ratio '%s': expected LOW,HIGH", v);
   snprintf(lo, sizeof lo, "%.*s", (int)(comma - v), v);
-  if (parse_num("--norm-ratio", lo, &s->norm_lo) || parse_num("--norm-ratio", comma + 1, &s->norm_hi)) return QC_EINPUT;
-  if (!(s->norm_lo > 0 && s->norm_lo <= s->norm_hi)) return qc_err("--norm-ratio '%s': expected 0 < LOW <= HIGH", v);
+  if (qc_opt_number(o, lo, &s->norm_lo) || qc_opt_number(o, comma + 1, &s->norm_hi)) return QC_EINPUT;
+  if (!(s->norm_lo <= s->norm_hi)) return qc_err("--norm-ratio '%s': expected 0 < LOW <= HIGH", v);
   s->has_norm = 1;
   return QC_OK;
 }
@@ -155,13 +127,16 @@ int qc_cmd_contract(qc_run *run, int argc, char **argv) {
       QC_OPT_STRING("activation-format", &alist, "LIST",
                     "adds d_weight rows: dY^T X against dY^T dequant(quant(X)),\n"
                     "X from inputs/x or generated (default none); of: " QC_ACT_FORMATS),
-      {.type = QC_OT_CALLBACK, .name = "tokens", .value = &o, .argh = "M", .fn = opt_tokens, .flags = QC_OPT_HELPNUM,
-       .help_num = DEFAULT_TOKENS,
+      {.type = QC_OT_NUMBER, .name = "tokens", .value = &o, .argh = "M", .num = opt_tokens, .lo = 1, .hi = 1 << 24,
+       .flags = QC_OPT_HELPNUM | QC_OPT_WHOLE, .help_num = DEFAULT_TOKENS,
        .help = "tokens of a generated dY (modules without grad_out/; default %.0f);\n"
                "a dumped dY's (and X's) leading dimensions are its tokens"},
-      QC_OPT_CALLBACK("seed", &o, "S", opt_seed, "seed of generated dY and X (default 0)"),
-      QC_OPT_CALLBACK("cosine-min", &o, "X", opt_cos_min, "a row with cosine below X fails (exit 1)"),
-      QC_OPT_CALLBACK("norm-ratio", &o, "LO,HI", opt_norm_ratio, "a row with norm ratio outside [LO, HI] fails (exit 1)"),
+      {.type = QC_OT_NUMBER, .name = "seed", .value = &o, .argh = "S", .num = opt_seed, .lo = 0, .hi = 9007199254740992.0,
+       .flags = QC_OPT_WHOLE, .help = "seed of generated dY and X (default 0)"},
+      {.type = QC_OT_NUMBER, .name = "cosine-min", .value = &o, .argh = "X", .num = opt_cos_min, .lo = -1, .hi = 1,
+       .help = "a row with cosine below X fails (exit 1)"},
+      {.type = QC_OT_CALLBACK, .name = "norm-ratio", .value = &o, .argh = "LO,HI", .fn = opt_norm_ratio, .lo = 0,
+       .hi = QC_NUM_HUGE, .flags = QC_OPT_ABOVE, .help = "a row with norm ratio outside [LO, HI] fails (exit 1)"},
       QC_OPT_TEXT("\nWithout thresholds the verb reports and exits 0. Outliers (docs/contract.md) are marked,\n"
                   "never failed.\n\n"
                   "Under mpirun -np N the module groups are split among the N processes by their GEMM\n"
@@ -169,7 +144,7 @@ int qc_cmd_contract(qc_run *run, int argc, char **argv) {
       QC_OPTS_COMMON(&co, QC_HELP_MARKDOWN | QC_HELP_PROFILE),
       QC_OPT_END(),
   };
-  qc_opts p = {.verb = "contract", .opt = opts, .help = help};
+  qc_opts p = {.verb = "contract", .opt = opts, .help = help, .run = run};
   rc = qc_opts_parse(&p, argc, argv);
   qc_opts_free(&p);
   if (rc || p.done) return rc;

@@ -51,15 +51,6 @@ static int parse_shape(const char *s, qc_gen *g) {
   return QC_OK;
 }
 
-/* Parse a whole number option value. */
-static int parse_num(const char *opt, const char *s, double lo, double *out) {
-  char *end;
-  double v = strtod(s, &end);
-  if (end == s || *end || !(v >= lo)) return qc_err("option '%s' value '%s': expected a number >= %g", opt, s, lo);
-  *out = v;
-  return QC_OK;
-}
-
 /* fd's values, for its option handlers. */
 typedef struct fd_args {
   qc_gen *g;
@@ -78,25 +69,24 @@ static int opt_values(const qc_opt *o, const char *v) {
 /* --set KEY=VALUE: one contract key more. */
 static int opt_set(const qc_opt *o, const char *v) { return qc_fd_parse_set(((fd_args *)o->value)->c, v) ? QC_EINPUT : QC_OK; }
 
-/* --seed S: the generator's and the directions' seed. */
-static int opt_seed(const qc_opt *o, const char *v) {
+/* --seed S: the generator's and the directions' seed (the ranges of the numbers: the table's). */
+static int opt_seed(const qc_opt *o, double v) {
   fd_args *a = o->value;
-  double num = 0;
-  if (parse_num("--seed", v, 0, &num)) return QC_EINPUT;
-  a->o->seed = a->g->seed = (uint64_t)num;
+  a->o->seed = a->g->seed = (uint64_t)v;
   return QC_OK;
 }
 
-/* --directions N: at most 100. */
-static int opt_directions(const qc_opt *o, const char *v) {
-  double num = 0;
-  if (parse_num("--directions", v, 1, &num)) return QC_EINPUT;
-  ((fd_args *)o->value)->o->directions = (int)(num > 100 ? 100 : num);
+/* --directions N. */
+static int opt_directions(const qc_opt *o, double v) {
+  ((fd_args *)o->value)->o->directions = (int)v;
   return QC_OK;
 }
 
 /* --tol T. */
-static int opt_tol(const qc_opt *o, const char *v) { return parse_num("--tol", v, 0, &((fd_args *)o->value)->o->tol) ? QC_EINPUT : QC_OK; }
+static int opt_tol(const qc_opt *o, double v) {
+  ((fd_args *)o->value)->o->tol = v;
+  return QC_OK;
+}
 
 int qc_cmd_fd(qc_run *run, int argc, char **argv) {
   qc_common_opts co = {.run = run};
@@ -116,11 +106,14 @@ int qc_cmd_fd(qc_run *run, int argc, char **argv) {
   qc_opt opts[] = {
       QC_OPT_STRING("module", &cls_name, "CLASS", classes),
       QC_OPT_STRING("shape", &shape, "A,B,...", "the generate shape row (default: the class's small one)"),
-      QC_OPT_CALLBACK("seed", &fa, "S", opt_seed, "generator and direction seed (default 0)"),
+      {.type = QC_OT_NUMBER, .name = "seed", .value = &fa, .argh = "S", .num = opt_seed, .lo = 0, .hi = 9007199254740992.0,
+       .flags = QC_OPT_WHOLE, .help = "generator and direction seed (default 0)"},
       QC_OPT_CALLBACK("set", &fa, "KEY=VALUE", opt_set, "a contract key (repeatable): eps=1e-5, layout=interleaved"),
       QC_OPT_CALLBACK("values", &fa, "V", opt_values, "generated values: normal (default) or special"),
-      QC_OPT_CALLBACK("directions", &fa, "N", opt_directions, "random directions per gradient tensor (default 3)"),
-      QC_OPT_CALLBACK("tol", &fa, "T", opt_tol, "relative tolerance (default 1e-6)"),
+      {.type = QC_OT_NUMBER, .name = "directions", .value = &fa, .argh = "N", .num = opt_directions, .lo = 1, .hi = 100,
+       .flags = QC_OPT_WHOLE, .help = "random directions per gradient tensor (default 3, at most 100)"},
+      {.type = QC_OT_NUMBER, .name = "tol", .value = &fa, .argh = "T", .num = opt_tol, .lo = 0, .hi = 1,
+       .help = "relative tolerance (default 1e-6)"},
       QC_OPT_TEXT("\nReports: --json holds every projection (class, tensor, direction, the two inner\n"
                   "products, relative error |diff| / (||u|| ||J^T v||), tolerance, bound, pass);\n"
                   "--junit and --markdown have one testcase per projection, a disagreement a failure.\n"
@@ -128,7 +121,7 @@ int qc_cmd_fd(qc_run *run, int argc, char **argv) {
       QC_OPTS_COMMON(&co, QC_HELP_MARKDOWN | QC_HELP_PROFILE | QC_HELP_CPU_ONLY),
       QC_OPT_END(),
   };
-  qc_opts p = {.verb = "fd", .opt = opts, .help = fd_help};
+  qc_opts p = {.verb = "fd", .opt = opts, .help = fd_help, .run = run};
   int prc = qc_opts_parse(&p, argc, argv);
   qc_opts_free(&p);
   if (prc || p.done) return prc;

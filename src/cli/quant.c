@@ -110,7 +110,7 @@ int qc_cmd_quant(qc_run *run, int argc, char **argv) {
       QC_OPTS_COMMON(&qa.co, QC_HELP_MARKDOWN),
       QC_OPT_END(),
   };
-  qc_opts po = {.verb = "quant", .opt = opts, .help = help};
+  qc_opts po = {.verb = "quant", .opt = opts, .help = help, .run = run};
   int rc = qc_opts_parse(&po, argc, argv);
   if (rc || po.done) {
     qc_opts_free(&po);

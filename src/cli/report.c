@@ -52,27 +52,26 @@ int qc_cmd_report(qc_run *run, int argc, char **argv) {
   /* the common options, in the words of a verb that reads reports: --device and --profile
    * parsed (and refused below), --timeout and --verbose taken, none of them listed */
   qc_opt opts[] = {
-      QC_OPT_STRING("markdown", &co.markdown, "PATH", "the audit as GitHub-flavoured Markdown (the plots are in the HTML)"),
-      QC_OPT_STRING("html", &html, "PATH",
+      QC_OPT_REPORT("markdown", &co.markdown, QC_REP_MARKDOWN, "the audit as GitHub-flavoured Markdown (the plots are in the HTML)"),
+      QC_OPT_REPORT("html", &html, QC_REP_HTML,
                     "the audit as one self-contained HTML file (inline SVG, no scripts,\n"
                     "no external resources; prints well)"),
-      QC_OPT_STRING("json", &co.json, "PATH", "the audit's summary as JSON (layers, coverage, regressions)"),
-      QC_OPT_STRING("junit", &co.junit, "PATH", "one testcase per input report (and per regression)"),
+      QC_OPT_REPORT("json", &co.json, QC_REP_JSON, "the audit's summary as JSON (layers, coverage, regressions)"),
+      QC_OPT_REPORT("junit", &co.junit, QC_REP_JUNIT, "one testcase per input report (and per regression)"),
       QC_OPT_CALLBACK("baseline", &co, "OLD", qc_opt_baseline,
                       "a report of an earlier run; compared with the input report of the same\n"
                       "verb (and case or dump, when several); repeatable, one per input"),
       QC_OPT_CALLBACK("fail-on", &co, "regression", qc_opt_fail_on, "exit 1 when a check regressed against its baseline"),
-      QC_OPT_CALLBACK("regression-factor", &co, "F", qc_opt_regression_factor,
-                      "how far a metric may rise over its baseline (default 1.1)"),
+      QC_OPT_REGRESSION_FACTOR_ENTRY(&co, "how far a metric may rise over its baseline (default 1.1)", 0),
       {.type = QC_OT_STRING, .name = "device", .value = &co.device, .argh = "DEV", .flags = QC_OPT_HIDDEN},
       {.type = QC_OT_STRING, .name = "profile", .value = &co.profile, .argh = "NAME", .flags = QC_OPT_HIDDEN},
-      {.type = QC_OT_CALLBACK, .name = "timeout", .argh = "SECONDS", .fn = qc_opt_timeout, .flags = QC_OPT_HIDDEN},
+      QC_OPT_TIMEOUT_ENTRY(QC_OPT_HIDDEN),
       {.type = QC_OT_BOOL, .name = "quiet", .alias = 'q', .value = &qc_quiet, .help = "print nothing but errors"},
       {.type = QC_OT_BOOL, .name = "verbose", .alias = 'v', .value = &qc_verbose, .flags = QC_OPT_HIDDEN},
       QC_OPT_BOOL("help", NULL, "this text"),
       QC_OPT_END(),
   };
-  qc_opts p = {.verb = "report", .opt = opts, .help = help, .positional = 1};
+  qc_opts p = {.verb = "report", .opt = opts, .help = help, .positional = 1, .run = run};
   if ((rc = qc_opts_parse(&p, argc, argv)) || p.done) goto done;
   qc_opts_args(&p, in, &nin);
   if ((rc = qc_opt_cpu_only("report", co.device, "report reads JSON reports and has no device work"))) goto done;

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "cli/cli.h"
+#include "core/number.h"
 #include "core/qc.h"
 #include "dist/dist.h"
 #include "engine/modes.h"
@@ -47,19 +48,15 @@ static int dump_inputs(qc_run *run, const char *dump) {
   return rc;
 }
 
-/* --reference float64 | fast | fast:S into the number of slices (0: float64). */
-static int parse_reference(const char *v, int *slices) {
-  char *end = NULL;
+/* --reference float64 | fast | fast:S into the number of slices (o->value,
+ * an int; 0: float64); S in the entry's range. */
+static int opt_reference(const qc_opt *o, const char *v) {
+  int *slices = o->value;
+  double s;
   if (!strcmp(v, "float64")) *slices = 0;
   else if (!strcmp(v, "fast")) *slices = QC_REF_FAST_SLICES;
-  else if (!strncmp(v, "fast:", 5) && (*slices = (int)strtol(v + 5, &end, 10), end != v + 5 && !*end) &&
-           *slices >= QC_REF_SLICES_MIN && *slices <= QC_REF_SLICES_MAX)
-    ;
-  else {
-    qc_err("vjp: --reference '%s': expected float64, fast or fast:S (S slices, %d to %d)", v, QC_REF_SLICES_MIN,
-           QC_REF_SLICES_MAX);
-    return QC_EINPUT;
-  }
+  else if (!strncmp(v, "fast:", 5) && qc_num_read(v + 5, o->lo, o->hi, QC_NUM_WHOLE, &s)) *slices = (int)s;
+  else return qc_err("vjp: --reference '%s': expected float64, fast or fast:S (S slices, %g to %g)", v, o->lo, o->hi);
   return QC_OK;
 }
 
@@ -67,7 +64,6 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   qc_common_opts o = {.run = run};
   const char *case_path = NULL, *eager = NULL;
   int allow_weak = 0, ref_slices = 0;
-  const char *reference = NULL;
   qc_opt opts[] = {
       QC_OPT_STRING("case", &case_path, "PATH",
                     "the case file (docs/interfaces.md section 3); its data.dump may be a\n"
@@ -79,17 +75,18 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
       QC_OPT_BOOL("allow-weak-tolerances", &allow_weak,
                   "run a case whose bounds cannot see a scale error or a sign\n"
                   "flip, with a warning in every report (refused otherwise)"),
-      QC_OPT_STRING("reference", &reference, "KIND",
-                    "float64 (default): the reference GEMMs in float64 (DGEMM);\n"
-                    "fast: on --device cuda, the fused linear audit's reference on\n"
-                    "int8 tensor cores (Ozaki scheme, fast:S for S slices, 2 to 5),\n"
-                    "self-checked, float64 wherever the check fails; cpu: float64"),
+      {.type = QC_OT_CALLBACK, .name = "reference", .value = &ref_slices, .argh = "KIND", .fn = opt_reference,
+       .lo = QC_REF_SLICES_MIN, .hi = QC_REF_SLICES_MAX, .flags = QC_OPT_WHOLE,
+       .help = "float64 (default): the reference GEMMs in float64 (DGEMM);\n"
+               "fast: on --device cuda, the fused linear audit's reference on\n"
+               "int8 tensor cores (Ozaki scheme, fast:S for S slices, 2 to 5),\n"
+               "self-checked, float64 wherever the check fails; cpu: float64"},
       QC_OPT_TEXT("\nUnder mpirun -np N the module groups are split among the N processes; rank 0\n"
                   "reports (docs/distributed.md).\n"),
       QC_OPTS_COMMON(&o, QC_HELP_MARKDOWN | QC_HELP_PROFILE),
       QC_OPT_END(),
   };
-  qc_opts p = {.verb = "vjp", .opt = opts, .help = help};
+  qc_opts p = {.verb = "vjp", .opt = opts, .help = help, .run = run};
   int rc = qc_opts_parse(&p, argc, argv);
   qc_opts_free(&p);
   if (rc || p.done) return rc;
@@ -98,7 +95,6 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
     qc_hint("qatcheck vjp --case cases/linear_bf16.json");
     return QC_EINPUT;
   }
-  if (reference && (rc = parse_reference(reference, &ref_slices))) return rc;
   qc_case *cs = qc_calloc(1, sizeof *cs, "case");
   if (!cs) return QC_ESYS;
   qc_results res = {0};

@@ -6,7 +6,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +27,11 @@ static const char *type_name(mode_t m) {
        : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
 }
 
-/* A report path is a regular file or absent, in a folder we may write:
- * QC_OK, or QC_EINPUT / QC_ESYS with the message set. */
-static int check_report_path(const qc_run *run, int kind) {
-  const char *opt = kind_opt[kind], *p = run->path[kind];
+/* A report path (path[kind]) is a regular file or absent, in a folder we
+ * may write, and no earlier kind's path: QC_OK, or QC_EINPUT / QC_ESYS with
+ * the message set. */
+static int check_report_path(const char *const path[QC_REP_KINDS], int kind) {
+  const char *opt = kind_opt[kind], *p = path[kind];
   struct stat st;
   if (!p[0]) return qc_err("%s '': expected a file path", opt);
   if (p[strlen(p) - 1] == '/') return qc_err("%s '%s': names a folder: a report path must be a regular file or absent", opt, p);
@@ -53,8 +53,8 @@ static int check_report_path(const qc_run *run, int kind) {
   free(dir);
   for (int k = 0; !rc && k < kind; k++) {
     struct stat a, b;
-    if (run->path[k] && (strcmp(run->path[k], p) == 0 ||
-                         (stat(run->path[k], &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)))
+    if (path[k] && (strcmp(path[k], p) == 0 ||
+                    (stat(path[k], &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)))
       rc = qc_err("%s and %s name the same file '%s': each report needs its own path", kind_opt[k], opt, p);
   }
   return rc;
@@ -87,36 +87,26 @@ int qc_run_begin(qc_run *run, const char *verb, int argc, char **argv) {
   snprintf(run->verb, sizeof run->verb, "%s", verb);
   qc_prov_init(&run->prov, argc, argv);
   run->gate.factor = 1.1;
-  /* the report options, as qc_opt_value reads them: --opt V or --opt=V; the last wins */
-  for (int i = 1; i < argc; i++)
-    for (int k = 0; k < QC_REP_KINDS; k++) {
-      size_t n = strlen(kind_opt[k]);
-      if (strncmp(argv[i], kind_opt[k], n) != 0) continue;
-      if (argv[i][n] == '=') run->path[k] = argv[i] + n + 1;
-      else if (argv[i][n] == 0 && i + 1 < argc) run->path[k] = argv[++i];
-      else continue;
-      break;
-    }
-  /* --timeout starts now, before any option opens an input (--baseline is
-   * read while the options are parsed; the parser re-arms it, a moment later) */
-  for (int i = 1; i < argc; i++) {
-    const char *t = NULL;
-    if (strncmp(argv[i], "--timeout=", 10) == 0) t = argv[i] + 10;
-    else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) t = argv[++i];
-    char *end;
-    double sec = t ? strtod(t, &end) : -1;
-    if (t && end != t && !*end && isfinite(sec) && sec >= 0 && sec <= 1e9 && qc_watchdog_arm(sec) != QC_OK) return QC_ESYS;
-  }
-  int rc = QC_OK;
   qc_watchdog_hook(on_timeout, run); /* the one process-wide pointer to the run: the watchdog's threads need it */
+  return QC_OK;
+}
+
+int qc_run_reports(qc_run *run, const char *const path[QC_REP_KINDS]) {
+  int rc = QC_OK, bad[QC_REP_KINDS] = {0};
   for (int k = 0; k < QC_REP_KINDS; k++) {
-    if (!run->path[k]) continue;
-    int r = check_report_path(run, k);
+    if (!path[k]) continue;
+    int r = check_report_path(path, k);
     if (r) {
-      run->refused[k] = 1;
+      bad[k] = 1;
       if (!rc) rc = r;
     }
   }
+  qc_watchdog_hold(); /* the watchdog's error report reads the paths */
+  for (int k = 0; k < QC_REP_KINDS; k++) {
+    run->path[k] = path[k];
+    run->refused[k] |= bad[k];
+  }
+  qc_watchdog_release(0);
   return rc;
 }
 
@@ -188,14 +178,7 @@ int qc_run_fail_on(qc_run *run, const char *what) {
   return QC_OK;
 }
 
-int qc_run_regression_factor(qc_run *run, const char *v) {
-  char *end;
-  errno = 0;
-  double f = strtod(v, &end);
-  if (!*v || *end || errno || !(f > 1) || !isfinite(f)) return qc_err("--regression-factor '%s': expected a number > 1", v);
-  run->gate.factor = f;
-  return QC_OK;
-}
+void qc_run_regression_factor(qc_run *run, double f) { run->gate.factor = f; }
 
 void qc_run_out(qc_run *run, qc_report_out *o, const char *json, const char *junit, const char *markdown) {
   qc_report_out_init(o, json, junit, markdown);

@@ -6,9 +6,10 @@
  * back (they take the provenance and the gate as arguments). It holds:
  *
  * - the command line, as given;
- * - the report paths asked for (--json, --junit, --markdown, --html), found
- *   by scanning the verb's arguments before the verb parses them, so that a
- *   run stopped by a bad option still replaces them with its error report.
+ * - the report paths asked for (--json, --junit, --markdown, --html), handed
+ *   over by the pre-pass of the verb's option parse (cli/opts.h), which
+ *   reads argv with the verb's own table before anything is stored, so that
+ *   a run stopped by a bad option still replaces them with its error report.
  *   Each is checked before any work: a regular file or absent (a device, a
  *   FIFO, a directory or a symbolic link is refused), in an existing
  *   folder qatcheck may write to, no two reports at one path, and never an
@@ -39,13 +40,17 @@ typedef struct qc_run {
   qc_gate gate;                      /* the baselines, the rule, the regressions found */
 } qc_run;
 
-/* Begin run *run of `verb` (argv[0] is the verb; *run is overwritten).
- * Records the command line, finds and checks the report paths, arms
- * --timeout and registers the run with the watchdog. QC_OK, or QC_EINPUT
- * with the first refused path's message (every path is checked; those that
- * pass still get the error report). A run whose qc_run_begin was never
- * called must be zeroed ({0}) before qc_run_end. */
+/* Begin run *run of `verb` (argv[0] is the verb; *run is overwritten):
+ * records the command line and registers the run with the watchdog; its
+ * report paths come later (qc_run_reports). QC_OK. A run whose
+ * qc_run_begin was never called must be zeroed ({0}) before qc_run_end. */
 int qc_run_begin(qc_run *run, const char *verb, int argc, char **argv);
+/* The report paths the command line asks for (path[kind], NULL: none;
+ * pointers into argv), from the option parse's pre-pass (cli/opts.h),
+ * before the verb does any work: each is checked (above). QC_OK, or
+ * QC_EINPUT / QC_ESYS with the first refused path's message (every path is
+ * checked; those that pass still get the error report). */
+int qc_run_reports(qc_run *run, const char *const path[QC_REP_KINDS]);
 /* This process writes no file (a rank other than 0 of a job of several,
  * src/dist/): its reports, error reports included, are rank 0's to write. */
 void qc_run_no_files(qc_run *run);
@@ -63,8 +68,9 @@ int qc_run_input(qc_run *run, const char *role, const char *path);
 int qc_run_baseline(qc_run *run, const char *path);
 /* --fail-on WHAT: only "regression" (regressions then exit 1). */
 int qc_run_fail_on(qc_run *run, const char *what);
-/* --regression-factor F: the factor a metric may rise by (> 1). */
-int qc_run_regression_factor(qc_run *run, const char *v);
+/* --regression-factor F: the factor a metric may rise by (above 1: the
+ * option's range, cli/opts.h). */
+void qc_run_regression_factor(qc_run *run, double f);
 
 /* Set the requested paths of o (qc_report_out_init) and hand it the run's
  * provenance and regression gate (qc_report_out_run); run may be NULL. */

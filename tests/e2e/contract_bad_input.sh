@@ -105,7 +105,7 @@ expect2 "non-finite X" "/model.layers.0.q_proj/inputs/x: non-finite value -inf a
 expect2 "float64 weight beyond float32" "params/weight: value 1e+39 at \[3, 5\] overflows float32" $M --weight-format nvfp4 --dump "$T/big64.h5"
 expect2 "virtual dataset" "is a virtual dataset or has external storage" $M $N --dump "$T/virtual.h5"
 expect2 "external storage" "is a virtual dataset or has external storage" $M $N --dump "$T/external.h5"
-expect2 "seed beyond 2^53" "expected an integer in \[0, 9007199254740992\]" $M $N --dump "$T/ok.h5" --seed 9007199254740993
+expect2 "seed beyond 2^53" "option '--seed' is '9007199254740993': expected a whole number from 0 to 9007199254740992" $M $N --dump "$T/ok.h5" --seed 9007199254740993
 "$QATCHECK" contract $M --dump "$T/multidy.h5" --weight-format nvfp4,fp8_block128 --json "$T/md.json" --quiet || fail "three dY datasets: exit $?"
 "$PY" scripts/contract_check.py "$T/multidy.h5" "$T/md.json" --require nvfp4,fp8_block128 >"$T/chk" || { cat "$T/chk"; fail "three dY datasets of 7, 5, 3 tokens: rows disagree with the checker"; }
 expect2 "unknown weight format" "unknown format 'fp9'" $M --weight-format none,fp9 --dump "$T/ok.h5"
@@ -114,9 +114,9 @@ expect2 "unknown activation format" "unknown format 'nvfp4'" $M $N --activation-
 expect2 "format named twice" "named twice" $M --weight-format none,none --dump "$T/ok.h5"
 expect2 "no comparison" "expected --master-vs-dequant" $N --dump "$T/ok.h5"
 expect2 "no dump" "expected --dump" $M $N
-expect2 "bad cosine-min" "cosine-min 'abc'" $M $N --dump "$T/ok.h5" --cosine-min abc
+expect2 "bad cosine-min" "option '--cosine-min' is 'abc': expected a number from -1 to 1" $M $N --dump "$T/ok.h5" --cosine-min abc
 expect2 "bad norm-ratio" "norm-ratio '1.1,0.9'" $M $N --dump "$T/ok.h5" --norm-ratio 1.1,0.9
-expect2 "bad tokens" "tokens '0'" $M $N --dump "$T/ok.h5" --tokens 0
+expect2 "bad tokens" "option '--tokens' is '0': expected a whole number from 1 to 16777216" $M $N --dump "$T/ok.h5" --tokens 0
 expect2 "unknown option" "unknown option '--frobnicate'" $M $N --dump "$T/ok.h5" --frobnicate
 expect2 "absent device" "cuda:99" $M $N --dump "$T/ok.h5" --device cuda:99
 

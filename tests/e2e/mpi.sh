@@ -128,7 +128,7 @@ stall_run() { # stall_run DESC ENV ARG...: the job of 3 ranks under env ENV (VAR
 stall_run "rank 1 stopped, --rank-timeout 5" QATCHECK_RANK_TIMEOUT=600 --rank-timeout 5
 stall_run "rank 1 stopped, QATCHECK_RANK_TIMEOUT=5" QATCHECK_RANK_TIMEOUT=5
 expect_exit 2 "--rank-timeout -1 is refused" "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --rank-timeout -1
-grep -q "qatcheck: error: --rank-timeout '-1': expected a number of seconds" "$T/err" && ok "--rank-timeout -1: the line says what is expected" || bad "--rank-timeout -1: $(cat "$T/err")"
+grep -q "qatcheck: error: option '--rank-timeout' is '-1': expected a number from 0 to 1e9" "$T/err" && ok "--rank-timeout -1: the line says what is expected" || bad "--rank-timeout -1: $(cat "$T/err")"
 # ---- a verb that runs as one process refuses several
 expect_exit 2 "tol under 4 ranks is refused" $TO $MPIRUN "$QATCHECK" tol --help-not-an-option
 grep -q "runs as one process" "$T/err" && ok "tol: the refusal says it runs as one process" || bad "tol: $(cat "$T/err")"
