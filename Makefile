@@ -75,18 +75,24 @@ LIB_OBJ := $(filter-out $(BUILD)/src/main.o,$(OBJ_C))
 # --device cuda only: the CPU tool never loads (or needs) the CUDA libraries.
 CUDA_SO := $(if $(NVCC),libqatcheck_cuda.so,)
 
-# The backend ABI stamp (src/backend/backend.h): the commit goes into the two
-# objects that stamp it (open.c, the CUDA backend's stamp.cu), rebuilt when it
-# changes (commit.stamp is rewritten only then), so a .so and a qatcheck from
-# different builds name their builds when open.c refuses the pair.
+# The backend's ABI stamp (src/backend/backend.h): the hash of the headers
+# that cross the boundary between qatcheck and libqatcheck_cuda.so (the set
+# found from the includes by scripts/abi-headers.sh) and the commit go into
+# the two objects that stamp it (open.c, the CUDA backend's stamp.cu),
+# rebuilt when either changes (abi.stamp is rewritten only then). open.c
+# refuses a .so whose hash is not its own, naming both stamps.
 QC_COMMIT := $(shell git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
+QC_ABI_HASH := $(shell sh scripts/abi-headers.sh hash)
+ifeq ($(QC_ABI_HASH),)
+  $(error qatcheck: scripts/abi-headers.sh hash failed: the backend's ABI stamp cannot be computed)
+endif
 STAMPED := $(BUILD)/src/backend/open.o $(if $(NVCC),$(BUILD)/src/backend/cuda/stamp.cu.o,) build-fuzz/src/backend/open.o
-$(STAMPED): $(BUILD)/commit.stamp
-$(STAMPED): QC_CFLAGS += -DQC_BUILD_COMMIT='"$(QC_COMMIT)"'
-$(STAMPED): NVCCFLAGS += -DQC_BUILD_COMMIT='"$(QC_COMMIT)"'
-$(BUILD)/commit.stamp: FORCE
+$(STAMPED): $(BUILD)/abi.stamp
+$(STAMPED): QC_CFLAGS += -DQC_BUILD_COMMIT='"$(QC_COMMIT)"' -DQC_ABI_HASH='"$(QC_ABI_HASH)"'
+$(STAMPED): NVCCFLAGS += -DQC_BUILD_COMMIT='"$(QC_COMMIT)"' -DQC_ABI_HASH='"$(QC_ABI_HASH)"'
+$(BUILD)/abi.stamp: FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(QC_COMMIT)' >$@.tmp; if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+	@echo '$(QC_COMMIT) $(QC_ABI_HASH)' >$@.tmp; if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 .PHONY: FORCE
 FORCE:
 
@@ -111,7 +117,9 @@ qatcheck: $(OBJ_C) $(BUILD)/symbols.ok
 	$(CC) $(CFLAGS) $(QC_CFLAGS) -o $@ $(OBJ_C) $(LDLIBS) -rdynamic
 
 # its undefined qc_* symbols resolve against the executable that loads it (-rdynamic)
+# (first: every boundary header its objects were compiled with is in the stamp's hash)
 libqatcheck_cuda.so: $(OBJ_CU)
+	@sh scripts/abi-headers.sh check $(OBJ_CU:.o=.d)
 	$(CC) -shared -o $@ $^ $(CUDA_LIBS)
 
 $(BUILD)/%.o: %.c

@@ -150,24 +150,30 @@ typedef struct qc_linear_audit_out {
 size_t qc_linear_audit_bytes(int64_t M, int64_t K, int64_t N);
 
 /* The CUDA backend is a shared object (libqatcheck_cuda.so) that open.c
- * loads with dlopen; it and qatcheck each compile in the layout of
- * qc_backend (and of the structs above), so a .so from another build could
- * load and then read or write the wrong fields. It therefore exports
- * qc_backend_cuda_stamp (QC_BACKEND_STAMP_SYM), which open.c reads before
- * it calls anything in the .so, and refuses the .so (exit 2) when its abi or
- * size differs from qatcheck's own.
- * Bump rule: QC_BACKEND_ABI goes up by one with any change of qc_backend's
- * layout (a field added, removed, moved or retyped), of the structs it
- * passes (qc_linear_audit, qc_linear_audit_out, qc_metrics, qc_qout), or of
- * the semantics of an operation or of qc_backend_cuda_open/close. */
-#define QC_BACKEND_ABI 2
+ * loads with dlopen; it and qatcheck each compile in the headers they share
+ * (this one, the numerics and core headers it and the .so include, cuda.h),
+ * so a .so from another build could load and then read or write the wrong
+ * fields or call a function of another meaning. It therefore exports
+ * qc_backend_cuda_stamp (QC_BACKEND_STAMP_SYM), which open.c reads before it
+ * calls anything in the .so, and refuses the .so (exit 2, one line naming
+ * both stamps) unless its hash and size equal qatcheck's own.
+ * The hash: QC_ABI_HASH, the sha256 (16 hex digits) of every header that
+ * crosses the boundary, the set found from the .so's includes by
+ * scripts/abi-headers.sh; the Makefile computes it at build time and passes
+ * it to the two objects that stamp it (open.c, cuda/stamp.cu). Nothing is
+ * bumped by hand: any change to one of those headers changes the stamp. */
 #define QC_BACKEND_STAMP_SYM "qc_backend_cuda_stamp"
+/* The stamp's format: 3, the hash follows the build; 1 and 2 were ABI
+ * numbers bumped by hand, in stamps that end after build. */
+#define QC_BACKEND_STAMP_FORMAT 3
 
-/* The stamp itself. Its layout never changes: it is how a mismatch is seen. */
+/* The stamp itself. Fields are only appended, after a new format number: it
+ * is how a mismatch is seen. */
 typedef struct qc_backend_stamp {
-  uint32_t abi;     /* QC_BACKEND_ABI of the build */
+  uint32_t format;  /* QC_BACKEND_STAMP_FORMAT (the ABI number in formats 1 and 2) */
   uint32_t size;    /* sizeof(qc_backend) in the build */
   char build[56];   /* "<version>-<commit>" of the build (QC_BUILD_ID), NUL-terminated */
+  char hash[32];    /* QC_ABI_HASH of the build, NUL-terminated (format 3 on) */
 } qc_backend_stamp;
 
 /* The build's commit (git describe --always --dirty), passed by the
@@ -176,6 +182,9 @@ typedef struct qc_backend_stamp {
 #define QC_BUILD_COMMIT "unknown"
 #endif
 #define QC_BUILD_ID QC_VERSION "-" QC_BUILD_COMMIT /* QC_VERSION: core/qc.h */
+/* This build's stamp, for the objects that define it; QC_ABI_HASH has no
+ * default, so an object built without the Makefile's hash does not compile. */
+#define QC_BACKEND_STAMP_INIT {QC_BACKEND_STAMP_FORMAT, (uint32_t)sizeof(qc_backend), QC_BUILD_ID, QC_ABI_HASH}
 
 /* The CPU backend (always there). */
 const qc_backend *qc_backend_cpu(void);

@@ -19,30 +19,38 @@ static void *g_lib;
 static cuda_open_fn g_open;
 static cuda_close_fn g_close;
 
-/* The .so opened as h (from path) was built with this qatcheck's
- * QC_BACKEND_ABI and sizeof(qc_backend) (backend.h): QC_OK, else QC_EINPUT
- * with one line naming both builds and a hint. Reads its stamp only, calls
- * nothing in it. */
+/* The .so opened as h (from path) carries this qatcheck's stamp (backend.h:
+ * the hash of the headers they share, and sizeof(qc_backend)): QC_OK, else
+ * QC_EINPUT with one line naming both stamps and builds, and a hint. Reads
+ * its stamp only, calls nothing in it. */
 static int check_stamp(void *h, const char *path) {
-  static const qc_backend_stamp self = {QC_BACKEND_ABI, (uint32_t)sizeof(qc_backend), QC_BUILD_ID};
+  static const qc_backend_stamp self = QC_BACKEND_STAMP_INIT;
   const qc_backend_stamp *st = dlsym(h, QC_BACKEND_STAMP_SYM);
+  char built[sizeof self.build + 1], hash[sizeof self.hash + 1];
   int rc = QC_OK;
   if (!st) {
-    rc = qc_err("'%s': backend without an ABI stamp (built before stamps), qatcheck expects ABI %u (built %s)", path,
-                self.abi, self.build);
-  } else if (st->abi != self.abi || st->size != self.size) {
-    char built[sizeof st->build + 1];
-    snprintf(built, sizeof built, "%.*s", (int)sizeof st->build, st->build); /* NUL-terminated even if it is not */
-    if (st->abi != self.abi)
-      rc = qc_err("'%s': backend ABI %u (built %s), qatcheck expects ABI %u (built %s)", path, st->abi, built, self.abi,
-                  self.build);
-    else /* the layout changed and the number did not (backend.h: the bump rule) */
-      rc = qc_err("'%s': backend ABI %u with a %u-byte qc_backend (built %s), qatcheck expects ABI %u with %u bytes "
-                  "(built %s)", path, st->abi, st->size, built, self.abi, self.size, self.build);
-  } else if (qc_verbose && strncmp(st->build, self.build, sizeof st->build) != 0) {
-    fprintf(stderr, "qatcheck: '%s': backend ABI %u built %.*s, qatcheck built %s: same ABI, loading it\n", path, st->abi,
-            (int)sizeof st->build, st->build, self.build);
+    rc = qc_err("'%s': backend without an ABI stamp (built before stamps), qatcheck's ABI stamp is %s (built %s)", path,
+                self.hash, self.build);
+    goto done;
   }
+  /* NUL-terminated even if they are not */
+  snprintf(built, sizeof built, "%.*s", (int)sizeof st->build, st->build);
+  if (st->format != QC_BACKEND_STAMP_FORMAT) { /* a stamp of another format: no hash to read */
+    rc = qc_err("'%s': backend ABI %u (built %s), qatcheck's ABI stamp is %s (built %s)", path, st->format, built,
+                self.hash, self.build);
+    goto done;
+  }
+  snprintf(hash, sizeof hash, "%.*s", (int)sizeof st->hash, st->hash);
+  if (strcmp(hash, self.hash) != 0)
+    rc = qc_err("'%s': backend ABI stamp %s (built %s), qatcheck's ABI stamp is %s (built %s)", path, hash, built,
+                self.hash, self.build);
+  else if (st->size != self.size) /* the same headers compiled another way */
+    rc = qc_err("'%s': backend ABI stamp %s with a %u-byte qc_backend (built %s), qatcheck's ABI stamp is %s with %u "
+                "bytes (built %s)", path, hash, st->size, built, self.hash, self.size, self.build);
+  else if (qc_verbose && strcmp(built, self.build) != 0)
+    fprintf(stderr, "qatcheck: '%s': backend built %s, qatcheck built %s: the same ABI stamp %s, loading it\n", path,
+            built, self.build, self.hash);
+done:
   if (rc) qc_hint("rebuild both with 'make' (libqatcheck_cuda.so beside the qatcheck it was built with), or set "
                   "QATCHECK_CUDA_LIB to the matching one");
   return rc;
