@@ -106,32 +106,31 @@ static int conformance(const qc_backend *be) {
  * reference's d_x and the comparison need); the fast audits are timed as
  * the audit runs (fused where it fuses). t: reps doubles of scratch. */
 static int audit_unfused(const qc_backend *be, qc_linear_audit *a, qc_linear_audit_out *fo) {
-  const char *env = getenv("QC_CUDA_UNFUSED");
-  char *keep = env ? strdup(env) : NULL;
+  const char *env = getenv("QC_CUDA_UNFUSED"); /* as the backend read it at open */
+  const int keep = env && strcmp(env, "1") == 0;
   memset(fo, 0, sizeof *fo);
-  setenv("QC_CUDA_UNFUSED", "1", 1);
   a->ref_slices = 0;
-  int rc = be->audit_linear(be, a, fo);
-  if (keep) setenv("QC_CUDA_UNFUSED", keep, 1);
-  else unsetenv("QC_CUDA_UNFUSED");
-  free(keep);
+  int rc = qc_cuda_switch(be, "QC_CUDA_UNFUSED", 1);
+  if (!rc) rc = be->audit_linear(be, a, fo);
+  if (qc_cuda_switch(be, "QC_CUDA_UNFUSED", keep) && !rc) rc = QC_EINPUT;
   return rc;
 }
 
-/* The audit timed with env=1 (reps calls, median): "audit_TAG_ms",
+/* The audit timed with the backend's switch env on (reps calls, median; off
+ * after): "audit_TAG_ms",
  * its quantizer stage and its rel_l2s' relative difference from o's. */
 static int side_by_side(const qc_backend *be, const qc_linear_audit *a, const qc_linear_audit_out *o, int reps, double *t,
                         const char *env, const char *tag) {
   qc_linear_audit_out os;
   int rc = QC_OK;
   memset(&os, 0, sizeof os);
-  setenv(env, "1", 1);
+  if ((rc = qc_cuda_switch(be, env, 1))) return rc;
   for (int i = 0; i < reps && !rc; i++) {
     double t0 = now_ms();
     rc = be->audit_linear(be, a, &os);
     t[i] = now_ms() - t0;
   }
-  unsetenv(env);
+  if (qc_cuda_switch(be, env, 0) && !rc) rc = QC_EINPUT;
   if (rc) return rc;
   qsort(t, (size_t)reps, sizeof *t, cmp_d);
   printf("audit_%s_ms %.4f\nstage_quant_%s_ms %.4f\n", tag, t[reps / 2], tag, os.ms_quant);

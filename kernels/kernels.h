@@ -58,6 +58,9 @@ typedef struct qk_qargs {
   int fuse_m;
   const uint16_t *fuse_dy;
   double *fuse_part;
+  /* fp8_block128: 1 takes the element-wise kernel even where the vectorized
+   * one applies (QC_CUDA_QK_SCALAR, the benchmark's side by side) */
+  int scalar;
 } qk_qargs;
 
 #define QK_FUSE_M 16 /* the most rows of dY the block128 quantizer sums d_x for */

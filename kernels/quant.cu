@@ -404,11 +404,10 @@ template <bool FUSE> __global__ void __launch_bounds__(256) k_block128v(qk_qargs
   }
 }
 
-/* k_block128v's conditions: bf16 input, whole groups of 8 columns, every
- * pointer aligned to its vector width. */
+/* k_block128v's conditions: not forced element-wise (scalar), bf16 input,
+ * whole groups of 8 columns, every pointer aligned to its vector width. */
 static bool block128v_ok(const qk_qargs *a) {
-  const char *e = getenv("QC_CUDA_QK_SCALAR");
-  if (e && !strcmp(e, "1")) return false;
+  if (a->scalar) return false;
   return a->in_bf16 && a->cols % 8 == 0 && (uintptr_t)a->in % 16 == 0 && (uintptr_t)a->q % 8 == 0 &&
          (uintptr_t)a->deq % 16 == 0 && (uintptr_t)a->deq_bf16 % 16 == 0 && (uintptr_t)a->deq_f64 % 16 == 0;
 }

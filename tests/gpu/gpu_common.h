@@ -22,6 +22,17 @@ static inline const qc_backend *gpu_or_skip(void) {
   return be;
 }
 
+/* Set a side-by-side switch of the open CUDA backend (qc_cuda_switch of
+ * backend/cuda/cuda.h: QC_CUDA_UNFUSED, QC_CUDA_QK_SCALAR, ...; the backend
+ * reads the environment once, when it opens). */
+static inline void gpu_switch(const qc_backend *be, const char *name, int on) {
+  int (*f)(const qc_backend *, const char *, int);
+  void *sym = qc_backend_cuda_sym("qc_cuda_switch");
+  cr_assert(sym, "the CUDA backend has no qc_cuda_switch");
+  memcpy(&f, &sym, sizeof f);
+  cr_assert_eq(f(be, name, on), QC_OK, "%s", qc_err_msg());
+}
+
 /* n doubles, N(0, 1) * scale, from seed. */
 static inline double *gpu_randn(int64_t n, uint64_t seed, double scale) {
   qc_rng r;

@@ -290,11 +290,11 @@ Test(gpu_linear, decode_fusion_matches_materialized, .timeout = 600) {
         }
         memset(&of, 0, sizeof of);
         memset(&ou, 0, sizeof ou);
-        cr_assert_eq(setenv("QC_CUDA_UNFUSED", "0", 1), 0);
+        gpu_switch(be, "QC_CUDA_UNFUSED", 0);
         cr_assert_eq(be->audit_linear(be, &a, &of), QC_OK, "%s", qc_err_msg());
-        cr_assert_eq(setenv("QC_CUDA_UNFUSED", "1", 1), 0);
+        gpu_switch(be, "QC_CUDA_UNFUSED", 1);
         cr_assert_eq(be->audit_linear(be, &a, &ou), QC_OK, "%s", qc_err_msg());
-        unsetenv("QC_CUDA_UNFUSED");
+        gpu_switch(be, "QC_CUDA_UNFUSED", 0);
         char what[160];
         snprintf(what, sizeof what, "%s [%lld %lld %lld]%s d_x", fmts[f], (long long)M, (long long)K, (long long)N,
                  planted ? " planted" : "");

@@ -247,13 +247,13 @@ Test(gpu_quant, bf16_tile_paths_match_cpu, .timeout = 300) {
         for (int k = 0; k < 3; k++) { /* 0: the tile kernel, 1: element-wise, 2: misaligned input */
           const int off = k == 2 ? 1 : 0; /* in elements: 2 bytes */
           cr_assert_eq(be->upload(be, (uint16_t *)din + off, xb + 1, (size_t)n * 2), QC_OK);
-          cr_assert_eq(setenv("QC_CUDA_QK_SCALAR", k == 1 ? "1" : "0", 1), 0);
+          gpu_switch(be, "QC_CUDA_QK_SCALAR", k == 1);
           cr_assert_eq(be->fake_quant_f64(be, fmts[f], g_profs[p], rows, cols, QC_BF16, (uint16_t *)din + off, dscr, dout, "x"),
                        QC_OK, "%s", qc_err_msg());
           cr_assert_eq(be->sync(be), QC_OK, "%s", qc_err_msg());
           cr_assert_eq(be->download(be, g[k], dout, (size_t)n * 8), QC_OK);
         }
-        unsetenv("QC_CUDA_QK_SCALAR");
+        gpu_switch(be, "QC_CUDA_QK_SCALAR", 0);
         for (int k = 0; k < 3; k++) {
           int64_t first = -1, cnt = 0;
           for (int64_t i = 0; i < n; i++)

@@ -53,6 +53,20 @@ static const qc_backend g_cuda_ops = {
     .mem_free = cu_mem_free,
 };
 
+/* The side-by-side switches' environment variables (cuda_priv.h CU_SW_*). */
+static const char *const g_switch_env[CU_SWITCHES] = {"QC_CUDA_UNFUSED", "QC_CUDA_DW_EARLY", "QC_CUDA_QK_SCALAR"};
+
+/* cuda.h: one switch of an open backend set by its variable's name. */
+extern "C" int qc_cuda_switch(const qc_backend *be, const char *name, int on) {
+  cu *c = C(be);
+  for (int i = 0; i < CU_SWITCHES; i++)
+    if (strcmp(name, g_switch_env[i]) == 0) {
+      c->sw[i] = on != 0;
+      return QC_OK;
+    }
+  return qc_err("%s: no side-by-side switch '%s'", c->name, name);
+}
+
 extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   if (!be) return;
   cu *c = C(be);
@@ -104,6 +118,10 @@ extern "C" int qc_backend_cuda_open(int device, const qc_backend **out) {
   if (!(c = (cu *)calloc(1, sizeof *c))) return qc_err_sys("cuda backend: out of memory");
   c->dev = device;
   snprintf(c->name, sizeof c->name, "cuda:%d", device);
+  for (int i = 0; i < CU_SWITCHES; i++) { /* once here, not on every call */
+    const char *v = getenv(g_switch_env[i]);
+    c->sw[i] = v && strcmp(v, "1") == 0;
+  }
   CK(cudaSetDevice(device), "cudaSetDevice");
   CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "cudaStreamCreate");
   CK(cudaStreamCreateWithFlags(&c->st2, cudaStreamNonBlocking), "cudaStreamCreate (second)");

@@ -65,6 +65,13 @@ int qc_cuda_fp8_conformance(const qc_backend *be, int kind, uint8_t *host_chunk,
  * positive normal v (mism[1], first[1]); first is 0xffffffff when none. */
 int qc_cuda_parith_conformance(const qc_backend *be, unsigned long long mism[2], unsigned first[2]);
 
+/* Set a benchmark side-by-side switch of an open backend (docs/gpu.md),
+ * named as the environment variable read when it opened
+ * (QC_CUDA_UNFUSED, QC_CUDA_DW_EARLY, QC_CUDA_QK_SCALAR): for bench/ and
+ * tests/gpu, which compare both settings on one backend. QC_EINPUT for
+ * another name. */
+int qc_cuda_switch(const qc_backend *be, const char *name, int on);
+
 /* "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)". */
 const char *qc_cuda_device_name(const qc_backend *be, char *buf, size_t n);
 

@@ -36,6 +36,14 @@ extern "C" {
 #define PEND 64
 #define QC_CU_EVENTS 7
 
+/* The benchmark's side-by-side switches (docs/gpu.md), c->sw[i]: read once
+ * when the backend opens, 1 when the environment variable (backend.cu's
+ * table) is "1"; qc_cuda_switch (cuda.h) sets one on an open backend.
+ *   CU_SW_UNFUSED    QC_CUDA_UNFUSED: no reference d_x inside the block128 quantizer
+ *   CU_SW_DW_EARLY   QC_CUDA_DW_EARLY: d_weight's metrics on the second stream after its pair
+ *   CU_SW_QK_SCALAR  QC_CUDA_QK_SCALAR: the element-wise block128 quantizer */
+enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SWITCHES };
+
 typedef struct cu {
   qc_backend be;
   int dev;
@@ -105,6 +113,7 @@ typedef struct cu {
   ncclComm_t comm;          /* the collectives' communicator (coll.cu), NULL until coll_init */
 #endif
   int coll_ready;
+  int sw[CU_SWITCHES];      /* the side-by-side switches (above) */
 } cu;
 
 /* The CUDA state behind a backend table. */

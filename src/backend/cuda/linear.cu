@@ -112,7 +112,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
    * as it is made, so W_ref is never written in float64 (the largest array
    * of the audit, otherwise written once and read once by the d_x DGEMM).
    * QC_CUDA_UNFUSED=1 turns it off (the benchmark's side-by-side). */
-  const int unfused = getenv("QC_CUDA_UNFUSED") && !strcmp(getenv("QC_CUDA_UNFUSED"), "1");
+  const int unfused = c->sw[CU_SW_UNFUSED];
   const int64_t tiles = (N + 127) / 128;
   const int fuse_dx = !unfused && M <= QK_FUSE_M && !o->dx_ref && tiles * M <= N &&
                       (q.fmt == QK_FP8_BLOCK128 || q.fmt == QK_FP8_BLOCK128_UE8M0);
@@ -126,7 +126,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
    * handle. */
   /* QC_CUDA_DW_EARLY=1: d_weight's metrics on the second stream right
    * after its pair, beside the quantizer (measured side by side) */
-  const int dw_early = getenv("QC_CUDA_DW_EARLY") && !strcmp(getenv("QC_CUDA_DW_EARLY"), "1");
+  const int dw_early = c->sw[CU_SW_DW_EARLY];
   gx = a->dx_cand ? a->dx_cand : cx;
   gw = a->dw_cand ? a->dw_cand : cw;
   CK(cudaEventRecord(c->ev[0], c->st), "event");

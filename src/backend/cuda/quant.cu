@@ -12,7 +12,8 @@
 #include "backend/cuda/cuda_priv.h"
 
 /* Format name -> kernel format, and the producer path's recipes into *a
- * (profile NULL: vllm); QC_EINPUT for an unknown format or profile. */
+ * (profile NULL: vllm), with the backend's QC_CUDA_QK_SCALAR switch;
+ * QC_EINPUT for an unknown format or profile. */
 int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a) {
   static const struct { const char *n; qk_fmt f; } t[] = {
       {"none", QK_NONE}, {"fp8_tensor", QK_FP8_TENSOR}, {"fp8_token", QK_FP8_ROW}, {"fp8_channel", QK_FP8_ROW},
@@ -22,6 +23,7 @@ int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a) {
   qc_qfmt f;
   qc_qprof p = QC_QP_VLLM;
   if (profile && qc_qprof_parse(profile, &p)) return QC_EINPUT;
+  a->scalar = c->sw[CU_SW_QK_SCALAR];
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
     if (strcmp(fmt, t[i].n) == 0) {
       a->fmt = t[i].f;

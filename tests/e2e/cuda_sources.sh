@@ -1,0 +1,17 @@
+#!/bin/sh
+# cuda_sources.sh: rules of the CUDA sources (kernels/, src/backend/cuda/)
+# that hold without a GPU: the environment (the benchmark's side-by-side
+# switches) is read only when the backend opens, never on a call.
+. "$(dirname "$0")/lib.inc"
+files=$(ls kernels/*.cu kernels/*.cuh src/backend/cuda/*.cu 2>/dev/null)
+[ -n "$files" ] || { echo "no CUDA sources: skipped"; exit 77; }
+grep -n 'getenv' $files | grep -v '^src/backend/cuda/backend.cu:' >"$T/env"
+[ -s "$T/env" ] && bad "the environment read outside the backend's open: $(cat "$T/env")" \
+  || ok "the environment is read only in backend.cu"
+if grep -q 'getenv' src/backend/cuda/backend.cu; then
+  n_all=$(grep -c 'getenv' src/backend/cuda/backend.cu)
+  n_open=$(sed -n '/^extern "C" int qc_backend_cuda_open(/,/^}/p' src/backend/cuda/backend.cu | grep -c 'getenv')
+  [ "$n_all" -eq "$n_open" ] && ok "backend.cu reads it in qc_backend_cuda_open only" \
+    || bad "backend.cu reads the environment outside qc_backend_cuda_open ($n_open of $n_all)"
+fi
+finish
