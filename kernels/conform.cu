@@ -35,7 +35,10 @@ __device__ uint8_t rule_fp8(uint32_t u, int kind) {
   return sign | (uint8_t)code;
 }
 
-__global__ void k_conform(uint64_t start, uint64_t count, int kind, uint8_t *out, unsigned long long *mism) {
+#define CF_THREADS 256 /* threads a block of both sweeps (their launches and bounds) */
+#define CF_BLOCKS (132 * 16)
+
+__global__ void __launch_bounds__(CF_THREADS) k_conform(uint64_t start, uint64_t count, int kind, uint8_t *out, unsigned long long *mism) {
   unsigned long long bad = 0;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count; i += (uint64_t)gridDim.x * blockDim.x) {
     uint32_t u = (uint32_t)(start + i);
@@ -49,11 +52,11 @@ __global__ void k_conform(uint64_t start, uint64_t count, int kind, uint8_t *out
 }
 
 extern "C" int qk_fp8_conform(uint64_t start, uint64_t count, int kind, uint8_t *out, unsigned long long *mism, void *stream) {
-  k_conform<<<132 * 16, 256, 0, (cudaStream_t)stream>>>(start, count, kind, out, mism);
+  k_conform<<<CF_BLOCKS, CF_THREADS, 0, (cudaStream_t)stream>>>(start, count, kind, out, mism);
   return (int)cudaGetLastError();
 }
 
-__global__ void k_parith(uint64_t start, uint64_t count, const uint8_t *tab2, const uint32_t *exc, uint32_t nexc,
+__global__ void __launch_bounds__(CF_THREADS) k_parith(uint64_t start, uint64_t count, const uint8_t *tab2, const uint32_t *exc, uint32_t nexc,
                          unsigned long long *mism, unsigned *first) {
   unsigned long long b0 = 0, b1 = 0;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < count; i += (uint64_t)gridDim.x * blockDim.x) {
@@ -85,6 +88,6 @@ __global__ void k_parith(uint64_t start, uint64_t count, const uint8_t *tab2, co
 
 extern "C" int qk_parith_conform(uint64_t start, uint64_t count, const uint8_t *tab2, const uint32_t *exc, uint32_t nexc,
                                  unsigned long long *mism, unsigned *first, void *stream) {
-  k_parith<<<132 * 16, 256, 0, (cudaStream_t)stream>>>(start, count, tab2, exc, nexc, mism, first);
+  k_parith<<<CF_BLOCKS, CF_THREADS, 0, (cudaStream_t)stream>>>(start, count, tab2, exc, nexc, mism, first);
   return (int)cudaGetLastError();
 }

@@ -5,7 +5,9 @@
 
 #include "kernels.h"
 
-template <typename A, typename B, typename F> __global__ void k_map(const A *in, B *out, int64_t n, F f) {
+#define CV_THREADS 256 /* threads a block (the launch and the bound) */
+
+template <typename A, typename B, typename F> __global__ void __launch_bounds__(CV_THREADS) k_map(const A *in, B *out, int64_t n, F f) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     out[i] = f(in[i]);
 }
@@ -22,9 +24,9 @@ struct f64_bf16 { __device__ uint16_t operator()(double x) const { return __bflo
 
 template <typename A, typename B, typename F> static int launch(const A *in, B *out, int64_t n, void *stream) {
   if (n <= 0) return 0;
-  int64_t blocks = (n + 255) / 256;
+  int64_t blocks = (n + CV_THREADS - 1) / CV_THREADS;
   if (blocks > 132 * 16) blocks = 132 * 16;
-  k_map<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(in, out, n, F());
+  k_map<<<(unsigned)blocks, CV_THREADS, 0, (cudaStream_t)stream>>>(in, out, n, F());
   return (int)cudaGetLastError();
 }
 

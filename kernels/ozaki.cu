@@ -17,6 +17,8 @@
 #include "kernels.h"
 
 #define TILE 32
+#define TILE_ROWS 8        /* k_exps, k_split: blocks of TILE x TILE_ROWS threads */
+#define OZ_THREADS 256     /* k_combine, k_check: threads a block */
 
 /* Load the 32 x 32 tile at (r0, l0) of the panel into t[r][l] (0 outside). */
 __device__ static void load_tile(double (*t)[TILE + 1], const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl,
@@ -39,7 +41,7 @@ __device__ static void load_tile(double (*t)[TILE + 1], const double *base, int6
 /* Pass 1: exps[r] = max over the row of the binary exponent E (|v| < 2^E,
  * frexp's), by atomicMax (order-free, so deterministic); rows of zeros keep
  * QK_OZ_EZERO (the caller's memset). A non-finite element sets flag[0]. */
-__global__ static void k_exps(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, int *exps,
+__global__ static void __launch_bounds__(TILE * TILE_ROWS) k_exps(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, int *exps,
                               unsigned *flag) {
   __shared__ double t[TILE][TILE + 1];
   const int64_t r0 = (int64_t)blockIdx.y * TILE, l0 = (int64_t)blockIdx.x * TILE;
@@ -59,7 +61,7 @@ __global__ static void k_exps(const double *base, int64_t R, int64_t k, int64_t 
  * element (r, l) at r * kp + l; zeros in the padding (r in [R, Rp), l in
  * [k, kp)). y = v 2^(7 - e) has |y| < 2^7; d = trunc(y) and y = (y - d) 2^7
  * are exact in float64, so v = 2^e sum_s d_s 2^(-7 s) + 2^e y_S 2^(-7 S). */
-__global__ static void k_split(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, const int *exps, int S,
+__global__ static void __launch_bounds__(TILE * TILE_ROWS) k_split(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, const int *exps, int S,
                                int8_t *out, int64_t Rp, int64_t kp, int64_t sstride) {
   __shared__ double t[TILE][TILE + 1];
   const int64_t r0 = (int64_t)blockIdx.y * TILE, l0 = (int64_t)blockIdx.x * TILE;
@@ -89,7 +91,7 @@ extern "C" int qk_oz_split(const double *base, int64_t R, int64_t k, int64_t sr,
   if ((sr != 1 && sl != 1) || S < 1) return (int)cudaErrorInvalidValue;
   cudaError_t e = cudaMemsetAsync(exps, 0x80, (size_t)Rp * sizeof *exps, st); /* QK_OZ_EZERO in every word */
   if (e != cudaSuccess) return (int)e;
-  dim3 blk(TILE, 8);
+  dim3 blk(TILE, TILE_ROWS);
   if (R > 0 && k > 0) {
     dim3 g1((unsigned)((k + TILE - 1) / TILE), (unsigned)((R + TILE - 1) / TILE));
     k_exps<<<g1, blk, 0, st>>>(base, R, k, sr, sl, exps, flag);
@@ -104,7 +106,7 @@ extern "C" int qk_oz_split(const double *base, int64_t R, int64_t k, int64_t sr,
  * the levels L = 2 .. S + 1 combined exactly in int64 (|T_L| < 2^31, so the
  * sum stays below 2^(31 + 7 (S - 1) + 1) <= 2^60 for S <= 5), then one
  * conversion to float64 and an exact power-of-two scaling. */
-__global__ static void k_combine(const int32_t *T, int64_t tstride, int S, int64_t m, int64_t n, int64_t np,
+__global__ static void __launch_bounds__(OZ_THREADS) k_combine(const int32_t *T, int64_t tstride, int S, int64_t m, int64_t n, int64_t np,
                                  const int *ea, const int *eb, double *C, int64_t ldc, int acc) {
   for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < m * n; q += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = q / n, j = q - i * n;
@@ -121,9 +123,9 @@ extern "C" int qk_oz_combine(const int32_t *T, int64_t tstride, int S, int64_t m
                              const int *eb, double *C, int64_t ldc, int acc, void *stream) {
   if (m <= 0 || n <= 0) return 0;
   if (S < 1 || S > QK_OZ_SMAX) return (int)cudaErrorInvalidValue;
-  int64_t blocks = (m * n + 255) / 256;
+  int64_t blocks = (m * n + OZ_THREADS - 1) / OZ_THREADS;
   if (blocks > 132 * 32) blocks = 132 * 32;
-  k_combine<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(T, tstride, S, m, n, np, ea, eb, C, ldc, acc);
+  k_combine<<<(unsigned)blocks, OZ_THREADS, 0, (cudaStream_t)stream>>>(T, tstride, S, m, n, np, ea, eb, C, ldc, acc);
   return (int)cudaGetLastError();
 }
 
@@ -154,7 +156,7 @@ __device__ static void two_sum(double a, double b, double *s, double *e) {
  * sample: out[4 s ..]: |C - exact| / scale (0 when both are 0, +inf when
  * only the scale is), (C - exact)^2, exact^2, (bf16(exact) - exact)^2.
  * Lanes take strided parts, then a fixed tree over the lanes. */
-__global__ static void k_check(const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc,
+__global__ static void __launch_bounds__(OZ_THREADS) k_check(const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc,
                                const double *C, int64_t ldc, int64_t m, int64_t n, int64_t k, int ns, double *out) {
   const int lane = threadIdx.x & 31;
   const int64_t s = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -192,7 +194,7 @@ __global__ static void k_check(const double *A, int64_t sar, int64_t sal, const 
  * res[1..3] the sums of the other three columns: one block, each thread a
  * strided set of samples in order, then a fixed tree (deterministic). */
 #define CHK_THREADS 256
-__global__ static void k_check_final(const double *v, int ns, double *res) {
+__global__ static void __launch_bounds__(CHK_THREADS) k_check_final(const double *v, int ns, double *res) {
   __shared__ double sh[4][CHK_THREADS];
   const int t = threadIdx.x;
   double mx = 0, a = 0, b = 0, c = 0;
@@ -224,7 +226,7 @@ extern "C" int qk_oz_check(const double *A, int64_t sar, int64_t sal, const doub
   int nuse = m * n < ns ? (int)(m * n) : ns;
   cudaError_t e = cudaMemsetAsync(scratch, 0, (size_t)nuse * 4 * sizeof *scratch, st);
   if (e != cudaSuccess) return (int)e;
-  k_check<<<(unsigned)((nuse * 32 + 255) / 256), 256, 0, st>>>(A, sar, sal, B, sbl, sbc, C, ldc, m, n, k, ns, scratch);
+  k_check<<<(unsigned)((nuse * 32 + OZ_THREADS - 1) / OZ_THREADS), OZ_THREADS, 0, st>>>(A, sar, sal, B, sbl, sbc, C, ldc, m, n, k, ns, scratch);
   if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
   k_check_final<<<1, CHK_THREADS, 0, st>>>(scratch, nuse, res);
   return (int)cudaGetLastError();

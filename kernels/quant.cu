@@ -48,11 +48,17 @@ __device__ __forceinline__ void store_deq(const qk_qargs &a, int64_t i, float d)
   if (a.deq_f64) a.deq_f64[i] = (double)d;
 }
 
+/* Threads a block of every kernel here but k_global_scale (one thread): the
+ * launches and the __launch_bounds__ (k_block128 and k_block128v are written
+ * for 8 warps: block_max, 2 rows x 128 columns a step; k_rowgroups takes
+ * QT / 32 groups a block). */
+#define QT 256
+
 /* ---- tensor-wide amax ---------------------------------------------------------- */
 
 /* scratch[0] = bits of max |x| (non-negative floats order as integers),
  * scratch[1] += non-finite count. */
-__global__ void k_amax(qk_qargs a) {
+__global__ void __launch_bounds__(QT) k_amax(qk_qargs a) {
   int64_t n = a.rows * a.cols;
   float m = 0.f;
   unsigned bad = 0;
@@ -73,7 +79,7 @@ __global__ void k_amax(qk_qargs a) {
 
 /* nvfp4's global scale into scratch[2], as the recipe computes it from the
  * tensor's amax (qr_nvfp4_g; an all-zero tensor gets 1). */
-__global__ void k_global_scale(qk_qargs a) {
+__global__ void __launch_bounds__(1) k_global_scale(qk_qargs a) {
   a.scratch[2] = __float_as_uint(qr_nvfp4_g(&a.rc, __uint_as_float(a.scratch[0])));
 }
 
@@ -81,7 +87,7 @@ __global__ void k_global_scale(qk_qargs a) {
 
 /* Lane l takes element pairs (2p, 2p+1) of the group, p = l, l+32, ...; so a
  * packed e2m1 byte has one writer. */
-__global__ void k_rowgroups(qk_qargs a, int64_t G) {
+__global__ void __launch_bounds__(QT) k_rowgroups(qk_qargs a, int64_t G) {
   const int64_t ngr = (a.cols + G - 1) / G;
   const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -134,7 +140,7 @@ __global__ void k_rowgroups(qk_qargs a, int64_t G) {
 }
 
 /* Whole-tensor scale (fp8_tensor): elementwise with the one scale. */
-__global__ void k_tensor(qk_qargs a) {
+__global__ void __launch_bounds__(QT) k_tensor(qk_qargs a) {
   int64_t n = a.rows * a.cols;
   const qc_bscale sc = qr_block_scale(&a.rc, __uint_as_float(a.scratch[0]), 0.f);
   if (blockIdx.x == 0 && threadIdx.x == 0 && a.scale) a.scale[0] = sc.deq;
@@ -173,7 +179,7 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
  * (exact products), into fuse_part[tile row][m][col]; qk_fuse_dx_final
  * sums the tile rows in order. The decode shape's reference d_x then never
  * needs W_ref in float64. */
-template <bool FUSE> __global__ void __launch_bounds__(256) k_block128(qk_qargs a) {
+template <bool FUSE> __global__ void __launch_bounds__(QT) k_block128(qk_qargs a) {
   __shared__ float sh[8];
   __shared__ double sdy[FUSE ? 128 : 1][FUSE ? QK_FUSE_M : 1];
   __shared__ double sred[FUSE ? 128 : 1][FUSE ? QK_FUSE_M : 1];
@@ -278,7 +284,7 @@ __device__ __forceinline__ float bf_at(const uint4 &v, int j) {
   return (j & 1) ? bf_hi(w) : bf_lo(w);
 }
 
-template <bool FUSE> __global__ void __launch_bounds__(256) k_block128v(qk_qargs a) {
+template <bool FUSE> __global__ void __launch_bounds__(QT) k_block128v(qk_qargs a) {
   __shared__ float sh[8];
   /* FUSE: the codes, rows padded to 136 bytes (a B fragment's 4 rows x 8
    * columns fall in 32 different banks), and dY as the MMA's A fragments:
@@ -413,7 +419,7 @@ static bool block128v_ok(const qk_qargs *a) {
 }
 
 /* d_x[m, col] = sum over tile rows t, in order, of part[t][m][col]. */
-__global__ void k_fuse_dx_final(const double *part, int tiles, int mrows, int64_t cols, double *dx) {
+__global__ void __launch_bounds__(QT) k_fuse_dx_final(const double *part, int tiles, int mrows, int64_t cols, double *dx) {
   const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= (int64_t)mrows * cols) return;
   /* eight loads in flight before their adds (the same order of sums):
@@ -435,7 +441,7 @@ __global__ void k_fuse_dx_final(const double *part, int tiles, int mrows, int64_
 extern "C" int qk_fuse_dx_final(const double *part, int tiles, int mrows, int64_t cols, double *dx, void *stream) {
   const int64_t n = (int64_t)mrows * cols;
   if (n < 1 || tiles < 1) return (int)cudaErrorInvalidValue;
-  k_fuse_dx_final<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(part, tiles, mrows, cols, dx);
+  k_fuse_dx_final<<<(unsigned)((n + QT - 1) / QT), QT, 0, (cudaStream_t)stream>>>(part, tiles, mrows, cols, dx);
   return (int)cudaGetLastError();
 }
 
@@ -459,23 +465,23 @@ extern "C" int qk_quantize(const qk_qargs *a, void *stream) {
   if (e) return (int)e;
   const int64_t n = a->rows * a->cols;
   if (n == 0) return 0;
-  const int amax_blocks = (int)min((int64_t)1024, (n + 255) / 256);
+  const int amax_blocks = (int)min((int64_t)1024, (n + QT - 1) / QT);
   if (a->fmt == QK_FP8_TENSOR || a->fmt == QK_NVFP4) {
-    k_amax<<<amax_blocks, 256, 0, st>>>(*a);
+    k_amax<<<amax_blocks, QT, 0, st>>>(*a);
     if ((e = cudaGetLastError())) return (int)e;
   }
   if (a->fmt == QK_FP8_TENSOR) {
-    k_tensor<<<amax_blocks, 256, 0, st>>>(*a);
+    k_tensor<<<amax_blocks, QT, 0, st>>>(*a);
   } else if (a->fmt == QK_FP8_BLOCK128 || a->fmt == QK_FP8_BLOCK128_UE8M0) {
     dim3 grid((unsigned)((a->cols + 127) / 128), (unsigned)((a->rows + 127) / 128));
     const bool vec = block128v_ok(a);
     if (a->fuse_m > 0) {
       if (a->fuse_m > QK_FUSE_M || !a->fuse_dy || !a->fuse_part) return (int)cudaErrorInvalidValue;
-      if (vec) k_block128v<true><<<grid, 256, 0, st>>>(*a);
-      else k_block128<true><<<grid, 256, 0, st>>>(*a);
+      if (vec) k_block128v<true><<<grid, QT, 0, st>>>(*a);
+      else k_block128<true><<<grid, QT, 0, st>>>(*a);
     } else {
-      if (vec) k_block128v<false><<<grid, 256, 0, st>>>(*a);
-      else k_block128<false><<<grid, 256, 0, st>>>(*a);
+      if (vec) k_block128v<false><<<grid, QT, 0, st>>>(*a);
+      else k_block128<false><<<grid, QT, 0, st>>>(*a);
     }
   } else {
     int64_t G = group_width(a);
@@ -485,7 +491,7 @@ extern "C" int qk_quantize(const qk_qargs *a, void *stream) {
       if ((e = cudaGetLastError())) return (int)e;
     }
     int64_t warps = a->rows * ((a->cols + G - 1) / G);
-    k_rowgroups<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(*a, G);
+    k_rowgroups<<<(unsigned)((warps + QT / 32 - 1) / (QT / 32)), QT, 0, st>>>(*a, G);
   }
   return (int)cudaGetLastError();
 }

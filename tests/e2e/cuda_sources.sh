@@ -1,10 +1,16 @@
 #!/bin/sh
 # cuda_sources.sh: rules of the CUDA sources (kernels/, src/backend/cuda/)
-# that hold without a GPU: the environment (the benchmark's side-by-side
-# switches) is read only when the backend opens, never on a call.
+# that hold without a GPU: every kernel declares __launch_bounds__ on its
+# declaration line (docs/gpu.md: the block size of its launches), and the
+# environment (the benchmark's side-by-side switches) is read only when the
+# backend opens, never on a call.
 . "$(dirname "$0")/lib.inc"
 files=$(ls kernels/*.cu kernels/*.cuh src/backend/cuda/*.cu 2>/dev/null)
 [ -n "$files" ] || { echo "no CUDA sources: skipped"; exit 77; }
+nk=$(cat $files | grep -c '__global__')
+[ "$nk" -gt 0 ] || bad "no kernel found in $files"
+grep -n '__global__' $files | grep -v '__launch_bounds__' >"$T/unbound"
+[ -s "$T/unbound" ] && bad "kernels without __launch_bounds__: $(cat "$T/unbound")" || ok "all $nk kernel declarations have __launch_bounds__"
 grep -n 'getenv' $files | grep -v '^src/backend/cuda/backend.cu:' >"$T/env"
 [ -s "$T/env" ] && bad "the environment read outside the backend's open: $(cat "$T/env")" \
   || ok "the environment is read only in backend.cu"
