@@ -67,30 +67,40 @@ extern "C" int qc_cuda_switch(const qc_backend *be, const char *name, int on) {
   return qc_err("%s: no side-by-side switch '%s'", c->name, name);
 }
 
+/* Release everything the backend holds. Every step's status is checked:
+ * when an error is already set (the run failed, or open did) that error is
+ * the cause and stays the one line; after a clean run the first failure
+ * here is printed as one warning (the results are out already). */
 extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   if (!be) return;
   cu *c = C(be);
-  cudaSetDevice(c->dev);
-  cu_coll_free(c);
+  const int cause = qc_err_msg()[0] != 0;
+  int rc = c->rel_rc;
+  rc = cu_keep(c, rc, cudaSetDevice(c->dev), "cudaSetDevice");
+  rc = cu_coll_free(c, rc);
   for (int i = 0; i < QC_CU_EVENTS; i++)
-    if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+    if (c->ev[i]) rc = cu_keep(c, rc, cudaEventDestroy(c->ev[i]), "cudaEventDestroy");
   for (int i = 0; i < QC_FENCES; i++) {
-    if (c->fence[i].ev) cudaEventDestroy(c->fence[i].ev);
-    if (c->fence[i].hres) cudaFreeHost(c->fence[i].hres);
+    if (c->fence[i].ev) rc = cu_keep(c, rc, cudaEventDestroy(c->fence[i].ev), "cudaEventDestroy (fence)");
+    if (c->fence[i].hres) rc = cu_keep(c, rc, cudaFreeHost(c->fence[i].hres), "cudaFreeHost (fence)");
   }
-  for (int i = 0; i < 8; i++) cu_plan_free(&c->plans[i]);
-  cu_oz_free(c);
-  if (c->lt) cublasLtDestroy(c->lt);
-  if (c->blas2) cublasDestroy(c->blas2);
-  if (c->blas) cublasDestroy(c->blas);
-  if (c->lh) cudaFreeHost(c->lh);
-  cudaFree(c->ws);
-  cudaFree(c->arena);
-  cudaFree(c->mscratch);
-  cudaFree(c->mres);
-  cudaFree(c->qscratch);
-  if (c->st2) cudaStreamDestroy(c->st2);
-  if (c->st) cudaStreamDestroy(c->st);
+  for (int i = 0; i < 8; i++) rc = cu_plan_free(c, rc, &c->plans[i]);
+  rc = cu_oz_free(c, rc);
+  if (c->lt) rc = blas_keep(c, rc, cublasLtDestroy(c->lt), "cublasLtDestroy");
+  if (c->blas2) rc = blas_keep(c, rc, cublasDestroy(c->blas2), "cublasDestroy (second)");
+  if (c->blas) rc = blas_keep(c, rc, cublasDestroy(c->blas), "cublasDestroy");
+  if (c->lh) rc = cu_keep(c, rc, cudaFreeHost(c->lh), "cudaFreeHost");
+  rc = cu_keep(c, rc, cudaFree(c->ws), "cudaFree (cuBLASLt workspace)");
+  rc = cu_keep(c, rc, cudaFree(c->arena), "cudaFree (the audit's arena)");
+  rc = cu_keep(c, rc, cudaFree(c->mscratch), "cudaFree (metrics scratch)");
+  rc = cu_keep(c, rc, cudaFree(c->mres), "cudaFree (metrics results)");
+  rc = cu_keep(c, rc, cudaFree(c->qscratch), "cudaFree (quantizer scratch)");
+  if (c->st2) rc = cu_keep(c, rc, cudaStreamDestroy(c->st2), "cudaStreamDestroy (second)");
+  if (c->st) rc = cu_keep(c, rc, cudaStreamDestroy(c->st), "cudaStreamDestroy");
+  if (rc && !cause && qc_err_msg()[0]) {
+    fprintf(stderr, "qatcheck: warning: %s (releasing the device)\n", qc_err_msg());
+    qc_err_clear();
+  }
   free(c);
 }
 

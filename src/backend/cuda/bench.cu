@@ -45,10 +45,11 @@ extern "C" int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *
       goto done;
     CK(cudaEventRecord(c->ev[4], c->st), "event");
     CK(cudaEventSynchronize(c->ev[4]), "bench");
-    t[4 * i + 0] = cu_ev_ms(c->ev[0], c->ev[1]);
-    t[4 * i + 1] = cu_ev_ms(c->ev[1], c->ev[2]);
-    t[4 * i + 2] = cu_ev_ms(c->ev[2], c->ev[3]);
-    t[4 * i + 3] = cu_ev_ms(c->ev[3], c->ev[4]);
+    for (int f = 0; f < 4; f++) {
+      double ms;
+      if ((rc = cu_ev_ms(c, c->ev[f], c->ev[f + 1], &ms))) goto done;
+      t[4 * i + f] = (float)ms;
+    }
   }
   /* medians */
   for (int f = 0; f < 4; f++) {
@@ -66,7 +67,7 @@ extern "C" int qc_cuda_bench_parts(const qc_backend *be, const qc_linear_audit *
   r->dgemm_tflops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_dgemm2 * 1e9);
   r->bf16_tflops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_bf16x2 * 1e9);
 done:
-  cudaFree(dst);
+  rc = cu_keep(c, rc, cudaFree(dst), "cudaFree");
   free(t);
   return rc;
 }
@@ -85,8 +86,8 @@ extern "C" int qc_cuda_fp8_conformance(const qc_backend *be, int kind, uint8_t *
   if (host_chunk) CK(cudaMemcpyAsync(host_chunk, d, count, cudaMemcpyDeviceToHost, c->st), "download bytes");
   CK(cudaStreamSynchronize(c->st), "conformance");
 done:
-  cudaFree(d);
-  cudaFree(dm);
+  rc = cu_keep(c, rc, cudaFree(d), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(dm), "cudaFree");
   return rc;
 }
 
@@ -112,9 +113,9 @@ extern "C" int qc_cuda_parith_conformance(const qc_backend *be, unsigned long lo
   CK(cudaMemcpyAsync(first, (char *)dm + 16, 8, cudaMemcpyDeviceToHost, c->st), "download");
   CK(cudaStreamSynchronize(c->st), "conformance");
 done:
-  cudaFree(tab);
-  cudaFree(dexc);
-  cudaFree(dm);
+  rc = cu_keep(c, rc, cudaFree(tab), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(dexc), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(dm), "cudaFree");
   return rc;
 }
 

@@ -11,7 +11,11 @@
 #include "backend/cuda/cuda_priv.h"
 
 int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p) { return cu_dalloc(C(be), bytes, what, p); }
-void cu_buf_free(const qc_backend *be, void *p) { (void)be; cudaFree(p); }
+/* backend.h buf_free (no status to return: a failure waits in rel_rc for the next sync). */
+void cu_buf_free(const qc_backend *be, void *p) {
+  cu *c = C(be);
+  c->rel_rc = cu_keep(c, c->rel_rc, cudaFree(p), "cudaFree");
+}
 
 /* Host to device on the backend's stream (asynchronous for pinned memory). */
 int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes) {
@@ -41,4 +45,8 @@ int cu_host_alloc(const qc_backend *be, size_t bytes, const char *what, void **p
   }
   return QC_OK;
 }
-void cu_host_free(const qc_backend *be, void *p) { (void)be; cudaFreeHost(p); }
+/* backend.h host_free (as buf_free). */
+void cu_host_free(const qc_backend *be, void *p) {
+  cu *c = C(be);
+  if (p) c->rel_rc = cu_keep(c, c->rel_rc, cudaFreeHost(p), "cudaFreeHost");
+}

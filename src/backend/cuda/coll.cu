@@ -101,14 +101,16 @@ done:
   return rc;
 }
 
-/* Free the communicator (at close; the stream is synced first). */
-void cu_coll_free(cu *c) {
+/* Free the communicator (at close; the stream is synced first); rc as cu_keep. */
+int cu_coll_free(cu *c, int rc) {
 #ifdef QC_HAVE_NCCL
   if (c->comm) {
-    if (c->st) cudaStreamSynchronize(c->st);
-    ncclCommDestroy(c->comm);
+    if (c->st) rc = cu_keep(c, rc, cudaStreamSynchronize(c->st), "the collectives' last work");
+    ncclResult_t r = ncclCommDestroy(c->comm);
+    if (r != ncclSuccess && !rc) rc = nccl_fail(c, "ncclCommDestroy", r);
     c->comm = NULL;
   }
 #endif
   c->coll_ready = 0;
+  return rc;
 }

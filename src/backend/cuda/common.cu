@@ -28,7 +28,11 @@ int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p) {
   if (bytes == 0) bytes = 1;
   cudaError_t e = cudaMemGetInfo(&fr, &tot);
   if (e != cudaSuccess) return cu_fail(c, "cudaMemGetInfo", e);
-  if (bytes > fr || (e = cudaMalloc(p, bytes)) != cudaSuccess) {
+  if (bytes <= fr && (e = cudaMalloc(p, bytes)) != cudaSuccess && e != cudaErrorMemoryAllocation) {
+    *p = NULL;
+    return cu_fail(c, what, e); /* not the memory: a device fault, named as it is */
+  }
+  if (bytes > fr || e != cudaSuccess) {
     *p = NULL;
     qc_err("%s: %s needs %.3f GiB of device memory but the device has %.3f GiB free (of %.3f GiB)", c->name, what,
            bytes / GiB, fr / GiB, tot / GiB);
@@ -36,4 +40,16 @@ int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p) {
     return QC_EINPUT;
   }
   return QC_OK;
+}
+
+/* A release step's CUDA status folded into rc (cuda_priv.h). */
+int cu_keep(const cu *c, int rc, cudaError_t e, const char *what) {
+  if (rc || e == cudaSuccess) return rc;
+  return cu_fail(c, what, e);
+}
+
+/* A release step's cuBLAS / cuBLASLt status folded into rc (cuda_priv.h). */
+int blas_keep(const cu *c, int rc, int s, const char *what) {
+  if (rc || s == 0) return rc;
+  return blas_fail(c, what, s);
 }

@@ -19,6 +19,7 @@
 #include <cublas_v2.h>
 #include <cuda_fp8.h> /* before numerics/recipe.h (its device e4m3) */
 #include <cuda_runtime.h>
+#include <string.h>
 #ifdef QC_HAVE_NCCL
 #include <nccl.h>
 #endif
@@ -114,6 +115,7 @@ typedef struct cu {
 #endif
   int coll_ready;
   int sw[CU_SWITCHES];      /* the side-by-side switches (above) */
+  int rel_rc;               /* the first failed release of buf_free / host_free (they return nothing): reported by sync */
 } cu;
 
 /* The CUDA state behind a backend table. */
@@ -137,6 +139,24 @@ int cu_fail(const cu *c, const char *what, cudaError_t e);
 int blas_fail(const cu *c, const char *what, int s);
 /* Device allocation with the amount named when it cannot fit. */
 int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p);
+/* A release step (a free, a destroy, a sync in a cleanup label) whose
+ * status is e (CUDA) or s (cuBLAS, cuBLASLt): rc when rc already failed (the
+ * first failure is the cause), else QC_OK or the step's failure as the one
+ * error line. rc = cu_keep(c, rc, cudaFree(p), "cudaFree"). */
+int cu_keep(const cu *c, int rc, cudaError_t e, const char *what);
+int blas_keep(const cu *c, int rc, int s, const char *what);
+
+/* Release a cached cuBLASLt plan (cu::lt_plan or cu::cu_oz::oz_plan: the
+ * descriptors op, la, lb, ld; NULL ones skipped) and zero it; rc as
+ * cu_keep. The one teardown of both plan caches. */
+template <typename P> static inline int cu_plan_free(const cu *c, int rc, P *p) {
+  if (p->ld) rc = blas_keep(c, rc, cublasLtMatrixLayoutDestroy(p->ld), "cublasLtMatrixLayoutDestroy");
+  if (p->lb) rc = blas_keep(c, rc, cublasLtMatrixLayoutDestroy(p->lb), "cublasLtMatrixLayoutDestroy");
+  if (p->la) rc = blas_keep(c, rc, cublasLtMatrixLayoutDestroy(p->la), "cublasLtMatrixLayoutDestroy");
+  if (p->op) rc = blas_keep(c, rc, cublasLtMatmulDescDestroy(p->op), "cublasLtMatmulDescDestroy");
+  memset(p, 0, sizeof *p);
+  return rc;
+}
 
 /* Bytes of a row-major operand of `rows` rows, `cols` columns, leading dim ld. */
 static inline size_t cu_span(int64_t rows, int64_t cols, int64_t ld, size_t es) {
@@ -180,14 +200,15 @@ int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes);
 /* ---- shared between the files ---- */
 int cu_dgemm_dev_h(cu *c, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 int cu_dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
-float cu_ev_ms(cudaEvent_t a, cudaEvent_t b);
+/* *ms = the time from event a to event b (both done), or the failure. */
+int cu_ev_ms(const cu *c, cudaEvent_t a, cudaEvent_t b, double *ms);
 void cu_lin_layout(const cu *c, int64_t M, int64_t K, int64_t N, lin_bufs *b);
 int cu_lt_gemm_on(cu *c, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt);
 int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt);
 int cu_metrics_dev(cu *c, const void *g, int g_kind, const double *r, int64_t n, int slot, qc_metrics *out);
 void cu_metrics_fill(const qk_msum *s, qc_metrics *m);
-void cu_plan_free(struct cu::lt_plan *p);
-void cu_coll_free(cu *c);
+/* Teardown at close (rc as cu_keep): the communicator; the fast reference's buffers and plans. */
+int cu_coll_free(cu *c, int rc);
 int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
 /* ozaki.cu: the reference GEMMs of the fused audit. cu_ref_gemm queues
  * C = op(A) op(B) (cu_dgemm_dev's convention) on stream st (h: the cuBLAS
@@ -203,6 +224,6 @@ int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
 int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n,
                 int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 int cu_ref_settle(cu *c, qc_linear_audit_out *o);
-void cu_oz_free(cu *c);
+int cu_oz_free(cu *c, int rc);
 
 #endif

@@ -33,15 +33,6 @@ int cu_dgemm_dev(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, con
   return cu_dgemm_dev_h(c, c->blas, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
 }
 
-/* Release a cached cuBLASLt plan. */
-void cu_plan_free(struct cu::lt_plan *p) {
-  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
-  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-  if (p->op) cublasLtMatmulDescDestroy(p->op);
-  memset(p, 0, sizeof *p);
-}
-
 /* The cached plan for this GEMM, or a new one (descriptors + the heuristic's
  * first algorithm; evicting round robin). QC_EINPUT when cuBLASLt has none. */
 static int plan_get(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldd,
@@ -62,7 +53,7 @@ static int plan_get(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, 
   }
   p = &c->plans[c->next_plan];
   c->next_plan = (c->next_plan + 1) % 8;
-  cu_plan_free(p);
+  if ((rc = cu_plan_free(c, QC_OK, p))) goto done; /* evict the oldest */
   memset(&h, 0, sizeof h);
   BK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "cublasLt TRANSA");
@@ -88,8 +79,8 @@ static int plan_get(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, 
   p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldd = ldd; p->dt = dt;
   *out = p;
 done:
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (rc) cu_plan_free(p);
+  if (pref) rc = blas_keep(c, rc, cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
+  if (rc) rc = cu_plan_free(c, rc, p);
   return rc;
 }
 
@@ -145,9 +136,9 @@ static int host_gemm(const qc_backend *be, int f64, qc_op ta, qc_op tb, int64_t 
   CK(cudaMemcpyAsync(Cm, dC, nc, cudaMemcpyDeviceToHost, c->st), "download GEMM result");
   CK(cudaStreamSynchronize(c->st), "GEMM");
 done:
-  cudaFree(dA);
-  cudaFree(dB);
-  cudaFree(dC);
+  rc = cu_keep(c, rc, cudaFree(dA), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(dB), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(dC), "cudaFree");
   return rc;
 }
 

@@ -37,10 +37,11 @@ void cu_lin_layout(const cu *c, int64_t M, int64_t K, int64_t N, lin_bufs *b) {
   b->bias_out = (double *)carve(&p, 2 * QK_BIAS_NSUM * 8);
 }
 
-float cu_ev_ms(cudaEvent_t a, cudaEvent_t b) {
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  return ms;
+int cu_ev_ms(const cu *c, cudaEvent_t a, cudaEvent_t b, double *ms) {
+  float f = 0;
+  cudaError_t e = cudaEventElapsedTime(&f, a, b);
+  *ms = f;
+  return e == cudaSuccess ? QC_OK : cu_fail(c, "event timing", e);
 }
 
 static_assert(QK_SUM_THREADS == QC_DEV_SUM_THREADS && QK_SUM_COLS == QC_DEV_SUM_COLS && QK_SUM_ROWS == QC_DEV_SUM_ROWS &&
@@ -92,9 +93,10 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if (M < 1 || K < 1 || N < 1) return qc_err("%s: linear audit: M, K, N must be >= 1", c->name);
   if ((rc = cu_qfmt(c, fmt, a->profile, &q))) return rc;
   if (c->arena_bytes < need) {
-    cudaFree(c->arena);
+    cudaError_t e = cudaFree(c->arena);
     c->arena = NULL;
     c->arena_bytes = 0;
+    if (e != cudaSuccess) return cu_fail(c, "cudaFree (the audit's smaller arena)", e);
     char what[160];
     snprintf(what, sizeof what, "the linear audit of [M %lld, K %lld, N %lld]", (long long)M, (long long)K, (long long)N);
     if ((rc = cu_dalloc(c, need, what, &c->arena))) return rc;
@@ -198,12 +200,13 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
     cu_bias_fill(h->bias[0], M, K, &o->dx);
     cu_bias_fill(h->bias[1], N, K, &o->dw);
   }
-  o->ms_quant = cu_ev_ms(c->ev[0], c->ev[3]);   /* widen dY, make W_ref */
-  o->ms_ref = cu_ev_ms(c->ev[3], c->ev[5]);     /* the reference d_x */
-  o->ms_cand = cu_ev_ms(c->ev[1], c->ev[6]);    /* the second stream's d_weight pair, beside the two above */
-  o->ms_metrics = cu_ev_ms(c->ev[5], c->ev[4]); /* candidate d_x and both metrics passes */
+  if ((rc = cu_ev_ms(c, c->ev[0], c->ev[3], &o->ms_quant)) ||  /* widen dY, make W_ref */
+      (rc = cu_ev_ms(c, c->ev[3], c->ev[5], &o->ms_ref)) ||     /* the reference d_x */
+      (rc = cu_ev_ms(c, c->ev[1], c->ev[6], &o->ms_cand)) ||    /* the second stream's d_weight pair, beside the two above */
+      (rc = cu_ev_ms(c, c->ev[5], c->ev[4], &o->ms_metrics)))   /* candidate d_x and both metrics passes */
+    goto done;
   o->device_bytes = need;
 done:
-  if (rc) cudaStreamSynchronize(c->st2); /* nothing of this audit left running on the second stream */
+  if (rc) rc = cu_keep(c, rc, cudaStreamSynchronize(c->st2), "the second stream"); /* nothing of this audit left running there */
   return rc;
 }

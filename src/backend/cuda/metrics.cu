@@ -47,8 +47,8 @@ int cu_metrics(const qc_backend *be, const double *g, const double *r, int64_t n
   rc = cu_metrics_dev(c, dg, 0, (const double *)dr, n, 0, out);
   out->noise_floor = NAN; /* as qc_metrics_compute: the caller computes it for its dtype */
 done:
-  cudaFree(dg);
-  cudaFree(dr);
+  rc = cu_keep(c, rc, cudaFree(dg), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(dr), "cudaFree");
   return rc;
 }
 
@@ -63,7 +63,8 @@ static void fill_pending(const qk_msum *s, qc_metrics *const *dst, int n) {
 }
 
 /* backend.h sync: the whole stream; the metrics pending since the last
- * fence and those of every fence not yet waited for are filled. */
+ * fence and those of every fence not yet waited for are filled; a failed
+ * buf_free / host_free since the last sync is reported here. */
 int cu_sync(const qc_backend *be) {
   cu *c = C(be);
   int rc = QC_OK;
@@ -76,6 +77,8 @@ int cu_sync(const qc_backend *be) {
 done:
   c->npend = 0;
   for (int k = 0; k < QC_FENCES; k++) c->fence[k].armed = c->fence[k].recorded = c->fence[k].n = 0;
+  if (!rc) rc = c->rel_rc; /* a buffer release that failed since the last sync */
+  c->rel_rc = QC_OK;
   return rc;
 }
 

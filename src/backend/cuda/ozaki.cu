@@ -44,20 +44,15 @@ static size_t oz_bytes(int64_t mp, int64_t np, int64_t kp, int S) {
          up256((size_t)mp * 4) + up256((size_t)np * 4);
 }
 
-void cu_oz_free(cu *c) {
-  for (int i = 0; i < 8; i++) {
-    struct cu::cu_oz::oz_plan *p = &c->oz.plans[i];
-    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
-    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-    if (p->op) cublasLtMatmulDescDestroy(p->op);
-    memset(p, 0, sizeof *p);
-  }
-  cudaFree(c->oz.buf[0]);
-  cudaFree(c->oz.buf[1]);
-  cudaFree(c->oz.dev);
-  if (c->oz.host) cudaFreeHost(c->oz.host);
+/* cuda_priv.h: the fast reference's plans and buffers released (at close). */
+int cu_oz_free(cu *c, int rc) {
+  for (int i = 0; i < 8; i++) rc = cu_plan_free(c, rc, &c->oz.plans[i]);
+  rc = cu_keep(c, rc, cudaFree(c->oz.buf[0]), "cudaFree (fast reference)");
+  rc = cu_keep(c, rc, cudaFree(c->oz.buf[1]), "cudaFree (fast reference)");
+  rc = cu_keep(c, rc, cudaFree(c->oz.dev), "cudaFree (fast reference's self-check)");
+  if (c->oz.host) rc = cu_keep(c, rc, cudaFreeHost(c->oz.host), "cudaFreeHost (fast reference's self-check)");
   memset(&c->oz, 0, sizeof c->oz);
+  return rc;
 }
 
 /* The small fixed buffers: check results and flags (device and pinned), scratch. */
@@ -92,11 +87,7 @@ static int oz_plan(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct
   }
   p = &c->oz.plans[c->oz.next_plan];
   c->oz.next_plan = (c->oz.next_plan + 1) % 8;
-  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
-  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-  if (p->op) cublasLtMatmulDescDestroy(p->op);
-  memset(p, 0, sizeof *p);
+  if ((rc = cu_plan_free(c, QC_OK, p))) goto done; /* evict the oldest */
   memset(&h, 0, sizeof h);
   BK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "cublasLtMatmulDescCreate (int8)");
   BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &st, sizeof st), "cublasLt SCALE_TYPE");
@@ -122,14 +113,8 @@ static int oz_plan(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct
   p->mp = mp; p->np = np; p->kc = kc; p->kp = kp;
   *out = p;
 done:
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (rc) {
-    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
-    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-    if (p->op) cublasLtMatmulDescDestroy(p->op);
-    memset(p, 0, sizeof *p);
-  }
+  if (pref) rc = blas_keep(c, rc, cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
+  if (rc) rc = cu_plan_free(c, rc, p);
   return rc;
 }
 
@@ -162,9 +147,10 @@ static int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, i
   {
     size_t need = oz_bytes(mp, np, kp, S) + WS_BYTES;
     if (c->oz.bytes[slot] < need) {
-      cudaFree(c->oz.buf[slot]); /* waits for the work queued on it */
+      cudaError_t e = cudaFree(c->oz.buf[slot]); /* waits for the work queued on it */
       c->oz.buf[slot] = NULL;
       c->oz.bytes[slot] = 0;
+      if (e != cudaSuccess) return cu_fail(c, "cudaFree (the fast reference's smaller buffer)", e);
       if ((rc = cu_dalloc(c, need, "the fast reference's slices and int32 products", &c->oz.buf[slot]))) return rc;
       c->oz.bytes[slot] = need;
     }
@@ -322,9 +308,11 @@ extern "C" int qc_cuda_bench_ref(const qc_backend *be, const qc_linear_audit *a,
        "self-check");
     CK(cudaEventRecord(c->ev[3], c->st), "event");
     CK(cudaEventSynchronize(c->ev[3]), "bench");
-    t[3 * i + 0] = cu_ev_ms(c->ev[0], c->ev[1]);
-    t[3 * i + 1] = cu_ev_ms(c->ev[1], c->ev[2]);
-    t[3 * i + 2] = cu_ev_ms(c->ev[2], c->ev[3]);
+    for (int f = 0; f < 3; f++) {
+      double ms;
+      if ((rc = cu_ev_ms(c, c->ev[f], c->ev[f + 1], &ms))) goto done;
+      t[3 * i + f] = (float)ms;
+    }
   }
   for (int f = 0; f < 3; f++) {
     float v[64] = {0};
@@ -352,8 +340,8 @@ extern "C" int qc_cuda_bench_ref(const qc_backend *be, const qc_linear_audit *a,
   }
   r->fast_tops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_fast2 * 1e9);
 done:
-  cudaFree(fx);
-  cudaFree(fw);
+  rc = cu_keep(c, rc, cudaFree(fx), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(fw), "cudaFree");
   free(t);
   return rc;
 }

@@ -80,11 +80,11 @@ int cu_quantize(const qc_backend *be, const char *fmt, const char *profile, int6
     q->gscale = a.fmt == QK_NVFP4 ? g : 0.0f;
   }
 done:
-  cudaFree(din);
-  cudaFree(ddeq);
-  cudaFree(dq);
-  cudaFree(ds);
-  cudaFree(dsb);
+  rc = cu_keep(c, rc, cudaFree(din), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(ddeq), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(dq), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(ds), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(dsb), "cudaFree");
   return rc;
 }
 
