@@ -207,7 +207,7 @@ int cu_lt_gemm_on(cu *c, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t
 int cu_lt_gemm(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, cudaDataType_t dt);
 int cu_metrics_dev(cu *c, const void *g, int g_kind, const double *r, int64_t n, int slot, qc_metrics *out);
 void cu_metrics_fill(const qk_msum *s, qc_metrics *m);
-/* Teardown at close (rc as cu_keep): the communicator; the fast reference's buffers and plans. */
+/* Free the communicator at close (rc as cu_keep). */
 int cu_coll_free(cu *c, int rc);
 int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
 /* ozaki.cu: the reference GEMMs of the fused audit. cu_ref_gemm queues
@@ -224,6 +224,7 @@ int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
 int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n,
                 int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 int cu_ref_settle(cu *c, qc_linear_audit_out *o);
+/* Release the fast reference's plans and buffers at close (rc as cu_keep). */
 int cu_oz_free(cu *c, int rc);
 
 #endif
