@@ -22,7 +22,7 @@ static void *run_piece(void *p) {
 
 /* Threads qc_par_for uses: QATCHECK_THREADS when set (a whole number of at
  * least 1, core/number.c), else the online processors (at most QC_PAR_MAX). */
-static int qc_par_threads(void) {
+int qc_par_threads(void) {
   double v = qc_env_value("QATCHECK_THREADS", 0);
   long n = v >= 1 ? (long)v : sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;

@@ -16,5 +16,6 @@ void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int6
 /* The most threads qc_par_for uses (QATCHECK_THREADS when set, a whole
  * number of at least 1, else the online processors, at most this). */
 #define QC_PAR_MAX 64
+int qc_par_threads(void);
 
 #endif
