@@ -28,6 +28,8 @@ static qc_watchdog_fn g_hook;
 static void *g_hook_ctx;             /* the hook's context (the run): set and unset with g_hook */
 static int g_quiet;                  /* qc_watchdog_quiet: the lines not printed */
 static int g_sigpipe[2] = {-1, -1};  /* the signal handler's byte goes in [1], the signal thread reads [0] */
+static volatile sig_atomic_t g_caught; /* the first signal the handler caught (0: none yet) */
+static int g_catching[NSIG];         /* 1: this signal's handler is on_signal */
 
 /* The error line and hint on stderr (one write), unless quiet. */
 static void say(const char *msg, const char *hint) {
@@ -112,7 +114,16 @@ void qc_watchdog_hook(qc_watchdog_fn fn, void *ctx) {
   pthread_mutex_unlock(&g_mu);
 }
 
-void qc_watchdog_hold(void) { pthread_mutex_lock(&g_mu); }
+static void end_by_signal(int signo) __attribute__((noreturn));
+
+void qc_watchdog_hold(void) {
+  pthread_mutex_lock(&g_mu);
+  int sig = g_hook ? qc_watchdog_signalled() : 0;
+  if (sig) { /* a report about to be written while the run is being interrupted: the interruption's */
+    pthread_mutex_unlock(&g_mu);
+    end_by_signal(sig);
+  }
+}
 
 void qc_watchdog_release(int disarm) {
   if (disarm) {
@@ -128,16 +139,33 @@ void qc_watchdog_release(int disarm) {
  * is kept for the code it interrupted. */
 static void on_signal(int signo) {
   int saved = errno;
+  if (!g_caught) g_caught = signo;
   unsigned char b = (unsigned char)signo;
   ssize_t w = write(g_sigpipe[1], &b, 1);
   (void)w;
   errno = saved;
 }
 
+/* End the run as interrupted by signal signo, from any thread that does
+ * not hold the watchdog: once no report is being committed, the hook's
+ * error reports, the line "the run was interrupted by SIGINT (signal 2):
+ * nothing judged" (unless quiet), exit 128 + signo. Several threads may
+ * race here (the signal thread, a reader that saw the dump sandbox's child
+ * die of the same Ctrl-C): the first one ends the process, the others
+ * wait on the mutex until it is gone. */
+static void end_by_signal(int signo) {
+  char msg[200];
+  const char *name = signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : signo == SIGHUP ? "SIGHUP" : "a signal";
+  snprintf(msg, sizeof msg, "the run was interrupted by %s (signal %d): nothing judged", name, signo);
+  const char *hint = "the requested reports hold this error report; rerun to get a verdict";
+  pthread_mutex_lock(&g_mu); /* a report commit under way finishes first */
+  if (g_hook) g_hook(g_hook_ctx, msg, hint);
+  say(msg, hint);
+  _exit(128 + signo);
+}
+
 /* The signal thread: waits for a byte from the handler, then ends the run
- * as an expiry does (the hook's error reports, once no report is being
- * committed), with exit 128 + the signal's number. Never returns once a
- * signal arrives. */
+ * (end_by_signal). Never returns once a signal arrives. */
 static void *sig_watch(void *arg) {
   (void)arg;
   unsigned char b = 0;
@@ -147,15 +175,23 @@ static void *sig_watch(void *arg) {
     if (r < 0 && errno == EINTR) continue;
     return NULL; /* the pipe is gone: nothing more to watch */
   }
-  int signo = b;
-  char msg[200];
-  const char *name = signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : signo == SIGHUP ? "SIGHUP" : "a signal";
-  snprintf(msg, sizeof msg, "the run was stopped by %s (signal %d): nothing judged", name, signo);
-  const char *hint = "the requested reports hold this error report; rerun to get a verdict";
-  pthread_mutex_lock(&g_mu); /* a report commit under way finishes first */
-  if (g_hook) g_hook(g_hook_ctx, msg, hint);
-  say(msg, hint);
-  _exit(128 + signo);
+  end_by_signal(b);
+}
+
+int qc_watchdog_signalled(void) {
+  if (g_sigpipe[0] < 0) return 0; /* not catching signals */
+  if (g_caught) return g_caught;
+  sigset_t p;
+  if (sigpending(&p) != 0) return 0;
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    if (g_catching[sigs[i]] && sigismember(&p, sigs[i])) return sigs[i];
+  return 0;
+}
+
+void qc_watchdog_interrupted(int signo) {
+  int sig = qc_watchdog_signalled(); /* the signal this process caught, when it did */
+  end_by_signal(sig ? sig : signo);
 }
 
 int qc_watchdog_signals(void) {
@@ -180,6 +216,7 @@ int qc_watchdog_signals(void) {
     if (sigaction(sigs[i], NULL, &old) != 0) return qc_err_sys("cannot read the handler of signal %d: %s", sigs[i], strerror(errno));
     if (old.sa_handler == SIG_IGN) continue; /* started under nohup (or told to ignore it): keep ignoring it */
     if (sigaction(sigs[i], &sa, NULL) != 0) return qc_err_sys("cannot catch signal %d: %s", sigs[i], strerror(errno));
+    g_catching[sigs[i]] = 1;
   }
   return QC_OK;
 }

@@ -32,7 +32,11 @@ void qc_watchdog_hook(qc_watchdog_fn fn, void *ctx);
 /* Hold off the expiry while a report is committed (so the hook never sees
  * one half-renamed); release with disarm 1 once the run's verdict is
  * written (the watchdog must not replace it: it is off and its hook unset),
- * 0 otherwise. Not nested, and no other watchdog call while held. */
+ * 0 otherwise. Not nested, and no other watchdog call while held. While a
+ * hook is set and a signal has been caught or is pending
+ * (qc_watchdog_signalled), the hold never returns: the run ends as
+ * interrupted (qc_watchdog_interrupted), so a report about to be written
+ * as the run is interrupted is the interruption's error report. */
 void qc_watchdog_hold(void);
 void qc_watchdog_release(int disarm);
 
@@ -40,10 +44,23 @@ void qc_watchdog_release(int disarm);
  * started): the handler only writes the signal's number to a pipe; a
  * thread reading it ends the run as an expiry does (the hook's error
  * reports, never during a report commit), with the line "qatcheck: error:
- * the run was stopped by SIGTERM (signal 15): nothing judged" and exit 128
- * + the signal's number. SIGKILL cannot be caught (docs/ci.md). QC_ESYS
- * when the pipe, thread or handlers cannot be set up. */
+ * the run was interrupted by SIGTERM (signal 15): nothing judged" and exit
+ * 128 + the signal's number. SIGKILL cannot be caught (docs/ci.md).
+ * QC_ESYS when the pipe, thread or handlers cannot be set up. */
 int qc_watchdog_signals(void);
+
+/* The number of the signal (SIGINT, SIGTERM, SIGHUP) this process has
+ * caught (qc_watchdog_signals), or of one pending for it and not yet
+ * handled; 0 when none, or when signals are not caught. Any thread. */
+int qc_watchdog_signalled(void);
+
+/* End the run as interrupted, from any thread that does not hold the
+ * watchdog, as a caught signal does (the hook's error reports once no
+ * report is being committed, the line, exit 128 + the number): by the
+ * signal this process caught, if any, else by signo. For a signal that
+ * reached a child of the run instead (the dump sandbox's reader killed by
+ * SIGINT is an interrupted run, not a damaged file). Never returns. */
+void qc_watchdog_interrupted(int signo) __attribute__((noreturn));
 
 /* End the run now, from a thread other than the main one, as an expiry
  * does: once no report is being committed, the hook (msg, hint), then the

@@ -25,6 +25,7 @@
 
 #include "core/number.h"
 #include "core/qc.h"
+#include "core/watchdog.h"
 #include "io/dump_priv.h"
 
 #define DEADLINE_FLOOR 4.0   /* seconds of CPU for any file: a healthy header walk takes milliseconds */
@@ -149,15 +150,22 @@ extern void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak))
 
 /* In the child, before libhdf5 runs: die with the parent, die by the
  * default action of a crash signal (no handler of the parent's, no core
- * file), print nothing. */
+ * file), print nothing. An interrupting signal (SIGINT, SIGTERM, SIGHUP)
+ * the parent ignores (nohup, a shell's background job) is ignored here
+ * too: the child never dies of a signal its parent would not. */
 static void child_setup(pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(0);
-  static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS, SIGTRAP, SIGALRM, SIGTERM, SIGINT};
+  static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS, SIGTRAP, SIGALRM, SIGTERM, SIGINT, SIGHUP};
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = SIG_DFL;
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old;
+    int interrupt = sigs[i] == SIGINT || sigs[i] == SIGTERM || sigs[i] == SIGHUP;
+    if (interrupt && sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sigs[i], &sa, NULL);
+  }
   sa.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &sa, NULL);
   sigset_t none;
@@ -187,12 +195,19 @@ static const char *signame(int s) {
 }
 
 /* The child is gone or stuck: reap it (killing it first when hung) and
- * set the message every later call repeats. */
+ * set the message every later call repeats. A run being interrupted is
+ * not a damaged file: when this process has caught (or has pending) a
+ * SIGINT, SIGTERM or SIGHUP, or the child died of one (a Ctrl-C reaches
+ * the whole process group; a signal sent to the child alone), the run
+ * ends as interrupted (core/watchdog.h), blaming no file. */
 static int box_dead(qc_box *b, int hung) {
   if (!b->dead) {
-    int st = 0;
+    int st = 0, sig = qc_watchdog_signalled();
+    if (sig) qc_watchdog_interrupted(sig);
     if (hung) kill(b->pid, SIGKILL);
     while (waitpid(b->pid, &st, 0) < 0 && errno == EINTR) {}
+    if (!hung && WIFSIGNALED(st) && (WTERMSIG(st) == SIGINT || WTERMSIG(st) == SIGTERM || WTERMSIG(st) == SIGHUP))
+      qc_watchdog_interrupted(WTERMSIG(st));
     char where[QC_BOX_WHERE];
     memcpy(where, b->sh->where, sizeof where);
     where[sizeof where - 1] = 0;

@@ -90,8 +90,8 @@ os.execv(sys.argv[1], sys.argv[1:])' "$QATCHECK" vjp --case "$T/hangs.json" --js
     code=$?
     want=$((128 + num))
     [ "$code" = "$want" ] && ok "SIG$sig: exit $code" || bad "SIG$sig: exit $code, expected $want"
-    one_line "SIG$sig" "stopped by SIG$sig"
-    grep -q '"verdict":[[:space:]]*"error"' "$T/r.json" && grep -q "stopped by SIG$sig" "$T/r.json" &&
+    one_line "SIG$sig" "interrupted by SIG$sig"
+    grep -q '"verdict":[[:space:]]*"error"' "$T/r.json" && grep -q "interrupted by SIG$sig" "$T/r.json" &&
       ok "SIG$sig: r.json holds the error report" || bad "SIG$sig: r.json is not the error report: $(head -c 300 "$T/r.json")"
   done
 else
