@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < g_nverbs; i++)
     if (strcmp(argv[1], g_verbs[i].name) == 0) {
-      int rc = qc_cli_run(&g_verbs[i], argc - 1, argv + 1);
+      int rc = qc_cli_job(&g_verbs[i], argc - 1, argv + 1);
       if (rc == 2 && qc_err_msg()[0]) {
         qc_watchdog_hold(); /* a signal coming now waits for this line: its exit never cuts it */
         qc_err_print();

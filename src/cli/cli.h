@@ -35,6 +35,12 @@ int qc_cmd_step(struct qc_run *run, int argc, char **argv);
  * paths are checked before it does any work, and an exit 2 replaces them
  * with its error report. Returns the exit status (0, 1, 2). */
 int qc_cli_run(const qc_verb *v, int argc, char **argv);
+/* Run verb v as qc_cli_run does; started by a process manager (mpirun),
+ * with the run's --timeout armed, its report paths registered with the
+ * watchdog and --rank-timeout applied before MPI starts, so a job that
+ * never finishes starting (a rank stopped inside MPI_Init) ends as a run
+ * does: one line, exit 2, the error report (cli/job.c). */
+int qc_cli_job(const qc_verb *v, int argc, char **argv);
 /* Before anything else in main(): run the dump sandbox's child when this
  * process is one (argv[1] is its marker: never returns), else let the
  * dump reader exec its children from this binary (io/dump.h). */

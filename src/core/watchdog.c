@@ -19,6 +19,12 @@
 
 #include "core/qc.h"
 
+/* How much later a quiet process's limit expires (qc_watchdog_quiet): the
+ * ranks of a job arm --timeout at about the same time, and the first to
+ * exit makes mpirun end the others with SIGTERM; rank 0's expiry, its line
+ * and its report, must come first. */
+#define QUIET_GRACE_S 5.0
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv;
 static int g_started, g_armed;
@@ -93,9 +99,10 @@ int qc_watchdog_arm(double seconds) {
     snprintf(g_msg, sizeof g_msg, "the run did not finish within --timeout %g s: stopped, nothing judged", seconds);
     snprintf(g_hint, sizeof g_hint, "raise --timeout (0: no limit) if the run is legitimately long; --verbose shows its phases");
     clock_gettime(CLOCK_MONOTONIC, &g_deadline);
-    double whole = floor(seconds);
+    double wait = seconds + (g_quiet ? QUIET_GRACE_S : 0); /* a quiet rank after the speaking one */
+    double whole = floor(wait);
     g_deadline.tv_sec += (time_t)whole;
-    g_deadline.tv_nsec += (long)((seconds - whole) * 1e9);
+    g_deadline.tv_nsec += (long)((wait - whole) * 1e9);
     if (g_deadline.tv_nsec >= 1000000000L) {
       g_deadline.tv_sec++;
       g_deadline.tv_nsec -= 1000000000L;

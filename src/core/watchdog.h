@@ -70,8 +70,11 @@ void qc_watchdog_interrupted(int signo) __attribute__((noreturn));
 void qc_watchdog_end(const char *msg, const char *hint, int print, void (*done)(void)) __attribute__((noreturn));
 
 /* 1: the watchdog's own lines (an expiry, a signal) are not printed, the
- * hook still runs. The ranks of an MPI job other than rank 0 are quiet, so
- * a --timeout or a Ctrl-C that reaches every rank prints one line. */
+ * hook still runs, and a limit armed from then on expires 5 s later than
+ * asked. The ranks of an MPI job other than rank 0 are quiet, so a
+ * --timeout or a Ctrl-C that reaches every rank prints one line, and a
+ * --timeout that ends the job is rank 0's (its line and error report; the
+ * others, later, only when rank 0 is not running). */
 void qc_watchdog_quiet(int quiet);
 
 #endif

@@ -4,12 +4,16 @@
 #include "dist/dist.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +52,30 @@ static int launched(void) {
   return 0;
 }
 
+int qc_dist_launched(void) { return launched(); }
+
+/* Environment variable name as a whole number from 0 to INT_MAX into *v: 1,
+ * else 0 (unset, empty or anything else). */
+static int env_int(const char *name, int *v) {
+  const char *e = getenv(name);
+  if (!e || !e[0]) return 0;
+  char *end;
+  errno = 0;
+  long long x = strtoll(e, &end, 10);
+  if (errno || *end || x < 0 || x > INT_MAX) return 0;
+  *v = (int)x;
+  return 1;
+}
+
+int qc_dist_env_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+  int r = 0;
+  if (!launched()) return 0;
+  for (const char *const *v = vars; *v; v++)
+    if (env_int(*v, &r)) return r;
+  return 0;
+}
+
 #ifdef QC_HAVE_MPI
 /* An MPI failure as the one error line (system error). */
 static int mpi_fail(const char *what, int e) {
@@ -65,15 +93,23 @@ static int mpi_fail(const char *what, int e) {
 
 
 /* ---- the stall check (docs/distributed.md, "A stopped rank") -------------------------
- * The ranks of a node share one segment (an MPI shared-memory window over
- * the node's communicator, allocated on the main thread at MPI_Init): a
- * header and one slot per local rank. Each rank's beat thread stamps its
- * slot with CLOCK_MONOTONIC (one clock for the whole node) every period and
- * reads the others' stamps; it calls no MPI, so MPI_THREAD_FUNNELED holds.
- * A slot left unstamped for the rank timeout is a rank that is not running
- * (stopped, frozen): the lowest running rank of the node claims the header,
- * ends its run (its error reports: rank 0's are the job's) and prints the
- * line; the other running ranks exit 2 quietly once it has printed. */
+ * The ranks of a node share one segment: a header and one slot per local
+ * rank. Each rank's beat thread stamps its slot with CLOCK_MONOTONIC (one
+ * clock for the whole node) every period and reads the others' stamps; it
+ * calls no MPI, so MPI_THREAD_FUNNELED holds. A slot left unstamped for the
+ * rank timeout is a rank that is not running (stopped, frozen): the lowest
+ * running rank of the node claims the header, ends its run (its error
+ * reports: rank 0's are the job's) and prints the line; the other running
+ * ranks exit 2 quietly once it has printed.
+ *
+ * The segment is a file, mapped and stamped before MPI_Init, when the
+ * process manager's environment gives this rank's place (Open MPI:
+ * OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _LOCAL_SIZE) and the job's folder on
+ * this node (PMIx: PMIX_SERVER_TMPDIR, which the node's PMIx server makes
+ * for the job and removes at its end, and PMIX_NAMESPACE): a rank stopped
+ * inside MPI startup is seen too. Its name is removed once every rank of
+ * the node has started MPI. Otherwise the segment is an MPI shared-memory
+ * window over the node's communicator, allocated after MPI_Init. */
 
 enum { BEAT_NONE = 0, BEAT_RUN, BEAT_DONE };
 
@@ -93,8 +129,13 @@ typedef struct beat_slot {
 
 static struct {
   beat_head *head;
-  beat_slot *slot; /* local_size slots */
+  beat_slot *slot; /* lsize slots */
   _Atomic long long timeout_ns; /* 0: off */
+  int given;                    /* set by qc_dist_rank_timeout: QATCHECK_RANK_TIMEOUT does not replace it */
+  int rank, lrank, lsize;       /* this rank's place, as the beat thread reads it */
+  int file;                     /* the segment is the mapped file path (else MPI's window) */
+  size_t bytes;                 /* the file's size */
+  char path[PATH_MAX];          /* the file, until its name is removed ("") */
   pthread_t th;
   int started;
   pthread_mutex_t mu;
@@ -119,21 +160,21 @@ static void said(void) { atomic_store(&B.head->said, 1); }
 
 /* The beat thread: stamps this rank's slot, and ends the run when another
  * rank of the node has not stamped its own for the timeout. Returns when
- * told to stop (qc_dist_end). */
+ * told to stop (beat_stop). */
 static void *beat_main(void *arg) {
   (void)arg;
-  beat_slot *me = &B.slot[D.local_rank];
+  beat_slot *me = &B.slot[B.lrank];
   pthread_mutex_lock(&B.mu);
   while (!B.stop) {
     long long now = mono_ns(), to = atomic_load(&B.timeout_ns);
     atomic_store(&me->ns, now);
     if (to > 0) {
       int stalled = -1, lowest = -1, spid = 0;
-      for (int i = 0; i < D.local_size; i++) {
+      for (int i = 0; i < B.lsize; i++) {
         beat_slot *s = &B.slot[i];
         if (atomic_load(&s->state) != BEAT_RUN) continue;
         int r = atomic_load(&s->rank);
-        if (i != D.local_rank && now - atomic_load(&s->ns) > to) {
+        if (i != B.lrank && now - atomic_load(&s->ns) > to) {
           if (stalled < 0 || r < stalled) stalled = r, spid = atomic_load(&s->pid);
         } else if (lowest < 0 || r < lowest) lowest = r;
       }
@@ -145,7 +186,7 @@ static void *beat_main(void *arg) {
         snprintf(hint, sizeof hint, "a rank that does not run (SIGSTOP, a debugger, a frozen node) holds the others in their next collective; "
                  "--rank-timeout SECONDS sets how long one may (0: never ends the job)");
         int expect = 0;
-        if (!claim && stalled >= 0 && lowest == D.rank && atomic_compare_exchange_strong(&B.head->claim, &expect, D.rank + 1)) {
+        if (!claim && stalled >= 0 && lowest == B.rank && atomic_compare_exchange_strong(&B.head->claim, &expect, B.rank + 1)) {
           pthread_mutex_unlock(&B.mu);
           atomic_store(&me->state, BEAT_DONE); /* the others do not take this rank for stopped */
           /* the line is printed before the hook's reports are final, the
@@ -173,14 +214,115 @@ static void *beat_main(void *arg) {
   return NULL;
 }
 
-/* The node's segment (collective over the node: MPI_Win_allocate_shared),
- * this rank's slot stamped, the beat thread started once every rank of the
- * node has its slot. The timeout: QATCHECK_RANK_TIMEOUT, else the default;
- * --rank-timeout changes it later. QC_OK or QC_ESYS. */
+/* This rank's slot stamped and marked running, then the beat thread
+ * started. QC_OK or QC_ESYS. */
+static int beat_start(void) {
+  beat_slot *me = &B.slot[B.lrank];
+  atomic_store(&me->ns, mono_ns());
+  atomic_store(&me->rank, B.rank);
+  atomic_store(&me->pid, (int)getpid());
+  atomic_store(&me->state, BEAT_RUN);
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&B.cv, &ca) != 0)
+    return qc_err_sys("rank %d: cannot set up the ranks' heartbeat", B.rank);
+  pthread_condattr_destroy(&ca);
+  pthread_attr_t at;
+  int rc = pthread_attr_init(&at);
+  if (!rc) rc = pthread_attr_setstacksize(&at, 256 << 10);
+  if (!rc) rc = pthread_create(&B.th, &at, beat_main, NULL);
+  pthread_attr_destroy(&at);
+  if (rc) return qc_err_sys("rank %d: cannot start the ranks' heartbeat thread: %s", B.rank, strerror(rc));
+  pthread_setname_np(B.th, "qc-heartbeat");
+  B.started = 1;
+  return QC_OK;
+}
+
+/* This rank leaves the watch: its slot done, its beat thread joined. */
+static void beat_stop(void) {
+  if (!B.started) return;
+  atomic_store(&B.slot[B.lrank].state, BEAT_DONE);
+  pthread_mutex_lock(&B.mu);
+  B.stop = 1;
+  pthread_cond_signal(&B.cv);
+  pthread_mutex_unlock(&B.mu);
+  pthread_join(B.th, NULL);
+  pthread_cond_destroy(&B.cv);
+  B.started = 0;
+  B.stop = 0;
+}
+
+/* The file segment let go (the watch stopped first): unmapped; its name
+ * is left to the PMIx server's cleanup. */
+static void beat_file_drop(void) {
+  beat_stop();
+  if (B.file) munmap(B.head, B.bytes);
+  B.head = NULL;
+  B.slot = NULL;
+  B.file = 0;
+  B.path[0] = 0;
+}
+
+/* Before MPI_Init: the node's segment file mapped and the watch started,
+ * when the environment gives this rank's place and the job's folder
+ * (above); otherwise, or when the file cannot be used, nothing (the MPI
+ * window takes over after MPI_Init). Never an error. */
+static void beat_file_begin(void) {
+  const char *dir = getenv("PMIX_SERVER_TMPDIR"), *ns = getenv("PMIX_NAMESPACE");
+  int r, lr, ls;
+  if (!dir || !dir[0] || !ns || !ns[0] || strlen(ns) > 128 || !env_int("OMPI_COMM_WORLD_RANK", &r) ||
+      !env_int("OMPI_COMM_WORLD_LOCAL_RANK", &lr) || !env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &ls) || ls < 1 || ls > 65536 || lr >= ls)
+    return;
+  char tag[129];
+  size_t k = 0;
+  for (const char *c = ns; *c; c++) /* the namespace as a file name: letters, digits, '.', '-', else '_' */
+    tag[k++] = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' ? *c : '_';
+  tag[k] = 0;
+  int n = snprintf(B.path, sizeof B.path, "%s/qatcheck-beat-%s", dir, tag);
+  size_t bytes = sizeof(beat_head) + (size_t)ls * sizeof(beat_slot);
+  int fd = n > 0 && (size_t)n < sizeof B.path ? open(B.path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+  struct stat st;
+  /* every rank of the node sizes it alike: the one size, or still empty (zeros: no claim, no slot running) */
+  int ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+           (st.st_size == 0 || st.st_size == (off_t)bytes);
+  if (ok && st.st_size == 0) ok = ftruncate(fd, (off_t)bytes) == 0;
+  void *p = ok ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (fd >= 0) close(fd);
+  if (p == MAP_FAILED) {
+    B.path[0] = 0;
+    return;
+  }
+  B.head = p;
+  B.slot = (beat_slot *)((char *)p + sizeof(beat_head));
+  B.bytes = bytes;
+  B.file = 1;
+  B.rank = r;
+  B.lrank = lr;
+  B.lsize = ls;
+  if (beat_start() != QC_OK) {
+    qc_err_clear(); /* the window after MPI_Init tries again, and says why when it fails */
+    beat_file_drop();
+  }
+}
+
+/* After MPI_Init (collective over the node): keep the file segment when
+ * every rank of the node mapped it and MPI agrees with the environment on
+ * their places; its name removed once all have it. Otherwise the node's
+ * window (MPI_Win_allocate_shared), this rank's slot stamped and the beat
+ * thread started once every rank of the node has its slot. QC_OK or
+ * QC_ESYS. */
 static int beat_begin(void) {
-  double env; /* seconds, 0: off (core/number.c: its range); -1: unset */
-  int erc = qc_env_num("QATCHECK_RANK_TIMEOUT", -1, &env);
-  if (erc || (env >= 0 && (erc = qc_dist_rank_timeout(env)))) return erc;
+  int mine = B.file && B.rank == D.rank && B.lrank == D.local_rank && B.lsize == D.local_size, all = 0;
+  MK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, B.node), "MPI_Allreduce (the ranks' heartbeat)");
+  if (all) {
+    MK(MPI_Barrier(B.node), "MPI_Barrier (the ranks' heartbeat)"); /* every rank of the node has mapped it */
+    if (D.local_rank == 0) unlink(B.path);
+    B.path[0] = 0;
+    return QC_OK;
+  }
+  if (B.file) beat_file_drop();
+  B.rank = D.rank;
+  B.lrank = D.local_rank;
+  B.lsize = D.local_size;
   size_t bytes = D.local_rank == 0 ? sizeof(beat_head) + (size_t)D.local_size * sizeof(beat_slot) : 0;
   void *base = NULL, *p0 = NULL;
   MPI_Aint sz = 0;
@@ -199,55 +341,73 @@ static int beat_begin(void) {
   atomic_store(&me->pid, (int)getpid());
   atomic_store(&me->state, BEAT_RUN);
   MK(MPI_Barrier(B.node), "MPI_Barrier (the ranks' heartbeat)");
-  pthread_condattr_t ca;
-  if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&B.cv, &ca) != 0)
-    return qc_err_sys("rank %d: cannot set up the ranks' heartbeat", D.rank);
-  pthread_condattr_destroy(&ca);
-  pthread_attr_t at;
-  int rc = pthread_attr_init(&at);
-  if (!rc) rc = pthread_attr_setstacksize(&at, 256 << 10);
-  if (!rc) rc = pthread_create(&B.th, &at, beat_main, NULL);
-  pthread_attr_destroy(&at);
-  if (rc) return qc_err_sys("rank %d: cannot start the ranks' heartbeat thread: %s", D.rank, strerror(rc));
-  pthread_setname_np(B.th, "qc-heartbeat");
-  B.started = 1;
-  return QC_OK;
+  return beat_start();
 }
 
 /* This rank leaves the watch (its slot done), its beat thread joined, the
- * node's segment freed (collective over the node, unless MPI failed). */
+ * node's segment freed (the window: collective over the node, unless MPI
+ * failed). */
 static void beat_end(void) {
-  if (B.started) {
-    atomic_store(&B.slot[D.local_rank].state, BEAT_DONE);
-    pthread_mutex_lock(&B.mu);
-    B.stop = 1;
-    pthread_cond_signal(&B.cv);
-    pthread_mutex_unlock(&B.mu);
-    pthread_join(B.th, NULL);
-    B.started = 0;
-  }
+  int file = B.file;
+  if (file) beat_file_drop();
+  else beat_stop();
   if (D.broken) return;
-  if (B.head) MPI_Win_free(&B.win);
+  if (B.head && !file) MPI_Win_free(&B.win);
   B.head = NULL;
   MPI_Comm_free(&B.node);
 }
 #endif
 
-int qc_dist_rank_timeout(double seconds) {
+/* A rank timeout given as `subject` ("option '--rank-timeout' is
+ * '0.01'"): QC_OK when it is 0 (off) or from QC_RANK_TIMEOUT_MIN to 1e9
+ * seconds, else QC_EINPUT with the one line naming the range. */
+static int timeout_ok(double seconds, const char *subject) {
   if (!isfinite(seconds) || seconds < 0 || seconds > 1e9)
-    return qc_err("--rank-timeout %g: expected a number of seconds from 0 (off) to 1e9", seconds);
+    return qc_err("%s: expected a number of seconds from 0 (off) to 1e9", subject);
+  if (seconds > 0 && seconds < QC_RANK_TIMEOUT_MIN)
+    return qc_err("%s: below the minimum of %g s: expected 0 (off) or %g to 1e9 seconds (a rank's heartbeat is stamped "
+                  "every tenth of the timeout: a shorter one takes a busy rank for a stopped one)",
+                  subject, QC_RANK_TIMEOUT_MIN, QC_RANK_TIMEOUT_MIN);
+  return QC_OK;
+}
+
+/* The timeout in force, for the beat thread (its period follows it). */
+static void set_timeout(double seconds) {
   atomic_store(&B.timeout_ns, (long long)(seconds * 1e9));
-  if (B.started) { /* the thread's period follows the new timeout */
+  if (B.started) {
     pthread_mutex_lock(&B.mu);
     pthread_cond_signal(&B.cv);
     pthread_mutex_unlock(&B.mu);
   }
+}
+
+int qc_dist_rank_timeout(double seconds) {
+  char subject[64];
+  snprintf(subject, sizeof subject, "option '--rank-timeout' is '%g'", seconds);
+  int rc = timeout_ok(seconds, subject);
+  if (rc) return rc;
+  set_timeout(seconds);
+  B.given = 1;
   return QC_OK;
 }
 
 int qc_dist_begin(void) {
   if (D.active || D.ended || !launched()) return QC_OK;
 #ifdef QC_HAVE_MPI
+  /* the environment's timeout (core/number.c: a number from 0 to 1e9),
+   * unless --rank-timeout came first (qc_cli_job reads it before MPI
+   * starts); one refused is refused once the job has started, so that its
+   * ranks agree on one line */
+  const char *env = getenv("QATCHECK_RANK_TIMEOUT");
+  char subject[160];
+  snprintf(subject, sizeof subject, "environment variable QATCHECK_RANK_TIMEOUT is '%.100s'", env ? env : "");
+  double v = -1; /* -1: unset */
+  int env_bad = !B.given && (qc_env_num("QATCHECK_RANK_TIMEOUT", -1, &v) != QC_OK || (v >= 0 && timeout_ok(v, subject) != QC_OK));
+  if (!env_bad && !B.given && v >= 0) set_timeout(v);
+  char env_msg[1024] = "";
+  if (env_bad) snprintf(env_msg, sizeof env_msg, "%s", qc_err_msg());
+  qc_err_clear();
+  beat_file_begin(); /* the watch runs through MPI startup when the environment allows it */
   int provided = 0, e;
   if ((e = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
     return qc_err_sys("MPI_Init failed (error %d): started by a process manager, qatcheck could not join its job", e);
@@ -260,6 +420,7 @@ int qc_dist_begin(void) {
   MK(MPI_Comm_size(B.node, &D.local_size), "MPI_Comm_size (node)");
   D.active = 1;
   if (D.rank > 0) qc_watchdog_quiet(1); /* a --timeout or a signal on every rank: rank 0's line only */
+  if (env_bad) return qc_err("%s", env_msg);
   if ((e = beat_begin())) return e;
   /* the node's cores shared among its ranks, unless told otherwise */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

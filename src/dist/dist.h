@@ -29,6 +29,13 @@
 int qc_dist_begin(void);
 /* End the job (MPI_Finalize; collective). Idempotent. */
 void qc_dist_end(void);
+/* 1 when this process was started by a process manager (qc_dist_begin
+ * then joins its job); no MPI call. */
+int qc_dist_launched(void);
+/* This process's rank as the process manager's environment gives it before
+ * MPI starts (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID); 0
+ * when none does, or when not started by one. No MPI call. */
+int qc_dist_env_rank(void);
 
 /* The stall check (docs/distributed.md, "A stopped rank"): from
  * qc_dist_begin to qc_dist_end, a thread of each rank stamps a heartbeat
@@ -38,13 +45,22 @@ void qc_dist_end(void);
  * running rank ends its run as an expiry of --timeout does (core/watchdog.h:
  * its error reports, rank 0's being the job's) and prints the one line
  * "rank R (pid P) made no progress for --rank-timeout S s ...", and the
- * node's other running ranks exit 2 without a line. A rank alone on its
- * node is watched by nobody (--timeout still ends the job). */
+ * node's other running ranks exit 2 without a line. Under Open MPI the
+ * segment is a file of the job's PMIx folder and the watch starts before
+ * MPI_Init, so a rank stopped inside MPI startup is seen too; elsewhere it
+ * starts once MPI_Init has returned. A rank alone on its node is watched
+ * by nobody (--timeout still ends the job). */
 #define QC_RANK_TIMEOUT_DEFAULT 60.0
+/* The shortest rank timeout, in seconds: a rank stamps every tenth of the
+ * timeout (at least every 20 ms), and a thread that waits a second for a
+ * core on a busy node must not be taken for a stopped rank. */
+#define QC_RANK_TIMEOUT_MIN 1.0
 /* Set the rank timeout, in seconds (0: the check is off; the default is
  * QATCHECK_RANK_TIMEOUT, else QC_RANK_TIMEOUT_DEFAULT): QC_OK, or
- * QC_EINPUT outside [0, 1e9]. Any time, on any rank, also before
- * qc_dist_begin. */
+ * QC_EINPUT with one line naming the range when it is neither 0 nor from
+ * QC_RANK_TIMEOUT_MIN to 1e9 (QATCHECK_RANK_TIMEOUT is held to the same
+ * range by qc_dist_begin). Any time, on any rank, also before
+ * qc_dist_begin (then QATCHECK_RANK_TIMEOUT does not replace it). */
 int qc_dist_rank_timeout(double seconds);
 
 /* 1 when the run is a job of a process manager (even of one rank). */

@@ -7,7 +7,12 @@
 # error line names rank 2 and the module, nothing hangs, only the error
 # report is written; a rank stopped (SIGSTOP) in a job of 3: the job ends
 # within seconds of its --rank-timeout, one line naming it, only the error
-# report; a verb that does not distribute refuses several ranks.
+# report; a rank stopped as it enters MPI_Init (a PMPI shim built with
+# mpicc): --rank-timeout, QATCHECK_RANK_TIMEOUT and --timeout each end the
+# job with one line, the older report replaced by the error report; a rank
+# timeout under the minimum (--rank-timeout 0.01, QATCHECK_RANK_TIMEOUT=0.01)
+# is refused with one line instead of ending a healthy job; a verb that
+# does not distribute refuses several ranks.
 # Skipped (77) without mpirun or without MPI in this qatcheck.
 . "$(dirname "$0")/lib.inc"
 command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun"; exit 77; }
@@ -129,6 +134,61 @@ stall_run "rank 1 stopped, --rank-timeout 5" QATCHECK_RANK_TIMEOUT=600 --rank-ti
 stall_run "rank 1 stopped, QATCHECK_RANK_TIMEOUT=5" QATCHECK_RANK_TIMEOUT=5
 expect_exit 2 "--rank-timeout -1 is refused" "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --rank-timeout -1
 grep -q "qatcheck: error: option '--rank-timeout' is '-1': expected a number from 0 to 1e9" "$T/err" && ok "--rank-timeout -1: the line says what is expected" || bad "--rank-timeout -1: $(cat "$T/err")"
+# ---- a rank stopped inside MPI startup: the watch and --timeout run before MPI_Init
+# a PMPI shim (the MPI profiling interface) stops the rank named by
+# QC_STOP_RANK as it enters MPI_Init_thread; the other ranks wait for it in theirs
+if command -v mpicc >/dev/null 2>&1; then
+  cat >"$T/stop.c" <<'C'
+#include <mpi.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+  const char *r = getenv("OMPI_COMM_WORLD_RANK"), *s = getenv("QC_STOP_RANK");
+  if (r && s && strcmp(r, s) == 0) raise(SIGSTOP);
+  return PMPI_Init_thread(argc, argv, required, provided);
+}
+C
+  mpicc -shared -fPIC -o "$T/stop.so" "$T/stop.c" || bad "mpicc: the PMPI shim does not build"
+fi
+init_stall_run() { # init_stall_run DESC NEEDLE ENV ARG...: 3 ranks, rank 1 stopped entering MPI_Init, under env ENV
+  desc=$1; needle=$2; envv=$3; shift 3
+  cp "$T/one/r.json" "$T/four/r.json" # an older report at the path: it must not stay
+  rm -f "$T/pids"
+  s=$(date +%s)
+  ( cd "$T/four" && env "$envv" QC_STOP_RANK=1 QC_SHIM="$T/stop.so" QC_PIDS="$T/pids" timeout 60 ${MPIRUN%-np 4} -np 3 \
+      sh -c 'echo "$OMPI_COMM_WORLD_RANK $$" >>"$QC_PIDS"; LD_PRELOAD="$QC_SHIM" exec "$0" "$@"' \
+      "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --json r.json "$@" >"$T/out" 2>"$T/err"; echo $? >"$T/rc" )
+  took=$(($(date +%s) - s))
+  p=$(awk '$1 == 1 { print $2 }' "$T/pids" 2>/dev/null)
+  [ "$(cat "$T/rc")" = 2 ] && ok "$desc: exit 2 (${took} s)" || bad "$desc: exit $(cat "$T/rc") after ${took} s (124: the job hung): $(head -3 "$T/err")"
+  [ "$took" -le 30 ] && ok "$desc: the job ends ${took} s after its start" || bad "$desc: the job took ${took} s"
+  [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "$desc: one error line" || bad "$desc: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
+  grep 'qatcheck: error:' "$T/err" | grep -q "$needle" && ok "$desc: the line says why" || bad "$desc: no '$needle' in: $(cat "$T/err")"
+  [ -e "$T/four/r.json" ] && error_or_none "$T/four/r.json" && ok "$desc: the older report replaced by the error report" || bad "$desc: r.json is not the error report: $(head -c 300 "$T/four/r.json")"
+  [ -n "$p" ] && { kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; }
+}
+if [ -f "$T/stop.so" ]; then
+  (cd "$T/one" && "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --json r.json -q) || bad "swiglu: no passing report to start from"
+  init_stall_run "rank 1 stopped in MPI_Init, --rank-timeout 5" "rank 1 (pid [0-9]*) made no progress for --rank-timeout 5 s" \
+    QATCHECK_RANK_TIMEOUT=600 --rank-timeout 5
+  init_stall_run "rank 1 stopped in MPI_Init, QATCHECK_RANK_TIMEOUT=5" "rank 1 (pid [0-9]*) made no progress for --rank-timeout 5 s" \
+    QATCHECK_RANK_TIMEOUT=5
+  init_stall_run "rank 1 stopped in MPI_Init, --timeout 8 (no rank timeout)" "the run did not finish within --timeout 8 s" \
+    QATCHECK_RANK_TIMEOUT=600 --rank-timeout 0 --timeout 8
+else
+  echo "skip: no mpicc for the PMPI shim: a rank stopped inside MPI startup"
+fi
+# ---- a rank timeout shorter than the heartbeat allows is refused, never run
+expect_exit 2 "--rank-timeout 0.01 is refused (one process)" "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --rank-timeout 0.01
+grep -q "qatcheck: error: option '--rank-timeout' is '0.01': below the minimum of 1 s" "$T/err" && ok "--rank-timeout 0.01: the line names the minimum" || bad "--rank-timeout 0.01: $(cat "$T/err")"
+expect_exit 0 "--rank-timeout 1 (the minimum) is taken" "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --rank-timeout 1 -q
+(cd "$T/four" && $TO ${MPIRUN%-np 4} -np 3 "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --rank-timeout 0.01 >"$T/out" 2>"$T/err"); rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep 'qatcheck: error:' "$T/err" | grep -q -- "option '--rank-timeout' is '0.01': below the minimum of 1 s" &&
+  ok "--rank-timeout 0.01 under 3 ranks: refused with one line naming the minimum, no rank taken for stopped" || bad "--rank-timeout 0.01 under 3 ranks: exit $rc: $(cat "$T/err")"
+(cd "$T/four" && QATCHECK_RANK_TIMEOUT=0.01 $TO ${MPIRUN%-np 4} -np 3 "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" >"$T/out" 2>"$T/err"); rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep 'qatcheck: error:' "$T/err" | grep -q "QATCHECK_RANK_TIMEOUT is '0.01': below the minimum of 1 s" &&
+  ok "QATCHECK_RANK_TIMEOUT=0.01 under 3 ranks: refused with one line naming the minimum" || bad "QATCHECK_RANK_TIMEOUT=0.01 under 3 ranks: exit $rc: $(cat "$T/err")"
 # ---- a verb that runs as one process refuses several
 expect_exit 2 "tol under 4 ranks is refused" $TO $MPIRUN "$QATCHECK" tol --help-not-an-option
 grep -q "runs as one process" "$T/err" && ok "tol: the refusal says it runs as one process" || bad "tol: $(cat "$T/err")"

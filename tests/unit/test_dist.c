@@ -71,3 +71,17 @@ Test(dist, gather_and_allreduce_of_one) {
   qc_err_clear();
   cr_assert_eq(qc_dist_device_begin(be), QC_OK, "a host backend has no device collectives");
 }
+
+Test(dist, rank_timeout_below_the_heartbeat_is_refused) {
+  qc_err_clear();
+  cr_assert_eq(qc_dist_rank_timeout(0.01), QC_EINPUT, "a heartbeat every 20 ms cannot keep a 10 ms timeout");
+  cr_assert(strstr(qc_err_msg(), "option '--rank-timeout' is '0.01': below the minimum of 1 s") != NULL, "%s", qc_err_msg());
+  qc_err_clear();
+  cr_assert_eq(qc_dist_rank_timeout(QC_RANK_TIMEOUT_MIN - 0.001), QC_EINPUT);
+  qc_err_clear();
+  cr_assert_eq(qc_dist_rank_timeout(-1), QC_EINPUT);
+  qc_err_clear();
+  cr_assert_eq(qc_dist_rank_timeout(0), QC_OK, "0 turns the check off");
+  cr_assert_eq(qc_dist_rank_timeout(QC_RANK_TIMEOUT_MIN), QC_OK);
+  cr_assert_eq(qc_dist_rank_timeout(QC_RANK_TIMEOUT_DEFAULT), QC_OK);
+}
