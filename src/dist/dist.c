@@ -396,8 +396,8 @@ int qc_dist_begin(void) {
 #ifdef QC_HAVE_MPI
   /* the environment's timeout (core/number.c: a number from 0 to 1e9),
    * unless --rank-timeout came first (qc_cli_job reads it before MPI
-   * starts); one refused is refused once the job has started, so that its
-   * ranks agree on one line */
+   * starts); a value refused is reported once the job has started, so that
+   * its ranks agree on one line */
   const char *env = getenv("QATCHECK_RANK_TIMEOUT");
   char subject[160];
   snprintf(subject, sizeof subject, "environment variable QATCHECK_RANK_TIMEOUT is '%.100s'", env ? env : "");
