@@ -12,8 +12,9 @@
 # Includes: a project include names its layer ("model/module.h"); every
 # #include of src/ is read against the table below. Library headers are
 # confined too: HDF5 to io/, CUDA/cuBLAS/NCCL to backend/cuda/ and kernels/,
-# MPI to dist/, cJSON out of the numeric layers; the engine names no module
-# class; kernels/ includes only numerics' header-only producer arithmetic.
+# MPI to dist/, cJSON out of the numeric layers; the engine and the model
+# name no module class (in code: a quoted class name outside comments);
+# kernels/ includes only numerics' header-only producer arithmetic.
 #
 # Symbols (with BUILD_DIR, after the objects are built): `nm` of every
 # object BUILD_DIR/src/<layer>/*.o (and BUILD_DIR/kernels/*.o) whose source
@@ -116,7 +117,10 @@ FILENAME != "-" && FNR == 1 {
 FILENAME != "-" && f ~ /^src\/modules\/[^\/]*\.c$/ && /^[ \t]*\.name = "[a-z0-9_]*",/ {
   c = $0; sub(/^[ \t]*\.name = "/, "", c); sub(/".*/, "", c); cls[c] = 1
 }
-FILENAME != "-" && f ~ /^src\/engine\// && /"[a-z0-9_]+"/ { eng[++neng] = f ":" FNR; engl[neng] = $0 }
+FILENAME != "-" && f ~ /^src\/(engine|model)\// && /"[a-z0-9_]+"/ {  # code, not comments
+  l = $0; gsub(/\/\*([^*]|\*+[^*\/])*\*+\//, "", l); sub(/\/\/.*/, "", l)
+  if (l !~ /^[ \t]*(\*|\/\*)/) { eng[++neng] = f ":" FNR; engl[neng] = l; engw[neng] = (f ~ /^src\/model\//) ? "model" : "engine" }
+}
 FILENAME != "-" && !skip && /^[ \t]*#[ \t]*include/ {
   line = $0; sub(/^[ \t]*#[ \t]*include[ \t]*/, "", line)
   where = f ":" FNR
@@ -155,10 +159,10 @@ FILENAME == "-" {
   if (t == "T" && r ~ /^src\// && s != "main") { fs[++nf] = s; fo[nf] = r }
 }
 END {
-  # the engine is generic: it names no class (its registry row does the class-specific work)
+  # the engine and the model are generic: they name no class (its row does the class-specific work)
   for (i = 1; i <= neng; i++)
     for (c in cls)
-      if (index(engl[i], "\"" c "\"")) bad(eng[i] ": names class \"" c "\": the engine is generic; put class-specific work in the class'\''s registry row")
+      if (index(engl[i], "\"" c "\"")) bad(eng[i] ": names class \"" c "\": the " engw[i] " is generic; put class-specific work in the class'\''s row (src/modules/" c ".c)")
   for (i = 1; i <= nu; i++) {
     s = us[i]; if (!(s in def)) continue        # a library symbol
     l = ul[i]; d = defl[s]

@@ -6,8 +6,11 @@
  * and builds the coverage matrix from it.
  *
  * The coverage list (qc_coverage[]) follows the method's layer-1
- * "Coverage" step item by item; each item says which classes it applies to
- * and how an instance shows it. The execution modes (recompute, autocast,
+ * "Coverage" step item by item; each item says how an instance shows it,
+ * and an item only some classes can show applies to the classes whose row
+ * names it (qc_class.coverage, with the class's own words, the contract
+ * that makes it apply and the class's facts from the data: the model
+ * names no class). The execution modes (recompute, autocast,
  * CUDA Graph, gradient accumulation, shared parameters) are shown by a dump
  * written in that mode whose mode checks passed (engine/modes.h); the
  * parallel reduction by a sharded dump. Until then a report names them as
@@ -15,6 +18,7 @@
 #ifndef QC_MODINFO_H
 #define QC_MODINFO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/module.h"
@@ -55,17 +59,39 @@ typedef enum {
 typedef struct qc_cov_item {
   const char *id;       /* "decode": the JSON name */
   const char *label;    /* the method's words */
-  const char *classes;  /* "|moe|router|": the classes it applies to; NULL: every class */
-  const char *how;      /* how an instance shows it, or why it cannot */
+  int per_class;        /* 1: applies to the classes whose row names it (qc_class.coverage); 0: to every class */
+  const char *how;      /* how an instance shows it, or why it cannot (a per-class item: the words
+                           before the classes' own; NULL: theirs alone) */
   int integration;      /* 1: a module-level audit cannot observe it */
 } qc_cov_item;
 
 extern const qc_cov_item qc_coverage[QC_COV_COUNT];
 /* The item called id, or -1. */
 int qc_cov_find(const char *id);
-/* 1 when item c applies to class cls (with contract facts: a linear's
- * threshold needs a clipped STE, a clamp needs a limit). */
+/* 1 when item c applies to class cls under the contract (its JSON, or
+ * NULL: judged by the class alone): an item of every class, or one the
+ * class's row names whose condition the contract meets (a threshold needs
+ * one set). A class the registry does not know gets the items of every
+ * class only. */
 int qc_cov_applies(int c, const char *cls, const char *contract_json);
+/* How item c is shown, into buf: its words, and for a per-class item each
+ * class's own ("<class>: <words>", "; "-separated) over cls[0..n) (cls
+ * NULL: every class of the registry that names it). */
+void qc_cov_how(int c, const char *const *cls, int n, char *buf, size_t size);
+/* The entry of class `cls`'s row for item c, or NULL. */
+const qc_class_cov *qc_cov_class_item(const qc_class *cls, int c);
+
+/* Helpers for the classes' facts (cov_facts, cov_tokens, applies):
+ * qc_cov_num: the number after "key": in a contract's JSON text (0 when
+ * absent or cj NULL). qc_cov_values: t decoded to float64 (float tensors
+ * only; malloc'd, *n its length), NULL otherwise. qc_cov_ids: integer t as
+ * int64 (malloc'd), NULL when not integers. qc_cov_limit: t's values on
+ * both sides of limit L (QC_COV_THRESHOLD) and beyond it
+ * (QC_COV_SATURATION) into *cover; nothing for L <= 0 or t NULL. */
+double qc_cov_num(const char *cj, const char *key);
+double *qc_cov_values(const qc_tensor *t, int64_t *n);
+int64_t *qc_cov_ids(const qc_tensor *t, int64_t *n);
+void qc_cov_limit(const qc_tensor *t, double L, uint32_t *cover);
 
 typedef struct qc_mi_tensor {
   char role[8];               /* "inputs", "params", "saved" */

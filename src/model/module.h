@@ -226,6 +226,19 @@ typedef struct qc_split {
   size_t (*device_bytes)(const qc_module *m);
 } qc_split;
 
+/* One item of the coverage list (model/modinfo.h) that only some classes
+ * can show, as one class shows it (its row's `coverage`). */
+typedef struct qc_class_cov {
+  const char *item;            /* the item's id (qc_coverage[].id) */
+  const char *how;             /* how an instance of the class shows it (NULL: the item's own words say it) */
+  /* optional: 1 when the item applies under a contract (its JSON; NULL when
+   * not known), e.g. a threshold only where the contract sets one; NULL:
+   * always */
+  int (*applies)(const char *contract_json);
+} qc_class_cov;
+
+struct qc_modinfo;
+
 typedef struct qc_class {
   const char *name;            /* "linear" */
   const char *summary;         /* one line */
@@ -251,6 +264,17 @@ typedef struct qc_class {
   const qc_hypothesis *hyps;   /* the class's own, {NULL}-terminated (NULL: none) */
   qc_ratios_fn ratios;         /* constant factors it can name (NULL: none) */
   const qc_split *split;       /* optional: how a module is split across ranks (NULL: never split) */
+  qc_fast_fn fast;             /* optional: candidate and reference together on a backend
+                                  (src/modules/<name>_fast.c; NULL: none) */
+  /* Coverage (model/modinfo.h): the items only some classes can show that
+   * this one can, {NULL}-terminated (NULL: none); the token rows and
+   * sequence length of m as the class lays them out (1 when set; NULL or 0:
+   * the rows of its first float input, no sequence); and the items of `coverage` m's data
+   * shows, given its description mi, as bits 1 << QC_COV_* into *cover
+   * (NULL: none from the data). */
+  const qc_class_cov *coverage;
+  int (*cov_tokens)(const qc_module *m, int64_t *tokens, int64_t *seqlen);
+  void (*cov_facts)(const qc_module *m, const struct qc_modinfo *mi, uint32_t *cover);
 } qc_class;
 
 /* The forward the contract defines, from the math (src/reference/): y
@@ -263,10 +287,20 @@ typedef struct qc_class {
  * (the variant does not apply), or an error. */
 typedef int (*qc_fwd_ref_fn)(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm);
 
+/* A class's independent reference, as src/reference/<name>.c exports it
+ * (qc_reference_<name>, its only global symbol). */
+typedef struct qc_reference {
+  qc_vjp_fn vjp;               /* the float64 VJP, from the math */
+  qc_fwd_ref_fn forward;       /* optional: the forward the contract defines (NULL: none) */
+  int terms;                   /* 1: vjp honors qc_ctx.terms (the terms' scale of every gradient whose
+                                  class model leaves qc_tol_model.terms at 0) */
+} qc_reference;
+
 /* A registry row: the class, its independent reference and, optionally, a
  * fast path that runs both together on the backend, and the reference's
  * forward (NULL: the forward check uses the class's float64 `forward`
- * where the contract quantizes nothing). */
+ * where the contract quantizes nothing). Made by src/classes/registry.c
+ * from the class's qc_class and qc_reference. */
 typedef struct qc_registry_row {
   const qc_class *cls;
   qc_vjp_fn reference;         /* src/reference/<name>.c */

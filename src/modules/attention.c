@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
@@ -502,6 +503,30 @@ done:
   return rc;
 }
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+/* Tokens B S and sequence length S of q [B, H, S, D]. */
+static int attention_cov_tokens(const qc_module *m, int64_t *tokens, int64_t *seqlen) {
+  const qc_tensor *t = qc_tset_get(&m->inputs, "q");
+  if (!t || t->ndim != 4) return 0;
+  *tokens = t->shape[0] * t->shape[2];
+  *seqlen = t->shape[2];
+  return 1;
+}
+
+/* A causal mask. */
+static void attention_cov_facts(const qc_module *m, const qc_modinfo *mi, uint32_t *cover) {
+  (void)m;
+  if (!strstr(mi->contract, "\"causal\":\"false\"") && !strstr(mi->contract, "\"causal\": \"false\""))
+    *cover |= 1u << QC_COV_MASK;
+}
+
+static const qc_class_cov attention_cov[] = {
+    {.item = "context_lengths"},
+    {.item = "mask", .how = "a causal mask"},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_attention = {
     .name = "attention",
     .summary = "scaled dot-product attention (causal, sliding window, softcap, GQA) from the saved O and LSE, flash-attention style: d_q, d_k, d_v",
@@ -518,4 +543,7 @@ const qc_class qc_class_attention = {
     .tol_model = attention_tol_model,
     .hypotheses = "factor sign rows zero slice dy_precision nonfinite",
     .hyps = attention_hyps,
+    .coverage = attention_cov,
+    .cov_tokens = attention_cov_tokens,
+    .cov_facts = attention_cov_facts,
 };

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/qc.h"
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "modules/mod_util.h"
@@ -186,6 +187,22 @@ static int conv1d_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ond
 
 static const qc_key_spec conv1d_keys[] = {{NULL, NULL, NULL, NULL}};
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+/* Tokens B L and sequence length L of x [B, L, C]. */
+static int conv1d_cov_tokens(const qc_module *m, int64_t *tokens, int64_t *seqlen) {
+  const qc_tensor *t = qc_tset_get(&m->inputs, "x");
+  if (!t || t->ndim != 3) return 0;
+  *tokens = t->shape[0] * t->shape[1];
+  *seqlen = t->shape[1];
+  return 1;
+}
+
+static const qc_class_cov conv1d_cov[] = {
+    {.item = "context_lengths"},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_conv1d = {
     .name = "conv1d",
     .summary = "Mamba-2 causal depthwise conv1d, y[t] = b + sum_k w[k] x[t-(K-1)+k]: d_x, d_weight, d_bias",
@@ -200,4 +217,6 @@ const qc_class qc_class_conv1d = {
     .fd_shape = "2,9,5,4",
     .tol_model = conv1d_tol_model,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .coverage = conv1d_cov,
+    .cov_tokens = conv1d_cov_tokens,
 };

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
@@ -389,6 +390,22 @@ static const qc_hypothesis linear_hyps[] = {
      NULL, 0, linear_other_weight, 1},
     {NULL, NULL, NULL, NULL, 0, NULL, 0}};
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+/* The threshold applies under a clipped STE. */
+static int linear_clipped(const char *cj) { return cj && strstr(cj, "\"clipped\"") != NULL; }
+
+/* The weight on both sides of a clipped STE's T, and beyond it. */
+static void linear_cov_facts(const qc_module *m, const qc_modinfo *mi, uint32_t *cover) {
+  if (linear_clipped(mi->contract)) qc_cov_limit(qc_tset_get(&m->params, "weight"), qc_cov_num(mi->contract, "ste"), cover);
+}
+
+static const qc_class_cov linear_cov[] = {
+    {.item = "threshold", .how = "a clipped STE's T (the weight)", .applies = linear_clipped},
+    {.item = "saturation", .how = "the clipped STE's T (the weight)", .applies = linear_clipped},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_linear = {
     .name = "linear",
     .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
@@ -404,4 +421,6 @@ const qc_class qc_class_linear = {
     .hypotheses = "factor sign transpose rows zero dy_precision nonfinite",
     .hyps = linear_hyps,
     .split = &qc_linear_split,
+    .coverage = linear_cov,
+    .cov_facts = linear_cov_facts,
 };

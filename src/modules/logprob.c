@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
@@ -348,6 +349,39 @@ static const qc_split logprob_split = {
     .whole_reference = 1,
 };
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+/* Token rows and sequence length of logits [B, S, V] or [S, V]. */
+static int logprob_cov_tokens(const qc_module *m, int64_t *tokens, int64_t *seqlen) {
+  const qc_tensor *t = qc_tset_get(&m->inputs, "logits");
+  if (!t || t->ndim < 2) return 0;
+  *tokens = qc_numel(t) / t->shape[t->ndim - 1];
+  *seqlen = t->ndim == 3 ? t->shape[1] : t->shape[0];
+  return 1;
+}
+
+/* A loss mask with masked (zero) positions. */
+static void logprob_cov_facts(const qc_module *m, const qc_modinfo *mi, uint32_t *cover) {
+  (void)mi;
+  const qc_tensor *mt = qc_tset_get(&m->saved, "loss_mask");
+  int64_t n;
+  double *v = mt ? qc_cov_values(mt, &n) : NULL;
+  int64_t *iv = mt && !v ? qc_cov_ids(mt, &n) : NULL;
+  for (int64_t i = 0; (v || iv) && i < n; i++)
+    if ((v && v[i] == 0) || (iv && iv[i] == 0)) *cover |= 1u << QC_COV_MASK;
+  if (mt && mt->dtype == QC_U8)
+    for (int64_t i = 0; i < qc_numel(mt); i++)
+      if (((const uint8_t *)mt->data)[i] == 0) *cover |= 1u << QC_COV_MASK;
+  free(v);
+  free(iv);
+}
+
+static const qc_class_cov logprob_cov[] = {
+    {.item = "context_lengths"},
+    {.item = "mask", .how = "a loss mask with masked positions"},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_logprob = {
     .name = "logprob",
     .summary = "selected-token log-softmax with temperature, loss mask, normalization, vocab shards: d_logits",
@@ -364,4 +398,7 @@ const qc_class qc_class_logprob = {
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .ratios = logprob_ratios,
     .split = &logprob_split,
+    .coverage = logprob_cov,
+    .cov_tokens = logprob_cov_tokens,
+    .cov_facts = logprob_cov_facts,
 };

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
@@ -615,6 +616,55 @@ static int moe_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
   return QC_OK;
 }
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+/* The threshold applies under a clamp limit. */
+static int moe_limited(const char *cj) { return qc_cov_num(cj, "limit") > 0; }
+
+/* Empty experts, repeated routing and tied weights from the routing; shared
+ * experts; both sides of a clamp limit in generated special values. */
+static void moe_cov_facts(const qc_module *m, const qc_modinfo *mi, uint32_t *cover) {
+  const qc_tensor *ids = qc_tset_get(&m->saved, "topk_ids"), *w1 = qc_tset_get(&m->params, "w1");
+  const qc_tensor *wt = qc_tset_get(&m->inputs, "topk_weights");
+  if (!wt) wt = qc_tset_get(&m->saved, "topk_weights");
+  int64_t n, nw;
+  int64_t *id = qc_cov_ids(ids, &n);
+  if (id && ids->ndim == 2 && w1 && w1->ndim == 3) {
+    int64_t E = w1->shape[0], k = ids->shape[1], T = ids->shape[0];
+    char *used = calloc((size_t)E + 1, 1);
+    for (int64_t i = 0; used && i < n; i++)
+      if (id[i] >= 0 && id[i] < E) used[id[i]] = 1;
+    for (int64_t e = 0; used && e < E; e++)
+      if (!used[e]) *cover |= 1u << QC_COV_MOE_EMPTY;
+    free(used);
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t a = 0; a < k; a++)
+        for (int64_t b = a + 1; b < k; b++)
+          if (id[t * k + a] == id[t * k + b]) *cover |= 1u << QC_COV_MOE_REPEAT;
+  }
+  free(id);
+  double *w = wt ? qc_cov_values(wt, &nw) : NULL;
+  int64_t k = wt && wt->ndim >= 2 ? wt->shape[wt->ndim - 1] : 0;
+  for (int64_t t = 0; w && k > 1 && t < nw / k; t++)
+    for (int64_t a = 0; a < k; a++)
+      for (int64_t b = a + 1; b < k; b++)
+        if (w[t * k + a] == w[t * k + b]) *cover |= 1u << QC_COV_TIES;
+  free(w);
+  if (qc_tset_get(&m->params, "shared_w1")) *cover |= 1u << QC_COV_MOE_SHARED;
+  if (moe_limited(mi->contract) && strcmp(mi->values, "special") == 0)
+    *cover |= 1u << QC_COV_THRESHOLD | 1u << QC_COV_SATURATION;
+}
+
+static const qc_class_cov moe_cov[] = {
+    {.item = "threshold", .how = "a clamp limit L (generated special values)", .applies = moe_limited},
+    {.item = "saturation", .how = "the clamp limit L (generated special values)", .applies = moe_limited},
+    {.item = "moe_empty"},
+    {.item = "moe_repeated"},
+    {.item = "moe_shared", .how = "params/shared_w1 (the contract's shared_experts)"},
+    {.item = "topk_ties", .how = "equal routing weights within a token"},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_moe = {
     .name = "moe",
     .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum, optional shared "
@@ -632,4 +682,6 @@ const qc_class qc_class_moe = {
     .tol_model = moe_tol_model,
     .round_ops = 4, /* reference variants: operands; outputs; a torch 2 and a torch 1.13 pure-bf16 model (reference/moe.c) */
     .hypotheses = "factor sign transpose rows zero slice dy_precision nonfinite",
+    .coverage = moe_cov,
+    .cov_facts = moe_cov_facts,
 };

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
@@ -236,6 +237,32 @@ static int rope_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim
   return QC_OK;
 }
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+/* Tokens T, and T as the sequence length, of x [T, H, D]. */
+static int rope_cov_tokens(const qc_module *m, int64_t *tokens, int64_t *seqlen) {
+  const qc_tensor *t = qc_tset_get(&m->inputs, "x");
+  if (!t || t->ndim < 2) return 0;
+  *tokens = *seqlen = t->shape[0];
+  return 1;
+}
+
+/* Packed sequences: positions that restart. */
+static void rope_cov_facts(const qc_module *m, const qc_modinfo *mi, uint32_t *cover) {
+  (void)mi;
+  int64_t n;
+  int64_t *p = qc_cov_ids(qc_tset_get(&m->inputs, "positions"), &n);
+  for (int64_t i = 1; p && i < n; i++)
+    if (p[i] != p[i - 1] + 1) *cover |= 1u << QC_COV_MASK;
+  free(p);
+}
+
+static const qc_class_cov rope_cov[] = {
+    {.item = "context_lengths"},
+    {.item = "mask", .how = "packed sequences (positions restart)"},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_rope = {
     .name = "rope",
     .summary = "rotary position embedding (half or interleaved, partial rotary_dim, offset, inverse, scaled tables): d_x",
@@ -252,4 +279,7 @@ const qc_class qc_class_rope = {
     .round_ops = 2, /* reference variants: cos and sin in bf16; also each product and sum (a bf16 model) */
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = rope_hyps,
+    .coverage = rope_cov,
+    .cov_tokens = rope_cov_tokens,
+    .cov_facts = rope_cov_facts,
 };

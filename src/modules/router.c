@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
@@ -377,6 +378,37 @@ done:
   return rc;
 }
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+static int router_cmp_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* A tie among the k + 1 largest logits of a token. */
+static void router_cov_facts(const qc_module *m, const qc_modinfo *mi, uint32_t *cover) {
+  (void)mi;
+  const qc_tensor *lg = qc_tset_get(&m->inputs, "logits"), *ids = qc_tset_get(&m->saved, "topk_ids");
+  int64_t n;
+  double *v = lg && lg->ndim == 2 && ids && ids->ndim == 2 ? qc_cov_values(lg, &n) : NULL;
+  if (!v) return;
+  int64_t T = lg->shape[0], E = lg->shape[1], k = ids->shape[1];
+  double *row = malloc((size_t)E * sizeof *row);
+  for (int64_t t = 0; row && t < T; t++) {
+    memcpy(row, v + t * E, (size_t)E * sizeof *row);
+    qsort(row, (size_t)E, sizeof *row, router_cmp_desc);
+    for (int64_t j = 0; j < k && j + 1 < E; j++)
+      if (row[j] == row[j + 1]) *cover |= 1u << QC_COV_TIES;
+  }
+  free(row);
+  free(v);
+}
+
+static const qc_class_cov router_cov[] = {
+    {.item = "topk_ties", .how = "equal logits at the selection boundary"},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_router = {
     .name = "router",
     .summary = "routing weights from fixed top-k ids (optionally group-limited): score (softmax|sigmoid|sqrt_softplus), "
@@ -393,4 +425,6 @@ const qc_class qc_class_router = {
     .tol_model = router_tol_model,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = router_hyps,
+    .coverage = router_cov,
+    .cov_facts = router_cov_facts,
 };

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
@@ -558,6 +559,22 @@ static int ssd_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim,
   return QC_OK;
 }
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+/* Tokens B L and sequence length L of x [B, L, H, P]. */
+static int ssd_cov_tokens(const qc_module *m, int64_t *tokens, int64_t *seqlen) {
+  const qc_tensor *t = qc_tset_get(&m->inputs, "x");
+  if (!t || t->ndim != 4) return 0;
+  *tokens = t->shape[0] * t->shape[1];
+  *seqlen = t->shape[1];
+  return 1;
+}
+
+static const qc_class_cov ssd_cov[] = {
+    {.item = "context_lengths"},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_ssd = {
     .name = "ssd",
     .summary = "Mamba-2 SSD scan (ngroups from Bm's shape, optional D skip, optional z gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm, d_D, d_z",
@@ -572,4 +589,6 @@ const qc_class qc_class_ssd = {
     .fd_shape = "2,9,2,3,4",
     .tol_model = ssd_tol_model,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
+    .coverage = ssd_cov,
+    .cov_tokens = ssd_cov_tokens,
 };

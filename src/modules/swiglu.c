@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/modinfo.h"
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
@@ -180,6 +181,23 @@ static int swiglu_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ond
   return QC_OK;
 }
 
+/* ---- coverage (model/modinfo.h) ---- */
+
+/* The threshold applies under a clamp limit. */
+static int swiglu_limited(const char *cj) { return qc_cov_num(cj, "limit") > 0; }
+
+/* The gate and up on both sides of the clamp limit L, and beyond it. */
+static void swiglu_cov_facts(const qc_module *m, const qc_modinfo *mi, uint32_t *cover) {
+  qc_cov_limit(qc_tset_get(&m->inputs, "gate"), qc_cov_num(mi->contract, "limit"), cover);
+  qc_cov_limit(qc_tset_get(&m->inputs, "up"), qc_cov_num(mi->contract, "limit"), cover);
+}
+
+static const qc_class_cov swiglu_cov[] = {
+    {.item = "threshold", .how = "a clamp limit L (gate, up)", .applies = swiglu_limited},
+    {.item = "saturation", .how = "the clamp limit L (gate, up)", .applies = swiglu_limited},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_swiglu = {
     .name = "swiglu",
     .summary = "y = silu(min(gate, L)) * clamp(up, -L, L): d_gate, d_up, clamp derivative per at_limit",
@@ -196,4 +214,6 @@ const qc_class qc_class_swiglu = {
     .round_ops = 2, /* reference variants: a bf16 model's ops rounded once each (torch 2), or every step (torch 1.13's CPU) */
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = swiglu_hyps,
+    .coverage = swiglu_cov,
+    .cov_facts = swiglu_cov_facts,
 };

@@ -130,6 +130,8 @@ static void qc_audit_coverage(qc_doc *d, const qc_evidence *e) {
   qc_cat(spec, sizeof spec, "|l:how it is shown");
   qc_doc_table(d, spec);
   for (int c = 0; c < QC_COV_COUNT; c++) {
+    char how[1024];
+    qc_cov_how(c, cls, n, how, sizeof how);
     qc_doc_tr(d);
     qc_doc_td(d, "%s", qc_coverage[c].label);
     for (int j = 0; j < n; j++) {
@@ -142,19 +144,25 @@ static void qc_audit_coverage(qc_doc *d, const qc_evidence *e) {
         qc_doc_td(d, "%s", t);
       }
     }
-    qc_doc_td(d, "%s", qc_coverage[c].how);
+    qc_doc_td(d, "%s", how);
   }
   qc_doc_table_end(d);
   qc_doc_h(d, 4, "missing", "Missing coverage, by name");
   int any = 0;
   for (int c = 0; c < QC_COV_COUNT; c++) {
-    char who[512] = "";
+    char who[512] = "", how[1024];
+    const char *miss[MAXCLS];
+    int nmiss = 0;
     for (int j = 0; j < n; j++)
-      if (cov_cell(e, cls[j], c) == 0) qc_cat(who, sizeof who, "%s%s", who[0] ? ", " : "", cls[j]);
+      if (cov_cell(e, cls[j], c) == 0) {
+        qc_cat(who, sizeof who, "%s%s", who[0] ? ", " : "", cls[j]);
+        miss[nmiss++] = cls[j];
+      }
     if (!who[0]) continue;
+    qc_cov_how(c, miss, nmiss, how, sizeof how);
     qc_doc_li(d);
     qc_doc_strong(d, "%s", qc_coverage[c].label);
-    qc_doc_text(d, " in class%s %s: needs %s%s", strchr(who, ',') ? "es" : "", who, qc_coverage[c].how,
+    qc_doc_text(d, " in class%s %s: needs %s%s", strchr(who, ',') ? "es" : "", who, how,
                 qc_coverage[c].integration ? " (an integration-level item: no module-level audit can show it)" : "");
     any = 1;
   }

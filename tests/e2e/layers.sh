@@ -3,11 +3,12 @@
 # this tree (and on its objects, where built) and fails, naming the file,
 # the line and the rule, on one copy of the tree with one include planted
 # against each rule of the dependency direction (each planted, checked and
-# undone in turn), and, naming the object and the symbol, on objects where
-# a model/ file calls a modules/ function with no include at all, and on
-# an object exporting a function no other object, test or bench uses
-# (passed once a test source, a quoted name in src/, or in a CPU-only
-# build a CUDA source, names it);
+# undone in turn; a class name in engine/ or model/ code, not in a
+# comment), and, naming the object and the symbol, on objects where a
+# model/ file calls a modules/ function with no include at all, and on an
+# object exporting a function no other object, test or bench uses (passed
+# once a test source, a quoted name in src/, or in a CPU-only build a CUDA
+# source, names it);
 # scripts/check-independence.sh passes here and fails on a reference that
 # includes a production module or calls the candidate's GEMM path.
 . "$(dirname "$0")/lib.inc"
@@ -60,7 +61,13 @@ plant src/numerics/quant.c '#include <cjson/cJSON.h>' "JSON is read by the plan"
 plant src/engine/gen.c '#include "../core/qc.h"' "a relative path"
 plant src/engine/gen.c '#include "qc.h"' "name the layer"
 plant src/engine/audit.c 'static const char *k = "linear";' "the engine is generic"
+plant src/model/coverage.c 'static const char *k = "moe";' "the model is generic"
 plant kernels/quant.cu '#include "model/module.h"' "kernels/ includes only its own headers"
+# a class named in a comment is no code naming it
+cp "$W/src/model/coverage.c" "$T/saved"
+printf '/* as "moe" does */\n// "rope"\n' >>"$W/src/model/coverage.c"
+expect_exit 0 "layers: a class named in a model/ comment passes" sh "$W/scripts/check-layers.sh" "$W"
+cp "$T/saved" "$W/src/model/coverage.c"
 printf '/* a stray file */\n' >"$W/src/stray.c"
 expect_exit 1 "layers: a file at the top of src/ is refused" sh "$W/scripts/check-layers.sh" "$W"
 grep -q "src/stray.c" "$T/out" || bad "the stray file is not named: $(cat "$T/out")"

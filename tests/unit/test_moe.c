@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "class_harness.h"
 #include "engine/fd.h"
+#include "model/modinfo.h"
 #include "core/qc.h"
 
 /* The unit tests' dY is float32 N(0,1), which the production rounds to bf16
@@ -256,6 +257,26 @@ Test(moe, shared_experts_match_reference) {
 
 /* The generator draws the shared tensors after the routed ones: a seed's
  * routed data is the same with and without shared experts. */
+/* Coverage: a module with shared experts shows the item "shared experts"
+ * (it used to be missing whatever the data), one without does not; the
+ * routing's items come from the class's own facts. */
+Test(moe, coverage_shows_shared_experts) {
+  const char *shared[] = {"shared_experts=1", NULL};
+  for (int k = 0; k < 2; k++) {
+    h_inst in;
+    qc_modinfo mi;
+    h_make(&in, "moe", "9,16,8,5,3", 7, "normal", k ? shared : NULL);
+    cr_assert_eq(qc_modinfo_fill(&mi, &in.m, "generated", "builtin", "normal"), QC_OK);
+    cr_expect_eq(mi.cover >> QC_COV_MOE_SHARED & 1, (unsigned)k, "shared_experts=%d: item moe_shared %s", k,
+                 k ? "not shown" : "shown");
+    cr_expect(mi.cover >> QC_COV_MOE_EMPTY & 1, "the generator's empty expert shows");
+    cr_expect(mi.cover >> QC_COV_MOE_REPEAT & 1, "the generator's repeated routing shows");
+    cr_expect(qc_cov_applies(QC_COV_MOE_SHARED, "moe", NULL), "moe_shared applies to moe");
+    cr_expect(!qc_cov_applies(QC_COV_MOE_SHARED, "linear", NULL), "moe_shared does not apply to linear");
+    h_free(&in);
+  }
+}
+
 Test(moe, shared_generator_shapes_and_routed_data_unchanged) {
   const char *qw[] = {"shared_experts=2", "shared_gate=true", NULL};
   h_inst a, b;
