@@ -1,10 +1,11 @@
-/* classes/registry.c: the class table. One row per module class: the class
- * (its production VJP, keys and generator, src/modules/<name>.c), its
- * independent reference (src/reference/<name>.c) and, optionally, a fast
- * path that computes both together on a backend (src/modules/<name>_fast.c),
- * and whether the reference gives the terms' scale (qc_ctx.terms; linear
- * and the norms compute theirs in their error model). Adding a class adds
- * one row here.
+/* classes/registry.c: the class table. One line per module class, in the
+ * order the help and `qatcheck classes` list them: QC_CLASS(name) pairs
+ * the class (its production VJP, keys, generator, error model, coverage
+ * facts and optional fast path: `qc_class_<name>`, src/modules/<name>.c)
+ * with its independent reference (`qc_reference_<name>`,
+ * src/reference/<name>.c). Adding a class adds one line here; the line
+ * declares both objects itself (QC_CLASS_DECLARE, QC_REFERENCE_DECLARE:
+ * the macros of the layers that define them), so no header lists classes.
  *
  * This layer sits above modules/ and reference/ (it names both) and below
  * engine/: the lookups stay the model's (qc_registry_find in model/module.h,
@@ -14,25 +15,46 @@
 #include "modules/classes.h"
 #include "reference/ref_classes.h"
 
-static const qc_registry_row g_rows[] = {
-    {&qc_class_linear, qc_ref_linear, qc_fast_linear, qc_ref_linear_forward, 0},
-    {&qc_class_rmsnorm, qc_ref_rmsnorm, NULL, NULL, 0},
-    {&qc_class_layernorm, qc_ref_layernorm, NULL, NULL, 0},
-    {&qc_class_rope, qc_ref_rope, NULL, qc_ref_rope_forward, 1},
-    {&qc_class_swiglu, qc_ref_swiglu, NULL, qc_ref_swiglu_forward, 1},
-    {&qc_class_relu2, qc_ref_relu2, NULL, NULL, 1},
-    {&qc_class_gelu, qc_ref_gelu, NULL, qc_ref_gelu_forward, 1},
-    {&qc_class_logprob, qc_ref_logprob, NULL, NULL, 1},
-    {&qc_class_router, qc_ref_router, NULL, NULL, 1},
-    {&qc_class_attention, qc_ref_attention, NULL, NULL, 1},
-    {&qc_class_moe, qc_ref_moe, NULL, qc_ref_moe_forward, 1},
-    {&qc_class_ssd, qc_ref_ssd, NULL, NULL, 1},
-    {&qc_class_conv1d, qc_ref_conv1d, NULL, NULL, 1},
-};
+#define QC_CLASSES(QC_CLASS) \
+  QC_CLASS(linear)           \
+  QC_CLASS(rmsnorm)          \
+  QC_CLASS(layernorm)        \
+  QC_CLASS(rope)             \
+  QC_CLASS(swiglu)           \
+  QC_CLASS(relu2)            \
+  QC_CLASS(gelu)             \
+  QC_CLASS(logprob)          \
+  QC_CLASS(router)           \
+  QC_CLASS(attention)        \
+  QC_CLASS(moe)              \
+  QC_CLASS(ssd)              \
+  QC_CLASS(conv1d)           \
+  /* a new class: its line above this one */
 
-/* Installs the table before main() (and before any test), in every program
- * linked with the library's objects: the tool, the tests, the benches and
- * the fuzz harnesses. */
+/* Every line declares its class and its reference ... */
+#define DECLARE(n) QC_CLASS_DECLARE(n) QC_REFERENCE_DECLARE(n)
+QC_CLASSES(DECLARE)
+
+/* ... and pairs them. */
+typedef struct line {
+  const qc_class *cls;
+  const qc_reference *ref;
+} line;
+#define LINE(n) {.cls = &qc_class_##n, .ref = &qc_reference_##n},
+static const line g_lines[] = {QC_CLASSES(LINE)};
+#define NLINES ((int)(sizeof g_lines / sizeof g_lines[0]))
+
+static qc_registry_row g_rows[NLINES];
+
+/* Builds the rows from the lines and installs them before main() (and
+ * before any test), in every program linked with the library's objects:
+ * the tool, the tests, the benches and the fuzz harnesses. */
 __attribute__((constructor)) static void registry_install(void) {
-  qc_registry_install(g_rows, (int)(sizeof g_rows / sizeof g_rows[0]));
+  for (int i = 0; i < NLINES; i++)
+    g_rows[i] = (qc_registry_row){.cls = g_lines[i].cls,
+                                  .reference = g_lines[i].ref->vjp,
+                                  .fast = g_lines[i].cls->fast,
+                                  .forward = g_lines[i].ref->forward,
+                                  .terms = g_lines[i].ref->terms};
+  qc_registry_install(g_rows, NLINES);
 }

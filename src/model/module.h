@@ -1,9 +1,10 @@
 /* module.h: a module instance under audit and the class table's row type.
  *
- * One module class = one file in src/modules/ (qc_class with the production
- * VJP, contract keys and input generator) + one file in src/reference/ (the
- * independent float64 VJP) + one row in src/classes/registry.c (the class
- * table, a layer above both; its lookups are below). */
+ * One module class = one file in src/modules/ (qc_class_<name>: the
+ * production VJP, contract keys, generator, error model, coverage facts) +
+ * one file in src/reference/ (qc_reference_<name>: the independent float64
+ * VJP) + one line in src/classes/registry.c (the class table, a layer
+ * above both; its lookups are below). */
 #ifndef QC_MODULE_H
 #define QC_MODULE_H
 
@@ -59,7 +60,7 @@ typedef struct qc_ctx {
                                   the operands it builds internally (a dequantized weight or input)
                                   before its GEMMs, as an implementation may; 2 = those and the
                                   outputs held in bf16 between GEMMs (class round_ops 2); 0 = exact */
-  int terms;                   /* 1: a reference whose registry row sets `terms` returns, under each
+  int terms;                   /* 1: a reference whose qc_reference sets `terms` returns, under each
                                   gradient's name and shape, T instead of the gradient: T_i the sum of
                                   the magnitudes of the terms that element i adds up, each weighted
                                   by its operands' conditioning where the math says (the terms' scale
@@ -107,7 +108,7 @@ typedef int (*qc_fwd_fn)(const qc_module *m, const qc_module *branch, qc_tensor 
 /* A class's optional fast path: the candidate and the reference of the
  * gradients it covers computed together on the backend (one upload, no host
  * copy of the big tensors), returned as metrics for the engine to judge.
- * Declared in the class's registry row; the engine names no class. */
+ * Declared in the class's row (qc_class.fast); the engine names no class. */
 typedef struct qc_fast_grad {
   char name[QC_NAMELEN];       /* "d_x" */
   int ndim;

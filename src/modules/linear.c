@@ -423,4 +423,5 @@ const qc_class qc_class_linear = {
     .split = &qc_linear_split,
     .coverage = linear_cov,
     .cov_facts = linear_cov_facts,
+    .fast = qc_fast_linear,
 };

@@ -48,7 +48,7 @@ static int same4(const qc_tensor *a, const int64_t *s) {
 /* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k [B, Hkv,
  * S, D], d_v [B, Hkv, S, Dv] into grads from m's q, k, v and dy [B, Hq, S,
  * Dv]; QC_EINPUT for bad shapes or contract values. */
-int qc_ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *qt, *kt, *vt, *ot, *lt;
   int rc;
@@ -174,3 +174,7 @@ done:
   free(Q); free(K); free(V); free(G); free(P); free(dP); free(T); free(Wt); free(Pa);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/attention.c). */
+const qc_reference qc_reference_attention = {.vjp = ref_attention, .terms = 1};

@@ -18,7 +18,9 @@
 #include "reference/ref_classes.h"
 #include "reference/ref_util.h"
 
-int qc_ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *xt, *wt, *bt;
   int rc;
@@ -59,3 +61,7 @@ done:
   free(X); free(W); free(G);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/conv1d.c). */
+const qc_reference qc_reference_conv1d = {.vjp = ref_conv1d, .terms = 1};

@@ -64,7 +64,9 @@ static double gelu_grad_bf16(double x, int variant) {
   return gelu_tanh_bf16(x, 0);
 }
 
-int qc_ref_gelu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_gelu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   if (ctx && ctx->round_ops && !ctx->terms && gelu_tanh(m))
     return qc_refu_pointwise(ctx, m, dy, grads, gelu_grad_bf16, QC_REFU_BF16);
   return qc_refu_pointwise(ctx, m, dy, grads, gelu_grad, gelu_tanh(m));
@@ -72,7 +74,7 @@ int qc_ref_gelu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_t
 
 /* The forward y = gelu(x) in float64 (a qc_fwd_ref_fn), or under the
  * variant above; tm left zero: the engine takes the class's error model. */
-int qc_ref_gelu_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+static int ref_gelu_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
   const qc_tensor *xt;
   int rc;
   memset(tm, 0, sizeof *tm);
@@ -93,3 +95,7 @@ done:
   free(X);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/gelu.c). */
+const qc_reference qc_reference_gelu = {.vjp = ref_gelu, .forward = ref_gelu_forward, .terms = 1};

@@ -57,7 +57,9 @@ static void stale_fp8_tensor(double *W, int64_t n, double f) {
   for (int64_t i = 0; i < n; i++) W[i] = (double)qc_e4m3_to_f32(qc_f32_to_e4m3((float)(W[i] / s))) * s;
 }
 
-int qc_ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const qc_tensor *x, *w, *b;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &x))) return rc;
@@ -158,7 +160,7 @@ done:
  * (qc_fwd_ref_fn): X's rows quantized under activation_format, W under
  * weight_format with the contract's rounding, both under its profile; the
  * terms |X_q| |W_q|^T + |b| give the error model. */
-int qc_ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
   const qc_tensor *x, *w, *b;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &x))) return rc;
@@ -230,3 +232,7 @@ done:
   free(W); free(X); free(B); free(T);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/linear.c). */
+const qc_reference qc_reference_linear = {.vjp = ref_linear, .forward = ref_linear_forward};

@@ -43,7 +43,9 @@ static void lp_weights(const double *mask, int64_t B, int64_t S, const char *nor
   }
 }
 
-int qc_ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *lt, *it, *mt;
   int rc;
@@ -93,3 +95,7 @@ done:
   free(id); free(Z); free(G); free(mask); free(w);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/logprob.c). */
+const qc_reference qc_reference_logprob = {.vjp = ref_logprob, .terms = 1};

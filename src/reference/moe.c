@@ -51,7 +51,7 @@
  * variant 2). Rounding d_s times silu', a factor just above 1 for large
  * z, gives back d_s: a systematic error in d_x (bias z -8.7 on a tiny
  * bf16 Qwen2-MoE at 2 x 4096 tokens) only these variants reproduce.
- * The forward (qc_ref_moe_forward, outputs/y's check): out_t = sum_j w_tj y
+ * The forward (ref_moe_forward, outputs/y's check): out_t = sum_j w_tj y
  * (+ g_t ys), the same grouped products and the same roundings of h, a
  * and y under ctx->round_ops. */
 #include <math.h>
@@ -452,7 +452,9 @@ static int moe_in_get(const qc_module *m, moe_in *in) {
   return QC_OK;
 }
 
-int qc_ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms, rb = ctx && !ab ? ctx->round_ops : 0;
   moe_in in;
   int rc;
@@ -481,7 +483,8 @@ done:
   return rc;
 }
 
-int qc_ref_moe_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+/* The forward the contract defines, in float64 (a qc_fwd_ref_fn). */
+static int ref_moe_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
   (void)tm; /* left zero: engine/forward.c models the forward as the d_x chain run forward */
   if (ctx && ctx->wscale > 0) return QC_NA; /* no quantizer here: a stale scale changes nothing */
   moe_in in;
@@ -502,3 +505,7 @@ done:
   free(in.id); free(X); free(Wt);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/moe.c). */
+const qc_reference qc_reference_moe = {.vjp = ref_moe, .forward = ref_moe_forward, .terms = 1};

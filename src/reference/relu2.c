@@ -10,6 +10,12 @@ static double relu2_grad(double x, int variant) {
   return x <= 0 ? 0.0 : x + x;
 }
 
-int qc_ref_relu2(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_relu2(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   return qc_refu_pointwise(ctx, m, dy, grads, relu2_grad, 0);
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/relu2.c). */
+const qc_reference qc_reference_relu2 = {.vjp = ref_relu2, .terms = 1};

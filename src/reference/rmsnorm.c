@@ -69,7 +69,13 @@ done:
   return rc;
 }
 
-int qc_ref_rmsnorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_rmsnorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   (void)ctx;
   return qc_ref_norm(m, dy, grads, 0);
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/rmsnorm.c). */
+const qc_reference qc_reference_rmsnorm = {.vjp = ref_rmsnorm};

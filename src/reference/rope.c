@@ -112,7 +112,9 @@ static int rope_check(const qc_module *m, const qc_tensor **xt) {
   return rc;
 }
 
-int qc_ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const qc_tensor *xt;
   int rc;
   if ((rc = rope_check(m, &xt))) return rc;
@@ -129,7 +131,7 @@ done:
 
 /* The forward y = Q(phi) x in float64 (a qc_fwd_ref_fn): tm left zero, so
  * the engine takes the class's own error model (its float32 angles). */
-int qc_ref_rope_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+static int ref_rope_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
   const qc_tensor *xt;
   int rc;
   memset(tm, 0, sizeof *tm);
@@ -143,3 +145,7 @@ done:
   free(X);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/rope.c). */
+const qc_reference qc_reference_rope = {.vjp = ref_rope, .forward = ref_rope_forward, .terms = 1};

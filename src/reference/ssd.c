@@ -47,7 +47,9 @@
 #include "core/qc.h"
 #include "reference/ref_util.h"
 
-int qc_ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *xt, *dtt, *at, *bt, *ct, *h0t = NULL, *Dt = NULL, *zt = NULL;
   int rc;
@@ -197,3 +199,7 @@ done:
   free(X); free(DT); free(AA); free(BB); free(CC); free(H0); free(DD); free(Z); free(G); free(hs); free(adj);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/ssd.c). */
+const qc_reference qc_reference_ssd = {.vjp = ref_ssd, .terms = 1};

@@ -67,7 +67,9 @@ static void swiglu_clamp(double L, int pass, double *z, double *w, double *da, d
   }
 }
 
-int qc_ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
+ * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+static int ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *gt, *ut;
   int rc;
@@ -98,7 +100,7 @@ done:
 
 /* The forward y = a(gate) b(up) in float64 (a qc_fwd_ref_fn), under the
  * variants above; tm left zero: the engine takes the class's error model. */
-int qc_ref_swiglu_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+static int ref_swiglu_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
   const qc_tensor *gt, *ut;
   int rc;
   memset(tm, 0, sizeof *tm);
@@ -123,3 +125,7 @@ done:
   free(G); free(U);
   return rc;
 }
+
+/* The class's reference, its one export (src/classes/registry.c pairs it
+ * with src/modules/swiglu.c). */
+const qc_reference qc_reference_swiglu = {.vjp = ref_swiglu, .forward = ref_swiglu_forward, .terms = 1};

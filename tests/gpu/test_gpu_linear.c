@@ -8,12 +8,13 @@
 
 #include "gpu_common.h"
 #include "model/module.h"
-#include "modules/classes.h"
-#include "reference/ref_classes.h"
 #include "numerics/formats.h"
 #include "numerics/quant.h"
 #include "model/check.h"
 #include "numerics/decode.h"
+
+/* The linear class's registry row (its production VJP and reference). */
+#define LIN (qc_registry_find("linear"))
 
 
 /* A generated linear module [M, K, N] under weight format fmt, and its dY. */
@@ -31,9 +32,9 @@ static void case_make(lin_case *c, int64_t M, int64_t K, int64_t N, const char *
   int nd;
   int64_t ds[QC_MAXDIM];
   snprintf(c->m.path, sizeof c->m.path, "gen/linear[%lldx%lldx%lld]", (long long)M, (long long)K, (long long)N);
-  c->m.cls = &qc_class_linear;
+  c->m.cls = qc_registry_find("linear")->cls;
   cr_assert_eq(qc_contract_set(&c->m.contract, "weight_format", fmt, 0, 0), QC_OK);
-  cr_assert_eq(qc_class_linear.generate(&g, &r, &c->m, &nd, ds), QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(c->m.cls->generate(&g, &r, &c->m, &nd, ds), QC_OK, "%s", qc_err_msg());
   cr_assert_eq(qc_tensor_alloc(&c->dy, "dy", QC_BF16, nd, ds), QC_OK);
   uint16_t *d = c->dy.data;
   for (int64_t i = 0; i < M * N; i++) d[i] = qc_f32_to_bf16((float)qc_rng_normal(&r));
@@ -89,8 +90,8 @@ static void audit_vs_cpu(const qc_backend *be, int64_t M, int64_t K, int64_t N, 
   case_make(&c, M, K, N, fmt, values, (uint64_t)(M * 131 + K * 7 + N));
   const qc_backend *cpu = qc_backend_cpu();
   qc_tset pc, rc;
-  run_vjp(cpu, qc_class_linear.production, &c, &pc);
-  run_vjp(cpu, qc_ref_linear, &c, &rc);
+  run_vjp(cpu, LIN->cls->production, &c, &pc);
+  run_vjp(cpu, LIN->reference, &c, &rc);
   qc_metrics cdx, cdw;
   cpu_metrics(qc_tset_get(&pc, "d_x"), qc_tset_get(&rc, "d_x"), &cdx);
   cpu_metrics(qc_tset_get(&pc, "d_weight"), qc_tset_get(&rc, "d_weight"), &cdw);
@@ -195,10 +196,10 @@ Test(gpu_linear, class_pair_on_cuda_backend) {
   lin_case c;
   case_make(&c, 96, 320, 160, "none", "heavy_tail", 9);
   qc_tset pc, rc, pg, rg;
-  run_vjp(cpu, qc_class_linear.production, &c, &pc);
-  run_vjp(cpu, qc_ref_linear, &c, &rc);
-  run_vjp(be, qc_class_linear.production, &c, &pg);
-  run_vjp(be, qc_ref_linear, &c, &rg);
+  run_vjp(cpu, LIN->cls->production, &c, &pc);
+  run_vjp(cpu, LIN->reference, &c, &rc);
+  run_vjp(be, LIN->cls->production, &c, &pg);
+  run_vjp(be, LIN->reference, &c, &rg);
   const char *names[2] = {"d_x", "d_weight"};
   for (int i = 0; i < 2; i++) {
     const qc_tensor *r1 = qc_tset_get(&rc, names[i]), *r2 = qc_tset_get(&rg, names[i]);
