@@ -16,6 +16,7 @@ static const qc_verb g_verbs[] = {
     {"report", qc_cmd_report, "one audit document (Markdown, HTML) from the JSON reports of vjp, contract, sft, step"},
     {"sft", qc_cmd_sft, "layer 3: three SFT arms' logs compared in a window against declared bounds"},
     {"step", qc_cmd_step, "one optimizer step recomputed in float64 and compared, per parameter"},
+    {"classes", qc_cmd_classes, "every module class: tensors, gradients, contract keys, coverage (--json)"},
 };
 static const int g_nverbs = (int)(sizeof g_verbs / sizeof g_verbs[0]);
 

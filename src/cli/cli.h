@@ -30,6 +30,7 @@ int qc_cmd_quant(struct qc_run *run, int argc, char **argv);
 int qc_cmd_report(struct qc_run *run, int argc, char **argv);
 int qc_cmd_sft(struct qc_run *run, int argc, char **argv);
 int qc_cmd_step(struct qc_run *run, int argc, char **argv);
+int qc_cmd_classes(struct qc_run *run, int argc, char **argv);
 
 /* Run verb v (argv[0] its name) as one run (report/run.h): its report
  * paths are checked before it does any work, and an exit 2 replaces them
