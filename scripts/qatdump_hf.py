@@ -46,6 +46,8 @@ import json
 import math
 import os
 import re
+import shutil
+import subprocess
 import sys
 import time
 
@@ -72,12 +74,34 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "con
 BF16 = torch.bfloat16
 PLANTS = ("none", "o_proj_dx", "softcap_grad", "dskip_grad", "swiglu_gate_grad")
 
-# the gradients of each class (docs/classes.md, the class table)
-GRADS = {"linear": ["d_x", "d_weight", "d_bias"], "rmsnorm": ["d_x", "d_weight"],
-         "attention": ["d_q", "d_k", "d_v"], "rope": ["d_x"], "swiglu": ["d_gate", "d_up"],
-         "gelu": ["d_x"], "logprob": ["d_logits"], "router": ["d_logits"],
-         "moe": ["d_x", "d_w1", "d_w2", "d_topk_weights", "d_shared_w1", "d_shared_w2", "d_shared_gate"],
-         "ssd": ["d_x", "d_dt", "d_A", "d_Bm", "d_Cm", "d_D"], "conv1d": ["d_x", "d_weight", "d_bias"]}
+
+def class_grads(qatcheck=None):
+    """The gradients of each class, {class: [d_...]}, from qatcheck's class
+    table (`qatcheck classes --json`, the one source of class facts). Read
+    from the first of: `qatcheck`, a path to the qatcheck binary or to a
+    file holding that JSON (.json); $QATCHECK_CLASSES (such a file);
+    $QATCHECK (the binary); and when none is given, the qatcheck of this
+    script's repository (scripts/..), else qatcheck on $PATH. Raises
+    QatDumpError naming where it looked."""
+    given = [t for t in (qatcheck, os.environ.get("QATCHECK_CLASSES"), os.environ.get("QATCHECK")) if t]
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "qatcheck")
+    tried = given[:1] or [t for t in (here, shutil.which("qatcheck")) if t]
+    for t in tried:
+        if not os.path.isfile(t):
+            continue
+        try:
+            if t.endswith(".json"):
+                with open(t) as f:
+                    doc = json.load(f)
+            else:
+                out = subprocess.run([t, "classes", "--json"], capture_output=True, check=True, timeout=60)
+                doc = json.loads(out.stdout)
+            return {c["name"]: list(c["grads"]) for c in doc["classes"]}
+        except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError) as e:
+            raise qatdump.QatDumpError("cannot read the class table from %s (`qatcheck classes --json`): %s" % (t, e))
+    raise qatdump.QatDumpError("the case's gradients come from qatcheck's class table, and no qatcheck was found "
+                               "(looked at %s): build it (make), or pass --qatcheck PATH (the binary, or the "
+                               "output of `qatcheck classes --json`), or set QATCHECK" % (", ".join(tried) or here))
 
 
 TESTED = "4.49."   # the release whose module code the instrumentation follows
@@ -885,10 +909,15 @@ def dump_step(model, plan, ids, mask, path, lr=1e-3, warm=0):
     return out
 
 
-def write_case(plan, dump, path, name=None):
-    """A case over every dumped module, each tolerance derived by qatcheck."""
+def write_case(plan, dump, path, name=None, qatcheck=None):
+    """A case over every dumped module, each tolerance derived by qatcheck
+    (each class's gradients from its class table: class_grads(qatcheck))."""
     classes = sorted(set(plan["modules"].values()))
-    tol = {c: {g: {"derive": True, "reasoning": "derived from the class's error model"} for g in GRADS[c]}
+    grads = class_grads(qatcheck)
+    missing = [c for c in classes if c not in grads]
+    if missing:
+        raise qatdump.QatDumpError("class(es) %s not in qatcheck's class table (%s)" % (", ".join(missing), ", ".join(grads)))
+    tol = {c: {g: {"derive": True, "reasoning": "derived from the class's error model"} for g in grads[c]}
            for c in classes}
     case = {"name": name or "hf_%s" % plan["arch"], "data": {"dump": os.path.basename(dump), "modules": ".*"},
             "candidate": "dump", "tolerances": tol}
@@ -914,7 +943,7 @@ def run_one(arch, plant, out, a):
     ids, mask = batch(model, a.batch, seq, a.seed + 1, a.device)
     dump = os.path.join(out, "step.h5")
     tm = dump_step(model, plan, ids, mask, dump, warm=a.warm if a.warm >= 0 else int(a.size == "gpu") * 2)
-    write_case(plan, dump, os.path.join(out, "case.json"))
+    write_case(plan, dump, os.path.join(out, "case.json"), qatcheck=a.qatcheck)
     with open(os.path.join(out, "plan.json"), "w") as f:
         json.dump(dict({"modules": plan["modules"], "not_mapped": plan["not_mapped"], "planted": plan["planted"],
                         "transformers": transformers.__version__, "tokens": ids.numel(),
@@ -957,11 +986,20 @@ def main(argv=None):
     ap.add_argument("--rope-scaling", type=json.loads, default=None, metavar="JSON",
                     help="the config's rope_scaling, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8, ...}' (Llama 3.1); "
                          "the dumped rope modules then carry the table's inv_freq and attention_scaling")
+    ap.add_argument("--qatcheck", metavar="PATH", default=None,
+                    help="the qatcheck binary, or a file holding `qatcheck classes --json`, whose class table gives "
+                         "the case's gradients (default: $QATCHECK_CLASSES, $QATCHECK, the qatcheck of this "
+                         "script's repository, qatcheck on PATH)")
     a = ap.parse_args(argv)
     if transformers is None or not transformers.__version__.startswith(TESTED):
         print("skip: qatdump_hf needs transformers 4.49 for %s (%s; scripts/install-deps.sh installs 4.49.0)"
               % (sys.executable, "not installed" if transformers is None else "found " + transformers.__version__))
         return 77
+    try:  # before any model is built: a missing qatcheck is said at once
+        class_grads(a.qatcheck)
+    except qatdump.QatDumpError as e:
+        print("qatdump_hf: %s" % e, file=sys.stderr)
+        return 2
     runs = []
     for item in a.arch:
         arch, _, plant = item.partition(":")

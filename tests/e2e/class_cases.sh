@@ -1,27 +1,42 @@
 #!/bin/sh
-# class_cases.sh: every shipped case of the classes beyond linear passes with
-# the builtin candidate (exit 0), and its report says pass.
+# class_cases.sh: every class of the class table (`qatcheck classes --json`)
+# has a shipped case (cases/*.json whose "module" is the class), and every
+# shipped case of the classes beyond linear (whose large shapes run in
+# linear_defects, quant_cases and gpu_vjp) passes with the builtin
+# candidate (exit 0), its report saying pass. A class added to the table
+# gets this without editing this file.
 . "$(dirname "$0")/lib.inc"
+"$QATCHECK" classes --json >"$T/classes.json" || { bad "qatcheck classes --json"; finish; }
+# "CLASS CASE" per shipped case; "CLASS -" for a class without one
+$PY - "$T/classes.json" cases/*.json >"$T/cases.txt" <<'P' || { bad "cannot list the cases"; finish; }
+import json, sys
+names = [c["name"] for c in json.load(open(sys.argv[1]))["classes"]]
+by = {}
+for f in sys.argv[2:]:
+    by.setdefault(json.load(open(f)).get("module"), []).append(f)
+for n in names:
+    for f in by.get(n) or ["-"]:
+        print(n, f)
+P
 n=0
-for f in cases/rmsnorm.json cases/layernorm.json cases/rope*.json cases/swiglu*.json cases/relu2.json \
-         cases/gelu.json cases/logprob*.json cases/router*.json cases/attention*.json cases/moe*.json \
-         cases/ssd*.json cases/conv1d.json; do
+while read -r cls f; do
+  [ "$f" = - ] && { bad "class $cls has no shipped case (cases/*.json with \"module\": \"$cls\")"; continue; }
+  [ "$cls" = linear ] && continue
   n=$((n+1))
   expect_exit 0 "$f passes" "$QATCHECK" vjp --case "$f" --quiet --json "$T/r.json"
   "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["verdict"] == "pass" and r["checks"] else 1)' "$T/r.json" \
     || bad "$f: report verdict is not pass"
-done
+done <"$T/cases.txt"
 [ "$n" -ge 20 ] || bad "expected at least 20 class cases, found $n"
 # bad input: a contract the class refuses exits 2 and writes no passing report
-# (tolerances for the class's own gradients: a name it lacks is refused first)
+# (tolerances for the class's own gradients, as the class table lists them:
+# a name it lacks is refused first)
 tols() {
-  case "$1" in
-    logprob|router) g="d_logits" ;; swiglu) g="d_gate d_up" ;; attention) g="d_q d_k d_v" ;;
-    moe) g="d_x d_w1 d_w2 d_topk_weights" ;; ssd) g="d_x d_dt d_A d_Bm d_Cm d_initial_state" ;;
-    conv1d) g="d_x d_weight d_bias" ;; *) g="d_x" ;;
-  esac
-  sep=""
-  for t in $g; do printf '%s"%s": {"rel_l2": 1e-4, "reasoning": "r"}' "$sep" "$t"; sep=", "; done
+  "$PY" - "$T/classes.json" "$1" <<'P'
+import json, sys
+c = [c for c in json.load(open(sys.argv[1]))["classes"] if c["name"] == sys.argv[2]][0]
+print(", ".join('"%s": {"rel_l2": 1e-4, "reasoning": "r"}' % g for g in c["grads"]))
+P
 }
 while read -r cls shape contract needle; do
   cat >"$T/bad.json" <<J

@@ -14,7 +14,9 @@
 # 4.49's torch path tiles the B, C groups over the heads (head h reads group
 # h mod G, B.repeat) where mamba_ssm's kernels and the ssd class read group
 # h / (H/G): every ssd module fails, and passes with the groups
-# interleaved. Skips (77) without transformers 4.49.
+# interleaved. The cases' gradients per class are qatcheck's class table's
+# (`qatcheck classes --json`); with no qatcheck to read them from the
+# script exits 2 at once. Skips (77) without transformers 4.49.
 . "$(dirname "$0")/lib.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 need_hf
@@ -39,6 +41,24 @@ planted="llama:o_proj_dx gemma2:softcap_grad mamba2:dskip_grad"
     >>"$T/dump.log" 2>&1 ||
   { bad "qatdump_hf.py"; tail -30 "$T/dump.log"; finish; }
 grep '^qatdump_hf' "$T/dump.log"
+
+# each case declares, per class, the gradients qatcheck's class table lists
+# (scripts/qatdump_hf.py reads `qatcheck classes --json`; no copy of them)
+"$QATCHECK" classes --json >"$T/classes.json"
+"$PY" - "$T/classes.json" "$T/llama/case.json" "$T/qwen2_moe/case.json" "$T/mamba2/case.json" <<'P' &&
+import json, sys
+grads = {c["name"]: c["grads"] for c in json.load(open(sys.argv[1]))["classes"]}
+for f in sys.argv[2:]:
+    for cls, tol in json.load(open(f))["tolerances"].items():
+        assert list(tol) == grads[cls], (f, cls, list(tol), grads[cls])
+P
+  ok "the cases' gradients are the class table's" || bad "a case's gradients differ from qatcheck classes --json"
+# without a qatcheck to read them from, it exits 2 at once with one line
+"$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama --out "$T/none" --qatcheck "$T/no-qatcheck" >"$T/none.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$T/none.out")" -eq 1 ] && grep -q "no qatcheck was found (looked at $T/no-qatcheck)" "$T/none.out" &&
+  [ ! -e "$T/none/step.h5" ] && ok "no qatcheck: exit 2, one line naming where it looked" ||
+  bad "no qatcheck: exit $rc: $(cat "$T/none.out")"
 
 # check_report DIR WANT: every module of DIR/plan.json was checked, and the
 # failed checks are exactly those of the planted module (none when clean)
