@@ -15,6 +15,7 @@
 #include "core/watchdog.h"
 #include "engine/gen.h"
 #include "model/case.h"
+#include "model/modinfo.h"
 
 #define TOL "\"tolerances\": {\"d_x\": {\"rel_l2\": 1e-3, \"reasoning\": \"bf16\"}}"
 #define GEN_SEED(s) "\"module\": \"linear\", \"data\": {\"generate\": {\"shapes\": [[2, 3, 4]], \"seed\": " s "}}"
@@ -144,6 +145,21 @@ Test(robust, watchdog_argument) {
   qc_err_clear();
   cr_expect_eq(qc_watchdog_arm(3600), QC_OK);
   cr_expect_eq(qc_watchdog_arm(0), QC_OK); /* off again */
+}
+
+/* Every coverage item a class row names is an item of the list that only
+ * some classes can show (a typo would never apply), named once. */
+Test(robust, class_coverage_items_are_known) {
+  int n;
+  const qc_registry_row *rows = qc_registry_rows(&n);
+  for (int i = 0; i < n; i++)
+    for (const qc_class_cov *k = rows[i].cls->coverage; k && k->item; k++) {
+      int c = qc_cov_find(k->item);
+      cr_expect(c >= 0 && qc_coverage[c].per_class, "class %s names coverage item '%s': not a per-class item",
+                rows[i].cls->name, k->item);
+      for (const qc_class_cov *j = k + 1; j->item; j++)
+        cr_expect(strcmp(j->item, k->item) != 0, "class %s names item '%s' twice", rows[i].cls->name, k->item);
+    }
 }
 
 /* Every class's reference returns only gradients its `grads` list names
