@@ -47,6 +47,24 @@ const char *qc_err_msg(void) { return g_msg; }
 const char *qc_err_hint(void) { return g_hint; }
 void qc_err_clear(void) { g_msg[0] = 0; g_hint[0] = 0; }
 
+_Static_assert(sizeof(((qc_err_state *)0)->msg) == sizeof g_msg && sizeof(((qc_err_state *)0)->hint) == sizeof g_hint,
+               "qc_err_state holds the whole channel");
+
+void qc_err_save(qc_err_state *s) {
+  memcpy(s->msg, g_msg, sizeof g_msg);
+  memcpy(s->hint, g_hint, sizeof g_hint);
+  qc_err_clear();
+}
+
+void qc_err_restore(const qc_err_state *s) {
+  memcpy(g_msg, s->msg, sizeof g_msg);
+  memcpy(g_hint, s->hint, sizeof g_hint);
+}
+
+void qc_err_keep(const qc_err_state *s) {
+  if (s->msg[0]) qc_err_restore(s); /* the earlier error stays first, with its own hint */
+}
+
 /* Print s with control characters escaped, so a message stays one line
  * whatever names (files, groups, datasets) it quotes. */
 static void put_line(const char *prefix, const char *s) {

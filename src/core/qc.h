@@ -18,7 +18,8 @@ enum {
 };
 
 /* Set the error message (printf-style). Keeps the first one set since the
- * last qc_err_clear(), so the deepest, most specific cause survives.
+ * last qc_err_clear() or qc_err_save(), so the deepest, most specific cause
+ * survives.
  * Always returns QC_EINPUT so callers can `return qc_err(...)`. */
 int qc_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Like qc_err but returns QC_ESYS. */
@@ -27,6 +28,35 @@ int qc_err_sys(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void qc_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *qc_err_msg(void);   /* "" when none */
 const char *qc_err_hint(void);  /* "" when none */
+
+/* A speculative call (a reference variant, the forward check, a diagnosis's
+ * hypothesis, a probe for an optional attribute) may fail without the run
+ * failing: its failure is an answer. Such a call runs between
+ * qc_err_save, which keeps this thread's message and hint in *s and
+ * clears them (so the call's own first error is the one it sets, and
+ * qc_err_msg reads it), and one of:
+ *   qc_err_restore  the call's failure was an answer: its message is
+ *                   dropped and the saved one put back, so an error set
+ *                   before the call is never lost;
+ *   qc_err_keep     the call's failure is the run's error after all: the
+ *                   saved message stays first if there was one (first
+ *                   error wins), else the call's.
+ *     qc_err_state s;
+ *     qc_err_save(&s);
+ *     int ok = probe(...) == QC_OK;
+ *     qc_err_restore(&s);
+ */
+typedef struct qc_err_state {
+  char msg[1024];
+  char hint[512];
+} qc_err_state;
+void qc_err_save(qc_err_state *s);
+void qc_err_restore(const qc_err_state *s);
+void qc_err_keep(const qc_err_state *s);
+/* Drop the message and hint. Only where that is the semantics, never to
+ * end a speculative call: the message was printed or handed on (the end
+ * of a run, a rank's error once agreed), it is replaced by a better one
+ * (a timeout, an option's own words), or a worker thread starts fresh. */
 void qc_err_clear(void);
 /* Print the current error (and hint) to stderr in the house format. */
 void qc_err_print(void);

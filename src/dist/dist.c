@@ -541,7 +541,7 @@ static int vote_all(int rc, long long at, int *pick, int *rc0) {
 
 /* The agreed error as this rank's one error line; its status. */
 static int agreed_error(void) {
-  qc_err_clear();
+  qc_err_clear(); /* replaced: the agreed message is every rank's */
   qc_err("%s", D.msg);
   if (D.hint[0]) qc_hint("%s", D.hint);
   return D.failed_rc;
@@ -654,7 +654,7 @@ int qc_dist_device_begin(const qc_backend *be) {
     snprintf(b.msg, sizeof b.msg, "%s", qc_err_msg());
   if ((rc = qc_dist_bcast(&b, sizeof b))) return rc;
   if (b.rc) { /* every rank has the same message: no agreement needed */
-    qc_err_clear();
+    qc_err_clear(); /* replaced: rank 0's message */
     return qc_err_sys("rank 0: %s", b.msg);
   }
   memcpy(id, b.id, sizeof id);

@@ -84,11 +84,13 @@ qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k) {
   int f = g->dtype == QC_F32 || g->dtype == QC_F64;
   qc_dtype vd = g->dtype;
   if (f) {
+    qc_err_state es; /* never fails: unreadable, it is judged at its storage dtype */
+    qc_err_save(&es);
     int64_t n = qc_numel(g);
     double *gd = qc_malloc((size_t)(n ? n : 1) * sizeof *gd, "candidate gradient (float64)");
     if (gd && qc_tensor_to_f64(g, gd) == QC_OK) vd = qc_values_dtype(gd, n, g->dtype);
     free(gd);
-    qc_err_clear();
+    qc_err_restore(&es);
   }
   return qc_audit_dtype(g->dtype, vd, t, k);
 }
@@ -126,8 +128,10 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
     qc_ctx c;
     memset(&c, 0, sizeof c);
     c.terms = 1;
+    qc_err_state es; /* a terms run that fails leaves the relative model alone, no error */
+    qc_err_save(&es);
     const int ok = row->reference(&c, m, dy, ts) == QC_OK;
-    qc_err_clear();
+    qc_err_restore(&es);
     if (scoped) g_terms.state = ok ? 2 : 3;
   }
   double ss = 0;
@@ -188,13 +192,17 @@ int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_
   char grad[sizeof k->tensor];
   snprintf(grad, sizeof grad, "%s", k->tensor);
   grad[strcspn(grad, "@")] = 0;
+  qc_err_state es; /* declared bounds: the model is optional (the bias allowance, the noise level) */
+  qc_err_save(&es);
   if (qc_audit_derive(m, dy, grad, dt, t, k->m.norm_r == 0, &am, t->derive ? &use : NULL)) {
     if (t->derive) {
       qc_hint("declare the bounds of \"%s\" (rel_l2, noise_multiple, ...) instead of {\"derive\": true}", grad);
+      qc_err_keep(&es);
       return QC_EINPUT;
     }
-    qc_err_clear();
+    qc_err_restore(&es);
   } else {
+    qc_err_restore(&es);
     k->level = am.terms.rel_l2;
     /* the terms' scale: float32 working precision over ||T|| (the class's
      * model), with the derivation's margin */
@@ -450,10 +458,12 @@ static int try_variants(qc_audit *a, const qc_registry_row *row, const qc_module
     qc_check kv;
     qc_check_init(&kv, m, dy->name, k->tensor, r->ndim, r->shape, t);
     snprintf(kv.cand_dtype, sizeof kv.cand_dtype, "%s", k->cand_dtype);
-    if ((rc = qc_audit_compare(a->ctx, g, r, t, &kv)) || (rc = qc_audit_judge(m, dy, t, &kv))) {
-      qc_err_clear();
-      continue;
-    }
+    qc_err_state es; /* a variant that cannot be judged explains nothing: no error */
+    qc_err_save(&es);
+    rc = qc_audit_compare(a->ctx, g, r, t, &kv);
+    if (!rc) rc = qc_audit_judge(m, dy, t, &kv);
+    qc_err_restore(&es);
+    if (rc) continue;
     if (k->verdict == QC_V_PASS && zabs(&kv) >= zabs(have ? &best : k)) continue; /* a pass is kept unless z drops */
     /* a variant that fits no better explains nothing (a scale error hides in a variant's noise): better
      * is a smaller rel_l2 or, at the noise level where rel_l2 alone cannot tell two roundings apart, a

@@ -75,7 +75,11 @@ static int hyp_dy_precision(dg *d) {
   qc_tensor rd = {0};
   int rc = QC_OK;
   if (!y) return qc_err_sys("out of memory diagnosing dY");
-  if (!row || qc_tensor_to_f64(d->dy, y)) goto done;
+  qc_err_state es0; /* a dY that cannot be read: no prediction, no error */
+  qc_err_save(&es0);
+  const int unread = !row || qc_tensor_to_f64(d->dy, y) != QC_OK;
+  qc_err_restore(&es0);
+  if (unread) goto done;
   double amax = 0;
   for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(y[i]));
   for (size_t j = 0; j < sizeof v / sizeof v[0] && amax > 0; j++) {
@@ -91,9 +95,12 @@ static int hyp_dy_precision(dg *d) {
                                                                      : (float)qc_round_to(x, v[j].dt);
       f[i] = (float)(f[i] * s);
     }
+    qc_err_state es; /* a prediction that cannot be made is skipped */
+    qc_err_save(&es);
     int r2 = run_for(d, row->reference, d->m, &rd);
+    qc_err_restore(&es);
     qc_tensor_free(&rd);
-    if (r2) { qc_err_clear(); continue; }
+    if (r2) continue;
     char says[256];
     snprintf(says, sizeof says, "dY rounded to %s%s before the backward: the candidate saw another dY than the reference (a "
              "false difference if production really receives it: compare with the same dY)", v[j].name,
@@ -126,7 +133,11 @@ int qc_dg_scan_keys(dg *d, int (*keep)(const char *key), qc_dg_run_fn run, void 
       p += l + (p[l] == '|');
       if (strcmp(v, cur) == 0 || strcmp(v, "auto") == 0) continue;
       qc_module alt = *d->m;
-      if (qc_contract_set(&alt.contract, ks->key, v, 0, 0) || run(d, &alt, arg)) { qc_err_clear(); continue; }
+      qc_err_state es; /* a value the class refuses here is skipped */
+      qc_err_save(&es);
+      const int bad = qc_contract_set(&alt.contract, ks->key, v, 0, 0) || run(d, &alt, arg);
+      qc_err_restore(&es);
+      if (bad) continue;
       if (qc_rel_l2(d->p, d->rd, d->n) <= 1e-12) continue; /* the same result on this data */
       double e = qc_rel_l2(d->g, d->p, d->n);
       if (e < be) {
@@ -175,6 +186,8 @@ static void hyp_stale_scale(dg *d) {
   const qc_ctx *c0 = d->ctx;
   double bf = 0, be = INFINITY;
   int ok = 0;
+  qc_err_state es; /* a fit that cannot be made is no error */
+  qc_err_save(&es);
   for (const qc_key_spec *ks = d->m->cls->keys; ks && ks->key; ks++) /* a per-tensor format in the contract */
     if (quant_key(ks->key) && strcmp(qc_contract_str(&d->m->contract, ks->key, ks->dflt), "fp8_tensor") == 0) ok = row != NULL;
   d->ctx = &c;
@@ -197,7 +210,7 @@ static void hyp_stale_scale(dg *d) {
     qc_dg_judge(d, "stale_scale", says, d->level);
   }
   d->ctx = c0;
-  qc_err_clear();
+  qc_err_restore(&es);
 }
 
 /* The float inputs rounded to a float8 type (per-tensor scale amax / max)
@@ -210,7 +223,9 @@ static int hyp_input_precision(dg *d) {
   for (size_t j = 0; row && j < sizeof v / sizeof v[0]; j++) {
     qc_module alt = *d->m;
     memset(&alt.inputs, 0, sizeof alt.inputs);
-    if ((rc = qc_tset_clone(&alt.inputs, &d->m->inputs))) break;
+    if ((rc = qc_tset_clone(&alt.inputs, &d->m->inputs))) break; /* out of memory: the run's error */
+    qc_err_state es; /* a prediction that cannot be made is skipped */
+    qc_err_save(&es);
     int any = 0;
     for (int i = 0; i < alt.inputs.n; i++) {
       qc_tensor *t = &alt.inputs.t[i];
@@ -240,7 +255,7 @@ static int hyp_input_precision(dg *d) {
                "lower-precision saved input than the forward's", v[j].name, d->k->tensor);
       qc_dg_judge(d, "input_precision", says, d->level);
     }
-    qc_err_clear();
+    qc_err_restore(&es);
     qc_module_variant_free(&alt, d->m);
   }
   return rc;
@@ -254,6 +269,8 @@ static void hyp_axis(dg *d) {
   int64_t C = dy->shape[dy->ndim - 1], R = C ? qc_numel(dy) / C : 0;
   if (C != d->n || R != C) return;
   double *y = malloc((size_t)(R * C + 1) * sizeof *y), *col = calloc((size_t)C + 1, sizeof *col);
+  qc_err_state es; /* a dY that cannot be read: no prediction, no error */
+  qc_err_save(&es);
   if (y && col && !qc_tensor_to_f64(dy, y)) {
     for (int64_t i = 0; i < R; i++)
       for (int64_t c = 0; c < C; c++) col[c] += y[i * C + c];
@@ -269,7 +286,7 @@ static void hyp_axis(dg *d) {
       qc_dg_judge(d, "axis", says, d->level);
     }
   }
-  qc_err_clear();
+  qc_err_restore(&es);
   free(y);
   free(col);
 }
@@ -284,6 +301,8 @@ static void hyp_class(dg *d) {
     char detail[160] = "", says[256];
     int rc = QC_NA;
     double lv = d->level;
+    qc_err_state es; /* a hypothesis that cannot be tested is skipped */
+    qc_err_save(&es);
     if (h->alter) {
       qc_module alt = *d->m;
       rc = h->alter(d->m, &alt, detail, sizeof detail);
@@ -297,7 +316,8 @@ static void hyp_class(dg *d) {
       qc_tensor_free(&pt);
       lv *= 2; /* a production-style prediction may carry the noise too */
     }
-    if (rc) { qc_err_clear(); continue; }
+    qc_err_restore(&es);
+    if (rc) continue;
     snprintf(says, sizeof says, "%s%s%s", h->says, detail[0] ? "; " : "", detail);
     qc_dg_judge(d, h->name, says, lv);
     if (h->fitted) d->fitted[d->k->nhyp - 1] = 1;

@@ -291,7 +291,11 @@ void qc_dg_nonfinite(dg *d) {
       const qc_tensor *t = &sets[s]->t[i];
       if (!qc_dtype_is_float(t->dtype) || t->ndim < 1 || qc_numel(t) / t->shape[t->ndim - 1] != d->R) continue;
       double *v = malloc((size_t)qc_numel(t) * sizeof *v), mx = 0;
-      if (!v || qc_tensor_to_f64(t, v)) { free(v); qc_err_clear(); continue; }
+      qc_err_state es; /* a tensor that cannot be read is left out of the trace */
+      qc_err_save(&es);
+      const int bad = !v || qc_tensor_to_f64(t, v) != QC_OK;
+      qc_err_restore(&es);
+      if (bad) { free(v); continue; }
       int64_t c = t->shape[t->ndim - 1];
       for (int64_t j = 0; j < c; j++) mx = fmax(mx, fabs(v[row * c + j]));
       free(v);

@@ -79,15 +79,17 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
   char g[80];
   qc_tol_model gm;
   memset(&gm, 0, sizeof gm);
-  if (x && y && m->cls->tol_model && snprintf(g, sizeof g, "d_%s", x->name) < (int)sizeof g &&
-      m->cls->tol_model(m, y, g, &gm) == QC_OK &&
-      (gm.lambda > 0 ? gm.lambda : 1) * sqrt((double)gm.k) > tm->lambda * sqrt((double)tm->k)) {
+  qc_err_state es; /* the class may have no model of that gradient: the reduction's model then */
+  qc_err_save(&es);
+  const int have = x && y && m->cls->tol_model && snprintf(g, sizeof g, "d_%s", x->name) < (int)sizeof g &&
+                   m->cls->tol_model(m, y, g, &gm) == QC_OK;
+  qc_err_restore(&es);
+  if (have && (gm.lambda > 0 ? gm.lambda : 1) * sqrt((double)gm.k) > tm->lambda * sqrt((double)tm->k)) {
     tm->k = gm.k;
     tm->lambda = gm.lambda > 0 ? gm.lambda : 1;
     tm->margin = gm.margin;
     snprintf(tm->why, sizeof tm->why, "the %s forward, modelled as its %s chain run forward: %s", m->cls->name, g, gm.why);
   }
-  qc_err_clear();
   qc_audit_bf16_compute(m, tm);
   return QC_OK;
 }
@@ -226,14 +228,13 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
       qc_tensor rv = {0};
       qc_tol_model tv;
       int changed = 1, r2 = QC_OK;
+      /* inputs (and, 3, parameters: autocast) rounded: legal only where no quantizer follows (else a
+       * defect, diagnosed) */
+      if (v >= 2 ? quantizes(m) : !row->forward) continue;
+      qc_err_state es; /* a variant that cannot be computed explains nothing: no error */
+      qc_err_save(&es);
       c.round_ops = lvl;
-      if (v >= 2) { /* inputs (and, 3, parameters: autocast) rounded: legal only where no quantizer
-                     * follows (else a defect, diagnosed) */
-        if (quantizes(m)) continue;
-        r2 = rounded_inputs_p(m, &alt, QC_BF16, v == 3, &changed);
-      } else if (!row->forward) {
-        continue;
-      }
+      if (v >= 2) r2 = rounded_inputs_p(m, &alt, QC_BF16, v == 3, &changed);
       if (!r2 && changed) r2 = ref_forward(&c, &alt, row->forward, &rv, &tv);
       if (!r2 && changed && qc_numel(&rv) == qc_numel(y)) {
         qc_check kv;
@@ -251,7 +252,7 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
           replaced = 1;
         }
       }
-      qc_err_clear();
+      qc_err_restore(&es);
       qc_tensor_free(&rv);
       qc_module_variant_free(&alt, m);
     }
@@ -270,10 +271,12 @@ done:
 static int predict(dg *d, const qc_ctx *c, const qc_module *alt, qc_fwd_ref_fn fwd) {
   qc_tensor y = {0};
   qc_tol_model tm;
+  qc_err_state es; /* a prediction that cannot be made is no error */
+  qc_err_save(&es);
   int rc = ref_forward(c, alt, fwd, &y, &tm);
   if (!rc) rc = qc_numel(&y) == d->n ? qc_tensor_to_f64(&y, d->p) : QC_NA;
   qc_tensor_free(&y);
-  if (rc) qc_err_clear();
+  qc_err_restore(&es);
   return rc;
 }
 
@@ -294,10 +297,12 @@ static void hyp_class_alters(dg *d, qc_fwd_ref_fn fwd) {
     if (!h->alter || h->via_production) continue;
     char detail[160] = "", says[256];
     qc_module alt = *d->m;
+    qc_err_state es; /* a hypothesis that cannot be tested is skipped */
+    qc_err_save(&es);
     int rc = h->alter(d->m, &alt, detail, sizeof detail);
     if (!rc) rc = predict(d, d->ctx, &alt, fwd);
     qc_module_variant_free(&alt, d->m);
-    qc_err_clear();
+    qc_err_restore(&es);
     if (rc || qc_rel_l2(d->p, d->rd, d->n) <= 1e-12) continue;
     snprintf(says, sizeof says, "outputs/y matches the forward with %s%s%s", h->says, detail[0] ? "; " : "", detail);
     qc_dg_judge(d, h->name, says, d->level);
@@ -334,6 +339,8 @@ static int hyp_rounded_inputs(dg *d, qc_fwd_ref_fn fwd) {
   if (!quantizes(d->m)) return QC_OK; /* without a quantizer it is the legal variant */
   for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) {
     qc_module alt = *d->m;
+    qc_err_state es; /* out of memory copying the inputs is the run's error; nothing else is */
+    qc_err_save(&es);
     int changed = 0, rc = rounded_inputs(d->m, &alt, v[j].dt, &changed);
     if (!rc && changed && !predict(d, d->ctx, &alt, fwd)) {
       char says[256], names[128] = "";
@@ -346,8 +353,11 @@ static int hyp_rounded_inputs(dg *d, qc_fwd_ref_fn fwd) {
       qc_dg_judge(d, "rounded_input", says, d->level);
     }
     qc_module_variant_free(&alt, d->m);
-    if (rc == QC_ESYS) return rc;
-    qc_err_clear();
+    if (rc == QC_ESYS) {
+      qc_err_keep(&es);
+      return rc;
+    }
+    qc_err_restore(&es);
   }
   return QC_OK;
 }

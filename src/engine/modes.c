@@ -396,8 +396,10 @@ static int tied(mctx *c, const char *tg, const char *cls) {
   int rc = qc_dump_get_attr(c->d, tg, "sites", buf, sizeof buf);
   if (rc) return qc_err("dump '%s': tie '%s' has no string attribute 'sites' (a JSON list of \"/module/param\")",
                         qc_dump_path(c->d), tg);
+  qc_err_state es; /* 'parameters' is optional (the diagnosis names them when there) */
+  qc_err_save(&es);
   qc_dump_get_attr(c->d, tg, "parameters", pbuf, sizeof pbuf);
-  qc_err_clear();
+  qc_err_restore(&es);
   cJSON *s = cJSON_Parse(buf);
   int ns = cJSON_IsArray(s) ? cJSON_GetArraySize(s) : 0;
   if (ns < 2) {
@@ -514,8 +516,14 @@ int qc_modes_audit(const char *path, const char *re, const char *eager, qc_resul
   }
   if (eager) {
     if ((rc = qc_dump_open(eager, &e))) goto done;
-    if (qc_dump_get_attr(e, "/", "mode", emode, sizeof emode) != QC_OK && qc_err_msg()[0]) { rc = QC_EINPUT; goto done; }
-    qc_err_clear();
+    qc_err_state es; /* absent: an eager step; unreadable: an error */
+    qc_err_save(&es);
+    if (qc_dump_get_attr(e, "/", "mode", emode, sizeof emode) != QC_OK && qc_err_msg()[0]) {
+      qc_err_keep(&es);
+      rc = QC_EINPUT;
+      goto done;
+    }
+    qc_err_restore(&es);
     if (strcmp(emode, "eager") != 0) {
       rc = qc_err("--eager '%s': root attribute 'mode' is '%.40s': expected the eager dump of the same step", eager, emode);
       goto done;

@@ -131,14 +131,16 @@ static int diagnose_check(qc_audit *a, const qc_registry_row *row, qc_module *w,
   double *gd = qc_malloc((size_t)n * sizeof *gd, "candidate gradient (float64)");
   if (!gd) return QC_ESYS;
   if ((rc = qc_tensor_to_f64(g, gd))) goto done;
+  qc_err_state es; /* a diagnosis that cannot be made is no error: each prediction below may fail */
+  qc_err_save(&es);
   if (d < 0 && !c->have_partial) { /* the reference on this rank's pieces alone: its partial gradient */
     c->have_partial = 1;
-    if (row->reference(a->ctx, mr, &mr->grad_out.t[j], &c->partial)) qc_err_clear(); /* not every class has one */
+    (void)row->reference(a->ctx, mr, &mr->grad_out.t[j], &c->partial); /* not every class has one */
   }
   if (d >= 0 && !c->have_own) { /* what this rank computes from its own pieces: a share not reduced */
     c->have_own = 1;
-    if (own_share(a->ctx, row, w, rf, W, r, j, 1, &c->ownp, &c->anyp)) qc_err_clear();
-    if (own_share(a->ctx, row, w, rf, W, r, j, 0, &c->owni, &c->anyi)) qc_err_clear();
+    (void)own_share(a->ctx, row, w, rf, W, r, j, 1, &c->ownp, &c->anyp);
+    (void)own_share(a->ctx, row, w, rf, W, r, j, 0, &c->owni, &c->anyi);
   }
   if (d < 0 && (sum = qc_calloc((size_t)n, sizeof *sum, "the ranks' gradients summed"))) {
     for (int s = 0; s < W && sum; s++) { /* every rank's candidate of this gradient, summed */
@@ -161,7 +163,7 @@ static int diagnose_check(qc_audit *a, const qc_registry_row *row, qc_module *w,
     if (pp.data && qc_numel(&pp) == n && qc_rel_l2(pp.data, full.data, n) < 1e-9) qc_tensor_free(&pp);
     if (pi.data && qc_numel(&pi) == n && qc_rel_l2(pi.data, full.data, n) < 1e-9) qc_tensor_free(&pi);
   }
-  qc_err_clear(); /* a diagnosis that cannot be made is no error */
+  qc_err_restore(&es);
   snprintf(sp, sizeof sp, "rank %d's own parameter pieces' share only (a partial sum): the reduction of the %d ranks' "
                           "contributions is missing", r, W);
   snprintf(si, sizeof si, "rank %d's local gradient from its own pieces of the inputs only (a partial sum): the reduction "
@@ -306,8 +308,10 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc
   if (rc) goto done;
   for (int r = 0; r < W; r++) { /* every rank's layout a known kind, the same as rank 0's */
     char kr[sizeof kind] = "", bar[sizeof kind + 2];
+    qc_err_state es; /* absent or unreadable: no layout declared */
+    qc_err_save(&es);
     int has = qc_dump_get_attr(rf[r].d, e->path, "parallel", kr, sizeof kr) == QC_OK;
-    qc_err_clear();
+    qc_err_restore(&es);
     if (has && (snprintf(bar, sizeof bar, "|%s|", kr), !strstr("|tp_column|tp_row|vocab|expert|sequence|fsdp_flat|fsdp|", bar))) {
       /* the kinds docs/interfaces.md describes */
       rc = qc_err("dump '%s': module '%s': attribute parallel '%s': expected tp_column, tp_row, vocab, expert, sequence, "

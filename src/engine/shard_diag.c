@@ -46,7 +46,13 @@ void qc_shard_diagnose(qc_check *k, const double *g, const qc_tensor *ref, int d
   qc_tensor mine;
   const double *want = ref->data;
   memset(&mine, 0, sizeof mine);
-  if (d >= 0 && qc_shard_slice(ref, d, off[r], len[r], &mine) != QC_OK) { qc_err_clear(); return; }
+  if (d >= 0) { /* no slice (out of memory): no diagnosis, no error */
+    qc_err_state es;
+    qc_err_save(&es);
+    const int bad = qc_shard_slice(ref, d, off[r], len[r], &mine) != QC_OK;
+    qc_err_restore(&es);
+    if (bad) return;
+  }
   if (d >= 0) want = mine.data;
   n = d >= 0 ? qc_numel(&mine) : qc_numel(ref);
   exp_rel = qc_rel_l2(g, want, n);

@@ -89,13 +89,17 @@ static int shard_flat(qc_dump *d, const char *dset, int *nd, int64_t *shape) {
   const char *p = s;
   int n = 0;
   *nd = 0;
+  qc_err_state es; /* absent: not flat; present but not a string: this message instead of the probes' */
+  qc_err_save(&es);
   if (qc_dump_get_attr(d, dset, "shard_flat", s, sizeof s) != QC_OK) {
     long long v;
-    if (qc_dump_get_int_attr(d, dset, "shard_flat", &v) == QC_EINPUT && !qc_err_msg()[0]) return QC_OK; /* absent */
-    qc_err_clear();
+    const int absent = qc_dump_get_int_attr(d, dset, "shard_flat", &v) == QC_EINPUT && !qc_err_msg()[0];
+    qc_err_restore(&es);
+    if (absent) return QC_OK;
     return qc_err("dump '%s': '%s': attribute shard_flat is not a string: expected the whole tensor's shape as \"[a, b]\"",
                   qc_dump_path(d), dset);
   }
+  qc_err_restore(&es);
   while (*p == ' ') p++;
   if (*p++ != '[') goto bad;
   for (;;) {
@@ -291,14 +295,17 @@ int qc_shard_grad_reduce(qc_rankfile *rf, int W, const char *path, int *mean) {
   *mean = 0;
   for (int r = 0; r < W; r++) {
     long long x;
+    qc_err_state es; /* absent: a sum; present but not a string: this message instead of the probes' */
+    qc_err_save(&es);
     if (qc_dump_get_attr(rf[r].d, path, "grad_reduce", v, sizeof v) != QC_OK) {
       if (qc_dump_get_int_attr(rf[r].d, path, "grad_reduce", &x) != QC_EINPUT || qc_err_msg()[0]) {
-        qc_err_clear();
+        qc_err_restore(&es);
         return qc_err("dump '%s': module '%s': attribute grad_reduce is not a string: expected sum or mean",
                       qc_dump_path(rf[r].d), path);
       }
       snprintf(v, sizeof v, "sum"); /* absent: a sum */
     }
+    qc_err_restore(&es);
     if (strcmp(v, "sum") != 0 && strcmp(v, "mean") != 0)
       return qc_err("dump '%s': module '%s': attribute grad_reduce '%s': expected sum or mean", qc_dump_path(rf[r].d), path, v);
     if (r == 0) snprintf(v0, sizeof v0, "%s", v);

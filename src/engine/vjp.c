@@ -261,10 +261,11 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   }
   if (qc_shard_pattern(cs->dump)) return qc_vjp_sharded(a, cs, profile, at, nunits); /* one file per rank */
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
-  if (qc_dump_get_attr(d, "/", "mode", a->dump_mode, sizeof a->dump_mode) != QC_OK) { /* the execution mode: engine/modes.c */
+  qc_err_state es; /* the execution mode (engine/modes.c): absent, or unreadable here ("?": modes.c says why) */
+  qc_err_save(&es);
+  if (qc_dump_get_attr(d, "/", "mode", a->dump_mode, sizeof a->dump_mode) != QC_OK)
     snprintf(a->dump_mode, sizeof a->dump_mode, "%s", qc_err_msg()[0] ? "?" : "");
-    qc_err_clear();
-  }
+  qc_err_restore(&es);
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   if (n == 0) {
     rc = no_match(d, cs);
@@ -307,7 +308,9 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   L->prefix = cs->ckpt_prefix;
   L->with_grads = cs->cand == QC_CAND_DUMP;
   long long world = 1;
-  if (qc_dump_get_int_attr(d, "/", "world_size", &world) != QC_OK) { qc_err_clear(); world = 1; }
+  qc_err_save(&es); /* absent or unreadable: one process */
+  if (qc_dump_get_int_attr(d, "/", "world_size", &world) != QC_OK) world = 1;
+  qc_err_restore(&es);
   wctx = *a->ctx; /* the diagnosis names data-parallel causes only for a dump of several processes */
   wctx.world_size = world > 1 ? (int)(world < 1 << 20 ? world : 1 << 20) : 1;
   ctx0 = a->ctx;

@@ -14,7 +14,7 @@ typedef struct job {
 
 /* Run the fetch of slot s's item; keep a failure's message in the slot. */
 static void run_fetch(qc_prefetch *p, qc_pf_slot *s, int threaded) {
-  if (threaded) qc_err_clear();
+  if (threaded) qc_err_clear(); /* a worker thread starts fresh for each item */
   s->err[0] = s->hint[0] = 0;
   s->rc = p->fetch(p->arg, s->item, (int)(s - p->s));
   if (s->rc && threaded) {
@@ -98,7 +98,7 @@ int qc_prefetch_wait(qc_prefetch *p, int i, int *slot) {
      * message its worker left in the slot */
     for (int k = 0; k < p->nslot; k++) join(&p->s[k]);
     if (p->ahead) {
-      qc_err_clear();
+      qc_err_clear(); /* replaced: the worker's message is the error */
       if (s->rc == QC_ESYS) qc_err_sys("%s", s->err[0] ? s->err : "reading failed on a worker thread");
       else qc_err("%s", s->err[0] ? s->err : "reading failed on a worker thread");
       if (s->hint[0]) qc_hint("%s", s->hint);

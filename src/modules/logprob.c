@@ -145,7 +145,12 @@ static int logprob_tol_model(const qc_module *m, const qc_tensor *dy, const char
 static int logprob_ratios(const qc_module *m, const char *grad, double *k, char (*says)[160], int max) {
   lp_view v;
   int n = 0;
-  if (strcmp(grad, "d_logits") != 0 || lp_view_get(m, &v)) { qc_err_clear(); return 0; }
+  if (strcmp(grad, "d_logits") != 0) return 0;
+  qc_err_state es; /* a diagnosis: no view, no ratio named, no error */
+  qc_err_save(&es);
+  const int bad = lp_view_get(m, &v) != QC_OK;
+  qc_err_restore(&es);
+  if (bad) return 0;
   int64_t counted = 0, all = v.B * v.S;
   for (int64_t i = 0; i < all; i++) counted += v.w[i] != 0;
   const char *norm = qc_contract_str(&m->contract, "normalization", "sum");

@@ -152,11 +152,13 @@ double qc_mod_maxabs(const qc_tensor *t) {
     else if (t->dtype == QC_F64) v = ((const double *)t->data)[i];
     else if (t->dtype == QC_F16) v = qc_f16_to_f32(((const uint16_t *)t->data)[i]);
     else {
+      qc_err_state es; /* a magnitude that cannot be read is 0, no error */
+      qc_err_save(&es);
       double *d = qc_mod_f64(t, "magnitude");
       for (int64_t j = 0; d && j < n; j++)
         if (isfinite(d[j]) && fabs(d[j]) > mx) mx = fabs(d[j]);
       free(d);
-      qc_err_clear();
+      qc_err_restore(&es);
       return mx;
     }
     if (isfinite(v) && fabs(v) > mx) mx = fabs(v);

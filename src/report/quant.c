@@ -29,7 +29,10 @@ static int render_json(qc_sbuf *out, qc_prov *prov, const qc_quant_info *qi) {
   qc_report_totals(root, qi->n, bad, 0);
   cJSON *checks = cJSON_AddArrayToObject(root, "checks");
   qc_qfmt fmt = QC_QF_NONE;
-  if (qc_qfmt_parse(qi->format, &fmt)) qc_err_clear();
+  qc_err_state es; /* a format the report cannot name: every profile is compared */
+  qc_err_save(&es);
+  if (qc_qfmt_parse(qi->format, &fmt)) fmt = QC_QF_NONE;
+  qc_err_restore(&es);
   for (int i = 0; i < qi->n; i++) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "module", qi->module);

@@ -75,7 +75,7 @@ static void error_reports(qc_run *run) {
  * exit 2. */
 static void on_timeout(void *ctx, const char *msg, const char *hint) {
   qc_run *run = ctx;
-  qc_err_clear();
+  qc_err_clear(); /* replaced: the timeout is the run's error */
   qc_err("%s", msg);
   qc_hint("%s", hint);
   error_reports(run);

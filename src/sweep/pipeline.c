@@ -478,18 +478,24 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
   sl = calloc((size_t)nslot, sizeof *sl);
   if (!sl) { rc = qc_err_sys("out of memory"); goto out; }
   for (int k = 0; k < nslot; k++) {
+    qc_err_state es; /* a slot after the first is speculative */
+    qc_err_save(&es);
     if ((rc = slot_alloc(&sl[k], be, &z, need_x))) {
       /* pinned memory can run out before physical memory does: read
        * fewer units ahead (the rows are the same) rather than give up */
       slot_free(&sl[k], be);
-      if (k == 0) goto out;
+      if (k == 0) {
+        qc_err_keep(&es);
+        goto out;
+      }
       if (qc_verbose) fprintf(stderr, "qatcheck: contract: %s: reading %d unit(s) ahead instead of %d\n", qc_err_msg(), k - 1, ahead);
-      qc_err_clear();
+      qc_err_restore(&es);
       rc = QC_OK;
       nslot = k;
       ahead = k - 1;
       break;
     }
+    qc_err_restore(&es);
     sl[k].z = &z;
   }
   s->ahead = ahead;

@@ -139,8 +139,11 @@ int qc_sweep_plan_profile(qc_dump *d, const char *path, const qc_sweep_opts *o, 
     return QC_OK;
   }
   snprintf(where, sizeof where, "module '%s'", path);
-  if (qc_dump_get_attr(d, path, "contract", cj, sizeof cj) == QC_OK && cj[0] && (rc = qc_contract_parse(cj, where, &c))) return rc;
-  qc_err_clear(); /* an absent attribute is no error */
+  qc_err_state es; /* an absent attribute is no error */
+  qc_err_save(&es);
+  const int have = qc_dump_get_attr(d, path, "contract", cj, sizeof cj) == QC_OK && cj[0];
+  qc_err_restore(&es);
+  if (have && (rc = qc_contract_parse(cj, where, &c))) return rc;
   const char *pn = qc_contract_str(&c, "profile", "auto"), *fn = qc_contract_str(&c, "weight_format", "none");
   if (strcmp(pn, "auto") != 0) {
     qc_qprof p;
