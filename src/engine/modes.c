@@ -454,8 +454,8 @@ static int tied(mctx *c, const char *tg, const char *cls) {
                "over one storage: " : "", strchr(pbuf, ',') ? pbuf : "");
     for (int64_t j = 0; j < nv; j++) sum[j] += parts[k][j];
   }
-  rc = add_check(c, first, cls, "accumulated", pname, &at, at.dtype, acc, sum, nv, &t, 0, NULL, diag);
-  /* every site shares the tie's verdict */
+  if ((rc = add_check(c, first, cls, "accumulated", pname, &at, at.dtype, acc, sum, nv, &t, 0, NULL, diag))) goto done;
+  /* every site shares the tie's verdict (the check just added: add_check failed above when it added none) */
   for (int i = 0; i < ns; i++) {
     const char *site = cJSON_GetStringValue(cJSON_GetArrayItem(s, i)), *sl = strrchr(site, '/');
     char mod[QC_PATHLEN];
