@@ -176,6 +176,24 @@ static int compare(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, co
   return rc ? rc : judge(tm, k);
 }
 
+/* Add the forward check of m that could not be run: a failed check that
+ * says "not judged" and why, counted against the verdict as a declared
+ * gradient the candidate lacks is (engine/audit.c: "missing"), so outputs/y
+ * is never silently left out. */
+static int not_judged(qc_audit *a, const qc_module *m, const qc_tensor *y, const char *why) {
+  qc_tol none;
+  qc_check k;
+  memset(&none, 0, sizeof none);
+  qc_check_init(&k, m, "forward", "y", y->ndim, y->shape, &none);
+  k.has_tol = 0;
+  snprintf(k.kind, sizeof k.kind, "forward");
+  snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(y->dtype));
+  k.verdict = QC_V_FAIL;
+  snprintf(k.why, sizeof k.why, "not judged: %s", why);
+  if (qc_verbose) fprintf(stderr, "qatcheck: %s: outputs/y not judged: %s\n", m->path, why);
+  return qc_results_add(a->res, &k);
+}
+
 int qc_forward_check(qc_audit *a, const qc_module *m) {
   const qc_tensor *y = qc_tset_get(&m->outputs, "y");
   const qc_registry_row *row = qc_registry_find(m->cls->name);
@@ -183,17 +201,30 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
   qc_tensor r = {0};
   qc_tol_model tm;
   qc_check k;
+  char why[sizeof k.why - 16];
+  qc_err_state es; /* the class's fd forward may refuse what the VJP takes: the check is then not judged */
+  qc_err_save(&es);
   int rc = ref_forward(a->ctx, m, row->forward, &r, &tm);
-  if (rc == QC_NA || (rc && !row->forward)) { /* no forward here: the class's fd forward may refuse what the VJP takes */
+  if (rc && rc != QC_NA && !row->forward)
+    snprintf(why, sizeof why, "the %s forward cannot be computed: %s", m->cls->name,
+             qc_err_msg()[0] ? qc_err_msg() : "no reason given");
+  if (rc && rc != QC_NA && row->forward) qc_err_keep(&es); /* the reference forward's refusal: the module cannot be judged */
+  else qc_err_restore(&es);
+  if (rc == QC_NA) { /* no forward for this contract (a quantized one, without the class's reference forward) */
     if (qc_verbose) fprintf(stderr, "qatcheck: %s: outputs/y not checked: no forward of class %s for this contract\n", m->path,
                             m->cls->name);
-    qc_err_clear();
     return QC_OK;
   }
-  if (rc) return rc;
+  if (rc && !row->forward) {
+    rc = not_judged(a, m, y, why);
+    goto done;
+  }
+  if (rc) goto done;
   if (qc_numel(&r) != qc_numel(y) && !row->forward) { /* a class's output may be another tensor than its fd forward's */
-    if (qc_verbose) fprintf(stderr, "qatcheck: %s: outputs/y not checked: not the shape of the %s forward\n", m->path,
-                            m->cls->name);
+    char s1[64], s2[64];
+    snprintf(why, sizeof why, "outputs/y is %s but the %s forward gives %s: it cannot be modelled",
+             qc_shape_str(y->ndim, y->shape, s1, sizeof s1), m->cls->name, qc_shape_str(r.ndim, r.shape, s2, sizeof s2));
+    rc = not_judged(a, m, y, why);
     goto done;
   }
   if (qc_numel(&r) != qc_numel(y) || !qc_shape_eq(&r, y)) {

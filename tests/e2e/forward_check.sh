@@ -10,7 +10,8 @@
 # follow the contract), as do a causal mask shifted by one and Gemma's
 # zero-centred RMSNorm weight under zero_centered false, each diagnosed by
 # name; the text, JSON, Markdown and HTML reports show the forward row; an
-# outputs/y of the wrong shape exits 2 with one error line.
+# outputs/y of the wrong shape exits 2 with one error line; one the class's
+# float64 forward cannot model is reported not judged and fails the run.
 . "$(dirname "$0")/lib.inc"
 $PY scripts/make_diag_dump.py "$T/u.h5" --set users || exit 1
 TOL='{"d_x": {"derive": true}, "d_weight": {"derive": true}, "d_bias": {"derive": true}, "d_q": {"derive": true}, "d_k": {"derive": true}, "d_v": {"derive": true}, "d_gate": {"derive": true}, "d_up": {"derive": true}}'
@@ -83,4 +84,32 @@ echo "{\"data\": {\"dump\": \"u.h5\", \"modules\": \"^/bad\\\\\\\\.fwd_shape$\"}
 expect_exit 2 "outputs/y of the wrong shape is refused" "$QATCHECK" vjp --case "$T/b.json"
 [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "outputs/y is \[64, 100\]" "$T/err" \
   && ok "one error line naming outputs/y" || bad "the refusal: $(cat "$T/err")"
+# a class judged by its float64 forward whose outputs/y that forward cannot
+# model: the forward check is reported not judged, with the reason, and fails
+# the run as a missing gradient does (it used to be dropped, said only under -v)
+$PY - "$T/u.h5" <<'P' || bad "could not plant an outputs/y the rmsnorm forward cannot model"
+import sys, h5py
+f = h5py.File(sys.argv[1], "a")
+f.copy("/ok.fwd.rmsnorm", "/bad.rmsnorm_shape")
+y = f["/bad.rmsnorm_shape/outputs/y"]
+a, dt = y[...], dict(y.attrs)
+del f["/bad.rmsnorm_shape/outputs/y"]
+n = f["/bad.rmsnorm_shape/outputs"].create_dataset("y", data=a[..., :-1])
+for k, v in dt.items():
+    n.attrs[k] = v
+P
+echo "{\"data\": {\"dump\": \"u.h5\", \"modules\": \"^/bad\\\\\\\\.rmsnorm_shape$\"}, \"candidate\": \"dump\", \"tolerances\": $TOL}" >"$T/nj.json"
+expect_exit 1 "an outputs/y that cannot be modelled fails the run" "$QATCHECK" vjp --case "$T/nj.json" --json "$T/nj.r.json"
+grep -Eq "^/bad\.rmsnorm_shape +forward +y .*FAIL +not judged: outputs/y is \[" "$T/out" \
+  && ok "the text table says y is not judged, and why" || bad "text: $(grep ' y ' "$T/out")"
+$PY - "$T/nj.r.json" <<'P' && ok "the JSON report says y is not judged, and why" || bad "the JSON report's forward check"
+import json, sys
+r = json.load(open(sys.argv[1]))
+y = [c for c in r["checks"] if c["tensor"] == "y"]
+assert r["verdict"] == "fail" and len(y) == 1, r["verdict"]
+y = y[0]
+assert y["verdict"] == "fail" and y["why"].startswith("not judged: outputs/y is [") and "cannot be modelled" in y["why"], y["why"]
+assert y.get("kind") == "forward" and "metrics" not in y, y
+assert all(c["verdict"] == "pass" for c in r["checks"] if c["tensor"] != "y"), [c["why"] for c in r["checks"]]
+P
 finish
