@@ -13,6 +13,7 @@
 #include "numerics/decode.h"
 #include "model/tol.h"
 #include "engine/diagnose.h"
+#include "engine/variants.h"
 
 double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
   double sd = 0, sr = 0;
@@ -143,11 +144,6 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
   }
   qc_tset_free(&own);
   return sqrt(ss);
-}
-
-int qc_audit_round_levels(const qc_module *m) {
-  const int n = m->cls->round_ops;
-  return n > 2 && !qc_contract_bf16_compute(&m->contract) ? 2 : n;
 }
 
 void qc_audit_bf16_compute(const qc_module *m, qc_tol_model *tm) {
@@ -285,8 +281,6 @@ static int run_candidate(qc_audit *a, const qc_module *m, int i, qc_tset *out, c
  * gradients judged here; *skip gets "/d_x/d_weight/" (what it covered and
  * passed) so the general path leaves those out: a failed one is computed
  * there again, for its diagnosis only. */
-static int z_elevated(const qc_check *k);
-
 static int run_fast(qc_audit *a, const qc_registry_row *row, const qc_module *m, int i, char *skip, size_t skiplen) {
   static const qc_tset empty;
   const qc_tensor *dy = &m->grad_out.t[i];
@@ -314,7 +308,7 @@ static int run_fast(qc_audit *a, const qc_registry_row *row, const qc_module *m,
     /* a pass is final unless its z is elevated: then, as on the host
      * path, the legal variants judge it too (the same reference chosen
      * on either path) */
-    if (k.verdict == QC_V_PASS && !z_elevated(&k))
+    if (!qc_variants_wanted(&k))
       l += (size_t)snprintf(skip + l, l < skiplen ? skiplen - l : 0, "%s%s/", l ? "" : "/", g->name);
   }
   return QC_OK;
@@ -346,137 +340,54 @@ static int unjudged_grads(qc_audit *a, const qc_module *m, const char *dy, const
   return QC_OK;
 }
 
-/* ---- reference variants: the legal operand roundings ------------------- */
+/* ---- reference variants (engine/variants.c owns which, in what order, and the rule) ---- */
 
-#define QC_NVAR 64 /* bit 1: dY rounded to bf16; bit 2: the float inputs; bits 4, 8, 16, 32: ctx.round_ops 1 to 4 (nested) */
+/* One (module, dY)'s variants while its gradients are judged: each
+ * variant's reference gradients computed once, on first use, into vars. */
+typedef struct grad_variants {
+  const qc_ctx *ctx;
+  const qc_registry_row *row;
+  const qc_module *m;
+  const qc_tensor *dy;
+  qc_variants list;
+  qc_tset vars[QC_VARIANTS_MAX];
+  unsigned long long done;
+  /* the check being judged */
+  const qc_tensor *g;
+  const qc_tol *t;
+  const qc_check *k;
+} grad_variants;
 
-/* 1 when some finite value of t is not a bf16 value (so rounding it to bf16 changes it). */
-static int not_bf16(const qc_tensor *t) {
-  if (t->dtype != QC_F32 && t->dtype != QC_F64) return 0;
-  int64_t n = qc_numel(t);
-  for (int64_t i = 0; i < n; i++) {
-    double v = t->dtype == QC_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
-    if (isfinite(v) && (double)qc_round_bf16((float)v) != v) return 1;
+/* The candidate's gradient judged against variant i's reference
+ * (qc_variant_judge_fn). */
+static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
+  grad_variants *s = arg;
+  int rc;
+  if (!(s->done & (1ull << i))) {
+    s->done |= 1ull << i;
+    qc_ctx c;
+    qc_module alt;
+    qc_tensor dv;
+    rc = qc_variant_apply(v, s->ctx, s->m, s->dy, &c, &alt, &dv);
+    if (!rc) rc = s->row->reference(&c, &alt, &dv, &s->vars[i]);
+    qc_variant_release(v, s->m, &alt, &dv);
+    if (rc) return rc;
   }
-  return 0;
+  const qc_tensor *r = qc_tset_get(&s->vars[i], s->k->tensor);
+  if (!r || !qc_shape_eq(s->g, r)) return QC_NA;
+  qc_check_init(kv, s->m, s->dy->name, s->k->tensor, r->ndim, r->shape, s->t);
+  snprintf(kv->cand_dtype, sizeof kv->cand_dtype, "%s", s->k->cand_dtype);
+  rc = qc_audit_compare(s->ctx, s->g, r, s->t, kv);
+  return rc ? rc : qc_audit_judge(s->m, s->dy, s->t, kv);
 }
 
-/* Round t's values to bf16 in place (float32 and float64 storage; others unchanged). */
-static void round_bf16(qc_tensor *t) {
-  int64_t n = qc_numel(t);
-  for (int64_t i = 0; i < n; i++)
-    if (t->dtype == QC_F32) ((float *)t->data)[i] = qc_round_bf16(((float *)t->data)[i]);
-    else if (t->dtype == QC_F64) ((double *)t->data)[i] = qc_round_bf16((float)((double *)t->data)[i]);
-}
-
-/* The variants of (m, dy) that differ from the reference: bit v of the
- * result set for each v in 1..QC_NVAR-1 worth computing. */
-static unsigned long long variant_mask(const qc_module *m, const qc_tensor *dy) {
-  unsigned long long have = 0, mask = 0;
-  if (not_bf16(dy)) have |= 1;
-  for (int j = 0; j < m->inputs.n; j++) /* the differentiated inputs: a buffer (rope's inv_freq) stays as stored */
-    if (qc_module_input_grad(m, m->inputs.t[j].name) && not_bf16(&m->inputs.t[j])) have |= 2;
-  const int lv = qc_audit_round_levels(m);
-  if (lv) have |= 4;
-  if (lv >= 2) have |= 8;
-  if (lv >= 3) have |= 16;
-  if (lv >= 4) have |= 32;
-  for (unsigned v = 1; v < QC_NVAR; v++) /* each level includes the ones below it */
-    if ((v & have) == v && (!(v & 8) || (v & 4)) && (!(v & 16) || (v & 8)) && (!(v & 32) || (v & 16))) mask |= 1ull << v;
-  return mask;
-}
-
-/* The variant's name for the report ("bf16-rounded dY and inputs"). */
-static void variant_name(unsigned v, char *buf, size_t n) {
-  snprintf(buf, n, "bf16-rounded %s%s%s%s%s%s", v & 1 ? "dY" : "", (v & 1) && (v & 6) ? (v & 6) == 6 ? ", " : " and " : "",
-           v & 2 ? "inputs" : "", (v & 2) && (v & 4) ? " and " : "", v & 4 ? "operands and ops (the class's rounding variant " : "",
-           v & 32 ? "4, docs/classes.md)" : v & 16 ? "3, docs/classes.md)" : v & 8 ? "2, docs/classes.md)" : v & 4 ? "1, docs/classes.md)" : "");
-}
-
-/* The reference gradients of variant v into *out. */
-static int variant_ref(const qc_ctx *ctx, const qc_registry_row *row, const qc_module *m, const qc_tensor *dy, unsigned v,
-                       qc_tset *out) {
-  qc_module alt = *m;
-  qc_ctx c = *ctx;
-  qc_tensor d = *dy;
-  int rc = QC_OK;
-  c.round_ops = (v & 32) ? 4 : (v & 16) ? 3 : (v & 8) ? 2 : (v & 4) != 0;
-  if (v & 2) {
-    memset(&alt.inputs, 0, sizeof alt.inputs);
-    if ((rc = qc_tset_clone(&alt.inputs, &m->inputs))) return rc;
-    for (int j = 0; j < alt.inputs.n; j++)
-      if (qc_module_input_grad(m, alt.inputs.t[j].name)) round_bf16(&alt.inputs.t[j]);
-  }
-  if (v & 1) {
-    memset(&d, 0, sizeof d);
-    if ((rc = qc_tensor_alloc(&d, dy->name, dy->dtype, dy->ndim, dy->shape))) goto done;
-    memcpy(d.data, dy->data, (size_t)qc_numel(dy) * qc_dtype_size(dy->dtype));
-    round_bf16(&d);
-  }
-  rc = row->reference(&c, &alt, &d, out);
-done:
-  if (v & 1) qc_tensor_free(&d);
-  if (v & 2) qc_tset_free(&alt.inputs);
-  return rc;
-}
-
-/* |bias_z| of a check, 0 where the test was not made. */
-static double zabs(const qc_check *k) { return isfinite(k->m.bias_z) ? fabs(k->m.bias_z) : 0.0; }
-
-/* 1 when a passing check k is judged against the legal variants too: its
- * bias test made and |z| beyond half its bound. A production's own legal
- * roundings (a grouped-GEMM backward's bf16 operands) are systematic
- * enough to put a correct candidate near the bound; against the variant
- * that reproduces them its z is rounding noise again (docs/tolerances.md,
- * "Reference variants"). */
-static int z_elevated(const qc_check *k) {
-  const double zb = k->tol.has_bias_z ? k->tol.bias_z : QC_BIAS_Z_DEFAULT;
-  return k->verdict == QC_V_PASS && zb > 0 && zabs(k) > 0.5 * zb;
-}
-
-/* A failed check k of gradient g (or a passing one with an elevated z):
- * judged again against each legal variant's reference (computed once per
- * dY into vars[]); of the variants that fit the candidate better than the
- * contract's reference (smaller rel_l2, or a smaller multiple of its own
- * noise floor), the passing one that fits best
- * replaces a failed k, naming its variant; a passing k is replaced only by
- * such a variant that passes with a smaller |z|. k stays as it is when
- * none qualifies. QC_OK or the error of a variant's reference. */
-static int try_variants(qc_audit *a, const qc_registry_row *row, const qc_module *m, const qc_tensor *dy, const qc_tensor *g,
-                        const qc_tol *t, qc_tset *vars, unsigned long long *done, qc_check *k) {
-  unsigned long long mask = variant_mask(m, dy);
-  qc_check best;
-  int have = 0, rc;
-  for (unsigned v = 1; v < QC_NVAR; v++) {
-    if (!(mask & (1ull << v))) continue;
-    if (!(*done & (1ull << v))) {
-      *done |= 1ull << v;
-      if ((rc = variant_ref(a->ctx, row, m, dy, v, &vars[v]))) return rc;
-    }
-    const qc_tensor *r = qc_tset_get(&vars[v], k->tensor);
-    if (!r || !qc_shape_eq(g, r)) continue;
-    qc_check kv;
-    qc_check_init(&kv, m, dy->name, k->tensor, r->ndim, r->shape, t);
-    snprintf(kv.cand_dtype, sizeof kv.cand_dtype, "%s", k->cand_dtype);
-    qc_err_state es; /* a variant that cannot be judged explains nothing: no error */
-    qc_err_save(&es);
-    rc = qc_audit_compare(a->ctx, g, r, t, &kv);
-    if (!rc) rc = qc_audit_judge(m, dy, t, &kv);
-    qc_err_restore(&es);
-    if (rc) continue;
-    if (k->verdict == QC_V_PASS && zabs(&kv) >= zabs(have ? &best : k)) continue; /* a pass is kept unless z drops */
-    /* a variant that fits no better explains nothing (a scale error hides in a variant's noise): better
-     * is a smaller rel_l2 or, at the noise level where rel_l2 alone cannot tell two roundings apart, a
-     * smaller multiple of the variant's own noise floor (a bf16 sum of bf16-rounded dY) */
-    if (kv.m.rel_l2 >= k->m.rel_l2 && !(kv.m.noise_multiple < k->m.noise_multiple)) continue;
-    if (kv.verdict == QC_V_PASS && (!have || kv.m.rel_l2 < best.m.rel_l2 || k->verdict == QC_V_PASS)) {
-      variant_name(v, kv.variant, sizeof kv.variant);
-      best = kv;
-      have = 1;
-    }
-  }
-  if (have) *k = best;
-  return QC_OK;
+/* Check k of candidate gradient g under tolerance t, judged against the
+ * variants of s where qc_variants_wanted says so (qc_variants_judge). */
+static int try_variants(grad_variants *s, const qc_tensor *g, const qc_tol *t, qc_check *k) {
+  s->g = g;
+  s->t = t;
+  s->k = k;
+  return qc_variants_judge(&s->list, grad_variant, s, k);
 }
 
 int qc_audit_module(qc_audit *a, const qc_module *m) {
@@ -484,15 +395,23 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
   if (!row) return qc_err("%s: class '%s' has no registry row", m->path, m->cls->name);
   for (int i = 0; i < m->grad_out.n; i++) {
     const qc_tensor *dy = &m->grad_out.t[i];
-    qc_tset ref = {0}, cand = {0}, vars[QC_NVAR];
-    unsigned long long vdone = 0;
-    memset(vars, 0, sizeof vars);
+    qc_tset ref = {0}, cand = {0};
+    grad_variants *gv = qc_calloc(1, sizeof *gv, "reference variants");
+    if (!gv) return QC_ESYS;
     const qc_tset *cset = NULL;
     char skip[QC_FAST_MAX * (QC_NAMELEN + 1) + 2];
     double t0 = qc_now_s();
     int first = a->res->n;
     int rc = run_fast(a, row, m, i, skip, sizeof skip);
-    if (rc) return rc;
+    if (rc) {
+      free(gv);
+      return rc;
+    }
+    *gv = (grad_variants){.ctx = a->ctx, .row = row, .m = m, .dy = dy};
+    qc_variants_of(m, dy, QC_VARIANTS_GRADS, a->cs->variants_off, a->autocast, &gv->list);
+    if (qc_verbose && i == 0 && gv->list.ruled_out)
+      fprintf(stderr, "qatcheck: %s: the dump's evidence (autocast off, no 16-bit tensor) rules out the bf16_inputs and "
+              "bf16_params variants\n", m->path);
     terms_scope(m, dy);
     qc_ctx ctx = *a->ctx; /* the VJPs may leave out what the fast path judged */
     ctx.skip = skip[0] ? skip : NULL;
@@ -517,7 +436,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
                  * host path, else (a failure) its diagnosis */
         if (g && qc_shape_eq(g, r)) {
           qc_check kv = *fk;
-          rc = try_variants(a, row, m, dy, g, t, vars, &vdone, &kv);
+          rc = try_variants(gv, g, t, &kv);
           if (!rc && kv.verdict == QC_V_PASS) *fk = kv; /* the same verdict the host path reaches */
           else if (!rc && fk->verdict != QC_V_PASS) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, fk);
         }
@@ -544,7 +463,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
       } else {
         rc = qc_audit_compare(a->ctx, g, r, t, &k);
         if (!rc) rc = qc_audit_judge(m, dy, t, &k);
-        if (!rc && (k.verdict != QC_V_PASS || z_elevated(&k))) rc = try_variants(a, row, m, dy, g, t, vars, &vdone, &k);
+        if (!rc) rc = try_variants(gv, g, t, &k);
       }
       if (!rc && k.verdict != QC_V_PASS) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, &k);
       if (!rc) rc = qc_results_add(a->res, &k);
@@ -554,7 +473,8 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
               t2 - t1, qc_now_s() - t2);
     qc_tset_free(&ref);
     qc_tset_free(&cand);
-    for (int v = 0; v < QC_NVAR; v++) qc_tset_free(&vars[v]);
+    for (int v = 0; v < QC_VARIANTS_MAX; v++) qc_tset_free(&gv->vars[v]);
+    free(gv);
     terms_scope(NULL, NULL);
     if (rc) return rc;
   }

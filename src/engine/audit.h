@@ -25,6 +25,8 @@ typedef struct qc_audit {
                                  (engine/split.c), set by vjp.c for the merge */
   char dump_mode[32];         /* the dump's root attribute `mode` as vjp.c read it ("": none;
                                  "?": unreadable here, engine/modes.c says why) */
+  const char *autocast;       /* NULL, or the module group's attribute autocast as vjp.c read it ("off",
+                                 or the dtype autocast ran in): evidence for engine/variants.c */
 } qc_audit;
 
 /* Audit module m (cls and contract set; grad_out holds the dYs; cand set
@@ -66,10 +68,6 @@ typedef struct qc_audit_model {
  * float32 accumulation) is left alone: its contract is its arithmetic. */
 #define QC_BF16_COMPUTE_ROUNDINGS 3
 void qc_audit_bf16_compute(const qc_module *m, qc_tol_model *tm);
-/* The reference variants' rounding levels tried for m: the class's
- * round_ops, levels above 2 (a pure-bf16 model's arithmetic: moe's 3 and
- * 4) only when its contract says compute_dtype bfloat16. */
-int qc_audit_round_levels(const qc_module *m);
 /* The one derivation of gradient `grad` of m under dY dy judged at dt,
  * shared by vjp's {"derive": true} and `tol --dump` so the two agree: the
  * class's tol_model, qc_tol_from_model with decl's derive options (NULL:

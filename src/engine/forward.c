@@ -11,6 +11,7 @@
 
 #include "core/qc.h"
 #include "engine/diagnose_priv.h"
+#include "engine/variants.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
 #include "numerics/metrics.h"
@@ -21,17 +22,6 @@
 
 static int qc_diagnose_forward(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, const qc_tensor *r, qc_fwd_ref_fn fwd,
                                qc_check *k);
-
-/* 1 when the contract quantizes something: a key named *_format whose
- * value is not "none". */
-static int quantizes(const qc_module *m) {
-  for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) {
-    size_t l = strlen(k->key);
-    if (l > 7 && strcmp(k->key + l - 7, "_format") == 0 && strcmp(qc_contract_str(&m->contract, k->key, k->dflt), "none") != 0)
-      return 1;
-  }
-  return 0;
-}
 
 /* The reference forward of m into *r with its error model *tm: the
  * class's reference forward (with its model, or the one below when it
@@ -48,7 +38,7 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
       return QC_OK;
     }
   } else {
-    if (!m->cls->forward || quantizes(m) || ctx->round_ops || ctx->wscale > 0) return QC_NA;
+    if (!m->cls->forward || qc_quantizes(m) || ctx->round_ops || ctx->wscale > 0) return QC_NA;
     if ((rc = m->cls->forward(m, m, r))) return rc;
   }
   /* the input of the class's first gradient that m holds as floats (d_x: x; d_q: q), not whichever
@@ -111,12 +101,10 @@ static void round_set(qc_tset *s, qc_dtype dt, int *changed) {
   }
 }
 
-/* A copy of m's inputs (and, with params, its parameters) with each float
- * tensor rounded to dt (bf16, f16) into alt; *changed = 1 when a value
- * moved. Inputs and parameters both rounded is autocast's forward. Only
- * the inputs the class differentiates: a buffer it reads (rope's
- * inv_freq) stays as stored, so a table rounded by the trainer fails. */
-static int rounded_inputs_p(const qc_module *m, qc_module *alt, qc_dtype dt, int params, int *changed) {
+/* A copy of m's inputs with each float tensor rounded to dt (bf16, f16)
+ * into alt; *changed = 1 when a value moved. Only the inputs the class
+ * differentiates: a buffer it reads (rope's inv_freq) stays as stored. */
+static int rounded_inputs(const qc_module *m, qc_module *alt, qc_dtype dt, int *changed) {
   int rc;
   memset(&alt->inputs, 0, sizeof alt->inputs);
   *changed = 0;
@@ -126,17 +114,7 @@ static int rounded_inputs_p(const qc_module *m, qc_module *alt, qc_dtype dt, int
       qc_tset one = {.n = 1, .t = &alt->inputs.t[j]};
       round_set(&one, dt, changed);
     }
-  if (params) {
-    memset(&alt->params, 0, sizeof alt->params);
-    if ((rc = qc_tset_clone(&alt->params, &m->params))) return rc;
-    round_set(&alt->params, dt, changed);
-  }
   return QC_OK;
-}
-
-/* rounded_inputs_p on the inputs alone. */
-static int rounded_inputs(const qc_module *m, qc_module *alt, qc_dtype dt, int *changed) {
-  return rounded_inputs_p(m, alt, dt, 0, changed);
 }
 
 /* Derive y's tolerance from model tm at the judged dtype, set the bias
@@ -194,6 +172,38 @@ static int not_judged(qc_audit *a, const qc_module *m, const qc_tensor *y, const
   return qc_results_add(a->res, &k);
 }
 
+/* The forward check's variants: the module, its output and the forward. */
+typedef struct fwd_variants {
+  const qc_ctx *ctx;
+  const qc_module *m;
+  const qc_tensor *y;
+  qc_fwd_ref_fn fwd;
+  qc_variants list;
+} fwd_variants;
+
+/* outputs/y judged against the forward of variant v, under the variant's
+ * own error model (qc_variant_judge_fn). QC_NA where the forward has no
+ * such rounding or gives another size. */
+static int fwd_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
+  fwd_variants *s = arg;
+  (void)i;
+  qc_ctx c;
+  qc_module alt;
+  qc_tensor rv = {0};
+  qc_tol_model tv;
+  int rc = qc_variant_apply(v, s->ctx, s->m, NULL, &c, &alt, NULL);
+  if (!rc) rc = ref_forward(&c, &alt, s->fwd, &rv, &tv);
+  if (!rc && qc_numel(&rv) != qc_numel(s->y)) rc = QC_NA;
+  if (!rc) {
+    memcpy(rv.shape, s->y->shape, sizeof rv.shape); /* the same values, laid out as the dump's */
+    rv.ndim = s->y->ndim;
+    rc = compare(s->ctx, s->m, s->y, &rv, &tv, kv);
+  }
+  qc_tensor_free(&rv);
+  qc_variant_release(v, s->m, &alt, NULL);
+  return rc;
+}
+
 int qc_forward_check(qc_audit *a, const qc_module *m) {
   const qc_tensor *y = qc_tset_get(&m->outputs, "y");
   const qc_registry_row *row = qc_registry_find(m->cls->name);
@@ -239,55 +249,12 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
     r.ndim = y->ndim;
   }
   if ((rc = compare(a->ctx, m, y, &r, &tm, &k))) goto done;
-  /* the legal variants: operands rounded to bf16 (a quantizer's output, or
-   * autocast), for a failed check or a pass whose |z| is above half its
-   * bound (as the gradients' are: engine/audit.c); a pass is replaced only
-   * by a variant that fits better and passes with a smaller |z| */
-  const double zb = k.tol.has_bias_z ? k.tol.bias_z : QC_BIAS_Z_DEFAULT;
-  const int elevated = k.verdict == QC_V_PASS && zb > 0 && isfinite(k.m.bias_z) && fabs(k.m.bias_z) > 0.5 * zb;
-  if (k.verdict != QC_V_PASS || elevated) {
-    int replaced = 0;
-    /* the class's rounding variants, fullest first (each a legal arithmetic:
-     * rope's tables and ops, swiglu's ops rounded once or every step): the
-     * best fit of them all; then the rounded inputs, while still needed */
-    const int lv = qc_audit_round_levels(m), nlev = lv > 1 ? lv : 1;
-    for (int step = 0; step < nlev + 2; step++) {
-      const int v = step < nlev ? 1 : step - nlev + 2, lvl = step < nlev ? nlev - step : 0;
-      if (!(k.verdict != QC_V_PASS || (elevated && (v == 1 || !replaced)))) break;
-      qc_ctx c = *a->ctx;
-      qc_module alt = *m;
-      qc_tensor rv = {0};
-      qc_tol_model tv;
-      int changed = 1, r2 = QC_OK;
-      /* inputs (and, 3, parameters: autocast) rounded: legal only where no quantizer follows (else a
-       * defect, diagnosed) */
-      if (v >= 2 ? quantizes(m) : !row->forward) continue;
-      qc_err_state es; /* a variant that cannot be computed explains nothing: no error */
-      qc_err_save(&es);
-      c.round_ops = lvl;
-      if (v >= 2) r2 = rounded_inputs_p(m, &alt, QC_BF16, v == 3, &changed);
-      if (!r2 && changed) r2 = ref_forward(&c, &alt, row->forward, &rv, &tv);
-      if (!r2 && changed && qc_numel(&rv) == qc_numel(y)) {
-        qc_check kv;
-        memcpy(rv.shape, y->shape, sizeof rv.shape);
-        rv.ndim = y->ndim;
-        if (!compare(a->ctx, m, y, &rv, &tv, &kv) && kv.verdict == QC_V_PASS &&
-            (k.verdict != QC_V_PASS ||
-             (fabs(kv.m.bias_z) < fabs(k.m.bias_z) && (kv.m.rel_l2 < k.m.rel_l2 || kv.m.noise_multiple < k.m.noise_multiple)))) {
-          if (v == 1)
-            snprintf(kv.variant, sizeof kv.variant, "bf16-rounded operands and ops (the class's rounding variant %d of %d)", lvl,
-                     nlev);
-          else
-            snprintf(kv.variant, sizeof kv.variant, "%s", v == 2 ? "bf16-rounded inputs" : "bf16-rounded inputs and parameters (autocast)");
-          k = kv;
-          replaced = 1;
-        }
-      }
-      qc_err_restore(&es);
-      qc_tensor_free(&rv);
-      qc_module_variant_free(&alt, m);
-    }
-  }
+  /* the legal variants (engine/variants.c): operands rounded to bf16 (a
+   * quantizer's output, the class's ops, autocast's inputs), for a failed
+   * check or a pass whose |z| is above half its bound, as the gradients' */
+  fwd_variants fv = {.ctx = a->ctx, .m = m, .y = y, .fwd = row->forward};
+  qc_variants_of(m, NULL, QC_VARIANTS_FORWARD, a->cs->variants_off, a->autocast, &fv.list);
+  if ((rc = qc_variants_judge(&fv.list, fwd_variant, &fv, &k))) goto done;
   if (k.verdict != QC_V_PASS && (rc = qc_diagnose_forward(a->ctx, m, y, &r, row->forward, &k))) goto done;
   rc = qc_results_add(a->res, &k);
 done:
@@ -367,7 +334,7 @@ static void hyp_stale_scale(dg *d, qc_fwd_ref_fn fwd) {
 /* Inputs rounded to bf16 or fp16 before their quantizer. */
 static int hyp_rounded_inputs(dg *d, qc_fwd_ref_fn fwd) {
   static const struct { qc_dtype dt; const char *name; } v[] = {{QC_BF16, "bfloat16"}, {QC_F16, "float16"}};
-  if (!quantizes(d->m)) return QC_OK; /* without a quantizer it is the legal variant */
+  if (!qc_quantizes(d->m)) return QC_OK; /* without a quantizer it is the legal variant */
   for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) {
     qc_module alt = *d->m;
     qc_err_state es; /* out of memory copying the inputs is the run's error; nothing else is */

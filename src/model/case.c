@@ -415,8 +415,34 @@ int qc_case_weak(const qc_case *c, int allow) {
   return QC_OK;
 }
 
+/* The case's "variants": "none" (the contract's reference alone) or a list
+ * of the parts allowed ("bf16_inputs", ...); *off gets the parts it does
+ * not allow. An unknown name is refused by name. */
+static int parse_variants(const cJSON *v, const char *w, unsigned *off) {
+  if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0) {
+    *off = QC_VAR_ALL;
+    return QC_OK;
+  }
+  if (!cJSON_IsArray(v))
+    return qc_err("%s: key 'variants': expected \"none\" or a list of the parts allowed (%s)", w, qc_variant_part_names());
+  unsigned on = 0;
+  for (const cJSON *d = v->child; d; d = d->next) {
+    unsigned b = cJSON_IsString(d) ? qc_variant_part(d->valuestring) : 0;
+    if (!b) {
+      char *s = cJSON_PrintUnformatted(d);
+      qc_err("%s: key 'variants': unknown variant %.60s: expected %s", w, s ? s : "?", qc_variant_part_names());
+      free(s);
+      return QC_EINPUT;
+    }
+    on |= b;
+  }
+  *off = QC_VAR_ALL & ~on;
+  return QC_OK;
+}
+
 int qc_case_parse(const char *text, const char *where, const char *dir, qc_case *c) {
-  static const char *const top[] = {"name", "description", "module", "contract", "data", "candidate", "dy", "tolerances", "split", NULL};
+  static const char *const top[] = {"name",  "description", "module", "contract", "data", "candidate",
+                                    "dy",    "tolerances",  "split",  "variants", NULL};
   memset(c, 0, sizeof *c);
   if (strlen(dir ? dir : "") >= sizeof c->dir || strlen(where) >= sizeof c->path)
     return qc_err("case '%.60s...': path longer than %zu characters", where, sizeof c->path - 1);
@@ -510,6 +536,7 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
     }
     c->has_split = 1;
   }
+  if ((v = cJSON_GetObjectItemCaseSensitive(root, "variants")) && (rc = parse_variants(v, w, &c->variants_off))) goto done;
   if ((v = cJSON_GetObjectItemCaseSensitive(root, "dy"))) {
     if (!cJSON_IsArray(v)) { rc = qc_err("%s: key 'dy': expected an array of names", w); goto done; }
     if (cJSON_GetArraySize(v) > QC_MAX_DY) { rc = qc_err("%s: key 'dy': at most %d entries", w, QC_MAX_DY); goto done; }

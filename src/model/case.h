@@ -45,6 +45,8 @@ typedef struct qc_case {
   qc_cand_kind cand;
   char plugin[1024];        /* resolved path */
   char symbol[128];
+  unsigned variants_off;    /* "variants": the QC_VAR_* parts the case does not allow (0: every legal one;
+                               QC_VAR_ALL: "none", the contract's reference alone) */
   int ndy;                  /* 0 = all (dump) or the default kinds (generate) */
   char dy[QC_MAX_DY][QC_NAMELEN];
   int ntol;

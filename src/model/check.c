@@ -26,6 +26,22 @@ void qc_results_free(qc_results *r) {
   memset(r, 0, sizeof *r);
 }
 
+static const char *const g_var_names[] = {"bf16_dy", "bf16_inputs", "bf16_params", "round_ops"};
+
+unsigned qc_variant_part(const char *name) {
+  for (unsigned i = 0; i < sizeof g_var_names / sizeof g_var_names[0]; i++)
+    if (strcmp(name, g_var_names[i]) == 0) return 1u << i;
+  return 0;
+}
+
+const char *qc_variant_part_name(unsigned bit) {
+  for (unsigned i = 0; i < sizeof g_var_names / sizeof g_var_names[0]; i++)
+    if (bit == 1u << i) return g_var_names[i];
+  return NULL;
+}
+
+const char *qc_variant_part_names(void) { return "bf16_dy, bf16_inputs, bf16_params, round_ops"; }
+
 int qc_results_verdict(const qc_results *r) {
   if (r->n == 0) return 2;
   for (int i = 0; i < r->n; i++)

@@ -33,6 +33,25 @@ typedef struct qc_tol {
 
 enum { QC_V_PASS = 0, QC_V_FAIL = 1 };
 
+/* The parts a reference variant combines: the legal roundings a correct
+ * implementation may make that the contract's reference does not
+ * (docs/tolerances.md, "Reference variants"). Which variants a module has,
+ * the order they are tried in and which one judges a check are
+ * engine/variants.c's; a case's "variants" names the parts it allows. */
+enum {
+  QC_VAR_BF16_DY = 1,     /* "bf16_dy": dY rounded to bf16 (the gradients) */
+  QC_VAR_BF16_INPUTS = 2, /* "bf16_inputs": the float inputs the class differentiates rounded to bf16 */
+  QC_VAR_BF16_PARAMS = 4, /* "bf16_params": the parameters too (autocast's forward) */
+  QC_VAR_ROUND_OPS = 8,   /* "round_ops": the class's own rounding variants (qc_ctx.round_ops) */
+  QC_VAR_ALL = 15
+};
+/* The part named `name` ("bf16_inputs"), 0 when none is. */
+unsigned qc_variant_part(const char *name);
+/* The name of part `bit` (one QC_VAR_* bit), NULL for another value. */
+const char *qc_variant_part_name(unsigned bit);
+/* The parts' names, ", "-separated, for messages ("bf16_dy, bf16_inputs, ..."). */
+const char *qc_variant_part_names(void);
+
 /* The one verdict: QC_V_PASS only if every declared bound holds, nothing is
  * non-finite and no metric is NaN where a bound needs it. Writes every
  * violated bound into why, "; "-separated ("" on pass). */
@@ -56,6 +75,7 @@ typedef struct qc_check {
   char precision[160];       /* why, when it is not the storage type ("" otherwise) */
   char variant[96];          /* the legal reference variant the candidate was judged against
                                 ("bf16-rounded dY"; "" for the reference as the contract states it) */
+  char variant_id[48];       /* its parts' names ("bf16_dy+round_ops"; "" for the contract's reference) */
   int verdict;               /* QC_V_PASS / QC_V_FAIL */
   char why[512];
   char diagnosis[1024];       /* failed checks: "consistent with: ...", or "no known signature" ("" on pass) */

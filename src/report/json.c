@@ -209,6 +209,7 @@ int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, cons
     }
     if (k->judged_dtype[0]) cJSON_AddStringToObject(o, "judged_dtype", k->judged_dtype);
     if (k->precision[0]) cJSON_AddStringToObject(o, "precision", k->precision);
+    cJSON_AddStringToObject(o, "variant", k->variant_id[0] ? k->variant_id : "none"); /* the reference judged against */
     if (k->variant[0]) cJSON_AddStringToObject(o, "reference_variant", k->variant);
     if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", qc_report_tol_json(&k->tol));
     cJSON_AddStringToObject(o, "verdict", k->verdict == QC_V_PASS ? "pass" : "fail");

@@ -24,8 +24,13 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
     if (l > wm) wm = l;
   }
   if (wm > 60) wm = 60;
-  printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-7s %s\n", wm, "module", "dy", "tensor", "rel_l2", "cosine",
-         "norm_ratio", "noise_x", "verdict", "why");
+  int wv = 7; /* the variant column: the reference each check was judged against */
+  for (int i = 0; i < r->n; i++) {
+    int l = (int)strlen(r->v[i].variant_id);
+    if (l > wv) wv = l;
+  }
+  printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-7s %s\n", wm, "module", "dy", "tensor", "rel_l2", "cosine",
+         "norm_ratio", "noise_x", wv, "variant", "verdict", "why");
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];
     char a[32], b[32], c[32], d[32];
@@ -33,12 +38,12 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
     int l = (int)strlen(mod);
     if (l > wm) mod += l - wm;
     if (k->has_metrics)
-      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-7s %s\n", wm, mod, k->dy, k->tensor,
+      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-7s %s\n", wm, mod, k->dy, k->tensor,
              fmt_num(a, sizeof a, k->m.rel_l2, "%.3e"), k->m.cosine_null ? "null" : fmt_num(b, sizeof b, k->m.cosine, "%.9f"),
-             fmt_num(c, sizeof c, k->m.norm_ratio, "%.6f"), fmt_num(d, sizeof d, k->m.noise_multiple, "%.2f"),
-             k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
+             fmt_num(c, sizeof c, k->m.norm_ratio, "%.6f"), fmt_num(d, sizeof d, k->m.noise_multiple, "%.2f"), wv,
+             k->variant_id[0] ? k->variant_id : "none", k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
     else
-      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-7s %s\n", wm, mod, k->dy, k->tensor, "-", "-", "-", "-",
+      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-7s %s\n", wm, mod, k->dy, k->tensor, "-", "-", "-", "-", wv, "-",
              k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
   }
   int nf = 0, nd = 0;
@@ -77,8 +82,8 @@ static int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_re
     const qc_check *k = &r->v[i];
     char name[2 * QC_NAMELEN + 2], out[256];
     if (k->has_metrics)
-      snprintf(out, sizeof out, "rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g noise_multiple=%.4g", k->m.rel_l2,
-               k->m.cosine, k->m.norm_ratio, k->m.max_abs, k->m.noise_multiple);
+      snprintf(out, sizeof out, "rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g noise_multiple=%.4g variant=%s", k->m.rel_l2,
+               k->m.cosine, k->m.norm_ratio, k->m.max_abs, k->m.noise_multiple, k->variant_id[0] ? k->variant_id : "none");
     rc = qc_tlist_add(&l, k->module, k->module, qc_report_check_name(k, name, sizeof name),
                       k->verdict != QC_V_PASS ? k->why : NULL, k->has_metrics ? out : NULL);
     if (!rc) qc_tlist_time(&l, check_time(info, i));
@@ -134,8 +139,8 @@ static int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info 
     }
   }
   qc_sbuf_printf(&b, "\n## Checks\n\n");
-  qc_sbuf_printf(&b, "| module | dy | tensor | rel_l2 | cosine | norm_ratio | max_abs | noise x | verdict | why |\n");
-  qc_sbuf_printf(&b, "|---|---|---|---:|---:|---:|---:|---:|---|---|\n");
+  qc_sbuf_printf(&b, "| module | dy | tensor | rel_l2 | cosine | norm_ratio | max_abs | noise x | variant | verdict | why |\n");
+  qc_sbuf_printf(&b, "|---|---|---|---:|---:|---:|---:|---:|---|---|---|\n");
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];
     qc_sbuf_printf(&b, "| `");
@@ -145,10 +150,11 @@ static int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info 
     qc_sbuf_printf(&b, " | ");
     qc_sbuf_md(&b, k->tensor);
     if (k->has_metrics)
-      qc_sbuf_printf(&b, " | %.3e | %.9f | %.6f | %.3e | %.2f | %s | ", k->m.rel_l2, k->m.cosine, k->m.norm_ratio, k->m.max_abs,
-                     k->m.noise_multiple, k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
+      qc_sbuf_printf(&b, " | %.3e | %.9f | %.6f | %.3e | %.2f | %s | %s | ", k->m.rel_l2, k->m.cosine, k->m.norm_ratio,
+                     k->m.max_abs, k->m.noise_multiple, k->variant_id[0] ? k->variant_id : "none",
+                     k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
     else
-      qc_sbuf_printf(&b, " | - | - | - | - | - | %s | ", k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
+      qc_sbuf_printf(&b, " | - | - | - | - | - | - | %s | ", k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
     qc_sbuf_md(&b, k->why);
     qc_sbuf_printf(&b, " |\n");
   }

@@ -75,11 +75,14 @@ static void make(qc_module *m, const char *kv) {
   cr_assert_eq(qc_gen_module(row, 3, shape, 7, 0, "normal", kinds, 1, m), QC_OK, "%s", qc_err_msg());
 }
 
+static unsigned g_variants_off; /* the case's "variants": the parts it does not allow */
+
 static int audit(qc_module *m, qc_cand_kind kind, qc_results *res) {
   static qc_case cs;
   memset(&cs, 0, sizeof cs);
   tol(&cs);
   cs.cand = kind;
+  cs.variants_off = g_variants_off;
   qc_ctx ctx = {.be = stub(), .profile = "vllm"};
   qc_audit a = {.ctx = &ctx, .cs = &cs, .res = res};
   return qc_audit_module(&a, m);
@@ -102,12 +105,31 @@ Test(fast_path, covered_gradients_judged_from_its_metrics_bias_from_the_vjps) {
    * are what made it try) */
   cr_expect_eq(res.v[0].verdict, QC_V_PASS, "d_x: %s", res.v[0].why);
   cr_expect(res.v[0].variant[0] != 0, "d_x passes on a named reference variant");
+  cr_expect(res.v[0].variant_id[0] != 0 && strcmp(res.v[0].variant_id, "none") != 0, "and names its parts: %s", res.v[0].variant_id);
+  cr_expect_str_eq(res.v[1].variant_id, "", "d_weight is judged against the contract's reference");
   cr_expect_eq(res.v[1].verdict, QC_V_PASS);
   cr_expect_eq(res.v[2].verdict, QC_V_PASS, "d_bias from the production and reference VJPs: %s", res.v[2].why);
   cr_expect(res.v[2].m.rel_l2 < 1e-2 && res.v[2].m.norm_r > 0, "d_bias was really compared");
   cr_expect_str_eq(res.v[0].cand_dtype, "bfloat16");
   cr_expect_eq(res.v[1].shape[0], 10);
   cr_expect_eq(res.v[1].shape[1], 32);
+  qc_results_free(&res);
+  qc_module_free(&m);
+}
+
+/* The case's "variants": "none" holds on the fast path as on the host:
+ * the failed d_x is judged against the contract's reference alone. */
+Test(fast_path, variants_none_keeps_its_failure) {
+  qc_module m;
+  qc_results res = {0};
+  make(&m, NULL);
+  g_variants_off = QC_VAR_ALL;
+  int rc = audit(&m, QC_CAND_BUILTIN, &res);
+  g_variants_off = 0;
+  cr_assert_eq(rc, QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(res.n, 3);
+  cr_expect_eq(res.v[0].verdict, QC_V_FAIL, "d_x passed on %s", res.v[0].variant);
+  cr_expect_str_eq(res.v[0].variant_id, "");
   qc_results_free(&res);
   qc_module_free(&m);
 }

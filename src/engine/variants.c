@@ -1,0 +1,220 @@
+/* variants.c: see variants.h. */
+#include "engine/variants.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/qc.h"
+#include "numerics/decode.h"
+#include "numerics/metrics.h"
+
+int qc_quantizes(const qc_module *m) {
+  for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) {
+    size_t l = strlen(k->key);
+    if (l > 7 && strcmp(k->key + l - 7, "_format") == 0 && strcmp(qc_contract_str(&m->contract, k->key, k->dflt), "none") != 0)
+      return 1;
+  }
+  return 0;
+}
+
+int qc_variant_levels(const qc_module *m) {
+  const int n = m->cls->round_ops;
+  return n > 2 && !qc_contract_bf16_compute(&m->contract) ? 2 : n;
+}
+
+/* 1 when some finite value of t is not a bf16 value (rounding it to bf16 changes it). */
+static int not_bf16(const qc_tensor *t) {
+  if (t->dtype != QC_F32 && t->dtype != QC_F64) return 0;
+  int64_t n = qc_numel(t);
+  for (int64_t i = 0; i < n; i++) {
+    double v = t->dtype == QC_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
+    if (isfinite(v) && qc_round_to(v, QC_BF16) != v) return 1;
+  }
+  return 0;
+}
+
+/* 1 when rounding m's differentiated float inputs to bf16 changes one (a
+ * buffer the class only reads, rope's inv_freq, is never rounded). */
+static int inputs_move(const qc_module *m) {
+  for (int j = 0; j < m->inputs.n; j++)
+    if (qc_module_input_grad(m, m->inputs.t[j].name) && not_bf16(&m->inputs.t[j])) return 1;
+  return 0;
+}
+
+/* 1 when rounding m's parameters to bf16 changes one. */
+static int params_move(const qc_module *m) {
+  for (int j = 0; j < m->params.n; j++)
+    if (not_bf16(&m->params.t[j])) return 1;
+  return 0;
+}
+
+/* 1 when a tensor of s is stored in a 16-bit float type. */
+static int any16(const qc_tset *s) {
+  for (int j = 0; j < s->n; j++)
+    if (s->t[j].dtype == QC_BF16 || s->t[j].dtype == QC_F16) return 1;
+  return 0;
+}
+
+/* 1 when t is a float tensor every value of which is a bf16 or float16
+ * value (its narrowest type, qc_values_dtype): it passed through 16 bits.
+ * A tensor that cannot be read counts as one (nothing is ruled out). */
+static int values16(const qc_tensor *t) {
+  if (!qc_dtype_is_float(t->dtype) || t->dtype == QC_E2M1X2) return 0;
+  const int64_t n = qc_numel(t);
+  double *v = n ? malloc((size_t)n * sizeof *v) : NULL;
+  qc_err_state es; /* evidence that cannot be read rules nothing out, and is no error */
+  qc_err_save(&es);
+  int narrow = 1;
+  if (v && qc_tensor_to_f64(t, v) == QC_OK) {
+    const qc_dtype d = qc_values_dtype(v, n, QC_F64);
+    narrow = d == QC_BF16 || d == QC_F16;
+  }
+  qc_err_restore(&es);
+  free(v);
+  return narrow;
+}
+
+unsigned qc_variants_evidence(const qc_module *m, const char *autocast) {
+  if (!autocast || strcmp(autocast, "off") != 0 || qc_contract_bf16_compute(&m->contract)) return 0;
+  if (any16(&m->inputs) || any16(&m->params) || any16(&m->saved) || any16(&m->outputs) || any16(&m->grad_out)) return 0;
+  int wide = 0; /* an output whose values did not all pass through 16 bits */
+  for (int j = 0; j < m->outputs.n && !wide; j++) wide = qc_dtype_is_float(m->outputs.t[j].dtype) && !values16(&m->outputs.t[j]);
+  return wide ? QC_VAR_BF16_INPUTS | QC_VAR_BF16_PARAMS : 0;
+}
+
+/* Append variant (parts, level) to L unless a part of it is not allowed. */
+static void add(qc_variants *L, unsigned parts, int level, unsigned allowed) {
+  if ((parts & ~allowed) || L->n >= QC_VARIANTS_MAX) return;
+  L->v[L->n].parts = parts;
+  L->v[L->n].level = level;
+  L->n++;
+}
+
+void qc_variants_of(const qc_module *m, const qc_tensor *dy, qc_variants_kind kind, unsigned off, const char *autocast,
+                    qc_variants *out) {
+  memset(out, 0, sizeof *out);
+  out->levels = qc_variant_levels(m);
+  out->ruled_out = qc_variants_evidence(m, autocast);
+  unsigned allowed = QC_VAR_ALL & ~off & ~out->ruled_out;
+  if (!out->levels) allowed &= ~QC_VAR_ROUND_OPS;
+  unsigned have = out->levels ? QC_VAR_ROUND_OPS : 0; /* the parts that change something of m */
+  if (kind == QC_VARIANTS_GRADS) {
+    if (dy && not_bf16(dy)) have |= QC_VAR_BF16_DY;
+    if (inputs_move(m)) have |= QC_VAR_BF16_INPUTS;
+    allowed &= have & ~QC_VAR_BF16_PARAMS;
+    for (int lv = 0; lv <= out->levels; lv++)
+      for (unsigned sub = 0; sub <= (QC_VAR_BF16_DY | QC_VAR_BF16_INPUTS); sub++)
+        if ((sub & have) == sub && (lv || sub)) add(out, sub | (lv ? QC_VAR_ROUND_OPS : 0), lv, allowed);
+  } else {
+    const int q = qc_quantizes(m), in = inputs_move(m);
+    if (!q && in) add(out, QC_VAR_BF16_INPUTS, 0, allowed);
+    if (!q && (in || params_move(m))) add(out, QC_VAR_BF16_INPUTS | QC_VAR_BF16_PARAMS, 0, allowed);
+    for (int lv = 1; lv <= out->levels; lv++) add(out, QC_VAR_ROUND_OPS, lv, allowed);
+  }
+}
+
+/* Round the float values of t to bf16 in place (float32 and float64 storage; others unchanged). */
+static void round_bf16(qc_tensor *t) {
+  int64_t n = qc_numel(t);
+  for (int64_t i = 0; i < n; i++)
+    if (t->dtype == QC_F32) ((float *)t->data)[i] = (float)qc_round_to(((float *)t->data)[i], QC_BF16);
+    else if (t->dtype == QC_F64) ((double *)t->data)[i] = qc_round_to(((double *)t->data)[i], QC_BF16);
+}
+
+int qc_variant_apply(const qc_variant *v, const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ctx *c, qc_module *alt,
+                     qc_tensor *dv) {
+  int rc;
+  *c = *ctx;
+  *alt = *m;
+  c->round_ops = v->parts & QC_VAR_ROUND_OPS ? v->level : 0;
+  if (dy) *dv = *dy;
+  if (dy && (v->parts & QC_VAR_BF16_DY)) memset(dv, 0, sizeof *dv); /* owned from here: released whatever fails below */
+  if (v->parts & QC_VAR_BF16_INPUTS) {
+    memset(&alt->inputs, 0, sizeof alt->inputs);
+    if ((rc = qc_tset_clone(&alt->inputs, &m->inputs))) return rc;
+    for (int j = 0; j < alt->inputs.n; j++)
+      if (qc_module_input_grad(m, alt->inputs.t[j].name)) round_bf16(&alt->inputs.t[j]);
+  }
+  if (v->parts & QC_VAR_BF16_PARAMS) {
+    memset(&alt->params, 0, sizeof alt->params);
+    if ((rc = qc_tset_clone(&alt->params, &m->params))) return rc;
+    for (int j = 0; j < alt->params.n; j++) round_bf16(&alt->params.t[j]);
+  }
+  if (dy && (v->parts & QC_VAR_BF16_DY)) {
+    if ((rc = qc_tensor_alloc(dv, dy->name, dy->dtype, dy->ndim, dy->shape))) return rc;
+    memcpy(dv->data, dy->data, (size_t)qc_numel(dy) * qc_dtype_size(dy->dtype));
+    round_bf16(dv);
+  }
+  return QC_OK;
+}
+
+void qc_variant_release(const qc_variant *v, const qc_module *m, qc_module *alt, qc_tensor *dv) {
+  if (dv && (v->parts & QC_VAR_BF16_DY)) qc_tensor_free(dv);
+  qc_module_variant_free(alt, m);
+}
+
+void qc_variant_id(const qc_variant *v, char *buf, size_t n) {
+  size_t l = 0;
+  buf[0] = 0;
+  for (unsigned b = 1; b <= QC_VAR_ROUND_OPS; b <<= 1)
+    if (v->parts & b) l += (size_t)snprintf(buf + l, l < n ? n - l : 0, "%s%s", l ? "+" : "", qc_variant_part_name(b));
+  if (!v->parts) snprintf(buf, n, "none");
+}
+
+void qc_variant_name(const qc_variant *v, int levels, char *buf, size_t n) {
+  const char *part[4];
+  char ops[96];
+  int np = 0;
+  if (v->parts & QC_VAR_BF16_DY) part[np++] = "dY";
+  if (v->parts & QC_VAR_BF16_INPUTS) part[np++] = "inputs";
+  if (v->parts & QC_VAR_BF16_PARAMS) part[np++] = "parameters";
+  if (v->parts & QC_VAR_ROUND_OPS) {
+    snprintf(ops, sizeof ops, "operands and ops (the class's rounding variant %d of %d, docs/classes.md)", v->level, levels);
+    part[np++] = ops;
+  }
+  size_t l = (size_t)snprintf(buf, n, "bf16-rounded");
+  for (int i = 0; i < np; i++)
+    l += (size_t)snprintf(buf + (l < n ? l : n), l < n ? n - l : 0, "%s%s", i == 0 ? " " : i == np - 1 ? " and " : ", ", part[i]);
+  if (v->parts == (QC_VAR_BF16_INPUTS | QC_VAR_BF16_PARAMS)) snprintf(buf + (l < n ? l : n), l < n ? n - l : 0, " (autocast)");
+}
+
+/* |bias_z| of a check, 0 where the test was not made. */
+static double zabs(const qc_check *k) { return isfinite(k->m.bias_z) ? fabs(k->m.bias_z) : 0.0; }
+
+int qc_variants_wanted(const qc_check *k) {
+  if (k->verdict != QC_V_PASS) return 1;
+  const double zb = k->tol.has_bias_z ? k->tol.bias_z : QC_BIAS_Z_DEFAULT;
+  return zb > 0 && zabs(k) > 0.5 * zb;
+}
+
+int qc_variant_better(const qc_check *k, const qc_check *best, const qc_check *kv) {
+  if (kv->verdict != QC_V_PASS) return 0;
+  if (!(kv->m.rel_l2 < k->m.rel_l2 || kv->m.noise_multiple < k->m.noise_multiple)) return 0; /* fits no better */
+  if (k->verdict == QC_V_PASS) return zabs(kv) < zabs(best ? best : k);
+  return !best || kv->m.rel_l2 < best->m.rel_l2;
+}
+
+int qc_variants_judge(const qc_variants *L, qc_variant_judge_fn judge, void *arg, qc_check *k) {
+  if (!qc_variants_wanted(k)) return QC_OK;
+  qc_check best, kv;
+  int have = 0;
+  for (int i = 0; i < L->n; i++) {
+    qc_err_state es; /* a variant that cannot be judged explains nothing: no error (out of memory is one) */
+    qc_err_save(&es);
+    int rc = judge(arg, i, &L->v[i], &kv);
+    if (rc == QC_ESYS) {
+      qc_err_keep(&es);
+      return rc;
+    }
+    qc_err_restore(&es);
+    if (rc || !qc_variant_better(k, have ? &best : NULL, &kv)) continue;
+    qc_variant_name(&L->v[i], L->levels, kv.variant, sizeof kv.variant);
+    qc_variant_id(&L->v[i], kv.variant_id, sizeof kv.variant_id);
+    best = kv;
+    have = 1;
+  }
+  if (have) *k = best;
+  return QC_OK;
+}
