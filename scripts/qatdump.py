@@ -27,7 +27,10 @@ has a `qatcheck_contract` dict, `frozen` = "1" on a params/ dataset whose
 parameter does not require grad (and no d_ gradient is written for it),
 `not_captured` (a JSON list of strings) naming what the helper saw but could
 not record (non-tensor arguments, tensors inside lists, non-tensor outputs,
-uint8 tensors of unknown element type), each also raised as a warning.
+uint8 tensors of unknown element type), each also raised as a warning,
+`autocast` on each module group: "off", or the dtype torch.autocast ran in
+when the module was called ("mixed" when its calls differ). Each tensor is
+written in the dtype it had (bfloat16 and float8 with a `dtype` attribute).
 
 Sharded runs (tensor, vocab, sequence, expert parallel or FSDP flat shards;
 docs/interfaces.md "Sharded dumps"): under torch.distributed every rank
@@ -280,6 +283,14 @@ def _clean_name(mname):
     return ".".join(p for p in mname.split(".") if p != "_fsdp_wrapped_module")
 
 
+def _autocast_dtype():
+    """The dtype autocast runs in where it is on (CUDA's, else the CPU's), by name."""
+    if torch.is_autocast_enabled():
+        getd = getattr(torch, "get_autocast_gpu_dtype", None)
+        return str(getd()).replace("torch.", "") if getd else "float16"
+    return str(torch.get_autocast_cpu_dtype()).replace("torch.", "")
+
+
 class _Record:
     """What one module's forward and backward left behind."""
 
@@ -300,6 +311,7 @@ class _Record:
         self.per_call = []      # (inputs, outputs, saved) of each call, in call order
         self.tied = []          # parameter names read through a per-site alias (mode tied)
         self.by_call = {}       # mode tied: {call: {kind: {name: [gradients]}}}
+        self.autocast = None    # "off", or the dtype autocast ran in, at the module's call(s) ("mixed": calls differ)
         self.fsdp1 = None       # (flat_param, wrapper, {param: (offset, numel, shape)}) under FSDP1
         self.fsdp2 = None       # (reduce, [param names]) under FSDP2
 
@@ -522,6 +534,8 @@ class Dumper:
         autocast = torch.is_autocast_enabled() or (hasattr(torch, "is_autocast_cpu_enabled") and
                                                    torch.is_autocast_cpu_enabled())
         rec.bf16_compute = any(d == torch.bfloat16 for d in fl) and not autocast
+        state = _autocast_dtype() if autocast else "off"
+        rec.autocast = state if rec.autocast in (None, state) else "mixed"
         for pname, v in slots:
             if torch.is_tensor(v) or v is None:
                 continue
@@ -588,10 +602,9 @@ class Dumper:
         if self.mode == "autocast":
             state = None
             if torch.is_autocast_enabled():
-                getd = getattr(torch, "get_autocast_gpu_dtype", None)
-                state = ("cuda", str(getd()).replace("torch.", "") if getd else "float16")
+                state = ("cuda", _autocast_dtype())
             elif hasattr(torch, "is_autocast_cpu_enabled") and torch.is_autocast_cpu_enabled():
-                state = ("cpu", str(torch.get_autocast_cpu_dtype()).replace("torch.", ""))
+                state = ("cpu", _autocast_dtype())
             if state is None:
                 raise QatDumpError("module '%s' ran outside torch.autocast in mode autocast: run the forward inside "
                                    "`with torch.autocast(...)`" % rec.name)
@@ -910,6 +923,8 @@ class Dumper:
                                             "float4 bytes, set qatcheck_dtypes = {'%s/%s': 'float8_e4m3fn'} on the "
                                             "module" % (role, name, role, name))
         g.attrs["not_captured"] = json.dumps(list(dict.fromkeys(rec.not_captured)))
+        if rec.autocast is not None:  # evidence for qatcheck's reference variants (docs/tolerances.md)
+            g.attrs["autocast"] = rec.autocast
         for role, d in (("inputs", ins), ("outputs", outs), ("saved", saveds),
                         ("grad_out", dys)):
             if d:

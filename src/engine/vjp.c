@@ -202,6 +202,7 @@ typedef struct load_slot {
   qc_module m;
   char contract[4096];
   char frozen[1024];      /* "/d_weight/d_bias/": gradients of parameters marked frozen="1" */
+  char autocast[32];      /* the group's attribute autocast ("off", a dtype; "": not recorded) */
   int loaded;
 } load_slot;
 
@@ -225,7 +226,13 @@ static int load_entry(void *arg, int item, int k) {
   int rc = qc_dump_load_module(L->d, path, L->with_grads, &s->m, s->contract, sizeof s->contract);
   s->loaded = rc == QC_OK;
   if (!rc && L->ckpt) rc = qc_ckpt_params(L->ckpt, L->prefix, &s->m);
-  s->frozen[0] = 0;
+  s->frozen[0] = s->autocast[0] = 0;
+  if (!rc) { /* qatdump records whether autocast was on at the module's call: evidence for engine/variants.c */
+    qc_err_state es;
+    qc_err_save(&es);
+    if (qc_dump_get_attr(L->d, path, "autocast", s->autocast, sizeof s->autocast) != QC_OK) s->autocast[0] = 0;
+    qc_err_restore(&es);
+  }
   for (int j = 0; !rc && j < s->m.params.n; j++) { /* qatdump marks frozen parameters */
     char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];
     snprintf(ds, sizeof ds, "%s/params/%s", path, s->m.params.t[j].name);
@@ -338,9 +345,10 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
     if (!rc) {
       a->frozen = cur->frozen;
+      a->autocast = cur->autocast;
       if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m->path);
       rc = audit_described(a, m, first, t0, NULL, a->split && a->split[gidx[i]] ? gidx[i] : -1);
-      a->frozen = NULL;
+      a->frozen = a->autocast = NULL;
     }
     qc_progress_step(&pg, i + 1, m->path);
     qc_module_free(m);

@@ -7,6 +7,10 @@
 # column), the contract's ("none") where it passes alone. The case narrows
 # the set: "variants": "none", or a list without bf16_inputs, makes it fail;
 # a list with it passes; an unknown name or value exits 2 with one line.
+# The dump's own evidence: the group's autocast "off" (scripts/qatdump.py
+# writes it), float32 tensors and an output that is not bf16-valued rule
+# the autocast variants out (it fails, -v says why); autocast "bfloat16"
+# does not.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T" <<'P' || { bad "could not write the dumps"; finish; }
 import sys
@@ -20,7 +24,7 @@ x = rng.standard_normal((64, 256)).astype(np.float32)
 dy = rng.standard_normal((64, 256)).astype(np.float32)
 y = (np.maximum(x, 0).astype(np.float64) ** 2).astype(np.float32)
 dx = (2.0 * np.maximum(bf16.round_(x), 0).astype(np.float64) * dy).astype(np.float32)  # X read as bf16
-for name, autocast in (("plain", None),):
+for name, autocast in (("plain", None), ("off", "off"), ("on", "bfloat16")):
     with h5py.File("%s/%s.h5" % (T, name), "w") as f:
         f.attrs["qatcheck_dump"] = np.int64(1)
         g = f.create_group("act")
@@ -61,4 +65,10 @@ for v in '["bf16_dx"]:bf16_dx' '"all":"none" or a list' '[1]:1'; do
     && ok "one line naming ${v#*:}" || bad "the refusal: $(cat "$T/err")"
   error_or_none "$T/bad.r.json" || bad "a refused case wrote a report other than its error report"
 done
+mkcase off off
+expect_exit 1 "autocast off, float32 everywhere: the bf16_inputs variant is ruled out" "$QATCHECK" vjp -v --case "$T/off.json" --json "$T/off.r.json"
+grep -q "rules out the bf16_inputs and bf16_params variants" "$T/err" && ok "-v says the dump's evidence ruled them out" \
+  || bad "-v: $(grep -i 'rules out' "$T/err")"
+mkcase on on
+expect_exit 0 "autocast on: not ruled out" "$QATCHECK" vjp --case "$T/on.json"
 finish
