@@ -14,7 +14,9 @@
 # (a tie of two modules, and one linear called twice, pass)
 # and refuse what cannot be judged (exit 2, one line). The CUDA Graph mode
 # needs a GPU to capture (tests/e2e/cuda_graph.sh); here its judgement runs
-# on the dumps an H200 made (tests/data/torch/cuda_graph/). Skips (77)
+# on the dumps an H200 made (tests/data/torch/cuda_graph/). Each module
+# group records autocast ("bfloat16" under torch.autocast, "off" outside).
+# Skips (77)
 # without torch.
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/qatdump.inc"
@@ -122,4 +124,13 @@ for c in "na:the accumulated gradients of module '/fc1' are missing" "ns:has no 
   [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "${c#*:}" "$T/err" || bad "${c%%:*}: $(cat "$T/err")"
   error_or_none "$T/${c%%:*}.r.json" || bad "${c%%:*}: a refused run wrote a report other than its error report"
 done
+# each module group records whether autocast was on at its call (evidence for the reference variants)
+"$PY" - "$D" <<'P' && ok "qatdump records autocast per module: bfloat16 under torch.autocast, off outside" \
+  || bad "the module groups' autocast attribute"
+import sys, h5py
+for name, want in (("autocast_ok", "bfloat16"), ("eager", "off"), ("recompute_ok", "off")):
+    with h5py.File("%s/%s.h5" % (sys.argv[1], name), "r") as f:
+        got = {g: f[g].attrs.get("autocast") for g in f if "class" in f[g].attrs}
+        assert got and all(v == want for v in got.values()), (name, got)
+P
 finish
