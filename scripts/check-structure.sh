@@ -45,7 +45,6 @@ src/io/dump_walk.c: the sandbox's child: every libhdf5 call that parses a file, 
 src/sweep/pipeline.c: layer 2's two stages: the read-ahead's slots, the backend's buffers and the loop between them share the unit's types
 src/model/case.c: the case file's parser and its checks
 src/dist/dist.c: every MPI call of the tool (dist/ is the one layer that may make them)
-src/engine/audit.c: one module's audit and the reference variants (issue 37: the variants move to a module of their own)
 src/engine/modes.c: the execution modes, each judged from its evidence and against the eager step
 src/modules/moe.c: routed and shared experts: production VJP, float64 forward, generator, error model
 src/modules/ssd.c: the chunked scan's VJP, and the test-only planted defects (issue 37: they move under tests/)

@@ -19,7 +19,10 @@ int qc_quantizes(const qc_module *m) {
   return 0;
 }
 
-int qc_variant_levels(const qc_module *m) {
+/* The class's rounding levels for m: its round_ops; levels above 2 (a
+ * pure-bf16 model's arithmetic: moe's 3 and 4) only when the contract says
+ * compute_dtype bfloat16. */
+static int qc_variant_levels(const qc_module *m) {
   const int n = m->cls->round_ops;
   return n > 2 && !qc_contract_bf16_compute(&m->contract) ? 2 : n;
 }
@@ -163,7 +166,10 @@ void qc_variant_id(const qc_variant *v, char *buf, size_t n) {
   if (!v->parts) snprintf(buf, n, "none");
 }
 
-void qc_variant_name(const qc_variant *v, int levels, char *buf, size_t n) {
+/* It in words, for the report ("bf16-rounded dY and operands and ops (the
+ * class's rounding variant 1 of 2, docs/classes.md)"); levels: the
+ * class's. */
+static void qc_variant_name(const qc_variant *v, int levels, char *buf, size_t n) {
   const char *part[4];
   char ops[96];
   int np = 0;

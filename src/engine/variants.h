@@ -42,11 +42,6 @@ typedef enum { QC_VARIANTS_GRADS = 0, QC_VARIANTS_FORWARD = 1 } qc_variants_kind
  * value is not "none". */
 int qc_quantizes(const qc_module *m);
 
-/* The class's rounding levels for m: its round_ops; levels above 2 (a
- * pure-bf16 model's arithmetic: moe's 3 and 4) only when the contract says
- * compute_dtype bfloat16. */
-int qc_variant_levels(const qc_module *m);
-
 /* The parts the dump's own evidence rules out for m: bf16_inputs and
  * bf16_params (autocast's roundings) when its group says autocast was off
  * (`autocast` "off": scripts/qatdump.py records it at the module's call;
@@ -64,7 +59,7 @@ unsigned qc_variants_evidence(const qc_module *m, const char *autocast);
  *   gradients  every combination of dY rounded to bf16 (when a value of dY
  *              is not a bf16 value), the differentiated float inputs
  *              rounded (when one of theirs is not) and a rounding level
- *              1..qc_variant_levels(m);
+ *              1..the class's rounding levels for m;
  *   forward    the inputs rounded, the inputs and parameters rounded
  *              (autocast), only where the contract quantizes nothing (a
  *              cast before the forward's quantizer changes which code X
@@ -87,10 +82,6 @@ void qc_variant_release(const qc_variant *v, const qc_module *m, qc_module *alt,
 /* Its parts' names joined by '+' ("bf16_dy+round_ops"), as a case names
  * them; "none" for no part (the contract's reference). */
 void qc_variant_id(const qc_variant *v, char *buf, size_t n);
-/* It in words, for the report ("bf16-rounded dY and operands and ops (the
- * class's rounding variant 1 of 2, docs/classes.md)"); levels: the
- * class's. */
-void qc_variant_name(const qc_variant *v, int levels, char *buf, size_t n);
 
 /* 1 when check k, judged against the contract's reference, is judged
  * against the variants too: it failed, or it passed with its bias test
