@@ -121,6 +121,19 @@ int qc_module_check_known(const qc_module *m, const char *where) {
                     "the class takes %s, and any name under grad_out/",
                     where, word, c->name, takes);
     }
+  for (int i = 0; i < m->outputs.n; i++) { /* the forward check reads outputs/ as floats: anything else would go unjudged */
+    const qc_tensor *y = &m->outputs.t[i];
+    if (qc_dtype_is_float(y->dtype) && y->dtype != QC_E2M1X2) continue;
+    const qc_tensor *x = NULL;
+    for (int j = 0; j < m->inputs.n && !x; j++)
+      if (qc_dtype_is_float(m->inputs.t[j].dtype) && m->inputs.t[j].dtype != QC_E2M1X2) x = &m->inputs.t[j];
+    char like[QC_NAMELEN + 48] = "";
+    if (x) snprintf(like, sizeof like, ", e.g. inputs/%s's %s", x->name, qc_dtype_name(x->dtype));
+    qc_hint("outputs/%s is the module's output as its forward returned it; store it in that dtype, or leave it out of the dump",
+            y->name);
+    return qc_err("%s: dataset 'outputs/%s' has dtype %s: expected a float dtype (float32, bfloat16, float16, float64 or "
+                  "float8)%s; it cannot be judged", where, y->name, qc_dtype_name(y->dtype), like);
+  }
   for (int k = 0; m->cand && k < m->grad_out.n; k++)
     for (int i = 0; i < m->cand[k].n; i++) {
       const char *g = m->cand[k].t[i].name;

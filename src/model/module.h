@@ -343,9 +343,11 @@ int qc_module_input_grad(const qc_module *m, const char *name);
 /* Refuse what m's class does not model: a dataset of inputs/, params/,
  * saved/ or outputs/ not named in m->cls->tensors, and a candidate
  * gradient (m->cand, when loaded) that is not d_<name> of one of the
- * class's `grads` whose tensor <name> m holds. QC_OK, or QC_EINPUT with
- * one line "<where>: <role>/<name> is not modelled by class 'C' ..."
- * listing what the class takes. m->cls must be set. */
+ * class's `grads` whose tensor <name> m holds; an outputs/ dataset that
+ * is not of a float dtype (int32, packed float4: the forward check could
+ * not judge it). QC_OK, or QC_EINPUT with one line "<where>: <role>/<name>
+ * is not modelled by class 'C' ..." listing what the class takes, or naming
+ * the output's dtype and the float dtype expected. m->cls must be set. */
 int qc_module_check_known(const qc_module *m, const char *where);
 /* Check that dY holds `numel` elements laid out as `want` describes
  * ("[tokens, features]"), with `last` as its last dimension when last > 0
