@@ -153,6 +153,38 @@ static int no_match(qc_dump *d, const qc_case *cs) {
   return QC_EINPUT;
 }
 
+/* The refusal of a modules regex that selects no module group but
+ * groups that look like one without a `class` (unc[0..n)): it names them. */
+static int only_unclassed(const qc_case *cs, const qc_dump_entry *unc, int n) {
+  qc_hint("a module group is a group with a string attribute 'class' (docs/interfaces.md section 2): set it (h5py: "
+          "g.attrs['class'] = 'linear'), or narrow data.modules to the module groups");
+  return qc_err("dump '%s': group '%s'%s holds a module's datasets (inputs/, grad_out/ or grads/) but no attribute "
+                "'class': it cannot be judged, and data.modules '%s' selects no other", cs->dump, unc[0].path,
+                n > 1 ? " (and others)" : "", cs->modules_re[0] ? cs->modules_re : ".*");
+}
+
+/* One failed check per group of unc[0..n) that looks like a module group
+ * but has no `class`: "not judged", so a whole-model run over them does
+ * not pass (a defect in such a group would otherwise hide there). */
+static int add_unclassed(qc_audit *a, const qc_dump_entry *unc, int n) {
+  for (int i = 0; i < n; i++) {
+    qc_check k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.module, sizeof k.module, "%s", unc[i].path);
+    snprintf(k.dy, sizeof k.dy, "-");
+    snprintf(k.tensor, sizeof k.tensor, "module");
+    k.m.noise_multiple = k.m.noise_floor = NAN;
+    k.m.e_par = k.m.bias_sd = k.m.bias_allow = k.m.bias_z_raw = k.m.bias_z = NAN;
+    k.verdict = QC_V_FAIL;
+    snprintf(k.why, sizeof k.why, "not judged: the group holds a module's datasets (inputs/, grad_out/ or grads/) but no "
+             "attribute 'class'");
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: not judged: no attribute 'class'\n", unc[i].path);
+    int rc = qc_results_add(a->res, &k);
+    if (rc) return rc;
+  }
+  return QC_OK;
+}
+
 /* This rank's instances (own[i]: 1 when instance i is its; all of them in
  * one process), *at the instance it failed on. */
 static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, const char *own, const char *split,
@@ -247,7 +279,8 @@ static int load_entry(void *arg, int item, int k) {
 /* Audit every matching module group of the dump, one module in memory at a
  * time plus the next one, whose read overlaps the current audit. */
 /* This rank's module groups; *nunits all of them, *at the group it failed on. */
-static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits, char **splitp) {
+static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits, char **splitp,
+                    qc_dump_entry **uncp, int *nuncp) {
   qc_dump *d = NULL;
   char *split = NULL;
   int *gidx = NULL;
@@ -274,8 +307,11 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     snprintf(a->dump_mode, sizeof a->dump_mode, "%s", qc_err_msg()[0] ? "?" : "");
   qc_err_restore(&es);
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
+  /* groups that look like modules but have no class: reported not judged (added after the merge), or,
+   * when nothing else is selected, refused */
+  if ((rc = qc_dump_unclassed(d, cs->modules_re, uncp, nuncp))) goto done;
   if (n == 0) {
-    rc = no_match(d, cs);
+    rc = *nuncp ? only_unclassed(cs, *uncp, *nuncp) : no_match(d, cs);
     goto done;
   }
   /* classes and tolerance names first: a bad one stops the run before any data is read */
@@ -376,8 +412,9 @@ done:
 
 int qc_vjp_case(qc_audit *a, const char *profile) {
   long long at = -1;
-  int rc, nunits = 0;
+  int rc, nunits = 0, nunc = 0;
   char *split = NULL;
+  qc_dump_entry *unc = NULL;
   if (a->cs->data == QC_DATA_GENERATE) {
     int *owner = NULL;
     char *own = NULL;
@@ -393,9 +430,11 @@ int qc_vjp_case(qc_audit *a, const char *profile) {
     free(owner);
     free(own);
   } else {
-    rc = run_dump(a, a->cs, profile, &at, &nunits, &split);
+    rc = run_dump(a, a->cs, profile, &at, &nunits, &split, &unc, &nunc);
   }
   rc = qc_vjp_merge(a, rc, at, nunits);
+  if (!rc && qc_dist_rank() == 0) rc = add_unclassed(a, unc, nunc); /* after the merge: rank 0's reports hold them once */
+  free(unc);
   a->split = NULL;
   free(split);
   return rc;

@@ -150,6 +150,64 @@ int qc_dump_modules(qc_dump *d, const char *regex, qc_dump_entry **out, int *n) 
   return QC_OK;
 }
 
+/* 1 when group `path` of d's map has a child group `name`. */
+static int has_child_group(const qc_dump *d, const char *path, const char *name) {
+  char c[4096 + 16];
+  snprintf(c, sizeof c, "%s/%s", strcmp(path, "/") == 0 ? "" : path, name);
+  const qc_h5obj *o = qc_h5map_find(&d->map, c);
+  return o && o->type == QC_H5O_GROUP;
+}
+
+/* 1 when `path` lies under /qatcheck_mode or under a module group (a
+ * group with a `class` attribute). */
+static int under_known(const qc_dump *d, const char *path) {
+  char p[4096];
+  if (strcmp(path, "/qatcheck_mode") == 0 || strncmp(path, "/qatcheck_mode/", 15) == 0) return 1;
+  snprintf(p, sizeof p, "%s", path);
+  for (char *s = strrchr(p, '/'); s && s > p; s = strrchr(p, '/')) {
+    *s = 0;
+    const qc_h5obj *o = qc_h5map_find(&d->map, p);
+    if (o && o->type == QC_H5O_GROUP && qc_h5obj_attr(o, "class")) return 1;
+  }
+  return 0;
+}
+
+int qc_dump_unclassed(qc_dump *d, const char *regex, qc_dump_entry **out, int *n) {
+  regex_t re;
+  int have_re = 0, rc = QC_OK, cap = 0;
+  qc_dump_entry *v = NULL;
+  *out = NULL;
+  *n = 0;
+  if (regex && regex[0]) {
+    if (regcomp(&re, regex, REG_EXTENDED | REG_NOSUB)) return qc_err("modules regex '%s': not a valid regex", regex);
+    have_re = 1;
+  }
+  for (int i = 0; i < d->map.n && !rc; i++) { /* each group's inputs/ names it, in walk order */
+    const qc_h5obj *in = &d->map.o[i];
+    const char *base = strrchr(in->path, '/');
+    if (in->type != QC_H5O_GROUP || !base || strcmp(base + 1, "inputs") != 0) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s", base == in->path ? 1 : (int)(base - in->path), in->path);
+    const qc_h5obj *g = qc_h5map_find(&d->map, path);
+    if (!g || g->type != QC_H5O_GROUP || qc_h5obj_attr(g, "class")) continue;
+    if (!has_child_group(d, path, "grad_out") && !has_child_group(d, path, "grads")) continue;
+    if (under_known(d, path) || (have_re && regexec(&re, path, 0, NULL, 0) != 0)) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 4;
+      qc_dump_entry *nv = realloc(v, (size_t)cap * sizeof *nv);
+      if (!nv) { rc = qc_err_sys("out of memory listing groups"); break; }
+      v = nv;
+    }
+    snprintf(v[*n].path, sizeof v[*n].path, "%s", path);
+    v[*n].cls[0] = 0;
+    (*n)++;
+  }
+  if (have_re) regfree(&re);
+  if (rc) { free(v); *n = 0; return rc; }
+  *out = v;
+  return QC_OK;
+}
+
 /* ---- module loading -------------------------------------------------------- */
 
 typedef struct role_ctx {

@@ -35,6 +35,14 @@ typedef struct qc_dump_entry {
  * path matches the POSIX extended regex (NULL or "" = all). *out is
  * malloc'd; free() it. */
 int qc_dump_modules(qc_dump *d, const char *regex, qc_dump_entry **out, int *n);
+/* The groups whose path matches regex (NULL or "" = all) that look like a
+ * module group, holding an inputs/ group and a grad_out/ or grads/ group,
+ * but carry no `class` attribute, so qc_dump_modules passes them over:
+ * outside /qatcheck_mode (a mode's evidence, docs/interfaces.md 2d) and
+ * outside any module group (whose loading refuses what it does not
+ * model). In walk order; cls is "". *out is malloc'd (NULL when none);
+ * free() it. */
+int qc_dump_unclassed(qc_dump *d, const char *regex, qc_dump_entry **out, int *n);
 
 /* Load module group `path` whole: inputs/, params/, saved/, outputs/,
  * grad_out/ and, when with_grads, grads/<dY>/ into m->cand (parallel to
