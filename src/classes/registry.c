@@ -3,7 +3,8 @@
  * the class (its production VJP, keys, generator, error model, coverage
  * facts and optional fast path: `qc_class_<name>`, src/modules/<name>.c)
  * with its independent reference (`qc_reference_<name>`,
- * src/reference/<name>.c). Adding a class adds one line here; the line
+ * src/reference/<name>.c: its VJP, and optionally its forward and the
+ * saved tensors it recomputes). Adding a class adds one line here; the line
  * declares both objects itself (QC_CLASS_DECLARE, QC_REFERENCE_DECLARE:
  * the macros of the layers that define them), so no header lists classes.
  *
@@ -55,6 +56,7 @@ __attribute__((constructor)) static void registry_install(void) {
                                   .reference = g_lines[i].ref->vjp,
                                   .fast = g_lines[i].cls->fast,
                                   .forward = g_lines[i].ref->forward,
-                                  .terms = g_lines[i].ref->terms};
+                                  .terms = g_lines[i].ref->terms,
+                                  .saved = g_lines[i].ref->saved};
   qc_registry_install(g_rows, NLINES);
 }

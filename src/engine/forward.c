@@ -28,6 +28,8 @@ static int qc_diagnose_forward(const qc_ctx *ctx, const qc_module *m, const qc_t
  * leaves tm->k 0), else its float64 forward when the contract
  * quantizes nothing (model: the reduction over the first input's last
  * dimension, terms not known). QC_NA when neither applies. */
+static void default_model(const qc_module *m, qc_tol_model *tm);
+
 static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd, qc_tensor *r, qc_tol_model *tm) {
   memset(tm, 0, sizeof *tm);
   int rc;
@@ -41,6 +43,15 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
     if (!m->cls->forward || qc_quantizes(m) || ctx->round_ops || ctx->wscale > 0) return QC_NA;
     if ((rc = m->cls->forward(m, m, r))) return rc;
   }
+  default_model(m, tm);
+  return QC_OK;
+}
+
+/* The forward's default error model of m into *tm: the reduction over the
+ * last dimension of the input of the class's first gradient, or the class's
+ * model of that gradient run forward where its accumulation term is the
+ * larger; bf16 compute roundings added where the contract says so. */
+static void default_model(const qc_module *m, qc_tol_model *tm) {
   /* the input of the class's first gradient that m holds as floats (d_x: x; d_q: q), not whichever
    * the dump lists first (moe's topk_weights, rope's inv_freq table); else the first floating input
    * (rope's positions are ids) */
@@ -81,7 +92,6 @@ static int ref_forward(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd,
     snprintf(tm->why, sizeof tm->why, "the %s forward, modelled as its %s chain run forward: %s", m->cls->name, g, gm.why);
   }
   qc_audit_bf16_compute(m, tm);
-  return QC_OK;
 }
 
 /* The float values of set s rounded to dt in place; *changed = 1 when a
@@ -142,12 +152,13 @@ static int judge(const qc_tol_model *tm, qc_check *k) {
   return QC_OK;
 }
 
-/* Compare y with r and judge it into a fresh check *k. */
-static int compare(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, const qc_tensor *r, const qc_tol_model *tm,
-                   qc_check *k) {
+/* Compare y (the dump's tensor `what`: "y", "saved/lse") with r and judge
+ * it into a fresh check *k. */
+static int compare(const qc_ctx *ctx, const qc_module *m, const char *what, const qc_tensor *y, const qc_tensor *r,
+                   const qc_tol_model *tm, qc_check *k) {
   qc_tol none;
   memset(&none, 0, sizeof none);
-  qc_check_init(k, m, "forward", "y", r->ndim, r->shape, &none);
+  qc_check_init(k, m, "forward", what, r->ndim, r->shape, &none);
   snprintf(k->kind, sizeof k->kind, "forward");
   snprintf(k->cand_dtype, sizeof k->cand_dtype, "%s", qc_dtype_name(y->dtype));
   int rc = qc_audit_compare(ctx, y, r, &none, k);
@@ -172,14 +183,40 @@ static int not_judged(qc_audit *a, const qc_module *m, const qc_tensor *y, const
   return qc_results_add(a->res, &k);
 }
 
-/* The forward check's variants: the module, its output and the forward. */
+/* The forward check's variants: the module, its output and the forward
+ * (or, name set, saved/<name> and the class's recomputation of it). */
 typedef struct fwd_variants {
   const qc_ctx *ctx;
   const qc_module *m;
   const qc_tensor *y;
   qc_fwd_ref_fn fwd;
+  const char *name;       /* NULL: outputs/y; else the saved tensor judged */
+  qc_saved_ref_fn saved;
   qc_variants list;
 } fwd_variants;
+
+/* Saved tensor `name` of m recomputed by the class's fn into *r with its
+ * error model *tm (the forward's default where the class leaves tm->k 0). */
+static int saved_forward(const qc_ctx *ctx, const qc_module *m, qc_saved_ref_fn fn, const char *name, qc_tensor *r,
+                         qc_tol_model *tm) {
+  int rc = fn(ctx, m, name, r, tm);
+  if (rc) return rc;
+  if (tm->k > 0) qc_audit_bf16_compute(m, tm);
+  else default_model(m, tm);
+  return QC_OK;
+}
+
+/* The entries r (float64) leaves without a value (non-finite: the LSE of
+ * a query with no visible key) set to 0 in r and, g non-NULL, in g: they
+ * are not compared. */
+static void zero_unvalued(qc_tensor *r, double *g) {
+  double *v = r->data;
+  for (int64_t i = 0, n = qc_numel(r); i < n; i++)
+    if (!isfinite(v[i])) {
+      v[i] = 0;
+      if (g) g[i] = 0;
+    }
+}
 
 /* outputs/y judged against the forward of variant v, under the variant's
  * own error model (qc_variant_judge_fn). QC_NA where the forward has no
@@ -192,19 +229,23 @@ static int fwd_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
   qc_tensor rv = {0};
   qc_tol_model tv;
   int rc = qc_variant_apply(v, s->ctx, s->m, NULL, &c, &alt, NULL);
-  if (!rc) rc = ref_forward(&c, &alt, s->fwd, &rv, &tv);
+  if (!rc) rc = s->name ? saved_forward(&c, &alt, s->saved, s->name, &rv, &tv) : ref_forward(&c, &alt, s->fwd, &rv, &tv);
   if (!rc && qc_numel(&rv) != qc_numel(s->y)) rc = QC_NA;
+  if (!rc && s->name) zero_unvalued(&rv, NULL); /* the candidate's were zeroed with the contract's */
   if (!rc) {
+    char what[QC_NAMELEN + 8];
+    snprintf(what, sizeof what, s->name ? "saved/%s" : "y", s->name);
     memcpy(rv.shape, s->y->shape, sizeof rv.shape); /* the same values, laid out as the dump's */
     rv.ndim = s->y->ndim;
-    rc = compare(s->ctx, s->m, s->y, &rv, &tv, kv);
+    rc = compare(s->ctx, s->m, what, s->y, &rv, &tv, kv);
   }
   qc_tensor_free(&rv);
   qc_variant_release(v, s->m, &alt, NULL);
   return rc;
 }
 
-int qc_forward_check(qc_audit *a, const qc_module *m) {
+/* outputs/y's check (qc_forward_check). */
+static int output_check(qc_audit *a, const qc_module *m) {
   const qc_tensor *y = qc_tset_get(&m->outputs, "y");
   const qc_registry_row *row = qc_registry_find(m->cls->name);
   if (!y || !row || !qc_dtype_is_float(y->dtype) || y->dtype == QC_E2M1X2 || qc_numel(y) == 0) return QC_OK;
@@ -248,7 +289,7 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
     memcpy(r.shape, y->shape, sizeof r.shape); /* the same values, laid out as the dump's */
     r.ndim = y->ndim;
   }
-  if ((rc = compare(a->ctx, m, y, &r, &tm, &k))) goto done;
+  if ((rc = compare(a->ctx, m, "y", y, &r, &tm, &k))) goto done;
   /* the legal variants (engine/variants.c): operands rounded to bf16 (a
    * quantizer's output, the class's ops, autocast's inputs), for a failed
    * check or a pass whose |z| is above half its bound, as the gradients' */
@@ -259,6 +300,119 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
   rc = qc_results_add(a->res, &k);
 done:
   qc_tensor_free(&r);
+  return rc;
+}
+
+/* The flat index i of t as "[a, b, ...]" into buf[n]. */
+static void index_str(const qc_tensor *t, int64_t i, char *buf, size_t n) {
+  size_t l = 0;
+  int64_t div = qc_numel(t);
+  buf[0] = 0;
+  for (int d = 0; d < t->ndim && l < n; d++) {
+    div = t->shape[d] ? div / t->shape[d] : 1;
+    l += (size_t)snprintf(buf + l, n - l, "%s%lld", d ? ", " : "[", (long long)(div ? i / div % t->shape[d] : 0));
+  }
+  if (l < n) snprintf(buf + l, n - l, t->ndim ? "]" : "[]");
+}
+
+/* Add a failed check of saved tensor t of m: why[] says what. */
+static int saved_failed(qc_audit *a, const qc_module *m, const qc_tensor *t, const char *why) {
+  qc_tol none;
+  qc_check k;
+  char what[QC_NAMELEN + 8];
+  memset(&none, 0, sizeof none);
+  snprintf(what, sizeof what, "saved/%s", t->name);
+  qc_check_init(&k, m, "forward", what, t->ndim, t->shape, &none);
+  k.has_tol = 0;
+  snprintf(k.kind, sizeof k.kind, "forward");
+  snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(t->dtype));
+  k.verdict = QC_V_FAIL;
+  snprintf(k.why, sizeof k.why, "%s", why);
+  if (qc_verbose) fprintf(stderr, "qatcheck: %s: %s: %s\n", m->path, what, why);
+  return qc_results_add(a->res, &k);
+}
+
+/* Saved tensor t of m (a float: what the forward saved and the backward
+ * reads): its non-finite values, NaN anywhere or +-Inf where the class's
+ * recomputation (row's `saved`; QC_NA or none: not recomputed) has a
+ * value, are a failed check naming the dataset and the first index; else,
+ * recomputed, it is judged against the recomputation as outputs/y is
+ * against the forward (the same model, variants and verdict; the entries
+ * the forward leaves without a value are not compared). */
+static int saved_check(qc_audit *a, const qc_module *m, const qc_registry_row *row, const qc_tensor *t) {
+  qc_tensor r = {0}, gc = {0};
+  qc_tol_model tm;
+  qc_check k;
+  int rc = QC_NA, have = 0;
+  if (row->saved) {
+    qc_err_state es; /* QC_NA: not one the class recomputes; a refusal is the run's error */
+    qc_err_save(&es);
+    rc = saved_forward(a->ctx, m, row->saved, t->name, &r, &tm);
+    if (rc && rc != QC_NA) {
+      qc_err_keep(&es);
+      return rc;
+    }
+    qc_err_restore(&es);
+    have = rc == QC_OK;
+    if (have && qc_numel(&r) != qc_numel(t)) {
+      char s1[64], s2[64];
+      rc = qc_err("%s: saved/%s is %s but the %s forward gives %s", m->path, t->name,
+                  qc_shape_str(t->ndim, t->shape, s1, sizeof s1), m->cls->name, qc_shape_str(r.ndim, r.shape, s2, sizeof s2));
+      goto done;
+    }
+  }
+  const int64_t n = qc_numel(t);
+  if ((rc = qc_tensor_alloc(&gc, t->name, QC_F64, t->ndim, t->shape)) || (rc = qc_tensor_to_f64(t, gc.data))) goto done;
+  double *g = gc.data, *rv = have ? r.data : NULL;
+  int64_t bad = 0, first = -1, unvalued = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (rv && !isfinite(rv[i])) unvalued++;
+    if (isfinite(g[i]) || (!isnan(g[i]) && rv && !isfinite(rv[i]))) continue;
+    if (first < 0) first = i;
+    bad++;
+  }
+  if (bad) {
+    char idx[160], why[400];
+    index_str(t, first, idx, sizeof idx);
+    snprintf(why, sizeof why, "saved/%s holds %lld non-finite value(s), the first at %s (%g): the forward saved them and the "
+             "backward reads them", t->name, (long long)bad, idx, g[first]);
+    rc = saved_failed(a, m, t, why);
+    goto done;
+  }
+  rc = QC_OK;
+  if (!have) goto done; /* finite, not recomputed: nothing more to judge */
+  const qc_tensor *cand = t;
+  if (unvalued) { /* compared without the entries the forward leaves without a value */
+    zero_unvalued(&r, g);
+    cand = &gc;
+  }
+  memcpy(r.shape, t->shape, sizeof r.shape);
+  r.ndim = t->ndim;
+  char what[QC_NAMELEN + 8];
+  snprintf(what, sizeof what, "saved/%s", t->name);
+  if ((rc = compare(a->ctx, m, what, cand, &r, &tm, &k))) goto done;
+  fwd_variants fv = {.ctx = a->ctx, .m = m, .y = cand, .name = t->name, .saved = row->saved};
+  qc_variants_of(m, NULL, QC_VARIANTS_FORWARD, a->cs->variants_off, a->autocast, &fv.list);
+  if ((rc = qc_variants_judge(&fv.list, fwd_variant, &fv, &k))) goto done;
+  snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(t->dtype));
+  if (k.verdict != QC_V_PASS && !k.why[0])
+    snprintf(k.why, sizeof k.why, "saved/%s is not the forward of the module's inputs under its contract", t->name);
+  rc = qc_results_add(a->res, &k);
+done:
+  qc_tensor_free(&r);
+  qc_tensor_free(&gc);
+  return rc;
+}
+
+int qc_forward_check(qc_audit *a, const qc_module *m) {
+  int rc = output_check(a, m);
+  if (rc) return rc;
+  const qc_registry_row *row = qc_registry_find(m->cls->name);
+  if (!row || a->cs->data == QC_DATA_GENERATE) return QC_OK; /* a generator's saved tensors are qatcheck's own forward */
+  for (int i = 0; i < m->saved.n && !rc; i++) {
+    const qc_tensor *t = &m->saved.t[i];
+    if (t->dtype == QC_F64 || t->dtype == QC_F32 || t->dtype == QC_F16 || t->dtype == QC_BF16) rc = saved_check(a, m, row, t);
+  }
   return rc;
 }
 

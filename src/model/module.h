@@ -288,11 +288,21 @@ typedef struct qc_class {
  * (the variant does not apply), or an error. */
 typedef int (*qc_fwd_ref_fn)(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm);
 
+/* A saved tensor recomputed from the math (src/reference/): saved/<name> of
+ * m as the forward the contract defines computes it from m's inputs and
+ * params, in float64 (allocated here, QC_F64, shaped like saved/<name>),
+ * and its error model *tm (tm->k 0: the forward check's default model, the
+ * one outputs/y gets). An entry the forward leaves without a value (the
+ * LSE of a query with no visible key) is non-finite. QC_OK, QC_NA (the
+ * class does not recompute that one), or an error. */
+typedef int (*qc_saved_ref_fn)(const qc_ctx *ctx, const qc_module *m, const char *name, qc_tensor *r, qc_tol_model *tm);
+
 /* A class's independent reference, as src/reference/<name>.c exports it
  * (qc_reference_<name>, its only global symbol). */
 typedef struct qc_reference {
   qc_vjp_fn vjp;               /* the float64 VJP, from the math */
   qc_fwd_ref_fn forward;       /* optional: the forward the contract defines (NULL: none) */
+  qc_saved_ref_fn saved;       /* optional: the saved tensors it recomputes (NULL: none) */
   int terms;                   /* 1: vjp honors qc_ctx.terms (the terms' scale of every gradient whose
                                   class model leaves qc_tol_model.terms at 0) */
 } qc_reference;
@@ -309,6 +319,8 @@ typedef struct qc_registry_row {
   qc_fwd_ref_fn forward;       /* NULL, or src/reference/<name>.c */
   int terms;                   /* 1: the reference honors qc_ctx.terms (the terms' scale of every
                                   gradient whose class model leaves qc_tol_model.terms at 0) */
+  qc_saved_ref_fn saved;       /* NULL, or src/reference/<name>.c: the saved tensors it recomputes,
+                                  each judged against the dump's (engine/forward.c) */
 } qc_registry_row;
 
 /* The class table is src/classes/registry.c's, installed when the program

@@ -32,6 +32,7 @@
  * part, as a k_proj bias: sum_j dL/ds_ij = 0 cancels it) keeps the scale
  * of the common part's terms. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,116 @@ done:
   return rc;
 }
 
+/* The saved O ("out", [B, Hq, S, Dv]) or LSE ("lse", [B, Hq, S], in the
+ * contract's lse_base) recomputed from q, k, v under the contract (mask,
+ * window, softcap, scale), from the math above: O_i = sum_j P_ij v_j and
+ * LSE_i = log sum_j exp(s_ij) over the visible keys; a query with no
+ * visible key has O_i = 0 and no LSE (-inf: the log of an empty sum). The
+ * error model: O's is the forward check's (tm->k 0, as outputs/y, which O
+ * is); the LSE's, the logits' reduction over D products and the sum over
+ * the n visible keys (K the larger), its terms T_i = |max_j s_ij| + c
+ * max_j sum_d |q_id k_jd| + 1 (the log of the sum) per query, in the
+ * saved base. QC_NA for another name. (a qc_saved_ref_fn) */
+static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char *name, qc_tensor *r, qc_tol_model *tm) {
+  (void)ctx;
+  const qc_tensor *qt, *kt, *vt, *st;
+  const int lse = strcmp(name, "lse") == 0;
+  int rc;
+  memset(tm, 0, sizeof *tm);
+  if (!lse && strcmp(name, "out") != 0) return QC_NA;
+  if ((rc = qc_module_need(m, "inputs", "q", 4, 4, &qt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "k", 4, 4, &kt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "v", 4, 4, &vt))) return rc;
+  if ((rc = qc_module_need(m, "saved", name, lse ? 3 : 4, lse ? 3 : 4, &st))) return rc;
+  const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
+  const int64_t Dv = vt->shape[3], kvs[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv}, os[4] = {B, Hq, S, Dv};
+  if (!same4(kt, kvs) || Hkv < 1 || Hq % Hkv)
+    return qc_err("%s: 'inputs/k': expected [%lld, Hkv, %lld, %lld] with Hkv dividing the %lld query heads", m->path,
+                  (long long)B, (long long)S, (long long)D, (long long)Hq);
+  if (Dv < 1 || !same4(vt, vs))
+    return qc_err("%s: 'inputs/v': expected [%lld, %lld, %lld, Dv]: the shape of 'inputs/k' but for its head_dim", m->path,
+                  (long long)B, (long long)Hkv, (long long)S);
+  if (lse ? st->shape[0] != B || st->shape[1] != Hq || st->shape[2] != S : !same4(st, os))
+    return qc_err("%s: 'saved/%s': expected the shape [B, Hq, S%s] of the rows of 'inputs/q'", m->path, name, lse ? "" : ", Dv");
+  const qc_contract *c = &m->contract;
+  const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
+  const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);
+  const double wd = qc_contract_num(c, "window", 0), cap = qc_contract_num(c, "softcap", 0);
+  const double cod = qc_contract_num(c, "causal_offset", 0);
+  const int base2 = strcmp(qc_contract_str(c, "lse_base", "e"), "2") == 0;
+  if (!(sc > 0) || !isfinite(sc) || !(wd >= 0) || floor(wd) != wd || wd > 4e18 || floor(cod) != cod || fabs(cod) > 4e18 ||
+      !(cap >= 0) || !isfinite(cap))
+    return qc_err("%s: the contract's softmax_scale, window, causal_offset or softcap is out of range", m->path);
+  const int64_t W = (int64_t)wd, off = causal ? (int64_t)cod : 0, grp = Hq / Hkv;
+  const double unit = base2 ? 1.4426950408889634 : 1.0; /* the saved base: log2 x = ln x log2(e) */
+  double *Q = NULL, *K = NULL, *V = NULL, *P = NULL, *A = NULL, *out, tt = 0, tmax = 0;
+  rc = QC_ESYS;
+  if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
+      !(V = qc_refu_load(vt, "reference attention v")) || !(P = qc_malloc((size_t)S * sizeof *P, "reference softmax row")) ||
+      !(A = qc_malloc((size_t)S * sizeof *A, "reference logit terms row")))
+    goto done;
+  if ((rc = qc_tensor_alloc(r, name, QC_F64, st->ndim, st->shape))) goto done;
+  out = r->data;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < Hq; h++) {
+      const double *q = Q + (b * Hq + h) * S * D, *k = K + (b * Hkv + h / grp) * S * D, *v = V + (b * Hkv + h / grp) * S * Dv;
+      for (int64_t i = 0; i < S; i++) {
+        int64_t n = causal ? i + 1 + off : S, lo = 0;
+        if (n > S) n = S;
+        if (W > 0 && i - W + 1 > 0) lo = i - W + 1; /* the window: i - j < W */
+        double *o = lse ? out + (b * Hq + h) * S + i : out + ((b * Hq + h) * S + i) * Dv;
+        if (n <= lo) { /* no visible key: O_i = 0, no LSE */
+          if (lse) *o = -INFINITY;
+          else memset(o, 0, (size_t)Dv * sizeof *o);
+          continue;
+        }
+        double mx = -INFINITY, z = 0, amax = 0;
+        for (int64_t j = lo; j < n; j++) {
+          double s = 0, a = 0;
+          for (int64_t d = 0; d < D; d++) {
+            s += q[i * D + d] * k[j * D + d];
+            a += fabs(q[i * D + d] * k[j * D + d]);
+          }
+          s *= sc;
+          P[j] = cap > 0 ? cap * tanh(s / cap) : s;
+          A[j] = sc * a;
+          mx = fmax(mx, P[j]);
+        }
+        for (int64_t j = lo; j < n; j++) {
+          z += (P[j] = exp(P[j] - mx));
+          amax = fmax(amax, A[j]);
+        }
+        if (lse) {
+          *o = (mx + log(z)) * unit;
+          const double t = (fabs(mx) + amax + 1) * unit;
+          tt += t * t;
+          tmax = fmax(tmax, t);
+          continue;
+        }
+        for (int64_t d = 0; d < Dv; d++) {
+          double acc = 0;
+          for (int64_t j = lo; j < n; j++) acc += P[j] * v[j * Dv + d];
+          o[d] = acc / z;
+        }
+      }
+    }
+  if (lse) {
+    const int64_t n = W > 0 && W < S ? W : S, kk = n > D ? n : D;
+    tm->k = kk;
+    tm->lambda = 1;
+    tm->terms = sqrt(tt);
+    tm->scale = tmax;
+    snprintf(tm->why, sizeof tm->why, "LSE = max + log sum exp of the logits c q.k, each a reduction over D = %lld products, "
+             "summed over up to n = %lld visible keys: K = %lld; terms |max| + c sum |q||k| + 1 per query", (long long)D,
+             (long long)n, (long long)kk);
+  }
+  rc = QC_OK;
+done:
+  if (rc) qc_tensor_free(r);
+  free(Q); free(K); free(V); free(P); free(A);
+  return rc;
+}
+
 /* The class's reference, its one export (src/classes/registry.c pairs it
  * with src/modules/attention.c). */
-const qc_reference qc_reference_attention = {.vjp = ref_attention, .terms = 1};
+const qc_reference qc_reference_attention = {.vjp = ref_attention, .saved = ref_attention_saved, .terms = 1};

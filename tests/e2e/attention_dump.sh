@@ -9,7 +9,10 @@
 # and d_k only (d_v = P^T dO does not see it), diagnosed as such. DeepSeek's
 # MLA core (v's head_dim other than q and k's) passes, with the builtin
 # backward too, and run at 1/sqrt(v's head_dim) against the contract's
-# 1/sqrt(D) it fails on d_q, d_k and d_v. Skips (77) without torch.
+# 1/sqrt(D) it fails on d_q, d_k and d_v. The saved O and LSE of each are
+# judged against the forward recomputed from q, k, v: a window off by one
+# and the MLA scale fail there too (the dump saved that forward's). Skips
+# (77) without torch.
 . "$(dirname "$0")/lib.inc"
 "$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
 $PY scripts/make_attention_dump.py "$T/d.h5" || exit 1
@@ -29,17 +32,23 @@ $PY - "$T/all.r.json" <<'P' || bad "attention window+softcap: the report does no
 import json, sys
 r = json.load(open(sys.argv[1]))
 failed = {(c["module"], c["tensor"]) for c in r["checks"] if c["verdict"] == "fail"}
-want = {("/defect.attention_window_wide", t) for t in ("d_q", "d_k", "d_v")}
-want |= {("/defect.attention_window_narrow", t) for t in ("d_q", "d_k", "d_v")}
+# the saved O and LSE of a module whose forward ran another mask or scale than its contract's are not
+# the contract's forward either: they fail too (the softcap defect is in the backward only)
+saved = ("d_q", "d_k", "d_v", "saved/out", "saved/lse")
+want = {("/defect.attention_window_wide", t) for t in saved}
+want |= {("/defect.attention_window_narrow", t) for t in saved}
 want |= {("/defect.attention_softcap_no_grad", t) for t in ("d_q", "d_k")}
-want |= {("/defect.attention_mla_scale_dv", t) for t in ("d_q", "d_k", "d_v")}
+want |= {("/defect.attention_mla_scale_dv", t) for t in saved}
 assert failed == want, sorted(failed ^ want)
 for m in ("/model.layers.0.self_attn.sdpa", "/model.layers.1.self_attn.mla"):
     good = [c for c in r["checks"] if c["module"] == m]
-    assert len(good) == 3 and all(c["verdict"] == "pass" for c in good), good
+    assert len(good) == 5 and all(c["verdict"] == "pass" for c in good), good
 mla = {c["tensor"]: c["shape"] for c in r["checks"] if c["module"] == "/model.layers.1.self_attn.mla"}
-assert mla == {"d_q": [2, 4, 19, 12], "d_k": [2, 2, 19, 12], "d_v": [2, 2, 19, 8]}, mla
+assert mla == {"d_q": [2, 4, 19, 12], "d_k": [2, 2, 19, 12], "d_v": [2, 2, 19, 8], "saved/out": [2, 4, 19, 8],
+               "saved/lse": [2, 4, 19]}, mla
 for c in r["checks"]:
+    if not c["tensor"].startswith("d_"):
+        continue
     m = c["module"].rsplit("_", 1)[-1]
     if c["verdict"] == "fail" and m in ("wide", "narrow"):
         s = c["diagnosis"]["summary"]
