@@ -537,7 +537,8 @@ const qc_class qc_class_attention = {
     .keys = attention_keys,
     .generate = attention_generate,
     .production = attention_vjp,
-    .not_checked = "saved/out, saved/lse: the forward's saved results, not inputs (checked through the gradients they feed)",
+    .not_checked = "saved/out, saved/lse: the forward's saved results, not inputs (no gradient; judged against the forward "
+                   "recomputed from q, k, v, and through the gradients they feed)",
     .forward = attention_forward,
     .fd_shape = "2,4,2,5,6",
     .tol_model = attention_tol_model,
