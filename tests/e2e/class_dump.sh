@@ -28,7 +28,9 @@ EOF2
 # attention: an LSE saved in log2 under lse_base "e" spoils every gradient the
 # saved LSE feeds: the trainer's own (dump) and the builtin flash backward
 # (which reads the saved LSE) both fail on d_q, d_k and d_v; the correct
-# sibling passes; a group without saved/lse cannot be judged (exit 2)
+# sibling passes; the saved LSE itself fails against the LSE recomputed from
+# q and k in the contract's base (saved/lse), the correct sibling's passes;
+# a group without saved/lse cannot be judged (exit 2)
 ATOL='{"d_q":{"rel_l2":1e-5,"reasoning":"fp32 flash backward"},"d_k":{"rel_l2":1e-5,"reasoning":"fp32 flash backward"},"d_v":{"rel_l2":1e-5,"reasoning":"fp32 flash backward"}}'
 for cand in dump builtin; do
   cat >"$T/att.json" <<J
@@ -39,9 +41,9 @@ J
 import json, sys
 r = json.load(open(sys.argv[1]))
 failed = {(c["module"], c["tensor"]) for c in r["checks"] if c["verdict"] == "fail"}
-assert failed == {("/defect.attention_lse_log2", t) for t in ("d_q", "d_k", "d_v")}, failed
+assert failed == {("/defect.attention_lse_log2", t) for t in ("d_q", "d_k", "d_v", "saved/lse")}, failed
 good = [c for c in r["checks"] if c["module"] == "/model.layers.0.self_attn.sdpa"]
-assert len(good) == 3 and all(c["verdict"] == "pass" for c in good), good
+assert len(good) == 5 and all(c["verdict"] == "pass" for c in good), good
 print("defect /defect.attention_lse_log2 fails on d_q, d_k, d_v; the correct module passes")
 P
 done

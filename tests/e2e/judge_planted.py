@@ -66,6 +66,8 @@ def module(f, path, cls, contract, inputs, params, dy, grads, out_bf16, in_bf16=
     g.attrs["contract"] = json.dumps(contract)
     for role, d in (("inputs", inputs), ("params", params), ("saved", saved or {})):
         for k, v in d.items():
+            if role == "saved" and in_bf16 and np.asarray(v).dtype.kind == "f":
+                v = bf(v)  # rounded to nearest, as a kernel stores it (put truncates: vjp judges saved/ against the forward)
             put(g.require_group(role), k, v, in_bf16)
     put(g.require_group("grad_out"), "dy", dy, in_bf16)
     for k, v in grads.items():
