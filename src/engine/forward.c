@@ -332,6 +332,8 @@ static int saved_failed(qc_audit *a, const qc_module *m, const qc_tensor *t, con
   return qc_results_add(a->res, &k);
 }
 
+static int diagnose_saved(const qc_ctx *ctx, const qc_module *m, const qc_tensor *t, const qc_tensor *r, qc_check *k);
+
 /* Saved tensor t of m (a float: what the forward saved and the backward
  * reads): its non-finite values, NaN anywhere or +-Inf where the class's
  * recomputation (row's `saved`; QC_NA or none: not recomputed) has a
@@ -394,6 +396,7 @@ static int saved_check(qc_audit *a, const qc_module *m, const qc_registry_row *r
   fwd_variants fv = {.ctx = a->ctx, .m = m, .y = cand, .name = t->name, .saved = row->saved};
   qc_variants_of(m, NULL, QC_VARIANTS_FORWARD, a->cs->variants_off, a->autocast, &fv.list);
   if ((rc = qc_variants_judge(&fv.list, fwd_variant, &fv, &k))) goto done;
+  if (k.verdict != QC_V_PASS && (rc = diagnose_saved(a->ctx, m, cand, &r, &k))) goto done;
   snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(t->dtype));
   if (k.verdict != QC_V_PASS && !k.why[0])
     snprintf(k.why, sizeof k.why, "saved/%s is not the forward of the module's inputs under its contract", t->name);
@@ -512,6 +515,27 @@ static int hyp_rounded_inputs(dg *d, qc_fwd_ref_fn fwd) {
     qc_err_restore(&es);
   }
   return QC_OK;
+}
+
+/* Diagnose failed check k of saved tensor t against its recomputation r
+ * (float64): the generic predictions only (a factor, such as log2(e) for
+ * an LSE in the other base; moved or zeroed rows), since the class's
+ * hypotheses predict outputs/y. QC_OK, or QC_ESYS out of memory. */
+static int diagnose_saved(const qc_ctx *ctx, const qc_module *m, const qc_tensor *t, const qc_tensor *r, qc_check *k) {
+  dg d = {.ctx = ctx, .m = m, .r = r, .cand = t, .k = k};
+  char what[QC_PATHLEN + QC_NAMELEN + 16];
+  int rc;
+  k->nhyp = 0;
+  snprintf(what, sizeof what, "%s's %s", m->path, k->tensor);
+  if ((rc = qc_dg_setup(&d, what))) goto done;
+  d.level = k->level > 0 ? k->level : 3 * d.floor;
+  qc_dg_factor(&d, 1, 1);
+  if ((rc = qc_dg_rows(&d))) goto done;
+  qc_dg_summarize(&d);
+done:
+  free(d.g);
+  free(d.p);
+  return rc;
 }
 
 /* Diagnose failed forward check k: candidate y against reference r
