@@ -65,6 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(e);
     e = NULL;
     if (qc_dump_modules(d, "^/model\\.", &e, &n) == QC_OK) free(e);
+    e = NULL;
+    if (qc_dump_unclassed(d, NULL, &e, &n) == QC_OK) free(e); /* the groups that look like modules without a class */
     qc_dump_close(d);
   }
   qc_err_clear();
