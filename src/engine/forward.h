@@ -18,4 +18,17 @@
  * reference forward (QC_EINPUT: the module cannot be judged). */
 int qc_forward_check(qc_audit *a, const qc_module *m);
 
+/* Diagnose failed forward check k: candidate y against reference r
+ * (float64) of module m, fwd the class's reference forward (NULL: none, so
+ * only the predictions from r). Fills k's hypotheses and diagnosis. QC_OK,
+ * or QC_ESYS out of memory. */
+int qc_diagnose_forward(const qc_ctx *ctx, const qc_module *m, const qc_tensor *y, const qc_tensor *r, qc_fwd_ref_fn fwd,
+                        qc_check *k);
+
+/* Diagnose failed check k of saved tensor t against its recomputation r
+ * (float64): the generic predictions only (a factor, such as log2(e) for
+ * an LSE in the other base; moved or zeroed rows), since the class's
+ * hypotheses predict outputs/y. QC_OK, or QC_ESYS out of memory. */
+int qc_diagnose_saved(const qc_ctx *ctx, const qc_module *m, const qc_tensor *t, const qc_tensor *r, qc_check *k);
+
 #endif

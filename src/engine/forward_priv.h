@@ -1,0 +1,26 @@
+/* forward_priv.h: the forward the contract defines and its error models
+ * (forward_ref.c), shared by the forward check (forward.c) and its
+ * diagnosis (forward_diag.c), so neither calls the other for them.
+ * Engine-private. */
+#ifndef QC_FORWARD_PRIV_H
+#define QC_FORWARD_PRIV_H
+
+#include "model/module.h"
+
+/* The forward the contract defines of m into *r (float64) with its error
+ * model *tm: the class's reference forward fwd (with its model, or the
+ * default one when it leaves tm->k 0), else its float64 forward when the
+ * contract quantizes nothing (the default model: the reduction over the
+ * last dimension of the input of the class's first gradient, or that
+ * gradient's model run forward where its accumulation term is the larger;
+ * bf16 compute roundings where the contract says so). QC_NA when neither
+ * applies. */
+int qc_fwd_reference(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd, qc_tensor *r, qc_tol_model *tm);
+
+/* Saved tensor `name` of m recomputed by the class's fn (its registry
+ * row's `saved`) into *r with its error model *tm: the class's, or the
+ * default one above where it leaves tm->k 0. QC_NA: not one fn recomputes. */
+int qc_fwd_saved(const qc_ctx *ctx, const qc_module *m, qc_saved_ref_fn fn, const char *name, qc_tensor *r,
+                 qc_tol_model *tm);
+
+#endif
