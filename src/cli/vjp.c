@@ -124,8 +124,9 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};
   rc = qc_vjp_case(&a, o.profile);
   if (rc || qc_dist_rank() != 0) goto done; /* rank 0 alone holds the merged results and reports them */
-  /* the dump's execution mode, from its evidence and against the eager step (an eager dump: nothing to judge) */
-  if (cs->data == QC_DATA_DUMP && !qc_shard_pattern(cs->dump) && (eager || (a.dump_mode[0] && strcmp(a.dump_mode, "eager") != 0)) &&
+  /* the dump's execution mode, from its evidence and against the eager step (an eager dump: nothing to judge,
+   * unless it holds a mode's evidence, which modes.c refuses) */
+  if (cs->data == QC_DATA_DUMP && !qc_shard_pattern(cs->dump) &&
       (rc = qc_modes_audit(cs->dump, cs->modules_re, eager, &res, &mods)))
     goto done;
   if (res.n == 0) {

@@ -32,6 +32,8 @@ typedef struct mctx {
   qc_results *res;
   mark *marks;
   int nmarks;
+  const qc_dump_entry *sel; /* the selected module groups (tied: a tie is judged when one of its sites is) */
+  int nsel;
 } mctx;
 
 /* The unit roundoff of a stored wide float type (float64, float32, float16,
@@ -132,15 +134,6 @@ static int compare(mctx *c, const char *module, const char *cls, const char *aga
   qc_tol t;
   memset(&t, 0, sizeof t);
   int rc;
-  if (!qc_dump_exists(cd, cp)) {
-    qc_tensor sh;
-    if ((rc = qc_dump_info(rd, rp, &sh))) return rc;
-    t.has_max_abs = 1;
-    snprintf(t.reasoning, sizeof t.reasoning, "the %s dump must hold what '%s' holds", c->mode, qc_dump_path(rd));
-    char why[QC_PATHLEN + 64];
-    snprintf(why, sizeof why, "missing: %s has no '%s'", qc_dump_path(cd), cp);
-    return add_check(c, module, cls, against, tensor, &sh, sh.dtype, NULL, NULL, 0, &t, QC_V_FAIL, why, NULL);
-  }
   if ((rc = read64(cd, cp, &ct, &g)) || (rc = read64(rd, rp, &rt, &r))) goto done;
   char why[256] = "";
   int verdict = QC_V_PASS;
@@ -187,15 +180,56 @@ done:
   return rc;
 }
 
-/* Every dataset of role group `role` of module cpath (in cd) against the
- * one of the same name under rpath (in rd). */
-static int compare_role(mctx *c, const char *module, const char *cls, const char *against, qc_dump *cd, const char *cpath,
-                        qc_dump *rd, const char *rpath, const char *role, int exact) {
+/* 1 when name is one of names[0..n). */
+static int has_name(char (*names)[QC_NAMELEN], int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(names[i], name) == 0) return 1;
+  return 0;
+}
+
+/* The datasets of group `role` under cpath (in cd) and under rpath (in
+ * rd) have the same names: QC_OK, or QC_EINPUT naming the first dataset
+ * one side holds and the other lacks (evidence is compared both ways or
+ * refused). *names (malloc'd, caller frees) and *n: the names. */
+static int same_names(mctx *c, qc_dump *cd, const char *cpath, qc_dump *rd, const char *rpath, const char *role,
+                      char (**names)[QC_NAMELEN], int *n) {
   char g[QC_PATHLEN + 32];
+  char(*other)[QC_NAMELEN] = NULL;
+  int no = 0, rc;
+  *names = NULL;
+  *n = 0;
+  snprintf(g, sizeof g, "%s/%s", rpath, role);
+  if ((rc = qc_dump_list(rd, g, names, n))) return rc;
+  snprintf(g, sizeof g, "%s/%s", cpath, role);
+  if ((rc = qc_dump_list(cd, g, &other, &no))) return rc;
+  for (int side = 0; side < 2 && !rc; side++) {
+    char(*have)[QC_NAMELEN] = side ? other : *names, (*want)[QC_NAMELEN] = side ? *names : other;
+    int nh = side ? no : *n, nw = side ? *n : no;
+    qc_dump *hd = side ? cd : rd, *wd = side ? rd : cd;
+    const char *hp = side ? cpath : rpath, *wp = side ? rpath : cpath;
+    for (int i = 0; i < nh && !rc; i++)
+      if (!has_name(want, nw, have[i]))
+        rc = qc_err("dump '%s': no '%s/%s/%s' to compare with '%s/%s/%s' of '%s': mode %s compares every piece of "
+                    "evidence with its counterpart", qc_dump_path(wd), wp, role, have[i], hp, role, have[i],
+                    qc_dump_path(hd), c->mode);
+  }
+  free(other);
+  if (rc) {
+    free(*names);
+    *names = NULL;
+    *n = 0;
+  }
+  return rc;
+}
+
+/* Every dataset of role group `role` of module cpath (in cd) against the
+ * one of the same name under rpath (in rd), after both hold the same
+ * names; *ncmp (NULL: not counted) += the datasets compared. */
+static int compare_role(mctx *c, const char *module, const char *cls, const char *against, qc_dump *cd, const char *cpath,
+                        qc_dump *rd, const char *rpath, const char *role, int exact, int *ncmp) {
   char(*names)[QC_NAMELEN] = NULL;
   int n = 0, rc;
-  snprintf(g, sizeof g, "%s/%s", rpath, role);
-  if ((rc = qc_dump_list(rd, g, &names, &n))) return rc;
+  if ((rc = same_names(c, cd, cpath, rd, rpath, role, &names, &n))) return rc;
   for (int i = 0; i < n && !rc; i++) {
     char cp[QC_PATHLEN * 2], rp[QC_PATHLEN * 2], tn[QC_NAMELEN + 16];
     snprintf(cp, sizeof cp, "%s/%s/%s", cpath, role, names[i]);
@@ -205,6 +239,7 @@ static int compare_role(mctx *c, const char *module, const char *cls, const char
     else snprintf(tn, sizeof tn, "%s/%s", role, names[i]);
     rc = compare(c, module, cls, against, tn, cd, cp, rd, rp, exact);
   }
+  if (ncmp && !rc) *ncmp += n;
   free(names);
   return rc;
 }
@@ -216,20 +251,24 @@ static int against_eager(mctx *c, const qc_dump_entry *e) {
   if (!qc_dump_exists(c->e, e->path))
     return qc_err("eager dump '%s': no module group '%s': the eager dump must be the same step of the same model "
                   "(%s holds it)", qc_dump_path(c->e), e->path, qc_dump_path(c->d));
-  int rc = QC_OK;
-  for (int i = 0; i < 4 && !rc; i++) rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, fwd[i], 1);
+  int rc = QC_OK, ngrads = 0;
+  for (int i = 0; i < 4 && !rc; i++)
+    rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, fwd[i], 1, NULL);
   char gp[QC_PATHLEN + 16];
   char(*dys)[QC_NAMELEN] = NULL;
   int ndy = 0;
   snprintf(gp, sizeof gp, "%s/grad_out", e->path);
-  if (!rc) rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, "grad_out", 0);
+  if (!rc) rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, "grad_out", 0, NULL);
   if (!rc) rc = qc_dump_list(c->e, gp, &dys, &ndy);
   for (int i = 0; i < ndy && !rc; i++) {
     char role[QC_NAMELEN + 8];
     snprintf(role, sizeof role, "grads/%s", dys[i]);
-    rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, role, 0);
+    rc = compare_role(c, e->path, e->cls, "eager", c->d, e->path, c->e, e->path, role, 0, &ngrads);
   }
   free(dys);
+  if (!rc && !ngrads)
+    rc = qc_err("dump '%s': module '%s' holds no gradient (grads/<dY>/d_<name>) to compare with the eager step's in '%s'",
+                qc_dump_path(c->d), e->path, qc_dump_path(c->e));
   return rc;
 }
 
@@ -241,7 +280,18 @@ static int recompute(mctx *c, const qc_dump_entry *e) {
   snprintf(ff, sizeof ff, MODE_GROUP "/first_forward%s", e->path);
   if (!qc_dump_exists(c->d, ff)) return QC_OK; /* ran once: not under a checkpoint */
   int rc = QC_OK;
-  for (int i = 0; i < 3 && !rc; i++) rc = compare_role(c, e->path, e->cls, "first_forward", c->d, e->path, c->d, ff, roles[i], 1);
+  for (int i = 0; i < 3 && !rc; i++) {
+    if (i == 2) { /* saved/: where the writer has the first forward's */
+      char sg[QC_PATHLEN + 48];
+      char(*sv)[QC_NAMELEN] = NULL;
+      int ns = 0;
+      snprintf(sg, sizeof sg, "%s/saved", ff);
+      if ((rc = qc_dump_list(c->d, sg, &sv, &ns))) break;
+      free(sv);
+      if (!ns) break;
+    }
+    rc = compare_role(c, e->path, e->cls, "first_forward", c->d, e->path, c->d, ff, roles[i], 1, NULL);
+  }
   return rc;
 }
 
@@ -295,6 +345,60 @@ static int module_grad(qc_dump *d, const char *path, const char *dname, const qc
   return rc;
 }
 
+/* *found: how many dYs of module `path` in d hold gradient dname (grads/<dY>/dname). */
+static int grad_count(qc_dump *d, const char *path, const char *dname, int *found) {
+  char gp[QC_PATHLEN + 16];
+  char(*dys)[QC_NAMELEN] = NULL;
+  int ndy = 0, rc;
+  *found = 0;
+  snprintf(gp, sizeof gp, "%s/grad_out", path);
+  if ((rc = qc_dump_list(d, gp, &dys, &ndy))) return rc;
+  for (int i = 0; i < ndy; i++) {
+    char ds[QC_PATHLEN * 2];
+    snprintf(ds, sizeof ds, "%s/grads/%s/%s", path, dys[i], dname);
+    *found += qc_dump_exists(d, ds);
+  }
+  free(dys);
+  return QC_OK;
+}
+
+/* grad_accum, module `base` over nmb micro-batches, both ways: the
+ * accumulated group ag (its datasets names[0..n)) holds each parameter
+ * gradient a micro-batch or the eager step (when given) holds, and each
+ * of them holds every accumulated one. QC_OK, or QC_EINPUT naming what is
+ * missing. */
+static int accum_both_ways(mctx *c, const char *base, int nmb, const char *ag, char (*names)[QC_NAMELEN], int n) {
+  int rc = QC_OK;
+  for (int k = 0; k <= nmb && !rc; k++) {
+    qc_dump *d = k < nmb ? c->d : c->e;
+    char mp[QC_PATHLEN + 32], pg[QC_PATHLEN + 48];
+    if (!d) break;
+    if (k < nmb) snprintf(mp, sizeof mp, "/microbatch%d%s", k, base);
+    else snprintf(mp, sizeof mp, "%s", base);
+    if (k == nmb && !qc_dump_exists(d, mp))
+      return qc_err("eager dump '%s': no module group '%s': the eager dump must be the same step of the same model, "
+                    "the whole batch in one backward", qc_dump_path(d), base);
+    char(*ps)[QC_NAMELEN] = NULL;
+    int np = 0, f = 0;
+    snprintf(pg, sizeof pg, "%s/params", mp);
+    if ((rc = qc_dump_list(d, pg, &ps, &np))) break;
+    for (int i = 0; i < np && !rc; i++) {
+      char dn[QC_NAMELEN + 2];
+      snprintf(dn, sizeof dn, "d_%s", ps[i]);
+      if (!(rc = grad_count(d, mp, dn, &f)) && f && !has_name(names, n, dn))
+        rc = qc_err("dump '%s': no '%s/%s': %s module '%s' holds the gradient %s, and grad_accum compares each "
+                    "parameter's gradient with its accumulation", qc_dump_path(c->d), ag, dn,
+                    k < nmb ? "the micro-batch's" : "the eager dump's", mp, dn);
+    }
+    free(ps);
+    for (int i = 0; i < n && !rc; i++)
+      if (!(rc = grad_count(d, mp, names[i], &f)) && !f)
+        rc = qc_err("%sdump '%s': module '%s' has no gradient %s (grads/<dY>/%s) to compare with '%s/%s' of '%s'",
+                    k < nmb ? "" : "eager ", qc_dump_path(d), mp, names[i], names[i], ag, names[i], qc_dump_path(c->d));
+  }
+  return rc;
+}
+
 /* grad_accum, module `base` (first micro-batch entry e): each parameter's
  * accumulated gradient against the sum of the micro-batches' gradients,
  * and that sum against the eager whole batch's. */
@@ -306,7 +410,10 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
   if (!qc_dump_exists(c->d, ag))
     return qc_err("dump '%s': mode grad_accum but no '%s': the accumulated gradients of module '%s' are missing "
                   "(scripts/qatdump.py writes them)", qc_dump_path(c->d), ag, base);
-  if ((rc = qc_dump_list(c->d, ag, &names, &n))) return rc;
+  if ((rc = qc_dump_list(c->d, ag, &names, &n)) || (rc = accum_both_ways(c, base, nmb, ag, names, n))) {
+    free(names);
+    return rc;
+  }
   for (int i = 0; i < n && !rc; i++) {
     char ap[QC_PATHLEN * 2];
     qc_tensor at;
@@ -407,6 +514,16 @@ static int tied(mctx *c, const char *tg, const char *cls) {
     return qc_err("dump '%s': tie '%s': attribute 'sites' is %.80s: expected a JSON list of two or more \"/module/param\"",
                   qc_dump_path(c->d), tg, buf);
   }
+  int chosen = 0; /* a tie one of whose sites is selected: its first site may not be */
+  for (int i = 0; i < ns && !chosen; i++) {
+    const char *site = cJSON_GetStringValue(cJSON_GetArrayItem(s, i)), *sl = site ? strrchr(site, '/') : NULL;
+    for (int j = 0; sl && j < c->nsel && !chosen; j++)
+      chosen = strlen(c->sel[j].path) == (size_t)(sl - site) && strncmp(c->sel[j].path, site, (size_t)(sl - site)) == 0;
+  }
+  if (!chosen) {
+    cJSON_Delete(s);
+    return QC_OK;
+  }
   char ap[QC_PATHLEN + 32], first[QC_PATHLEN] = "", pname[QC_NAMELEN] = "";
   snprintf(ap, sizeof ap, "%s/accumulated", tg);
   qc_tensor at = {0};
@@ -437,6 +554,9 @@ static int tied(mctx *c, const char *tg, const char *cls) {
     if (!(parts[i] = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof **parts, "tied site"))) { rc = QC_ESYS; break; }
     int f = 0;
     rc = module_grad(c->d, mod, dn, &at, parts[i], nv, &f);
+    if (!rc && !f) /* its share would count as zero, and a lost share would pass */
+      rc = qc_err("dump '%s': tie '%s': site module '%s' holds no gradient %s (grads/<dY>/%s): its share of the tie",
+                  qc_dump_path(c->d), tg, mod, dn, dn);
     for (int64_t j = 0; !rc && j < nv; j++) sum[j] += parts[i][j];
     mark_module(c, mod, 0);
   }
@@ -489,6 +609,24 @@ static void cover(mctx *c, int m, qc_modinfos *mods) {
   }
 }
 
+/* The reverse of each module's comparison: every module of the eager
+ * dump matching `re` has its counterpart in the mode's dump (the same
+ * path; under grad_accum, micro-batch 0's). QC_OK, or QC_EINPUT naming
+ * the first that has none. */
+static int eager_counterparts(mctx *c, const char *re, int accum) {
+  qc_dump_entry *ee = NULL;
+  int ne = 0, rc = qc_dump_modules(c->e, re, &ee, &ne);
+  for (int i = 0; i < ne && !rc; i++) {
+    char mp[QC_PATHLEN + 32];
+    snprintf(mp, sizeof mp, "%s%s", accum ? "/microbatch0" : "", ee[i].path);
+    if (!qc_dump_exists(c->d, mp))
+      rc = qc_err("eager dump '%s': module '%s' has no counterpart '%s' in dump '%s': mode %s compares every module of "
+                  "the eager step", qc_dump_path(c->e), ee[i].path, mp, qc_dump_path(c->d), c->mode);
+  }
+  free(ee);
+  return rc;
+}
+
 int qc_modes_audit(const char *path, const char *re, const char *eager, qc_results *res, qc_modinfos *mods) {
   qc_dump *d = NULL, *e = NULL;
   qc_dump_entry *ents = NULL;
@@ -496,14 +634,21 @@ int qc_modes_audit(const char *path, const char *re, const char *eager, qc_resul
   char mode[64] = "eager", emode[64] = "eager";
   mctx c = {.res = res};
   if ((rc = qc_dump_open(path, &d))) return rc;
+  int has_mode = 1;
   if (qc_dump_get_attr(d, "/", "mode", mode, sizeof mode) != QC_OK) {
     if (qc_err_msg()[0]) { rc = QC_EINPUT; goto done; }
     snprintf(mode, sizeof mode, "eager");
+    has_mode = 0;
   }
   for (m = 0; m < 6 && strcmp(mode, modes[m]) != 0; m++) {}
   if (m == 6) {
     rc = qc_err("dump '%s': root attribute 'mode' is '%.40s': expected eager, recompute, autocast, cuda_graph, grad_accum "
                 "or tied", path, mode);
+    goto done;
+  }
+  if (m == 0 && qc_dump_exists(d, MODE_GROUP)) { /* evidence no mode names: it would go unjudged */
+    rc = qc_err("dump '%s' holds '" MODE_GROUP "', the evidence of an execution mode, but its root attribute 'mode' is %s: "
+                "set the mode that wrote it (recompute, cuda_graph, grad_accum or tied)", path, has_mode ? "'eager'" : "missing");
     goto done;
   }
   if (m == 0) {
@@ -512,6 +657,12 @@ int qc_modes_audit(const char *path, const char *re, const char *eager, qc_resul
                   "a dump written in an execution mode", eager, path);
       qc_hint("scripts/qatdump.py attach(..., mode='recompute') (docs/qatdump.md, \"Execution modes\")");
     }
+    goto done;
+  }
+  if (eager && (m == 2 || m == 5)) { /* judged from its own evidence: an eager dump would be accepted and never read */
+    rc = qc_err("--eager '%s': dump '%s' is written in mode %s, which is judged %s: --eager compares a recompute, "
+                "cuda_graph or grad_accum dump with the eager step", eager, path, modes[m],
+                m == 2 ? "against its own reference" : "from its ties' accumulated gradients");
     goto done;
   }
   if (eager) {
@@ -528,6 +679,11 @@ int qc_modes_audit(const char *path, const char *re, const char *eager, qc_resul
       rc = qc_err("--eager '%s': root attribute 'mode' is '%.40s': expected the eager dump of the same step", eager, emode);
       goto done;
     }
+    if (qc_dump_exists(e, MODE_GROUP)) {
+      rc = qc_err("--eager '%s' holds '" MODE_GROUP "', the evidence of an execution mode: expected the eager dump of the "
+                  "same step", eager);
+      goto done;
+    }
   }
   c.d = d;
   c.e = e;
@@ -542,35 +698,48 @@ int qc_modes_audit(const char *path, const char *re, const char *eager, qc_resul
         break;
       }
       int seen = 0, nmb = 0;
-      for (int j = 0; j < i && !seen; j++) seen = strcmp(base_of(ents[j].path), b) == 0;
-      if (seen) continue;
+      long k = strtol(ents[i].path + 11, NULL, 10);
       for (;; nmb++) {
         char mp[QC_PATHLEN + 32];
         snprintf(mp, sizeof mp, "/microbatch%d%s", nmb, b);
         if (!qc_dump_exists(d, mp)) break;
       }
+      if (k >= nmb) { /* counted from 0 without a gap: one after the gap would go unsummed */
+        rc = qc_err("dump '%s': module '%s' but no '/microbatch%d%s': micro-batches are numbered from 0 without a gap",
+                    path, ents[i].path, nmb, b);
+        break;
+      }
+      for (int j = 0; j < i && !seen; j++) seen = strcmp(base_of(ents[j].path), b) == 0;
+      if (seen) continue;
       rc = grad_accum(&c, &ents[i], b, nmb);
     }
-  } else if (m == 5) { /* tied: every tie one of the selected modules holds */
-    for (int i = 0; i < n && !rc; i++) {
+  } else if (m == 5) { /* tied: every tie a selected module is a site of (named after its first site, any module) */
+    qc_dump_entry *all = NULL;
+    int na = 0;
+    c.sel = ents;
+    c.nsel = n;
+    if ((rc = qc_dump_modules(d, "", &all, &na))) goto done;
+    for (int i = 0; i < na && !rc; i++) {
       char pg[QC_PATHLEN + 16];
       char(*ps)[QC_NAMELEN] = NULL;
       int np = 0;
-      snprintf(pg, sizeof pg, "%s/params", ents[i].path);
+      snprintf(pg, sizeof pg, "%s/params", all[i].path);
       if ((rc = qc_dump_list(d, pg, &ps, &np))) break;
       for (int k = 0; k < np && !rc; k++) {
         char tg[QC_PATHLEN * 2];
-        snprintf(tg, sizeof tg, MODE_GROUP "/tied/%s.%s", ents[i].path + 1, ps[k]);
-        if (qc_dump_exists(d, tg)) rc = tied(&c, tg, ents[i].cls);
+        snprintf(tg, sizeof tg, MODE_GROUP "/tied/%s.%s", all[i].path + 1, ps[k]);
+        if (qc_dump_exists(d, tg)) rc = tied(&c, tg, all[i].cls);
       }
       free(ps);
     }
+    free(all);
   } else {
     for (int i = 0; i < n && !rc; i++) {
       if (m == 1) rc = recompute(&c, &ents[i]);
       if (!rc && e && (m == 1 || m == 3)) rc = against_eager(&c, &ents[i]);
     }
   }
+  if (!rc && e) rc = eager_counterparts(&c, re, m == 4);
   if (!rc) cover(&c, m, mods);
 done:
   free(ents);

@@ -69,7 +69,7 @@ ea="/fc1|recompute:eager|inputs/x /fc1|recompute:eager|outputs/y /fc1|recompute:
 judge recompute_reseed eager 1 "$ff $ea" -
 judge recompute_rescale eager 1 "$ff $ea" -
 judge recompute_reseed - 1 "$ff" -   # without the eager step: the first forward alone convicts it
-judge autocast_ok eager 0 - autocast
+judge autocast_ok - 0 - autocast
 judge grad_accum_ok plain 0 - grad_accumulation
 judge grad_accum_zero_grad plain 1 "/fc1|grad_accum:accumulated|d_weight /fc1|grad_accum:accumulated|d_bias /fc2|grad_accum:accumulated|d_weight /fc2|grad_accum:accumulated|d_bias" -
 grep -q "micro-batch 0's gradient is not in the accumulated .grad" "$T/grad_accum_zero_grad.out" || bad "zero_grad: no diagnosis naming micro-batch 0"
