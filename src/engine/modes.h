@@ -10,13 +10,14 @@
  *               dump: the forward state bit for bit, dY and gradients
  *               within one unit roundoff of their dtype
  *   cuda_graph  with the eager dump: as recompute's eager comparison
- *   autocast    its own reference only (the vjp checks); the mode recorded
+ *   autocast    its own reference only (the vjp checks); the mode recorded;
+ *               no eager dump (refused)
  *   grad_accum  each parameter's accumulated .grad against the sum of the
  *               micro-batches' gradients; with the eager dump: that sum
  *               against the whole batch's gradient, within accumulation
  *               rounding
  *   tied        each tie's accumulated gradient against the sum of its
- *               sites' shares
+ *               sites' shares; no eager dump (refused)
  * Each comparison is a check in the result list (module, dY
  * "<mode>:<against>", tensor); a module whose mode checks all passed gets
  * the mode's coverage item in its facts. */
@@ -29,7 +30,10 @@
 /* Judge the mode of dump `path` (its module groups matching regex `re`,
  * "" all), against `eager` (NULL: none), into res, setting coverage bits
  * in mods. A dump without a mode attribute is eager: nothing to judge
- * unless `eager` is given, which then is refused. QC_OK (failed checks
+ * unless `eager` is given, or it holds /qatcheck_mode, which then is
+ * refused. Every piece of evidence is compared with its counterpart in
+ * both directions (docs/robustness.md, "Execution-mode evidence"): one
+ * missing is QC_EINPUT naming it, never left out. QC_OK (failed checks
  * are results), or QC_EINPUT / QC_ESYS with the error set. */
 int qc_modes_audit(const char *path, const char *re, const char *eager, qc_results *res, qc_modinfos *mods);
 
