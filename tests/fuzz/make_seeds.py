@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """make_seeds.py: the seed inputs of the fuzz harnesses for the readers of
 safetensors checkpoints, TensorBoard event files, the text logs of layer 3,
-configs and step dumps, each written by its real writer (the safetensors
-and tensorboard packages, h5py, PyYAML, json, csv), tiny so that libFuzzer
-mutates them fast. Run once; the files are committed under
-tests/fuzz/seeds/<harness>/ (python3 tests/fuzz/make_seeds.py)."""
+configs, step dumps and execution-mode dumps, each written by its real
+writer (the safetensors and tensorboard packages, h5py, PyYAML, json,
+csv), tiny so that libFuzzer mutates them fast. Run once; the files are committed under
+tests/fuzz/seeds/<harness>/ (python3 tests/fuzz/make_seeds.py [HARNESS...])."""
 import csv
 import io
 import json
@@ -120,7 +120,70 @@ def stepdump_seeds():
             d.attrs["dtype"] = "bfloat16"
 
 
+def modes_seeds():
+    """Execution-mode dumps (docs/interfaces.md 2d), tiny, each followed by
+    the separator and the eager dump of the same step where the mode is
+    compared with one (tests/fuzz/modes.c)."""
+    import h5py
+    import tempfile
+    rng = np.random.default_rng(3)
+    x, w, b, dy = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3), (2, 3), (2,), (2, 2)))
+    grads = {"d_x": dy @ w, "d_weight": dy.T @ x, "d_bias": dy.sum(0)}
+
+    def module(f, path, scale=1.0):
+        g = f.create_group(path)
+        g.attrs["class"] = "linear"
+        g["inputs/x"], g["params/weight"], g["params/bias"] = x, w, b
+        g["outputs/y"], g["grad_out/dy"] = x @ w.T + b, dy * scale
+        for k, v in grads.items():
+            g["grads/dy/" + k] = v * scale
+
+    def image(mode, fill):
+        with tempfile.TemporaryDirectory() as d:
+            with h5py.File(d + "/f.h5", "w", libver="latest") as f:
+                f.attrs["qatcheck_dump"] = np.int64(1)
+                if mode:
+                    f.attrs["mode"] = mode
+                fill(f)
+            return open(d + "/f.h5", "rb").read()
+
+    def eager(f):
+        module(f, "fc1")
+
+    def recompute(f):
+        module(f, "fc1")
+        f["qatcheck_mode/first_forward/fc1/inputs/x"], f["qatcheck_mode/first_forward/fc1/outputs/y"] = x, x @ w.T + b
+
+    def grad_accum(f):
+        f.attrs["microbatches"] = np.int64(2)
+        for k in range(2):
+            module(f, "microbatch%d/fc1" % k, 0.5)
+        for p in ("d_weight", "d_bias"):
+            f["qatcheck_mode/accumulated/fc1/" + p] = grads[p]
+
+    def tied(f):
+        module(f, "enc")
+        module(f, "dec")
+        g = f.create_group("qatcheck_mode/tied/enc.weight")
+        g.attrs["sites"], g.attrs["parameters"] = '["/enc/weight", "/dec/weight"]', '["enc.weight"]'
+        g["accumulated"] = 2 * grads["d_weight"]
+
+    sep = b"\nQC-EAGER\n"
+    e = image(None, eager)
+    for name, data in (("recompute_eager", image("recompute", recompute) + sep + e),
+                       ("cuda_graph_eager", image("cuda_graph", eager) + sep + e),
+                       ("grad_accum_eager", image("grad_accum", grad_accum) + sep + e),
+                       ("grad_accum", image("grad_accum", grad_accum)),
+                       ("tied", image("tied", tied)),
+                       ("autocast", image("autocast", eager)),
+                       ("no_mode", image(None, grad_accum))):
+        with open(out("modes", name + ".bin"), "wb") as f:
+            f.write(data)
+
+
 if __name__ == "__main__":
-    for fn in (safetensors_seeds, tfevents_seeds, log_seeds, config_seeds, stepdump_seeds):
-        fn()
+    only = sys.argv[1:]  # harness names: rewrite only their seeds
+    for fn in (safetensors_seeds, tfevents_seeds, log_seeds, config_seeds, stepdump_seeds, modes_seeds):
+        if not only or fn.__name__[:-6] in only:
+            fn()
     print("seeds written under", SEEDS, file=sys.stderr)
