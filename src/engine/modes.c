@@ -201,7 +201,7 @@ static int same_names(mctx *c, qc_dump *cd, const char *cpath, qc_dump *rd, cons
   snprintf(g, sizeof g, "%s/%s", rpath, role);
   if ((rc = qc_dump_list(rd, g, names, n))) return rc;
   snprintf(g, sizeof g, "%s/%s", cpath, role);
-  if ((rc = qc_dump_list(cd, g, &other, &no))) return rc;
+  rc = qc_dump_list(cd, g, &other, &no);
   for (int side = 0; side < 2 && !rc; side++) {
     char(*have)[QC_NAMELEN] = side ? other : *names, (*want)[QC_NAMELEN] = side ? *names : other;
     int nh = side ? no : *n, nw = side ? *n : no;
@@ -497,8 +497,9 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
 }
 
 /* tied: the tie group `tg` (attributes sites, parameters; dataset
- * accumulated) against the sum of its sites' shares. */
-static int tied(mctx *c, const char *tg, const char *cls) {
+ * accumulated) against the sum of its sites' shares, when `chosen` (the
+ * module it is named after is selected) or one of its sites is selected. */
+static int tied(mctx *c, const char *tg, const char *cls, int chosen) {
   char buf[4096], pbuf[1024] = "";
   int rc = qc_dump_get_attr(c->d, tg, "sites", buf, sizeof buf);
   if (rc) return qc_err("dump '%s': tie '%s' has no string attribute 'sites' (a JSON list of \"/module/param\")",
@@ -514,9 +515,9 @@ static int tied(mctx *c, const char *tg, const char *cls) {
     return qc_err("dump '%s': tie '%s': attribute 'sites' is %.80s: expected a JSON list of two or more \"/module/param\"",
                   qc_dump_path(c->d), tg, buf);
   }
-  int chosen = 0; /* a tie one of whose sites is selected: its first site may not be */
-  for (int i = 0; i < ns && !chosen; i++) {
+  for (int i = 0; i < ns && !chosen; i++) { /* a site selected, or not a site (refused below) */
     const char *site = cJSON_GetStringValue(cJSON_GetArrayItem(s, i)), *sl = site ? strrchr(site, '/') : NULL;
+    chosen = !sl;
     for (int j = 0; sl && j < c->nsel && !chosen; j++)
       chosen = strlen(c->sel[j].path) == (size_t)(sl - site) && strncmp(c->sel[j].path, site, (size_t)(sl - site)) == 0;
   }
@@ -728,7 +729,9 @@ int qc_modes_audit(const char *path, const char *re, const char *eager, qc_resul
       for (int k = 0; k < np && !rc; k++) {
         char tg[QC_PATHLEN * 2];
         snprintf(tg, sizeof tg, MODE_GROUP "/tied/%s.%s", all[i].path + 1, ps[k]);
-        if (qc_dump_exists(d, tg)) rc = tied(&c, tg, all[i].cls);
+        int named = 0;
+        for (int j = 0; j < n && !named; j++) named = strcmp(ents[j].path, all[i].path) == 0;
+        if (qc_dump_exists(d, tg)) rc = tied(&c, tg, all[i].cls, named);
       }
       free(ps);
     }

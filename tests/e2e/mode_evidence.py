@@ -74,3 +74,6 @@ with copy("recompute_ok", "recompute_ff_empty") as f:
 with copy("tied_storage", "tied_site_no_grad") as f:
     for dy in f["dec/grads"]:
         del f["dec/grads/%s/d_weight" % dy]
+# tied: sites that name no module, on a tie named after a selected module (refused, never skipped)
+with copy("tied_storage", "tied_bad_sites") as f:
+    f["qatcheck_mode/tied/enc.weight"].attrs["sites"] = "[1, 2]"

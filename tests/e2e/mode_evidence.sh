@@ -15,7 +15,8 @@
 #                dump lacks; a mode dump without grads/; --eager with a
 #                tied or an autocast dump (accepted and never read)
 #   recompute    the first forward's group empty
-#   tied         a site without its share (a lost share passed)
+#   tied         a site without its share (a lost share passed); sites that
+#                name no module
 # and a tie whose first site is not selected is judged (exit 1, planted).
 # Skips (77) without torch.
 . "$(dirname "$0")/lib.inc"
@@ -60,6 +61,7 @@ refused recompute_ff_empty - "$L" "no '/qatcheck_mode/first_forward/fc1/inputs/x
 refused tied_ok eager '^/(enc|dec)$' "is written in mode tied"
 refused autocast_ok eager "$L" "is written in mode autocast"
 refused tied_site_no_grad - '^/(enc|dec)$' "site module '/dec' holds no gradient d_weight"
+refused tied_bad_sites - '^/enc$' "tie '/qatcheck_mode/tied/enc.weight': site 0 is not \"/module/param\""
 # the tie named after /enc is judged when only /dec, its second site, is selected
 expect_exit 1 "tied storage, only its second site selected: the tie fails" vjp tied_storage - '^/dec$'
 "$PY" - "$T/r.json" <<'P' && ok "tied storage, /dec alone: /enc's tie fails" || bad "tied storage, /dec alone: $(cat "$T/out")"
