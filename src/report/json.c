@@ -76,8 +76,40 @@ void qc_report_totals(cJSON *root, int checks, int failed, int errors) {
   cJSON_AddNumberToObject(t, "errors", errors);
 }
 
+/* Every number under n printed as the shortest of %.15g, %.16g and %.17g
+ * that reads back as the same double (integers as cJSON prints them),
+ * instead of cJSON's own printing, which keeps a 15-digit form that is
+ * within DBL_EPSILON of the value: a report read back is re-judged
+ * (qc_report_rejudge) on the very numbers the run judged. -1 out of memory. */
+static int exact_numbers(cJSON *n) {
+  for (; n; n = n->next) {
+    if (n->child && exact_numbers(n->child)) return -1;
+    if (!cJSON_IsNumber(n)) continue;
+    double d = n->valuedouble;
+    char buf[40];
+    if (!isfinite(d)) snprintf(buf, sizeof buf, "null");
+    else if (d == (double)n->valueint) snprintf(buf, sizeof buf, "%d", n->valueint);
+    else
+      for (int p = 15; p <= 17; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, d);
+        if (strtod(buf, NULL) == d) break;
+      }
+    size_t l = strlen(buf) + 1;
+    char *raw = cJSON_malloc(l);
+    if (!raw) return -1;
+    memcpy(raw, buf, l);
+    n->type = cJSON_Raw;
+    n->valuestring = raw;
+  }
+  return 0;
+}
+
 int qc_report_json_render(cJSON *root, qc_sbuf *out) {
   if (!root) return qc_err_sys("out of memory building the report");
+  if (exact_numbers(root)) {
+    cJSON_Delete(root);
+    return qc_err_sys("out of memory printing the report");
+  }
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   if (!text) return qc_err_sys("out of memory printing the report");
@@ -189,6 +221,8 @@ int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, cons
       add_num(m, "max_abs", k->m.max_abs);
       add_num(m, "rel_l2", k->m.rel_l2);
       add_num(m, "norm_ratio", k->m.norm_ratio);
+      add_num(m, "norm", k->m.norm_g);
+      add_num(m, "norm_reference", k->m.norm_r);
       if (k->m.cosine_null) cJSON_AddNullToObject(m, "cosine");
       else add_num(m, "cosine", k->m.cosine);
       if (isinf(k->m.sqnr_db) && k->m.sqnr_db > 0) cJSON_AddStringToObject(m, "sqnr_db", "inf");
