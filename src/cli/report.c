@@ -85,6 +85,18 @@ int qc_cmd_report(qc_run *run, int argc, char **argv) {
     if (!(rc = qc_run_input(run, "report", in[i]))) rc = qc_audit_read(in[i], &e);
   }
   if (rc) goto done;
+  /* a report with no check is no pass (each is re-judged as it is read): an audit of
+   * reports that judged nothing (tol, report summaries) cannot be judged */
+  int judged = 0, other = 0;
+  for (int i = 0; i < e.nsrc; i++) {
+    judged += e.src[i].judged;
+    other += strcmp(e.src[i].verdict, "pass") != 0;
+  }
+  if (!judged && !other) {
+    qc_hint("give the --json reports of vjp, contract, sft, step, quant or fd: they hold the checks");
+    rc = qc_err("report: the %d report(s) given hold no judged check: nothing to audit", e.nsrc);
+    goto done;
+  }
   a.factor = run->gate.factor;
   if (run->gate.nbase && (rc = qc_audit_baselines(&a, &run->gate))) goto done;
   qc_run_out(run, &out, co.json, co.junit, co.markdown);

@@ -24,6 +24,7 @@ typedef struct qc_ev_src {
   char error[512];           /* an error report's message */
   char sha256[65];           /* of the report file */
   int checks, failed;        /* what it judged */
+  int judged;                /* its checks that carry a verdict (0: it judged nothing) */
 } qc_ev_src;
 
 /* Layer 1: one check (with the diagnosis of a failed check in c.diagnosis,

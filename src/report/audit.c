@@ -56,7 +56,7 @@ void qc_audit_console(const qc_evidence *e, int verdict, qc_sbuf *b) {
 static const char *verdict_of(const verb_sum *v) {
   if (!v->reports) return "not run";
   if (v->errors) return "error";
-  return v->pass == v->reports && !v->failed ? "pass" : "FAIL";
+  return v->pass == v->reports && !v->failed && v->checks > 0 ? "pass" : "FAIL"; /* no check is no pass */
 }
 
 static int nreg_total(const qc_audit_ctx *a) {

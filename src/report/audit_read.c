@@ -1,7 +1,9 @@
 /* audit_read.c: JSON reports read back into evidence (model/evidence.h),
  * tolerantly: unknown fields are ignored, missing ones keep their
- * defaults, a field of an unexpected type counts as missing. Only a file
- * that is not a qatcheck JSON report at all is refused. */
+ * defaults, a field of an unexpected type counts as missing. What decides
+ * a verdict is not read tolerantly: each report is re-judged first
+ * (report.h, qc_report_rejudge), and a file that is not a qatcheck JSON
+ * report, or that its own checks contradict, is refused. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -374,59 +376,14 @@ static int read_step(const cJSON *r, int src, qc_evidence *e) {
 
 /* ---- one report ------------------------------------------------------------------------ */
 
-/* The report's checks counted from its array ("checks", contract's "rows",
- * sft's "pairs": a verdict other than "pass" counts as failed), into s.
- * QC_EINPUT, naming the file and the contradiction, when the report
- * contradicts itself: "totals" that disagree with the array, or a "pass"
- * verdict over a failed check (a hand-edited report is never read as a
- * pass). */
-static int counts(const cJSON *r, const char *path, qc_ev_src *s) {
-  const cJSON *t = get(r, "totals"), *x;
-  const char *arr = get(r, "checks") ? "checks" : get(r, "rows") ? "rows" : "pairs";
-  const cJSON *a = get(r, arr);
-  int n = 0, nf = 0, hard = 0;
-  const cJSON *arr_or_none = cJSON_IsArray(a) ? a : NULL;
-  cJSON_ArrayForEach(x, arr_or_none) {
-    char v[16] = "", res[16] = "";
-    str(x, "verdict", v, sizeof v);
-    str(x, "result", res, sizeof res); /* quant: "reproduced", "mismatch", "not_made" */
-    int mism = !v[0] && strcmp(res, "mismatch") == 0;
-    n++;
-    nf += (v[0] && strcmp(v, "pass") != 0) || mism;
-    hard += strcmp(v, "fail") == 0 || strcmp(v, "deviates") == 0 || mism;
-  }
-  int has_t = cJSON_IsObject(t);
-  double tc = num(t, "checks", 0), tf = num(t, "failed", 0);
-  /* counts, as the writer writes them: a whole number an int holds */
-  if (!(tc >= 0 && tc <= INT_MAX && tc == floor(tc)) || !(tf >= 0 && tf <= INT_MAX && tf == floor(tf)))
-    return qc_err("report '%s': \"totals\" holds checks %g and failed %g: expected counts (whole numbers from 0 to %d)",
-                  path, tc, tf, INT_MAX);
-  if (has_t && cJSON_IsArray(a) && strcmp(s->verb, "sft") != 0) {
-    if (tc != (double)n)
-      return qc_err("report '%s': contradicts itself: \"totals\" says %.0f check(s), its \"%s\" array holds %d", path, tc,
-                    arr, n);
-    if (tf != (double)hard)
-      return qc_err("report '%s': contradicts itself: \"totals\" says %.0f failed, its \"%s\" array holds %d failed", path,
-                    tf, arr, hard);
-  }
-  s->checks = has_t && !cJSON_IsArray(a) ? (int)tc : n;
-  s->failed = has_t && !cJSON_IsArray(a) ? (int)tf : nf;
-  if (strcmp(s->verdict, "pass") == 0 && (hard > 0 || tf > 0)) {
-    qc_err("report '%s': contradicts itself: \"verdict\" is \"pass\" but %d of its %d check(s) failed", path,
-           hard > 0 ? hard : (int)tf, s->checks);
-    qc_hint("a report is read as its checks say, never as its verdict string: regenerate it with the run that made it");
-    return QC_EINPUT;
-  }
-  return QC_OK;
-}
-
-
 int qc_audit_read(const char *path, qc_evidence *e) {
   char *text = NULL;
   size_t got = 0;
-  int rc0 = qc_report_read_text(path, "report", &text, &got);
+  cJSON *r = NULL;
+  qc_report_counts cnt;
+  /* read, limits, and re-judged: a report is evidence, never taken at its verdict (qc_report_rejudge) */
+  int rc0 = qc_report_read_json(path, "report", &text, &got, &r, &cnt);
   if (rc0) return rc0;
-  cJSON *r = cJSON_ParseWithLength(text, (size_t)got);
   qc_ev_src *s = GROW(e->src, e->nsrc);
   int rc = s ? QC_OK : OOM();
   if (!rc) {
@@ -435,9 +392,7 @@ int qc_audit_read(const char *path, qc_evidence *e) {
   }
   free(text);
   if (rc) goto done;
-  const cJSON *verb = get(r, "verb");
-  if (!r || !cJSON_IsObject(r) || !cJSON_IsString(verb) ||
-      !(get(r, "qatcheck_report") || get(r, "format_version"))) {
+  if (!r) {
     rc = qc_err("report '%s': not a qatcheck JSON report (expected an object with \"verb\" and \"qatcheck_report\")", path);
     qc_hint("give the --json reports of vjp, contract, sft or step");
     goto done;
@@ -451,7 +406,9 @@ int qc_audit_read(const char *path, qc_evidence *e) {
   if (!s->title[0] && cJSON_IsObject(d)) str(d, "path", s->title, sizeof s->title);
   if (!s->title[0] && cJSON_IsObject(get(r, "checkpoint"))) str(get(r, "checkpoint"), "path", s->title, sizeof s->title); /* quant */
   if (!s->title[0]) str(r, "module", s->title, sizeof s->title);
-  if ((rc = counts(r, path, s))) goto done;
+  s->checks = cnt.checks;
+  s->failed = cnt.failed;
+  s->judged = cnt.judged;
   int src = e->nsrc - 1;
   if (strcmp(s->verdict, "error") == 0) goto done; /* nothing judged: listed, not read */
   if (strcmp(s->verb, "vjp") == 0) rc = read_vjp(r, src, e);
@@ -494,8 +451,8 @@ static int pair_of(const qc_evidence *e, const cJSON *b, const char *bpath) {
 static cJSON *parse_file(const char *path) {
   char *text = NULL;
   size_t n = 0;
-  if (qc_report_read_text(path, "report", &text, &n)) return NULL;
-  cJSON *j = cJSON_ParseWithLength(text, n);
+  cJSON *j = NULL;
+  if (qc_report_read_json(path, "report", &text, &n, &j, NULL)) return NULL;
   free(text);
   if (!j) qc_err("report '%s': cannot parse it again: it changed while being read", path);
   return j;

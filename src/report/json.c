@@ -1,10 +1,12 @@
 /* json.c: the JSON envelope every verb's report starts with, and the vjp
  * report (docs/reports.md: one check per module, dY and gradient). */
 #include <cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/check.h"
 #include "core/file.h"
@@ -267,38 +269,114 @@ int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, cons
   return qc_report_json_render(root, out);
 }
 
-/* The JSON values in text (one per opening bracket, comma or colon outside
- * strings, plus one): an upper bound on the nodes cJSON would make. */
-static long json_values(const char *t, size_t n) {
-  long v = 1;
-  int in_str = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = t[i];
-    if (in_str) {
-      if (c == '\\') i++;
-      else if (c == '"') in_str = 0;
-    } else if (c == '"') {
-      in_str = 1;
-    } else if (c == '[' || c == '{' || c == ',' || c == ':') {
-      v++;
-    }
-  }
-  return v;
+long qc_report_max_values(size_t n) {
+  long v = (long)(n / QC_REPORT_BYTES_PER_VALUE);
+  return v > QC_REPORT_MIN_VALUES ? v : QC_REPORT_MIN_VALUES;
 }
 
-int qc_report_read_text(const char *path, const char *what, char **text, size_t *n) {
-  int rc = qc_read_file(path, what, QC_REPORT_MAX_BYTES, text, n);
-  if (rc) {
-    if (strstr(qc_err_msg(), "larger than the limit"))
-      qc_hint("qatcheck's own JSON reports are a few MB; this is not one of them");
-    return rc;
+/* The lexical state of a JSON text read in parts. */
+typedef struct json_scan {
+  long values;               /* one per opening bracket, comma or colon outside strings, plus one */
+  int in_str, esc;
+} json_scan;
+
+/* Scan the n bytes at t (from offset at of the file): count the JSON
+ * values (an upper bound on the nodes cJSON would make) and stop at a byte
+ * no JSON text holds (a control character: qatcheck escapes them in
+ * strings). Its offset, or -1 when every byte can be JSON. */
+static long long json_scan_part(json_scan *s, const char *t, size_t n, size_t at) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)t[i];
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return (long long)(at + i);
+    if (s->in_str) {
+      if (s->esc) s->esc = 0;
+      else if (c == '\\') s->esc = 1;
+      else if (c == '"') s->in_str = 0;
+    } else if (c == '"') {
+      s->in_str = 1;
+    } else if (c == '[' || c == '{' || c == ',' || c == ':') {
+      s->values++;
+    }
   }
-  if (json_values(*text, *n) > QC_REPORT_MAX_VALUES) {
+  return -1;
+}
+
+/* Read the report file whole, a part at a time, refusing it at the first
+ * byte that cannot be JSON or the first value over the limit. */
+static int read_report_file(const char *path, const char *what, char **text, size_t *len) {
+  const size_t part = (size_t)4 << 20;
+  int fd = -1, rc;
+  int64_t size;
+  char *b = NULL;
+  *text = NULL;
+  *len = 0;
+  if ((rc = qc_open_regular(path, what, &fd, &size))) return rc;
+  if ((uint64_t)size > QC_REPORT_MAX_BYTES) {
+    rc = qc_err("%s '%s': %lld bytes: larger than the limit of %zu bytes", what, path, (long long)size, QC_REPORT_MAX_BYTES);
+    qc_hint("qatcheck's own JSON reports are a few MB; this is not one of them");
+    goto done;
+  }
+  if ((rc = qc_refuse_gzip_fd(what, path, fd))) goto done;
+  const long maxv = qc_report_max_values((size_t)size);
+  if (!(b = qc_malloc((size_t)size + 1, what))) { rc = QC_ESYS; goto done; }
+  json_scan sc = {1, 0, 0};
+  size_t got = 0;
+  while (got < (size_t)size) {
+    size_t want = (size_t)size - got < part ? (size_t)size - got : part;
+    ssize_t r = read(fd, b + got, want);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) { rc = qc_err("%s '%s': read failed: %s", what, path, strerror(errno)); goto done; }
+    if (r == 0) break; /* shrank while reading: take what is there */
+    long long bad = json_scan_part(&sc, b + got, (size_t)r, got);
+    if (bad >= 0) {
+      rc = qc_err("%s '%s': byte %lld is 0x%02x: not JSON text, not a qatcheck report", what, path, bad,
+                  (unsigned char)b[bad]);
+      goto done;
+    }
+    got += (size_t)r;
+    if (sc.values > maxv) {
+      rc = qc_err("%s '%s': more than %ld JSON values in %lld bytes: denser than any qatcheck report (at most one value "
+                  "per %d bytes, or %ld), refused", what, path, maxv, (long long)size, QC_REPORT_BYTES_PER_VALUE,
+                  QC_REPORT_MIN_VALUES);
+      goto done;
+    }
+  }
+  b[got] = 0;
+  *text = b;
+  *len = got;
+  b = NULL;
+done:
+  free(b);
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
+int qc_report_read_json(const char *path, const char *what, char **text, size_t *n, cJSON **tree, qc_report_counts *counts) {
+  qc_report_counts c0;
+  if (tree) *tree = NULL;
+  int rc = read_report_file(path, what, text, n);
+  if (rc) return rc;
+  cJSON *r = cJSON_ParseWithLength(*text, *n);
+  const cJSON *v = cJSON_IsObject(r) ? cJSON_GetObjectItemCaseSensitive(r, "verb") : NULL;
+  if (cJSON_IsString(v) &&
+      (cJSON_GetObjectItemCaseSensitive(r, "qatcheck_report") || cJSON_GetObjectItemCaseSensitive(r, "format_version")))
+    rc = qc_report_rejudge(r, what, path, counts ? counts : &c0);
+  else {
+    cJSON_Delete(r);
+    r = NULL; /* not a report: the caller says what it is not */
+  }
+  if (rc) {
+    cJSON_Delete(r);
     free(*text);
     *text = NULL;
     *n = 0;
-    return qc_err("%s '%s': more than %ld JSON values: larger than any qatcheck report, refused", what, path,
-                  QC_REPORT_MAX_VALUES);
+    return rc;
   }
+  if (tree) *tree = r;
+  else cJSON_Delete(r);
   return QC_OK;
+}
+
+int qc_report_read_text(const char *path, const char *what, char **text, size_t *n) {
+  return qc_report_read_json(path, what, text, n, NULL, NULL);
 }

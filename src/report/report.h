@@ -89,14 +89,51 @@ int qc_report_json_render(struct cJSON *root, qc_sbuf *out);
 void qc_report_totals(struct cJSON *root, int checks, int failed, int errors);
 
 /* The limits on a JSON report read back (`qatcheck report`, --baseline):
- * real reports are a few MB (a 10,000-check vjp report is about 15 MB). */
+ * real reports are a few MB (a 10,000-check vjp report is about 15 MB);
+ * at most one JSON value per QC_REPORT_BYTES_PER_VALUE bytes, never fewer
+ * than QC_REPORT_MIN_VALUES. */
 #define QC_REPORT_MAX_BYTES ((size_t)64 << 20)
-#define QC_REPORT_MAX_VALUES 4000000L
+#define QC_REPORT_BYTES_PER_VALUE 16
+#define QC_REPORT_MIN_VALUES 4000000L
+/* The JSON values a report of n bytes may hold. */
+long qc_report_max_values(size_t n);
+
+/* What a report's checks say (qc_report_rejudge). */
+typedef struct qc_report_counts {
+  int checks;                /* its checks (its "totals" when it holds no list of them) */
+  int failed;                /* those whose word is not the pass word */
+  int judged;                /* those that carry a verdict (a step check may be "unjudged") */
+} qc_report_counts;
+
+/* A report read back is evidence, not a verdict. QC_OK, with its counts,
+ * when the parsed report r (of `path`; errors read "<what> 'path': ...",
+ * one line naming the check) is one qatcheck could have written: its verb
+ * is one of qatcheck's; its "verdict" and every check's word are exactly
+ * the words qatcheck writes; every check that says pass and records its
+ * metrics and bounds passes them again under qc_judge (model/check.h;
+ * contract rows against the report's thresholds, quant --calibration rows
+ * by their mismatching bytes), and one that records none is a comparison
+ * bit for bit that has no metric (vjp's deployed bytes, step's frozen and
+ * master checks); its "totals" agree with its checks; a "pass" verdict
+ * has at least one judged check and no failed one. A check that says fail
+ * stays failed whatever its metrics say: its verdict may rest on more
+ * than they show (a missing tensor, a shape, bits that differ). Otherwise
+ * QC_EINPUT. */
+int qc_report_rejudge(const struct cJSON *r, const char *what, const char *path, qc_report_counts *out);
 
 /* Read the JSON report at `path` (a regular file, or refused unopened: a
  * FIFO never blocks) whole into a malloc'd NUL-terminated *text of *n
- * bytes, within QC_REPORT_MAX_BYTES and QC_REPORT_MAX_VALUES JSON values
- * (counted before cJSON builds a tree). Errors read "<what> 'path': ...". */
+ * bytes, within the limits above (the file is read a few MB at a time and
+ * refused at the first byte that cannot be in JSON text or the first value
+ * over the limit, so a sparse or binary file costs no more than that), then
+ * parse it into *tree (NULL when the text is not a JSON object with a
+ * string "verb" and "qatcheck_report" or "format_version": the caller says
+ * what it is not) and re-judge it (qc_report_rejudge; its counts in
+ * *counts when not NULL). tree may be NULL: the parse is then freed.
+ * Errors read "<what> 'path': ...". */
+int qc_report_read_json(const char *path, const char *what, char **text, size_t *n, struct cJSON **tree,
+                        qc_report_counts *counts);
+/* The same, keeping only the text (--baseline's reader parses it itself). */
 int qc_report_read_text(const char *path, const char *what, char **text, size_t *n);
 /* A declared tolerance as JSON: its bounds and reasoning. */
 struct cJSON *qc_report_tol_json(const qc_tol *t);
