@@ -500,14 +500,13 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
  * accumulated) against the sum of its sites' shares, when `chosen` (the
  * module it is named after is selected) or one of its sites is selected. */
 static int tied(mctx *c, const char *tg, const char *cls, int chosen) {
-  char buf[4096], pbuf[1024] = "";
-  int rc = qc_dump_get_attr(c->d, tg, "sites", buf, sizeof buf);
-  if (rc) return qc_err("dump '%s': tie '%s' has no string attribute 'sites' (a JSON list of \"/module/param\")",
-                        qc_dump_path(c->d), tg);
-  qc_err_state es; /* 'parameters' is optional (the diagnosis names them when there) */
-  qc_err_save(&es);
-  qc_dump_get_attr(c->d, tg, "parameters", pbuf, sizeof pbuf);
-  qc_err_restore(&es);
+  /* the attributes whole, however many sites the tie has (a fixed buffer cut a 60-site list);
+   * 'parameters' is optional (the diagnosis names them when there) */
+  const char *buf = qc_dump_attr_text(c->d, tg, "sites"), *pbuf = qc_dump_attr_text(c->d, tg, "parameters");
+  int rc;
+  if (!buf) return qc_err("dump '%s': tie '%s' has no string attribute 'sites' (a JSON list of \"/module/param\")",
+                          qc_dump_path(c->d), tg);
+  if (!pbuf) pbuf = "";
   cJSON *s = cJSON_Parse(buf);
   int ns = cJSON_IsArray(s) ? cJSON_GetArraySize(s) : 0;
   if (ns < 2) {

@@ -94,8 +94,14 @@ int qc_dump_list(qc_dump *d, const char *group, char (**names)[QC_NAMELEN], int 
 int qc_dump_write(qc_dump *d, const char *dset, const qc_tensor *t);
 /* Set a string attribute on a group (created if needed). */
 int qc_dump_set_attr(qc_dump *d, const char *group, const char *name, const char *value);
-/* Read a string attribute of an object; QC_EINPUT (no message) if absent. */
+/* Read a string attribute of an object into buf (n bytes): QC_EINPUT
+ * without a message if absent, with one naming the attribute when it does
+ * not fit (a value is never cut). */
 int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, size_t n);
+/* A string attribute of an object whole, as the dump holds it (the
+ * sandbox's map; up to its limit of 1 MiB an attribute), NULL if absent or
+ * not a single string. Valid while d is open. */
+const char *qc_dump_attr_text(qc_dump *d, const char *obj, const char *name);
 /* Read a scalar integer attribute (or a string holding a decimal integer)
  * of an object: QC_OK, QC_EINPUT without a message when absent, with one
  * naming the object when it is neither. */

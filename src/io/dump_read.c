@@ -323,11 +323,20 @@ int qc_dump_pread(const qc_dump *d, const char *dset, const qc_dump_loc *loc, vo
   return QC_OK;
 }
 
-int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, size_t n) {
+const char *qc_dump_attr_text(qc_dump *d, const char *obj, const char *name) {
   const qc_h5obj *o = d->writable ? NULL : qc_h5map_find(&d->map, obj);
   const qc_h5attr *a = qc_h5obj_attr(o, name);
-  if (!a || a->kind != QC_H5A_STR) return QC_EINPUT;
-  snprintf(buf, n, "%s", a->str);
+  return a && a->kind == QC_H5A_STR ? a->str : NULL;
+}
+
+int qc_dump_get_attr(qc_dump *d, const char *obj, const char *name, char *buf, size_t n) {
+  const char *s = qc_dump_attr_text(d, obj, name);
+  if (!s) return QC_EINPUT;
+  size_t l = strlen(s);
+  if (l >= n) /* never cut: a cut value reads as another (a prefix, or JSON that no longer parses) */
+    return qc_err("dump '%s': '%s': attribute '%s' is %zu bytes, longer than the %zu this field takes", d->path, obj, name, l,
+                  n ? n - 1 : 0);
+  memcpy(buf, s, l + 1);
   return QC_OK;
 }
 

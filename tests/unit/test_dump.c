@@ -98,6 +98,34 @@ Test(dump, slice_reads_one_expert) {
   unlink(g_path);
 }
 
+/* A string attribute is read whole (a tie's sites grow with the tie), and a
+ * field too short for one refuses it naming it: a value is never cut. */
+Test(dump, attributes_whole_never_cut) {
+  tmpfile_path();
+  qc_dump *d;
+  char big[6001], buf[4096];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  cr_assert_eq(qc_dump_create(g_path, &d), QC_OK);
+  cr_assert_eq(qc_dump_set_attr(d, "/g", "sites", big), QC_OK);
+  cr_assert_eq(qc_dump_set_attr(d, "/g", "short", "ok"), QC_OK);
+  qc_dump_close(d);
+  cr_assert_eq(qc_dump_open(g_path, &d), QC_OK, "%s", qc_err_msg());
+  const char *s = qc_dump_attr_text(d, "/g", "sites");
+  cr_assert(s && strcmp(s, big) == 0, "the attribute read whole");
+  cr_expect_null(qc_dump_attr_text(d, "/g", "absent"));
+  qc_err_clear();
+  cr_expect_eq(qc_dump_get_attr(d, "/g", "sites", buf, sizeof buf), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "attribute 'sites' is 6000 bytes, longer than the 4095") != NULL, "%s", qc_err_msg());
+  qc_err_clear();
+  cr_expect_eq(qc_dump_get_attr(d, "/g", "short", buf, sizeof buf), QC_OK);
+  cr_expect_str_eq(buf, "ok");
+  cr_expect_eq(qc_dump_get_attr(d, "/g", "absent", buf, sizeof buf), QC_EINPUT);
+  cr_expect_str_eq(qc_err_msg(), "", "an absent attribute sets no message");
+  qc_dump_close(d);
+  unlink(g_path);
+}
+
 Test(dump, not_a_dump) {
   tmpfile_path();
   FILE *f = fopen(g_path, "wb");
