@@ -313,7 +313,7 @@ static int read_report_file(const char *path, const char *what, char **text, siz
   if ((rc = qc_open_regular(path, what, &fd, &size))) return rc;
   if ((uint64_t)size > QC_REPORT_MAX_BYTES) {
     rc = qc_err("%s '%s': %lld bytes: larger than the limit of %zu bytes", what, path, (long long)size, QC_REPORT_MAX_BYTES);
-    qc_hint("qatcheck's own JSON reports are a few MB; this is not one of them");
+    qc_hint("no qatcheck report is larger: cJSON, which writes them, prints at most %zu bytes", QC_REPORT_MAX_BYTES);
     goto done;
   }
   if ((rc = qc_refuse_gzip_fd(what, path, fd))) goto done;

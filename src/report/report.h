@@ -88,12 +88,17 @@ int qc_report_json_render(struct cJSON *root, qc_sbuf *out);
 /* "totals": {"checks", "passed", "failed", "errors"} on root. */
 void qc_report_totals(struct cJSON *root, int checks, int failed, int errors);
 
-/* The limits on a JSON report read back (`qatcheck report`, --baseline):
- * real reports are a few MB (a 10,000-check vjp report is about 15 MB);
- * at most one JSON value per QC_REPORT_BYTES_PER_VALUE bytes, never fewer
- * than QC_REPORT_MIN_VALUES. */
-#define QC_REPORT_MAX_BYTES ((size_t)64 << 20)
-#define QC_REPORT_BYTES_PER_VALUE 16
+/* The limits on a JSON report read back (`qatcheck report`, --baseline),
+ * sized from what qatcheck writes: at most QC_REPORT_MAX_BYTES, the
+ * largest text cJSON prints (its print buffer stops at INT_MAX bytes, so
+ * no verb can write a larger report: a vjp report of a whole model, about
+ * 6 KB a module, stays under it to some 350,000 modules), and at most one
+ * JSON value per QC_REPORT_BYTES_PER_VALUE bytes of the file, never fewer
+ * than QC_REPORT_MIN_VALUES (qatcheck's reports hold one per 16 to 33
+ * bytes; a file of tiny values, which cJSON would turn into a tree 32
+ * times its size, is refused before it is parsed). */
+#define QC_REPORT_MAX_BYTES ((size_t)2147483647) /* INT_MAX */
+#define QC_REPORT_BYTES_PER_VALUE 8
 #define QC_REPORT_MIN_VALUES 4000000L
 /* The JSON values a report of n bytes may hold. */
 long qc_report_max_values(size_t n);
