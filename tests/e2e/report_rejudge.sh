@@ -11,8 +11,9 @@
 # same as a --baseline of vjp and of report), a "pass" that records no
 # metrics, a forged contract row, step check and sft pair. A check that
 # says "fail" stays failed (exit 1) whatever its metrics say. The reports
-# qatcheck writes for every committed case are read back unchanged, and an
-# audit of reports that judged nothing (a tol report alone) is no pass.
+# qatcheck writes (nine committed cases, fd, quant --identify with profiles
+# that mismatch, which the old reader refused) are read back unchanged, and
+# an audit of reports that judged nothing (a tol report alone) is no pass.
 . "$(dirname "$0")/lib.inc"
 $PY scripts/make_linear_dump.py "$T/bad.h5" --defects wrong_weight >/dev/null || { bad "make_linear_dump.py"; finish; }
 printf '{"module": "linear", "data": {"dump": "bad.h5"}, "candidate": "dump", %s}\n' "$LIN_TOL" >"$T/bad.json"
@@ -111,6 +112,19 @@ grep -q "^qatcheck: error: report: the 1 report(s) given hold no judged check" "
 expect_exit 0 "a tol report beside a vjp report is listed" "$QATCHECK" report "$T/tol.json" "$T/pass.json"
 
 # ---- what qatcheck writes is read back unchanged ------------------------------------------------
+"$QATCHECK" fd --module rmsnorm --json "$T/fd.json" --quiet || bad "fd"
+expect_exit 0 "an fd report is read back as its pass" "$QATCHECK" report "$T/fd.json" "$T/pass.json"
+if $PY -c "import ml_dtypes" 2>/dev/null; then
+  # --identify passes when one profile reproduces the bytes: the others' mismatches are no contradiction
+  $PY scripts/make_quant_dump.py "$T/q.h5" nvfp4 --k 64 --n 32 >/dev/null || bad "make_quant_dump.py"
+  "$QATCHECK" quant --dump "$T/q.h5" --module /lin --identify --json "$T/qi.json" --quiet || bad "quant --identify"
+  grep -q '"mismatch"' "$T/qi.json" || bad "quant --identify: no profile mismatched"
+  expect_exit 0 "a quant --identify report with mismatching profiles is read back as its pass" "$QATCHECK" report "$T/qi.json" "$T/pass.json"
+  forge qi.json qi_none.json 'r["checks"] = [c for c in r["checks"] if c["result"] != "reproduced"]; r["totals"].update(checks=len(r["checks"]), passed=0, failed=len(r["checks"]))'
+  refused qi_none.json '"verdict" is "pass" but 1 of its'
+else
+  echo "skip: ml_dtypes missing for $PY: quant --identify"
+fi
 for c in linear_fp8_block attention_gqa moe_swiglu_special router_sigmoid_special logprob_special ssd_groups rope conv1d; do
   "$QATCHECK" vjp --case "cases/$c.json" --json "$T/v_$c.json" --quiet || bad "vjp $c"
   "$QATCHECK" report "$T/v_$c.json" --quiet 2>"$T/err" && ok "$c: its report is read back as a pass" || bad "$c: $(head -1 "$T/err")"
