@@ -23,8 +23,11 @@ static void help(const qc_opts *p) {
          "outliers (plots); layer 3's config diff, pairs, curves and verdicts; the one-step update;\n"
          "regressions against baselines; the inputs with their SHA-256.\n\n");
   qc_opts_help(p->opt, 21);
+  printf("\nEach report is judged again from the metrics and bounds its checks record, never taken at its\n"
+         "verdict: one its own checks contradict is refused.\n");
   printf("\nexit status: 0 every input report passed, 1 one failed, deviates, is inconclusive or is an\n"
-         "             error report (the audit is then incomplete), 2 the reports cannot be read\n");
+         "             error report (the audit is then incomplete), 2 the reports cannot be read, are\n"
+         "             contradicted by their checks, or judged nothing\n");
 }
 
 /* The regression lines for the console, as the verbs print them. */
