@@ -95,7 +95,11 @@ static void round_trip(bytes *b) {
   m->noise_multiple = value(b, 1.0, 1, 0);
   m->nonfinite = flags & 1 ? (int64_t)(take8(b) % 3) : 0;
   m->worst = -1;
+  /* the terms' scale widens the bounds by te = term_floor / ||r||, finite for every check qatcheck makes
+   * (the terms' scale follows the reference's); an infinite te would make an infinite metric (written
+   * null, as NaN is) pass its bound, which no real check reaches */
   m->term_floor = flags & 2 ? value(b, 1e-6, 1, 1) : 0;
+  if (!(m->norm_r > 0 && isfinite(m->term_floor / m->norm_r))) m->term_floor = 0;
   m->bias_z = flags & 4 ? value(b, 5.0, 0, 0) : NAN;
   m->e_par = value(b, 1e-3, 0, 1);
   m->bias_sd = m->bias_allow = m->bias_z_raw = 0;
