@@ -50,7 +50,6 @@ src/modules/moe.c: routed and shared experts: production VJP, float64 forward, g
 src/modules/ssd.c: the chunked scan's VJP, and the test-only planted defects (issue 37: they move under tests/)
 src/modules/attention.c: the flash backward under GQA, MLA, window, softcap and causal offset, its generator and hypotheses
 src/reference/moe.c: routed and shared experts from the definition, with the class's rounding variants
-src/report/audit_read.c: every verb's JSON report read back into evidence, tolerantly
 "
 
 # The two-way file pairs, "a.c b.c: reason" (sources, as the objects are named after them).

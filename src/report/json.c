@@ -269,7 +269,8 @@ int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, cons
   return qc_report_json_render(root, out);
 }
 
-long qc_report_max_values(size_t n) {
+/* The JSON values a report of n bytes may hold. */
+static long qc_report_max_values(size_t n) {
   long v = (long)(n / QC_REPORT_BYTES_PER_VALUE);
   return v > QC_REPORT_MIN_VALUES ? v : QC_REPORT_MIN_VALUES;
 }

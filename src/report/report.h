@@ -100,8 +100,6 @@ void qc_report_totals(struct cJSON *root, int checks, int failed, int errors);
 #define QC_REPORT_MAX_BYTES ((size_t)2147483647) /* INT_MAX */
 #define QC_REPORT_BYTES_PER_VALUE 8
 #define QC_REPORT_MIN_VALUES 4000000L
-/* The JSON values a report of n bytes may hold. */
-long qc_report_max_values(size_t n);
 
 /* What a report's checks say (qc_report_rejudge). */
 typedef struct qc_report_counts {
