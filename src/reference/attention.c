@@ -46,6 +46,25 @@ static int same4(const qc_tensor *a, const int64_t *s) {
   return a->shape[0] == s[0] && a->shape[1] == s[1] && a->shape[2] == s[2] && a->shape[3] == s[3];
 }
 
+/* m's q [B, Hq, S, D], k [B, Hkv, S, D] and v [B, Hkv, S, Dv] into *qt,
+ * *kt, *vt, checked against each other (Hkv dividing Hq). QC_OK, or
+ * QC_EINPUT naming the tensor and the shape expected. */
+static int need_qkv(const qc_module *m, const qc_tensor **qt, const qc_tensor **kt, const qc_tensor **vt) {
+  int rc;
+  if ((rc = qc_module_need(m, "inputs", "q", 4, 4, qt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "k", 4, 4, kt))) return rc;
+  if ((rc = qc_module_need(m, "inputs", "v", 4, 4, vt))) return rc;
+  const int64_t B = (*qt)->shape[0], Hq = (*qt)->shape[1], S = (*qt)->shape[2], D = (*qt)->shape[3], Hkv = (*kt)->shape[1];
+  const int64_t Dv = (*vt)->shape[3], kvs[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv};
+  if (!same4(*kt, kvs) || Hkv < 1 || Hq % Hkv)
+    return qc_err("%s: 'inputs/k': expected [%lld, Hkv, %lld, %lld] with Hkv dividing the %lld query heads", m->path,
+                  (long long)B, (long long)S, (long long)D, (long long)Hq);
+  if (Dv < 1 || !same4(*vt, vs))
+    return qc_err("%s: 'inputs/v': expected [%lld, %lld, %lld, Dv]: the shape of 'inputs/k' but for its head_dim", m->path,
+                  (long long)B, (long long)Hkv, (long long)S);
+  return QC_OK;
+}
+
 /* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k [B, Hkv,
  * S, D], d_v [B, Hkv, S, Dv] into grads from m's q, k, v and dy [B, Hq, S,
  * Dv]; QC_EINPUT for bad shapes or contract values. */
@@ -53,19 +72,11 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
   const int ab = ctx && ctx->terms;
   const qc_tensor *qt, *kt, *vt, *ot, *lt;
   int rc;
-  if ((rc = qc_module_need(m, "inputs", "q", 4, 4, &qt))) return rc;
-  if ((rc = qc_module_need(m, "inputs", "k", 4, 4, &kt))) return rc;
-  if ((rc = qc_module_need(m, "inputs", "v", 4, 4, &vt))) return rc;
+  if ((rc = need_qkv(m, &qt, &kt, &vt))) return rc;
   if ((rc = qc_module_need(m, "saved", "out", 4, 4, &ot))) return rc;
   if ((rc = qc_module_need(m, "saved", "lse", 3, 3, &lt))) return rc;
   const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
-  const int64_t Dv = vt->shape[3], kvs[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv}, os[4] = {B, Hq, S, Dv};
-  if (!same4(kt, kvs) || Hkv < 1 || Hq % Hkv)
-    return qc_err("%s: 'inputs/k': expected [%lld, Hkv, %lld, %lld] with Hkv dividing the %lld query heads", m->path,
-                  (long long)B, (long long)S, (long long)D, (long long)Hq);
-  if (Dv < 1 || !same4(vt, vs))
-    return qc_err("%s: 'inputs/v': expected [%lld, %lld, %lld, Dv]: the shape of 'inputs/k' but for its head_dim", m->path,
-                  (long long)B, (long long)Hkv, (long long)S);
+  const int64_t Dv = vt->shape[3], os[4] = {B, Hq, S, Dv};
   if (!same4(ot, os))
     return qc_err("%s: 'saved/out': expected [%lld, %lld, %lld, %lld]: the rows of 'inputs/q', the head_dim of 'inputs/v'",
                   m->path, (long long)B, (long long)Hq, (long long)S, (long long)Dv);
@@ -193,18 +204,10 @@ static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char
   int rc;
   memset(tm, 0, sizeof *tm);
   if (!lse && strcmp(name, "out") != 0) return QC_NA;
-  if ((rc = qc_module_need(m, "inputs", "q", 4, 4, &qt))) return rc;
-  if ((rc = qc_module_need(m, "inputs", "k", 4, 4, &kt))) return rc;
-  if ((rc = qc_module_need(m, "inputs", "v", 4, 4, &vt))) return rc;
+  if ((rc = need_qkv(m, &qt, &kt, &vt))) return rc;
   if ((rc = qc_module_need(m, "saved", name, lse ? 3 : 4, lse ? 3 : 4, &st))) return rc;
   const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
-  const int64_t Dv = vt->shape[3], kvs[4] = {B, Hkv, S, D}, vs[4] = {B, Hkv, S, Dv}, os[4] = {B, Hq, S, Dv};
-  if (!same4(kt, kvs) || Hkv < 1 || Hq % Hkv)
-    return qc_err("%s: 'inputs/k': expected [%lld, Hkv, %lld, %lld] with Hkv dividing the %lld query heads", m->path,
-                  (long long)B, (long long)S, (long long)D, (long long)Hq);
-  if (Dv < 1 || !same4(vt, vs))
-    return qc_err("%s: 'inputs/v': expected [%lld, %lld, %lld, Dv]: the shape of 'inputs/k' but for its head_dim", m->path,
-                  (long long)B, (long long)Hkv, (long long)S);
+  const int64_t Dv = vt->shape[3], os[4] = {B, Hq, S, Dv};
   if (lse ? st->shape[0] != B || st->shape[1] != Hq || st->shape[2] != S : !same4(st, os))
     return qc_err("%s: 'saved/%s': expected the shape [B, Hq, S%s] of the rows of 'inputs/q'", m->path, name, lse ? "" : ", Dv");
   const qc_contract *c = &m->contract;
