@@ -7,6 +7,7 @@
 #include <malloc.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int qc_quiet = 0;
 int qc_verbose = 0;
@@ -66,15 +67,23 @@ void qc_err_keep(const qc_err_state *s) {
 }
 
 /* Print s with control characters escaped, so a message stays one line
- * whatever names (files, groups, datasets) it quotes. */
+ * whatever names (files, groups, datasets) it quotes, in one write(2):
+ * a signal's exit between two pieces cannot cut the line. */
 static void put_line(const char *prefix, const char *s) {
-  fputs(prefix, stderr);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '\n') fputs("\\n", stderr);
-    else if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
-    else fputc(*p, stderr);
+  char buf[32 + 4 * sizeof g_msg]; /* the prefix, then each byte as at most "\xHH" */
+  size_t n = (size_t)snprintf(buf, 32, "%s", prefix);
+  for (const unsigned char *p = (const unsigned char *)s; *p && n + 6 < sizeof buf; p++) {
+    if (*p == '\n') n += (size_t)snprintf(buf + n, 3, "\\n");
+    else if (*p < 0x20 || *p == 0x7f) n += (size_t)snprintf(buf + n, 5, "\\x%02x", *p);
+    else buf[n++] = (char)*p;
   }
-  fputc('\n', stderr);
+  buf[n++] = '\n';
+  fflush(stderr);
+  for (size_t off = 0; off < n;) {
+    ssize_t w = write(STDERR_FILENO, buf + off, n - off);
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
 }
 
 void qc_err_print(void) {
