@@ -77,6 +77,8 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
    * bound by te = term_floor / ||r||: a cancelling sum's error is judged
    * against what its arithmetic can make, not against the small result */
   double te = m->norm_r > 0 && m->term_floor > 0 ? m->term_floor / m->norm_r : 0.0;
+  if (!isfinite(te)) te = 0.0; /* a quotient that overflows (||r|| near the smallest double) widens
+                                  nothing: an infinite bound would pass any metric */
   /* a NaN metric never satisfies a bound: every test below is written so
    * that NaN falls on the failing side */
   if (t->has_rel_l2 && !(m->rel_l2 <= t->rel_l2 + te)) {

@@ -85,6 +85,19 @@ Test(metrics, nan_never_passes) {
   cr_expect_eq(qc_judge(&m, &t, why, sizeof why), QC_V_FAIL);
 }
 
+Test(metrics, an_overflowing_terms_scale_widens_nothing) {
+  double g[2] = {1.01, 0}, r[2] = {1, 0};
+  qc_metrics m;
+  qc_metrics_compute(g, r, 2, &m);
+  m.norm_r = 4.9e-324; /* term_floor / norm_r overflows to inf */
+  m.term_floor = 1e300;
+  m.rel_l2 = INFINITY;
+  qc_tol t = {.has_rel_l2 = 1, .rel_l2 = 1e-3};
+  char why[128];
+  cr_expect_eq(qc_judge(&m, &t, why, sizeof why), QC_V_FAIL);
+  cr_expect(strstr(why, "rel_l2") != NULL);
+}
+
 Test(metrics, each_bound_fails_alone) {
   double g[2] = {1.01, 0}, r[2] = {1, 0};
   qc_metrics m;
