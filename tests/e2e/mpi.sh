@@ -103,6 +103,13 @@ bad_rank_run "$T/bad.json" "model.layers.2.norm.*grad_out"
 # ---- a stopped rank (SIGSTOP) ends the job within its --rank-timeout
 # rank 1 logs its pid and execs qatcheck; once its heartbeat thread runs
 # (the stall check is set up on every rank) it is stopped
+# reap PID: the stopped rank ended, if PID is still that rank (a qatcheck);
+# once the job is over its pid may belong to another process (pid_max wraps
+# on a busy machine), which must never be signalled
+reap() {
+  [ -n "$1" ] && grep -qs qatcheck /proc/"$1"/cmdline || return 0
+  kill -CONT "$1" 2>/dev/null; kill -KILL "$1" 2>/dev/null
+}
 stall_run() { # stall_run DESC ENV ARG...: the job of 3 ranks under env ENV (VAR=VALUE), rank 1 stopped
   desc=$1; envv=$2; shift 2
   rm -f "$T/four/r.json" "$T/pids"
@@ -125,9 +132,9 @@ stall_run() { # stall_run DESC ENV ARG...: the job of 3 ranks under env ENV (VAR
   [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "$desc: one error line" || bad "$desc: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
   grep 'qatcheck: error:' "$T/err" | grep -q "rank 1 (pid $p) made no progress for --rank-timeout 5 s" && ok "$desc: the line names rank 1" || bad "$desc: $(cat "$T/err")"
   [ -e "$T/four/r.json" ] && error_or_none "$T/four/r.json" && ok "$desc: the error report only" || bad "$desc: no error report at r.json, or another report"
-  kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null
+  reap "$p"
   sleep 0.2
-  st=$(awk '/^State:/ { print $2 }' /proc/"$p"/status 2>/dev/null)
+  st=$(grep -qs qatcheck /proc/"$p"/cmdline && awk '/^State:/ { print $2 }' /proc/"$p"/status 2>/dev/null)
   [ -z "$st" ] || [ "$st" = Z ] && ok "$desc: nothing left running" || bad "$desc: rank 1 ($p) still runs"
 }
 stall_run "rank 1 stopped, --rank-timeout 5" QATCHECK_RANK_TIMEOUT=600 --rank-timeout 5
@@ -166,7 +173,7 @@ init_stall_run() { # init_stall_run DESC NEEDLE ENV ARG...: 3 ranks, rank 1 stop
   [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "$desc: one error line" || bad "$desc: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
   grep 'qatcheck: error:' "$T/err" | grep -q "$needle" && ok "$desc: the line says why" || bad "$desc: no '$needle' in: $(cat "$T/err")"
   [ -e "$T/four/r.json" ] && error_or_none "$T/four/r.json" && ok "$desc: the older report replaced by the error report" || bad "$desc: r.json is not the error report: $(head -c 300 "$T/four/r.json")"
-  [ -n "$p" ] && { kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; }
+  reap "$p"
 }
 if [ -f "$T/stop.so" ]; then
   (cd "$T/one" && "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --json r.json -q) || bad "swiglu: no passing report to start from"
