@@ -23,8 +23,6 @@ typedef struct qc_audit {
   qc_modinfos *info;          /* NULL, or where a case's run (vjp.c) describes each module */
   const char *split;          /* NULL, or split[u] = 1 for the units every rank runs together
                                  (engine/split.c), set by vjp.c for the merge */
-  char dump_mode[32];         /* the dump's root attribute `mode` as vjp.c read it ("": none;
-                                 "?": unreadable here, engine/modes.c says why) */
   const char *autocast;       /* NULL, or the module group's attribute autocast as vjp.c read it ("off",
                                  or the dtype autocast ran in): evidence for engine/variants.c */
 } qc_audit;

@@ -301,11 +301,6 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   }
   if (qc_shard_pattern(cs->dump)) return qc_vjp_sharded(a, cs, profile, at, nunits); /* one file per rank */
   if ((rc = qc_dump_open(cs->dump, &d))) return rc;
-  qc_err_state es; /* the execution mode (engine/modes.c): absent, or unreadable here ("?": modes.c says why) */
-  qc_err_save(&es);
-  if (qc_dump_get_attr(d, "/", "mode", a->dump_mode, sizeof a->dump_mode) != QC_OK)
-    snprintf(a->dump_mode, sizeof a->dump_mode, "%s", qc_err_msg()[0] ? "?" : "");
-  qc_err_restore(&es);
   if ((rc = qc_dump_modules(d, cs->modules_re, &ents, &n))) goto done;
   /* groups that look like modules but have no class: reported not judged (added after the merge), or,
    * when nothing else is selected, refused */
@@ -351,6 +346,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   L->prefix = cs->ckpt_prefix;
   L->with_grads = cs->cand == QC_CAND_DUMP;
   long long world = 1;
+  qc_err_state es;
   qc_err_save(&es); /* absent or unreadable: one process */
   if (qc_dump_get_int_attr(d, "/", "world_size", &world) != QC_OK) world = 1;
   qc_err_restore(&es);
