@@ -60,4 +60,21 @@ if ! /usr/bin/python3 -c "import transformers" 2>/dev/null; then
     "tokenizers==0.21.4" "huggingface-hub==0.36.2" "hf-xet==1.8.0" "regex==2026.11.19" "tqdm==4.70.1" \
     "filelock==4.3.1" "fsspec==2026.9.0"
 fi
+# torch 2 and transformers 5: what users run. Installed beside Debian's
+# python3 (never into it: its numpy and h5py stay Debian's) under
+# /opt/qatcheck/torch2, with their own numpy, h5py and safetensors; the tests
+# that dump under it put it first with PYTHONPATH ($QC_TORCH2, tests/e2e/
+# lib.inc) and skip (77) where it could not be installed. torch 2.11.0 is the
+# GPU machine's release, transformers 5.23.0 the one users have (about 7 GB,
+# two minutes from PyPI).
+T2=${QC_TORCH2:-/opt/qatcheck/torch2}
+if ! PYTHONPATH=$T2 /usr/bin/python3 -c "import torch, transformers, h5py; assert torch.__version__.startswith('2.11.0') and transformers.__version__ == '5.23.0'" 2>/dev/null; then
+  echo "install-deps: installing torch 2.11.0 and transformers 5.23.0 under $T2 (pip, about 7 GB)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO mkdir -p "$T2"
+  $SUDO /usr/bin/python3 -m pip install -q --upgrade --target "$T2" --only-binary=:all: "torch==2.11.0" "transformers==5.23.0" \
+    "h5py==3.16.0" "numpy==2.4.6" "safetensors==0.8.0" "ml_dtypes==0.7.0" >/dev/null 2>&1 ||
+    echo "install-deps: could not install torch 2 / transformers 5: their tests will skip"
+fi
 exit 0
