@@ -19,7 +19,7 @@ enum {
   F_VLLM_TENSOR = 0,   // dynamic per-tensor: s = amax / 448, x * (1 / s), clamp
   F_VLLM_TOKEN,        // dynamic per-token: s = max(amax / 448, 1 / (448 * 512)), x / s, clamp
   F_VLLM_GROUP,        // per-token-group: s = max(amax, 1e-10) / 448, x * (1 / s), clamp
-  F_VLLM_GROUP_UE8M0,  // the same, s rounded up to a power of two on its bits
+  F_VLLM_GROUP_UE8M0,  // max(amax, 1e-10) / 448, then the SCALE floored at 1e-10, rounded up on its bits (2^-33 min.)
   F_TE,                // scale = 448 / amax, x * scale, s = 1 / scale
   F_TE_POW2,           // the same, scale truncated to a power of two
   F_EXACT,             // s = max(amax, afloor) / 448 [, max(s, sfloor)] [, ceil on bits], x / s
@@ -90,7 +90,7 @@ __global__ void k_fp8(int path, Geo g, const void *in, uint8_t *codes, float *sc
     case F_VLLM_TENSOR: s = amax / 448.0f; mul = 1.0f / s; break;
     case F_VLLM_TOKEN: s = fmaxf(amax / 448.0f, 1.0f / (448.0f * 512.0f)); div = 1; break;
     case F_VLLM_GROUP: s = fmaxf(amax, 1e-10f) / 448.0f; mul = 1.0f / s; break;
-    case F_VLLM_GROUP_UE8M0: s = ceil_pow2_bits(fmaxf(amax, 1e-10f) / 448.0f); mul = 1.0f / s; break;
+    case F_VLLM_GROUP_UE8M0: s = ceil_pow2_bits(fmaxf(fmaxf(amax, 1e-10f) / 448.0f, 1e-10f)); mul = 1.0f / s; break;
     case F_TE:
     case F_TE_POW2: {
       float sc = (amax == 0.0f || !isfinite(amax)) ? 1.0f : 448.0f / amax;

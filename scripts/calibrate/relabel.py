@@ -6,7 +6,9 @@ and a measure of how far two producer paths' bytes lie apart
 (`qatcheck quant --calibration` on the copy counts them).
 
     relabel.py IN.qcal OUT.qcal --from P --to Q
-    relabel.py IN.qcal OUT.qcal --flip N     (payload byte N of the first record)"""
+    relabel.py IN.qcal OUT.qcal --flip N     (payload byte N of the first record)
+    relabel.py IN.qcal OUT.qcal --drop P     (every record but profile P's: a path
+                                               withdrawn from the golden subset)"""
 import argparse
 import os
 import sys
@@ -24,6 +26,7 @@ def main():
     ap.add_argument("--from", dest="src")
     ap.add_argument("--to")
     ap.add_argument("--flip", type=int)
+    ap.add_argument("--drop")
     a = ap.parse_args()
     recs = list(qcal.read(a.inp))
     w = qcal.Writer(a.out)
@@ -33,7 +36,7 @@ def main():
             ids[r["id"]] = w.add_input(r["name"], np.ascontiguousarray(r["x"]))
     first = True
     for kind, r in recs:
-        if kind != "output" or (a.src and r["profile"] != a.src):
+        if kind != "output" or (a.src and r["profile"] != a.src) or (a.drop and r["profile"] == a.drop):
             continue
         pay = np.frombuffer(r["payload"], np.uint8).copy()
         if a.flip is not None and first:

@@ -175,16 +175,19 @@ BLOCK = {"fp8_tensor": (0, 0), "fp8_token": (1, 0), "fp8_channel": (1, 0), "fp8_
          "fp8_group128_ue8m0": (1, 128), "fp8_block128": (128, 128), "fp8_block128_ue8m0": (128, 128),
          "nvfp4": (1, 16), "mxfp8": (1, 32), "mxfp4": (1, 32)}
 FORMATS = list(BLOCK)
-PROFILES = ["vllm", "vllm_native", "vllm_triton", "vllm_cuda_nvfp4", "torch", "deepgemm", "modelopt", "compressed_tensors",
+PROFILES = ["vllm", "vllm_native", "vllm_triton", "vllm_cuda", "vllm_cuda_nvfp4", "torch", "deepgemm", "modelopt", "compressed_tensors",
             "te", "ocp", "exact"]
 C229 = F32(1.0 / 229376)
-# fp8 recipe: (amax floor, scale op "div" | "mul", pow2 None | "bits" | "log", scale floor, element "div" | "rcp" | "rcpa")
+# fp8 recipe: (amax floor, scale op "div" | "mul", pow2 None | "bits" | "log", scale floor, element "div" | "rcp" | "rcpa"
+# [, scale floor taken BEFORE the power of two])
 FP8 = {
     "exact": {"fp8_tensor": (0, "div", None, 0, "div"), "fp8_token": (0, "div", None, C229, "div"),
               "fp8_group128": (1e-10, "div", None, 0, "div"), "fp8_group128_ue8m0": (1e-10, "div", "bits", 0, "div"),
               "fp8_block128": (1e-4, "div", None, 0, "div"), "stage2": (1e-4, "div", "bits", 0, "div")},
     "vllm": {"fp8_tensor": (0, "div", None, 0, "rcp"), "fp8_token": (0, "div", None, C229, "div"),
-             "fp8_group128": (1e-10, "div", None, 0, "rcp"), "fp8_group128_ue8m0": (1e-10, "div", "bits", 0, "rcp"),
+             "fp8_group128": (1e-10, "div", None, 0, "rcp"),
+             # vLLM's CUDA per-token-group kernels floor the SCALE at 1e-10 before rounding it up (2^-33 minimum)
+             "fp8_group128_ue8m0": (1e-10, "div", "bits", 0, "rcp", 1e-10),
              "fp8_block128": (1e-4, "mul", None, 0, "rcpa"), "stage2": (1e-4, "mul", "log", 0, "rcpa")},
     "torch": {"fp8_tensor": (0, "mul", None, 0, "rcp"), "fp8_token": (0, "mul", None, C229, "rcp"),
               "fp8_group128": (1e-10, "mul", None, 0, "rcp"), "fp8_group128_ue8m0": (1e-10, "mul", "log", 0, "rcp"),
@@ -231,11 +234,13 @@ def _te_scale(amax):
 
 
 def _fp8_rule(rec, amax):
-    afloor, sop, pow2, sfloor, eop = rec
+    afloor, sop, pow2, sfloor, eop = rec[:5]
+    pfloor = rec[5] if len(rec) > 5 else 0
     f32 = lambda a: np.asarray(a, F32)  # noqa: E731
     a = np.maximum(amax, F32(afloor))
     with np.errstate(divide="ignore", invalid="ignore"):
         s = f32(a / F32(448)) if sop == "div" else f32(a * F32(1.0 / 448))
+        s = np.maximum(s, F32(pfloor)).astype(F32)
         if pow2 == "bits":
             s = ceil2(s)
         elif pow2 == "log":

@@ -38,12 +38,13 @@ static plan_t geometry(qc_qfmt f) {
   return pl;
 }
 
-/* Recipes as initializers: {kind, sop, pow2, eop, gop, sfop, nop, mop, fp4, afloor, sfloor}. */
-#define FP8(af, so, p2, sf, eo) {QR_FP8, so, p2, eo, 0, 0, 0, 0, 0, af, sf}
-#define NV(go, so, no) {QR_NVFP4, 0, 0, 0, go, so, no, 0, 1, 0.0f, 0.0f}
-#define MX(mo, f4) {QR_MX, 0, 0, 0, 0, 0, 0, mo, f4, 0.0f, 0.0f}
-#define TE(p2) {QR_TE, 0, p2, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f}
-#define NO {QR_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f}
+/* Recipes as initializers: {kind, sop, pow2, eop, gop, sfop, nop, mop, fp4, afloor, sfloor, pfloor}. */
+#define FP8(af, so, p2, sf, eo) {QR_FP8, so, p2, eo, 0, 0, 0, 0, 0, af, sf, 0.0f}
+#define FP8P(af, so, pf, p2, eo) {QR_FP8, so, p2, eo, 0, 0, 0, 0, 0, af, 0.0f, pf} /* a scale floor before pow2 */
+#define NV(go, so, no) {QR_NVFP4, 0, 0, 0, go, so, no, 0, 1, 0.0f, 0.0f, 0.0f}
+#define MX(mo, f4) {QR_MX, 0, 0, 0, 0, 0, 0, mo, f4, 0.0f, 0.0f, 0.0f}
+#define TE(p2) {QR_TE, 0, p2, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0.0f}
+#define NO {QR_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0.0f}
 #define C229 (1.0f / 229376.0f) /* RN(1/229376) */
 
 /* Every producer path that a profile defines itself (docs/numerics.md,
@@ -69,7 +70,11 @@ static const struct path_row {
     {QC_QP_VLLM, QC_QF_FP8_TOKEN, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},          /* CUDA per-token kernel */
     {QC_QP_VLLM, QC_QF_FP8_CHANNEL, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},
     {QC_QP_VLLM, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_DIV, QP_NONE, 0, QE_RCP), NO},     /* CUDA per-token-group kernel */
-    {QC_QP_VLLM, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_DIV, QP_CEIL2, 0, QE_RCP), NO},
+    /* vLLM's CUDA per-token-group kernels (csrc/quantization/w8a8/fp8/per_token_group_quant.cu,
+     * ComputeGroupScale and the register kernels): the amax starts at eps = 1e-10, s = amax / 448,
+     * then the SCALE is floored, s = max(s, 1e-10), before the power of two: minimum 2^-33. (The
+     * Triton kernel floors only the amax: 2^-42; vllm_triton.) */
+    {QC_QP_VLLM, QC_QF_FP8_GROUP128_UE8M0, FP8P(1e-10f, QS_DIV, 1e-10f, QP_CEIL2, QE_RCP), NO},
     {QC_QP_VLLM, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), NO},     /* per_block_cast_to_fp8, Inductor */
     {QC_QP_VLLM, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), FP8(1e-4f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA)},
     {QC_QP_VLLM, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},                     /* the eager reference */
@@ -144,13 +149,16 @@ plan_t qq_make_plan(qc_qfmt f, qc_qprof p) {
 
 int qc_qprof_makes(qc_qfmt f, qc_qprof p) {
   int mx = f == QC_QF_MXFP8 || f == QC_QF_MXFP4;
+  if (p == QC_QP_VLLM_CUDA) /* vLLM's CUDA activation kernels: per tensor, token, channel, 1 x 128 group */
+    return f == QC_QF_FP8_TENSOR || f == QC_QF_FP8_TOKEN || f == QC_QF_FP8_CHANNEL || f == QC_QF_FP8_GROUP128 ||
+           f == QC_QF_FP8_GROUP128_UE8M0;
   return p == QC_QP_OCP ? mx : p == QC_QP_TE ? !mx : 1;
 }
 
 static int recipe_eq(const qc_recipe *a, const qc_recipe *b) {
   return a->kind == b->kind && a->sop == b->sop && a->pow2 == b->pow2 && a->eop == b->eop && a->gop == b->gop &&
          a->sfop == b->sfop && a->nop == b->nop && a->mop == b->mop && a->fp4 == b->fp4 &&
-         fbits(a->afloor) == fbits(b->afloor) && fbits(a->sfloor) == fbits(b->sfloor);
+         fbits(a->afloor) == fbits(b->afloor) && fbits(a->sfloor) == fbits(b->sfloor) && fbits(a->pfloor) == fbits(b->pfloor);
 }
 
 int qc_qprof_same(qc_qfmt f, qc_qprof a, qc_qprof b) {

@@ -19,7 +19,7 @@
 static const char *const g_fmt_names[QC_QF_COUNT] = {
     "none", "fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",
     "fp8_block128", "fp8_block128_ue8m0", "nvfp4", "mxfp8", "mxfp4"};
-static const char *const g_prof_names[QC_QP_COUNT] = {"vllm", "vllm_native", "vllm_triton", "vllm_cuda_nvfp4", "torch", "deepgemm",
+static const char *const g_prof_names[QC_QP_COUNT] = {"vllm", "vllm_native", "vllm_triton", "vllm_cuda", "vllm_cuda_nvfp4", "torch", "deepgemm",
                                                        "modelopt", "compressed_tensors", "te", "ocp", "exact"};
 
 const char *qc_qfmt_name(qc_qfmt f) { return (unsigned)f < QC_QF_COUNT ? g_fmt_names[f] : "?"; }
@@ -207,7 +207,8 @@ int qc_fake_quant(const char *fmt, const char *profile, int64_t rows, int64_t co
 /* ---- producer paths in words (reports, --identify) ------------------------ */
 
 static const char *const g_prof_labels[QC_QP_COUNT] = {
-    "vLLM on Hopper", "vLLM's torch-native quantizer under Inductor", "vLLM's Triton kernel", "vLLM's CUDA nvfp4 kernel",
+    "vLLM on Hopper", "vLLM's torch-native quantizer under Inductor", "vLLM's Triton kernel", "vLLM's CUDA kernel",
+    "vLLM's CUDA nvfp4 kernel",
     "eager PyTorch", "DeepGEMM", "ModelOpt export", "compressed-tensors", "Transformer Engine", "OCP MX", "exact division"};
 
 /* One recipe's scale and element rule, appended to buf at *k. */
@@ -220,6 +221,11 @@ static void recipe_words(const qc_recipe *r, char *buf, int n, int *k) {
       if (r->afloor > 0) snprintf(a, sizeof a, "max(amax, %g)", (double)r->afloor);
       else snprintf(a, sizeof a, "amax");
       snprintf(s, sizeof s, r->sop == QS_MUL ? "%s * RN(1/448)" : "%s / 448", a);
+      if (r->pfloor > 0) {
+        char t[96];
+        snprintf(t, sizeof t, "max(%s, %g)", s, (double)r->pfloor);
+        snprintf(s, sizeof s, "%s", t);
+      }
       PUT("s = ");
       if (r->sfloor > 0) PUT("max(");
       if (r->pow2 == QP_CEIL2) PUT("ceil2(%s)", s);

@@ -19,7 +19,7 @@
 #define QC_WEIGHT_FORMATS "none|fp8_tensor|fp8_channel|fp8_block128|fp8_block128_ue8m0|nvfp4|mxfp8|mxfp4"
 #define QC_ACT_FORMATS "none|fp8_token|fp8_group128|fp8_group128_ue8m0"
 #define QC_PROFILES \
-  "vllm|vllm_native|vllm_triton|vllm_cuda_nvfp4|torch|deepgemm|modelopt|compressed_tensors|te|ocp|exact"
+  "vllm|vllm_native|vllm_triton|vllm_cuda|vllm_cuda_nvfp4|torch|deepgemm|modelopt|compressed_tensors|te|ocp|exact"
 /* What a contract's `profile` (or --profile) may say: a profile, or auto
  * (the first profile that reproduces the module's deployed bytes; vllm
  * when it has none). */
@@ -43,7 +43,8 @@ typedef enum {
 typedef enum {
   QC_QP_VLLM = 0,           /* vLLM on Hopper: weights through Inductor, activations through its CUDA kernels */
   QC_QP_VLLM_NATIVE,        /* vLLM's torch-native activation quantizer, compiled by Inductor */
-  QC_QP_VLLM_TRITON,        /* vLLM's Triton per-token-group kernel */
+  QC_QP_VLLM_TRITON,        /* vLLM's Triton per-token-group kernel (floors the amax: UE8M0 minimum 2^-42) */
+  QC_QP_VLLM_CUDA,          /* vLLM's CUDA activation kernels (vllm's own rows; the group UE8M0 scale floored: 2^-33) */
   QC_QP_VLLM_CUDA_NVFP4,    /* vLLM's CUDA nvfp4 kernel (sm_100+) */
   QC_QP_TORCH,              /* eager PyTorch on CUDA (QAT code, DeepGEMM's Python reference) */
   QC_QP_DEEPGEMM,           /* DeepGEMM upstream: power-of-two scales by the exponent bit rule */

@@ -7,7 +7,8 @@
  *
  * A block's scale, in this order:
  *   fp8    a = max(amax, afloor); s = a / 448 (div) or a * RN(1/448) (mul);
- *          s = pow2(s) (none, ceil2, ceil2_log); s = max(s, sfloor);
+ *          s = max(s, pfloor); s = pow2(s) (none, ceil2, ceil2_log);
+ *          s = max(s, sfloor);
  *          element x / s, x * rcp(s) or x * rcpa(s)
  *   te     scale = 448 / amax (amax 0 or Inf -> 1, Inf scale -> FLT_MAX),
  *          optionally truncated to a power of two; element x * scale,
@@ -38,7 +39,8 @@ typedef struct qc_recipe {
   uint8_t kind, sop, pow2, eop;  /* QR_*, QS_*, QP_*, QE_* */
   uint8_t gop, sfop, nop, mop;   /* QG_*, QF_*, QN_*, QM_* */
   uint8_t fp4;                   /* e2m1 elements (else e4m3) */
-  float afloor, sfloor;          /* fp8: amax floor, scale floor (0: none) */
+  float afloor, sfloor;          /* fp8: amax floor, scale floor after pow2 (0: none) */
+  float pfloor;                  /* fp8: scale floor before pow2 (0: none; vLLM's CUDA UE8M0 rule) */
 } qc_recipe;
 
 /* A block's scale: element v = x / k (div) or x * k; value = decode(q) * deq;
@@ -153,6 +155,7 @@ QC_HD qc_bscale qr_block_scale(const qc_recipe *r, float amax, float g) {
     case QR_FP8: {
       float a = qa_max(amax, r->afloor);
       float s = r->sop == QS_MUL ? qa_mul(a, qa_float(QA_R448_BITS)) : qa_div(a, 448.0f);
+      if (r->pfloor > 0.0f) s = qa_max(s, r->pfloor);
       if (r->pow2 == QP_CEIL2) s = qa_ceil2(s);
       else if (r->pow2 == QP_CEIL2_LOG) s = qa_ceil2_log(s);
       return qr_scale_given(r, qa_max(s, r->sfloor), 0, g);

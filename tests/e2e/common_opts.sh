@@ -182,7 +182,7 @@ if [ $have_quant = 1 ]; then
   $PY -c "
 import json, sys, xml.etree.ElementTree as ET
 r = json.load(open(sys.argv[1])); x = ET.parse(sys.argv[2]).getroot()
-assert r['mode'] == 'identify' and 'vllm' in r['reproduced_by'] and len(r['checks']) == 11, r
+assert r['mode'] == 'identify' and 'vllm' in r['reproduced_by'] and len(r['checks']) == 12, r
 assert len(x.findall('.//testcase')) == 1 and not x.findall('.//failure')" "$T/i.json" "$T/i.xml" \
     && ok "quant --identify reports" || bad "quant --identify reports"
   expect_exit 2 "quant --identify with --profile" "$QATCHECK" quant --dump "$T/q_ok.h5" --module /lin --identify --profile te

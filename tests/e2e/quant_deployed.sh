@@ -38,7 +38,7 @@ f = h5py.File(sys.argv[1], 'r+'); d = f['lin/params/weight']; a = d[...]; a[2, 3
 expect_exit 2 "a NaN master weight is refused, not mapped" "$QATCHECK" quant --dump "$T/nan.h5" --module /lin
 grep -q "non-finite value nan at flat index 323" "$T/err" || bad "the NaN is not located"
 expect_exit 2 "unknown format exits 2" "$QATCHECK" quant --dump "$T/te.h5" --module /lin --format fp9
-expect_exit 2 "unknown profile exits 2" "$QATCHECK" quant --dump "$T/te.h5" --module /lin --profile vllm_cuda
+expect_exit 2 "unknown profile exits 2" "$QATCHECK" quant --dump "$T/te.h5" --module /lin --profile vllm_rocm
 # vjp: the quantizer check
 cat > "$T/case.json" <<JSON
 {"name": "deployed", "module": "linear", "data": {"dump": "p.h5"}, "candidate": "dump", $LIN_TOL}

@@ -164,7 +164,7 @@ static float *bf16_weights(int64_t rows, int64_t cols, uint64_t seed) {
   return x;
 }
 
-static const char *const g_profs[] = {"vllm", "vllm_native", "vllm_triton", "vllm_cuda_nvfp4", "torch", "deepgemm",
+static const char *const g_profs[] = {"vllm", "vllm_native", "vllm_triton", "vllm_cuda", "vllm_cuda_nvfp4", "torch", "deepgemm",
                                       "modelopt", "compressed_tensors", "te", "ocp", "exact"};
 
 Test(gpu_quant, every_format_spec_and_cpu, .timeout = 600) {

@@ -275,8 +275,8 @@ Test(quant, refusals) {
   x[1] = 0;
   cr_expect_eq(qc_fake_quant("fp9", "vllm", 1, 4, x, y, "x"), QC_EINPUT);
   qc_err_clear();
-  cr_expect_eq(qc_fake_quant("mxfp8", "vllm_cuda", 1, 4, x, y, "x"), QC_EINPUT);
-  cr_expect(strstr(qc_err_msg(), "vllm_cuda") != NULL && strstr(qc_err_hint(), "vllm_cuda_nvfp4") != NULL, "%s", qc_err_msg());
+  cr_expect_eq(qc_fake_quant("mxfp8", "vllm_rocm", 1, 4, x, y, "x"), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "vllm_rocm") != NULL && strstr(qc_err_hint(), "vllm_cuda_nvfp4") != NULL, "%s", qc_err_msg());
   qc_err_clear();
   cr_expect(qc_quant_known("fp8_block128_ue8m0"));
   cr_expect(!qc_quant_known("fp8_block64"));
@@ -351,7 +351,7 @@ static void fq64_compare(const char *fmt, const char *prof, int64_t rows, int64_
 Test(fake_quant_f64, equals_float32_path_widened) {
   static const char *fmts[] = {"none", "fp8_tensor", "fp8_token", "fp8_channel", "fp8_group128", "fp8_group128_ue8m0",
                                "fp8_block128", "fp8_block128_ue8m0", "nvfp4", "mxfp8", "mxfp4"};
-  static const char *profs[] = {"vllm", "vllm_native", "vllm_triton", "vllm_cuda_nvfp4", "torch", "deepgemm",
+  static const char *profs[] = {"vllm", "vllm_native", "vllm_triton", "vllm_cuda", "vllm_cuda_nvfp4", "torch", "deepgemm",
                                 "modelopt", "compressed_tensors", "te", "ocp", "exact"};
   static const int64_t shapes[][2] = {{1, 1}, {1, 200}, {3, 17}, {130, 260}, {257, 129}, {64, 64}};
   uint64_t s = 12345;
