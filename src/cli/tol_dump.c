@@ -94,6 +94,7 @@ int qc_tol_dump(const qc_common_opts *cop, const char *dump, const char *path, c
   if (cj[0] && (rc = qc_contract_parse(cj, where, &m.contract))) goto done;
   if ((rc = qc_contract_validate(&m.contract, m.cls->keys, where))) goto done;
   if (m.grad_out.n == 0) { rc = qc_err("%s: no dataset under grad_out/: the error model reads dY", path); goto done; }
+  if ((rc = qc_module_validate(&m, where))) goto done;
   if ((rc = module_grads(&m, names, MAXG, &n))) goto done;
   /* the declared {"derive": true, ...} the options stand for */
   memset(&decl, 0, sizeof decl);

@@ -342,6 +342,7 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc
                 qc_dump_path(rf[0].d), e->path);
     goto done;
   }
+  if ((rc = qc_module_validate(&w, e->path))) goto done; /* the class's reading of the whole, whatever the tolerances */
   if ((rc = qc_shard_grad_reduce(rf, W, e->path, &mean))) goto done;
   for (int j = 0; j < w.grad_out.n && !rc; j++) {
     qc_tset ref = {0};

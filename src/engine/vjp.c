@@ -212,7 +212,7 @@ static int run_generated(qc_audit *a, const qc_case *cs, const char *profile, co
       rc = qc_contract_set(&m.contract, "profile", "vllm", 0, 0);
     clock_t c0 = clock();
     if (!rc) rc = qc_gen_module(row, cs->shape_n[i], cs->shapes[i], cs->seed, i, cs->values, kinds, nk, &m);
-    if (!rc) rc = qc_module_check_known(&m, m.path); /* a generator makes only what its class declares */
+    if (!rc) rc = qc_module_validate(&m, m.path); /* a generator makes only what its class declares and reads */
     if (!rc) {
       if (qc_verbose) fprintf(stderr, "qatcheck: generated %s in %.3f s cpu\n", m.path, (double)(clock() - c0) / CLOCKS_PER_SEC);
       rc = audit_described(a, &m, first, t0, cs->values[0] ? cs->values : "normal", split[i] ? i : -1);
@@ -375,6 +375,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     if (!rc) rc = check_finite(m, where); /* the selected dYs only */
     if (!rc && m->grad_out.n == 0)
       rc = qc_err("%s: has no upstream gradient: expected at least one dataset under 'grad_out/'", where);
+    if (!rc) rc = qc_module_validate(m, where); /* the class's reading, whatever the tolerances */
     if (!rc) {
       a->frozen = cur->frozen;
       a->autocast = cur->autocast;

@@ -154,6 +154,12 @@ int qc_module_check_known(const qc_module *m, const char *where) {
   return QC_OK;
 }
 
+int qc_module_validate(const qc_module *m, const char *where) {
+  int rc = qc_module_check_known(m, where);
+  for (int i = 0; !rc && m->cls->validate && i < m->grad_out.n; i++) rc = m->cls->validate(m, &m->grad_out.t[i]);
+  return rc;
+}
+
 int qc_module_check_dy(const qc_module *m, const qc_tensor *dy, int64_t numel, int64_t last, const char *want) {
   char s[96];
   if (qc_numel(dy) != numel)

@@ -156,6 +156,11 @@ typedef struct qc_tol_model {
 /* Fill *out for gradient `grad` of m under upstream gradient dy. QC_OK, or
  * QC_EINPUT for a gradient the class does not define. */
 typedef int (*qc_tol_model_fn)(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *out);
+/* A class's reading of m's datasets and contract with upstream gradient dy:
+ * every refusal its production VJP and error model make on them (a shape,
+ * a dataset the contract leaves unused, a contract value), nothing
+ * computed. QC_OK or QC_EINPUT naming the module and the dataset or key. */
+typedef int (*qc_validate_fn)(const qc_module *m, const qc_tensor *dy);
 
 /* Status of a hypothesis that does not apply to this module (not an error). */
 #define QC_NA 16
@@ -261,6 +266,9 @@ typedef struct qc_class {
                                   ("d_x d_weight d_bias"; some only when their input exists):
                                   a tolerance for any other name is refused */
   qc_tol_model_fn tol_model;   /* the error model of each gradient (NULL: none; no derived tolerances) */
+  qc_validate_fn validate;     /* m's datasets and contract as its production and error model read them
+                                  (NULL: qc_module_check_known's names only); qc_module_validate runs it
+                                  on every module before any check, whatever the tolerance form */
   const char *hypotheses;      /* the generic hypotheses (QC_HYP_GENERIC's names) that apply, space-separated */
   const qc_hypothesis *hyps;   /* the class's own, {NULL}-terminated (NULL: none) */
   qc_ratios_fn ratios;         /* constant factors it can name (NULL: none) */
@@ -361,6 +369,13 @@ int qc_module_input_grad(const qc_module *m, const char *name);
  * is not modelled by class 'C' ..." listing what the class takes, or naming
  * the output's dtype and the float dtype expected. m->cls must be set. */
 int qc_module_check_known(const qc_module *m, const char *where);
+/* The one validation of a module every run makes before judging it, once
+ * its contract is final and its dYs selected: qc_module_check_known, then
+ * the class's validate with each dY of m->grad_out (none: not run). So a
+ * dataset the class refuses is refused whatever the case's tolerances
+ * (declared, derived, per module): the reference, which is all an explicit
+ * tolerance needs, reads only what the math uses. */
+int qc_module_validate(const qc_module *m, const char *where);
 /* Check that dY holds `numel` elements laid out as `want` describes
  * ("[tokens, features]"), with `last` as its last dimension when last > 0
  * (so a transposed dY of the same size is refused, not misread); QC_EINPUT

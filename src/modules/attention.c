@@ -527,6 +527,13 @@ static const qc_class_cov attention_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate). */
+static int attention_validate(const qc_module *m, const qc_tensor *dy) {
+  at_view a;
+  int rc = at_view_get(m, &a);
+  return rc ? rc : qc_module_check_dy(m, dy, qc_numel(a.o), a.Dv, "the shape of saved/out [B, Hq, S, Dv]");
+}
+
 const qc_class qc_class_attention = {
     .name = "attention",
     .summary = "scaled dot-product attention (causal, sliding window, softcap, GQA) from the saved O and LSE, flash-attention style: d_q, d_k, d_v",
@@ -542,6 +549,7 @@ const qc_class qc_class_attention = {
     .forward = attention_forward,
     .fd_shape = "2,4,2,5,6",
     .tol_model = attention_tol_model,
+    .validate = attention_validate,
     .hypotheses = "factor sign rows zero slice dy_precision nonfinite",
     .hyps = attention_hyps,
     .coverage = attention_cov,

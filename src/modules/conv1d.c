@@ -203,6 +203,13 @@ static const qc_class_cov conv1d_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate). */
+static int conv1d_validate(const qc_module *m, const qc_tensor *dy) {
+  conv_view v;
+  int rc = conv_view_get(m, &v);
+  return rc ? rc : qc_module_check_dy(m, dy, qc_numel(v.x), v.C, "the shape of inputs/x [B, L, C]");
+}
+
 const qc_class qc_class_conv1d = {
     .name = "conv1d",
     .summary = "Mamba-2 causal depthwise conv1d, y[t] = b + sum_k w[k] x[t-(K-1)+k]: d_x, d_weight, d_bias",
@@ -216,6 +223,7 @@ const qc_class qc_class_conv1d = {
     .forward = conv1d_forward,
     .fd_shape = "2,9,5,4",
     .tol_model = conv1d_tol_model,
+    .validate = conv1d_validate,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .coverage = conv1d_cov,
     .cov_tokens = conv1d_cov_tokens,

@@ -47,6 +47,8 @@ static const qc_key_spec layernorm_keys[] = {
     {"eps", NULL, "1e-5", "added to the variance inside the square root"},
     {NULL, NULL, NULL, NULL}};
 
+static int layernorm_validate(const qc_module *m, const qc_tensor *dy) { return qc_mod_norm_validate(m, dy, 1); }
+
 const qc_class qc_class_layernorm = {
     .name = "layernorm",
     .summary = "y = (x - mean) / sqrt(var + eps) * w + b: d_x, d_weight, d_bias with float32 statistics",
@@ -60,6 +62,7 @@ const qc_class qc_class_layernorm = {
     .forward = layernorm_forward,
     .fd_shape = "7,33",
     .tol_model = layernorm_tol_model,
+    .validate = layernorm_validate,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = layernorm_hyps,
 };

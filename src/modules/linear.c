@@ -54,7 +54,7 @@ static int lin_view_get(const qc_module *m, const qc_tensor *dy, lin_view *v) {
   v->M = qc_numel(v->x) / (v->K ? v->K : 1);
   v->N = v->w->shape[0];
   if (v->w->shape[1] != v->K)
-    return qc_err("%s: params/weight is [%lld, %lld] but inputs/x has %lld features: expected weight [N, %lld]", m->path,
+    return qc_err("%s: params/weight is [%lld, %lld]: it does not match inputs/x of %lld features: expected weight [N, %lld]", m->path,
                   (long long)v->w->shape[0], (long long)v->w->shape[1], (long long)v->K, (long long)v->K);
   if (v->bias && (v->bias->ndim != 1 || v->bias->shape[0] != v->N))
     return qc_err("%s: params/bias must be [%lld]", m->path, (long long)v->N);
@@ -406,6 +406,12 @@ static const qc_class_cov linear_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate). */
+static int linear_validate(const qc_module *m, const qc_tensor *dy) {
+  lin_view v;
+  return lin_view_get(m, dy, &v);
+}
+
 const qc_class qc_class_linear = {
     .name = "linear",
     .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
@@ -418,6 +424,7 @@ const qc_class qc_class_linear = {
     .round_ops = 1,
     .not_checked = "",
     .tol_model = linear_tol_model,
+    .validate = linear_validate,
     .hypotheses = "factor sign transpose rows zero dy_precision nonfinite",
     .hyps = linear_hyps,
     .split = &qc_linear_split,

@@ -387,6 +387,15 @@ static const qc_class_cov logprob_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate). */
+static int logprob_validate(const qc_module *m, const qc_tensor *dy) {
+  lp_view v;
+  int rc = lp_view_get(m, &v);
+  if (!rc) rc = qc_module_check_dy(m, dy, v.B * v.S, v.S, "one value per position of inputs/logits");
+  lp_view_free(&v);
+  return rc;
+}
+
 const qc_class qc_class_logprob = {
     .name = "logprob",
     .summary = "selected-token log-softmax with temperature, loss mask, normalization, vocab shards: d_logits",
@@ -400,6 +409,7 @@ const qc_class qc_class_logprob = {
     .forward = logprob_forward,
     .fd_shape = "3,6,40",
     .tol_model = logprob_tol_model,
+    .validate = logprob_validate,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .ratios = logprob_ratios,
     .split = &logprob_split,

@@ -82,6 +82,12 @@ int qc_mod_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t
   return rc;
 }
 
+int qc_mod_unary_validate(const qc_module *m, const qc_tensor *dy) {
+  const qc_tensor *xt;
+  int rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt);
+  return rc ? rc : qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x");
+}
+
 int qc_mod_unary_vjp(const qc_module *m, const qc_tensor *dy, qc_tset *grads, qc_mod_deriv_f32 deriv, int variant) {
   const qc_tensor *xt;
   float *dx;

@@ -66,6 +66,8 @@ void qc_mod_block_whole(int ndim, const int64_t *shape, qc_split_block *b);
 typedef float (*qc_mod_deriv_f32)(float x, int variant);
 typedef double (*qc_mod_fn_f64)(double x, double branch_x, int variant);
 /* Production VJP: d_x (float32, shape of x) = dy * deriv(x) in float32. */
+/* An elementwise class's validate (qc_validate_fn): inputs/x and dY of its shape. */
+int qc_mod_unary_validate(const qc_module *m, const qc_tensor *dy);
 int qc_mod_unary_vjp(const qc_module *m, const qc_tensor *dy, qc_tset *grads, qc_mod_deriv_f32 deriv, int variant);
 /* Float64 forward y = fn(x, branch x) (shape of x). */
 int qc_mod_unary_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, qc_mod_fn_f64 fn, int variant);

@@ -665,6 +665,17 @@ static const qc_class_cov moe_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate):
+ * the view (the shared experts and gate the contract leaves unused
+ * included) and dY. */
+static int moe_validate(const qc_module *m, const qc_tensor *dy) {
+  moe_view v;
+  int rc = moe_view_get(m, &v);
+  if (!rc) rc = qc_module_check_dy(m, dy, v.T * v.H, v.H, "the shape of inputs/x [T, H]");
+  free(v.id);
+  return rc;
+}
+
 const qc_class qc_class_moe = {
     .name = "moe",
     .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum, optional shared "
@@ -680,6 +691,7 @@ const qc_class qc_class_moe = {
     .forward = moe_forward,
     .fd_shape = "5,6,4,4,2",
     .tol_model = moe_tol_model,
+    .validate = moe_validate,
     .round_ops = 4, /* reference variants: operands; outputs; a torch 2 and a torch 1.13 pure-bf16 model (reference/moe.c) */
     .hypotheses = "factor sign transpose rows zero slice dy_precision nonfinite",
     .coverage = moe_cov,

@@ -12,6 +12,8 @@
 int qc_mod_norm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int center);
 int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center);
 int qc_mod_norm_generate(const qc_gen *gp, struct qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape, int center);
+/* the class validate (qc_validate_fn): the view and dY, as the VJP refuses them */
+int qc_mod_norm_validate(const qc_module *m, const qc_tensor *dy, int center);
 int qc_mod_norm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm, int center);
 /* d_x in float64 with a term dropped (the diagnosis hypotheses): drop_proj
  * leaves out xh mean(g xh), drop_mean leaves out mean(g). */

@@ -59,5 +59,6 @@ const qc_class qc_class_relu2 = {
     .forward = relu2_forward,
     .fd_shape = "9,21",
     .tol_model = relu2_tol_model,
+    .validate = qc_mod_unary_validate,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
 };

@@ -100,6 +100,12 @@ done:
  * statistics that are float32 sums over the D features (lambda 2 for the
  * several sums), d_weight sums over the tokens of xh, which carries rstd's
  * length-D error (K = T + D), d_bias sums dY over the tokens. */
+int qc_mod_norm_validate(const qc_module *m, const qc_tensor *dy, int center) {
+  norm_view v;
+  int rc = norm_view_get(m, center, &v);
+  return rc ? rc : qc_module_check_dy(m, dy, qc_numel(v.x), v.D, "the shape of inputs/x");
+}
+
 int qc_mod_norm_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm, int center) {
   norm_view v;
   int rc = norm_view_get(m, center, &v);
@@ -286,6 +292,8 @@ static const qc_key_spec rmsnorm_keys[] = {
     {"zero_centered", "true|false", "false", "true: y = x rstd (1 + w), Gemma's zero-centred weight; false: x rstd w"},
     {NULL, NULL, NULL, NULL}};
 
+static int rmsnorm_validate(const qc_module *m, const qc_tensor *dy) { return qc_mod_norm_validate(m, dy, 0); }
+
 const qc_class qc_class_rmsnorm = {
     .name = "rmsnorm",
     .summary = "y = x / sqrt(mean(x^2) + eps) * w: d_x, d_weight with float32 statistics",
@@ -299,6 +307,7 @@ const qc_class qc_class_rmsnorm = {
     .forward = rmsnorm_forward,
     .fd_shape = "7,33",
     .tol_model = rmsnorm_tol_model,
+    .validate = rmsnorm_validate,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = rmsnorm_hyps,
 };

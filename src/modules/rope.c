@@ -263,6 +263,18 @@ static const qc_class_cov rope_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate):
+ * the view, dY and the positions, as rope_vjp refuses them. */
+static int rope_validate(const qc_module *m, const qc_tensor *dy) {
+  rope_view v;
+  int64_t *pos = NULL;
+  int rc = rope_view_get(m, &v);
+  if (!rc) rc = qc_module_check_dy(m, dy, qc_numel(v.x), v.x->shape[v.x->ndim - 1], "the shape of inputs/x");
+  if (!rc) rc = qc_mod_ids(m, v.pos, "inputs/positions", &pos);
+  free(pos);
+  return rc;
+}
+
 const qc_class qc_class_rope = {
     .name = "rope",
     .summary = "rotary position embedding (half or interleaved, partial rotary_dim, offset, inverse, scaled tables): d_x",
@@ -276,6 +288,7 @@ const qc_class qc_class_rope = {
     .forward = rope_forward,
     .fd_shape = "5,2,12",
     .tol_model = rope_tol_model,
+    .validate = rope_validate,
     .round_ops = 2, /* reference variants: cos and sin in bf16; also each product and sum (a bf16 model) */
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = rope_hyps,

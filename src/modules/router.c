@@ -409,6 +409,15 @@ static const qc_class_cov router_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate). */
+static int router_validate(const qc_module *m, const qc_tensor *dy) {
+  rt_view v;
+  int rc = rt_view_get(m, &v);
+  if (!rc) rc = qc_module_check_dy(m, dy, v.T * v.k, v.k, "the shape of saved/topk_ids [T, k]");
+  free(v.id);
+  return rc;
+}
+
 const qc_class qc_class_router = {
     .name = "router",
     .summary = "routing weights from fixed top-k ids (optionally group-limited): score (softmax|sigmoid|sqrt_softplus), "
@@ -423,6 +432,7 @@ const qc_class qc_class_router = {
     .forward = router_forward,
     .fd_shape = "6,8,3",
     .tol_model = router_tol_model,
+    .validate = router_validate,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = router_hyps,
     .coverage = router_cov,

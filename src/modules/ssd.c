@@ -575,6 +575,20 @@ static const qc_class_cov ssd_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate):
+ * the view (shapes, the datasets the contract leaves unused), dY, and the
+ * values exp(dt A) needs, as ssd_vjp refuses them. */
+static int ssd_validate(const qc_module *m, const qc_tensor *dy) {
+  ssd_view v;
+  int rc = ssd_view_get(m, &v);
+  if (rc) return rc;
+  if ((rc = qc_module_check_dy(m, dy, qc_numel(v.x), v.x->shape[3], "the shape of inputs/x [B, L, H, P]"))) return rc;
+  float *dt = qc_mod_f32(v.dt, "ssd dt"), *A = qc_mod_f32(v.A, "ssd A");
+  rc = dt && A ? ssd_check_values(m, &v, dt, A) : QC_ESYS;
+  free(dt); free(A);
+  return rc;
+}
+
 const qc_class qc_class_ssd = {
     .name = "ssd",
     .summary = "Mamba-2 SSD scan (ngroups from Bm's shape, optional D skip, optional z gate), chunked float32 closed-form VJP: d_x, d_dt, d_A, d_Bm, d_Cm, d_D, d_z",
@@ -588,6 +602,7 @@ const qc_class qc_class_ssd = {
     .forward = ssd_forward,
     .fd_shape = "2,9,2,3,4",
     .tol_model = ssd_tol_model,
+    .validate = ssd_validate,
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .coverage = ssd_cov,
     .cov_tokens = ssd_cov_tokens,

@@ -198,6 +198,13 @@ static const qc_class_cov swiglu_cov[] = {
     {NULL, NULL, NULL},
 };
 
+/* The class's reading of m for the engine's validation (qc_module_validate). */
+static int swiglu_validate(const qc_module *m, const qc_tensor *dy) {
+  swiglu_view v;
+  int rc = swiglu_view_get(m, &v);
+  return rc ? rc : qc_module_check_dy(m, dy, qc_numel(v.gate), v.gate->shape[v.gate->ndim - 1], "the shape of inputs/gate");
+}
+
 const qc_class qc_class_swiglu = {
     .name = "swiglu",
     .summary = "y = silu(min(gate, L)) * clamp(up, -L, L): d_gate, d_up, clamp derivative per at_limit",
@@ -211,6 +218,7 @@ const qc_class qc_class_swiglu = {
     .forward = swiglu_forward,
     .fd_shape = "9,21",
     .tol_model = swiglu_tol_model,
+    .validate = swiglu_validate,
     .round_ops = 2, /* reference variants: a bf16 model's ops rounded once each (torch 2), or every step (torch 1.13's CPU) */
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = swiglu_hyps,

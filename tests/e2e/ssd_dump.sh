@@ -100,14 +100,17 @@ for b in range(B):
             adj *= g
 with h5py.File(sys.argv[1], "w") as f:
     f.attrs["qatcheck_dump"] = 1
-    for path, gx in (("mixer.ok", dx), ("mixer.no_skip_grad", dx - DD[None, None, :, None] * G)):
+    nos = dx - DD[None, None, :, None] * G
+    # skip_unused: inputs/D held, the contract's d_skip left false, the
+    # backward without the skip (the scan alone, no d_D)
+    for path, gx, skip in (("mixer.ok", dx, True), ("mixer.no_skip_grad", nos, True), ("mixer.skip_unused", nos, False)):
         g = f.create_group(path)
         g.attrs["class"] = "ssd"
-        g.attrs["contract"] = json.dumps({"chunk_size": 16, "d_skip": True})
+        g.attrs["contract"] = json.dumps({"chunk_size": 16, "d_skip": skip})
         for k, v in (("x", x), ("dt", dt), ("A", A), ("Bm", Bm), ("Cm", Cm), ("D", D)):
             g["inputs/" + k] = v
         g["grad_out/dy"] = dy
-        for k, v in (("d_x", gx), ("d_dt", ddt), ("d_A", dA), ("d_Bm", dB), ("d_Cm", dC), ("d_D", dD)):
+        for k, v in (("d_x", gx), ("d_dt", ddt), ("d_A", dA), ("d_Bm", dB), ("d_Cm", dC), ("d_D", dD))[:6 if skip else 5]:
             g["grads/dy/" + k] = v.astype(np.float32)
 P
 DTOL=$(echo "$TOL" | sed 's/}}$/},"d_D":{"rel_l2":2.34e-6,"reasoning":"float32 sum of dy x"}}/')
@@ -120,6 +123,24 @@ r = json.load(open(sys.argv[1]))
 failed = {c["tensor"] for c in r["checks"] if c["verdict"] == "fail"}
 assert failed == {"d_x"}, failed
 P
+# inputs/D held while the contract's d_skip is false (issue 38): refused
+# the same way whatever the tolerances: declared bounds (which used to
+# pass it: only the derivation read the class's view), derived ones, and
+# `tol --dump`. The backward is the scan without the skip, which the
+# reference without D would match.
+STOL=$(echo "$TOL" | sed 's/,"d_initial_state":{[^}]*}//')
+group_cases dskip.h5 mixer "$STOL" skip_unused
+cp "$T/skip_unused.json" "$T/skip_unused_declared.json"
+group_cases dskip.h5 mixer '{"d_x":{"derive":true},"d_dt":{"derive":true},"d_A":{"derive":true},"d_Bm":{"derive":true},"d_Cm":{"derive":true}}' skip_unused
+mv "$T/skip_unused.json" "$T/skip_unused_derived.json"
+for form in skip_unused_declared skip_unused_derived; do
+  rm -f "$T/su.r.json"
+  expect_exit 2 "ssd inputs/D without d_skip is refused ($form)" "$QATCHECK" vjp --case "$T/$form.json" --json "$T/su.r.json"
+  grep -q "inputs/D.*d_skip" "$T/err" || bad "$form: the refusal does not name inputs/D and d_skip: $(cat "$T/err")"
+  error_or_none "$T/su.r.json" || bad "$form: a refused run wrote a report other than its error report"
+done
+expect_exit 2 "ssd inputs/D without d_skip is refused by tol --dump" "$QATCHECK" tol --dump "$T/dskip.h5" --module /mixer.skip_unused
+grep -q "inputs/D" "$T/err" || bad "tol --dump: the refusal does not name inputs/D: $(cat "$T/err")"
 # Mamba-2's ngroups (issue 26): Bm, Cm [B, L, G, N], head h reads group
 # h // (H // G); d_Bm, d_Cm sum over the heads of a group. A planted
 # backward that sums them over the interleaved heads h % G fails there.
