@@ -295,8 +295,10 @@ static int recompute(mctx *c, const qc_dump_entry *e) {
   return rc;
 }
 
-/* sum += dataset dset of d (n values, same shape as `like`); QC_EINPUT naming it otherwise. */
-static int add_into(qc_dump *d, const char *dset, const qc_tensor *like, double *sum, int64_t n) {
+/* sum += dataset dset of d (n values, same shape as `like`); QC_EINPUT naming it otherwise.
+ * *u (when given) is raised to the unit roundoff of the precision its
+ * values carry (qc_values_dtype: bf16-valued float32 has bfloat16's). */
+static int add_into(qc_dump *d, const char *dset, const qc_tensor *like, double *sum, int64_t n, double *u) {
   qc_tensor t;
   double *v = NULL;
   int rc = read64(d, dset, &t, &v);
@@ -307,6 +309,7 @@ static int add_into(qc_dump *d, const char *dset, const qc_tensor *like, double 
                 qc_shape_str(t.ndim, t.shape, a, sizeof a), qc_shape_str(like->ndim, like->shape, b, sizeof b));
   }
   for (int64_t i = 0; !rc && i < n; i++) sum[i] += v[i];
+  if (!rc && u && unit(t.dtype) > 0) *u = fmax(*u, unit(qc_values_dtype(v, n, t.dtype)));
   free(v);
   qc_tensor_free(&t);
   return rc;
@@ -327,8 +330,10 @@ static void factor_diag(const double *g, const double *r, int64_t n, double boun
              k < 1 ? "down twice, or divided by the micro-batch count where it was already a mean" : "up twice");
 }
 
-/* The gradient tensors d_<p> of module `path` for every dY it holds, summed into sum. */
-static int module_grad(qc_dump *d, const char *path, const char *dname, const qc_tensor *like, double *sum, int64_t n, int *found) {
+/* The gradient tensors d_<p> of module `path` for every dY it holds, summed
+ * into sum; *u (when given) raised to the unit roundoff their values carry. */
+static int module_grad(qc_dump *d, const char *path, const char *dname, const qc_tensor *like, double *sum, int64_t n, int *found,
+                       double *u) {
   char gp[QC_PATHLEN + 16];
   char(*dys)[QC_NAMELEN] = NULL;
   int ndy = 0, rc;
@@ -338,7 +343,7 @@ static int module_grad(qc_dump *d, const char *path, const char *dname, const qc
     char ds[QC_PATHLEN * 2];
     snprintf(ds, sizeof ds, "%s/grads/%s/%s", path, dys[i], dname);
     if (!qc_dump_exists(d, ds)) continue;
-    rc = add_into(d, ds, like, sum, n);
+    rc = add_into(d, ds, like, sum, n, u);
     (*found)++;
   }
   free(dys);
@@ -425,12 +430,13 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
     sum = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof *sum, "micro-batch sum");
     if (!parts || !sum) rc = QC_ESYS;
     int found = 0;
+    double u_mb = 0, u_w = 0; /* the unit roundoff the micro-batches' and the whole batch's gradients carry */
     for (int k = 0; k < nmb && !rc; k++) {
       char mp[QC_PATHLEN + 32];
       snprintf(mp, sizeof mp, "/microbatch%d%s", k, base);
       if (!(parts[k] = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof **parts, "micro-batch gradient"))) { rc = QC_ESYS; break; }
       int f = 0;
-      if ((rc = module_grad(c->d, mp, names[i], &at, parts[k], nv, &f))) break;
+      if ((rc = module_grad(c->d, mp, names[i], &at, parts[k], nv, &f, &u_mb))) break;
       found += f;
       for (int64_t j = 0; j < nv; j++) sum[j] += parts[k][j];
     }
@@ -459,7 +465,7 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
       if (!rc && !qc_dump_exists(c->e, base))
         rc = qc_err("eager dump '%s': no module group '%s': the eager dump must be the same step of the same model, "
                     "the whole batch in one backward", qc_dump_path(c->e), base);
-      if (!rc) rc = module_grad(c->e, base, names[i], &at, wsum, nv, &f);
+      if (!rc) rc = module_grad(c->e, base, names[i], &at, wsum, nv, &f, &u_w);
       if (!rc && !f) rc = qc_err("eager dump '%s': module '%s' has no gradient %s", qc_dump_path(c->e), base, names[i]);
       char gp[QC_PATHLEN + 32];
       char(*dys)[QC_NAMELEN] = NULL;
@@ -474,11 +480,19 @@ static int grad_accum(mctx *c, const qc_dump_entry *e, const char *base, int nmb
       }
       free(dys);
       if (!rc) {
-        double u = unit(at.dtype), bound = (nmb + 1) * u + 8 * qc_dtype_unit(QC_F32) * sqrt((double)tokens);
+        /* each gradient rounded to the precision its values carry (a
+         * micro-batch's bf16 matmul output summed in a float32 .grad:
+         * bfloat16's, not the .grad's), N of them against the whole one */
+        const double ua = unit(at.dtype), um = fmax(u_mb, ua), uw = fmax(u_w, ua);
+        double bound = nmb * um + uw + 8 * qc_dtype_unit(QC_F32) * sqrt((double)tokens);
+        char pm[80], pw[80];
+        snprintf(pm, sizeof pm, "%s (u = %.3g)", um > ua ? "the precision their values carry" : qc_dtype_name(at.dtype), um);
+        snprintf(pw, sizeof pw, "%s (u = %.3g)", uw > ua ? "the precision its values carry" : qc_dtype_name(at.dtype), uw);
         qc_tol t = rel_tol(bound,
-                 "the micro-batches' gradients sum to the whole batch's: each rounded to %s and the sum, (N + 1) u, "
-                 "plus a float32 accumulator over the %lld tokens in another order, 8 u32 sqrt(tokens): %.3g",
-                 qc_dtype_name(at.dtype), (long long)tokens, bound);
+                 "the micro-batches' gradients sum to the whole batch's: the %d micro-batches' each rounded to %s, "
+                 "the whole batch's to %s, N u_mb + u_whole, plus a float32 accumulator over the %lld tokens in "
+                 "another order, 8 u32 sqrt(tokens): %.3g",
+                 nmb, pm, pw, (long long)tokens, bound);
         char diag[256] = "";
         factor_diag(sum, wsum, nv, bound, diag, sizeof diag);
         rc = add_check(c, base, e->cls, "eager", names[i], &at, at.dtype, sum, wsum, nv, &t, 0, NULL, diag);
@@ -553,7 +567,7 @@ static int tied(mctx *c, const char *tg, const char *cls, int chosen) {
     }
     if (!(parts[i] = qc_calloc((size_t)(nv > 0 ? nv : 1), sizeof **parts, "tied site"))) { rc = QC_ESYS; break; }
     int f = 0;
-    rc = module_grad(c->d, mod, dn, &at, parts[i], nv, &f);
+    rc = module_grad(c->d, mod, dn, &at, parts[i], nv, &f, NULL);
     if (!rc && !f) /* its share would count as zero, and a lost share would pass */
       rc = qc_err("dump '%s': tie '%s': site module '%s' holds no gradient %s (grads/<dY>/%s): its share of the tie",
                   qc_dump_path(c->d), tg, mod, dn, dn);

@@ -5,8 +5,11 @@ the same step (docs/qatdump.md "Execution modes").
 
 usage: exec_modes.py OUT.h5 MODE [VARIANT]
        exec_modes.py OUT.h5:MODE[:VARIANT]...   (several steps, one process)
-  eager [plain]               the plain step (the whole batch, one backward);
-                              plain: without the quantizer (grad_accum's eager)
+  eager [plain|bf16]          the plain step (the whole batch, one backward);
+                              plain: without the quantizer (grad_accum's eager);
+                              bf16: plain, the forward under torch.autocast
+                              (CPU, bfloat16): bf16-valued gradients of the
+                              float32 parameters
   recompute ok|nonreentrant|reseed|rescale
                               the block under torch.utils.checkpoint (reentrant;
                               nonreentrant: use_reentrant=False); reseed:
@@ -14,10 +17,15 @@ usage: exec_modes.py OUT.h5 MODE [VARIANT]
                               seed; rescale: a delayed-scaling amax history
                               advanced by the recompute (another scale)
   autocast ok                 the forward under torch.autocast (CPU, bfloat16)
-  grad_accum ok|zero_grad|double_scale
+  grad_accum ok|zero_grad|double_scale|bf16|bf16_zero_grad|bf16_double_scale
                               2 micro-batches; zero_grad: .grad cleared at
                               each micro-batch (the first one is dropped);
-                              double_scale: the loss divided by 2 twice
+                              double_scale: the loss divided by 2 twice;
+                              bf16: each micro-batch's forward under
+                              torch.autocast (CPU, bfloat16), its bf16-valued
+                              gradients summed in the float32 .grad;
+                              bf16_zero_grad, bf16_double_scale: bf16 with
+                              zero_grad's, double_scale's bug
   tied ok|storage|repeat
                               a weight used at two sites (enc, dec); storage:
                               dec holds its own Parameter over enc's storage
@@ -50,7 +58,7 @@ class Quant(torch.nn.Module):
         self.seed, self.draws = 1234, 0
 
     def forward(self, x):
-        if MODE in ("grad_accum", "cuda_eager", "cuda_graph") or VARIANT == "plain":
+        if MODE in ("grad_accum", "cuda_eager", "cuda_graph") or VARIANT in ("plain", "bf16"):
             return x  # draws that depend on the batch's shape, a host sync: not the subject there
         amax = float(x.detach().abs().max())
         scale = self.history[-1] / 7.0
@@ -155,7 +163,9 @@ def step(OUT, mode, variant):
     x = data()
     if MODE == "eager":
         with qatdump.attach(model, OUT, modules=r"^fc[12]$"):
-            loss_of(model(x)).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=VARIANT == "bf16"):
+                y = model(x)
+            loss_of(y).backward()
     elif MODE == "recompute":
         from torch.utils.checkpoint import checkpoint
         with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="recompute"):
@@ -171,10 +181,12 @@ def step(OUT, mode, variant):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         with qatdump.attach(model, OUT, modules=r"^fc[12]$", mode="grad_accum"):
             for mb in x.chunk(n):
-                if VARIANT == "zero_grad":
+                if VARIANT in ("zero_grad", "bf16_zero_grad"):
                     opt.zero_grad()  # the bug: clears what the earlier micro-batches accumulated
-                loss = loss_of(model(mb)) / n
-                if VARIANT == "double_scale":
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=VARIANT.startswith("bf16")):
+                    y = model(mb)
+                loss = loss_of(y) / n
+                if VARIANT in ("double_scale", "bf16_double_scale"):
                     loss = loss / n  # the bug: the mean over micro-batches taken twice
                 loss.backward()
         opt.step()

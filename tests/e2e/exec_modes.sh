@@ -10,6 +10,10 @@
 #   recompute rescale     a delayed-scaling history advanced by the recompute
 #   grad_accum zero_grad  .grad cleared at each micro-batch (one dropped)
 #   grad_accum double_scale  the micro-batch mean taken twice
+# and the same under torch.autocast (bf16-valued micro-batch gradients
+# summed in the float32 .grad: the eager comparison is bounded by the
+# precision the values carry, bfloat16's, so the correct step passes and
+# the two defects still fail as they do in float32),
 #   tied storage          the second site's gradient never reaches the weight
 # (a tie of two modules, and one linear called twice, pass)
 # and refuse what cannot be judged (exit 2, one line). The CUDA Graph mode
@@ -27,6 +31,8 @@ mkdir -p "$D"
   "$D/autocast_ok.h5:autocast" \
   "$D/grad_accum_ok.h5:grad_accum" "$D/grad_accum_zero_grad.h5:grad_accum:zero_grad" \
   "$D/grad_accum_double_scale.h5:grad_accum:double_scale" \
+  "$D/eager_bf16.h5:eager:bf16" "$D/grad_accum_bf16.h5:grad_accum:bf16" \
+  "$D/grad_accum_bf16_zero_grad.h5:grad_accum:bf16_zero_grad" "$D/grad_accum_bf16_double_scale.h5:grad_accum:bf16_double_scale" \
   "$D/tied_ok.h5:tied" "$D/tied_storage.h5:tied:storage" "$D/tied_repeat.h5:tied:repeat" >"$T/py.txt" 2>&1 || { cat "$T/py.txt"; echo "FAIL: dumping"; exit 1; }
 
 # case DUMP REGEX: the trainer's gradients of the matching linears, tolerances derived
@@ -75,6 +81,11 @@ judge grad_accum_zero_grad plain 1 "/fc1|grad_accum:accumulated|d_weight /fc1|gr
 grep -q "micro-batch 0's gradient is not in the accumulated .grad" "$T/grad_accum_zero_grad.out" || bad "zero_grad: no diagnosis naming micro-batch 0"
 judge grad_accum_double_scale plain 1 "/fc1|grad_accum:eager|d_weight /fc1|grad_accum:eager|d_bias /fc2|grad_accum:eager|d_weight /fc2|grad_accum:eager|d_bias" -
 grep -q "constant factor k = 0.5" "$T/grad_accum_double_scale.out" || bad "double_scale: no diagnosis of the factor 0.5"
+judge grad_accum_bf16 eager_bf16 0 - grad_accumulation
+grep -q "each rounded to the precision their values carry (u = 0.0039" "$T/grad_accum_bf16.r.json" ||
+  bad "grad_accum_bf16: the eager bound does not name the values' bfloat16 precision"
+judge grad_accum_bf16_zero_grad eager_bf16 1 "/fc1|grad_accum:accumulated|d_weight /fc1|grad_accum:accumulated|d_bias /fc2|grad_accum:accumulated|d_weight /fc2|grad_accum:accumulated|d_bias" -
+judge grad_accum_bf16_double_scale eager_bf16 1 "/fc1|grad_accum:eager|d_weight /fc1|grad_accum:eager|d_bias /fc2|grad_accum:eager|d_weight /fc2|grad_accum:eager|d_bias" -
 judge tied_ok - 0 - shared_params
 judge tied_repeat - 0 - shared_params   # one linear called twice: /call0/lin, /call1/lin
 judge tied_storage - 1 "/enc|tied:accumulated|d_weight" -
