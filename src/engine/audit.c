@@ -356,6 +356,7 @@ typedef struct grad_variants {
   const qc_tensor *g;
   const qc_tol *t;
   const qc_check *k;
+  int chosen; /* the failed check's closest variant (qc_variants_closest), -1: none */
 } grad_variants;
 
 /* The candidate's gradient judged against variant i's reference
@@ -381,13 +382,28 @@ static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
   return rc ? rc : qc_audit_judge(s->m, s->dy, s->t, kv);
 }
 
-/* Check k of candidate gradient g under tolerance t, judged against the
- * variants of s where qc_variants_wanted says so (qc_variants_judge). */
+/* Check k of g under t against the variants of s (qc_variants_judge); a failure
+ * none passes, against the closest (qc_variants_closest: s->chosen, else -1). */
 static int try_variants(grad_variants *s, const qc_tensor *g, const qc_tol *t, qc_check *k) {
-  s->g = g;
-  s->t = t;
-  s->k = k;
-  return qc_variants_judge(&s->list, grad_variant, s, k);
+  s->g = g, s->t = t, s->k = k, s->chosen = -1;
+  int rc = qc_variants_judge(&s->list, grad_variant, s, k);
+  return rc ? rc : qc_variants_closest(&s->list, grad_variant, s, k, &s->chosen);
+}
+
+/* Diagnose failed check k of g against the reference it is judged against:
+ * the contract's (r, of set ref) or variant s->chosen's (under its roundings
+ * of module, dY and arithmetic): every fit is made against what it matches. */
+static int diagnose_judged(grad_variants *s, const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tset *ref,
+                           const char *frozen, qc_check *k) {
+  if (s->chosen < 0 || !qc_tset_get(&s->vars[s->chosen], k->tensor)) return qc_diagnose(ctx, s->m, s->dy, g, r, ref, frozen, k);
+  const qc_variant *v = &s->list.v[s->chosen];
+  qc_ctx c;
+  qc_module alt;
+  qc_tensor dv;
+  int rc = qc_variant_apply(v, ctx, s->m, s->dy, &c, &alt, &dv);
+  if (!rc) rc = qc_diagnose(&c, &alt, &dv, g, qc_tset_get(&s->vars[s->chosen], k->tensor), &s->vars[s->chosen], frozen, k);
+  qc_variant_release(v, s->m, &alt, &dv);
+  return rc;
 }
 
 int qc_audit_module(qc_audit *a, const qc_module *m) {
@@ -407,7 +423,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
       free(gv);
       return rc;
     }
-    *gv = (grad_variants){.ctx = a->ctx, .row = row, .m = m, .dy = dy};
+    *gv = (grad_variants){.ctx = a->ctx, .row = row, .m = m, .dy = dy, .chosen = -1};
     qc_variants_of(m, dy, QC_VARIANTS_GRADS, a->cs->variants_off, a->autocast, &gv->list);
     if (qc_verbose && i == 0 && gv->list.ruled_out)
       fprintf(stderr, "qatcheck: %s: the dump's evidence (autocast off, no 16-bit tensor) rules out the bf16_inputs and "
@@ -432,13 +448,14 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
       }
       const qc_tensor *g = qc_tset_get(cset, r->name);
       qc_check *fk = fast_check(a, first, dy->name, r->name);
+      gv->chosen = -1; /* set by try_variants for this gradient's check */
       if (fk) { /* failed on the fast path, or passed with an elevated z: the legal variants as on the
                  * host path, else (a failure) its diagnosis */
         if (g && qc_shape_eq(g, r)) {
           qc_check kv = *fk;
           rc = try_variants(gv, g, t, &kv);
-          if (!rc && kv.verdict == QC_V_PASS) *fk = kv; /* the same verdict the host path reaches */
-          else if (!rc && fk->verdict != QC_V_PASS) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, fk);
+          if (!rc && (kv.verdict == QC_V_PASS || gv->chosen >= 0)) *fk = kv; /* the same judgement the host path reaches */
+          if (!rc && fk->verdict != QC_V_PASS) rc = diagnose_judged(gv, &ctx, g, r, &ref, a->frozen, fk);
         }
         continue;
       }
@@ -465,7 +482,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
         if (!rc) rc = qc_audit_judge(m, dy, t, &k);
         if (!rc) rc = try_variants(gv, g, t, &k);
       }
-      if (!rc && k.verdict != QC_V_PASS) rc = qc_diagnose(&ctx, m, dy, g, r, &ref, a->frozen, &k);
+      if (!rc && k.verdict != QC_V_PASS) rc = diagnose_judged(gv, &ctx, g, r, &ref, a->frozen, &k);
       if (!rc) rc = qc_results_add(a->res, &k);
     }
     if (qc_verbose)

@@ -45,24 +45,6 @@ static const char *qc_dg_format_words(const char *v) {
 
 /* ---- predictions from another VJP run ----------------------------------- */
 
-/* Run fn on module mm with dY dyv, keeping only d->k->tensor, into d->p.
- * QC_NA when it gives no such tensor of the reference's size. */
-static int run_for(dg *d, qc_vjp_fn fn, const qc_module *mm, const qc_tensor *dyv) {
-  char skip[1024] = "/";
-  for (int i = 0; i < d->ref_names->n; i++)
-    if (strcmp(d->ref_names->t[i].name, d->k->tensor) != 0 && strlen(skip) + QC_NAMELEN + 2 < sizeof skip) {
-      strcat(skip, d->ref_names->t[i].name);
-      strcat(skip, "/");
-    }
-  qc_ctx c = *d->ctx;
-  c.skip = skip[1] ? skip : NULL;
-  qc_tset out = {0};
-  int rc = fn(&c, mm, dyv, &out);
-  const qc_tensor *t = rc ? NULL : qc_tset_get(&out, d->k->tensor);
-  if (!rc) rc = t && qc_numel(t) == d->n && qc_dtype_is_float(t->dtype) ? qc_tensor_to_f64(t, d->p) : QC_NA;
-  qc_tset_free(&out);
-  return rc;
-}
 
 /* dY rounded to a narrower type than it has (per-tensor scale for FP8). */
 static int hyp_dy_precision(dg *d) {
@@ -97,7 +79,7 @@ static int hyp_dy_precision(dg *d) {
     }
     qc_err_state es; /* a prediction that cannot be made is skipped */
     qc_err_save(&es);
-    int r2 = run_for(d, row->reference, d->m, &rd);
+    int r2 = qc_dg_run_for(d, row->reference, d->m, &rd);
     qc_err_restore(&es);
     qc_tensor_free(&rd);
     if (r2) continue;
@@ -164,7 +146,7 @@ int qc_dg_scan_keys(dg *d, int (*keep)(const char *key), qc_dg_run_fn run, void 
 /* The class's reference under an altered contract, for qc_dg_scan_keys. */
 static int run_ref(dg *d, const qc_module *alt, void *arg) {
   const qc_registry_row *row = arg;
-  return run_for(d, row->reference, alt, d->dy);
+  return qc_dg_run_for(d, row->reference, alt, d->dy);
 }
 
 /* Another quantizer than the contract's in the backward: for each
@@ -195,14 +177,14 @@ static void hyp_stale_scale(dg *d) {
     double lo = pass ? bf * 0.99 : 0.7071, step = pass ? bf * 0.0005 : 0.01;
     for (int i = 0; i < (pass ? 41 : 71) && ok; i++) {
       c.wscale = pass ? lo + i * step : lo * pow(1.01, i);
-      if (run_for(d, row->reference, d->m, d->dy)) { ok = 0; break; }
+      if (qc_dg_run_for(d, row->reference, d->m, d->dy)) { ok = 0; break; }
       if (!pass && !i && qc_rel_l2(d->p, d->rd, d->n) <= 1e-12) { ok = 0; break; } /* this gradient does not see the scale */
       double e = qc_rel_l2(d->g, d->p, d->n);
       if (e < be) { be = e; bf = c.wscale; }
     }
   }
   c.wscale = bf;
-  if (ok && !run_for(d, row->reference, d->m, d->dy)) {
+  if (ok && !qc_dg_run_for(d, row->reference, d->m, d->dy)) {
     char says[256];
     snprintf(says, sizeof says, "%s from a weight quantized with a stale per-tensor scale: %.4g x the current weight's amax / 448 "
              "(a scale from an earlier step's amax, as delayed scaling keeps it)", d->k->tensor, bf);
@@ -249,7 +231,7 @@ static int hyp_input_precision(dg *d) {
       }
       any = 1;
     }
-    if (any && !run_for(d, row->reference, &alt, d->dy)) {
+    if (any && !qc_dg_run_for(d, row->reference, &alt, d->dy)) {
       char says[256];
       snprintf(says, sizeof says, "the float inputs rounded to %s (per-tensor scale) before the backward: %s computed from a "
                "lower-precision saved input than the forward's", v[j].name, d->k->tensor);
@@ -306,7 +288,7 @@ static void hyp_class(dg *d) {
     if (h->alter) {
       qc_module alt = *d->m;
       rc = h->alter(d->m, &alt, detail, sizeof detail);
-      if (!rc) rc = run_for(d, h->via_production ? d->m->cls->production : row->reference, &alt, d->dy);
+      if (!rc) rc = qc_dg_run_for(d, h->via_production ? d->m->cls->production : row->reference, &alt, d->dy);
       qc_module_variant_free(&alt, d->m);
       if (h->via_production) lv *= 2; /* two computations that each carry the noise */
     } else if (h->predict) {
@@ -449,6 +431,7 @@ int qc_diagnose(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, cons
     for (int i = 0; i < m->params.n; i++) work = fmax(work, (double)qc_numel(&m->params.t[i]) * (double)d.R);
     if (work <= 4e8 && (rc = hyp_quantizer(&d))) goto done;
     if (work <= 4e8 && has_word(gen, "dy_precision")) hyp_stale_scale(&d);
+    if (work <= 4e8 && (rc = qc_dg_block_scale(&d, work))) goto done;
   }
   qc_dg_summarize(&d);
 done:

@@ -48,6 +48,13 @@ void qc_dg_nonfinite(dg *d);                               /* the first non-fini
  * rather than the declared 'cur'". QC_ESYS on memory. */
 typedef int (*qc_dg_run_fn)(dg *d, const qc_module *alt, void *arg);
 int qc_dg_scan_keys(dg *d, int (*keep)(const char *key), qc_dg_run_fn run, void *arg, const char *subject, const char *what);
+/* Run fn on module mm with dY dyv, keeping only d->k->tensor, into d->p.
+ * QC_NA when it gives no such tensor of the reference's size (diagnose_ref.c). */
+int qc_dg_run_for(dg *d, qc_vjp_fn fn, const qc_module *mm, const qc_tensor *dyv);
+/* One 128 x 128 block of a block-scaled weight off by a factor (a stale
+ * scale of that block), fitted block by block (diagnose_block.c); work:
+ * the diagnosis's size measure, bounding the blocks tried. QC_ESYS only. */
+int qc_dg_block_scale(dg *d, double work);
 /* Write d->k->diagnosis from the hypotheses recorded (diagnose.c). */
 void qc_dg_summarize(dg *d);
 

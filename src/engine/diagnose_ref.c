@@ -33,6 +33,24 @@ void qc_dg_judge(dg *d, const char *name, const char *says, double lv) {
   qc_dg_record(d, name, says, e, lv, dist > lv);
 }
 
+/* Another VJP run (diagnose_priv.h): the predictions of diagnose.c and diagnose_block.c. */
+int qc_dg_run_for(dg *d, qc_vjp_fn fn, const qc_module *mm, const qc_tensor *dyv) {
+  char skip[1024] = "/";
+  for (int i = 0; i < d->ref_names->n; i++)
+    if (strcmp(d->ref_names->t[i].name, d->k->tensor) != 0 && strlen(skip) + QC_NAMELEN + 2 < sizeof skip) {
+      strcat(skip, d->ref_names->t[i].name);
+      strcat(skip, "/");
+    }
+  qc_ctx c = *d->ctx;
+  c.skip = skip[1] ? skip : NULL;
+  qc_tset out = {0};
+  int rc = fn(&c, mm, dyv, &out);
+  const qc_tensor *t = rc ? NULL : qc_tset_get(&out, d->k->tensor);
+  if (!rc) rc = t && qc_numel(t) == d->n && qc_dtype_is_float(t->dtype) ? qc_tensor_to_f64(t, d->p) : QC_NA;
+  qc_tset_free(&out);
+  return rc;
+}
+
 /* ---- a constant factor, a sign flip ------------------------------------- */
 
 static void named_factor(dg *d, double kf, double tol, char *says, size_t n) {

@@ -186,6 +186,35 @@ static void qc_variant_name(const qc_variant *v, int levels, char *buf, size_t n
   if (v->parts == (QC_VAR_BF16_INPUTS | QC_VAR_BF16_PARAMS)) snprintf(buf + (l < n ? l : n), l < n ? n - l : 0, " (autocast)");
 }
 
+/* The sine between candidate and reference of check k (1 when undefined). */
+static double sine(const qc_check *k) {
+  const double c = k->m.cosine;
+  return k->m.cosine_null || !isfinite(c) ? 1.0 : sqrt(fmax(0.0, 1.0 - c * c));
+}
+
+int qc_variants_closest(const qc_variants *L, qc_variant_judge_fn judge, void *arg, qc_check *k, int *chosen) {
+  *chosen = -1;
+  if (k->verdict == QC_V_PASS || k->variant_id[0]) return QC_OK;
+  qc_check best, kv;
+  for (int i = 0; i < L->n; i++) {
+    qc_err_state es; /* a variant that cannot be judged is no candidate (out of memory is the run's) */
+    qc_err_save(&es);
+    int rc = judge(arg, i, &L->v[i], &kv);
+    if (rc == QC_ESYS) {
+      qc_err_keep(&es);
+      return rc;
+    }
+    qc_err_restore(&es);
+    if (rc || kv.verdict == QC_V_PASS || !(sine(&kv) < 0.5 * sine(k)) || (*chosen >= 0 && !(sine(&kv) < sine(&best)))) continue;
+    qc_variant_name(&L->v[i], L->levels, kv.variant, sizeof kv.variant);
+    qc_variant_id(&L->v[i], kv.variant_id, sizeof kv.variant_id);
+    best = kv;
+    *chosen = i;
+  }
+  if (*chosen >= 0) *k = best;
+  return QC_OK;
+}
+
 /* |bias_z| of a check, 0 where the test was not made. */
 static double zabs(const qc_check *k) { return isfinite(k->m.bias_z) ? fabs(k->m.bias_z) : 0.0; }
 

@@ -113,4 +113,14 @@ typedef int (*qc_variant_judge_fn)(void *arg, int i, const qc_variant *v, qc_che
  * qualifies. QC_OK or QC_ESYS. */
 int qc_variants_judge(const qc_variants *L, qc_variant_judge_fn judge, void *arg, qc_check *k);
 
+/* A failed check k that no variant passes (after qc_variants_judge): judged
+ * against the variant the candidate lies closest to in direction (the
+ * largest |cosine|, which a constant factor or a sign flip leaves as it
+ * is), when that variant's sine is under half the contract reference's:
+ * the variant the correct code matches, so the check's metrics and its
+ * diagnosis measure the defect alone, not the legal roundings beside it.
+ * k is replaced (still failing, named), *chosen its index in L; else k
+ * stays and *chosen is -1. QC_OK or QC_ESYS. */
+int qc_variants_closest(const qc_variants *L, qc_variant_judge_fn judge, void *arg, qc_check *k, int *chosen);
+
 #endif
