@@ -72,7 +72,11 @@ except ImportError:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance"))
 
 BF16 = torch.bfloat16
-PLANTS = ("none", "o_proj_dx", "softcap_grad", "dskip_grad", "swiglu_gate_grad")
+# the GPU's measured arithmetic (rcp.approx, ceil(log2)) the vllm profile's
+# quantizers use: a copy of qatcheck's src/numerics/*_data.c shipped with the
+# scripts (tests/e2e/hf_models5.sh checks that the two agree)
+TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tables")
+PLANTS = ("none", "o_proj_dx", "softcap_grad", "dskip_grad", "swiglu_gate_grad", "qk_norm_dx", "route_scale_grad")
 
 
 def class_grads(qatcheck=None):
@@ -104,15 +108,33 @@ def class_grads(qatcheck=None):
                                "output of `qatcheck classes --json`), or set QATCHECK" % (", ".join(tried) or here))
 
 
-TESTED = "4.49."   # the release whose module code the instrumentation follows
+RELEASES = ("4.49", "5.23")   # the releases whose module code the instrumentation follows
+
+
+def release():
+    """The instrumentation path for the installed transformers: "5" (5.x:
+    5.23's module code), "4.49", or None (a release it does not follow)."""
+    v = transformers.__version__ if transformers is not None else ""
+    if v.startswith("4.49."):
+        return "4.49"
+    if v.split(".")[0] == "5":
+        return "5"
+    return None
 
 
 def need_transformers(other_version=False):
+    """transformers imported and a release followed; with other_version, an
+    unknown one is tried on the nearest path (5 for 5 and later, else 4.49),
+    and a piece that differs is named (check_structure) before any change."""
     if transformers is None:
-        raise ImportError("qatdump_hf needs transformers (4.49.0: scripts/install-deps.sh)")
-    if not other_version and not transformers.__version__.startswith(TESTED):
-        raise qatdump.QatDumpError("qatdump_hf follows transformers 4.49's module code; this is %s (pass "
-                                   "other_version=True to try it anyway)" % transformers.__version__)
+        raise ImportError("qatdump_hf needs transformers (5.x, or 4.49.0 under torch 1.13: scripts/install-deps.sh)")
+    if release() is None and not other_version:
+        raise qatdump.QatDumpError(
+            "qatdump_hf follows transformers 5.23's module code (any 5.x, checked piece by piece) and 4.49's; "
+            "this is %s, whose modules it does not know (4.50 to 4.57 moved the attention, the rope and the MoE "
+            "blocks between the two): install 5.x, or pass other_version=True (--other-version) to try it anyway"
+            % transformers.__version__)
+    return release() or ("5" if int(transformers.__version__.split(".")[0]) >= 5 else "4.49")
 
 
 class _Saved(torch.autograd.Function):
@@ -142,6 +164,7 @@ def dequant_weight(w, fmt, deployed=False):
     if fmt == "none":
         return w.detach().to(BF16), []
     import quant_oracle  # the independent oracle of the formats (scripts/conformance/)
+    quant_oracle.use_tables(TABLES)  # the measured tables shipped with the scripts, not the C sources
     t0 = time.perf_counter()
     wn = w.detach().float().cpu().numpy()
     fq = quant_oracle.fake_quant(fmt, "vllm", wn)
@@ -636,10 +659,12 @@ def _mamba2_forward(self, input_states, cache_params=None, cache_position=None, 
 
 # ---- the model zoo: tiny configs for the tests, realistic ones for a GPU ----
 
-def config_for(arch, size="tiny"):
-    need_transformers()
+def config_for(arch, size="tiny", other_version=False):
+    need_transformers(other_version)
     T = transformers
     tiny = size == "tiny"
+    if arch in NEW_ARCHS and release() != "5":
+        raise ValueError("--arch %s needs transformers 5 (this is %s)" % (arch, transformers.__version__))
     if arch == "llama":
         return T.LlamaConfig(vocab_size=96 if tiny else 32000, hidden_size=64 if tiny else 2048,
                              intermediate_size=96 if tiny else 5632, num_hidden_layers=2 if tiny else 4,
@@ -668,22 +693,58 @@ def config_for(arch, size="tiny"):
                               num_hidden_layers=2 if tiny else 4, num_heads=8 if tiny else 64,
                               head_dim=16 if tiny else 64, state_size=16 if tiny else 64, n_groups=1,
                               expand=2, chunk_size=4 if tiny else 128, conv_kernel=4, tie_word_embeddings=False)
-    raise ValueError("unknown architecture %r: one of llama, gemma2, qwen2_moe, mamba2" % arch)
+    if arch == "qwen3_moe":  # Qwen3-30B-A3B's shape, scaled down: qk-norm, 128 experts top 8 (tiny: 8, top 2)
+        return T.Qwen3MoeConfig(vocab_size=96 if tiny else 32000, hidden_size=64 if tiny else 2048,
+                                intermediate_size=96 if tiny else 6144, moe_intermediate_size=32 if tiny else 768,
+                                num_experts=8 if tiny else 32, num_experts_per_tok=2 if tiny else 8,
+                                num_hidden_layers=2 if tiny else 4, num_attention_heads=4 if tiny else 32,
+                                num_key_value_heads=2 if tiny else 4, head_dim=16 if tiny else 128,
+                                norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                rope_theta=1000000.0, tie_word_embeddings=False)
+    if arch == "gemma3":  # Gemma 3 text: qk-norm, sliding layers (local theta 1e4) and a global one (1e6)
+        return T.Gemma3TextConfig(vocab_size=96 if tiny else 32000, hidden_size=64 if tiny else 2048,
+                                  intermediate_size=96 if tiny else 8192, num_hidden_layers=3 if tiny else 6,
+                                  num_attention_heads=4 if tiny else 8, num_key_value_heads=2 if tiny else 4,
+                                  head_dim=16 if tiny else 256, sliding_window=5 if tiny else 512,
+                                  query_pre_attn_scalar=16 if tiny else 256, sliding_window_pattern=3 if tiny else 6,
+                                  tie_word_embeddings=True)
+    if arch == "deepseek_v3":  # MLA (q and kv LoRA, rope on 8 of 24 dims), noaux_tc router, shared experts
+        return T.DeepseekV3Config(vocab_size=96 if tiny else 32000, hidden_size=64 if tiny else 2048,
+                                  intermediate_size=96 if tiny else 5632, moe_intermediate_size=32 if tiny else 512,
+                                  num_hidden_layers=2 if tiny else 4, first_k_dense_replace=1,
+                                  num_attention_heads=4 if tiny else 16, num_key_value_heads=4 if tiny else 16,
+                                  q_lora_rank=48 if tiny else 768, kv_lora_rank=32 if tiny else 256,
+                                  qk_nope_head_dim=16 if tiny else 128, qk_rope_head_dim=8 if tiny else 64,
+                                  v_head_dim=16 if tiny else 128, n_routed_experts=8 if tiny else 64,
+                                  num_experts_per_tok=2 if tiny else 6, n_group=4 if tiny else 8,
+                                  topk_group=2 if tiny else 4, n_shared_experts=1, routed_scaling_factor=2.5,
+                                  norm_topk_prob=True, rope_interleave=True, tie_word_embeddings=False)
+    raise ValueError("unknown architecture %r: one of %s" % (arch, ", ".join(ARCHS)))
 
 
-def build(arch, size="tiny", seed=0, ngroups=None, rope_scaling=None):
-    need_transformers()
+ARCHS = ("llama", "gemma2", "qwen2_moe", "mamba2", "qwen3_moe", "gemma3", "deepseek_v3")
+NEW_ARCHS = ("qwen3_moe", "gemma3", "deepseek_v3")   # transformers 5 only
+
+
+def build(arch, size="tiny", seed=0, ngroups=None, rope_scaling=None, other_version=False):
+    need_transformers(other_version)
     torch.manual_seed(seed)
-    cfg = config_for(arch, size)
+    cfg = config_for(arch, size, other_version)
     if ngroups and arch == "mamba2":
         cfg.n_groups = ngroups
     if rope_scaling:
         if arch == "mamba2":
             raise ValueError("--rope-scaling: mamba2 has no rotary embedding")
-        cfg.rope_scaling = dict(rope_scaling)
-    cls = {"llama": transformers.LlamaForCausalLM, "gemma2": transformers.Gemma2ForCausalLM,
-           "qwen2_moe": transformers.Qwen2MoeForCausalLM, "mamba2": transformers.Mamba2ForCausalLM}[arch]
-    model = cls(cfg).float()
+        if release() == "5":  # 5.x reads config.rope_parameters
+            if arch == "gemma3":
+                raise ValueError("--rope-scaling: gemma3 has one rope per layer type (set its rope_parameters)")
+            cfg.rope_parameters = dict(rope_scaling, rope_theta=cfg.rope_parameters["rope_theta"])
+        else:
+            cfg.rope_scaling = dict(rope_scaling)
+    cls = {"llama": "LlamaForCausalLM", "gemma2": "Gemma2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+           "mamba2": "Mamba2ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gemma3": "Gemma3ForCausalLM",
+           "deepseek_v3": "DeepseekV3ForCausalLM"}[arch]
+    model = getattr(transformers, cls)(cfg).float()
     model.train()
     return model
 
@@ -696,25 +757,134 @@ def _is_norm(m):
 
 
 def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_linear=("lm_head", r"\.gate$"),
-               ssd_groups="tile", other_version=False, deployed=True):
+               ssd_groups=None, other_version=False, deployed=True):
     """Map every module of `model` that qatcheck has a class for; return the
     plan: {"modules": {name: class}, "not_mapped": [(name, why)], ...}.
     Linears named by keep_linear (regexes) run unquantized (weight_format
     none), as serving engines keep the head and the router. With deployed,
     each quantized linear's Function saves the bytes a serving engine holds
     (saved/weight_q, weight_scale, nvfp4's weight_global_scale), which vjp
-    compares byte for byte with its own quantizer."""
-    need_transformers(other_version)
-    from transformers.models.gemma2 import modeling_gemma2 as mg
-    from transformers.models.llama import modeling_llama as ml
-    from transformers.models.qwen2_moe import modeling_qwen2_moe as mq
+    compares byte for byte with its own quantizer. ssd_groups: Mamba2's
+    group map, None for the library's (4.49: tile; 5.x: interleave).
+    Under transformers 5 every piece changed is first checked against
+    5.23's module code (a release that differs is named, with what differs)."""
+    rel = need_transformers(other_version)
     if plant not in PLANTS:
         raise ValueError("unknown plant %r: one of %s" % (plant, ", ".join(PLANTS)))
     cfg = model.config
     arch = cfg.model_type
-    need = {"softcap_grad": "gemma2", "dskip_grad": "mamba2"}.get(plant)
-    if need and arch != need:
-        raise ValueError("plant %r applies to %s (a softcapped attention, a D skip), not to %s" % (plant, need, arch))
+    need = {"softcap_grad": ("gemma2",), "dskip_grad": ("mamba2",), "qk_norm_dx": ("qwen3_moe", "gemma3_text"),
+            "route_scale_grad": ("deepseek_v3",)}.get(plant)
+    if need and arch not in need:
+        raise ValueError("plant %r applies to %s, not to %s" % (plant, " and ".join(need), arch))
+    if rel == "5":
+        import qatdump_hf5 as H5
+        H5.H = sys.modules[__name__]
+        H5.check_structure(model)
+        return _instrument5(model, H5, fmt, plant, plant_layer, keep_linear, ssd_groups, deployed)
+    try:
+        return _instrument449(model, fmt, plant, plant_layer, keep_linear, ssd_groups or "tile", deployed)
+    except AttributeError as e:
+        if release() is not None:
+            raise
+        raise qatdump.QatDumpError("qatdump_hf follows transformers 4.49's module code (and 5.23's); this is %s, "
+                                   "where %s: the instrumentation does not apply" % (transformers.__version__, e))
+
+
+def _quantize_linears(model, fmt, keep_linear, deployed):
+    """every linear: the quantized forward, the trainer's backward"""
+    for name, m in list(model.named_modules()):
+        if type(m) is torch.nn.Linear:
+            _to_qc_linear(m, "none" if any(re.search(r, name) for r in keep_linear) else fmt, deployed)
+
+
+def _norm_module(m):
+    eps = getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6))
+    m.qatcheck_class = "rmsnorm"
+    m.qatcheck_contract = {"eps": float(eps)}
+    if type(m).__name__.startswith("Gemma"):
+        m.qatcheck_contract["zero_centered"] = True
+
+
+def _geglu_module(name, m, notes):
+    a = m.act_fn
+    if type(a).__name__ in ("PytorchGELUTanh", "GELUTanh") or getattr(a, "approximate", None) == "tanh":
+        a.qatcheck_class = "gelu"
+        a.qatcheck_contract = {"approximate": "tanh"}
+    notes.append((name + " (act_fn(gate) * up)", "the GeGLU product: no class for it (act_fn is dumped "
+                                               "as gelu, the linears as linear)"))
+
+
+def _instrument5(model, H5, fmt, plant, plant_layer, keep_linear, ssd_groups, deployed):
+    """transformers 5 (qatdump_hf5.py: 5.23's module code)."""
+    cfg = model.config
+    arch = cfg.model_type
+    notes = []
+    mod, attn_cls = H5.instrument5(model)  # the MoE blocks first
+    _quantize_linears(model, fmt, keep_linear, deployed)
+    for name, m in list(model.named_modules()):
+        tn = type(m).__name__
+        if _is_norm(m):
+            _norm_module(m)
+        elif tn.endswith("MLP") and hasattr(m, "act_fn") and hasattr(m, "gate_proj"):
+            if tn.startswith("Gemma"):
+                _geglu_module(name, m, notes)
+            else:
+                m.qc_swiglu = QcSwiGLU(m.act_fn)
+                m.forward = _mlp_forward.__get__(m)
+        elif attn_cls and tn == attn_cls:
+            H5.attention_module(m, cfg, mod, H5.rope_table(model, m))
+            _track_current(m)
+        elif tn == "Mamba2Mixer":
+            H5.mamba2_mixer(name, m, notes, ssd_groups)
+    if attn_cls:
+        ALL_ATTENTION_FUNCTIONS["qatcheck"] = H5._qc_attention_interface
+        H5._qc_mask_interface()
+        cfg._attn_implementation = "qatcheck"
+        H5._patch_rope(mod)
+    if arch == "gemma2" or (arch == "gemma3_text" and getattr(cfg, "final_logit_softcapping", None)):
+        notes.append(("lm_head (final_logit_softcapping)", "the final logit softcap: inline, no class (the capped "
+                                                           "logits are the logprob's input)"))
+    model.qc_logprob = QcLogprob()
+    for name, m in model.named_modules():  # the attention cores know their names (messages)
+        if isinstance(m, QcAttention):
+            m.qc_name = name
+    return _plant(model, notes, plant, plant_layer, H5)
+
+
+def _plant(model, notes, plant, plant_layer, H5=None):
+    """planted bugs, each in one module of layer plant_layer"""
+    arch = model.config.model_type
+    layers = [n for n, _ in model.named_modules() if re.fullmatch(r"(model|backbone)\.layers\.\d+", n)]
+    pl = layers[min(plant_layer, len(layers) - 1)] if layers else ""
+    planted = None
+    if plant == "o_proj_dx":
+        planted = pl + ".self_attn.o_proj" if arch != "mamba2" else pl + ".mixer.out_proj"
+    elif plant == "softcap_grad":
+        planted = pl + ".self_attn.qc_attn"
+    elif plant == "dskip_grad":
+        planted = pl + ".mixer.qc_ssd"
+    elif plant == "swiglu_gate_grad":
+        planted = pl + ".mlp.qc_swiglu"
+    elif plant == "qk_norm_dx":
+        planted = pl + ".self_attn.q_norm"
+        H5.plant_qk_norm(model.get_submodule(planted))
+    elif plant == "route_scale_grad":
+        planted = pl + ".mlp.router"
+    if planted:
+        model.get_submodule(planted).qc_plant = plant
+    return _plan(model, notes, planted)
+
+
+def _instrument449(model, fmt, plant, plant_layer, keep_linear, ssd_groups, deployed):
+    """transformers 4.49."""
+    from transformers.models.gemma2 import modeling_gemma2 as mg
+    from transformers.models.llama import modeling_llama as ml
+    from transformers.models.qwen2_moe import modeling_qwen2_moe as mq
+    cfg = model.config
+    arch = cfg.model_type
+    if arch not in ("llama", "gemma2", "qwen2_moe", "mamba2"):
+        raise qatdump.QatDumpError("qatdump_hf: %s needs transformers 5 (this is %s)" % (arch, transformers.__version__))
     notes = []
     table = _rope_table(model)  # a scaled RoPE: its frequencies go into the dump
     # the MoE blocks first (their linears are replaced by the stacked experts)
@@ -731,28 +901,16 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
                                            "block (max diff %.3g)" % (name, (ref - got).abs().max()))
             setattr(parent, name.rsplit(".", 1)[1], new)
             new.router.ids = new.experts.ids = None
-    # every linear: the quantized forward, the trainer's backward
-    for name, m in list(model.named_modules()):
-        if type(m) is torch.nn.Linear:
-            _to_qc_linear(m, "none" if any(re.search(r, name) for r in keep_linear) else fmt, deployed)
+    _quantize_linears(model, fmt, keep_linear, deployed)
     for name, m in list(model.named_modules()):
         tn = type(m).__name__
         if _is_norm(m):
-            eps = getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6))
-            m.qatcheck_class = "rmsnorm"
-            m.qatcheck_contract = {"eps": float(eps)}
-            if tn.startswith("Gemma"):
-                m.qatcheck_contract["zero_centered"] = True
+            _norm_module(m)
         elif tn in ("LlamaMLP", "Qwen2MoeMLP"):
             m.qc_swiglu = QcSwiGLU(m.act_fn)
             m.forward = _mlp_forward.__get__(m)
         elif tn == "Gemma2MLP":
-            a = m.act_fn
-            if type(a).__name__ == "PytorchGELUTanh":
-                a.qatcheck_class = "gelu"
-                a.qatcheck_contract = {"approximate": "tanh"}
-            notes.append((name + " (act_fn(gate) * up)", "the GeGLU product: no class for it (act_fn is dumped "
-                                                       "as gelu, the linears as linear)"))
+            _geglu_module(name, m, notes)
         elif isinstance(m, (ml.LlamaAttention, mg.Gemma2Attention)):
             tn = "LlamaAttention" if isinstance(m, ml.LlamaAttention) else "Gemma2Attention"
             eager = ml.eager_attention_forward if tn == "LlamaAttention" else mg.eager_attention_forward
@@ -798,23 +956,7 @@ def instrument(model, fmt="fp8_block128", plant="none", plant_layer=1, keep_line
         if not hasattr(mod.apply_rotary_pos_emb, "qc_orig"):
             mod.apply_rotary_pos_emb = _rope_patch(mod.apply_rotary_pos_emb)
     model.qc_logprob = QcLogprob()
-    # planted bugs, each in one module
-    layers = [n for n, _ in model.named_modules() if re.fullmatch(r"(model|backbone)\.layers\.\d+", n)]
-    pl = layers[min(plant_layer, len(layers) - 1)] if layers else ""
-    planted = None
-    if plant == "o_proj_dx":
-        planted = pl + ".self_attn.o_proj" if arch != "mamba2" else pl + ".mixer.out_proj"
-        model.get_submodule(planted).qc_plant = plant
-    elif plant == "softcap_grad":
-        planted = pl + ".self_attn.qc_attn"
-        model.get_submodule(planted).qc_plant = plant
-    elif plant == "dskip_grad":
-        planted = pl + ".mixer.qc_ssd"
-        model.get_submodule(planted).qc_plant = plant
-    elif plant == "swiglu_gate_grad":
-        planted = pl + ".mlp.qc_swiglu"
-        model.get_submodule(planted).qc_plant = plant
-    return _plan(model, notes, planted)
+    return _plant(model, notes, plant, plant_layer)
 
 
 def _plan(model, notes, planted):
@@ -928,8 +1070,9 @@ def write_case(plan, dump, path, name=None, qatcheck=None):
 def run_one(arch, plant, out, a):
     """Build, instrument, step, dump, write the case; print the summary."""
     os.makedirs(out, exist_ok=True)
-    model = build(arch, a.size, a.seed, a.ngroups, a.rope_scaling).to(a.device)
-    plan = instrument(model, a.format, plant, a.plant_layer, ssd_groups=a.ssd_groups, deployed=not a.no_deployed)
+    model = build(arch, a.size, a.seed, a.ngroups, a.rope_scaling, a.other_version).to(a.device)
+    plan = instrument(model, a.format, plant, a.plant_layer, ssd_groups=a.ssd_groups, deployed=not a.no_deployed,
+                      other_version=a.other_version)
     if a.dtype != "float32":
         # a bf16 model as from_pretrained(torch_dtype=...) makes it: every
         # parameter in bf16, the rotary inv_freq buffers kept in float32
@@ -962,8 +1105,8 @@ def run_one(arch, plant, out, a):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", required=True, nargs="+",
-                    help="llama, gemma2, qwen2_moe, mamba2, each optionally ARCH:PLANT (%s); with more than one, "
-                         "each goes to OUT/ARCH or OUT/ARCH_PLANT" % ", ".join(PLANTS[1:]))
+                    help="%s (the last three: transformers 5), each optionally ARCH:PLANT (%s); with more than "
+                         "one, each goes to OUT/ARCH or OUT/ARCH_PLANT" % (", ".join(ARCHS), ", ".join(PLANTS[1:])))
     ap.add_argument("--out", required=True, help="folder: step.h5, case.json, plan.json")
     ap.add_argument("--format", default="fp8_block128", choices=["fp8_block128", "nvfp4", "none"])
     ap.add_argument("--size", default="tiny", choices=["tiny", "gpu"])
@@ -980,9 +1123,11 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="the model's parameter dtype: float32 masters (the default) or a pure bf16 model, "
                          "every module computing in bf16 as the library does")
-    ap.add_argument("--ssd-groups", default="tile", choices=["tile", "interleave"],
-                    help="how Mamba2's heads read the B, C groups: tile (transformers 4.49's torch path, the "
-                         "default) or interleave (mamba_ssm's kernels)")
+    ap.add_argument("--ssd-groups", default=None, choices=["tile", "interleave"],
+                    help="how Mamba2's heads read the B, C groups: tile (transformers 4.49's torch path, its "
+                         "default) or interleave (mamba_ssm's kernels; transformers 5's torch path, its only one)")
+    ap.add_argument("--other-version", action="store_true",
+                    help="try a transformers release the instrumentation does not follow (it names what differs)")
     ap.add_argument("--rope-scaling", type=json.loads, default=None, metavar="JSON",
                     help="the config's rope_scaling, e.g. '{\"rope_type\": \"llama3\", \"factor\": 8, ...}' (Llama 3.1); "
                          "the dumped rope modules then carry the table's inv_freq and attention_scaling")
@@ -991,10 +1136,15 @@ def main(argv=None):
                          "the case's gradients (default: $QATCHECK_CLASSES, $QATCHECK, the qatcheck of this "
                          "script's repository, qatcheck on PATH)")
     a = ap.parse_args(argv)
-    if transformers is None or not transformers.__version__.startswith(TESTED):
-        print("skip: qatdump_hf needs transformers 4.49 for %s (%s; scripts/install-deps.sh installs 4.49.0)"
-              % (sys.executable, "not installed" if transformers is None else "found " + transformers.__version__))
+    if transformers is None:
+        print("skip: qatdump_hf needs transformers for %s (not installed; scripts/install-deps.sh)" % sys.executable)
         return 77
+    if release() is None and not a.other_version:
+        try:
+            need_transformers()
+        except qatdump.QatDumpError as e:
+            print("qatdump_hf: %s" % e, file=sys.stderr)
+            return 2
     try:  # before any model is built: a missing qatcheck is said at once
         class_grads(a.qatcheck)
     except qatdump.QatDumpError as e:
@@ -1004,9 +1154,9 @@ def main(argv=None):
     for item in a.arch:
         arch, _, plant = item.partition(":")
         plant = plant or a.plant
-        if arch not in ("llama", "gemma2", "qwen2_moe", "mamba2") or plant not in PLANTS:
-            ap.error("--arch %r: expected ARCH[:PLANT], ARCH one of llama, gemma2, qwen2_moe, mamba2, PLANT one "
-                     "of %s" % (item, ", ".join(PLANTS)))
+        if arch not in ARCHS or plant not in PLANTS:
+            ap.error("--arch %r: expected ARCH[:PLANT], ARCH one of %s, PLANT one of %s"
+                     % (item, ", ".join(ARCHS), ", ".join(PLANTS)))
         out = a.out if len(a.arch) == 1 else os.path.join(a.out, arch if plant == "none" else arch + "_" + plant)
         runs.append((arch, plant, out))
     for arch, plant, out in runs:

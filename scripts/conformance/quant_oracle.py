@@ -111,6 +111,27 @@ import os  # noqa: E402
 import sys  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 _TAB = {}
+# where the measured tables are read: the C data files qatcheck embeds
+# (src/numerics/NAME.c, what conformance compares against), or with
+# use_tables(DIR) a copy shipped beside the scripts (DIR/NAME.txt, the same
+# text: scripts/tables/, which a dumper run outside the source tree reads)
+_TABLES = [os.path.join(ROOT, "src", "numerics"), ".c"]
+
+
+def use_tables(folder):
+    """Read the measured tables from folder/NAME.txt (scripts/tables/)."""
+    if [folder, ".txt"] != _TABLES:
+        _TABLES[:] = [folder, ".txt"]
+        _TAB.clear()
+
+
+def _table_text(name):
+    path = os.path.join(_TABLES[0], name + _TABLES[1])
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise OSError("the measured table %s cannot be read (%s)" % (path, e.strerror))
 
 
 def _tables():
@@ -122,7 +143,7 @@ def _tables():
     import re
     import hashlib
     import tempfile
-    txt = open(ROOT + "/src/numerics/rcpa_data.c").read()
+    txt = _table_text("rcpa_data")
     cache = os.path.join(tempfile.gettempdir(), "qc_oracle_rcpa_%s.npy" % hashlib.sha1(txt.encode()).hexdigest()[:16])
     if os.path.exists(cache):
         delta = np.load(cache)
@@ -131,7 +152,7 @@ def _tables():
         k = int(re.search(r"qc_rcpa_rice_k = (\d+)u", txt).group(1))
         b64 = "".join(re.findall(r'"([A-Za-z0-9+/=]+)"', txt.split("qc_rcpa_rice_b64[] =", 1)[1]))
         bits = np.unpackbits(np.frombuffer(base64.b64decode(b64), np.uint8), bitorder="little").tolist()
-        sys.path.insert(0, os.path.join(ROOT, "scripts", "calibrate"))
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "calibrate"))
         import gen_tables  # the format's one decoder (Golomb-Rice gaps, then direction bits)
         pos, i = gen_tables.rice_decode(bits, nd, k)
         up = np.array(bits[i:i + nd])
@@ -140,7 +161,7 @@ def _tables():
         tmp = "%s.%d.npy" % (cache, os.getpid())
         np.save(tmp, delta)
         os.replace(tmp, cache)
-    ctxt = open(ROOT + "/src/numerics/ceil2log_data.c").read()
+    ctxt = _table_text("ceil2log_data")
     exc = np.array([int(v, 16) for v in re.findall(r"0x([0-9a-f]{8})u", ctxt)], np.uint32)
     _TAB.update(delta=delta.astype(np.int64), exc=np.sort(exc))
     return _TAB
