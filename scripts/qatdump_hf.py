@@ -21,7 +21,12 @@ or from the shell (--help lists the rest):
     scripts/qatdump_hf.py --arch llama [gemma2 qwen2_moe:PLANT ...] --out DIR
                           [--format fp8_block128|nvfp4|none] [--size tiny|gpu] [--device cpu|cuda]
 
-The mapping (transformers 4.49; what each class's contract is set from):
+Two releases are followed: transformers 5 (5.23's module code, any 5.x
+whose pieces match, checked first: qatdump_hf5.py; also Qwen3-MoE, Gemma 3,
+DeepSeek-V3) and 4.49 (Debian's torch 1.13). Another release is refused
+naming them (--other-version tries it, naming a piece that differs).
+
+The mapping (4.49's names; 5.x's in docs/models.md; what each class's contract is set from):
 
   nn.Linear                 linear: the serving engine's quantized forward (fake
                             quant of the master under --format, bf16 operands,
