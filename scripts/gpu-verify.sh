@@ -46,6 +46,9 @@
 #   hf_e2e         tests/e2e/hf_models.sh (CI's tiny whole models, clean and
 #                  planted) under this machine's torch and the bundle's
 #                  transformers 4.49.0: the dumper against another torch release
+#   hf_e2e5        tests/e2e/hf_models5.sh under this machine's own torch 2 and
+#                  transformers 5 (the dumper follows 5.23's module code: this
+#                  checks the machine's 5.x against it; exit 77 without them)
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
@@ -123,6 +126,7 @@ for c in $CHECKS; do
     cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
     hf_models) run hf_models hf_models ;;
     hf_e2e) run hf_e2e hf_e2e ;;
+    hf_e2e5) run hf_e2e5 sh tests/e2e/hf_models5.sh ;;
     hf_models_*_bf16) a=${c#hf_models_}; run "$c" hf_models --dtype bfloat16 "${a%_bf16}" ;; # the same in pure bf16
     hf_models_*) run "$c" hf_models "${c#hf_models_}" ;; # one architecture (a device call is 10 minutes at most)
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
