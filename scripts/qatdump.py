@@ -148,6 +148,10 @@ for _f in ("fp8_tensor", "fp8_channel", "fp8_block128", "fp8_block128_ue8m0"):
     _DEPLOYED[_f] = {"weight_q": "float8_e4m3fn"}
 
 
+# attention's saved O: its dtype, recorded as the contract's saved_out_dtype
+_OUT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
 def write_tensor(group, name, t, byte_dtype=None):
     """Write tensor t as dataset `name` of h5py group `group`, stored per the
     spec: native float64/32/16 and ints, bfloat16 as uint16 + dtype
@@ -908,6 +912,10 @@ class Dumper:
         contract = getattr(m, "qatcheck_contract", None)
         if getattr(rec, "bf16_compute", False) and "compute_dtype" not in (contract or {}):
             contract = dict(contract or {}, compute_dtype="bfloat16")  # observed at its forward
+        out = saveds.get("out") if rec.cls == "attention" else None
+        if out is not None and out.dtype in _OUT_DTYPES and "saved_out_dtype" not in (contract or {}):
+            # the dtype the backward reads O in for Delta = rowsum(dO * O) (docs/classes.md, attention)
+            contract = dict(contract or {}, saved_out_dtype=_OUT_DTYPES[out.dtype])
         if contract is not None:
             g.attrs["contract"] = json.dumps(contract)
         dys = {n: gs[gi] for n, gs in rec.grad_out.items()}

@@ -15,7 +15,11 @@
  *   P_ij   = exp(s_ij - LSE_i)                      lse_base = e
  *          = exp2(log2(e) s_ij - LSE_i)             lse_base = 2
  *          (no softcap: exp(c q_i.k_j - LSE_i), exp2(c log2(e) q_i.k_j - LSE_i))
- *   Delta_i = sum_d dO_id O_id
+ *   Delta_i = sum_d dO_id O_id, O as the backward holds it: in saved_out_dtype
+ *          (default: saved/out's own dtype), float32 products and sum, as
+ *          FlashAttention-2's dot_do_o and FlashAttention-3's
+ *          FlashAttnBwdPreprocess compute it from the bf16/fp16 output
+ *          (docs/classes.md, attention)
  *   dS_ij  = P_ij (dO_i.v_j - Delta_i)   [softcap: x (1 - tanh^2(c q_i.k_j / m))]
  *   d_q_i  = c sum_j dS_ij k_j;  d_k_j = c sum_i dS_ij q_i;  d_v_j = sum_i P_ij dO_i
  * d_k and d_v sum over the query heads sharing a kv head. float32
@@ -45,6 +49,8 @@ static const qc_key_spec attention_keys[] = {
     {"causal_offset", NULL, "0", "causal mask diagonal k: query i attends keys j <= i + k (0: the diagonal; a query left with "
      "no key outputs 0)"},
     {"softcap", NULL, "0", "logit soft-cap m: logits m tanh(c q.k / m) before the softmax (0: none)"},
+    {"saved_out_dtype", "float32|bfloat16|float16", NULL, "the dtype the backward reads O in for Delta = rowsum(dO * O) "
+     "(flash-attention, cuDNN: the forward's output dtype); default: the dtype saved/out is stored in"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors and sizes of an attention module. */
@@ -54,6 +60,7 @@ typedef struct {
   int causal, base2;
   int64_t window; /* W: keys i - W < j <= i (0: no window) */
   int64_t coff;   /* k: the causal mask's diagonal, keys j <= i + k */
+  qc_dtype odt;   /* O's dtype in Delta (saved_out_dtype): QC_F32, QC_BF16 or QC_F16 */
   double scale;
   double softcap; /* m: logits m tanh(s / m) (0: none) */
 } at_view;
@@ -135,6 +142,9 @@ static int at_view_get(const qc_module *m, at_view *a) {
       return qc_err("%s: 'saved/lse' is [%lld, %lld, %lld]: expected [B, Hq, S] = [%lld, %lld, %lld]", m->path,
                     (long long)a->lse->shape[0], (long long)a->lse->shape[1], (long long)a->lse->shape[2],
                     (long long)a->B, (long long)a->Hq, (long long)a->S);
+  const char *od = qc_contract_str(&m->contract, "saved_out_dtype", NULL);
+  a->odt = !od ? (a->o->dtype == QC_BF16 || a->o->dtype == QC_F16 ? a->o->dtype : QC_F32)
+           : strcmp(od, "bfloat16") == 0 ? QC_BF16 : strcmp(od, "float16") == 0 ? QC_F16 : QC_F32;
   return QC_OK;
 }
 
@@ -152,6 +162,8 @@ static int attention_flash(const qc_module *m, const qc_tensor *dy, qc_tset *gra
   float *dq, *dk, *dv;
   rc = QC_ESYS;
   if (!q || !k || !v || !o || !lse || !g) goto done;
+  for (int64_t i = 0; a.odt != QC_F32 && i < qc_numel(a.o); i++) /* O as the backward holds it */
+    o[i] = a.odt == QC_BF16 ? qc_round_bf16(o[i]) : qc_f16_to_f32(qc_f32_to_f16(o[i]));
   if ((rc = qc_mod_add(grads, "d_q", QC_F32, 4, a.q->shape, (void **)&dq))) goto done;
   if ((rc = qc_mod_add(grads, "d_k", QC_F32, 4, a.k->shape, (void **)&dk))) goto done;
   if ((rc = qc_mod_add(grads, "d_v", QC_F32, 4, a.v->shape, (void **)&dv))) goto done;

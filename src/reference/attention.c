@@ -17,8 +17,18 @@
  *   d_q_i = c sum_j dL/dr_ij k_j;  d_k_j += c dL/dr_ij q_i;  d_v_j += P_ij g_i
  * summed over every query head of a kv head's group. The saved out and lse
  * are required to be present and well-shaped (they belong to the module),
- * but never read: the reference recomputes the softmax, so a wrongly saved
+ * but not read: the reference recomputes the softmax, so a wrongly saved
  * O or LSE (base, scale, a stale forward) shows up as a gradient mismatch.
+ * One exception, O held in 16 bits: the flash backward's Delta_i =
+ * sum_d dO_id O_id reads O as the forward returned it (FlashAttention-2's
+ * dot_do_o, FlashAttention-3's FlashAttnBwdPreprocess: the bf16 or fp16
+ * output converted to float32), so under the contract's saved_out_dtype
+ * bfloat16 or float16 (default: the dtype saved/out is stored in) the
+ * softmax Jacobian's row term sum_l P_il dL/dP_il = dO_i.O_i takes O_i
+ * rounded to that dtype: the reference's own O, rounded to nearest, or
+ * the saved O's value where that is the other of the two dtype values
+ * around the exact O (a float32 O a few ulps off rounds to either); any
+ * other saved value is not used, so an O further off still fails.
  * The terms' scale (ctx->terms): the same chain over the terms'
  * magnitudes, P_ij from the forward: |dL/dP_ij| -> sum_d |g_i||v_j|, the
  * row's sum_l P_il |dL/dP_il| added, not subtracted, and P_ij's own error:
@@ -32,6 +42,7 @@
  * part, as a k_proj bias: sum_j dL/ds_ij = 0 cancels it) keeps the scale
  * of the common part's terms. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +50,8 @@
 #include "model/module.h"
 #include "reference/ref_classes.h"
 #include "core/qc.h"
+#include "numerics/formats.h"
+#include "numerics/metrics.h"
 #include "reference/ref_util.h"
 
 /* 1 when a [4 dims] has shape s [4]. */
@@ -63,6 +76,60 @@ static int need_qkv(const qc_module *m, const qc_tensor **qt, const qc_tensor **
     return qc_err("%s: 'inputs/v': expected [%lld, %lld, %lld, Dv]: the shape of 'inputs/k' but for its head_dim", m->path,
                   (long long)B, (long long)Hkv, (long long)S);
   return QC_OK;
+}
+
+/* The dtype the backward holds O in for Delta: the contract's
+ * saved_out_dtype, else the dtype saved/out ot is stored in (bfloat16,
+ * float16; anything else float32). QC_OK, or QC_EINPUT for another value. */
+static int out_dtype(const qc_module *m, const qc_tensor *ot, qc_dtype *odt) {
+  const char *s = qc_contract_str(&m->contract, "saved_out_dtype", NULL);
+  if (!s) {
+    *odt = ot->dtype == QC_BF16 || ot->dtype == QC_F16 ? ot->dtype : QC_F32;
+    return QC_OK;
+  }
+  if (strcmp(s, "float32") == 0) *odt = QC_F32;
+  else if (strcmp(s, "bfloat16") == 0) *odt = QC_BF16;
+  else if (strcmp(s, "float16") == 0) *odt = QC_F16;
+  else return qc_err("%s: contract key 'saved_out_dtype' = '%s': expected float32, bfloat16 or float16", m->path, s);
+  return QC_OK;
+}
+
+/* The value of dt (bfloat16 or float16) next to r (a value of dt) on x's
+ * side: the other end of the interval of dt values that brackets x. */
+static double neighbour(double x, double r, qc_dtype dt) {
+  const float rf = (float)r;
+  const int up = (x > r) == (rf > 0 || (rf == 0 && x > 0)); /* away from zero */
+  if (dt == QC_BF16) {
+    uint32_t u;
+    memcpy(&u, &rf, sizeof u);
+    if (rf == 0) u = (x < 0 ? 0x80000000u : 0u) | 0x10000u;
+    else u = up ? u + 0x10000u : u - 0x10000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  uint16_t h = qc_f32_to_f16(rf);
+  if (rf == 0) h = (uint16_t)((x < 0 ? 0x8000u : 0u) | 1u);
+  else h = (uint16_t)(up ? h + 1u : h - 1u);
+  return qc_f16_to_f32(h);
+}
+
+/* Delta_i = sum_d dO_id O~_id, O~ the row's O held in dt: O_i = sum_j
+ * P_ij v_j (P [lo, n) normalized; v [S, Dv]) rounded to dt, or the saved
+ * O's value so [Dv] where that is the other dt value bracketing O_id (a
+ * float32 O a few ulps from the exact one rounds to either: a faithful
+ * rounding). g [Dv]: dO_i. */
+static double delta_rounded(const double *P, const double *v, const double *g, const double *so, int64_t lo, int64_t n,
+                            int64_t Dv, qc_dtype dt) {
+  double pd = 0;
+  for (int64_t d = 0; d < Dv; d++) {
+    double o = 0;
+    for (int64_t j = lo; j < n; j++) o += P[j] * v[j * Dv + d];
+    double r = qc_round_to(o, dt);
+    if (so[d] != r && r != o && so[d] == neighbour(o, r, dt)) r = so[d];
+    pd += g[d] * r;
+  }
+  return pd;
 }
 
 /* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k [B, Hkv,
@@ -101,10 +168,13 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
   if (strcmp(base, "e") != 0 && strcmp(base, "2") != 0)
     return qc_err("%s: contract key 'lse_base' = '%s': expected e or 2", m->path, base);
   const int64_t grp = Hq / Hkv;
-  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *T = NULL, *Wt = NULL, *Pa = NULL, *dq, *dk, *dv;
+  qc_dtype odt = QC_F32;
+  if ((rc = out_dtype(m, ot, &odt))) return rc;
+  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *T = NULL, *Wt = NULL, *Pa = NULL, *O = NULL, *dq, *dk, *dv;
   rc = QC_ESYS;
   if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
-      !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")))
+      !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")) ||
+      (odt != QC_F32 && !ab && !(O = qc_refu_load(ot, "reference attention saved out"))))
     goto done;
   if (!(P = qc_malloc((size_t)S * sizeof *P, "reference softmax row")) ||
       !(dP = qc_malloc((size_t)S * sizeof *dP, "reference dL/dP row")) ||
@@ -160,6 +230,8 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
             Wt[j] += fabs(mx);
           }
         }
+        if (O) /* Delta from O held in odt (file comment) */
+          pd = delta_rounded(P, v, g + i * Dv, O + ((b * Hq + h) * S + i) * Dv, lo, n, Dv, odt);
         if (ab) { /* the terms' scale (file comment) */
           for (int64_t j = lo; j < n; j++) {
             const double dsa = P[j] * (Pa[j] + pda + Wt[j] * fabs(dP[j] - pd)) * fabs(T[j]);
@@ -183,7 +255,7 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
     }
   rc = QC_OK;
 done:
-  free(Q); free(K); free(V); free(G); free(P); free(dP); free(T); free(Wt); free(Pa);
+  free(Q); free(K); free(V); free(G); free(P); free(dP); free(T); free(Wt); free(Pa); free(O);
   return rc;
 }
 
