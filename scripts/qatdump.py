@@ -14,7 +14,8 @@ Per selected module the dump holds (docs/interfaces.md section 2):
   inputs/<x>          what the forward received (as it received it)
   params/<name>       the master parameters, as they were at the forward
   saved/<name>        tensors the module's autograd Function saved, when the
-                      module names them (attribute `qatcheck_saved`)
+                      module names them (attribute `qatcheck_saved`, one
+                      name a saved tensor in order; None leaves it out)
   outputs/<y>         the visible forward output
   grad_out/<dy>       the dY its backward received, in the dtype it received
   grads/<dy>/d_<n>    the gradients its production backward produced: input
@@ -654,6 +655,14 @@ class Dumper:
     @staticmethod
     def _keep_saved(rec, into, st, saved_names):
         for name, t in zip(saved_names, st):
+            if name is None:  # a position the module leaves out of the dump
+                continue
+            if not isinstance(name, str) or not name or "/" in name:
+                raise QatDumpError("module '%s': qatcheck_saved entry %r: expected a dataset name (a string without "
+                                   "'/') or None to leave that saved tensor out" % (rec.name, name))
+            if t is None:
+                rec.not_captured.append("saved %s: the Function saved None there" % name)
+                continue
             into[name] = t.detach().clone()
         if len(st) != len(saved_names):
             rec.not_captured.append("saved: %d tensor(s) saved, %d named by qatcheck_saved (the extra "

@@ -14,6 +14,7 @@
 #include "engine/forward_priv.h"
 #include "engine/variants.h"
 #include "numerics/decode.h"
+#include "numerics/formats.h"
 #include "numerics/metrics.h"
 
 /* Derive y's tolerance from model tm at the judged dtype, set the bias
@@ -284,14 +285,75 @@ done:
   return rc;
 }
 
+/* x rounded to dt, the saved copy's element type (a float8 copy as CUDA's
+ * saturating cast); x itself for a wider or non-float type. */
+static double copy_round(double x, qc_dtype dt) {
+  if (dt == QC_E4M3) return qc_e4m3_to_f32(qc_f32_to_e4m3((float)x));
+  if (dt == QC_E5M2) return qc_e5m2_to_f32(qc_f32_to_e5m2((float)x));
+  return dt == QC_BF16 || dt == QC_F16 || dt == QC_F32 ? qc_round_to(x, dt) : x;
+}
+
+/* Saved tensor t of m, a copy of input x (qc_module_saved_copy): each value
+ * is x's, or x's rounded to t's element type (a bf16 or float8 copy; a
+ * float8 value beyond the format's range may be its Inf or NaN, as torch's
+ * cast gives); anything else is a stale or mismatched copy, which the
+ * backward reads in place of the input: a failed check naming the
+ * dataset, the count and the first index. Another shape than x's, or a
+ * packed or scale type, cannot be compared: QC_EINPUT. */
+static int copy_check(qc_audit *a, const qc_module *m, const qc_tensor *t, const qc_tensor *x) {
+  char s1[64], s2[64];
+  if (t->ndim != x->ndim || qc_numel(t) != qc_numel(x) || memcmp(t->shape, x->shape, (size_t)t->ndim * sizeof *t->shape)) {
+    qc_hint("a saved copy of an input is compared with it element by element: save it in the input's layout, or name "
+            "None for it in qatcheck_saved (docs/qatdump.md)");
+    return qc_err("%s: saved/%s is %s but inputs/%s is %s: as a saved copy of the input it must have its shape", m->path,
+                  t->name, qc_shape_str(t->ndim, t->shape, s1, sizeof s1), x->name,
+                  qc_shape_str(x->ndim, x->shape, s2, sizeof s2));
+  }
+  if (t->dtype == QC_E2M1X2 || t->dtype == QC_E8M0)
+    return qc_err("%s: saved/%s has dtype %s: a saved copy of inputs/%s holds one value an element, as the input does "
+                  "(float32, bfloat16, float16, float8 or the input's own type)", m->path, t->name,
+                  qc_dtype_name(t->dtype), x->name);
+  const int64_t n = qc_numel(t);
+  double *sv = qc_malloc((size_t)n * sizeof *sv, "saved copy"), *xv = qc_malloc((size_t)n * sizeof *xv, "saved copy's input");
+  int rc = QC_ESYS;
+  if (!sv || !xv || (rc = qc_tensor_to_f64(t, sv)) || (rc = qc_tensor_to_f64(x, xv))) goto done;
+  const double big = t->dtype == QC_E4M3 ? 448.0 : t->dtype == QC_E5M2 ? 57344.0 : INFINITY;
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; i++) {
+    const double s = sv[i], v = xv[i];
+    if (s == v || (isnan(s) && isnan(v)) || s == copy_round(v, t->dtype) || (!isfinite(s) && fabs(v) > big)) continue;
+    if (first < 0) first = i;
+    bad++;
+  }
+  rc = QC_OK;
+  if (!bad) {
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: saved/%s is a copy of inputs/%s (%s)\n", m->path, t->name, x->name,
+                            qc_dtype_name(t->dtype));
+    goto done;
+  }
+  char idx[160], why[480];
+  index_str(t, first, idx, sizeof idx);
+  char rnd[48] = "";
+  if (t->dtype != x->dtype) snprintf(rnd, sizeof rnd, " and from their rounding to %s", qc_dtype_name(t->dtype));
+  snprintf(why, sizeof why, "saved/%s is not a copy of inputs/%s: %lld of %lld values differ from the input's%s, the first "
+           "at %s (%.9g saved, %.9g in the input): a stale or mismatched copy, which the backward reads in place of the "
+           "input", t->name, x->name, (long long)bad, (long long)n, rnd, idx, sv[first], xv[first]);
+  rc = saved_failed(a, m, t, why);
+done:
+  free(sv);
+  free(xv);
+  return rc;
+}
+
 int qc_forward_check(qc_audit *a, const qc_module *m) {
   int rc = output_check(a, m);
   if (rc) return rc;
   const qc_registry_row *row = qc_registry_find(m->cls->name);
   if (!row || a->cs->data == QC_DATA_GENERATE) return QC_OK; /* a generator's saved tensors are qatcheck's own forward */
   for (int i = 0; i < m->saved.n && !rc; i++) {
-    const qc_tensor *t = &m->saved.t[i];
-    if (t->dtype == QC_F64 || t->dtype == QC_F32 || t->dtype == QC_F16 || t->dtype == QC_BF16) rc = saved_check(a, m, row, t);
+    const qc_tensor *t = &m->saved.t[i], *x = qc_module_saved_copy(m, t->name);
+    if (x) rc = copy_check(a, m, t, x);
+    else if (t->dtype == QC_F64 || t->dtype == QC_F32 || t->dtype == QC_F16 || t->dtype == QC_BF16) rc = saved_check(a, m, row, t);
   }
   return rc;
 }

@@ -92,6 +92,18 @@ static int has_word(const char *list, const char *word) {
   return 0;
 }
 
+const qc_tensor *qc_module_saved_copy(const qc_module *m, const char *name) {
+  char word[QC_NAMELEN + 16];
+  snprintf(word, sizeof word, "saved/%s", name);
+  if (!m->cls || has_word(m->cls->tensors, word)) return NULL; /* the class's own saved tensor */
+  for (int j = 0; j < m->inputs.n; j++) {
+    const char *x = m->inputs.t[j].name;
+    const size_t n = strlen(x);
+    if (strcmp(name, x) == 0 || (strncmp(name, x, n) == 0 && strcmp(name + n, "_saved") == 0)) return &m->inputs.t[j];
+  }
+  return NULL;
+}
+
 /* The class's declared tensors as "inputs/x, params/weight" into buf[n]. */
 static void takes_list(const qc_class *c, char *buf, size_t n) {
   size_t l = 0;
@@ -114,11 +126,12 @@ int qc_module_check_known(const qc_module *m, const char *where) {
   for (int r = 0; r < 4; r++)
     for (int i = 0; i < sets[r]->n; i++) {
       snprintf(word, sizeof word, "%s/%s", roles[r], sets[r]->t[i].name);
-      if (has_word(c->tensors, word)) continue;
+      if (has_word(c->tensors, word) || (r == 2 && qc_module_saved_copy(m, sets[r]->t[i].name))) continue;
       takes_list(c, takes, sizeof takes);
       qc_hint("model it in class '%s' (src/modules/%s.c and its reference), or leave it out of the dump", c->name, c->name);
       return qc_err("%s: dataset '%s' is not modelled by class '%s' (judging without it could pass a wrong gradient): "
-                    "the class takes %s, and any name under grad_out/",
+                    "the class takes %s, any name under grad_out/, and saved copies of its inputs (saved/<input> or "
+                    "saved/<input>_saved)",
                     where, word, c->name, takes);
     }
   for (int i = 0; i < m->outputs.n; i++) { /* the forward check reads outputs/ as floats: anything else would go unjudged */

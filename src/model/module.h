@@ -361,7 +361,8 @@ int qc_module_need(const qc_module *m, const char *role, const char *name, int m
  * inv_freq), which they leave as stored. */
 int qc_module_input_grad(const qc_module *m, const char *name);
 /* Refuse what m's class does not model: a dataset of inputs/, params/,
- * saved/ or outputs/ not named in m->cls->tensors, and a candidate
+ * saved/ or outputs/ not named in m->cls->tensors (but a saved copy of an
+ * input, qc_module_saved_copy), and a candidate
  * gradient (m->cand, when loaded) that is not d_<name> of one of the
  * class's `grads` whose tensor <name> m holds; an outputs/ dataset that
  * is not of a float dtype (int32, packed float4: the forward check could
@@ -376,6 +377,13 @@ int qc_module_check_known(const qc_module *m, const char *where);
  * (declared, derived, per module): the reference, which is all an explicit
  * tolerance needs, reads only what the math uses. */
 int qc_module_validate(const qc_module *m, const char *where);
+/* The input of m that saved tensor `name` is a copy of: saved/<x> or
+ * saved/<x>_saved with inputs/<x> one of m's inputs (a Function that
+ * saves q, k, v beside its own results), unless the class models
+ * saved/<name> itself; NULL otherwise. Such a copy is not refused by
+ * qc_module_check_known; the forward check (engine/forward.c) compares it
+ * with the input, exactly or as its rounding to the copy's dtype. */
+const qc_tensor *qc_module_saved_copy(const qc_module *m, const char *name);
 /* Check that dY holds `numel` elements laid out as `want` describes
  * ("[tokens, features]"), with `last` as its last dimension when last > 0
  * (so a transposed dY of the same size is refused, not misread); QC_EINPUT
