@@ -128,7 +128,8 @@ int qc_module_check_known(const qc_module *m, const char *where) {
       snprintf(word, sizeof word, "%s/%s", roles[r], sets[r]->t[i].name);
       if (has_word(c->tensors, word) || (r == 2 && qc_module_saved_copy(m, sets[r]->t[i].name))) continue;
       takes_list(c, takes, sizeof takes);
-      qc_hint("model it in class '%s' (src/modules/%s.c and its reference), or leave it out of the dump", c->name, c->name);
+      qc_hint("model it in class '%s' (src/modules/%s.c and its reference), or leave it out of the dump (a saved tensor: None "
+              "in the module's qatcheck_saved, docs/qatdump.md)", c->name, c->name);
       return qc_err("%s: dataset '%s' is not modelled by class '%s' (judging without it could pass a wrong gradient): "
                     "the class takes %s, any name under grad_out/, and saved copies of its inputs (saved/<input> or "
                     "saved/<input>_saved)",

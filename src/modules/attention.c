@@ -16,7 +16,7 @@
  *          = exp2(log2(e) s_ij - LSE_i)             lse_base = 2
  *          (no softcap: exp(c q_i.k_j - LSE_i), exp2(c log2(e) q_i.k_j - LSE_i))
  *   Delta_i = sum_d dO_id O_id, O as the backward holds it: in saved_out_dtype
- *          (default: saved/out's own dtype), float32 products and sum, as
+ *          (auto: saved/out's own dtype), float32 products and sum, as
  *          FlashAttention-2's dot_do_o and FlashAttention-3's
  *          FlashAttnBwdPreprocess compute it from the bf16/fp16 output
  *          (docs/classes.md, attention)
@@ -49,8 +49,8 @@ static const qc_key_spec attention_keys[] = {
     {"causal_offset", NULL, "0", "causal mask diagonal k: query i attends keys j <= i + k (0: the diagonal; a query left with "
      "no key outputs 0)"},
     {"softcap", NULL, "0", "logit soft-cap m: logits m tanh(c q.k / m) before the softmax (0: none)"},
-    {"saved_out_dtype", "float32|bfloat16|float16", NULL, "the dtype the backward reads O in for Delta = rowsum(dO * O) "
-     "(flash-attention, cuDNN: the forward's output dtype); default: the dtype saved/out is stored in"},
+    {"saved_out_dtype", "auto|float32|bfloat16|float16", "auto", "the dtype the backward reads O in for Delta = rowsum(dO * "
+     "O) (flash-attention, cuDNN: the forward's output dtype); auto: the dtype saved/out is stored in"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors and sizes of an attention module. */
@@ -142,8 +142,8 @@ static int at_view_get(const qc_module *m, at_view *a) {
       return qc_err("%s: 'saved/lse' is [%lld, %lld, %lld]: expected [B, Hq, S] = [%lld, %lld, %lld]", m->path,
                     (long long)a->lse->shape[0], (long long)a->lse->shape[1], (long long)a->lse->shape[2],
                     (long long)a->B, (long long)a->Hq, (long long)a->S);
-  const char *od = qc_contract_str(&m->contract, "saved_out_dtype", NULL);
-  a->odt = !od ? (a->o->dtype == QC_BF16 || a->o->dtype == QC_F16 ? a->o->dtype : QC_F32)
+  const char *od = qc_contract_str(&m->contract, "saved_out_dtype", "auto");
+  a->odt = strcmp(od, "auto") == 0 ? (a->o->dtype == QC_BF16 || a->o->dtype == QC_F16 ? a->o->dtype : QC_F32)
            : strcmp(od, "bfloat16") == 0 ? QC_BF16 : strcmp(od, "float16") == 0 ? QC_F16 : QC_F32;
   return QC_OK;
 }

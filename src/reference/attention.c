@@ -23,7 +23,7 @@
  * sum_d dO_id O_id reads O as the forward returned it (FlashAttention-2's
  * dot_do_o, FlashAttention-3's FlashAttnBwdPreprocess: the bf16 or fp16
  * output converted to float32), so under the contract's saved_out_dtype
- * bfloat16 or float16 (default: the dtype saved/out is stored in) the
+ * bfloat16 or float16 (auto, the default: the dtype saved/out is stored in) the
  * softmax Jacobian's row term sum_l P_il dL/dP_il = dO_i.O_i takes O_i
  * rounded to that dtype: the reference's own O, rounded to nearest, or
  * the saved O's value where that is the other of the two dtype values
@@ -79,18 +79,18 @@ static int need_qkv(const qc_module *m, const qc_tensor **qt, const qc_tensor **
 }
 
 /* The dtype the backward holds O in for Delta: the contract's
- * saved_out_dtype, else the dtype saved/out ot is stored in (bfloat16,
- * float16; anything else float32). QC_OK, or QC_EINPUT for another value. */
+ * saved_out_dtype, or under auto (its default) the dtype saved/out ot is
+ * stored in (bfloat16, float16; anything else float32). QC_OK, or QC_EINPUT for another value. */
 static int out_dtype(const qc_module *m, const qc_tensor *ot, qc_dtype *odt) {
-  const char *s = qc_contract_str(&m->contract, "saved_out_dtype", NULL);
-  if (!s) {
+  const char *s = qc_contract_str(&m->contract, "saved_out_dtype", "auto");
+  if (strcmp(s, "auto") == 0) {
     *odt = ot->dtype == QC_BF16 || ot->dtype == QC_F16 ? ot->dtype : QC_F32;
     return QC_OK;
   }
   if (strcmp(s, "float32") == 0) *odt = QC_F32;
   else if (strcmp(s, "bfloat16") == 0) *odt = QC_BF16;
   else if (strcmp(s, "float16") == 0) *odt = QC_F16;
-  else return qc_err("%s: contract key 'saved_out_dtype' = '%s': expected float32, bfloat16 or float16", m->path, s);
+  else return qc_err("%s: contract key 'saved_out_dtype' = '%s': expected auto, float32, bfloat16 or float16", m->path, s);
   return QC_OK;
 }
 
