@@ -3,10 +3,11 @@
  * the class (its production VJP, keys, generator, error model, coverage
  * facts and optional fast path: `qc_class_<name>`, src/modules/<name>.c)
  * with its independent reference (`qc_reference_<name>`,
- * src/reference/<name>.c: its VJP, and optionally its forward and the
- * saved tensors it recomputes). Adding a class adds one line here; the line
- * declares both objects itself (QC_CLASS_DECLARE, QC_REFERENCE_DECLARE:
- * the macros of the layers that define them), so no header lists classes.
+ * src/reference/<name>.c: its VJP, and optionally its forward, the
+ * saved tensors it recomputes and the saved selections it judges).
+ * Adding a class adds one line here; the line declares both objects
+ * itself (QC_CLASS_DECLARE, QC_REFERENCE_DECLARE: the macros of the layers
+ * that define them), so no header lists classes.
  *
  * This layer sits above modules/ and reference/ (it names both) and below
  * engine/: the lookups stay the model's (qc_registry_find in model/module.h,
@@ -57,6 +58,8 @@ __attribute__((constructor)) static void registry_install(void) {
                                   .fast = g_lines[i].cls->fast,
                                   .forward = g_lines[i].ref->forward,
                                   .terms = g_lines[i].ref->terms,
-                                  .saved = g_lines[i].ref->saved};
+                                  .saved = g_lines[i].ref->saved,
+                                  .select = g_lines[i].ref->select,
+                                  .selected = g_lines[i].ref->selected};
   qc_registry_install(g_rows, NLINES);
 }

@@ -159,6 +159,7 @@ static cJSON *class_json(const qc_registry_row *r) {
   cJSON_AddBoolToObject(o, "fast_path", r->fast != NULL);
   cJSON_AddBoolToObject(o, "reference_forward", r->forward != NULL);
   cJSON_AddBoolToObject(o, "reference_terms", r->terms != 0);
+  cJSON_AddItemToObject(o, "selections", words_json(r->select ? r->selected : NULL));
   return o;
 }
 
@@ -203,6 +204,10 @@ static void class_text(const qc_registry_row *r) {
   line("shape", k->shape_help);
   line("fd", k->forward ? (k->fd_shape ? k->fd_shape : "the class's default shape") : "none (no float64 forward)");
   line("not checked", k->not_checked);
+  if (r->select && r->selected) {
+    snprintf(b, sizeof b, "saved/%s: judged against the selection the contract defines", r->selected);
+    line("selections", b);
+  }
   int first = 1;
   for (int c = 0; c < QC_COV_COUNT; c++) {
     if (!qc_coverage[c].per_class || !qc_cov_class_item(k, c)) continue;

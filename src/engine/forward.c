@@ -354,6 +354,7 @@ int qc_forward_check(qc_audit *a, const qc_module *m) {
     const qc_tensor *t = &m->saved.t[i], *x = qc_module_saved_copy(m, t->name);
     if (x) rc = copy_check(a, m, t, x);
     else if (t->dtype == QC_F64 || t->dtype == QC_F32 || t->dtype == QC_F16 || t->dtype == QC_BF16) rc = saved_check(a, m, row, t);
+    else if (row->select) rc = qc_fwd_select_check(a, m, row, t); /* QC_NA inside: not a selection it judges */
   }
   return rc;
 }

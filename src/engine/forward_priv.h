@@ -5,6 +5,7 @@
 #ifndef QC_FORWARD_PRIV_H
 #define QC_FORWARD_PRIV_H
 
+#include "engine/audit.h"
 #include "model/module.h"
 
 /* The forward the contract defines of m into *r (float64) with its error
@@ -22,5 +23,13 @@ int qc_fwd_reference(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd, q
  * default one above where it leaves tm->k 0. QC_NA: not one fn recomputes. */
 int qc_fwd_saved(const qc_ctx *ctx, const qc_module *m, qc_saved_ref_fn fn, const char *name, qc_tensor *r,
                  qc_tol_model *tm);
+
+/* Saved selection t of m (integer ids; its name one of row->selected)
+ * judged by the class's reference (row->select) into a check of a->res:
+ * tensor saved/<name>, dY "forward", kind "selection", no metrics; it
+ * fails when any row selects otherwise than the contract, naming how many
+ * and the first, and says how many rows were ambiguous (taken either
+ * way). QC_OK, or the reference's error. */
+int qc_fwd_select_check(qc_audit *a, const qc_module *m, const qc_registry_row *row, const qc_tensor *t);
 
 #endif

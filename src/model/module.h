@@ -305,12 +305,35 @@ typedef int (*qc_fwd_ref_fn)(const qc_ctx *ctx, const qc_module *m, qc_tensor *y
  * class does not recompute that one), or an error. */
 typedef int (*qc_saved_ref_fn)(const qc_ctx *ctx, const qc_module *m, const char *name, qc_tensor *r, qc_tol_model *tm);
 
+/* A discrete saved tensor (integer ids: router's saved/topk_ids) judged
+ * against the selection the contract defines, recomputed from the math in
+ * float64. A row (token) whose saved selection no admissible selection
+ * equals differs; a row with more than one admissible selection (a
+ * near-tie within the precision of the dumped inputs, or an exact tie the
+ * contract's tie rule leaves open) is ambiguous and any of them is taken. */
+typedef struct qc_select_result {
+  const char *unit;            /* what a row is, plural ("tokens"; NULL: "rows") */
+  int64_t rows;                /* rows judged */
+  int64_t differ;              /* rows whose saved selection the contract cannot give */
+  int64_t first;               /* the first of them (-1: none) */
+  int64_t ambiguous;           /* rows with more than one admissible selection */
+  char first_says[320];        /* the first differing row in words: its saved ids and the contract's */
+  char rule[256];              /* the selection recomputed, in words ("top-8 of sigmoid + bias, 4 of 8 groups") */
+} qc_select_result;
+
+/* Saved tensor `name` of m judged as a selection (qc_select_result) into
+ * *r. QC_OK, QC_NA (not one the class judges), or an error (QC_EINPUT
+ * naming what is wrong with the module). */
+typedef int (*qc_select_ref_fn)(const qc_ctx *ctx, const qc_module *m, const char *name, qc_select_result *r);
+
 /* A class's independent reference, as src/reference/<name>.c exports it
  * (qc_reference_<name>, its only global symbol). */
 typedef struct qc_reference {
   qc_vjp_fn vjp;               /* the float64 VJP, from the math */
   qc_fwd_ref_fn forward;       /* optional: the forward the contract defines (NULL: none) */
   qc_saved_ref_fn saved;       /* optional: the saved tensors it recomputes (NULL: none) */
+  qc_select_ref_fn select;     /* optional: the saved selections it judges (NULL: none) */
+  const char *selected;        /* their names, space-separated ("topk_ids"; NULL: none) */
   int terms;                   /* 1: vjp honors qc_ctx.terms (the terms' scale of every gradient whose
                                   class model leaves qc_tol_model.terms at 0) */
 } qc_reference;
@@ -329,6 +352,9 @@ typedef struct qc_registry_row {
                                   gradient whose class model leaves qc_tol_model.terms at 0) */
   qc_saved_ref_fn saved;       /* NULL, or src/reference/<name>.c: the saved tensors it recomputes,
                                   each judged against the dump's (engine/forward.c) */
+  qc_select_ref_fn select;     /* NULL, or src/reference/<name>.c: the saved selections it judges
+                                  (engine/forward_select.c) */
+  const char *selected;        /* their names, space-separated (NULL: none) */
 } qc_registry_row;
 
 /* The class table is src/classes/registry.c's, installed when the program

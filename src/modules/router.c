@@ -34,7 +34,11 @@ static const qc_key_spec router_keys[] = {
     {"norm_eps", NULL, "1e-20", "added to the selected weights' sum when normalize = yes"},
     {"route_scale", NULL, "1", "constant factor on the routing weights (DeepSeek-V3's routed_scaling_factor)"},
     {"n_group", NULL, "1", "expert groups for group-limited top-k (DeepSeek-V3's noaux_tc): E/n_group consecutive experts each"},
-    {"topk_group", NULL, "0", "groups kept per token (by the sum of each group's top-2 score + bias; 0: all n_group); the k experts lie in them"},
+    {"topk_group", NULL, "0", "groups kept per token (by group_score; 0: all n_group); the k experts are chosen among theirs"},
+    {"group_score", "auto|top2_sum|max", "auto", "a group's score: the sum of its top-2 score + bias, or its largest (auto: top2_sum "
+     "with a selection bias, max without, as DeepSeek-V3's Gate)"},
+    {"tie_break", "any|lowest_index", "any", "exactly tied selection keys: any of them may be selected (torch.topk's order is "
+     "unspecified), or the lower expert index first"},
     {NULL, NULL, NULL, NULL}};
 
 enum { SC_SOFTMAX, SC_SIGMOID, SC_SQRT_SOFTPLUS };
@@ -85,21 +89,13 @@ static int rt_view_get(const qc_module *m, rt_view *v) {
   v->scale = qc_contract_num(&m->contract, "route_scale", 1);
   if ((rc = rt_groups_get(m, v))) return rc;
   if ((rc = qc_mod_ids(m, v->ids, "saved/topk_ids", &v->id))) return rc;
-  for (int64_t t = 0; t < v->T; t++) {
-    int64_t groups = 0;
+  for (int64_t t = 0; t < v->T; t++)
     for (int64_t j = 0; j < v->k; j++) {
-      int64_t e = v->id[t * v->k + j], seen = 0;
+      int64_t e = v->id[t * v->k + j];
       if (e < 0 || e >= v->E) return qc_err("%s: 'saved/topk_ids'[%lld, %lld] is %lld: expected an expert 0..%lld", m->path, (long long)t, (long long)j, (long long)e, (long long)v->E - 1);
-      for (int64_t i = 0; i < j; i++) {
+      for (int64_t i = 0; i < j; i++)
         if (v->id[t * v->k + i] == e) return qc_err("%s: 'saved/topk_ids' row %lld selects expert %lld twice: expected distinct ids", m->path, (long long)t, (long long)e);
-        seen |= v->id[t * v->k + i] / (v->E / v->ng) == e / (v->E / v->ng);
-      }
-      groups += !seen;
     }
-    if (groups > v->tg)
-      return qc_err("%s: 'saved/topk_ids' row %lld spans %lld expert groups: expected at most topk_group = %lld of n_group = %lld",
-                    m->path, (long long)t, (long long)groups, (long long)v->tg, (long long)v->ng);
-  }
   return QC_OK;
 }
 
@@ -292,9 +288,10 @@ done:
 /* Group-limited selection (DeepSeek-V3's noaux_tc) on one token's
  * selection keys key [E] (score + bias, finite): E/ng consecutive experts
  * a group, each group scored by the sum of its top-2 keys (its top one when
- * a group has one expert), the top tg groups kept (ties to the lower
- * group), the keys of every other group set to -inf. gsc [ng]: scratch. */
-static void group_limit(double *key, int64_t E, int64_t ng, int64_t tg, double *gsc) {
+ * a group has one expert, or gmax), the top tg groups kept (ties to the
+ * lower group), the keys of every other group set to -inf. gsc [ng]:
+ * scratch. */
+static void group_limit(double *key, int64_t E, int64_t ng, int64_t tg, int gmax, double *gsc) {
   const int64_t gs = E / ng;
   for (int64_t g = 0; g < ng; g++) {
     double a = -INFINITY, b = -INFINITY;
@@ -302,7 +299,7 @@ static void group_limit(double *key, int64_t E, int64_t ng, int64_t tg, double *
       if (key[e] > a) { b = a; a = key[e]; }
       else if (key[e] > b) b = key[e];
     }
-    gsc[g] = gs > 1 ? a + b : a;
+    gsc[g] = gs > 1 && !gmax ? a + b : a;
   }
   for (int64_t i = 0; i < tg; i++) { /* a kept group's score becomes +inf */
     int64_t best = -1;
@@ -360,7 +357,7 @@ static int router_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ond
     for (int64_t e = 0; e < E; e++) key[e] = x[t * E + e];
     scores_f64(score, key, E, s);
     for (int64_t e = 0; e < E; e++) key[e] = s[e] + b[e];
-    if (gv.ng > 1) group_limit(key, E, gv.ng, gv.tg, s + E);
+    if (gv.ng > 1) group_limit(key, E, gv.ng, gv.tg, strcmp(qc_contract_str(&m->contract, "group_score", "auto"), "max") == 0, s + E);
     for (int64_t j = 0; j < K; j++) {
       int64_t best = -1;
       for (int64_t e = 0; e < E; e++)
@@ -422,13 +419,14 @@ const qc_class qc_class_router = {
     .name = "router",
     .summary = "routing weights from fixed top-k ids (optionally group-limited): score (softmax|sigmoid|sqrt_softplus), "
                "normalization: d_logits",
-    .tensors = "inputs/logits saved/topk_ids params/bias outputs/y",
+    .tensors = "inputs/logits saved/topk_ids params/bias params/e_score_correction_bias outputs/y",
     .grads = "d_logits",
     .shape_help = "[T, E, k]: tokens, experts, top-k",
     .keys = router_keys,
     .generate = router_generate,
     .production = router_vjp,
-    .not_checked = "params/bias: used for the selection only, which is discrete (ids fixed); no gradient by design",
+    .not_checked = "params/bias (or params/e_score_correction_bias): used for the selection only, which is discrete (ids "
+                   "fixed; saved/topk_ids judged against the contract's selection); no gradient by design",
     .forward = router_forward,
     .fd_shape = "6,8,3",
     .tol_model = router_tol_model,

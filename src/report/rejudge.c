@@ -49,6 +49,7 @@ static const char *const g_verdicts[] = {"pass", "fail", "error", NULL};
 /* the comparisons that are bit for bit and record no metric: they pass on their word */
 static const struct { const char *verb, *field, *value; } g_no_metrics[] = {
     {"vjp", "tensor", "quantizer"}, /* the deployed bytes against the quantizer (engine/vjp_prep.c) */
+    {"vjp", "kind", "selection"},   /* saved ids against the contract's selection (engine/forward_select.c) */
     {"step", "kind", "frozen"},     /* a frozen parameter left unchanged */
     {"step", "kind", "master"},     /* the master copy refreshed from the main */
 };
