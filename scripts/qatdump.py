@@ -13,6 +13,8 @@ usual; the dump is written before the optimizer step:
 Per selected module the dump holds (docs/interfaces.md section 2):
   inputs/<x>          what the forward received (as it received it)
   params/<name>       the master parameters, as they were at the forward
+                      (and the buffers BUFFER_DEFAULTS or the module's
+                      `qatcheck_buffers` name, frozen: a router's bias)
   saved/<name>        tensors the module's autograd Function saved, when the
                       module names them (attribute `qatcheck_saved`, one
                       name a saved tensor in order; None leaves it out)
@@ -130,6 +132,13 @@ class QatDumpError(RuntimeError):
 
 # torch module classes qatcheck knows without being told
 DEFAULT_CLASSES = {torch.nn.Linear: "linear"}
+
+# Buffers dumped as frozen params/<name>, by class: a router's selection bias
+# is a buffer in transformers (DeepseekV3TopkRouter.e_score_correction_bias)
+# and selects the experts, so qatcheck needs it to judge saved/topk_ids. A
+# module names others in `qatcheck_buffers`; a router's other buffers are
+# noted in `not_captured`, never silently left out.
+BUFFER_DEFAULTS = {"router": ("bias", "e_score_correction_bias")}
 
 _FLOAT8 = {}
 for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
@@ -598,8 +607,22 @@ class Dumper:
                                            "gradients from an unsharded (single-rank) run" % (rec.name, pn))
                     if pn not in rec.tied:  # a tied parameter's share comes from its alias (_wrap_forward)
                         rec.handles.append(p.register_hook(self._store(rec.param_grads, pn)))
+            self._capture_buffers(m, rec)
             return None
         return hook
+
+    @staticmethod
+    def _capture_buffers(m, rec):
+        """The buffers the class reads (BUFFER_DEFAULTS, the module's
+        `qatcheck_buffers`) as frozen params; a router's others noted."""
+        names = tuple(getattr(m, "qatcheck_buffers", None) or ()) + BUFFER_DEFAULTS.get(rec.cls, ())
+        for bn, b in m._buffers.items():
+            if b is None or bn in rec.params:
+                continue
+            if bn in names:
+                rec.params[bn] = (b.detach().clone(), True)
+            elif rec.cls in BUFFER_DEFAULTS:
+                rec.not_captured.append("buffer %r not dumped: name it in qatcheck_buffers if the forward reads it" % bn)
 
     def _mode_facts(self, rec):
         """What the mode needs to see at a module's first forward: the

@@ -11,7 +11,8 @@
 # index passes under tie_break "any" (the default) and fails under
 # "lowest_index"; softmax and sqrt_softplus routers pass. The bias is read
 # under transformers' name (params/e_score_correction_bias) and as
-# params/bias. `qatcheck classes --json` lists the check.
+# params/bias; scripts/qatdump.py dumps a router's bias buffer.
+# `qatcheck classes --json` lists the check.
 . "$(dirname "$0")/lib.inc"
 $PY "$(dirname "$0")/router_select.py" "$T/d.h5" >"$T/gen" || { cat "$T/gen"; exit 1; }
 cat "$T/gen"
@@ -60,6 +61,20 @@ run plain.twin '{"tie_break": "lowest_index"}'; got=$?
 verdicts plain.twin fail "1 of 64 tokens" "token 0 selects [0, 1, 2, 3, 4, 5, 6, 40], the contract [0, 1, 2, 3, 4, 5, 6, 20]" \
   || bad "plain.twin lowest_index: report"
 "$QATCHECK" report "$T/r.json" >/dev/null 2>"$T/err"; [ $? -le 1 ] && ! grep -q error: "$T/err" || bad "report re-judging refuses the selection check: $(cat "$T/err")"
+# qatdump.py writes a router's bias buffer (transformers' e_score_correction_bias)
+# as a frozen parameter: left out, the selection could not be judged (a correct
+# noaux_tc router would fail on saved/topk_ids)
+$PY "$(dirname "$0")/router_qatdump.py" "$T/q.h5" || bad "router_qatdump.py failed"
+$PY -c "
+import h5py, sys
+b = h5py.File(sys.argv[1])['/root/params/e_score_correction_bias']
+assert b.shape == (32,) and b.attrs['frozen'] == '1', dict(b.attrs)
+" "$T/q.h5" && ok "qatdump.py dumps the router's bias buffer (frozen)" || bad "qatdump.py left the router's bias buffer out"
+cat >"$T/q.json" <<J
+{"data": {"dump": "q.h5", "modules": "^/root\$"}, "candidate": "dump", "tolerances": {"d_logits": {"derive": true}}}
+J
+expect_exit 0 "a qatdump'd noaux_tc router with its bias buffer passes" "$QATCHECK" vjp --case "$T/q.json" --json "$T/r.json"
+verdicts root pass "40 tokens as the contract selects" "+ bias" || bad "qatdump'd router: report"
 "$QATCHECK" classes --json | $PY -c "
 import json, sys
 c = {k['name']: k for k in json.load(sys.stdin)['classes']}

@@ -2,7 +2,8 @@
  * (softmax, sigmoid, sqrt_softplus; with and without normalization; ties;
  * a zero score among the selected), planted defects (ids recomputed in the
  * backward, the normalizer detached, the naive sqrt(softplus) derivative),
- * bad input. */
+ * bad input; the selection check of saved/topk_ids (the reference against
+ * the generator's ids, group-limited or not; moved ids). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -234,8 +235,65 @@ Test(router, biased_weights_fail) {
   h_free(&in);
 }
 
-/* ids across more groups than topk_group, and a n_group that does not
- * divide E, are refused by both implementations. */
+/* The reference's selection check (saved/topk_ids) on generated instances,
+ * whose ids are the generator's top-k of score + bias (ties to the lower
+ * index, group-limited where the contract says): every token agrees, under
+ * each score, group score and tie rule (token 0's logits all tie, the bias
+ * levels too); the same ids under another contract, or moved, differ. */
+static qc_select_result router_select_of(h_inst *in) {
+  qc_select_result r;
+  memset(&r, 0, sizeof r);
+  cr_assert_not_null(in->row->select);
+  cr_assert_eq(in->row->select(NULL, &in->m, "topk_ids", &r), QC_OK, "%s", qc_err_msg());
+  return r;
+}
+
+Test(router, selection_check_accepts_the_generators_ids) {
+  const char *sg[] = {"score=sigmoid", "normalize=yes", "route_scale=2.5", "n_group=8", "topk_group=4", NULL};
+  const char *sx[] = {"score=sigmoid", "n_group=8", "topk_group=3", "group_score=max", NULL};
+  const char *sm[] = {"score=softmax", "tie_break=lowest_index", NULL};
+  const char *sp[] = {"score=sqrt_softplus", "n_group=4", "topk_group=2", NULL};
+  const char *const *sets[] = {sg, sx, sm, sp};
+  for (int i = 0; i < 4; i++)
+    for (int v = 0; v < 3; v++) {
+      h_inst in;
+      h_make(&in, "router", "97,64,6", 11 + (uint64_t)i, v == 0 ? "normal" : v == 1 ? "special" : "heavy_tail", sets[i]);
+      qc_select_result r = router_select_of(&in);
+      cr_expect_eq(r.rows, 97);
+      cr_expect_eq(r.differ, 0, "set %d values %d: %lld tokens differ: %s", i, v, (long long)r.differ, r.first_says);
+      h_free(&in);
+    }
+}
+
+Test(router, selection_check_fails_wrong_ids) {
+  const char *sg[] = {"score=sigmoid", "normalize=yes", "n_group=8", "topk_group=4", NULL};
+  h_inst in;
+  h_make(&in, "router", "97,64,6", 5, "normal", sg);
+  /* the same ids under a contract without the group limit: the keys of the groups it cut now compete */
+  qc_contract_set(&in.m.contract, "topk_group", "8", 8, 1);
+  qc_select_result r = router_select_of(&in);
+  cr_expect_gt(r.differ, 10, "ids group-limited to 4 of 8 groups judged under topk_group 8: %lld differ", (long long)r.differ);
+  qc_contract_set(&in.m.contract, "topk_group", "4", 4, 1);
+  /* token 5's last id moved to an expert of its first id's group that it did not select */
+  int64_t *id = qc_tset_get(&in.m.saved, "topk_ids")->data;
+  r = router_select_of(&in);
+  cr_assert_eq(r.differ, 0, "%s", r.first_says);
+  for (int64_t e = (id[5 * 6] / 8) * 8, done = 0; !done && e < (id[5 * 6] / 8 + 1) * 8; e++) {
+    int used = 0;
+    for (int j = 0; j < 6; j++) used |= id[5 * 6 + j] == e;
+    if (!used) { id[5 * 6 + 5] = e; done = 1; }
+  }
+  r = router_select_of(&in);
+  cr_expect_eq(r.differ, 1);
+  cr_expect_eq(r.first, 5);
+  cr_expect(strstr(r.first_says, "token 5 selects") != NULL, "%s", r.first_says);
+  h_free(&in);
+}
+
+/* ids across more groups than topk_group are a selection the contract
+ * cannot give: the selection check fails on them (the VJPs, whose ids are
+ * fixed, still take them); a n_group that does not divide E is refused by
+ * both implementations. */
 Test(router, group_limit_bad_input_is_refused) {
   h_inst in;
   h_make(&in, "router", "3,8,2", 1, "normal", NULL);
@@ -244,7 +302,9 @@ Test(router, group_limit_bad_input_is_refused) {
   id[1] = 7; /* groups 0 and 3 of n_group = 4 */
   cr_assert_eq(qc_fd_parse_set(&in.m.contract, "n_group=4"), QC_OK);
   cr_assert_eq(qc_fd_parse_set(&in.m.contract, "topk_group=1"), QC_OK);
-  h_expect_refused(&in, "topk_group");
+  qc_select_result r = router_select_of(&in);
+  cr_expect_geq(r.differ, 1);
+  cr_expect_eq(r.first, 0, "token 0 spans two groups: %s", r.first_says);
   cr_assert_eq(qc_fd_parse_set(&in.m.contract, "n_group=3"), QC_OK);
   h_expect_refused(&in, "n_group");
   h_free(&in);
