@@ -14,7 +14,10 @@
 
 /* Add module m's forward check to a->res (tensor "y", dY "forward", kind
  * forward) when m holds a float outputs/y and its forward can be computed
- * (shape as the forward's); nothing otherwise. QC_OK, or an error of the
+ * (shape as the forward's); nothing otherwise. Then, for a dump, a check
+ * of each saved tensor: a float one against the class's recomputation, an
+ * integer one its reference judges as a selection (router's topk_ids:
+ * kind "selection", forward_select.c). QC_OK, or an error of the
  * reference forward (QC_EINPUT: the module cannot be judged). */
 int qc_forward_check(qc_audit *a, const qc_module *m);
 

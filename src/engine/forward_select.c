@@ -28,10 +28,12 @@ int qc_fwd_select_check(qc_audit *a, const qc_module *m, const qc_registry_row *
   snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(t->dtype));
   k.verdict = r.differ ? QC_V_FAIL : QC_V_PASS;
   const char *unit = r.unit ? r.unit : "rows";
-  char amb[160] = "";
+  char amb[224] = "";
   if (r.ambiguous)
     snprintf(amb, sizeof amb, "; %lld ambiguous (a near-tie within the dump's precision, or an open exact tie): either taken",
              (long long)r.ambiguous);
+  if (r.unjudged)
+    snprintf(amb + strlen(amb), sizeof amb - strlen(amb), "; %lld not judged (a non-finite selection key)", (long long)r.unjudged);
   if (r.differ)
     snprintf(k.why, sizeof k.why, "%lld of %lld %s select differently from the contract (%s); the first: %s%s", (long long)r.differ,
              (long long)r.rows, unit, r.rule, r.first_says, amb);

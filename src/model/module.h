@@ -317,6 +317,7 @@ typedef struct qc_select_result {
   int64_t differ;              /* rows whose saved selection the contract cannot give */
   int64_t first;               /* the first of them (-1: none) */
   int64_t ambiguous;           /* rows with more than one admissible selection */
+  int64_t unjudged;            /* rows that cannot be judged (a non-finite key): named, taken */
   char first_says[320];        /* the first differing row in words: its saved ids and the contract's */
   char rule[256];              /* the selection recomputed, in words ("top-8 of sigmoid + bias, 4 of 8 groups") */
 } qc_select_result;

@@ -329,7 +329,7 @@ static int ref_router_select(const qc_ctx *ctx, const qc_module *m, const char *
         }
     }
     if (token_keys(&cf, X + t * E, B, E, ux, ub, uc, s, iv) != QC_OK) { /* a non-finite key: not judged */
-      r->ambiguous++;
+      r->unjudged++;
       continue;
     }
     /* the groups kept, possibly and certainly (all of them when not limited) */

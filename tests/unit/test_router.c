@@ -309,3 +309,17 @@ Test(router, group_limit_bad_input_is_refused) {
   h_expect_refused(&in, "n_group");
   h_free(&in);
 }
+
+/* A token whose logits hold a NaN has no selection to judge: it is counted
+ * as not judged, never as differing or ambiguous. */
+Test(router, selection_check_names_unjudged_tokens) {
+  const char *sg[] = {"score=sigmoid", NULL};
+  h_inst in;
+  h_make(&in, "router", "9,16,3", 2, "normal", sg);
+  float *x = qc_tset_get_mut(&in.m.inputs, "logits")->data;
+  x[4 * 16 + 7] = NAN;
+  qc_select_result r = router_select_of(&in);
+  cr_expect_eq(r.unjudged, 1);
+  cr_expect_eq(r.differ, 0, "%s", r.first_says);
+  h_free(&in);
+}
