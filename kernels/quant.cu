@@ -31,6 +31,7 @@ static __device__ __forceinline__ bool fmt_fp4(qk_fmt f) { return f == QK_NVFP4 
 __device__ __forceinline__ uint8_t encode(bool fp4, const qc_bscale &sc, float x, float *deq) {
   float v = qr_elem(&sc, x);
   uint8_t c = fp4 ? qk_f32_to_e2m1(v) : qk_f32_to_e4m3(v);
+  if (fp4 && sc.div == 2) c = qr_fp4_modelopt(v, c); /* ModelOpt's cast: +-0 -> 0, NaN -> 7 */
   float dec = fp4 ? qk_e2m1_to_f32(c) : qk_e4m3_to_f32(c);
   *deq = __fmul_rn(dec, sc.deq);
   return c;

@@ -462,7 +462,8 @@ def run_path(cal, comp, profile, fmt, x):
             scr = torch.zeros(1, dtype=torch.int32, device="cuda")
             torch.cuda.synchronize()
             assert cal.lib.cal_gdiv(ctypes.c_void_p(xx.data_ptr()), ctypes.c_int(bf), ctypes.c_int64(rows * cols),
-                                    ctypes.c_void_p(scr.data_ptr()), ctypes.c_void_p(gdev.data_ptr())) == 0
+                                    ctypes.c_void_p(scr.data_ptr()), ctypes.c_void_p(gdev.data_ptr()),
+                                    ctypes.c_int(path == 0)) == 0
             gval = float(gdev.item())
         torch.cuda.synchronize()
         assert cal.lib.cal_nvfp4(ctypes.c_int(path), ctypes.c_int64(rows), ctypes.c_int64(cols), ctypes.c_int(bf),

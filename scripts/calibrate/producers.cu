@@ -18,7 +18,7 @@
 enum {
   F_VLLM_TENSOR = 0,   // dynamic per-tensor: s = amax / 448, x * (1 / s), clamp
   F_VLLM_TOKEN,        // dynamic per-token: s = max(amax / 448, 1 / (448 * 512)), x / s, clamp
-  F_VLLM_GROUP,        // per-token-group: s = max(amax, 1e-10) / 448, x * (1 / s), clamp
+  F_VLLM_GROUP,        // per-token-group: s = max(amax, 1e-10) / 448, x / s (div.rn), clamp
   F_VLLM_GROUP_UE8M0,  // max(amax, 1e-10) / 448, then the SCALE floored at 1e-10, rounded up on its bits (2^-33 min.)
   F_TE,                // scale = 448 / amax, x * scale, s = 1 / scale
   F_TE_POW2,           // the same, scale truncated to a power of two
@@ -89,7 +89,7 @@ __global__ void k_fp8(int path, Geo g, const void *in, uint8_t *codes, float *sc
   switch (path) {
     case F_VLLM_TENSOR: s = amax / 448.0f; mul = 1.0f / s; break;
     case F_VLLM_TOKEN: s = fmaxf(amax / 448.0f, 1.0f / (448.0f * 512.0f)); div = 1; break;
-    case F_VLLM_GROUP: s = fmaxf(amax, 1e-10f) / 448.0f; mul = 1.0f / s; break;
+    case F_VLLM_GROUP: s = fmaxf(amax, 1e-10f) / 448.0f; div = 1; break;
     case F_VLLM_GROUP_UE8M0: s = ceil_pow2_bits(fmaxf(fmaxf(amax, 1e-10f) / 448.0f, 1e-10f)); mul = 1.0f / s; break;
     case F_TE:
     case F_TE_POW2: {
@@ -150,7 +150,7 @@ __global__ void k_nvfp4(int path, Geo geo, const void *in, float g, uint8_t *cod
   if (path == N_TE) {
     sf = to_e4m3(bmax * (g * (1.0f / 6.0f)));
     float v = from_e4m3(sf);
-    out = v != 0.0f ? 1.0f / (v * (1.0f / g)) : 0.0f;
+    out = fminf(1.0f / (v * (1.0f / g)), FLT_MAX); // TE: no zero case, 1/0 -> FLT_MAX
   } else if (path == N_VLLM_CUDA) {
     sf = to_e4m3(g * (bmax * rcp_approx_ftz(6.0f)));
     float v = from_e4m3(sf);
@@ -182,15 +182,16 @@ __global__ void k_amax(const void *in, int bf16, int64_t n, unsigned *out) {
     m = fmaxf(m, fabsf(ld(in, bf16, i)));
   atomicMax(out, __float_as_uint(m));
 }
-__global__ void k_gdiv(const unsigned *amax, float *g) {
+__global__ void k_gdiv(const unsigned *amax, float *g, int te) {
   float a = __uint_as_float(*amax);
-  *g = a == 0.0f ? 1.0f : 2688.0f / a;
+  *g = a == 0.0f ? 1.0f : te ? fminf(2688.0f / a, FLT_MAX) : 2688.0f / a;
 }
-// g = 2688 / amax in CUDA C++ (div.rn), into *g (device).
-extern "C" int cal_gdiv(const void *in, int bf16, int64_t n, unsigned *scratch, float *g) {
+// g = 2688 / amax in CUDA C++ (div.rn), into *g (device); te: at most FLT_MAX
+// (Transformer Engine's compute_global_encode_scaling_factor_FP4).
+extern "C" int cal_gdiv(const void *in, int bf16, int64_t n, unsigned *scratch, float *g, int te) {
   cudaMemset(scratch, 0, 4);
   k_amax<<<264, 256>>>(in, bf16, n, scratch);
-  k_gdiv<<<1, 1>>>(scratch, g);
+  k_gdiv<<<1, 1>>>(scratch, g, te);
   int e = (int)cudaGetLastError();
   return e ? e : (int)cudaDeviceSynchronize();
 }

@@ -206,7 +206,7 @@ FP8 = {
               "fp8_group128": (1e-10, "div", None, 0, "div"), "fp8_group128_ue8m0": (1e-10, "div", "bits", 0, "div"),
               "fp8_block128": (1e-4, "div", None, 0, "div"), "stage2": (1e-4, "div", "bits", 0, "div")},
     "vllm": {"fp8_tensor": (0, "div", None, 0, "rcp"), "fp8_token": (0, "div", None, C229, "div"),
-             "fp8_group128": (1e-10, "div", None, 0, "rcp"),
+             "fp8_group128": (1e-10, "div", None, 0, "div"),
              # vLLM's CUDA per-token-group kernels floor the SCALE at 1e-10 before rounding it up (2^-33 minimum)
              "fp8_group128_ue8m0": (1e-10, "div", "bits", 0, "rcp", 1e-10),
              "fp8_block128": (1e-4, "mul", None, 0, "rcpa"), "stage2": (1e-4, "mul", "log", 0, "rcpa")},
@@ -220,7 +220,7 @@ FP8 = {
 }
 # nvfp4: (global, block scale, element); mx: the exponent rule
 NV = {"vllm": ("eager", "vllm", "rcp"), "torch": ("eager", "vllm", "rcp"), "compressed_tensors": ("eager", "vllm", "rcp"),
-      "vllm_cuda_nvfp4": ("eager", "vllm", "rcpa"), "modelopt": ("mulinv", "modelopt", "divm"), "te": ("div", "te", "rcp"),
+      "vllm_cuda_nvfp4": ("eager", "vllm", "rcpa"), "modelopt": ("mulinv", "modelopt", "divm"), "te": ("te", "te", "rcp_te"),
       "exact": ("div", "exact", "divg")}
 MX = {"vllm": "log", "torch": "log", "exact": "bits", "ocp": "ocp"}
 BASE = {"modelopt": "torch", "compressed_tensors": "torch"}
@@ -283,7 +283,7 @@ def _nv_rule(prof, amax, g):
     with np.errstate(divide="ignore", invalid="ignore"):
         if sfop == "modelopt":
             v = f32(amax / f32(F32(6) * g))
-            v = np.where(v == 0, F32(1), np.clip(v, F32(2.0 ** -9), F32(448)))
+            v = np.where(v == 0, F32(1), np.minimum(v, F32(448)))  # ModelOpt: no lower clamp
         elif sfop == "te":
             v = f32(amax * f32(g * F32(1.0 / 6)))
         elif sfop == "exact":
@@ -294,10 +294,13 @@ def _nv_rule(prof, amax, g):
         sf = dec_e4m3(byte)
         if nop == "divm":
             d = f32(sf * g)
-            return np.where(d == 0, F32(0), d), d != 0, d, byte
+            return d, np.full(d.shape, 2), d, byte  # divide even by 0 (2: ModelOpt's cast)
         deq = f32(sf / g)
         if nop == "divg":
             return np.where(deq == 0, F32(0), deq), deq != 0, deq, byte
+        if nop == "rcp_te":  # Transformer Engine: min(1 / (sf * (1 / g)), FLT_MAX), no zero case
+            k = np.minimum(f32(F32(1) / f32(sf * f32(F32(1) / g))), np.finfo(F32).max).astype(F32)
+            return k, np.zeros(sf.shape, bool), deq, byte
         inner = f32(sf * (rcpa(np.full(sf.shape, g, F32)) if nop == "rcpa" else f32(F32(1) / g)))
         k = rcpa(np.where(sf != 0, inner, F32(1))) if nop == "rcpa" else f32(F32(1) / inner)
         return np.where(sf != 0, k, F32(0)).astype(F32), np.zeros(sf.shape, bool), deq, byte
@@ -353,9 +356,11 @@ def _pass(fmt, prof, x, sr, g, stage2=False):
     if sr is not None:
         seed, salt, step = sr
         u = sr_u(seed, salt, step, np.arange(rows * cols, dtype=np.uint64)).reshape(rows, cols)
-        codes = sr_encode(v, fp4, u)
+        codes = sr_encode(np.nan_to_num(v, nan=0.0) if fp4 else v, fp4, u)
     else:
-        codes = enc_e2m1(v) if fp4 else enc_e4m3(v)
+        codes = enc_e2m1(np.nan_to_num(v, nan=0.0)) if fp4 else enc_e4m3(v)
+    if fp4 and np.any(np.asarray(div) == 2):  # ModelOpt's _cast_fp4: sign (v < 0), +-0 -> 0, NaN -> 7
+        codes = np.where(np.isnan(v), np.uint8(7), np.where(v == 0, np.uint8(0), codes)).astype(np.uint8)
     return codes, np.asarray(deq, F32), byte
 
 
@@ -379,6 +384,7 @@ def _codes(fmt, prof, x, sr):
         amax = F32(np.abs(x).max())
         gop = _lookup({p: {"r": v} for p, v in NV.items()}, prof, "r")[1][0]
         g = F32(1) if amax == 0 else {"mulinv": F32(amax * F32(1.0 / 2688)), "div": F32(F32(2688) / amax),
+                                      "te": np.minimum(F32(F32(2688) / amax), np.finfo(F32).max),
                                       "eager": F32(F32(F32(1) / amax) * F32(2688))}[gop]
     codes, deq, byte = _pass(fmt, prof, x, sr, g)
     if fmt == "fp8_block128_ue8m0" and prof != "te":

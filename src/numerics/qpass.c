@@ -69,7 +69,10 @@ static const struct path_row {
     {QC_QP_VLLM, QC_QF_FP8_TENSOR, FP8(0, QS_DIV, QP_NONE, 0, QE_RCP), NO},            /* CUDA per-tensor kernel */
     {QC_QP_VLLM, QC_QF_FP8_TOKEN, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},          /* CUDA per-token kernel */
     {QC_QP_VLLM, QC_QF_FP8_CHANNEL, FP8(0, QS_DIV, QP_NONE, C229, QE_DIV), NO},
-    {QC_QP_VLLM, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_DIV, QP_NONE, 0, QE_RCP), NO},     /* CUDA per-token-group kernel */
+    /* vLLM's CUDA per-token-group kernels with float32 scales (per_token_group_quant.cu @0f5257e:
+     * QuantizeGroup and the register kernel) DIVIDE, x / y_s; the file is built without fast math
+     * (CMakeLists.txt: only three other sources get --use_fast_math), so '/' is div.rn. */
+    {QC_QP_VLLM, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_DIV, QP_NONE, 0, QE_DIV), NO},
     /* vLLM's CUDA per-token-group kernels (csrc/quantization/w8a8/fp8/per_token_group_quant.cu,
      * ComputeGroupScale and the register kernels): the amax starts at eps = 1e-10, s = amax / 448,
      * then the SCALE is floored, s = max(s, 1e-10), before the power of two: minimum 2^-33. (The
@@ -102,6 +105,9 @@ static const struct path_row {
     {QC_QP_TORCH, QC_QF_MXFP4, MX(QM_EVEN, 1), NO},
 
     {QC_QP_DEEPGEMM, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), FP8(1e-4f, QS_MUL, QP_CEIL2, 0, QE_RCPA)},
+    /* ModelOpt (modelopt/torch/quantization/qtensor/nvfp4_tensor.py @5a4242f, NVFP4QTensor):
+     * w = amax / 2688 (eager: amax * RN(1/2688)); sf = e4m3(bmax / (6 * w)), 0 -> 1.0, no lower
+     * clamp; elements _cast_fp4(x / (sf * w)) */
     {QC_QP_MODELOPT, QC_QF_NVFP4, NV(QG_MULINV, QF_MODELOPT, QN_DIVM), NO},
     {QC_QP_COMPRESSED_TENSORS, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},
 
@@ -112,7 +118,10 @@ static const struct path_row {
     {QC_QP_TE, QC_QF_FP8_BLOCK128, TE(QP_NONE), NO},
     {QC_QP_TE, QC_QF_FP8_GROUP128_UE8M0, TE(QP_TRUNC), NO}, /* one stage */
     {QC_QP_TE, QC_QF_FP8_BLOCK128_UE8M0, TE(QP_TRUNC), NO},
-    {QC_QP_TE, QC_QF_NVFP4, NV(QG_DIV, QF_TE, QN_RCP), NO},
+    /* Transformer Engine's NVFP4 (cast/nvfp4/core_nvfp4.cuh, quantize_transpose_nvfp4.cuh @d0067d0):
+     * S_enc = min(2688 / amax, FLT_MAX) (amax 0: 1); S_dec_b = e4m3(bmax * (S_enc * RN(1/6)));
+     * elements x * min(1 / (S_dec_b * (1 / S_enc)), FLT_MAX), cvt.rn.satfinite */
+    {QC_QP_TE, QC_QF_NVFP4, NV(QG_TE, QF_TE, QN_RCP_TE), NO},
     {QC_QP_OCP, QC_QF_MXFP8, MX(QM_OCP, 0), NO},
     {QC_QP_OCP, QC_QF_MXFP4, MX(QM_OCP, 1), NO},
 };
@@ -327,11 +336,13 @@ static int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const flo
         if (use_sr) {
           for (int64_t c = c0; c < c1; c++) {
             float v = b.div ? x[c] / b.k : x[c] * b.k;
-            q[c] = enc_sr(v, pl->fp4, qc_sr_bits(sr, sr->base + (uint64_t)(r * cols + c)));
+            q[c] = v != v ? 7 : enc_sr(v, pl->fp4, qc_sr_bits(sr, sr->base + (uint64_t)(r * cols + c)));
           }
         } else {
           qq_enc_run(x + c0, q + c0, c1 - c0, b.k, b.div, pl->fp4);
         }
+        if (b.div == 2) /* ModelOpt's cast: +-0 -> 0, NaN (0/0) -> 7 */
+          for (int64_t c = c0; c < c1; c++) q[c] = qr_fp4_modelopt(x[c] / b.k, q[c]);
       }
       if (scratch) qq_stage2_block(pl, r0, r1, c0, c1, cols, codes, deq + bk, sb + bk, scratch, ss ? ss + bk : NULL);
     }

@@ -237,11 +237,13 @@ static void recipe_words(const qc_recipe *r, char *buf, int n, int *k) {
     }
     case QR_TE: PUT("scale = 448 / amax%s, x * scale, s = rcp(scale)", r->pow2 == QP_TRUNC ? " truncated to a power of two" : ""); break;
     case QR_NVFP4: {
-      static const char *const g[] = {"g = 2688 / amax", "g = RN(1/amax) * 2688", "w = amax * RN(1/2688)"};
+      static const char *const g[] = {"g = 2688 / amax", "g = RN(1/amax) * 2688", "w = amax * RN(1/2688)",
+                                      "g = min(2688 / amax, FLT_MAX)"};
       static const char *const sf[] = {"sf = e4m3(min(g * (bmax * RN(1/6)), 448))", "sf = e4m3(bmax * (g * RN(1/6)))",
-                                       "sf = e4m3(clamp(bmax / (6 * w), 2^-9, 448)), a zero block 1.0",
+                                       "sf = e4m3(min(bmax / (6 * w), 448)), a zero block 1.0",
                                        "sf = e4m3(min(g * (bmax / 6), 448))"};
-      static const char *const e[] = {"x * rcp(sf * rcp(g))", "x * rcp.approx(sf * rcp.approx(g))", "x / (sf / g)", "x / (sf * w)"};
+      static const char *const e[] = {"x * rcp(sf * rcp(g))", "x * rcp.approx(sf * rcp.approx(g))", "x / (sf / g)", "x / (sf * w)",
+                                      "x * min(rcp(sf * rcp(g)), FLT_MAX)"};
       PUT("%s, %s, %s", g[r->gop], sf[r->sfop], e[r->nop]);
       break;
     }

@@ -30,9 +30,10 @@ enum { QR_NONE = 0, QR_FP8, QR_TE, QR_NVFP4, QR_MX };
 enum { QS_DIV = 0, QS_MUL };                               /* fp8 scale: a / 448, a * RN(1/448) */
 enum { QP_NONE = 0, QP_CEIL2, QP_CEIL2_LOG, QP_TRUNC };    /* power-of-two rule (QP_TRUNC: te) */
 enum { QE_DIV = 0, QE_RCP, QE_RCPA };                      /* fp8 element: x / s, x * rcp(s), x * rcpa(s) */
-enum { QG_DIV = 0, QG_EAGER, QG_MULINV };                  /* nvfp4 global: 2688/amax, RN(1/amax)*2688, amax*RN(1/2688) */
+enum { QG_DIV = 0, QG_EAGER, QG_MULINV, QG_TE };          /* nvfp4 global: 2688/amax, RN(1/amax)*2688, amax*RN(1/2688),
+                                                              2688/amax at most FLT_MAX (te) */
 enum { QF_VLLM = 0, QF_TE, QF_MODELOPT, QF_EXACT };        /* nvfp4 block scale */
-enum { QN_RCP = 0, QN_RCPA, QN_DIVG, QN_DIVM };            /* nvfp4 element */
+enum { QN_RCP = 0, QN_RCPA, QN_DIVG, QN_DIVM, QN_RCP_TE }; /* nvfp4 element (QN_RCP_TE: rcp(sf * rcp(g)) at most FLT_MAX) */
 enum { QM_CEIL2_DIV = 0, QM_LOG_MUL, QM_EVEN, QM_OCP };    /* mx shared exponent */
 
 typedef struct qc_recipe {
@@ -44,6 +45,8 @@ typedef struct qc_recipe {
 } qc_recipe;
 
 /* A block's scale: element v = x / k (div) or x * k; value = decode(q) * deq;
+ * div == 2: divide, even by 0, and encode e2m1 the way ModelOpt does
+ * (qr_fp4_modelopt);
  * byte: the stored e4m3 (nvfp4) or e8m0 (mx) scale byte. */
 typedef struct qc_bscale {
   float k;
@@ -62,6 +65,12 @@ QC_HD uint8_t qr_e4m3(float x) {
   return qc_enc_e4m3(x);
 #endif
 }
+/* ModelOpt's e2m1 cast (NVFP4QTensor._cast_fp4 @5a4242f): the sign bit is
+ * (v < 0) and the magnitude searchsorted over the midpoints, so a quotient
+ * of +-0 gives code 0 and a NaN (0 / 0 in a block whose e4m3 scale is 0)
+ * gives 7 (+6); c is the saturating RNE code of v (+-Inf: +-6). */
+QC_HD uint8_t qr_fp4_modelopt(float v, uint8_t c) { return v != v ? 7 : v == 0.0f ? 0 : c; }
+
 /* Exact decode (0x7F/0xFF are not produced from finite input). */
 QC_HD float qr_e4m3_val(uint8_t b) {
   uint32_t e = (b >> 3) & 0xfu, m = b & 7u;
@@ -89,6 +98,7 @@ QC_HD float qr_nvfp4_g(const qc_recipe *r, float amax) {
   switch (r->gop) {
     case QG_EAGER: return qa_mul(qa_rcp(amax), 2688.0f);
     case QG_MULINV: return qa_mul(amax, qa_float(QA_R2688_BITS));
+    case QG_TE: return qa_min(qa_div(2688.0f, amax), qa_float(0x7f7fffffu)); /* an infinite quotient: FLT_MAX */
     default: return qa_div(2688.0f, amax);
   }
 }
@@ -128,9 +138,17 @@ QC_HD qc_bscale qr_scale_given(const qc_recipe *r, float s, uint8_t byte, float 
       break;
     case QR_NVFP4: {
       float sf = qr_e4m3_val(byte);
-      if (r->nop == QN_DIVM) { qr_set_div(&b, qa_mul(sf, g)); break; }
+      if (r->nop == QN_DIVM) { /* x / (sf * w), also when sf is 0 */
+        b.deq = b.k = qa_mul(sf, g);
+        b.div = 2;
+        break;
+      }
       b.deq = qa_div(sf, g);
       if (r->nop == QN_DIVG) { qr_set_div(&b, b.deq); break; }
+      if (r->nop == QN_RCP_TE) { /* no zero case: 1/0 = Inf gives FLT_MAX, a non-zero x saturates */
+        b.k = qa_min(qa_rcp(qa_mul(sf, qa_rcp(g))), qa_float(0x7f7fffffu));
+        break;
+      }
       if (sf == 0.0f) { b.k = 0.0f; break; }
       b.k = r->nop == QN_RCPA ? qa_rcpa(qa_mul(sf, qa_rcpa(g))) : qa_rcp(qa_mul(sf, qa_rcp(g)));
       break;
@@ -169,9 +187,9 @@ QC_HD qc_bscale qr_block_scale(const qc_recipe *r, float amax, float g) {
     }
     case QR_NVFP4: {
       float v;
-      if (r->sfop == QF_MODELOPT) { /* g is wsf2 = amax/2688 */
+      if (r->sfop == QF_MODELOPT) { /* g is wsf2 = amax/2688; no lower clamp: under 2^-10 the byte is 0 */
         v = qa_div(amax, qa_mul(6.0f, g));
-        v = v == 0.0f ? 1.0f : qa_min(qa_max(v, 0.001953125f), 448.0f);
+        v = v == 0.0f ? 1.0f : qa_min(v, 448.0f);
       } else if (r->sfop == QF_TE) {
         v = qa_mul(amax, qa_mul(g, qa_float(QA_R6_BITS)));
       } else if (r->sfop == QF_EXACT) {
