@@ -81,12 +81,19 @@ CUDA_SO := $(if $(NVCC),libqatcheck_cuda.so,)
 # the two objects that stamp it (open.c, the CUDA backend's stamp.cu),
 # rebuilt when either changes (abi.stamp is rewritten only then). open.c
 # refuses a .so whose hash is not its own, naming both stamps.
-QC_COMMIT := $(shell git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
+# The commit is also every report's source commit (src/core/build.c): only
+# this checkout's own (a tree without .git, inside another repository or
+# none, is "unknown"), and no git at all is "unknown" too, never an error.
+QC_COMMIT := $(if $(wildcard .git),$(shell git describe --always --dirty --abbrev=7 2>/dev/null),)
+ifeq ($(strip $(QC_COMMIT)),)
+  QC_COMMIT := unknown
+endif
 QC_ABI_HASH := $(shell sh scripts/abi-headers.sh hash)
 ifeq ($(QC_ABI_HASH),)
   $(error qatcheck: scripts/abi-headers.sh hash failed: the backend's ABI stamp cannot be computed)
 endif
-STAMPED := $(BUILD)/src/backend/open.o $(if $(NVCC),$(BUILD)/src/backend/cuda/stamp.cu.o,) build-fuzz/src/backend/open.o
+STAMPED := $(BUILD)/src/backend/open.o $(BUILD)/src/core/build.o $(if $(NVCC),$(BUILD)/src/backend/cuda/stamp.cu.o,) \
+           build-fuzz/src/backend/open.o build-fuzz/src/core/build.o
 $(STAMPED): $(BUILD)/abi.stamp
 $(STAMPED): QC_CFLAGS += -DQC_BUILD_COMMIT='"$(QC_COMMIT)"' -DQC_ABI_HASH='"$(QC_ABI_HASH)"'
 $(STAMPED): NVCCFLAGS += -DQC_BUILD_COMMIT='"$(QC_COMMIT)"' -DQC_ABI_HASH='"$(QC_ABI_HASH)"'

@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
-    printf("qatcheck %s\n", QC_VERSION);
+    printf("qatcheck %s (source commit %s)\n", QC_VERSION, qc_build_commit());
     return 0;
   }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {

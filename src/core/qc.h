@@ -9,6 +9,11 @@
 
 #define QC_VERSION "0.1.0"
 
+/* The qatcheck source commit the binary was built from (`git describe
+ * --always --dirty`, embedded by the Makefile; "unknown" when built outside
+ * a git checkout). Every report names it beside QC_VERSION. */
+const char *qc_build_commit(void);
+
 /* Statuses, chosen to equal the exit codes of the verdict. */
 enum {
   QC_OK = 0,      /* fine / verdict pass */

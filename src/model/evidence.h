@@ -23,6 +23,7 @@ typedef struct qc_ev_src {
   char title[QC_EV_TEXT];    /* the case's name, the dump, ... */
   char error[512];           /* an error report's message */
   char sha256[65];           /* of the report file */
+  char commit[48];           /* the qatcheck source commit that wrote it ("" when the report names none) */
   int checks, failed;        /* what it judged */
   int judged;                /* its checks that carry a verdict (0: it judged nothing) */
 } qc_ev_src;

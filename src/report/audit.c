@@ -232,7 +232,9 @@ static void summary(qc_doc *d, const qc_audit_ctx *a, const char *word) {
   qc_doc_p(d);
   qc_doc_strong(d, "Verdict: ");
   qc_doc_verdict(d, word);
-  qc_doc_text(d, ". %d report(s) read; qatcheck %s.", e->nsrc, QC_VERSION);
+  qc_doc_text(d, ". %d report(s) read; qatcheck %s, source commit ", e->nsrc, QC_VERSION);
+  qc_doc_code(d, qc_build_commit());
+  qc_doc_text(d, ".");
   qc_doc_table(d, "l:layer|l:question it answers|r:reports|r:checks|r:failed|l:verdict");
   char ex[48] = "";
   summary_row(d, "1. module VJPs (vjp)", "does the implementation compute the agreed gradient contract", &v1, NULL, "layer1");
@@ -328,7 +330,7 @@ static void regressions(qc_doc *d, const qc_audit_ctx *a) {
 
 static void inputs(qc_doc *d, const qc_evidence *e, const qc_prov *prov) {
   qc_doc_h(d, 2, "inputs", "Inputs");
-  qc_doc_table(d, "l:report|l:verb|l:of|l:verdict|r:checks|r:failed|l:sha256");
+  qc_doc_table(d, "l:report|l:verb|l:of|l:verdict|r:checks|r:failed|l:written by|l:sha256");
   for (int i = 0; i < e->nsrc; i++) {
     const qc_ev_src *s = &e->src[i];
     qc_doc_tr(d);
@@ -338,6 +340,8 @@ static void inputs(qc_doc *d, const qc_evidence *e, const qc_prov *prov) {
     qc_doc_td_verdict(d, s->verdict[0] ? s->verdict : "-");
     qc_doc_td(d, "%d", s->checks);
     qc_doc_td(d, "%d", s->failed);
+    if (s->commit[0]) qc_doc_td_code(d, s->commit);
+    else qc_doc_td(d, "-"); /* a report of a qatcheck that did not name its commit */
     qc_doc_td_code(d, s->sha256);
   }
   qc_doc_table_end(d);
@@ -346,7 +350,9 @@ static void inputs(qc_doc *d, const qc_evidence *e, const qc_prov *prov) {
   qc_doc_p(d);
   qc_doc_text(d, "Assembled by ");
   qc_doc_code(d, cmd.s ? cmd.s : "qatcheck report");
-  qc_doc_text(d, " (qatcheck %s).", QC_VERSION);
+  qc_doc_text(d, " (qatcheck %s, source commit ", QC_VERSION);
+  qc_doc_code(d, qc_build_commit());
+  qc_doc_text(d, ").");
   qc_doc_end_block(d);
   qc_sbuf_free(&cmd);
 }

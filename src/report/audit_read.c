@@ -400,6 +400,7 @@ int qc_audit_read(const char *path, qc_evidence *e) {
   str(r, "verb", s->verb, sizeof s->verb);
   str(r, "verdict", s->verdict, sizeof s->verdict);
   str(r, "error", s->error, sizeof s->error);
+  str(r, "source_commit", s->commit, sizeof s->commit);
   const cJSON *c = get(r, "case"), *d = get(r, "dump");
   if (cJSON_IsObject(c)) str(c, "name", s->title, sizeof s->title);
   else str(r, "case", s->title, sizeof s->title);

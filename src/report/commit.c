@@ -300,7 +300,7 @@ static void error_markdown(qc_sbuf *b, qc_prov *prov, const char *verb, const ch
     qc_sbuf_md(b, hint);
     qc_sbuf_printf(b, "\n");
   }
-  qc_sbuf_printf(b, "- qatcheck %s\n", QC_VERSION);
+  qc_report_tool_md(b);
   qc_prov_markdown(prov, b);
 }
 
@@ -316,7 +316,9 @@ static void error_html(qc_sbuf *b, const char *verb, const char *msg, const char
     qc_sbuf_printf(b, "</p>\n<p><b>hint:</b> ");
     qc_sbuf_xml(b, hint);
   }
-  qc_sbuf_printf(b, "</p>\n<p>qatcheck %s</p>\n</body></html>\n", QC_VERSION);
+  qc_sbuf_printf(b, "</p>\n<p>qatcheck %s, source commit <code>", QC_VERSION);
+  qc_sbuf_xml(b, qc_build_commit());
+  qc_sbuf_printf(b, "</code></p>\n</body></html>\n");
 }
 
 void qc_report_error_commit(const char *verb, const char *const *want, qc_prov *prov) {

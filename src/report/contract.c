@@ -180,6 +180,7 @@ static int render_markdown(qc_sbuf *out, const qc_contract_info *ri, const qc_sw
   qc_sbuf b = *out;
   qc_sbuf_printf(&b, "# qatcheck contract: %s\n\n- comparison: master vs dequant (`--master-vs-dequant`)\n",
                  ri->fails ? "FAIL" : "pass");
+  qc_report_tool_md(&b);
   qc_sbuf_printf(&b, "- dump: `");
   qc_sbuf_md(&b, ri->dump);
   qc_sbuf_printf(&b, "`\n- device: %s, profile: %s\n- weight formats: ", ri->device, ri->profile);

@@ -64,10 +64,17 @@ cJSON *qc_report_envelope(qc_prov *prov, const char *verb, int verdict) {
   if (!root) return NULL;
   cJSON_AddNumberToObject(root, "qatcheck_report", 1);
   cJSON_AddStringToObject(root, "tool_version", QC_VERSION);
+  cJSON_AddStringToObject(root, "source_commit", qc_build_commit());
   cJSON_AddStringToObject(root, "verb", verb);
   cJSON_AddStringToObject(root, "verdict", verdict_str(verdict));
   qc_prov_json(prov, root);
   return root;
+}
+
+void qc_report_tool_md(qc_sbuf *b) {
+  qc_sbuf_printf(b, "- qatcheck %s, source commit `", QC_VERSION);
+  qc_sbuf_md(b, qc_build_commit());
+  qc_sbuf_printf(b, "`\n");
 }
 
 void qc_report_totals(cJSON *root, int checks, int failed, int errors) {

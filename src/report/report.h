@@ -79,12 +79,15 @@ char *qc_report_dir(const char *path);
 void qc_report_error_commit(const char *verb, const char *const *path, qc_prov *prov);
 
 /* A new JSON object holding the envelope (qatcheck_report, tool_version,
- * verb, verdict: 0 "pass", 1 "fail", 2 "error") and the run's provenance
+ * source_commit, verb, verdict: 0 "pass", 1 "fail", 2 "error") and the run's provenance
  * prov (command_line, inputs; empty when NULL), NULL out of memory; and
  * its rendering, newline-terminated, into out (root is deleted). */
 struct cJSON;
 struct cJSON *qc_report_envelope(qc_prov *prov, const char *verb, int verdict);
 int qc_report_json_render(struct cJSON *root, qc_sbuf *out);
+/* The Markdown line naming the tool: "- qatcheck 0.1.0, source commit
+ * `abc1234`" (qc_build_commit: the commit the binary was built from). */
+void qc_report_tool_md(qc_sbuf *b);
 /* "totals": {"checks", "passed", "failed", "errors"} on root. */
 void qc_report_totals(struct cJSON *root, int checks, int failed, int errors);
 

@@ -195,7 +195,9 @@ int qc_report_sft_markdown(qc_report_out *o, const qc_sft_view *v) {
   qc_sbuf_md(md, cs->name);
   qc_sbuf_printf(md, "` (`");
   qc_sbuf_md(md, cs->path);
-  qc_sbuf_printf(md, "`)\n- window: [%g, %g] on %s\n- pairs: %d, %d deviate, %d inconclusive\n\n", cs->w0, cs->w1, xn, cs->npair, dev, inc);
+  qc_sbuf_printf(md, "`)\n- window: [%g, %g] on %s\n- pairs: %d, %d deviate, %d inconclusive\n", cs->w0, cs->w1, xn, cs->npair, dev, inc);
+  qc_report_tool_md(md);
+  qc_sbuf_printf(md, "\n");
   qc_sbuf_printf(md, "## Arms\n\n| arm | log | format | steps | duplicated values |\n| --- | --- | --- | --- | --- |\n");
   for (int a = 0; a < cs->narm; a++) {
     const qc_l3_log *l = &v->logs[a];

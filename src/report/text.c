@@ -113,7 +113,8 @@ static int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info 
   if (info->case_path)
     qc_sbuf_printf(&b, "- case: `%s` (%s), sha256 `%s`\n", info->case_name ? info->case_name : "", info->case_path,
                    info->case_sha256 ? info->case_sha256 : "");
-  qc_sbuf_printf(&b, "- device: %s\n- qatcheck %s\n", info->device ? info->device : "cpu", QC_VERSION);
+  qc_sbuf_printf(&b, "- device: %s\n", info->device ? info->device : "cpu");
+  qc_report_tool_md(&b);
   qc_prov_markdown(prov, &b);
   const char *p = info->warnings;
   char line[1024];

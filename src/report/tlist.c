@@ -181,7 +181,9 @@ static int suites(const qc_tlist *l, qc_sbuf *b) {
     qc_sbuf_printf(b, "\" id=\"%d\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"0\" time=\"%.6f\" timestamp=\"%s\" hostname=\"",
                    id, end - k, tf, te, tt, stamp);
     qc_sbuf_xml(b, host);
-    qc_sbuf_printf(b, "\">\n");
+    qc_sbuf_printf(b, "\">\n    <properties><property name=\"qatcheck.version\" value=\"%s\"/><property name=\"qatcheck.source_commit\" value=\"", QC_VERSION);
+    qc_sbuf_xml(b, qc_build_commit());
+    qc_sbuf_printf(b, "\"/></properties>\n");
     for (; k < end; k++) {
       const qc_tent *e = &l->v[order[k]];
       qc_sbuf_printf(b, "    <testcase classname=\"");
@@ -264,7 +266,8 @@ int qc_tlist_markdown(const qc_tlist *l, const char *verb, const char *preamble,
   int nf = qc_tlist_failures(l);
   qc_sbuf_printf(&b, "# qatcheck %s: %s\n\n", verb, l->n == 0 ? "nothing checked" : nf ? "FAIL" : "pass");
   if (preamble && preamble[0]) qc_sbuf_printf(&b, "%s\n", preamble);
-  qc_sbuf_printf(&b, "- %d check(s): %d passed, %d failed\n- qatcheck %s\n", l->n, l->n - nf, nf, QC_VERSION);
+  qc_sbuf_printf(&b, "- %d check(s): %d passed, %d failed\n", l->n, l->n - nf, nf);
+  qc_report_tool_md(&b);
   qc_prov_markdown(prov, &b);
   qc_sbuf_printf(&b, "\n");
   qc_sbuf_printf(&b, "| suite | check | verdict | detail |\n|---|---|---|---|\n");
