@@ -25,9 +25,14 @@ static void help(const qc_opts *p) {
   qc_opts_help(p->opt, 21);
   printf("\nEach report is judged again from the metrics and bounds its checks record, never taken at its\n"
          "verdict: one its own checks contradict is refused.\n");
-  printf("\nexit status: 0 every input report passed, 1 one failed, deviates, is inconclusive or is an\n"
-         "             error report (the audit is then incomplete), 2 the reports cannot be read, are\n"
-         "             contradicted by their checks, or judged nothing\n");
+  printf("\nThe method runs layer 1 -> 2 -> 3: the audit is incomplete, and says which layer is missing\n"
+         "and why, without a vjp and a step report, an sft report comparing under_test with both\n"
+         "gradient_reference and native_baseline, or (when an audited module quantizes) a contract\n"
+         "report measuring each of its formats.\n");
+  printf("\nexit status: 0 every input report passed and the audit is whole (or --allow-incomplete\n"
+         "             accepts the missing layers), 1 one failed, deviates, is inconclusive or is an\n"
+         "             error report, or a required layer is missing, 2 the reports cannot be read,\n"
+         "             are contradicted by their checks, or judged nothing\n");
 }
 
 /* The regression lines for the console, as the verbs print them. */
@@ -64,6 +69,9 @@ int qc_cmd_report(qc_run *run, int argc, char **argv) {
       QC_OPT_CALLBACK("baseline", &co, "OLD", qc_opt_baseline,
                       "a report of an earlier run; compared with the input report of the same\n"
                       "verb (and case or dump, when several); repeatable, one per input"),
+      QC_OPT_BOOL("allow-incomplete", &a.allow_incomplete,
+                  "exit 0 when a layer the method requires is missing and every report given passed\n"
+                  "(the audit still says incomplete, and names what is missing)"),
       QC_OPT_CALLBACK("fail-on", &co, "regression", qc_opt_fail_on, "exit 1 when a check regressed against its baseline"),
       QC_OPT_REGRESSION_FACTOR_ENTRY(&co, "how far a metric may rise over its baseline (default 1.1)", 0),
       {.type = QC_OT_STRING, .name = "device", .value = &co.device, .argh = "DEV", .flags = QC_OPT_HIDDEN},
@@ -115,7 +123,7 @@ int qc_cmd_report(qc_run *run, int argc, char **argv) {
   }
   if (!qc_quiet) {
     qc_sbuf line = {0};
-    qc_audit_console(&e, verdict, &line);
+    qc_audit_console(&a, &line);
     printf("%s\n", line.s ? line.s : "report: out of memory");
     qc_sbuf_free(&line);
     for (int k = 0; k < QC_REP_KINDS; k++)

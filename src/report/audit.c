@@ -34,19 +34,36 @@ static verb_sum sum_of(const qc_evidence *e, const char *verb) {
 }
 
 static const char *verdict_of(const verb_sum *v);
+static const char *overall(const qc_audit_ctx *a, int *verdict);
 
-void qc_audit_console(const qc_evidence *e, int verdict, qc_sbuf *b) {
+/* A layer's word: its reports' verdict; "missing" when the method requires
+ * it and no report holds it, "incomplete" when its reports pass but leave a
+ * requirement missing; "not required" for a layer 2 nothing quantized asks
+ * for; "not run" otherwise. */
+static const char *layer_word(const qc_audit_ctx *a, const char *verb, const verb_sum *v) {
+  int needed = qc_audit_need_has(&a->need, verb);
+  if (!v->reports) return needed ? "missing" : verb && !strcmp(verb, "contract") && !a->need.l2_required ? "not required" : "not run";
+  const char *w = verdict_of(v);
+  return needed && !strcmp(w, "pass") ? "incomplete" : w;
+}
+
+void qc_audit_console(const qc_audit_ctx *a, qc_sbuf *b) {
   static const struct { const char *verb, *name; } L[] = {
       {"vjp", "layer 1 (vjp)"}, {"contract", "layer 2 (contract)"}, {"sft", "layer 3 (sft)"}, {"step", "one-step (step)"}, {NULL, "other"}};
+  const qc_evidence *e = a->e;
+  int verdict;
   qc_l1_summary s1;
   qc_audit_l1_summary(e, &s1);
-  qc_sbuf_printf(b, "report: %s: %d report(s)", verdict ? "FAIL" : "pass", e->nsrc);
+  qc_sbuf_printf(b, "report: %s: %d report(s)", overall(a, &verdict), e->nsrc);
   for (size_t i = 0; i < sizeof L / sizeof *L; i++) {
     verb_sum v = sum_of(e, L[i].verb);
     if (!v.reports && !L[i].verb) continue; /* "other" only when there is some */
-    if (!v.reports) qc_sbuf_printf(b, "; %s: not run", L[i].name);
-    else qc_sbuf_printf(b, "; %s: %d check(s), %d failed (%s)", L[i].name, v.checks, v.failed, verdict_of(&v));
+    if (!v.reports) qc_sbuf_printf(b, "; %s: %s", L[i].name, layer_word(a, L[i].verb, &v));
+    else qc_sbuf_printf(b, "; %s: %d check(s), %d failed (%s)", L[i].name, v.checks, v.failed, layer_word(a, L[i].verb, &v));
   }
+  if (a->need.n)
+    qc_sbuf_printf(b, "; incomplete: %d requirement(s) of the method missing%s", a->need.n,
+                   a->allow_incomplete ? " (accepted by --allow-incomplete)" : "");
   qc_sbuf_printf(b, "; coverage %d of %d applicable item(s)", s1.cov_covered, s1.cov_applicable);
   int ns = qc_audit_nsuspicious(e);
   if (ns) qc_sbuf_printf(b, "; %d suspicious pass(es) (>= %gx the noise floor or rel_l2 >= %g)", ns, QC_AUDIT_SUSPICIOUS,
@@ -65,15 +82,19 @@ static int nreg_total(const qc_audit_ctx *a) {
   return n;
 }
 
-/* The overall word: FAIL, INCOMPLETE (an input could not be judged), pass. */
-static const char *overall(const qc_evidence *e, int *verdict) {
+/* The overall word: FAIL (an input failed, deviates or is inconclusive),
+ * INCOMPLETE (an input could not be judged, or a layer the method requires
+ * is missing), pass. *verdict 1 unless pass, or INCOMPLETE only for missing
+ * layers under --allow-incomplete. */
+static const char *overall(const qc_audit_ctx *a, int *verdict) {
+  const qc_evidence *e = a->e;
   int fail = 0, err = 0;
   for (int i = 0; i < e->nsrc; i++) {
     err |= strcmp(e->src[i].verdict, "error") == 0;
     fail |= strcmp(e->src[i].verdict, "pass") != 0 && strcmp(e->src[i].verdict, "error") != 0;
   }
-  *verdict = fail || err;
-  return fail ? "FAIL" : err ? "INCOMPLETE" : "pass";
+  *verdict = fail || err || (a->need.n && !a->allow_incomplete);
+  return fail ? "FAIL" : err || a->need.n ? "INCOMPLETE" : "pass";
 }
 
 /* ---- the summary --------------------------------------------------------------------------- */
@@ -204,8 +225,8 @@ static void worst_checks(qc_doc *d, const qc_evidence *e) {
   qc_doc_table_end(d);
 }
 
-static void summary_row(qc_doc *d, const char *layer, const char *question, const verb_sum *v, const char *extra,
-                        const char *anchor) {
+static void summary_row(qc_doc *d, const qc_audit_ctx *a, const char *verb, const char *layer, const char *question,
+                        const verb_sum *v, const char *extra) {
   qc_doc_tr(d);
   qc_doc_td(d, "%s", layer);
   qc_doc_td(d, "%s", question);
@@ -214,8 +235,7 @@ static void summary_row(qc_doc *d, const char *layer, const char *question, cons
   else qc_doc_td(d, "-");
   if (v->reports) qc_doc_td(d, "%d%s", v->failed, extra ? extra : "");
   else qc_doc_td(d, "-");
-  qc_doc_td_verdict(d, verdict_of(v));
-  (void)anchor;
+  qc_doc_td_verdict(d, layer_word(a, verb, v));
 }
 
 static void summary(qc_doc *d, const qc_audit_ctx *a, const char *word) {
@@ -237,12 +257,12 @@ static void summary(qc_doc *d, const qc_audit_ctx *a, const char *word) {
   qc_doc_text(d, ".");
   qc_doc_table(d, "l:layer|l:question it answers|r:reports|r:checks|r:failed|l:verdict");
   char ex[48] = "";
-  summary_row(d, "1. module VJPs (vjp)", "does the implementation compute the agreed gradient contract", &v1, NULL, "layer1");
+  summary_row(d, a, "vjp", "1. module VJPs (vjp)", "does the implementation compute the agreed gradient contract", &v1, NULL);
   if (outl) snprintf(ex, sizeof ex, " (%d outlier%s)", outl, outl == 1 ? "" : "s");
-  summary_row(d, "2. gradient contract (contract)", "does dX from the master weight bias the gradient", &v2, ex, "layer2");
-  summary_row(d, "3. proxy SFT (sft)", "is the whole training chain biased (pairs of arms)", &v3, NULL, "layer3");
-  summary_row(d, "one-step update (step)", "does the optimizer step use the gradients as intended", &vs, NULL, "step");
-  if (vo.reports) summary_row(d, "other (fd, quant, tol)", "cross-checks of the references and quantizers", &vo, NULL, NULL);
+  summary_row(d, a, "contract", "2. gradient contract (contract)", "does dX from the master weight bias the gradient", &v2, ex);
+  summary_row(d, a, "sft", "3. proxy SFT (sft)", "is the whole training chain biased (pairs of arms)", &v3, NULL);
+  summary_row(d, a, "step", "one-step update (step)", "does the optimizer step use the gradients as intended", &vs, NULL);
+  if (vo.reports) summary_row(d, a, NULL, "other (fd, quant, tol)", "cross-checks of the references and quantizers", &vo, NULL);
   if (a->reg) {
     int nb = 0;
     for (int i = 0; i < e->nsrc; i++) nb += a->reg_base[i] != NULL;
@@ -255,6 +275,7 @@ static void summary(qc_doc *d, const qc_audit_ctx *a, const char *word) {
     qc_doc_td_verdict(d, nreg_total(a) ? "regression" : "pass");
   }
   qc_doc_table_end(d);
+  qc_audit_completeness(d, a);
   qc_doc_p(d);
   qc_doc_strong(d, "Coverage: ");
   qc_doc_text(d, "%d of %d applicable (class, item) pairs of the method's coverage list covered. ", s1.cov_covered,
@@ -301,33 +322,6 @@ static void nav(qc_doc *d) {
   qc_doc_end_block(d);
 }
 
-static void regressions(qc_doc *d, const qc_audit_ctx *a) {
-  const qc_evidence *e = a->e;
-  qc_doc_h(d, 2, "regressions", "Regressions against the baselines");
-  if (!a->reg) {
-    qc_doc_p(d);
-    qc_doc_text(d, "No baseline given (--baseline OLD.json).");
-    return;
-  }
-  qc_doc_p(d);
-  qc_doc_text(d, "The rule: %s.", qc_baseline_rule(a->factor));
-  for (int i = 0; i < e->nsrc; i++) {
-    const qc_regress_list *l = &a->reg[i];
-    if (!a->reg_base[i]) continue;
-    qc_doc_h(d, 3, NULL, "%s %s: %d regression(s)", e->src[i].verb, e->src[i].title, l->n);
-    qc_doc_p(d);
-    qc_doc_text(d, "Against ");
-    qc_doc_code(d, a->reg_base[i]);
-    qc_doc_text(d, ": %d check(s) matched, %d new, %d vanished.", l->matched, l->added, l->vanished);
-    for (int k = 0; k < l->n; k++) {
-      qc_doc_li(d);
-      qc_doc_code(d, l->v[k].id);
-      qc_doc_text(d, ": %s", l->v[k].what);
-    }
-    qc_doc_end_block(d);
-  }
-}
-
 static void inputs(qc_doc *d, const qc_evidence *e, const qc_prov *prov) {
   qc_doc_h(d, 2, "inputs", "Inputs");
   qc_doc_table(d, "l:report|l:verb|l:of|l:verdict|r:checks|r:failed|l:written by|l:sha256");
@@ -364,6 +358,17 @@ static int render_json(qc_sbuf *out, qc_prov *prov, const qc_audit_ctx *a, const
   cJSON *root = qc_report_envelope(prov, "report", verdict);
   if (!root) return qc_err_sys("out of memory");
   cJSON_AddStringToObject(root, "audit", word);
+  cJSON_AddBoolToObject(root, "complete", a->need.n == 0);
+  cJSON_AddBoolToObject(root, "allow_incomplete", a->allow_incomplete);
+  cJSON *ms = cJSON_AddArrayToObject(root, "missing");
+  for (int k = 0; k < a->need.n; k++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "layer", a->need.layer[k]);
+    cJSON_AddStringToObject(o, "why", a->need.why[k]);
+    cJSON_AddItemToArray(ms, o);
+  }
+  cJSON_AddBoolToObject(root, "layer2_required", a->need.l2_required);
+  if (a->need.l2_required) cJSON_AddStringToObject(root, "layer2_required_by", a->need.l2_why);
   static const char *const verbs[] = {"vjp", "contract", "sft", "step"};
   cJSON *ls = cJSON_AddObjectToObject(root, "layers");
   int checks = 0, failed = 0;
@@ -373,7 +378,7 @@ static int render_json(qc_sbuf *out, qc_prov *prov, const qc_audit_ctx *a, const
     cJSON_AddNumberToObject(o, "reports", v.reports);
     cJSON_AddNumberToObject(o, "checks", v.checks);
     cJSON_AddNumberToObject(o, "failed", v.failed);
-    cJSON_AddStringToObject(o, "verdict", verdict_of(&v));
+    cJSON_AddStringToObject(o, "verdict", layer_word(a, verbs[i], &v));
     checks += v.checks;
     failed += v.failed;
   }
@@ -425,6 +430,11 @@ static int render_junit(qc_sbuf *out, const qc_audit_ctx *a) {
     if (!strcmp(s->verdict, "error")) rc = qc_tlist_add_error(&l, "audit", "audit", name, s->error);
     else rc = qc_tlist_add(&l, "audit", "audit", name, strcmp(s->verdict, "pass") ? msg : NULL, msg);
   }
+  for (int k = 0; k < a->need.n && !rc; k++) { /* a missing requirement fails, unless --allow-incomplete accepts it */
+    char msg[1000];
+    snprintf(msg, sizeof msg, "incomplete: %s%s", a->need.why[k], a->allow_incomplete ? " (accepted by --allow-incomplete)" : "");
+    rc = qc_tlist_add(&l, "completeness", "audit", a->need.layer[k], a->allow_incomplete ? NULL : msg, msg);
+  }
   for (int i = 0; a->reg && i < e->nsrc && !rc; i++)
     for (int k = 0; k < a->reg[i].n && !rc; k++)
       rc = qc_tlist_add(&l, "baseline", e->src[i].path, a->reg[i].v[k].id, a->reg[i].v[k].what, NULL);
@@ -433,9 +443,10 @@ static int render_junit(qc_sbuf *out, const qc_audit_ctx *a) {
   return rc;
 }
 
-int qc_audit_render(qc_report_out *o, const qc_audit_ctx *a, int *verdict) {
+int qc_audit_render(qc_report_out *o, qc_audit_ctx *a, int *verdict) {
   const qc_evidence *e = a->e;
-  const char *word = overall(e, verdict);
+  qc_audit_needs(e, &a->need);
+  const char *word = overall(a, verdict);
   char title[64];
   int rc = QC_OK;
   snprintf(title, sizeof title, "qatcheck audit: %s", word);
@@ -450,7 +461,7 @@ int qc_audit_render(qc_report_out *o, const qc_audit_ctx *a, int *verdict) {
     qc_audit_l2(&d, e);
     qc_audit_l3(&d, e);
     qc_audit_step(&d, e);
-    regressions(&d, a);
+    qc_audit_regressions(&d, a);
     inputs(&d, e, o->prov);
     rc = qc_doc_end(&d);
     if (!rc) {

@@ -76,6 +76,21 @@ void qc_doc_figure(qc_doc *d, const qc_sbuf *svg, const char *caption);
 
 /* ---- the sections ------------------------------------------------------------------------ */
 
+/* What the method requires of a whole audit and the reports leave missing
+ * (audit_need.c; docs/audit.md, "A whole audit"): one entry per missing
+ * requirement, its layer ("layer 1", "one-step", "layer 2", "layer 3") and
+ * why it is required; and whether layer 2 is required at all (l2_why: the
+ * module that makes it so). */
+#define QC_AUDIT_MAXNEED 16
+typedef struct qc_audit_need {
+  int n;
+  char layer[QC_AUDIT_MAXNEED][16];
+  char why[QC_AUDIT_MAXNEED][800];
+  int l2_required;
+  char l2_why[800];
+} qc_audit_need;
+void qc_audit_needs(const qc_evidence *e, qc_audit_need *n);
+
 /* What the document and its summary need beyond the evidence. */
 typedef struct qc_audit_ctx {
   const qc_evidence *e;
@@ -83,7 +98,19 @@ typedef struct qc_audit_ctx {
   int nreg;                  /* baseline comparisons: one list per input report (NULL rows: none) */
   qc_regress_list *reg;      /* [e->nsrc] */
   const char **reg_base;     /* [e->nsrc] the baseline each was compared with (NULL: none) */
+  int allow_incomplete;      /* --allow-incomplete: a layer the method requires may be missing (exit 0, still "incomplete") */
+  qc_audit_need need;        /* set by qc_audit_render */
 } qc_audit_ctx;
+
+/* 1 when a requirement of the layer of verb ("vjp", "step", "contract",
+ * "sft") is missing. */
+int qc_audit_need_has(const qc_audit_need *n, const char *verb);
+/* The summary's completeness paragraph: what is missing and why, or that
+ * the audit is whole. */
+void qc_audit_completeness(qc_doc *d, const qc_audit_ctx *a);
+
+/* The section of the regressions against the baselines (audit_extra.c). */
+void qc_audit_regressions(qc_doc *d, const qc_audit_ctx *a);
 
 /* Layer 1 in numbers, for the summary. */
 typedef struct qc_l1_summary {
@@ -115,7 +142,7 @@ void qc_audit_suspicious(qc_doc *d, const qc_evidence *e);
 /* The console's one-line summary: the verdict, the reports, and each layer
  * (vjp, contract, sft, step, other) with its reports, checks and failures,
  * the coverage and the suspicious passes. Into b. */
-void qc_audit_console(const qc_evidence *e, int verdict, qc_sbuf *b);
+void qc_audit_console(const qc_audit_ctx *a, qc_sbuf *b);
 
 /* Compare each baseline of the run's gate g with the input report of its
  * verb (of its case or dump when several have the verb): fills a->reg and
@@ -124,7 +151,9 @@ void qc_audit_console(const qc_evidence *e, int verdict, qc_sbuf *b);
 int qc_audit_baselines(qc_audit_ctx *a, const qc_gate *g);
 
 /* The whole document into o's Markdown and HTML docs (those asked for), its
- * JSON summary and JUnit; *verdict 0 every input passed, 1 not. */
-int qc_audit_render(qc_report_out *o, const qc_audit_ctx *a, int *verdict);
+ * JSON summary and JUnit (a->need filled first); *verdict 0 every input
+ * passed and the audit is whole (or --allow-incomplete accepts what is
+ * missing), 1 not. */
+int qc_audit_render(qc_report_out *o, qc_audit_ctx *a, int *verdict);
 
 #endif

@@ -76,3 +76,31 @@ void qc_audit_arm_numbers(const cJSON *n, char *out, size_t cap) {
     snprintf(out + l, cap - l, "%s%s %s%s", l ? ", " : "", arm->string ? arm->string : "?", a, b);
   }
 }
+
+/* The regressions against the baselines, per input report. */
+void qc_audit_regressions(qc_doc *d, const qc_audit_ctx *a) {
+  const qc_evidence *e = a->e;
+  qc_doc_h(d, 2, "regressions", "Regressions against the baselines");
+  if (!a->reg) {
+    qc_doc_p(d);
+    qc_doc_text(d, "No baseline given (--baseline OLD.json).");
+    return;
+  }
+  qc_doc_p(d);
+  qc_doc_text(d, "The rule: %s.", qc_baseline_rule(a->factor));
+  for (int i = 0; i < e->nsrc; i++) {
+    const qc_regress_list *l = &a->reg[i];
+    if (!a->reg_base[i]) continue;
+    qc_doc_h(d, 3, NULL, "%s %s: %d regression(s)", e->src[i].verb, e->src[i].title, l->n);
+    qc_doc_p(d);
+    qc_doc_text(d, "Against ");
+    qc_doc_code(d, a->reg_base[i]);
+    qc_doc_text(d, ": %d check(s) matched, %d new, %d vanished.", l->matched, l->added, l->vanished);
+    for (int k = 0; k < l->n; k++) {
+      qc_doc_li(d);
+      qc_doc_code(d, l->v[k].id);
+      qc_doc_text(d, ": %s", l->v[k].what);
+    }
+    qc_doc_end_block(d);
+  }
+}
