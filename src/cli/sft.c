@@ -66,7 +66,7 @@ int qc_cmd_sft(qc_run *qrun, int argc, char **argv) {
   run->keep_series = co.markdown != NULL || co.json != NULL; /* the plots, and the curves the audit draws */
   if ((rc = qc_sft_judge(run))) goto done;
   if (qc_verbose) fprintf(stderr, "sft: read %.3f s, judged %.3f s\n", run->t_read, run->t_judge);
-  qc_sft_view v = {.cs = cs, .logs = run->logs, .has_cfg = run->has_cfg, .rows = run->rows, .nrow = run->nrow,
+  qc_sft_view v = {.cs = cs, .logs = run->logs, .has_cfg = run->has_cfg, .rows = run->rows, .nrow = run->nrow, .missing_arms = run->missing_arms,
                    .pairs = run->pairs, .verdict = run->verdict, .t_read = run->t_read, .t_judge = run->t_judge};
   if ((rc = qc_report_sft(&out, &v)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
   if (!qc_quiet) qc_report_sft_table(&v);

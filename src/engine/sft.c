@@ -1,10 +1,14 @@
 /* sft.c: layer 3's run (see sft.h): logs and configs loaded, the
  * config-diff table, each pair judged, its verdict, first deviation and
  * localization. The rules (docs/layer3.md):
- *  - a pair is inconclusive when a controlled variable differs between its
- *    arms and is not an expected difference, when an arm has no config,
- *    when the x axes disagree (tokens differ at equal steps), or when a
- *    check is inconclusive; never a pass;
+ *  - a pair is inconclusive when the case lacks one of the method's three
+ *    arms (under_test, gradient_reference, native_baseline: the comparison
+ *    needs all three in one controlled run), when a controlled variable
+ *    differs between its arms and is not an expected difference, when an
+ *    arm has no config or its config records a controlled variable not at
+ *    all (null records one that does not apply: an unrecorded one cannot be
+ *    shown to be controlled), when the x axes disagree (tokens differ at
+ *    equal steps), or when a check is inconclusive; never a pass;
  *  - it deviates when any check fails (even if others are inconclusive);
  *    its first deviation is the smallest x at which a check fails (ties:
  *    the check listed first), its onset the earliest onset of a failed
@@ -143,22 +147,60 @@ static void add_reason(char *buf, size_t n, const char *fmt, const char *a, cons
   if (w >= 0 && (size_t)w >= n - k) qc_sft_clip_words(buf, n); /* never cut mid-word */
 }
 
-/* The pair-level reasons for inconclusive: configs, and the x axes. */
+/* The method's arms the case lacks, ", "-separated, into r->missing_arms. */
+static void missing_arms(qc_sft_run *r) {
+  static const char *const role[] = {"under_test", "gradient_reference", "native_baseline"};
+  r->missing_arms[0] = 0;
+  for (int k = 0; k < 3; k++) {
+    int have = 0;
+    for (int a = 0; a < r->cs->narm; a++) have |= strcmp(r->cs->arms[a].key, role[k]) == 0;
+    if (have) continue;
+    size_t u = strlen(r->missing_arms);
+    snprintf(r->missing_arms + u, sizeof r->missing_arms - u, "%s%s", u ? ", " : "", role[k]);
+  }
+}
+
+/* The controlled variables arm a's config does not record, ", "-separated into buf; their number. */
+static int unrecorded(const qc_sft_run *r, int a, char *buf, size_t n) {
+  int k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < r->nrow; i++) {
+    if (!r->rows[i].controlled || r->rows[i].val[a]) continue;
+    size_t u = strlen(buf);
+    snprintf(buf + u, n - u, "%s%s", u ? ", " : "", r->rows[i].key);
+    k++;
+  }
+  return k;
+}
+
+/* The pair-level reasons for inconclusive: the arms, configs, and the x axes. */
 static void pair_reasons(const qc_sft_run *r, const qc_sft_pair *p, qc_sft_pair_res *pr) {
   const qc_sft_case *cs = r->cs;
   const char *an = cs->arms[p->a].key, *bn = cs->arms[p->b].key;
+  if (r->missing_arms[0])
+    add_reason(pr->reasons, sizeof pr->reasons, "the case has no %s arm: the method compares three arms (under_test, "
+               "gradient_reference, native_baseline) in one controlled run, and a pair without the %s cannot be %s", r->missing_arms,
+               strchr(r->missing_arms, ',') ? "others" : "third", "told apart from the comparison's other causes");
   for (int s = 0; s < 2; s++) {
     int a = s ? p->b : p->a;
+    char keys[600];
+    int k;
     if (!r->has_cfg[a])
       add_reason(pr->reasons, sizeof pr->reasons, "arm '%s' has no config: its controlled variables cannot be compared%s%s",
                  cs->arms[a].key, "", "");
+    else if ((k = unrecorded(r, a, keys, sizeof keys)) == QC_L3_NCONTROLLED)
+      add_reason(pr->reasons, sizeof pr->reasons, "arm '%s' records none of the controlled variables in its config%s%s: none of "
+                 "them can be shown to be controlled (map each with 'keys'; null where it does not apply)", cs->arms[a].key, "", "");
+    else if (k)
+      add_reason(pr->reasons, sizeof pr->reasons, "arm '%s' records no value of controlled variable(s) %s in its config%s: they "
+                 "cannot be shown to be controlled (map each with 'keys'; null where it does not apply)", cs->arms[a].key, keys, "");
   }
   if (r->has_cfg[p->a] && r->has_cfg[p->b])
     for (int k = 0; k < r->nrow; k++) {
       const qc_sft_cfgrow *row = &r->rows[k];
       const char *x = row->val[p->a], *y = row->val[p->b];
       int differ = (x == NULL) != (y == NULL) || (x && strcmp(x, y) != 0);
-      if (!differ || row->expected) continue;
+      if (!differ || row->expected || (row->controlled && (!x || !y))) continue; /* unrecorded: said above */
       char what[600];
       snprintf(what, sizeof what, "%.200s (%s) vs %.200s (%s)", x ? x : "absent", an, y ? y : "absent", bn);
       add_reason(pr->reasons, sizeof pr->reasons, "controlled variable '%s' differs: %s, not in expected_differences%s", row->key,
@@ -273,6 +315,7 @@ int qc_sft_judge(qc_sft_run *r) {
   double t0 = qc_now_s();
   int rc;
   r->verdict = 0;
+  missing_arms(r);
   for (int p = 0; p < r->cs->npair; p++) {
     if ((rc = judge_pair(r, &r->cs->pairs[p], &r->pairs[p]))) return rc;
     if (r->pairs[p].verdict != QC_L3_PASS) r->verdict = 1;

@@ -19,6 +19,7 @@ typedef struct qc_sft_run {
   int nrow;
   qc_sft_cfgrow *rows;              /* the config-diff table */
   qc_sft_pair_res pairs[QC_L3_MAXPAIRS];
+  char missing_arms[64];            /* the method's arms the case lacks, ", "-separated ("" none) */
   int verdict;                      /* 0 every pair passed, 1 one deviates or is inconclusive */
   double t_read, t_judge;           /* seconds */
 } qc_sft_run;

@@ -175,7 +175,7 @@ typedef struct qc_sft_pair_res {
   qc_l3_loc loc;             /* QC_LOC_NONE unless the pair deviates */
   int has_x0;
   int64_t x0, x1;            /* the first step both logs have, and the next (-1: none) */
-  char reasons[1024];        /* pair-level reasons for inconclusive ("; "-separated) */
+  char reasons[2048];        /* pair-level reasons for inconclusive ("; "-separated) */
   char undeclared[512];      /* controlled variables that differ without a declared reason (", "-separated) */
   int ncheck;
   qc_sft_check_res *checks;  /* [ncheck], in the case's order */

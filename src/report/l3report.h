@@ -19,6 +19,7 @@ typedef struct qc_sft_view {
   const qc_sft_cfgrow *rows;
   int nrow;
   const qc_sft_pair_res *pairs;   /* [cs->npair] */
+  const char *missing_arms;       /* the method's arms the case lacks, ", "-separated ("" none) */
   int verdict;                    /* 0 pass, 1 not */
   double t_read, t_judge;
 } qc_sft_view;

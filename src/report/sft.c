@@ -200,6 +200,15 @@ static int render_json(qc_sbuf *out, qc_prov *prov, const qc_sft_view *v) {
     inc += v->pairs[p].verdict == QC_L3_INCONCLUSIVE;
   }
   cJSON_AddStringToObject(root, "conclusion", dev ? "deviates" : inc ? "inconclusive" : "pass");
+  cJSON *ma = cJSON_AddArrayToObject(root, "missing_arms"); /* of the method's three: each makes every pair inconclusive */
+  for (const char *q = v->missing_arms ? v->missing_arms : ""; *q;) {
+    size_t k = strcspn(q, ",");
+    char arm[QC_L3_NAME];
+    snprintf(arm, sizeof arm, "%.*s", (int)k, q);
+    cJSON_AddItemToArray(ma, cJSON_CreateString(arm));
+    q += k;
+    q += strspn(q, ", ");
+  }
   cJSON_AddStringToObject(root, "x", cs->x_tokens ? "tokens" : "step");
   cJSON_AddItemToObject(root, "window", window_json(cs->w0, cs->w1));
   cJSON *arms = cJSON_AddArrayToObject(root, "arms");

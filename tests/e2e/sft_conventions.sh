@@ -33,7 +33,13 @@ loss = {s: 10 * math.exp(-s / 20) + 1 + 0.01 * math.sin(s) for s in range(1, N +
 gn = {s: 2 + 0.5 * math.cos(s / 3) for s in range(1, N + 1)}
 mem = {s: 1.5e9 + 1e6 * s for s in range(1, N + 1)}
 w = lambda name, text: open(os.path.join(d, name), "w").write(text)
-json.dump({"lr": 1e-5, "seed": 1}, open(os.path.join(d, "cfg.json"), "w"))
+# every controlled variable of the method recorded (docs/layer3.md): an arm
+# that records none makes its pairs inconclusive
+CTRL = {"init_weights": "sha256:0", "optimizer_state": "fresh", "data": "synthetic", "data_order": 1, "labels_mask": "all",
+        "packing": False, "loss_normalization": "mean", "global_batch": 8, "grad_accumulation": 1, "lr": 1e-5,
+        "lr_schedule": "constant", "clipping": 1.0, "precision": "bf16", "loss_scaling": None, "seed": 1, "recompute": "none"}
+json.dump(CTRL, open(os.path.join(d, "cfg.json"), "w"))
+json.dump(dict(CTRL, lr=2e-5), open(os.path.join(d, "cfg_lr.json"), "w"))
 # the reference: every step
 w("ref.jsonl", "".join(json.dumps({"step": s, "loss": loss[s], "grad_norm": gn[s], "mem": mem[s]}) + "\n" for s in loss))
 # a real NaN at step 20, as Python's json writes it
@@ -93,18 +99,20 @@ w("wandb.csv", "\n".join(rows) + "\n")
 w("own.jsonl", "".join(json.dumps({"it": s, "loss": loss[s]}) + "\n" for s in loss))
 P
 
-# run_case NAME ARM_B_JSON CHECKS [WINDOW]: ref.jsonl against arm b, both with
-# the same config; the report at $T/NAME.json
+# run_case NAME ARM_B_JSON CHECKS [WINDOW]: ref.jsonl (under_test) against arm b
+# (gradient_reference), both with the same config, beside a native_baseline
+# (the method's three arms); the report at $T/NAME.json
 run_case() {
   name=$1; armb=$2; checks=$3; win=${4:-[1, 50]}
   cat >"$D/$name.case.json" <<J
-{"arms": {"ref": {"log": "ref.jsonl", "config": "cfg.json"}, "b": $armb},
- "window": $win, "pairs": {"ref~b": $checks}}
+{"arms": {"under_test": {"log": "ref.jsonl", "config": "cfg.json"}, "gradient_reference": $armb, $NB},
+ "window": $win, "pairs": {"under_test~gradient_reference": $checks}}
 J
   rm -f "$T/$name.json"
   "$QATCHECK" sft -v --case "$D/$name.case.json" --json "$T/$name.json" >"$T/$name.out" 2>"$T/$name.err"
   echo $?
 }
+NB='"native_baseline": {"log": "ref.jsonl", "config": "cfg.json"}'
 EXACT='"pointwise_abs": 0, "reasoning": "the same numbers"'
 ROUND5='"pointwise_abs": 5.1e-6, "reasoning": "Megatron rounds to 5 decimals"'
 F32='"pointwise_rel": 1.2e-7, "reasoning": "TensorBoard stores float32"'
@@ -139,8 +147,8 @@ rc=$(run_case mg_gap "{\"log\": \"golden_resumed.json\", \"config\": \"cfg.json\
 json_is "$T/mg_gap.json" "r['conclusion'] == 'inconclusive' and r['pairs'][0]['metrics'][0]['verdict'] == 'inconclusive' and 'gap' in r['pairs'][0]['metrics'][0]['why'] and 'non-finite' not in json.dumps(r)"
 # two resumed runs against each other: no NaN vs NaN
 cat >"$D/mg_two.case.json" <<J
-{"arms": {"a": {"log": "golden_resumed.json", "config": "cfg.json", $MG_TAGS}, "b": {"log": "golden_resumed.json", "config": "cfg.json", $MG_TAGS}},
- "window": [26, 50], "pairs": {"a~b": {"loss": {$EXACT}, "grad_norm": {$EXACT}}}}
+{"arms": {"under_test": {"log": "golden_resumed.json", "config": "cfg.json", $MG_TAGS}, "gradient_reference": {"log": "golden_resumed.json", "config": "cfg.json", $MG_TAGS}, $NB},
+ "window": [26, 50], "pairs": {"under_test~gradient_reference": {"loss": {$EXACT}, "grad_norm": {$EXACT}}}}
 J
 expect_exit 0 "two resumed Megatron runs: the placeholders are no NaN vs NaN" "$QATCHECK" sft --case "$D/mg_two.case.json" --json "$T/mg_two.json"
 rc=$(run_case lf '{"log": "trainer_log.jsonl", "config": "cfg.json"}' "{\"loss\": {$EXACT}}" '[5, 50]')
@@ -176,8 +184,8 @@ open(os.path.join(d, "every.jsonl"), "w").write("".join(json.dumps({"step": s, "
 P
 irr_case() { # NAME LOG_A LOG_B [EXTRA]
   cat >"$D/$1.case.json" <<J
-{"arms": {"a": {"log": "$2", "config": "cfg.json"}, "b": {"log": "$3", "config": "cfg.json"}},
- "window": [1, 500], $4 "pairs": {"a~b": {"loss": {$EXACT}}}}
+{"arms": {"under_test": {"log": "$2", "config": "cfg.json"}, "gradient_reference": {"log": "$3", "config": "cfg.json"}, $NB},
+ "window": [1, 500], $4 "pairs": {"under_test~gradient_reference": {"loss": {$EXACT}}}}
 J
 }
 irr_case irr_self irr.jsonl irr.jsonl
@@ -215,7 +223,7 @@ gz_refused() { # DESC NEEDLE ARGS...
 gzip -c "$D/own.case.json" >"$D/own.case.json.gz"
 gz_refused "a gzip-compressed sft case" "own.case.json.gz" sft --case "$D/own.case.json.gz"
 gzip -c "$D/cfg.json" >"$D/cfg.json.gz"
-sed 's/"config": "cfg.json"}, "b"/"config": "cfg.json.gz"}, "b"/' "$D/own.case.json" >"$D/gzcfg.case.json"
+sed 's/"config": "cfg.json"}, "gradient_reference"/"config": "cfg.json.gz"}, "gradient_reference"/' "$D/own.case.json" >"$D/gzcfg.case.json"
 gz_refused "a gzip-compressed config" "cfg.json.gz" sft --case "$D/gzcfg.case.json"
 $PY - "$D" <<'P' || bad "writing a dump and a safetensors file"
 import h5py, json, os, struct, sys
@@ -242,18 +250,17 @@ drift = {s: v * (1 + 2e-4 * (r.random() - 0.5) + (1e-4 * (s - 330) if s > 330 el
 open(os.path.join(d, "drift.jsonl"), "w").write("".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in drift.items()))
 P
 cat >"$D/drift.case.json" <<J
-{"arms": {"a": {"log": "drift.jsonl", "config": "cfg.json"}, "b": {"log": "base.jsonl", "config": "cfg.json"}},
- "window": [1, 600], "pairs": {"a~b": {"loss": {"pointwise_rel": 0.016, "reasoning": "1.6% per step"}}}}
+{"arms": {"under_test": {"log": "drift.jsonl", "config": "cfg.json"}, "gradient_reference": {"log": "base.jsonl", "config": "cfg.json"}, $NB},
+ "window": [1, 600], "pairs": {"under_test~gradient_reference": {"loss": {"pointwise_rel": 0.016, "reasoning": "1.6% per step"}}}}
 J
 expect_exit 1 "a drift deviates" "$QATCHECK" sft --case "$D/drift.case.json" --json "$T/drift.json"
 json_is "$T/drift.json" "480 <= r['pairs'][0]['first_deviation']['step'] <= 495 and abs(r['pairs'][0]['first_deviation']['onset']['step'] - 330) <= 10 and r['pairs'][0]['first_deviation']['onset']['kind'] == 'drift'"
 grep -q "DEVIATES at step 4[89][0-9] .*onset ~step 3[23][0-9] (loss, drift" "$T/out" && ok "the console gives the crossing and the onset" || bad "drift console: $(grep pair "$T/out")"
 # an undeclared config difference is named first when the pair deviates
-echo '{"lr": 2e-5, "seed": 1}' >"$D/cfg_lr.json"
 sed 's/"log": "drift.jsonl", "config": "cfg.json"/"log": "drift.jsonl", "config": "cfg_lr.json"/' "$D/drift.case.json" >"$D/drift_lr.case.json"
 expect_exit 1 "a drift with an undeclared lr difference deviates" "$QATCHECK" sft --case "$D/drift_lr.case.json" --json "$T/drift_lr.json"
 json_is "$T/drift_lr.json" "r['pairs'][0]['undeclared_differences'] == ['lr'] and r['pairs'][0]['advice'].startswith('first explain the undeclared differences (lr)')"
-grep -A20 "^pair a~b" "$T/out" | grep -- "->" | head -1 | grep -q "first explain the undeclared differences (lr)" \
+grep -A20 "^pair under_test~gradient_reference" "$T/out" | grep -- "->" | head -1 | grep -q "first explain the undeclared differences (lr)" \
   && ok "the console names the undeclared difference before the localization" || bad "drift_lr console: $(cat "$T/out")"
 # readable numbers: on a tokens axis the step too; re-logged steps noted;
 # a long config value clipped at a word, never mid-word
@@ -270,18 +277,20 @@ for name in ("base", "drift"):
         out.append(json.dumps(r))
     open(os.path.join(d, name + "_tok.jsonl"), "w").write("\n".join(out) + "\n")
 long = "fp8_block128 weights with bf16 activations and a float32 reference backward"
-json.dump({"lr": 1e-5, "seed": 1, "precision": long}, open(os.path.join(d, "cfg_p1.json"), "w"))
-json.dump({"lr": 1e-5, "seed": 1, "precision": "bf16"}, open(os.path.join(d, "cfg_p2.json"), "w"))
+CTRL = json.load(open(os.path.join(d, "cfg.json")))
+json.dump(dict(CTRL, precision=long), open(os.path.join(d, "cfg_p1.json"), "w"))
+json.dump(dict(CTRL, precision="bf16"), open(os.path.join(d, "cfg_p2.json"), "w"))
 P
 cat >"$D/tok.case.json" <<J
-{"arms": {"a": {"log": "drift_tok.jsonl", "config": "cfg_p1.json"}, "b": {"log": "base_tok.jsonl", "config": "cfg_p2.json"}},
+{"arms": {"under_test": {"log": "drift_tok.jsonl", "config": "cfg_p1.json"}, "gradient_reference": {"log": "base_tok.jsonl", "config": "cfg_p2.json"},
+          "native_baseline": {"log": "base_tok.jsonl", "config": "cfg_p2.json"}},
  "x": "tokens", "window": [2048, 1228800], "expected_differences": {"precision": "the recipe under test"},
- "pairs": {"a~b": {"loss": {"pointwise_rel": 0.016, "reasoning": "1.6% per step"}}}}
+ "pairs": {"under_test~gradient_reference": {"loss": {"pointwise_rel": 0.016, "reasoning": "1.6% per step"}}}}
 J
 expect_exit 1 "the drift on a tokens axis deviates" "$QATCHECK" sft --case "$D/tok.case.json" --json "$T/tok.json"
 grep -q "DEVIATES at tokens [0-9],[0-9][0-9][0-9],[0-9][0-9][0-9] (step 4[89][0-9]) .*onset ~tokens [0-9][0-9][0-9],[0-9][0-9][0-9] (step 3[23][0-9])" "$T/out" \
   && ok "on a tokens axis the step is printed too" || bad "tokens console: $(grep pair "$T/out")"
-grep -q "log a: 41 step(s) re-logged with another value (first at step 470" "$T/out" && grep -q "was re-logged in '.*drift_tok.jsonl'" "$T/out" \
+grep -q "log under_test: 41 step(s) re-logged with another value (first at step 470" "$T/out" && grep -q "was re-logged in '.*drift_tok.jsonl'" "$T/out" \
   && ok "re-logged steps noted, and on the first deviation" || bad "re-logged: $(cat "$T/out")"
 json_is "$T/tok.json" "r['pairs'][0]['first_deviation']['relogged'] is True"
 line=$(grep "^  precision" "$T/out")

@@ -22,11 +22,15 @@ with open(f"{out}/a/m.jsonl", "w") as fa, open(f"{out}/b/m.jsonl", "w") as fb:
         fb.write(json.dumps({"step": s, "loss": loss}) + "\n")
 w.close()
 for d in ("tb", "a", "b"):
-    json.dump({"lr": 1e-4, "seed": 1}, open(f"{out}/{d}/config.json", "w"))
+    json.dump({"init_weights": "sha256:0", "optimizer_state": "fresh", "data": "synthetic", "data_order": 1, "labels_mask": "all",
+               "packing": False, "loss_normalization": "mean", "global_batch": 8, "grad_accumulation": 1, "lr": 1e-4,
+               "lr_schedule": "constant", "clipping": None, "precision": "bf16", "loss_scaling": None, "seed": 1,
+               "recompute": "none"}, open(f"{out}/{d}/config.json", "w"))  # every controlled variable recorded
 P
 mkcase() { # mkcase FILE A_LOG BOUND
   cat >"$1" <<J
-{"arms": {"under_test": {"log": "$2", "config": "${2%%/*}/config.json"}, "gradient_reference": {"log": "b/m.jsonl", "config": "b/config.json"}},
+{"arms": {"under_test": {"log": "$2", "config": "${2%%/*}/config.json"}, "gradient_reference": {"log": "b/m.jsonl", "config": "b/config.json"},
+          "native_baseline": {"log": "b/m.jsonl", "config": "b/config.json"}},
  "window": [1, 30],
  "pairs": {"under_test~gradient_reference": {"loss": {"pointwise_rel": $3, "reasoning": "the same loss logged twice"}}}}
 J
