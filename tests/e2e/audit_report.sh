@@ -24,9 +24,13 @@ IN="$T/v_pass.json $T/v_fail.json $T/v_special.json $T/c.json tests/data/reports
 expect_exit 1 "report over failing inputs exits 1" "$QATCHECK" report $IN --markdown "$T/a.md" --html "$T/a.html" --json "$T/a.json" --junit "$T/a.xml"
 grep -q "^report: FAIL: 6 report(s)" "$T/out" || bad "the console line: $(head -2 "$T/out")"
 cp "$T/out" "$T/out.all"
-# an audit of passing reports passes
-expect_exit 0 "report over passing inputs exits 0" "$QATCHECK" report "$T/v_pass.json" "$T/c.json" --markdown "$T/p.md"
-head -1 "$T/p.md" | grep -q "^# qatcheck audit: pass" || bad "the passing audit's title: $(head -1 "$T/p.md")"
+# passing reports that leave layers 3 and the one-step update out: incomplete
+# (exit 1), accepted by --allow-incomplete (exit 0), still incomplete
+# (tests/e2e/audit_complete.sh: the whole rule)
+expect_exit 1 "report over passing inputs without sft and step exits 1" "$QATCHECK" report "$T/v_pass.json" "$T/c.json" --markdown "$T/p.md"
+head -1 "$T/p.md" | grep -q "^# qatcheck audit: INCOMPLETE" || bad "the incomplete audit's title: $(head -1 "$T/p.md")"
+expect_exit 0 "--allow-incomplete accepts it" "$QATCHECK" report "$T/v_pass.json" "$T/c.json" --allow-incomplete --markdown "$T/p.md"
+head -1 "$T/p.md" | grep -q "^# qatcheck audit: INCOMPLETE" || bad "the accepted audit's title: $(head -1 "$T/p.md")"
 
 # Markdown: GFM tables, and the checker rejects a broken one
 $PY "$D/gfm_check.py" "$T/a.md" 10 >"$T/out" 2>&1 && ok "$(cat "$T/out")" || bad "$(cat "$T/out")"

@@ -82,7 +82,7 @@ forge pass.json saysfail.json 'r["checks"][0]["verdict"] = "fail"; r["verdict"] 
 expect_exit 1 "a check that says fail, its metrics within bounds, stays failed" "$QATCHECK" report "$T/saysfail.json"
 grep -q "layer 1 (vjp): 6 check(s), 1 failed (FAIL)" "$T/out" && ok "the console counts it failed" || bad "console: $(cat "$T/out")"
 expect_exit 1 "the real failing report fails" "$QATCHECK" report "$T/fail.json"
-expect_exit 0 "the real passing report passes" "$QATCHECK" report "$T/pass.json"
+expect_exit 0 "the real passing report passes" "$QATCHECK" report "$T/pass.json" --allow-incomplete
 
 # ---- contract rows, step checks, sft pairs ------------------------------------------------------
 "$QATCHECK" contract --master-vs-dequant --dump cases/data/contract_ckpt.h5 --weight-format nvfp4 --cosine-min 0.999999 \
@@ -96,7 +96,7 @@ forge c_fail.json c_loose.json '
 r["options"]["cosine_min"] = None; r["verdict"] = "pass"
 for w in r["rows"]: w["verdict"] = "pass"
 r["totals"].update(passed=r["totals"]["checks"], failed=0)'
-expect_exit 0 "contract: rows that pass the thresholds the report records are read as passed" "$QATCHECK" report "$T/c_loose.json"
+expect_exit 0 "contract: rows that pass the thresholds the report records are read as passed" "$QATCHECK" report "$T/c_loose.json" --allow-incomplete
 cp tests/data/reports/step.json tests/data/reports/sft.json "$T/"
 forge step.json step_forged.json 'r["checks"][0]["metrics"]["rel_l2"] = 1e-3'
 refused step_forged.json 'check 1 (under_test /model.layers.0.mlp.down_proj.weight update): says "pass"' 'rel_l2 0.001 > 1e-05'
@@ -109,17 +109,17 @@ refused sft_forged.json 'pair 1 (' 'says "pass" but its metric'
 "$QATCHECK" tol --out-dtype bfloat16 --k 64 --json "$T/tol.json" --quiet || bad "tol"
 expect_exit 2 "an audit of a tol report alone is refused" "$QATCHECK" report "$T/tol.json"
 grep -q "^qatcheck: error: report: the 1 report(s) given hold no judged check" "$T/err" && ok "the line says why" || bad "$(head -1 "$T/err")"
-expect_exit 0 "a tol report beside a vjp report is listed" "$QATCHECK" report "$T/tol.json" "$T/pass.json"
+expect_exit 0 "a tol report beside a vjp report is listed" "$QATCHECK" report "$T/tol.json" "$T/pass.json" --allow-incomplete
 
 # ---- what qatcheck writes is read back unchanged ------------------------------------------------
 "$QATCHECK" fd --module rmsnorm --json "$T/fd.json" --quiet || bad "fd"
-expect_exit 0 "an fd report is read back as its pass" "$QATCHECK" report "$T/fd.json" "$T/pass.json"
+expect_exit 0 "an fd report is read back as its pass" "$QATCHECK" report "$T/fd.json" "$T/pass.json" --allow-incomplete
 if $PY -c "import ml_dtypes" 2>/dev/null; then
   # --identify passes when one profile reproduces the bytes: the others' mismatches are no contradiction
   $PY scripts/make_quant_dump.py "$T/q.h5" nvfp4 --k 64 --n 32 >/dev/null || bad "make_quant_dump.py"
   "$QATCHECK" quant --dump "$T/q.h5" --module /lin --identify --json "$T/qi.json" --quiet || bad "quant --identify"
   grep -q '"mismatch"' "$T/qi.json" || bad "quant --identify: no profile mismatched"
-  expect_exit 0 "a quant --identify report with mismatching profiles is read back as its pass" "$QATCHECK" report "$T/qi.json" "$T/pass.json"
+  expect_exit 0 "a quant --identify report with mismatching profiles is read back as its pass" "$QATCHECK" report "$T/qi.json" "$T/pass.json" --allow-incomplete
   forge qi.json qi_none.json 'r["checks"] = [c for c in r["checks"] if c["result"] != "reproduced"]; r["totals"].update(checks=len(r["checks"]), passed=0, failed=len(r["checks"]))'
   refused qi_none.json '"verdict" is "pass" but 1 of its'
 else
@@ -127,6 +127,6 @@ else
 fi
 for c in linear_fp8_block attention_gqa moe_swiglu_special router_sigmoid_special logprob_special ssd_groups rope conv1d; do
   "$QATCHECK" vjp --case "cases/$c.json" --json "$T/v_$c.json" --quiet || bad "vjp $c"
-  "$QATCHECK" report "$T/v_$c.json" --quiet 2>"$T/err" && ok "$c: its report is read back as a pass" || bad "$c: $(head -1 "$T/err")"
+  "$QATCHECK" report "$T/v_$c.json" --allow-incomplete --quiet 2>"$T/err" && ok "$c: its report is read back as a pass" || bad "$c: $(head -1 "$T/err")"
 done
 finish
