@@ -71,5 +71,9 @@ $Q report reports/demo.json reports/demo_defects.json reports/demo_contract.json
 rc=$?
 echo "   exit $rc (1: the planted defects of step 2 are in it, as they should be)"
 [ "$rc" -eq 1 ] && [ -s reports/audit.html ] && [ -s reports/audit.md ] || { echo "demo: the audit should be written and fail"; exit 1; }
+# whole: every layer the method requires is in it (docs/audit.md, "A whole audit")
+grep -q '"complete":[[:space:]]*true' reports/audit.json && grep -q '^\*\*Completeness: \*\*complete' reports/audit.md \
+  || { echo "demo: the audit should be complete (layers 1, 2 and 3): $(grep -A3 Completeness reports/audit.md)"; exit 1; }
+echo "   complete: layer 1 with the one-step update, layer 2 and layer 3's three arms are all in it"
 echo
 echo "demo: ok; open reports/audit.html"
