@@ -92,7 +92,7 @@ judge tied_storage - 1 "/enc|tied:accumulated|d_weight" -
 grep -q "(/dec/weight) is lost" "$T/tied_storage.out" || bad "tied storage: no diagnosis naming the lost site"
 
 # the audit marks the four modes covered and still names CUDA Graph as missing
-"$QATCHECK" report "$T/recompute_ok.r.json" "$T/autocast_ok.r.json" "$T/grad_accum_ok.r.json" "$T/tied_ok.r.json" \
+"$QATCHECK" report --allow-incomplete "$T/recompute_ok.r.json" "$T/autocast_ok.r.json" "$T/grad_accum_ok.r.json" "$T/tied_ok.r.json" \
   --markdown "$T/audit.md" >"$T/report.out" 2>&1 || bad "report of the passing modes: exit $?"
 for item in "recompute (activation checkpointing)" "autocast" "gradient accumulation" "shared parameters: gradient accumulation across use sites"; do
   grep -q "^| $item | covered" "$T/audit.md" || bad "audit: '$item' is not covered"

@@ -159,7 +159,7 @@ grep -q "the key at i - W attended too" "$T/gemma2/w4.out" && grep -q "the key a
 reports=""
 for d in $clean; do reports="$reports $T/$d/r.json"; done
 # shellcheck disable=SC2086
-expect_exit 0 "qatcheck report over the four models" "$QATCHECK" report $reports --markdown "$T/audit.md" --json "$T/audit.json"
+expect_exit 0 "qatcheck report over the four models" "$QATCHECK" report $reports --allow-incomplete --markdown "$T/audit.md" --json "$T/audit.json"
 "$PY" - "$T" $clean <<'PYEOF' || fails=$((fails+1))
 import json, sys
 import h5py

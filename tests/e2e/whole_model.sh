@@ -34,9 +34,9 @@ with open(out, "w") as f:  # cJSON_Print's layout: tabs, "key":<tab>value
 P
 size=$(wc -c <"$T/big.json")
 [ "$size" -gt 67108864 ] && ok "the 20,000-module report is $size bytes, over the old 64 MiB" || bad "the report is only $size bytes"
-expect_exit 0 "report reads the 20,000-module report" "$QATCHECK" report "$T/big.json"
+expect_exit 0 "report reads the 20,000-module report" "$QATCHECK" report "$T/big.json" --allow-incomplete
 grep -q "layer 1 (vjp): 60000 check(s), 0 failed (pass)" "$T/out" && ok "its 60,000 checks counted" || bad "console: $(head -2 "$T/out") $(head -2 "$T/err")"
-expect_exit 0 "report --baseline: the report against itself" "$QATCHECK" report "$T/big.json" --baseline "$T/big.json" --fail-on regression
+expect_exit 0 "report --baseline: the report against itself" "$QATCHECK" report "$T/big.json" --baseline "$T/big.json" --fail-on regression --allow-incomplete
 grep -q "0 regression(s); 60000 matched, 0 new, 0 vanished" "$T/out" && ok "every check matched" || bad "baseline: $(grep baseline "$T/out")"
 expect_exit 0 "vjp --baseline the 20,000-module report" "$QATCHECK" vjp --case cases/linear_dump.json --baseline "$T/big.json" --quiet
 rm -f "$T/big.json"

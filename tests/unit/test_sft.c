@@ -269,6 +269,11 @@ static void put_file(const char *name, const char *text) {
   fclose(f);
 }
 
+/* The controlled variables the tests' configs record beside lr, seed and
+ * precision (every one of the method's: an unrecorded one is inconclusive). */
+#define OTHER_JSON "\"init_weights\": \"h\", \"optimizer_state\": null, \"data\": \"d\", \"data_order\": 1, \"labels_mask\": \"all\", \"packing\": false, \"loss_normalization\": \"mean\", \"global_batch\": 8, \"grad_accumulation\": 1, \"lr_schedule\": \"constant\", \"clipping\": null, \"loss_scaling\": null, \"recompute\": \"none\", "
+#define OTHER_YAML "init_weights: h\noptimizer_state: null\ndata: d\ndata_order: 1\nlabels_mask: all\npacking: false\nloss_normalization: mean\nglobal_batch: 8\ngrad_accumulation: 1\nlr_schedule: constant\nclipping: null\nloss_scaling: null\nrecompute: none\n"
+
 /* A JSONL log: loss and grad_norm for steps 1..30; `loss0` and `gn1` move
  * step 1's loss and step 2's grad_norm, `late` every loss from step 20. */
 static void jlog(const char *name, double loss0, double gn1, double late, int tok) {
@@ -285,7 +290,8 @@ static int run(const char *pairs, qc_sft_pair_res *out) {
   char text[4096];
   snprintf(text, sizeof text,
            "{\"arms\": {\"under_test\": {\"log\": \"a.jsonl\", \"config\": \"a.json\"},"
-           " \"gradient_reference\": {\"log\": \"b.jsonl\", \"config\": \"b.yaml\"}},"
+           " \"gradient_reference\": {\"log\": \"b.jsonl\", \"config\": \"b.yaml\"},"
+           " \"native_baseline\": {\"log\": \"b.jsonl\", \"config\": \"b.yaml\"}},"
            " \"window\": [1, 30], \"expected_differences\": {\"precision\": \"fp8\"}, \"pairs\": {\"under_test~gradient_reference\": %s}}",
            pairs);
   qc_sft_case *c = calloc(1, sizeof *c);
@@ -314,8 +320,8 @@ Test(sft, pair_verdicts_and_localization) {
   char cmd[300];
   snprintf(cmd, sizeof cmd, "mkdir -p %s", g_dir);
   cr_assert_eq(system(cmd), 0);
-  put_file("a.json", "{\"lr\": 1e-4, \"seed\": 1, \"precision\": \"fp8\"}");
-  put_file("b.yaml", "lr: 0.0001\nseed: 1\nprecision: bf16\n");
+  put_file("a.json", "{" OTHER_JSON "\"lr\": 1e-4, \"seed\": 1, \"precision\": \"fp8\"}");
+  put_file("b.yaml", OTHER_YAML "lr: 0.0001\nseed: 1\nprecision: bf16\n");
   qc_sft_pair_res p;
   jlog("b.jsonl", 1, 1, 1, 100);
   jlog("a.jsonl", 1, 1, 1, 100);
@@ -352,7 +358,7 @@ Test(sft, pair_verdicts_and_localization) {
   qc_sft_pair_res_free(&p);
   /* a controlled variable that differs and is not expected */
   jlog("a.jsonl", 1, 1, 1, 100);
-  put_file("b.yaml", "lr: 0.0002\nseed: 1\nprecision: bf16\n");
+  put_file("b.yaml", OTHER_YAML "lr: 0.0002\nseed: 1\nprecision: bf16\n");
   run(CHECKS, &p);
   cr_expect_eq(p.verdict, QC_L3_INCONCLUSIVE);
   cr_expect(strstr(p.reasons, "'lr' differs") != NULL, "%s", p.reasons);
