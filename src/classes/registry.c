@@ -31,6 +31,7 @@
   QC_CLASS(moe)              \
   QC_CLASS(ssd)              \
   QC_CLASS(conv1d)           \
+  QC_CLASS(kv_quant)         \
   /* a new class: its line above this one */
 
 /* Every line declares its class and its reference ... */
