@@ -32,6 +32,12 @@ static int judge(const qc_tol_model *tm, qc_check *k) {
   int rc = qc_tol_from_model(tm, &decl, qc_dtype_name(dt), &spec, &terms, &pre);
   if (rc) return rc;
   qc_tol_fill_derived(tm, &spec, &terms, &decl, k->m.norm_r == 0, &use);
+  if (tm->exact) { /* every element bit for bit (qc_tol_model.exact) */
+    use.has_max_abs = 1;
+    use.max_abs = 0;
+    size_t o = strlen(use.reasoning);
+    snprintf(use.reasoning + o, sizeof use.reasoning - o, "; exact: max_abs 0, every element bit for bit");
+  }
   k->level = terms.rel_l2;
   k->m.term_floor = tm->terms > 0 ? terms.margin * terms.lambda * terms.u_acc * tm->terms : 0.0;
   double te = k->m.norm_r > 0 ? k->m.term_floor / k->m.norm_r : 0.0;

@@ -150,6 +150,9 @@ typedef struct qc_tol_model {
   double terms_lambda;         /* > 0: the lambda of the terms' floor (margin lambda u_acc ||T||) where the
                                   model's lambda also carries another error than the sums' (moe: its
                                   bf16 roundings that fall the other way); 0: lambda */
+  int exact;                   /* 1 (a forward's model): the output involves no rounding the dump's dtype
+                                  cannot hold (a fake quantizer's decoded values): it is judged bit for
+                                  bit, max_abs 0, besides the derived bounds */
   char why[384];               /* the model in words with its numbers ("d_x = dY W sums over N = 2048 outputs") */
 } qc_tol_model;
 
