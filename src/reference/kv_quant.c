@@ -67,9 +67,6 @@ static int rkv_read(const qc_module *m, const qc_tensor **xt, rkv *p) {
                   p->sfloor);
   if (!(p->tscale > 0 && isfinite(p->tscale)))
     return qc_err("%s: contract tensor_scale = %g: expected a finite number > 0", m->path, p->tscale);
-  p->afloor = (float)p->afloor; /* the producer holds its floors in float32 */
-  p->sfloor = (float)p->sfloor;
-  p->tscale = (float)p->tscale;
   p->n = n > 0 ? (int64_t)n : p->C;
   p->block = b > 0 ? (int64_t)b : p->n;
   return QC_OK;
@@ -87,11 +84,12 @@ static double fp8_round(const rkv *p, double v) {
 
 /* The block's scale s (float32 value). */
 static double block_scale(const rkv *p, const double *b, int64_t len) {
-  if (p->tensor) return p->tscale;
+  const float af = (float)p->afloor, sf = (float)p->sfloor; /* the producer holds its floors in float32 */
+  if (p->tensor) return (float)p->tscale;
   double a = 0;
   for (int64_t i = 0; i < len; i++) a = fmax(a, fabs(b[i]));
   const double r = (float)(1.0 / p->fmax);
-  double s = p->compressed ? fmax((float)(a * r), p->sfloor) : (float)(fmax(a, p->afloor) * r);
+  double s = p->compressed ? fmax((float)(a * r), sf) : (float)(fmax(a, af) * r);
   if (p->ue8m0) s = ldexp(1.0, qc_ceil_log2_gpu((float)s));
   return s;
 }
@@ -115,7 +113,7 @@ static int ref_kvq_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, 
     double *yo = o + r * p.C;
     for (int64_t j0 = 0; j0 < p.n; j0 += p.block) {
       const int64_t len = p.n - j0 < p.block ? p.n - j0 : p.block;
-      const double s = block_scale(&p, b + j0, len);
+      const double s = block_scale(&p, b + j0, len); /* a float32 value */
       for (int64_t i = j0; i < j0 + len; i++) {
         double v = (float)(b[i] / s);
         v = v > p.fmax ? p.fmax : v < -p.fmax ? -p.fmax : v;
