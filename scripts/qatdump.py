@@ -94,6 +94,7 @@ try:
     import h5py
     import numpy as np
     import torch
+    import torch.utils.checkpoint
 except ImportError as _e:  # the wrong interpreter: say which one has them
     raise ImportError("qatdump needs torch, h5py and numpy (%s); on Debian they are installed for /usr/bin/python3 "
                       "(scripts/install-deps.sh): run your training script with /usr/bin/python3, or install them "
@@ -124,6 +125,26 @@ SHARD_DEFAULTS = {
 }
 PARALLEL_KINDS = ("tp_column", "tp_row", "vocab", "expert", "sequence", "fsdp_flat", "fsdp")
 GRAD_REDUCE = ("sum", "mean")
+
+
+# torch >= 2.1: a non-reentrant checkpoint hands each saved tensor out once
+# per backward (a second read raises CheckpointError) and stops its
+# recompute as soon as the backward's tensors are rebuilt (early stop);
+# torch 1.13's reads them any number of times and recomputes the whole block
+_UNPACK_ONCE = hasattr(torch.utils.checkpoint, "CheckpointError")
+
+
+def _saved_hooks_active():
+    """Whether saved-tensor hooks pack what an autograd Function saves now
+    (inside a non-reentrant checkpoint's forward or its recompute): then
+    reading ctx.saved_tensors is an unpack. True where torch cannot say."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is None:
+        return True
+    try:
+        return top(False) is not None
+    except TypeError:
+        return top() is not None
 
 
 class QatDumpError(RuntimeError):
@@ -297,12 +318,34 @@ def _clean_name(mname):
     return ".".join(p for p in mname.split(".") if p != "_fsdp_wrapped_module")
 
 
-def _autocast_dtype():
-    """The dtype autocast runs in where it is on (CUDA's, else the CPU's), by name."""
-    if torch.is_autocast_enabled():
-        getd = getattr(torch, "get_autocast_gpu_dtype", None)
-        return str(getd()).replace("torch.", "") if getd else "float16"
-    return str(torch.get_autocast_cpu_dtype()).replace("torch.", "")
+def _autocast_on(device):
+    """Whether torch.autocast is on for device ("cuda" or "cpu"): torch 2's
+    is_autocast_enabled(device) (2.4 and later), else the older queries
+    (is_autocast_enabled() for CUDA, is_autocast_cpu_enabled(); deprecated
+    in torch 2)."""
+    try:
+        return bool(torch.is_autocast_enabled(device))
+    except TypeError:  # torch < 2.4: no device argument
+        if device == "cuda":
+            return bool(torch.is_autocast_enabled())
+        return bool(getattr(torch, "is_autocast_cpu_enabled", lambda: False)())
+
+
+def _autocast_state():
+    """(device, dtype name) of the autocast on at this call (CUDA's first),
+    or None when it is off."""
+    for device in ("cuda", "cpu"):
+        if _autocast_on(device):
+            getd = getattr(torch, "get_autocast_dtype", None)  # torch >= 2.4
+            if getd is not None:
+                dt = getd(device)
+            elif device == "cuda":
+                old = getattr(torch, "get_autocast_gpu_dtype", None)
+                dt = old() if old else "float16"
+            else:
+                dt = torch.get_autocast_cpu_dtype()
+            return device, str(dt).replace("torch.", "")
+    return None
 
 
 class _Record:
@@ -328,6 +371,10 @@ class _Record:
         self.autocast = None    # "off", or the dtype autocast ran in, at the module's call(s) ("mixed": calls differ)
         self.fsdp1 = None       # (flat_param, wrapper, {param: (offset, numel, shape)}) under FSDP1
         self.fsdp2 = None       # (reduce, [param names]) under FSDP2
+        self.hooked = {"input_grads": [], "param_grads": []}  # names given a gradient hook (taps, parameters)
+        self.nones = set()      # (kind, name) whose hook received None: the backward returned no gradient
+        self.mb_of_call = []    # mode grad_accum: the micro-batch of each call
+        self.empty = {}         # write(): {micro-batch or 0: call index} of the empty calls synthesized
 
 
 class Dumper:
@@ -345,6 +392,9 @@ class Dumper:
         self._multi = mode in ("recompute", "grad_accum", "tied")  # a module may run more than once
         self._autocast = None   # (device, dtype name) the forward ran under (mode autocast)
         self._captured = False  # a forward ran inside a CUDA Graph capture (mode cuda_graph)
+        # mode grad_accum: the micro-batch under way (a forward after a backward starts the next one)
+        self._mb, self._bwd_seen, self._fwd_seen = 0, False, False
+        self._early_stop = None  # mode recompute: torch 2's checkpoint early stop, turned off while attached
         if rank is None and torch.distributed.is_available() and torch.distributed.is_initialized():
             rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         if (rank is None) != (world_size is None) or (rank is not None and not 0 <= rank < world_size):
@@ -382,9 +432,20 @@ class Dumper:
                                (modules, sorted(c.__name__ for c in self.classes)))
         if mode == "tied":
             self._tie_prepare()
+        if mode == "grad_accum":  # the micro-batches: the model's calls and the backwards through its outputs
+            self._handles.append(model.register_forward_pre_hook(lambda m, args: self._forward_event()))
+            self._handles.append(model.register_forward_hook(self._root_output_hook))
+        if mode == "recompute" and hasattr(torch.utils.checkpoint, "set_checkpoint_early_stop"):
+            # a non-reentrant checkpoint of torch >= 2.1 stops its recompute once the backward's saved
+            # tensors are rebuilt: the modules after the last one saving a tensor would not run again, and
+            # their recomputed forward (the one the backward used) could not be recorded; run it whole, as
+            # torch 1.13 and a reentrant checkpoint do (the backward's tensors are the same)
+            self._early_stop = torch.utils.checkpoint.set_checkpoint_early_stop(False)
+            self._early_stop.__enter__()
         # each parameter's .grad before the step: the accumulated gradient is what the step adds to it
+        # (and an empty call's, an expert that received no token: write())
         self._grad0 = {}
-        for rec in (self.records.values() if mode in ("grad_accum", "tied") else ()):
+        for rec in self.records.values():
             for p in rec.module._parameters.values():
                 if p is not None and p.grad is not None:
                     self._grad0[id(p)] = p.grad.detach().clone()
@@ -484,6 +545,7 @@ class Dumper:
                     p = m._parameters[pn]
                     alias = p.view_as(p)
                     alias.register_hook(self._grad_hook(rec, "param_grads", pn))
+                    rec.hooked["param_grads"].append(pn)
                     m._parameters[pn] = alias
                     swapped.append((pn, p))
             try:
@@ -537,6 +599,7 @@ class Dumper:
                 # a leaf input gets grad so the backward computes d_x
                 tap = a.view_as(a) if a.requires_grad else a.detach().requires_grad_(True)
                 tap.register_hook(self._grad_hook(rec, "input_grads", name))
+                rec.hooked["input_grads"].append(name)
                 new[i] = tap
         # a module of a bf16 model (a floating input or parameter in bf16, no
         # autocast): its own ops round their results to bf16, and a bf16
@@ -545,10 +608,9 @@ class Dumper:
         # summed in bf16 (compute_dtype)
         fl = [t.dtype for t in rec.inputs.values() if t.is_floating_point()]
         fl += [p.dtype for p in m.parameters(recurse=False) if p.is_floating_point()]
-        autocast = torch.is_autocast_enabled() or (hasattr(torch, "is_autocast_cpu_enabled") and
-                                                   torch.is_autocast_cpu_enabled())
+        autocast = _autocast_state()
         rec.bf16_compute = any(d == torch.bfloat16 for d in fl) and not autocast
-        state = _autocast_dtype() if autocast else "off"
+        state = autocast[1] if autocast else "off"
         rec.autocast = state if rec.autocast in (None, state) else "mixed"
         for pname, v in slots:
             if torch.is_tensor(v) or v is None:
@@ -578,8 +640,37 @@ class Dumper:
                 k += 1
         return bound.args, bound.kwargs
 
+    def _forward_event(self):
+        """Mode grad_accum: a forward after a backward starts the next micro-batch."""
+        if self._bwd_seen:
+            self._mb += 1
+            self._bwd_seen = False
+        self._fwd_seen = True
+
+    def _root_output_hook(self, m, args, out):
+        """Mode grad_accum: a hook on each output of the model that requires
+        grad, telling a micro-batch's backward even where no selected module
+        ran in it."""
+        def mark(g):
+            self._bwd_seen = True
+            return None
+        seq = [out]
+        while seq:
+            o = seq.pop()
+            if torch.is_tensor(o):
+                if o.requires_grad and torch.is_grad_enabled():
+                    o.register_hook(mark)
+            elif isinstance(o, (list, tuple)):
+                seq.extend(o)
+            elif isinstance(o, dict):
+                seq.extend(o.values())
+        return None
+
     def _pre_hook(self, rec):
         def hook(m, args):
+            if self.mode == "grad_accum":
+                self._forward_event()
+                rec.mb_of_call.append(self._mb)
             rec.calls += 1
             if rec.calls == 1 or self._multi:
                 rec.inputs, rec.outputs, rec.saved = {}, {}, {}
@@ -606,7 +697,8 @@ class Dumper:
                                            "reduce-scattered across ranks, not this rank's VJP; dump the "
                                            "gradients from an unsharded (single-rank) run" % (rec.name, pn))
                     if pn not in rec.tied:  # a tied parameter's share comes from its alias (_wrap_forward)
-                        rec.handles.append(p.register_hook(self._store(rec.param_grads, pn)))
+                        rec.handles.append(p.register_hook(self._store(rec, "param_grads", pn)))
+                        rec.hooked["param_grads"].append(pn)
             self._capture_buffers(m, rec)
             return None
         return hook
@@ -628,11 +720,7 @@ class Dumper:
         """What the mode needs to see at a module's first forward: the
         autocast state, a CUDA Graph capture under way."""
         if self.mode == "autocast":
-            state = None
-            if torch.is_autocast_enabled():
-                state = ("cuda", _autocast_dtype())
-            elif hasattr(torch, "is_autocast_cpu_enabled") and torch.is_autocast_cpu_enabled():
-                state = ("cpu", _autocast_dtype())
+            state = _autocast_state()
             if state is None:
                 raise QatDumpError("module '%s' ran outside torch.autocast in mode autocast: run the forward inside "
                                    "`with torch.autocast(...)`" % rec.name)
@@ -662,7 +750,17 @@ class Dumper:
                     o.register_hook(self._grad_hook(rec, "grad_out", dyname))
             saved_names = getattr(m, "qatcheck_saved", None)
             fn = outs[0].grad_fn if outs else None
-            if saved_names and self.mode == "recompute":
+            if saved_names and self.mode == "recompute" and _UNPACK_ONCE:
+                # torch >= 2.1: read at the forward, unless it is a checkpoint's first (its saved tensors are
+                # handed out once, to the backward): there they are read at the recompute (call 2), whose
+                # Function saved the very tensors the backward gets (under either checkpoint)
+                if fn is not None and hasattr(fn, "saved_tensors") and (rec.calls >= 2 or not _saved_hooks_active()):
+                    self._keep_saved(rec, rec.per_call[-1][2], fn.saved_tensors, saved_names)
+                elif fn is None or not hasattr(fn, "saved_tensors"):
+                    if torch.is_grad_enabled():
+                        rec.not_captured.append("saved %s: the output has no autograd Function with saved_tensors"
+                                                % list(saved_names))
+            elif saved_names and self.mode == "recompute":
                 # read when the backward reaches the Function: a non-reentrant checkpoint's
                 # saved tensors exist only then (reading them now would recompute the block)
                 if fn is not None and outs[0].requires_grad and torch.is_grad_enabled():
@@ -711,17 +809,31 @@ class Dumper:
         tied under the call it belongs to (a backward reaches the sites in
         reverse order)."""
         if self.mode != "tied":
-            return self._store(getattr(rec, kind), name)
+            return self._store(rec, kind, name)
         k = rec.calls - 1
 
         def hook(g):
+            if g is None:  # torch 2 calls a tensor's hooks with None where the backward returned none
+                rec.nones.add((kind, name))
+                return None
             rec.by_call.setdefault(k, {}).setdefault(kind, {}).setdefault(name, []).append(g.detach().clone())
             return None
         return hook
 
-    @staticmethod
-    def _store(d, name):
+    def _store(self, rec, kind, name):
+        """The hook appending gradient `name` of kind (grad_out, input_grads,
+        param_grads) to module rec's record. A hook called with None (torch
+        2 calls a leaf's and a parameter's hooks with None where the
+        backward returned no gradient for them; any torch a view's) stores
+        nothing, as torch 1.13, which calls no hook there, stores nothing:
+        write() names what received no gradient."""
+        d = getattr(rec, kind)
+
         def hook(g):
+            self._bwd_seen = True
+            if g is None:
+                rec.nones.add((kind, name))
+                return None
             d.setdefault(name, []).append(g.detach().clone())
             return None
         return hook
@@ -749,8 +861,12 @@ class Dumper:
                                                "backward ran inside attach(); dump one step" % (rec.name, k, name, len(gs)))
                         getattr(rec, kind).setdefault(name, [None] * rec.calls)[k] = gs[0]
             if rec.calls == 0:
+                if self.mode != "tied" and self._sibling(rec) is not None:
+                    continue  # an expert that received no token: an empty call (below)
                 raise QatDumpError("module '%s' did not run in this step: run one forward and backward "
-                                   "inside attach(), or narrow `modules`" % rec.name)
+                                   "inside attach(), or narrow `modules` (a linear that received no token, an "
+                                   "expert, is written as an empty call when a sibling of the same shape ran: "
+                                   "experts.0 for experts.3)" % rec.name)
             if rec.calls > 1 and not (self.mode in ("grad_accum", "tied") or (self.mode == "recompute" and rec.calls == 2)):
                 raise QatDumpError("module '%s' ran %d times in this step: its parameter gradients sum over the "
                                    "calls; dump a step that calls it once (under activation checkpointing: "
@@ -758,16 +874,30 @@ class Dumper:
                                    % (rec.name, rec.calls))
             missing = [n for n in rec.dy_expected if n not in rec.grad_out]
             if missing or not rec.grad_out:
-                raise QatDumpError("module '%s': output %s received no gradient: run backward before write() "
-                                   "(and make the loss depend on the module)" % (rec.name, missing or "y"))
+                raise QatDumpError("module '%s': output %s received no gradient%s: run backward before write() "
+                                   "(and make the loss depend on the module)"
+                                   % (rec.name, missing or "y", " (None)" if any(k == "grad_out" for k, _ in rec.nones)
+                                      else ""))
             want = rec.calls if self.mode in ("grad_accum", "tied") else 1
-            for d in (rec.grad_out, rec.input_grads, rec.param_grads):
-                for n, gs in d.items():
+            for kind in ("grad_out", "input_grads", "param_grads"):
+                for n, gs in getattr(rec, kind).items():
+                    if 0 < len(gs) < want and want > 1 and self.mode == "grad_accum":
+                        raise QatDumpError("module '%s': '%s' received a gradient in %d of its %d micro-batches: the "
+                                           "backward returned none for it in the others (a gradient that is "
+                                           "sometimes None cannot be summed per micro-batch)"
+                                           % (rec.name, n, len(gs), rec.calls))
                     if len(gs) != want or any(g is None for g in gs):
                         raise QatDumpError("module '%s': '%s' received %d gradients in %d forward(s): %s"
                                            % (rec.name, n, len(gs), rec.calls,
                                               "one backward per micro-batch, in order" if want > 1 else
                                               "more than one backward ran inside attach(); dump one step"))
+            for kind, what in (("input_grads", "input"), ("param_grads", "parameter")):
+                for n in dict.fromkeys(rec.hooked[kind]):
+                    if n not in getattr(rec, kind):  # torch 2 called its hook with None, torch 1.13 none at all
+                        rec.not_captured.append("%s '%s' received no gradient: the module's backward returned none "
+                                                "for it (None), so no grads/<dy>/d_%s is written (vjp reports it "
+                                                "missing where the class differentiates it)" % (what, n, n))
+        self._empty_calls()
         if self.mode == "autocast" and self._autocast is None:
             raise QatDumpError("mode autocast: no selected module ran under torch.autocast")
         if self.mode == "cuda_graph" and not self._captured:
@@ -784,8 +914,9 @@ class Dumper:
                     f.attrs["autocast_device"], f.attrs["autocast_dtype"] = self._autocast
                 for rec in self.records.values():
                     if self.mode == "grad_accum":
-                        for k in range(rec.calls):
-                            self._write_module(f, rec, "/microbatch%d%s" % (k, self.prefix), k, k)
+                        for k in range(self._mb + 1):  # each micro-batch's call, an empty one where it ran in none
+                            c = rec.mb_call[k]
+                            self._write_module(f, rec, "/microbatch%d%s" % (k, self.prefix), c, c)
                     elif self.mode == "tied" and rec.calls > 1:
                         for k in range(rec.calls):
                             self._write_module(f, rec, "/call%d%s" % (k, self.prefix), k, k)
@@ -800,6 +931,78 @@ class Dumper:
             for what in dict.fromkeys(rec.not_captured):
                 warnings.warn("qatdump: module '%s': %s" % (rec.name, what), stacklevel=2)
         return path
+
+    def _sibling(self, rec):
+        """For a linear module that never ran, an expert that received no
+        token: a selected module that ran, of the same class and parameter
+        shapes, whose name differs from rec's in numeric components only
+        (experts.0 for experts.3); None when there is none."""
+        def key(r):
+            return (re.sub(r"(?<![^.])\d+(?![^.])", "#", r.name), r.cls,
+                    tuple((pn, tuple(p.shape), p.dtype) for pn, p in r.module._parameters.items() if p is not None))
+        if rec.cls != "linear" or "#" not in key(rec)[0]:
+            return None
+        for r in self.records.values():
+            if r is not rec and r.calls > 0 and key(r) == key(rec):
+                return r
+        return None
+
+    def _add_empty_call(self, rec, like, c, grads):
+        """Append an empty call to module rec: no token in, none out (the
+        shapes and dtypes of call c of record `like`, rec's own or a
+        sibling's, with a leading dimension of 0), an empty dY and input
+        gradient, and `grads` ({parameter: gradient}) as its parameter
+        gradients. Its call index."""
+        def none_of(t):
+            return t.new_empty((0,) + tuple(t.shape[-1:]))
+        ins, outs, _ = like.per_call[c]
+        rec.per_call.append(({n: none_of(t) for n, t in ins.items()}, {n: none_of(t) for n, t in outs.items()}, {}))
+        for n, gs in like.grad_out.items():
+            rec.grad_out.setdefault(n, []).append(none_of(gs[c]))
+        for n, gs in like.input_grads.items():
+            rec.input_grads.setdefault(n, []).append(none_of(gs[c]))
+        for n, g in grads.items():
+            rec.param_grads.setdefault(n, []).append(g)
+        return len(rec.per_call) - 1
+
+    def _empty_calls(self):
+        """A selected linear that received no token in the step (an expert
+        nobody was routed to: its forward never ran) or, under grad_accum,
+        in a micro-batch, is written as an empty call, whose parameter
+        gradients qatcheck expects to be zero: the step's (what it added
+        to .grad) where the module never ran, zero in a micro-batch where it
+        did not (the accumulated check sees .grad). rec.mb_call: grad_accum's
+        {micro-batch: call index}."""
+        for rec in self.records.values():
+            if rec.empty:
+                continue  # write() called again
+            if rec.calls == 0:
+                like, c = self._sibling(rec), 0
+                rec.bf16_compute = getattr(like, "bf16_compute", False)
+                rec.autocast = like.autocast
+                for pn, p in rec.module._parameters.items():
+                    if p is not None:
+                        rec.params[pn] = (p.detach().clone(), not p.requires_grad)
+            else:
+                like, c = rec, 0
+            trainable = {pn: p for pn, p in rec.module._parameters.items() if p is not None and p.requires_grad}
+            if self.mode == "grad_accum":
+                rec.mb_call = {}
+                for c0, k in enumerate(rec.mb_of_call):
+                    if k in rec.mb_call:
+                        raise QatDumpError("module '%s' ran more than once in micro-batch %d: its parameter gradients "
+                                           "sum over the calls" % (rec.name, k))
+                    rec.mb_call[k] = c0
+                for k in range(self._mb + 1):
+                    if k not in rec.mb_call:
+                        rec.mb_call[k] = rec.empty[k] = self._add_empty_call(
+                            rec, like, c, {pn: torch.zeros_like(p.detach()) for pn, p in trainable.items()})
+            elif rec.calls == 0:
+                grads = {}
+                for pn, p in trainable.items():
+                    g = self._grad_now(p)
+                    grads[pn] = g if g is not None else torch.zeros_like(p.detach())
+                rec.empty[0] = self._add_empty_call(rec, like, c, grads)
 
     def _fsdp1_collect(self):
         """The parameters and gradients of FSDP1-managed modules, cut per
@@ -907,13 +1110,15 @@ class Dumper:
                                                         t1.shape == t.shape and torch.equal(t1.cpu(), t.cpu()))
                 g.attrs["equal"] = json.dumps(equal)  # for the reader: qatcheck compares the data itself
         elif self.mode == "grad_accum":
-            f.attrs["microbatches"] = np.int64(max(r.calls for r in self.records.values()))
+            f.attrs["microbatches"] = np.int64(self._mb + 1)
             for rec in self.records.values():
                 g = f.require_group("%s/accumulated%s" % (MODE_GROUP, self._gpath(rec)))
                 for pn, p in rec.module._parameters.items():
                     if p is None or not p.requires_grad or pn not in rec.param_grads:
                         continue
                     acc = self._grad_now(p)
+                    if acc is None and rec.calls == 0:
+                        acc = torch.zeros_like(p.detach())  # an expert that received no token in any micro-batch
                     if acc is None:
                         raise QatDumpError("module '%s': parameter '%s' has no .grad after the micro-batches: "
                                            "write() before optimizer.zero_grad()" % (rec.name, pn))
@@ -1048,6 +1253,9 @@ class Dumper:
 
     def detach(self):
         """Remove every hook and forward wrapper this dumper placed."""
+        if self._early_stop is not None:
+            self._early_stop.__exit__(None, None, None)
+            self._early_stop = None
         for h in self._handles:
             h.remove()
         for rec in self.records.values():

@@ -167,6 +167,10 @@ for name, contract in (("fp8", True), ("fp8d", False)):
         d = f["root/saved/weight_q"]
         check(d.dtype == np.uint8 and d.attrs.get("dtype") == "float8_e4m3fn",
               "%s: uint8 weight_q written with dtype float8_e4m3fn (%s)" % (name, dict(d.attrs)))
-        check(json.loads(f["root"].attrs["not_captured"]) == [], "%s: nothing left uncaptured" % name)
+        nc = json.loads(f["root"].attrs["not_captured"])
+        # the Function returns no d_x (None): no grads/dy/d_x, said in not_captured (torch 2 calls the
+        # input's hook with None, torch 1.13 not at all: the same dump from both)
+        check(len(nc) == 1 and "input 'x' received no gradient" in nc[0] and "d_x" not in f["root/grads/dy"],
+              "%s: only the None d_x left uncaptured, named: %s" % (name, nc))
 
 sys.exit(1 if failures else 0)
