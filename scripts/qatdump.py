@@ -754,12 +754,20 @@ class Dumper:
                 # torch >= 2.1: read at the forward, unless it is a checkpoint's first (its saved tensors are
                 # handed out once, to the backward): there they are read at the recompute (call 2), whose
                 # Function saved the very tensors the backward gets (under either checkpoint)
-                if fn is not None and hasattr(fn, "saved_tensors") and (rec.calls >= 2 or not _saved_hooks_active()):
-                    self._keep_saved(rec, rec.per_call[-1][2], fn.saved_tensors, saved_names)
-                elif fn is None or not hasattr(fn, "saved_tensors"):
-                    if torch.is_grad_enabled():
-                        rec.not_captured.append("saved %s: the output has no autograd Function with saved_tensors"
-                                                % list(saved_names))
+                # (even hasattr(fn, "saved_tensors") unpacks them: in a checkpoint's first forward that runs
+                # a recompute of its own)
+                st = None
+                if fn is not None and (rec.calls >= 2 or not _saved_hooks_active()):
+                    try:
+                        st = fn.saved_tensors
+                    except (AttributeError, RuntimeError):
+                        st = None
+                    if st is not None:
+                        self._keep_saved(rec, rec.per_call[-1][2], st, saved_names)
+                if st is None and (fn is None or rec.calls >= 2 or not _saved_hooks_active()) and \
+                        torch.is_grad_enabled():
+                    rec.not_captured.append("saved %s: the output has no autograd Function with saved_tensors"
+                                            % list(saved_names))
             elif saved_names and self.mode == "recompute":
                 # read when the backward reaches the Function: a non-reentrant checkpoint's
                 # saved tensors exist only then (reading them now would recompute the block)
