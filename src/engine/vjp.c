@@ -30,8 +30,10 @@ static int audit_described(qc_audit *a, const qc_module *m, int first, double t0
   int rc = QC_OK;
   if (a->info && !(mi = qc_malloc(sizeof *mi, "module facts"))) return QC_ESYS;
   if (mi) rc = qc_modinfo_fill(mi, m, values ? "generated" : "dump", cand_name(a->cs->cand), values);
-  if (!rc && unit < 0) rc = qc_forward_check(a, m); /* the output first: a quantizer or profile mismatch shows there */
-  if (!rc) rc = unit >= 0 ? qc_split_audit(a, m, unit) : qc_audit_module(a, m); /* a failed rank meets the others in the merge */
+  int empty = values == NULL && qc_vjp_is_empty(m); /* no token: zero gradients, no forward to check */
+  if (!rc && unit < 0 && !empty) rc = qc_forward_check(a, m); /* the output first: a quantizer or profile mismatch shows there */
+  if (!rc && empty) rc = qc_vjp_empty_audit(a, m);
+  else if (!rc) rc = unit >= 0 ? qc_split_audit(a, m, unit) : qc_audit_module(a, m); /* a failed rank meets the others in the merge */
   if (unit >= 0 && !rc && qc_dist_rank() != 0) { /* the others ran it with rank 0: their checks are rank 0's */
     a->res->n = first;
     free(mi);

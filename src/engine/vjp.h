@@ -25,6 +25,14 @@ int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path);
  * vllm. QC_OK or a status with the error set. */
 int qc_vjp_check_deployed(qc_audit *a, qc_module *m);
 
+/* ---- a module that received no token (vjp_empty.c) ---------------------------
+ * 1 when every inputs/ and grad_out/ dataset of m is empty (0 elements):
+ * scripts/qatdump.py's empty call (an expert nobody was routed to). */
+int qc_vjp_is_empty(const qc_module *m);
+/* Its checks into a->res: each parameter gradient the dump holds (or the
+ * class gives) exactly zero, each input gradient without an element. */
+int qc_vjp_empty_audit(qc_audit *a, const qc_module *m);
+
 /* ---- sharded dumps (shard.c; docs/interfaces.md, "Sharded dumps") --------------
  * 1 when a case's data.dump is a pattern (it holds *, ? or [): one file per
  * rank of a sharded run. */
