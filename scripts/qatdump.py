@@ -82,6 +82,16 @@ is not a DTensor (an unsharded compute copy: cannot tell it from the
 master; FSDP1's FlatParameters are read whole and cut per parameter, see
 docs/qatdump.md "FSDP1"), a DTensor parameter's gradient (reduce-scattered across ranks, not
 this rank's VJP), an output that received no gradient.
+
+A linear that never ran while a sibling of the same shapes did (an expert
+no token was routed to: experts.3 beside experts.0), or, under grad_accum,
+skipped a micro-batch, is written as an empty call (no token; its
+parameter gradients what the step added to .grad, zero per micro-batch),
+which `qatcheck vjp` checks against the zero VJP (docs/qatdump.md "Empty
+and late experts"). A gradient hook receiving None (torch 2, where a
+backward returns no gradient) stores nothing, as torch 1.13's uncalled hook
+does; write() names the input or parameter in `not_captured`. Runs under
+torch 1.13 and torch 2.x alike (docs/qatdump.md "torch 2").
 """
 import inspect
 import json
@@ -446,6 +456,8 @@ class Dumper:
         # (and an empty call's, an expert that received no token: write())
         self._grad0 = {}
         for rec in self.records.values():
+            if mode not in ("grad_accum", "tied") and (rec.cls != "linear" or not re.search(r"(^|\.)\d+(\.|$)", rec.name)):
+                continue  # only what can become an empty call (a linear named with an index) needs it
             for p in rec.module._parameters.values():
                 if p is not None and p.grad is not None:
                     self._grad0[id(p)] = p.grad.detach().clone()

@@ -9,7 +9,9 @@ usage: qatdump_experts.py OUT.h5:MODE[:VARIANT]...
   MODE     eager | grad_accum
   VARIANT  ok | idle_grad (the planted defect: the trainer leaves a
            gradient in the idle expert 2's gate_proj.weight, as a stale
-           or padded expert-parallel buffer would)
+           or padded expert-parallel buffer would) | grad_before (correct: the
+           idle expert's .grad holds an earlier step's gradient before
+           attach(), which the step leaves as it is)
 """
 import os
 import sys
@@ -60,6 +62,9 @@ def step(out, mode, variant):
     model = Moe()
     x = torch.randn(B, S, H, generator=torch.Generator().manual_seed(7))
     seqs = torch.arange(B)
+    if variant == "grad_before":
+        p = model.experts[2].gate_proj.weight
+        p.grad = 1e-3 * torch.randn_like(p)
     d = qatdump.attach(model, out, modules=SELECT, mode=mode)
     if mode == "eager":
         (model(x, seqs) ** 2).mean().backward()

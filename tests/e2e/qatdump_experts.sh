@@ -7,7 +7,8 @@
 # them), the late expert under its true micro-batch; `vjp` expects a zero
 # gradient there and checks it: the correct step passes, with checks for the
 # empty expert, and a gradient left in the idle expert's .grad fails exactly
-# that parameter (eager: its d_weight; grad_accum: its accumulated .grad).
+# that parameter (eager: its d_weight; grad_accum: its accumulated .grad),
+# while a .grad it held before attach() passes.
 # Under torch 1.13 ($PY) and, where installed, torch 2 ($PY2) alike.
 # Skips (77) without torch.
 . "$(dirname "$0")/lib.inc"
@@ -16,7 +17,7 @@ vs=1; have_torch2 && vs="1 2"
 for v in $vs; do
   mkdir -p "$T/t$v"
   py="$PY"; [ $v = 2 ] && py="$PY2"
-  (cd "$T/t$v" && $py -W ignore "$HERE/qatdump_experts.py" e.h5:eager ebug.h5:eager:idle_grad ga.h5:grad_accum \
+  (cd "$T/t$v" && $py -W ignore "$HERE/qatdump_experts.py" e.h5:eager ebug.h5:eager:idle_grad ebefore.h5:eager:grad_before ga.h5:grad_accum \
     gabug.h5:grad_accum:idle_grad) >"$T/t$v.log" 2>&1 && ok "torch $v: an empty and a late expert dumped" \
     || { bad "torch $v: dumping"; tail -3 "$T/t$v.log"; }
 done
@@ -39,6 +40,7 @@ print(" ".join(sorted({"%s|%s|%s" % (c["module"], c["dy"], c["tensor"]) for c in
 for v in $vs; do
   judge $v e - 0 -
   judge $v ebug - 1 "/experts.2.gate_proj|dy|d_weight"
+  judge $v ebefore - 0 -   # a .grad from before attach() is not the step's
   judge $v ga e 0 -
   judge $v gabug e 1 "/experts.2.gate_proj|grad_accum:accumulated|d_weight"
   # the empty expert is judged (its zero gradients checked), not left out; the late one sits in micro-batch 1
