@@ -403,7 +403,7 @@ class Dumper:
         self._autocast = None   # (device, dtype name) the forward ran under (mode autocast)
         self._captured = False  # a forward ran inside a CUDA Graph capture (mode cuda_graph)
         # mode grad_accum: the micro-batch under way (a forward after a backward starts the next one)
-        self._mb, self._bwd_seen, self._fwd_seen = 0, False, False
+        self._mb, self._bwd_seen = 0, False
         self._early_stop = None  # mode recompute: torch 2's checkpoint early stop, turned off while attached
         if rank is None and torch.distributed.is_available() and torch.distributed.is_initialized():
             rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -657,7 +657,6 @@ class Dumper:
         if self._bwd_seen:
             self._mb += 1
             self._bwd_seen = False
-        self._fwd_seen = True
 
     def _root_output_hook(self, m, args, out):
         """Mode grad_accum: a hook on each output of the model that requires
