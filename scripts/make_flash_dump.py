@@ -14,8 +14,9 @@ forward saved, dS = P (dP - Delta), dQ = c dS K, dK = c dS^T Q, dV = P^T dO
 (d_k, d_v summed over the query heads of a kv group). q, k, v and dY hold
 bf16 values (stored as bf16).
 
-Modules (class attention, contract {"causal": true}, no saved_out_dtype:
-the default is the dtype saved/out is stored in):
+Modules (class attention, contract {"causal": true, "saved_out_dtype":
+"auto"}, the dtype saved/out is stored in, as scripts/qatdump.py records
+it, unless said otherwise):
   /flash.o_bf16       O rounded to bf16 as the forward returned it (the
                       kernel's output dtype), saved in bf16, Delta from it
                                                                 -> passes
@@ -114,10 +115,10 @@ def main():
     q, k, v, dy = nrm(B, Hq, S, D), nrm(B, Hkv, S, D), nrm(B, Hkv, S, D), nrm(B, Hq, S, D)
     with h5py.File(a.out, "w") as f:
         f.attrs["qatcheck_dump"] = 1
-        module(f, "/flash.o_bf16", q, k, v, dy)
-        module(f, "/flash.o_f32", q, k, v, dy, o_bf16=False)
+        module(f, "/flash.o_bf16", q, k, v, dy, contract={"saved_out_dtype": "auto"})
+        module(f, "/flash.o_f32", q, k, v, dy, o_bf16=False, contract={"saved_out_dtype": "auto"})
         module(f, "/flash.o_bf16_stored_f32", q, k, v, dy, store_f32=True, contract={"saved_out_dtype": "bfloat16"})
-        module(f, "/defect.lse_bf16", q, k, v, dy, lse_bf16=True)
+        module(f, "/defect.lse_bf16", q, k, v, dy, lse_bf16=True, contract={"saved_out_dtype": "auto"})
         module(f, "/defect.o_bf16_declared_f32", q, k, v, dy, contract={"saved_out_dtype": "float32"})
 
 

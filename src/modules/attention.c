@@ -49,8 +49,9 @@ static const qc_key_spec attention_keys[] = {
     {"causal_offset", NULL, "0", "causal mask diagonal k: query i attends keys j <= i + k (0: the diagonal; a query left with "
      "no key outputs 0)"},
     {"softcap", NULL, "0", "logit soft-cap m: logits m tanh(c q.k / m) before the softmax (0: none)"},
-    {"saved_out_dtype", "auto|float32|bfloat16|float16", "auto", "the dtype the backward reads O in for Delta = rowsum(dO * "
-     "O) (flash-attention, cuDNN: the forward's output dtype); auto: the dtype saved/out is stored in"},
+    {"saved_out_dtype", "auto|float32|bfloat16|float16", "float32", "the dtype the backward reads O in for Delta = rowsum(dO * "
+     "O) (flash-attention, cuDNN: the forward's output dtype; scripts/qatdump.py records it); auto: the dtype saved/out "
+     "is stored in"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors and sizes of an attention module. */
@@ -142,7 +143,7 @@ static int at_view_get(const qc_module *m, at_view *a) {
       return qc_err("%s: 'saved/lse' is [%lld, %lld, %lld]: expected [B, Hq, S] = [%lld, %lld, %lld]", m->path,
                     (long long)a->lse->shape[0], (long long)a->lse->shape[1], (long long)a->lse->shape[2],
                     (long long)a->B, (long long)a->Hq, (long long)a->S);
-  const char *od = qc_contract_str(&m->contract, "saved_out_dtype", "auto");
+  const char *od = qc_contract_str(&m->contract, "saved_out_dtype", "float32");
   a->odt = strcmp(od, "auto") == 0 ? (a->o->dtype == QC_BF16 || a->o->dtype == QC_F16 ? a->o->dtype : QC_F32)
            : strcmp(od, "bfloat16") == 0 ? QC_BF16 : strcmp(od, "float16") == 0 ? QC_F16 : QC_F32;
   return QC_OK;

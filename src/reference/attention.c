@@ -79,10 +79,10 @@ static int need_qkv(const qc_module *m, const qc_tensor **qt, const qc_tensor **
 }
 
 /* The dtype the backward holds O in for Delta: the contract's
- * saved_out_dtype, or under auto (its default) the dtype saved/out ot is
- * stored in (bfloat16, float16; anything else float32). QC_OK, or QC_EINPUT for another value. */
+ * saved_out_dtype (default float32: an eager backward's O), or under auto
+ * the dtype saved/out ot is stored in (bfloat16, float16; anything else float32). QC_OK, or QC_EINPUT for another value. */
 static int out_dtype(const qc_module *m, const qc_tensor *ot, qc_dtype *odt) {
-  const char *s = qc_contract_str(&m->contract, "saved_out_dtype", "auto");
+  const char *s = qc_contract_str(&m->contract, "saved_out_dtype", "float32");
   if (strcmp(s, "auto") == 0) {
     *odt = ot->dtype == QC_BF16 || ot->dtype == QC_F16 ? ot->dtype : QC_F32;
     return QC_OK;

@@ -3,8 +3,9 @@
 # cuDNN) computes Delta = rowsum(dO * O) from O as the forward returned it,
 # in bf16 (scripts/make_flash_dump.py: a float32 flash backward in numpy).
 # Under derived tolerances it passes: saved/out stored in bf16 makes the
-# contract's saved_out_dtype bfloat16 (its default), and so does the key
-# over a float32-stored saved/out of bf16 values; an O saved in float32
+# contract's saved_out_dtype auto read bfloat16 (as scripts/qatdump.py
+# records it), and so does the key over a float32-stored saved/out of bf16
+# values; an O saved in float32
 # passes as before. An LSE rounded to bf16 (P = exp(s - bf16(LSE))) fails on
 # d_q, d_k and d_v, and the bf16 O under an explicit saved_out_dtype
 # float32 fails on d_q and d_k (d_v = P^T dO does not read Delta), the
