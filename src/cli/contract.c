@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -101,9 +102,21 @@ static int opt_norm_ratio(const qc_opt *o, const char *v) {
   return QC_OK;
 }
 
+/* The checkpoint's config.json (in its folder, or beside its file), or NULL. */
+static const char *config_of(const char *ckpt, char *buf, size_t n) {
+  struct stat sb;
+  if (stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s/config.json", ckpt);
+  else {
+    const char *s = strrchr(ckpt, '/');
+    if (s) snprintf(buf, n, "%.*s/config.json", (int)(s - ckpt), ckpt);
+    else snprintf(buf, n, "config.json");
+  }
+  return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
 int qc_cmd_contract(qc_run *run, int argc, char **argv) {
   qc_common_opts co = {.run = run};
-  const char *dump_path = NULL, *ckpt_path = NULL, *dy_path = NULL, *wlist = DEFAULT_WFMT, *alist = "none";
+  const char *dump_path = NULL, *ckpt_path = NULL, *dy_path = NULL, *wlist = NULL, *alist = "none", *qcfg = NULL;
   int mvd = 0, rc;
   qc_sweep_opts o;
   memset(&o, 0, sizeof o);
@@ -120,13 +133,19 @@ int qc_cmd_contract(qc_run *run, int argc, char **argv) {
       QC_OPT_STRING("dy", &dy_path, "DUMP.h5",
                     "with --checkpoint: dY (grad_out/) and X (inputs/x) from the dump's\n"
                     "group of the module's path; modules without one get generated dY/X"),
+      QC_OPT_STRING("quant-config", &qcfg, "FILE",
+                    "with --checkpoint: the config.json whose quantization_config gives\n"
+                    "each layer's deployed format (default: the checkpoint's own config.json)"),
       QC_OPT_STRING("modules", &o.modules, "REGEX", "only module groups whose path matches (POSIX extended)"),
       QC_OPT_STRING("weight-format", &wlist, "LIST",
-                    "weight formats for the d_x rows (default " DEFAULT_WFMT ")\n"
+                    "every layer under each of these weight formats instead of its own\n"
+                    "deployed one (the contract's weight_format, the checkpoint's\n"
+                    "quantization_config; where none is declared: " DEFAULT_WFMT ")\n"
                     "of: " QC_WEIGHT_FORMATS),
       QC_OPT_STRING("activation-format", &alist, "LIST",
                     "adds d_weight rows: dY^T X against dY^T dequant(quant(X)),\n"
-                    "X from inputs/x or generated (default none); of: " QC_ACT_FORMATS),
+                    "X from inputs/x or generated (default none); with deployed formats\n"
+                    "each is crossed with each layer's weight format; of: " QC_ACT_FORMATS),
       {.type = QC_OT_NUMBER, .name = "tokens", .value = &o, .argh = "M", .num = opt_tokens, .lo = 1, .hi = 1 << 24,
        .flags = QC_OPT_HELPNUM | QC_OPT_WHOLE, .help_num = DEFAULT_TOKENS,
        .help = "tokens of a generated dY (modules without grad_out/; default %.0f);\n"
@@ -159,12 +178,22 @@ int qc_cmd_contract(qc_run *run, int argc, char **argv) {
                   dump_path ? ", not both" : "");
   }
   if (dy_path && !ckpt_path) return qc_err("contract: --dy goes with --checkpoint (a --dump holds its own grad_out/)");
+  if (qcfg && !ckpt_path) return qc_err("contract: --quant-config goes with --checkpoint (a --dump's modules declare their contract)");
+  if (qcfg && wlist)
+    return qc_err("contract: --quant-config and --weight-format both choose the weight formats: expected one of them");
   if (co.profile && !in_list(co.profile, QC_PROFILE_CHOICES))
     return qc_err("--profile '%s': unknown profile: expected one of %s", co.profile, QC_PROFILE_CHOICES);
   char wbuf[512], abuf[512];
+  const int wgiven = wlist != NULL;
+  if (!wlist) wlist = DEFAULT_WFMT;
   if ((rc = parse_formats("--weight-format", wlist, QC_WEIGHT_FORMATS, wbuf, sizeof wbuf, o.wfmt, &o.nw))) return rc;
   if ((rc = parse_formats("--activation-format", alist, QC_ACT_FORMATS, abuf, sizeof abuf, o.afmt, &o.na))) return rc;
   o.profile = co.profile; /* NULL: per module (its contract, its deployed bytes, else vllm) */
+  o.deployed = wgiven ? 0 : -1; /* no --weight-format: each layer's deployed format where declared */
+  char cfgbuf[4096];
+  if (ckpt_path && !qcfg) qcfg = config_of(ckpt_path, cfgbuf, sizeof cfgbuf);
+  if (qcfg && access(qcfg, R_OK) != 0) return qc_err("--quant-config '%s': cannot read: %s", qcfg, strerror(errno));
+  o.qconfig = qcfg;
   o.progress = !qc_quiet && isatty(2);
 
   const qc_backend *be = NULL;

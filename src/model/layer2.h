@@ -19,8 +19,10 @@ typedef struct qc_crow {
   char cls[QC_PATHLEN];     /* module with layer and expert index replaced by "*" */
   int layer;                /* -1: none */
   int expert;               /* -1: not a routed expert */
-  char wfmt[QC_FMTLEN];     /* "none" on d_weight rows */
-  char afmt[QC_FMTLEN];     /* "none" on d_x rows */
+  char wfmt[QC_FMTLEN];     /* the weight format; "none" on d_weight rows of a --weight-format sweep,
+                               and on a layer deployed unquantized */
+  char afmt[QC_FMTLEN];     /* "none" on d_x rows of a --weight-format sweep */
+  char wfmt_why[200];       /* deployed mode: where the layer's weight format came from */
   char dy[QC_NAMELEN];      /* grad_out dataset name, or "generated" */
   char profile[32];         /* the quantizer profile the module ran under */
   char profile_why[480];    /* where it came from */
@@ -50,6 +52,11 @@ typedef struct qc_sweep_opts {
   int nw, na;
   const char *wfmt[QC_SWEEP_MAXFMT];   /* weight formats for d_x rows */
   const char *afmt[QC_SWEEP_MAXFMT];   /* activation formats for d_weight rows ("none" entries skipped) */
+  int deployed;                        /* 1: each layer's own deployed format (the plan's), crossed with
+                                          every activation format; 0: every layer under each of wfmt;
+                                          -1 (given to the sweep): 1 when the input declares deployed
+                                          formats, else 0 */
+  const char *qconfig;                 /* a checkpoint's config.json with its quantization_config (NULL: none) */
   const char *profile;                 /* --profile (NULL or "auto": per module, see qc_sweep_plan_profile) */
   int64_t tokens;                      /* M of a generated dY */
   uint64_t seed;                       /* seed of generated dY / X */
@@ -65,6 +72,10 @@ typedef struct qc_sweep {
   int ncls;
   int modules, expert_groups, units;   /* linear groups, of which routed-expert groups; units = rows' modules */
   int dy_generated, x_generated;       /* any generated dY / X */
+  int dy_dumped;                       /* any dY from a dump's grad_out/ */
+  int deployed;                        /* rows under each layer's deployed format (qc_sweep_opts.deployed) */
+  int unquantized;                     /* deployed mode: units of layers deployed unquantized */
+  char wsource[200];                   /* deployed mode: where the formats came from */
   int ahead;                           /* units prepared ahead on worker threads (0: one unit in memory) */
   int in_flight;                       /* units on the backend at once: 2 when a device runs one while the next is queued */
   /* seconds: generating dY/X; reading units (summed over the readers);

@@ -25,6 +25,17 @@ static cJSON *stats(double mn, double med, double mx) {
 
 static cJSON *int_or_null(int v) { return v >= 0 ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
 
+/* Where the rows' dY came from. */
+static const char *dy_source(const qc_sweep *s) {
+  return !s->dy_generated ? "dump" : s->dy_dumped ? "dump and generated" : "generated";
+}
+
+/* How the weight formats were chosen: each layer's deployed one, the
+ * --weight-format list, or the default list (nothing declared one). */
+static const char *wmode(const qc_contract_info *ri, const qc_sweep *s) {
+  return s->deployed ? "deployed" : ri->o->deployed < 0 ? "default" : "listed";
+}
+
 static cJSON *row_json(const qc_crow *r) {
   cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject(), *sh = cJSON_CreateArray();
   cJSON_AddStringToObject(o, "module", r->module);
@@ -32,6 +43,7 @@ static cJSON *row_json(const qc_crow *r) {
   cJSON_AddItemToObject(o, "layer", int_or_null(r->layer));
   cJSON_AddItemToObject(o, "expert", int_or_null(r->expert));
   cJSON_AddStringToObject(o, "weight_format", r->wfmt);
+  if (r->wfmt_why[0]) cJSON_AddStringToObject(o, "weight_format_source", r->wfmt_why);
   cJSON_AddStringToObject(o, "activation_format", r->afmt);
   cJSON_AddStringToObject(o, "dy", r->dy);
   cJSON_AddStringToObject(o, "tensor", r->tensor);
@@ -103,6 +115,11 @@ static int render_json(qc_sbuf *out, qc_prov *prov, const qc_contract_info *ri, 
   } else {
     cJSON_AddNullToObject(op, "norm_ratio");
   }
+  cJSON *wfs = cJSON_AddObjectToObject(root, "weight_formats");
+  cJSON_AddStringToObject(wfs, "mode", wmode(ri, s));
+  cJSON_AddStringToObject(wfs, "source", s->deployed ? s->wsource : ri->o->deployed < 0 ? "no module declares a deployed format: the default list" : "--weight-format");
+  cJSON_AddNumberToObject(wfs, "unquantized_units", s->unquantized);
+  cJSON_AddStringToObject(root, "dy_source", dy_source(s));
   cJSON *gen = cJSON_AddObjectToObject(root, "generated");
   cJSON_AddBoolToObject(gen, "dy", s->dy_generated);
   cJSON_AddBoolToObject(gen, "x", s->x_generated);
@@ -184,11 +201,18 @@ static int render_markdown(qc_sbuf *out, const qc_contract_info *ri, const qc_sw
   qc_sbuf_printf(&b, "- dump: `");
   qc_sbuf_md(&b, ri->dump);
   qc_sbuf_printf(&b, "`\n- device: %s, profile: %s\n- weight formats: ", ri->device, ri->profile);
-  qc_sbuf_md(&b, ri->wlist);
+  if (s->deployed) {
+    qc_sbuf_printf(&b, "each layer's deployed one (");
+    qc_sbuf_md(&b, s->wsource);
+    qc_sbuf_printf(&b, "; %d unit(s) deployed unquantized)", s->unquantized);
+  } else {
+    qc_sbuf_md(&b, ri->wlist);
+  }
   qc_sbuf_printf(&b, "; activation formats: ");
   qc_sbuf_md(&b, ri->alist);
   qc_sbuf_printf(&b, "\n- %d linear module group(s), %d unit(s), %d row(s), %d failed, %d outlier(s)\n", s->modules,
                  s->units, s->n, ri->fails, ri->outliers);
+  qc_sbuf_printf(&b, "- dY source: %s\n", dy_source(s));
   if (s->dy_generated)
     qc_sbuf_printf(&b, "- dY: generated, normal, %lld tokens, seed %llu\n", (long long)ri->o->tokens,
                    (unsigned long long)ri->o->seed);
@@ -250,6 +274,11 @@ void qc_report_contract_table(const qc_contract_info *ri, const qc_sweep *s) {
   if (s->expert_groups) printf(" (%d routed-expert group(s))", s->expert_groups);
   printf(", %d unit(s), %d row(s); dY: %s", s->units, s->n, s->dy_generated ? "generated where grad_out/ is empty" : "grad_out/");
   if (s->dy_generated) printf(" (normal, %lld tokens, seed %llu)", (long long)ri->o->tokens, (unsigned long long)ri->o->seed);
+  if (s->deployed)
+    printf("\n  weight formats: each layer's deployed one, from %s; %d unit(s) deployed unquantized (rows weight=none: "
+           "dX exact)", s->wsource, s->unquantized);
+  else if (ri->o->deployed < 0)
+    printf("\n  weight formats: no module declares a deployed format: every layer under each of %s", ri->wlist);
   printf("\n  d_x: g = dY dequant(quant(W)), r = dY W; d_weight: g = dY^T dequant(quant(X)), r = dY^T X; float64\n\n");
   printf("%-8s  %-18s  %-18s  %-*s  %5s  %6s  %-29s  %-29s  %s\n", "tensor", "weight", "activation", w, "class", "rows",
          "layers", "cosine min / median / max", "norm ratio min / median / max", "outliers");

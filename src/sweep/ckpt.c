@@ -51,13 +51,33 @@ static int qc_ckpt_linear_weight(const qc_st_tensor *t, char *path, size_t n) {
   return 1;
 }
 
+/* Each entry's deployed format from the checkpoint's quantization config
+ * (o->deployed -1 and a config with one: *oo's deployed becomes 1). */
+static int deployed_formats(const qc_sweep_opts *o, sw_entry *se, int n, qc_sweep_opts *oo, qc_sweep *s) {
+  sw_qconfig c;
+  int rc;
+  *oo = *o;
+  if (oo->deployed < 0) oo->deployed = 0;
+  if (o->deployed == 0 || !o->qconfig) return QC_OK;
+  if ((rc = qc_sweep_qconfig_open(o->qconfig, &c))) goto done;
+  if (!c.q) goto done;
+  oo->deployed = 1;
+  snprintf(s->wsource, sizeof s->wsource, "%s: quantization_config (quant_method %s)", o->qconfig, c.method);
+  for (int i = 0; i < n && !rc; i++)
+    rc = qc_sweep_qconfig_format(&c, se[i].path, se[i].wfmt, sizeof se[i].wfmt, se[i].wfmt_why, sizeof se[i].wfmt_why);
+done:
+  qc_sweep_qconfig_close(&c);
+  return rc;
+}
+
 int qc_contract_sweep_ckpt(qc_st *st, qc_dump *dy, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
   qc_tsrc wsrc, dsrc;
+  qc_sweep_opts oo;
   sw_entry *se = NULL;
   regex_t re;
   int use_re = 0, n = 0, nquant = 0, nlin = 0, rc = QC_OK, matched_dy = 0;
   const qc_st_tensor *quant_eg = NULL;
-  char path[QC_PATHLEN], first[QC_PATHLEN] = "";
+  char path[QC_PATHLEN], first[QC_PATHLEN] = "", missing_dy[QC_PATHLEN] = "";
   memset(s, 0, sizeof *s);
   qc_tsrc_st(&wsrc, st);
   if (dy) qc_tsrc_dump(&dsrc, dy);
@@ -86,6 +106,8 @@ int qc_contract_sweep_ckpt(qc_st *st, qc_dump *dy, const qc_backend *be, const q
     if (dy && qc_dump_exists(dy, path)) {
       e->dsrc = &dsrc;
       matched_dy++;
+    } else if (dy && !missing_dy[0]) {
+      snprintf(missing_dy, sizeof missing_dy, "%s", path);
     }
   }
   if (nquant) { /* a deployed checkpoint (or part of one): its weights are no master */
@@ -115,8 +137,15 @@ int qc_contract_sweep_ckpt(qc_st *st, qc_dump *dy, const qc_backend *be, const q
     free(de);
     goto done;
   }
+  if (dy && missing_dy[0]) { /* one batch for every layer: no layer's dY made up beside real ones */
+    rc = qc_err("--dy '%s': module '%s' of the checkpoint has no group in the dump (%d of %d modules have one): expected "
+                "every module's dY from the dump's batch", qc_dump_path(dy), missing_dy, matched_dy, n);
+    qc_hint("leave the modules the dump lacks out with --modules, or leave out --dy for generated dY");
+    goto done;
+  }
   if (n > 1) qsort(se, (size_t)n, sizeof *se, cmp_entry);
-  rc = qc_sweep_entries(se, n, qc_st_path(st), be, o, s);
+  if ((rc = deployed_formats(o, se, n, &oo, s))) goto done;
+  rc = qc_sweep_entries(se, n, qc_st_path(st), be, &oo, s);
 done:
   if (use_re) regfree(&re);
   free(se);

@@ -54,6 +54,7 @@ static int add_row(qc_sweep *s, const qc_backend *be, const sw_plan *pl, const c
   snprintf(w->profile_why, sizeof w->profile_why, "%s", pl->profile_why);
   qc_contract_classify(module, w->cls, sizeof w->cls, &w->layer, &w->expert);
   snprintf(w->wfmt, sizeof w->wfmt, "%s", wf);
+  if (s->deployed) snprintf(w->wfmt_why, sizeof w->wfmt_why, "%s", pl->wfmt_why);
   snprintf(w->afmt, sizeof w->afmt, "%s", af);
   snprintf(w->dy, sizeof w->dy, "%s", dy);
   w->tensor = tensor;
@@ -292,7 +293,7 @@ static int queue_unit(const qc_backend *be, const qc_sweep_opts *o, const slot *
   char what[QC_PATHLEN + 64];
   int rc;
   double t0;
-  if ((rc = reserve_rows(s, g->ndy * (o->nw + o->na)))) return rc;
+  if ((rc = reserve_rows(s, g->ndy * (o->deployed ? 2 * o->na : o->nw + o->na)))) return rc;
   /* the weight, widened; each dY widened (or the shared generated one) */
   if ((rc = stage(be, w->wraw, sl->w, g->wloc.nbytes, &wsrc))) return rc;
   if ((rc = be->to_f64(be, g->wloc.dtype, wsrc, N * K, w->w64))) return rc;
@@ -308,20 +309,31 @@ static int queue_unit(const qc_backend *be, const qc_sweep_opts *o, const slot *
   for (int i = 0; i < g->ndy; i++)
     if ((rc = gemm(s, be, QC_OP_N, g->dy[i].M, K, N, y64[i], N, w->w64, w->xm + i * z->mk))) return rc;
   snprintf(what, sizeof what, "%s/params/weight", sl->module);
-  for (int f = 0; f < o->nw; f++) {
+  const int nw = o->deployed ? 1 : o->nw;
+  for (int f = 0; f < nw; f++) {
+    const char *wf = o->deployed ? g->wfmt : o->wfmt[f];
+    const int unq = strcmp(wf, "none") == 0; /* a layer deployed unquantized: its forward used the master */
     const double *wq = w->w64;
-    if (strcmp(o->wfmt[f], "none") != 0) {
+    if (!unq) {
       t0 = qc_now_s();
-      rc = be->fake_quant_f64(be, o->wfmt[f], prof, N, K, g->wloc.dtype, wsrc, w->scratch, w->wq64, what);
+      rc = be->fake_quant_f64(be, wf, prof, N, K, g->wloc.dtype, wsrc, w->scratch, w->wq64, what);
       s->t_quant += qc_now_s() - t0;
       if (rc) return rc;
       wq = w->wq64;
     }
     for (int i = 0; i < g->ndy; i++) {
       const int64_t M = g->dy[i].M;
-      if ((rc = gemm(s, be, QC_OP_N, M, K, N, y64[i], N, wq, w->a)) ||
-          (rc = add_row(s, be, g, sl->module, qc_sweep_t_dx, o->wfmt[f], "none", g->dy[i].name, M, K, w->a, w->xm + i * z->mk)))
-        return rc;
+      const double *r = w->xm + i * z->mk, *gx = r; /* unquantized: both conventions are the same dX */
+      if (!unq || !o->deployed) {
+        if ((rc = gemm(s, be, QC_OP_N, M, K, N, y64[i], N, wq, w->a))) return rc;
+        gx = w->a;
+      }
+      /* deployed: one row per activation format declared (the combination);
+       * with one dY, dX does not depend on it under the identity STE */
+      for (int a = 0; a < (o->deployed ? o->na : 1); a++)
+        if ((rc = add_row(s, be, g, sl->module, qc_sweep_t_dx, wf, o->deployed ? o->afmt[a] : "none", g->dy[i].name, M, K,
+                          gx, r)))
+          return rc;
     }
   }
   /* d_weight rows: dY^T X against dY^T dequant(quant(X)) */
@@ -346,7 +358,8 @@ static int queue_unit(const qc_backend *be, const qc_sweep_opts *o, const slot *
       rc = be->fake_quant_f64(be, o->afmt[a], prof, M, K, xdt, xsrc, w->scratch, w->xq64, what);
       s->t_quant += qc_now_s() - t0;
       if (rc || (rc = gemm(s, be, QC_OP_T, N, K, M, y64[i], N, w->xq64, w->a)) ||
-          (rc = add_row(s, be, g, sl->module, qc_sweep_t_dw, "none", o->afmt[a], g->dy[i].name, N, K, w->a, w->rw)))
+          (rc = add_row(s, be, g, sl->module, qc_sweep_t_dw, o->deployed ? g->wfmt : "none", o->afmt[a], g->dy[i].name, N,
+                        K, w->a, w->rw)))
         return rc;
     }
   }
@@ -448,7 +461,7 @@ int qc_sweep_run_units(const qc_backend *be, const qc_sweep_opts *o, const sw_pl
       if (g->dy[j].loc.nbytes > z.yb) z.yb = g->dy[j].loc.nbytes;
     }
     if (g->need_x && g->x.loc.nbytes > z.xb) z.xb = g->x.loc.nbytes;
-    nrows += (int64_t)g->E * g->ndy * (o->nw + o->na); /* at most, per unit: each dY by each format */
+    nrows += (int64_t)g->E * g->ndy * (o->deployed ? 2 * o->na : o->nw + o->na); /* at most, per unit: each dY by each format */
   }
   /* per-dY strides in whole 256-byte lines: every dY's buffers stay aligned
    * for the device's vector loads */

@@ -39,6 +39,8 @@ int qc_sweep_plan_group(const sw_entry *e, const qc_sweep_opts *o, sw_plan *g) {
   memset(g, 0, sizeof *g);
   g->path = path;
   g->wsrc = e->wsrc;
+  snprintf(g->wfmt, sizeof g->wfmt, "%s", e->wfmt[0] ? e->wfmt : "none");
+  snprintf(g->wfmt_why, sizeof g->wfmt_why, "%s", e->wfmt_why);
   snprintf(g->wdset, sizeof g->wdset, "%s", e->wname);
   if (!qc_tsrc_exists(e->wsrc, g->wdset))
     return e->wsrc == e->dsrc ? qc_err("%s: linear module '%s' has no dataset 'params/weight'", file, path)

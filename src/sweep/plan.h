@@ -6,6 +6,7 @@
 #ifndef QC_SWEEP_PLAN_H
 #define QC_SWEEP_PLAN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -37,6 +38,9 @@ typedef struct sw_entry {
   const qc_tsrc *dsrc;
   struct qc_dump *dump;   /* the HDF5 dump the module group is in (its contract attribute and
                              deployed bytes choose the profile), NULL for a checkpoint */
+  char wfmt[QC_FMTLEN];   /* deployed mode: the module's deployed weight format ("none": unquantized) */
+  char wfmt_why[200];     /* where it came from */
+  char profile[32];       /* the profile its quantization config names ("": qc_sweep_plan_profile decides) */
 } sw_entry;
 
 typedef struct sw_plan {
@@ -50,6 +54,8 @@ typedef struct sw_plan {
   sw_src *dy;
   sw_src x;                  /* used when activation formats are asked */
   int need_x;
+  char wfmt[QC_FMTLEN];      /* deployed mode: the module's weight format ("none": unquantized) */
+  char wfmt_why[200];
   char profile[32];          /* the module's quantizer profile (qc_sweep_plan_profile) */
   char profile_why[480];     /* where it came from */
 } sw_plan;
@@ -113,6 +119,26 @@ int qc_sweep_owners(const sw_plan *plans, int nplan, int *owner);
  * agreed status. */
 int qc_sweep_merge(qc_sweep *s, qc_sweep *loc, const qc_backend *be, const int *owner, int nplan, const int *plan_end,
                    int rc, long long at);
+
+/* ---- a checkpoint's quantization config (qconfig.c) ------------------------------ */
+
+struct cJSON;
+typedef struct sw_qconfig {
+  struct cJSON *root;
+  const struct cJSON *q;   /* its quantization_config; NULL: none (a master's config) */
+  char file[4096];
+  char method[32];         /* "fp8" or "compressed-tensors" */
+} sw_qconfig;
+
+/* Read config.json `file` (NULL: none): c->q NULL when it has no
+ * quantization_config. QC_EINPUT: unreadable, not JSON, a quant_method
+ * not read. */
+int qc_sweep_qconfig_open(const char *file, sw_qconfig *c);
+/* The deployed weight format of module `path` ("none": left unquantized)
+ * and where it came from. QC_EINPUT: arguments that fit no format, a
+ * pattern that does not compile. */
+int qc_sweep_qconfig_format(const sw_qconfig *c, const char *path, char *fmt, size_t fn, char *why, size_t wn);
+void qc_sweep_qconfig_close(sw_qconfig *c);
 
 /* Natural order of paths: runs of digits compare as numbers, so layer 2
  * comes before layer 10 (strcmp's sign convention). */

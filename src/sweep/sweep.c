@@ -12,6 +12,9 @@
 #include "core/qc.h"
 #include "dist/dist.h"
 #include "io/dump.h"
+#include "model/case.h"
+#include "model/contract.h"
+#include "numerics/quant.h"
 #include "sweep/plan.h"
 
 /* Natural order of paths: runs of digits compare as numbers, so layer 2
@@ -50,6 +53,7 @@ int qc_sweep_entries(const sw_entry *ents, int n, const char *what, const qc_bac
   long long at = -1;
   double t_start = qc_now_s();
   memset(&loc, 0, sizeof loc);
+  loc.deployed = s->deployed = o->deployed;
   /* plan every group first: bad input exits before any work */
   sw_plan *plans = calloc((size_t)n, sizeof *plans);
   gidx = calloc((size_t)(n > 0 ? n : 1), sizeof *gidx);
@@ -60,7 +64,13 @@ int qc_sweep_entries(const sw_entry *ents, int n, const char *what, const qc_bac
       at = i;
       goto merge;
     }
+    if (ents[i].profile[0] && (!o->profile || strcmp(o->profile, "auto") == 0)) { /* the quantization config's producer */
+      snprintf(plans[i].profile, sizeof plans[i].profile, "%s", ents[i].profile);
+      snprintf(plans[i].profile_why, sizeof plans[i].profile_why, "the checkpoint's quantization config");
+    }
+    if (o->deployed && strcmp(plans[i].wfmt, "none") == 0) s->unquantized += (int)plans[i].E;
     s->units += (int)plans[i].E;
+    for (int j = 0; j < plans[i].ndy; j++) s->dy_dumped |= plans[i].dy[j].dset[0] != 0;
     s->expert_groups += plans[i].experts;
   }
   s->modules = n;
@@ -120,6 +130,39 @@ done:
   return rc;
 }
 
+/* Each module's deployed format from its contract attribute's
+ * weight_format (absent or "none": deployed unquantized). With o->deployed
+ * -1, deployed mode (oo->deployed 1) when any module declares one. */
+static int dump_formats(qc_dump *d, const qc_sweep_opts *o, sw_entry *se, int n, qc_sweep_opts *oo, qc_sweep *s) {
+  int rc, declared = 0;
+  if (oo->deployed < 0) oo->deployed = 0;
+  if (o->deployed == 0) return QC_OK;
+  for (int i = 0; i < n; i++) {
+    char cj[4096] = "", where[QC_PATHLEN + 32];
+    qc_contract c;
+    memset(&c, 0, sizeof c);
+    qc_err_state es; /* an absent attribute is no error */
+    qc_err_save(&es);
+    const int have = qc_dump_get_attr(d, se[i].path, "contract", cj, sizeof cj) == QC_OK && cj[0];
+    qc_err_restore(&es);
+    snprintf(where, sizeof where, "module '%s'", se[i].path);
+    if (have && (rc = qc_contract_parse(cj, where, &c))) return rc;
+    const char *f = qc_contract_str(&c, "weight_format", "none");
+    if (strcmp(f, "none") != 0 && !qc_quant_known(f))
+      return qc_err("%s: module '%s': contract weight_format '%s' is not a format of this build's quantizer library",
+                    qc_dump_path(d), se[i].path, f);
+    declared += strcmp(f, "none") != 0;
+    snprintf(se[i].wfmt, sizeof se[i].wfmt, "%s", f);
+    snprintf(se[i].wfmt_why, sizeof se[i].wfmt_why, have && qc_contract_has(&c, "weight_format")
+                                                         ? "the module's contract weight_format"
+                                                         : "no weight_format in the module's contract: deployed unquantized");
+  }
+  if (!declared) return QC_OK;
+  oo->deployed = 1;
+  snprintf(s->wsource, sizeof s->wsource, "%s: each module's contract weight_format", qc_dump_path(d));
+  return QC_OK;
+}
+
 int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, qc_sweep *s) {
   qc_dump_entry *ents = NULL;
   sw_entry *se = NULL;
@@ -149,7 +192,8 @@ int qc_contract_sweep(qc_dump *d, const qc_backend *be, const qc_sweep_opts *o, 
     se[i].dump = d;
   }
   free(ents);
-  rc = qc_sweep_entries(se, nlin, qc_dump_path(d), be, o, s);
+  qc_sweep_opts oo = *o;
+  if ((rc = dump_formats(d, o, se, nlin, &oo, s)) == QC_OK) rc = qc_sweep_entries(se, nlin, qc_dump_path(d), be, &oo, s);
   free(se);
   return rc;
 }
