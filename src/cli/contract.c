@@ -132,7 +132,7 @@ int qc_cmd_contract(qc_run *run, int argc, char **argv) {
                     "BF16/F16/F32/F64, embeddings left out, is module '/<module>'"),
       QC_OPT_STRING("dy", &dy_path, "DUMP.h5",
                     "with --checkpoint: dY (grad_out/) and X (inputs/x) from the dump's\n"
-                    "group of the module's path; modules without one get generated dY/X"),
+                    "group of the module's path (one real batch: every module needs one)"),
       QC_OPT_STRING("quant-config", &qcfg, "FILE",
                     "with --checkpoint: the config.json whose quantization_config gives\n"
                     "each layer's deployed format (default: the checkpoint's own config.json)"),
