@@ -32,6 +32,8 @@
   QC_CLASS(ssd)              \
   QC_CLASS(conv1d)           \
   QC_CLASS(kv_quant)         \
+  QC_CLASS(fake_quant)       \
+  QC_CLASS(act_quant)        \
   /* a new class: its line above this one */
 
 /* Every line declares its class and its reference ... */
