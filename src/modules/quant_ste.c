@@ -291,6 +291,15 @@ int qc_qste_generate(const char *cls, const qc_gen *gp, qc_rng *rng, qc_module *
     }
     if (!moved) break;
   }
+  /* outputs/y by the forward, in float32 */
+  float *y;
+  if ((rc = qc_mod_add(&m->outputs, "y", QC_F32, gp->nshape, gp->shape, (void **)&y))) goto done;
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t c = chan(&p, i);
+    int sat;
+    float bound, q = qs_round(&p, qs_v(&p, u[i], s[c], D[c]), &sat, &bound);
+    y[i] = p.quant_first ? act_f(p.act, s[c] * q) : s[c] * q;
+  }
   *ondim = gp->nshape;
   memcpy(oshape, gp->shape, (size_t)gp->nshape * sizeof *oshape);
   rc = QC_OK;
