@@ -20,7 +20,7 @@ static int aq_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
   return qc_qste_vjp(m, dy, grads, 1);
 }
 
-/* Generated act_quant: x [T, F] ~ 2 N(0,1) bf16, params/scale about 5 / qmax. */
+/* Generated act_quant: x [T, F] ~ 2 N(0,1) bf16, params/scale twice fake_quant's. */
 static int aq_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
   return qc_qste_generate("act_quant", gp, rng, m, ondim, oshape, 2.0, 1);
 }

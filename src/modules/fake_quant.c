@@ -20,7 +20,7 @@ static int fq_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc
 }
 
 /* Generated fake_quant: x [T, C] (any rank) ~ N(0,1) bf16; params/scale
- * (fixed, trainable) about 2.5 / qmax, per channel 2, 2.5, 3, 3.5 / qmax. */
+ * (fixed, trainable) 2 / qmax per tensor, per channel 2, 2.5, 3, 3.5 / qmax. */
 static int fq_generate(const qc_gen *gp, qc_rng *rng, qc_module *m, int *ondim, int64_t *oshape) {
   return qc_qste_generate("fake_quant", gp, rng, m, ondim, oshape, 1.0, 0);
 }

@@ -256,7 +256,7 @@ int qc_qste_generate(const char *cls, const qc_gen *gp, qc_rng *rng, qc_module *
   static const float ext[] = {30.0f, -30.0f, -0.0f};
   qc_mod_values(gp, rng, xb, n / cols, cols, ext, 3);
   /* params/scale where the contract takes one: per channel varying, about
-   * 2.5 xs / qmax (a few elements saturate) */
+   * (2 + 0.5 (c mod 4)) xs / qmax (a few elements saturate) */
   qste p;
   const char *sg = qc_contract_str(&m->contract, "scale_grad", "trainable");
   if (strcmp(sg, "fixed") == 0 || strcmp(sg, "trainable") == 0) {
