@@ -32,7 +32,6 @@
 #include "core/qc.h"
 #include "modules/mod_util.h"
 #include "numerics/decode.h"
-#include "numerics/quant.h"
 
 static const qc_key_spec moe_keys[] = {
     {"activation", "swiglu|relu2", "swiglu", "expert activation: silu(gate) * up (w1 [E, 2F, H]) or relu(h)^2 (w1 [E, F, H])"},
@@ -42,13 +41,6 @@ static const qc_key_spec moe_keys[] = {
      "S experts concatenated, Fs a multiple of S, the routed activation) added to every token's output"},
     {"shared_gate", "true|false", "false", "true: the shared output scaled by sigmoid(x . params/shared_gate [1, H] or [H]) "
      "(Qwen2-MoE); false: added unweighted (DeepSeek-V3)"},
-    {"expert_weight_format", QC_WEIGHT_FORMATS, "none", "how the forward quantized each routed expert's weights: w1[e] [R, H] "
-     "and w2[e] [H, F] each a matrix of its own, as linear's weight_format (deployed bytes: saved/w1_q, w2_q per expert)"},
-    {"expert_act_format", QC_ACT_FORMATS, "none", "how the forward quantized the experts' inputs: each token's row of x into "
-     "w1 and of act(h) into w2, as linear's activation_format"},
-    {"dx_weight", "dequant|master", "dequant", "expert weights of the backward's grouped GEMMs (d_a = W2^T w dY, d_x += W1^T d_h): "
-     "dequant(quant(W)) or the master W; d_w1, d_w2 take x and act(h) unquantized (straight-through)"},
-    {"profile", QC_PROFILE_CHOICES, "vllm", "quantizer profile of the expert formats (auto: identified from the deployed bytes)"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors and settings of a moe module. */
@@ -59,9 +51,6 @@ typedef struct {
   int64_t S, Fs, Rs;        /* shared experts, their concatenated intermediate, rows of shared_w1 */
   int swiglu, block;
   double L;
-  const char *wfmt, *afmt, *prof; /* expert_weight_format, expert_act_format, profile */
-  int dx_master;                  /* dx_weight = master */
-  const qc_tensor *fc1;           /* saved/fc1_out [T, k, R] or [T k, R], or NULL: recomputed */
   int64_t *id; /* [T*k], checked in [0, E) */
 } moe_view;
 
@@ -153,22 +142,6 @@ static int moe_view_get(const qc_module *m, moe_view *v) {
     return qc_err("%s: '%s/topk_weights' is %s: expected [T, k] = [%lld, %lld] (the shape of saved/topk_ids)", m->path,
                   wrole, qc_shape_str(v->wt->ndim, v->wt->shape, s1, sizeof s1), (long long)v->T, (long long)v->k);
   if ((rc = moe_shared_get(m, v))) return rc;
-  v->wfmt = qc_contract_str(&m->contract, "expert_weight_format", "none");
-  v->afmt = qc_contract_str(&m->contract, "expert_act_format", "none");
-  v->prof = qc_contract_str(&m->contract, "profile", "vllm"); /* auto is resolved from the deployed bytes before any VJP */
-  if (strcmp(v->prof, "auto") == 0) v->prof = "vllm";
-  v->dx_master = strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0;
-  if ((v->fc1 = qc_tset_get(&m->saved, "fc1_out"))) {
-    const qc_tensor *h = v->fc1;
-    const int ok = (h->ndim == 3 && h->shape[0] == v->T && h->shape[1] == v->k && h->shape[2] == v->R) ||
-                   (h->ndim == 2 && h->shape[0] == v->T * v->k && h->shape[1] == v->R);
-    if (!ok)
-      return qc_err("%s: 'saved/fc1_out' is %s: expected the FC1 output of every (token, slot) pair, [T, k, R] = [%lld, %lld, %lld] "
-                    "or [T k, R]", m->path, qc_shape_str(h->ndim, h->shape, s1, sizeof s1), (long long)v->T, (long long)v->k,
-                    (long long)v->R);
-    if (!qc_dtype_is_float(h->dtype) || h->dtype == QC_E2M1X2)
-      return qc_err("%s: 'saved/fc1_out' has element type %s: expected a float tensor", m->path, qc_dtype_name(h->dtype));
-  }
   if ((rc = qc_mod_ids(m, v->ids, "saved/topk_ids", &v->id))) return rc;
   for (int64_t i = 0; i < v->T * v->k; i++)
     if (v->id[i] < 0 || v->id[i] >= v->E) {
@@ -309,66 +282,22 @@ done:
   return rc;
 }
 
-/* dequant(quant(.)) of f [rows, cols] in place under fmt ("none":
- * unchanged), nearest rounding, the profile of v, then rounded to bf16
- * into out (the GEMM operand a trainer feeds its bf16 grouped GEMM).
- * Returns a status. */
-static int fq_bf16(const moe_view *v, const char *fmt, int64_t rows, int64_t cols, float *f, uint16_t *out, const char *what) {
-  int rc = strcmp(fmt, "none") != 0 ? qc_fake_quant(fmt, v->prof, rows, cols, f, f, what) : QC_OK;
-  for (int64_t i = 0; i < rows * cols && !rc; i++) out[i] = qc_f32_to_bf16(f[i]);
-  return rc;
-}
-
-/* Expert e's [rows, cols] slice of the [E, rows, cols] tensor t as bf16:
- * dequant(quant(.)) under v's expert_weight_format into q (the forward's
- * operand), and the master into b when it is the backward's (dx_weight
- * master; else b = q's values). f: scratch of rows * cols floats. */
-static int expert_weights(const moe_view *v, const qc_module *m, const qc_tensor *t, const uint16_t *master, int64_t e, int64_t rows,
-                          int64_t cols, int dx_master, float *f, uint16_t *q, uint16_t *b) {
-  const int64_t n = rows * cols;
-  const uint16_t *src = master + e * n;
-  char what[QC_PATHLEN + 48];
-  snprintf(what, sizeof what, "%s: params/%s expert %lld", m->path, t->name, (long long)e);
-  for (int64_t i = 0; i < n; i++) f[i] = qc_bf16_to_f32(src[i]);
-  int rc = fq_bf16(v, v->wfmt, rows, cols, f, q, what);
-  if (!rc) memcpy(b, dx_master ? src : q, (size_t)n * sizeof *b);
-  return rc;
-}
-
-/* Production VJP (see the file comment). Under the expert formats, the
- * grouped GEMMs of the forward replay take each expert's dequant(quant(W))
- * and the dequant(quant(.)) rows of x and act(h); the backward's take the
- * weights dx_weight names and x, act(h) unquantized (the straight-through
- * estimator), as a QAT trainer's FP8 forward / BF16 backward does. With
- * saved/fc1_out, h is the forward's saved FC1 output, not a replay. */
+/* Production VJP (see the file comment). */
 static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   moe_view v;
   int rc = moe_view_get(m, &v);
   if (rc) return rc;
   const int64_t T = v.T, H = v.H, F = v.F, E = v.E, k = v.k, R = v.R, N = T * k;
-  uint16_t *xb = NULL, *xqb = NULL, *w1b = NULL, *w2b = NULL, *gb = NULL, *Xe = NULL, *Xq = NULL, *ab = NULL, *aqb = NULL, *Ge = NULL,
-           *dhb = NULL, *W1f = NULL, *W1b = NULL, *W2f = NULL, *W2b = NULL;
-  float *wt = NULL, *g = NULL, *h = NULL, *a = NULL, *ye = NULL, *da = NULL, *dh = NULL, *dxe = NULL, *fs = NULL, *fc1 = NULL;
+  uint16_t *xb = NULL, *w1b = NULL, *w2b = NULL, *gb = NULL, *Xe = NULL, *ab = NULL, *Ge = NULL, *dhb = NULL;
+  float *wt = NULL, *g = NULL, *h = NULL, *a = NULL, *ye = NULL, *da = NULL, *dh = NULL, *dxe = NULL;
   int64_t *cnt = NULL, *perm = NULL;
   float *dx, *dw1, *dw2, *dwt;
   const qc_backend *be = ctx->be;
-  const int aq = strcmp(v.afmt, "none") != 0;
-  char what[QC_PATHLEN + 48];
   if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) goto done;
   rc = QC_ESYS;
   if (!(xb = to_bf16(v.x, "moe x bf16")) || !(w1b = to_bf16(v.w1, "moe w1 bf16")) || !(w2b = to_bf16(v.w2, "moe w2 bf16")) ||
-      !(gb = to_bf16(dy, "moe dY bf16")) || !(wt = qc_mod_f32(v.wt, "moe topk_weights")) ||
-      !(xqb = qc_malloc((size_t)(T * H + 1) * sizeof *xqb, "moe quantized x")) ||
-      !(fs = qc_malloc((size_t)(R * H + H * F + T * H + N * F + 1) * sizeof *fs, "moe quantizer scratch")) ||
-      !(W1f = qc_malloc((size_t)(R * H) * sizeof *W1f, "moe w1 expert")) || !(W1b = qc_malloc((size_t)(R * H) * sizeof *W1b, "moe w1 expert")) ||
-      !(W2f = qc_malloc((size_t)(H * F) * sizeof *W2f, "moe w2 expert")) || !(W2b = qc_malloc((size_t)(H * F) * sizeof *W2b, "moe w2 expert")) ||
-      (v.fc1 && !(fc1 = qc_mod_f32(v.fc1, "moe saved fc1_out"))))
+      !(gb = to_bf16(dy, "moe dY bf16")) || !(wt = qc_mod_f32(v.wt, "moe topk_weights")))
     goto done;
-  /* the forward's input rows: dequant(quant(x)) under the activation format */
-  for (int64_t i = 0; i < T * H; i++) fs[i] = qc_bf16_to_f32(xb[i]);
-  snprintf(what, sizeof what, "%s: inputs/x", m->path);
-  if ((rc = fq_bf16(&v, v.afmt, T, H, fs, xqb, what))) goto done;
-  rc = QC_ESYS;
   /* the sort: (token, slot) pairs grouped by expert, stable (counting sort) */
   if (!(cnt = qc_malloc((size_t)(E + 1) * sizeof *cnt, "moe expert offsets")) || !(perm = qc_malloc((size_t)N * sizeof *perm, "moe permutation")))
     goto done;
@@ -385,8 +314,7 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
     free(pos);
   }
   size_t nw = (size_t)(nmax > 0 ? nmax : 1);
-  if (!(Xe = qc_malloc(nw * H * sizeof *Xe, "moe gathered x")) || !(Xq = qc_malloc(nw * H * sizeof *Xq, "moe gathered x")) ||
-      !(ab = qc_malloc(nw * F * sizeof *ab, "moe a bf16")) || !(aqb = qc_malloc(nw * F * sizeof *aqb, "moe a quantized")) ||
+  if (!(Xe = qc_malloc(nw * H * sizeof *Xe, "moe gathered x")) || !(ab = qc_malloc(nw * F * sizeof *ab, "moe a bf16")) ||
       !(Ge = qc_malloc(nw * H * sizeof *Ge, "moe w dY bf16")) || !(dhb = qc_malloc(nw * R * sizeof *dhb, "moe d_h bf16")) ||
       !(g = qc_malloc((size_t)H * sizeof *g, "moe dY row")) || !(h = qc_malloc(nw * R * sizeof *h, "moe h")) ||
       !(a = qc_malloc(nw * F * sizeof *a, "moe a")) || !(ye = qc_malloc(nw * H * sizeof *ye, "moe expert out")) ||
@@ -402,26 +330,13 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   for (int64_t e = 0; e < E; e++) {
     const int64_t off = cnt[e], n = cnt[e + 1] - cnt[e];
     if (n == 0) continue; /* empty expert: d_w1[e], d_w2[e] stay zero */
-    if ((rc = expert_weights(&v, m, v.w1, w1b, e, R, H, v.dx_master, fs, W1f, W1b)) ||
-        (rc = expert_weights(&v, m, v.w2, w2b, e, H, F, v.dx_master, fs, W2f, W2b)))
-      goto done;
-    for (int64_t i = 0; i < n; i++) {
-      memcpy(Xe + i * H, xb + (perm[off + i] / k) * H, (size_t)H * sizeof *Xe);
-      memcpy(Xq + i * H, xqb + (perm[off + i] / k) * H, (size_t)H * sizeof *Xq);
-    }
-    /* forward replay: h = Xq W1f^T [n, R] (or the saved FC1 output), a = act(h), y = aq W2f^T [n, H] */
-    if (fc1)
-      for (int64_t i = 0; i < n; i++) memcpy(h + i * R, fc1 + perm[off + i] * R, (size_t)R * sizeof *h);
-    else if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, R, H, Xq, H, W1f, H, h, R)))
-      goto done;
+    const uint16_t *W1 = w1b + e * R * H, *W2 = w2b + e * H * F;
+    for (int64_t i = 0; i < n; i++) memcpy(Xe + i * H, xb + (perm[off + i] / k) * H, (size_t)H * sizeof *Xe);
+    /* forward replay: h = Xe W1^T [n, R], a = act(h), y = a W2^T [n, H] */
+    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, R, H, Xe, H, W1, H, h, R))) goto done;
     for (int64_t i = 0; i < n; i++) act_row(&v, F, h + i * R, a + i * F);
     for (int64_t i = 0; i < n * F; i++) ab[i] = qc_f32_to_bf16(a[i]);
-    if (aq) {
-      for (int64_t i = 0; i < n * F; i++) fs[i] = qc_bf16_to_f32(ab[i]);
-      snprintf(what, sizeof what, "%s: expert %lld activation rows", m->path, (long long)e);
-      if ((rc = fq_bf16(&v, v.afmt, n, F, fs, aqb, what))) goto done;
-    }
-    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, H, F, aq ? aqb : ab, F, W2f, F, ye, H))) goto done;
+    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, H, F, ab, F, W2, F, ye, H))) goto done;
     /* d_topk_weights = <dy_t, y>; G = w dy_t (bf16 for the GEMMs) */
     for (int64_t i = 0; i < n; i++) {
       const int64_t s = perm[off + i], t = s / k;
@@ -433,14 +348,14 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
       dwt[s] = dot;
       for (int64_t c = 0; c < H; c++) Ge[i * H + c] = qc_f32_to_bf16(wt[s] * g[c]);
     }
-    /* d_a = G W2b [n, F]; d_w2[e] = G^T a [H, F] */
-    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, F, H, Ge, H, W2b, F, da, F))) goto done;
+    /* d_a = G W2 [n, F]; d_w2[e] = G^T a [H, F] */
+    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, F, H, Ge, H, W2, F, da, F))) goto done;
     if ((rc = be->gemm_bf16(be, QC_OP_T, QC_OP_N, H, F, n, Ge, H, ab, F, dw2 + e * H * F, F))) goto done;
-    /* d_h = act'(h) d_a; d_w1[e] = d_h^T Xe [R, H]; d_x rows = d_h W1b [n, H] */
+    /* d_h = act'(h) d_a; d_w1[e] = d_h^T Xe [R, H]; d_x rows = d_h W1 [n, H] */
     for (int64_t i = 0; i < n; i++) act_vjp_row(&v, F, h + i * R, da + i * F, dh + i * R);
     for (int64_t i = 0; i < n * R; i++) dhb[i] = qc_f32_to_bf16(dh[i]);
     if ((rc = be->gemm_bf16(be, QC_OP_T, QC_OP_N, R, H, n, dhb, R, Xe, H, dw1 + e * R * H, H))) goto done;
-    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, H, R, dhb, R, W1b, H, dxe, H))) goto done;
+    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, H, R, dhb, R, W1, H, dxe, H))) goto done;
     /* restore: back to the token through the permutation, accumulating */
     for (int64_t i = 0; i < n; i++) {
       float *dr = dx + (perm[off + i] / k) * H;
@@ -450,9 +365,8 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   if (v.S > 0 && (rc = moe_shared_vjp(be, &v, xb, gb, grads, dx))) goto done;
   rc = QC_OK;
 done:
-  free(xb); free(xqb); free(w1b); free(w2b); free(gb); free(wt); free(cnt); free(perm); free(fs); free(fc1);
-  free(W1f); free(W1b); free(W2f); free(W2b);
-  free(Xe); free(Xq); free(ab); free(aqb); free(Ge); free(dhb); free(g); free(h); free(a); free(ye); free(da); free(dh); free(dxe);
+  free(xb); free(w1b); free(w2b); free(gb); free(wt); free(cnt); free(perm);
+  free(Xe); free(ab); free(Ge); free(dhb); free(g); free(h); free(a); free(ye); free(da); free(dh); free(dxe);
   free(v.id);
   return rc;
 }
@@ -584,12 +498,6 @@ static int moe_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
   double *x = NULL, *w1 = NULL, *w2 = NULL, *wt = NULL, *bx = NULL, *bw1 = NULL, *h = NULL, *bh = NULL, *a = NULL;
   memset(&bv, 0, sizeof bv);
   if ((rc = moe_view_get(m, &v))) return rc;
-  if (strcmp(v.wfmt, "none") != 0 || strcmp(v.afmt, "none") != 0) { /* the method: no finite differences through an STE */
-    free(v.id);
-    qc_hint("finite differences check the smooth unquantized forward: set expert_weight_format and expert_act_format to none");
-    return qc_err("%s: the contract quantizes the experts (expert_weight_format %s, expert_act_format %s): finite differences of "
-                  "the quantized forward measure the rounding, not the straight-through derivative", m->path, v.wfmt, v.afmt);
-  }
   if ((rc = moe_view_get(branch, &bv))) goto done;
   const int64_t T = v.T, H = v.H, F = v.F, R = v.R, k = v.k;
   rc = QC_ESYS;
@@ -768,98 +676,12 @@ static int moe_validate(const qc_module *m, const qc_tensor *dy) {
   return rc;
 }
 
-/* Hypothesis: the backward's grouped GEMMs (d_a, hence d_h, d_w1 and d_x)
- * through the other expert weights than the contract's dx_weight (the
- * masters where it says dequantized, or the reverse), every expert. */
-static int alter_dx_weight(const qc_module *m, qc_module *alt, char *detail, size_t n) {
-  if (strcmp(qc_contract_str(&m->contract, "expert_weight_format", "none"), "none") == 0) return QC_NA; /* the same weights */
-  int master = strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0;
-  snprintf(detail, n, "the contract says dx_weight = %s for every expert", master ? "master" : "dequant");
-  return qc_contract_set(&alt->contract, "dx_weight", master ? "dequant" : "master", 0, 0);
-}
-
-/* Hypothesis (fitted over the experts): one expert's backward through its
- * master weights where the contract says dequantized, the others as the
- * contract says: the class's reference run once per used expert (E <= 64)
- * under that diagnosis variant (qc_ctx.master_expert), the expert whose
- * prediction is closest to the candidate named. */
-static int predict_master_expert(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand,
-                                 qc_tensor *pred, char *detail, size_t n) {
-  const qc_registry_row *row = qc_registry_find(m->cls->name);
-  if (!row || !cand || strcmp(qc_contract_str(&m->contract, "expert_weight_format", "none"), "none") == 0 ||
-      strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0)
-    return QC_NA;
-  moe_view v;
-  int rc = moe_view_get(m, &v);
-  if (rc) return rc;
-  const int64_t E = v.E, N = qc_numel(cand);
-  unsigned char *used = qc_calloc((size_t)E, 1, "moe expert mask");
-  double *g = qc_mod_f64(cand, "moe candidate"), best = INFINITY;
-  int64_t be = -1;
-  rc = E > 64 ? QC_NA : QC_ESYS;
-  if (E > 64 || !used || !g) goto done;
-  for (int64_t i = 0; i < v.T * v.k; i++) used[v.id[i]] = 1;
-  for (int64_t e = 0; e < E; e++) {
-    if (!used[e]) continue;
-    qc_tset out = {0};
-    qc_ctx c = *ctx;
-    c.master_expert = e + 1;
-    c.skip = NULL;
-    rc = row->reference(&c, m, dy, &out);
-    const qc_tensor *p = rc ? NULL : qc_tset_get(&out, grad);
-    if (p && qc_numel(p) == N) {
-      double *pv = qc_mod_f64(p, "moe prediction");
-      double r = pv ? qc_rel_l2(g, pv, N) : INFINITY;
-      if (r < best) {
-        best = r;
-        be = e;
-        qc_tensor_free(pred);
-        rc = qc_tensor_copy(pred, p);
-      }
-      free(pv);
-    }
-    qc_tset_free(&out);
-    if (rc) goto done;
-  }
-  rc = be < 0 ? QC_NA : QC_OK;
-  if (be >= 0) snprintf(detail, n, "expert %lld (the closest of the used experts)", (long long)be);
-done:
-  if (rc) qc_tensor_free(pred);
-  free(used); free(g); free(v.id);
-  return rc;
-}
-
-static const qc_hypothesis moe_hyps[] = {
-    {"dx_convention", "/d_x/d_w1/", "the backward's expert weights (d_a, d_x) the other ones than the contract's dx_weight "
-     "(master vs dequantized)", alter_dx_weight, 0, NULL, 0},
-    {"dx_master_expert", "/d_x/d_w1/", "one expert's backward (d_a, d_x) from its master weights where the contract says "
-     "dequantized", NULL, 0, predict_master_expert, 1},
-    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
-
-/* The experts no (token, slot) pair is routed to: their d_w1 and d_w2
- * slices are exactly zero (nothing is summed into them), whatever the
- * rounding (qc_class.zero_slices). */
-static int moe_zero_slices(const qc_module *m, const char *grad, int64_t n, unsigned char *zero, const char **what) {
-  if (strcmp(grad, "d_w1") != 0 && strcmp(grad, "d_w2") != 0) return QC_NA;
-  moe_view v;
-  int rc = moe_view_get(m, &v);
-  if (rc) return rc;
-  if (n != v.E) { free(v.id); return QC_NA; }
-  memset(zero, 1, (size_t)n);
-  for (int64_t i = 0; i < v.T * v.k; i++) zero[v.id[i]] = 0;
-  free(v.id);
-  *what = "expert";
-  return QC_OK;
-}
-
 const qc_class qc_class_moe = {
     .name = "moe",
     .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum, optional shared "
                "experts (gated or not): d_x, d_w1, d_w2, d_topk_weights, d_shared_w1, d_shared_w2, d_shared_gate",
     .tensors = "inputs/x inputs/topk_weights saved/topk_weights saved/topk_ids params/w1 params/w2 params/shared_w1 "
-               "params/shared_w2 params/shared_gate saved/fc1_out saved/w1_q saved/w1_scale saved/w1_scale_inv "
-               "saved/w1_scale_2 saved/w1_global_scale saved/w2_q saved/w2_scale saved/w2_scale_inv saved/w2_scale_2 "
-               "saved/w2_global_scale outputs/y",
+               "params/shared_w2 params/shared_gate outputs/y",
     .grads = "d_x d_w1 d_w2 d_topk_weights d_shared_w1 d_shared_w2 d_shared_gate",
     .shape_help = "[T, H, F, E, k]: tokens, hidden, expert intermediate, experts, top-k",
     .keys = moe_keys,
@@ -874,7 +696,4 @@ const qc_class qc_class_moe = {
     .hypotheses = "factor sign transpose rows zero slice dy_precision nonfinite",
     .coverage = moe_cov,
     .cov_facts = moe_cov_facts,
-    .stacked_deployed = "expert_weight_format w1 w2",
-    .zero_slices = moe_zero_slices,
-    .hyps = moe_hyps,
 };
