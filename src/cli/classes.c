@@ -65,8 +65,9 @@ static void role_names(const char *tensors, const char *role, char *b, size_t n,
 /* A contract key as JSON: key, its values ("a|b|{c}" as a list, {c} a
  * one-key object taking a number; null: a number), default, help. */
 static cJSON *key_json(const qc_key_spec *k) {
-  cJSON *o = cJSON_CreateObject(), *v = k->values ? cJSON_CreateArray() : cJSON_CreateNull();
-  for (const char *s = k->values; s && *s;) {
+  const int str = k->values && strcmp(k->values, QC_KEY_STRING) == 0; /* any string: "string" */
+  cJSON *o = cJSON_CreateObject(), *v = str ? cJSON_CreateString("string") : k->values ? cJSON_CreateArray() : cJSON_CreateNull();
+  for (const char *s = str ? NULL : k->values; s && *s;) {
     size_t len = strcspn(s, "|");
     char w[64];
     snprintf(w, sizeof w, "%.*s", (int)len, s);
@@ -187,7 +188,7 @@ static void line(const char *label, const char *text) {
 static void keys_text(const char *label, const qc_key_spec *k) {
   for (int first = 1; k && k->key; k++, first = 0)
     printf("  %-12s %s = %s (%s): %s\n", first ? label : "", k->key, k->dflt ? k->dflt : "",
-           k->values ? k->values : "a number", k->help ? k->help : "");
+           !k->values ? "a number" : strcmp(k->values, QC_KEY_STRING) == 0 ? "a string" : k->values, k->help ? k->help : "");
 }
 
 /* Class row r as text for people. */

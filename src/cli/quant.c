@@ -177,7 +177,7 @@ int qc_cmd_quant(qc_run *run, int argc, char **argv) {
     rc = qc_err("dump '%s': module '%s' has no dataset 'saved/weight_q': nothing to check", dump, path);
     goto done;
   }
-  qc_sr_from_contract(&m.contract, m.path, &sr);
+  if ((rc = qc_sr_from_contract(&m.contract, m.path, &sr))) goto done;
   /* every profile (--identify, or auto: the first that reproduces the bytes) or one */
   if (!(idf = qc_calloc(1, sizeof *idf, "quant comparisons"))) { rc = QC_ESYS; goto done; }
   if (identify || autop) {

@@ -312,7 +312,7 @@ int qc_quant_dump_all(qc_dump *d, const qc_quant_many_opts *o, qc_quant_rows *ou
     qc_qfmt f;
     qc_sr sr;
     if ((rc = qc_qfmt_parse(fmt, &f))) goto next;
-    qc_sr_from_contract(&m.contract, m.path, &sr);
+    if ((rc = qc_sr_from_contract(&m.contract, m.path, &sr))) goto next;
     rc = add_row(out, &m, f, prof, &sr, "dump",
                  qc_tset_get(&m.saved, "weight_global_scale") ? "saved/weight_q, saved/weight_scale, saved/weight_global_scale"
                                                                : "saved/weight_q, saved/weight_scale");

@@ -104,7 +104,8 @@ int qc_dg_scan_keys(dg *d, int (*keep)(const char *key), qc_dg_run_fn run, void 
   double *best = malloc((size_t)d->n * sizeof *best);
   if (!best) return qc_err_sys("out of memory diagnosing %s", subject);
   for (const qc_key_spec *ks = d->m->cls->keys; ks && ks->key; ks++) {
-    if (!ks->values || strchr(ks->values, '{') || (keep && !keep(ks->key))) continue; /* numbers, keys that take one */
+    if (!ks->values || strchr(ks->values, '{') || !strcmp(ks->values, QC_KEY_STRING) || (keep && !keep(ks->key)))
+      continue; /* numbers, keys that take one, free strings */
     const char *cur = qc_contract_str(&d->m->contract, ks->key, ks->dflt);
     double be = INFINITY;
     char bv[64] = "";

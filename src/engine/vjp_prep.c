@@ -80,7 +80,7 @@ int qc_vjp_check_deployed(qc_audit *a, qc_module *m) {
     return qc_err("module '%s': saved/weight_q is uint8 without a 'dtype' attribute: expected %s bytes for weight_format %s",
                   m->path, fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn", fn);
   }
-  qc_sr_from_contract(&m->contract, m->path, &sr);
+  if ((rc = qc_sr_from_contract(&m->contract, m->path, &sr))) return rc;
   if (autop) {
     qc_identify *idf = qc_calloc(1, sizeof *idf, "profile identification");
     if (!idf) return QC_ESYS;

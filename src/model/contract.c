@@ -1,6 +1,7 @@
 /* contract.c: the flat contract map (see contract.h). */
 #include "model/contract.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@ double qc_contract_num(const qc_contract *c, const char *key, double dflt) {
 
 int qc_contract_set(qc_contract *c, const char *key, const char *str, double num, int has_num) {
   qc_kv *kv = (qc_kv *)qc_contract_get(c, key);
+  if (str && strlen(str) >= sizeof kv->str)
+    return qc_err("contract key '%s': value '%.40s...' is longer than %d characters", key, str, (int)sizeof kv->str - 1);
   if (!kv) {
     if (c->n == QC_MAX_KV) return qc_err("contract: more than %d keys", QC_MAX_KV);
     kv = &c->kv[c->n++];
@@ -101,6 +104,11 @@ int qc_contract_validate(qc_contract *c, const qc_key_spec *spec, const char *wh
         return qc_err("%s: contract key '%s': expected a number", where, kv->key);
       continue;
     }
+    if (strcmp(s->values, QC_KEY_STRING) == 0) {
+      if (!kv->str[0] || kv->has_num)
+        return qc_err("%s: contract key '%s': expected a non-empty string", where, kv->key);
+      continue;
+    }
     int takes_num = 0;
     if (!kv->str[0] || !in_list(s->values, kv->str, &takes_num)) {
       qc_err("%s: contract key '%s': value '%s' is not allowed", where, kv->key,
@@ -140,11 +148,39 @@ char *qc_contract_json(const qc_contract *c, char *buf, int n) {
   return buf;
 }
 
-void qc_sr_from_contract(const qc_contract *c, const char *module_path, qc_sr *out) {
+/* A whole number in [0, 2^32) from SR key `key` into *out (absent: 0). */
+static int sr_u32(const qc_contract *c, const char *path, const char *key, uint32_t *out) {
+  const qc_kv *kv = qc_contract_get(c, key);
+  *out = 0;
+  if (!kv) return QC_OK;
+  if (!kv->has_num || kv->str[0] || !(kv->num >= 0 && kv->num <= 4294967295.0 && kv->num == floor(kv->num)))
+    return qc_err("module '%s': contract key '%s': expected a whole number from 0 to 2^32-1", path, key);
+  *out = (uint32_t)kv->num;
+  return QC_OK;
+}
+
+int qc_sr_from_contract(const qc_contract *c, const char *module_path, qc_sr *out) {
+  static const char *keys[] = {"sr_salt", "sr_step", "sr_expert"};
   const qc_kv *rd = qc_contract_get(c, "rounding");
+  const int sr = rd && strcmp(rd->str, "sr") == 0;
   memset(out, 0, sizeof *out);
-  if (!rd || strcmp(rd->str, "sr") != 0) return;
+  for (int i = 0; i < 3 && !sr; i++)
+    if (qc_contract_has(c, keys[i]))
+      return qc_err("module '%s': contract key '%s' belongs to stochastic rounding, but the contract's rounding is '%s': "
+                    "expected \"rounding\": {\"sr\": {\"seed\": S}} beside it, or no %s",
+                    module_path, keys[i], rd && rd->str[0] ? rd->str : "rn", keys[i]);
+  if (!sr) return QC_OK;
+  const qc_kv *salt = qc_contract_get(c, "sr_salt");
+  uint32_t step, expert;
+  int rc;
+  if (salt && (!salt->str[0] || salt->has_num))
+    return qc_err("module '%s': contract key 'sr_salt': expected the parameter's identity as a non-empty string "
+                  "(its name, e.g. \"model.embed_tokens.weight\")", module_path);
+  if ((rc = sr_u32(c, module_path, "sr_step", &step)) || (rc = sr_u32(c, module_path, "sr_expert", &expert))) return rc;
   out->on = 1;
   out->seed = (uint64_t)rd->num;
-  out->salt = qc_sr_salt(module_path, "weight");
+  out->salt = salt ? qc_sr_salt_id(salt->str) : qc_sr_salt_path(module_path, "weight");
+  out->step = step;
+  out->expert = expert;
+  return QC_OK;
 }

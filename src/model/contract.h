@@ -14,7 +14,7 @@
 
 typedef struct qc_kv {
   char key[48];
-  char str[64];   /* "" for a plain number */
+  char str[160];  /* "" for a plain number (long enough for a parameter identity, sr_salt) */
   double num;
   int has_num;
 } qc_kv;
@@ -24,10 +24,14 @@ typedef struct qc_contract {
   qc_kv kv[QC_MAX_KV];
 } qc_contract;
 
+/* A key spec's `values` for a free string (an identity, a name). */
+#define QC_KEY_STRING "*"
+
 /* What a class accepts for one contract key. */
 typedef struct qc_key_spec {
   const char *key;
-  const char *values;  /* "a|b|c": allowed strings; NULL: a number; "a|b|{c}": c takes a number */
+  const char *values;  /* "a|b|c": allowed strings; NULL: a number; "a|b|{c}": c takes a number;
+                        * QC_KEY_STRING: any non-empty string */
   const char *dflt;    /* default as the string form ("none", "identity", "1e-6") */
   const char *help;    /* one line for --help (docs/classes.md has the table) */
 } qc_key_spec;
@@ -55,9 +59,20 @@ int qc_contract_validate(qc_contract *c, const qc_key_spec *spec, const char *wh
 /* Render as a JSON object string into buf. */
 char *qc_contract_json(const qc_contract *c, char *buf, int n);
 
-/* The weight rounding a contract declares: "rounding": {"sr": {"seed": S}}
- * gives on = 1, seed S, salt qc_sr_salt(module_path, "weight"), step 0;
- * anything else (absent, "rn") gives on = 0. */
-void qc_sr_from_contract(const qc_contract *c, const char *module_path, qc_sr *out);
+/* The weight rounding a contract declares (docs/numerics.md, "Stochastic
+ * rounding"): "rounding": {"sr": {"seed": S}} gives on = 1, seed S and
+ *   salt   qc_sr_salt_id(sr_salt), the parameter's identity string; without
+ *          sr_salt the legacy qc_sr_salt_path(module_path, "weight");
+ *   step   sr_step (default 0), the optimizer step;
+ *   expert sr_expert (default 0), a routed expert's global id;
+ * anything else (absent, "rn") gives on = 0. A malformed sr_* key, or one
+ * without rounding sr, is QC_EINPUT naming the module and the key. */
+int qc_sr_from_contract(const qc_contract *c, const char *module_path, qc_sr *out);
+/* The contract keys of the SR contract, for a class's key list. */
+#define QC_SR_KEYS                                                                                                    \
+  {"sr_salt", QC_KEY_STRING, NULL,                                                                                     \
+   "stochastic rounding: the parameter's identity, hashed into the salt (absent: <module path>.weight, legacy)"},     \
+      {"sr_step", NULL, NULL, "stochastic rounding: the optimizer step in the counter (absent: 0)"},                  \
+      {"sr_expert", NULL, NULL, "stochastic rounding: a routed expert's global id in the counter (absent: 0)"}
 
 #endif

@@ -35,6 +35,7 @@ static const qc_key_spec linear_keys[] = {
     {"ste", "identity|{clipped}", "identity", "surrogate derivative of the rounding"},
     {"rounding", "rn|{sr}", "rn", "weight rounding: nearest-even, or stochastic with a seed"},
     {"profile", QC_PROFILE_CHOICES, "vllm", "quantizer profile: the producer path (auto: identified from the deployed bytes)"},
+    QC_SR_KEYS,
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors of a linear module and its sizes. */
@@ -71,7 +72,7 @@ typedef struct {
   qc_sr sr;     /* weight rounding */
 } lin_contract;
 
-static void lin_contract_get(const qc_ctx *ctx, const qc_module *m, lin_contract *c) {
+static int lin_contract_get(const qc_ctx *ctx, const qc_module *m, lin_contract *c) {
   const qc_contract *k = &m->contract;
   memset(c, 0, sizeof *c);
   c->wfmt = qc_contract_str(k, "weight_format", "none");
@@ -83,7 +84,7 @@ static void lin_contract_get(const qc_ctx *ctx, const qc_module *m, lin_contract
   const qc_kv *ste = qc_contract_get(k, "ste");
   c->clipped = ste && strcmp(ste->str, "clipped") == 0;
   c->T = c->clipped ? (float)ste->num : 0.0f;
-  qc_sr_from_contract(k, m->path, &c->sr);
+  return qc_sr_from_contract(k, m->path, &c->sr);
 }
 
 /* A tensor as float32 (the quantizers' input), n elements. */
@@ -127,8 +128,7 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   lin_view v;
   lin_contract c;
   int rc = lin_view_get(m, dy, &v);
-  if (rc) return rc;
-  lin_contract_get(ctx, m, &c);
+  if (rc || (rc = lin_contract_get(ctx, m, &c))) return rc;
   const int64_t M = v.M, K = v.K, N = v.N;
   uint16_t *wb = NULL, *xb = NULL, *gb = NULL;
   float *acc = NULL, *tmp = NULL;
@@ -409,7 +409,9 @@ static const qc_class_cov linear_cov[] = {
 /* The class's reading of m for the engine's validation (qc_module_validate). */
 static int linear_validate(const qc_module *m, const qc_tensor *dy) {
   lin_view v;
-  return lin_view_get(m, dy, &v);
+  qc_sr sr;
+  int rc = lin_view_get(m, dy, &v);
+  return rc ? rc : qc_sr_from_contract(&m->contract, m->path, &sr);
 }
 
 const qc_class qc_class_linear = {

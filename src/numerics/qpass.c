@@ -336,7 +336,7 @@ static int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const flo
         if (use_sr) {
           for (int64_t c = c0; c < c1; c++) {
             float v = b.div ? x[c] / b.k : x[c] * b.k;
-            q[c] = v != v ? 7 : enc_sr(v, pl->fp4, qc_sr_bits(sr, sr->base + (uint64_t)(r * cols + c)));
+            q[c] = v != v ? 7 : enc_sr(v, pl->fp4, qc_sr_bits(sr, qc_sr_index(sr, (uint64_t)(rows * cols), (uint64_t)(r * cols + c))));
           }
         } else {
           qq_enc_run(x + c0, q + c0, c1 - c0, b.k, b.div, pl->fp4);

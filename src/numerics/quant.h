@@ -110,7 +110,8 @@ typedef struct qc_qstored {
 
 /* Quantize in[rows, cols] (float32, finite) under fmt/profile. sr NULL or
  * sr->on == 0: round to nearest even; else the payload elements round
- * stochastically by the sr contract with element index sr->base + r*cols + c
+ * stochastically by the sr contract with counter index
+ * qc_sr_index(sr, rows*cols, r*cols + c)
  * (scales always round to nearest). Blocks that run past the matrix edge are
  * padded with zeros (they change no amax). Non-finite input is QC_EINPUT naming
  * `what` and the flat index. Fills *out (caller frees). */

@@ -26,7 +26,13 @@ uint32_t qc_sr_bits(const qc_sr *sr, uint64_t index) {
   return out[0] >> 8;
 }
 
-uint32_t qc_sr_salt(const char *module_path, const char *param) {
+uint32_t qc_sr_salt_id(const char *identity) {
+  uint32_t h = 2166136261u;
+  for (const char *p = identity; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+  return h;
+}
+
+uint32_t qc_sr_salt_path(const char *module_path, const char *param) {
   uint32_t h = 2166136261u;
   const char *p = module_path;
   if (*p == '/') p++;

@@ -99,7 +99,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   int clipped = ste && strcmp(ste->str, "clipped") == 0;
   double T = clipped ? (double)(float)ste->num : 0;
   qc_sr sr;
-  qc_sr_from_contract(c, m->path, &sr);
+  if ((rc = qc_sr_from_contract(c, m->path, &sr))) goto done;
 
   char wx[QC_PATHLEN + 32], ww[QC_PATHLEN + 32];
   snprintf(wx, sizeof wx, "%s: inputs/x", m->path);
@@ -180,7 +180,7 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   memcpy(ys, x->shape, sizeof ys);
   ys[x->ndim - 1] = N;
   qc_sr sr;
-  qc_sr_from_contract(c, m->path, &sr);
+  if ((rc = qc_sr_from_contract(c, m->path, &sr))) return rc;
   char wx[QC_PATHLEN + 32], ww[QC_PATHLEN + 32];
   snprintf(wx, sizeof wx, "%s: inputs/x", m->path);
   snprintf(ww, sizeof ww, "%s: params/weight", m->path);

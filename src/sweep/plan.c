@@ -170,7 +170,7 @@ int qc_sweep_plan_profile(qc_dump *d, const char *path, const qc_sweep_opts *o, 
   if ((rc = qc_qfmt_parse(fn, &f))) return rc;
   if ((rc = qc_dump_load_module(d, path, 0, &m, cj2, sizeof cj2))) goto done;
   if (!(idf = qc_calloc(1, sizeof *idf, "profile identification"))) { rc = QC_ESYS; goto done; }
-  qc_sr_from_contract(&c, path, &sr);
+  if ((rc = qc_sr_from_contract(&c, path, &sr))) goto done;
   if ((rc = qc_deployed_identify_module(&m, f, &sr, idf))) goto done;
   if (idf->any) snprintf(g->profile, sizeof g->profile, "%s", qc_qprof_name((qc_qprof)idf->chosen));
   snprintf(g->profile_why, sizeof g->profile_why, "auto, from the deployed %s bytes: %s%s", fn, idf->why,

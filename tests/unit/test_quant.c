@@ -78,7 +78,7 @@ Test(philox, random123_known_answers) {
     for (int j = 0; j < 4; j++) cr_expect_eq(o[j], kat[i].want[j], "vector %d word %d: %08x", i, j, o[j]);
   }
   /* the draw is the first word's top 24 bits, counter (index lo, hi, salt, step), key = seed */
-  qc_sr sr = {1, 0xa4093822299f31d0ull, 0x13198a2e, 0x03707344, 0};
+  qc_sr sr = {.on = 1, .salt = 0x13198a2e, .step = 0x03707344};
   sr.seed = ((uint64_t)0x299f31d0 << 32) | 0xa4093822;
   cr_expect_eq(qc_sr_bits(&sr, ((uint64_t)0x85a308d3 << 32) | 0x243f6a88), 0xd16cfe09u >> 8);
 }
@@ -95,7 +95,7 @@ Test(sr, unbiased) {
   const int nb = 4096, n = nb * 32;
   const float v = 1.3f; /* between e4m3 1.25 and 1.375: rounds up with p = 0.4 */
   float *x = mx_row(nb, v), *y = malloc((size_t)n * sizeof *y);
-  qc_sr sr = {1, 42, 7, 3, 0};
+  qc_sr sr = {.on = 1, .seed = 42, .salt = 7, .step = 3};
   cr_assert_eq(qc_fake_quant_sr("mxfp8", "vllm", 1, n, x, y, &sr, "x"), QC_OK);
   double sum = 0;
   int cnt = 0, up = 0;
@@ -120,7 +120,7 @@ Test(sr, boundary_u_equal_to_fraction_rounds_down) {
    * down. Find an element whose draw r24 is a multiple of 16, so that
    * v = 1 + r24 * 2^-27 is a float32 with fraction exactly u = r24 * 2^-24
    * between e4m3 1.0 and 1.125 (mxfp8 with a 448 in each block: scale 1). */
-  qc_sr sr = {1, 99, 5, 0, 0};
+  qc_sr sr = {.on = 1, .seed = 99, .salt = 5};
   int64_t idx = -1;
   uint32_t r24 = 0;
   for (int64_t i = 1; i < 4096 && idx < 0; i++) {
@@ -147,7 +147,7 @@ Test(sr, replay_and_split) {
   const int64_t R = 10, C = 48;
   float *x = malloc(R * C * sizeof *x);
   for (int64_t i = 0; i < R * C; i++) x[i] = sinf((float)i) * 3.0f;
-  qc_sr sr = {1, 0xdeadbeefcafeull, qc_sr_salt("/model.layers.0.mlp.down_proj", "weight"), 5, 0};
+  qc_sr sr = {.on = 1, .seed = 0xdeadbeefcafeull, .salt = qc_sr_salt_path("/model.layers.0.mlp.down_proj", "weight"), .step = 5};
   qc_quantized a, b, top, bot;
   cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R, C, x, &sr, &a, "x"), QC_OK);
   cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R, C, x, &sr, &b, "x"), QC_OK);
@@ -301,7 +301,7 @@ Test(quant, oracle_vectors) {
     qc_qprof pr;
     cr_assert_eq(qc_qfmt_parse(h.fmt, &fm), QC_OK);
     cr_assert_eq(qc_qprof_parse(h.prof, &pr), QC_OK);
-    qc_sr sr = {(int)h.sr_on, h.seed, h.salt, h.step, 0};
+    qc_sr sr = {.on = (int)h.sr_on, .seed = h.seed, .salt = h.salt, .step = h.step};
     qc_quantized z;
     cr_assert_eq(qc_quantize(fm, pr, h.rows, h.cols, x, &sr, &z, "vector"), QC_OK, "%s", qc_err_msg());
     size_t n = 0;
