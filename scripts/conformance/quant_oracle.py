@@ -5,7 +5,9 @@ qatcheck's bit code). Used by conformance.py and gen_vectors.py.
 
 quantize(fmt, prof, x[rows, cols] float32, sr=None) -> (payload uint8,
 scale array (float32 or uint8 bytes), gscale float32 or None), the same
-layout qatcheck's qc_quantize writes (docs/numerics.md)."""
+layout qatcheck's qc_quantize writes (docs/numerics.md). sr = (seed, salt,
+step[, first]): stochastic rounding with element i's counter index first + i
+(first = expert * numel + a shard's offset); sr_salt(identity) the salt."""
 import numpy as np
 import ml_dtypes
 
@@ -81,6 +83,14 @@ def sr_u(seed, salt, step, index):
     w = philox(idx & np.uint64(0xFFFFFFFF), idx >> np.uint64(32), np.full(idx.shape, salt, np.uint64),
                np.full(idx.shape, step, np.uint64), seed & 0xFFFFFFFF, seed >> 32)[0]
     return (w >> np.uint64(8)).astype(F32) * F32(2.0 ** -24)
+
+
+def sr_salt(identity):
+    """The salt of a parameter identity string: FNV-1a 32 of its bytes."""
+    h = 2166136261
+    for ch in identity.encode():
+        h = ((h ^ ch) * 16777619) & 0xFFFFFFFF
+    return h
 
 
 def sr_encode(v, fp4, u):
@@ -353,9 +363,10 @@ def _pass(fmt, prof, x, sr, g, stage2=False):
     with np.errstate(divide="ignore", invalid="ignore"):
         v = np.where(dd, P / kk, P * kk).astype(F32)
     v = v.reshape(gr * br, gc * bc)[:rows, :cols]
-    if sr is not None:
-        seed, salt, step = sr
-        u = sr_u(seed, salt, step, np.arange(rows * cols, dtype=np.uint64)).reshape(rows, cols)
+    if sr is not None:  # (seed, salt, step[, first counter index: expert * numel + a shard's offset])
+        seed, salt, step = sr[:3]
+        first = np.uint64(sr[3] if len(sr) > 3 else 0)
+        u = sr_u(seed, salt, step, first + np.arange(rows * cols, dtype=np.uint64)).reshape(rows, cols)
         codes = sr_encode(np.nan_to_num(v, nan=0.0) if fp4 else v, fp4, u)
     else:
         codes = enc_e2m1(np.nan_to_num(v, nan=0.0)) if fp4 else enc_e4m3(v)

@@ -148,6 +148,39 @@ Test(linear_contract, sr_rounding_both_sides_seeded) {
   cr_expect_gt(contract_diff(a, 2, b, 2, "d_x", M * K, "d_weight"), 1e-3, "another seed gives the same d_x");
 }
 
+Test(linear_contract, sr_contract_keys_reach_both_sides) {
+  /* each key of the SR contract changes the draws of production and
+   * reference alike (both() holds them to each other) */
+  const char *base[] = {"weight_format=mxfp4", "rounding=sr:7"};
+  const char *step[] = {"weight_format=mxfp4", "rounding=sr:7", "sr_step=:5"};
+  const char *expert[] = {"weight_format=mxfp4", "rounding=sr:7", "sr_expert=:3"};
+  const char *other[] = {"weight_format=mxfp4", "rounding=sr:7", "sr_salt=model.embed_tokens.weight"};
+  cr_expect_gt(contract_diff(step, 3, base, 2, "d_x", M * K, "d_weight"), 1e-3, "sr_step 5 draws step 0's masks");
+  cr_expect_gt(contract_diff(expert, 3, base, 2, "d_x", M * K, "d_weight"), 1e-3, "sr_expert 3 draws expert 0's masks");
+  cr_expect_gt(contract_diff(other, 3, base, 2, "d_x", M * K, "d_weight"), 1e-3, "another identity draws the same masks");
+  /* the identity the legacy derivation gives this untied module's weight (its
+   * path + ".weight") is the same contract as no sr_salt */
+  const char *named[] = {"weight_format=mxfp4", "rounding=sr:7", "sr_salt=model.layers.0.mlp.down_proj.weight"};
+  cr_expect_eq(contract_diff(named, 3, base, 2, "d_x", M * K, "d_weight"), 0.0, "the legacy identity is not the default");
+}
+
+Test(linear_contract, sr_keys_refused_without_sr) {
+  const char *bad[][2] = {{"weight_format=mxfp4", "sr_step=:5"}, {"rounding=rn", "sr_salt=w"}};
+  for (int i = 0; i < 2; i++) {
+    qc_module m;
+    qc_tensor dy = {0};
+    qc_tset g;
+    make(&m, bad[i], 2);
+    dy_ones(&dy);
+    cr_expect_eq(m.cls->validate(&m, &dy), QC_EINPUT, "case %d accepted", i);
+    cr_expect(strstr(qc_err_msg(), "belongs to stochastic rounding") != NULL, "%s", qc_err_msg());
+    qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm"};
+    memset(&g, 0, sizeof g);
+    cr_expect_eq(m.cls->production(&ctx, &m, &dy, &g), QC_EINPUT);
+    qc_tset_free(&g); qc_tensor_free(&dy); qc_module_free(&m);
+  }
+}
+
 Test(linear_contract, every_weight_and_activation_format) {
   const char *wf[] = {"fp8_tensor", "fp8_channel", "fp8_block128", "fp8_block128_ue8m0", "nvfp4", "mxfp8", "mxfp4"};
   const char *af[] = {"fp8_token", "fp8_group128", "fp8_group128_ue8m0"};

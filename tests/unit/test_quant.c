@@ -551,3 +551,100 @@ Test(profile, every_profile_names_a_path) {
   cr_expect(!qc_qprof_same(QC_QF_FP8_BLOCK128, QC_QP_TORCH, QC_QP_VLLM));
   cr_expect(!qc_qprof_makes(QC_QF_FP8_BLOCK128, QC_QP_OCP) && qc_qprof_makes(QC_QF_MXFP4, QC_QP_OCP));
 }
+
+Test(sr, expert_draws_follow_the_global_id) {
+  /* a stacked expert weight [E = 4, R, C] rounded as one [E*R, C] matrix
+   * (per-row scales, so each expert's scales are its own): expert e alone,
+   * with sr.expert = e, gives its rows' bytes; with its local id on an EP
+   * rank (e - 2 on rank 1 of 2) other bytes */
+  enum { E = 4, R = 6, C = 40 };
+  float *x = malloc(E * R * C * sizeof *x);
+  for (int i = 0; i < E * R * C; i++) x[i] = sinf((float)i * 0.37f) * 2.0f;
+  qc_sr whole = {.on = 1, .seed = 11, .salt = qc_sr_salt_id("model.layers.0.mlp.experts.down_proj.weight"), .step = 9};
+  qc_quantized all, one;
+  cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, E * R, C, x, &whole, &all, "x"), QC_OK);
+  for (int e = 0; e < E; e++) {
+    qc_sr s = whole;
+    s.expert = (uint64_t)e;
+    cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R, C, x + e * R * C, &s, &one, "x"), QC_OK);
+    cr_expect_eq(memcmp((uint8_t *)all.q.data + e * R * C, one.q.data, R * C), 0, "expert %d differs from the stack", e);
+    qc_quantized_free(&one);
+    if (e >= 2) { /* rank 1's local id */
+      s.expert = (uint64_t)(e - 2);
+      cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R, C, x + e * R * C, &s, &one, "x"), QC_OK);
+      cr_expect_neq(memcmp((uint8_t *)all.q.data + e * R * C, one.q.data, R * C), 0, "local id %d drew the global masks", e - 2);
+      qc_quantized_free(&one);
+    }
+  }
+  /* a shard of one expert: its rows' offset in base, the expert's size in numel */
+  qc_sr s = whole;
+  s.expert = 3; s.base = 2 * C; s.numel = R * C;
+  cr_assert_eq(qc_quantize(QC_QF_FP8_CHANNEL, QC_QP_VLLM, R - 2, C, x + 3 * R * C + 2 * C, &s, &one, "x"), QC_OK);
+  cr_expect_eq(memcmp((uint8_t *)all.q.data + 3 * R * C + 2 * C, one.q.data, (R - 2) * C), 0, "a shard of expert 3 differs");
+  qc_quantized_free(&one); qc_quantized_free(&all);
+  free(x);
+  /* the identity's salt is the legacy path salt of the same name */
+  cr_expect_eq(qc_sr_salt_id("model.layers.0.mlp.down_proj.weight"), qc_sr_salt_path("/model.layers.0.mlp.down_proj", "weight"));
+}
+
+/* Mean over n elements of |the mean over T steps of the decoded values - v|
+ * (mxfp8 rows of mx_row: scale 1, v between two e4m3 values), the steps'
+ * masks fresh (sr_step = t) or the same (the step held at 0). */
+static double temporal_error(const float *x, int nb, float v, int T, int fresh) {
+  const int n = nb * 32;
+  float *y = malloc((size_t)n * sizeof *y);
+  double *acc = calloc((size_t)n, sizeof *acc), err = 0;
+  for (int t = 0; t < T; t++) {
+    qc_sr sr = {.on = 1, .seed = 42, .salt = qc_sr_salt_id("w"), .step = fresh ? (uint32_t)t : 0};
+    cr_assert_eq(qc_fake_quant_sr("mxfp8", "vllm", 1, n, x, y, &sr, "x"), QC_OK);
+    for (int i = 0; i < n; i++) acc[i] += y[i];
+  }
+  int cnt = 0;
+  for (int i = 0; i < n; i++)
+    if (i % 32) { err += fabs(acc[i] / T - v); cnt++; }
+  free(y); free(acc);
+  return err / cnt;
+}
+
+Test(sr, requantization_bias) {
+  /* (1) A weight held constant and re-rounded every step: with the step in
+   * the counter the masks are fresh and the steps' mean converges to v
+   * (error ~ 0.125 sqrt(p(1-p)/T) sqrt(2/pi)); with the same mask every
+   * step (the step held at 0, as before sr_step) the mean is one draw and
+   * keeps E|Q(v) - v| = 2 p (1-p) 0.125 = 0.06 (p = 0.4). */
+  const int nb = 512, T = 64;
+  const float v = 1.3f;
+  float *x = mx_row(nb, v);
+  double same = temporal_error(x, nb, v, T, 0), fresh = temporal_error(x, nb, v, T, 1);
+  cr_log_info("sr requantization: mean |temporal mean - v| over %d steps: same mask %.5f, fresh masks %.5f (ratio %.1f)",
+              T, same, fresh, same / fresh);
+  cr_expect(fabs(same - 0.06) < 0.004, "same mask: %.5f, expected 0.06", same);
+  cr_expect(fresh < 0.0085, "fresh masks: %.5f, expected ~0.0061", fresh);
+  free(x);
+  /* (2) Two stages (fp8_block128_ue8m0): SR at the first stage is unbiased,
+   * the deterministic RN requantization to the power-of-two scale is not.
+   * One 128 x 128 block, amax 672 (stage-1 scale 1.5), every other element
+   * v = 1.95 (scaled 1.3: 1.25 or 1.375 with p = 0.4, decoded 1.875 or
+   * 2.0625). Stage 2's scale is 2: 2.0625 / 2 = 1.03125 rounds to 1.0, so
+   * the final values are 1.875 or 2.0: E = 1.925, a bias of -0.025
+   * (-1.28 %) that no mask averages away. */
+  enum { B = 128 };
+  float *w = malloc(B * B * sizeof *w), *y1 = malloc(B * B * sizeof *y1), *y2 = malloc(B * B * sizeof *y2);
+  for (int i = 0; i < B * B; i++) w[i] = i ? 1.95f : 672.0f;
+  double m1 = 0, m2 = 0;
+  const int S = 8;
+  for (int t = 0; t < S; t++) {
+    qc_sr sr = {.on = 1, .seed = 5, .salt = qc_sr_salt_id("w2"), .step = (uint32_t)t};
+    cr_assert_eq(qc_fake_quant_sr("fp8_block128", "vllm", B, B, w, y1, &sr, "w"), QC_OK);
+    cr_assert_eq(qc_fake_quant_sr("fp8_block128_ue8m0", "vllm", B, B, w, y2, &sr, "w"), QC_OK);
+    for (int i = 1; i < B * B; i++) { m1 += y1[i]; m2 += y2[i]; }
+  }
+  m1 /= (double)S * (B * B - 1);
+  m2 /= (double)S * (B * B - 1);
+  const double sigma = 0.1875 * sqrt(0.24 / ((double)S * (B * B - 1)));
+  cr_log_info("sr two-stage: stage-1 mean %.5f (bias %+.5f), after RN requantization %.5f (bias %+.5f, %+.2f%%), sigma %.1e",
+              m1, m1 - 1.95, m2, m2 - 1.95, 100 * (m2 - 1.95) / 1.95, sigma);
+  cr_expect(fabs(m1 - 1.95) < 5 * sigma, "stage 1 biased: %.6f", m1);
+  cr_expect(fabs(m2 - 1.925) < 5 * 0.125 * sqrt(0.24 / ((double)S * (B * B - 1))), "two-stage mean %.6f, expected 1.925", m2);
+  free(w); free(y1); free(y2);
+}
