@@ -26,7 +26,10 @@ Per selected module the dump holds (docs/interfaces.md section 2):
                       this backward alone (hooks on the parameter, before
                       accumulation into .grad, before any optimizer scaling)
 Attributes: `class` on each module group, `contract` (JSON) when the module
-has a `qatcheck_contract` dict, `frozen` = "1" on a params/ dataset whose
+has a `qatcheck_contract` dict (one that rounds the weight stochastically,
+"rounding": {"sr": ...}, gets sr_salt = the weight Parameter's name from
+model.named_parameters() unless it names one: a tied weight's sites share
+it), `frozen` = "1" on a params/ dataset whose
 parameter does not require grad (and no d_ gradient is written for it),
 `not_captured` (a JSON list of strings) naming what the helper saw but could
 not record (non-tensor arguments, tensors inside lists, non-tensor outputs,
@@ -1172,6 +1175,7 @@ class Dumper:
         if out is not None and out.dtype in _OUT_DTYPES and "saved_out_dtype" not in (contract or {}):
             # the dtype the backward reads O in for Delta = rowsum(dO * O) (docs/classes.md, attention)
             contract = dict(contract or {}, saved_out_dtype=_OUT_DTYPES[out.dtype])
+        contract = self._sr_identity(rec, contract)
         if contract is not None:
             g.attrs["contract"] = json.dumps(contract)
         dys = {n: gs[gi] for n, gs in rec.grad_out.items()}
@@ -1207,6 +1211,24 @@ class Dumper:
             for d in (rec.input_grads, rec.param_grads):
                 for name, gs in d.items():
                     write_tensor(gg, "d_" + name, gs[gi])
+
+    def _sr_identity(self, rec, contract):
+        """A contract that rounds the weight stochastically ("rounding":
+        {"sr": ...}) without an sr_salt gets sr_salt = the weight Parameter's
+        name as model.named_parameters() gives it (the first module that
+        registered it, FSDP1's wrapper level dropped): the parameter's
+        identity of docs/numerics.md "Stochastic rounding", so the sites of a
+        tied weight declare one identity, not one per module path."""
+        r = (contract or {}).get("rounding")
+        if not (isinstance(r, dict) and "sr" in r) or "sr_salt" in contract:
+            return contract
+        p = rec.module._parameters.get("weight")
+        if p is None:
+            return contract
+        if getattr(self, "_param_names", None) is None:
+            self._param_names = {id(q): _clean_name(n) for n, q in self.model.named_parameters()}
+        own = (_clean_name(rec.name) + ".weight") if rec.name else "weight"
+        return dict(contract, sr_salt=self._param_names.get(id(p), own))
 
     def _write_sharding(self, g, m, rec):
         """The module's parallel layout: `parallel` on the group, `shard_dim`

@@ -10,7 +10,9 @@
 #   expert shards  each EP rank's experts reproduce the whole stacked
 #                  weight's rounding under their global sr_expert, not under
 #                  their local index;
-#   refusals       a malformed sr_* key, or one without rounding sr, exits 2.
+#   refusals       a malformed sr_* key, or one without rounding sr, exits 2;
+#   qatdump        writes sr_salt = the weight Parameter's name (a tied
+#                  weight's sites share it; tests/e2e/qatdump_sr.py).
 . "$(dirname "$0")/lib.inc"
 $PY -c "import ml_dtypes, h5py" 2>/dev/null || { echo "skip: ml_dtypes or h5py missing for $PY"; exit 77; }
 MK="$PY scripts/make_sr_dump.py"
@@ -74,4 +76,10 @@ for c in "rn_step:sr_step" "frac_step:sr_step" "neg_expert:sr_expert" "num_salt:
   expect_exit 2 "$f: refused" $Q --dump "$T/$f.h5" --module /lin
   grep -q "qatcheck: error: module '/lin': contract key '$k'" "$T/err" || bad "$f: the message does not name /lin and $k: $(cat "$T/err")"
 done
+if $PY -c "import torch" 2>/dev/null; then
+  $PY tests/e2e/qatdump_sr.py "$T" >"$T/out" 2>&1 && ok "qatdump: sr_salt from named_parameters (tied sites share it)" \
+    || { bad "qatdump sr_salt"; tail -5 "$T/out"; }
+else
+  echo "skip: no torch for the qatdump part"
+fi
 finish
