@@ -32,6 +32,7 @@
 #include "core/qc.h"
 #include "modules/mod_util.h"
 #include "numerics/decode.h"
+#include "numerics/quant.h"
 
 static const qc_key_spec moe_keys[] = {
     {"activation", "swiglu|relu2", "swiglu", "expert activation: silu(gate) * up (w1 [E, 2F, H]) or relu(h)^2 (w1 [E, F, H])"},
@@ -41,6 +42,13 @@ static const qc_key_spec moe_keys[] = {
      "S experts concatenated, Fs a multiple of S, the routed activation) added to every token's output"},
     {"shared_gate", "true|false", "false", "true: the shared output scaled by sigmoid(x . params/shared_gate [1, H] or [H]) "
      "(Qwen2-MoE); false: added unweighted (DeepSeek-V3)"},
+    {"expert_weight_format", QC_WEIGHT_FORMATS, "none", "how the forward quantized each routed expert's weights: w1[e] [R, H] "
+     "and w2[e] [H, F] each a matrix of its own, as linear's weight_format (deployed bytes: saved/w1_q, w2_q per expert)"},
+    {"expert_act_format", QC_ACT_FORMATS, "none", "how the forward quantized the experts' inputs: each token's row of x into "
+     "w1 and of act(h) into w2, as linear's activation_format"},
+    {"dx_weight", "dequant|master", "dequant", "expert weights of the backward's grouped GEMMs (d_a = W2^T w dY, d_x += W1^T d_h): "
+     "dequant(quant(W)) or the master W; d_w1, d_w2 take x and act(h) unquantized (straight-through)"},
+    {"profile", QC_PROFILE_CHOICES, "vllm", "quantizer profile of the expert formats (auto: identified from the deployed bytes)"},
     {NULL, NULL, NULL, NULL}};
 
 /* The tensors and settings of a moe module. */
@@ -51,6 +59,9 @@ typedef struct {
   int64_t S, Fs, Rs;        /* shared experts, their concatenated intermediate, rows of shared_w1 */
   int swiglu, block;
   double L;
+  const char *wfmt, *afmt, *prof; /* expert_weight_format, expert_act_format, profile */
+  int dx_master;                  /* dx_weight = master */
+  const qc_tensor *fc1;           /* saved/fc1_out [T, k, R] or [T k, R], or NULL: recomputed */
   int64_t *id; /* [T*k], checked in [0, E) */
 } moe_view;
 
@@ -142,6 +153,22 @@ static int moe_view_get(const qc_module *m, moe_view *v) {
     return qc_err("%s: '%s/topk_weights' is %s: expected [T, k] = [%lld, %lld] (the shape of saved/topk_ids)", m->path,
                   wrole, qc_shape_str(v->wt->ndim, v->wt->shape, s1, sizeof s1), (long long)v->T, (long long)v->k);
   if ((rc = moe_shared_get(m, v))) return rc;
+  v->wfmt = qc_contract_str(&m->contract, "expert_weight_format", "none");
+  v->afmt = qc_contract_str(&m->contract, "expert_act_format", "none");
+  v->prof = qc_contract_str(&m->contract, "profile", "vllm"); /* auto is resolved from the deployed bytes before any VJP */
+  if (strcmp(v->prof, "auto") == 0) v->prof = "vllm";
+  v->dx_master = strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0;
+  if ((v->fc1 = qc_tset_get(&m->saved, "fc1_out"))) {
+    const qc_tensor *h = v->fc1;
+    const int ok = (h->ndim == 3 && h->shape[0] == v->T && h->shape[1] == v->k && h->shape[2] == v->R) ||
+                   (h->ndim == 2 && h->shape[0] == v->T * v->k && h->shape[1] == v->R);
+    if (!ok)
+      return qc_err("%s: 'saved/fc1_out' is %s: expected the FC1 output of every (token, slot) pair, [T, k, R] = [%lld, %lld, %lld] "
+                    "or [T k, R]", m->path, qc_shape_str(h->ndim, h->shape, s1, sizeof s1), (long long)v->T, (long long)v->k,
+                    (long long)v->R);
+    if (!qc_dtype_is_float(h->dtype) || h->dtype == QC_E2M1X2)
+      return qc_err("%s: 'saved/fc1_out' has element type %s: expected a float tensor", m->path, qc_dtype_name(h->dtype));
+  }
   if ((rc = qc_mod_ids(m, v->ids, "saved/topk_ids", &v->id))) return rc;
   for (int64_t i = 0; i < v->T * v->k; i++)
     if (v->id[i] < 0 || v->id[i] >= v->E) {
@@ -282,22 +309,66 @@ done:
   return rc;
 }
 
-/* Production VJP (see the file comment). */
+/* dequant(quant(.)) of f [rows, cols] in place under fmt ("none":
+ * unchanged), nearest rounding, the profile of v, then rounded to bf16
+ * into out (the GEMM operand a trainer feeds its bf16 grouped GEMM).
+ * Returns a status. */
+static int fq_bf16(const moe_view *v, const char *fmt, int64_t rows, int64_t cols, float *f, uint16_t *out, const char *what) {
+  int rc = strcmp(fmt, "none") != 0 ? qc_fake_quant(fmt, v->prof, rows, cols, f, f, what) : QC_OK;
+  for (int64_t i = 0; i < rows * cols && !rc; i++) out[i] = qc_f32_to_bf16(f[i]);
+  return rc;
+}
+
+/* Expert e's [rows, cols] slice of the [E, rows, cols] tensor t as bf16:
+ * dequant(quant(.)) under v's expert_weight_format into q (the forward's
+ * operand), and the master into b when it is the backward's (dx_weight
+ * master; else b = q's values). f: scratch of rows * cols floats. */
+static int expert_weights(const moe_view *v, const qc_module *m, const qc_tensor *t, const uint16_t *master, int64_t e, int64_t rows,
+                          int64_t cols, float *f, uint16_t *q, uint16_t *b) {
+  const int64_t n = rows * cols;
+  const uint16_t *src = master + e * n;
+  char what[QC_PATHLEN + 48];
+  snprintf(what, sizeof what, "%s: params/%s expert %lld", m->path, t->name, (long long)e);
+  for (int64_t i = 0; i < n; i++) f[i] = qc_bf16_to_f32(src[i]);
+  int rc = fq_bf16(v, v->wfmt, rows, cols, f, q, what);
+  if (!rc) memcpy(b, v->dx_master ? src : q, (size_t)n * sizeof *b);
+  return rc;
+}
+
+/* Production VJP (see the file comment). Under the expert formats, the
+ * grouped GEMMs of the forward replay take each expert's dequant(quant(W))
+ * and the dequant(quant(.)) rows of x and act(h); the backward's take the
+ * weights dx_weight names and x, act(h) unquantized (the straight-through
+ * estimator), as a QAT trainer's FP8 forward / BF16 backward does. With
+ * saved/fc1_out, h is the forward's saved FC1 output, not a replay. */
 static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   moe_view v;
   int rc = moe_view_get(m, &v);
   if (rc) return rc;
   const int64_t T = v.T, H = v.H, F = v.F, E = v.E, k = v.k, R = v.R, N = T * k;
-  uint16_t *xb = NULL, *w1b = NULL, *w2b = NULL, *gb = NULL, *Xe = NULL, *ab = NULL, *Ge = NULL, *dhb = NULL;
-  float *wt = NULL, *g = NULL, *h = NULL, *a = NULL, *ye = NULL, *da = NULL, *dh = NULL, *dxe = NULL;
+  uint16_t *xb = NULL, *xqb = NULL, *w1b = NULL, *w2b = NULL, *gb = NULL, *Xe = NULL, *Xq = NULL, *ab = NULL, *aqb = NULL, *Ge = NULL,
+           *dhb = NULL, *W1f = NULL, *W1b = NULL, *W2f = NULL, *W2b = NULL;
+  float *wt = NULL, *g = NULL, *h = NULL, *a = NULL, *ye = NULL, *da = NULL, *dh = NULL, *dxe = NULL, *fs = NULL, *fc1 = NULL;
   int64_t *cnt = NULL, *perm = NULL;
   float *dx, *dw1, *dw2, *dwt;
   const qc_backend *be = ctx->be;
+  const int aq = strcmp(v.afmt, "none") != 0;
+  char what[QC_PATHLEN + 48];
   if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) goto done;
   rc = QC_ESYS;
   if (!(xb = to_bf16(v.x, "moe x bf16")) || !(w1b = to_bf16(v.w1, "moe w1 bf16")) || !(w2b = to_bf16(v.w2, "moe w2 bf16")) ||
-      !(gb = to_bf16(dy, "moe dY bf16")) || !(wt = qc_mod_f32(v.wt, "moe topk_weights")))
+      !(gb = to_bf16(dy, "moe dY bf16")) || !(wt = qc_mod_f32(v.wt, "moe topk_weights")) ||
+      !(xqb = qc_malloc((size_t)(T * H + 1) * sizeof *xqb, "moe quantized x")) ||
+      !(fs = qc_malloc((size_t)(R * H + H * F + T * H + N * F + 1) * sizeof *fs, "moe quantizer scratch")) ||
+      !(W1f = qc_malloc((size_t)(R * H) * sizeof *W1f, "moe w1 expert")) || !(W1b = qc_malloc((size_t)(R * H) * sizeof *W1b, "moe w1 expert")) ||
+      !(W2f = qc_malloc((size_t)(H * F) * sizeof *W2f, "moe w2 expert")) || !(W2b = qc_malloc((size_t)(H * F) * sizeof *W2b, "moe w2 expert")) ||
+      (v.fc1 && !(fc1 = qc_mod_f32(v.fc1, "moe saved fc1_out"))))
     goto done;
+  /* the forward's input rows: dequant(quant(x)) under the activation format */
+  for (int64_t i = 0; i < T * H; i++) fs[i] = qc_bf16_to_f32(xb[i]);
+  snprintf(what, sizeof what, "%s: inputs/x", m->path);
+  if ((rc = fq_bf16(&v, v.afmt, T, H, fs, xqb, what))) goto done;
+  rc = QC_ESYS;
   /* the sort: (token, slot) pairs grouped by expert, stable (counting sort) */
   if (!(cnt = qc_malloc((size_t)(E + 1) * sizeof *cnt, "moe expert offsets")) || !(perm = qc_malloc((size_t)N * sizeof *perm, "moe permutation")))
     goto done;
@@ -314,7 +385,8 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
     free(pos);
   }
   size_t nw = (size_t)(nmax > 0 ? nmax : 1);
-  if (!(Xe = qc_malloc(nw * H * sizeof *Xe, "moe gathered x")) || !(ab = qc_malloc(nw * F * sizeof *ab, "moe a bf16")) ||
+  if (!(Xe = qc_malloc(nw * H * sizeof *Xe, "moe gathered x")) || !(Xq = qc_malloc(nw * H * sizeof *Xq, "moe gathered x")) ||
+      !(ab = qc_malloc(nw * F * sizeof *ab, "moe a bf16")) || !(aqb = qc_malloc(nw * F * sizeof *aqb, "moe a quantized")) ||
       !(Ge = qc_malloc(nw * H * sizeof *Ge, "moe w dY bf16")) || !(dhb = qc_malloc(nw * R * sizeof *dhb, "moe d_h bf16")) ||
       !(g = qc_malloc((size_t)H * sizeof *g, "moe dY row")) || !(h = qc_malloc(nw * R * sizeof *h, "moe h")) ||
       !(a = qc_malloc(nw * F * sizeof *a, "moe a")) || !(ye = qc_malloc(nw * H * sizeof *ye, "moe expert out")) ||
@@ -330,13 +402,25 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   for (int64_t e = 0; e < E; e++) {
     const int64_t off = cnt[e], n = cnt[e + 1] - cnt[e];
     if (n == 0) continue; /* empty expert: d_w1[e], d_w2[e] stay zero */
-    const uint16_t *W1 = w1b + e * R * H, *W2 = w2b + e * H * F;
-    for (int64_t i = 0; i < n; i++) memcpy(Xe + i * H, xb + (perm[off + i] / k) * H, (size_t)H * sizeof *Xe);
-    /* forward replay: h = Xe W1^T [n, R], a = act(h), y = a W2^T [n, H] */
-    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, R, H, Xe, H, W1, H, h, R))) goto done;
+    if ((rc = expert_weights(&v, m, v.w1, w1b, e, R, H, fs, W1f, W1b)) || (rc = expert_weights(&v, m, v.w2, w2b, e, H, F, fs, W2f, W2b)))
+      goto done;
+    for (int64_t i = 0; i < n; i++) {
+      memcpy(Xe + i * H, xb + (perm[off + i] / k) * H, (size_t)H * sizeof *Xe);
+      memcpy(Xq + i * H, xqb + (perm[off + i] / k) * H, (size_t)H * sizeof *Xq);
+    }
+    /* forward replay: h = Xq W1f^T [n, R] (or the saved FC1 output), a = act(h), y = aq W2f^T [n, H] */
+    if (fc1)
+      for (int64_t i = 0; i < n; i++) memcpy(h + i * R, fc1 + perm[off + i] * R, (size_t)R * sizeof *h);
+    else if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, R, H, Xq, H, W1f, H, h, R)))
+      goto done;
     for (int64_t i = 0; i < n; i++) act_row(&v, F, h + i * R, a + i * F);
     for (int64_t i = 0; i < n * F; i++) ab[i] = qc_f32_to_bf16(a[i]);
-    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, H, F, ab, F, W2, F, ye, H))) goto done;
+    if (aq) {
+      for (int64_t i = 0; i < n * F; i++) fs[i] = qc_bf16_to_f32(ab[i]);
+      snprintf(what, sizeof what, "%s: expert %lld activation rows", m->path, (long long)e);
+      if ((rc = fq_bf16(&v, v.afmt, n, F, fs, aqb, what))) goto done;
+    }
+    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_T, n, H, F, aq ? aqb : ab, F, W2f, F, ye, H))) goto done;
     /* d_topk_weights = <dy_t, y>; G = w dy_t (bf16 for the GEMMs) */
     for (int64_t i = 0; i < n; i++) {
       const int64_t s = perm[off + i], t = s / k;
@@ -348,14 +432,14 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
       dwt[s] = dot;
       for (int64_t c = 0; c < H; c++) Ge[i * H + c] = qc_f32_to_bf16(wt[s] * g[c]);
     }
-    /* d_a = G W2 [n, F]; d_w2[e] = G^T a [H, F] */
-    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, F, H, Ge, H, W2, F, da, F))) goto done;
+    /* d_a = G W2b [n, F]; d_w2[e] = G^T a [H, F] */
+    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, F, H, Ge, H, W2b, F, da, F))) goto done;
     if ((rc = be->gemm_bf16(be, QC_OP_T, QC_OP_N, H, F, n, Ge, H, ab, F, dw2 + e * H * F, F))) goto done;
-    /* d_h = act'(h) d_a; d_w1[e] = d_h^T Xe [R, H]; d_x rows = d_h W1 [n, H] */
+    /* d_h = act'(h) d_a; d_w1[e] = d_h^T Xe [R, H]; d_x rows = d_h W1b [n, H] */
     for (int64_t i = 0; i < n; i++) act_vjp_row(&v, F, h + i * R, da + i * F, dh + i * R);
     for (int64_t i = 0; i < n * R; i++) dhb[i] = qc_f32_to_bf16(dh[i]);
     if ((rc = be->gemm_bf16(be, QC_OP_T, QC_OP_N, R, H, n, dhb, R, Xe, H, dw1 + e * R * H, H))) goto done;
-    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, H, R, dhb, R, W1, H, dxe, H))) goto done;
+    if ((rc = be->gemm_bf16(be, QC_OP_N, QC_OP_N, n, H, R, dhb, R, W1b, H, dxe, H))) goto done;
     /* restore: back to the token through the permutation, accumulating */
     for (int64_t i = 0; i < n; i++) {
       float *dr = dx + (perm[off + i] / k) * H;
@@ -365,8 +449,9 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   if (v.S > 0 && (rc = moe_shared_vjp(be, &v, xb, gb, grads, dx))) goto done;
   rc = QC_OK;
 done:
-  free(xb); free(w1b); free(w2b); free(gb); free(wt); free(cnt); free(perm);
-  free(Xe); free(ab); free(Ge); free(dhb); free(g); free(h); free(a); free(ye); free(da); free(dh); free(dxe);
+  free(xb); free(xqb); free(w1b); free(w2b); free(gb); free(wt); free(cnt); free(perm); free(fs); free(fc1);
+  free(W1f); free(W1b); free(W2f); free(W2b);
+  free(Xe); free(Xq); free(ab); free(aqb); free(Ge); free(dhb); free(g); free(h); free(a); free(ye); free(da); free(dh); free(dxe);
   free(v.id);
   return rc;
 }
@@ -681,7 +766,9 @@ const qc_class qc_class_moe = {
     .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum, optional shared "
                "experts (gated or not): d_x, d_w1, d_w2, d_topk_weights, d_shared_w1, d_shared_w2, d_shared_gate",
     .tensors = "inputs/x inputs/topk_weights saved/topk_weights saved/topk_ids params/w1 params/w2 params/shared_w1 "
-               "params/shared_w2 params/shared_gate outputs/y",
+               "params/shared_w2 params/shared_gate saved/fc1_out saved/w1_q saved/w1_scale saved/w1_scale_inv "
+               "saved/w1_scale_2 saved/w1_global_scale saved/w2_q saved/w2_scale saved/w2_scale_inv saved/w2_scale_2 "
+               "saved/w2_global_scale outputs/y",
     .grads = "d_x d_w1 d_w2 d_topk_weights d_shared_w1 d_shared_w2 d_shared_gate",
     .shape_help = "[T, H, F, E, k]: tokens, hidden, expert intermediate, experts, top-k",
     .keys = moe_keys,

@@ -55,6 +55,7 @@
  * (+ g_t ys), the same grouped products and the same roundings of h, a
  * and y under ctx->round_ops. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,7 @@
 #include "core/qc.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
+#include "numerics/quant.h"
 #include "reference/ref_util.h"
 
 static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
@@ -146,6 +148,11 @@ typedef struct mlp {
   const qc_backend *be;
   int relu2, pass, ab, rb;
   double L;
+  /* the experts' quantization (routed only; NULL: none): the activation
+   * format of a's rows into W2, and its profile */
+  const char *afmt, *prof;
+  const char *wfmt; /* each routed expert's w1[e], w2[e] (NULL: none) */
+  int dx_master;    /* d_x's chain through the master weights, not the dequantized ones */
   int64_t H, F, R; /* R = 2F swiglu, F relu2 */
   /* buffers for up to the rows they were made for */
   double *h;   /* [n, R] h, then dL/dh */
@@ -153,7 +160,24 @@ typedef struct mlp {
   double *y;   /* [n, H] y = W2 a, then the rows' W1^T dL/dh (d_x's terms) */
   double *wg;  /* [n, H] the caller's scaled dy rows (w_tj dy_t, g_t dy_t) */
   double *tmp; /* [R] one row of dL/dh */
+  double *aq;  /* [n, F] dequant(quant(a)) under afmt, the operand of y = W2 a */
 } mlp;
+
+/* dequant(quant(a)) in place for [rows, cols] under fmt (NULL or "none":
+ * unchanged), round to nearest: the numerics library's quantizer, which
+ * takes float32 (a float64 value is narrowed to float32 first, as a
+ * trainer's bf16 or float32 tensor is exactly). Returns a status. */
+static int fq(const char *fmt, const char *prof, int64_t rows, int64_t cols, double *a, const char *what) {
+  if (!fmt || strcmp(fmt, "none") == 0 || rows * cols == 0) return QC_OK;
+  const int64_t n = rows * cols;
+  float *f = qc_malloc((size_t)n * sizeof *f, what);
+  if (!f) return QC_ESYS;
+  for (int64_t i = 0; i < n; i++) f[i] = (float)a[i];
+  int rc = qc_fake_quant(fmt, prof, rows, cols, f, f, what);
+  for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
+  free(f);
+  return rc;
+}
 
 /* Allocate p's buffers for up to n rows. Returns a status. */
 static int mlp_alloc(mlp *p, int64_t n) {
@@ -161,14 +185,15 @@ static int mlp_alloc(mlp *p, int64_t n) {
       !(p->a = qc_malloc((size_t)(n * p->F) * sizeof *p->a, "reference moe a")) ||
       !(p->y = qc_malloc((size_t)(n * p->H) * sizeof *p->y, "reference moe y")) ||
       !(p->wg = qc_malloc((size_t)(n * p->H) * sizeof *p->wg, "reference moe w dy")) ||
-      !(p->tmp = qc_malloc((size_t)p->R * sizeof *p->tmp, "reference moe dL/dh")))
+      !(p->tmp = qc_malloc((size_t)p->R * sizeof *p->tmp, "reference moe dL/dh")) ||
+      !(p->aq = qc_malloc((size_t)(n * p->F + 1) * sizeof *p->aq, "reference moe quantized a")))
     return QC_ESYS;
   return QC_OK;
 }
 
 static void mlp_free(mlp *p) {
-  free(p->h); free(p->a); free(p->y); free(p->wg); free(p->tmp);
-  p->h = p->a = p->y = p->wg = p->tmp = NULL;
+  free(p->h); free(p->a); free(p->y); free(p->wg); free(p->tmp); free(p->aq);
+  p->h = p->a = p->y = p->wg = p->tmp = p->aq = NULL;
 }
 
 /* v[i] = rnd(rb, v[i]) for n elements. */
@@ -181,25 +206,38 @@ static void abs_all(double *v, int64_t n) {
   for (int64_t i = 0; i < n; i++) v[i] = fabs(v[i]);
 }
 
-/* The forward of n rows X [n, H] through W1 [R, H], W2 [H, F]: p->h = X W1^T
- * (held in bf16 when rb >= 3), p->a = act(h) (rounded when rb), p->y =
- * W2 a (rounded when rb >= 2: the y that dL/dw reads). Under ab the
- * backward's operands are magnitudes: X, W1, W2 and p->a are replaced by
- * their magnitudes once h is made (y = sum |W2||a|). Returns a status. */
-static int mlp_fwd(mlp *p, int64_t n, double *X, double *W1, double *W2) {
+/* The forward of n rows through the weights the forward used, W1f [R, H]
+ * and W2f [H, F], from its input rows Xf [n, H] (dequant(quant(x)) under
+ * the activation format): p->h = Xf W1f^T (held in bf16 when rb >= 3),
+ * p->a = act(h) (rounded when rb), p->y = W2f aq with aq = dequant(quant(a))
+ * under p->afmt (a itself otherwise; rounded when rb: the production's bf16
+ * operand), p->y rounded when rb >= 2 (the y that dL/dw reads). Xb, W1b,
+ * W2b are the backward's operands (x, and the weights of d_x's chain:
+ * the same arrays as the forward's where the contract says so). Under ab
+ * they, W2f and p->a are replaced by their magnitudes once h is made (y =
+ * sum |W2f||aq|). Returns a status. */
+static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, double *W2f, double *Xb, double *W1b, double *W2b) {
   const int64_t H = p->H, F = p->F, R = p->R;
   int rc;
-  if ((rc = gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, X, W1, p->h))) return rc;
+  if ((rc = gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, Xf, W1f, p->h))) return rc;
   if (p->rb >= 3) rnd_all(p->rb, p->h, n * R); /* rb >= 3: the GEMM's output held in bf16 */
   for (int64_t i = 0; i < n; i++) act_f(p->relu2, p->L, p->rb, F, p->h + i * R, p->a + i * F);
   rnd_all(p->rb, p->a, n * F);
   if (p->ab) {
-    abs_all(X, n * H);
-    abs_all(W1, R * H);
-    abs_all(W2, H * F);
+    abs_all(Xb, n * H);
+    abs_all(W1b, R * H);
+    abs_all(W2b, H * F);
+    if (W2f != W2b) abs_all(W2f, H * F);
     abs_all(p->a, n * F);
   }
-  if ((rc = gemm(p->be, QC_OP_N, QC_OP_T, n, H, F, p->a, W2, p->y))) return rc;
+  const double *A = p->a;
+  if (p->afmt && strcmp(p->afmt, "none") != 0) {
+    memcpy(p->aq, p->a, (size_t)(n * F) * sizeof *p->aq);
+    if ((rc = fq(p->afmt, p->prof, n, F, p->aq, "reference moe: the activation rows into w2"))) return rc;
+    rnd_all(p->rb, p->aq, n * F);
+    A = p->aq;
+  }
+  if ((rc = gemm(p->be, QC_OP_N, QC_OP_T, n, H, F, A, W2f, p->y))) return rc;
   if (p->rb >= 2) rnd_all(p->rb, p->y, n * H);
   return QC_OK;
 }
@@ -283,7 +321,8 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
   double *W1 = NULL, *W2 = NULL, *SG = NULL, *gs = NULL, *d1, *d2, *dg = NULL;
   p.F = Fs;
   p.R = Rs;
-  p.h = p.a = p.y = p.wg = p.tmp = NULL;
+  p.afmt = p.wfmt = NULL; /* the expert formats are the routed experts' */
+  p.h = p.a = p.y = p.wg = p.tmp = p.aq = NULL;
   rc = QC_ESYS;
   if (!(W1 = qc_refu_load(t1, "reference moe shared_w1")) || !(W2 = qc_refu_load(t2, "reference moe shared_w2")) ||
       (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) ||
@@ -300,7 +339,7 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
     if (rb >= 3) z = rnd(rb, z); /* the gate's GEMM output, then its sigmoid rounded (every op under rb 4) */
     gs[t] = !SG ? 1.0 : rb >= 4 ? rnd(1, 1.0 / rnd(1, 1.0 + rnd(1, exp(-z)))) : rb >= 3 ? rnd(1, sigma(z)) : sigma(z);
   }
-  if ((rc = mlp_fwd(&p, T, X, W1, W2))) goto done;
+  if ((rc = mlp_fwd(&p, T, X, W1, W2, X, W1, W2))) goto done;
   if (out) { /* the forward: out_t += g_t ys_t */
     for (int64_t t = 0; t < T; t++)
       for (int64_t c = 0; c < H; c++) out[t * H + c] += gs[t] * p.y[t * H + c];
@@ -333,19 +372,28 @@ done:
 }
 
 /* The routed experts, grouped by expert (the file's top comment): X, G
- * [T, H] (x and dY), Wt [T, k] (the weights; |.| under ab), id [T, k];
- * the gradients' storage dx, dwt, dw1, dw2 (zeroed). p: the activation,
- * variants and sizes (its buffers are made here). out [T, H] non-NULL:
- * the forward only, out_t += w_tj y for each slot (G and the gradients
- * unused). Returns a status. */
-static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const double *X, const double *G, const double *Wt,
-                      const int64_t *id, int64_t T, int64_t k, int64_t E, double *dx, double *dwt, double *dw1, double *dw2,
-                      double *out) {
+ * [T, H] (x and dY), XQ [T, H] (dequant(quant(x)) under the activation
+ * format, the forward's input rows; X itself without one), Wt [T, k] (the
+ * weights; |.| under ab), id [T, k]; the gradients' storage dx, dwt, dw1,
+ * dw2 (zeroed). p: the activation, quantization, variants and sizes (its
+ * buffers are made here). Expert e's forward weights are
+ * dequant(quant(W1_e)), dequant(quant(W2_e)) under p.wfmt (each [rows,
+ * cols] matrix on its own, as a linear's weight), rounded to bf16 under
+ * the variants (the production's GEMM operands); its backward's (d_a =
+ * W2^T w dy, d_x += W1^T d_h) the same, or the masters under dx_master;
+ * d_W1, d_W2 take x and a unquantized (the straight-through estimator).
+ * out [T, H] non-NULL: the forward only, out_t += w_tj y for each slot (G
+ * and the gradients unused); fc1 [T k, R] non-NULL: the forward's h of
+ * each slot s = t k + j instead (out NULL). Returns a status. */
+static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const double *X, const double *XQ, const double *G,
+                      const double *Wt, const int64_t *id, int64_t T, int64_t k, int64_t E, double *dx, double *dwt, double *dw1,
+                      double *dw2, double *out, double *fc1) {
   const int64_t H = p.H, F = p.F, R = p.R;
   int64_t *off = NULL, *ord = NULL, nmax = 0;
-  double *W1 = NULL, *W2 = NULL, *Xe = NULL;
+  double *W1 = NULL, *W2 = NULL, *W1q = NULL, *W2q = NULL, *Xe = NULL, *Xq = NULL;
+  const int wq = p.wfmt && strcmp(p.wfmt, "none") != 0;
   int rc = QC_ESYS;
-  p.h = p.a = p.y = p.wg = p.tmp = NULL;
+  p.h = p.a = p.y = p.wg = p.tmp = p.aq = NULL;
   /* ord[off[e] .. off[e+1]) = the slots s = t k + j routed to e, s increasing */
   if (!(off = qc_malloc((size_t)(E + 1) * sizeof *off, "reference moe groups")) ||
       !(ord = qc_malloc((size_t)(T * k) * sizeof *ord, "reference moe groups")))
@@ -361,14 +409,37 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
   off[0] = 0;
   if (!(W1 = qc_malloc((size_t)(R * H) * sizeof *W1, "reference moe w1")) ||
       !(W2 = qc_malloc((size_t)(H * F) * sizeof *W2, "reference moe w2")) ||
-      !(Xe = qc_malloc((size_t)(nmax * H) * sizeof *Xe, "reference moe x rows")) || (rc = mlp_alloc(&p, nmax)))
+      !(W1q = qc_malloc((size_t)(R * H) * sizeof *W1q, "reference moe w1 dequantized")) ||
+      !(W2q = qc_malloc((size_t)(H * F) * sizeof *W2q, "reference moe w2 dequantized")) ||
+      !(Xe = qc_malloc((size_t)(nmax * H + 1) * sizeof *Xe, "reference moe x rows")) ||
+      !(Xq = qc_malloc((size_t)(nmax * H + 1) * sizeof *Xq, "reference moe x rows")) || (rc = mlp_alloc(&p, nmax)))
     goto done;
   for (int64_t e = 0; e < E; e++) {
     const int64_t n = off[e + 1] - off[e], *sl = ord + off[e];
     if (n == 0) continue; /* nobody selects e: its gradients stay zero */
     if ((rc = load_expert(w1t, e, W1)) || (rc = load_expert(w2t, e, W2))) goto done;
-    for (int64_t i = 0; i < n; i++) memcpy(Xe + i * H, X + sl[i] / k * H, (size_t)H * sizeof *Xe);
-    if ((rc = mlp_fwd(&p, n, Xe, W1, W2))) goto done;
+    /* the forward's weights, and the backward's: dequantized, or the masters */
+    memcpy(W1q, W1, (size_t)(R * H) * sizeof *W1q);
+    memcpy(W2q, W2, (size_t)(H * F) * sizeof *W2q);
+    if (wq) {
+      char what[96];
+      snprintf(what, sizeof what, "reference moe: params/w1 expert %lld", (long long)e);
+      if ((rc = fq(p.wfmt, p.prof, R, H, W1q, what))) goto done;
+      snprintf(what, sizeof what, "reference moe: params/w2 expert %lld", (long long)e);
+      if ((rc = fq(p.wfmt, p.prof, H, F, W2q, what))) goto done;
+    }
+    rnd_all(p.rb, W1q, R * H); /* the variants: the production's bf16 operands */
+    rnd_all(p.rb, W2q, H * F);
+    double *W1b = p.dx_master ? W1 : W1q, *W2b = p.dx_master ? W2 : W2q;
+    for (int64_t i = 0; i < n; i++) {
+      memcpy(Xe + i * H, X + sl[i] / k * H, (size_t)H * sizeof *Xe);
+      memcpy(Xq + i * H, XQ + sl[i] / k * H, (size_t)H * sizeof *Xq);
+    }
+    if ((rc = mlp_fwd(&p, n, Xq, W1q, W2q, Xe, W1b, W2b))) goto done;
+    if (fc1) { /* the saved FC1 output: each slot's h */
+      for (int64_t i = 0; i < n; i++) memcpy(fc1 + sl[i] * R, p.h + i * R, (size_t)R * sizeof *fc1);
+      continue;
+    }
     if (out) { /* the forward: each slot's w_tj y added to its token, expert by expert */
       for (int64_t i = 0; i < n; i++) {
         double *o = out + sl[i] / k * H;
@@ -384,7 +455,7 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
       dwt[sl[i]] = dot;
       for (int64_t c = 0; c < H; c++) p.wg[i * H + c] = rnd(p.rb, w * g[c]);
     }
-    if ((rc = mlp_bwd(&p, n, Xe, W1, W2, dw1 + e * R * H, dw2 + e * H * F))) goto done;
+    if ((rc = mlp_bwd(&p, n, Xe, W1b, W2b, dw1 + e * R * H, dw2 + e * H * F))) goto done;
     for (int64_t i = 0; i < n; i++) {
       double *d = dx + sl[i] / k * H;
       for (int64_t c = 0; c < H; c++) d[c] += p.y[i * H + c];
@@ -392,7 +463,7 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
   }
   rc = QC_OK;
 done:
-  free(off); free(ord); free(W1); free(W2); free(Xe);
+  free(off); free(ord); free(W1); free(W2); free(W1q); free(W2q); free(Xe); free(Xq);
   mlp_free(&p);
   return rc;
 }
@@ -405,6 +476,8 @@ typedef struct {
   int64_t T, H, E, F, k, R;
   int relu2, pass;
   double L;
+  const char *wfmt, *afmt, *prof; /* expert_weight_format, expert_act_format, profile */
+  int dx_master;                  /* dx_weight = master */
   int64_t *id; /* [T k], the caller frees it */
 } moe_in;
 
@@ -426,6 +499,14 @@ static int moe_in_get(const qc_module *m, moe_in *in) {
     return qc_err("%s: contract key 'activation' = '%s': expected swiglu or relu2", m->path, act);
   in->L = qc_contract_num(&m->contract, "limit", 0);
   in->pass = strcmp(qc_contract_str(&m->contract, "at_limit", "pass"), "pass") == 0;
+  in->wfmt = qc_contract_str(&m->contract, "expert_weight_format", "none");
+  in->afmt = qc_contract_str(&m->contract, "expert_act_format", "none");
+  in->prof = qc_contract_str(&m->contract, "profile", "vllm"); /* --profile and the deployed bytes' are merged into it */
+  in->dx_master = strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0;
+  if (strcmp(in->wfmt, "none") != 0 && !qc_quant_known(in->wfmt))
+    return qc_err("%s: contract key 'expert_weight_format' = '%s': not a weight format", m->path, in->wfmt);
+  if (strcmp(in->afmt, "none") != 0 && !qc_quant_known(in->afmt))
+    return qc_err("%s: contract key 'expert_act_format' = '%s': not an activation format", m->path, in->afmt);
   if (!(in->L >= 0)) return qc_err("%s: contract key 'limit' = %g: expected >= 0", m->path, in->L);
   if (in->L > 0 && in->relu2) return qc_err("%s: contract key 'limit' = %g: only activation swiglu has a clamp", m->path, in->L);
   const qc_tensor *w1t = in->w1t, *w2t = in->w2t, *wtt = in->wtt;
@@ -452,6 +533,20 @@ static int moe_in_get(const qc_module *m, moe_in *in) {
   return QC_OK;
 }
 
+/* *XQ [T, H] = dequant(quant(x)) under the activation format, each token's
+ * row on its own (the forward's input rows into w1), rounded to bf16 under
+ * the variants (the production's GEMM operand); a copy of X without one.
+ * Returns a status. */
+static int x_quantized(const moe_in *in, int rb, const double *X, double **XQ) {
+  const int64_t n = in->T * in->H;
+  if (!(*XQ = qc_malloc((size_t)n * sizeof **XQ + 8, "reference moe quantized x"))) return QC_ESYS;
+  memcpy(*XQ, X, (size_t)n * sizeof **XQ);
+  if (strcmp(in->afmt, "none") == 0) return QC_OK;
+  int rc = fq(in->afmt, in->prof, in->T, in->H, *XQ, "reference moe: inputs/x");
+  rnd_all(rb, *XQ, n);
+  return rc;
+}
+
 /* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
  * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
 static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
@@ -460,15 +555,16 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   int rc;
   if ((rc = moe_in_get(m, &in))) return rc;
   const int64_t T = in.T, H = in.H, k = in.k;
-  double *X = NULL, *Wt = NULL, *G = NULL;
+  double *X = NULL, *XQ = NULL, *Wt = NULL, *G = NULL;
   double *dx, *dw1, *dw2, *dwt;
   if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) goto done;
   /* the terms' scale runs with a bare ctx (engine/audit.c): the CPU's float64 GEMM then */
   const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass, .ab = ab, .rb = rb,
-                 .L = in.L, .H = H, .F = in.F, .R = in.R};
+                 .L = in.L, .H = H, .F = in.F, .R = in.R, .afmt = in.afmt, .prof = in.prof, .wfmt = in.wfmt,
+                 .dx_master = in.dx_master};
   rc = QC_ESYS;
   if (!(X = qc_refu_load(in.xt, "reference moe x")) || !(Wt = qc_refu_load(in.wtt, "reference moe topk_weights")) ||
-      !(G = qc_refu_load(dy, "reference moe dY")))
+      !(G = qc_refu_load(dy, "reference moe dY")) || (rc = x_quantized(&in, rb, X, &XQ)))
     goto done;
   for (int64_t i = 0; ab && i < T * H; i++) G[i] = fabs(G[i]); /* the terms' scale: |dY|, |w| */
   for (int64_t i = 0; ab && i < T * k; i++) Wt[i] = fabs(Wt[i]);
@@ -476,36 +572,78 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   if ((rc = qc_refu_out(grads, "d_x", 2, in.xt->shape, &dx)) || (rc = qc_refu_out(grads, "d_w1", 3, in.w1t->shape, &dw1)) ||
       (rc = qc_refu_out(grads, "d_w2", 3, in.w2t->shape, &dw2)) || (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
     goto done;
-  if ((rc = ref_routed(p, in.w1t, in.w2t, X, G, Wt, in.id, T, k, in.E, dx, dwt, dw1, dw2, NULL))) goto done;
+  if ((rc = ref_routed(p, in.w1t, in.w2t, X, XQ, G, Wt, in.id, T, k, in.E, dx, dwt, dw1, dw2, NULL, NULL))) goto done;
   rc = ref_shared(m, p, X, G, T, dx, grads, NULL);
 done:
-  free(in.id); free(X); free(Wt); free(G);
+  free(in.id); free(X); free(XQ); free(Wt); free(G);
+  return rc;
+}
+
+/* The forward the contract defines, in float64: outputs/y [T, H] (y
+ * non-NULL, fc1 NULL) or the FC1 output of every slot, saved/fc1_out
+ * [T k, R] (fc1 non-NULL). Returns a status. */
+static int moe_fwd(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, double **fc1) {
+  if (ctx && ctx->wscale > 0) return QC_NA; /* a stale per-tensor scale is linear's variant, not one of an expert's */
+  moe_in in;
+  int rc;
+  if ((rc = moe_in_get(m, &in))) return rc;
+  const int64_t T = in.T, H = in.H;
+  const int rb = ctx ? ctx->round_ops : 0;
+  double *X = NULL, *XQ = NULL, *Wt = NULL;
+  const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass, .rb = rb, .L = in.L,
+                 .H = H, .F = in.F, .R = in.R, .afmt = in.afmt, .prof = in.prof, .wfmt = in.wfmt, .dx_master = in.dx_master};
+  rc = QC_ESYS;
+  if (!(X = qc_refu_load(in.xt, "reference moe x")) || !(Wt = qc_refu_load(in.wtt, "reference moe topk_weights")) ||
+      (rc = x_quantized(&in, rb, X, &XQ)))
+    goto done;
+  if (fc1) {
+    rc = QC_ESYS;
+    if (!(*fc1 = qc_calloc((size_t)(T * in.k * in.R) + 1, sizeof **fc1, "reference moe fc1_out"))) goto done;
+    rc = ref_routed(p, in.w1t, in.w2t, X, XQ, NULL, Wt, in.id, T, in.k, in.E, NULL, NULL, NULL, NULL, NULL, *fc1);
+    goto done;
+  }
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 2, in.xt->shape))) goto done;
+  memset(y->data, 0, (size_t)(T * H) * sizeof(double));
+  if ((rc = ref_routed(p, in.w1t, in.w2t, X, XQ, NULL, Wt, in.id, T, in.k, in.E, NULL, NULL, NULL, NULL, y->data, NULL))) goto done;
+  rc = ref_shared(m, p, X, NULL, T, NULL, NULL, y->data);
+done:
+  if (rc && y) qc_tensor_free(y);
+  if (rc && fc1) { free(*fc1); *fc1 = NULL; }
+  free(in.id); free(X); free(XQ); free(Wt);
   return rc;
 }
 
 /* The forward the contract defines, in float64 (a qc_fwd_ref_fn). */
 static int ref_moe_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
   (void)tm; /* left zero: engine/forward.c models the forward as the d_x chain run forward */
-  if (ctx && ctx->wscale > 0) return QC_NA; /* no quantizer here: a stale scale changes nothing */
+  return moe_fwd(ctx, m, y, NULL);
+}
+
+/* The saved tensor the backward reuses, recomputed (a qc_saved_ref_fn):
+ * saved/fc1_out, the FC1 output h = dequant(quant(W1_e)) dequant(quant(x_t))
+ * of each (token, slot) pair, [T, k, R] (or [T k, R]: the dump's layout is
+ * kept by the caller); QC_NA for every other saved tensor (the ids, the
+ * deployed bytes: checked elsewhere). Its error model: one length-H dot
+ * per element (terms |x_q| |W1_q|). */
+static int ref_moe_saved(const qc_ctx *ctx, const qc_module *m, const char *name, qc_tensor *r, qc_tol_model *tm) {
+  if (strcmp(name, "fc1_out") != 0) return QC_NA;
+  double *h = NULL;
+  int rc = moe_fwd(ctx, m, NULL, &h);
+  if (rc) return rc;
   moe_in in;
-  int rc;
-  if ((rc = moe_in_get(m, &in))) return rc;
-  const int64_t T = in.T, H = in.H;
-  double *X = NULL, *Wt = NULL;
-  const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass,
-                 .rb = ctx ? ctx->round_ops : 0, .L = in.L, .H = H, .F = in.F, .R = in.R};
-  rc = QC_ESYS;
-  if (!(X = qc_refu_load(in.xt, "reference moe x")) || !(Wt = qc_refu_load(in.wtt, "reference moe topk_weights"))) goto done;
-  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 2, in.xt->shape))) goto done;
-  memset(y->data, 0, (size_t)(T * H) * sizeof(double));
-  if ((rc = ref_routed(p, in.w1t, in.w2t, X, NULL, Wt, in.id, T, in.k, in.E, NULL, NULL, NULL, NULL, y->data))) goto done;
-  rc = ref_shared(m, p, X, NULL, T, NULL, NULL, y->data);
-done:
-  if (rc) qc_tensor_free(y);
-  free(in.id); free(X); free(Wt);
-  return rc;
+  if ((rc = moe_in_get(m, &in))) { free(h); return rc; }
+  free(in.id);
+  int64_t shape[3] = {in.T, in.k, in.R};
+  if ((rc = qc_tensor_alloc(r, name, QC_F64, 3, shape))) { free(h); return rc; }
+  memcpy(r->data, h, (size_t)(in.T * in.k * in.R) * sizeof *h);
+  free(h);
+  memset(tm, 0, sizeof *tm);
+  tm->k = in.H;
+  tm->lambda = 1;
+  snprintf(tm->why, sizeof tm->why, "fc1_out = W1_e x_t per (token, slot) pair sums over the H = %lld hidden features", (long long)in.H);
+  return QC_OK;
 }
 
 /* The class's reference, its one export (src/classes/registry.c pairs it
  * with src/modules/moe.c). */
-const qc_reference qc_reference_moe = {.vjp = ref_moe, .forward = ref_moe_forward, .terms = 1};
+const qc_reference qc_reference_moe = {.vjp = ref_moe, .forward = ref_moe_forward, .saved = ref_moe_saved, .terms = 1};
