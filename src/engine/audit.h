@@ -96,4 +96,10 @@ const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *te
  * f32); NAN for dtypes without a defined rounding here, 0 for float64. */
 double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype);
 
+/* Fail check k of gradient g of m where the class's zero_slices says a
+ * slice along dimension 0 must be exactly zero and g holds anything else
+ * there (why[] names the slice, e.g. "expert 4 has no token ..."); no
+ * change otherwise. QC_OK or an error (engine/zeros.c). */
+int qc_audit_exact_zeros(const qc_module *m, const qc_tensor *g, qc_check *k);
+
 #endif

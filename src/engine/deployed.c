@@ -45,23 +45,14 @@ static void qc_deployed_input_free(qc_deployed_input *in) {
   memset(in, 0, sizeof *in);
 }
 
-/* Read m's master and deployed bytes into *in (copies; free with
- * qc_deployed_input_free). Absent saved/weight_q: QC_OK with in->got.q
- * empty. A missing scale (or global scale for nvfp4), a master that is not
- * 2-D: QC_EINPUT naming the dataset. */
-static int qc_deployed_read_module(const qc_module *m, qc_qfmt fmt, qc_deployed_input *in) {
-  memset(in, 0, sizeof *in);
-  in->where = m->path;
-  const qc_tensor *wq = qc_tset_get(&m->saved, "weight_q");
-  if (!wq) return QC_OK;
-  const qc_tensor *w, *ws = qc_tset_get(&m->saved, "weight_scale"), *wg = qc_tset_get(&m->saved, "weight_global_scale");
+/* Read a master w [N, K] and its deployed bytes (payload wq, block scales
+ * ws, the global scale wg or NULL, a multiplier when g_mult) into *in
+ * (copies; free with qc_deployed_input_free), `where` naming the source. */
+static int read_parts(const char *where, const qc_tensor *w, const qc_tensor *wq, const qc_tensor *ws, const qc_tensor *wg, int g_mult,
+                      qc_qfmt fmt, qc_deployed_input *in) {
   int rc;
-  if ((rc = qc_module_need(m, "params", "weight", 2, 2, &w))) return rc;
-  if (!ws) ws = qc_tset_get(&m->saved, "weight_scale_inv"); /* DeepSeek's name for the same multiplier */
-  if (!ws && (rc = qc_module_need(m, "saved", "weight_scale", 0, 2, &ws))) return rc;
-  if (!wg && (wg = qc_tset_get(&m->saved, "weight_scale_2"))) in->g_mult = 1;
-  if (fmt == QC_QF_NVFP4 && !wg)
-    return qc_err("%s: saved/weight_global_scale (or weight_scale_2) is missing: nvfp4 deploys a float32 global scale", m->path);
+  in->where = where;
+  in->g_mult = wg ? g_mult : 0;
   in->N = w->shape[0];
   in->K = w->shape[1];
   int64_t n = in->N * in->K;
@@ -78,6 +69,84 @@ done:
   free(w64);
   if (rc) qc_deployed_input_free(in);
   return rc;
+}
+
+/* Read m's master and deployed bytes into *in (copies; free with
+ * qc_deployed_input_free). Absent saved/weight_q: QC_OK with in->got.q
+ * empty. A missing scale (or global scale for nvfp4), a master that is not
+ * 2-D: QC_EINPUT naming the dataset. */
+static int qc_deployed_read_module(const qc_module *m, qc_qfmt fmt, qc_deployed_input *in) {
+  memset(in, 0, sizeof *in);
+  in->where = m->path;
+  const qc_tensor *wq = qc_tset_get(&m->saved, "weight_q");
+  if (!wq) return QC_OK;
+  const qc_tensor *w, *ws = qc_tset_get(&m->saved, "weight_scale"), *wg = qc_tset_get(&m->saved, "weight_global_scale");
+  int rc, g_mult = 0;
+  if ((rc = qc_module_need(m, "params", "weight", 2, 2, &w))) return rc;
+  if (!ws) ws = qc_tset_get(&m->saved, "weight_scale_inv"); /* DeepSeek's name for the same multiplier */
+  if (!ws && (rc = qc_module_need(m, "saved", "weight_scale", 0, 2, &ws))) return rc;
+  if (!wg && (wg = qc_tset_get(&m->saved, "weight_scale_2"))) g_mult = 1;
+  if (fmt == QC_QF_NVFP4 && !wg)
+    return qc_err("%s: saved/weight_global_scale (or weight_scale_2) is missing: nvfp4 deploys a float32 global scale", m->path);
+  return read_parts(m->path, w, wq, ws, wg, g_mult, fmt, in);
+}
+
+/* t's slice e along dimension 0 as a tensor of one dimension less (a view
+ * of t's data; a 1-D t gives one element, shape [1]). */
+static qc_tensor slice0(const qc_tensor *t, int64_t e) {
+  qc_tensor v = *t;
+  const int64_t n = t->shape[0] ? qc_numel(t) / t->shape[0] : 0;
+  v.ndim = t->ndim > 1 ? t->ndim - 1 : 1;
+  if (t->ndim > 1) memmove(v.shape, t->shape + 1, (size_t)(t->ndim - 1) * sizeof *v.shape);
+  else v.shape[0] = 1;
+  v.data = (char *)t->data + (size_t)(e * n) * qc_dtype_size(t->dtype);
+  v.nbytes = (size_t)n * qc_dtype_size(t->dtype);
+  return v;
+}
+
+/* Expert e's master and deployed bytes of the stacked parameter p: params/<p>
+ * [E, N, K], saved/<p>_q, saved/<p>_scale (or _scale_inv) with E leading,
+ * and for nvfp4 saved/<p>_global_scale (or the multiplier _scale_2), [E]
+ * or [E, 1]. Absent saved/<p>_q: QC_OK with in->got.q empty. */
+static int read_expert(const qc_module *m, const char *p, int64_t e, qc_qfmt fmt, char *where, size_t wn, qc_deployed_input *in) {
+  char nq[QC_NAMELEN + 16], ns[QC_NAMELEN + 16], ng[QC_NAMELEN + 24], s1[64];
+  memset(in, 0, sizeof *in);
+  snprintf(nq, sizeof nq, "%s_q", p);
+  const qc_tensor *wq = qc_tset_get(&m->saved, nq), *w, *ws, *wg;
+  if (!wq) return QC_OK;
+  int rc, g_mult = 0;
+  if ((rc = qc_module_need(m, "params", p, 3, 3, &w))) return rc;
+  snprintf(ns, sizeof ns, "%s_scale", p);
+  if (!(ws = qc_tset_get(&m->saved, ns))) {
+    snprintf(ns, sizeof ns, "%s_scale_inv", p);
+    ws = qc_tset_get(&m->saved, ns);
+  }
+  if (!ws) return qc_err("%s: saved/%s_scale (or %s_scale_inv) is missing: the block scales of saved/%s", m->path, p, p, nq);
+  snprintf(ng, sizeof ng, "%s_global_scale", p);
+  if (!(wg = qc_tset_get(&m->saved, ng))) {
+    snprintf(ng, sizeof ng, "%s_scale_2", p);
+    if ((wg = qc_tset_get(&m->saved, ng))) g_mult = 1;
+  }
+  if (fmt == QC_QF_NVFP4 && !wg)
+    return qc_err("%s: saved/%s_global_scale (or %s_scale_2) is missing: nvfp4 deploys a float32 global scale per expert", m->path, p, p);
+  const qc_tensor *parts[3] = {wq, ws, wg};
+  const char *names[3] = {nq, ns, ng};
+  for (int i = 0; i < 3; i++)
+    if (parts[i] && (parts[i]->ndim < 1 || parts[i]->shape[0] != w->shape[0] || (i < 2 && parts[i]->ndim != 3) ||
+                     (i == 2 && qc_numel(parts[i]) != w->shape[0])))
+      return qc_err("%s: saved/%s is %s: expected one %s per expert of params/%s, [%lld, ...]", m->path, names[i],
+                    qc_shape_str(parts[i]->ndim, parts[i]->shape, s1, sizeof s1), i == 0 ? "payload" : i == 1 ? "scale grid" : "global scale",
+                    p, (long long)w->shape[0]);
+  qc_tensor vw = slice0(w, e), vq = slice0(wq, e), vs = slice0(ws, e), vg;
+  if (wg) {
+    vg = *wg;
+    vg.ndim = 1;
+    vg.shape[0] = 1;
+    vg.data = (char *)wg->data + (size_t)e * qc_dtype_size(wg->dtype);
+    vg.nbytes = qc_dtype_size(wg->dtype);
+  }
+  snprintf(where, wn, "%s: expert %lld of %s", m->path, (long long)e, p);
+  return read_parts(where, &vw, &vq, &vs, wg ? &vg : NULL, g_mult, fmt, in);
 }
 
 /* A power-of-two scale format may be stored as e8m0 bytes (Blackwell)
@@ -296,6 +365,26 @@ int qc_deployed_identify_module(const qc_module *m, qc_qfmt fmt, const qc_sr *sr
   memset(out, 0, sizeof *out);
   int rc = qc_deployed_read_module(m, fmt, &in);
   if (!rc) rc = qc_deployed_identify(fmt, &in, sr, out);
+  qc_deployed_input_free(&in);
+  return rc;
+}
+
+int qc_deployed_check_expert(const qc_module *m, const char *param, int64_t e, qc_qfmt fmt, qc_qprof prof, qc_deployed_result *out) {
+  qc_deployed_input in;
+  char where[QC_PATHLEN + QC_NAMELEN + 48];
+  memset(out, 0, sizeof *out);
+  int rc = read_expert(m, param, e, fmt, where, sizeof where, &in);
+  if (!rc) rc = qc_deployed_compare(fmt, prof, &in, NULL, out);
+  qc_deployed_input_free(&in);
+  return rc;
+}
+
+int qc_deployed_identify_expert(const qc_module *m, const char *param, int64_t e, qc_qfmt fmt, qc_identify *out) {
+  qc_deployed_input in;
+  char where[QC_PATHLEN + QC_NAMELEN + 48];
+  memset(out, 0, sizeof *out);
+  int rc = read_expert(m, param, e, fmt, where, sizeof where, &in);
+  if (!rc) rc = qc_deployed_identify(fmt, &in, NULL, out);
   qc_deployed_input_free(&in);
   return rc;
 }

@@ -26,4 +26,15 @@
 int qc_deployed_check(const qc_module *m, qc_qfmt fmt, qc_qprof prof, const qc_sr *sr, qc_deployed_result *out);
 int qc_deployed_identify_module(const qc_module *m, qc_qfmt fmt, const qc_sr *sr, qc_identify *out);
 
+/* The same for expert e of a stacked parameter (the moe class's routed
+ * experts): params/<param> [E, N, K] the masters, saved/<param>_q the
+ * payloads, saved/<param>_scale (or _scale_inv) the block scales, each with
+ * the experts leading, and for nvfp4 saved/<param>_global_scale (or the
+ * multiplier _scale_2), one per expert ([E] or [E, 1]); expert e's slices
+ * are compared as one weight's (round to nearest). No saved/<param>_q:
+ * out->present = 0 / out->n = 0. A missing scale, a part whose leading
+ * dimension is not E: QC_EINPUT naming the dataset. */
+int qc_deployed_check_expert(const qc_module *m, const char *param, int64_t e, qc_qfmt fmt, qc_qprof prof, qc_deployed_result *out);
+int qc_deployed_identify_expert(const qc_module *m, const char *param, int64_t e, qc_qfmt fmt, qc_identify *out);
+
 #endif

@@ -50,10 +50,133 @@ int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
  * reproduces the bytes becomes the module's (the check says which and why;
  * none: the check fails naming the closest, and vllm is used). No check
  * when there are no saved bytes; then auto means vllm. */
+/* The stacked parameters' deployed bytes (m's class row stacked_deployed,
+ * "KEY P1 P2 ..."): every expert of each P with saved/<P>_q compared byte
+ * for byte under the format KEY names and m's profile (auto: identified on
+ * the first expert with bytes, then used for all), one `quantizer/<P>`
+ * check per parameter naming the experts whose bytes differ (global ids:
+ * the index along the stacked dimension of the whole module). Bytes the
+ * contract leaves without a format, or scales without their payload, are
+ * refused. *handled = 1 when m's class has stacked parameters. */
+static int check_stacked(qc_audit *a, qc_module *m, int *handled) {
+  const char *spec = m->cls->stacked_deployed;
+  *handled = spec != NULL;
+  if (!spec) return QC_OK;
+  char key[64], params[8][QC_NAMELEN];
+  int np = 0, rc;
+  const char *p = spec;
+  size_t l = strcspn(p, " ");
+  snprintf(key, sizeof key, "%.*s", (int)l, p);
+  for (p += l; *p == ' ' && np < 8;) {
+    p++;
+    l = strcspn(p, " ");
+    snprintf(params[np++], QC_NAMELEN, "%.*s", (int)l, p);
+    p += l;
+  }
+  const char *fn = qc_contract_str(&m->contract, key, "none");
+  const char *pn = qc_contract_str(&m->contract, "profile", "auto");
+  int autop = strcmp(pn, "auto") == 0, any = 0;
+  static const char *suffix[] = {"_scale", "_scale_inv", "_scale_2", "_global_scale"};
+  for (int i = 0; i < np; i++) {
+    char nq[QC_NAMELEN + 16], ns[QC_NAMELEN + 24];
+    snprintf(nq, sizeof nq, "%s_q", params[i]);
+    if (qc_tset_get(&m->saved, nq)) {
+      any = 1;
+      if (strcmp(fn, "none") == 0) {
+        qc_hint("set the contract's %s to the bytes' format (docs/numerics.md), or leave saved/%s out of the dump", key, nq);
+        return qc_err("module '%s': dataset 'saved/%s' (deployed bytes) is present but the contract's %s is '%s': they would be "
+                      "ignored", m->path, nq, key, fn);
+      }
+      continue;
+    }
+    for (int j = 0; j < 4; j++) {
+      snprintf(ns, sizeof ns, "%s%s", params[i], suffix[j]);
+      if (qc_tset_get(&m->saved, ns))
+        return qc_err("module '%s': dataset 'saved/%s' is present without 'saved/%s': scales without their bytes would be ignored",
+                      m->path, ns, nq);
+    }
+  }
+  if (!any) return autop ? qc_contract_set(&m->contract, "profile", "vllm", 0, 0) : QC_OK;
+  qc_qfmt f;
+  qc_qprof prof = QC_QP_VLLM;
+  char note[640] = "";
+  if ((rc = qc_qfmt_parse(fn, &f)) || (!autop && (rc = qc_qprof_parse(pn, &prof)))) return rc;
+  for (int i = 0; i < np; i++) {
+    char nq[QC_NAMELEN + 16];
+    snprintf(nq, sizeof nq, "%s_q", params[i]);
+    const qc_tensor *wq = qc_tset_get(&m->saved, nq);
+    if (wq && wq->dtype == QC_U8) {
+      int fp4 = f == QC_QF_NVFP4 || f == QC_QF_MXFP4;
+      qc_hint("scripts/qatdump.py writes it from the module's qatcheck_dtypes; with h5py: ds.attrs['dtype'] = '%s'",
+              fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn");
+      return qc_err("module '%s': saved/%s is uint8 without a 'dtype' attribute: expected %s bytes for %s %s", m->path, nq,
+                    fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn", key, fn);
+    }
+  }
+  if (autop) { /* the producer, from the first expert's bytes */
+    qc_identify *idf = qc_calloc(1, sizeof *idf, "profile identification");
+    if (!idf) return QC_ESYS;
+    for (int i = 0; i < np && !idf->n; i++)
+      if ((rc = qc_deployed_identify_expert(m, params[i], 0, f, idf))) { free(idf); return rc; }
+    prof = idf->any ? (qc_qprof)idf->chosen : QC_QP_VLLM;
+    snprintf(note, sizeof note, "profile %s (auto, from expert 0: %s)", qc_qprof_name(prof), idf->why);
+    free(idf);
+    if ((rc = qc_contract_set(&m->contract, "profile", qc_qprof_name(prof), 0, 0))) return rc;
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: %s\n", m->path, note);
+  }
+  for (int i = 0; i < np; i++) {
+    char nq[QC_NAMELEN + 16];
+    snprintf(nq, sizeof nq, "%s_q", params[i]);
+    const qc_tensor *wq = qc_tset_get(&m->saved, nq), *w;
+    if (!wq) continue;
+    if ((rc = qc_module_need(m, "params", params[i], 3, 3, &w))) return rc;
+    qc_check k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.module, sizeof k.module, "%s", m->path);
+    snprintf(k.cls, sizeof k.cls, "%s", m->cls->name);
+    snprintf(k.dy, sizeof k.dy, "-");
+    snprintf(k.tensor, sizeof k.tensor, "quantizer/%s", params[i]);
+    k.ndim = w->ndim;
+    memcpy(k.shape, w->shape, sizeof k.shape);
+    snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(wq->dtype));
+    int64_t nbad = 0;
+    size_t wl = 0;
+    for (int64_t e = 0; e < w->shape[0]; e++) {
+      qc_deployed_result r;
+      if ((rc = qc_deployed_check_expert(m, params[i], e, f, prof, &r))) return rc;
+      if (!(r.n_payload || r.n_scale || r.n_global || r.n_decoded)) continue;
+      if (nbad++ == 0) { /* the first expert's mismatches in full */
+        char line[2048];
+        qc_deployed_summary(&r, line, sizeof line);
+        wl = (size_t)snprintf(k.why, sizeof k.why, "expert %lld: %s", (long long)e, line);
+      }
+    }
+    k.verdict = nbad ? QC_V_FAIL : QC_V_PASS;
+    if (nbad && wl < sizeof k.why)
+      snprintf(k.why + wl, sizeof k.why - wl, "; %lld of %lld experts differ", (long long)nbad, (long long)w->shape[0]);
+    if (nbad && nbad > 1) { /* name them all at the front, the first's details after */
+      char head[160], list[sizeof k.why];
+      size_t hl = (size_t)snprintf(head, sizeof head, "experts");
+      for (int64_t e = 0, c = 0; e < w->shape[0] && hl < sizeof head - 16; e++) {
+        qc_deployed_result r;
+        if ((rc = qc_deployed_check_expert(m, params[i], e, f, prof, &r))) return rc;
+        if (r.n_payload || r.n_scale || r.n_global || r.n_decoded) hl += (size_t)snprintf(head + hl, sizeof head - hl, "%s %lld", c++ ? "," : "", (long long)e);
+      }
+      snprintf(list, sizeof list, "%s differ; %s", head, k.why);
+      snprintf(k.why, sizeof k.why, "%s", list);
+    }
+    if (!nbad && autop) snprintf(k.why, sizeof k.why, "%s", note);
+    if ((rc = qc_results_add(a->res, &k))) return rc;
+  }
+  return QC_OK;
+}
+
 int qc_vjp_check_deployed(qc_audit *a, qc_module *m) {
+  int handled, rc = check_stacked(a, m, &handled);
+  if (rc || handled) return rc;
   const char *fn = qc_contract_str(&m->contract, "weight_format", "none");
   const char *pn = qc_contract_str(&m->contract, "profile", "auto");
-  int autop = strcmp(pn, "auto") == 0, rc;
+  int autop = strcmp(pn, "auto") == 0;
   if (qc_tset_get(&m->saved, "weight_q") && (!qc_contract_has(&m->contract, "weight_format") || strcmp(fn, "none") == 0)) {
     /* deployed bytes no format can check would be ignored: refused instead */
     qc_hint("set the contract's weight_format to the bytes' format (docs/numerics.md), or leave saved/weight_q out of the dump");

@@ -68,6 +68,9 @@ typedef struct qc_ctx {
   double wscale;               /* diagnosis variants (engine/forward.c, diagnose.c): > 0, a per-tensor
                                   weight scale this many times the weight's own (a stale scale), for a
                                   reference that models it (else it returns QC_NA); 0: its own */
+  int64_t master_expert;       /* diagnosis variant (moe): e + 1 = expert e's backward (d_a, d_x) through
+                                  its master weights where the contract says dequantized, for a
+                                  reference that models it; 0: as the contract says */
   int world_size;              /* processes the dump came from (its root attribute world_size;
                                   0 or 1: one process, so no data-parallel explanation) */
   int ref_slices;              /* --reference: 0 = float64 (the default); S = the fast reference with S
@@ -285,6 +288,20 @@ typedef struct qc_class {
    * shows, given its description mi, as bits 1 << QC_COV_* into *cover
    * (NULL: none from the data). */
   const qc_class_cov *coverage;
+  /* Optional: deployed bytes per expert (engine/vjp_prep.c), "KEY P1 P2":
+   * the contract key that names the format (as linear's weight_format) and
+   * the stacked parameters [E, N, K] whose experts' bytes (saved/<P>_q,
+   * _scale or _scale_inv, nvfp4's _global_scale or _scale_2, the experts
+   * leading) are checked byte for byte, each expert as one weight (NULL:
+   * none). */
+  const char *stacked_deployed;
+  /* Optional: the slices along dimension 0 of gradient `grad` of m that
+   * must be exactly zero whatever the rounding (an expert no token is
+   * routed to): zero[i] = 1 for them, i < n (the gradient's shape[0]);
+   * *what names a slice ("expert"). QC_OK, QC_NA (none for this gradient),
+   * or an error. The engine fails the gradient's check, naming the slice,
+   * where the candidate holds anything but zeros there (NULL: none). */
+  int (*zero_slices)(const qc_module *m, const char *grad, int64_t n, unsigned char *zero, const char **what);
   int (*cov_tokens)(const qc_module *m, int64_t *tokens, int64_t *seqlen);
   void (*cov_facts)(const qc_module *m, const struct qc_modinfo *mi, uint32_t *cover);
 } qc_class;

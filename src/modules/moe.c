@@ -324,14 +324,14 @@ static int fq_bf16(const moe_view *v, const char *fmt, int64_t rows, int64_t col
  * operand), and the master into b when it is the backward's (dx_weight
  * master; else b = q's values). f: scratch of rows * cols floats. */
 static int expert_weights(const moe_view *v, const qc_module *m, const qc_tensor *t, const uint16_t *master, int64_t e, int64_t rows,
-                          int64_t cols, float *f, uint16_t *q, uint16_t *b) {
+                          int64_t cols, int dx_master, float *f, uint16_t *q, uint16_t *b) {
   const int64_t n = rows * cols;
   const uint16_t *src = master + e * n;
   char what[QC_PATHLEN + 48];
   snprintf(what, sizeof what, "%s: params/%s expert %lld", m->path, t->name, (long long)e);
   for (int64_t i = 0; i < n; i++) f[i] = qc_bf16_to_f32(src[i]);
   int rc = fq_bf16(v, v->wfmt, rows, cols, f, q, what);
-  if (!rc) memcpy(b, v->dx_master ? src : q, (size_t)n * sizeof *b);
+  if (!rc) memcpy(b, dx_master ? src : q, (size_t)n * sizeof *b);
   return rc;
 }
 
@@ -402,7 +402,8 @@ static int moe_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   for (int64_t e = 0; e < E; e++) {
     const int64_t off = cnt[e], n = cnt[e + 1] - cnt[e];
     if (n == 0) continue; /* empty expert: d_w1[e], d_w2[e] stay zero */
-    if ((rc = expert_weights(&v, m, v.w1, w1b, e, R, H, fs, W1f, W1b)) || (rc = expert_weights(&v, m, v.w2, w2b, e, H, F, fs, W2f, W2b)))
+    if ((rc = expert_weights(&v, m, v.w1, w1b, e, R, H, v.dx_master, fs, W1f, W1b)) ||
+        (rc = expert_weights(&v, m, v.w2, w2b, e, H, F, v.dx_master, fs, W2f, W2b)))
       goto done;
     for (int64_t i = 0; i < n; i++) {
       memcpy(Xe + i * H, xb + (perm[off + i] / k) * H, (size_t)H * sizeof *Xe);
@@ -761,6 +762,90 @@ static int moe_validate(const qc_module *m, const qc_tensor *dy) {
   return rc;
 }
 
+/* Hypothesis: the backward's grouped GEMMs (d_a, hence d_h, d_w1 and d_x)
+ * through the other expert weights than the contract's dx_weight (the
+ * masters where it says dequantized, or the reverse), every expert. */
+static int alter_dx_weight(const qc_module *m, qc_module *alt, char *detail, size_t n) {
+  if (strcmp(qc_contract_str(&m->contract, "expert_weight_format", "none"), "none") == 0) return QC_NA; /* the same weights */
+  int master = strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0;
+  snprintf(detail, n, "the contract says dx_weight = %s for every expert", master ? "master" : "dequant");
+  return qc_contract_set(&alt->contract, "dx_weight", master ? "dequant" : "master", 0, 0);
+}
+
+/* Hypothesis (fitted over the experts): one expert's backward through its
+ * master weights where the contract says dequantized, the others as the
+ * contract says: the class's reference run once per used expert (E <= 64)
+ * under that diagnosis variant (qc_ctx.master_expert), the expert whose
+ * prediction is closest to the candidate named. */
+static int predict_master_expert(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand,
+                                 qc_tensor *pred, char *detail, size_t n) {
+  const qc_registry_row *row = qc_registry_find(m->cls->name);
+  if (!row || !cand || strcmp(qc_contract_str(&m->contract, "expert_weight_format", "none"), "none") == 0 ||
+      strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0)
+    return QC_NA;
+  moe_view v;
+  int rc = moe_view_get(m, &v);
+  if (rc) return rc;
+  const int64_t E = v.E, N = qc_numel(cand);
+  unsigned char *used = qc_calloc((size_t)E, 1, "moe expert mask");
+  double *g = qc_mod_f64(cand, "moe candidate"), best = INFINITY;
+  int64_t be = -1;
+  rc = E > 64 ? QC_NA : QC_ESYS;
+  if (E > 64 || !used || !g) goto done;
+  for (int64_t i = 0; i < v.T * v.k; i++) used[v.id[i]] = 1;
+  for (int64_t e = 0; e < E; e++) {
+    if (!used[e]) continue;
+    qc_tset out = {0};
+    qc_ctx c = *ctx;
+    c.master_expert = e + 1;
+    c.skip = NULL;
+    rc = row->reference(&c, m, dy, &out);
+    const qc_tensor *p = rc ? NULL : qc_tset_get(&out, grad);
+    if (p && qc_numel(p) == N) {
+      double *pv = qc_mod_f64(p, "moe prediction");
+      double r = pv ? qc_rel_l2(g, pv, N) : INFINITY;
+      if (r < best) {
+        best = r;
+        be = e;
+        qc_tensor_free(pred);
+        rc = qc_tensor_copy(pred, p);
+      }
+      free(pv);
+    }
+    qc_tset_free(&out);
+    if (rc) goto done;
+  }
+  rc = be < 0 ? QC_NA : QC_OK;
+  if (be >= 0) snprintf(detail, n, "expert %lld (the closest of the used experts)", (long long)be);
+done:
+  if (rc) qc_tensor_free(pred);
+  free(used); free(g); free(v.id);
+  return rc;
+}
+
+static const qc_hypothesis moe_hyps[] = {
+    {"dx_convention", "/d_x/d_w1/", "the backward's expert weights (d_a, d_x) the other ones than the contract's dx_weight "
+     "(master vs dequantized)", alter_dx_weight, 0, NULL, 0},
+    {"dx_master_expert", "/d_x/d_w1/", "one expert's backward (d_a, d_x) from its master weights where the contract says "
+     "dequantized", NULL, 0, predict_master_expert, 1},
+    {NULL, NULL, NULL, NULL, 0, NULL, 0}};
+
+/* The experts no (token, slot) pair is routed to: their d_w1 and d_w2
+ * slices are exactly zero (nothing is summed into them), whatever the
+ * rounding (qc_class.zero_slices). */
+static int moe_zero_slices(const qc_module *m, const char *grad, int64_t n, unsigned char *zero, const char **what) {
+  if (strcmp(grad, "d_w1") != 0 && strcmp(grad, "d_w2") != 0) return QC_NA;
+  moe_view v;
+  int rc = moe_view_get(m, &v);
+  if (rc) return rc;
+  if (n != v.E) { free(v.id); return QC_NA; }
+  memset(zero, 1, (size_t)n);
+  for (int64_t i = 0; i < v.T * v.k; i++) zero[v.id[i]] = 0;
+  free(v.id);
+  *what = "expert";
+  return QC_OK;
+}
+
 const qc_class qc_class_moe = {
     .name = "moe",
     .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum, optional shared "
@@ -783,4 +868,7 @@ const qc_class qc_class_moe = {
     .hypotheses = "factor sign transpose rows zero slice dy_precision nonfinite",
     .coverage = moe_cov,
     .cov_facts = moe_cov_facts,
+    .stacked_deployed = "expert_weight_format w1 w2",
+    .zero_slices = moe_zero_slices,
+    .hyps = moe_hyps,
 };

@@ -153,6 +153,7 @@ typedef struct mlp {
   const char *afmt, *prof;
   const char *wfmt; /* each routed expert's w1[e], w2[e] (NULL: none) */
   int dx_master;    /* d_x's chain through the master weights, not the dequantized ones */
+  int64_t master_e; /* e + 1: expert e's alone so (ctx->master_expert, a diagnosis variant); 0: none */
   int64_t H, F, R; /* R = 2F swiglu, F relu2 */
   /* buffers for up to the rows they were made for */
   double *h;   /* [n, R] h, then dL/dh */
@@ -430,7 +431,8 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
     }
     rnd_all(p.rb, W1q, R * H); /* the variants: the production's bf16 operands */
     rnd_all(p.rb, W2q, H * F);
-    double *W1b = p.dx_master ? W1 : W1q, *W2b = p.dx_master ? W2 : W2q;
+    const int dxm = p.dx_master || p.master_e == e + 1;
+    double *W1b = dxm ? W1 : W1q, *W2b = dxm ? W2 : W2q;
     for (int64_t i = 0; i < n; i++) {
       memcpy(Xe + i * H, X + sl[i] / k * H, (size_t)H * sizeof *Xe);
       memcpy(Xq + i * H, XQ + sl[i] / k * H, (size_t)H * sizeof *Xq);
@@ -561,7 +563,7 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   /* the terms' scale runs with a bare ctx (engine/audit.c): the CPU's float64 GEMM then */
   const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass, .ab = ab, .rb = rb,
                  .L = in.L, .H = H, .F = in.F, .R = in.R, .afmt = in.afmt, .prof = in.prof, .wfmt = in.wfmt,
-                 .dx_master = in.dx_master};
+                 .dx_master = in.dx_master, .master_e = ctx ? ctx->master_expert : 0};
   rc = QC_ESYS;
   if (!(X = qc_refu_load(in.xt, "reference moe x")) || !(Wt = qc_refu_load(in.wtt, "reference moe topk_weights")) ||
       !(G = qc_refu_load(dy, "reference moe dY")) || (rc = x_quantized(&in, rb, X, &XQ)))

@@ -1,0 +1,85 @@
+#!/bin/sh
+# moe_qat.sh: expert QAT at layer 1 (class moe, contract keys
+# expert_weight_format, expert_act_format, dx_weight). A trainer's routed
+# experts under fp8_block128 (fp8_group128 activations) and under nvfp4,
+# dumped by scripts/make_moe_qat_dump.py with deployed bytes per expert made
+# by the independent oracle and the saved FC1 output, pass: every expert's
+# bytes reproduced (quantizer/w1, quantizer/w2), saved/fc1_out and outputs/y
+# the forward's, the gradients the contract's. Planted expert defects fail
+# on their expert and tensor: a stale scale (quantizer/w1, expert 4), one
+# expert's d_x from its master weights (d_x, diagnosed as expert 2), every
+# expert's (d_x, dx_convention), a nonzero gradient for the empty expert
+# (d_w1, expert 3; in a bf16 module too, which the class passed before),
+# saved/fc1_out from the master weights (saved/fc1_out alone). Deployed
+# bytes the contract cannot read and a misshapen fc1_out are refused (exit
+# 2, one error line). `classes --json` lists moe's quantization contract.
+. "$(dirname "$0")/lib.inc"
+$PY scripts/make_moe_qat_dump.py "$T/d.h5" || { bad "make_moe_qat_dump.py"; finish; }
+TOL='{"d_x":{"derive":true},"d_w1":{"derive":true},"d_w2":{"derive":true},"d_topk_weights":{"derive":true}}'
+
+# run GROUP EXIT: vjp on dump group /GROUP (candidate: the dump's gradients)
+run() {
+  cat >"$T/c.json" <<J
+{"data": {"dump": "d.h5", "modules": "^/$(echo "$1" | sed 's/\./\\\\./g')\$"}, "candidate": "dump", "tolerances": $TOL}
+J
+  expect_exit "$2" "moe $1 exits $2" "$QATCHECK" vjp --case "$T/c.json" --json "$T/$1.r.json"
+}
+# verdicts GROUP PYEXPR: PYEXPR holds over the report's checks (c: tensor -> check)
+verdicts() {
+  $PY - "$T/$1.r.json" "$2" <<'P' && ok "$1: $2" || bad "$1: not $2"
+import json, sys
+c = {k["tensor"]: k for k in json.load(open(sys.argv[1]))["checks"]}
+failed = {t for t, k in c.items() if k["verdict"] != "pass"}
+ok = eval(sys.argv[2])
+if not ok:
+    print({t: (k["verdict"], k.get("why", "")[:200], str(k.get("diagnosis", ""))[:200]) for t, k in c.items()})
+sys.exit(0 if ok else 1)
+P
+}
+
+for g in moe.fp8 moe.nvfp4; do
+  run $g 0
+  verdicts $g '{"quantizer/w1", "quantizer/w2", "saved/fc1_out", "y", "d_x", "d_w1", "d_w2", "d_topk_weights"} <= set(c) and not failed'
+done
+run defect.stale_scale 1
+verdicts defect.stale_scale '"quantizer/w1" in failed and c["quantizer/w1"]["why"].startswith("expert 4:") and "quantizer/w2" not in failed'
+run defect.dx_master 1
+verdicts defect.dx_master 'failed == {"d_x", "d_w1"} and "dx_master_expert" in str(c["d_x"]) and "expert 2 " in c["d_x"]["diagnosis"]["summary"]'
+run defect.dx_master_all 1
+verdicts defect.dx_master_all 'failed == {"d_x", "d_w1"} and "dx_weight = dequant for every expert" in c["d_x"]["diagnosis"]["summary"]'
+for g in defect.empty_grad defect.empty_grad_bf16; do
+  run $g 1
+  verdicts $g 'failed == {"d_w1"} and c["d_w1"]["why"].startswith("expert 3 has no token")'
+done
+run defect.fc1_master 1
+verdicts defect.fc1_master 'failed == {"saved/fc1_out"}'
+
+# bad input: bytes without a format, scales without their bytes, fc1_out misshapen, a payload not one per expert
+$PY - "$T/d.h5" <<'P' || exit 1
+import json, sys
+import h5py
+with h5py.File(sys.argv[1], "a") as f:
+    for name in ("no_format", "scale_alone", "fc1_shape", "q_experts"):
+        f.copy("moe.fp8", "bad." + name)
+    g = f["bad.no_format"]; c = json.loads(g.attrs["contract"]); c["expert_weight_format"] = "none"; g.attrs["contract"] = json.dumps(c)
+    del f["bad.scale_alone/saved/w2_q"]
+    h = f["bad.fc1_shape/saved/fc1_out"][...]; del f["bad.fc1_shape/saved/fc1_out"]; f["bad.fc1_shape/saved/fc1_out"] = h[:, :1]
+    q = f["bad.q_experts/saved/w1_q"]; a = q[...]; dt = q.attrs["dtype"]; del f["bad.q_experts/saved/w1_q"]
+    f["bad.q_experts/saved/w1_q"] = a[:-1]; f["bad.q_experts/saved/w1_q"].attrs["dtype"] = dt
+P
+expect_refused_groups moe d.h5 "$TOL" <<EOF2
+no_format saved/w1_q
+scale_alone saved/w2_scale_inv
+fc1_shape saved/fc1_out
+q_experts saved/w1_q
+EOF2
+
+"$QATCHECK" classes --json >"$T/classes.json" || bad "classes --json"
+$PY - "$T/classes.json" <<'P' && ok "classes --json: moe's quantization contract" || bad "classes --json: moe lacks its quantization keys"
+import json, sys
+moe = [c for c in json.load(open(sys.argv[1]))["classes"] if c["name"] == "moe"][0]
+keys = {k["key"]: k for k in moe["keys"]}
+need = {"expert_weight_format": "fp8_block128", "expert_act_format": "fp8_group128", "dx_weight": "master", "profile": "vllm"}
+sys.exit(0 if all(k in keys and v in keys[k]["values"] for k, v in need.items()) and "fc1_out" in moe["saved"] and "w1_q" in moe["saved"] else 1)
+P
+finish
