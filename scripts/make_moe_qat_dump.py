@@ -7,7 +7,7 @@ per token, the saved FC1 output, and the trainer's gradients (candidate:
 dump) computed here in float64 from the contract, plus one module per
 planted expert defect. Used by tests/e2e/moe_qat.sh.
 
-    make_moe_qat_dump.py OUT.h5 [--seed S]
+    make_moe_qat_dump.py OUT.h5 [--seed S] [--ep-dir DIR]
 
 Modules (T 24 tokens, H 256, F 128, E 6 experts, top-2, swiglu; expert 3
 empty, tokens 1, 5, 9, ... routed twice to one expert):
@@ -25,6 +25,11 @@ Defects (as /moe.fp8 unless said):
   /defect.empty_grad_bf16  the same in a bf16 module (no expert formats)
   /defect.fc1_master    saved/fc1_out from the master weights, not the
                         dequantized ones (the gradients are correct)
+With --ep-dir DIR, the fp8 module expert-parallel over 2 ranks with
+data-parallel tokens (DIR/step.rank0.h5, step.rank1.h5; rank 1 holds
+experts 3..5 by their global ids): /ep correct, /ep_stale with expert 4's
+stale w1 bytes (and the gradients they gave), /ep_empty with a nonzero
+d_w1 for the empty expert 3 (rank 1's first).
 """
 import argparse
 import json
@@ -131,10 +136,60 @@ def write_module(f, path, contract, x, w1, w2, ids, wt, dy, y, fc1, grads, bytes
         gg.create_dataset(n, data=np.asarray(v, F32))
 
 
+def write_ep(folder, W, mods):
+    """One file per rank, DIR/step.rank<r>.h5 (docs/interfaces.md "Sharded
+    dumps"): each module expert-parallel over W ranks with data-parallel
+    tokens, rank r holding tokens [r T/W, (r+1) T/W) (topk_ids with global
+    expert ids) and experts [r E/W, (r+1) E/W) of w1, w2 and their bytes;
+    its gradients: d_x, d_topk_weights of its tokens (the combine's
+    reduce-scatter done), d_w1, d_w2 of its experts over every token."""
+    os.makedirs(folder, exist_ok=True)
+    tt, ee = T // W, E // W
+    for r in range(W):
+        with h5py.File(os.path.join(folder, "step.rank%d.h5" % r), "w") as f:
+            f.attrs["qatcheck_dump"] = 1
+            f.attrs["rank"] = r
+            f.attrs["world_size"] = W
+            for path, m in mods.items():
+                g = f.create_group(path)
+                g.attrs["class"] = "moe"
+                g.attrs["parallel"] = "expert"
+                g.attrs["contract"] = json.dumps(m["contract"])
+                tok, exp = slice(r * tt, (r + 1) * tt), slice(r * ee, (r + 1) * ee)
+
+                def put(grp, name, a, dt=None, bf=False):
+                    if bf:
+                        bf16.write(grp, name, a)
+                        ds = grp[name]
+                    else:
+                        ds = grp.create_dataset(name, data=a)
+                    if dt:
+                        ds.attrs["dtype"] = dt
+                    ds.attrs["shard_dim"] = 0
+                put(g.require_group("inputs"), "x", m["x"][tok], bf=True)
+                put(g["inputs"], "topk_weights", m["wt"][tok])
+                put(g.require_group("params"), "w1", m["w1"][exp], bf=True)
+                put(g["params"], "w2", m["w2"][exp], bf=True)
+                sv = g.require_group("saved")
+                put(sv, "topk_ids", m["ids"][tok])
+                for name in ("w1", "w2"):
+                    q, sc = m[name + "_bytes"]
+                    put(sv, name + "_q", q[exp].astype(np.uint8), DT["fp8"])
+                    put(sv, name + "_scale_inv", np.asarray(sc[exp], F32))
+                put(g.require_group("outputs"), "y", m["y"][tok].astype(F32))
+                put(g.require_group("grad_out"), "dy", m["dy"][tok], bf=True)
+                gg = g.require_group("grads/dy")
+                gg.create_dataset("d_x", data=m["grads"]["d_x"][tok].astype(F32))
+                gg.create_dataset("d_topk_weights", data=m["grads"]["d_topk_weights"][tok].astype(F32))
+                gg.create_dataset("d_w1", data=m["grads"]["d_w1"][exp].astype(F32))
+                gg.create_dataset("d_w2", data=m["grads"]["d_w2"][exp].astype(F32))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ep-dir", help="also an expert-parallel sharded dump of the fp8 modules over 2 ranks in this folder")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     x = bf16.round_(rng.standard_normal((T, H)).astype(F32))
@@ -186,6 +241,12 @@ def main():
             # the saved FC1 output from the master weights (the forward's own is dequantized)
             _, fcm, _ = moe(x, w1.astype(np.float64), w2.astype(np.float64), d1, d2, ids, wt, dy, af)
             write_module(f, "defect.fc1_master", c, x, w1, w2, ids, wt, dy, y, fcm, grads, byts)
+            if a.ep_dir:
+                base = dict(contract=c, x=x, wt=wt, w1=w1, w2=w2, ids=ids, dy=dy, y=y, grads=grads, w1_bytes=(q1, s1), w2_bytes=(q2, s2))
+                stale = dict(base, w1_bytes=(q1s, s1s), y=y_, grads=moe(x, d1s, d2, d1s, d2, ids, wt, dy, af)[2])
+                empty = dict(base, grads={n: v.copy() for n, v in grads.items()})
+                empty["grads"]["d_w1"][EMPTY] = 1e-7 * rng.standard_normal((2 * F, H))
+                write_ep(a.ep_dir, 2, {"ep": base, "ep_stale": stale, "ep_empty": empty})
 
 
 if __name__ == "__main__":

@@ -481,7 +481,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
         rc = qc_audit_compare(a->ctx, g, r, t, &k);
         if (!rc) rc = qc_audit_judge(m, dy, t, &k);
         if (!rc) rc = try_variants(gv, g, t, &k);
-        if (!rc) rc = qc_audit_exact_zeros(m, g, &k);
+        if (!rc) rc = qc_audit_exact_zeros(m, g, 0, g->shape[0], &k);
       }
       if (!rc && k.verdict != QC_V_PASS) rc = diagnose_judged(gv, &ctx, g, r, &ref, a->frozen, &k);
       if (!rc) rc = qc_results_add(a->res, &k);

@@ -98,8 +98,11 @@ double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype);
 
 /* Fail check k of gradient g of m where the class's zero_slices says a
  * slice along dimension 0 must be exactly zero and g holds anything else
- * there (why[] names the slice, e.g. "expert 4 has no token ..."); no
- * change otherwise. QC_OK or an error (engine/zeros.c). */
-int qc_audit_exact_zeros(const qc_module *m, const qc_tensor *g, qc_check *k);
+ * there (why[] names the slice by its index in the whole, e.g. "expert 4
+ * has no token ..."); no change otherwise. g is the slices [off0, off0 +
+ * g->shape[0]) of the whole gradient's nwhole (a rank's piece of an
+ * expert-parallel gradient; 0 and g->shape[0] for the whole). QC_OK or an
+ * error (engine/zeros.c). */
+int qc_audit_exact_zeros(const qc_module *m, const qc_tensor *g, int64_t off0, int64_t nwhole, qc_check *k);
 
 #endif

@@ -262,6 +262,8 @@ static int judge_rank(qc_audit *a, const qc_registry_row *row, qc_module *w, qc_
       snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->dtype));
       if (!rc) rc = qc_audit_compare(a->ctx, g, exp, tol, &k);
       if (!rc) rc = qc_audit_judge(w, &w->grad_out.t[j], tol, &k);
+      if (!rc && !flat && g->ndim == rg->ndim) /* an expert no token selects: zero in the piece that holds it */
+        rc = qc_audit_exact_zeros(w, g, d == 0 ? off[r] : 0, rg->shape[0], &k);
       if (!rc && pad > 0) { /* the padding's gradient is zero: anything else is a misplaced piece */
         k.verdict = QC_V_FAIL;
         snprintf(k.why, sizeof k.why, "the padding of the flat piece (elements %lld .. %lld) holds a gradient up to |%.3g|: "
@@ -326,8 +328,10 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc
       goto done;
     }
   }
-  /* no deployed-bytes check on shards: a profile left to "auto" is vllm's, as for a dump without bytes */
-  for (int r = 0; r < W && !rc; r++)
+  /* no deployed-bytes check on shards but a class's per-expert bytes (checked on the whole, below): a
+   * profile left to "auto" is vllm's, as for a dump without bytes */
+  const int stacked = row->cls->stacked_deployed != NULL;
+  for (int r = 0; r < W && !rc && !stacked; r++)
     if (!strcmp(qc_contract_str(&rf[r].m.contract, "profile", "-"), "auto"))
       rc = qc_contract_set(&rf[r].m.contract, "profile", "vllm", 0, 0);
   if (rc) goto done;
@@ -343,6 +347,8 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc
     goto done;
   }
   if ((rc = qc_module_validate(&w, e->path))) goto done; /* the class's reading of the whole, whatever the tolerances */
+  /* the experts' deployed bytes, assembled whole: each expert by its global id (its index in the whole) */
+  if (stacked && (rc = qc_vjp_check_deployed(a, &w))) goto done;
   if ((rc = qc_shard_grad_reduce(rf, W, e->path, &mean))) goto done;
   for (int j = 0; j < w.grad_out.n && !rc; j++) {
     qc_tset ref = {0};

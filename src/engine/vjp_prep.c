@@ -139,32 +139,24 @@ static int check_stacked(qc_audit *a, qc_module *m, int *handled) {
     k.ndim = w->ndim;
     memcpy(k.shape, w->shape, sizeof k.shape);
     snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(wq->dtype));
-    int64_t nbad = 0;
-    size_t wl = 0;
+    int64_t nbad = 0, first = -1;
+    char line[2048] = "", head[192];
+    size_t hl = 0;
     for (int64_t e = 0; e < w->shape[0]; e++) {
       qc_deployed_result r;
       if ((rc = qc_deployed_check_expert(m, params[i], e, f, prof, &r))) return rc;
       if (!(r.n_payload || r.n_scale || r.n_global || r.n_decoded)) continue;
       if (nbad++ == 0) { /* the first expert's mismatches in full */
-        char line[2048];
+        first = e;
         qc_deployed_summary(&r, line, sizeof line);
-        wl = (size_t)snprintf(k.why, sizeof k.why, "expert %lld: %s", (long long)e, line);
       }
+      if (hl < sizeof head - 24) hl += (size_t)snprintf(head + hl, sizeof head - hl, "%s%lld", nbad > 1 ? ", " : "", (long long)e);
+      else if (hl < sizeof head - 4) hl += (size_t)snprintf(head + hl, sizeof head - hl, " ...");
     }
     k.verdict = nbad ? QC_V_FAIL : QC_V_PASS;
-    if (nbad && wl < sizeof k.why)
-      snprintf(k.why + wl, sizeof k.why - wl, "; %lld of %lld experts differ", (long long)nbad, (long long)w->shape[0]);
-    if (nbad && nbad > 1) { /* name them all at the front, the first's details after */
-      char head[160], list[sizeof k.why];
-      size_t hl = (size_t)snprintf(head, sizeof head, "experts");
-      for (int64_t e = 0, c = 0; e < w->shape[0] && hl < sizeof head - 16; e++) {
-        qc_deployed_result r;
-        if ((rc = qc_deployed_check_expert(m, params[i], e, f, prof, &r))) return rc;
-        if (r.n_payload || r.n_scale || r.n_global || r.n_decoded) hl += (size_t)snprintf(head + hl, sizeof head - hl, "%s %lld", c++ ? "," : "", (long long)e);
-      }
-      snprintf(list, sizeof list, "%s differ; %s", head, k.why);
-      snprintf(k.why, sizeof k.why, "%s", list);
-    }
+    if (nbad)
+      snprintf(k.why, sizeof k.why, "expert %lld: %lld of %lld experts differ (%s); expert %lld: %s", (long long)first, (long long)nbad,
+               (long long)w->shape[0], head, (long long)first, line);
     if (!nbad && autop) snprintf(k.why, sizeof k.why, "%s", note);
     if ((rc = qc_results_add(a->res, &k))) return rc;
   }

@@ -15,17 +15,20 @@
  * must be zero in whole slices along dimension 0 (an expert no token is
  * routed to), anything else there fails check k whatever its metrics,
  * naming the first such slice, how many values and the largest. */
-int qc_audit_exact_zeros(const qc_module *m, const qc_tensor *g, qc_check *k) {
-  if (!m->cls->zero_slices || g->ndim < 2 || g->shape[0] < 1) return QC_OK;
+int qc_audit_exact_zeros(const qc_module *m, const qc_tensor *g, int64_t off0, int64_t nwhole, qc_check *k) {
+  if (!m->cls->zero_slices || g->ndim < 2 || g->shape[0] < 1 || off0 < 0 || off0 + g->shape[0] > nwhole) return QC_OK;
   const int64_t n = g->shape[0], per = qc_numel(g) / n;
-  unsigned char *zero = qc_calloc((size_t)n, 1, "exact zeros");
+  unsigned char *zero = qc_calloc((size_t)nwhole, 1, "exact zeros");
   double *v = qc_malloc((size_t)per * sizeof *v + 8, "exact zeros");
   const char *what = "slice";
   int rc = QC_ESYS;
   if (!zero || !v) goto done;
   qc_err_state es;
   qc_err_save(&es);
-  rc = m->cls->zero_slices(m, k->tensor, n, zero, &what);
+  char grad[QC_NAMELEN]; /* a sharded dump's per-rank check "d_w1@rank2" is d_w1's */
+  snprintf(grad, sizeof grad, "%s", k->tensor);
+  grad[strcspn(grad, "@")] = 0;
+  rc = m->cls->zero_slices(m, grad, nwhole, zero, &what);
   if (rc == QC_NA) {
     qc_err_restore(&es);
     rc = QC_OK;
@@ -36,7 +39,7 @@ int qc_audit_exact_zeros(const qc_module *m, const qc_tensor *g, qc_check *k) {
   int64_t nbad = 0, first = -1, cnt = 0;
   double mx = 0;
   for (int64_t i = 0; i < n; i++) {
-    if (!zero[i]) continue;
+    if (!zero[off0 + i]) continue;
     qc_tensor s = *g;
     s.ndim = 1;
     s.shape[0] = per;
@@ -48,13 +51,13 @@ int qc_audit_exact_zeros(const qc_module *m, const qc_tensor *g, qc_check *k) {
     for (int64_t j = 0; j < per; j++)
       if (v[j] != 0) { c++; smx = fmax(smx, fabs(v[j])); }
     if (!c) continue;
-    if (nbad++ == 0) { first = i; cnt = c; mx = smx; }
+    if (nbad++ == 0) { first = off0 + i; cnt = c; mx = smx; }
   }
   if (nbad) {
     k->verdict = QC_V_FAIL;
     char w[sizeof k->why];
     snprintf(w, sizeof w, "%s %lld has no token, so %s[%lld] must be zero, but it holds %lld nonzero value(s), max |.| %.3g "
-             "(%lld such %s(s))%s%s", what, (long long)first, k->tensor, (long long)first, (long long)cnt, mx, (long long)nbad, what,
+             "(%lld such %s(s))%s%s", what, (long long)first, grad, (long long)first, (long long)cnt, mx, (long long)nbad, what,
              k->why[0] ? "; " : "", k->why);
     snprintf(k->why, sizeof k->why, "%s", w);
   }

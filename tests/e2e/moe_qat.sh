@@ -12,9 +12,12 @@
 # (d_w1, expert 3; in a bf16 module too, which the class passed before),
 # saved/fc1_out from the master weights (saved/fc1_out alone). Deployed
 # bytes the contract cannot read and a misshapen fc1_out are refused (exit
-# 2, one error line). `classes --json` lists moe's quantization contract.
+# 2, one error line). Expert parallel (2 ranks, global expert ids): the
+# bytes checked on the whole name expert 4, the empty expert's zeros are
+# checked on rank 1's piece. `classes --json` lists moe's quantization
+# contract.
 . "$(dirname "$0")/lib.inc"
-$PY scripts/make_moe_qat_dump.py "$T/d.h5" || { bad "make_moe_qat_dump.py"; finish; }
+$PY scripts/make_moe_qat_dump.py "$T/d.h5" --ep-dir "$T/ep" || { bad "make_moe_qat_dump.py"; finish; }
 TOL='{"d_x":{"derive":true},"d_w1":{"derive":true},"d_w2":{"derive":true},"d_topk_weights":{"derive":true}}'
 
 # run GROUP EXIT: vjp on dump group /GROUP (candidate: the dump's gradients)
@@ -53,6 +56,22 @@ for g in defect.empty_grad defect.empty_grad_bf16; do
 done
 run defect.fc1_master 1
 verdicts defect.fc1_master 'failed == {"saved/fc1_out"}'
+
+# expert parallel over 2 ranks (data-parallel tokens; rank 1 holds experts 3..5 by their global ids):
+# the bytes are checked on the assembled whole and named by global expert id, the empty
+# expert's exact zeros on the rank whose piece holds it
+ep() {
+  cat >"$T/e.json" <<J
+{"data": {"dump": "ep/step.rank*.h5", "modules": "^/$1\$"}, "candidate": "dump", "tolerances": $TOL}
+J
+  expect_exit "$2" "expert-parallel moe $1 exits $2" "$QATCHECK" vjp --case "$T/e.json" --json "$T/$1.r.json"
+}
+ep ep 0
+verdicts ep '{"quantizer/w1", "quantizer/w2", "d_w1@rank0", "d_w1@rank1", "d_x@rank1"} <= set(c) and not failed'
+ep ep_stale 1
+verdicts ep_stale 'c["quantizer/w1"]["why"].startswith("expert 4:") and "1 of 6 experts differ (4)" in c["quantizer/w1"]["why"] and "quantizer/w2" not in failed and "d_w1@rank0" not in failed'
+ep ep_empty 1
+verdicts ep_empty 'failed == {"d_w1@rank1"} and c["d_w1@rank1"]["why"].startswith("expert 3 has no token")'
 
 # bad input: bytes without a format, scales without their bytes, fc1_out misshapen, a payload not one per expert
 $PY - "$T/d.h5" <<'P' || exit 1
