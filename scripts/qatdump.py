@@ -74,7 +74,8 @@ Tensor arguments are recorded whether passed by position or by keyword
 (`lin(x=x)`): the call is bound to the forward's signature. float8 tensors
 get their `dtype` attribute; on torch < 2.1 (no float8 dtypes) uint8 bytes
 get it from the module's `qatcheck_dtypes` ({dataset name: dtype}) or, for
-saved/weight_q and saved/weight_scale, from its contract's weight_format.
+saved/weight_q and saved/weight_scale, from its contract's weight_format (a
+moe's saved/w1_q, w1_scale, w2_q, w2_scale: its expert_weight_format).
 
 Guards against the false differences of the method (they raise QatDumpError
 with the module's name): a module called more than once in the step (its
@@ -136,6 +137,10 @@ SHARD_DEFAULTS = {
     ("moe", "expert"): {"inputs/x": 0, "inputs/topk_weights": 0, "saved/topk_weights": 0, "saved/topk_ids": 0,
                         "params/w1": 0, "params/w2": 0, "outputs/y": 0, "grad_out/dy": 0},
 }
+# moe under expert QAT: each expert's deployed bytes are the rank's experts' (global expert ids)
+for _p in ("w1", "w2"):
+    for _s in ("_q", "_scale", "_scale_inv", "_scale_2", "_global_scale"):
+        SHARD_DEFAULTS[("moe", "expert")]["saved/" + _p + _s] = 0
 PARALLEL_KINDS = ("tp_column", "tp_row", "vocab", "expert", "sequence", "fsdp_flat", "fsdp")
 GRAD_REDUCE = ("sum", "mean")
 
@@ -194,6 +199,18 @@ for _f in ("fp8_tensor", "fp8_channel", "fp8_block128", "fp8_block128_ue8m0"):
 
 # attention's saved O: its dtype, recorded as the contract's saved_out_dtype
 _OUT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def _deployed_dtypes(cls, contract):
+    """{saved dataset: dtype} the contract's weight formats deploy (uint8
+    bytes on torch < 2.1): a linear's weight_q and weight_scale under
+    weight_format; a moe's w1_q, w1_scale, w2_q, w2_scale (each expert's,
+    stacked) under expert_weight_format."""
+    contract = contract or {}
+    if cls == "moe":
+        d = _DEPLOYED.get(contract.get("expert_weight_format"), {})
+        return {"saved/%s%s" % (p, k[len("weight"):]): v for p in ("w1", "w2") for k, v in d.items()}
+    return {"saved/" + k: v for k, v in _DEPLOYED.get(contract.get("weight_format"), {}).items()}
 
 
 def write_tensor(group, name, t, byte_dtype=None):
@@ -1179,8 +1196,7 @@ class Dumper:
         if contract is not None:
             g.attrs["contract"] = json.dumps(contract)
         dys = {n: gs[gi] for n, gs in rec.grad_out.items()}
-        declared = dict(_DEPLOYED.get((contract or {}).get("weight_format"), {}))
-        declared = {"saved/" + k: v for k, v in declared.items()}
+        declared = _deployed_dtypes(rec.cls, contract)
         for k, v in (getattr(m, "qatcheck_dtypes", None) or {}).items():
             declared[k if "/" in k else "saved/" + k] = v
         for role, d in (("inputs", ins), ("outputs", outs), ("saved", saveds),

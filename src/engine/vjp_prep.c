@@ -107,7 +107,7 @@ static int check_stacked(qc_audit *a, qc_module *m, int *handled) {
     const qc_tensor *wq = qc_tset_get(&m->saved, nq);
     if (wq && wq->dtype == QC_U8) {
       int fp4 = f == QC_QF_NVFP4 || f == QC_QF_MXFP4;
-      qc_hint("scripts/qatdump.py writes it from the module's qatcheck_dtypes; with h5py: ds.attrs['dtype'] = '%s'",
+      qc_hint("scripts/qatdump.py writes it from the contract's %s or the module's qatcheck_dtypes; with h5py: ds.attrs['dtype'] = '%s'", key,
               fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn");
       return qc_err("module '%s': saved/%s is uint8 without a 'dtype' attribute: expected %s bytes for %s %s", m->path, nq,
                     fp4 ? "float4_e2m1fn_x2" : "float8_e4m3fn", key, fn);
