@@ -584,6 +584,12 @@ static int moe_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
   double *x = NULL, *w1 = NULL, *w2 = NULL, *wt = NULL, *bx = NULL, *bw1 = NULL, *h = NULL, *bh = NULL, *a = NULL;
   memset(&bv, 0, sizeof bv);
   if ((rc = moe_view_get(m, &v))) return rc;
+  if (strcmp(v.wfmt, "none") != 0 || strcmp(v.afmt, "none") != 0) { /* the method: no finite differences through an STE */
+    free(v.id);
+    qc_hint("finite differences check the smooth unquantized forward: set expert_weight_format and expert_act_format to none");
+    return qc_err("%s: the contract quantizes the experts (expert_weight_format %s, expert_act_format %s): finite differences of "
+                  "the quantized forward measure the rounding, not the straight-through derivative", m->path, v.wfmt, v.afmt);
+  }
   if ((rc = moe_view_get(branch, &bv))) goto done;
   const int64_t T = v.T, H = v.H, F = v.F, R = v.R, k = v.k;
   rc = QC_ESYS;

@@ -93,6 +93,20 @@ fc1_shape saved/fc1_out
 q_experts saved/w1_q
 EOF2
 
+# the builtin production (grouped GEMMs on the dequantized experts, bf16 operands) against the
+# reference on generated experts, every format pair judged by derived tolerances; dx_weight master too
+for fmts in fp8_block128:fp8_group128:dequant nvfp4:none:dequant mxfp8:fp8_token:master; do
+  wf=${fmts%%:*}; rest=${fmts#*:}; af=${rest%%:*}; dxw=${rest#*:}
+  cat >"$T/gen.json" <<J
+{"module": "moe", "contract": {"activation": "swiglu", "limit": 7, "expert_weight_format": "$wf", "expert_act_format": "$af", "dx_weight": "$dxw"},
+ "data": {"generate": {"shapes": [[48, 256, 128, 9, 4]], "seed": 1}}, "candidate": "builtin", "dy": ["random", "sparse"], "tolerances": $TOL}
+J
+  expect_exit 0 "builtin moe with $wf experts, $af activations, dx_weight $dxw" "$QATCHECK" vjp --case "$T/gen.json" --quiet
+done
+# finite differences do not validate a straight-through estimator: refused under expert formats
+expect_exit 2 "fd refuses quantized experts" "$QATCHECK" fd --module moe --set expert_weight_format=fp8_block128
+grep -q "straight-through" "$T/err" && ok "fd says why" || bad "fd: $(cat "$T/err")"
+
 "$QATCHECK" classes --json >"$T/classes.json" || bad "classes --json"
 $PY - "$T/classes.json" <<'P' && ok "classes --json: moe's quantization contract" || bad "classes --json: moe lacks its quantization keys"
 import json, sys
