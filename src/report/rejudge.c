@@ -48,7 +48,8 @@ static const char *const g_sft_metric_words[] = {"pass", "fail", "inconclusive",
 static const char *const g_verdicts[] = {"pass", "fail", "error", NULL};
 /* the comparisons that are bit for bit and record no metric: they pass on their word */
 static const struct { const char *verb, *field, *value; } g_no_metrics[] = {
-    {"vjp", "tensor", "quantizer"}, /* the deployed bytes against the quantizer (engine/vjp_prep.c) */
+    {"vjp", "tensor", "quantizer"}, /* the deployed bytes against the quantizer (engine/vjp_prep.c; a stacked
+                                       parameter's per expert: "quantizer/w1") */
     {"vjp", "kind", "selection"},   /* saved ids against the contract's selection (engine/forward_select.c) */
     {"step", "kind", "frozen"},     /* a frozen parameter left unchanged */
     {"step", "kind", "master"},     /* the master copy refreshed from the main */
@@ -229,7 +230,9 @@ static int word_suffices(const rj_verb *v, const cJSON *k) {
   if (cJSON_IsObject(get(k, "metrics"))) return 0;
   for (size_t i = 0; i < sizeof g_no_metrics / sizeof *g_no_metrics; i++) {
     const cJSON *x = get(k, g_no_metrics[i].field);
-    if (strcmp(v->verb, g_no_metrics[i].verb) == 0 && cJSON_IsString(x) && strcmp(x->valuestring, g_no_metrics[i].value) == 0)
+    const size_t l = strlen(g_no_metrics[i].value);
+    if (strcmp(v->verb, g_no_metrics[i].verb) == 0 && cJSON_IsString(x) && strncmp(x->valuestring, g_no_metrics[i].value, l) == 0 &&
+        (x->valuestring[l] == 0 || (x->valuestring[l] == '/' && strcmp(g_no_metrics[i].value, "quantizer") == 0)))
       return 1;
   }
   return 0;

@@ -58,6 +58,7 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
 
 const char *qc_report_check_name(const qc_check *k, char *buf, int n) {
   if (strcmp(k->tensor, "quantizer") == 0) snprintf(buf, (size_t)n, "deployed_bytes/weight_q");
+  else if (strncmp(k->tensor, "quantizer/", 10) == 0) snprintf(buf, (size_t)n, "deployed_bytes/%s_q", k->tensor + 10);
   else snprintf(buf, (size_t)n, "%s/%s", k->dy, k->tensor);
   return buf;
 }
