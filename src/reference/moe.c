@@ -504,6 +504,7 @@ static int moe_in_get(const qc_module *m, moe_in *in) {
   in->wfmt = qc_contract_str(&m->contract, "expert_weight_format", "none");
   in->afmt = qc_contract_str(&m->contract, "expert_act_format", "none");
   in->prof = qc_contract_str(&m->contract, "profile", "vllm"); /* --profile and the deployed bytes' are merged into it */
+  if (strcmp(in->prof, "auto") == 0) in->prof = "vllm";        /* left unresolved (no bytes read): vllm's, as the engine's */
   in->dx_master = strcmp(qc_contract_str(&m->contract, "dx_weight", "dequant"), "master") == 0;
   if (strcmp(in->wfmt, "none") != 0 && !qc_quant_known(in->wfmt))
     return qc_err("%s: contract key 'expert_weight_format' = '%s': not a weight format", m->path, in->wfmt);
