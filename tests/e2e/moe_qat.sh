@@ -45,9 +45,9 @@ for g in moe.fp8 moe.nvfp4; do
   verdicts $g '{"quantizer/w1", "quantizer/w2", "saved/fc1_out", "y", "d_x", "d_w1", "d_w2", "d_topk_weights"} <= set(c) and not failed'
 done
 # a report is judged again when read back: the per-expert bytes checks pass and fail on their word
-expect_exit 0 "report re-judges moe.fp8's report" "$QATCHECK" report "$T/moe.fp8.r.json"
+expect_exit 0 "report re-judges moe.fp8's report" "$QATCHECK" report --allow-incomplete "$T/moe.fp8.r.json"
 run defect.stale_scale 1
-expect_exit 1 "report re-judges defect.stale_scale's report" "$QATCHECK" report "$T/defect.stale_scale.r.json"
+expect_exit 1 "report re-judges defect.stale_scale's report" "$QATCHECK" report --allow-incomplete "$T/defect.stale_scale.r.json"
 verdicts defect.stale_scale '"quantizer/w1" in failed and c["quantizer/w1"]["why"].startswith("expert 4:") and "quantizer/w2" not in failed'
 run defect.dx_master 1
 verdicts defect.dx_master 'failed == {"d_x", "d_w1"} and "dx_master_expert" in str(c["d_x"]) and "expert 2 " in c["d_x"]["diagnosis"]["summary"]'
