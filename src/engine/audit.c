@@ -148,10 +148,7 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
 
 void qc_audit_bf16_compute(const qc_module *m, qc_tol_model *tm) {
   if (!qc_contract_bf16_compute(&m->contract)) return;
-  for (const qc_key_spec *k = m->cls->keys; k && k->key; k++) { /* a GEMM class with formats: its contract is its arithmetic */
-    const size_t kl = strlen(k->key);
-    if (kl > 7 && strcmp(k->key + kl - 7, "_format") == 0) return;
-  }
+  if (m->cls->formats_are_arithmetic) return; /* a GEMM class whose contract is its arithmetic (linear) */
   tm->rounded_operands += QC_BF16_COMPUTE_ROUNDINGS;
   const size_t l = strlen(tm->why);
   snprintf(tm->why + l, sizeof tm->why - l, "%scompute_dtype bfloat16: %d more bf16 roundings (product, activation, sum)",

@@ -265,6 +265,10 @@ typedef struct qc_class {
                                   such as a dequantized weight, rounded to bf16: a variant); 2: also
                                   round_ops 2 (the outputs a production may hold in bf16 between its
                                   GEMMs, moe's expert outputs: a second variant) */
+  int formats_are_arithmetic;  /* 1: its contract's *_format keys describe its GEMM's arithmetic, so
+                                  compute_dtype bfloat16 adds no rounding to its error model (linear);
+                                  0: the class's bf16 arithmetic is compute_dtype's (moe, whose
+                                  expert formats quantize weights inside a bf16 model) */
   const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
   qc_fwd_fn forward;           /* optional float64 forward for `fd` (NULL: none) */
   const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */

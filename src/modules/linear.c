@@ -424,6 +424,7 @@ const qc_class qc_class_linear = {
     .generate = linear_generate,
     .production = linear_vjp,
     .round_ops = 1,
+    .formats_are_arithmetic = 1,
     .not_checked = "",
     .tol_model = linear_tol_model,
     .validate = linear_validate,
