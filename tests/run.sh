@@ -39,7 +39,12 @@ if [ "${1:-}" = --one ]; then
   case $rc in
     0) echo "PASS $n ($t s)" ;;
     77) echo "SKIP $n ($t s)" ;;
-    *) echo "FAIL $n ($t s, exit $rc)"; tail -40 "$d/$n.log" | sed 's/^/    /' ;;
+    *) echo "FAIL $n ($t s, exit $rc)"
+       # the script's own failed checks first (a long log's tail may hold none
+       # of them: mpi's ends in mpirun's abort notice), then its last lines
+       grep -A3 '^FAIL' "$d/$n.log" | head -40 | sed 's/^/    /'
+       echo "    (the log's last lines:)"
+       tail -20 "$d/$n.log" | sed 's/^/    /' ;;
   esac
   exit 0
 fi
