@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "numerics/formats.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "numerics/decode.h"
 
@@ -148,27 +149,65 @@ void qc_mod_tm(qc_tol_model *tm, int64_t k, double lambda, int rounded, double m
   va_end(ap);
 }
 
+/* Element i of t as a double for the float types read directly (bf16,
+ * f16, f32, f64); 0 for the dtypes qc_mod_terms_tensor converts first. */
+static double elem(const qc_tensor *t, int64_t i) {
+  switch (t->dtype) {
+    case QC_BF16: return qc_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case QC_F16: return qc_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case QC_F32: return ((const float *)t->data)[i];
+    case QC_F64: return ((const double *)t->data)[i];
+    default: return 0.0;
+  }
+}
+
+static int direct(const qc_tensor *t) {
+  return t->dtype == QC_BF16 || t->dtype == QC_F16 || t->dtype == QC_F32 || t->dtype == QC_F64;
+}
+
+/* max |v| over the finite v of pieces [lo, hi) of `per` elements into
+ * mx[piece]: a maximum, the same on any number of threads. */
+typedef struct maxabs_ctx {
+  const qc_tensor *t;
+  int64_t n, per;
+  double *mx;
+} maxabs_ctx;
+
+static void maxabs_pieces(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const maxabs_ctx *x = p;
+  for (int64_t c = lo; c < hi; c++) {
+    double mx = 0;
+    const int64_t i1 = (c + 1) * x->per < x->n ? (c + 1) * x->per : x->n;
+    for (int64_t i = c * x->per; i < i1; i++) { /* one read, no copy */
+      const double v = elem(x->t, i);
+      if (isfinite(v) && fabs(v) > mx) mx = fabs(v);
+    }
+    x->mx[c] = mx;
+  }
+}
+
 double qc_mod_maxabs(const qc_tensor *t) {
   double mx = 0;
   const int64_t n = t ? qc_numel(t) : 0;
-  for (int64_t i = 0; i < n; i++) { /* one read, no copy: the common float types directly */
-    double v;
-    if (t->dtype == QC_BF16) v = qc_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    else if (t->dtype == QC_F32) v = ((const float *)t->data)[i];
-    else if (t->dtype == QC_F64) v = ((const double *)t->data)[i];
-    else if (t->dtype == QC_F16) v = qc_f16_to_f32(((const uint16_t *)t->data)[i]);
-    else {
-      qc_err_state es; /* a magnitude that cannot be read is 0, no error */
-      qc_err_save(&es);
-      double *d = qc_mod_f64(t, "magnitude");
-      for (int64_t j = 0; d && j < n; j++)
-        if (isfinite(d[j]) && fabs(d[j]) > mx) mx = fabs(d[j]);
-      free(d);
-      qc_err_restore(&es);
-      return mx;
-    }
-    if (isfinite(v) && fabs(v) > mx) mx = fabs(v);
+  if (n && !direct(t)) {
+    qc_err_state es; /* a magnitude that cannot be read is 0, no error */
+    qc_err_save(&es);
+    double *d = qc_mod_f64(t, "magnitude");
+    for (int64_t j = 0; d && j < n; j++)
+      if (isfinite(d[j]) && fabs(d[j]) > mx) mx = fabs(d[j]);
+    free(d);
+    qc_err_restore(&es);
+    return mx;
   }
+  if (!n) return 0;
+  const int64_t per = (int64_t)1 << 16, np = (n + per - 1) / per;
+  double one, *p = np > 1 ? malloc((size_t)np * sizeof *p) : NULL; /* NULL: one piece */
+  maxabs_ctx x = {t, n, p ? per : n, p ? p : &one};
+  qc_par_for(p ? np : 1, 1, maxabs_pieces, &x);
+  for (int64_t c = 0; c < (p ? np : 1); c++)
+    if (x.mx[c] > mx) mx = x.mx[c];
+  free(p);
   return mx;
 }
 
@@ -224,20 +263,39 @@ void qc_mod_block_whole(int ndim, const int64_t *shape, qc_split_block *b) {
   b->c1 = b->cols;
 }
 
-/* Element i of t as a double for the float types read directly (bf16,
- * f16, f32, f64); 0 for the dtypes qc_mod_terms_tensor converts first. */
-static double elem(const qc_tensor *t, int64_t i) {
-  switch (t->dtype) {
-    case QC_BF16: return qc_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    case QC_F16: return qc_f16_to_f32(((const uint16_t *)t->data)[i]);
-    case QC_F32: return ((const float *)t->data)[i];
-    case QC_F64: return ((const double *)t->data)[i];
-    default: return 0.0;
-  }
-}
 
-static int direct(const qc_tensor *t) {
-  return t->dtype == QC_BF16 || t->dtype == QC_F16 || t->dtype == QC_F32 || t->dtype == QC_F64;
+/* Sampled rows [lo, hi) of qc_mod_terms_tensor: rs[row] = sum over the
+ * sampled columns c of T[row, c]^2 (finite ones), each T a whole sum over
+ * K in k order; tid's own [cols] scratch in t. */
+typedef struct terms_ctx {
+  const qc_tensor *a;
+  int64_t sa_i, sa_k;
+  const qc_tensor *b;
+  int64_t sb_k, sb_j, K, step, cols, cstep;
+  const double *bc; /* |b|'s sampled columns, [K, cols], or NULL */
+  double *t, *rs;
+} terms_ctx;
+
+static void terms_rows(void *p, int64_t lo, int64_t hi, int tid) {
+  const terms_ctx *x = p;
+  double *t = x->t + (int64_t)tid * x->cols;
+  for (int64_t r = lo; r < hi; r++) {
+    const int64_t i = r * x->step;
+    memset(t, 0, (size_t)x->cols * sizeof *t);
+    for (int64_t k = 0; k < x->K; k++) {
+      double av = fabs(elem(x->a, i * x->sa_i + k * x->sa_k));
+      if (!(av > 0) || !isfinite(av)) continue;
+      if (x->bc) {
+        const double *br = x->bc + k * x->cols;
+        for (int64_t c = 0; c < x->cols; c++) t[c] += av * br[c];
+      } else {
+        for (int64_t c = 0; c < x->cols; c++) t[c] += av * fabs(elem(x->b, k * x->sb_k + c * x->cstep * x->sb_j));
+      }
+    }
+    double ss = 0;
+    for (int64_t c = 0; c < x->cols; c++) ss += isfinite(t[c]) ? t[c] * t[c] : 0.0;
+    x->rs[r] = ss;
+  }
 }
 
 double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const qc_tensor *b, int64_t sb_k, int64_t sb_j,
@@ -253,35 +311,25 @@ double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const
   }
   /* rows and columns of T at an even stride, each element its whole sum over K */
   const int64_t step = M > 64 ? (M + 63) / 64 : 1, cstep = N > 256 ? (N + 255) / 256 : 1;
-  const int64_t cols = (N + cstep - 1) / cstep;
-  double ss = 0;
-  int64_t rows = 0;
-  double *t = calloc((size_t)cols, sizeof *t);
-  if (!t) return 0.0;
+  const int64_t cols = (N + cstep - 1) / cstep, rows = (M + step - 1) / step;
   /* the sampled columns of |b| once, contiguous, where they fit in 64 MiB
    * (each row then sums a vector at a time, in the same order: the same
    * result; element by element through elem() and b's strides it was 12%
    * of a whole-model audit) */
   double *bc = (uint64_t)K * (uint64_t)cols <= ((uint64_t)64 << 20) / sizeof(double) ? malloc((size_t)(K * cols) * sizeof *bc) : NULL;
+  double *rs = malloc((size_t)rows * sizeof *rs), *t = malloc((size_t)(QC_PAR_MAX * cols) * sizeof *t);
+  if (!rs || !t) {
+    free(bc), free(rs), free(t);
+    return 0.0;
+  }
   if (bc)
     for (int64_t k = 0; k < K; k++)
       for (int64_t c = 0; c < cols; c++) bc[k * cols + c] = fabs(elem(b, k * sb_k + c * cstep * sb_j));
-  for (int64_t i = 0; i < M; i += step, rows++) {
-    memset(t, 0, (size_t)cols * sizeof *t);
-    for (int64_t k = 0; k < K; k++) {
-      double av = fabs(elem(a, i * sa_i + k * sa_k));
-      if (!(av > 0) || !isfinite(av)) continue;
-      if (bc) {
-        const double *br = bc + k * cols;
-        for (int64_t c = 0; c < cols; c++) t[c] += av * br[c];
-      } else {
-        for (int64_t c = 0; c < cols; c++) t[c] += av * fabs(elem(b, k * sb_k + c * cstep * sb_j));
-      }
-    }
-    for (int64_t c = 0; c < cols; c++) ss += isfinite(t[c]) ? t[c] * t[c] : 0.0;
-  }
-  free(bc);
-  free(t);
+  terms_ctx x = {a, sa_i, sa_k, b, sb_k, sb_j, K, step, cols, cstep, bc, t, rs};
+  qc_par_for(rows, 1, terms_rows, &x);
+  double ss = 0;
+  for (int64_t r = 0; r < rows; r++) ss += rs[r]; /* row order: the same on any number of threads */
+  free(bc), free(rs), free(t);
   return sqrt(ss * ((double)M / (double)rows) * ((double)N / (double)cols));
 }
 

@@ -4,12 +4,39 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "core/qc.h"
 #include "numerics/formats.h"
+
+/* A conversion of the float types (read directly) on qc_par_for's threads:
+ * each element is converted alone, so the result does not depend on the
+ * pieces. */
+typedef struct conv {
+  qc_dtype dt;
+  const void *p;
+  double *out;
+} conv;
+
+static void conv_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const conv *c = ctx;
+  switch (c->dt) {
+    case QC_F64: memcpy(c->out + lo, (const double *)c->p + lo, (size_t)(hi - lo) * 8); break;
+    case QC_F32: for (int64_t i = lo; i < hi; i++) c->out[i] = ((const float *)c->p)[i]; break;
+    case QC_F16: for (int64_t i = lo; i < hi; i++) c->out[i] = qc_f16_to_f32(((const uint16_t *)c->p)[i]); break;
+    case QC_BF16: for (int64_t i = lo; i < hi; i++) c->out[i] = qc_bf16_to_f32(((const uint16_t *)c->p)[i]); break;
+    default: break;
+  }
+}
 
 int qc_tensor_to_f64(const qc_tensor *t, double *out) {
   int64_t n = qc_numel(t);
   const void *p = t->data;
+  if (n >= ((int64_t)1 << 18) && (t->dtype == QC_F64 || t->dtype == QC_F32 || t->dtype == QC_F16 || t->dtype == QC_BF16)) {
+    conv c = {t->dtype, p, out}; /* a large float tensor: in pieces, beside the GEMMs it feeds */
+    qc_par_for(n, (int64_t)1 << 16, conv_piece, &c);
+    return QC_OK;
+  }
   switch (t->dtype) {
     case QC_F64: memcpy(out, p, (size_t)n * 8); break;
     case QC_F32: for (int64_t i = 0; i < n; i++) out[i] = ((const float *)p)[i]; break;

@@ -144,20 +144,50 @@ static int holds(double v, qc_dtype dt) {
   return qc_f16_to_f32(qc_f32_to_f16(f)) == f;
 }
 
+/* Pieces of qc_values_dtype: bit k of held[piece] set when every finite
+ * value of the piece is a value of order[k]. */
+static const qc_dtype g_vorder[3] = {QC_BF16, QC_F16, QC_F32};
+typedef struct vd_ctx {
+  const double *g;
+  int64_t n, per;
+  int kinds;
+  unsigned *held;
+} vd_ctx;
+
+static void vd_pieces(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const vd_ctx *x = p;
+  for (int64_t c = lo; c < hi; c++) {
+    unsigned h = (1u << x->kinds) - 1;
+    const int64_t i1 = (c + 1) * x->per < x->n ? (c + 1) * x->per : x->n;
+    for (int64_t i = c * x->per; i < i1 && h; i++)
+      if (isfinite(x->g[i]))
+        for (int k = 0; k < x->kinds; k++)
+          if ((h & (1u << k)) && !holds(x->g[i], g_vorder[k])) h &= ~(1u << k);
+    x->held[c] = h;
+  }
+}
+
 qc_dtype qc_values_dtype(const double *g, int64_t n, qc_dtype container) {
-  static const qc_dtype order[3] = {QC_BF16, QC_F16, QC_F32};
   int width[QC_DTYPE_COUNT] = {0};
   width[QC_BF16] = 1;
   width[QC_F16] = 2;
   width[QC_F32] = 3;
   width[QC_F64] = 4;
   if (!width[container]) return container;
-  for (int k = 0; k < 3 && width[order[k]] < width[container]; k++) {
-    int all = 1;
-    for (int64_t i = 0; i < n && all; i++)
-      if (isfinite(g[i]) && !holds(g[i], order[k])) all = 0;
-    if (all) return order[k];
-  }
+  int kinds = 0; /* the narrower types to try, in order */
+  while (kinds < 3 && width[g_vorder[kinds]] < width[container]) kinds++;
+  if (!kinds) return container;
+  const int64_t per = (int64_t)1 << 16, np = n > 0 ? (n + per - 1) / per : 1;
+  unsigned one, *held = np > 1 ? malloc((size_t)np * sizeof *held) : NULL; /* NULL: one piece */
+  const int64_t pieces = held ? np : 1;
+  vd_ctx x = {g, n, held ? per : (n > 0 ? n : 1), kinds, held ? held : &one};
+  qc_par_for(pieces, 1, vd_pieces, &x);
+  unsigned all = (1u << kinds) - 1;
+  for (int64_t c = 0; c < pieces; c++) all &= x.held[c];
+  free(held);
+  for (int k = 0; k < kinds; k++)
+    if (all & (1u << k)) return g_vorder[k];
   return container;
 }
 
@@ -203,45 +233,109 @@ size_t qc_bias_dev_doubles(int64_t rows, int64_t cols) {
   return (size_t)(strips * chunks * 13 + rows * strips * 2 + chunks * cols * 2 + QC_DEV_SUM_FB * 21);
 }
 
-int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, qc_metrics *m) {
-  qc_bias_sums s;
-  memset(&s, 0, sizeof s);
-  s.rows = rows;
-  s.cols = cols;
-  int use_cols = qc_bias_use_cols(rows, cols);
-  double *ct = NULL;
-  if (use_cols && !(ct = calloc((size_t)cols * 2, sizeof *ct))) return qc_err_sys("out of memory for the bias test's column sums");
-  for (int64_t i = 0; i < rows; i++) {
+/* Rows [r0, r1) of the rounded-reference pass into s (its elementwise and
+ * row-cluster sums, added) and ct (its column sums, interleaved x r and
+ * r^2; NULL: none). */
+static void bias_rows(const double *g, const double *r, int64_t r0, int64_t r1, int64_t cols, qc_dtype dt, qc_bias_sums *s,
+                      double *ct) {
+  for (int64_t i = r0; i < r1; i++) {
     const double *gi = g + i * cols, *ri = r + i * cols;
     double t = 0, c = 0;
     for (int64_t j = 0; j < cols; j++) {
       double rv = ri[j], gv = gi[j];
       if (!isfinite(rv) || !isfinite(gv)) continue;
       double q = qc_round_to(rv, dt), x = gv - q, e = q - rv, xr = x * rv, rr = rv * rv;
-      s.snf += e * e;
-      s.sxr += xr;
-      s.srr += rr;
-      s.sxx += x * x;
-      s.sx2r2 += xr * xr;
-      s.sxr3 += xr * rr;
-      s.sr4 += rr * rr;
+      s->snf += e * e;
+      s->sxr += xr;
+      s->srr += rr;
+      s->sxx += x * x;
+      s->sx2r2 += xr * xr;
+      s->sxr3 += xr * rr;
+      s->sr4 += rr * rr;
       t += xr;
       c += rr;
       if (ct) { ct[2 * j] += xr; ct[2 * j + 1] += rr; }
     }
-    s.row_tt += t * t;
-    s.row_tc += t * c;
-    s.row_cc += c * c;
+    s->row_tt += t * t;
+    s->row_tc += t * c;
+    s->row_cc += c * c;
+  }
+}
+
+/* The pass in row pieces on qc_par_for's threads. The pieces are fixed by
+ * the shape alone (QC_BIAS_PIECES at most, at least QC_BIAS_PIECE_MIN
+ * elements each, their column sums within QC_BIAS_PIECE_COLS doubles), and
+ * their sums are added in piece order: the same result on any number of
+ * threads. */
+#define QC_BIAS_PIECES 16
+#define QC_BIAS_PIECE_MIN ((int64_t)1 << 18)
+#define QC_BIAS_PIECE_COLS ((int64_t)1 << 21)
+typedef struct bias_ctx {
+  const double *g, *r;
+  int64_t rows, cols, per;
+  qc_dtype dt;
+  qc_bias_sums *s; /* [pieces] */
+  double *ct;      /* [pieces][2 cols], or NULL */
+} bias_ctx;
+
+static void bias_pieces(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const bias_ctx *x = p;
+  for (int64_t k = lo; k < hi; k++) {
+    int64_t r0 = k * x->per, r1 = r0 + x->per < x->rows ? r0 + x->per : x->rows;
+    bias_rows(x->g, x->r, r0, r1, x->cols, x->dt, &x->s[k], x->ct ? x->ct + k * 2 * x->cols : NULL);
+  }
+}
+
+int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, qc_metrics *m) {
+  qc_bias_sums s;
+  memset(&s, 0, sizeof s);
+  s.rows = rows;
+  s.cols = cols;
+  const int use_cols = qc_bias_use_cols(rows, cols);
+  int64_t np = rows * cols / QC_BIAS_PIECE_MIN;
+  if (np > QC_BIAS_PIECES) np = QC_BIAS_PIECES;
+  if (np > rows) np = rows;
+  if (use_cols && np * cols > QC_BIAS_PIECE_COLS) np = QC_BIAS_PIECE_COLS / cols;
+  if (np < 1) np = 1;
+  const int64_t per = rows > 0 ? (rows + np - 1) / np : 0;
+  if (per > 0) np = (rows + per - 1) / per;
+  qc_bias_sums *ps = calloc((size_t)np, sizeof *ps);
+  double *ct = use_cols ? calloc((size_t)(np * cols * 2), sizeof *ct) : NULL;
+  if (!ps || (use_cols && !ct)) {
+    free(ps);
+    free(ct);
+    return qc_err_sys("out of memory for the bias test's column sums");
+  }
+  bias_ctx x = {g, r, rows, cols, per, dt, ps, ct};
+  if (rows > 0) qc_par_for(np, 1, bias_pieces, &x);
+  for (int64_t k = 0; k < np; k++) { /* piece order */
+    s.snf += ps[k].snf;
+    s.sxr += ps[k].sxr;
+    s.srr += ps[k].srr;
+    s.sxx += ps[k].sxx;
+    s.sx2r2 += ps[k].sx2r2;
+    s.sxr3 += ps[k].sxr3;
+    s.sr4 += ps[k].sr4;
+    s.row_tt += ps[k].row_tt;
+    s.row_tc += ps[k].row_tc;
+    s.row_cc += ps[k].row_cc;
   }
   if (ct)
     for (int64_t j = 0; j < cols; j++) {
-      s.col_tt += ct[2 * j] * ct[2 * j];
-      s.col_tc += ct[2 * j] * ct[2 * j + 1];
-      s.col_cc += ct[2 * j + 1] * ct[2 * j + 1];
+      double t = 0, c = 0;
+      for (int64_t k = 0; k < np; k++) {
+        t += ct[k * 2 * cols + 2 * j];
+        c += ct[k * 2 * cols + 2 * j + 1];
+      }
+      s.col_tt += t * t;
+      s.col_tc += t * c;
+      s.col_cc += c * c;
     }
   else
     s.cols = 0; /* no column clusters */
   free(ct);
+  free(ps);
   qc_bias_finish(&s, m);
   return QC_OK;
 }
