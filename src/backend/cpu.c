@@ -24,6 +24,23 @@ static int cpu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int
   return QC_OK;
 }
 
+/* src[0, n) widened exactly to float32 on qc_par_for's threads. */
+typedef struct widen_ctx {
+  const uint16_t *src;
+  float *dst;
+} widen_ctx;
+
+static void widen_piece(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const widen_ctx *x = p;
+  for (int64_t i = lo; i < hi; i++) x->dst[i] = qc_bf16_to_f32(x->src[i]);
+}
+
+static void widen_bf16(const uint16_t *src, int64_t n, float *dst) {
+  widen_ctx x = {src, dst};
+  qc_par_for(n, (int64_t)1 << 16, widen_piece, &x);
+}
+
 /* Candidate GEMM: bf16 operands widened exactly to float32, sgemm (float32
  * accumulation), float32 result. */
 static int cpu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k,
@@ -39,8 +56,8 @@ static int cpu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, in
   float *a = qc_malloc(na * sizeof *a, "bf16 GEMM operand A");
   float *b = a ? qc_malloc(nb * sizeof *b, "bf16 GEMM operand B") : NULL;
   if (!a || !b) { free(a); return QC_ESYS; }
-  for (size_t i = 0; i < na; i++) a[i] = qc_bf16_to_f32(A[i]);
-  for (size_t i = 0; i < nb; i++) b[i] = qc_bf16_to_f32(B[i]);
+  widen_bf16(A, (int64_t)na, a);
+  widen_bf16(B, (int64_t)nb, b);
   cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, C, (int)ldc);
   free(a);
   free(b);

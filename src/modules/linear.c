@@ -110,7 +110,7 @@ static int lin_operand(const lin_contract *c, const qc_tensor *t, int64_t rows, 
   if (!f) return QC_ESYS;
   int rc = to_f32(t, f, n);
   if (!rc && quantize && strcmp(fmt, "none") != 0) rc = qc_fake_quant_sr(fmt, c->profile, rows, cols, f, f, sr, what);
-  for (int64_t i = 0; i < n && !rc; i++) out[i] = qc_f32_to_bf16(f[i]);
+  if (!rc) qc_mod_to_bf16(f, n, out);
   free(f);
   return rc;
 }
@@ -160,7 +160,7 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
      * by the all-reduce in float32 before the one rounding to bf16, as a tensor-parallel backward does */
     if (ctx->group && (rc = ctx->group->allreduce(ctx->group, acc, M * K, QC_F32, QC_RED_SUM))) goto done;
     if (c.clipped && strcmp(c.afmt, "none") != 0 && (rc = ste_mask(v.x, c.T, acc, M * K, tmp))) goto done;
-    for (int64_t i = 0; i < M * K; i++) ((uint16_t *)dx.data)[i] = qc_f32_to_bf16(acc[i]);
+    qc_mod_to_bf16(acc, M * K, dx.data);
     if ((rc = qc_tset_add(grads, &dx))) goto done;
   }
   if (want_dw) {
@@ -170,7 +170,7 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_BF16, 2, wshape))) goto done;
     if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_T, QC_OP_N, N, K, M, gb, N, xb, K, acc, K))) goto done;
     if (c.clipped && strcmp(c.wfmt, "none") != 0 && (rc = ste_mask(v.w, c.T, acc, N * K, tmp))) goto done;
-    for (int64_t i = 0; i < N * K; i++) ((uint16_t *)dw.data)[i] = qc_f32_to_bf16(acc[i]);
+    qc_mod_to_bf16(acc, N * K, dw.data);
     if ((rc = qc_tset_add(grads, &dw))) goto done;
   }
   if (v.bias) {

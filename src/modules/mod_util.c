@@ -165,6 +165,23 @@ static int direct(const qc_tensor *t) {
   return t->dtype == QC_BF16 || t->dtype == QC_F16 || t->dtype == QC_F32 || t->dtype == QC_F64;
 }
 
+/* out[i] = bf16(src[i]) (round to nearest even) for i in [lo, hi). */
+typedef struct round_ctx {
+  const float *src;
+  uint16_t *out;
+} round_ctx;
+
+static void round_piece(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const round_ctx *x = p;
+  for (int64_t i = lo; i < hi; i++) x->out[i] = qc_f32_to_bf16(x->src[i]);
+}
+
+void qc_mod_to_bf16(const float *src, int64_t n, uint16_t *out) {
+  round_ctx x = {src, out};
+  qc_par_for(n, (int64_t)1 << 16, round_piece, &x);
+}
+
 /* max |v| over the finite v of pieces [lo, hi) of `per` elements into
  * mx[piece]: a maximum, the same on any number of threads. */
 typedef struct maxabs_ctx {

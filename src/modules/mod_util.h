@@ -36,6 +36,9 @@ int qc_mod_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t
  * rounded to bf16, margin (0: default) and the model in words (printf). */
 void qc_mod_tm(qc_tol_model *tm, int64_t k, double lambda, int rounded, double margin, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+/* out[0, n) = src rounded to bfloat16 (nearest even), elementwise on
+ * qc_par_for's threads (the same on any number of them). */
+void qc_mod_to_bf16(const float *src, int64_t n, uint16_t *out);
 /* The largest finite |value| of t (0 for an undecodable tensor). */
 double qc_mod_maxabs(const qc_tensor *t);
 /* ||T||_F of T = |A| |B|, T [M, N] reducing over K, A(i, k) = a[i sa_i +
