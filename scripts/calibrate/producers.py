@@ -141,19 +141,27 @@ def eager_nvfp4(x):
 
 
 def eager_nvfp4_modelopt(x):
-    """ModelOpt's export as eager ops: w = amax / (6 * 448), sf = bmax / (6 * w) (zero blocks 1,
-    clamped to [2^-9, 448]), elements x / (sf * w)."""
+    """ModelOpt's NVFP4 export as eager ops (NVFP4QTensor, nvfp4_tensor.py @5a4242f,
+    docs/conformance.md): w = amax / (6 * 448); sf = bmax / (6 w), a zero sf set
+    to 1, cast to e4m3 with no clamp (under 2^-10 the byte is 0); elements
+    x / (float(sf) * w), cast by the sign of x < 0 (-0 gives code 0) and the
+    magnitude's place among the midpoints, the odd midpoints (0.75, 1.75, 3.5)
+    rounding up (ties to even); NaN and Inf give 7 (x / 0 saturates)."""
     rows, cols = x.shape
     amax = x.abs().float().amax()
     w = amax / (6.0 * 448.0)
     xg = _pad_cols(x, 16).view(rows, -1, 16).float()
     bmax = xg.abs().amax(dim=-1, keepdim=True)
     sf = bmax / (6.0 * w)
-    sf = torch.where(sf == 0, torch.ones_like(sf), sf).clamp(2.0 ** -9, 448.0)
+    sf = torch.where(sf == 0, torch.ones_like(sf), sf)
     sf8 = e4m3(sf)
-    d = e4m3_float(sf8) * w
-    codes = e2m1((xg / d).clamp(-6.0, 6.0)).view(rows, -1)[:, :cols]
-    return _np(codes), _np(sf8.view(rows, -1)), float(w)
+    v = xg / (e4m3_float(sf8) * w)
+    mid = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], device=v.device)
+    a = v.abs().contiguous()
+    code = torch.searchsorted(mid, a).to(torch.uint8)  # midpoints strictly below |v|; NaN sorts last
+    code += ((a == 0.75) | (a == 1.75) | (a == 3.5)).to(torch.uint8)
+    code += (v < 0).to(torch.uint8) << 3
+    return _np(code.view(rows, -1)[:, :cols]), _np(sf8.view(rows, -1)), float(w)
 
 
 def eager_mxfp8(x):

@@ -48,7 +48,9 @@ static float spec_scale(const char *f, float amax) {
   if (!strcmp(f, "fp8_tensor")) return amax / 448.f;
   if (!strcmp(f, "fp8_token") || !strcmp(f, "fp8_channel")) return fmaxf(amax / 448.f, 1.f / 229376.f);
   if (!strcmp(f, "fp8_group128")) return fmaxf(amax, 1e-10f) / 448.f;
-  if (!strcmp(f, "fp8_group128_ue8m0")) return ceil2f(fmaxf(amax, 1e-10f) / 448.f);
+  /* vllm is vLLM's CUDA path: the scale itself floored at 1e-10 before the
+   * power of two, so no scale is under 2^-33 (qpass.c cites the kernel) */
+  if (!strcmp(f, "fp8_group128_ue8m0")) return ceil2f(fmaxf(fmaxf(amax, 1e-10f) / 448.f, 1e-10f));
   if (!strcmp(f, "fp8_block128")) return fmaxf(amax, 1e-4f) * bf(0x3b124925u); /* * RN(1/448) */
   if (!strcmp(f, "mxfp4")) { /* the EVEN rule: exponent of amax rounded up at 1.75, minus 2 */
     int e = (int)(((fb(amax) + 0x200000u) >> 23) & 0xffu) - 2;
