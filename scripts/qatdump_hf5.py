@@ -457,6 +457,26 @@ def attention_module(m, cfg, mod, table):
     m.qc_rope_k = H.QcRope(mod.rotate_half, theta, table)
 
 
+def _gated_norm_group(norm, width):
+    """The features MambaRMSNormGated normalizes together: its group_size
+    (5.23); a release without one (5.17) is checked to normalize the whole
+    row, as 4.49 does, on a random input, and refused naming what differs."""
+    if hasattr(norm, "group_size"):
+        return norm.group_size
+    w = norm.weight
+    x = torch.randn(2, width, dtype=w.dtype, device=w.device)
+    g = torch.randn(2, width, dtype=w.dtype, device=w.device)
+    with torch.no_grad():
+        got = norm(x, g).float()
+        h = x.float() * F.silu(g.float())
+        want = w.float() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)).to(w.dtype).float()
+    if not torch.allclose(got, want, rtol=1e-2, atol=1e-3):
+        raise qatdump.QatDumpError("qatdump_hf: transformers %s: MambaRMSNormGated has no group_size and does not "
+                                   "normalize the whole row (y * silu(gate), then one rmsnorm): not modelled"
+                                   % H.transformers.__version__)
+    return width
+
+
 def mamba2_mixer(name, m, notes, ssd_groups):
     if ssd_groups not in (None, "interleave"):
         raise ValueError("--ssd-groups %s: transformers 5's torch path interleaves the groups (head h reads group "
@@ -464,7 +484,7 @@ def mamba2_mixer(name, m, notes, ssd_groups):
     m.qc_conv = H.QcConv1d(m.conv1d)
     del m.conv1d
     m.qc_ssd = QcSSD5(m)
-    if m.norm.group_size == m.intermediate_size:
+    if _gated_norm_group(m.norm, m.intermediate_size) == m.intermediate_size:
         m.norm = H.QcGatedNorm(m.norm)
         notes.append((name + ".norm (y * silu(gate))", "the gated norm's gate product: no class (its rmsnorm is "
                                                        "dumped as .norm.rms)"))
