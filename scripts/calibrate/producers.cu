@@ -214,7 +214,9 @@ __global__ void k_mx(int path, Geo geo, const void *in, int fp4, uint8_t *codes,
     e = (int)((__float_as_uint(ceil_pow2_bits(amax / (fp4 ? 6.0f : 448.0f))) >> 23) & 0xffu) - 127;
   }
   e = max(-127, min(127, e));
-  float scale = exp2f((float)e);
+  // OCP MX v1.0: X = 2^e exactly (exp2f(-127) is one ulp under 2^-127 on the GPU; vLLM's and torch's
+  // paths divide by it, the spec does not)
+  float scale = path == M_OCP ? ldexpf(1.0f, e) : exp2f((float)e);
   for (int64_t c = c0; c < c1; c++) {
     float v = ld(in, geo.bf16, r0 * geo.cols + c) / scale;
     codes[r0 * geo.cols + c] = fp4 ? to_e2m1(v) : to_e4m3(v);

@@ -92,6 +92,25 @@ QC_HD float qa_rcpa(float a) {
 #endif
 }
 
+/* rcp.approx.ftz.f32, vLLM's reciprocal_approximate_ftz (csrc/quantization/fp4/
+ * nvfp4_utils.cuh @2c9ff65): a subnormal input is flushed to a signed zero
+ * (result +-Inf) and a result below the normal range to a signed zero; in
+ * between it is rcp.approx.f32 (the hardware's MUFU.RCP, which both
+ * variants run for normal operands and results). */
+QC_HD float qa_rcpa_ftz(float a) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+#else
+  uint32_t u = qa_bits(a);
+  if ((u & 0x7f800000u) == 0) return qa_float((u & 0x80000000u) | 0x7f800000u);
+  float r = qc_rcpa(a);
+  uint32_t v = qa_bits(r);
+  return (v & 0x7f800000u) == 0 ? qa_float(v & 0x80000000u) : r;
+#endif
+}
+
 /* max for non-NaN operands (amax and scales are never NaN here). */
 QC_HD float qa_max(float a, float b) { return a > b ? a : b; }
 QC_HD float qa_min(float a, float b) { return a < b ? a : b; }

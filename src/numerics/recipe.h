@@ -150,13 +150,18 @@ QC_HD qc_bscale qr_scale_given(const qc_recipe *r, float s, uint8_t byte, float 
         break;
       }
       if (sf == 0.0f) { b.k = 0.0f; break; }
-      b.k = r->nop == QN_RCPA ? qa_rcpa(qa_mul(sf, qa_rcpa(g))) : qa_rcp(qa_mul(sf, qa_rcp(g)));
+      /* QN_RCPA: vLLM's cvt_warp_fp16_to_fp4 (nvfp4_utils.cuh @2c9ff65) uses rcp.approx.FTZ: a global
+       * scale over 2^126 has reciprocal 0, so the factor is 1/0 = Inf and a non-zero element gives +-6 */
+      b.k = r->nop == QN_RCPA ? qa_rcpa_ftz(qa_mul(sf, qa_rcpa_ftz(g))) : qa_rcp(qa_mul(sf, qa_rcp(g)));
       break;
     }
     case QR_MX:
       b.deq = qr_e8m0_val(byte);
       b.k = byte == 254 ? qa_float(0x00400000u) : qa_float((uint32_t)(254 - byte) << 23); /* 2^(127-b) = 1/deq, exact */
-      if (byte == 0 && r->mop != QM_CEIL2_DIV) { /* the producers divide by exp2f(-127), not 2^-127 */
+      /* vLLM's and torch's mx code divide a byte-0 block by exp2f(-127), not 2^-127; the OCP MX spec
+       * (v1.0 sec. 6.3: V_i / X with X = 2^-127 exactly; microxcaling mx_ops.py _quantize_mx @3b429a8,
+       * torchao to_mx @050515e: x * 2^127 exactly) and exact do not */
+      if (byte == 0 && r->mop != QM_CEIL2_DIV && r->mop != QM_OCP) {
         b.k = qa_float(QA_EXP2F_M127_BITS);
         b.div = 1;
       }

@@ -39,6 +39,10 @@ typedef struct {
 #define TENV "TE core_nvfp4.cuh + quantize_transpose_nvfp4.cuh (S_enc min FLT_MAX, block inverse min FLT_MAX) @d0067d0"
 #define MO "ModelOpt nvfp4_tensor.py NVFP4QTensor (get_weights_scaling_factor, quantize, _cast_fp4) @5a4242f"
 #define DG "DeepGEMM deep_gemm/utils/math.py per_block_cast_to_fp8, ceil_to_ue8m0 @54e2261"
+#define NAT "vLLM input_quant_fp8.py QuantFP8.forward_native, _quantize_group_native @014af6b (Inductor: t / 448 = t * RN(1/448))"
+#define NV4 "vLLM nvfp4_utils.cuh cvt_warp_fp16_to_fp4 (reciprocal_approximate_ftz = rcp.approx.ftz.f32) @2c9ff65"
+#define OCP "OCP MX v1.0 6.3 (X = 2^(floor(log2 amax) - emax), V / X exact): microxcaling mx_ops.py _quantize_mx @3b429a8, torchao to_mx FLOOR @050515e"
+#define TAO "torchao mx_tensor.py to_mx, ScaleCalculationMode.EVEN (bits + 2^21, exponent - 2) @050515e"
 #define NA 0.0f, 0.0f
 
 static const edge_row g_rows[] = {
@@ -108,6 +112,29 @@ static const edge_row g_rows[] = {
     {"torch", "fp8_block128", "power of two: 3.5 / 448 = 2^-7", 3.5f, 0, 0, 0x3c000000u, -1, 0, DG},
     {"torch", "fp8_block128", "amax at the format max 448", 448.0f, 0, 0, 0x3f800000u, -1, 0, DG},
     {"deepgemm", "fp8_block128_ue8m0", "all-zero block: bit rule of 1e-4 * RN(1/448)", NA, 0, 0x34800000u, -1, 0, DG},
+
+    /* vLLM's torch-native QuantFP8 (vllm_native): (amax / 448).clamp(min=1/(448*512)), the group path's UE8M0
+     * exp2(ceil(log2(.))) BEFORE that clamp, so a small group's scale is RN(1/229376) itself, not a power of two */
+    {"vllm_native", "fp8_token", "all-zero row: the clamp RN(1/229376)", NA, 0, 0x36924925u, -1, 0, NAT},
+    {"vllm_native", "fp8_tensor", "amax 1e-9: the clamp RN(1/229376)", 1e-9f, 0, 0, 0x36924925u, -1, 0, NAT},
+    {"vllm_native", "fp8_group128_ue8m0", "all-zero group: clamp after the power of two", NA, 0, 0x36924925u, -1, 0, NAT},
+    {"vllm_native", "fp8_group128_ue8m0", "amax 0.01: ceil2_log(0.01 * RN(1/448)) = 2^-15", 0.01f, 0, 0, 0x38000000u, -1, 0, NAT},
+
+    /* vLLM's CUDA nvfp4 kernel: SF = e4m3(g * (bmax * rcp.approx.ftz(6))), factor rcp.approx.ftz(SF * rcp.approx.ftz(g)):
+     * for a tensor amax of 2^-116, g = 2688 * 2^116 and rcp.approx.ftz(g) flushes to 0, so the factor is Inf and
+     * x = 2^-117 saturates to 6 (without the flush: 3.0, code 5) */
+    {"vllm_cuda_nvfp4", "nvfp4", "global scale over 2^126: ftz reciprocal 0, x saturates", 0x1p-116f, 0x1p-117f, 0, 0x7e, 0x7,
+     0x7f280000u, NV4},
+    {"vllm_cuda_nvfp4", "nvfp4", "amax 6: g 448, block scale 448", 6.0f, 6.0f, 0, 0x7e, 0x7, 0x43e00000u, NV4},
+
+    /* OCP MX: X = 2^(floor(log2(amax)) - emax) (8 for e4m3, 2 for e2m1), clamped at 2^-127, elements V / X exactly:
+     * in a byte-0 block, x = 17 * 2^-131 gives 1.0625 exactly, a tie that rounds to 1.0 (0x38); dividing by
+     * exp2f(-127) = 0x003fffff instead gives just above 1.0625, 1.125 (0x39) */
+    {"ocp", "mxfp8", "byte-0 block: x * 2^127 exactly (tie 1.0625 -> 1.0)", 0x1.8p-120f, 0x1.1p-127f, 0, 0x00, 0x38, 0, OCP},
+    {"ocp", "mxfp8", "amax 1: floor(log2 1) - 8, element 256", 1.0f, 1.0f, 0, 0x77, 0x78, 0, OCP},
+    {"ocp", "mxfp4", "amax 7: floor(log2 7) - 2 = 0, element saturates to 6", 7.0f, 7.0f, 0, 0x7f, 0x7, 0, OCP},
+    /* torchao's EVEN rule (qatcheck's torch and vllm mxfp4): 7 + 2^21 ulp crosses to 8, exponent 3 - 2 = 1 */
+    {"torch", "mxfp4", "amax 7: EVEN rounds the exponent up", 7.0f, 0, 0, 0x80, -1, 0, TAO},
 };
 
 /* The code of element i: a byte, or a nibble of two a byte (fp4). */
