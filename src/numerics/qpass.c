@@ -78,12 +78,18 @@ static const struct path_row {
      * then the SCALE is floored, s = max(s, 1e-10), before the power of two: minimum 2^-33. (The
      * Triton kernel floors only the amax: 2^-42; vllm_triton.) */
     {QC_QP_VLLM, QC_QF_FP8_GROUP128_UE8M0, FP8P(1e-10f, QS_DIV, 1e-10f, QP_CEIL2, QE_RCP), NO},
-    {QC_QP_VLLM, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), NO},     /* per_block_cast_to_fp8, Inductor */
+    /* vLLM's per_block_cast_to_fp8 (vllm/utils/deep_gemm.py @00620f9): amax.clamp(1e-4) / 448, use_ue8m0:
+     * pow(2, ceil(log2(|sf|))), elements x * (1.0 / sf); under Inductor t / 448 = t * RN(1/448), 1.0 / t = rcpa */
+    {QC_QP_VLLM, QC_QF_FP8_BLOCK128, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), NO},
     {QC_QP_VLLM, QC_QF_FP8_BLOCK128_UE8M0, FP8(1e-4f, QS_MUL, QP_NONE, 0, QE_RCPA), FP8(1e-4f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA)},
     {QC_QP_VLLM, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},                     /* the eager reference */
     {QC_QP_VLLM, QC_QF_MXFP8, MX(QM_LOG_MUL, 0), NO},
     {QC_QP_VLLM, QC_QF_MXFP4, MX(QM_EVEN, 1), NO},
 
+    /* vLLM's QuantFP8.forward_native (input_quant_fp8.py @014af6b; _FP8_MAX 448 from quant_utils.py
+     * get_fp8_min_max @01693a6) under Inductor: (amax / 448).clamp(min=1/(448*512)), elements
+     * x * scale.reciprocal(); _quantize_group_native: absmax / 448, UE8M0 exp2(ceil(log2(.))) BEFORE the
+     * same clamp, elements x / scale (Inductor: x * rcpa(s)), clamped to +-448 */
     {QC_QP_VLLM_NATIVE, QC_QF_FP8_TENSOR, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
     {QC_QP_VLLM_NATIVE, QC_QF_FP8_TOKEN, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
     {QC_QP_VLLM_NATIVE, QC_QF_FP8_CHANNEL, FP8(0, QS_MUL, QP_NONE, C229, QE_RCPA), NO},
@@ -91,6 +97,9 @@ static const struct path_row {
     {QC_QP_VLLM_NATIVE, QC_QF_FP8_GROUP128_UE8M0, FP8(0, QS_MUL, QP_CEIL2_LOG, C229, QE_RCPA), NO},
     {QC_QP_VLLM_TRITON, QC_QF_FP8_GROUP128, FP8(1e-10f, QS_MUL, QP_NONE, 0, QE_RCPA), NO},
     {QC_QP_VLLM_TRITON, QC_QF_FP8_GROUP128_UE8M0, FP8(1e-10f, QS_MUL, QP_CEIL2_LOG, 0, QE_RCPA), NO},
+    /* vLLM's CUDA nvfp4 kernel (csrc/quantization/fp4/nvfp4_utils.cuh @2c9ff65, cvt_warp_fp16_to_fp4):
+     * SF = e4m3 SATFINITE(g * (bmax * rcp.approx.ftz(6))) (rcpa(6) = RN(1/6)); factor SF != 0 ?
+     * rcp.approx.ftz(SF * rcp.approx.ftz(g)) : 0; cvt.rn.satfinite.e2m1x2. g is given (eager rule here) */
     {QC_QP_VLLM_CUDA_NVFP4, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCPA), NO},
 
     {QC_QP_TORCH, QC_QF_FP8_TENSOR, FP8(0, QS_MUL, QP_NONE, 0, QE_RCP), NO},
@@ -122,6 +131,9 @@ static const struct path_row {
      * S_enc = min(2688 / amax, FLT_MAX) (amax 0: 1); S_dec_b = e4m3(bmax * (S_enc * RN(1/6)));
      * elements x * min(1 / (S_dec_b * (1 / S_enc)), FLT_MAX), cvt.rn.satfinite */
     {QC_QP_TE, QC_QF_NVFP4, NV(QG_TE, QF_TE, QN_RCP_TE), NO},
+    /* OCP MX v1.0 sec. 6.3: X = 2^(floor(log2(amax)) - emax_elem), clamped at 2^-127, elements V / X exactly,
+     * saturating (the floor from the bits, as torchao to_mx FLOOR @050515e; microxcaling mx_ops.py
+     * _quantize_mx @3b429a8 takes it from a float log2, which can differ just under a power of two) */
     {QC_QP_OCP, QC_QF_MXFP8, MX(QM_OCP, 0), NO},
     {QC_QP_OCP, QC_QF_MXFP4, MX(QM_OCP, 1), NO},
 };
