@@ -1,0 +1,319 @@
+#!/usr/bin/python3
+"""dsv3_layer.py: one DeepSeek-V3 decoder layer (MLA attention, noaux_tc
+router, 256-style routed experts with fp8 block-128 expert QAT and a shared
+expert) with random weights, one training step dumped by scripts/qatdump.py
+and audited by `qatcheck vjp` (bench/dsv3_layer.sh; docs/models.md).
+
+The layer is transformers 5's DeepseekV3ForCausalLM with one MoE layer,
+instrumented by scripts/qatdump_hf.py (its MLA linears fp8_block128 with
+their deployed bytes, the interleaved YaRN rope, the attention core, the
+noaux_tc router, the logprob loss); only the routed experts are replaced
+here by a trainer's FP8 forward / float32 backward (QcMoEFP8): each expert's
+w1[e], w2[e] quantized fp8_block128 (profile vllm) on the device, the
+forward on the dequantized experts, d_x through them (dx_weight dequant),
+d_w1, d_w2 straight through, the bytes and scales saved (saved/w1_q,
+w1_scale, w2_q, w2_scale: checked byte for byte by the audit).
+
+usage: dsv3_layer.py --out DIR [--size tiny|issue38|real] [--hidden N]
+         [--experts N] [--topk N] [--n-group N] [--topk-group N]
+         [--expert-width N] [--tokens N] [--heads N] [--device cpu|cuda]
+         [--plant P[,P...]] [--estimate]
+  P: none | expert_grad (expert 2's d_w1 one percent high) | router_bias (the
+  router's weights from score + bias) | o_proj_dx (o_proj's d_x x 1.001);
+  with several, each variant goes to DIR/P
+Prints "key value" lines: the estimate (est_*), then dump_s, dump_bytes,
+dumper_rss_gib, dumper_gpu_gib. Exit 77 (one "skip:" line) when the
+estimate exceeds the disk under DIR or the device's memory."""
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+sys.path.insert(0, os.path.join(HERE, "..", "scripts", "conformance"))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import qatdump_hf  # noqa: E402
+
+# per size: hidden, routed experts, top-k, n_group, topk_group, expert width F, tokens (batch x seq), heads,
+# q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_head, vocab
+SIZES = {
+    "tiny": dict(hidden=256, experts=32, topk=8, n_group=8, topk_group=3, expert_width=128, batch=2, seq=16,
+                 heads=2, q_lora=128, kv_lora=128, nope=16, rope=8, v_head=16, vocab=96),
+    # issue 38: hidden >= 2048, >= 64 experts, top-8, 3 of 8 groups kept
+    "issue38": dict(hidden=2048, experts=64, topk=8, n_group=8, topk_group=3, expert_width=512, batch=2, seq=512,
+                    heads=16, q_lora=768, kv_lora=256, nope=128, rope=64, v_head=128, vocab=1024),
+    # issue 41: DeepSeek-V3's own layer (config.json of deepseek-ai/DeepSeek-V3)
+    "real": dict(hidden=7168, experts=256, topk=8, n_group=8, topk_group=4, expert_width=2048, batch=1, seq=4096,
+                 heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128, vocab=1024),
+}
+PLANTS = ("none", "expert_grad", "router_bias", "o_proj_dx")
+YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+        "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "rope_theta": 10000.0}
+GIB = float(1 << 30)
+
+
+# ---- fp8 block-128 on the device: the vllm profile's arithmetic ----
+
+def quant_fp8_block128(w, chunk=1 << 28):
+    """Each w[e] [R, C] (R, C multiples of 128) quantized as a weight matrix
+    of its own under fp8_block128, profile vllm (scripts/conformance/
+    quant_oracle.py's rule, which the audit reproduces byte for byte):
+    a = max(amax of the 128 x 128 block, 1e-4), s = fl32(a * fl32(1/448)),
+    k = rcp.approx(s) (the oracle's measured table, on the host: one value a
+    block), code = e4m3(clamp(fl32(w k), +-448)), nearest even. Returns the
+    codes [E, R, C] float8_e4m3fn and the multipliers s [E, R/128, C/128]
+    float32; experts in chunks of about `chunk` elements (no whole-tensor
+    float32 temporaries)."""
+    import quant_oracle
+    quant_oracle.use_tables(qatdump_hf.TABLES)
+    E, R, C = w.shape
+    if R % 128 or C % 128:
+        raise ValueError("fp8_block128 experts: %d x %d is not a multiple of 128" % (R, C))
+    q = torch.empty((E, R, C), dtype=torch.float8_e4m3fn, device=w.device)
+    s = torch.empty((E, R // 128, C // 128), dtype=torch.float32, device=w.device)
+    step = max(1, chunk // (R * C))
+    with torch.no_grad():
+        for e0 in range(0, E, step):
+            b = w[e0:e0 + step].float().reshape(-1, R // 128, 128, C // 128, 128)
+            amax = b.abs().amax(dim=(2, 4)).cpu().numpy().astype(np.float32)
+            a = np.maximum(amax, np.float32(1e-4))
+            sc = (a * np.float32(1.0 / 448)).astype(np.float32)
+            k = torch.from_numpy(np.ascontiguousarray(quant_oracle.rcpa(sc), np.float32)).to(w.device)
+            v = (b * k[:, :, None, :, None]).clamp_(-448.0, 448.0)
+            q[e0:e0 + step] = v.reshape(-1, R, C).to(torch.float8_e4m3fn)
+            s[e0:e0 + step] = torch.from_numpy(sc).to(w.device)
+    return q, s
+
+
+def dequant(q, s):
+    """codes [R, C] times their block's multiplier, float32"""
+    R, C = q.shape
+    return (q.float().view(R // 128, 128, C // 128, 128) * s[:, None, :, None]).view(R, C)
+
+
+class _ExpertsFn(torch.autograd.Function):
+    """The routed experts: forward on dequant(quant(W)); backward d_x
+    through the dequantized experts, d_w1 = d_h^T x, d_w2 = (w dY)^T a
+    (x and a = silu(gate) up unquantized: identity straight-through), all
+    float32; the activations recomputed per expert (nothing per expert
+    kept between the passes but the bytes)."""
+
+    @staticmethod
+    def forward(ctx, x, tw, w1, w2, mod):
+        q1, s1 = quant_fp8_block128(w1)
+        q2, s2 = quant_fp8_block128(w2)
+        F_ = w2.shape[2]
+        out = torch.zeros_like(x)
+        for e in range(w1.shape[0]):
+            tok, slot = torch.where(mod.ids == e)
+            if tok.numel() == 0:
+                continue
+            h = x[tok] @ dequant(q1[e], s1[e]).t()
+            a = F.silu(h[:, :F_]) * h[:, F_:]
+            out.index_add_(0, tok, (a @ dequant(q2[e], s2[e]).t()) * tw[tok, slot, None])
+        ctx.save_for_backward(x, tw, mod.ids, q1, s1, q2, s2)
+        ctx.mod, ctx.shapes = mod, (w1.shape, w2.shape, w1.dtype)
+        mod.qc_bytes = (q1, s1, q2, s2)
+        return out
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, tw, ids, q1, s1, q2, s2 = ctx.saved_tensors
+        sh1, sh2, dt = ctx.shapes
+        F_ = sh2[2]
+        dx, dtw = torch.zeros_like(x), torch.zeros_like(tw)
+        dw1 = torch.zeros(sh1, dtype=dt, device=x.device)
+        dw2 = torch.zeros(sh2, dtype=dt, device=x.device)
+        for e in range(sh1[0]):
+            tok, slot = torch.where(ids == e)
+            if tok.numel() == 0:
+                continue  # an empty expert: exactly zero gradients
+            xe, d1, d2 = x[tok], dequant(q1[e], s1[e]), dequant(q2[e], s2[e])
+            h = xe @ d1.t()
+            g, u = h[:, :F_], h[:, F_:]
+            sg = torch.sigmoid(g)
+            a = g * sg * u
+            dy = gy[tok]
+            dtw[tok, slot] = (dy * (a @ d2.t())).sum(-1)
+            wdy = dy * tw[tok, slot, None]
+            dw2[e] = wdy.t() @ a
+            da = wdy @ d2
+            dh = torch.cat((da * u * sg * (1 + g * (1 - sg)), da * g * sg), -1)
+            dw1[e] = dh.t() @ xe
+            if ctx.mod.qc_plant == "expert_grad" and e == 2:
+                dw1[e] *= 1.01  # the planted bug: expert 2's d_w1 one percent high
+            dx.index_add_(0, tok, dh @ d1)
+        return dx, dtw, dw1, dw2, None
+
+
+def fp8_experts(moe):
+    """qatdump_hf5.QcMoE5 (the library's experts as the moe class) turned
+    into the FP8 expert-QAT trainer: the routed experts through _ExpertsFn,
+    the shared expert unquantized (as QcMoE5 runs it)."""
+    moe.__class__ = type("QcMoEFP8", (type(moe),), {"forward": _moe_forward})
+    moe.qatcheck_contract = dict(moe.qatcheck_contract, expert_weight_format="fp8_block128",
+                                 expert_act_format="none", dx_weight="dequant", profile="vllm")
+    moe.qatcheck_saved = ["topk_ids", "w1_q", "w1_scale", "w2_q", "w2_scale"]
+    moe.qc_plant = "none"
+
+
+def _moe_forward(self, x, topk_weights):
+    out = _ExpertsFn.apply(x, topk_weights, self.w1, self.w2, self)
+    f = self.Fs
+    if f:
+        out = out + F.linear(self._act(F.linear(x, self.shared_w1[:f])) * F.linear(x, self.shared_w1[f:]),
+                             self.shared_w2)
+    q1, s1, q2, s2 = self.qc_bytes
+    self.qc_bytes = None
+    return qatdump_hf._Saved.apply(out, self.ids, q1, s1, q2, s2)
+
+
+def _router_bias_forward(self, logits):
+    """The planted router bug: the weights from the biased keys (score +
+    e_score_correction_bias), which should only select."""
+    with torch.no_grad():
+        type(self).forward(self, logits)  # the class's own forward: the selection (self.ids)
+    w = (logits.sigmoid() + self.bias).gather(1, self.ids)
+    w = w / (w.sum(dim=-1, keepdim=True) + 1e-20) * self.scale
+    return qatdump_hf._Saved.apply(w, self.ids)
+
+
+# ---- the layer ----
+
+def dims(a):
+    d = dict(SIZES[a.size])
+    for k in ("hidden", "experts", "topk", "n_group", "topk_group", "expert_width", "heads"):
+        if getattr(a, k) is not None:
+            d[k] = getattr(a, k)
+    if a.tokens is not None:
+        d["batch"], d["seq"] = 1, a.tokens
+    return d
+
+
+def estimate(d):
+    """Bytes: the dump, the device's peak (the dumper), the host's peak."""
+    T = d["batch"] * d["seq"]
+    pe = d["experts"] * 3 * d["hidden"] * d["expert_width"]          # routed expert elements
+    qk = d["nope"] + d["rope"]
+    pa = (d["hidden"] * d["q_lora"] + d["q_lora"] * d["heads"] * qk + d["hidden"] * (d["kv_lora"] + d["rope"])
+          + d["kv_lora"] * d["heads"] * (d["nope"] + d["v_head"]) + d["heads"] * d["v_head"] * d["hidden"])
+    act = T * (8 * d["hidden"] + d["heads"] * (2 * qk + 2 * d["v_head"]) + 2 * d["vocab"]) * 4
+    att = d["batch"] * d["heads"] * d["seq"] ** 2 * 4                 # one eager score matrix, float32
+    # the dump: experts' masters and gradients (float32) and fp8 bytes; the linears' the same and bf16 copies
+    dump = pe * 9 + pa * 9 + act * 3
+    # the device: master, .grad, the dumper's snapshot and gradient clone (4 x float32), the fp8 bytes, one
+    # expert's float32 temporaries; eager attention's scores, probabilities and their gradients
+    dev = pe * 17 + pa * 20 + act * 6 + att * 4
+    host = 2 * 4 * d["experts"] * 2 * d["expert_width"] * d["hidden"] + act * 4 + (2 << 30)  # a tensor's CPU copy
+    return dump, dev, host
+
+
+def build(d, device, seed):
+    import transformers as T
+    cfg = T.DeepseekV3Config(
+        vocab_size=d["vocab"], hidden_size=d["hidden"], intermediate_size=4 * d["hidden"],
+        moe_intermediate_size=d["expert_width"], num_hidden_layers=1, first_k_dense_replace=0,
+        num_attention_heads=d["heads"], num_key_value_heads=d["heads"], q_lora_rank=d["q_lora"],
+        kv_lora_rank=d["kv_lora"], qk_nope_head_dim=d["nope"], qk_rope_head_dim=d["rope"], v_head_dim=d["v_head"],
+        n_routed_experts=d["experts"], num_experts_per_tok=d["topk"], n_group=d["n_group"],
+        topk_group=d["topk_group"], n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        rope_interleave=True, tie_word_embeddings=False, max_position_embeddings=max(4096, d["seq"]),
+        rope_parameters=dict(YARN))
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = T.DeepseekV3ForCausalLM(cfg).float()
+    with torch.no_grad():  # the correction bias: random, as a trained model's (zero at init)
+        for m in model.modules():
+            if hasattr(m, "e_score_correction_bias"):
+                m.e_score_correction_bias.normal_(0, 0.05)
+    model.train()
+    return model
+
+
+def one(a, d, plant, out):
+    """Build, instrument (with `plant`), step, dump into OUT/step.h5, write
+    OUT/case.json and OUT/plan.json; print the measurements."""
+    os.makedirs(out, exist_ok=True)
+    dev = torch.device(a.device)
+    model = build(d, dev, a.seed)
+    plan = qatdump_hf.instrument(model, "fp8_block128", "o_proj_dx" if plant == "o_proj_dx" else "none", 0)
+    for name, m in model.named_modules():
+        if type(m).__name__ == "QcMoE5":
+            fp8_experts(m)
+            m.qc_plant = plant
+            if plant == "expert_grad":
+                plan["planted"] = name
+        elif type(m).__name__ == "QcRouterDS" and plant == "router_bias":
+            m.forward = _router_bias_forward.__get__(m)
+            plan["planted"] = name
+    ids, mask = qatdump_hf.batch(model, d["batch"], d["seq"], a.seed + 1, dev)
+    dump = os.path.join(out, "step.h5")
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    t0 = time.perf_counter()
+    tm = qatdump_hf.dump_step(model, plan, ids, mask, dump)
+    dump_s = time.perf_counter() - t0
+    qatdump_hf.write_case(plan, dump, os.path.join(out, "case.json"), name="dsv3_layer_" + a.size,
+                          qatcheck=a.qatcheck)
+    with open(os.path.join(out, "plan.json"), "w") as f:
+        json.dump(dict(plan, dims=d, tokens=ids.numel(), device=str(dev), **tm), f, indent=1)
+    print("modules %d (%s)" % (len(plan["modules"]), ", ".join(sorted(plan["modules"]))))
+    print("planted %s" % (plan["planted"] or "-"))
+    print("step_s %.3f" % tm["dumped_step_s"])
+    print("dump_write_s %.3f" % tm["write_s"])
+    print("dump_s %.3f" % dump_s)
+    print("dump_bytes %d" % os.path.getsize(dump))
+    print("dumper_rss_gib %.2f" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / float(1 << 20)))
+    print("dumper_gpu_gib %s" % ("%.2f" % (torch.cuda.max_memory_allocated(dev) / GIB) if dev.type == "cuda"
+                                 else "n/a"))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--size", default="tiny", choices=sorted(SIZES))
+    for k in ("hidden", "experts", "topk", "n-group", "topk-group", "expert-width", "tokens", "heads"):
+        ap.add_argument("--" + k, type=int, default=None)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--plant", default="none", help="a planted bug, or a comma-separated list (each into OUT/PLANT): %s" % ", ".join(PLANTS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--estimate", action="store_true", help="print the estimate and stop")
+    ap.add_argument("--qatcheck", default=None, help="the qatcheck binary (the case's gradients: its class table)")
+    a = ap.parse_args(argv)
+    d = dims(a)
+    dump_b, dev_b, host_b = estimate(d)
+    print("dims %s" % json.dumps(d, sort_keys=True))
+    print("est_dump_gib %.2f" % (dump_b / GIB))
+    print("est_dumper_gpu_gib %.2f" % (dev_b / GIB))
+    print("est_host_gib %.2f" % (host_b / GIB))
+    if a.estimate:
+        return 0
+    os.makedirs(a.out, exist_ok=True)
+    free = shutil.disk_usage(a.out).free
+    if dump_b > 0.9 * free:
+        print("skip: the dump (about %.1f GiB) does not fit the %.1f GiB free under %s" % (dump_b / GIB, free / GIB, a.out))
+        return 77
+    if a.device.startswith("cuda"):
+        have = torch.cuda.get_device_properties(torch.device(a.device)).total_memory
+        if dev_b > 0.95 * have:
+            print("skip: the step needs about %.1f GiB of device memory, the device has %.1f GiB"
+                  % (dev_b / GIB, have / GIB))
+            return 77
+    for v in a.plant.split(","):
+        if v not in PLANTS:
+            ap.error("--plant %s: expected a comma-separated list of %s" % (v, ", ".join(PLANTS)))
+    for v in a.plant.split(","):
+        print("variant %s" % v)
+        one(a, d, v, os.path.join(a.out, v) if "," in a.plant else a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
