@@ -296,9 +296,10 @@ def main(argv=None):
     if a.estimate:
         return 0
     os.makedirs(a.out, exist_ok=True)
-    free = shutil.disk_usage(a.out).free
-    if dump_b > 0.9 * free:
-        print("skip: the dump (about %.1f GiB) does not fit the %.1f GiB free under %s" % (dump_b / GIB, free / GIB, a.out))
+    free, n = shutil.disk_usage(a.out).free, len(a.plant.split(","))
+    if n * dump_b > 0.9 * free:
+        print("skip: %d dump(s) of about %.1f GiB do not fit the %.1f GiB free under %s"
+              % (n, dump_b / GIB, free / GIB, a.out))
         return 77
     if a.device.startswith("cuda"):
         have = torch.cuda.get_device_properties(torch.device(a.device)).total_memory

@@ -49,6 +49,20 @@
 #   hf_e2e5        tests/e2e/hf_models5.sh under this machine's own torch 2 and
 #                  transformers 5 (the dumper follows 5.23's module code: this
 #                  checks the machine's 5.x against it; exit 77 without them)
+#   dsv3_issue38   bench/dsv3_layer.sh --size issue38 --device cuda --plant: a
+#                  DeepSeek-V3 layer (hidden 2048, 64 fp8 block-128 experts,
+#                  top-8, 3 of 8 groups, MLA, 1024 tokens) dumped and audited
+#                  on the GPU (dump and audit times, dump size, peak host RSS
+#                  and GPU memory, the verdict), and its three planted bugs
+#                  failing on their module alone (issue 38); under the
+#                  machine's own torch 2 and transformers 5 (exit 77 without
+#                  them or a CUDA device)
+#   dsv3_real      the same at DeepSeek-V3's real size (hidden 7168, 256
+#                  experts of width 2048 top-8, 4 of 8 groups, 4096 tokens, MLA
+#                  at its real dims; issue 41), clean only; it prints its
+#                  estimate first and exits 77 when the dump or the step
+#                  does not fit this machine's disk or GPU memory.
+#                  DSV3_ARGS passes dims to both (e.g. "--experts 32")
 # usage: scripts/gpu-verify.sh OUT [CHECKS...] (default: all, in that order)
 # PY (python3), BENCH_TMP (/tmp/stbench), LAYERS (32) pass through;
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
@@ -127,6 +141,10 @@ for c in $CHECKS; do
     hf_models) run hf_models hf_models ;;
     hf_e2e) run hf_e2e hf_e2e ;;
     hf_e2e5) run hf_e2e5 env -u PYTHONPATH QC_TORCH2=/nonexistent PY=$PY sh tests/e2e/hf_models5.sh ;; # the machine's own torch and transformers
+    dsv3_issue38) run dsv3_issue38 env -u PYTHONPATH QC_TORCH2=/nonexistent PY=$PY BENCH_TMP=/tmp/dsv3_issue38 \
+        sh bench/dsv3_layer.sh --size issue38 --device cuda --plant ${DSV3_ARGS:-} ;;
+    dsv3_real) run dsv3_real env -u PYTHONPATH QC_TORCH2=/nonexistent PY=$PY BENCH_TMP=/tmp/dsv3_real \
+        sh bench/dsv3_layer.sh --size real --device cuda ${DSV3_ARGS:-} ;;
     hf_models_*_bf16) a=${c#hf_models_}; run "$c" hf_models --dtype bfloat16 "${a%_bf16}" ;; # the same in pure bf16
     hf_models_*) run "$c" hf_models "${c#hf_models_}" ;; # one architecture (a device call is 10 minutes at most)
     *) echo "gpu-verify: unknown check '$c'" >> "$OUT/summary.txt" ;;
