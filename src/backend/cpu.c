@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/qc.h"
+#include "numerics/decode.h"
 #include "numerics/formats.h"
 #include "numerics/quant.h"
 #include "core/par.h"
@@ -84,32 +85,9 @@ static int cpu_copy(const qc_backend *be, void *dst, const void *src, size_t byt
   return QC_OK;
 }
 
-/* A conversion of n elements of dtype dt to float64, in pieces. */
-typedef struct conv_ctx {
-  qc_dtype dt;
-  const void *src;
-  double *dst;
-} conv_ctx;
-
-static void conv_piece(void *p, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
-  const conv_ctx *x = p;
-  switch (x->dt) {
-    case QC_F64: memcpy(x->dst + lo, (const double *)x->src + lo, (size_t)(hi - lo) * sizeof(double)); break;
-    case QC_F32: for (int64_t i = lo; i < hi; i++) x->dst[i] = ((const float *)x->src)[i]; break;
-    case QC_F16: for (int64_t i = lo; i < hi; i++) x->dst[i] = qc_f16_to_f32(((const uint16_t *)x->src)[i]); break;
-    case QC_BF16: for (int64_t i = lo; i < hi; i++) x->dst[i] = qc_bf16_to_f32(((const uint16_t *)x->src)[i]); break;
-    default: break;
-  }
-}
-
 static int cpu_to_f64(const qc_backend *be, qc_dtype dt, const void *src, int64_t n, double *dst) {
   (void)be;
-  if (dt != QC_F64 && dt != QC_F32 && dt != QC_F16 && dt != QC_BF16)
-    return qc_err("cannot convert element type %s to a float", qc_dtype_name(dt));
-  conv_ctx x = {dt, src, dst};
-  qc_par_for(n, 1 << 16, conv_piece, &x);
-  return QC_OK;
+  return qc_float_to_f64(dt, src, n, dst);
 }
 
 static int cpu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,

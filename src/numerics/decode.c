@@ -29,14 +29,19 @@ static void conv_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
   }
 }
 
+int qc_float_to_f64(qc_dtype dt, const void *src, int64_t n, double *dst) {
+  if (dt != QC_F64 && dt != QC_F32 && dt != QC_F16 && dt != QC_BF16)
+    return qc_err("cannot convert element type %s to a float", qc_dtype_name(dt));
+  conv c = {dt, src, dst};
+  qc_par_for(n, (int64_t)1 << 16, conv_piece, &c);
+  return QC_OK;
+}
+
 int qc_tensor_to_f64(const qc_tensor *t, double *out) {
   int64_t n = qc_numel(t);
   const void *p = t->data;
-  if (n >= ((int64_t)1 << 18) && (t->dtype == QC_F64 || t->dtype == QC_F32 || t->dtype == QC_F16 || t->dtype == QC_BF16)) {
-    conv c = {t->dtype, p, out}; /* a large float tensor: in pieces, beside the GEMMs it feeds */
-    qc_par_for(n, (int64_t)1 << 16, conv_piece, &c);
-    return QC_OK;
-  }
+  if (n >= ((int64_t)1 << 18) && (t->dtype == QC_F64 || t->dtype == QC_F32 || t->dtype == QC_F16 || t->dtype == QC_BF16))
+    return qc_float_to_f64(t->dtype, p, n, out); /* a large float tensor: in pieces, beside the GEMMs it feeds */
   switch (t->dtype) {
     case QC_F64: memcpy(out, p, (size_t)n * 8); break;
     case QC_F32: for (int64_t i = 0; i < n; i++) out[i] = ((const float *)p)[i]; break;

@@ -9,6 +9,10 @@
 /* Decode every element to float64 into out (qc_numel(t) elements; for
  * QC_E2M1X2, 2 * qc_numel(t)). Integers convert exactly where they can. */
 int qc_tensor_to_f64(const qc_tensor *t, double *out);
+/* dst[0, n) = the n elements of float dtype dt (float64, float32, float16,
+ * bfloat16) at src, exactly, on qc_par_for's threads; QC_EINPUT for another
+ * dtype. */
+int qc_float_to_f64(qc_dtype dt, const void *src, int64_t n, double *dst);
 /* Allocate a float64 tensor holding t decoded (same logical shape). */
 int qc_tensor_decode_f64(const qc_tensor *t, qc_tensor *out);
 
