@@ -17,7 +17,8 @@
 # dumper does not follow is refused naming the releases it follows; tried
 # anyway (--other-version), a piece that differs is named, not an
 # AttributeError. Mamba2 with n_groups 2 passes on 5.x's own grouping and
-# lists the per-group gated norm as not judged. Skips (77) without torch 2 +
+# lists the per-group gated norm as not judged (a release whose gated norm
+# takes the whole row, 5.17, dumps it as rmsnorm). Skips (77) without torch 2 +
 # transformers 5.
 . "$(dirname "$0")/lib.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -171,10 +172,17 @@ _, _, ps = contract("deepseek_v3", "model.layers.1.mlp.router")
 if ps.get("bias") != (8,):
     errs.append("deepseek_v3 router: params/bias (e_score_correction_bias) %s" % ps)
 nm = json.load(open(t + "/mamba2_g2/plan.json"))["not_mapped"]
-if not any(n.endswith(".norm") and "per group" in why for n, why in nm):
-    errs.append("mamba2 n_groups 2: the per-group gated norm is not listed as not judged: %s" % nm)
-if any(m.endswith(".norm.rms") for m in json.load(open(t + "/mamba2_g2/plan.json"))["modules"]):
-    errs.append("mamba2 n_groups 2: a per-group norm dumped as rmsnorm")
+rms = any(m.endswith(".norm.rms") for m in json.load(open(t + "/mamba2_g2/plan.json"))["modules"])
+import inspect
+import transformers
+from transformers.models.mamba2 import modeling_mamba2
+if "group_size" in inspect.signature(modeling_mamba2.MambaRMSNormGated.__init__).parameters:
+    if not any(n.endswith(".norm") and "per group" in why for n, why in nm):  # 5.23: a norm per group
+        errs.append("mamba2 n_groups 2: the per-group gated norm is not listed as not judged: %s" % nm)
+    if rms:
+        errs.append("mamba2 n_groups 2: a per-group norm dumped as rmsnorm")
+elif not rms:  # a release whose gated norm takes the whole row (5.17, as 4.49): an rmsnorm, judged
+    errs.append("mamba2 n_groups 2: transformers %s's whole-row gated norm not dumped as rmsnorm" % transformers.__version__)
 nm = json.load(open(t + "/gemma3/plan.json"))["not_mapped"]
 for want_nm in ("model.embed_tokens", "lm_head", "model.layers.0.mlp (act_fn(gate) * up)"):
     if not any(n == want_nm for n, _ in nm):
