@@ -31,19 +31,8 @@ static int aq_tol_model(const qc_module *m, const qc_tensor *dy, const char *gra
 
 static const qc_key_spec aq_keys[] = {
     {"act", "relu|gelu|gelu_tanh|silu", "gelu", "the activation (gelu: erf; gelu_tanh: the tanh approximation)"},
-    {"order", "act_quant|quant_act", "act_quant", "act_quant: y = Q(act(x)); quant_act: y = act(Q(x))"},
-    {"format", "int8|int4|e4m3|e5m2", "int8", "the grid: int8 [-128, 127], int4 [-8, 7], fp8 e4m3 +-448, e5m2 +-57344"},
-    {"scale_grad", "fixed|stop_gradient|flow|trainable", "trainable",
-     "fixed: params/scale, no gradient; stop_gradient: amax / qmax of the quantizer's input, detached; flow: its "
-     "gradient reaches d_x; trainable: params/scale with LSQ's d_scale"},
-    {"saturation_grad", "zero|pass", "zero", "the quantizer's gradient outside its clip range: zero, or passed"},
-    {"clip", "round_first|clip_first", "round_first",
-     "round_first: saturated when round(u / s) leaves the range (torch); clip_first: when u / s does (LSQ)"},
-    {"granularity", "tensor|channel", "tensor", "one scale, or one per index of inputs/x's axis"},
-    {"axis", NULL, "0", "granularity channel: the channel axis of inputs/x"},
-    {"grad_scale", "none|lsq", "none", "lsq: d_scale times LSQ's g = 1/sqrt(N qmax), N the elements per scale"},
-    {"grad_factor", NULL, "1", "d_scale times this (torch's grad_factor)"},
-    {"amax_floor", NULL, "1e-12", "stop_gradient, flow: the amax floored at this (an all-zero channel)"},
+    {"order", "act_quant|quant_act", "act_quant", "act_quant: y = Q(act(x)), u = act(x); quant_act: y = act(Q(x)), u = x"},
+    QC_QSTE_KEYS,
     {NULL, NULL, NULL, NULL}};
 
 const qc_class qc_class_act_quant = {

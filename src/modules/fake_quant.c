@@ -29,20 +29,9 @@ static int fq_tol_model(const qc_module *m, const qc_tensor *dy, const char *gra
   return qc_qste_tol_model(m, dy, grad, tm, 0);
 }
 
-/* The keys both scale-aware quantizers take (act_quant adds act, order). */
+/* The keys of quant_ste.h, which act_quant shares. */
 static const qc_key_spec fq_keys[] = {
-    {"format", "int8|int4|e4m3|e5m2", "int8", "the grid: int8 [-128, 127], int4 [-8, 7], fp8 e4m3 +-448, e5m2 +-57344"},
-    {"scale_grad", "fixed|stop_gradient|flow|trainable", "trainable",
-     "fixed: params/scale, no gradient; stop_gradient: amax / qmax, detached; flow: amax / qmax, its gradient reaches "
-     "d_x; trainable: params/scale with LSQ's d_scale"},
-    {"saturation_grad", "zero|pass", "zero", "d_x outside the clip range: zero, or dY passed"},
-    {"clip", "round_first|clip_first", "round_first",
-     "round_first: saturated when round(x / s) leaves the range (torch); clip_first: when x / s does (LSQ)"},
-    {"granularity", "tensor|channel", "tensor", "one scale, or one per index of inputs/x's axis"},
-    {"axis", NULL, "0", "granularity channel: the channel axis of inputs/x"},
-    {"grad_scale", "none|lsq", "none", "lsq: d_scale times LSQ's g = 1/sqrt(N qmax), N the elements per scale"},
-    {"grad_factor", NULL, "1", "d_scale times this (torch's grad_factor)"},
-    {"amax_floor", NULL, "1e-12", "stop_gradient, flow: the amax floored at this (an all-zero channel)"},
+    QC_QSTE_KEYS, /* u = x */
     {NULL, NULL, NULL, NULL}};
 
 const qc_class qc_class_fake_quant = {

@@ -40,4 +40,21 @@ int qc_qste_generate(const char *cls, const qc_gen *gp, qc_rng *rng, qc_module *
 /* The error model of d_x and d_scale. */
 int qc_qste_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm, int with_act);
 
+/* The contract keys of the scale-aware quantizer (qc_key_spec rows) that
+ * fake_quant and act_quant both take; u is the quantizer's input (x, or
+ * act(x) under act_quant's order act_quant). */
+#define QC_QSTE_KEYS                                                                                                   \
+  {"format", "int8|int4|e4m3|e5m2", "int8", "the grid: int8 [-128, 127], int4 [-8, 7], fp8 e4m3 +-448, e5m2 +-57344"}, \
+      {"scale_grad", "fixed|stop_gradient|flow|trainable", "trainable",                                                \
+       "fixed: params/scale, no gradient; stop_gradient: amax / qmax of u, detached; flow: amax / qmax, its gradient " \
+       "reaches d_x; trainable: params/scale with LSQ's d_scale"},                                                     \
+      {"saturation_grad", "zero|pass", "zero", "the quantizer's gradient outside its clip range: zero, or passed"},     \
+      {"clip", "round_first|clip_first", "round_first",                                                                \
+       "round_first: saturated when round(u / s) leaves the range (torch); clip_first: when u / s does (LSQ)"},         \
+      {"granularity", "tensor|channel", "tensor", "one scale, or one per index of inputs/x's axis"},                    \
+      {"axis", NULL, "0", "granularity channel: the channel axis of inputs/x"},                                          \
+      {"grad_scale", "none|lsq", "none", "lsq: d_scale times LSQ's g = 1/sqrt(N qmax), N the elements per scale"},     \
+      {"grad_factor", NULL, "1", "d_scale times this (torch's grad_factor)"},                                          \
+      {"amax_floor", NULL, "1e-12", "stop_gradient, flow: the amax floored at this (an all-zero channel)"}
+
 #endif
