@@ -203,18 +203,11 @@ static void index_str(const qc_tensor *t, int64_t i, char *buf, size_t n) {
 
 /* Add a failed check of saved tensor t of m: why[] says what. */
 static int saved_failed(qc_audit *a, const qc_module *m, const qc_tensor *t, const char *why) {
-  qc_tol none;
   qc_check k;
-  char what[QC_NAMELEN + 8];
-  memset(&none, 0, sizeof none);
-  snprintf(what, sizeof what, "saved/%s", t->name);
-  qc_check_init(&k, m, "forward", what, t->ndim, t->shape, &none);
-  k.has_tol = 0;
-  snprintf(k.kind, sizeof k.kind, "forward");
-  snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(t->dtype));
+  qc_fwd_saved_init(&k, m, t, "forward");
   k.verdict = QC_V_FAIL;
   snprintf(k.why, sizeof k.why, "%s", why);
-  if (qc_verbose) fprintf(stderr, "qatcheck: %s: %s: %s\n", m->path, what, why);
+  if (qc_verbose) fprintf(stderr, "qatcheck: %s: %s: %s\n", m->path, k.tensor, why);
   return qc_results_add(a->res, &k);
 }
 

@@ -24,6 +24,10 @@ int qc_fwd_reference(const qc_ctx *ctx, const qc_module *m, qc_fwd_ref_fn fwd, q
 int qc_fwd_saved(const qc_ctx *ctx, const qc_module *m, qc_saved_ref_fn fn, const char *name, qc_tensor *r,
                  qc_tol_model *tm);
 
+/* k: the check of saved tensor t of m (tensor "saved/<name>", dY
+ * "forward", no tolerance, t's dtype as the candidate's), of kind `kind`;
+ * the caller sets the verdict and why. */
+void qc_fwd_saved_init(qc_check *k, const qc_module *m, const qc_tensor *t, const char *kind);
 /* Saved selection t of m (integer ids; its name one of row->selected)
  * judged by the class's reference (row->select) into a check of a->res:
  * tensor saved/<name>, dY "forward", kind "selection", no metrics; it
