@@ -14,7 +14,7 @@
 # and the MLA scale fail there too (the dump saved that forward's). Skips
 # (77) without torch.
 . "$(dirname "$0")/lib.inc"
-"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
+have_py "$PY" torch h5py || { echo "skip: torch or h5py missing for $PY"; exit 77; }
 $PY scripts/make_attention_dump.py "$T/d.h5" || exit 1
 ATOL='{"d_q":{"rel_l2":1e-5,"reasoning":"fp32 eager autograd"},"d_k":{"rel_l2":1e-5,"reasoning":"fp32 eager autograd"},"d_v":{"rel_l2":1e-5,"reasoning":"fp32 eager autograd"}}'
 cat >"$T/ok.json" <<J

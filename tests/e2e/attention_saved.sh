@@ -10,7 +10,7 @@
 # out of the dump, which passes; an unknown saved name is still refused
 # (exit 2). Skips (77) without torch or h5py.
 . "$(dirname "$0")/lib.inc"
-"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
+have_py "$PY" torch h5py || { echo "skip: torch or h5py missing for $PY"; exit 77; }
 $PY tests/e2e/attention_saved.py "$T" || exit 1
 DER='{"d_q": {"derive": true}, "d_k": {"derive": true}, "d_v": {"derive": true}}'
 mk() { # mk NAME DUMP GROUP: $T/NAME.json judging the dump's /attn_GROUP with its own gradients

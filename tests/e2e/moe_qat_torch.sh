@@ -7,7 +7,7 @@
 # included; the one whose backward takes expert 2's master weights fails
 # on d_x and d_w1, diagnosed as expert 2.
 . "$(dirname "$0")/lib.inc"
-"$PY" -c "import torch, h5py, ml_dtypes" 2>/dev/null || { echo "skip: no torch/h5py/ml_dtypes"; exit 77; }
+have_py "$PY" torch h5py ml_dtypes || { echo "skip: no torch/h5py/ml_dtypes"; exit 77; }
 "$PY" tests/e2e/moe_qat_torch.py "$T/t.h5" >"$T/py.log" 2>&1 || { cat "$T/py.log"; bad "the torch step"; finish; }
 TOL='{"d_x":{"derive":true},"d_w1":{"derive":true},"d_w2":{"derive":true},"d_topk_weights":{"derive":true}}'
 for m in ok:0 dx_master:1; do

@@ -11,7 +11,7 @@
 # x shape, an unknown dtype, a shard named in the index but missing) exits
 # 2 with one line and no report.
 . "$(dirname "$0")/lib.inc"
-"$PY" -c "import torch, safetensors, h5py" 2>/dev/null || { echo "skip: torch, safetensors or h5py missing for $PY"; exit 77; }
+have_py "$PY" torch safetensors h5py || { echo "skip: torch, safetensors or h5py missing for $PY"; exit 77; }
 H5=cases/data/contract_ckpt.h5
 "$PY" - "$H5" "$T" <<'PYEOF' || { bad "cannot write the checkpoints"; finish; }
 import json, os, sys

@@ -6,7 +6,7 @@
 # element fails d_x; a checkpoint without the module's tensors exits 2
 # naming the tensor it expected.
 . "$(dirname "$0")/lib.inc"
-"$PY" -c "import torch, safetensors, h5py" 2>/dev/null || { echo "skip: torch, safetensors or h5py missing for $PY"; exit 77; }
+have_py "$PY" torch safetensors h5py || { echo "skip: torch, safetensors or h5py missing for $PY"; exit 77; }
 "$PY" - cases/data/linear_small.h5 "$T" <<'PYEOF' || { bad "cannot write the checkpoints"; finish; }
 import shutil, sys
 import h5py, numpy as np, torch

@@ -20,7 +20,7 @@
 # truncated one refused; a compressed case, step dump and safetensors
 # checkpoint refused naming the file.
 . "$(dirname "$0")/lib.inc"
-$PY -c "import torch, tensorboard" 2>/dev/null || { echo "skip: python3 lacks torch or tensorboard"; exit 77; }
+have_py "$PY" torch tensorboard || { echo "skip: python3 lacks torch or tensorboard"; exit 77; }
 json_is() { $PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1" 2>/dev/null || bad "$1: not ($2)"; }
 D="$T/logs"
 mkdir -p "$D"

@@ -12,7 +12,7 @@
 # seeds of native_baseline. A metric missing in the
 # window is inconclusive (exit 1), never a pass.
 . "$(dirname "$0")/lib.inc"
-$PY -c "import torch, h5py, yaml, tensorboard" 2>/dev/null || { echo "skip: python3 lacks torch, h5py, yaml or tensorboard"; exit 77; }
+have_py "$PY" torch h5py yaml tensorboard || { echo "skip: python3 lacks torch, h5py, yaml or tensorboard"; exit 77; }
 json_is() { $PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1" 2>/dev/null || bad "$1: not ($2)"; }
 D="$T/run"
 $PY scripts/proxy_sft.py --out "$D" --steps 12 --data-seed 5 --step-dump "$D/ut.h5,$D/ref.h5" >"$T/run.log" 2>&1 || { bad "proxy_sft.py"; cat "$T/run.log"; finish; }

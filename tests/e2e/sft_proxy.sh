@@ -10,7 +10,7 @@
 #   frozen-decay     step: the frozen embedding changed by weight decay
 # A planted run trains under_test only; its other arms are the healthy run's.
 . "$(dirname "$0")/lib.inc"
-$PY -c "import torch, h5py, yaml, tensorboard" 2>/dev/null || { echo "skip: python3 lacks torch, h5py, yaml or tensorboard"; exit 77; }
+have_py "$PY" torch h5py yaml tensorboard || { echo "skip: python3 lacks torch, h5py, yaml or tensorboard"; exit 77; }
 P=scripts/proxy_sft.py
 # json_is FILE EXPR: a Python expression on the report `r` is true
 json_is() { $PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1" 2>/dev/null || bad "$1: not ($2)"; }

@@ -7,7 +7,7 @@
 # between two JSONL logs (float64 text) runs, and a bound above the
 # resolution runs against the TensorBoard log and passes.
 . "$(dirname "$0")/lib.inc"
-$PY -c "import torch, tensorboard" 2>/dev/null || { echo "skip: python3 lacks torch or tensorboard"; exit 77; }
+have_py "$PY" torch tensorboard || { echo "skip: python3 lacks torch or tensorboard"; exit 77; }
 mkdir -p "$T/tb" "$T/a" "$T/b"
 $PY - "$T" <<'P' || { bad "writing the logs"; finish; }
 import json, math, sys

@@ -76,7 +76,7 @@ for c in "rn_step:sr_step" "frac_step:sr_step" "neg_expert:sr_expert" "num_salt:
   expect_exit 2 "$f: refused" $Q --dump "$T/$f.h5" --module /lin
   grep -q "qatcheck: error: module '/lin': contract key '$k'" "$T/err" || bad "$f: the message does not name /lin and $k: $(cat "$T/err")"
 done
-if $PY -c "import torch" 2>/dev/null; then
+if have_py "$PY" torch; then
   $PY tests/e2e/qatdump_sr.py "$T" >"$T/out" 2>&1 && ok "qatdump: sr_salt from named_parameters (tied sites share it)" \
     || { bad "qatdump sr_salt"; tail -5 "$T/out"; }
 else

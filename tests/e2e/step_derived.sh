@@ -9,7 +9,7 @@
 # every parameter; an update whose `after` is stored in bfloat16 passes at
 # the coarser bound its type allows; a declared tolerance still wins.
 . "$(dirname "$0")/lib.inc"
-$PY -c "import torch, h5py" 2>/dev/null || { echo "skip: python3 lacks torch or h5py"; exit 77; }
+have_py "$PY" torch h5py || { echo "skip: python3 lacks torch or h5py"; exit 77; }
 json_is() { $PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1" 2>/dev/null; }
 $PY - "$T" <<'P' || { bad "writing the step dumps"; finish; }
 import sys

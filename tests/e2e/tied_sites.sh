@@ -6,7 +6,7 @@
 # with its last site's share lost fails naming that site. Skips (77)
 # without torch.
 . "$(dirname "$0")/lib.inc"
-"$PY" -c "import torch, h5py" 2>/dev/null || { echo "skip: torch or h5py missing for $PY"; exit 77; }
+have_py "$PY" torch h5py || { echo "skip: torch or h5py missing for $PY"; exit 77; }
 cat >"$T/tie.py" <<'P'
 """One weight used by 60 projections (weights shared across the layers of a
 stack); "lost": the last site holds its own Parameter over the weight's

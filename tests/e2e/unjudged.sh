@@ -60,7 +60,7 @@ expect_exit 2 "an int32 outputs/y is refused" "$QATCHECK" vjp --case "$T/y.json"
   && ok "one error line naming outputs/y, its dtype and the float dtype expected" || bad "the refusal: $(grep error "$T/err")"
 
 # 3. attention's saved O and LSE
-if ! "$PY" -c "import torch, h5py" 2>/dev/null; then
+if ! have_py "$PY" torch h5py; then
   echo "skip: torch missing for $PY: the saved-tensor reproductions"
   finish
 fi
