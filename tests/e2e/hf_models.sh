@@ -23,22 +23,32 @@ need_hf
 
 clean="llama gemma2 qwen2_moe mamba2"
 planted="llama:o_proj_dx gemma2:softcap_grad mamba2:dskip_grad"
-# shellcheck disable=SC2086
-"$PY" "$ROOT/scripts/qatdump_hf.py" --arch $clean $planted --out "$T" >"$T/dump.log" 2>&1 &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama mamba2 --format nvfp4 --ngroups 2 --out "$T/b" >>"$T/dump.log" 2>&1 &&
+# every dump in one python process (one import of torch and transformers,
+# the test's cost; qatdump_hf.main per command line, as the shell would
+# run it: build() seeds each model, so the dumps are those of separate runs)
+cat >"$T/dumps.txt" <<EOF
+--arch $clean $planted --out $T
+--arch llama mamba2 --format nvfp4 --ngroups 2 --out $T/b
+--arch mamba2 --ngroups 2 --ssd-groups interleave --out $T/mamba2_g2_interleave
+--arch llama --seq 4096 --batch 1 --out $T/llama_long
+--arch $clean --dtype bfloat16 --seq 64 --out $T/bf16
+--arch llama:o_proj_dx mamba2:dskip_grad --dtype bfloat16 --seq 64 --out $T/bf16
+--arch llama llama:swiglu_gate_grad --dtype bfloat16 --seq 1024 --out $T/bf16l
+--arch qwen2_moe --dtype bfloat16 --seq 4096 --out $T/qwen2_moe_bf16_long
+EOF
+"$PY" - "$ROOT/scripts" "$T/dumps.txt" >"$T/dump.log" 2>&1 <<'PYEOF' &&
+import shlex, sys
+sys.path.insert(0, sys.argv[1])
+import qatdump_hf
+for line in open(sys.argv[2]):
+    rc = qatdump_hf.main(shlex.split(line))
+    if rc:
+        print("qatdump_hf.py %s: exit %d" % (line.strip(), rc), file=sys.stderr)
+        sys.exit(rc)
+PYEOF
   mv "$T/b/llama" "$T/llama_nvfp4" && mv "$T/b/mamba2" "$T/mamba2_g2_tile" &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch mamba2 --ngroups 2 --ssd-groups interleave \
-    --out "$T/mamba2_g2_interleave" >>"$T/dump.log" 2>&1 &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama --seq 4096 --batch 1 --out "$T/llama_long" >>"$T/dump.log" 2>&1 &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch $clean --dtype bfloat16 --seq 64 --out "$T/bf16" >>"$T/dump.log" 2>&1 &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama:o_proj_dx mamba2:dskip_grad --dtype bfloat16 --seq 64 \
-    --out "$T/bf16" >>"$T/dump.log" 2>&1 &&
   for a in $clean llama_o_proj_dx mamba2_dskip_grad; do mv "$T/bf16/$a" "$T/${a}_bf16" || exit 1; done &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch llama llama:swiglu_gate_grad --dtype bfloat16 --seq 1024 \
-    --out "$T/bf16l" >>"$T/dump.log" 2>&1 &&
-  mv "$T/bf16l/llama" "$T/llama_bf16_long" && mv "$T/bf16l/llama_swiglu_gate_grad" "$T/llama_swiglu_gate_grad_bf16" &&
-  "$PY" "$ROOT/scripts/qatdump_hf.py" --arch qwen2_moe --dtype bfloat16 --seq 4096 --out "$T/qwen2_moe_bf16_long" \
-    >>"$T/dump.log" 2>&1 ||
+  mv "$T/bf16l/llama" "$T/llama_bf16_long" && mv "$T/bf16l/llama_swiglu_gate_grad" "$T/llama_swiglu_gate_grad_bf16" ||
   { bad "qatdump_hf.py"; tail -30 "$T/dump.log"; finish; }
 grep '^qatdump_hf' "$T/dump.log"
 
