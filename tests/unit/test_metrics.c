@@ -9,6 +9,7 @@
 #include "numerics/decode.h"
 #include "numerics/metrics.h"
 #include "model/check.h"
+#include "modules/mod_util.h"
 
 Test(metrics, hand_vectors) {
   double g[4] = {1, 2, 3, 4}, r[4] = {1, 2, 3, 5};
@@ -189,4 +190,44 @@ Test(metrics, parallel_pass_matches_serial) {
   cr_expect_eq(a.max_abs, b.max_abs);
   free(g);
   free(r);
+}
+
+/* The host passes run on qc_par_for's threads in pieces fixed by the shape
+ * (docs/architecture.md, "compare"): the metrics, the bias test's sums, the
+ * values' precision, a tensor's largest magnitude and the terms' scale are
+ * the same bits on 1, 2 and 5 threads. */
+Test(metrics, host_passes_same_on_any_thread_count) {
+  enum { ROWS = 1500, COLS = 2000, N = ROWS * COLS };
+  double *g = malloc(N * sizeof *g), *r = malloc(N * sizeof *r);
+  float *f = malloc(N * sizeof *f);
+  cr_assert(g && r && f);
+  unsigned s = 12345;
+  for (int i = 0; i < N; i++) {
+    s = s * 1103515245u + 12345u;
+    r[i] = ((double)(s >> 8) / 16777216.0 - 0.5) * (1 + i % 7);
+    g[i] = r[i] * (1 + 1e-3 * ((double)(s & 255) / 256.0 - 0.5));
+    f[i] = (float)g[i];
+  }
+  qc_tensor ft = {.dtype = QC_F32, .ndim = 2, .shape = {ROWS, COLS}, .data = f};
+  qc_tensor gt = {.dtype = QC_F64, .ndim = 2, .shape = {ROWS, COLS}, .data = g};
+  double want[12] = {0}, got[12];
+  const char *threads[3] = {"1", "2", "5"};
+  for (int t = 0; t < 3; t++) {
+    setenv("QATCHECK_THREADS", threads[t], 1);
+    qc_metrics m;
+    qc_metrics_compute_par(g, r, N, &m);
+    cr_assert_eq(qc_bias_pass(g, r, ROWS, COLS, QC_BF16, &m), 0);
+    double *fg = malloc(N * sizeof *fg);
+    cr_assert_eq(qc_tensor_to_f64(&ft, fg), 0);
+    double v[12] = {m.rel_l2, m.norm_g, m.norm_r, m.max_abs, (double)m.worst, m.cosine, m.noise_floor, m.e_par,
+                    m.bias_sd, (double)qc_values_dtype(fg, N, QC_F32), qc_mod_maxabs(&ft),
+                    qc_mod_terms_tensor(&gt, COLS, 1, &ft, COLS, 1, ROWS, COLS, COLS < ROWS ? COLS : ROWS)};
+    free(fg);
+    if (t == 0) memcpy(want, v, sizeof v);
+    else
+      for (int k = 0; k < 12; k++) cr_expect_eq(memcmp(&v[k], &want[k], sizeof v[k]), 0, "value %d on %s threads: %a against %a", k, threads[t], v[k], want[k]);
+    memcpy(got, v, sizeof v);
+  }
+  cr_expect(got[9] == (double)QC_F32, "float32 values judged as float32");
+  free(g), free(r), free(f);
 }
