@@ -15,23 +15,6 @@
 #include "engine/diagnose.h"
 #include "engine/variants.h"
 
-double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype) {
-  double sd = 0, sr = 0;
-  if (dtype == QC_F64) return 0.0;
-  if (dtype != QC_BF16 && dtype != QC_F16 && dtype != QC_F32) return NAN;
-  for (int64_t i = 0; i < n; i++) {
-    double q;
-    float f = (float)r[i];
-    if (dtype == QC_BF16) q = qc_round_bf16(f);
-    else if (dtype == QC_F16) q = qc_f16_to_f32(qc_f32_to_f16(f));
-    else q = f;
-    double d = q - r[i];
-    sd += d * d;
-    sr += r[i] * r[i];
-  }
-  return qc_rel_l2_sums(sd, sr); /* rel_l2 of q(r) against r, q formed on the fly */
-}
-
 qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k) {
   qc_dtype dt = stored, d;
   if (t->dtype[0] && qc_dtype_from_name(t->dtype, &d) == QC_OK) {
@@ -52,8 +35,28 @@ static qc_dtype judged_dtype(const qc_tensor *g, const double *gd, const qc_tol 
   return qc_audit_dtype(g->dtype, f ? qc_values_dtype(gd, qc_numel(g), g->dtype) : g->dtype, t, k);
 }
 
+/* k's reference is not finite somewhere: QC_EINPUT naming it. */
+static int ref_not_finite(const qc_check *k) {
+  qc_err("%s: the reference '%s' has %lld non-finite value(s) for dY '%s': its inputs, parameters or dY are not finite",
+         k->module, k->tensor, (long long)k->m.ref_nonfinite, k->dy);
+  qc_hint("a gradient computed from non-finite data cannot be judged; check the dump");
+  return QC_EINPUT;
+}
+
 int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k) {
   int64_t n = qc_numel(r);
+  if (ctx->be->host_memory && qc_compare_host_dtype(g->dtype)) {
+    /* on the host: one pass reading the candidate as it is stored */
+    const qc_dtype dt = qc_audit_cand_dtype(g, t, k);
+    const int64_t cols = r->ndim ? r->shape[r->ndim - 1] : 1;
+    const int bias = dt == QC_BF16 || dt == QC_F16 || dt == QC_F32 || dt == QC_F64;
+    int rc = qc_compare_host(g, (const double *)r->data, cols ? n / cols : 0, cols, dt, bias, &k->m);
+    if (rc) return rc;
+    if (k->m.ref_nonfinite) return ref_not_finite(k);
+    snprintf(k->judged_dtype, sizeof k->judged_dtype, "%s", qc_dtype_name(dt));
+    k->has_metrics = 1;
+    return QC_OK;
+  }
   double *gd = qc_malloc((size_t)n * sizeof *gd, "candidate gradient (float64)");
   if (!gd) return QC_ESYS;
   int rc = qc_tensor_to_f64(g, gd);
@@ -64,10 +67,7 @@ int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, 
   }
   if (k->m.ref_nonfinite) {
     free(gd);
-    qc_err("%s: the reference '%s' has %lld non-finite value(s) for dY '%s': its inputs, parameters or dY are not finite",
-           k->module, k->tensor, (long long)k->m.ref_nonfinite, k->dy);
-    qc_hint("a gradient computed from non-finite data cannot be judged; check the dump");
-    return QC_EINPUT;
+    return ref_not_finite(k);
   }
   qc_dtype dt = judged_dtype(g, gd, t, k);
   if (dt == QC_BF16 || dt == QC_F16 || dt == QC_F32 || dt == QC_F64) {
@@ -82,18 +82,8 @@ int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, 
 }
 
 qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k) {
-  int f = g->dtype == QC_F32 || g->dtype == QC_F64;
-  qc_dtype vd = g->dtype;
-  if (f) {
-    qc_err_state es; /* never fails: unreadable, it is judged at its storage dtype */
-    qc_err_save(&es);
-    int64_t n = qc_numel(g);
-    double *gd = qc_malloc((size_t)(n ? n : 1) * sizeof *gd, "candidate gradient (float64)");
-    if (gd && qc_tensor_to_f64(g, gd) == QC_OK) vd = qc_values_dtype(gd, n, g->dtype);
-    free(gd);
-    qc_err_restore(&es);
-  }
-  return qc_audit_dtype(g->dtype, vd, t, k);
+  const int f = g->dtype == QC_F32 || g->dtype == QC_F64; /* unreadable: judged at its storage dtype */
+  return qc_audit_dtype(g->dtype, f ? qc_values_dtype_of(g) : g->dtype, t, k);
 }
 
 /* The terms' sets of one (module, dY) while qc_audit_module judges its

@@ -92,9 +92,6 @@ void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *
 /* The case's tolerance for a gradient, or NULL with the error set. */
 const qc_tol *qc_audit_tol(const qc_audit *a, const qc_module *m, const char *tensor);
 
-/* The noise floor: rel-L2 between r and r rounded to dtype (bf16, f16,
- * f32); NAN for dtypes without a defined rounding here, 0 for float64. */
-double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype);
 
 /* Fail check k of gradient g of m where the class's zero_slices says a
  * slice along dimension 0 must be exactly zero and g holds anything else

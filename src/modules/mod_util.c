@@ -1,6 +1,7 @@
 /* mod_util.c: see mod_util.h. */
 #include "modules/mod_util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -194,13 +195,37 @@ static void maxabs_pieces(void *p, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   const maxabs_ctx *x = p;
   for (int64_t c = lo; c < hi; c++) {
-    double mx = 0;
-    const int64_t i1 = (c + 1) * x->per < x->n ? (c + 1) * x->per : x->n;
-    for (int64_t i = c * x->per; i < i1; i++) { /* one read, no copy */
-      const double v = elem(x->t, i);
-      if (isfinite(v) && fabs(v) > mx) mx = fabs(v);
+    float mx = 0; /* every type read directly is exact in float32; NaN and +-Inf fail both tests */
+    const int64_t i0 = c * x->per, i1 = (c + 1) * x->per < x->n ? (c + 1) * x->per : x->n;
+    const void *d = x->t->data;
+    double m64 = 0;
+    switch (x->t->dtype) { /* one read, no copy, the type's loop */
+      case QC_BF16:
+        for (int64_t i = i0; i < i1; i++) {
+          const float v = fabsf(qc_bf16_to_f32(((const uint16_t *)d)[i]));
+          if (v > mx && v <= FLT_MAX) mx = v;
+        }
+        break;
+      case QC_F16:
+        for (int64_t i = i0; i < i1; i++) {
+          const float v = fabsf(qc_f16_to_f32(((const uint16_t *)d)[i]));
+          if (v > mx && v <= FLT_MAX) mx = v;
+        }
+        break;
+      case QC_F32:
+        for (int64_t i = i0; i < i1; i++) {
+          const float v = fabsf(((const float *)d)[i]);
+          if (v > mx && v <= FLT_MAX) mx = v;
+        }
+        break;
+      default:
+        for (int64_t i = i0; i < i1; i++) {
+          const double v = fabs(elem(x->t, i));
+          if (v > m64 && v <= DBL_MAX) m64 = v;
+        }
+        break;
     }
-    x->mx[c] = mx;
+    x->mx[c] = m64 > mx ? m64 : mx;
   }
 }
 

@@ -70,18 +70,21 @@ static mpart msum(const double *g, const double *r, int64_t i0, int64_t i1) {
   return q;
 }
 
-/* The metrics from the sums. */
-static void mfinish(const mpart *t, qc_metrics *m) {
+void qc_metrics_set(double ss_g, double ss_r, double ss_d, double dot, double mx, int64_t worst, int64_t bad, int64_t rbad,
+                    qc_metrics *m) {
   memset(m, 0, sizeof *m);
   m->noise_multiple = NAN;
   m->noise_floor = NAN;
   m->e_par = m->bias_sd = m->bias_allow = m->bias_z_raw = m->bias_z = NAN;
-  m->nonfinite = t->bad;
-  m->ref_nonfinite = t->rbad;
-  m->max_abs = t->mx < 0 ? 0 : t->mx;
-  m->worst = t->worst;
-  qc_metrics_finish(t->sg, t->sr, t->sd, t->dt, m);
+  m->nonfinite = bad;
+  m->ref_nonfinite = rbad;
+  m->max_abs = mx < 0 ? 0 : mx;
+  m->worst = worst;
+  qc_metrics_finish(ss_g, ss_r, ss_d, dot, m);
 }
+
+/* The metrics from the sums. */
+static void mfinish(const mpart *t, qc_metrics *m) { qc_metrics_set(t->sg, t->sr, t->sd, t->dt, t->mx, t->worst, t->bad, t->rbad, m); }
 
 void qc_metrics_compute(const double *g, const double *r, int64_t n, qc_metrics *m) {
   mpart t = msum(g, r, 0, n);
@@ -144,51 +147,62 @@ static int holds(double v, qc_dtype dt) {
   return qc_f16_to_f32(qc_f32_to_f16(f)) == f;
 }
 
-/* Pieces of qc_values_dtype: bit k of held[piece] set when every finite
- * value of the piece is a value of order[k]. */
 static const qc_dtype g_vorder[3] = {QC_BF16, QC_F16, QC_F32};
+
+unsigned qc_values_want(qc_dtype container) {
+  int width[QC_DTYPE_COUNT] = {0};
+  width[QC_BF16] = 1;
+  width[QC_F16] = 2;
+  width[QC_F32] = 3;
+  width[QC_F64] = 4;
+  unsigned want = 0;
+  for (int k = 0; width[container] && k < 3 && width[g_vorder[k]] < width[container]; k++) want |= 1u << k;
+  return want;
+}
+
+unsigned qc_values_held(const double *g, int64_t n, unsigned want) {
+  unsigned h = want;
+  for (int64_t i = 0; i < n && h; i++)
+    if (isfinite(g[i]))
+      for (int k = 0; k < 3; k++)
+        if ((h & (1u << k)) && !holds(g[i], g_vorder[k])) h &= ~(1u << k);
+  return h;
+}
+
+qc_dtype qc_values_pick(unsigned held, qc_dtype container) {
+  for (int k = 0; k < 3; k++)
+    if (held & qc_values_want(container) & (1u << k)) return g_vorder[k];
+  return container;
+}
+
+/* Pieces of qc_values_dtype: held[piece] = qc_values_held of the piece. */
 typedef struct vd_ctx {
   const double *g;
   int64_t n, per;
-  int kinds;
-  unsigned *held;
+  unsigned want, *held;
 } vd_ctx;
 
 static void vd_pieces(void *p, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   const vd_ctx *x = p;
   for (int64_t c = lo; c < hi; c++) {
-    unsigned h = (1u << x->kinds) - 1;
     const int64_t i1 = (c + 1) * x->per < x->n ? (c + 1) * x->per : x->n;
-    for (int64_t i = c * x->per; i < i1 && h; i++)
-      if (isfinite(x->g[i]))
-        for (int k = 0; k < x->kinds; k++)
-          if ((h & (1u << k)) && !holds(x->g[i], g_vorder[k])) h &= ~(1u << k);
-    x->held[c] = h;
+    x->held[c] = qc_values_held(x->g + c * x->per, i1 - c * x->per, x->want);
   }
 }
 
 qc_dtype qc_values_dtype(const double *g, int64_t n, qc_dtype container) {
-  int width[QC_DTYPE_COUNT] = {0};
-  width[QC_BF16] = 1;
-  width[QC_F16] = 2;
-  width[QC_F32] = 3;
-  width[QC_F64] = 4;
-  if (!width[container]) return container;
-  int kinds = 0; /* the narrower types to try, in order */
-  while (kinds < 3 && width[g_vorder[kinds]] < width[container]) kinds++;
-  if (!kinds) return container;
+  const unsigned want = qc_values_want(container);
+  if (!want) return container;
   const int64_t per = (int64_t)1 << 16, np = n > 0 ? (n + per - 1) / per : 1;
   unsigned one, *held = np > 1 ? malloc((size_t)np * sizeof *held) : NULL; /* NULL: one piece */
   const int64_t pieces = held ? np : 1;
-  vd_ctx x = {g, n, held ? per : (n > 0 ? n : 1), kinds, held ? held : &one};
+  vd_ctx x = {g, n, held ? per : (n > 0 ? n : 1), want, held ? held : &one};
   qc_par_for(pieces, 1, vd_pieces, &x);
-  unsigned all = (1u << kinds) - 1;
+  unsigned all = want;
   for (int64_t c = 0; c < pieces; c++) all &= x.held[c];
   free(held);
-  for (int k = 0; k < kinds; k++)
-    if (all & (1u << k)) return g_vorder[k];
-  return container;
+  return qc_values_pick(all, container);
 }
 
 void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m) {
@@ -287,19 +301,23 @@ static void bias_pieces(void *p, int64_t lo, int64_t hi, int tid) {
   }
 }
 
+int64_t qc_row_pieces(int64_t rows, int64_t cols, int use_cols, int64_t *per) {
+  int64_t np = rows * cols / QC_BIAS_PIECE_MIN;
+  if (np > QC_BIAS_PIECES) np = QC_BIAS_PIECES;
+  if (np > rows) np = rows;
+  if (use_cols && np * cols > QC_BIAS_PIECE_COLS) np = QC_BIAS_PIECE_COLS / cols;
+  if (np < 1) np = 1;
+  *per = rows > 0 ? (rows + np - 1) / np : 0;
+  return *per > 0 ? (rows + *per - 1) / *per : 1;
+}
+
 int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, qc_metrics *m) {
   qc_bias_sums s;
   memset(&s, 0, sizeof s);
   s.rows = rows;
   s.cols = cols;
   const int use_cols = qc_bias_use_cols(rows, cols);
-  int64_t np = rows * cols / QC_BIAS_PIECE_MIN;
-  if (np > QC_BIAS_PIECES) np = QC_BIAS_PIECES;
-  if (np > rows) np = rows;
-  if (use_cols && np * cols > QC_BIAS_PIECE_COLS) np = QC_BIAS_PIECE_COLS / cols;
-  if (np < 1) np = 1;
-  const int64_t per = rows > 0 ? (rows + np - 1) / np : 0;
-  if (per > 0) np = (rows + per - 1) / per;
+  int64_t per, np = qc_row_pieces(rows, cols, use_cols, &per);
   qc_bias_sums *ps = calloc((size_t)np, sizeof *ps);
   double *ct = use_cols ? calloc((size_t)(np * cols * 2), sizeof *ct) : NULL;
   if (!ps || (use_cols && !ct)) {

@@ -57,6 +57,11 @@ void qc_metrics_compute_par(const double *g, const double *r, int64_t n, qc_metr
  * accumulate in parts): ss_g = sum g^2, ss_r = sum r^2, ss_d = sum (g-r)^2,
  * dot = sum g r. */
 void qc_metrics_finish(double ss_g, double ss_r, double ss_d, double dot, qc_metrics *out);
+/* m from a whole pass's sums (qc_metrics_finish's four), its largest
+ * |g - r| mx (-1: none) at flat index worst, and the non-finite counts of
+ * g (bad) and r (rbad); the noise floor and bias fields NAN. */
+void qc_metrics_set(double ss_g, double ss_r, double ss_d, double dot, double mx, int64_t worst, int64_t bad, int64_t rbad,
+                    qc_metrics *m);
 
 /* The sums of the rounded-reference pass over a [rows, cols] view of one
  * (g, r) pair (cols = the last dimension), x = g - q(r), finite pairs only:
@@ -128,5 +133,36 @@ void qc_mparts_finish(const double *parts, const double *mx, int64_t rows, int64
  * that holds every finite value of g exactly: the precision the values
  * carry, whatever their storage. Returns container when none is narrower. */
 qc_dtype qc_values_dtype(const double *g, int64_t n, qc_dtype container);
+/* The pieces of that rule: the mask of the types narrower than container
+ * (bit 0 bfloat16, 1 float16, 2 float32); the bits of `want` whose type
+ * holds every finite value of g[0, n); the narrowest type of a mask held
+ * over all pieces (AND-ed), else container. */
+unsigned qc_values_want(qc_dtype container);
+unsigned qc_values_held(const double *g, int64_t n, unsigned want);
+qc_dtype qc_values_pick(unsigned held, qc_dtype container);
+
+/* The row pieces of a [rows, cols] pass on the host (the bias pass, the
+ * compare pass): fixed by the shape alone, so the sums added in piece
+ * order are the same on any number of threads; returns their count and
+ * sets *per, the rows of each (the last may have fewer). use_cols: each
+ * piece keeps [cols] column sums, which bounds the count. */
+int64_t qc_row_pieces(int64_t rows, int64_t cols, int use_cols, int64_t *per);
+
+/* ---- the host's compare pass (compare.c) ----------------------------------
+ * 1 when qc_compare_host reads element type dt (float64, float32, float16,
+ * bfloat16). */
+int qc_compare_host_dtype(qc_dtype dt);
+/* m = the metrics of candidate g against its float64 reference r, both a
+ * [rows, cols] row-major view, and (bias) the rounded-reference pass at dt
+ * (qc_bias_pass's noise floor and bias test), in one read of each: the
+ * candidate in its own element type, no float64 copy of it. QC_EINPUT for
+ * an element type qc_compare_host_dtype refuses, QC_ESYS. */
+int qc_compare_host(const qc_tensor *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, int bias, qc_metrics *m);
+/* qc_values_dtype of a float tensor read in its own element type. */
+qc_dtype qc_values_dtype_of(const qc_tensor *g);
+/* The noise floor: rel-L2 between r and r rounded to dtype (bf16, f16,
+ * f32, as qc_round_to); NAN for dtypes without a rounding here, 0 for
+ * float64. */
+double qc_noise_floor(const double *r, int64_t n, qc_dtype dtype);
 
 #endif
