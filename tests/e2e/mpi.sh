@@ -158,12 +158,15 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
 C
   mpicc -shared -fPIC -o "$T/stop.so" "$T/stop.c" || bad "mpicc: the PMPI shim does not build"
 fi
+# under `make asan` the sanitizer's runtime must come first among the preloads
+asan_rt=$(ldd "$QATCHECK" 2>/dev/null | awk '/libasan/ { print $3 }')
+SHIM="${asan_rt:+$asan_rt:}$T/stop.so"
 init_stall_run() { # init_stall_run DESC NEEDLE ENV ARG...: 3 ranks, rank 1 stopped entering MPI_Init, under env ENV
   desc=$1; needle=$2; envv=$3; shift 3
   cp "$T/one/r.json" "$T/four/r.json" # an older report at the path: it must not stay
   rm -f "$T/pids"
   s=$(date +%s)
-  ( cd "$T/four" && env "$envv" QC_STOP_RANK=1 QC_SHIM="$T/stop.so" QC_PIDS="$T/pids" timeout 60 ${MPIRUN%-np 4} -np 3 \
+  ( cd "$T/four" && env "$envv" QC_STOP_RANK=1 QC_SHIM="$SHIM" QC_PIDS="$T/pids" timeout 60 ${MPIRUN%-np 4} -np 3 \
       sh -c 'echo "$OMPI_COMM_WORLD_RANK $$" >>"$QC_PIDS"; LD_PRELOAD="$QC_SHIM" exec "$0" "$@"' \
       "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --json r.json "$@" >"$T/out" 2>"$T/err"; echo $? >"$T/rc" )
   took=$(($(date +%s) - s))
