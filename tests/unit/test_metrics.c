@@ -194,8 +194,9 @@ Test(metrics, parallel_pass_matches_serial) {
 
 /* The host passes run on qc_par_for's threads in pieces fixed by the shape
  * (docs/architecture.md, "compare"): the metrics, the bias test's sums, the
- * values' precision, a tensor's largest magnitude and the terms' scale are
- * the same bits on 1, 2 and 5 threads. */
+ * values' precision, a tensor's largest magnitude, the terms' scale and the
+ * one-pass compare (qc_compare_host) are the same bits on 1, 2 and 5
+ * threads. */
 Test(metrics, host_passes_same_on_any_thread_count) {
   enum { ROWS = 1500, COLS = 2000, N = ROWS * COLS };
   double *g = malloc(N * sizeof *g), *r = malloc(N * sizeof *r);
@@ -210,7 +211,7 @@ Test(metrics, host_passes_same_on_any_thread_count) {
   }
   qc_tensor ft = {.dtype = QC_F32, .ndim = 2, .shape = {ROWS, COLS}, .data = f};
   qc_tensor gt = {.dtype = QC_F64, .ndim = 2, .shape = {ROWS, COLS}, .data = g};
-  double want[12] = {0}, got[12];
+  double want[16] = {0}, got[16];
   const char *threads[3] = {"1", "2", "5"};
   for (int t = 0; t < 3; t++) {
     setenv("QATCHECK_THREADS", threads[t], 1);
@@ -222,12 +223,22 @@ Test(metrics, host_passes_same_on_any_thread_count) {
     double v[12] = {m.rel_l2, m.norm_g, m.norm_r, m.max_abs, (double)m.worst, m.cosine, m.noise_floor, m.e_par,
                     m.bias_sd, (double)qc_values_dtype(fg, N, QC_F32), qc_mod_maxabs(&ft),
                     qc_mod_terms_tensor(&gt, COLS, 1, &ft, COLS, 1, ROWS, COLS, COLS < ROWS ? COLS : ROWS)};
+    qc_metrics mc, mf; /* the one-pass compare of the float32 candidate, against the passes apart */
+    cr_assert_eq(qc_compare_host(&ft, r, ROWS, COLS, QC_F32, 1, &mc), 0);
+    qc_metrics_compute_par(fg, r, N, &mf);
+    cr_assert_eq(qc_bias_pass(fg, r, ROWS, COLS, QC_F32, &mf), 0);
     free(fg);
-    if (t == 0) memcpy(want, v, sizeof v);
+    cr_expect(fabs(mc.rel_l2 - mf.rel_l2) <= 1e-12 * mf.rel_l2 && fabs(mc.bias_sd - mf.bias_sd) <= 1e-9 * mf.bias_sd &&
+                  mc.worst == mf.worst && mc.max_abs == mf.max_abs,
+              "the one pass (%a, %a) is the passes apart (%a, %a)", mc.rel_l2, mc.bias_sd, mf.rel_l2, mf.bias_sd);
+    double v2[16];
+    memcpy(v2, v, sizeof v);
+    v2[12] = mc.rel_l2, v2[13] = mc.bias_sd, v2[14] = mc.e_par, v2[15] = (double)qc_values_dtype_of(&ft);
+    if (t == 0) memcpy(want, v2, sizeof v2);
     else
-      for (int k = 0; k < 12; k++) cr_expect_eq(memcmp(&v[k], &want[k], sizeof v[k]), 0, "value %d on %s threads: %a against %a", k, threads[t], v[k], want[k]);
-    memcpy(got, v, sizeof v);
+      for (int k = 0; k < 16; k++) cr_expect_eq(memcmp(&v2[k], &want[k], sizeof v2[k]), 0, "value %d on %s threads: %a against %a", k, threads[t], v2[k], want[k]);
+    memcpy(got, v2, sizeof v2);
   }
-  cr_expect(got[9] == (double)QC_F32, "float32 values judged as float32");
+  cr_expect(got[9] == (double)QC_F32 && got[15] == (double)QC_F32, "float32 values judged as float32");
   free(g), free(r), free(f);
 }
