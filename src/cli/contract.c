@@ -102,18 +102,6 @@ static int opt_norm_ratio(const qc_opt *o, const char *v) {
   return QC_OK;
 }
 
-/* The checkpoint's config.json (in its folder, or beside its file), or NULL. */
-static const char *config_of(const char *ckpt, char *buf, size_t n) {
-  struct stat sb;
-  if (stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s/config.json", ckpt);
-  else {
-    const char *s = strrchr(ckpt, '/');
-    if (s) snprintf(buf, n, "%.*s/config.json", (int)(s - ckpt), ckpt);
-    else snprintf(buf, n, "config.json");
-  }
-  return access(buf, R_OK) == 0 ? buf : NULL;
-}
-
 int qc_cmd_contract(qc_run *run, int argc, char **argv) {
   qc_common_opts co = {.run = run};
   const char *dump_path = NULL, *ckpt_path = NULL, *dy_path = NULL, *wlist = NULL, *alist = "none", *qcfg = NULL;
@@ -191,7 +179,7 @@ int qc_cmd_contract(qc_run *run, int argc, char **argv) {
   o.profile = co.profile; /* NULL: per module (its contract, its deployed bytes, else vllm) */
   o.deployed = wgiven ? 0 : -1; /* no --weight-format: each layer's deployed format where declared */
   char cfgbuf[4096];
-  if (ckpt_path && !qcfg) qcfg = config_of(ckpt_path, cfgbuf, sizeof cfgbuf);
+  if (ckpt_path && !qcfg) qcfg = qc_st_config_of(ckpt_path, cfgbuf, sizeof cfgbuf);
   if (qcfg && access(qcfg, R_OK) != 0) return qc_err("--quant-config '%s': cannot read: %s", qcfg, strerror(errno));
   o.qconfig = qcfg;
   o.progress = !qc_quiet && isatty(2);

@@ -19,18 +19,6 @@
 
 #define QUANT_NO_DEVICE "quant compares the deployed bytes with qatcheck's reference quantizers, which run on the host"
 
-/* The deployed checkpoint's config.json (beside its files), or NULL. */
-static const char *config_of(const char *ckpt, char *buf, size_t n) {
-  struct stat sb;
-  if (stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s/config.json", ckpt);
-  else {
-    const char *s = strrchr(ckpt, '/');
-    if (s) snprintf(buf, n, "%.*s/config.json", (int)(s - ckpt), ckpt);
-    else snprintf(buf, n, "config.json");
-  }
-  return access(buf, R_OK) == 0 ? buf : NULL;
-}
-
 int qc_quant_many(const qc_quant_args *a) {
   const qc_common_opts co = a->co;
   const char *dep = a->checkpoint, *mst = a->master, *dump = a->dump;
@@ -58,7 +46,7 @@ int qc_quant_many(const qc_quant_args *a) {
   if (dump) {
     if ((rc = qc_dump_open(dump, &d)) || (rc = qc_quant_dump_all(d, &o, &rows))) goto done;
   } else {
-    o.config = config_of(dep, cfg, sizeof cfg);
+    o.config = qc_st_config_of(dep, cfg, sizeof cfg);
     if ((rc = qc_st_open(dep, &sd)) || (rc = qc_st_open(mst, &sm))) goto done;
     if ((rc = qc_quant_checkpoint(sd, sm, &o, &rows))) goto done;
   }

@@ -384,3 +384,14 @@ int qc_st_load(const qc_st *st, const char *name, const char *as, qc_tensor *out
   if ((rc = qc_st_read(st, t, -1, out->data, out->nbytes))) qc_tensor_free(out);
   return rc;
 }
+
+const char *qc_st_config_of(const char *ckpt, char *buf, size_t n) {
+  struct stat sb;
+  if (stat(ckpt, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(buf, n, "%s/config.json", ckpt);
+  else {
+    const char *s = strrchr(ckpt, '/');
+    if (s) snprintf(buf, n, "%.*s/config.json", (int)(s - ckpt), ckpt);
+    else snprintf(buf, n, "config.json");
+  }
+  return access(buf, R_OK) == 0 ? buf : NULL;
+}

@@ -76,4 +76,8 @@ int qc_st_pread(const qc_st *st, int part, uint64_t offset, void *buf, size_t nb
  * QC_EINPUT naming it. */
 int qc_st_load(const qc_st *st, const char *name, const char *as, qc_tensor *out);
 
+/* The config.json of checkpoint ckpt (a folder: inside it; a file: beside
+ * it) written into buf, returned when readable, else NULL. */
+const char *qc_st_config_of(const char *ckpt, char *buf, size_t n);
+
 #endif
