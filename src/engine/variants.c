@@ -192,19 +192,25 @@ static double sine(const qc_check *k) {
   return k->m.cosine_null || !isfinite(c) ? 1.0 : sqrt(fmax(0.0, 1.0 - c * c));
 }
 
+/* Variant i of L judged into kv, speculatively: its error state restored
+ * (a variant that cannot be judged leaves no error), except out of memory,
+ * which is the run's (QC_ESYS, its message kept). */
+static int judge_one(const qc_variants *L, qc_variant_judge_fn judge, void *arg, int i, qc_check *kv) {
+  qc_err_state es;
+  qc_err_save(&es);
+  int rc = judge(arg, i, &L->v[i], kv);
+  if (rc == QC_ESYS) qc_err_keep(&es);
+  else qc_err_restore(&es);
+  return rc;
+}
+
 int qc_variants_closest(const qc_variants *L, qc_variant_judge_fn judge, void *arg, qc_check *k, int *chosen) {
   *chosen = -1;
   if (k->verdict == QC_V_PASS || k->variant_id[0]) return QC_OK;
   qc_check best, kv;
   for (int i = 0; i < L->n; i++) {
-    qc_err_state es; /* a variant that cannot be judged is no candidate (out of memory is the run's) */
-    qc_err_save(&es);
-    int rc = judge(arg, i, &L->v[i], &kv);
-    if (rc == QC_ESYS) {
-      qc_err_keep(&es);
-      return rc;
-    }
-    qc_err_restore(&es);
+    int rc = judge_one(L, judge, arg, i, &kv); /* a variant that cannot be judged is no candidate */
+    if (rc == QC_ESYS) return rc;
     if (rc || kv.verdict == QC_V_PASS || !(sine(&kv) < 0.5 * sine(k)) || (*chosen >= 0 && !(sine(&kv) < sine(&best)))) continue;
     qc_variant_name(&L->v[i], L->levels, kv.variant, sizeof kv.variant);
     qc_variant_id(&L->v[i], kv.variant_id, sizeof kv.variant_id);
@@ -236,14 +242,8 @@ int qc_variants_judge(const qc_variants *L, qc_variant_judge_fn judge, void *arg
   qc_check best, kv;
   int have = 0;
   for (int i = 0; i < L->n; i++) {
-    qc_err_state es; /* a variant that cannot be judged explains nothing: no error (out of memory is one) */
-    qc_err_save(&es);
-    int rc = judge(arg, i, &L->v[i], &kv);
-    if (rc == QC_ESYS) {
-      qc_err_keep(&es);
-      return rc;
-    }
-    qc_err_restore(&es);
+    int rc = judge_one(L, judge, arg, i, &kv); /* a variant that cannot be judged explains nothing */
+    if (rc == QC_ESYS) return rc;
     if (rc || !qc_variant_better(k, have ? &best : NULL, &kv)) continue;
     qc_variant_name(&L->v[i], L->levels, kv.variant, sizeof kv.variant);
     qc_variant_id(&L->v[i], kv.variant_id, sizeof kv.variant_id);
