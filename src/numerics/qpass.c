@@ -118,7 +118,11 @@ static const struct path_row {
      * w = amax / 2688 (eager: amax * RN(1/2688)); sf = e4m3(bmax / (6 * w)), 0 -> 1.0, no lower
      * clamp; elements _cast_fp4(x / (sf * w)) */
     {QC_QP_MODELOPT, QC_QF_NVFP4, NV(QG_MULINV, QF_MODELOPT, QN_DIVM), NO},
-    {QC_QP_COMPRESSED_TENSORS, QC_QF_NVFP4, NV(QG_EAGER, QF_VLLM, QN_RCP), NO},
+    /* compressed-tensors @ac8e2ba (0.18.0; the NVFP4 preset, quant_scheme.py, sets scale_dtype e4m3):
+     * helpers.py generate_gparam: g = 2688 / max(amax, FLT_MIN), Tensor.__rtruediv__ = RN(1/a) * 2688, NaN/Inf -> 1;
+     * calculate_qparams: sf = e4m3(clamp(g * (bmax / 6), +-448)) (on CUDA / 6 is * RN(1/6)), a 0 -> _get_dtype_eps
+     * 0.125; forward_helpers.py _quantize: cast_to_fp4(clamp(x / (sf / g), +-6)), RNE */
+    {QC_QP_COMPRESSED_TENSORS, QC_QF_NVFP4, NV(QG_CT, QF_CT, QN_DIVG), NO},
 
     {QC_QP_TE, QC_QF_FP8_TENSOR, TE(QP_NONE), NO},
     {QC_QP_TE, QC_QF_FP8_TOKEN, TE(QP_NONE), NO},

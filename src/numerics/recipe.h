@@ -30,9 +30,10 @@ enum { QR_NONE = 0, QR_FP8, QR_TE, QR_NVFP4, QR_MX };
 enum { QS_DIV = 0, QS_MUL };                               /* fp8 scale: a / 448, a * RN(1/448) */
 enum { QP_NONE = 0, QP_CEIL2, QP_CEIL2_LOG, QP_TRUNC };    /* power-of-two rule (QP_TRUNC: te) */
 enum { QE_DIV = 0, QE_RCP, QE_RCPA };                      /* fp8 element: x / s, x * rcp(s), x * rcpa(s) */
-enum { QG_DIV = 0, QG_EAGER, QG_MULINV, QG_TE };          /* nvfp4 global: 2688/amax, RN(1/amax)*2688, amax*RN(1/2688),
-                                                              2688/amax at most FLT_MAX (te) */
-enum { QF_VLLM = 0, QF_TE, QF_MODELOPT, QF_EXACT };        /* nvfp4 block scale */
+enum { QG_DIV = 0, QG_EAGER, QG_MULINV, QG_TE, QG_CT };  /* nvfp4 global: 2688/amax, RN(1/amax)*2688, amax*RN(1/2688),
+                                                              2688/amax at most FLT_MAX (te), RN(1/max(amax, FLT_MIN))*2688
+                                                              with Inf -> 1 (compressed-tensors) */
+enum { QF_VLLM = 0, QF_TE, QF_MODELOPT, QF_EXACT, QF_CT }; /* nvfp4 block scale (QF_CT: QF_VLLM, byte 0 -> eps 0.125) */
 enum { QN_RCP = 0, QN_RCPA, QN_DIVG, QN_DIVM, QN_RCP_TE }; /* nvfp4 element (QN_RCP_TE: rcp(sf * rcp(g)) at most FLT_MAX) */
 enum { QM_CEIL2_DIV = 0, QM_LOG_MUL, QM_EVEN, QM_OCP };    /* mx shared exponent */
 
@@ -99,6 +100,10 @@ QC_HD float qr_nvfp4_g(const qc_recipe *r, float amax) {
     case QG_EAGER: return qa_mul(qa_rcp(amax), 2688.0f);
     case QG_MULINV: return qa_mul(amax, qa_float(QA_R2688_BITS));
     case QG_TE: return qa_min(qa_div(2688.0f, amax), qa_float(0x7f7fffffu)); /* an infinite quotient: FLT_MAX */
+    case QG_CT: { /* compressed-tensors: 2688 / Tensor is reciprocal() * 2688; the amax clamped at FLT_MIN; Inf -> 1 */
+      float g = qa_mul(qa_rcp(qa_max(amax, qa_float(0x00800000u))), 2688.0f);
+      return qa_bits(g) >= 0x7f800000u ? 1.0f : g;
+    }
     default: return qa_div(2688.0f, amax);
   }
 }
@@ -202,7 +207,9 @@ QC_HD qc_bscale qr_block_scale(const qc_recipe *r, float amax, float g) {
       } else {
         v = qa_min(qa_mul(g, qa_mul(amax, qa_float(QA_R6_BITS))), 448.0f);
       }
-      return qr_scale_given(r, 0.0f, qr_e4m3(v), g);
+      uint8_t sb = qr_e4m3(v);
+      if (r->sfop == QF_CT && sb == 0) sb = 0x20; /* a zero scale becomes the e4m3 eps 0.125 */
+      return qr_scale_given(r, 0.0f, sb, g);
     }
     case QR_MX: {
       int emax = r->fp4 ? 2 : 8, byte;

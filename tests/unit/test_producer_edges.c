@@ -43,6 +43,7 @@ typedef struct {
 #define NV4 "vLLM nvfp4_utils.cuh cvt_warp_fp16_to_fp4 (reciprocal_approximate_ftz = rcp.approx.ftz.f32) @2c9ff65"
 #define OCP "OCP MX v1.0 6.3 (X = 2^(floor(log2 amax) - emax), V / X exact): microxcaling mx_ops.py _quantize_mx @3b429a8, torchao to_mx FLOOR @050515e"
 #define TAO "torchao mx_tensor.py to_mx, ScaleCalculationMode.EVEN (bits + 2^21, exponent - 2) @050515e"
+#define CT "compressed-tensors helpers.py generate_gparam, calculate_qparams, _get_dtype_eps; forward_helpers.py _quantize @ac8e2ba (0.18.0)"
 #define NA 0.0f, 0.0f
 
 static const edge_row g_rows[] = {
@@ -105,6 +106,20 @@ static const edge_row g_rows[] = {
     {"modelopt", "nvfp4", "block scale 0: a zero element, 0 / 0 -> 6", 1e-6f, 0.0f, 6.0f, 0x00, 0x7, 0x3b124925u, MO},
     {"modelopt", "nvfp4", "negative zero: sign bit (v < 0) is 0", 6.0f, -0.0f, 0, 0x7e, 0x0, 0x3b124925u, MO},
     {"modelopt", "nvfp4", "tie 2.5 -> 2 (ties to even)", 6.0f, 2.5f, 0, 0x7e, 0x4, 0x3b124925u, MO},
+
+    /* compressed-tensors NVFP4 (scale_dtype e4m3 in the preset): g = 2688 / max(amax, FLT_MIN) as Tensor.__rtruediv__,
+     * RN(1/a) * 2688, NaN/Inf -> 1; sf = e4m3(min(g * (bmax / 6), 448)) with a 0 replaced by the e4m3 eps 0.125
+     * (byte 0x20); elements cast_to_fp4(x / (sf / g)), RNE, clamped to +-6 */
+    {"compressed_tensors", "nvfp4", "amax 6: g 448, block scale 448", 6.0f, 6.0f, 0, 0x7e, 0x7, 0x43e00000u, CT},
+    {"compressed_tensors", "nvfp4", "block scale 0 -> e4m3 eps 0.125 (0x20)", 0x1.0c6f7ap-20f, 0x1.0c6f7ap-20f, 6.0f, 0x20,
+     0x0, 0x43e00000u, CT},
+    {"compressed_tensors", "nvfp4", "amax 1e-36: 2688 / amax overflows, g 1", 0x1.54484ap-120f, 0x1.54484ap-120f, 0, 0x20,
+     0x0, 0x3f800000u, CT},
+    {"compressed_tensors", "nvfp4", "subnormal amax: clamped to FLT_MIN, g 1", 0x1.16c2p-133f, 0x1.16c2p-133f, 0, 0x20, 0x0,
+     0x3f800000u, CT},
+    /* sf 384, g 0x433bf1e8: x / RN(sf / g) is just under 0.75 (code 1); x * rcp(sf * rcp(g)) reaches it (code 2) */
+    {"compressed_tensors", "nvfp4", "element x / (sf / g), not x * rcp(sf * rcp(g))", 0x1.848a3p+3f, 0x1.8848fap+0f,
+     0x1.c9aa7ap+3f, 0x7c, 0x1, 0x433bf1e8u, CT},
 
     /* DeepGEMM's reference (torch: per_block_cast_to_fp8(use_ue8m0=False); deepgemm: ceil_to_ue8m0's bit rule):
      * amax.clamp(1e-4) / 448 (eager: * RN(1/448)); elements x * (1.0 / sf) */
