@@ -63,7 +63,7 @@ PATHS.update({
     ("vllm_triton", "fp8_group128"): "triton", ("vllm_triton", "fp8_group128_ue8m0"): "triton",
     ("vllm_cuda_nvfp4", "nvfp4"): "cuda:nvfp4:2",
     ("deepgemm", "fp8_block128_ue8m0"): "inductor",
-    ("modelopt", "nvfp4"): "eager:modelopt", ("compressed_tensors", "nvfp4"): "eager",
+    ("modelopt", "nvfp4"): "eager:modelopt", ("compressed_tensors", "nvfp4"): "eager:ct",
     ("ocp", "mxfp8"): "cuda:mx:0", ("ocp", "mxfp4"): "cuda:mx:0",
     ("exact", "nvfp4"): "cuda:nvfp4:1", ("exact", "mxfp8"): "cuda:mx:1", ("exact", "mxfp4"): "cuda:mx:1",
     ("te", "nvfp4"): "cuda:nvfp4:0",
@@ -425,7 +425,7 @@ def to_numpy_input(t):
 def run_path(cal, comp, profile, fmt, x):
     eng = PATHS[(profile, fmt)]
     if eng.startswith("eager"):
-        return (P.eager_nvfp4_modelopt if eng == "eager:modelopt" else P.EAGER[fmt])(x)
+        return {"eager:modelopt": P.eager_nvfp4_modelopt, "eager:ct": P.eager_nvfp4_ct}.get(eng, P.EAGER[fmt])(x)
     if eng == "inductor":
         return comp.run(profile, fmt, x)
     if eng == "triton":

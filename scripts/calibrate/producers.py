@@ -164,6 +164,23 @@ def eager_nvfp4_modelopt(x):
     return _np(code.view(rows, -1)[:, :cols]), _np(sf8.view(rows, -1)), float(w)
 
 
+def eager_nvfp4_ct(x):
+    """compressed-tensors' NVFP4 as eager ops (helpers.py generate_gparam, calculate_qparams,
+    _get_dtype_eps; forward_helpers.py _quantize @ac8e2ba, docs/conformance.md):
+    g = 2688 / max(amax, FLT_MIN) (a Python number over a tensor: reciprocal, then the
+    product), NaN/Inf -> 1; sf = e4m3(clamp(g * (bmax / 6), 448)), a zero sf set to the
+    e4m3 eps 0.125; elements cast to e2m1 (thresholds, ties to even) of x / (sf / g)."""
+    rows, cols = x.shape
+    amax = x.abs().float().amax().clamp(min=torch.finfo(torch.float32).tiny)
+    g = torch.nan_to_num(2688.0 / amax, nan=1.0, posinf=1.0, neginf=1.0)
+    xg = _pad_cols(x, 16).view(rows, -1, 16).float()
+    bmax = xg.abs().amax(dim=-1, keepdim=True)
+    sf8 = e4m3((g * (bmax / 6.0)).clamp(max=448.0))
+    sf8 = torch.where(sf8 == 0, torch.full_like(sf8, 0x20), sf8)
+    codes = e2m1((xg / (e4m3_float(sf8) / g)).clamp(-6.0, 6.0)).view(rows, -1)[:, :cols]
+    return _np(codes), _np(sf8.view(rows, -1)), float(g)
+
+
 def eager_mxfp8(x):
     """vLLM's torch mx path: e = ceil(log2(amax / 448)) as e8m0 (clamped), x / 2^e, saturating."""
     rows, cols = x.shape

@@ -229,7 +229,7 @@ FP8 = {
     "deepgemm": {"stage2": (1e-4, "mul", "bits", 0, "rcpa")},
 }
 # nvfp4: (global, block scale, element); mx: the exponent rule
-NV = {"vllm": ("eager", "vllm", "rcp"), "torch": ("eager", "vllm", "rcp"), "compressed_tensors": ("eager", "vllm", "rcp"),
+NV = {"vllm": ("eager", "vllm", "rcp"), "torch": ("eager", "vllm", "rcp"), "compressed_tensors": ("ct", "ct", "divg"),
       "vllm_cuda_nvfp4": ("eager", "vllm", "rcpa"), "modelopt": ("mulinv", "modelopt", "divm"), "te": ("te", "te", "rcp_te"),
       "exact": ("div", "exact", "divg")}
 MX = {"vllm": "log", "torch": "log", "exact": "bits", "ocp": "ocp"}
@@ -287,6 +287,14 @@ def _fp8_rule(rec, amax):
     return k, div, s, None
 
 
+def _ct_g(amax):
+    """compressed-tensors generate_gparam @ac8e2ba: 2688 / max(amax, FLT_MIN) as
+    Tensor.__rtruediv__ (RN(1/a) * 2688), NaN/Inf -> 1."""
+    with np.errstate(over="ignore"):
+        g = F32(F32(F32(1) / max(F32(amax), np.finfo(F32).tiny)) * F32(2688))
+    return g if np.isfinite(g) else F32(1)
+
+
 def _nv_rule(prof, amax, g):
     f32 = lambda a: np.asarray(a, F32)  # noqa: E731
     gop, sfop, nop = _lookup({p: {"r": v} for p, v in NV.items()}, prof, "r")[1]
@@ -301,6 +309,8 @@ def _nv_rule(prof, amax, g):
         else:
             v = np.minimum(f32(g * f32(amax * F32(1.0 / 6))), F32(448))
         byte = enc_e4m3(v)
+        if sfop == "ct":  # compressed-tensors calculate_qparams: a zero scale -> _get_dtype_eps(e4m3) = 0.125
+            byte = np.where(byte == 0, np.uint8(0x20), byte).astype(np.uint8)
         sf = dec_e4m3(byte)
         if nop == "divm":
             d = f32(sf * g)
@@ -396,7 +406,8 @@ def _codes(fmt, prof, x, sr):
         gop = _lookup({p: {"r": v} for p, v in NV.items()}, prof, "r")[1][0]
         g = F32(1) if amax == 0 else {"mulinv": F32(amax * F32(1.0 / 2688)), "div": F32(F32(2688) / amax),
                                       "te": np.minimum(F32(F32(2688) / amax), np.finfo(F32).max),
-                                      "eager": F32(F32(F32(1) / amax) * F32(2688))}[gop]
+                                      "eager": F32(F32(F32(1) / amax) * F32(2688)),
+                                      "ct": _ct_g(amax)}[gop]
     codes, deq, byte = _pass(fmt, prof, x, sr, g)
     if fmt == "fp8_block128_ue8m0" and prof != "te":
         codes, deq, byte = _pass(fmt, prof, _dequant_codes(fmt, codes, deq), None, g, stage2=True)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # quant_calibration.sh: qatcheck's quantizers against the bytes the real
 # producers made on an H200 (tests/data/calib/, the golden subset of
-# scripts/calibrate/): every producer path of the subset (51)
+# scripts/calibrate/): every producer path of the subset (50; compressed_tensors
+# nvfp4 withdrawn until re-made on a device, docs/conformance.md)
 # reproduced byte for byte; the exact path's fp8_group128 bytes (div.rn for the
 # scale and the elements, as vLLM's CUDA kernel divides) pass as vllm's;
 # a flipped payload byte and a producer's bytes checked under another
@@ -12,14 +13,14 @@ C=tests/data/calib
 RL="$PY scripts/calibrate/relabel.py"
 $PY -c "import numpy" 2>/dev/null || { echo "numpy missing"; exit 77; }
 expect_exit 0 "every producer path of the golden subset is reproduced" "$QATCHECK" quant --calibration "$C" --json "$T/r.json" --junit "$T/r.xml"
-grep -q "over 51 producer paths, 0 mismatching bytes" "$T/out" || bad "not 51 paths with 0 mismatches: $(tail -1 "$T/out")"
-$PY - "$T/r.json" <<'PYEOF' || bad "the JSON report does not list 51 paths with 0 mismatches"
+grep -q "over 50 producer paths, 0 mismatching bytes" "$T/out" || bad "not 50 paths with 0 mismatches: $(tail -1 "$T/out")"
+$PY - "$T/r.json" <<'PYEOF' || bad "the JSON report does not list 50 paths with 0 mismatches"
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["verdict"] == "pass" and len(r["paths"]) == 51
+assert r["verdict"] == "pass" and len(r["paths"]) == 50
 assert all(sum(p["mismatching_bytes"].values()) == 0 and p["values"] > 0 for p in r["paths"])
 PYEOF
-grep -c "<testcase" "$T/r.xml" | grep -q "^51$" || bad "JUnit: expected 51 testcases"
+grep -c "<testcase" "$T/r.xml" | grep -q "^50$" || bad "JUnit: expected 50 testcases"
 # planted: one payload byte
 $RL "$C/fp8_block128.qcal" "$T/flip.qcal" --flip 5 || bad "relabel --flip"
 expect_exit 1 "a flipped payload byte fails" "$QATCHECK" quant --calibration "$T/flip.qcal"
@@ -30,7 +31,7 @@ grep -q "payload byte 5:" "$T/out" || bad "the flipped byte is not named: $(grep
 # unit tests parith/* and profile/* plant those)
 for pair in "torch:vllm:fp8_block128" "vllm_triton:exact:fp8_group128" "vllm_triton:vllm:fp8_group128" \
             "vllm_native:vllm:fp8_group128_ue8m0" "torch:vllm:fp8_group128" "vllm:modelopt:nvfp4" \
-            "vllm:te:nvfp4" "vllm:ocp:mxfp8" "vllm:exact:mxfp4" "torch:exact:fp8_tensor" "vllm:te:fp8_token"; do
+            "vllm:te:nvfp4" "vllm:compressed_tensors:nvfp4" "vllm:ocp:mxfp8" "vllm:exact:mxfp4" "torch:exact:fp8_tensor" "vllm:te:fp8_token"; do
   from=${pair%%:*}; rest=${pair#*:}; to=${rest%%:*}; fmt=${rest#*:}
   $RL "$C/$fmt.qcal" "$T/rl.qcal" --from "$from" --to "$to" || bad "relabel $pair"
   expect_exit 1 "$from's $fmt bytes are not $to's" "$QATCHECK" quant --calibration "$T/rl.qcal"

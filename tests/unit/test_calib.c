@@ -16,7 +16,7 @@ Test(calib, golden_subset_is_reproduced) {
   qc_calib_row *r = NULL;
   int n = 0;
   cr_assert_eq(qc_calib_check(paths, 1, NULL, &r, &n), QC_OK, "%s", qc_err_msg());
-  cr_expect_eq(n, 51, "producer paths");
+  cr_expect_eq(n, 50, "producer paths");
   for (int i = 0; i < n; i++) {
     cr_expect(r[i].values > 40000, "%s/%s: %lld values", r[i].profile, r[i].format, (long long)r[i].values);
     cr_expect_eq(r[i].bad_payload + r[i].bad_scale + r[i].bad_global, 0, "%s/%s: %s", r[i].profile, r[i].format, r[i].first);
