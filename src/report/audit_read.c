@@ -49,11 +49,17 @@ static int as_int(double v) { return v != v ? 0 : v > INT_MAX ? INT_MAX : v < IN
 static int flag(const cJSON *o, const char *k) { return cJSON_IsTrue(get(o, k)); }
 
 
-/* Grow array *v of *n elements of size sz by one (zeroed); NULL out of memory. */
+/* Grow array *v of *n elements of size sz by one (zeroed); NULL out of
+ * memory. Its capacity is the power of two at or above *n (every array
+ * here grows only through this): a reallocation at each power of two, not
+ * at each element (one per element copied a 20,000-module report's
+ * checks quadratically under ASan's realloc: 13 minutes for 2.6 s). */
 static void *grow(void **v, int *n, size_t sz) {
-  char *nv = realloc(*v, (size_t)(*n + 1) * sz);
-  if (!nv) return NULL;
-  *v = nv;
+  char *nv = *v;
+  if ((*n & (*n - 1)) == 0) { /* 0 or a power of two: full */
+    if (!(nv = realloc(*v, (*n ? 2 * (size_t)*n : 1) * sz))) return NULL;
+    *v = nv;
+  }
   memset(nv + (size_t)*n * sz, 0, sz);
   return nv + (size_t)(*n)++ * sz;
 }
