@@ -173,6 +173,16 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
   return r;
 }
 
+/* Thread 0 of block (br, bc) stores its scale: the value and, for
+ * fp8_block128_ue8m0, its e8m0 byte (0 for the other formats). */
+__device__ __forceinline__ void store_block_scale(const qk_qargs &a, int64_t br, int64_t bc, const qc_bscale &sc) {
+  const int64_t sidx = br * ((a.cols + 127) / 128) + bc;
+  if (threadIdx.x == 0) {
+    if (a.scale) a.scale[sidx] = sc.deq;
+    if (a.scale_b) a.scale_b[sidx] = a.fmt == QK_FP8_BLOCK128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
+  }
+}
+
 /* One 128 x 128 tile a block (256 threads: 128 columns by 2 interleaved
  * rows). FUSE: the tile's share of the reference d_x = dY W_ref as well
  * (a.fuse_m <= QK_FUSE_M rows of bf16 dY [fuse_m, rows]): each column's
@@ -225,11 +235,7 @@ template <bool FUSE> __global__ void __launch_bounds__(QT) k_block128(qk_qargs a
     m2 = block_max(m2, sh);
     sc = qr_block_scale(&a.rc2, m2, 0.f);
   }
-  const int64_t sidx = br * ((a.cols + 127) / 128) + bc;
-  if (threadIdx.x == 0) {
-    if (a.scale) a.scale[sidx] = sc.deq;
-    if (a.scale_b) a.scale_b[sidx] = a.fmt == QK_FP8_BLOCK128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
-  }
+  store_block_scale(a, br, bc, sc);
   double acc[FUSE ? QK_FUSE_M : 1];
 #pragma unroll
   for (int mm = 0; mm < (FUSE ? QK_FUSE_M : 1); mm++) acc[mm] = 0.0;
@@ -338,11 +344,7 @@ template <bool FUSE> __global__ void __launch_bounds__(QT) k_block128v(qk_qargs 
     m2 = block_max(m2, sh);
     sc = qr_block_scale(&a.rc2, m2, 0.f);
   }
-  const int64_t sidx = br * ((a.cols + 127) / 128) + bc;
-  if (threadIdx.x == 0) {
-    if (a.scale) a.scale[sidx] = sc.deq;
-    if (a.scale_b) a.scale_b[sidx] = a.fmt == QK_FP8_BLOCK128_UE8M0 ? qk_e8m0_byte(sc.deq) : 0;
-  }
+  store_block_scale(a, br, bc, sc);
 #pragma unroll
   for (int s = 0; s < 8; s++) {
     const int64_t row = row0 + 16 * s;
