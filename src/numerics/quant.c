@@ -237,13 +237,20 @@ static void recipe_words(const qc_recipe *r, char *buf, int n, int *k) {
     }
     case QR_TE: PUT("scale = 448 / amax%s, x * scale, s = rcp(scale)", r->pow2 == QP_TRUNC ? " truncated to a power of two" : ""); break;
     case QR_NVFP4: {
+      /* one text per QG_, QF_ and QN_ value of recipe.h, in its order */
       static const char *const g[] = {"g = 2688 / amax", "g = RN(1/amax) * 2688", "w = amax * RN(1/2688)",
-                                      "g = min(2688 / amax, FLT_MAX)"};
+                                      "g = min(2688 / amax, FLT_MAX)",
+                                      "g = RN(1/max(amax, FLT_MIN)) * 2688, a non-finite g 1"};
       static const char *const sf[] = {"sf = e4m3(min(g * (bmax * RN(1/6)), 448))", "sf = e4m3(bmax * (g * RN(1/6)))",
                                        "sf = e4m3(min(bmax / (6 * w), 448)), a zero block 1.0",
-                                       "sf = e4m3(min(g * (bmax / 6), 448))"};
+                                       "sf = e4m3(min(g * (bmax / 6), 448))",
+                                       "sf = e4m3(min(g * (bmax * RN(1/6)), 448)), a zero byte 0x20 (0.125)"};
       static const char *const e[] = {"x * rcp(sf * rcp(g))", "x * rcp.approx(sf * rcp.approx(g))", "x / (sf / g)", "x / (sf * w)",
                                       "x * min(rcp(sf * rcp(g)), FLT_MAX)"};
+      if (r->gop >= sizeof g / sizeof *g || r->sfop >= sizeof sf / sizeof *sf || r->nop >= sizeof e / sizeof *e) {
+        PUT("nvfp4 recipe %d/%d/%d (no text)", r->gop, r->sfop, r->nop);
+        break;
+      }
       PUT("%s, %s, %s", g[r->gop], sf[r->sfop], e[r->nop]);
       break;
     }
