@@ -326,11 +326,22 @@ static int read_report_file(const char *path, const char *what, char **text, siz
   }
   if ((rc = qc_refuse_gzip_fd(what, path, fd))) goto done;
   const long maxv = qc_report_max_values((size_t)size);
-  if (!(b = qc_malloc((size_t)size + 1, what))) { rc = QC_ESYS; goto done; }
+  /* the buffer grows as the parts arrive (doubling, up to the size): a file
+   * refused at an early byte never costs its whole size */
+  size_t cap = ((size_t)size < part ? (size_t)size : part) + 1;
+  if (!(b = qc_malloc(cap, what))) { rc = QC_ESYS; goto done; }
   json_scan sc = {1, 0, 0};
   size_t got = 0;
   while (got < (size_t)size) {
     size_t want = (size_t)size - got < part ? (size_t)size - got : part;
+    if (got + want + 1 > cap) {
+      size_t nc = 2 * cap > got + want + 1 ? 2 * cap : got + want + 1;
+      if (nc > (size_t)size + 1) nc = (size_t)size + 1;
+      char *nb = realloc(b, nc);
+      if (!nb) { rc = qc_err_sys("%s '%s': out of memory for %zu bytes", what, path, nc); goto done; }
+      b = nb;
+      cap = nc;
+    }
     ssize_t r = read(fd, b + got, want);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) { rc = qc_err("%s '%s': read failed: %s", what, path, strerror(errno)); goto done; }
