@@ -12,6 +12,7 @@
 #include "core/qc.h"
 #include "numerics/metrics.h"
 #include "backend/backend.h"
+#include "backend/prof.h"
 
 typedef int (*cuda_open_fn)(int device, const qc_backend **out);
 typedef void (*cuda_close_fn)(const qc_backend *be);
@@ -120,7 +121,8 @@ static int load_cuda(const char *device) {
 
 void *qc_backend_cuda_sym(const char *name) { return g_lib ? dlsym(g_lib, name) : NULL; }
 
-int qc_backend_open(const char *device, const qc_backend **out) {
+/* The backend named by device, without the profile. */
+static int open_plain(const char *device, const qc_backend **out) {
   if (!device || strcmp(device, "cpu") == 0) {
     *out = qc_backend_cpu();
     return QC_OK;
@@ -141,7 +143,22 @@ int qc_backend_open(const char *device, const qc_backend **out) {
   return qc_err("--device '%s': expected cpu, cuda or cuda:N", device);
 }
 
+/* open_plain; under QATCHECK_PROFILE (set, not "0") the backend's profile
+ * (prof.c) wraps it, printed when it is closed. */
+int qc_backend_open(const char *device, const qc_backend **out) {
+  int rc = open_plain(device, out);
+  const char *pf = getenv("QATCHECK_PROFILE");
+  if (rc || !pf || !pf[0] || strcmp(pf, "0") == 0) return rc;
+  const qc_backend *in = *out;
+  if ((rc = qc_backend_profile_wrap(in, out))) {
+    *out = NULL;
+    qc_backend_close(in);
+  }
+  return rc;
+}
+
 void qc_backend_close(const qc_backend *be) {
+  if (be && qc_backend_is_profile(be)) be = qc_backend_profile_end(be);
   if (!be || be == qc_backend_cpu()) return;
   if (g_close) g_close(be);
 }

@@ -23,4 +23,10 @@ $CON >"$T/out" 2>"$T/err"
 [ ! -s "$T/err" ] && ok "stderr not a terminal: no progress" || bad "progress in a pipe: $(head -c 200 "$T/err" | cat -v)"
 "$QATCHECK" vjp --case "$T/defects.json" >"$T/out" 2>"$T/err"
 [ ! -s "$T/err" ] && ok "vjp, stderr not a terminal: no progress" || bad "vjp progress in a pipe: $(head -c 200 "$T/err" | cat -v)"
+# QATCHECK_PROFILE: the backend seam's profile on stderr at the end, the verdict unchanged
+QATCHECK_PROFILE=1 "$QATCHECK" vjp --case "$T/defects.json" --quiet >"$T/out" 2>"$T/err"; prc=$?
+"$QATCHECK" vjp --case "$T/defects.json" --quiet >/dev/null 2>&1; nrc=$?
+grep -q "^qatcheck: profile: cpu: [0-9.]* s since open, [0-9.]* s in the backend, [0-9.]* s outside it$" "$T/err" &&
+  grep -qE "^qatcheck: profile: gemm_f64 +[1-9][0-9]* calls +[0-9.]+ s +[0-9.]+ GB$" "$T/err" && [ "$prc" = "$nrc" ] &&
+  ok "QATCHECK_PROFILE: the seam's calls and times, the same exit ($prc)" || bad "profile: exit $prc vs $nrc: $(head -c 300 "$T/err")"
 finish
