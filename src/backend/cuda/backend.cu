@@ -92,6 +92,7 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   if (c->lh) rc = cu_keep(c, rc, cudaFreeHost(c->lh), "cudaFreeHost");
   rc = cu_keep(c, rc, cudaFree(c->ws), "cudaFree (cuBLASLt workspace)");
   rc = cu_keep(c, rc, cudaFree(c->arena), "cudaFree (the audit's arena)");
+  rc = cu_keep(c, rc, cudaFree(c->gstage), "cudaFree (the GEMMs' staging)");
   rc = cu_keep(c, rc, cudaFree(c->mscratch), "cudaFree (metrics scratch)");
   rc = cu_keep(c, rc, cudaFree(c->mres), "cudaFree (metrics results)");
   rc = cu_keep(c, rc, cudaFree(c->qscratch), "cudaFree (quantizer scratch)");

@@ -57,6 +57,8 @@ typedef struct cu {
   void *ws;                 /* cuBLASLt workspace */
   void *arena;              /* the fused audit's scratch, grown on demand */
   size_t arena_bytes;
+  void *gstage;             /* gemm_f64 / gemm_bf16 on host operands: A, B, C staged here, grown on demand */
+  size_t gstage_bytes;
   void *mscratch;           /* metrics partials */
   qk_msum *mres;            /* [2 + PEND] metrics results: 2 for the fused audit, PEND for metrics_buf */
   qc_metrics *pend[PEND];   /* metrics_buf results waiting for sync: host destinations of mres[2 + i] */

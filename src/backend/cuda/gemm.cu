@@ -109,12 +109,17 @@ static void zero_rows(void *Cm, int64_t m, int64_t n, int64_t ldc, size_t es) {
   for (int64_t i = 0; i < m; i++) memset((char *)Cm + (size_t)(i * ldc) * es, 0, (size_t)n * es);
 }
 
-/* Stage op(A), op(B) on the device, run the GEMM, bring C back. */
+/* 256-byte multiple of n. */
+static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Stage op(A), op(B) on the device, run the GEMM, bring C back. The three
+ * operands share one staging buffer that only grows (a cudaMalloc and a
+ * cudaFree per call cost more than a small GEMM, and cudaFree waits for the
+ * whole device). */
 static int host_gemm(const qc_backend *be, int f64, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const void *A,
                      int64_t lda, const void *B, int64_t ldb, void *Cm, int64_t ldc) {
   cu *c = C(be);
   int rc = QC_OK;
-  void *dA = NULL, *dB = NULL, *dC = NULL;
   size_t es = f64 ? 8 : 2, ces = f64 ? 8 : 4;
   size_t na = cu_span(ta == QC_OP_N ? m : k, ta == QC_OP_N ? k : m, lda, es);
   size_t nb = cu_span(tb == QC_OP_N ? k : n, tb == QC_OP_N ? n : k, ldb, es);
@@ -124,21 +129,27 @@ static int host_gemm(const qc_backend *be, int f64, qc_op ta, qc_op tb, int64_t 
     zero_rows(Cm, m, n, ldc, ces);
     return QC_OK;
   }
-  if ((rc = cu_dalloc(c, na, "GEMM operand A", &dA)) || (rc = cu_dalloc(c, nb, "GEMM operand B", &dB)) ||
-      (rc = cu_dalloc(c, nc, "GEMM result C", &dC)))
-    goto done;
-  CK(cudaMemcpyAsync(dA, A, na, cudaMemcpyHostToDevice, c->st), "upload GEMM operand A");
-  CK(cudaMemcpyAsync(dB, B, nb, cudaMemcpyHostToDevice, c->st), "upload GEMM operand B");
-  if (ldc != n) CK(cudaMemcpyAsync(dC, Cm, nc, cudaMemcpyHostToDevice, c->st), "upload GEMM result C");
-  if (f64) rc = cu_dgemm_dev(c, ta, tb, m, n, k, (const double *)dA, lda, (const double *)dB, ldb, (double *)dC, ldc);
-  else rc = cu_lt_gemm(c, ta, tb, m, n, k, dA, lda, dB, ldb, dC, ldc, CUDA_R_32F);
-  if (rc) goto done;
-  CK(cudaMemcpyAsync(Cm, dC, nc, cudaMemcpyDeviceToHost, c->st), "download GEMM result");
-  CK(cudaStreamSynchronize(c->st), "GEMM");
+  size_t need = al256(na) + al256(nb) + al256(nc);
+  if (c->gstage_bytes < need) {
+    cudaError_t e = cudaFree(c->gstage);
+    c->gstage = NULL;
+    c->gstage_bytes = 0;
+    if (e != cudaSuccess) return cu_fail(c, "cudaFree (the GEMMs' smaller staging)", e);
+    if ((rc = cu_dalloc(c, need, "GEMM operands", &c->gstage))) return rc;
+    c->gstage_bytes = need;
+  }
+  {
+    char *dA = (char *)c->gstage, *dB = dA + al256(na), *dC = dB + al256(nb);
+    CK(cudaMemcpyAsync(dA, A, na, cudaMemcpyHostToDevice, c->st), "upload GEMM operand A");
+    CK(cudaMemcpyAsync(dB, B, nb, cudaMemcpyHostToDevice, c->st), "upload GEMM operand B");
+    if (ldc != n) CK(cudaMemcpyAsync(dC, Cm, nc, cudaMemcpyHostToDevice, c->st), "upload GEMM result C");
+    if (f64) rc = cu_dgemm_dev(c, ta, tb, m, n, k, (const double *)dA, lda, (const double *)dB, ldb, (double *)dC, ldc);
+    else rc = cu_lt_gemm(c, ta, tb, m, n, k, dA, lda, dB, ldb, dC, ldc, CUDA_R_32F);
+    if (rc) goto done;
+    CK(cudaMemcpyAsync(Cm, dC, nc, cudaMemcpyDeviceToHost, c->st), "download GEMM result");
+    CK(cudaStreamSynchronize(c->st), "GEMM");
+  }
 done:
-  rc = cu_keep(c, rc, cudaFree(dA), "cudaFree");
-  rc = cu_keep(c, rc, cudaFree(dB), "cudaFree");
-  rc = cu_keep(c, rc, cudaFree(dC), "cudaFree");
   return rc;
 }
 
