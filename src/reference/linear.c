@@ -149,10 +149,10 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   }
   rc = QC_OK;
 done:
-  qc_tensor_free(&dx);
-  qc_tensor_free(&dw);
-  qc_tensor_free(&db);
   free(W); free(X); free(G);
+  qc_tensor_free(&db); /* no-ops on a tensor handed to grads */
+  qc_tensor_free(&dw);
+  qc_tensor_free(&dx);
   return rc;
 }
 
