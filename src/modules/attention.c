@@ -247,11 +247,12 @@ static int attention_fwd64(const at_view *a, const double *q, const double *k, c
         }
         for (int64_t j = j0; j < jn; j++) z += (p[j] = exp(p[j] - mx));
         if (lse) lse[(b * a->Hq + h) * S + i] = mx + log(z);
-        for (int64_t d = 0; o && d < Dv; d++) {
-          double acc = 0;
-          for (int64_t j = j0; j < jn; j++) acc += p[j] * v[vo + j * Dv + d];
-          o[oo + i * Dv + d] = acc / z;
-        }
+        if (!o) continue;
+        double *oi = o + oo + i * Dv; /* each O_id summed over j in order, the rows of v read in turn */
+        for (int64_t d = 0; d < Dv; d++) oi[d] = 0;
+        for (int64_t j = j0; j < jn; j++)
+          for (int64_t d = 0; d < Dv; d++) oi[d] += p[j] * v[vo + j * Dv + d];
+        for (int64_t d = 0; d < Dv; d++) oi[d] /= z;
       }
     }
   free(p);

@@ -114,17 +114,67 @@ static double neighbour(double x, double r, qc_dtype dt) {
   return qc_f16_to_f32(h);
 }
 
+/* x.y_j (absolute: sum_d |x_d y_jd|) into out[j] for the rows j in [lo,
+ * n) of y [*, D]: each sum taken over d in order from 0, as one loop per
+ * row takes it, four rows at a time (four independent sums: the same
+ * values, without one sum's latency per product). */
+static void row_dots(const double *x, const double *y, int64_t lo, int64_t n, int64_t D, int absolute, double *out) {
+  int64_t j = lo;
+  for (; j + 4 <= n; j += 4) {
+    const double *y0 = y + j * D, *y1 = y0 + D, *y2 = y1 + D, *y3 = y2 + D;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    if (absolute)
+      for (int64_t d = 0; d < D; d++) {
+        s0 += fabs(x[d] * y0[d]);
+        s1 += fabs(x[d] * y1[d]);
+        s2 += fabs(x[d] * y2[d]);
+        s3 += fabs(x[d] * y3[d]);
+      }
+    else
+      for (int64_t d = 0; d < D; d++) {
+        s0 += x[d] * y0[d];
+        s1 += x[d] * y1[d];
+        s2 += x[d] * y2[d];
+        s3 += x[d] * y3[d];
+      }
+    out[j] = s0;
+    out[j + 1] = s1;
+    out[j + 2] = s2;
+    out[j + 3] = s3;
+  }
+  for (; j < n; j++) {
+    const double *yj = y + j * D;
+    double s = 0;
+    if (absolute)
+      for (int64_t d = 0; d < D; d++) s += fabs(x[d] * yj[d]);
+    else
+      for (int64_t d = 0; d < D; d++) s += x[d] * yj[d];
+    out[j] = s;
+  }
+}
+
+/* o [Dv] = sum_j p[j] v_j over the rows j in [lo, n) of v [*, Dv]: each
+ * o_d summed over j in order from 0 (the rows read in turn, not a column
+ * at a time: the same values). */
+static void row_mix(const double *p, const double *v, int64_t lo, int64_t n, int64_t Dv, double *o) {
+  for (int64_t d = 0; d < Dv; d++) o[d] = 0;
+  for (int64_t j = lo; j < n; j++) {
+    const double pj = p[j], *vj = v + j * Dv;
+    for (int64_t d = 0; d < Dv; d++) o[d] += pj * vj[d];
+  }
+}
+
 /* Delta_i = sum_d dO_id O~_id, O~ the row's O held in dt: O_i = sum_j
  * P_ij v_j (P [lo, n) normalized; v [S, Dv]) rounded to dt, or the saved
  * O's value so [Dv] where that is the other dt value bracketing O_id (a
  * float32 O a few ulps from the exact one rounds to either: a faithful
- * rounding). g [Dv]: dO_i. */
+ * rounding). g [Dv]: dO_i; ob [Dv]: room for O_i. */
 static double delta_rounded(const double *P, const double *v, const double *g, const double *so, int64_t lo, int64_t n,
-                            int64_t Dv, qc_dtype dt) {
+                            int64_t Dv, qc_dtype dt, double *ob) {
   double pd = 0;
+  row_mix(P, v, lo, n, Dv, ob);
   for (int64_t d = 0; d < Dv; d++) {
-    double o = 0;
-    for (int64_t j = lo; j < n; j++) o += P[j] * v[j * Dv + d];
+    const double o = ob[d];
     double r = qc_round_to(o, dt);
     if (so[d] != r && r != o && so[d] == neighbour(o, r, dt)) r = so[d];
     pd += g[d] * r;
@@ -170,7 +220,8 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
   const int64_t grp = Hq / Hkv;
   qc_dtype odt = QC_F32;
   if ((rc = out_dtype(m, ot, &odt))) return rc;
-  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *T = NULL, *Wt = NULL, *Pa = NULL, *O = NULL, *dq, *dk, *dv;
+  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *T = NULL, *Wt = NULL, *Pa = NULL, *O = NULL, *Ob = NULL;
+  double *dq, *dk, *dv;
   rc = QC_ESYS;
   if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
       !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")) ||
@@ -180,7 +231,8 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
       !(dP = qc_malloc((size_t)S * sizeof *dP, "reference dL/dP row")) ||
       !(T = qc_malloc((size_t)S * sizeof *T, "reference softcap derivative row")) ||
       (ab && !(Wt = qc_malloc((size_t)S * sizeof *Wt, "reference logit terms row"))) ||
-      (ab && !(Pa = qc_malloc((size_t)S * sizeof *Pa, "reference |dL/dP| terms row"))))
+      (ab && !(Pa = qc_malloc((size_t)S * sizeof *Pa, "reference |dL/dP| terms row"))) ||
+      (O && !(Ob = qc_malloc((size_t)Dv * sizeof *Ob, "reference O row"))))
     goto done;
   if ((rc = qc_refu_out(grads, "d_q", 4, qt->shape, &dq))) goto done;
   if ((rc = qc_refu_out(grads, "d_k", 4, kt->shape, &dk))) goto done;
@@ -194,15 +246,18 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
         int64_t n = causal ? i + 1 + off : S; /* keys lo..n-1 are visible */
         if (n > S) n = S;
         int64_t lo = 0;
-        while (W > 0 && i - lo >= W) lo++; /* the window: i - j < W */
+        if (W > 0 && i - W + 1 > 0) lo = i - W + 1; /* the window: i - j < W */
         if (n <= lo) continue; /* no visible key: the output and its gradients are 0 */
         double mx = -INFINITY, z = 0, pd = 0, pda = 0;
+        row_dots(q + i * D, k, lo, n, D, 0, P);
+        row_dots(g + i * Dv, v, lo, n, Dv, 0, dP);
+        if (ab) {
+          row_dots(q + i * D, k, lo, n, D, 1, Wt);
+          row_dots(g + i * Dv, v, lo, n, Dv, 1, Pa);
+        }
         for (int64_t j = lo; j < n; j++) {
-          double r = 0, ra = 0;
-          for (int64_t d = 0; d < D; d++) r += q[i * D + d] * k[j * D + d];
-          for (int64_t d = 0; ab && d < D; d++) ra += fabs(q[i * D + d] * k[j * D + d]);
-          if (ab) Wt[j] = 1 + sc * ra;
-          r *= sc;
+          if (ab) Wt[j] = 1 + sc * Wt[j];
+          const double r = P[j] * sc;
           if (cap > 0) {
             const double th = tanh(r / cap);
             P[j] = cap * th;
@@ -219,19 +274,14 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
         }
         for (int64_t j = lo; j < n; j++) {
           P[j] /= z;
-          double t = 0, ta = 0;
-          for (int64_t d = 0; d < Dv; d++) t += g[i * Dv + d] * v[j * Dv + d];
-          for (int64_t d = 0; ab && d < Dv; d++) ta += fabs(g[i * Dv + d] * v[j * Dv + d]);
-          dP[j] = t;
-          pd += P[j] * t;
+          pd += P[j] * dP[j];
           if (ab) {
-            Pa[j] = ta;
-            pda += P[j] * ta;
+            pda += P[j] * Pa[j];
             Wt[j] += fabs(mx);
           }
         }
         if (O) /* Delta from O held in odt (file comment) */
-          pd = delta_rounded(P, v, g + i * Dv, O + ((b * Hq + h) * S + i) * Dv, lo, n, Dv, odt);
+          pd = delta_rounded(P, v, g + i * Dv, O + ((b * Hq + h) * S + i) * Dv, lo, n, Dv, odt, Ob);
         if (ab) { /* the terms' scale (file comment) */
           for (int64_t j = lo; j < n; j++) {
             const double dsa = P[j] * (Pa[j] + pda + Wt[j] * fabs(dP[j] - pd)) * fabs(T[j]);
@@ -255,7 +305,7 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
     }
   rc = QC_OK;
 done:
-  free(Q); free(K); free(V); free(G); free(P); free(dP); free(T); free(Wt); free(Pa); free(O);
+  free(Q); free(K); free(V); free(G); free(P); free(dP); free(T); free(Wt); free(Pa); free(O); free(Ob);
   return rc;
 }
 
@@ -315,15 +365,12 @@ static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char
           continue;
         }
         double mx = -INFINITY, z = 0, amax = 0;
+        row_dots(q + i * D, k, lo, n, D, 0, P);
+        row_dots(q + i * D, k, lo, n, D, 1, A);
         for (int64_t j = lo; j < n; j++) {
-          double s = 0, a = 0;
-          for (int64_t d = 0; d < D; d++) {
-            s += q[i * D + d] * k[j * D + d];
-            a += fabs(q[i * D + d] * k[j * D + d]);
-          }
-          s *= sc;
+          const double s = P[j] * sc;
           P[j] = cap > 0 ? cap * tanh(s / cap) : s;
-          A[j] = sc * a;
+          A[j] = sc * A[j];
           mx = fmax(mx, P[j]);
         }
         for (int64_t j = lo; j < n; j++) {
@@ -337,11 +384,8 @@ static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char
           tmax = fmax(tmax, t);
           continue;
         }
-        for (int64_t d = 0; d < Dv; d++) {
-          double acc = 0;
-          for (int64_t j = lo; j < n; j++) acc += P[j] * v[j * Dv + d];
-          o[d] = acc / z;
-        }
+        row_mix(P, v, lo, n, Dv, o);
+        for (int64_t d = 0; d < Dv; d++) o[d] /= z;
       }
     }
   if (lse) {
