@@ -546,7 +546,11 @@ def selftest():
     return 0 if bad == 0 else 1
 
 
-def main():
+def main(argv=None):
+    """One run from a command line (argv: its arguments; None: sys.argv's).
+    Every run seeds its own generators: runs one after another in one
+    process (tests/e2e/sft_proxy.sh, one import of torch) write what
+    separate processes write."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="output folder (one subfolder per arm)")
     ap.add_argument("--steps", type=int, default=60)
@@ -564,7 +568,7 @@ def main():
     ap.add_argument("--step-dump", default=None, help="write the one-step update dump (HDF5) here; two comma-separated paths split the arms")
     ap.add_argument("--step-at", type=int, default=4, help="the step the dump starts from (its optimizer state has step-1 updates)")
     ap.add_argument("--selftest", action="store_true", help="check the e4m3 rounding against ml_dtypes and exit")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.selftest:
         return selftest()
     if not args.out:

@@ -15,11 +15,41 @@ P=scripts/proxy_sft.py
 # json_is FILE EXPR: a Python expression on the report `r` is true
 json_is() { $PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1" 2>/dev/null || bad "$1: not ($2)"; }
 
-# healthy: two at a time (2 cores)
-for ds in 1 2 3; do
-  $PY $P --out "$T/h$ds" --data-seed $ds --formats jsonl,csv,tb --step-dump "$T/h$ds/step.h5" >"$T/h$ds.log" 2>&1 &
-  [ $ds = 2 ] && wait
-done
+# runs LIST: each line of LIST "LOG ARGS...", one proxy_sft.py run with
+# ARGS, its output in LOG; the runs of a list one after another in one
+# python (one import of torch, a run's cost twice over: proxy_sft.main
+# seeds each run as a process of its own would)
+runs() {
+  $PY - "$(dirname "$P")" "$1" <<'P'
+import shlex, sys
+sys.path.insert(0, sys.argv[1])
+import proxy_sft
+out, err = sys.stdout, sys.stderr
+for line in open(sys.argv[2]):
+    log, *argv = shlex.split(line)
+    with open(log, "w") as f:
+        sys.stdout = sys.stderr = f
+        try:
+            rc = proxy_sft.main(argv)
+        except SystemExit as e:
+            rc = e.code
+        except Exception:
+            import traceback
+            traceback.print_exc()
+            rc = 1
+        sys.stdout, sys.stderr = out, err
+        if rc:
+            print("proxy_sft.py %s: exit %s" % (" ".join(argv), rc), file=f)
+P
+}
+# the healthy runs (three data orders) and the planted ones (under_test
+# only, data order 1), in two pythons (2 cores)
+h() { echo "$T/h$1.log --out $T/h$1 --data-seed $1 --formats jsonl,csv,tb --step-dump $T/h$1/step.h5"; }
+p() { d=$1; shift; echo "$T/$d.log --out $T/$d --data-seed 1 --arms under_test --plant $* --formats jsonl"; }
+{ h 1; h 2; p mask mask-shift; p l2 adam-l2 --steps 4 --step-dump "$T/l2/step.h5"; } >"$T/runs1"
+{ h 3; p half grad-half --step-dump "$T/half/step.h5"; p refresh refresh-stops=20; p frozen frozen-decay --steps 4 --step-dump "$T/frozen/step.h5"; } >"$T/runs2"
+runs "$T/runs1" &
+runs "$T/runs2"
 wait
 for ds in 1 2 3; do
   [ -f "$T/h$ds/step.h5" ] || { bad "proxy_sft.py data order $ds did not run"; cat "$T/h$ds.log"; continue; }
@@ -31,20 +61,18 @@ for ds in 1 2 3; do
 done
 
 # planted: under_test only, the other arms linked from the healthy run of the same data order
-plant() { # NAME PLANT EXTRA-ARGS...
-  d="$T/$1"; shift; p=$1; shift
-  $PY $P --out "$d" --data-seed 1 --arms under_test --plant "$p" --formats jsonl "$@" >"$d.log" 2>&1 || { bad "proxy_sft.py --plant $p"; cat "$d.log"; }
+plant() { # NAME PLANT
+  d="$T/$1"
+  { [ -s "$d.log" ] && ! grep -q '^proxy_sft.py .*: exit' "$d.log"; } || { bad "proxy_sft.py --plant $2"; cat "$d.log"; }
   ln -s "$T/h1/gradient_reference" "$d/gradient_reference"
   ln -s "$T/h1/native_baseline" "$d/native_baseline"
   cp cases/proxy/sft.json cases/proxy/step.json "$d/"
 }
-plant half grad-half --step-dump "$T/half/step.h5" &
-plant refresh refresh-stops=20 &
-wait
-plant mask mask-shift &
-plant l2 adam-l2 --steps 4 --step-dump "$T/l2/step.h5" &
-wait
-plant frozen frozen-decay --steps 4 --step-dump "$T/frozen/step.h5"
+plant half grad-half
+plant refresh refresh-stops=20
+plant mask mask-shift
+plant l2 adam-l2
+plant frozen frozen-decay
 
 UT='r["pairs"][0]'
 expect_exit 1 "grad-half: sft deviates" "$QATCHECK" sft --case "$T/half/sft.json" --json "$T/half/r.json"
