@@ -12,7 +12,7 @@
 # (The report-path reproducers, /dev/full, the 1,204-character path and an
 # unwritable --junit, are in reports_trust.sh.)
 . "$(dirname "$0")/lib.inc"
-export QATCHECK_HDF5_DEADLINE=2 # the sandbox's no-progress limit (default 30 s)
+export QATCHECK_HDF5_DEADLINE=1 # the sandbox's no-progress limit in CPU seconds, which a hung libhdf5 spins through (default 4 s and more)
 SRC=cases/data/linear_small.h5
 MOD=/model.layers.0.mlp.down_proj
 mkdir -p "$T/w"
@@ -42,6 +42,22 @@ refused() {
 flip() { # flip OFFSET VALUE OUT: SRC with one byte replaced
   $PY -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[int(sys.argv[2],0)]=int(sys.argv[3],0); open(sys.argv[4],"wb").write(b)' "$SRC" "$1" "$2" "$3"
 }
+# flips FILE DIR "OFFSET..." "VALUE...": DIR/OFFSET_VALUE.h5, FILE with that
+# one byte replaced, for each offset and value (one python for all: its
+# start costs more than a qatcheck run)
+flips() {
+  mkdir -p "$2"
+  $PY - "$@" <<'P'
+import sys
+src, out, offs, vals = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
+data = open(src, "rb").read()
+for off in offs:
+    for v in vals:
+        b = bytearray(data)
+        b[int(off, 0)] = int(v, 0)
+        open("%s/%s_%s.h5" % (out, off, v), "wb").write(b)
+P
+}
 
 # ---- the two reproducers, through every verb that reads a dump ----------------
 flip 0x819 0x2a "$W/segv.h5"
@@ -51,7 +67,7 @@ case_for hang hang.h5
 refused "vjp: 0x819 -> 0x2a (a SIGSEGV inside libhdf5)" "libhdf5 crashed reading group '$MOD' attribute 'class'" \
   "$QATCHECK" vjp --case "$W/segv.json"
 grep -q "corrupt or unreadable HDF5" "$T/err" && ok "names the dump as corrupt" || bad "message: $(cat "$T/err")"
-refused "vjp: 0x960 -> 0x00 (libhdf5 spins forever)" "libhdf5 hung for 2 s reading group '$MOD'" \
+refused "vjp: 0x960 -> 0x00 (libhdf5 spins forever)" "libhdf5 hung for 1 s reading group '$MOD'" \
   "$QATCHECK" vjp --case "$W/hang.json"
 for f in segv hang; do
   refused "contract on the $f flip" "corrupt or unreadable HDF5" "$QATCHECK" contract --master-vs-dequant --dump "$W/$f.h5"
@@ -71,10 +87,12 @@ rm -f "$W"/trunc.*
 # a judged run (0, 1) or one refusal line (2); any other status is a crash
 case_for flip flip.h5
 nflip=0
-for off in 0 8 9 12 13 16 24 40 48 96 136 200 280 344 600 800 1000 1100 1200 1500 1700 1800 1900 2000 2050 \
-           2073 2100 2200 2300 2350 2400 2500 2600 2700 3000 3500 4000; do
+offs="0 8 9 12 13 16 24 40 48 96 136 200 280 344 600 800 1000 1100 1200 1500 1700 1800 1900 2000 2050
+      2073 2100 2200 2300 2350 2400 2500 2600 2700 3000 3500 4000"
+flips "$SRC" "$T/flips" "$offs" "0x00 0xff 0x2a"
+for off in $offs; do
   for v in 0x00 0xff 0x2a; do
-    flip "$off" "$v" "$W/flip.h5"
+    mv "$T/flips/${off}_$v.h5" "$W/flip.h5" || bad "flip $off=$v: not written"
     timeout 60 "$QATCHECK" vjp --case "$W/flip.json" >"$T/out" 2>"$T/err"; rc=$?
     nflip=$((nflip + 1))
     case $rc in
@@ -195,10 +213,11 @@ refused "a FIFO as a step dump" "a FIFO" "$QATCHECK" step --case "$W/step.json"
 STEP="$S/stepdump/two_arms.h5"
 printf '{"dump": "s.h5", "tolerances": {"update": {"rel_l2": 1e-3, "reasoning": "r"}, "update_pair": {"rel_l2": 0.02, "reasoning": "r"}, "grad_pair": {"rel_l2": 0.02, "reasoning": "r"}}}\n' >"$W/step.json"
 nflip=0
-for off in 0 8 16 40 96 200 344 800 1000 1500 2000 2100 2400 3000 4000 6000; do
+offs="0 8 16 40 96 200 344 800 1000 1500 2000 2100 2400 3000 4000 6000"
+flips "$STEP" "$T/sflips" "$offs" "0x00 0xff"
+for off in $offs; do
   for v in 0x00 0xff; do
-    $PY -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[int(sys.argv[2])]=int(sys.argv[3],0); open(sys.argv[4],"wb").write(b)' \
-      "$STEP" "$off" "$v" "$W/s.h5"
+    mv "$T/sflips/${off}_$v.h5" "$W/s.h5" || bad "step flip $off=$v: not written"
     timeout 60 "$QATCHECK" step --case "$W/step.json" >"$T/out" 2>"$T/err"; rc=$?
     nflip=$((nflip + 1))
     case $rc in
@@ -216,14 +235,14 @@ SO="$(pwd)/build/plugins/linear_plugin.so"
 if [ -f "$SO" ]; then
   printf '{"module": "linear", "data": {"generate": {"shapes": [[4, 8, 8]]}}, "candidate": {"plugin": "%s", "symbol": "linear_vjp_hangs"}, %s}\n' \
     "$SO" "$LIN_TOL" >"$W/hangs.json"
-  refused "a plugin that never returns, --timeout 2" "did not finish within --timeout 2 s" \
-    "$QATCHECK" vjp --case "$W/hangs.json" --timeout 2
+  refused "a plugin that never returns, --timeout 1" "did not finish within --timeout 1 s" \
+    "$QATCHECK" vjp --case "$W/hangs.json" --timeout 1
   # an older report at the requested path: replaced by the error report, as at any exit 2
   mkdir -p "$T/rep"
   expect_exit 0 "a report that passes" "$QATCHECK" vjp --case cases/linear_dump.json --json "$T/rep/r.json" --quiet
   printf 'mine\n' >"$T/rep/other.txt"
-  expect_exit 2 "the hanging plugin with --json" timeout 60 "$QATCHECK" vjp --case "$W/hangs.json" --timeout 2 --json "$T/rep/r.json"
-  grep -q '"verdict":[[:space:]]*"error"' "$T/rep/r.json" && grep -q 'did not finish within --timeout 2 s' "$T/rep/r.json" &&
+  expect_exit 2 "the hanging plugin with --json" timeout 60 "$QATCHECK" vjp --case "$W/hangs.json" --timeout 1 --json "$T/rep/r.json"
+  grep -q '"verdict":[[:space:]]*"error"' "$T/rep/r.json" && grep -q 'did not finish within --timeout 1 s' "$T/rep/r.json" &&
     ok "the timed-out run replaced the older report with its error report" || bad "after the timeout: $(head -c 300 "$T/rep/r.json")"
   [ "$(cat "$T/rep/other.txt")" = mine ] && [ "$(ls -A "$T/rep" | wc -l)" -eq 2 ] && ok "no other file touched, no temporary left" ||
     bad "the report folder holds: $(ls -A "$T/rep")"
