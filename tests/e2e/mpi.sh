@@ -130,15 +130,15 @@ stall_run() { # stall_run DESC ENV ARG...: the job of 3 ranks under env ENV (VAR
   [ "$took" -le 15 ] && ok "$desc: the job ends ${took} s after the stop" || bad "$desc: the job ended ${took} s after the stop"
   [ "$(cat "$T/rc")" = 2 ] && ok "$desc: exit 2" || bad "$desc: exit $(cat "$T/rc"): $(cat "$T/err")"
   [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "$desc: one error line" || bad "$desc: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
-  grep 'qatcheck: error:' "$T/err" | grep -q "rank 1 (pid $p) made no progress for --rank-timeout 5 s" && ok "$desc: the line names rank 1" || bad "$desc: $(cat "$T/err")"
+  grep 'qatcheck: error:' "$T/err" | grep -q "rank 1 (pid $p) made no progress for --rank-timeout 3 s" && ok "$desc: the line names rank 1" || bad "$desc: $(cat "$T/err")"
   [ -e "$T/four/r.json" ] && error_or_none "$T/four/r.json" && ok "$desc: the error report only" || bad "$desc: no error report at r.json, or another report"
   reap "$p"
   sleep 0.2
   st=$(grep -qs qatcheck /proc/"$p"/cmdline && awk '/^State:/ { print $2 }' /proc/"$p"/status 2>/dev/null)
   [ -z "$st" ] || [ "$st" = Z ] && ok "$desc: nothing left running" || bad "$desc: rank 1 ($p) still runs"
 }
-stall_run "rank 1 stopped, --rank-timeout 5" QATCHECK_RANK_TIMEOUT=600 --rank-timeout 5
-stall_run "rank 1 stopped, QATCHECK_RANK_TIMEOUT=5" QATCHECK_RANK_TIMEOUT=5
+stall_run "rank 1 stopped, --rank-timeout 3" QATCHECK_RANK_TIMEOUT=600 --rank-timeout 3
+stall_run "rank 1 stopped, QATCHECK_RANK_TIMEOUT=3" QATCHECK_RANK_TIMEOUT=3
 expect_exit 2 "--rank-timeout -1 is refused" "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --rank-timeout -1
 grep -q "qatcheck: error: option '--rank-timeout' is '-1': expected a number from 0 to 1e9" "$T/err" && ok "--rank-timeout -1: the line says what is expected" || bad "--rank-timeout -1: $(cat "$T/err")"
 # ---- a rank stopped inside MPI startup: the watch and --timeout run before MPI_Init
@@ -180,12 +180,12 @@ init_stall_run() { # init_stall_run DESC NEEDLE ENV ARG...: 3 ranks, rank 1 stop
 }
 if [ -f "$T/stop.so" ]; then
   (cd "$T/one" && "$QATCHECK" vjp --case "$ROOT/cases/swiglu.json" --json r.json -q) || bad "swiglu: no passing report to start from"
-  init_stall_run "rank 1 stopped in MPI_Init, --rank-timeout 5" "rank 1 (pid [0-9]*) made no progress for --rank-timeout 5 s" \
-    QATCHECK_RANK_TIMEOUT=600 --rank-timeout 5
-  init_stall_run "rank 1 stopped in MPI_Init, QATCHECK_RANK_TIMEOUT=5" "rank 1 (pid [0-9]*) made no progress for --rank-timeout 5 s" \
-    QATCHECK_RANK_TIMEOUT=5
-  init_stall_run "rank 1 stopped in MPI_Init, --timeout 8 (no rank timeout)" "the run did not finish within --timeout 8 s" \
-    QATCHECK_RANK_TIMEOUT=600 --rank-timeout 0 --timeout 8
+  init_stall_run "rank 1 stopped in MPI_Init, --rank-timeout 3" "rank 1 (pid [0-9]*) made no progress for --rank-timeout 3 s" \
+    QATCHECK_RANK_TIMEOUT=600 --rank-timeout 3
+  init_stall_run "rank 1 stopped in MPI_Init, QATCHECK_RANK_TIMEOUT=3" "rank 1 (pid [0-9]*) made no progress for --rank-timeout 3 s" \
+    QATCHECK_RANK_TIMEOUT=3
+  init_stall_run "rank 1 stopped in MPI_Init, --timeout 5 (no rank timeout)" "the run did not finish within --timeout 5 s" \
+    QATCHECK_RANK_TIMEOUT=600 --rank-timeout 0 --timeout 5
 else
   echo "skip: no mpicc for the PMPI shim: a rank stopped inside MPI startup"
 fi
