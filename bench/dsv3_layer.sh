@@ -48,7 +48,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-"$PY" -c "import torch, transformers, h5py, sys; sys.exit(not (int(torch.__version__.split('.')[0]) >= 2 and int(transformers.__version__.split('.')[0]) >= 5))" 2>/dev/null ||
+# one import of torch and transformers (seconds of CPU): the check, and the versions printed below
+vers=$("$PY" -c "import torch, transformers, h5py, sys; print('torch', torch.__version__); print('transformers', transformers.__version__); sys.exit(not (int(torch.__version__.split('.')[0]) >= 2 and int(transformers.__version__.split('.')[0]) >= 5))" 2>/dev/null) ||
   { echo "skip: torch 2 and transformers 5 missing for $PY (scripts/install-deps.sh)"; exit 77; }
 [ -n "$dev" ] || dev=$("$PY" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
 case $dev in cuda*)
@@ -61,7 +62,7 @@ mkdir -p "$W"
 [ -n "${BENCH_TMP:-}" ] || trap 'rm -rf "$W"' EXIT
 echo "device $dev"
 echo "size $size"
-"$PY" -c "import torch, transformers; print('torch', torch.__version__); print('transformers', transformers.__version__)"
+echo "$vers"
 variants=none
 [ $plant = 1 ] && variants=none,expert_grad,router_bias,o_proj_dx
 # shellcheck disable=SC2086
