@@ -270,10 +270,22 @@ FROZEN = ("tok_emb",)  # frozen during SFT (declared in the configs and the step
 HALF = (".mlp.w1", ".mlp.w2")  # grad-half: the (expert) MLP weights, whose gradient is halved
 
 
+_BASES = {}
+
+
 def base_model(cfg, args, dev):
     """The base checkpoint: float32 language modelling on the task for a few
     steps (seeded by --seed), so SFT starts from weights that already know
-    the format and the per-token losses differ."""
+    the format and the per-token losses differ. Made once per process for
+    each (size, seed, steps, device): runs one after another in one python
+    start from copies of the same one."""
+    key = (json.dumps(cfg, sort_keys=True), args.seed, args.base_steps, str(dev))
+    if key not in _BASES:
+        _BASES[key] = _train_base(cfg, args, dev)
+    return {k: v.clone() for k, v in _BASES[key].items()}
+
+
+def _train_base(cfg, args, dev):
     gen = torch.Generator().manual_seed(args.seed)
     P = {k: v.to(dev).requires_grad_(True) for k, v in init_params(cfg, gen).items()}
     opt = torch.optim.AdamW(P.values(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
