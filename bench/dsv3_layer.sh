@@ -74,16 +74,18 @@ grep -v '^modules ' "$W/dump.log" | grep -v '^ *not mapped' | grep -E '^[a-z_]+ 
 [ $rc = 0 ] || { echo "dump_exit $rc"; tail -5 "$W/dump.log"; exit 1; }
 [ -n "$est" ] && exit 0
 
-# gpu_peak PID: the device's peak memory in use (MiB) while PID runs
-gpu_peak() {
-  command -v nvidia-smi >/dev/null || { echo n/a; return; }
+# gpu_watch FILE: write the device's peak memory in use (MiB) into FILE,
+# every 0.2 s, until killed. (A loop on `kill -0 PID` inside $(...) never
+# ends: the audit, the parent shell's child, stays a zombie until that shell
+# waits for it, and kill -0 succeeds on a zombie; the watcher is stopped
+# after the wait instead.)
+gpu_watch() {
   mx=0
-  while kill -0 "$1" 2>/dev/null; do
+  while :; do
     u=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${CUDA_VISIBLE_DEVICES:-0}" 2>/dev/null | head -1)
-    [ -n "$u" ] && [ "$u" -gt "$mx" ] 2>/dev/null && mx=$u
+    [ -n "$u" ] && [ "$u" -gt "$mx" ] 2>/dev/null && { mx=$u; echo "$mx" >"$1"; }
     sleep 0.2
   done
-  echo "$mx"
 }
 worst=0
 for v in $(echo $variants | tr , ' '); do
@@ -96,10 +98,11 @@ for v in $(echo $variants | tr , ' '); do
   (cd "$D" && if [ -x /usr/bin/time ]; then exec /usr/bin/time -f "rss_kib %M" -o time.txt "$Q" vjp --case case.json --device $qdev --json r.json
                else exec "$Q" vjp --case case.json --device $qdev --json r.json; fi) >"$D/out.txt" 2>&1 &
   pid=$!
-  peak=n/a
-  [ $qdev = cuda ] && peak=$(gpu_peak $pid)
+  peak=n/a; mon=""
+  if [ $qdev = cuda ] && command -v nvidia-smi >/dev/null; then rm -f "$D/peak"; gpu_watch "$D/peak" & mon=$!; fi
   wait $pid
   rc=$?
+  [ -n "$mon" ] && { kill $mon 2>/dev/null; wait $mon 2>/dev/null; peak=$(cat "$D/peak" 2>/dev/null || echo n/a); }
   t1=$(date +%s.%N)
   echo "audit_s $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')"
   awk '$1 == "rss_kib" {printf "audit_rss_gib %.2f\n", $2 / 1048576}' "$D/time.txt" 2>/dev/null
