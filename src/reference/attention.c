@@ -49,6 +49,7 @@
 
 #include "model/module.h"
 #include "reference/ref_classes.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "numerics/formats.h"
 #include "numerics/metrics.h"
@@ -182,66 +183,32 @@ static double delta_rounded(const double *P, const double *v, const double *g, c
   return pd;
 }
 
-/* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k [B, Hkv,
- * S, D], d_v [B, Hkv, S, Dv] into grads from m's q, k, v and dy [B, Hq, S,
- * Dv]; QC_EINPUT for bad shapes or contract values. */
-static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  const int ab = ctx && ctx->terms;
-  const qc_tensor *qt, *kt, *vt, *ot, *lt;
-  int rc;
-  if ((rc = need_qkv(m, &qt, &kt, &vt))) return rc;
-  if ((rc = qc_module_need(m, "saved", "out", 4, 4, &ot))) return rc;
-  if ((rc = qc_module_need(m, "saved", "lse", 3, 3, &lt))) return rc;
-  const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
-  const int64_t Dv = vt->shape[3], os[4] = {B, Hq, S, Dv};
-  if (!same4(ot, os))
-    return qc_err("%s: 'saved/out': expected [%lld, %lld, %lld, %lld]: the rows of 'inputs/q', the head_dim of 'inputs/v'",
-                  m->path, (long long)B, (long long)Hq, (long long)S, (long long)Dv);
-  if (lt->shape[0] != B || lt->shape[1] != Hq || lt->shape[2] != S)
-    return qc_err("%s: 'saved/lse': expected [%lld, %lld, %lld]", m->path, (long long)B, (long long)Hq, (long long)S);
-  if ((rc = qc_module_check_dy(m, dy, B * Hq * S * Dv, Dv, "the shape of saved/out [B, Hq, S, Dv]"))) return rc;
-  const qc_contract *c = &m->contract;
-  const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
-  const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);
-  if (!(sc > 0) || !isfinite(sc)) return qc_err("%s: contract key 'softmax_scale' = %g: expected > 0", m->path, sc);
-  const double wd = qc_contract_num(c, "window", 0), cap = qc_contract_num(c, "softcap", 0);
-  if (!(wd >= 0) || floor(wd) != wd || wd > 4e18)
-    return qc_err("%s: contract key 'window' = %g: expected a whole number >= 0", m->path, wd);
-  const int64_t W = (int64_t)wd; /* 0: no window */
-  if (W > 0 && !causal) return qc_err("%s: contract key 'window' = %lld: needs causal = true", m->path, (long long)W);
-  const double cod = qc_contract_num(c, "causal_offset", 0);
-  if (floor(cod) != cod || fabs(cod) > 4e18 || (cod != 0 && !causal))
-    return qc_err("%s: contract key 'causal_offset' = %g: expected a whole number, with causal = true", m->path, cod);
-  const int64_t off = (int64_t)cod; /* the mask's diagonal: keys j <= i + off */
-  if (!(cap >= 0) || !isfinite(cap)) return qc_err("%s: contract key 'softcap' = %g: expected >= 0", m->path, cap);
-  const char *base = qc_contract_str(c, "lse_base", "e");
-  if (strcmp(base, "e") != 0 && strcmp(base, "2") != 0)
-    return qc_err("%s: contract key 'lse_base' = '%s': expected e or 2", m->path, base);
-  const int64_t grp = Hq / Hkv;
-  qc_dtype odt = QC_F32;
-  if ((rc = out_dtype(m, ot, &odt))) return rc;
-  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *P = NULL, *dP = NULL, *T = NULL, *Wt = NULL, *Pa = NULL, *O = NULL, *Ob = NULL;
+/* One (batch, kv head) of ref_attention: its query heads in order, so the
+ * sums into d_k and d_v run as in one loop and the result does not depend
+ * on the thread count. The arguments of a run (ref_attention). */
+typedef struct {
+  const double *Q, *K, *V, *G, *O;
   double *dq, *dk, *dv;
-  rc = QC_ESYS;
-  if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
-      !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")) ||
-      (odt != QC_F32 && !ab && !(O = qc_refu_load(ot, "reference attention saved out"))))
-    goto done;
-  if (!(P = qc_malloc((size_t)S * sizeof *P, "reference softmax row")) ||
-      !(dP = qc_malloc((size_t)S * sizeof *dP, "reference dL/dP row")) ||
-      !(T = qc_malloc((size_t)S * sizeof *T, "reference softcap derivative row")) ||
-      (ab && !(Wt = qc_malloc((size_t)S * sizeof *Wt, "reference logit terms row"))) ||
-      (ab && !(Pa = qc_malloc((size_t)S * sizeof *Pa, "reference |dL/dP| terms row"))) ||
-      (O && !(Ob = qc_malloc((size_t)Dv * sizeof *Ob, "reference O row"))))
-    goto done;
-  if ((rc = qc_refu_out(grads, "d_q", 4, qt->shape, &dq))) goto done;
-  if ((rc = qc_refu_out(grads, "d_k", 4, kt->shape, &dk))) goto done;
-  if ((rc = qc_refu_out(grads, "d_v", 4, vt->shape, &dv))) goto done;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < Hq; h++) {
-      const double *q = Q + (b * Hq + h) * S * D, *g = G + (b * Hq + h) * S * Dv;
-      const double *k = K + (b * Hkv + h / grp) * S * D, *v = V + (b * Hkv + h / grp) * S * Dv;
-      double *gq = dq + (b * Hq + h) * S * D, *gk = dk + (b * Hkv + h / grp) * S * D, *gv = dv + (b * Hkv + h / grp) * S * Dv;
+  double *scr; /* [threads][5 S + Dv]: the rows P, dP, T, Wt, Pa and O's row per thread */
+  int64_t Hq, Hkv, S, D, Dv, W, off, grp;
+  double sc, cap;
+  int causal, ab;
+  qc_dtype odt;
+} att_run;
+
+static void att_units(void *ctx, int64_t u0, int64_t u1, int tid) {
+  const att_run *a = ctx;
+  const int64_t Hq = a->Hq, Hkv = a->Hkv, S = a->S, D = a->D, Dv = a->Dv, W = a->W, off = a->off, grp = a->grp;
+  const double sc = a->sc, cap = a->cap, *O = a->O;
+  const int causal = a->causal, ab = a->ab;
+  const qc_dtype odt = a->odt;
+  double *P = a->scr + (size_t)tid * (size_t)(5 * S + Dv), *dP = P + S, *T = dP + S, *Wt = T + S, *Pa = Wt + S, *Ob = Pa + S;
+  for (int64_t u = u0; u < u1; u++) {
+    const int64_t b = u / Hkv, hk = u % Hkv;
+    for (int64_t h = hk * grp; h < (hk + 1) * grp; h++) {
+      const double *q = a->Q + (b * Hq + h) * S * D, *g = a->G + (b * Hq + h) * S * Dv;
+      const double *k = a->K + (b * Hkv + hk) * S * D, *v = a->V + (b * Hkv + hk) * S * Dv;
+      double *gq = a->dq + (b * Hq + h) * S * D, *gk = a->dk + (b * Hkv + hk) * S * D, *gv = a->dv + (b * Hkv + hk) * S * Dv;
       for (int64_t i = 0; i < S; i++) {
         int64_t n = causal ? i + 1 + off : S; /* keys lo..n-1 are visible */
         if (n > S) n = S;
@@ -303,10 +270,127 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
         }
       }
     }
+  }
+}
+
+/* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k [B, Hkv,
+ * S, D], d_v [B, Hkv, S, Dv] into grads from m's q, k, v and dy [B, Hq, S,
+ * Dv]; QC_EINPUT for bad shapes or contract values. */
+static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
+  const int ab = ctx && ctx->terms;
+  const qc_tensor *qt, *kt, *vt, *ot, *lt;
+  int rc;
+  if ((rc = need_qkv(m, &qt, &kt, &vt))) return rc;
+  if ((rc = qc_module_need(m, "saved", "out", 4, 4, &ot))) return rc;
+  if ((rc = qc_module_need(m, "saved", "lse", 3, 3, &lt))) return rc;
+  const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
+  const int64_t Dv = vt->shape[3], os[4] = {B, Hq, S, Dv};
+  if (!same4(ot, os))
+    return qc_err("%s: 'saved/out': expected [%lld, %lld, %lld, %lld]: the rows of 'inputs/q', the head_dim of 'inputs/v'",
+                  m->path, (long long)B, (long long)Hq, (long long)S, (long long)Dv);
+  if (lt->shape[0] != B || lt->shape[1] != Hq || lt->shape[2] != S)
+    return qc_err("%s: 'saved/lse': expected [%lld, %lld, %lld]", m->path, (long long)B, (long long)Hq, (long long)S);
+  if ((rc = qc_module_check_dy(m, dy, B * Hq * S * Dv, Dv, "the shape of saved/out [B, Hq, S, Dv]"))) return rc;
+  const qc_contract *c = &m->contract;
+  const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
+  const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);
+  if (!(sc > 0) || !isfinite(sc)) return qc_err("%s: contract key 'softmax_scale' = %g: expected > 0", m->path, sc);
+  const double wd = qc_contract_num(c, "window", 0), cap = qc_contract_num(c, "softcap", 0);
+  if (!(wd >= 0) || floor(wd) != wd || wd > 4e18)
+    return qc_err("%s: contract key 'window' = %g: expected a whole number >= 0", m->path, wd);
+  const int64_t W = (int64_t)wd; /* 0: no window */
+  if (W > 0 && !causal) return qc_err("%s: contract key 'window' = %lld: needs causal = true", m->path, (long long)W);
+  const double cod = qc_contract_num(c, "causal_offset", 0);
+  if (floor(cod) != cod || fabs(cod) > 4e18 || (cod != 0 && !causal))
+    return qc_err("%s: contract key 'causal_offset' = %g: expected a whole number, with causal = true", m->path, cod);
+  const int64_t off = (int64_t)cod; /* the mask's diagonal: keys j <= i + off */
+  if (!(cap >= 0) || !isfinite(cap)) return qc_err("%s: contract key 'softcap' = %g: expected >= 0", m->path, cap);
+  const char *base = qc_contract_str(c, "lse_base", "e");
+  if (strcmp(base, "e") != 0 && strcmp(base, "2") != 0)
+    return qc_err("%s: contract key 'lse_base' = '%s': expected e or 2", m->path, base);
+  const int64_t grp = Hq / Hkv;
+  qc_dtype odt = QC_F32;
+  if ((rc = out_dtype(m, ot, &odt))) return rc;
+  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *O = NULL, *scr = NULL, *dq, *dk, *dv;
+  rc = QC_ESYS;
+  if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
+      !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")) ||
+      (odt != QC_F32 && !ab && !(O = qc_refu_load(ot, "reference attention saved out"))))
+    goto done;
+  if ((rc = qc_refu_out(grads, "d_q", 4, qt->shape, &dq))) goto done;
+  if ((rc = qc_refu_out(grads, "d_k", 4, kt->shape, &dk))) goto done;
+  if ((rc = qc_refu_out(grads, "d_v", 4, vt->shape, &dv))) goto done;
+  {
+    const int nt = qc_par_threads();
+    att_run run = {.Q = Q, .K = K, .V = V, .G = G, .O = O, .dq = dq, .dk = dk, .dv = dv, .Hq = Hq, .Hkv = Hkv, .S = S,
+                   .D = D, .Dv = Dv, .W = W, .off = off, .grp = grp, .sc = sc, .cap = cap, .causal = causal, .ab = ab,
+                   .odt = odt};
+    rc = QC_ESYS;
+    if (!(scr = qc_malloc((size_t)nt * (size_t)(5 * S + Dv) * sizeof *scr, "reference attention rows"))) goto done;
+    run.scr = scr;
+    qc_par_for(B * Hkv, 1, att_units, &run);
+  }
   rc = QC_OK;
 done:
-  free(Q); free(K); free(V); free(G); free(P); free(dP); free(T); free(Wt); free(Pa); free(O); free(Ob);
+  free(Q); free(K); free(V); free(G); free(O); free(scr);
   return rc;
+}
+
+/* One (batch, query head) of ref_attention_saved; t[row] gets the LSE's
+ * terms of each query (summed in order after, so the result does not
+ * depend on the thread count). */
+typedef struct {
+  const double *Q, *K, *V;
+  double *out, *t, *scr; /* scr: [threads][2 S]: the rows P, A per thread */
+  int64_t Hq, Hkv, S, D, Dv, W, off, grp;
+  double sc, cap, unit;
+  int causal, lse;
+} sav_run;
+
+static void sav_units(void *ctx, int64_t u0, int64_t u1, int tid) {
+  const sav_run *a = ctx;
+  const int64_t Hq = a->Hq, Hkv = a->Hkv, S = a->S, D = a->D, Dv = a->Dv, W = a->W, off = a->off, grp = a->grp;
+  const double sc = a->sc, cap = a->cap, unit = a->unit;
+  const int causal = a->causal, lse = a->lse;
+  double *P = a->scr + (size_t)tid * 2 * S, *A = P + S, *out = a->out;
+  for (int64_t u = u0; u < u1; u++) {
+    const int64_t b = u / Hq, h = u % Hq;
+    {
+      const double *q = a->Q + (b * Hq + h) * S * D, *k = a->K + (b * Hkv + h / grp) * S * D;
+      const double *v = a->V + (b * Hkv + h / grp) * S * Dv;
+      for (int64_t i = 0; i < S; i++) {
+        int64_t n = causal ? i + 1 + off : S, lo = 0;
+        if (n > S) n = S;
+        if (W > 0 && i - W + 1 > 0) lo = i - W + 1; /* the window: i - j < W */
+        double *o = lse ? out + (b * Hq + h) * S + i : out + ((b * Hq + h) * S + i) * Dv;
+        if (n <= lo) { /* no visible key: O_i = 0, no LSE */
+          if (lse) *o = -INFINITY;
+          else memset(o, 0, (size_t)Dv * sizeof *o);
+          continue;
+        }
+        double mx = -INFINITY, z = 0, amax = 0;
+        row_dots(q + i * D, k, lo, n, D, 0, P);
+        row_dots(q + i * D, k, lo, n, D, 1, A);
+        for (int64_t j = lo; j < n; j++) {
+          const double s = P[j] * sc;
+          P[j] = cap > 0 ? cap * tanh(s / cap) : s;
+          A[j] = sc * A[j];
+          mx = fmax(mx, P[j]);
+        }
+        for (int64_t j = lo; j < n; j++) {
+          z += (P[j] = exp(P[j] - mx));
+          amax = fmax(amax, A[j]);
+        }
+        if (lse) {
+          *o = (mx + log(z)) * unit;
+          a->t[(b * Hq + h) * S + i] = (fabs(mx) + amax + 1) * unit;
+          continue;
+        }
+        row_mix(P, v, lo, n, Dv, o);
+        for (int64_t d = 0; d < Dv; d++) o[d] /= z;
+      }
+    }
+  }
 }
 
 /* The saved O ("out", [B, Hq, S, Dv]) or LSE ("lse", [B, Hq, S], in the
@@ -346,48 +430,26 @@ static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char
   double *Q = NULL, *K = NULL, *V = NULL, *P = NULL, *A = NULL, *out, tt = 0, tmax = 0;
   rc = QC_ESYS;
   if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
-      !(V = qc_refu_load(vt, "reference attention v")) || !(P = qc_malloc((size_t)S * sizeof *P, "reference softmax row")) ||
-      !(A = qc_malloc((size_t)S * sizeof *A, "reference logit terms row")))
+      !(V = qc_refu_load(vt, "reference attention v")))
     goto done;
   if ((rc = qc_tensor_alloc(r, name, QC_F64, st->ndim, st->shape))) goto done;
   out = r->data;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < Hq; h++) {
-      const double *q = Q + (b * Hq + h) * S * D, *k = K + (b * Hkv + h / grp) * S * D, *v = V + (b * Hkv + h / grp) * S * Dv;
-      for (int64_t i = 0; i < S; i++) {
-        int64_t n = causal ? i + 1 + off : S, lo = 0;
-        if (n > S) n = S;
-        if (W > 0 && i - W + 1 > 0) lo = i - W + 1; /* the window: i - j < W */
-        double *o = lse ? out + (b * Hq + h) * S + i : out + ((b * Hq + h) * S + i) * Dv;
-        if (n <= lo) { /* no visible key: O_i = 0, no LSE */
-          if (lse) *o = -INFINITY;
-          else memset(o, 0, (size_t)Dv * sizeof *o);
-          continue;
-        }
-        double mx = -INFINITY, z = 0, amax = 0;
-        row_dots(q + i * D, k, lo, n, D, 0, P);
-        row_dots(q + i * D, k, lo, n, D, 1, A);
-        for (int64_t j = lo; j < n; j++) {
-          const double s = P[j] * sc;
-          P[j] = cap > 0 ? cap * tanh(s / cap) : s;
-          A[j] = sc * A[j];
-          mx = fmax(mx, P[j]);
-        }
-        for (int64_t j = lo; j < n; j++) {
-          z += (P[j] = exp(P[j] - mx));
-          amax = fmax(amax, A[j]);
-        }
-        if (lse) {
-          *o = (mx + log(z)) * unit;
-          const double t = (fabs(mx) + amax + 1) * unit;
-          tt += t * t;
-          tmax = fmax(tmax, t);
-          continue;
-        }
-        row_mix(P, v, lo, n, Dv, o);
-        for (int64_t d = 0; d < Dv; d++) o[d] /= z;
-      }
+  {
+    const int nt = qc_par_threads();
+    sav_run run = {.Q = Q, .K = K, .V = V, .out = out, .Hq = Hq, .Hkv = Hkv, .S = S, .D = D, .Dv = Dv, .W = W,
+                   .off = off, .grp = grp, .sc = sc, .cap = cap, .unit = unit, .causal = causal, .lse = lse};
+    rc = QC_ESYS;
+    if (!(P = qc_malloc((size_t)nt * 2 * (size_t)S * sizeof *P, "reference softmax rows")) ||
+        (lse && !(A = qc_calloc((size_t)(B * Hq * S), sizeof *A, "reference LSE terms"))))
+      goto done;
+    run.scr = P;
+    run.t = A;
+    qc_par_for(B * Hq, 1, sav_units, &run);
+    for (int64_t i = 0; lse && i < B * Hq * S; i++) { /* in the order of one loop */
+      tt += A[i] * A[i];
+      tmax = fmax(tmax, A[i]);
     }
+  }
   if (lse) {
     const int64_t n = W > 0 && W < S ? W : S, kk = n > D ? n : D;
     tm->k = kk;
