@@ -423,7 +423,10 @@ int qc_diagnose(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, cons
     if (has_word(gen, "factor") || has_word(gen, "sign")) qc_dg_factor(&d, has_word(gen, "factor"), has_word(gen, "sign"));
     if (has_word(gen, "transpose")) qc_dg_transpose(&d);
     if (has_word(gen, "rows") && (rc = qc_dg_rows(&d))) goto done;
-    if (has_word(gen, "slice")) qc_dg_slice(&d);
+    if (has_word(gen, "slice")) {
+      qc_dg_slice(&d);
+      qc_dg_one_slice(&d);
+    }
     hyp_class(&d);
     if (has_word(gen, "dy_precision") && (rc = hyp_dy_precision(&d))) goto done;
     if (has_word(gen, "dy_precision") && (rc = hyp_input_precision(&d))) goto done; /* the operands' precision */

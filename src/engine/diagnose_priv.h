@@ -39,6 +39,7 @@ void qc_dg_transpose(dg *d);                               /* the last two (equa
 int qc_dg_rows(dg *d);                                     /* rows shifted or permuted (QC_ESYS: memory) */
 void qc_dg_zero(dg *d, const char *frozen);                /* a zero candidate */
 void qc_dg_slice(dg *d);                                   /* zero slices: a missing term */
+void qc_dg_one_slice(dg *d);                               /* the error in one slice of dim 0 alone (fitted) */
 void qc_dg_nonfinite(dg *d);                               /* the first non-finite value, traced */
 
 /* Every other value of each choice key of the class that keep accepts

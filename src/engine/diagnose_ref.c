@@ -289,6 +289,55 @@ void qc_dg_slice(dg *d) {
   qc_dg_judge(d, "slice", says, d->level);
 }
 
+/* ---- the error confined to one slice of the leading dimension ------------ */
+
+/* The candidate's error against the reference, sliced along dimension 0
+ * (an expert of a stacked [E, ...] gradient, a head, a layer): when one
+ * slice holds nearly all of it (90 % of the squared error), the prediction
+ * "the reference, with that slice as the candidate has it" is judged, so
+ * the report names where the defect sits ("expert 2") even when no
+ * specific hypothesis explains it. Fitted to the candidate: reported after
+ * every specific hypothesis that holds. The slices are named by the class
+ * (qc_class.zero_slices' word: "expert") or as "index". */
+void qc_dg_one_slice(dg *d) {
+  const qc_tensor *r = d->r;
+  if (r->ndim < 2 || r->shape[0] < 2 || d->n % r->shape[0]) return;
+  const int64_t S = r->shape[0], in = d->n / S;
+  double tot = 0, best = -1, bref = 0, bg = 0;
+  int64_t bs = -1;
+  for (int64_t s = 0; s < S; s++) {
+    double e = 0, rr = 0;
+    const double *g = d->g + s * in, *rd = d->rd + s * in;
+    for (int64_t i = 0; i < in; i++) {
+      const double df = g[i] - rd[i];
+      e += df * df;
+      rr += rd[i] * rd[i];
+    }
+    tot += e;
+    if (e > best) { best = e; bs = s; bref = rr; bg = e; }
+  }
+  if (bs < 0 || !(tot > 0) || best < 0.9 * tot) return;
+  memcpy(d->p, d->rd, (size_t)d->n * sizeof *d->p);
+  memcpy(d->p + bs * in, d->g + bs * in, (size_t)in * sizeof *d->p);
+  const char *what = "index";
+  unsigned char *z = d->m->cls->zero_slices ? malloc((size_t)S) : NULL;
+  if (z) {
+    const char *w = NULL;
+    qc_err_state es; /* a speculative call: its message does not stay */
+    qc_err_save(&es);
+    if (d->m->cls->zero_slices(d->m, d->k->tensor, S, z, &w) == QC_OK && w) what = w;
+    qc_err_restore(&es);
+    free(z);
+  }
+  char says[256];
+  snprintf(says, sizeof says, "the error sits in %s %lld of %lld alone (%.1f%% of it; rel_l2 %.3g there): that %s's gradient, "
+           "the others agree with the reference", what, (long long)bs, (long long)S, 100.0 * best / tot,
+           bref > 0 ? sqrt(bg / bref) : INFINITY, what);
+  const int nh = d->k->nhyp;
+  qc_dg_judge(d, "one_slice", says, d->level);
+  if (d->k->nhyp > nh) d->fitted[d->k->nhyp - 1] = 1;
+}
+
 /* ---- a non-finite value, traced ----------------------------------------- */
 
 void qc_dg_nonfinite(dg *d) {

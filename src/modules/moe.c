@@ -782,7 +782,11 @@ static int alter_dx_weight(const qc_module *m, qc_module *alt, char *detail, siz
  * master weights where the contract says dequantized, the others as the
  * contract says: the class's reference run once per used expert (E <= 64)
  * under that diagnosis variant (qc_ctx.master_expert), the expert whose
- * prediction is closest to the candidate named. */
+ * prediction is closest to the candidate named. For a stacked d_w1 only the
+ * two experts whose slices stray furthest from the contract's reference are
+ * tried (the variant changes its own expert's slice alone): three runs, not
+ * one per expert; d_x, where nothing tells the experts apart, is tried
+ * while the runs stay under about 2e11 multiply-adds in all. */
 static int predict_master_expert(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, const char *grad, const qc_tensor *cand,
                                  qc_tensor *pred, char *detail, size_t n) {
   const qc_registry_row *row = qc_registry_find(m->cls->name);
@@ -799,6 +803,39 @@ static int predict_master_expert(const qc_ctx *ctx, const qc_module *m, const qc
   rc = E > 64 ? QC_NA : QC_ESYS;
   if (E > 64 || !used || !g) goto done;
   for (int64_t i = 0; i < v.T * v.k; i++) used[v.id[i]] = 1;
+  const int stacked = N % E == 0 && cand->ndim == 3 && cand->shape[0] == E;
+  if (!stacked && (double)E * (double)(v.T * v.k) * (double)v.H * (double)(v.R + v.F) > 2e11) {
+    rc = QC_NA; /* too many full runs for a diagnosis */
+    goto done;
+  }
+  if (stacked) { /* keep the two used experts whose slices stray furthest */
+    qc_tset out = {0};
+    qc_ctx c = *ctx;
+    c.master_expert = 0;
+    c.skip = NULL;
+    rc = row->reference(&c, m, dy, &out);
+    const qc_tensor *p = rc ? NULL : qc_tset_get(&out, grad);
+    double *pv = p && qc_numel(p) == N ? qc_mod_f64(p, "moe reference") : NULL;
+    qc_tset_free(&out);
+    if (rc || !pv) {
+      rc = rc ? rc : QC_NA;
+      goto done;
+    }
+    const int64_t in = N / E;
+    double d1 = -1, d2 = -1;
+    int64_t e1 = -1, e2 = -1;
+    for (int64_t e = 0; e < E; e++) {
+      if (!used[e]) continue;
+      double dev = 0;
+      for (int64_t i = e * in; i < (e + 1) * in; i++) dev += (g[i] - pv[i]) * (g[i] - pv[i]);
+      if (dev > d1) { d2 = d1; e2 = e1; d1 = dev; e1 = e; }
+      else if (dev > d2) { d2 = dev; e2 = e; }
+    }
+    free(pv);
+    for (int64_t e = 0; e < E; e++) used[e] = 0;
+    if (e1 >= 0) used[e1] = 1;
+    if (e2 >= 0) used[e2] = 1;
+  }
   for (int64_t e = 0; e < E; e++) {
     if (!used[e]) continue;
     qc_tset out = {0};

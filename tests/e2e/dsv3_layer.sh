@@ -25,5 +25,11 @@ assert all(k["verdict"] == "pass" for k in c)
 assert {"quantizer/w1", "quantizer/w2", "d_x", "d_w1", "d_w2", "d_topk_weights", "d_shared_w1"} <= ex, ex
 assert {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "router", "qc_attn", "qc_rope_q"} <= mods, mods
 P
+"$PY" - "$T/b/expert_grad/r.json" <<'P' && ok "the planted expert's d_w1 is localized: the diagnosis names expert 2" || bad "expert_grad's diagnosis does not name expert 2"
+import json, sys
+c = [k for k in json.load(open(sys.argv[1]))["checks"] if k["verdict"] != "pass"]
+assert len(c) == 1 and c[0]["tensor"] == "d_w1", c
+assert "the error sits in expert 2 of " in c[0]["diagnosis"]["summary"], c[0]["diagnosis"]["summary"]
+P
 sed 's/^/  /' "$T/log"
 finish
