@@ -15,7 +15,8 @@
 #              CPU count + 1: most scripts wait on the processes they start)
 #
 # The scripts are independent (each works in its own mktemp -d), so they run
-# in parallel, the slowest known first (tests/slow.list). Each prints one
+# in parallel, the slowest known first (tests/slow.list), each with
+# OPENBLAS_NUM_THREADS=1 unless it is set (with -j 1, BLAS keeps its own). Each prints one
 # line when it ends, "PASS name (12.3 s)"; a failure prints its last 40
 # lines. The run ends with the five slowest scripts, then one line
 # "tests: N passed, N failed, N skipped"; exit 1 on any failure, 2 on a bad
@@ -32,6 +33,11 @@ export QATCHECK PY
 if [ "${1:-}" = --one ]; then
   n=$2; d=$3
   s=$(date +%s.%N)
+  # Several scripts share the CPUs: OpenBLAS's own threads would only
+  # oversubscribe them (and spin while they wait), so each script's BLAS
+  # runs one thread unless the caller chose (the benchmarks, which measure
+  # the default, run outside this runner).
+  [ "${QC_PAR_RUN:-1}" -gt 1 ] && [ -z "${OPENBLAS_NUM_THREADS:-}" ] && export OPENBLAS_NUM_THREADS=1
   sh "tests/e2e/$n.sh" >"$d/$n.log" 2>&1
   rc=$?
   t=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
@@ -101,7 +107,7 @@ if [ -n "$e2e" ]; then
   echo "== end-to-end tests ($(echo $e2e | wc -w) scripts, $jobs at once)"
   # the slowest known first, so that the long ones overlap the short ones
   order=$( (grep -v '^#' tests/slow.list; echo $e2e | tr ' ' '\n') | awk -v want=" $(echo $e2e) " 'index(want, " " $0 " ") && !seen[$0]++')
-  printf '%s\n' $order | xargs -P "$jobs" -I{} sh "$0" --one {} "$W"
+  printf '%s\n' $order | QC_PAR_RUN=$jobs xargs -P "$jobs" -I{} sh "$0" --one {} "$W"
   for n in $order; do
     [ -f "$W/$n.res" ] && read -r rc t <"$W/$n.res" && echo "$t $n"
   done | sort -rn | head -5 | awk 'BEGIN { printf "slowest:" } { printf " %s (%s s)", $2, $1 } END { print "" }'
