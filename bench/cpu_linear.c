@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "model/case.h"
 #include "engine/gen.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "numerics/decode.h"
 
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
   int floor_only = argc == 6 && strcmp(argv[5], "floor") == 0;
   if (argc != 5 && !floor_only) { fprintf(stderr, "usage: cpu_linear M K N REPEATS [floor]\n"); return 2; }
   qc_mem_tune();
+  qc_blas_tune(); /* as qatcheck runs: the floor too */
   long M = atol(argv[1]), K = atol(argv[2]), N = atol(argv[3]), R = atol(argv[4]);
   char text[1024];
   snprintf(text, sizeof text,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "core/watchdog.h"
 
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   qc_cli_sandbox(argc, argv); /* the dump sandbox's child never returns from here */
   qc_mem_tune();
+  qc_blas_tune();
   if (qc_watchdog_arm(QC_TIMEOUT_DEFAULT) != QC_OK || qc_watchdog_signals() != QC_OK) { /* --timeout re-arms it */
     qc_err_print();
     return 2;

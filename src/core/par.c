@@ -2,6 +2,7 @@
 #include "core/par.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -47,4 +48,20 @@ void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int6
     if (started[i]) pthread_join(th[i], NULL);
     else run_piece(&pc[i]);
   }
+}
+
+/* OpenBLAS's thread pool (its pthreads build), weak: NULL under another BLAS
+ * or OpenBLAS's OpenMP build, and then nothing is changed. */
+void openblas_read_env(void) __attribute__((weak));
+int blas_thread_shutdown_(void) __attribute__((weak));
+int blas_thread_init(void) __attribute__((weak));
+
+void qc_blas_tune(void) {
+  if (getenv("OPENBLAS_THREAD_TIMEOUT") || !openblas_read_env || !blas_thread_shutdown_ || !blas_thread_init) return;
+  char v[8];
+  snprintf(v, sizeof v, "%d", QC_BLAS_SPIN_LOG2);
+  if (setenv("OPENBLAS_THREAD_TIMEOUT", v, 1) != 0) return;
+  openblas_read_env();     /* the pool reads the timeout when it starts ... */
+  blas_thread_shutdown_(); /* ... so it is stopped and started again */
+  blas_thread_init();
 }

@@ -18,4 +18,16 @@ void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int6
 #define QC_PAR_MAX 64
 int qc_par_threads(void);
 
+/* OpenBLAS's idle threads spin (sched_yield) for 2^28 clock ticks, about
+ * 0.1 s, after each BLAS call before they sleep; the host passes that sit
+ * between the audit's GEMMs (qc_par_for above) then share the cores with
+ * them: on 2 cores the CPU linear audit took 1.36-1.39 x its BLAS floor,
+ * 1.25-1.31 x with 2^16 ticks (bench/cpu_linear.sh). This sets
+ * OPENBLAS_THREAD_TIMEOUT to QC_BLAS_SPIN_LOG2 and restarts OpenBLAS's pool
+ * so it takes effect; a no-op when the variable is set (the user's value
+ * stands) or the BLAS is not OpenBLAS's pthreads build. Call it first
+ * thing in main, before any thread starts. */
+#define QC_BLAS_SPIN_LOG2 16
+void qc_blas_tune(void);
+
 #endif
