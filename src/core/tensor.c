@@ -59,7 +59,7 @@ int qc_shape_eq(const qc_tensor *a, const qc_tensor *b) {
   return 1;
 }
 
-int qc_tensor_alloc(qc_tensor *t, const char *name, qc_dtype dt, int ndim, const int64_t *shape) {
+static int tensor_alloc(qc_tensor *t, const char *name, qc_dtype dt, int ndim, const int64_t *shape, int zero) {
   memset(t, 0, sizeof *t);
   snprintf(t->name, sizeof t->name, "%s", name);
   if (ndim < 0 || ndim > QC_MAXDIM)
@@ -76,13 +76,21 @@ int qc_tensor_alloc(qc_tensor *t, const char *name, qc_dtype dt, int ndim, const
   t->ndim = ndim;
   t->dtype = dt;
   t->nbytes = (size_t)n * qc_dtype_size(dt);
-  t->data = calloc(t->nbytes ? t->nbytes : 1, 1);
+  t->data = zero ? calloc(t->nbytes ? t->nbytes : 1, 1) : malloc(t->nbytes ? t->nbytes : 1);
   if (!t->data) {
     char sb[128];
     return qc_err_sys("out of memory: tensor '%s' %s %s needs %zu bytes", name,
                       qc_shape_str(ndim, shape, sb, sizeof sb), qc_dtype_name(dt), t->nbytes);
   }
   return QC_OK;
+}
+
+int qc_tensor_alloc(qc_tensor *t, const char *name, qc_dtype dt, int ndim, const int64_t *shape) {
+  return tensor_alloc(t, name, dt, ndim, shape, 1);
+}
+
+int qc_tensor_alloc_out(qc_tensor *t, const char *name, qc_dtype dt, int ndim, const int64_t *shape) {
+  return tensor_alloc(t, name, dt, ndim, shape, 0);
 }
 
 void qc_tensor_free(qc_tensor *t) {

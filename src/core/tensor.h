@@ -59,6 +59,11 @@ int qc_shape_eq(const qc_tensor *a, const qc_tensor *b);
  * dimensions (negative, or more than 2^40 elements) with a message naming
  * `name`. Returns QC_OK / QC_EINPUT / QC_ESYS. */
 int qc_tensor_alloc(qc_tensor *t, const char *name, qc_dtype dt, int ndim, const int64_t *shape);
+/* qc_tensor_alloc without the zeroing, for an output whose every element the
+ * caller writes next (a GEMM's C with beta 0, a rounding pass): the heap's
+ * reused memory is not cleared first (64 MiB of memset per 2048^3 linear
+ * audit on the CPU). */
+int qc_tensor_alloc_out(qc_tensor *t, const char *name, qc_dtype dt, int ndim, const int64_t *shape);
 void qc_tensor_free(qc_tensor *t);
 /* Deep copy. */
 int qc_tensor_copy(qc_tensor *dst, const qc_tensor *src);

@@ -154,7 +154,7 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     /* d_x = dY W_ref: W_ref = dequant(quant(W)) (with the contract's rounding) or W */
     snprintf(what, sizeof what, "%s: params/weight", m->path);
     if ((rc = lin_operand(&c, v.w, N, K, c.wfmt, !c.dx_master, c.sr.on ? &c.sr : NULL, what, wb))) goto done;
-    if ((rc = qc_tensor_alloc(&dx, "d_x", QC_BF16, v.x->ndim, v.x->shape))) goto done;
+    if ((rc = qc_tensor_alloc_out(&dx, "d_x", QC_BF16, v.x->ndim, v.x->shape))) goto done;
     if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_N, QC_OP_N, M, K, N, gb, N, wb, K, acc, K))) goto done;
     /* split along N (ctx->group): each rank's product is a partial sum over its output features, completed
      * by the all-reduce in float32 before the one rounding to bf16, as a tensor-parallel backward does */
@@ -167,7 +167,7 @@ static int linear_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     /* d_weight = dY^T X_ref: X_ref = dequant(quant(X)) (nearest) or X */
     snprintf(what, sizeof what, "%s: inputs/x", m->path);
     if ((rc = lin_operand(&c, v.x, M, K, c.afmt, c.dw_quantized, NULL, what, xb))) goto done;
-    if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_BF16, 2, wshape))) goto done;
+    if ((rc = qc_tensor_alloc_out(&dw, "d_weight", QC_BF16, 2, wshape))) goto done;
     if ((rc = ctx->be->gemm_bf16(ctx->be, QC_OP_T, QC_OP_N, N, K, M, gb, N, xb, K, acc, K))) goto done;
     if (c.clipped && strcmp(c.wfmt, "none") != 0 && (rc = ste_mask(v.w, c.T, acc, N * K, tmp))) goto done;
     qc_mod_to_bf16(acc, N * K, dw.data);

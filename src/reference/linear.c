@@ -112,7 +112,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
       goto done;
     if (ctx->round_ops) /* variant: the operand rounded to bf16 before the GEMM */
       for (int64_t i = 0; i < M * K; i++) X[i] = qc_round_bf16((float)X[i]);
-    if ((rc = qc_tensor_alloc(&dw, "d_weight", QC_F64, 2, ws))) goto done;
+    if ((rc = qc_tensor_alloc_out(&dw, "d_weight", QC_F64, 2, ws))) goto done;
     if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
     if (clipped && strcmp(wf, "none") != 0)
       for (int64_t i = 0; i < N * K; i++)
@@ -130,7 +130,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     }
     if (ctx->round_ops) /* variant: the dequantized weight rounded to bf16 before the GEMM */
       for (int64_t i = 0; i < N * K; i++) W[i] = qc_round_bf16((float)W[i]);
-    if ((rc = qc_tensor_alloc(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
+    if ((rc = qc_tensor_alloc_out(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
     if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;
     if (clipped && strcmp(af, "none") != 0) {
       if ((rc = qc_tensor_to_f64(x, X))) goto done; /* X may hold dequant(quant(X)) by now */
