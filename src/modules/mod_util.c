@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "numerics/formats.h"
+#include "backend/backend.h"
 #include "core/par.h"
 #include "core/qc.h"
 #include "numerics/decode.h"
@@ -200,12 +201,23 @@ static void maxabs_pieces(void *p, int64_t lo, int64_t hi, int tid) {
     const void *d = x->t->data;
     double m64 = 0;
     switch (x->t->dtype) { /* one read, no copy, the type's loop */
-      case QC_BF16:
-        for (int64_t i = i0; i < i1; i++) {
-          const float v = fabsf(qc_bf16_to_f32(((const uint16_t *)d)[i]));
-          if (v > mx && v <= FLT_MAX) mx = v;
+      case QC_BF16: { /* |x|'s bits order as its values: an integer maximum of the finite ones, in vector lanes */
+        const uint16_t *h = (const uint16_t *)d;
+        int16_t hb = 0, blk[64] = {0}; /* |x|'s bits fit int16: SSE2's signed 16-bit compare and maximum */
+        int64_t i = i0;
+        for (; i + 64 <= i1; i += 64) /* a fixed trip count: -O2 vectorizes it */
+          for (int l = 0; l < 64; l++) {
+            const int16_t u = (int16_t)(h[i + l] & 0x7fffu), v = u < 0x7f80 ? u : 0;
+            blk[l] = v > blk[l] ? v : blk[l];
+          }
+        for (; i < i1; i++) {
+          const int16_t u = (int16_t)(h[i] & 0x7fffu), v = u < 0x7f80 ? u : 0;
+          hb = v > hb ? v : hb;
         }
+        for (int l = 0; l < 64; l++) hb = blk[l] > hb ? blk[l] : hb;
+        mx = qc_bf16_to_f32((uint16_t)hb);
         break;
+      }
       case QC_F16:
         for (int64_t i = i0; i < i1; i++) {
           const float v = fabsf(qc_f16_to_f32(((const uint16_t *)d)[i]));
@@ -340,6 +352,70 @@ static void terms_rows(void *p, int64_t lo, int64_t hi, int tid) {
   }
 }
 
+/* out[l] = |t[off + l stride]| for l in [0, n), t of a type read directly. */
+static void gather_abs(const qc_tensor *t, int64_t off, int64_t stride, int64_t n, double *out) {
+  const void *d = t->data;
+  switch (t->dtype) { /* the type's loop, not elem()'s switch an element */
+    case QC_BF16:
+      for (int64_t l = 0; l < n; l++) out[l] = fabsf(qc_bf16_to_f32(((const uint16_t *)d)[off + l * stride]));
+      break;
+    case QC_F32:
+      for (int64_t l = 0; l < n; l++) out[l] = fabsf(((const float *)d)[off + l * stride]);
+      break;
+    case QC_F64:
+      for (int64_t l = 0; l < n; l++) out[l] = fabs(((const double *)d)[off + l * stride]);
+      break;
+    default:
+      for (int64_t l = 0; l < n; l++) out[l] = fabs(elem(t, off + l * stride));
+      break;
+  }
+}
+
+/* Rows [lo, hi) of a gather: row k = |t[k rstep + l stride]|, l < n. */
+typedef struct gather_ctx {
+  const qc_tensor *t;
+  int64_t rstep, stride, n;
+  double *out;
+} gather_ctx;
+
+static void gather_rows(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const gather_ctx *x = p;
+  for (int64_t k = lo; k < hi; k++) gather_abs(x->t, k * x->rstep, x->stride, x->n, x->out + k * x->n);
+}
+
+/* terms_rows' sums as one float64 GEMM on the CPU backend: T = |A_s| B_s
+ * with A_s the sampled rows of a (non-finite and zero elements 0, as
+ * terms_rows skips them) and B_s = bc (all finite: a non-finite |b| would
+ * make 0 x Inf where terms_rows skips the product), then rs[row] = sum of
+ * T's finite squares. 0 when done; non-zero (nothing reported) when the
+ * caller should run terms_rows instead. The sampled terms were 5% of the
+ * CPU linear audit as a loop (bench/cpu_linear.sh). */
+static int terms_gemm(const qc_tensor *a, int64_t sa_i, int64_t sa_k, int64_t K, int64_t step, int64_t rows, int64_t cols,
+                      const double *bc, double *rs) {
+  double *A = malloc((size_t)(rows * K) * sizeof *A), *T = malloc((size_t)(rows * cols) * sizeof *T);
+  int bad = !A || !T;
+  if (!bad) {
+    gather_ctx g = {a, step * sa_i, sa_k, K, A};
+    qc_par_for(rows, 4, gather_rows, &g);
+    for (int64_t i = 0; i < rows * K; i++) A[i] = A[i] <= DBL_MAX ? A[i] : 0.0; /* NaN fails too */
+  }
+  if (!bad) {
+    const qc_backend *be = qc_backend_cpu();
+    qc_err_state es; /* an error here only sends the caller to the loop */
+    qc_err_save(&es);
+    bad = be->gemm_f64(be, QC_OP_N, QC_OP_N, rows, cols, K, A, K, bc, cols, T, cols) != QC_OK;
+    qc_err_restore(&es);
+  }
+  for (int64_t r = 0; !bad && r < rows; r++) {
+    double ss = 0;
+    for (int64_t c = 0; c < cols; c++) ss += isfinite(T[r * cols + c]) ? T[r * cols + c] * T[r * cols + c] : 0.0;
+    rs[r] = ss;
+  }
+  free(A), free(T);
+  return bad;
+}
+
 double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const qc_tensor *b, int64_t sb_k, int64_t sb_j,
                            int64_t M, int64_t N, int64_t K) {
   if (M < 1 || N < 1 || K < 1) return 0.0;
@@ -364,11 +440,18 @@ double qc_mod_terms_tensor(const qc_tensor *a, int64_t sa_i, int64_t sa_k, const
     free(bc), free(rs), free(t);
     return 0.0;
   }
-  if (bc)
-    for (int64_t k = 0; k < K; k++)
-      for (int64_t c = 0; c < cols; c++) bc[k * cols + c] = fabs(elem(b, k * sb_k + c * cstep * sb_j));
-  terms_ctx x = {a, sa_i, sa_k, b, sb_k, sb_j, K, step, cols, cstep, bc, t, rs};
-  qc_par_for(rows, 1, terms_rows, &x);
+  int finite = 1;
+  if (bc) {
+    gather_ctx g = {b, sb_k, cstep * sb_j, cols, bc};
+    qc_par_for(K, 64, gather_rows, &g);
+    for (int64_t i = 0; i < K * cols; i++) finite &= bc[i] <= DBL_MAX;
+  }
+  if (bc && finite && !terms_gemm(a, sa_i, sa_k, K, step, rows, cols, bc, rs)) {
+    /* rs filled by one float64 GEMM of the sampled |a| rows and |b| columns */
+  } else {
+    terms_ctx x = {a, sa_i, sa_k, b, sb_k, sb_j, K, step, cols, cstep, bc, t, rs};
+    qc_par_for(rows, 1, terms_rows, &x);
+  }
   double ss = 0;
   for (int64_t r = 0; r < rows; r++) ss += rs[r]; /* row order: the same on any number of threads */
   free(bc), free(rs), free(t);
