@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "numerics/decode.h"
+#include "numerics/formats.h"
 #include "numerics/metrics.h"
 #include "model/check.h"
 #include "modules/mod_util.h"
@@ -241,4 +242,45 @@ Test(metrics, host_passes_same_on_any_thread_count) {
   }
   cr_expect(got[9] == (double)QC_F32 && got[15] == (double)QC_F32, "float32 values judged as float32");
   free(g), free(r), free(f);
+}
+
+/* The one-pass compare sums most rows four lanes at a time (compare.c,
+ * row_lanes) and the rest in its scalar loop: a bf16 candidate against the
+ * passes apart (qc_metrics_compute_par and qc_bias_pass, element by
+ * element), on a width that is not a multiple of 4, with rows that hold a
+ * non-finite candidate or reference value (the scalar loop's rows), a
+ * largest difference that occurs twice (the first one is the worst), and
+ * the column clusters on. */
+Test(metrics, compare_lanes_match_the_passes_apart) {
+  enum { ROWS = 300, COLS = 2003, N = ROWS * COLS };
+  double *r = malloc(N * sizeof *r), *fg = malloc(N * sizeof *fg);
+  uint16_t *b = malloc(N * sizeof *b);
+  cr_assert(r && fg && b);
+  unsigned s = 777;
+  for (int i = 0; i < N; i++) {
+    s = s * 1103515245u + 12345u;
+    r[i] = ((double)(s >> 8) / 16777216.0 - 0.5) * (1 + i % 5);
+    b[i] = qc_f32_to_bf16((float)(r[i] * (1 + 2e-3 * ((double)(s & 255) / 256.0 - 0.4))));
+  }
+  b[7 * COLS + 11] = 0x7fc0;  /* a NaN candidate value */
+  b[20 * COLS + 2002] = 0x7f80; /* +Inf in the tail */
+  r[41 * COLS + 5] = INFINITY; /* a reference value not finite */
+  r[100 * COLS + 9] = 50.0, b[100 * COLS + 9] = qc_f32_to_bf16(40.0f); /* the largest difference, twice */
+  r[100 * COLS + 1999] = -50.0, b[100 * COLS + 1999] = qc_f32_to_bf16(-40.0f);
+  qc_tensor bt = {.dtype = QC_BF16, .ndim = 2, .shape = {ROWS, COLS}, .data = b};
+  cr_assert_eq(qc_tensor_to_f64(&bt, fg), 0);
+  qc_metrics mc, mf;
+  cr_assert_eq(qc_compare_host(&bt, r, ROWS, COLS, QC_BF16, 1, &mc), 0);
+  qc_metrics_compute_par(fg, r, N, &mf);
+  cr_assert_eq(qc_bias_pass(fg, r, ROWS, COLS, QC_BF16, &mf), 0);
+  cr_expect_eq(mc.nonfinite, mf.nonfinite, "non-finite candidate values: %lld against %lld", (long long)mc.nonfinite, (long long)mf.nonfinite);
+  cr_expect_eq(mc.ref_nonfinite, 1);
+  cr_expect_eq(mc.worst, 100 * COLS + 9, "worst %lld", (long long)mc.worst);
+  cr_expect_eq(mc.worst, mf.worst);
+  cr_expect_eq(mc.max_abs, mf.max_abs);
+  const double got[5] = {mc.rel_l2, mc.cosine, mc.noise_floor, mc.e_par, mc.bias_sd};
+  const double want[5] = {mf.rel_l2, mf.cosine, mf.noise_floor, mf.e_par, mf.bias_sd};
+  for (int k = 0; k < 5; k++)
+    cr_expect(fabs(got[k] - want[k]) <= 1e-11 * fabs(want[k]) && isfinite(got[k]), "value %d: %a against %a", k, got[k], want[k]);
+  free(r), free(fg), free(b);
 }
