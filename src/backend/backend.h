@@ -119,7 +119,10 @@ typedef struct qc_linear_audit {
   /* The reference's GEMMs: 0 = float64 (cuBLAS DGEMM); 2 .. QC_REF_SLICES_MAX = the
    * fast reference, the Ozaki scheme with that many int8 slices on tensor
    * cores, kept for a gradient only when its self-check's measured error is
-   * below 1e-3 of the noise floor, else recomputed in float64 (docs/gpu.md). */
+   * below 1e-3 of the noise floor, else recomputed in float64 (docs/gpu.md);
+   * QC_REF_AUTO = per GEMM, the fast reference with QC_REF_FAST_SLICES
+   * where the cost model (backend/refcost.h) on this device's measured
+   * rates predicts it at least 10% faster than DGEMM, else DGEMM. */
   int ref_slices;
 } qc_linear_audit;
 
@@ -134,14 +137,18 @@ typedef struct qc_linear_audit_out {
    * end (candidate d_x, both metrics passes) */
   double ms_quant, ms_cand, ms_ref, ms_metrics;
   size_t device_bytes;      /* device memory the audit held at its peak */
-  /* the fast reference's self-check, [0] d_x, [1] d_weight (zeros under ref_slices 0) */
+  /* the fast reference's self-check, [0] d_x, [1] d_weight (zeros where DGEMM ran from the start) */
+  int ref_ran[2];           /* the slices the fast reference ran with (0: it did not run: DGEMM, or
+                               float64 summed inside the quantizer at decode shapes) */
   int ref_fast[2];          /* 1: the fast reference was kept; 0: float64 (asked for, or the fallback) */
   double ref_err[2];        /* its sample's max |fast - exact| / sum |a||b| */
   double ref_err_norm[2];   /* its sample's ||fast - exact|| / ||exact|| */
   double ref_gate[2];       /* the bound both had to stay below: 1e-3 x the sample's noise floor */
 } qc_linear_audit_out;
 
-/* --reference fast: the Ozaki reference's default number of slices, and the range taken. */
+/* --reference fast: the Ozaki reference's default number of slices, and the range taken;
+ * --reference auto (the default of vjp): QC_REF_AUTO in ref_slices. */
+#define QC_REF_AUTO (-1)
 #define QC_REF_FAST_SLICES 4
 #define QC_REF_SLICES_MIN 2
 #define QC_REF_SLICES_MAX 5

@@ -48,22 +48,23 @@ static int dump_inputs(qc_run *run, const char *dump) {
   return rc;
 }
 
-/* --reference float64 | fast | fast:S into the number of slices (o->value,
- * an int; 0: float64); S in the entry's range. */
+/* --reference auto | float64 | fast | fast:S into the number of slices
+ * (o->value, an int; 0: float64, QC_REF_AUTO: auto); S in the entry's range. */
 static int opt_reference(const qc_opt *o, const char *v) {
   int *slices = o->value;
   double s;
-  if (!strcmp(v, "float64")) *slices = 0;
+  if (!strcmp(v, "auto")) *slices = QC_REF_AUTO;
+  else if (!strcmp(v, "float64")) *slices = 0;
   else if (!strcmp(v, "fast")) *slices = QC_REF_FAST_SLICES;
   else if (!strncmp(v, "fast:", 5) && qc_num_read(v + 5, o->lo, o->hi, QC_NUM_WHOLE, &s)) *slices = (int)s;
-  else return qc_err("vjp: --reference '%s': expected float64, fast or fast:S (S slices, %g to %g)", v, o->lo, o->hi);
+  else return qc_err("vjp: --reference '%s': expected auto, float64, fast or fast:S (S slices, %g to %g)", v, o->lo, o->hi);
   return QC_OK;
 }
 
 int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   qc_common_opts o = {.run = run};
   const char *case_path = NULL, *eager = NULL;
-  int allow_weak = 0, ref_slices = 0;
+  int allow_weak = 0, ref_slices = QC_REF_AUTO;
   qc_opt opts[] = {
       QC_OPT_STRING("case", &case_path, "PATH",
                     "the case file (docs/interfaces.md section 3); its data.dump may be a\n"
@@ -77,10 +78,13 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
                   "flip, with a warning in every report (refused otherwise)"),
       {.type = QC_OT_CALLBACK, .name = "reference", .value = &ref_slices, .argh = "KIND", .fn = opt_reference,
        .lo = QC_REF_SLICES_MIN, .hi = QC_REF_SLICES_MAX, .flags = QC_OPT_WHOLE,
-       .help = "float64 (default): the reference GEMMs in float64 (DGEMM);\n"
-               "fast: on --device cuda, the fused linear audit's reference on\n"
-               "int8 tensor cores (Ozaki scheme, fast:S for S slices, 2 to 5),\n"
-               "self-checked, float64 wherever the check fails; cpu: float64"},
+       .help = "auto (default): on --device cuda, per reference GEMM of the fused\n"
+               "linear audit, fast where this device's measured rates predict it\n"
+               "at least 10% faster than DGEMM, float64 otherwise; cpu: float64.\n"
+               "float64: the reference GEMMs in float64 (DGEMM); fast: on cuda,\n"
+               "the fused linear audit's reference on int8 tensor cores (Ozaki\n"
+               "scheme, fast:S for S slices, 2 to 5), self-checked, float64\n"
+               "wherever the check fails. Each check's report names which ran"},
       QC_OPT_TEXT("\nUnder mpirun -np N the module groups are split among the N processes; rank 0\n"
                   "reports (docs/distributed.md).\n"),
       QC_OPTS_COMMON(&o, QC_HELP_MARKDOWN | QC_HELP_PROFILE),
@@ -118,7 +122,7 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
   if (cs->has_split && (rc = qc_dist_device_begin(be))) goto done; /* split modules reduce through NCCL on a device */
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
-  if (ref_slices && !be->audit_linear && qc_verbose)
+  if (ref_slices > 0 && !be->audit_linear && qc_verbose)
     fprintf(stderr, "qatcheck: --reference fast: %s has no tensor-core reference; the reference stays float64\n", be->name);
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm", .ref_slices = ref_slices};
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};

@@ -292,6 +292,7 @@ static int run_fast(qc_audit *a, const qc_registry_row *row, const qc_module *m,
     snprintf(k.cand_dtype, sizeof k.cand_dtype, "%s", qc_dtype_name(g->cand_dtype));
     snprintf(k.judged_dtype, sizeof k.judged_dtype, "%s", qc_dtype_name(g->cand_dtype));
     k.m = g->m;
+    k.ref = g->ref;
     k.has_metrics = 1;
     if ((rc = qc_audit_judge(m, dy, t, &k)) || (rc = qc_results_add(a->res, &k))) return rc;
     /* a pass is final unless its z is elevated: then, as on the host

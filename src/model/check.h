@@ -76,6 +76,8 @@ typedef struct qc_check {
   char variant[96];          /* the legal reference variant the candidate was judged against
                                 ("bf16-rounded dY"; "" for the reference as the contract states it) */
   char variant_id[48];       /* its parts' names ("bf16_dy+round_ops"; "" for the contract's reference) */
+  qc_refgemm ref;           /* the GEMM that made the reference (zeroed: float64; the fast path's
+                                fused audit under --reference fast or auto may say otherwise) */
   int verdict;               /* QC_V_PASS / QC_V_FAIL */
   char why[512];
   char diagnosis[1024];       /* failed checks: "consistent with: ...", or "no known signature" ("" on pass) */

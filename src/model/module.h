@@ -73,9 +73,10 @@ typedef struct qc_ctx {
                                   reference that models it; 0: as the contract says */
   int world_size;              /* processes the dump came from (its root attribute world_size;
                                   0 or 1: one process, so no data-parallel explanation) */
-  int ref_slices;              /* --reference: 0 = float64 (the default); S = the fast reference with S
-                                  int8 slices, where a backend has one (the CUDA fused linear audit,
-                                  backend.h qc_linear_audit.ref_slices); ignored elsewhere */
+  int ref_slices;              /* --reference: 0 = float64 (a zeroed context's); S = the fast reference
+                                  with S int8 slices, where a backend has one (the CUDA fused linear
+                                  audit, backend.h qc_linear_audit.ref_slices); -1 = auto (vjp's
+                                  default: backend.h QC_REF_AUTO); ignored elsewhere */
 } qc_ctx;
 
 /* 1 unless ctx->skip names gradient `grad` ("d_x"). */
@@ -112,12 +113,24 @@ typedef int (*qc_fwd_fn)(const qc_module *m, const qc_module *branch, qc_tensor 
  * gradients it covers computed together on the backend (one upload, no host
  * copy of the big tensors), returned as metrics for the engine to judge.
  * Declared in the class's row (qc_class.fast); the engine names no class. */
+/* Which GEMM made a gradient's reference (--reference; docs/gpu.md, "The
+ * fast reference"): a zeroed one is float64 (DGEMM or the host's float64
+ * arithmetic: every reference but the fused CUDA linear audit's fast one). */
+typedef struct qc_refgemm {
+  int slices;                  /* 0: float64; S: the Ozaki scheme with S int8 slices ran */
+  int kept;                    /* with slices: 1 its self-check held and it was used; 0 it did not
+                                  and the reference was recomputed with float64 DGEMM */
+  double err, err_norm, gate;  /* its self-check: max |fast - exact| / sum |a||b| and normwise on the
+                                  sample, and the gate both had to stay below */
+} qc_refgemm;
+
 typedef struct qc_fast_grad {
   char name[QC_NAMELEN];       /* "d_x" */
   int ndim;
   int64_t shape[QC_MAXDIM];    /* the reference's shape */
   qc_dtype cand_dtype;         /* the candidate's element type */
   qc_metrics m;                /* candidate vs reference, noise floor included */
+  qc_refgemm ref;             /* the reference's GEMM */
 } qc_fast_grad;
 
 #define QC_FAST_MAX 8

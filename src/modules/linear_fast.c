@@ -32,13 +32,17 @@ static const qc_tensor *bf16_of(const qc_tset *s, const char *name, int ndim, co
   return t;
 }
 
-static void put(qc_fast_out *out, const char *name, int ndim, const int64_t *shape, const qc_metrics *m) {
+/* Gradient `name` (i: 0 d_x, 1 d_weight of the audit's output o) into out. */
+static void put(qc_fast_out *out, const char *name, int ndim, const int64_t *shape, const qc_linear_audit_out *o, int i) {
+  const qc_metrics *m = i ? &o->dw : &o->dx;
   qc_fast_grad *g = &out->g[out->n++];
   snprintf(g->name, sizeof g->name, "%s", name);
   g->ndim = ndim;
   memcpy(g->shape, shape, (size_t)ndim * sizeof *shape);
   g->cand_dtype = QC_BF16;
   g->m = *m;
+  g->ref = (qc_refgemm){.slices = o->ref_ran[i], .kept = o->ref_ran[i] && o->ref_fast[i], .err = o->ref_err[i],
+                         .err_norm = o->ref_err_norm[i], .gate = o->ref_gate[i]};
 }
 
 /* The fast path (see the file comment and qc_fast_fn). */
@@ -78,8 +82,8 @@ int qc_fast_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, c
                         .weight_format = fmt, .profile = "vllm", .ref_slices = ctx->ref_slices};
   if ((rc = be->audit_linear(be, &la, &o))) goto done;
   int64_t wshape[2] = {N, K};
-  put(out, "d_x", x->ndim, x->shape, &o.dx);
-  put(out, "d_weight", 2, wshape, &o.dw);
+  put(out, "d_x", x->ndim, x->shape, &o, 0);
+  put(out, "d_weight", 2, wshape, &o, 1);
   if (qc_verbose)
     fprintf(stderr, "qatcheck: %s: fused linear audit on %s: quantize %.3f ms, candidate %.3f ms, reference %.3f ms, "
                     "metrics %.3f ms, %.3f GiB of device memory\n",

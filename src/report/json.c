@@ -127,6 +127,22 @@ int qc_report_json_render(cJSON *root, qc_sbuf *out) {
   return out->oom ? qc_err_sys("out of memory printing the report") : QC_OK;
 }
 
+/* The GEMM that made a check's reference (--reference; docs/gpu.md): method
+ * "float64", "ozaki_int8" (the fast reference, its self-check held) or
+ * "float64_fallback" (it ran, its self-check failed, DGEMM recomputed it);
+ * the last two with their slices and self-check. No times: deterministic. */
+static cJSON *ref_gemm_json(const qc_refgemm *r) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "method", !r->slices ? "float64" : r->kept ? "ozaki_int8" : "float64_fallback");
+  if (!r->slices) return o;
+  cJSON_AddNumberToObject(o, "slices", r->slices);
+  cJSON *c = cJSON_AddObjectToObject(o, "self_check");
+  add_num(c, "max_error", r->err);
+  add_num(c, "normwise_error", r->err_norm);
+  add_num(c, "gate", r->gate);
+  return o;
+}
+
 /* The modules of a vjp run: origin, contract, shapes, dYs, coverage, time. */
 static cJSON *modules_json(const qc_modinfos *l) {
   cJSON *a = cJSON_CreateArray();
@@ -254,6 +270,7 @@ int qc_report_json(qc_sbuf *out, qc_prov *prov, const qc_report_info *info, cons
     if (k->precision[0]) cJSON_AddStringToObject(o, "precision", k->precision);
     cJSON_AddStringToObject(o, "variant", k->variant_id[0] ? k->variant_id : "none"); /* the reference judged against */
     if (k->variant[0]) cJSON_AddStringToObject(o, "reference_variant", k->variant);
+    cJSON_AddItemToObject(o, "reference_gemm", ref_gemm_json(&k->ref));
     if (k->has_tol) cJSON_AddItemToObject(o, "tolerance", qc_report_tol_json(&k->tol));
     cJSON_AddStringToObject(o, "verdict", k->verdict == QC_V_PASS ? "pass" : "fail");
     cJSON_AddStringToObject(o, "why", k->why);

@@ -159,6 +159,10 @@ typedef struct qc_report_info {
 /* The JUnit name of check k: "<dY>/<tensor>", or "deployed_bytes/weight_q"
  * for the check of a module's deployed bytes. */
 const char *qc_report_check_name(const qc_check *k, char *buf, int n);
+/* The GEMM that made check k's reference, in a few words: "float64",
+ * "ozaki_int8:4" (the fast reference, kept), "float64 (ozaki_int8:3 fell
+ * back)" (its self-check failed: recomputed with DGEMM). */
+const char *qc_report_ref_name(const qc_check *k, char *buf, int n);
 
 /* Render the asked reports of a vjp run: JSON (one check per module, dY and
  * tensor), JUnit (one testcase per check, suite the module), Markdown. */

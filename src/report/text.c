@@ -29,22 +29,29 @@ void qc_report_table(const qc_report_info *info, const qc_results *r) {
     int l = (int)strlen(r->v[i].variant_id);
     if (l > wv) wv = l;
   }
-  printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-7s %s\n", wm, "module", "dy", "tensor", "rel_l2", "cosine",
-         "norm_ratio", "noise_x", wv, "variant", "verdict", "why");
+  int wr = 9; /* the reference column: the GEMM that made each check's reference */
+  for (int i = 0; i < r->n; i++) {
+    char rb[64];
+    int l = (int)strlen(qc_report_ref_name(&r->v[i], rb, sizeof rb));
+    if (l > wr) wr = l;
+  }
+  printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-*s  %-7s %s\n", wm, "module", "dy", "tensor", "rel_l2", "cosine",
+         "norm_ratio", "noise_x", wr, "reference", wv, "variant", "verdict", "why");
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];
-    char a[32], b[32], c[32], d[32];
+    char a[32], b[32], c[32], d[32], rb[64];
     const char *mod = k->module;
     int l = (int)strlen(mod);
     if (l > wm) mod += l - wm;
     if (k->has_metrics)
-      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-7s %s\n", wm, mod, k->dy, k->tensor,
+      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-*s  %-7s %s\n", wm, mod, k->dy, k->tensor,
              fmt_num(a, sizeof a, k->m.rel_l2, "%.3e"), k->m.cosine_null ? "null" : fmt_num(b, sizeof b, k->m.cosine, "%.9f"),
-             fmt_num(c, sizeof c, k->m.norm_ratio, "%.6f"), fmt_num(d, sizeof d, k->m.noise_multiple, "%.2f"), wv,
-             k->variant_id[0] ? k->variant_id : "none", k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
-    else
-      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-7s %s\n", wm, mod, k->dy, k->tensor, "-", "-", "-", "-", wv, "-",
+             fmt_num(c, sizeof c, k->m.norm_ratio, "%.6f"), fmt_num(d, sizeof d, k->m.noise_multiple, "%.2f"), wr,
+             qc_report_ref_name(k, rb, sizeof rb), wv, k->variant_id[0] ? k->variant_id : "none",
              k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
+    else
+      printf("%-*s  %-10s  %-10s  %10s  %12s  %11s  %11s  %-*s  %-*s  %-7s %s\n", wm, mod, k->dy, k->tensor, "-", "-", "-", "-",
+             wr, "-", wv, "-", k->verdict == QC_V_PASS ? "pass" : "FAIL", k->why);
   }
   int nf = 0, nd = 0;
   for (int i = 0; i < r->n; i++) nf += r->v[i].verdict != QC_V_PASS;
@@ -60,6 +67,13 @@ const char *qc_report_check_name(const qc_check *k, char *buf, int n) {
   if (strcmp(k->tensor, "quantizer") == 0) snprintf(buf, (size_t)n, "deployed_bytes/weight_q");
   else if (strncmp(k->tensor, "quantizer/", 10) == 0) snprintf(buf, (size_t)n, "deployed_bytes/%s_q", k->tensor + 10);
   else snprintf(buf, (size_t)n, "%s/%s", k->dy, k->tensor);
+  return buf;
+}
+
+const char *qc_report_ref_name(const qc_check *k, char *buf, int n) {
+  if (!k->ref.slices) snprintf(buf, (size_t)n, "float64");
+  else if (k->ref.kept) snprintf(buf, (size_t)n, "ozaki_int8:%d", k->ref.slices);
+  else snprintf(buf, (size_t)n, "float64 (ozaki_int8:%d fell back)", k->ref.slices);
   return buf;
 }
 
@@ -81,10 +95,11 @@ static int qc_report_junit(qc_sbuf *out, const qc_report_info *info, const qc_re
   int rc = QC_OK;
   for (int i = 0; i < r->n && !rc; i++) {
     const qc_check *k = &r->v[i];
-    char name[2 * QC_NAMELEN + 2], out[256];
+    char name[2 * QC_NAMELEN + 2], out[320], rb[64];
     if (k->has_metrics)
-      snprintf(out, sizeof out, "rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g noise_multiple=%.4g variant=%s", k->m.rel_l2,
-               k->m.cosine, k->m.norm_ratio, k->m.max_abs, k->m.noise_multiple, k->variant_id[0] ? k->variant_id : "none");
+      snprintf(out, sizeof out, "rel_l2=%.6g cosine=%.12g norm_ratio=%.9g max_abs=%.6g noise_multiple=%.4g variant=%s reference=%s",
+               k->m.rel_l2, k->m.cosine, k->m.norm_ratio, k->m.max_abs, k->m.noise_multiple,
+               k->variant_id[0] ? k->variant_id : "none", qc_report_ref_name(k, rb, sizeof rb));
     rc = qc_tlist_add(&l, k->module, k->module, qc_report_check_name(k, name, sizeof name),
                       k->verdict != QC_V_PASS ? k->why : NULL, k->has_metrics ? out : NULL);
     if (!rc) qc_tlist_time(&l, check_time(info, i));
@@ -141,8 +156,8 @@ static int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info 
     }
   }
   qc_sbuf_printf(&b, "\n## Checks\n\n");
-  qc_sbuf_printf(&b, "| module | dy | tensor | rel_l2 | cosine | norm_ratio | max_abs | noise x | variant | verdict | why |\n");
-  qc_sbuf_printf(&b, "|---|---|---|---:|---:|---:|---:|---:|---|---|---|\n");
+  qc_sbuf_printf(&b, "| module | dy | tensor | rel_l2 | cosine | norm_ratio | max_abs | noise x | reference | variant | verdict | why |\n");
+  qc_sbuf_printf(&b, "|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|\n");
   for (int i = 0; i < r->n; i++) {
     const qc_check *k = &r->v[i];
     qc_sbuf_printf(&b, "| `");
@@ -151,12 +166,13 @@ static int qc_report_markdown(qc_sbuf *out, qc_prov *prov, const qc_report_info 
     qc_sbuf_md(&b, k->dy);
     qc_sbuf_printf(&b, " | ");
     qc_sbuf_md(&b, k->tensor);
+    char rb[64];
     if (k->has_metrics)
-      qc_sbuf_printf(&b, " | %.3e | %.9f | %.6f | %.3e | %.2f | %s | %s | ", k->m.rel_l2, k->m.cosine, k->m.norm_ratio,
-                     k->m.max_abs, k->m.noise_multiple, k->variant_id[0] ? k->variant_id : "none",
-                     k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
+      qc_sbuf_printf(&b, " | %.3e | %.9f | %.6f | %.3e | %.2f | %s | %s | %s | ", k->m.rel_l2, k->m.cosine, k->m.norm_ratio,
+                     k->m.max_abs, k->m.noise_multiple, qc_report_ref_name(k, rb, sizeof rb),
+                     k->variant_id[0] ? k->variant_id : "none", k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
     else
-      qc_sbuf_printf(&b, " | - | - | - | - | - | - | %s | ", k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
+      qc_sbuf_printf(&b, " | - | - | - | - | - | - | - | %s | ", k->verdict == QC_V_PASS ? "pass" : "**FAIL**");
     qc_sbuf_md(&b, k->why);
     qc_sbuf_printf(&b, " |\n");
   }

@@ -16,16 +16,26 @@
 #include "model/case.h"
 #include "model/check.h"
 #include "model/module.h"
+#include "report/report.h"
 
 static int g_calls;
+static int g_seen_slices;          /* the ref_slices the op was asked for */
+static qc_linear_audit_out g_refs; /* the reference GEMMs the op says it used (ref_ran, ref_fast, ...) */
 
 /* audit_linear that computes nothing: d_x gets a failing rel_l2 of 0.5, d_weight a passing 1e-9. */
 static int stub_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_audit_out *o) {
   (void)be;
-  (void)a;
   g_calls++;
+  g_seen_slices = a->ref_slices;
   memset(&o->dx, 0, sizeof o->dx);
   memset(&o->dw, 0, sizeof o->dw);
+  for (int i = 0; i < 2; i++) {
+    o->ref_ran[i] = g_refs.ref_ran[i];
+    o->ref_fast[i] = g_refs.ref_fast[i];
+    o->ref_err[i] = g_refs.ref_err[i];
+    o->ref_err_norm[i] = g_refs.ref_err_norm[i];
+    o->ref_gate[i] = g_refs.ref_gate[i];
+  }
   o->dx.rel_l2 = 0.5;
   o->dx.norm_ratio = o->dw.norm_ratio = 1.0;
   o->dx.cosine = o->dw.cosine = 1.0;
@@ -77,13 +87,15 @@ static void make(qc_module *m, const char *kv) {
 
 static unsigned g_variants_off; /* the case's "variants": the parts it does not allow */
 
+static int g_ref_slices; /* the context's --reference */
+
 static int audit(qc_module *m, qc_cand_kind kind, qc_results *res) {
   static qc_case cs;
   memset(&cs, 0, sizeof cs);
   tol(&cs);
   cs.cand = kind;
   cs.variants_off = g_variants_off;
-  qc_ctx ctx = {.be = stub(), .profile = "vllm"};
+  qc_ctx ctx = {.be = stub(), .profile = "vllm", .ref_slices = g_ref_slices};
   qc_audit a = {.ctx = &ctx, .cs = &cs, .res = res};
   return qc_audit_module(&a, m);
 }
@@ -227,6 +239,51 @@ Test(fast_path, a_failed_fast_check_is_diagnosed_on_the_general_path) {
   cr_expect_eq(res.v[0].verdict, QC_V_FAIL);
   cr_expect(strstr(res.v[0].diagnosis, "k = 2.0") != NULL, "d_x diagnosis: %s", res.v[0].diagnosis);
   cr_expect(!res.v[1].diagnosis[0] && !res.v[2].diagnosis[0], "passing checks carry no diagnosis");
+  qc_results_free(&res);
+  qc_module_free(&m);
+}
+
+/* --reference auto reaches the op as QC_REF_AUTO, and each check the fast
+ * path judged names the GEMM its reference came from, as the op said: d_x
+ * the fast reference kept (4 slices, its self-check), d_weight the fast one
+ * that fell back to DGEMM; d_bias (the VJPs') and a check a host variant
+ * re-judged say float64. */
+Test(fast_path, each_check_names_its_reference_gemm) {
+  qc_module m;
+  qc_results res = {0};
+  make(&m, NULL);
+  g_refs = (qc_linear_audit_out){.ref_ran = {4, 3}, .ref_fast = {1, 0}, .ref_err = {1e-9, 5e-3}, .ref_err_norm = {2e-10, 1e-3},
+                                 .ref_gate = {1e-6, 2e-6}};
+  g_ref_slices = QC_REF_AUTO;
+  g_variants_off = QC_VAR_ALL; /* d_x's failure stays the fast path's judgement */
+  int rc = audit(&m, QC_CAND_BUILTIN, &res);
+  g_variants_off = 0;
+  g_ref_slices = 0;
+  memset(&g_refs, 0, sizeof g_refs);
+  cr_assert_eq(rc, QC_OK, "%s", qc_err_msg());
+  cr_expect_eq(g_seen_slices, QC_REF_AUTO, "the op is asked for auto");
+  cr_assert_eq(res.n, 3);
+  char b[64];
+  cr_expect_eq(res.v[0].ref.slices, 4);
+  cr_expect_eq(res.v[0].ref.kept, 1);
+  cr_expect_eq(res.v[0].ref.err, 1e-9);
+  cr_expect_eq(res.v[0].ref.gate, 1e-6);
+  cr_expect_str_eq(qc_report_ref_name(&res.v[0], b, sizeof b), "ozaki_int8:4");
+  cr_expect_eq(res.v[1].ref.slices, 3);
+  cr_expect_eq(res.v[1].ref.kept, 0);
+  cr_expect_str_eq(qc_report_ref_name(&res.v[1], b, sizeof b), "float64 (ozaki_int8:3 fell back)");
+  cr_expect_eq(res.v[2].ref.slices, 0, "d_bias comes from the VJPs: float64");
+  cr_expect_str_eq(qc_report_ref_name(&res.v[2], b, sizeof b), "float64");
+  qc_results_free(&res);
+  /* the same failed d_x re-judged on the host against a variant: that reference is float64 */
+  g_refs = (qc_linear_audit_out){.ref_ran = {4, 4}, .ref_fast = {1, 1}};
+  rc = audit(&m, QC_CAND_BUILTIN, &res);
+  memset(&g_refs, 0, sizeof g_refs);
+  cr_assert_eq(rc, QC_OK, "%s", qc_err_msg());
+  cr_assert_eq(res.n, 3);
+  cr_expect(res.v[0].variant_id[0] != 0, "d_x passes on a host variant");
+  cr_expect_eq(res.v[0].ref.slices, 0, "a variant's reference is float64");
+  cr_expect_eq(res.v[1].ref.slices, 4, "d_weight keeps the fast path's");
   qc_results_free(&res);
   qc_module_free(&m);
 }

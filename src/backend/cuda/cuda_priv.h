@@ -27,6 +27,7 @@
 extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/cuda.h"
+#include "backend/refcost.h"
 #include "core/qc.h"
 #include "kernels/kernels.h"
 #include "numerics/quant.h"
@@ -110,8 +111,14 @@ typedef struct cu {
       int64_t m, n, k, lda, ldb, ldc;
       const double *A, *B;
       double *C;
+      int S;                /* the slices it ran with */
     } pend[2];
   } oz;
+  struct cu_refauto {       /* --reference auto (refprobe.cu): this device's rates, probed once */
+    int probed;             /* the probe ran (or was tried) */
+    int ok;                 /* its rates are usable; else auto keeps DGEMM */
+    qc_refcost_rates r;
+  } ra;
 #ifdef QC_HAVE_NCCL
   ncclComm_t comm;          /* the collectives' communicator (coll.cu), NULL until coll_init */
 #endif
@@ -228,5 +235,14 @@ int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, 
 int cu_ref_settle(cu *c, qc_linear_audit_out *o);
 /* Release the fast reference's plans and buffers at close (rc as cu_keep). */
 int cu_oz_free(cu *c, int rc);
+/* refprobe.cu: --reference auto. cu_ref_probe measures, once per backend,
+ * the rates of backend/refcost.h (DGEMM, an int8 cuBLASLt GEMM, the split,
+ * the combine and the self-check on probe shapes; a few ms, device-wide
+ * synchronous: call it between audits); a probe that cannot run (no memory,
+ * no int8 algorithm) leaves auto on DGEMM, said under --verbose. cu_ref_auto:
+ * the slices the reference GEMM C[m, n] (contraction k) of slot 0 (d_x) or
+ * 1 (d_weight) takes under auto: QC_REF_FAST_SLICES or 0 (DGEMM). */
+int cu_ref_probe(cu *c);
+int cu_ref_auto(cu *c, int slot, int64_t m, int64_t n, int64_t k);
 
 #endif

@@ -92,6 +92,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   memset(&q, 0, sizeof q);
   if (M < 1 || K < 1 || N < 1) return qc_err("%s: linear audit: M, K, N must be >= 1", c->name);
   if ((rc = cu_qfmt(c, fmt, a->profile, &q))) return rc;
+  if (a->ref_slices == QC_REF_AUTO && (rc = cu_ref_probe(c))) return rc; /* once per backend, before the arena grows */
   if (c->arena_bytes < need) {
     cudaError_t e = cudaFree(c->arena);
     c->arena = NULL;

@@ -118,9 +118,8 @@ done:
   return rc;
 }
 
-/* The largest contraction chunk (a multiple of 16) whose int32 sums cannot
- * overflow: at most S pairs per level, each |d d'| <= 127^2. */
-static int64_t oz_chunk(int S) { return ((int64_t)2147483647 / ((int64_t)S * 127 * 127)) & ~(int64_t)15; }
+/* The largest contraction chunk whose int32 sums cannot overflow (the cost model's, backend/refcost.h). */
+static int64_t oz_chunk(int S) { return qc_refcost_chunk(S); }
 
 /* The Ozaki scheme's fast GEMM alone (cu_ref_gemm adds the fallback; res:
  * 4 device doubles for the self-check, or NULL; flag: a device word set
@@ -203,6 +202,7 @@ int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, 
   if (slot < 0 || slot > 1) return qc_err_sys("%s: reference slot %d out of range", c->name, slot);
   c->oz.pend[slot].used = 0;
   if (slot == 1) c->oz.pend[0].used = 0; /* an audit's first: nothing of an earlier one is pending */
+  if (slices == QC_REF_AUTO) slices = cu_ref_auto(c, slot, m, n, k); /* the cost model's pick (refprobe.cu) */
   if (slices <= 0) return cu_dgemm_dev_h(c, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
   if ((rc = oz_small(c))) return rc;
   rc = cu_ozaki_gemm(c, slot, st, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, slices, oz_res(c, slot), oz_flag(c, slot));
@@ -218,6 +218,7 @@ int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, 
   p->st = st; p->h = h;
   p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldc = ldc;
   p->A = A; p->B = B; p->C = Cm;
+  p->S = slices;
   return QC_OK;
 }
 
@@ -225,7 +226,7 @@ int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
   int rc = QC_OK;
   const char *names[2] = {"d_x", "d_weight"};
   if (o)
-    for (int s = 0; s < 2; s++) o->ref_fast[s] = 0, o->ref_err[s] = o->ref_err_norm[s] = o->ref_gate[s] = 0;
+    for (int s = 0; s < 2; s++) o->ref_ran[s] = o->ref_fast[s] = 0, o->ref_err[s] = o->ref_err_norm[s] = o->ref_gate[s] = 0;
   if (!c->oz.pend[0].used && !c->oz.pend[1].used) return QC_OK;
   double *h = c->oz.host;
   int fell = 0;
@@ -243,6 +244,7 @@ int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
     const double err_norm = sqrt(r[1]) / nrm, gate = OZ_GATE * (sqrt(r[3]) / nrm);
     const int keep = !fl && r[0] <= gate && err_norm <= gate; /* a NaN fails both */
     if (o) {
+      o->ref_ran[s] = p->S;
       o->ref_fast[s] = keep;
       o->ref_err[s] = r[0];
       o->ref_err_norm[s] = err_norm;
