@@ -6,7 +6,9 @@
  * huge dynamic range, non-finite operands flagged; and the fused audit
  * with the fast reference: the same metrics and verdicts as with DGEMM, a
  * too-coarse reference (2 slices) caught by the self-check and recomputed
- * in float64, bit-identical reruns. Skips without a device. */
+ * in float64, bit-identical reruns; --reference auto: the fast reference
+ * at the prefill shape, DGEMM at decode, float64's verdicts. Skips
+ * without a device. */
 #include <stdio.h>
 #include <string.h>
 
@@ -259,5 +261,63 @@ Test(gpu_ozaki, audit_fast_reference_same_verdicts, .timeout = 600) {
   audit_fast_vs_f64(be, 129, 512, 96, "nvfp4", 1);
   audit_fast_vs_f64(be, 16, 1024, 768, "mxfp8", 0);
   audit_fast_vs_f64(be, 1024, 768, 512, "fp8_block128", 1);
+  qc_backend_close(be);
+}
+
+/* ---- --reference auto (refprobe.cu, backend/refcost.h) ------------------ */
+
+/* The fused audit [M, K, N] (fp8_block128, builtin candidate) under
+ * --reference auto against float64: the GEMMs auto ran (ref_ran) are
+ * `want` slices for both gradients (4: the fast reference, 0: DGEMM), kept
+ * when taken, and the verdicts are float64's at every bound tried (bit for
+ * bit the same metrics where DGEMM ran). */
+static void audit_auto(const qc_backend *be, int64_t M, int64_t K, int64_t N, int want) {
+  uint16_t *x = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2), *dy = malloc((size_t)(M * N) * 2);
+  cr_assert(x && w && dy);
+  qc_rng r;
+  qc_rng_seed(&r, (uint64_t)(M * 5 + K * 3 + N));
+  for (int64_t i = 0; i < M * K; i++) x[i] = qc_f32_to_bf16((float)qc_rng_normal(&r));
+  for (int64_t i = 0; i < N * K; i++) w[i] = qc_f32_to_bf16((float)(qc_rng_normal(&r) / sqrt((double)K)));
+  for (int64_t i = 0; i < M * N; i++) dy[i] = qc_f32_to_bf16((float)qc_rng_normal(&r));
+  dev_lin d = {dev_copy(be, x, (size_t)(M * K) * 2), dev_copy(be, w, (size_t)(N * K) * 2), dev_copy(be, dy, (size_t)(M * N) * 2), NULL};
+  qc_linear_audit a = {.M = M, .K = K, .N = N, .x = d.x, .w = d.w, .dy = d.dy, .weight_format = "fp8_block128", .profile = "vllm"};
+  qc_linear_audit_out of, oa;
+  audit(be, &a, &of, M, K, N);
+  a.ref_slices = QC_REF_AUTO;
+  audit(be, &a, &oa, M, K, N);
+  printf("reference auto [%lld %lld %lld]: ran d_x %d d_weight %d, kept %d %d (errors %.3g %.3g, gates %.3g %.3g)\n", (long long)M,
+         (long long)K, (long long)N, oa.ref_ran[0], oa.ref_ran[1], oa.ref_fast[0], oa.ref_fast[1], oa.ref_err[0], oa.ref_err[1],
+         oa.ref_gate[0], oa.ref_gate[1]);
+  for (int g = 0; g < 2; g++) {
+    cr_expect_eq(oa.ref_ran[g], want, "[%lld %lld %lld] %s: auto ran %d slices, expected %d", (long long)M, (long long)K, (long long)N,
+                 g ? "d_weight" : "d_x", oa.ref_ran[g], want);
+    if (want) cr_expect(oa.ref_fast[g], "%s: the fast reference kept (error %.3g, gate %.3g)", g ? "d_weight" : "d_x", oa.ref_err[g], oa.ref_gate[g]);
+    cr_expect(!of.ref_ran[g] && !of.ref_fast[g], "the float64 audit ran no fast reference");
+  }
+  for (int i = 0; i < 3; i++) {
+    double tol = i == 0 ? 1e-5 : i == 1 ? 1e-2 : 1.5 * of.dx.rel_l2;
+    cr_expect_eq(gpu_verdict(&oa.dx, tol), gpu_verdict(&of.dx, tol), "d_x verdict at %g", tol);
+    cr_expect_eq(gpu_verdict(&oa.dw, tol), gpu_verdict(&of.dw, tol), "d_weight verdict at %g", tol);
+  }
+  cr_expect(fabs(oa.dx.rel_l2 - of.dx.rel_l2) <= 1e-3 * of.dx.rel_l2 + 1e-12, "d_x rel_l2 auto %.9g float64 %.9g", oa.dx.rel_l2, of.dx.rel_l2);
+  cr_expect(fabs(oa.dw.rel_l2 - of.dw.rel_l2) <= 1e-3 * of.dw.rel_l2 + 1e-12, "d_weight rel_l2 auto %.9g float64 %.9g", oa.dw.rel_l2, of.dw.rel_l2);
+  if (!want) {
+    cr_expect_eq(memcmp(&oa.dx, &of.dx, sizeof oa.dx), 0, "DGEMM under auto: d_x's metrics are float64's, bit for bit");
+    cr_expect_eq(memcmp(&oa.dw, &of.dw, sizeof oa.dw), 0, "DGEMM under auto: d_weight's metrics are float64's, bit for bit");
+  }
+  qc_linear_audit_out *all[2] = {&of, &oa};
+  for (int i = 0; i < 2; i++) free(all[i]->dx_ref), free(all[i]->dw_ref);
+  be->buf_free(be, d.x); be->buf_free(be, d.w); be->buf_free(be, d.dy);
+  free(x); free(w); free(dy);
+}
+
+/* The issue-41 shapes (an H100: 4 slices 11.2 ms against DGEMM 16.9 ms at
+ * prefill; DGEMM faster at decode): auto takes the fast reference at
+ * prefill and DGEMM at decode, with float64's verdicts. */
+Test(gpu_ozaki, reference_auto_fast_at_prefill_dgemm_at_decode, .timeout = 600) {
+  const qc_backend *be = gpu_or_skip();
+  audit_auto(be, 16, 7168, 4096, 0);
+  audit_auto(be, 8192, 7168, 4096, QC_REF_FAST_SLICES);
+  audit_auto(be, 64, 256, 128, 0); /* small: the fast one's fixed costs dominate */
   qc_backend_close(be);
 }
