@@ -7,7 +7,9 @@
  * scheme on int8 tensor cores) for 3 and 4 slices: its time against the
  * DGEMMs', the whole audit with it, its error against DGEMM (max and
  * normwise, absolute and relative to the noise floor), its self-check, and
- * the metrics' difference between the two audits. --conformance instead runs CUDA's FP8 conversions over all 2^32
+ * the metrics' difference between the two audits; and the audit under
+ * --reference auto (vjp's default): its time and the GEMM it ran for each
+ * gradient (refauto_ lines). --conformance instead runs CUDA's FP8 conversions over all 2^32
  * float32 bit patterns against the spec's rule (a kernel) and against
  * qatcheck's CPU encoders. Exit 2 on bad input or no device. */
 #include <math.h>
@@ -177,6 +179,24 @@ static int bench_ref_fast(const qc_backend *be, qc_linear_audit *a, int reps, do
              "ref%d_%s_bias_z_diff %.3g\nref%d_%s_max_abs_diff %.3g\n",
              S, g[s], q[s]->rel_l2, S, g[s], p[s]->rel_l2, S, g[s], q[s]->rel_l2 - p[s]->rel_l2, S, g[s],
              q[s]->noise_floor - p[s]->noise_floor, S, g[s], q[s]->bias_z - p[s]->bias_z, S, g[s], q[s]->max_abs - p[s]->max_abs);
+  }
+  /* --reference auto (vjp's default): the whole audit, timed as above; which GEMM it ran for each
+   * gradient (0: DGEMM, S: the fast reference) and whether it was kept. Its warm-up runs the probe. */
+  {
+    qc_linear_audit_out o;
+    a->ref_slices = QC_REF_AUTO;
+    memset(&o, 0, sizeof o);
+    if ((rc = be->audit_linear(be, a, &o))) goto out;
+    for (int i = 0; i < reps; i++) {
+      double t0 = now_ms();
+      if ((rc = be->audit_linear(be, a, &o))) goto out;
+      t[i] = now_ms() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    printf("refauto_audit_ms %.4f\nrefauto_ran %d %d\nrefauto_kept %d %d\n", t[reps / 2], o.ref_ran[0], o.ref_ran[1], o.ref_fast[0],
+           o.ref_fast[1]);
+    for (int s = 0; s < 2; s++)
+      printf("refauto_%s_rel_l2_diff %.3g\n", g[s], (s ? o.dw.rel_l2 : o.dx.rel_l2) - (s ? f->dw.rel_l2 : f->dx.rel_l2));
   }
 out:
   a->ref_slices = 0;

@@ -6,7 +6,7 @@
 # (peer_torch.py), and the metrics kernel against the device copy bandwidth.
 # Shapes: prefill M=8192 K=7168 N=4096 and decode M=16; weight fp8_block128.
 #
-# Usage: sh bench/gpu_linear.sh [--check] [--no-peer] [--reference fast] [BINDIR]
+# Usage: sh bench/gpu_linear.sh [--check] [--no-peer] [--reference fast|auto] [BINDIR]
 # (default build); PY=python3.
 # Targets: prefill audit/floor <= 1.05 and torch/audit >= 1.55; decode
 # audit/memfloor (the floor with the non-GEMM bytes at copy bandwidth) <= 1.3
@@ -25,21 +25,25 @@
 # error against DGEMM (max and normwise, absolute and relative to the noise
 # floor), its self-check, the metrics' difference between the two audits
 # (bench_gpu_linear --ref-fast; its lines are prefixed refS_). The ratios
-# and the guard are the float64 audit's, as without it.
+# and the guard are the float64 audit's, as without it. It also times the
+# audit under --reference auto (vjp's default: per GEMM, the fast reference
+# where this device's probed rates predict it 10% faster, else DGEMM)
+# against the float64 audit, naming what auto ran for d_x and d_weight
+# (refauto_ lines). --reference auto is the same run.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 check=0; peer=1; bindir=build; reffast=; want_ref=0
 for a in "$@"; do
   if [ $want_ref = 1 ]; then
     want_ref=0
-    case $a in fast) reffast=--ref-fast ;; float64) reffast= ;; *) echo "gpu_linear.sh: --reference fast|float64, not '$a'" >&2; exit 2 ;; esac
+    case $a in fast|auto) reffast=--ref-fast ;; float64) reffast= ;; *) echo "gpu_linear.sh: --reference fast|auto|float64, not '$a'" >&2; exit 2 ;; esac
     continue
   fi
   case $a in
     --check) check=1 ;;
     --no-peer) peer=0 ;;
     --reference) want_ref=1 ;;
-    --reference=fast) reffast=--ref-fast ;;
+    --reference=fast|--reference=auto) reffast=--ref-fast ;;
     --reference=float64) reffast= ;;
     -*) echo "gpu_linear.sh: unknown option '$a'" >&2; exit 2 ;;
     *) bindir=$a ;;
@@ -82,6 +86,11 @@ for shape in "8192 7168 4096 prefill" "16 7168 4096 decode"; do
             tag, S, g, v[p g "_err_max_abs"], v[p g "_err_max_of_nf_rms"], v[p g "_err_rel_l2"], v[p g "_err_rel_l2_of_nf"],
             v[p g "_check_err"], v[p g "_check_err_norm"], v[p g "_check_gate"], v[p g "_rel_l2_diff"] } }' "$out/q_$tag"
     done
+    awk -v tag="$tag" -v a="$a" '{v[$1] = $2; w[$1] = $3} END {
+      dx = v["refauto_ran"] ? sprintf("fast S=%d%s", v["refauto_ran"], v["refauto_kept"] ? "" : " (fell back)") : "float64";
+      dw = w["refauto_ran"] ? sprintf("fast S=%d%s", w["refauto_ran"], w["refauto_kept"] ? "" : " (fell back)") : "float64";
+      printf "%s: reference auto: audit %.3f ms against float64 %.3f ms: %.2fx (d_x %s, d_weight %s; rel_l2 auto - float64 %.3g %.3g)\n",
+        tag, v["refauto_audit_ms"], a, a / v["refauto_audit_ms"], dx, dw, v["refauto_dx_rel_l2_diff"], v["refauto_dw_rel_l2_diff"] }' "$out/q_$tag"
   fi
 done
 echo "ratios:"; sed 's/^/  /' "$out/ratios"

@@ -19,10 +19,12 @@
 #   linear_bench   bench/gpu_linear.sh --check: the fused audit's ratios
 #                  against bench/baseline.json (exit 1 on a regression)
 #   bench_guard    the same guard on a planted 10% slowdown: must exit 1
-#   ozaki          the fast reference (vjp --reference fast): the GPU test's
-#                  gpu_ozaki suite (against DGEMM, odd shapes, the audit's
-#                  verdicts) and bench/gpu_linear.sh --reference fast (times,
-#                  errors against DGEMM for 3 and 4 slices)
+#   ozaki          the fast reference (vjp --reference fast) and auto (the
+#                  default): the GPU test's gpu_ozaki suite (against DGEMM,
+#                  odd shapes, the audit's verdicts, auto's pick at prefill
+#                  and decode) and bench/gpu_linear.sh --reference fast
+#                  (times, errors against DGEMM for 3 and 4 slices, the
+#                  audit under auto against float64)
 #   dump_e2e       bench/gpu_dump_e2e.sh: the end-to-end dump run
 #   fsdp_real      tests/e2e/fsdp_real.sh: the fsdp_flat layout against real
 #                  FSDP1 bytes (this machine's torch runs FSDP1 on the CPU;
