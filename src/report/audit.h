@@ -6,7 +6,8 @@
  * method's order: the one-screen summary and the inputs (audit.c), layer 1
  * per class with the coverage matrix (audit_l1.c), layer 2 per class and
  * layer (audit_l2.c), layer 3 and the one-step update (audit_l3.c); where
- * a row came from and the suspicious passes (audit_extra.c). */
+ * a row came from, the suspicious passes and the reference GEMMs
+ * (audit_extra.c). */
 #ifndef QC_REPORT_AUDIT_H
 #define QC_REPORT_AUDIT_H
 
@@ -138,6 +139,11 @@ void qc_audit_step(qc_doc *d, const qc_evidence *e);
 #define QC_AUDIT_SUSPICIOUS_REL 0.5
 int qc_audit_nsuspicious(const qc_evidence *e);
 void qc_audit_suspicious(qc_doc *d, const qc_evidence *e);
+
+/* The GEMMs the references of class cls's checks of gradient `tensor` came
+ * from (vjp --reference; report.h qc_report_ref_name), each with its number
+ * of checks: "float64 (12)", "ozaki_int8:4 (3); float64 (9)". Into buf. */
+void qc_audit_ref_gemms(const qc_evidence *e, const char *cls, const char *tensor, char *buf, size_t n);
 
 /* The console's one-line summary: the verdict, the reports, and each layer
  * (vjp, contract, sft, step, other) with its reports, checks and failures,

@@ -1,7 +1,7 @@
 /* audit_extra.c: the audit's cross-cutting pieces (see audit.h): where a
  * row came from (the input report's file and case), the suspicious passes
- * (the rule, their count and their section), and a step report's per-arm
- * numbers in words. */
+ * (the rule, their count and their section), the reference GEMMs a
+ * gradient's checks used, and a step report's per-arm numbers in words. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +19,24 @@ const char *qc_audit_src_name(const qc_evidence *e, int src) {
   if (s->title[0] && strcmp(s->title, base) != 0) snprintf(buf, sizeof buf, "%.60s: %s", base, s->title);
   else snprintf(buf, sizeof buf, "%s", base);
   return buf;
+}
+
+void qc_audit_ref_gemms(const qc_evidence *e, const char *cls, const char *tensor, char *buf, size_t n) {
+  char names[8][48];
+  int count[8], nn = 0;
+  for (int i = 0; i < e->nl1; i++) {
+    const qc_check *k = &e->l1[i].c;
+    char one[48];
+    int j = 0;
+    if (strcmp(k->cls, cls) || strcmp(k->tensor, tensor)) continue;
+    qc_report_ref_name(k, one, sizeof one);
+    while (j < nn && strcmp(names[j], one)) j++;
+    if (j == nn && nn < 8) snprintf(names[nn], sizeof names[0], "%s", one), count[nn++] = 0;
+    if (j < nn) count[j]++;
+  }
+  buf[0] = 0;
+  for (int j = 0; j < nn; j++) qc_cat(buf, n, "%s%s (%d)", j ? "; " : "", names[j], count[j]);
+  if (!nn) snprintf(buf, n, "-");
 }
 
 /* 1 when k passed at QC_AUDIT_SUSPICIOUS times its noise floor or more, or

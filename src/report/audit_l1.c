@@ -351,15 +351,13 @@ static void class_metrics(qc_doc *d, const qc_evidence *e, const char *cls) {
   }
   qc_doc_h(d, 4, NULL, "Metrics against the tolerances declared in advance");
   qc_doc_table(d, "l:gradient|l:declared bounds|r:checks|r:failed|r:max noise x|r:max rel_l2|r:min cosine|r:norm ratio "
-                  "min|r:max|r:most of a bound used");
+                  "min|r:max|r:most of a bound used|l:reference GEMM");
   for (int t = 0; t < nt; t++) {
     int n = 0, f = 0;
     double nm = NAN, rl = NAN, cs = NAN, lo = NAN, hi = NAN, use = NAN;
-    const qc_check *first = NULL;
     for (int i = 0; i < e->nl1; i++) {
       const qc_check *k = &e->l1[i].c;
       if (strcmp(k->cls, cls) || strcmp(k->tensor, tens[t])) continue;
-      if (!first) first = k;
       n++;
       f += k->verdict != QC_V_PASS;
       if (!k->has_metrics) continue;
@@ -376,7 +374,6 @@ static void class_metrics(qc_doc *d, const qc_evidence *e, const char *cls) {
     }
     /* the declared bound sets, each once (reports of several cases may differ) */
     char tb[1024] = "";
-    (void)first;
     for (int i = 0; i < e->nl1; i++) {
       const qc_check *k = &e->l1[i].c;
       char one[256];
@@ -398,6 +395,8 @@ static void class_metrics(qc_doc *d, const qc_evidence *e, const char *cls) {
     if (isfinite(use) && use < 10) qc_doc_td(d, "%.0f%%", 100 * use);
     else if (isfinite(use)) qc_doc_td(d, "%.3g times", use);
     else qc_doc_td(d, "-");
+    qc_audit_ref_gemms(e, cls, tens[t], tb, sizeof tb);
+    qc_doc_td(d, "%s", tb);
   }
   qc_doc_table_end(d);
   /* the reasoning, once per gradient and distinct text (32 modules of one

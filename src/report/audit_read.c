@@ -136,6 +136,11 @@ static int read_vjp(const cJSON *r, int src, qc_evidence *e) {
     q->verdict = strcmp(v, "pass") == 0 ? QC_V_PASS : QC_V_FAIL;
     str(k, "why", q->why, sizeof q->why);
     str(k, "judged_dtype", q->judged_dtype, sizeof q->judged_dtype);
+    const cJSON *rg = get(k, "reference_gemm"); /* absent (an older report): float64 */
+    char meth[24] = "";
+    str(rg, "method", meth, sizeof meth);
+    q->ref.slices = strcmp(meth, "ozaki_int8") && strcmp(meth, "float64_fallback") ? 0 : (int)num(rg, "slices", 0);
+    q->ref.kept = q->ref.slices > 0 && strcmp(meth, "ozaki_int8") == 0;
     /* a diagnosis is an object with its summary (vjp), or a string */
     const cJSON *dg = get(k, "diagnosis");
     str(cJSON_IsObject(dg) ? dg : k, cJSON_IsObject(dg) ? "summary" : "diagnosis", q->diagnosis, sizeof q->diagnosis);
