@@ -88,137 +88,6 @@ qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k) {
   return qc_audit_dtype(g->dtype, f ? qc_values_dtype_of(g) : g->dtype, t, k);
 }
 
-/* The terms' sets of one (module, dY) while qc_audit_module judges its
- * gradients (the scope): one run of the reference's terms mode serves them
- * all. Outside a scope (tol --dump, a split or sharded check) each call
- * runs its own. */
-static _Thread_local struct {
-  const qc_module *m;
-  const qc_tensor *dy;
-  qc_tset ts;
-  int state; /* 0: none, 1: scoped, not run; 2: run (ts valid); 3: run, failed */
-} g_terms;
-
-/* Open (m, dy) as the terms' scope (m NULL: close it), freeing the last. */
-static void terms_scope(const qc_module *m, const qc_tensor *dy) {
-  qc_tset_free(&g_terms.ts);
-  memset(&g_terms, 0, sizeof g_terms);
-  g_terms.m = m;
-  g_terms.dy = dy;
-  g_terms.state = m ? 1 : 0;
-}
-
-/* ||T||_2 of gradient `grad` from the class's reference run in its terms
- * mode (qc_ctx.terms: T_i the magnitudes of the terms element i adds up,
- * from the math); 0 when the row has no terms mode or the run fails (a
- * slice the reference cannot run alone): the relative model alone then. */
-static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *grad) {
-  const qc_registry_row *row = qc_registry_find(m->cls->name);
-  if (!row || !row->terms) return 0.0;
-  const int scoped = g_terms.state && g_terms.m == m && g_terms.dy == dy;
-  qc_tset own = {0}, *ts = scoped ? &g_terms.ts : &own;
-  if (!scoped || g_terms.state == 1) {
-    qc_ctx c;
-    memset(&c, 0, sizeof c);
-    c.terms = 1;
-    qc_err_state es; /* a terms run that fails leaves the relative model alone, no error */
-    qc_err_save(&es);
-    const int ok = row->reference(&c, m, dy, ts) == QC_OK;
-    qc_err_restore(&es);
-    if (scoped) g_terms.state = ok ? 2 : 3;
-  }
-  double ss = 0;
-  const qc_tensor *t = !scoped || g_terms.state == 2 ? qc_tset_get(ts, grad) : NULL;
-  const int64_t n = t && t->dtype == QC_F64 ? qc_numel(t) : 0;
-  for (int64_t i = 0; i < n; i++) {
-    const double v = ((const double *)t->data)[i];
-    if (isfinite(v)) ss += v * v;
-  }
-  qc_tset_free(&own);
-  return sqrt(ss);
-}
-
-void qc_audit_bf16_compute(const qc_module *m, qc_tol_model *tm) {
-  if (!qc_contract_bf16_compute(&m->contract)) return;
-  if (m->cls->formats_are_arithmetic) return; /* a GEMM class whose contract is its arithmetic (linear) */
-  tm->rounded_operands += QC_BF16_COMPUTE_ROUNDINGS;
-  const size_t l = strlen(tm->why);
-  snprintf(tm->why + l, sizeof tm->why - l, "%scompute_dtype bfloat16: %d more bf16 roundings (product, activation, sum)",
-           l ? "; " : "", QC_BF16_COMPUTE_ROUNDINGS);
-}
-
-int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, qc_dtype dt, const qc_tol *decl, int ref_zero,
-                    qc_audit_model *am, qc_tol *out) {
-  memset(am, 0, sizeof *am);
-  if (!m->cls->tol_model) {
-    qc_err("%s: class %s has no error model for '%s': its tolerance cannot be derived", m->path, m->cls->name, grad);
-    return QC_EINPUT;
-  }
-  int rc = m->cls->tol_model(m, dy, grad, &am->tm);
-  if (!rc) qc_audit_bf16_compute(m, &am->tm);
-  if (!rc && !(am->tm.terms > 0)) am->tm.terms = ref_terms(m, dy, grad); /* the class's model leaves it to the reference */
-  if (!rc) rc = qc_tol_from_model(&am->tm, decl, qc_dtype_name(dt), &am->spec, &am->terms, &am->pre);
-  if (rc) return rc;
-  if (out) qc_tol_fill_derived(&am->tm, &am->spec, &am->terms, decl, ref_zero, out);
-  return QC_OK;
-}
-
-/* The check's tolerance: the declared one, or (derive) the one derived
- * from the class's error model, the shapes and the judged dtype
- * (qc_audit_derive, which `tol --dump` shares); the model also gives the
- * bias test's allowance and the diagnosis's noise level. QC_EINPUT when a
- * derived tolerance cannot be made. */
-int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_check *k) {
-  qc_tol use = *t;
-  qc_audit_model am;
-  qc_dtype dt = QC_F32;
-  if (qc_dtype_from_name(k->judged_dtype, &dt)) dt = QC_F32;
-  /* a sharded dump's per-rank check "d_x@rank2" is judged by d_x's model */
-  char grad[sizeof k->tensor];
-  snprintf(grad, sizeof grad, "%s", k->tensor);
-  grad[strcspn(grad, "@")] = 0;
-  qc_err_state es; /* declared bounds: the model is optional (the bias allowance, the noise level) */
-  qc_err_save(&es);
-  if (qc_audit_derive(m, dy, grad, dt, t, k->m.norm_r == 0, &am, t->derive ? &use : NULL)) {
-    if (t->derive) {
-      qc_hint("declare the bounds of \"%s\" (rel_l2, noise_multiple, ...) instead of {\"derive\": true}", grad);
-      qc_err_keep(&es);
-      return QC_EINPUT;
-    }
-    qc_err_restore(&es);
-  } else {
-    qc_err_restore(&es);
-    k->level = am.terms.rel_l2;
-    /* the terms' scale: float32 working precision over ||T|| (the class's
-     * model), with the derivation's margin */
-    const double tl = am.tm.terms_lambda > 0 ? am.tm.terms_lambda : am.terms.lambda;
-    k->m.term_floor = am.tm.terms > 0 ? am.terms.margin * tl * am.terms.u_acc * am.tm.terms : 0.0;
-    double te = k->m.norm_r > 0 ? k->m.term_floor / k->m.norm_r : 0.0;
-    qc_bias_allow(&k->m, fmax(am.pre, te));
-  }
-  if (t->has_bias_allow) qc_bias_set_allow(&k->m, t->bias_allow); /* the case's allowance replaces the model's */
-  k->has_tol = 1;
-  k->tol = use;
-  qc_audit_verdict(k, dt, &use);
-  return QC_OK;
-}
-
-void qc_audit_verdict(qc_check *k, qc_dtype gdt, const qc_tol *t) {
-  k->has_metrics = 1;
-  snprintf(k->judged_dtype, sizeof k->judged_dtype, "%s", qc_dtype_name(gdt));
-  /* A reference (nearly) exact in the candidate's type has a floor near 0,
-   * and any harmless difference would be an enormous multiple. The divisor
-   * never drops below a tenth of the type's nominal floor u/sqrt(3); a type
-   * qc_noise_floor does not round to counts as float64. */
-  double u = qc_dtype_unit(gdt == QC_BF16 || gdt == QC_F16 || gdt == QC_F32 ? gdt : QC_F64);
-  double floor_eff = fmax(k->m.noise_floor, 0.1 * u / sqrt(3.0));
-  /* the arithmetic's error from the terms' scale adds to the floor */
-  if (k->m.term_floor > 0 && k->m.norm_r > 0) floor_eff = hypot(floor_eff, k->m.term_floor / k->m.norm_r);
-  if (isnan(k->m.noise_floor)) k->m.noise_multiple = NAN;
-  else k->m.noise_multiple = k->m.rel_l2 / floor_eff;
-  k->verdict = qc_judge(&k->m, t, k->why, sizeof k->why);
-}
-
 void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *tensor, int ndim, const int64_t *shape,
                    const qc_tol *t) {
   memset(k, 0, sizeof *k);
@@ -341,7 +210,8 @@ typedef struct grad_variants {
   const qc_tensor *dy;
   qc_variants list;
   qc_tset vars[QC_VARIANTS_MAX];
-  unsigned long long done;
+  unsigned long long done;     /* variant i's reference run whole (every gradient) */
+  char asked[QC_VARIANTS_MAX][128]; /* "/d_x/...": the gradients variant i's reference was run for alone */
   /* the check being judged */
   const qc_tensor *g;
   const qc_tol *t;
@@ -351,19 +221,51 @@ typedef struct grad_variants {
 
 /* The candidate's gradient judged against variant i's reference
  * (qc_variant_judge_fn). */
+/* Variant i's reference gradients into s->vars[i]: `grad` alone (the
+ * class's other gradients skipped, where its reference honours qc_ctx.skip),
+ * or every one (grad NULL), unless already there. A variant is tried for
+ * one check at a time, and most of its gradients are never asked for: the
+ * quantized linears' d_x alone was half of their variants' time (the MoE
+ * layer of bench/dsv3_layer.sh). Returns a status. */
+static int variant_ref(grad_variants *s, int i, const char *grad) {
+  if (s->done & (1ull << i)) return QC_OK;
+  char key[QC_NAMELEN + 3], skip[512] = "/";
+  if (grad) {
+    snprintf(key, sizeof key, "/%s/", grad);
+    if (qc_tset_get(&s->vars[i], grad) || strstr(s->asked[i], key)) return QC_OK;
+    if (strlen(s->asked[i]) + strlen(key) >= sizeof s->asked[i]) grad = NULL; /* no room to remember: run it whole */
+  }
+  if (grad) {
+    const char *g = s->m->cls->grads ? s->m->cls->grads : "";
+    while (*g) { /* skip = "/" + every other gradient + "/" */
+      size_t n = strcspn(g, " ");
+      if (n && !(n == strlen(grad) && strncmp(g, grad, n) == 0) && strlen(skip) + n + 2 < sizeof skip)
+        strncat(skip, g, n), strcat(skip, "/");
+      g += n + (g[n] == ' ');
+    }
+    strcat(s->asked[i], key + (s->asked[i][0] ? 1 : 0));
+  } else {
+    s->done |= 1ull << i;
+  }
+  qc_ctx c;
+  qc_module alt;
+  qc_tensor dv;
+  qc_tset got = {0};
+  int rc = qc_variant_apply(&s->list.v[i], s->ctx, s->m, s->dy, &c, &alt, &dv);
+  if (grad) c.skip = skip;
+  if (!rc) rc = s->row->reference(&c, &alt, &dv, &got);
+  qc_variant_release(&s->list.v[i], s->m, &alt, &dv);
+  for (int j = 0; !rc && j < got.n; j++)
+    if (!qc_tset_get(&s->vars[i], got.t[j].name)) rc = qc_tset_add(&s->vars[i], &got.t[j]); /* moved */
+  qc_tset_free(&got);
+  return rc;
+}
+
 static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
   grad_variants *s = arg;
-  int rc;
-  if (!(s->done & (1ull << i))) {
-    s->done |= 1ull << i;
-    qc_ctx c;
-    qc_module alt;
-    qc_tensor dv;
-    rc = qc_variant_apply(v, s->ctx, s->m, s->dy, &c, &alt, &dv);
-    if (!rc) rc = s->row->reference(&c, &alt, &dv, &s->vars[i]);
-    qc_variant_release(v, s->m, &alt, &dv);
-    if (rc) return rc;
-  }
+  (void)v;
+  int rc = variant_ref(s, i, s->k->tensor);
+  if (rc) return rc;
   const qc_tensor *r = qc_tset_get(&s->vars[i], s->k->tensor);
   if (!r || !qc_shape_eq(s->g, r)) return QC_NA;
   qc_check_init(kv, s->m, s->dy->name, s->k->tensor, r->ndim, r->shape, s->t);
@@ -390,7 +292,9 @@ static int diagnose_judged(grad_variants *s, const qc_ctx *ctx, const qc_tensor 
   qc_ctx c;
   qc_module alt;
   qc_tensor dv;
-  int rc = qc_variant_apply(v, ctx, s->m, s->dy, &c, &alt, &dv);
+  int rc = variant_ref(s, s->chosen, NULL); /* the diagnosis reads the variant's whole set */
+  if (rc) return rc;
+  rc = qc_variant_apply(v, ctx, s->m, s->dy, &c, &alt, &dv);
   if (!rc) rc = qc_diagnose(&c, &alt, &dv, g, qc_tset_get(&s->vars[s->chosen], k->tensor), &s->vars[s->chosen], frozen, k);
   qc_variant_release(v, s->m, &alt, &dv);
   return rc;
@@ -418,7 +322,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     if (qc_verbose && i == 0 && gv->list.ruled_out)
       fprintf(stderr, "qatcheck: %s: the dump's evidence (autocast off, no 16-bit tensor) rules out the bf16_inputs and "
               "bf16_params variants\n", m->path);
-    terms_scope(m, dy);
+    qc_audit_terms_scope(m, dy, a->ctx->be);
     qc_ctx ctx = *a->ctx; /* the VJPs may leave out what the fast path judged */
     ctx.skip = skip[0] ? skip : NULL;
     qc_audit sub = *a;
@@ -483,7 +387,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     qc_tset_free(&cand);
     for (int v = 0; v < QC_VARIANTS_MAX; v++) qc_tset_free(&gv->vars[v]);
     free(gv);
-    terms_scope(NULL, NULL);
+    qc_audit_terms_scope(NULL, NULL, NULL);
     if (rc) return rc;
   }
   return QC_OK;

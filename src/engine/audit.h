@@ -81,6 +81,13 @@ int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, q
  * sets the bias test's allowance and k->level. QC_OK or QC_EINPUT. */
 int qc_audit_judge(const qc_module *m, const qc_tensor *dy, const qc_tol *t, qc_check *k);
 
+/* Open (m, dy) as the terms' scope on backend be (m NULL: close it,
+ * freeing the last): while it is open, one run of m's reference in its
+ * terms mode, on be, serves every gradient qc_audit_judge derives a
+ * tolerance for (judge.c); outside a scope each derivation runs its own on
+ * the CPU. One scope a thread. */
+void qc_audit_terms_scope(const qc_module *m, const qc_tensor *dy, const struct qc_backend *be);
+
 /* Fill check k's noise multiple and verdict from its metrics and noise
  * floor (k->m) under tolerance t; gdt is the candidate's element type. */
 void qc_audit_verdict(qc_check *k, qc_dtype gdt, const qc_tol *t);
