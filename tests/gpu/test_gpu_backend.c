@@ -80,6 +80,37 @@ Test(gpu_backend, gemm_f64_matches_cpu) {
   qc_backend_close(be);
 }
 
+/* Host operands and results above 4 MiB pass through two pinned 64 MiB
+ * chunks (gemm.cu, stage_up / stage_down): a 69 MB op(A) (two chunks, the
+ * second partial) and then a 69 MB C, against the same DGEMM on device
+ * buffers filled by plain copies (bit for bit) and against the CPU. */
+Test(gpu_backend, gemm_f64_large_operands_through_pinned_chunks, .timeout = 300) {
+  const qc_backend *be = gpu_or_skip(), *cpu = qc_backend_cpu();
+  const int64_t shapes[2][3] = {{4100, 5, 2100}, {4100, 2100, 3}}; /* m, n, k */
+  for (int s = 0; s < 2; s++) {
+    const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+    double *A = gpu_randn(m * k, 11 + s, 1.0), *B = gpu_randn(k * n, 13 + s, 1.0);
+    double *c1 = calloc((size_t)(m * n), 8), *c2 = calloc((size_t)(m * n), 8), *c3 = calloc((size_t)(m * n), 8);
+    void *dA = NULL, *dB = NULL, *dC = NULL;
+    cr_assert(A && B && c1 && c2 && c3);
+    cr_assert_eq(be->gemm_f64(be, QC_OP_N, QC_OP_N, m, n, k, A, k, B, n, c1, n), QC_OK, "%s", qc_err_msg());
+    cr_assert_eq(be->buf_alloc(be, (size_t)(m * k) * 8, "A", &dA), QC_OK);
+    cr_assert_eq(be->buf_alloc(be, (size_t)(k * n) * 8, "B", &dB), QC_OK);
+    cr_assert_eq(be->buf_alloc(be, (size_t)(m * n) * 8, "C", &dC), QC_OK);
+    cr_assert_eq(be->upload(be, dA, A, (size_t)(m * k) * 8), QC_OK);
+    cr_assert_eq(be->upload(be, dB, B, (size_t)(k * n) * 8), QC_OK);
+    cr_assert_eq(be->gemm_f64_buf(be, QC_OP_N, QC_OP_N, m, n, k, dA, k, dB, n, dC, n), QC_OK, "%s", qc_err_msg());
+    cr_assert_eq(be->download(be, c2, dC, (size_t)(m * n) * 8), QC_OK);
+    cr_expect_eq(memcmp(c1, c2, (size_t)(m * n) * 8), 0, "shape %d: the staged GEMM differs from the one on device buffers", s);
+    cr_assert_eq(cpu->gemm_f64(cpu, QC_OP_N, QC_OP_N, m, n, k, A, k, B, n, c3, n), QC_OK);
+    double rel = gpu_rel(c1, c3, m * n);
+    cr_expect(rel <= 1e-14, "shape %d: rel %.3g against the CPU", s, rel);
+    be->buf_free(be, dA), be->buf_free(be, dB), be->buf_free(be, dC);
+    free(A), free(B), free(c1), free(c2), free(c3);
+  }
+  qc_backend_close(be);
+}
+
 Test(gpu_backend, gemm_bf16_matches_cpu) {
   const qc_backend *be = gpu_or_skip(), *cpu = qc_backend_cpu();
   const int64_t m = 64, n = 48, k = 272;

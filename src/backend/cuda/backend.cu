@@ -93,6 +93,10 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   rc = cu_keep(c, rc, cudaFree(c->ws), "cudaFree (cuBLASLt workspace)");
   rc = cu_keep(c, rc, cudaFree(c->arena), "cudaFree (the audit's arena)");
   rc = cu_keep(c, rc, cudaFree(c->gstage), "cudaFree (the GEMMs' staging)");
+  for (int i = 0; i < 2; i++) {
+    if (c->pin[i]) rc = cu_keep(c, rc, cudaFreeHost(c->pin[i]), "cudaFreeHost (a staging chunk)");
+    if (c->pev[i]) rc = cu_keep(c, rc, cudaEventDestroy(c->pev[i]), "cudaEventDestroy (a staging chunk)");
+  }
   rc = cu_keep(c, rc, cudaFree(c->mscratch), "cudaFree (metrics scratch)");
   rc = cu_keep(c, rc, cudaFree(c->mres), "cudaFree (metrics results)");
   rc = cu_keep(c, rc, cudaFree(c->qscratch), "cudaFree (quantizer scratch)");

@@ -19,21 +19,12 @@ void cu_buf_free(const qc_backend *be, void *p) {
 
 /* Host to device on the backend's stream (asynchronous for pinned memory). */
 int cu_upload(const qc_backend *be, void *dst, const void *src, size_t bytes) {
-  cu *c = C(be);
-  int rc = QC_OK;
-  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st), "upload");
-done:
-  return rc;
+  return cu_stage_up(C(be), dst, src, bytes, "upload");
 }
 
 /* Device to host; waits for the stream. */
 int cu_download(const qc_backend *be, void *dst, const void *src, size_t bytes) {
-  cu *c = C(be);
-  int rc = QC_OK;
-  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->st), "download");
-  CK(cudaStreamSynchronize(c->st), "download");
-done:
-  return rc;
+  return cu_stage_down(C(be), dst, src, bytes, "download");
 }
 
 /* Pinned host memory (cudaMallocHost). */

@@ -112,6 +112,99 @@ static void zero_rows(void *Cm, int64_t m, int64_t n, int64_t ldc, size_t es) {
 /* 256-byte multiple of n. */
 static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* ---- large host operands through pinned chunks ----------------------------
+ * cudaMemcpy from pageable memory runs at 5-6 GB/s: the whole Qwen2-MoE of
+ * bench/hf_models.sh staged 70 GB of float64 operands in 12.5 s of its
+ * 34 s audit on an H100 (QATCHECK_PROFILE). Above CU_PIN_MIN bytes a copy
+ * goes through two pinned chunks instead: the host threads copy chunk i
+ * into one while the DMA engine moves chunk i - 1 from the other
+ * (cu_upload and cu_download take the same way). */
+#define CU_PIN_CHUNK ((size_t)64 << 20)
+#define CU_PIN_MIN ((size_t)4 << 20)
+
+typedef struct pcopy {
+  char *dst;
+  const char *src;
+  size_t n;
+} pcopy;
+
+static void pcopy_piece(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const pcopy *x = (const pcopy *)p;
+  const size_t a = (size_t)lo * (x->n / 16 + 1), b = (size_t)hi * (x->n / 16 + 1);
+  if (a < x->n) memcpy(x->dst + a, x->src + a, (b < x->n ? b : x->n) - a);
+}
+
+/* memcpy on qc_par_for's threads (16 pieces, 4 MiB or more each). */
+static void par_memcpy(void *dst, const void *src, size_t n) {
+  pcopy x = {(char *)dst, (const char *)src, n};
+  qc_par_for(16, n >= ((size_t)64 << 20) ? 1 : 4, pcopy_piece, &x);
+}
+
+/* 1 when host pointer p is pinned (cudaHostAlloc'd or registered): copied
+ * directly. */
+static int cu_pinned(const void *p) {
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError(); /* pageable memory on old drivers: not an error to keep */
+    return 0;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
+/* The two pinned chunks and their events, made on first use. */
+static int pin_ready(cu *c) {
+  int rc = QC_OK;
+  for (int i = 0; i < 2; i++) {
+    if (!c->pin[i]) CK(cudaHostAlloc(&c->pin[i], CU_PIN_CHUNK, cudaHostAllocDefault), "cudaHostAlloc (a staging chunk)");
+    if (!c->pev[i]) CK(cudaEventCreateWithFlags(&c->pev[i], cudaEventDisableTiming), "cudaEventCreate (a staging chunk)");
+  }
+done:
+  return rc;
+}
+
+int cu_stage_up(cu *c, void *dst, const void *src, size_t n, const char *what) {
+  int rc = QC_OK;
+  if (n < CU_PIN_MIN || cu_pinned(src)) {
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->st), what);
+    return QC_OK;
+  }
+  if ((rc = pin_ready(c))) return rc;
+  for (size_t off = 0, i = 0; off < n; off += CU_PIN_CHUNK, i ^= 1) {
+    const size_t len = n - off < CU_PIN_CHUNK ? n - off : CU_PIN_CHUNK;
+    CK(cudaEventSynchronize(c->pev[i]), what); /* the chunk's last DMA is done */
+    par_memcpy(c->pin[i], (const char *)src + off, len);
+    CK(cudaMemcpyAsync((char *)dst + off, c->pin[i], len, cudaMemcpyHostToDevice, c->st), what);
+    CK(cudaEventRecord(c->pev[i], c->st), what);
+  }
+done:
+  return rc;
+}
+
+int cu_stage_down(cu *c, void *dst, const void *src, size_t n, const char *what) {
+  int rc = QC_OK;
+  if (n < CU_PIN_MIN || cu_pinned(dst)) {
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->st), what);
+    CK(cudaStreamSynchronize(c->st), what);
+    return QC_OK;
+  }
+  if ((rc = pin_ready(c))) return rc;
+  for (size_t i = 0, nch = (n + CU_PIN_CHUNK - 1) / CU_PIN_CHUNK; i <= nch; i++) {
+    if (i < nch) { /* chunk i into pin[i % 2]: its chunk i - 2 was copied out in the last round */
+      const size_t off = i * CU_PIN_CHUNK, len = n - off < CU_PIN_CHUNK ? n - off : CU_PIN_CHUNK;
+      CK(cudaMemcpyAsync(c->pin[i & 1], (const char *)src + off, len, cudaMemcpyDeviceToHost, c->st), what);
+      CK(cudaEventRecord(c->pev[i & 1], c->st), what);
+    }
+    if (i >= 1) { /* chunk i - 1 out while chunk i moves */
+      const size_t j = i - 1, off = j * CU_PIN_CHUNK, len = n - off < CU_PIN_CHUNK ? n - off : CU_PIN_CHUNK;
+      CK(cudaEventSynchronize(c->pev[j & 1]), what);
+      par_memcpy((char *)dst + off, c->pin[j & 1], len);
+    }
+  }
+done:
+  return rc;
+}
+
 /* Stage op(A), op(B) on the device, run the GEMM, bring C back. The three
  * operands share one staging buffer that only grows (a cudaMalloc and a
  * cudaFree per call cost more than a small GEMM, and cudaFree waits for the
@@ -140,14 +233,13 @@ static int host_gemm(const qc_backend *be, int f64, qc_op ta, qc_op tb, int64_t 
   }
   {
     char *dA = (char *)c->gstage, *dB = dA + al256(na), *dC = dB + al256(nb);
-    CK(cudaMemcpyAsync(dA, A, na, cudaMemcpyHostToDevice, c->st), "upload GEMM operand A");
-    CK(cudaMemcpyAsync(dB, B, nb, cudaMemcpyHostToDevice, c->st), "upload GEMM operand B");
-    if (ldc != n) CK(cudaMemcpyAsync(dC, Cm, nc, cudaMemcpyHostToDevice, c->st), "upload GEMM result C");
+    if ((rc = cu_stage_up(c, dA, A, na, "upload GEMM operand A")) || (rc = cu_stage_up(c, dB, B, nb, "upload GEMM operand B")) ||
+        (ldc != n && (rc = cu_stage_up(c, dC, Cm, nc, "upload GEMM result C"))))
+      goto done;
     if (f64) rc = cu_dgemm_dev(c, ta, tb, m, n, k, (const double *)dA, lda, (const double *)dB, ldb, (double *)dC, ldc);
     else rc = cu_lt_gemm(c, ta, tb, m, n, k, dA, lda, dB, ldb, dC, ldc, CUDA_R_32F);
     if (rc) goto done;
-    CK(cudaMemcpyAsync(Cm, dC, nc, cudaMemcpyDeviceToHost, c->st), "download GEMM result");
-    CK(cudaStreamSynchronize(c->st), "GEMM");
+    rc = cu_stage_down(c, Cm, dC, nc, "download GEMM result");
   }
 done:
   return rc;
