@@ -19,6 +19,7 @@
 #include "engine/gen.h"
 #include "io/dump.h"
 #include "io/prefetch.h"
+#include "core/memo.h"
 
 static const char *cand_name(qc_cand_kind k) { return k == QC_CAND_DUMP ? "dump" : k == QC_CAND_PLUGIN ? "plugin" : "builtin"; }
 
@@ -31,9 +32,12 @@ static int audit_described(qc_audit *a, const qc_module *m, int first, double t0
   if (a->info && !(mi = qc_malloc(sizeof *mi, "module facts"))) return QC_ESYS;
   if (mi) rc = qc_modinfo_fill(mi, m, values ? "generated" : "dump", cand_name(a->cs->cand), values);
   int empty = values == NULL && qc_vjp_is_empty(m); /* no token: zero gradients, no forward to check */
+  const qc_tset *own[3] = {&m->params, &m->inputs, &m->saved};
+  qc_memo_scope(own, 3); /* the forward check, the references and their variants share what they derive from m */
   if (!rc && unit < 0 && !empty) rc = qc_forward_check(a, m); /* the output first: a quantizer or profile mismatch shows there */
   if (!rc && empty) rc = qc_vjp_empty_audit(a, m);
   else if (!rc) rc = unit >= 0 ? qc_split_audit(a, m, unit) : qc_audit_module(a, m); /* a failed rank meets the others in the merge */
+  qc_memo_scope(NULL, 0);
   if (unit >= 0 && !rc && qc_dist_rank() != 0) { /* the others ran it with rank 0: their checks are rank 0's */
     a->res->n = first;
     free(mi);

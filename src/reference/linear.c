@@ -30,19 +30,29 @@
 #include "core/qc.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
+#include "core/memo.h"
 
 /* dequant(quant(a)) in place for [rows, cols], when fmt is not "none"
- * (sr: stochastic payload rounding, NULL: nearest). */
+ * (sr: stochastic payload rounding, NULL: nearest); a = src's values
+ * widened (src NULL: anything else). Nearest rounding of src is kept in
+ * the audit's memo (core/memo.h) for the module's other references. */
 static int ref_fake_quant(const char *profile, const char *fmt, int64_t rows, int64_t cols, double *a,
-                          const qc_sr *sr, const char *what) {
+                          const qc_sr *sr, const char *what, const qc_tensor *src) {
   if (strcmp(fmt, "none") == 0) return QC_OK;
   int64_t n = rows * cols;
+  char tag[96];
+  snprintf(tag, sizeof tag, "linear fake_quant %s %s", fmt, profile ? profile : "");
+  const float *kept = src && !sr ? qc_memo_get(src, tag, n) : NULL;
+  if (kept) {
+    for (int64_t i = 0; i < n; i++) a[i] = kept[i];
+    return QC_OK;
+  }
   float *f = qc_malloc((size_t)n * sizeof *f + 4, what);
   if (!f) return QC_ESYS;
   for (int64_t i = 0; i < n; i++) f[i] = (float)a[i];
   int rc = qc_fake_quant_sr(fmt, profile, rows, cols, f, f, sr, what);
   for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
-  free(f);
+  if (rc || !src || sr || !qc_memo_take(src, tag, f, n)) free(f);
   return rc;
 }
 
@@ -108,7 +118,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
    * master W, before W is replaced below) */
   if (want_dw) {
     if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
-        (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx)))
+        (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x)))
       goto done;
     if (ctx->round_ops) /* variant: the operand rounded to bf16 before the GEMM */
       for (int64_t i = 0; i < M * K; i++) X[i] = qc_round_bf16((float)X[i]);
@@ -125,7 +135,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     if (ctx->wscale > 0) { /* variant: a stale per-tensor scale (diagnosis) */
       if (!deq || strcmp(wf, "fp8_tensor") != 0) { rc = QC_NA; goto done; }
       stale_fp8_tensor(W, N * K, ctx->wscale);
-    } else if (deq && (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww))) {
+    } else if (deq && (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww, w))) {
       goto done;
     }
     if (ctx->round_ops) /* variant: the dequantized weight rounded to bf16 before the GEMM */
@@ -189,9 +199,9 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
       !(B = qc_calloc((size_t)N + 1, 8, "reference bias")) || !(T = qc_malloc((size_t)((M < 256 ? M : 256) * N + 1) * 8, "forward terms")))
     goto done;
   if ((rc = qc_tensor_to_f64(w, W)) || (rc = qc_tensor_to_f64(x, X)) || (b && (rc = qc_tensor_to_f64(b, B)))) goto done;
-  if ((rc = ref_fake_quant(prof, af, M, K, X, NULL, wx))) goto done;
+  if ((rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x))) goto done;
   if (ctx->wscale > 0) stale_fp8_tensor(W, N * K, ctx->wscale);
-  else if ((rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww))) goto done;
+  else if ((rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww, w))) goto done;
   if (ctx->round_ops) /* variant: the quantized operands rounded to bf16 before the GEMM */
     for (int64_t i = 0; i < N * K || i < M * K; i++) {
       if (i < N * K) W[i] = qc_round_bf16((float)W[i]);

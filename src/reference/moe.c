@@ -63,6 +63,7 @@
 #include "model/module.h"
 #include "reference/ref_classes.h"
 #include "core/qc.h"
+#include "core/memo.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
 #include "numerics/quant.h"
@@ -168,16 +169,33 @@ typedef struct mlp {
  * unchanged), round to nearest: the numerics library's quantizer, which
  * takes float32 (a float64 value is narrowed to float32 first, as a
  * trainer's bf16 or float32 tensor is exactly). Returns a status. */
-static int fq(const char *fmt, const char *prof, int64_t rows, int64_t cols, double *a, const char *what) {
+/* fq of a = src's values widened (expert e's slice of a stacked weight,
+ * or e < 0: the whole tensor), the result kept in the audit's memo
+ * (core/memo.h) for the module's other references: its forward check,
+ * the terms' run and the variants quantize each expert once. src NULL: a
+ * is anything else, nothing kept. */
+static int fq_of(const qc_tensor *src, int64_t e, const char *fmt, const char *prof, int64_t rows, int64_t cols, double *a,
+                 const char *what) {
   if (!fmt || strcmp(fmt, "none") == 0 || rows * cols == 0) return QC_OK;
   const int64_t n = rows * cols;
+  char tag[96];
+  snprintf(tag, sizeof tag, "moe fake_quant %s %s %lld", fmt, prof ? prof : "", (long long)e);
+  const float *kept = src ? qc_memo_get(src, tag, n) : NULL;
+  if (kept) {
+    for (int64_t i = 0; i < n; i++) a[i] = kept[i];
+    return QC_OK;
+  }
   float *f = qc_malloc((size_t)n * sizeof *f, what);
   if (!f) return QC_ESYS;
   for (int64_t i = 0; i < n; i++) f[i] = (float)a[i];
   int rc = qc_fake_quant(fmt, prof, rows, cols, f, f, what);
   for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
-  free(f);
+  if (rc || !src || !qc_memo_take(src, tag, f, n)) free(f);
   return rc;
+}
+
+static int fq(const char *fmt, const char *prof, int64_t rows, int64_t cols, double *a, const char *what) {
+  return fq_of(NULL, -1, fmt, prof, rows, cols, a, what);
 }
 
 /* Allocate p's buffers for up to n rows. Returns a status. */
@@ -425,9 +443,9 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
     if (wq) {
       char what[96];
       snprintf(what, sizeof what, "reference moe: params/w1 expert %lld", (long long)e);
-      if ((rc = fq(p.wfmt, p.prof, R, H, W1q, what))) goto done;
+      if ((rc = fq_of(w1t, e, p.wfmt, p.prof, R, H, W1q, what))) goto done;
       snprintf(what, sizeof what, "reference moe: params/w2 expert %lld", (long long)e);
-      if ((rc = fq(p.wfmt, p.prof, H, F, W2q, what))) goto done;
+      if ((rc = fq_of(w2t, e, p.wfmt, p.prof, H, F, W2q, what))) goto done;
     }
     rnd_all(p.rb, W1q, R * H); /* the variants: the production's bf16 operands */
     rnd_all(p.rb, W2q, H * F);

@@ -1,0 +1,41 @@
+/* memo.h: values a reference derives from one tensor of the module under
+ * audit (a weight's dequant(quant(.)), expert by expert), kept while the
+ * engine audits that module (the engine opens the scope with the module's
+ * tensor sets), so its forward check, its reference, the
+ * terms' run and every reference variant compute them once. The quantized
+ * linears of a whole model re-ran their weight's fake quantization in each
+ * variant's reference; a MoE layer its experts' three times (reference,
+ * terms, forward).
+ *
+ * A value is kept under (t, tag) only while a scope is open and only for a
+ * tensor t of the scope's sets themselves (the module's own params, inputs
+ * and saved tensors, by address): a variant that rounds its own copy of a tensor holds
+ * another address, and neither finds nor leaves anything. The module's
+ * tensors do not change during its audit, so an address names its values.
+ * One scope a thread; at most QC_MEMO_BYTES kept in it. Values only: the
+ * reference computes them itself, so it stays independent of the
+ * production code (scripts/check-independence.sh allows core/). */
+#ifndef QC_CORE_MEMO_H
+#define QC_CORE_MEMO_H
+
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+#define QC_MEMO_BYTES ((int64_t)4 << 30)
+
+/* Open the scope of the n tensor sets (n 0: close it); frees what the last
+ * one kept. The sets must stay where they are until it closes. */
+#define QC_MEMO_SETS 4
+void qc_memo_scope(const qc_tset *const *sets, int n);
+
+/* The n float32 values kept under (t, tag), or NULL. */
+const float *qc_memo_get(const qc_tensor *t, const char *tag, int64_t n);
+
+/* Hand v (malloc'd, n float32 values, derived from t alone) to the scope
+ * under (t, tag): 1 when it took it (and frees it at the scope's end), 0
+ * when not (no scope, t not the module's own, over the budget, out of
+ * memory): the caller keeps and frees v. */
+int qc_memo_take(const qc_tensor *t, const char *tag, float *v, int64_t n);
+
+#endif
