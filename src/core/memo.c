@@ -44,7 +44,9 @@ const float *qc_memo_get(const qc_tensor *t, const char *tag, int64_t n) {
 }
 
 int qc_memo_take(const qc_tensor *t, const char *tag, float *v, int64_t n) {
-  if (!own(t) || !v || n < 0 || strlen(tag) >= sizeof g_memo.e[0].tag || qc_memo_get(t, tag, n) ||
+  static int off = -1; /* QATCHECK_MEMO=0: nothing kept (a side-by-side switch for the benchmarks) */
+  if (off < 0) off = getenv("QATCHECK_MEMO") && strcmp(getenv("QATCHECK_MEMO"), "0") == 0;
+  if (off || !own(t) || !v || n < 0 || strlen(tag) >= sizeof g_memo.e[0].tag || qc_memo_get(t, tag, n) ||
       g_memo.bytes + n * (int64_t)sizeof *v > QC_MEMO_BYTES)
     return 0;
   if (g_memo.n == g_memo.cap) {

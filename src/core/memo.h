@@ -35,7 +35,8 @@ const float *qc_memo_get(const qc_tensor *t, const char *tag, int64_t n);
 /* Hand v (malloc'd, n float32 values, derived from t alone) to the scope
  * under (t, tag): 1 when it took it (and frees it at the scope's end), 0
  * when not (no scope, t not the module's own, over the budget, out of
- * memory): the caller keeps and frees v. */
+ * memory, QATCHECK_MEMO=0 in the environment: the benchmarks' side by
+ * side): the caller keeps and frees v. */
 int qc_memo_take(const qc_tensor *t, const char *tag, float *v, int64_t n);
 
 #endif

@@ -54,7 +54,8 @@ static const qc_backend g_cuda_ops = {
 };
 
 /* The side-by-side switches' environment variables (cuda_priv.h CU_SW_*). */
-static const char *const g_switch_env[CU_SWITCHES] = {"QC_CUDA_UNFUSED", "QC_CUDA_DW_EARLY", "QC_CUDA_QK_SCALAR"};
+static const char *const g_switch_env[CU_SWITCHES] = {"QC_CUDA_UNFUSED", "QC_CUDA_DW_EARLY", "QC_CUDA_QK_SCALAR",
+                                                               "QC_CUDA_PAGEABLE"};
 
 /* cuda.h: one switch of an open backend set by its variable's name. */
 extern "C" int qc_cuda_switch(const qc_backend *be, const char *name, int on) {

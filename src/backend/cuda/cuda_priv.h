@@ -44,8 +44,9 @@ extern "C" {
  * table) is "1"; qc_cuda_switch (cuda.h) sets one on an open backend.
  *   CU_SW_UNFUSED    QC_CUDA_UNFUSED: no reference d_x inside the block128 quantizer
  *   CU_SW_DW_EARLY   QC_CUDA_DW_EARLY: d_weight's metrics on the second stream after its pair
- *   CU_SW_QK_SCALAR  QC_CUDA_QK_SCALAR: the element-wise block128 quantizer */
-enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SWITCHES };
+ *   CU_SW_QK_SCALAR  QC_CUDA_QK_SCALAR: the element-wise block128 quantizer
+ *   CU_SW_PAGEABLE   QC_CUDA_PAGEABLE: host copies straight from pageable memory, no pinned chunks */
+enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SW_PAGEABLE, CU_SWITCHES };
 
 typedef struct cu {
   qc_backend be;

@@ -118,7 +118,8 @@ static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
  * 34 s audit on an H100 (QATCHECK_PROFILE). Above CU_PIN_MIN bytes a copy
  * goes through two pinned chunks instead: the host threads copy chunk i
  * into one while the DMA engine moves chunk i - 1 from the other
- * (cu_upload and cu_download take the same way). */
+ * (cu_upload and cu_download take the same way). QC_CUDA_PAGEABLE=1 (a
+ * side-by-side switch, docs/gpu.md) copies straight from pageable memory. */
 #define CU_PIN_CHUNK ((size_t)64 << 20)
 #define CU_PIN_MIN ((size_t)4 << 20)
 
@@ -165,7 +166,7 @@ done:
 
 int cu_stage_up(cu *c, void *dst, const void *src, size_t n, const char *what) {
   int rc = QC_OK;
-  if (n < CU_PIN_MIN || cu_pinned(src)) {
+  if (n < CU_PIN_MIN || c->sw[CU_SW_PAGEABLE] || cu_pinned(src)) {
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->st), what);
     return QC_OK;
   }
@@ -183,7 +184,7 @@ done:
 
 int cu_stage_down(cu *c, void *dst, const void *src, size_t n, const char *what) {
   int rc = QC_OK;
-  if (n < CU_PIN_MIN || cu_pinned(dst)) {
+  if (n < CU_PIN_MIN || c->sw[CU_SW_PAGEABLE] || cu_pinned(dst)) {
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->st), what);
     CK(cudaStreamSynchronize(c->st), what);
     return QC_OK;
