@@ -193,10 +193,7 @@ int cu_ref_probe(cu *c) {
             c->name, c->ra.r.dgemm_flops * 1e-12, c->ra.r.i8_ops * 1e-12, c->ra.r.split_bw * 1e-9, c->ra.r.bw * 1e-9,
             c->ra.r.call_s * 1e6, c->ra.r.check_s * 1e9, (qc_now_s() - t0) * 1e3);
 done:
-  if (g.ld) rc = blas_keep(c, rc, cublasLtMatrixLayoutDestroy(g.ld), "cublasLtMatrixLayoutDestroy");
-  if (g.lb) rc = blas_keep(c, rc, cublasLtMatrixLayoutDestroy(g.lb), "cublasLtMatrixLayoutDestroy");
-  if (g.la) rc = blas_keep(c, rc, cublasLtMatrixLayoutDestroy(g.la), "cublasLtMatrixLayoutDestroy");
-  if (g.op) rc = blas_keep(c, rc, cublasLtMatmulDescDestroy(g.op), "cublasLtMatmulDescDestroy");
+  rc = cu_plan_free(c, rc, &g); /* the plan caches' one teardown (its descriptors op, la, lb, ld) */
   if (p) rc = cu_keep(c, rc, cudaFree(p), "cudaFree (the --reference auto probe)");
   if (rc == QC_EINPUT) { /* no memory for it, or no int8 algorithm: auto keeps DGEMM, said so */
     if (qc_verbose) fprintf(stderr, "qatcheck: %s: --reference auto: the probe cannot run (%s): float64 DGEMM\n", c->name, qc_err_msg());
