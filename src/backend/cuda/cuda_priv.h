@@ -169,7 +169,7 @@ int blas_keep(const cu *c, int rc, int s, const char *what);
 
 /* Release a cuBLASLt plan (cu::lt_plan, cu::cu_oz::oz_plan or the auto probe's pr_i8: the
  * descriptors op, la, lb, ld; NULL ones skipped) and zero it; rc as
- * cu_keep. The one teardown of both plan caches. */
+ * cu_keep. The one teardown of every plan. */
 template <typename P> static inline int cu_plan_free(const cu *c, int rc, P *p) {
   if (p->ld) rc = blas_keep(c, rc, cublasLtMatrixLayoutDestroy(p->ld), "cublasLtMatrixLayoutDestroy");
   if (p->lb) rc = blas_keep(c, rc, cublasLtMatrixLayoutDestroy(p->lb), "cublasLtMatrixLayoutDestroy");
