@@ -15,6 +15,7 @@ typedef struct memo_ent {
 static _Thread_local struct {
   const qc_tset *sets[QC_MEMO_SETS];
   int nsets;
+  int off; /* QATCHECK_MEMO=0: nothing kept (a side-by-side switch for the benchmarks), read at open */
   memo_ent *e;
   int n, cap;
   int64_t bytes;
@@ -25,6 +26,8 @@ void qc_memo_scope(const qc_tset *const *sets, int n) {
   free(g_memo.e);
   memset(&g_memo, 0, sizeof g_memo);
   for (int s = 0; s < n && s < QC_MEMO_SETS; s++) g_memo.sets[g_memo.nsets++] = sets[s];
+  const char *e = n > 0 ? getenv("QATCHECK_MEMO") : NULL;
+  g_memo.off = e && strcmp(e, "0") == 0;
 }
 
 /* 1 when t is an element of one of the scope's tensor sets. */
@@ -44,9 +47,7 @@ const float *qc_memo_get(const qc_tensor *t, const char *tag, int64_t n) {
 }
 
 int qc_memo_take(const qc_tensor *t, const char *tag, float *v, int64_t n) {
-  static int off = -1; /* QATCHECK_MEMO=0: nothing kept (a side-by-side switch for the benchmarks) */
-  if (off < 0) off = getenv("QATCHECK_MEMO") && strcmp(getenv("QATCHECK_MEMO"), "0") == 0;
-  if (off || !own(t) || !v || n < 0 || strlen(tag) >= sizeof g_memo.e[0].tag || qc_memo_get(t, tag, n) ||
+  if (g_memo.off || !own(t) || !v || n < 0 || strlen(tag) >= sizeof g_memo.e[0].tag || qc_memo_get(t, tag, n) ||
       g_memo.bytes + n * (int64_t)sizeof *v > QC_MEMO_BYTES)
     return 0;
   if (g_memo.n == g_memo.cap) {

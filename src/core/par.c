@@ -50,8 +50,9 @@ void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int6
   }
 }
 
-/* OpenBLAS's thread pool (its pthreads build), weak: NULL under another BLAS
- * or OpenBLAS's OpenMP build, and then nothing is changed. */
+/* OpenBLAS's thread pool, weak: NULL under another BLAS, and then nothing
+ * is changed (OpenBLAS's OpenMP build has them too; restarting its pool
+ * does no harm). The variable set stays in the environment of any child. */
 void openblas_read_env(void) __attribute__((weak));
 int blas_thread_shutdown_(void) __attribute__((weak));
 int blas_thread_init(void) __attribute__((weak));

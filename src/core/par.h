@@ -25,7 +25,7 @@ int qc_par_threads(void);
  * 1.25-1.31 x with 2^16 ticks (bench/cpu_linear.sh). This sets
  * OPENBLAS_THREAD_TIMEOUT to QC_BLAS_SPIN_LOG2 and restarts OpenBLAS's pool
  * so it takes effect; a no-op when the variable is set (the user's value
- * stands) or the BLAS is not OpenBLAS's pthreads build. Call it first
+ * stands) or the BLAS is not OpenBLAS. Call it first
  * thing in main, before any thread starts. */
 #define QC_BLAS_SPIN_LOG2 16
 void qc_blas_tune(void);

@@ -133,15 +133,8 @@ QC_LANES_CLONES static int row_lanes(const double *a, const double *b, int64_t c
     ROUND_LANES(q, vb, dt);
     const v4d e = q - vb, xv = va - q, xr = xv * vb, rr = vb * vb;
     snf += e * e, sxr += xr, srr += rr, sxx += xv * xv, sx2r2 += xr * xr, sxr3 += xr * rr, sr4 += rr * rr;
-    if (ct) {
-      v4d lo, hi;
-      const v4d l = __builtin_shufflevector(xr, rr, 0, 4, 1, 5), h = __builtin_shufflevector(xr, rr, 2, 6, 3, 7);
-      memcpy(&lo, ct + 2 * j, sizeof lo);
-      memcpy(&hi, ct + 2 * j + 4, sizeof hi);
-      lo += l, hi += h;
-      memcpy(ct + 2 * j, &lo, sizeof lo);
-      memcpy(ct + 2 * j + 4, &hi, sizeof hi);
-    }
+    if (ct) /* interleaved x r, r^2 a column: lane by lane (a shuffle needs GCC 12) */
+      for (int l = 0; l < 4; l++) ct[2 * (j + l)] += xr[l], ct[2 * (j + l) + 1] += rr[l];
   }
   double tnf = 0, txr = 0, trr = 0, txx = 0, tx2r2 = 0, txr3 = 0, tr4 = 0;
   for (int64_t i = n4; i < cols; i++) {

@@ -51,5 +51,13 @@ Test(memo, own_tensors_only_and_scoped) {
 
   qc_memo_scope(NULL, 0); /* frees b and c (ASan would see a leak or a double free) */
   cr_expect_null(qc_memo_get(pw, "fq fp8", 32), "nothing after the scope closes");
+
+  setenv("QATCHECK_MEMO", "0", 1); /* the benchmarks' side by side: a scope that keeps nothing */
+  qc_memo_scope(sets, 2);
+  float *e = vals(32, 5.0f);
+  cr_expect_eq(qc_memo_take(pw, "fq fp8", e, 32), 0, "QATCHECK_MEMO=0 keeps nothing");
+  free(e);
+  qc_memo_scope(NULL, 0);
+  unsetenv("QATCHECK_MEMO");
   qc_tset_free(&params), qc_tset_free(&inputs), qc_tset_free(&copy);
 }

@@ -63,6 +63,7 @@ typedef struct cu {
   void *gstage;             /* gemm_f64 / gemm_bf16 on host operands: A, B, C staged here, grown on demand */
   size_t gstage_bytes;
   void *pin[2];             /* two pinned host chunks of CU_PIN_CHUNK bytes: large host operands pass through them */
+  int pin_off;              /* 1: pinned memory was refused; copies go straight from pageable memory */
   cudaEvent_t pev[2];       /* recorded after each chunk's copy on st */
   void *mscratch;           /* metrics partials */
   qk_msum *mres;            /* [2 + PEND] metrics results: 2 for the fused audit, PEND for metrics_buf */
@@ -134,9 +135,11 @@ typedef struct cu {
 /* The CUDA state behind a backend table. */
 static inline cu *C(const qc_backend *be) { return (cu *)be->priv; }
 
-/* n bytes from host src to device dst on c->st, queued; src may be reused
- * when it returns. Pageable sources of 4 MiB or more pass through two pinned
- * chunks (gemm.cu). QC_OK or a CUDA error's status. */
+/* n bytes from host src to device dst on c->st, queued. A pageable src
+ * may be reused when it returns (4 MiB or more pass through two pinned
+ * chunks, gemm.cu); a pinned one is copied directly and must stay until the
+ * stream has passed the copy, as with cudaMemcpyAsync. QC_OK or a CUDA
+ * error's status. */
 int cu_stage_up(cu *c, void *dst, const void *src, size_t n, const char *what);
 /* n bytes from device src to host dst after the work queued on c->st;
  * returns when they are there (the same chunks the other way). */

@@ -153,24 +153,35 @@ static int cu_pinned(const void *p) {
   return a.type == cudaMemoryTypeHost;
 }
 
-/* The two pinned chunks and their events, made on first use. */
+/* The two pinned chunks and their events, made on first use: 1 when they
+ * are there. Pinned memory may be refused (a memlock limit) where pageable
+ * copies still work: then 0 for the rest of the run, no error, and the
+ * copies go straight from pageable memory as before the chunks. */
 static int pin_ready(cu *c) {
   int rc = QC_OK;
+  qc_err_state es;
+  if (c->pin_off) return 0;
+  qc_err_save(&es);
   for (int i = 0; i < 2; i++) {
     if (!c->pin[i]) CK(cudaHostAlloc(&c->pin[i], CU_PIN_CHUNK, cudaHostAllocDefault), "cudaHostAlloc (a staging chunk)");
     if (!c->pev[i]) CK(cudaEventCreateWithFlags(&c->pev[i], cudaEventDisableTiming), "cudaEventCreate (a staging chunk)");
   }
 done:
-  return rc;
+  if (rc) {
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: no pinned staging chunks (%s): host copies from pageable memory\n", c->name, qc_err_msg());
+    (void)cudaGetLastError();
+    c->pin_off = 1;
+  }
+  qc_err_restore(&es);
+  return !rc;
 }
 
 int cu_stage_up(cu *c, void *dst, const void *src, size_t n, const char *what) {
   int rc = QC_OK;
-  if (n < CU_PIN_MIN || c->sw[CU_SW_PAGEABLE] || cu_pinned(src)) {
+  if (n < CU_PIN_MIN || c->sw[CU_SW_PAGEABLE] || cu_pinned(src) || !pin_ready(c)) {
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->st), what);
     return QC_OK;
   }
-  if ((rc = pin_ready(c))) return rc;
   for (size_t off = 0, i = 0; off < n; off += CU_PIN_CHUNK, i ^= 1) {
     const size_t len = n - off < CU_PIN_CHUNK ? n - off : CU_PIN_CHUNK;
     CK(cudaEventSynchronize(c->pev[i]), what); /* the chunk's last DMA is done */
@@ -184,12 +195,11 @@ done:
 
 int cu_stage_down(cu *c, void *dst, const void *src, size_t n, const char *what) {
   int rc = QC_OK;
-  if (n < CU_PIN_MIN || c->sw[CU_SW_PAGEABLE] || cu_pinned(dst)) {
+  if (n < CU_PIN_MIN || c->sw[CU_SW_PAGEABLE] || cu_pinned(dst) || !pin_ready(c)) {
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->st), what);
     CK(cudaStreamSynchronize(c->st), what);
     return QC_OK;
   }
-  if ((rc = pin_ready(c))) return rc;
   for (size_t i = 0, nch = (n + CU_PIN_CHUNK - 1) / CU_PIN_CHUNK; i <= nch; i++) {
     if (i < nch) { /* chunk i into pin[i % 2]: its chunk i - 2 was copied out in the last round */
       const size_t off = i * CU_PIN_CHUNK, len = n - off < CU_PIN_CHUNK ? n - off : CU_PIN_CHUNK;

@@ -170,7 +170,9 @@ int cu_ref_probe(cu *c) {
   pr_i8 g;
   double t[PR_NSTEPS], t0 = qc_now_s();
   memset(&g, 0, sizeof g);
+  qc_err_state es; /* the probe is speculative: its failure is an answer (auto keeps DGEMM) */
   if (c->ra.probed) return QC_OK;
+  qc_err_save(&es);
   c->ra.probed = 1;
   c->ra.ok = 0;
   const size_t need = pr_layout(NULL, &b);
@@ -197,9 +199,12 @@ done:
   if (p) rc = cu_keep(c, rc, cudaFree(p), "cudaFree (the --reference auto probe)");
   if (rc == QC_EINPUT) { /* no memory for it, or no int8 algorithm: auto keeps DGEMM, said so */
     if (qc_verbose) fprintf(stderr, "qatcheck: %s: --reference auto: the probe cannot run (%s): float64 DGEMM\n", c->name, qc_err_msg());
-    qc_err_clear();
-    rc = QC_OK;
+    (void)cudaGetLastError(); /* a failed allocation's status is not left for the next launch to report */
+    qc_err_restore(&es);
+    return QC_OK;
   }
+  if (rc) qc_err_keep(&es);
+  else qc_err_restore(&es);
   return rc;
 }
 
