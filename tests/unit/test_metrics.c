@@ -193,6 +193,18 @@ Test(metrics, parallel_pass_matches_serial) {
   free(r);
 }
 
+/* A reference r [n] of uniform values scaled 1 to `period` by index, and a
+ * candidate g within rel of it (g = r (1 + rel (u - off)), u uniform in
+ * [0, 1)), from an LCG seeded with seed: the tests' data. */
+static void near_pair(int n, unsigned seed, int period, double rel, double off, double *r, double *g) {
+  unsigned s = seed;
+  for (int i = 0; i < n; i++) {
+    s = s * 1103515245u + 12345u;
+    r[i] = ((double)(s >> 8) / 16777216.0 - 0.5) * (1 + i % period);
+    g[i] = r[i] * (1 + rel * ((double)(s & 255) / 256.0 - off));
+  }
+}
+
 /* The host passes run on qc_par_for's threads in pieces fixed by the shape
  * (docs/architecture.md, "compare"): the metrics, the bias test's sums, the
  * values' precision, a tensor's largest magnitude, the terms' scale and the
@@ -203,13 +215,8 @@ Test(metrics, host_passes_same_on_any_thread_count) {
   double *g = malloc(N * sizeof *g), *r = malloc(N * sizeof *r);
   float *f = malloc(N * sizeof *f);
   cr_assert(g && r && f);
-  unsigned s = 12345;
-  for (int i = 0; i < N; i++) {
-    s = s * 1103515245u + 12345u;
-    r[i] = ((double)(s >> 8) / 16777216.0 - 0.5) * (1 + i % 7);
-    g[i] = r[i] * (1 + 1e-3 * ((double)(s & 255) / 256.0 - 0.5));
-    f[i] = (float)g[i];
-  }
+  near_pair(N, 12345, 7, 1e-3, 0.5, r, g);
+  for (int i = 0; i < N; i++) f[i] = (float)g[i];
   qc_tensor ft = {.dtype = QC_F32, .ndim = 2, .shape = {ROWS, COLS}, .data = f};
   qc_tensor gt = {.dtype = QC_F64, .ndim = 2, .shape = {ROWS, COLS}, .data = g};
   double want[16] = {0}, got[16];
@@ -256,12 +263,8 @@ Test(metrics, compare_lanes_match_the_passes_apart) {
   double *r = malloc(N * sizeof *r), *fg = malloc(N * sizeof *fg);
   uint16_t *b = malloc(N * sizeof *b);
   cr_assert(r && fg && b);
-  unsigned s = 777;
-  for (int i = 0; i < N; i++) {
-    s = s * 1103515245u + 12345u;
-    r[i] = ((double)(s >> 8) / 16777216.0 - 0.5) * (1 + i % 5);
-    b[i] = qc_f32_to_bf16((float)(r[i] * (1 + 2e-3 * ((double)(s & 255) / 256.0 - 0.4))));
-  }
+  near_pair(N, 777, 5, 2e-3, 0.4, r, fg); /* fg is the candidate's widened copy below */
+  for (int i = 0; i < N; i++) b[i] = qc_f32_to_bf16((float)fg[i]);
   b[7 * COLS + 11] = 0x7fc0;  /* a NaN candidate value */
   b[20 * COLS + 2002] = 0x7f80; /* +Inf in the tail */
   r[41 * COLS + 5] = INFINITY; /* a reference value not finite */
