@@ -221,14 +221,6 @@ typedef struct grad_variants {
 
 /* The candidate's gradient judged against variant i's reference
  * (qc_variant_judge_fn). */
-/* 1 when `name` is a word of the space-separated list (NULL: none). */
-static int spaced_word(const char *list, const char *name) {
-  const size_t n = strlen(name);
-  for (const char *p = list ? strstr(list, name) : NULL; p; p = strstr(p + 1, name))
-    if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
-  return 0;
-}
-
 /* Variant i's reference gradients into s->vars[i]: `grad` alone (the
  * class's other gradients skipped, where its reference honours qc_ctx.skip),
  * or every one (grad NULL), unless already there. A variant is tried for
@@ -241,7 +233,7 @@ static int variant_ref(grad_variants *s, int i, const char *grad) {
   if (grad) {
     snprintf(key, sizeof key, "/%s/", grad);
     if (qc_tset_get(&s->vars[i], grad) || strstr(s->asked[i], key)) return QC_OK;
-    if (strlen(s->asked[i]) + strlen(key) >= sizeof s->asked[i] || !spaced_word(s->m->cls->grads, grad))
+    if (strlen(s->asked[i]) + strlen(key) >= sizeof s->asked[i] || !qc_class_has_grad(s->m->cls, grad))
       grad = NULL; /* no room to remember, or a name the class does not list ("d_x@rank2"): run it whole */
   }
   if (grad) {

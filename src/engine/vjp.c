@@ -53,18 +53,6 @@ static int audit_described(qc_audit *a, const qc_module *m, int first, double t0
   return rc;
 }
 
-/* 1 when `name` is a word of the space-separated `list`. */
-static int in_list(const char *list, const char *name) {
-  size_t n = strlen(name);
-  for (const char *p = list; p && *p;) {
-    const char *e = strchr(p, ' ');
-    size_t l = e ? (size_t)(e - p) : strlen(p);
-    if (l == n && strncmp(p, name, n) == 0) return 1;
-    p += l + (e ? 1 : 0);
-  }
-  return 0;
-}
-
 /* Every tolerance of the case names a gradient some class can return (a
  * typo such as d_X is refused by name before any work; a case shared by
  * several dumps may hold tolerances for classes this run does not select). */
@@ -73,7 +61,7 @@ static int check_tol_names(const qc_case *cs, const qc_class *const *cls, int nc
   const qc_registry_row *rows = qc_registry_rows(&nrow);
   for (int t = 0; t < cs->ntol; t++) {
     int known = cs->tol[t].cls[0] != 0; /* a class's own: checked against it at case load */
-    for (int i = 0; i < nrow && !known; i++) known = in_list(rows[i].cls->grads, cs->tol[t].tensor);
+    for (int i = 0; i < nrow && !known; i++) known = qc_class_has_grad(rows[i].cls, cs->tol[t].tensor);
     if (known) continue;
     char names[256] = "", grads[512] = "";
     for (int i = 0; i < ncls; i++) {

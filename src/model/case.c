@@ -331,18 +331,6 @@ static int blind_to(const qc_tol *t) {
   return mask;
 }
 
-/* 1 when `name` is a word of the space-separated list. */
-static int in_words(const char *list, const char *name) {
-  size_t n = strlen(name);
-  for (const char *p = list; p && *p;) {
-    size_t l = strcspn(p, " ");
-    if (l == n && strncmp(p, name, n) == 0) return 1;
-    p += l;
-    p += strspn(p, " ");
-  }
-  return 0;
-}
-
 /* The tensor members of tolerances object v into c->tol, for class cls
  * ("": the default for every class): a member naming a class (a group,
  * parsed by the caller) is skipped at the top level; at a class's level
@@ -572,7 +560,7 @@ int qc_case_parse(const char *text, const char *where, const char *dir, qc_case 
       goto done;
     }
     for (const cJSON *g = t->child; g; g = g->next)
-      if (!in_words(row->cls->grads, g->string)) {
+      if (!qc_class_has_grad(row->cls, g->string)) {
         rc = qc_err("%s: class '%s' has no gradient '%s'", cw, t->string, g->string);
         qc_hint("the gradients of class %s are %s (names are case-sensitive)", t->string, row->cls->grads);
         goto done;

@@ -57,6 +57,17 @@ int qc_module_input_grad(const qc_module *m, const char *name) {
   return 0;
 }
 
+int qc_class_has_grad(const qc_class *cls, const char *grad) {
+  const size_t n = strlen(grad);
+  for (const char *p = cls ? cls->grads : NULL; p && *p;) {
+    const size_t l = strcspn(p, " ");
+    if (l == n && strncmp(p, grad, n) == 0) return 1;
+    p += l;
+    p += strspn(p, " ");
+  }
+  return 0;
+}
+
 int qc_module_need(const qc_module *m, const char *role, const char *name, int min_ndim, int max_ndim,
                    const qc_tensor **out) {
   const qc_tset *s = strcmp(role, "inputs") == 0    ? &m->inputs

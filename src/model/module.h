@@ -424,6 +424,9 @@ int qc_module_need(const qc_module *m, const char *role, const char *name, int m
  * variants round it; 0 for a buffer the class only reads (rope's
  * inv_freq), which they leave as stored. */
 int qc_module_input_grad(const qc_module *m, const char *name);
+
+/* 1 when `grad` is a word of cls's space-separated `grads` (NULL: none). */
+int qc_class_has_grad(const qc_class *cls, const char *grad);
 /* Refuse what m's class does not model: a dataset of inputs/, params/,
  * saved/ or outputs/ not named in m->cls->tensors (but a saved copy of an
  * input, qc_module_saved_copy), and a candidate
