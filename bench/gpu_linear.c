@@ -172,7 +172,8 @@ static int bench_ref_fast(const qc_backend *be, qc_linear_audit *a, int reps, do
       t[i] = now_ms() - t0;
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_d);
-    printf("ref%d_audit_ms %.4f\nref%d_stage_ref_ms %.4f\nref%d_kept %d %d\n", S, t[reps / 2], S, o.ms_ref, S, o.ref_fast[0], o.ref_fast[1]);
+    printf("ref%d_audit_ms %.4f\nref%d_stage_ref_ms %.4f\nref%d_kept %d %d\nref%d_pairs %d %d\n", S, t[reps / 2], S, o.ms_ref, S,
+           o.ref_fast[0], o.ref_fast[1], S, o.ref_pairs[0], o.ref_pairs[1]);
     const qc_metrics *q[2] = {&o.dx, &o.dw}, *p[2] = {&f->dx, &f->dw};
     for (int s = 0; s < 2; s++)
       printf("ref%d_%s_rel_l2 %.9g\nref%d_%s_rel_l2_float64 %.9g\nref%d_%s_rel_l2_diff %.3g\nref%d_%s_noise_floor_diff %.3g\n"
@@ -193,8 +194,8 @@ static int bench_ref_fast(const qc_backend *be, qc_linear_audit *a, int reps, do
       t[i] = now_ms() - t0;
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_d);
-    printf("refauto_audit_ms %.4f\nrefauto_ran %d %d\nrefauto_kept %d %d\n", t[reps / 2], o.ref_ran[0], o.ref_ran[1], o.ref_fast[0],
-           o.ref_fast[1]);
+    printf("refauto_audit_ms %.4f\nrefauto_ran %d %d\nrefauto_kept %d %d\nrefauto_pairs %d %d\n", t[reps / 2], o.ref_ran[0],
+           o.ref_ran[1], o.ref_fast[0], o.ref_fast[1], o.ref_pairs[0], o.ref_pairs[1]);
     for (int s = 0; s < 2; s++)
       printf("refauto_%s_rel_l2_diff %.3g\n", g[s], (s ? o.dw.rel_l2 : o.dx.rel_l2) - (s ? f->dw.rel_l2 : f->dx.rel_l2));
   }

@@ -81,6 +81,7 @@ for shape in "8192 7168 4096 prefill" "16 7168 4096 decode"; do
         p = "ref" S "_";
         printf "%s: fast reference S=%d: %.3f ms (+ self-check %.3f ms) against DGEMM %.3f ms: %.2fx; audit %.3f ms against %.3f ms (fast kept: d_x %s, d_weight %s)\n",
           tag, S, v[p "fast2_ms"], v[p "check2_ms"], v[p "dgemm2_ms"], v[p "speedup"], v[p "audit_ms"], a, v[p "kept"], w[p "kept"];
+        printf "%s: S=%d in the audit: the plan ran d_x %d, d_weight %d of the %d pairs\n", tag, S, v[p "pairs"], w[p "pairs"], S * (S + 1) / 2;
         for (i = 0; i < 2; i++) { g = i ? "dw" : "dx";
           printf "%s: S=%d %s: error against DGEMM: max %.3g (%.3g of noise floor x rms), rel_l2 %.3g (%.3g of the noise floor); self-check %.3g / norm %.3g, gate %.3g; rel_l2 fast - float64 %.3g\n",
             tag, S, g, v[p g "_err_max_abs"], v[p g "_err_max_of_nf_rms"], v[p g "_err_rel_l2"], v[p g "_err_rel_l2_of_nf"],
@@ -89,8 +90,10 @@ for shape in "8192 7168 4096 prefill" "16 7168 4096 decode"; do
     awk -v tag="$tag" -v a="$a" '{v[$1] = $2; w[$1] = $3} END {
       dx = v["refauto_ran"] ? sprintf("fast S=%d%s", v["refauto_ran"], v["refauto_kept"] ? "" : " (fell back)") : "float64";
       dw = w["refauto_ran"] ? sprintf("fast S=%d%s", w["refauto_ran"], w["refauto_kept"] ? "" : " (fell back)") : "float64";
-      printf "%s: reference auto: audit %.3f ms against float64 %.3f ms: %.2fx (d_x %s, d_weight %s; rel_l2 auto - float64 %.3g %.3g)\n",
-        tag, v["refauto_audit_ms"], a, a / v["refauto_audit_ms"], dx, dw, v["refauto_dx_rel_l2_diff"], v["refauto_dw_rel_l2_diff"] }' "$out/q_$tag"
+      if (v["refauto_ran"]) dx = dx sprintf(", %d pairs", v["refauto_pairs"]);
+      if (w["refauto_ran"]) dw = dw sprintf(", %d pairs", w["refauto_pairs"]);
+      printf "%s: reference auto: audit %.3f ms against float64 %.3f ms: %.2fx; auto / float64 floor %.3f (d_x %s, d_weight %s; rel_l2 auto - float64 %.3g %.3g)\n",
+        tag, v["refauto_audit_ms"], a, a / v["refauto_audit_ms"], v["refauto_audit_ms"] / v["floor_ms"], dx, dw, v["refauto_dx_rel_l2_diff"], v["refauto_dw_rel_l2_diff"] }' "$out/q_$tag"
   fi
 done
 echo "ratios:"; sed 's/^/  /' "$out/ratios"

@@ -141,6 +141,16 @@ int qk_oz_combine(const int32_t *T, int64_t tstride, int S, int64_t m, int64_t n
                   const int *eb, double *C, int64_t ldc, int acc, void *stream);
 int qk_oz_check(const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc, const double *C,
                 int64_t ldc, int64_t m, int64_t n, int64_t k, int ns, double *scratch, double *res, void *stream);
+/* qk_oz_plan: the evidence of the fast reference's pair plan
+ * (src/backend/ozplan.h) on the self-check's sample: per sampled element,
+ * QK_OZ_PLAN_W doubles into out (every pair's exact int8 slice product
+ * from as / bs, slices of op(A) and op(B) as qk_oz_split wrote them with
+ * strides astride / bstride, the exact value from A / B as qk_oz_check
+ * takes it, sum |a||b|, e_i + f_j, bf16's rounding error squared). */
+#define QK_OZ_PLAN_W (QK_OZ_SMAX * QK_OZ_SMAX + 5)
+int qk_oz_plan(const int8_t *as, int64_t astride, const int8_t *bs, int64_t bstride, int64_t kp, int S, const int *ea,
+               const int *eb, const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc, int64_t m,
+               int64_t n, int64_t k, int ns, double *out, void *stream);
 
 /* Conformance: for 2^32 float32 bit patterns from `start` (count of them),
  * out[i] = __nv_cvt_float_to_fp8(bits(start + i), __NV_SATFINITE, kind)

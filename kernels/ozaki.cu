@@ -190,6 +190,77 @@ __global__ static void __launch_bounds__(OZ_THREADS) k_check(const double *A, in
   if (!(d == d)) out[4 * s + 0] = out[4 * s + 1] = NAN; /* a NaN stays a NaN: the gate refuses it */
 }
 
+/* The plan's evidence (src/backend/ozplan.h): one warp per sampled element
+ * (the self-check's sample), from the S digit slices of op(A)'s row i (as:
+ * slice t at as + t astride, the row's digits at i kp) and of op(B)'s column
+ * j (bs likewise): every pair's exact integer product P[t][u] = sum_l
+ * d_t(i, l) d'_u(j, l) (int64 per lane: |d d'| <= 127^2), the exact value
+ * from the float64 operands as k_check takes it (hi, lo), sum |a||b|, the
+ * scale exponent e_i + f_j (QC_OZPLAN_ZERO's -1e300 for a row of zeros) and
+ * (bf16(exact) - exact)^2; out[s * QK_OZ_PLAN_W ..] in ozplan.h's layout. */
+__global__ static void __launch_bounds__(OZ_THREADS) k_plan(const int8_t *as, int64_t astride, const int8_t *bs, int64_t bstride,
+                               int64_t kp, int S, const int *ea, const int *eb, const double *A, int64_t sar, int64_t sal,
+                               const double *B, int64_t sbl, int64_t sbc, int64_t m, int64_t n, int64_t k, int ns,
+                               double *out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t s = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  if (s >= ns || (m * n <= ns && s >= m * n)) return;
+  int64_t i, j;
+  sample_ij(s, m, n, ns, &i, &j);
+  long long P[QK_OZ_SMAX][QK_OZ_SMAX];
+  for (int t = 0; t < QK_OZ_SMAX; t++)
+    for (int u = 0; u < QK_OZ_SMAX; u++) P[t][u] = 0;
+  double hi = 0, lo = 0, sc = 0;
+  const int8_t *ar = as + i * kp, *br = bs + j * kp;
+  for (int64_t l = lane; l < k; l += 32) {
+    int da[QK_OZ_SMAX], db[QK_OZ_SMAX];
+    for (int t = 0; t < QK_OZ_SMAX; t++) {
+      da[t] = t < S ? ar[t * astride + l] : 0;
+      db[t] = t < S ? br[t * bstride + l] : 0;
+    }
+    for (int t = 0; t < QK_OZ_SMAX; t++)
+      for (int u = 0; u < QK_OZ_SMAX; u++) P[t][u] += (long long)(da[t] * db[u]);
+    double a = A[i * sar + l * sal], b = B[l * sbl + j * sbc];
+    double p = a * b, pe = fma(a, b, -p), x, xe;
+    two_sum(hi, p, &x, &xe);
+    hi = x;
+    lo += pe + xe;
+    sc += fabs(p);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    for (int t = 0; t < QK_OZ_SMAX; t++)
+      for (int u = 0; u < QK_OZ_SMAX; u++) P[t][u] += __shfl_xor_sync(0xffffffffu, P[t][u], o);
+    double h2 = __shfl_xor_sync(0xffffffffu, hi, o), l2 = __shfl_xor_sync(0xffffffffu, lo, o);
+    double c2 = __shfl_xor_sync(0xffffffffu, sc, o), x, xe;
+    two_sum(hi, h2, &x, &xe);
+    hi = x;
+    lo += l2 + xe;
+    sc += c2;
+  }
+  if (lane) return;
+  double *w = out + s * QK_OZ_PLAN_W;
+  for (int t = 0; t < QK_OZ_SMAX; t++)
+    for (int u = 0; u < QK_OZ_SMAX; u++) w[t * QK_OZ_SMAX + u] = (double)P[t][u]; /* exact: below 2^53 */
+  const double ex = hi + lo, rb = (double)__bfloat162float(__double2bfloat16(ex)) - ex;
+  double *x = w + QK_OZ_SMAX * QK_OZ_SMAX;
+  x[0] = hi;
+  x[1] = lo;
+  x[2] = sc;
+  x[3] = ea[i] == QK_OZ_EZERO || eb[j] == QK_OZ_EZERO ? -1e300 : (double)(ea[i] + eb[j]);
+  x[4] = rb * rb;
+}
+
+extern "C" int qk_oz_plan(const int8_t *as, int64_t astride, const int8_t *bs, int64_t bstride, int64_t kp, int S,
+                          const int *ea, const int *eb, const double *A, int64_t sar, int64_t sal, const double *B,
+                          int64_t sbl, int64_t sbc, int64_t m, int64_t n, int64_t k, int ns, double *out, void *stream) {
+  if (m <= 0 || n <= 0 || ns <= 0) return 0;
+  if (S < 1 || S > QK_OZ_SMAX) return (int)cudaErrorInvalidValue;
+  int nuse = m * n < ns ? (int)(m * n) : ns;
+  k_plan<<<(unsigned)((nuse * 32 + OZ_THREADS - 1) / OZ_THREADS), OZ_THREADS, 0, (cudaStream_t)stream>>>(
+      as, astride, bs, bstride, kp, S, ea, eb, A, sar, sal, B, sbl, sbc, m, n, k, ns, out);
+  return (int)cudaGetLastError();
+}
+
 /* res[0] = max of the per-sample relative errors (NaN if any is NaN),
  * res[1..3] the sums of the other three columns: one block, each thread a
  * strided set of samples in order, then a fixed tree (deterministic). */

@@ -144,6 +144,7 @@ typedef struct qc_linear_audit_out {
   double ref_err[2];        /* its sample's max |fast - exact| / sum |a||b| */
   double ref_err_norm[2];   /* its sample's ||fast - exact|| / ||exact|| */
   double ref_gate[2];       /* the bound both had to stay below: 1e-3 x the sample's noise floor */
+  int ref_pairs[2];         /* the int8 slice products the plan ran (backend/ozplan.h); 0: none ran */
 } qc_linear_audit_out;
 
 /* --reference fast: the Ozaki reference's default number of slices, and the range taken;

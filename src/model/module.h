@@ -122,6 +122,8 @@ typedef struct qc_refgemm {
                                   and the reference was recomputed with float64 DGEMM */
   double err, err_norm, gate;  /* its self-check: max |fast - exact| / sum |a||b| and normwise on the
                                   sample, and the gate both had to stay below */
+  int pairs;                   /* with slices and kept: the int8 slice products run (the plan from the
+                                  sample, backend/ozplan.h; S (S + 1) / 2 without one) */
 } qc_refgemm;
 
 typedef struct qc_fast_grad {

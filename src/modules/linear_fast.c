@@ -42,7 +42,8 @@ static void put(qc_fast_out *out, const char *name, int ndim, const int64_t *sha
   g->cand_dtype = QC_BF16;
   g->m = *m;
   g->ref = (qc_refgemm){.slices = o->ref_ran[i], .kept = o->ref_ran[i] && o->ref_fast[i], .err = o->ref_err[i],
-                         .err_norm = o->ref_err_norm[i], .gate = o->ref_gate[i]};
+                         .err_norm = o->ref_err_norm[i], .gate = o->ref_gate[i],
+                         .pairs = o->ref_pairs[i]};
 }
 
 /* The fast path (see the file comment and qc_fast_fn). */

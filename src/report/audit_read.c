@@ -141,6 +141,7 @@ static int read_vjp(const cJSON *r, int src, qc_evidence *e) {
     str(rg, "method", meth, sizeof meth);
     q->ref.slices = strcmp(meth, "ozaki_int8") && strcmp(meth, "float64_fallback") ? 0 : (int)num(rg, "slices", 0);
     q->ref.kept = q->ref.slices > 0 && strcmp(meth, "ozaki_int8") == 0;
+    q->ref.pairs = q->ref.kept ? (int)num(rg, "pairs", 0) : 0;
     /* a diagnosis is an object with its summary (vjp), or a string */
     const cJSON *dg = get(k, "diagnosis");
     str(cJSON_IsObject(dg) ? dg : k, cJSON_IsObject(dg) ? "summary" : "diagnosis", q->diagnosis, sizeof q->diagnosis);

@@ -136,6 +136,7 @@ static cJSON *ref_gemm_json(const qc_refgemm *r) {
   cJSON_AddStringToObject(o, "method", !r->slices ? "float64" : r->kept ? "ozaki_int8" : "float64_fallback");
   if (!r->slices) return o;
   cJSON_AddNumberToObject(o, "slices", r->slices);
+  if (r->kept && r->pairs > 0) cJSON_AddNumberToObject(o, "pairs", r->pairs);
   cJSON *c = cJSON_AddObjectToObject(o, "self_check");
   add_num(c, "max_error", r->err);
   add_num(c, "normwise_error", r->err_norm);

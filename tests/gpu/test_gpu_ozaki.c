@@ -220,6 +220,15 @@ static void audit_fast_vs_f64(const qc_backend *be, int64_t M, int64_t K, int64_
             fmt, tag, (long long)M, (long long)K, (long long)N, oq.ref_fast[0], oq.ref_fast[1], oq.ref_err[0], oq.ref_err[1],
             oq.ref_gate[0], oq.ref_gate[1]);
   cr_expect(!of.ref_fast[0] && !of.ref_fast[1], "the float64 audit reports no fast reference");
+  /* the pairs the plan chose from the sample (backend/ozplan.h): at most the full 10, and the
+   * self-check, on the same sample, within the quarter of the gate the device's evidence predicted */
+  for (int g = 0; g < 2; g++) {
+    cr_expect(oq.ref_pairs[g] >= 1 && oq.ref_pairs[g] <= 10, "%s %s: %s ran %d pairs", fmt, tag, g ? "d_weight" : "d_x", oq.ref_pairs[g]);
+    cr_expect(oq.ref_err[g] <= 0.25 * oq.ref_gate[g] * (1 + 1e-6) && oq.ref_err_norm[g] <= 0.25 * oq.ref_gate[g] * (1 + 1e-6),
+              "%s %s: %s's self-check %.3g %.3g beyond the plan's margin of the gate %.3g", fmt, tag, g ? "d_weight" : "d_x",
+              oq.ref_err[g], oq.ref_err_norm[g], oq.ref_gate[g]);
+    cr_expect_eq(oq.ref_pairs[g], oq2.ref_pairs[g], "the same plan on a rerun");
+  }
   /* the references: normwise far below the noise floor */
   double ex = gpu_rel(oq.dx_ref, of.dx_ref, M * K), ew = gpu_rel(oq.dw_ref, of.dw_ref, N * K);
   cr_expect(ex <= 1e-3 * of.dx.noise_floor && ew <= 1e-3 * of.dw.noise_floor,
@@ -245,9 +254,9 @@ static void audit_fast_vs_f64(const qc_backend *be, int64_t M, int64_t K, int64_
   cr_expect(o2.ref_err[0] > o2.ref_gate[0], "S 2's self-check error %.3g is above its gate %.3g", o2.ref_err[0], o2.ref_gate[0]);
   cr_expect_eq(memcmp(o2.dx_ref, of.dx_ref, (size_t)(M * K) * 8), 0, "the fallback d_x reference is DGEMM's");
   cr_expect_eq(memcmp(&o2.dx, &of.dx, sizeof o2.dx), 0, "the fallback's d_x metrics are the float64 audit's");
-  printf("ozaki audit %s %s [%lld %lld %lld]: rel_l2 d_x %.9g / %.9g, d_weight %.9g / %.9g; ref diff %.3g %.3g; check %.3g %.3g gate %.3g %.3g\n",
+  printf("ozaki audit %s %s [%lld %lld %lld]: rel_l2 d_x %.9g / %.9g, d_weight %.9g / %.9g; ref diff %.3g %.3g; check %.3g %.3g gate %.3g %.3g; pairs %d %d\n",
          fmt, tag, (long long)M, (long long)K, (long long)N, oq.dx.rel_l2, of.dx.rel_l2, oq.dw.rel_l2, of.dw.rel_l2, ex, ew,
-         oq.ref_err[0], oq.ref_err[1], oq.ref_gate[0], oq.ref_gate[1]);
+         oq.ref_err[0], oq.ref_err[1], oq.ref_gate[0], oq.ref_gate[1], oq.ref_pairs[0], oq.ref_pairs[1]);
   qc_linear_audit_out *all[4] = {&of, &oq, &oq2, &o2};
   for (int i = 0; i < 4; i++) free(all[i]->dx_ref), free(all[i]->dw_ref);
   be->buf_free(be, d.x); be->buf_free(be, d.w); be->buf_free(be, d.dy); be->buf_free(be, d.dxc);

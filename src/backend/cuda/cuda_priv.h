@@ -27,6 +27,7 @@
 extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/cuda.h"
+#include "backend/ozplan.h"
 #include "backend/refcost.h"
 #include "core/par.h"
 #include "core/qc.h"
@@ -98,8 +99,11 @@ typedef struct cu {
     void *buf[2];           /* per slot (d_x, d_weight: they may run on two streams at once): slices,
                              * int32 products, exponents, a cuBLASLt workspace; grown on demand, freed at close */
     size_t bytes[2];
-    void *dev;              /* [2][4] self-check results, [2] non-finite flags, [2] the check's scratch */
-    double *host;           /* pinned: the same results and flags, downloaded at the settle */
+    void *dev;              /* [2][4] self-check results, [2] non-finite flags, [2] the check's scratch,
+                             * [2] the plans' evidence (OZ_NS x QK_OZ_PLAN_W doubles each) */
+    double *host;           /* pinned: the same results and flags, downloaded at the settle; then
+                             * [2] the plans' evidence, downloaded at cu_ref_run */
+    cudaEvent_t plan_ev[2]; /* each slot's evidence downloaded */
     struct oz_plan {        /* cuBLASLt int8 x int8 -> int32 descriptors and algorithm per shape */
       int used;
       int64_t mp, np, kc, kp;
@@ -117,6 +121,14 @@ typedef struct cu {
       const double *A, *B;
       double *C;
       int S;                /* the slices it ran with */
+      int ran;              /* 0: split, the plan's evidence queued; 1: its products (or DGEMM) queued too */
+      qc_ozplan plan;       /* the pairs run (plan.L 0: none: DGEMM from the start) */
+      unsigned nonfinite;   /* the split saw a non-finite operand (DGEMM from the start) */
+      int8_t *as, *bs;      /* its slices, int32 products, exponents, workspace (in buf[slot]) */
+      int32_t *T;
+      int *ea, *eb;
+      void *ws;
+      int64_t mp, np, kp;
     } pend[2];
   } oz;
   struct cu_refauto {       /* --reference auto (refprobe.cu): this device's rates, probed once */
@@ -248,6 +260,12 @@ int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
 int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n,
                 int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 int cu_ref_settle(cu *c, qc_linear_audit_out *o);
+/* The second half of cu_ref_gemm's fast path (cu_ref_settle calls it; the
+ * audit may call it sooner): for each slot queued, d_weight's first, waits
+ * for its plan's evidence, chooses its pairs (backend/ozplan.h) and queues
+ * the int8 products, the combine and the self-check, or DGEMM where no
+ * plan meets the gate. */
+int cu_ref_run(cu *c);
 /* Release the fast reference's plans and buffers at close (rc as cu_keep). */
 int cu_oz_free(cu *c, int rc);
 /* refprobe.cu: --reference auto. cu_ref_probe measures, once per backend,

@@ -142,7 +142,9 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if (!a->dw_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
     goto done;
   if ((rc = cu_ref_gemm(c, a->ref_slices, 1, c->st2, c->blas2, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
-  if (dw_early && (rc = cu_sums_queue(c, c->st2, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
+  /* (the fast reference queues its products once its plan is chosen: cu_ref_run, before d_weight's metrics read them) */
+  if (dw_early && ((rc = cu_ref_run(c)) || (rc = cu_sums_queue(c, c->st2, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))))
+    goto done;
   CK(cudaEventRecord(c->ev[6], c->st2), "event");
   /* W_ref: bf16 for the candidate, float64 for the reference */
   if (q.fmt == QK_NONE) {

@@ -51,22 +51,32 @@ int cu_oz_free(cu *c, int rc) {
   rc = cu_keep(c, rc, cudaFree(c->oz.buf[1]), "cudaFree (fast reference)");
   rc = cu_keep(c, rc, cudaFree(c->oz.dev), "cudaFree (fast reference's self-check)");
   if (c->oz.host) rc = cu_keep(c, rc, cudaFreeHost(c->oz.host), "cudaFreeHost (fast reference's self-check)");
+  for (int s = 0; s < 2; s++)
+    if (c->oz.plan_ev[s]) rc = cu_keep(c, rc, cudaEventDestroy(c->oz.plan_ev[s]), "cudaEventDestroy (fast reference)");
   memset(&c->oz, 0, sizeof c->oz);
   return rc;
 }
 
-/* The small fixed buffers: check results and flags (device and pinned), scratch. */
+/* The small fixed buffers: check results and flags (device and pinned),
+ * scratch, the plans' evidence and their events. Device doubles: [0, 8) the
+ * results, [8, 10) the flags, then 4 OZ_NS of check scratch per slot, then
+ * OZ_NS x QK_OZ_PLAN_W of evidence per slot; pinned: the first 10, then the
+ * evidence. */
+#define OZ_DEV_DOUBLES (10 + 8 * OZ_NS + 2 * OZ_NS * QK_OZ_PLAN_W)
 static int oz_small(cu *c) {
   int rc = QC_OK;
   if (c->oz.dev) return QC_OK;
-  if ((rc = cu_dalloc(c, (10 + 8 * OZ_NS) * sizeof(double), "the fast reference's self-check", &c->oz.dev))) return rc;
-  CK(cudaMallocHost((void **)&c->oz.host, 8 * sizeof(double) + 16), "pinned self-check results");
+  if ((rc = cu_dalloc(c, OZ_DEV_DOUBLES * sizeof(double), "the fast reference's self-check", &c->oz.dev))) return rc;
+  CK(cudaMallocHost((void **)&c->oz.host, (10 + 2 * OZ_NS * QK_OZ_PLAN_W) * sizeof(double)), "pinned self-check results");
+  for (int s = 0; s < 2; s++) CK(cudaEventCreateWithFlags(&c->oz.plan_ev[s], cudaEventDisableTiming), "event (fast reference)");
 done:
   return rc;
 }
 static double *oz_res(cu *c, int slot) { return (double *)c->oz.dev + 4 * slot; }
 static unsigned *oz_flag(cu *c, int slot) { return (unsigned *)((double *)c->oz.dev + 8) + slot; }
 static double *oz_scratch(cu *c, int slot) { return (double *)c->oz.dev + 10 + 4 * OZ_NS * slot; /* after the results and the flags' 16 bytes */ }
+static double *oz_ev_dev(cu *c, int slot) { return (double *)c->oz.dev + 10 + 8 * OZ_NS + (size_t)OZ_NS * QK_OZ_PLAN_W * slot; }
+static double *oz_ev_host(cu *c, int slot) { return c->oz.host + 10 + (size_t)OZ_NS * QK_OZ_PLAN_W * slot; }
 
 /* The cached int8 plan for padded mp x np, contraction chunk kc, row pitch
  * kp (descriptors and the heuristic's first algorithm), or a new one. */
@@ -121,28 +131,29 @@ done:
 /* The largest contraction chunk whose int32 sums cannot overflow (the cost model's, backend/refcost.h). */
 static int64_t oz_chunk(int S) { return qc_refcost_chunk(S); }
 
-/* The Ozaki scheme's fast GEMM alone (cu_ref_gemm adds the fallback; res:
- * 4 device doubles for the self-check, or NULL; flag: a device word set
- * non-zero on a non-finite operand, or NULL). */
-static int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
-                         int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res,
-                         unsigned *flag) {
+typedef struct cu::cu_oz::oz_pend oz_pend;
+
+/* op(A)'s panel strides (rows i, contraction l) and op(B)'s (columns j). */
+static void oz_strides(const oz_pend *p, int64_t *asr, int64_t *asl, int64_t *bsr, int64_t *bsl) {
+  *asr = p->ta == QC_OP_N ? p->lda : 1;
+  *asl = p->ta == QC_OP_N ? 1 : p->lda;
+  *bsr = p->tb == QC_OP_N ? 1 : p->ldb;
+  *bsl = p->tb == QC_OP_N ? p->ldb : 1;
+}
+
+/* The first half of the fast GEMM p (its operands, shape and S set): slot's
+ * buffer grown to fit, both operands split into S int8 slices on st (the
+ * layout into p), flag zeroed first and set on a non-finite operand. QC_OK;
+ * QC_EINPUT when the memory is not there (the caller takes DGEMM). */
+static int oz_prep(cu *c, int slot, cudaStream_t st, oz_pend *p, unsigned *fl) {
   int rc = QC_OK;
-  const int S = slices;
-  const int64_t mp = up16(m), np = up16(n), kp = up16(k), kmax = oz_chunk(S);
-  /* op(A) as a panel of rows i, op(B) of columns j (kernels.h) */
-  const int64_t asr = ta == QC_OP_N ? lda : 1, asl = ta == QC_OP_N ? 1 : lda;
-  const int64_t bsr = tb == QC_OP_N ? 1 : ldb, bsl = tb == QC_OP_N ? ldb : 1;
-  const int32_t one = 1, zero = 0;
+  const int S = p->S;
+  const int64_t mp = up16(p->m), np = up16(p->n), kp = up16(p->k);
+  int64_t asr, asl, bsr, bsl;
+  oz_strides(p, &asr, &asl, &bsr, &bsl);
   if (S < QC_REF_SLICES_MIN || S > QC_REF_SLICES_MAX || S > QK_OZ_SMAX)
     return qc_err("%s: the fast reference takes %d to %d slices, not %d", c->name, QC_REF_SLICES_MIN, QC_REF_SLICES_MAX, S);
   if (slot < 0 || slot > 1) return qc_err_sys("%s: fast reference slot %d out of range", c->name, slot);
-  if (m == 0 || n == 0) return QC_OK;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; i++) CK(cudaMemsetAsync(Cm + i * ldc, 0, (size_t)n * 8, st), "zero GEMM output");
-    if (res) CK(cudaMemsetAsync(res, 0, 4 * sizeof *res, st), "zero self-check");
-    return QC_OK;
-  }
   {
     size_t need = oz_bytes(mp, np, kp, S) + WS_BYTES;
     if (c->oz.bytes[slot] < need) {
@@ -155,43 +166,92 @@ static int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, i
     }
   }
   {
-    char *p = (char *)c->oz.buf[slot];
-    void *ws = p + oz_bytes(mp, np, kp, S);
-    int8_t *as = (int8_t *)p;
-    p += up256((size_t)S * (size_t)(mp * kp));
-    int8_t *bs = (int8_t *)p;
-    p += up256((size_t)S * (size_t)(np * kp));
-    int32_t *T = (int32_t *)p;
-    p += up256((size_t)S * (size_t)(mp * np) * 4);
-    int *ea = (int *)p;
-    p += up256((size_t)mp * 4);
-    int *eb = (int *)p;
-    if ((rc = oz_small(c))) return rc;
-    unsigned *fl = flag ? flag : oz_flag(c, slot);
-    CK(cudaMemsetAsync(fl, 0, sizeof *fl, st), "zero the non-finite flag");
-    CK((cudaError_t)qk_oz_split(A, m, k, asr, asl, S, ea, fl, as, mp, kp, st), "split op(A) into int8 slices");
-    CK((cudaError_t)qk_oz_split(B, n, k, bsr, bsl, S, eb, fl, bs, np, kp, st), "split op(B) into int8 slices");
-    for (int64_t k0 = 0; k0 < kp; k0 += kmax) {
-      const int64_t kc = kp - k0 < kmax ? kp - k0 : kmax;
-      struct cu::cu_oz::oz_plan *pl = NULL;
-      if ((rc = oz_plan(c, mp, np, kc, kp, &pl))) return rc;
-      for (int L = 2; L <= S + 1; L++) {
-        int32_t *TL = T + (int64_t)(L - 2) * mp * np;
-        for (int t = 1; t < L; t++) {
-          const int u = L - t;
-          const int8_t *at = as + (int64_t)(t - 1) * mp * kp + k0, *bu = bs + (int64_t)(u - 1) * np * kp + k0;
-          BK(cublasLtMatmul(c->lt, pl->op, &one, bu, pl->la, at, pl->lb, t == 1 ? &zero : &one, TL, pl->ld, TL, pl->ld,
-                            &pl->algo, ws, WS_BYTES, st),
-             "cublasLtMatmul (int8 slices)");
-        }
+    char *q = (char *)c->oz.buf[slot];
+    p->ws = q + oz_bytes(mp, np, kp, S);
+    p->as = (int8_t *)q;
+    q += up256((size_t)S * (size_t)(mp * kp));
+    p->bs = (int8_t *)q;
+    q += up256((size_t)S * (size_t)(np * kp));
+    p->T = (int32_t *)q;
+    q += up256((size_t)S * (size_t)(mp * np) * 4);
+    p->ea = (int *)q;
+    q += up256((size_t)mp * 4);
+    p->eb = (int *)q;
+    p->mp = mp; p->np = np; p->kp = kp;
+  }
+  CK(cudaMemsetAsync(fl, 0, sizeof *fl, st), "zero the non-finite flag");
+  CK((cudaError_t)qk_oz_split(p->A, p->m, p->k, asr, asl, S, p->ea, fl, p->as, mp, kp, st), "split op(A) into int8 slices");
+  CK((cudaError_t)qk_oz_split(p->B, p->n, p->k, bsr, bsl, S, p->eb, fl, p->bs, np, kp, st), "split op(B) into int8 slices");
+done:
+  return rc;
+}
+
+/* The second half: the int8 products of plan (Sa, Sb, L) of the split p,
+ * per contraction chunk the pairs of each level L' <= L (t <= Sa, u <= Sb)
+ * summed into its int32 product, then the exact combine into p->C, on st. */
+static int oz_products(cu *c, cudaStream_t st, const oz_pend *p, int Sa, int Sb, int L) {
+  int rc = QC_OK;
+  const int32_t one = 1, zero = 0;
+  const int64_t mp = p->mp, np = p->np, kp = p->kp, kmax = oz_chunk(p->S);
+  const int top = L < Sa + Sb ? L : Sa + Sb; /* every level 2..top holds a pair */
+  for (int64_t k0 = 0; k0 < kp; k0 += kmax) {
+    const int64_t kc = kp - k0 < kmax ? kp - k0 : kmax;
+    struct cu::cu_oz::oz_plan *pl = NULL;
+    if ((rc = oz_plan(c, mp, np, kc, kp, &pl))) return rc;
+    for (int lv = 2; lv <= top; lv++) {
+      int32_t *TL = p->T + (int64_t)(lv - 2) * mp * np;
+      int first = 1;
+      for (int t = 1; t < lv; t++) {
+        const int u = lv - t;
+        if (t > Sa || u > Sb) continue;
+        const int8_t *at = p->as + (int64_t)(t - 1) * mp * kp + k0, *bu = p->bs + (int64_t)(u - 1) * np * kp + k0;
+        BK(cublasLtMatmul(c->lt, pl->op, &one, bu, pl->la, at, pl->lb, first ? &zero : &one, TL, pl->ld, TL, pl->ld,
+                          &pl->algo, p->ws, WS_BYTES, st),
+           "cublasLtMatmul (int8 slices)");
+        first = 0;
       }
-      CK((cudaError_t)qk_oz_combine(T, mp * np, S, m, n, np, ea, eb, Cm, ldc, k0 > 0, st), "combine the int32 products");
     }
+    /* the combine's levels 2..top are ours: its "S" is top - 1 */
+    CK((cudaError_t)qk_oz_combine(p->T, mp * np, top - 1, p->m, p->n, np, p->ea, p->eb, p->C, p->ldc, k0 > 0, st),
+       "combine the int32 products");
   }
-  if (res) {
-    CK((cudaError_t)qk_oz_check(A, asr, asl, B, bsl, bsr, Cm, ldc, m, n, k, OZ_NS, oz_scratch(c, slot), res, st),
-       "the fast reference's self-check");
+done:
+  return rc;
+}
+
+/* The self-check of p's result on st into res (4 device doubles). */
+static int oz_check(cu *c, int slot, cudaStream_t st, const oz_pend *p, double *res) {
+  int rc = QC_OK;
+  int64_t asr, asl, bsr, bsl;
+  oz_strides(p, &asr, &asl, &bsr, &bsl);
+  CK((cudaError_t)qk_oz_check(p->A, asr, asl, p->B, bsl, bsr, p->C, p->ldc, p->m, p->n, p->k, OZ_NS, oz_scratch(c, slot), res, st),
+     "the fast reference's self-check");
+done:
+  return rc;
+}
+
+/* The Ozaki scheme's fast GEMM alone, every pair of the S slices (the
+ * benchmark's and the GPU test's hook; cu_ref_gemm plans its pairs; res: 4
+ * device doubles for the self-check, or NULL; flag: a device word set
+ * non-zero on a non-finite operand, or NULL). */
+static int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                         int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res,
+                         unsigned *flag) {
+  int rc = QC_OK;
+  oz_pend p;
+  memset(&p, 0, sizeof p);
+  p.ta = ta; p.tb = tb; p.m = m; p.n = n; p.k = k; p.A = A; p.lda = lda; p.B = B; p.ldb = ldb; p.C = Cm; p.ldc = ldc;
+  p.S = slices;
+  if (m == 0 || n == 0) return QC_OK;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; i++) CK(cudaMemsetAsync(Cm + i * ldc, 0, (size_t)n * 8, st), "zero GEMM output");
+    if (res) CK(cudaMemsetAsync(res, 0, 4 * sizeof *res, st), "zero self-check");
+    return QC_OK;
   }
+  if ((rc = oz_small(c)) || (rc = oz_prep(c, slot, st, &p, flag ? flag : oz_flag(c, slot))) ||
+      (rc = oz_products(c, st, &p, slices, slices, slices + 1)))
+    return rc;
+  if (res) rc = oz_check(c, slot, st, &p, res);
 done:
   return rc;
 }
@@ -203,41 +263,107 @@ int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, 
   c->oz.pend[slot].used = 0;
   if (slot == 1) c->oz.pend[0].used = 0; /* an audit's first: nothing of an earlier one is pending */
   if (slices == QC_REF_AUTO) slices = cu_ref_auto(c, slot, m, n, k); /* the cost model's pick (refprobe.cu) */
-  if (slices <= 0) return cu_dgemm_dev_h(c, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
-  if ((rc = oz_small(c))) return rc;
-  rc = cu_ozaki_gemm(c, slot, st, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, slices, oz_res(c, slot), oz_flag(c, slot));
-  if (rc == QC_EINPUT) {
-    /* no memory for the slices, or no int8 algorithm on this GPU: the float64 reference, said so */
-    if (qc_verbose) fprintf(stderr, "qatcheck: %s: the fast reference cannot run (%s): float64 DGEMM instead\n", c->name, qc_err_msg());
-    qc_err_clear();
-    return cu_dgemm_dev_h(c, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
-  }
-  if (rc) return rc;
-  struct cu::cu_oz::oz_pend *p = &c->oz.pend[slot];
-  p->used = 1;
+  if (slices <= 0 || m == 0 || n == 0 || k == 0) return cu_dgemm_dev_h(c, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+  oz_pend *p = &c->oz.pend[slot];
+  memset(p, 0, sizeof *p);
   p->st = st; p->h = h;
   p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldc = ldc;
   p->A = A; p->B = B; p->C = Cm;
   p->S = slices;
-  return QC_OK;
+  if ((rc = oz_small(c))) return rc;
+  rc = oz_prep(c, slot, st, p, oz_flag(c, slot));
+  if (rc == QC_EINPUT) {
+    /* no memory for the slices: the float64 reference, said so */
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: the fast reference cannot run (%s): float64 DGEMM instead\n", c->name, qc_err_msg());
+    qc_err_clear();
+    memset(p, 0, sizeof *p);
+    return cu_dgemm_dev_h(c, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+  }
+  if (rc) return rc;
+  /* the plan's evidence on the self-check's sample, and the split's flag, downloaded for cu_ref_run */
+  {
+    int64_t asr, asl, bsr, bsl;
+    oz_strides(p, &asr, &asl, &bsr, &bsl);
+    const int nuse = m * n < OZ_NS ? (int)(m * n) : OZ_NS;
+    CK((cudaError_t)qk_oz_plan(p->as, p->mp * p->kp, p->bs, p->np * p->kp, p->kp, slices, p->ea, p->eb, A, asr, asl, B, bsl,
+                               bsr, m, n, k, OZ_NS, oz_ev_dev(c, slot), st),
+       "the fast reference's plan");
+    CK(cudaMemcpyAsync(oz_ev_host(c, slot), oz_ev_dev(c, slot), (size_t)nuse * QK_OZ_PLAN_W * sizeof(double),
+                       cudaMemcpyDeviceToHost, st),
+       "download the plan's evidence");
+    CK(cudaMemcpyAsync((unsigned *)(c->oz.host + 8) + slot, oz_flag(c, slot), sizeof(unsigned), cudaMemcpyDeviceToHost, st),
+       "download the non-finite flag");
+    CK(cudaEventRecord(c->oz.plan_ev[slot], st), "event (fast reference)");
+  }
+  p->used = 1;
+done:
+  return rc;
+}
+
+int cu_ref_run(cu *c) {
+  int rc = QC_OK;
+  for (int s = 1; s >= 0; s--) {
+    oz_pend *p = &c->oz.pend[s];
+    if (!p->used || p->ran) continue;
+    CK(cudaEventSynchronize(c->oz.plan_ev[s]), "the fast reference's plan");
+    p->nonfinite = ((const unsigned *)(c->oz.host + 8))[s];
+    const int nuse = p->m * p->n < OZ_NS ? (int)(p->m * p->n) : OZ_NS;
+    if (p->nonfinite) {
+      memset(&p->plan, 0, sizeof p->plan);
+      p->plan.err = p->plan.err_norm = NAN;
+    } else {
+      qc_ozplan_choose(oz_ev_host(c, s), nuse, p->S, &p->plan);
+    }
+    p->ran = 1;
+    if (p->plan.L > 0) {
+      if ((rc = oz_products(c, p->st, p, p->plan.Sa, p->plan.Sb, p->plan.L)) || (rc = oz_check(c, s, p->st, p, oz_res(c, s))))
+        goto done;
+    } else if ((rc = cu_dgemm_dev_h(c, p->h, p->ta, p->tb, p->m, p->n, p->k, p->A, p->lda, p->B, p->ldb, p->C, p->ldc))) {
+      goto done;
+    }
+  }
+done:
+  return rc;
 }
 
 int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
   int rc = QC_OK;
   const char *names[2] = {"d_x", "d_weight"};
   if (o)
-    for (int s = 0; s < 2; s++) o->ref_ran[s] = o->ref_fast[s] = 0, o->ref_err[s] = o->ref_err_norm[s] = o->ref_gate[s] = 0;
+    for (int s = 0; s < 2; s++)
+      o->ref_ran[s] = o->ref_fast[s] = o->ref_pairs[s] = 0, o->ref_err[s] = o->ref_err_norm[s] = o->ref_gate[s] = 0;
   if (!c->oz.pend[0].used && !c->oz.pend[1].used) return QC_OK;
   double *h = c->oz.host;
   int fell = 0;
+  if ((rc = cu_ref_run(c))) goto done;
   for (int s = 0; s < 2; s++)
     if (c->oz.pend[s].used) CK(cudaStreamSynchronize(c->oz.pend[s].st), "the fast reference");
   CK(cudaMemcpyAsync(h, c->oz.dev, 8 * sizeof(double) + 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, c->st),
      "download the self-check");
   CK(cudaStreamSynchronize(c->st), "the fast reference's self-check");
   for (int s = 0; s < 2; s++) {
-    struct cu::cu_oz::oz_pend *p = &c->oz.pend[s];
+    oz_pend *p = &c->oz.pend[s];
     if (!p->used) continue;
+    const int ns = p->m * p->n < OZ_NS ? (int)(p->m * p->n) : OZ_NS;
+    if (p->plan.L == 0) { /* no plan met the gate on the sample (or a non-finite operand): DGEMM ran instead */
+      if (o) {
+        o->ref_ran[s] = p->S;
+        o->ref_err[s] = p->plan.err;
+        o->ref_err_norm[s] = p->plan.err_norm;
+        o->ref_gate[s] = p->plan.gate;
+      }
+      if (qc_verbose)
+      {
+        if (p->nonfinite)
+          fprintf(stderr, "qatcheck: %s: fast reference %s: a non-finite operand: float64 DGEMM instead\n", c->name, names[s]);
+        else
+          fprintf(stderr,
+                  "qatcheck: %s: fast reference %s: on the self-check's %d elements even all %d slice products would miss the "
+                  "gate (predicted max error %.3g of sum |a||b|, normwise %.3g, bound %.3g): float64 DGEMM instead\n",
+                  c->name, names[s], ns, p->plan.pairs, p->plan.err, p->plan.err_norm, p->plan.gate);
+      }
+      continue;
+    }
     const double *r = h + 4 * s;
     const unsigned fl = ((const unsigned *)(h + 8))[s];
     const double nrm = fmax(sqrt(r[2]), QC_EPS_NORM);
@@ -246,16 +372,18 @@ int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
     if (o) {
       o->ref_ran[s] = p->S;
       o->ref_fast[s] = keep;
+      o->ref_pairs[s] = keep ? p->plan.pairs : 0;
       o->ref_err[s] = r[0];
       o->ref_err_norm[s] = err_norm;
       o->ref_gate[s] = gate;
     }
     if (qc_verbose)
       fprintf(stderr,
-              "qatcheck: %s: fast reference %s: self-check on %d elements: max error %.3g of sum |a||b|, normwise %.3g, "
-              "bound %.3g (1e-3 x the noise floor)%s\n",
-              c->name, names[s], p->m * p->n < OZ_NS ? (int)(p->m * p->n) : OZ_NS, r[0], err_norm, gate,
-              keep ? ": kept" : fl ? ": a non-finite operand: recomputed with float64 DGEMM" : ": recomputed with float64 DGEMM");
+              "qatcheck: %s: fast reference %s: %d of the %d slice products (digits %d x %d, levels <= %d, chosen on the "
+              "sample: predicted max error %.3g, normwise %.3g); self-check on %d elements: max error %.3g of sum |a||b|, "
+              "normwise %.3g, bound %.3g (1e-3 x the noise floor)%s\n",
+              c->name, names[s], p->plan.pairs, p->S * (p->S + 1) / 2, p->plan.Sa, p->plan.Sb, p->plan.L, p->plan.err,
+              p->plan.err_norm, ns, r[0], err_norm, gate, keep ? ": kept" : ": recomputed with float64 DGEMM");
     if (!keep && (rc = cu_dgemm_dev_h(c, p->h, p->ta, p->tb, p->m, p->n, p->k, p->A, p->lda, p->B, p->ldb, p->C, p->ldc)))
       goto done;
     if (!keep) fell |= 1 << s;
