@@ -266,6 +266,28 @@ typedef struct qc_class_cov {
 
 struct qc_modinfo;
 
+/* What one gradient's reference reads, for the reference variants
+ * (engine/variants.c): the words of `reads`, space-separated, name the
+ * tensors and roundings its value depends on:
+ *   dy      the upstream gradient           (the variant part bf16_dy)
+ *   inputs  the differentiated inputs       (bf16_inputs)
+ *   params  the parameters                  (bf16_params)
+ *   ops     the class's rounding levels, qc_ctx.round_ops (round_ops)
+ * A variant computes the same reference of that gradient as another one
+ * (or as the contract's reference) when they differ only in parts it does
+ * not read: the engine does not compute it again (it could never fit
+ * strictly better). The rows must hold under every contract they apply to:
+ * naming more than the reference reads only costs time, naming less
+ * changes verdicts. */
+typedef struct qc_grad_reads {
+  const char *grad;            /* "d_x" */
+  const char *reads;           /* "dy params ops" */
+  /* optional: the row holds only under a contract for which it returns 1
+   * (a clipped STE's mask reads x); the first row of `grad` that holds is
+   * taken, none: the gradient reads everything */
+  int (*applies)(const qc_contract *c);
+} qc_grad_reads;
+
 typedef struct qc_class {
   const char *name;            /* "linear" */
   const char *summary;         /* one line */
@@ -290,6 +312,9 @@ typedef struct qc_class {
   const char *grads;           /* every gradient the reference can return, space-separated
                                   ("d_x d_weight d_bias"; some only when their input exists):
                                   a tolerance for any other name is refused */
+  const qc_grad_reads *grad_reads; /* optional: what each gradient's reference reads, {NULL}-terminated
+                                  (qc_grad_reads; NULL, or a gradient without a row: everything), so the
+                                  engine computes no reference variant twice for one gradient */
   qc_tol_model_fn tol_model;   /* the error model of each gradient (NULL: none; no derived tolerances) */
   qc_validate_fn validate;     /* m's datasets and contract as its production and error model read them
                                   (NULL: qc_module_check_known's names only); qc_module_validate runs it
