@@ -414,11 +414,36 @@ static int linear_validate(const qc_module *m, const qc_tensor *dy) {
   return rc ? rc : qc_sr_from_contract(&m->contract, m->path, &sr);
 }
 
+/* A clipped STE (src/reference/linear.c): its mask [|X| <= T] on d_x
+ * where the activation is quantized, [|W| <= T] on d_weight where the
+ * weight is. */
+static int linear_ste_mask(const qc_contract *c, const char *fmt_key) {
+  const qc_kv *ste = qc_contract_get(c, "ste");
+  return ste && strcmp(ste->str, "clipped") == 0 && strcmp(qc_contract_str(c, fmt_key, "none"), "none") != 0;
+}
+static int linear_dx_mask(const qc_contract *c) { return linear_ste_mask(c, "activation_format"); }
+static int linear_dw_mask(const qc_contract *c) { return linear_ste_mask(c, "weight_format"); }
+
+/* What each gradient's reference reads (qc_grad_reads): d_x = dY W_ref
+ * (round_ops rounds W_ref) reads x only for a clipped STE's mask;
+ * d_weight = dY^T X_ref (round_ops rounds X_ref) reads W only for its
+ * mask; d_bias = the column sums of dY, which no rounding level touches.
+ * So the bf16_inputs variants of d_x repeat others' references. */
+static const qc_grad_reads linear_reads[] = {
+    {"d_x", "dy params inputs ops", linear_dx_mask},
+    {"d_x", "dy params ops", NULL},
+    {"d_weight", "dy inputs params ops", linear_dw_mask},
+    {"d_weight", "dy inputs ops", NULL},
+    {"d_bias", "dy", NULL},
+    {NULL, NULL, NULL},
+};
+
 const qc_class qc_class_linear = {
     .name = "linear",
     .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
     .tensors = "inputs/x params/weight params/bias saved/weight_q saved/weight_scale saved/weight_scale_inv saved/weight_scale_2 saved/weight_global_scale outputs/y",
     .grads = "d_x d_weight d_bias",
+    .grad_reads = linear_reads,
     .shape_help = "[M, K, N] or [M, K, N, 0] (no bias): tokens, in_features, out_features",
     .keys = linear_keys,
     .generate = linear_generate,
