@@ -118,6 +118,43 @@ void qc_variants_of(const qc_module *m, const qc_tensor *dy, qc_variants_kind ki
   }
 }
 
+unsigned qc_grad_reads_of(const qc_module *m, const char *grad) {
+  static const struct { const char *word; unsigned part; } w[] = {
+      {"dy", QC_VAR_BF16_DY}, {"inputs", QC_VAR_BF16_INPUTS}, {"params", QC_VAR_BF16_PARAMS}, {"ops", QC_VAR_ROUND_OPS}};
+  const qc_grad_reads *r = m->cls->grad_reads;
+  for (; r && r->grad; r++)
+    if (strcmp(r->grad, grad) == 0 && (!r->applies || r->applies(&m->contract))) break;
+  if (!r || !r->grad || !r->reads) return QC_VAR_ALL;
+  unsigned reads = 0;
+  for (const char *p = r->reads + strspn(r->reads, " "); *p; p += strspn(p, " ")) {
+    const size_t n = strcspn(p, " ");
+    size_t j = 0;
+    while (j < sizeof w / sizeof w[0] && !(strlen(w[j].word) == n && strncmp(p, w[j].word, n) == 0)) j++;
+    if (j == sizeof w / sizeof w[0]) return QC_VAR_ALL; /* a word it does not know: it reads everything */
+    reads |= w[j].part;
+    p += n;
+  }
+  return reads;
+}
+
+/* Variant v as a gradient that reads the parts `reads` sees it: its parts
+ * among them, and its level where round_ops is one (else 0). */
+static qc_variant effective(const qc_variant *v, unsigned reads) {
+  qc_variant e = {.parts = v->parts & reads, .level = 0};
+  if (e.parts & QC_VAR_ROUND_OPS) e.level = v->level;
+  return e;
+}
+
+int qc_variant_repeats(const qc_variants *L, int i, unsigned reads) {
+  const qc_variant e = effective(&L->v[i], reads);
+  if (!e.parts) return -1;
+  for (int j = 0; j < i; j++) {
+    const qc_variant f = effective(&L->v[j], reads);
+    if (f.parts == e.parts && f.level == e.level) return j;
+  }
+  return i;
+}
+
 /* Round the float values of t to bf16 in place (float32 and float64 storage; others unchanged). */
 static void round_bf16(qc_tensor *t) {
   int64_t n = qc_numel(t);

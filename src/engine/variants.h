@@ -83,6 +83,21 @@ void qc_variant_release(const qc_variant *v, const qc_module *m, qc_module *alt,
  * them; "none" for no part (the contract's reference). */
 void qc_variant_id(const qc_variant *v, char *buf, size_t n);
 
+/* The variant parts gradient `grad` of m reads (QC_VAR_*): the words of
+ * its class's grad_reads row that holds under m's contract (qc_grad_reads,
+ * model/module.h: dy, inputs, params, ops), QC_VAR_ALL where there is
+ * none, or where the row holds a word that is not one of those. */
+unsigned qc_grad_reads_of(const qc_module *m, const char *grad);
+
+/* For a gradient that reads the parts `reads` (qc_grad_reads_of): -1 when
+ * variant i of L changes nothing it reads (its reference is the
+ * contract's); j < i, the first variant of L whose effective variant is
+ * i's (its parts among `reads`, and its level where round_ops is one: the
+ * same reference, bit for bit); else i. A repeat can never be
+ * judged strictly better than the one it repeats (qc_variant_better), so
+ * the gradient checks do not compute it. */
+int qc_variant_repeats(const qc_variants *L, int i, unsigned reads);
+
 /* 1 when check k, judged against the contract's reference, is judged
  * against the variants too: it failed, or it passed with its bias test
  * made and |z| beyond half its bound (a production's legal roundings are

@@ -153,3 +153,79 @@ Test(variants, judge_takes_the_best_and_names_it) {
   cr_expect_str_eq(k.variant, "bf16-rounded dY and operands and ops (the class's rounding variant 2 of 2, docs/classes.md)");
   cr_expect_str_eq(qc_err_msg(), "", "the failed variant's message is dropped");
 }
+
+/* The repeats of L for a gradient that reads `reads`, "0 -1 0 3 ..." (qc_variant_repeats). */
+static void repeats(const qc_variants *L, unsigned reads, char *buf, size_t n) {
+  size_t l = 0;
+  buf[0] = 0;
+  for (int i = 0; i < L->n; i++) l += (size_t)snprintf(buf + l, n - l, "%s%d", i ? " " : "", qc_variant_repeats(L, i, reads));
+}
+
+/* qc_grad_reads_of maps a class's grad_reads to the parts each gradient
+ * reads (the row that holds under the contract), and qc_variant_repeats
+ * finds the variants whose reference of that gradient repeats the
+ * contract's or an earlier one's. */
+Test(variants, a_gradient_repeats_what_it_does_not_read) {
+  qc_module m;
+  memset(&m, 0, sizeof m);
+  m.cls = qc_registry_find("linear")->cls;
+  put(&m.inputs, "x", 12, QC_F32, 0);
+  put(&m.params, "weight", 12, QC_F32, 0);
+  put(&m.grad_out, "dy", 12, QC_F32, 0);
+  const unsigned dy = QC_VAR_BF16_DY, in = QC_VAR_BF16_INPUTS, par = QC_VAR_BF16_PARAMS, ops = QC_VAR_ROUND_OPS;
+  cr_expect_eq(qc_grad_reads_of(&m, "d_x"), dy | par | ops, "d_x = dY W_ref reads no x");
+  cr_expect_eq(qc_grad_reads_of(&m, "d_weight"), dy | in | ops, "d_weight = dY^T X_ref reads no W");
+  cr_expect_eq(qc_grad_reads_of(&m, "d_bias"), dy, "d_bias: dY's column sums, no rounding level");
+  cr_expect_eq(qc_grad_reads_of(&m, "d_x@rank2"), (unsigned)QC_VAR_ALL, "a name without a row reads everything");
+  qc_variants L;
+  char s[256];
+  qc_variants_of(&m, &m.grad_out.t[0], QC_VARIANTS_GRADS, 0, NULL, &L);
+  ids(&L, s, sizeof s);
+  cr_assert_str_eq(s, "bf16_dy:0 bf16_inputs:0 bf16_dy+bf16_inputs:0 round_ops:1 bf16_dy+round_ops:1 bf16_inputs+round_ops:1 "
+                      "bf16_dy+bf16_inputs+round_ops:1");
+  repeats(&L, qc_grad_reads_of(&m, "d_x"), s, sizeof s);
+  cr_expect_str_eq(s, "0 -1 0 3 4 3 4", "d_x: bf16_inputs changes nothing it reads");
+  repeats(&L, qc_grad_reads_of(&m, "d_weight"), s, sizeof s);
+  cr_expect_str_eq(s, "0 1 2 3 4 5 6", "d_weight reads every part");
+  repeats(&L, qc_grad_reads_of(&m, "d_bias"), s, sizeof s);
+  cr_expect_str_eq(s, "0 -1 0 -1 0 -1 0", "d_bias: bf16_dy alone");
+  repeats(&L, QC_VAR_ALL, s, sizeof s);
+  cr_expect_str_eq(s, "0 1 2 3 4 5 6", "a gradient that reads everything repeats nothing");
+
+  /* a clipped STE masks d_x by |x| <= T where the activation is quantized:
+   * then d_x reads x (bf16_inputs can move an element across T) */
+  qc_contract_set(&m.contract, "ste", "clipped", 2.0, 1);
+  cr_expect_eq(qc_grad_reads_of(&m, "d_x"), dy | par | ops, "a clipped STE, the activation not quantized");
+  cr_expect_eq(qc_grad_reads_of(&m, "d_weight"), dy | in | ops);
+  qc_contract_set(&m.contract, "activation_format", "fp8_token", 0, 0);
+  cr_expect_eq(qc_grad_reads_of(&m, "d_x"), dy | in | par | ops, "the mask on d_x reads x");
+  repeats(&L, qc_grad_reads_of(&m, "d_x"), s, sizeof s);
+  cr_expect_str_eq(s, "0 1 2 3 4 5 6");
+  qc_contract_set(&m.contract, "weight_format", "fp8_block128", 0, 0);
+  cr_expect_eq(qc_grad_reads_of(&m, "d_weight"), dy | in | par | ops, "the mask on d_weight reads W");
+  qc_module_free(&m);
+
+  relu2(&m, 0);
+  cr_expect_eq(qc_grad_reads_of(&m, "d_x"), (unsigned)QC_VAR_ALL, "a class without grad_reads: everything");
+  qc_module_free(&m);
+}
+
+/* Every class's grad_reads names its own gradients and only the words
+ * qc_grad_reads_of knows (an unknown one would silently read everything). */
+Test(variants, every_declaration_is_well_formed) {
+  int n;
+  const qc_registry_row *rows = qc_registry_rows(&n);
+  cr_assert(n > 0);
+  for (int c = 0; c < n; c++)
+    for (const qc_grad_reads *r = rows[c].cls->grad_reads; r && r->grad; r++) {
+      cr_expect(qc_class_has_grad(rows[c].cls, r->grad), "%s: grad_reads names '%s', not one of its grads", rows[c].cls->name, r->grad);
+      char w[64];
+      for (const char *p = r->reads; p && *p; p += strspn(p, " ")) {
+        const size_t l = strcspn(p, " ");
+        snprintf(w, sizeof w, "%.*s", (int)l, p);
+        cr_expect(strcmp(w, "dy") == 0 || strcmp(w, "inputs") == 0 || strcmp(w, "params") == 0 || strcmp(w, "ops") == 0,
+                  "%s: %s reads '%s'", rows[c].cls->name, r->grad, w);
+        p += l;
+      }
+    }
+}
