@@ -217,6 +217,9 @@ typedef struct grad_variants {
   const qc_tol *t;
   const qc_check *k;
   int chosen; /* the failed check's closest variant (qc_variants_closest), -1: none */
+  unsigned reads;          /* the variant parts the judged gradient reads (qc_grad_reads_of) */
+  unsigned long long told; /* the variants -v has named as repeats for this check */
+  int runs, saved;         /* variant references run; runs saved (a repeat not at hand: qc_variant_repeats) */
 } grad_variants;
 
 /* The candidate's gradient judged against variant i's reference
@@ -227,12 +230,20 @@ typedef struct grad_variants {
  * one check at a time, and most of its gradients are never asked for: the
  * quantized linears' d_x alone was half of their variants' time (the MoE
  * layer of bench/dsv3_layer.sh). Returns a status. */
+/* 1 when variant i's reference of `grad` is at hand: its reference ran
+ * whole, or for grad, or returned grad with another's. */
+static int have_ref(const grad_variants *s, int i, const char *grad) {
+  char key[QC_NAMELEN + 3];
+  snprintf(key, sizeof key, "/%s/", grad);
+  return (s->done & (1ull << i)) || qc_tset_get(&s->vars[i], grad) || strstr(s->asked[i], key);
+}
+
 static int variant_ref(grad_variants *s, int i, const char *grad) {
   if (s->done & (1ull << i)) return QC_OK;
   char key[QC_NAMELEN + 3], skip[512] = "/";
   if (grad) {
     snprintf(key, sizeof key, "/%s/", grad);
-    if (qc_tset_get(&s->vars[i], grad) || strstr(s->asked[i], key)) return QC_OK;
+    if (have_ref(s, i, grad)) return QC_OK;
     if (strlen(s->asked[i]) + strlen(key) >= sizeof s->asked[i] || !qc_class_has_grad(s->m->cls, grad))
       grad = NULL; /* no room to remember, or a name the class does not list ("d_x@rank2"): run it whole */
   }
@@ -252,6 +263,7 @@ static int variant_ref(grad_variants *s, int i, const char *grad) {
   qc_module alt;
   qc_tensor dv;
   qc_tset got = {0};
+  s->runs++;
   int rc = qc_variant_apply(&s->list.v[i], s->ctx, s->m, s->dy, &c, &alt, &dv);
   if (grad) c.skip = skip;
   if (!rc) rc = s->row->reference(&c, &alt, &dv, &got);
@@ -262,9 +274,30 @@ static int variant_ref(grad_variants *s, int i, const char *grad) {
   return rc;
 }
 
+/* 1 when variant i's reference of the judged gradient repeats the
+ * contract's or an earlier variant's (qc_variant_repeats): it is neither
+ * computed nor judged, and -v says so once for the check. */
+static int repeats(grad_variants *s, int i) {
+  const int j = qc_variant_repeats(&s->list, i, s->reads);
+  if (j == i) return 0;
+  if (!(s->told & (1ull << i))) {
+    s->told |= 1ull << i;
+    s->saved += !have_ref(s, i, s->k->tensor); /* a run saved, not one another gradient's run made */
+    if (qc_verbose) {
+      char a[48], b[48];
+      qc_variant_id(&s->list.v[i], a, sizeof a);
+      if (j >= 0) qc_variant_id(&s->list.v[j], b, sizeof b);
+      fprintf(stderr, "qatcheck: %s dy=%s: variant %s for %s: the same reference as %s, not judged again\n", s->m->path,
+              s->dy->name, a, s->k->tensor, j >= 0 ? b : "the contract's");
+    }
+  }
+  return 1;
+}
+
 static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
   grad_variants *s = arg;
   (void)v;
+  if (repeats(s, i)) return QC_NA; /* judged already: it could never fit strictly better */
   int rc = variant_ref(s, i, s->k->tensor);
   if (rc) return rc;
   const qc_tensor *r = qc_tset_get(&s->vars[i], s->k->tensor);
@@ -279,6 +312,7 @@ static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
  * none passes, against the closest (qc_variants_closest: s->chosen, else -1). */
 static int try_variants(grad_variants *s, const qc_tensor *g, const qc_tol *t, qc_check *k) {
   s->g = g, s->t = t, s->k = k, s->chosen = -1;
+  s->reads = qc_grad_reads_of(s->m, k->tensor), s->told = 0;
   int rc = qc_variants_judge(&s->list, grad_variant, s, k);
   return rc ? rc : qc_variants_closest(&s->list, grad_variant, s, k, &s->chosen);
 }
@@ -384,6 +418,9 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     if (qc_verbose)
       fprintf(stderr, "qatcheck: %s dy=%s: reference %.3f s, candidate %.3f s, compare %.3f s\n", m->path, dy->name, t1 - t0,
               t2 - t1, qc_now_s() - t2);
+    if (qc_verbose && (gv->runs || gv->saved))
+      fprintf(stderr, "qatcheck: %s dy=%s: variant references: %d computed, %d saved (repeats of another's)\n", m->path,
+              dy->name, gv->runs, gv->saved);
     qc_tset_free(&ref);
     qc_tset_free(&cand);
     for (int v = 0; v < QC_VARIANTS_MAX; v++) qc_tset_free(&gv->vars[v]);
