@@ -119,11 +119,11 @@ int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, in
  * are cuBLASLt's int8 ones, src/backend/cuda/ozaki.cu). A panel is an
  * operand seen along its contraction: R rows of k elements, element (r, l)
  * at base[r * sr + l * sl], sr or sl equal to 1.
- * qk_oz_split: exps[r] (Rp ints) = the smallest e with max_l |P(r, l)| <
- * 2^e (QK_OZ_EZERO for a row of zeros); out = S int8 slices of Rp x kp,
+ * qk_oz_split: exps[r] (Rp ints) = 1 + the smallest e with max_l |P(r, l)|
+ * < 2^e (QK_OZ_EZERO for a row of zeros); out = S int8 slices of Rp x kp,
  * slice s at out + s Rp kp, row r's k digits contiguous at r * kp, zeros
- * in the padding: the digits d_s = trunc of the residual times 2^(7 s),
- * in [-127, 127]; flag[0] |= 1 when an element is not finite.
+ * in the padding: the digits d_s = the residual times 2^(7 s) rounded to
+ * nearest, in [-64, 64]; flag[0] |= 1 when an element is not finite.
  * qk_oz_combine: C [m, n] (ldc) = (acc: C +) 2^(ea_i + eb_j - 7 (S + 1))
  * sum_{L=2}^{S+1} T_L 2^(7 (S + 1 - L)), T_L the int32 [m, np] product of
  * level L at T + (L - 2) tstride, combined exactly in int64.

@@ -38,8 +38,9 @@ __device__ static void load_tile(double (*t)[TILE + 1], const double *base, int6
   __syncthreads();
 }
 
-/* Pass 1: exps[r] = max over the row of the binary exponent E (|v| < 2^E,
- * frexp's), by atomicMax (order-free, so deterministic); rows of zeros keep
+/* Pass 1: exps[r] = 1 + max over the row of the binary exponent E (|v| <
+ * 2^E, frexp's): the row's scale, with room for the first digit's rounding
+ * (pass 2); by atomicMax (order-free, so deterministic); rows of zeros keep
  * QK_OZ_EZERO (the caller's memset). A non-finite element sets flag[0]. */
 __global__ static void __launch_bounds__(TILE * TILE_ROWS) k_exps(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, int *exps,
                               unsigned *flag) {
@@ -53,14 +54,20 @@ __global__ static void __launch_bounds__(TILE * TILE_ROWS) k_exps(const double *
     if (!isfinite(v)) atomicOr(flag, 1u);
     else if (v != 0.0) frexp(v, &e);
     for (int o = 16; o > 0; o >>= 1) e = max(e, __shfl_xor_sync(0xffffffffu, e, o));
-    if (tx == 0 && r0 + rr < R && e != QK_OZ_EZERO) atomicMax(&exps[r0 + rr], e);
+    if (tx == 0 && r0 + rr < R && e != QK_OZ_EZERO) atomicMax(&exps[r0 + rr], e + 1);
   }
 }
 
 /* Pass 2: the S int8 digits of every element, slice s at out + s * sstride,
  * element (r, l) at r * kp + l; zeros in the padding (r in [R, Rp), l in
- * [k, kp)). y = v 2^(7 - e) has |y| < 2^7; d = trunc(y) and y = (y - d) 2^7
- * are exact in float64, so v = 2^e sum_s d_s 2^(-7 s) + 2^e y_S 2^(-7 S). */
+ * [k, kp)). With e = exps[r], y = v 2^(7 - e) has |y| < 2^6; d = rint(y)
+ * (to nearest: |d| <= 64, and |y - d| <= 1/2, so every later digit is in
+ * [-64, 64] too) and y = (y - d) 2^7 are exact in float64, so v = 2^e
+ * sum_s d_s 2^(-7 s) + 2^e y_S 2^(-7 S), |y_S| <= 1/2. Rounding, not
+ * truncation: what a plan leaves out (the digits past S, the pairs it
+ * drops) has either sign whatever v's, so a shorter plan adds noise to
+ * the reference, not a shrink of every element towards zero that the
+ * bias test would read as the candidate's. */
 __global__ static void __launch_bounds__(TILE * TILE_ROWS) k_split(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, const int *exps, int S,
                                int8_t *out, int64_t Rp, int64_t kp, int64_t sstride) {
   __shared__ double t[TILE][TILE + 1];
@@ -77,7 +84,7 @@ __global__ static void __launch_bounds__(TILE * TILE_ROWS) k_split(const double 
       if (e != QK_OZ_EZERO && isfinite(t[rr][tx])) y = scalbn(t[rr][tx], 7 - e);
     }
     for (int s = 0; s < S; s++) {
-      double d = trunc(y);
+      double d = rint(y);
       out[(int64_t)s * sstride + r * kp + l] = (int8_t)(int)d;
       y = (y - d) * 128.0;
     }

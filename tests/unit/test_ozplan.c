@@ -1,6 +1,6 @@
 /* test_ozplan.c: the fast reference's pair plan (backend/ozplan.h) from
  * evidence made here as the device makes it (kernels/ozaki.cu: each row
- * scaled by its power of two, cut into int8 digits by truncation; every
+ * scaled by its power of two, cut into int8 digits to nearest; every
  * pair's integer product; the exact value): an operand whose values fit in
  * one digit takes fewer pairs, a full-precision one keeps enough to stay
  * under a quarter of the gate, two slices of float64 data meet no plan, a
@@ -14,7 +14,9 @@
 #include "backend/ozplan.h"
 #include "core/rng.h"
 
-/* The digits of row v [k] as qk_oz_split cuts them: d[t * k + l], t < S; *e the row's exponent. */
+/* The digits of row v [k] as qk_oz_split cuts them (to nearest, the scale
+ * twice the power of two above the row's maximum): d[t * k + l], t < S; *e
+ * the row's exponent. */
 static void split(const double *v, int64_t k, int S, int *d, int *e) {
   int ex = INT32_MIN, x;
   for (int64_t l = 0; l < k; l++)
@@ -22,11 +24,12 @@ static void split(const double *v, int64_t k, int S, int *d, int *e) {
       frexp(v[l], &x);
       if (x > ex) ex = x;
     }
+  if (ex != INT32_MIN) ex++;
   *e = ex;
   for (int64_t l = 0; l < k; l++) {
     double y = ex == INT32_MIN ? 0.0 : scalbn(v[l], 7 - ex);
     for (int t = 0; t < S; t++) {
-      double q = trunc(y);
+      double q = rint(y);
       d[t * k + l] = (int)q;
       y = (y - q) * 128.0;
     }
@@ -118,6 +121,23 @@ static void predicted(const double *w, int ns, int Sa, int Sb, int L, double *er
   *err_norm = sqrt(ss) / sqrt(ex2);
 }
 
+/* The fraction of samples whose plan (Sa, Sb, L) value lies towards zero
+ * from the exact one (a shrink), of those with an error. */
+static double shrink_fraction(const double *w, int ns, int Sa, int Sb, int L) {
+  int n = 0, in = 0;
+  for (int s = 0; s < ns; s++) {
+    const double *p = w + (size_t)s * QC_OZPLAN_W, *x = p + QC_OZPLAN_SMAX * QC_OZPLAN_SMAX;
+    long double v = 0, ex = (long double)x[0] + (long double)x[1];
+    for (int t = 1; t <= Sa; t++)
+      for (int u = 1; u <= Sb; u++)
+        if (t + u <= L) v += ldexpl((long double)p[(t - 1) * QC_OZPLAN_SMAX + u - 1], (int)x[3] - 7 * (t + u));
+    if (v == ex) continue;
+    n++;
+    in += fabsl(v) < fabsl(ex) && (v >= 0) == (ex >= 0);
+  }
+  return n ? (double)in / n : 0.5;
+}
+
 Test(ozplan, pairs_counted) {
   cr_expect_eq(qc_ozplan_pairs(4, 4, 5), 10);
   cr_expect_eq(qc_ozplan_pairs(3, 3, 4), 6);
@@ -148,6 +168,9 @@ Test(ozplan, full_precision_stays_under_the_margin) {
   cr_expect(p.err <= QC_OZPLAN_MARGIN * p.gate && p.err_norm <= QC_OZPLAN_MARGIN * p.gate, "%.3g %.3g against %.3g", p.err,
             p.err_norm, p.gate);
   cr_expect(p.Sa == p2.Sa && p.Sb == p2.Sb && p.L == p2.L, "the same plan twice");
+  /* digits to nearest: a short plan's error has either sign (truncated digits shrink nearly every element) */
+  const double f = shrink_fraction(w, ns, 3, 3, 4);
+  cr_expect(f > 0.2 && f < 0.8, "3 slices shrink %.0f%% of the sampled elements towards zero", 100 * f);
   double e, en;
   predicted(w, ns, p.Sa, p.Sb, p.L, &e, &en);
   cr_expect(fabs(e - p.err) <= 1e-6 * p.err + 1e-300 && fabs(en - p.err_norm) <= 1e-6 * p.err_norm + 1e-300,
