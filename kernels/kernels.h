@@ -121,8 +121,9 @@ int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, in
  * at base[r * sr + l * sl], sr or sl equal to 1.
  * qk_oz_split: exps[r] (Rp ints) = 1 + the smallest e with max_l |P(r, l)|
  * < 2^e (QK_OZ_EZERO for a row of zeros); out = S int8 slices of Rp x kp,
- * slice s at out + s Rp kp, row r's k digits contiguous at r * kp, zeros
- * in the padding: the digits d_s = the residual times 2^(7 s) rounded to
+ * slice s (0-based; S - 1 - s when rev) at out + s sstride, row r's k digits
+ * contiguous at r * rstride (rstride >= kp), zeros in the padding
+ * (rows R..Rp-1, digits k..kp-1): the digits d_s = the residual times 2^(7 s) rounded to
  * nearest, in [-64, 64]; flag[0] |= 1 when an element is not finite.
  * qk_oz_combine: C [m, n] (ldc) = (acc: C +) 2^(ea_i + eb_j - 7 (S + 1))
  * sum_{L=2}^{S+1} T_L 2^(7 (S + 1 - L)), T_L the int32 [m, np] product of
@@ -136,7 +137,7 @@ int qk_audit_sums(const void *g, const double *r, int64_t rows, int64_t cols, in
 #define QK_OZ_EZERO ((int)0x80808080) /* the exponent of a row of zeros (a memset of 0x80 bytes) */
 #define QK_OZ_SMAX 5
 int qk_oz_split(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, int S, int *exps, unsigned *flag,
-                int8_t *out, int64_t Rp, int64_t kp, void *stream);
+                int8_t *out, int64_t Rp, int64_t kp, int64_t rstride, int64_t sstride, int rev, void *stream);
 int qk_oz_combine(const int32_t *T, int64_t tstride, int S, int64_t m, int64_t n, int64_t np, const int *ea,
                   const int *eb, double *C, int64_t ldc, int acc, void *stream);
 int qk_oz_check(const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc, const double *C,
@@ -144,11 +145,12 @@ int qk_oz_check(const double *A, int64_t sar, int64_t sal, const double *B, int6
 /* qk_oz_plan: the evidence of the fast reference's pair plan
  * (src/backend/ozplan.h) on the self-check's sample: per sampled element,
  * QK_OZ_PLAN_W doubles into out (every pair's exact int8 slice product
- * from as / bs, slices of op(A) and op(B) as qk_oz_split wrote them with
- * strides astride / bstride, the exact value from A / B as qk_oz_check
+ * from as / bs, slices of op(A) and op(B) as qk_oz_split wrote them: row
+ * i's slice t (0-based) at as + i arow + t astride, column j's slice u at bs
+ * + j brow + u bstride (a stride may be negative), the exact value from A / B as qk_oz_check
  * takes it, sum |a||b|, e_i + f_j, bf16's rounding error squared). */
 #define QK_OZ_PLAN_W (QK_OZ_SMAX * QK_OZ_SMAX + 5)
-int qk_oz_plan(const int8_t *as, int64_t astride, const int8_t *bs, int64_t bstride, int64_t kp, int S, const int *ea,
+int qk_oz_plan(const int8_t *as, int64_t arow, int64_t astride, const int8_t *bs, int64_t brow, int64_t bstride, int S, const int *ea,
                const int *eb, const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc, int64_t m,
                int64_t n, int64_t k, int ns, double *out, void *stream);
 

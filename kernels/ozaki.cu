@@ -69,7 +69,7 @@ __global__ static void __launch_bounds__(TILE * TILE_ROWS) k_exps(const double *
  * the reference, not a shrink of every element towards zero that the
  * bias test would read as the candidate's. */
 __global__ static void __launch_bounds__(TILE * TILE_ROWS) k_split(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, const int *exps, int S,
-                               int8_t *out, int64_t Rp, int64_t kp, int64_t sstride) {
+                               int8_t *out, int64_t Rp, int64_t kp, int64_t rstride, int64_t sstride, int rev) {
   __shared__ double t[TILE][TILE + 1];
   const int64_t r0 = (int64_t)blockIdx.y * TILE, l0 = (int64_t)blockIdx.x * TILE;
   load_tile(t, base, R, k, sr, sl, r0, l0);
@@ -85,14 +85,15 @@ __global__ static void __launch_bounds__(TILE * TILE_ROWS) k_split(const double 
     }
     for (int s = 0; s < S; s++) {
       double d = rint(y);
-      out[(int64_t)s * sstride + r * kp + l] = (int8_t)(int)d;
+      out[(int64_t)(rev ? S - 1 - s : s) * sstride + r * rstride + l] = (int8_t)(int)d;
       y = (y - d) * 128.0;
     }
   }
 }
 
 extern "C" int qk_oz_split(const double *base, int64_t R, int64_t k, int64_t sr, int64_t sl, int S, int *exps,
-                           unsigned *flag, int8_t *out, int64_t Rp, int64_t kp, void *stream) {
+                           unsigned *flag, int8_t *out, int64_t Rp, int64_t kp, int64_t rstride, int64_t sstride, int rev,
+                           void *stream) {
   cudaStream_t st = (cudaStream_t)stream;
   if (Rp <= 0 || kp <= 0) return 0;
   if ((sr != 1 && sl != 1) || S < 1) return (int)cudaErrorInvalidValue;
@@ -105,7 +106,7 @@ extern "C" int qk_oz_split(const double *base, int64_t R, int64_t k, int64_t sr,
     if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
   }
   dim3 g2((unsigned)((kp + TILE - 1) / TILE), (unsigned)((Rp + TILE - 1) / TILE));
-  k_split<<<g2, blk, 0, st>>>(base, R, k, sr, sl, exps, S, out, Rp, kp, Rp * kp);
+  k_split<<<g2, blk, 0, st>>>(base, R, k, sr, sl, exps, S, out, Rp, kp, rstride, sstride, rev);
   return (int)cudaGetLastError();
 }
 
@@ -198,15 +199,15 @@ __global__ static void __launch_bounds__(OZ_THREADS) k_check(const double *A, in
 }
 
 /* The plan's evidence (src/backend/ozplan.h): one warp per sampled element
- * (the self-check's sample), from the S digit slices of op(A)'s row i (as:
- * slice t at as + t astride, the row's digits at i kp) and of op(B)'s column
- * j (bs likewise): every pair's exact integer product P[t][u] = sum_l
+ * (the self-check's sample), from the S digit slices of op(A)'s row i (its
+ * slice t, 0-based, at as + i arow + t astride) and of op(B)'s column j (bs,
+ * brow, bstride likewise; a stride may be negative): every pair's exact integer product P[t][u] = sum_l
  * d_t(i, l) d'_u(j, l) (int64 per lane: |d d'| <= 127^2), the exact value
  * from the float64 operands as k_check takes it (hi, lo), sum |a||b|, the
  * scale exponent e_i + f_j (QC_OZPLAN_ZERO's -1e300 for a row of zeros) and
  * (bf16(exact) - exact)^2; out[s * QK_OZ_PLAN_W ..] in ozplan.h's layout. */
-__global__ static void __launch_bounds__(OZ_THREADS) k_plan(const int8_t *as, int64_t astride, const int8_t *bs, int64_t bstride,
-                               int64_t kp, int S, const int *ea, const int *eb, const double *A, int64_t sar, int64_t sal,
+__global__ static void __launch_bounds__(OZ_THREADS) k_plan(const int8_t *as, int64_t arow, int64_t astride, const int8_t *bs,
+                               int64_t brow, int64_t bstride, int S, const int *ea, const int *eb, const double *A, int64_t sar, int64_t sal,
                                const double *B, int64_t sbl, int64_t sbc, int64_t m, int64_t n, int64_t k, int ns,
                                double *out) {
   const int lane = threadIdx.x & 31;
@@ -218,7 +219,7 @@ __global__ static void __launch_bounds__(OZ_THREADS) k_plan(const int8_t *as, in
   for (int t = 0; t < QK_OZ_SMAX; t++)
     for (int u = 0; u < QK_OZ_SMAX; u++) P[t][u] = 0;
   double hi = 0, lo = 0, sc = 0;
-  const int8_t *ar = as + i * kp, *br = bs + j * kp;
+  const int8_t *ar = as + i * arow, *br = bs + j * brow;
   for (int64_t l = lane; l < k; l += 32) {
     int da[QK_OZ_SMAX], db[QK_OZ_SMAX];
     for (int t = 0; t < QK_OZ_SMAX; t++) {
@@ -257,14 +258,14 @@ __global__ static void __launch_bounds__(OZ_THREADS) k_plan(const int8_t *as, in
   x[4] = rb * rb;
 }
 
-extern "C" int qk_oz_plan(const int8_t *as, int64_t astride, const int8_t *bs, int64_t bstride, int64_t kp, int S,
+extern "C" int qk_oz_plan(const int8_t *as, int64_t arow, int64_t astride, const int8_t *bs, int64_t brow, int64_t bstride, int S,
                           const int *ea, const int *eb, const double *A, int64_t sar, int64_t sal, const double *B,
                           int64_t sbl, int64_t sbc, int64_t m, int64_t n, int64_t k, int ns, double *out, void *stream) {
   if (m <= 0 || n <= 0 || ns <= 0) return 0;
   if (S < 1 || S > QK_OZ_SMAX) return (int)cudaErrorInvalidValue;
   int nuse = m * n < ns ? (int)(m * n) : ns;
   k_plan<<<(unsigned)((nuse * 32 + OZ_THREADS - 1) / OZ_THREADS), OZ_THREADS, 0, (cudaStream_t)stream>>>(
-      as, astride, bs, bstride, kp, S, ea, eb, A, sar, sal, B, sbl, sbc, m, n, k, ns, out);
+      as, arow, astride, bs, brow, bstride, S, ea, eb, A, sar, sal, B, sbl, sbc, m, n, k, ns, out);
   return (int)cudaGetLastError();
 }
 

@@ -56,7 +56,6 @@ src/reference/moe.c: routed and shared experts from the definition, with the cla
 PAIRS="
 src/io/log.c src/io/log_csv.c: the format dispatcher and the CSV reader share the step-key rule
 src/io/log.c src/io/log_json.c: the format dispatcher and the JSON-family readers share the step-key rule
-src/backend/cuda/linear.cu src/backend/cuda/ozaki.cu: the fused audit calls the fast reference, which settles into the audit's buffers
 "
 
 # Library symbols and the only sources that may use them, "regex@source prefix@rule".

@@ -45,8 +45,8 @@ int qc_ozplan_pairs(int Sa, int Sb, int L);
  * against the gate, then the larger Sa, Sb, L) whose predicted errors are at most
  * QC_OZPLAN_MARGIN of the gate; else the full one (S, S, S + 1) when it
  * meets the gate itself; else L = 0 with the full plan's errors (the
- * self-check would refuse every plan: DGEMM at once). A NaN anywhere
- * refuses every plan. */
+ * self-check would refuse every plan: DGEMM at once). A NaN anywhere, or
+ * no memory for the pairs' values (ns x 25 doubles), refuses every plan. */
 void qc_ozplan_choose(const double *smp, int ns, int S, qc_ozplan *out);
 
 #endif

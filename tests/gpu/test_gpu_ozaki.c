@@ -112,7 +112,7 @@ static int gate_ok(const double c[4]) {
 Test(gpu_ozaki, against_dgemm_odd_shapes, .timeout = 600) {
   const qc_backend *be = gpu_or_skip();
   static const int64_t shapes[][3] = {{37, 130, 200}, {1, 64, 256}, {33, 17, 15}, {300, 257, 384}, {16, 7, 1},
-                                      {5, 3, 50000}, {64, 48, 4096}};
+                                      {5, 3, 50000}, {64, 48, 4096}, {3, 5, 140000}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int tr = 0; tr < 4; tr++) {
       const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];

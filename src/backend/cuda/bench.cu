@@ -1,6 +1,6 @@
-/* bench.cu: the hooks bench/ and the conformance driver use (cuda.h):
- * the parts of a linear audit timed alone, the FP8 conversion sweep, the
- * device's name. */
+/* bench.cu: the hooks bench/, the conformance driver and the GPU test use
+ * (cuda.h): the parts of a linear audit timed alone, the FP8 conversion
+ * sweep, the device's name, the fast reference against DGEMM. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -124,4 +124,106 @@ extern "C" const char *qc_cuda_device_name(const qc_backend *be, char *buf, size
   if (cudaGetDeviceProperties(&pr, C(be)->dev) != cudaSuccess) snprintf(buf, n, "?");
   else snprintf(buf, n, "%s (sm_%d%d, %d SMs, %.1f GiB)", pr.name, pr.major, pr.minor, pr.multiProcessorCount, pr.totalGlobalMem / GiB);
   return buf;
+}
+
+/* ---- the benchmark hook (cuda.h) -------------------------------------------- */
+
+/* The fast reference of the audit `a` against DGEMM, after audit_linear of
+ * the same shape ran with the float64 reference (its X, dY, W_ref in float64
+ * and its references are still in the arena). */
+extern "C" int qc_cuda_bench_ref(const qc_backend *be, const qc_linear_audit *a, int slices, int reps,
+                                 qc_cuda_ref_bench *r) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  const int64_t M = a->M, K = a->K, N = a->N;
+  const size_t mk = (size_t)(M * K), nk = (size_t)(N * K);
+  lin_bufs bu;
+  double *fx = NULL, *fw = NULL;
+  float *t = NULL;
+  qk_msum ms[2];
+  memset(r, 0, sizeof *r);
+  if (!c->arena || c->arena_bytes < qc_linear_audit_bytes(M, K, N)) return qc_err("bench: run the audit first");
+  if (reps < 1 || reps > 64) return qc_err("bench: reps in 1..64");
+  cu_lin_layout(c, M, K, N, &bu);
+  if ((rc = cu_oz_small(c)) || (rc = cu_dalloc(c, mk * 8, "fast d_x reference", (void **)&fx)) ||
+      (rc = cu_dalloc(c, nk * 8, "fast d_weight reference", (void **)&fw)))
+    goto done;
+  if (!(t = (float *)calloc((size_t)reps * 3, sizeof *t))) {
+    rc = qc_err_sys("bench: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < reps; i++) {
+    CK(cudaEventRecord(c->ev[0], c->st), "event");
+    if ((rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, bu.dy64, N, bu.wq64, K, bu.rx, K)) ||
+        (rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, bu.dy64, N, bu.x64, K, bu.rw, K)))
+      goto done;
+    CK(cudaEventRecord(c->ev[1], c->st), "event");
+    if ((rc = cu_ozaki_gemm(c, 0, c->st, QC_OP_N, QC_OP_N, M, K, N, bu.dy64, N, bu.wq64, K, fx, K, slices, NULL, cu_oz_flag(c, 0))) ||
+        (rc = cu_ozaki_gemm(c, 1, c->st, QC_OP_T, QC_OP_N, N, K, M, bu.dy64, N, bu.x64, K, fw, K, slices, NULL, cu_oz_flag(c, 1))))
+      goto done;
+    CK(cudaEventRecord(c->ev[2], c->st), "event");
+    CK((cudaError_t)qk_oz_check(bu.dy64, N, 1, bu.wq64, K, 1, fx, K, M, K, N, CU_OZ_NS, cu_oz_scratch(c, 0), cu_oz_res(c, 0), c->st),
+       "self-check");
+    CK((cudaError_t)qk_oz_check(bu.dy64, 1, N, bu.x64, K, 1, fw, K, N, K, M, CU_OZ_NS, cu_oz_scratch(c, 1), cu_oz_res(c, 1), c->st),
+       "self-check");
+    CK(cudaEventRecord(c->ev[3], c->st), "event");
+    CK(cudaEventSynchronize(c->ev[3]), "bench");
+    for (int f = 0; f < 3; f++) {
+      double ms;
+      if ((rc = cu_ev_ms(c, c->ev[f], c->ev[f + 1], &ms))) goto done;
+      t[3 * i + f] = (float)ms;
+    }
+  }
+  for (int f = 0; f < 3; f++) {
+    float v[64] = {0};
+    for (int i = 0; i < reps; i++) v[i] = t[3 * i + f];
+    for (int i = 1; i < reps; i++)
+      for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { float x = v[j]; v[j] = v[j - 1]; v[j - 1] = x; }
+    (f == 0 ? r->ms_dgemm2 : f == 1 ? r->ms_fast2 : r->ms_check2) = v[reps / 2];
+  }
+  /* the fast references against DGEMM's: the metrics pass with g = fast (float64) */
+  CK((cudaError_t)qk_metrics(fx, 0, bu.rx, (int64_t)mk, c->mscratch, c->mres, c->st), "compare d_x references");
+  CK((cudaError_t)qk_metrics(fw, 0, bu.rw, (int64_t)nk, c->mscratch, c->mres + 1, c->st), "compare d_weight references");
+  CK(cudaMemcpyAsync(ms, c->mres, sizeof ms, cudaMemcpyDeviceToHost, c->st), "download");
+  CK(cudaMemcpyAsync(c->oz.host, c->oz.dev, 8 * sizeof(double) + 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, c->st), "download");
+  CK(cudaStreamSynchronize(c->st), "bench");
+  for (int s = 0; s < 2; s++) {
+    const double *h = c->oz.host + 4 * s;
+    const double nrm = fmax(sqrt(h[2]), QC_EPS_NORM);
+    r->max_abs[s] = ms[s].mx < 0 ? 0 : ms[s].mx;
+    r->rel_l2[s] = qc_rel_l2_sums(ms[s].sd, ms[s].sr);
+    r->norm_ref[s] = sqrt(ms[s].sr);
+    r->check_err[s] = h[0];
+    r->check_err_norm[s] = sqrt(h[1]) / nrm;
+    r->check_noise_floor[s] = sqrt(h[3]) / nrm;
+    r->nonfinite[s] = ((const unsigned *)(c->oz.host + 8))[s];
+  }
+  r->fast_tops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_fast2 * 1e9);
+done:
+  rc = cu_keep(c, rc, cudaFree(fx), "cudaFree");
+  rc = cu_keep(c, rc, cudaFree(fw), "cudaFree");
+  free(t);
+  return rc;
+}
+
+/* The GPU test's hook (cuda.h): C = op(A) op(B) on device buffers by the
+ * fast reference with `slices` slices (0: DGEMM) and its self-check; waits. */
+extern "C" int qc_cuda_ref_gemm(const qc_backend *be, int slices, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k,
+                                const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc,
+                                double check[4], unsigned *nonfinite) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  memset(check, 0, 4 * sizeof *check);
+  *nonfinite = 0;
+  if (slices <= 0) return (rc = cu_gemm_f64_buf(be, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc)) ? rc : cu_sync(be);
+  if ((rc = cu_oz_small(c)) ||
+      (rc = cu_ozaki_gemm(c, 0, c->st, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, slices, cu_oz_res(c, 0), cu_oz_flag(c, 0))))
+    return rc;
+  CK(cudaMemcpyAsync(c->oz.host, c->oz.dev, 8 * sizeof(double) + 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, c->st),
+     "download the self-check");
+  CK(cudaStreamSynchronize(c->st), "the fast reference");
+  memcpy(check, c->oz.host, 4 * sizeof *check);
+  *nonfinite = ((const unsigned *)(c->oz.host + 8))[0];
+done:
+  return rc;
 }

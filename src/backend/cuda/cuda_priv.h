@@ -268,6 +268,19 @@ int cu_ref_settle(cu *c, qc_linear_audit_out *o);
 int cu_ref_run(cu *c);
 /* Release the fast reference's plans and buffers at close (rc as cu_keep). */
 int cu_oz_free(cu *c, int rc);
+/* The fast reference's parts the hooks of bench.cu use: the small buffers
+ * allocated (once), slot's self-check results (4 device doubles), its
+ * non-finite flag, its check scratch; and the Ozaki GEMM with every pair of
+ * its `slices` slices, queued on st (res: its self-check into 4 device
+ * doubles, or NULL; flag: a device word set on a non-finite operand, or
+ * NULL: the slot's). */
+#define CU_OZ_NS 2048 /* elements in the self-check's sample */
+int cu_oz_small(cu *c);
+double *cu_oz_res(cu *c, int slot);
+unsigned *cu_oz_flag(cu *c, int slot);
+double *cu_oz_scratch(cu *c, int slot);
+int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+                  int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res, unsigned *flag);
 /* refprobe.cu: --reference auto. cu_ref_probe measures, once per backend,
  * the rates of backend/refcost.h (DGEMM, an int8 cuBLASLt GEMM, the split,
  * the combine and the self-check on probe shapes; a few ms, device-wide

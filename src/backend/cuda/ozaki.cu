@@ -32,7 +32,6 @@
 
 #include "backend/cuda/cuda_priv.h"
 
-#define OZ_NS 2048 /* elements in the self-check's sample */
 #define OZ_GATE 1e-3 /* the fast result is kept below this fraction of the noise floor */
 
 static int64_t up16(int64_t v) { return (v + 15) & ~(int64_t)15; }
@@ -59,24 +58,24 @@ int cu_oz_free(cu *c, int rc) {
 
 /* The small fixed buffers: check results and flags (device and pinned),
  * scratch, the plans' evidence and their events. Device doubles: [0, 8) the
- * results, [8, 10) the flags, then 4 OZ_NS of check scratch per slot, then
- * OZ_NS x QK_OZ_PLAN_W of evidence per slot; pinned: the first 10, then the
+ * results, [8, 10) the flags, then 4 CU_OZ_NS of check scratch per slot, then
+ * CU_OZ_NS x QK_OZ_PLAN_W of evidence per slot; pinned: the first 10, then the
  * evidence. */
-#define OZ_DEV_DOUBLES (10 + 8 * OZ_NS + 2 * OZ_NS * QK_OZ_PLAN_W)
-static int oz_small(cu *c) {
+#define OZ_DEV_DOUBLES (10 + 8 * CU_OZ_NS + 2 * CU_OZ_NS * QK_OZ_PLAN_W)
+int cu_oz_small(cu *c) {
   int rc = QC_OK;
   if (c->oz.dev) return QC_OK;
   if ((rc = cu_dalloc(c, OZ_DEV_DOUBLES * sizeof(double), "the fast reference's self-check", &c->oz.dev))) return rc;
-  CK(cudaMallocHost((void **)&c->oz.host, (10 + 2 * OZ_NS * QK_OZ_PLAN_W) * sizeof(double)), "pinned self-check results");
+  CK(cudaMallocHost((void **)&c->oz.host, (10 + 2 * CU_OZ_NS * QK_OZ_PLAN_W) * sizeof(double)), "pinned self-check results");
   for (int s = 0; s < 2; s++) CK(cudaEventCreateWithFlags(&c->oz.plan_ev[s], cudaEventDisableTiming), "event (fast reference)");
 done:
   return rc;
 }
-static double *oz_res(cu *c, int slot) { return (double *)c->oz.dev + 4 * slot; }
-static unsigned *oz_flag(cu *c, int slot) { return (unsigned *)((double *)c->oz.dev + 8) + slot; }
-static double *oz_scratch(cu *c, int slot) { return (double *)c->oz.dev + 10 + 4 * OZ_NS * slot; /* after the results and the flags' 16 bytes */ }
-static double *oz_ev_dev(cu *c, int slot) { return (double *)c->oz.dev + 10 + 8 * OZ_NS + (size_t)OZ_NS * QK_OZ_PLAN_W * slot; }
-static double *oz_ev_host(cu *c, int slot) { return c->oz.host + 10 + (size_t)OZ_NS * QK_OZ_PLAN_W * slot; }
+double *cu_oz_res(cu *c, int slot) { return (double *)c->oz.dev + 4 * slot; }
+unsigned *cu_oz_flag(cu *c, int slot) { return (unsigned *)((double *)c->oz.dev + 8) + slot; }
+double *cu_oz_scratch(cu *c, int slot) { return (double *)c->oz.dev + 10 + 4 * CU_OZ_NS * slot; /* after the results and the flags' 16 bytes */ }
+static double *oz_ev_dev(cu *c, int slot) { return (double *)c->oz.dev + 10 + 8 * CU_OZ_NS + (size_t)CU_OZ_NS * QK_OZ_PLAN_W * slot; }
+static double *oz_ev_host(cu *c, int slot) { return c->oz.host + 10 + (size_t)CU_OZ_NS * QK_OZ_PLAN_W * slot; }
 
 /* The cached int8 plan for padded mp x np, contraction chunk kc, row pitch
  * kp (descriptors and the heuristic's first algorithm), or a new one. */
@@ -180,35 +179,45 @@ static int oz_prep(cu *c, int slot, cudaStream_t st, oz_pend *p, unsigned *fl) {
     p->mp = mp; p->np = np; p->kp = kp;
   }
   CK(cudaMemsetAsync(fl, 0, sizeof *fl, st), "zero the non-finite flag");
-  CK((cudaError_t)qk_oz_split(p->A, p->m, p->k, asr, asl, S, p->ea, fl, p->as, mp, kp, st), "split op(A) into int8 slices");
-  CK((cudaError_t)qk_oz_split(p->B, p->n, p->k, bsr, bsl, S, p->eb, fl, p->bs, np, kp, st), "split op(B) into int8 slices");
+  /* a row's S slices side by side (row pitch S kp), op(B)'s in reverse: the pairs of a level are then one
+   * contiguous run of each operand's slices (oz_products) */
+  CK((cudaError_t)qk_oz_split(p->A, p->m, p->k, asr, asl, S, p->ea, fl, p->as, mp, kp, S * kp, kp, 0, st),
+     "split op(A) into int8 slices");
+  CK((cudaError_t)qk_oz_split(p->B, p->n, p->k, bsr, bsl, S, p->eb, fl, p->bs, np, kp, S * kp, kp, 1, st),
+     "split op(B) into int8 slices");
 done:
   return rc;
 }
 
-/* The second half: the int8 products of plan (Sa, Sb, L) of the split p,
- * per contraction chunk the pairs of each level L' <= L (t <= Sa, u <= Sb)
- * summed into its int32 product, then the exact combine into p->C, on st. */
+/* The second half: the int8 products of plan (Sa, Sb, L) of the split p
+ * into the int32 product of each level L' <= L (the pairs t + u = L', t <=
+ * Sa, u <= Sb), then the exact combine into p->C, on st. The slices lie
+ * side by side in each row (oz_prep), op(B)'s reversed, so a level's pairs
+ * t = t0..t1 are op(A)'s slices t0..t1 against op(B)'s L' - t0 down to L' -
+ * t1, both one contiguous run: one int8 GEMM of contraction (t1 - t0 + 1) kp
+ * per level, written once, where its int32 sum cannot overflow ((pairs) kp
+ * 64^2 < 2^31; digits are at most 64). Else a GEMM per pair and per
+ * contraction chunk, summed into the level with beta 1, as before. */
 static int oz_products(cu *c, cudaStream_t st, const oz_pend *p, int Sa, int Sb, int L) {
   int rc = QC_OK;
   const int32_t one = 1, zero = 0;
-  const int64_t mp = p->mp, np = p->np, kp = p->kp, kmax = oz_chunk(p->S);
+  const int S = p->S;
+  const int64_t mp = p->mp, np = p->np, kp = p->kp, ld = S * kp, kmax = oz_chunk(S);
   const int top = L < Sa + Sb ? L : Sa + Sb; /* every level 2..top holds a pair */
-  for (int64_t k0 = 0; k0 < kp; k0 += kmax) {
-    const int64_t kc = kp - k0 < kmax ? kp - k0 : kmax;
-    struct cu::cu_oz::oz_plan *pl = NULL;
-    if ((rc = oz_plan(c, mp, np, kc, kp, &pl))) return rc;
+  const int whole = (int64_t)(S < Sa + Sb - 1 ? S : Sa + Sb - 1) * kp * 4096 < ((int64_t)1 << 31);
+  for (int64_t k0 = 0; k0 < kp; k0 += whole ? kp : kmax) {
+    const int64_t kc = whole ? kp : kp - k0 < kmax ? kp - k0 : kmax;
     for (int lv = 2; lv <= top; lv++) {
       int32_t *TL = p->T + (int64_t)(lv - 2) * mp * np;
-      int first = 1;
-      for (int t = 1; t < lv; t++) {
-        const int u = lv - t;
-        if (t > Sa || u > Sb) continue;
-        const int8_t *at = p->as + (int64_t)(t - 1) * mp * kp + k0, *bu = p->bs + (int64_t)(u - 1) * np * kp + k0;
-        BK(cublasLtMatmul(c->lt, pl->op, &one, bu, pl->la, at, pl->lb, first ? &zero : &one, TL, pl->ld, TL, pl->ld,
+      const int t0 = lv - Sb > 1 ? lv - Sb : 1, t1 = Sa < lv - 1 ? Sa : lv - 1; /* t0 <= t1: lv <= Sa + Sb */
+      for (int t = t0; t <= t1; t += whole ? t1 - t0 + 1 : 1) {
+        const int np_ = whole ? t1 - t0 + 1 : 1; /* the pairs in this GEMM */
+        struct cu::cu_oz::oz_plan *pl = NULL;
+        if ((rc = oz_plan(c, mp, np, np_ * kc, ld, &pl))) return rc;
+        const int8_t *at = p->as + (int64_t)(t - 1) * kp + k0, *bu = p->bs + (int64_t)(S - (lv - t)) * kp + k0;
+        BK(cublasLtMatmul(c->lt, pl->op, &one, bu, pl->la, at, pl->lb, t == t0 ? &zero : &one, TL, pl->ld, TL, pl->ld,
                           &pl->algo, p->ws, WS_BYTES, st),
            "cublasLtMatmul (int8 slices)");
-        first = 0;
       }
     }
     /* the combine's levels 2..top are ours: its "S" is top - 1 */
@@ -224,7 +233,7 @@ static int oz_check(cu *c, int slot, cudaStream_t st, const oz_pend *p, double *
   int rc = QC_OK;
   int64_t asr, asl, bsr, bsl;
   oz_strides(p, &asr, &asl, &bsr, &bsl);
-  CK((cudaError_t)qk_oz_check(p->A, asr, asl, p->B, bsl, bsr, p->C, p->ldc, p->m, p->n, p->k, OZ_NS, oz_scratch(c, slot), res, st),
+  CK((cudaError_t)qk_oz_check(p->A, asr, asl, p->B, bsl, bsr, p->C, p->ldc, p->m, p->n, p->k, CU_OZ_NS, cu_oz_scratch(c, slot), res, st),
      "the fast reference's self-check");
 done:
   return rc;
@@ -234,7 +243,7 @@ done:
  * benchmark's and the GPU test's hook; cu_ref_gemm plans its pairs; res: 4
  * device doubles for the self-check, or NULL; flag: a device word set
  * non-zero on a non-finite operand, or NULL). */
-static int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
+int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
                          int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res,
                          unsigned *flag) {
   int rc = QC_OK;
@@ -248,7 +257,7 @@ static int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, i
     if (res) CK(cudaMemsetAsync(res, 0, 4 * sizeof *res, st), "zero self-check");
     return QC_OK;
   }
-  if ((rc = oz_small(c)) || (rc = oz_prep(c, slot, st, &p, flag ? flag : oz_flag(c, slot))) ||
+  if ((rc = cu_oz_small(c)) || (rc = oz_prep(c, slot, st, &p, flag ? flag : cu_oz_flag(c, slot))) ||
       (rc = oz_products(c, st, &p, slices, slices, slices + 1)))
     return rc;
   if (res) rc = oz_check(c, slot, st, &p, res);
@@ -270,8 +279,8 @@ int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, 
   p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldc = ldc;
   p->A = A; p->B = B; p->C = Cm;
   p->S = slices;
-  if ((rc = oz_small(c))) return rc;
-  rc = oz_prep(c, slot, st, p, oz_flag(c, slot));
+  if ((rc = cu_oz_small(c))) return rc;
+  rc = oz_prep(c, slot, st, p, cu_oz_flag(c, slot));
   if (rc == QC_EINPUT) {
     /* no memory for the slices: the float64 reference, said so */
     if (qc_verbose) fprintf(stderr, "qatcheck: %s: the fast reference cannot run (%s): float64 DGEMM instead\n", c->name, qc_err_msg());
@@ -284,14 +293,14 @@ int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, 
   {
     int64_t asr, asl, bsr, bsl;
     oz_strides(p, &asr, &asl, &bsr, &bsl);
-    const int nuse = m * n < OZ_NS ? (int)(m * n) : OZ_NS;
-    CK((cudaError_t)qk_oz_plan(p->as, p->mp * p->kp, p->bs, p->np * p->kp, p->kp, slices, p->ea, p->eb, A, asr, asl, B, bsl,
-                               bsr, m, n, k, OZ_NS, oz_ev_dev(c, slot), st),
+    const int nuse = m * n < CU_OZ_NS ? (int)(m * n) : CU_OZ_NS;
+    CK((cudaError_t)qk_oz_plan(p->as, slices * p->kp, p->kp, p->bs + (int64_t)(slices - 1) * p->kp, slices * p->kp, -p->kp,
+                               slices, p->ea, p->eb, A, asr, asl, B, bsl, bsr, m, n, k, CU_OZ_NS, oz_ev_dev(c, slot), st),
        "the fast reference's plan");
     CK(cudaMemcpyAsync(oz_ev_host(c, slot), oz_ev_dev(c, slot), (size_t)nuse * QK_OZ_PLAN_W * sizeof(double),
                        cudaMemcpyDeviceToHost, st),
        "download the plan's evidence");
-    CK(cudaMemcpyAsync((unsigned *)(c->oz.host + 8) + slot, oz_flag(c, slot), sizeof(unsigned), cudaMemcpyDeviceToHost, st),
+    CK(cudaMemcpyAsync((unsigned *)(c->oz.host + 8) + slot, cu_oz_flag(c, slot), sizeof(unsigned), cudaMemcpyDeviceToHost, st),
        "download the non-finite flag");
     CK(cudaEventRecord(c->oz.plan_ev[slot], st), "event (fast reference)");
   }
@@ -307,7 +316,7 @@ int cu_ref_run(cu *c) {
     if (!p->used || p->ran) continue;
     CK(cudaEventSynchronize(c->oz.plan_ev[s]), "the fast reference's plan");
     p->nonfinite = ((const unsigned *)(c->oz.host + 8))[s];
-    const int nuse = p->m * p->n < OZ_NS ? (int)(p->m * p->n) : OZ_NS;
+    const int nuse = p->m * p->n < CU_OZ_NS ? (int)(p->m * p->n) : CU_OZ_NS;
     if (p->nonfinite) {
       memset(&p->plan, 0, sizeof p->plan);
       p->plan.err = p->plan.err_norm = NAN;
@@ -316,7 +325,7 @@ int cu_ref_run(cu *c) {
     }
     p->ran = 1;
     if (p->plan.L > 0) {
-      if ((rc = oz_products(c, p->st, p, p->plan.Sa, p->plan.Sb, p->plan.L)) || (rc = oz_check(c, s, p->st, p, oz_res(c, s))))
+      if ((rc = oz_products(c, p->st, p, p->plan.Sa, p->plan.Sb, p->plan.L)) || (rc = oz_check(c, s, p->st, p, cu_oz_res(c, s))))
         goto done;
     } else if ((rc = cu_dgemm_dev_h(c, p->h, p->ta, p->tb, p->m, p->n, p->k, p->A, p->lda, p->B, p->ldb, p->C, p->ldc))) {
       goto done;
@@ -344,7 +353,7 @@ int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
   for (int s = 0; s < 2; s++) {
     oz_pend *p = &c->oz.pend[s];
     if (!p->used) continue;
-    const int ns = p->m * p->n < OZ_NS ? (int)(p->m * p->n) : OZ_NS;
+    const int ns = p->m * p->n < CU_OZ_NS ? (int)(p->m * p->n) : CU_OZ_NS;
     if (p->plan.L == 0) { /* no plan met the gate on the sample (or a non-finite operand): DGEMM ran instead */
       if (o) {
         o->ref_ran[s] = p->S;
@@ -393,107 +402,5 @@ int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
     if (fell >> s & 1) CK(cudaStreamSynchronize(c->oz.pend[s].st), "the float64 reference");
 done:
   c->oz.pend[0].used = c->oz.pend[1].used = 0;
-  return rc;
-}
-
-/* ---- the benchmark hook (cuda.h) -------------------------------------------- */
-
-/* The fast reference of the audit `a` against DGEMM, after audit_linear of
- * the same shape ran with the float64 reference (its X, dY, W_ref in float64
- * and its references are still in the arena). */
-extern "C" int qc_cuda_bench_ref(const qc_backend *be, const qc_linear_audit *a, int slices, int reps,
-                                 qc_cuda_ref_bench *r) {
-  cu *c = C(be);
-  int rc = QC_OK;
-  const int64_t M = a->M, K = a->K, N = a->N;
-  const size_t mk = (size_t)(M * K), nk = (size_t)(N * K);
-  lin_bufs bu;
-  double *fx = NULL, *fw = NULL;
-  float *t = NULL;
-  qk_msum ms[2];
-  memset(r, 0, sizeof *r);
-  if (!c->arena || c->arena_bytes < qc_linear_audit_bytes(M, K, N)) return qc_err("bench: run the audit first");
-  if (reps < 1 || reps > 64) return qc_err("bench: reps in 1..64");
-  cu_lin_layout(c, M, K, N, &bu);
-  if ((rc = oz_small(c)) || (rc = cu_dalloc(c, mk * 8, "fast d_x reference", (void **)&fx)) ||
-      (rc = cu_dalloc(c, nk * 8, "fast d_weight reference", (void **)&fw)))
-    goto done;
-  if (!(t = (float *)calloc((size_t)reps * 3, sizeof *t))) {
-    rc = qc_err_sys("bench: out of memory");
-    goto done;
-  }
-  for (int i = 0; i < reps; i++) {
-    CK(cudaEventRecord(c->ev[0], c->st), "event");
-    if ((rc = cu_dgemm_dev(c, QC_OP_N, QC_OP_N, M, K, N, bu.dy64, N, bu.wq64, K, bu.rx, K)) ||
-        (rc = cu_dgemm_dev(c, QC_OP_T, QC_OP_N, N, K, M, bu.dy64, N, bu.x64, K, bu.rw, K)))
-      goto done;
-    CK(cudaEventRecord(c->ev[1], c->st), "event");
-    if ((rc = cu_ozaki_gemm(c, 0, c->st, QC_OP_N, QC_OP_N, M, K, N, bu.dy64, N, bu.wq64, K, fx, K, slices, NULL, oz_flag(c, 0))) ||
-        (rc = cu_ozaki_gemm(c, 1, c->st, QC_OP_T, QC_OP_N, N, K, M, bu.dy64, N, bu.x64, K, fw, K, slices, NULL, oz_flag(c, 1))))
-      goto done;
-    CK(cudaEventRecord(c->ev[2], c->st), "event");
-    CK((cudaError_t)qk_oz_check(bu.dy64, N, 1, bu.wq64, K, 1, fx, K, M, K, N, OZ_NS, oz_scratch(c, 0), oz_res(c, 0), c->st),
-       "self-check");
-    CK((cudaError_t)qk_oz_check(bu.dy64, 1, N, bu.x64, K, 1, fw, K, N, K, M, OZ_NS, oz_scratch(c, 1), oz_res(c, 1), c->st),
-       "self-check");
-    CK(cudaEventRecord(c->ev[3], c->st), "event");
-    CK(cudaEventSynchronize(c->ev[3]), "bench");
-    for (int f = 0; f < 3; f++) {
-      double ms;
-      if ((rc = cu_ev_ms(c, c->ev[f], c->ev[f + 1], &ms))) goto done;
-      t[3 * i + f] = (float)ms;
-    }
-  }
-  for (int f = 0; f < 3; f++) {
-    float v[64] = {0};
-    for (int i = 0; i < reps; i++) v[i] = t[3 * i + f];
-    for (int i = 1; i < reps; i++)
-      for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { float x = v[j]; v[j] = v[j - 1]; v[j - 1] = x; }
-    (f == 0 ? r->ms_dgemm2 : f == 1 ? r->ms_fast2 : r->ms_check2) = v[reps / 2];
-  }
-  /* the fast references against DGEMM's: the metrics pass with g = fast (float64) */
-  CK((cudaError_t)qk_metrics(fx, 0, bu.rx, (int64_t)mk, c->mscratch, c->mres, c->st), "compare d_x references");
-  CK((cudaError_t)qk_metrics(fw, 0, bu.rw, (int64_t)nk, c->mscratch, c->mres + 1, c->st), "compare d_weight references");
-  CK(cudaMemcpyAsync(ms, c->mres, sizeof ms, cudaMemcpyDeviceToHost, c->st), "download");
-  CK(cudaMemcpyAsync(c->oz.host, c->oz.dev, 8 * sizeof(double) + 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, c->st), "download");
-  CK(cudaStreamSynchronize(c->st), "bench");
-  for (int s = 0; s < 2; s++) {
-    const double *h = c->oz.host + 4 * s;
-    const double nrm = fmax(sqrt(h[2]), QC_EPS_NORM);
-    r->max_abs[s] = ms[s].mx < 0 ? 0 : ms[s].mx;
-    r->rel_l2[s] = qc_rel_l2_sums(ms[s].sd, ms[s].sr);
-    r->norm_ref[s] = sqrt(ms[s].sr);
-    r->check_err[s] = h[0];
-    r->check_err_norm[s] = sqrt(h[1]) / nrm;
-    r->check_noise_floor[s] = sqrt(h[3]) / nrm;
-    r->nonfinite[s] = ((const unsigned *)(c->oz.host + 8))[s];
-  }
-  r->fast_tops = 2.0 * 2.0 * (double)M * (double)N * (double)K / (r->ms_fast2 * 1e9);
-done:
-  rc = cu_keep(c, rc, cudaFree(fx), "cudaFree");
-  rc = cu_keep(c, rc, cudaFree(fw), "cudaFree");
-  free(t);
-  return rc;
-}
-
-/* The GPU test's hook (cuda.h): C = op(A) op(B) on device buffers by the
- * fast reference with `slices` slices (0: DGEMM) and its self-check; waits. */
-extern "C" int qc_cuda_ref_gemm(const qc_backend *be, int slices, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k,
-                                const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc,
-                                double check[4], unsigned *nonfinite) {
-  cu *c = C(be);
-  int rc = QC_OK;
-  memset(check, 0, 4 * sizeof *check);
-  *nonfinite = 0;
-  if (slices <= 0) return (rc = cu_gemm_f64_buf(be, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc)) ? rc : cu_sync(be);
-  if ((rc = oz_small(c)) ||
-      (rc = cu_ozaki_gemm(c, 0, c->st, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, slices, oz_res(c, 0), oz_flag(c, 0))))
-    return rc;
-  CK(cudaMemcpyAsync(c->oz.host, c->oz.dev, 8 * sizeof(double) + 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, c->st),
-     "download the self-check");
-  CK(cudaStreamSynchronize(c->st), "the fast reference");
-  memcpy(check, c->oz.host, 4 * sizeof *check);
-  *nonfinite = ((const unsigned *)(c->oz.host + 8))[0];
-done:
   return rc;
 }

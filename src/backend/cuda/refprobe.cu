@@ -115,7 +115,7 @@ static int pr_step(cu *c, int s, const pr_bufs *b, const pr_i8 *g) {
          "cublasLtMatmul (probe)");
       break;
     case PR_SPLIT:
-      CK((cudaError_t)qk_oz_split(b->A, PR_P, PR_P, PR_P, 1, S, b->ea, b->flag, b->as, PR_P, PR_P, c->st), "probe split");
+      CK((cudaError_t)qk_oz_split(b->A, PR_P, PR_P, PR_P, 1, S, b->ea, b->flag, b->as, PR_P, PR_P, PR_P, (int64_t)PR_P * PR_P, 0, c->st), "probe split");
       break;
     case PR_COMBINE:
       CK((cudaError_t)qk_oz_combine(b->T, (int64_t)PR_P * PR_P, S, PR_P, PR_P, PR_P, b->ea, b->eb, b->C, PR_P, 0, c->st),
