@@ -40,16 +40,19 @@
  *   T(d_v_j) = sum_i P_ij w_ij |g_i|.
  * A d_q that is zero in exact arithmetic (keys sharing a large common
  * part, as a k_proj bias: sum_j dL/ds_ij = 0 cancels it) keeps the scale
- * of the common part's terms. */
+ * of the common part's terms. The products (q.k, g.v, dS K, dS^T Q, P^T g,
+ * P v and their magnitudes' twins) run as float64 GEMMs on the audit's
+ * backend, a block of query rows at a time (reference/attention_gemm.c). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "model/module.h"
+#include "reference/ref_attention.h"
 #include "reference/ref_classes.h"
-#include "core/par.h"
 #include "core/qc.h"
 #include "numerics/formats.h"
 #include "numerics/metrics.h"
@@ -95,184 +98,6 @@ static int out_dtype(const qc_module *m, const qc_tensor *ot, qc_dtype *odt) {
   return QC_OK;
 }
 
-/* The value of dt (bfloat16 or float16) next to r (a value of dt) on x's
- * side: the other end of the interval of dt values that brackets x. */
-static double neighbour(double x, double r, qc_dtype dt) {
-  const float rf = (float)r;
-  const int up = (x > r) == (rf > 0 || (rf == 0 && x > 0)); /* away from zero */
-  if (dt == QC_BF16) {
-    uint32_t u;
-    memcpy(&u, &rf, sizeof u);
-    if (rf == 0) u = (x < 0 ? 0x80000000u : 0u) | 0x10000u;
-    else u = up ? u + 0x10000u : u - 0x10000u;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-  }
-  uint16_t h = qc_f32_to_f16(rf);
-  if (rf == 0) h = (uint16_t)((x < 0 ? 0x8000u : 0u) | 1u);
-  else h = (uint16_t)(up ? h + 1u : h - 1u);
-  return qc_f16_to_f32(h);
-}
-
-/* x.y_j (absolute: sum_d |x_d y_jd|) into out[j] for the rows j in [lo,
- * n) of y [*, D]: each sum taken over d in order from 0, as one loop per
- * row takes it, four rows at a time (four independent sums: the same
- * values, without one sum's latency per product). */
-static void row_dots(const double *x, const double *y, int64_t lo, int64_t n, int64_t D, int absolute, double *out) {
-  int64_t j = lo;
-  for (; j + 4 <= n; j += 4) {
-    const double *y0 = y + j * D, *y1 = y0 + D, *y2 = y1 + D, *y3 = y2 + D;
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    if (absolute)
-      for (int64_t d = 0; d < D; d++) {
-        s0 += fabs(x[d] * y0[d]);
-        s1 += fabs(x[d] * y1[d]);
-        s2 += fabs(x[d] * y2[d]);
-        s3 += fabs(x[d] * y3[d]);
-      }
-    else
-      for (int64_t d = 0; d < D; d++) {
-        s0 += x[d] * y0[d];
-        s1 += x[d] * y1[d];
-        s2 += x[d] * y2[d];
-        s3 += x[d] * y3[d];
-      }
-    out[j] = s0;
-    out[j + 1] = s1;
-    out[j + 2] = s2;
-    out[j + 3] = s3;
-  }
-  for (; j < n; j++) {
-    const double *yj = y + j * D;
-    double s = 0;
-    if (absolute)
-      for (int64_t d = 0; d < D; d++) s += fabs(x[d] * yj[d]);
-    else
-      for (int64_t d = 0; d < D; d++) s += x[d] * yj[d];
-    out[j] = s;
-  }
-}
-
-/* o [Dv] = sum_j p[j] v_j over the rows j in [lo, n) of v [*, Dv]: each
- * o_d summed over j in order from 0 (the rows read in turn, not a column
- * at a time: the same values). */
-static void row_mix(const double *p, const double *v, int64_t lo, int64_t n, int64_t Dv, double *o) {
-  for (int64_t d = 0; d < Dv; d++) o[d] = 0;
-  for (int64_t j = lo; j < n; j++) {
-    const double pj = p[j], *vj = v + j * Dv;
-    for (int64_t d = 0; d < Dv; d++) o[d] += pj * vj[d];
-  }
-}
-
-/* Delta_i = sum_d dO_id O~_id, O~ the row's O held in dt: O_i = sum_j
- * P_ij v_j (P [lo, n) normalized; v [S, Dv]) rounded to dt, or the saved
- * O's value so [Dv] where that is the other dt value bracketing O_id (a
- * float32 O a few ulps from the exact one rounds to either: a faithful
- * rounding). g [Dv]: dO_i; ob [Dv]: room for O_i. */
-static double delta_rounded(const double *P, const double *v, const double *g, const double *so, int64_t lo, int64_t n,
-                            int64_t Dv, qc_dtype dt, double *ob) {
-  double pd = 0;
-  row_mix(P, v, lo, n, Dv, ob);
-  for (int64_t d = 0; d < Dv; d++) {
-    const double o = ob[d];
-    double r = qc_round_to(o, dt);
-    if (so[d] != r && r != o && so[d] == neighbour(o, r, dt)) r = so[d];
-    pd += g[d] * r;
-  }
-  return pd;
-}
-
-/* One (batch, kv head) of ref_attention: its query heads in order, so the
- * sums into d_k and d_v run as in one loop and the result does not depend
- * on the thread count. The arguments of a run (ref_attention). */
-typedef struct {
-  const double *Q, *K, *V, *G, *O;
-  double *dq, *dk, *dv;
-  double *scr; /* [threads][5 S + Dv]: the rows P, dP, T, Wt, Pa and O's row per thread */
-  int64_t Hq, Hkv, S, D, Dv, W, off, grp;
-  double sc, cap;
-  int causal, ab;
-  qc_dtype odt;
-} att_run;
-
-static void att_units(void *ctx, int64_t u0, int64_t u1, int tid) {
-  const att_run *a = ctx;
-  const int64_t Hq = a->Hq, Hkv = a->Hkv, S = a->S, D = a->D, Dv = a->Dv, W = a->W, off = a->off, grp = a->grp;
-  const double sc = a->sc, cap = a->cap, *O = a->O;
-  const int causal = a->causal, ab = a->ab;
-  const qc_dtype odt = a->odt;
-  double *P = a->scr + (size_t)tid * (size_t)(5 * S + Dv), *dP = P + S, *T = dP + S, *Wt = T + S, *Pa = Wt + S, *Ob = Pa + S;
-  for (int64_t u = u0; u < u1; u++) {
-    const int64_t b = u / Hkv, hk = u % Hkv;
-    for (int64_t h = hk * grp; h < (hk + 1) * grp; h++) {
-      const double *q = a->Q + (b * Hq + h) * S * D, *g = a->G + (b * Hq + h) * S * Dv;
-      const double *k = a->K + (b * Hkv + hk) * S * D, *v = a->V + (b * Hkv + hk) * S * Dv;
-      double *gq = a->dq + (b * Hq + h) * S * D, *gk = a->dk + (b * Hkv + hk) * S * D, *gv = a->dv + (b * Hkv + hk) * S * Dv;
-      for (int64_t i = 0; i < S; i++) {
-        int64_t n = causal ? i + 1 + off : S; /* keys lo..n-1 are visible */
-        if (n > S) n = S;
-        int64_t lo = 0;
-        if (W > 0 && i - W + 1 > 0) lo = i - W + 1; /* the window: i - j < W */
-        if (n <= lo) continue; /* no visible key: the output and its gradients are 0 */
-        double mx = -INFINITY, z = 0, pd = 0, pda = 0;
-        row_dots(q + i * D, k, lo, n, D, 0, P);
-        row_dots(g + i * Dv, v, lo, n, Dv, 0, dP);
-        if (ab) {
-          row_dots(q + i * D, k, lo, n, D, 1, Wt);
-          row_dots(g + i * Dv, v, lo, n, Dv, 1, Pa);
-        }
-        for (int64_t j = lo; j < n; j++) {
-          if (ab) Wt[j] = 1 + sc * Wt[j];
-          const double r = P[j] * sc;
-          if (cap > 0) {
-            const double th = tanh(r / cap);
-            P[j] = cap * th;
-            T[j] = 1 - th * th;
-          } else {
-            P[j] = r;
-            T[j] = 1;
-          }
-          if (P[j] > mx) mx = P[j];
-        }
-        for (int64_t j = lo; j < n; j++) {
-          P[j] = exp(P[j] - mx);
-          z += P[j];
-        }
-        for (int64_t j = lo; j < n; j++) {
-          P[j] /= z;
-          pd += P[j] * dP[j];
-          if (ab) {
-            pda += P[j] * Pa[j];
-            Wt[j] += fabs(mx);
-          }
-        }
-        if (O) /* Delta from O held in odt (file comment) */
-          pd = delta_rounded(P, v, g + i * Dv, O + ((b * Hq + h) * S + i) * Dv, lo, n, Dv, odt, Ob);
-        if (ab) { /* the terms' scale (file comment) */
-          for (int64_t j = lo; j < n; j++) {
-            const double dsa = P[j] * (Pa[j] + pda + Wt[j] * fabs(dP[j] - pd)) * fabs(T[j]);
-            for (int64_t d = 0; d < D; d++) {
-              gq[i * D + d] += sc * dsa * fabs(k[j * D + d]);
-              gk[j * D + d] += sc * dsa * fabs(q[i * D + d]);
-            }
-            for (int64_t d = 0; d < Dv; d++) gv[j * Dv + d] += P[j] * Wt[j] * fabs(g[i * Dv + d]);
-          }
-          continue;
-        }
-        for (int64_t j = lo; j < n; j++) {
-          const double ds = P[j] * (dP[j] - pd) * T[j];
-          for (int64_t d = 0; d < D; d++) {
-            gq[i * D + d] += sc * ds * k[j * D + d];
-            gk[j * D + d] += sc * ds * q[i * D + d];
-          }
-          for (int64_t d = 0; d < Dv; d++) gv[j * Dv + d] += P[j] * g[i * Dv + d];
-        }
-      }
-    }
-  }
-}
-
 /* The reference VJP (see the file comment): d_q [B, Hq, S, D], d_k [B, Hkv,
  * S, D], d_v [B, Hkv, S, Dv] into grads from m's q, k, v and dy [B, Hq, S,
  * Dv]; QC_EINPUT for bad shapes or contract values. */
@@ -308,10 +133,9 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
   const char *base = qc_contract_str(c, "lse_base", "e");
   if (strcmp(base, "e") != 0 && strcmp(base, "2") != 0)
     return qc_err("%s: contract key 'lse_base' = '%s': expected e or 2", m->path, base);
-  const int64_t grp = Hq / Hkv;
   qc_dtype odt = QC_F32;
   if ((rc = out_dtype(m, ot, &odt))) return rc;
-  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *O = NULL, *scr = NULL, *dq, *dk, *dv;
+  double *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *O = NULL, *dq, *dk, *dv;
   rc = QC_ESYS;
   if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
       !(V = qc_refu_load(vt, "reference attention v")) || !(G = qc_refu_load(dy, "reference attention dY")) ||
@@ -321,76 +145,14 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
   if ((rc = qc_refu_out(grads, "d_k", 4, kt->shape, &dk))) goto done;
   if ((rc = qc_refu_out(grads, "d_v", 4, vt->shape, &dv))) goto done;
   {
-    const int nt = qc_par_threads();
-    att_run run = {.Q = Q, .K = K, .V = V, .G = G, .O = O, .dq = dq, .dk = dk, .dv = dv, .Hq = Hq, .Hkv = Hkv, .S = S,
-                   .D = D, .Dv = Dv, .W = W, .off = off, .grp = grp, .sc = sc, .cap = cap, .causal = causal, .ab = ab,
-                   .odt = odt};
-    rc = QC_ESYS;
-    if (!(scr = qc_malloc((size_t)nt * (size_t)(5 * S + Dv) * sizeof *scr, "reference attention rows"))) goto done;
-    run.scr = scr;
-    qc_par_for(B * Hkv, 1, att_units, &run);
+    const qc_ref_att a = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .Q = Q, .K = K, .V = V, .G = G, .O = O,
+                          .B = B, .Hq = Hq, .Hkv = Hkv, .S = S, .D = D, .Dv = Dv, .W = W, .off = off, .sc = sc,
+                          .cap = cap, .causal = causal, .ab = ab, .odt = odt};
+    rc = qc_ref_att_vjp(&a, dq, dk, dv);
   }
-  rc = QC_OK;
 done:
-  free(Q); free(K); free(V); free(G); free(O); free(scr);
+  free(Q); free(K); free(V); free(G); free(O);
   return rc;
-}
-
-/* One (batch, query head) of ref_attention_saved; t[row] gets the LSE's
- * terms of each query (summed in order after, so the result does not
- * depend on the thread count). */
-typedef struct {
-  const double *Q, *K, *V;
-  double *out, *t, *scr; /* scr: [threads][2 S]: the rows P, A per thread */
-  int64_t Hq, Hkv, S, D, Dv, W, off, grp;
-  double sc, cap, unit;
-  int causal, lse;
-} sav_run;
-
-static void sav_units(void *ctx, int64_t u0, int64_t u1, int tid) {
-  const sav_run *a = ctx;
-  const int64_t Hq = a->Hq, Hkv = a->Hkv, S = a->S, D = a->D, Dv = a->Dv, W = a->W, off = a->off, grp = a->grp;
-  const double sc = a->sc, cap = a->cap, unit = a->unit;
-  const int causal = a->causal, lse = a->lse;
-  double *P = a->scr + (size_t)tid * 2 * S, *A = P + S, *out = a->out;
-  for (int64_t u = u0; u < u1; u++) {
-    const int64_t b = u / Hq, h = u % Hq;
-    {
-      const double *q = a->Q + (b * Hq + h) * S * D, *k = a->K + (b * Hkv + h / grp) * S * D;
-      const double *v = a->V + (b * Hkv + h / grp) * S * Dv;
-      for (int64_t i = 0; i < S; i++) {
-        int64_t n = causal ? i + 1 + off : S, lo = 0;
-        if (n > S) n = S;
-        if (W > 0 && i - W + 1 > 0) lo = i - W + 1; /* the window: i - j < W */
-        double *o = lse ? out + (b * Hq + h) * S + i : out + ((b * Hq + h) * S + i) * Dv;
-        if (n <= lo) { /* no visible key: O_i = 0, no LSE */
-          if (lse) *o = -INFINITY;
-          else memset(o, 0, (size_t)Dv * sizeof *o);
-          continue;
-        }
-        double mx = -INFINITY, z = 0, amax = 0;
-        row_dots(q + i * D, k, lo, n, D, 0, P);
-        row_dots(q + i * D, k, lo, n, D, 1, A);
-        for (int64_t j = lo; j < n; j++) {
-          const double s = P[j] * sc;
-          P[j] = cap > 0 ? cap * tanh(s / cap) : s;
-          A[j] = sc * A[j];
-          mx = fmax(mx, P[j]);
-        }
-        for (int64_t j = lo; j < n; j++) {
-          z += (P[j] = exp(P[j] - mx));
-          amax = fmax(amax, A[j]);
-        }
-        if (lse) {
-          *o = (mx + log(z)) * unit;
-          a->t[(b * Hq + h) * S + i] = (fabs(mx) + amax + 1) * unit;
-          continue;
-        }
-        row_mix(P, v, lo, n, Dv, o);
-        for (int64_t d = 0; d < Dv; d++) o[d] /= z;
-      }
-    }
-  }
 }
 
 /* The saved O ("out", [B, Hq, S, Dv]) or LSE ("lse", [B, Hq, S], in the
@@ -404,7 +166,6 @@ static void sav_units(void *ctx, int64_t u0, int64_t u1, int tid) {
  * max_j sum_d |q_id k_jd| + 1 (the log of the sum) per query, in the
  * saved base. QC_NA for another name. (a qc_saved_ref_fn) */
 static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char *name, qc_tensor *r, qc_tol_model *tm) {
-  (void)ctx;
   const qc_tensor *qt, *kt, *vt, *st;
   const int lse = strcmp(name, "lse") == 0;
   int rc;
@@ -425,27 +186,25 @@ static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char
   if (!(sc > 0) || !isfinite(sc) || !(wd >= 0) || floor(wd) != wd || wd > 4e18 || floor(cod) != cod || fabs(cod) > 4e18 ||
       !(cap >= 0) || !isfinite(cap))
     return qc_err("%s: the contract's softmax_scale, window, causal_offset or softcap is out of range", m->path);
-  const int64_t W = (int64_t)wd, off = causal ? (int64_t)cod : 0, grp = Hq / Hkv;
+  const int64_t W = (int64_t)wd, off = causal ? (int64_t)cod : 0;
   const double unit = base2 ? 1.4426950408889634 : 1.0; /* the saved base: log2 x = ln x log2(e) */
-  double *Q = NULL, *K = NULL, *V = NULL, *P = NULL, *A = NULL, *out, tt = 0, tmax = 0;
+  double *Q = NULL, *K = NULL, *V = NULL, *A = NULL, *out, tt = 0, tmax = 0;
   rc = QC_ESYS;
   if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
       !(V = qc_refu_load(vt, "reference attention v")))
     goto done;
   if ((rc = qc_tensor_alloc(r, name, QC_F64, st->ndim, st->shape))) goto done;
   out = r->data;
+  rc = QC_ESYS;
+  if (lse && !(A = qc_calloc((size_t)(B * Hq * S), sizeof *A, "reference LSE terms"))) goto done;
   {
-    const int nt = qc_par_threads();
-    sav_run run = {.Q = Q, .K = K, .V = V, .out = out, .Hq = Hq, .Hkv = Hkv, .S = S, .D = D, .Dv = Dv, .W = W,
-                   .off = off, .grp = grp, .sc = sc, .cap = cap, .unit = unit, .causal = causal, .lse = lse};
-    rc = QC_ESYS;
-    if (!(P = qc_malloc((size_t)nt * 2 * (size_t)S * sizeof *P, "reference softmax rows")) ||
-        (lse && !(A = qc_calloc((size_t)(B * Hq * S), sizeof *A, "reference LSE terms"))))
-      goto done;
-    run.scr = P;
-    run.t = A;
-    qc_par_for(B * Hq, 1, sav_units, &run);
-    for (int64_t i = 0; lse && i < B * Hq * S; i++) { /* in the order of one loop */
+    const qc_ref_att a = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .Q = Q, .K = K, .V = V, .B = B, .Hq = Hq,
+                          .Hkv = Hkv, .S = S, .D = D, .Dv = Dv, .W = W, .off = off, .sc = sc, .cap = cap,
+                          .causal = causal};
+    if ((rc = qc_ref_att_fwd(&a, lse, out, A))) goto done;
+    for (int64_t i = 0; lse && i < B * Hq * S; i++) { /* in the saved base; the terms summed in the order of one loop */
+      out[i] *= unit;
+      A[i] *= unit;
       tt += A[i] * A[i];
       tmax = fmax(tmax, A[i]);
     }
@@ -463,7 +222,7 @@ static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char
   rc = QC_OK;
 done:
   if (rc) qc_tensor_free(r);
-  free(Q); free(K); free(V); free(P); free(A);
+  free(Q); free(K); free(V); free(A);
   return rc;
 }
 
