@@ -219,3 +219,31 @@ Test(attention_ref, blocks_match_naive_not_causal) {
   const char *sets[] = {"causal=false", "softmax_scale=0.3", NULL};
   check("2,2,2,270,16", sets, 0, 73);
 }
+
+/* The host passes between the GEMMs run on qc_par_for's threads: 1 and 3
+ * threads give the same bits (each row alone; d_k, d_v summed in a fixed
+ * order), gradients and terms alike. */
+Test(attention_ref, threads_do_not_change_bits) {
+  const char *sets[] = {"causal_offset=2", "window=50", "softcap=3", NULL};
+  h_inst in;
+  h_make(&in, "attention", "1,4,2,300,12,8", 74, "normal", sets);
+  const char *names[3] = {"d_q", "d_k", "d_v"};
+  for (int ab = 0; ab < 2; ab++) {
+    qc_ctx ctx = {.be = qc_backend_cpu(), .profile = "vllm", .terms = ab};
+    qc_tset g[2] = {{0}, {0}};
+    for (int t = 0; t < 2; t++) {
+      cr_assert_eq(setenv("QATCHECK_THREADS", t ? "3" : "1", 1), 0);
+      cr_assert_eq(in.row->reference(&ctx, &in.m, &in.dy, &g[t]), QC_OK, "%s", qc_err_msg());
+    }
+    unsetenv("QATCHECK_THREADS");
+    for (int e = 0; e < 3; e++) {
+      const qc_tensor *a = qc_tset_get(&g[0], names[e]), *b = qc_tset_get(&g[1], names[e]);
+      cr_assert(a && b);
+      cr_expect(memcmp(a->data, b->data, (size_t)qc_numel(a) * sizeof(double)) == 0, "%s%s: 1 and 3 threads differ",
+                names[e], ab ? " (terms)" : "");
+    }
+    qc_tset_free(&g[0]);
+    qc_tset_free(&g[1]);
+  }
+  h_free(&in);
+}
