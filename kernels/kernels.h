@@ -150,6 +150,11 @@ int qk_oz_check(const double *A, int64_t sar, int64_t sal, const double *B, int6
  * + j brow + u bstride (a stride may be negative), the exact value from A / B as qk_oz_check
  * takes it, sum |a||b|, e_i + f_j, bf16's rounding error squared). */
 #define QK_OZ_PLAN_W (QK_OZ_SMAX * QK_OZ_SMAX + 5)
+/* qk_oz_check_ev: qk_oz_check's res for C from qk_oz_plan's evidence ev of
+ * the same product (the same sample; its exact values reused, not
+ * recomputed). */
+int qk_oz_check_ev(const double *ev, const double *C, int64_t ldc, int64_t m, int64_t n, int ns, double *scratch, double *res,
+                   void *stream);
 int qk_oz_plan(const int8_t *as, int64_t arow, int64_t astride, const int8_t *bs, int64_t brow, int64_t bstride, int S, const int *ea,
                const int *eb, const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc, int64_t m,
                int64_t n, int64_t k, int ns, double *out, void *stream);

@@ -297,6 +297,37 @@ __global__ static void __launch_bounds__(CHK_THREADS) k_check_final(const double
   if (t < 4) res[t] = sh[t][0];
 }
 
+/* The self-check of a planned GEMM from its plan's evidence (k_plan: the
+ * same sample, the exact values already computed): one thread per sample,
+ * out[4 s ..] as k_check writes them. */
+__global__ static void __launch_bounds__(OZ_THREADS) k_check_ev(const double *ev, const double *C, int64_t ldc, int64_t m, int64_t n,
+                                  int ns, double *out) {
+  const int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= ns || (m * n <= ns && s >= m * n)) return;
+  int64_t i, j;
+  sample_ij(s, m, n, ns, &i, &j);
+  const double *x = ev + s * QK_OZ_PLAN_W + QK_OZ_SMAX * QK_OZ_SMAX;
+  const double hi = x[0], lo = x[1], sc = x[2], f = C[i * ldc + j];
+  const double d = fabs((f - hi) - lo), ex = hi + lo;
+  out[4 * s + 0] = d == 0 ? 0.0 : sc > 0 ? d / sc : INFINITY;
+  out[4 * s + 1] = d * d;
+  out[4 * s + 2] = ex * ex;
+  out[4 * s + 3] = x[4];
+  if (!(d == d)) out[4 * s + 0] = out[4 * s + 1] = NAN;
+}
+
+extern "C" int qk_oz_check_ev(const double *ev, const double *C, int64_t ldc, int64_t m, int64_t n, int ns, double *scratch,
+                              double *res, void *stream) {
+  cudaStream_t st = (cudaStream_t)stream;
+  if (m <= 0 || n <= 0 || ns <= 0) return (int)cudaMemsetAsync(res, 0, 4 * sizeof *res, st);
+  int nuse = m * n < ns ? (int)(m * n) : ns;
+  k_check_ev<<<(unsigned)((nuse + OZ_THREADS - 1) / OZ_THREADS), OZ_THREADS, 0, st>>>(ev, C, ldc, m, n, ns, scratch);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return (int)e;
+  k_check_final<<<1, CHK_THREADS, 0, st>>>(scratch, nuse, res);
+  return (int)cudaGetLastError();
+}
+
 extern "C" int qk_oz_check(const double *A, int64_t sar, int64_t sal, const double *B, int64_t sbl, int64_t sbc,
                            const double *C, int64_t ldc, int64_t m, int64_t n, int64_t k, int ns, double *scratch,
                            double *res, void *stream) {
