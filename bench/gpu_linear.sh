@@ -24,12 +24,14 @@
 # shapes: its time against the two DGEMMs, the whole audit with it, its
 # error against DGEMM (max and normwise, absolute and relative to the noise
 # floor), its self-check, the metrics' difference between the two audits
-# (bench_gpu_linear --ref-fast; its lines are prefixed refS_). The ratios
-# and the guard are the float64 audit's, as without it. It also times the
-# audit under --reference auto (vjp's default: per GEMM, the fast reference
-# where this device's probed rates predict it 10% faster, else DGEMM)
-# against the float64 audit, naming what auto ran for d_x and d_weight
-# (refauto_ lines). --reference auto is the same run.
+# (bench_gpu_linear --ref-fast; its lines are prefixed refS_). It also
+# times the audit under --reference auto (vjp's default: per GEMM, the fast
+# reference where this device's probed rates predict it 10% faster, else
+# DGEMM) against the float64 audit, naming what auto ran for d_x and
+# d_weight and the slice products its plan ran (refauto_ lines), and adds
+# one ratio to the float64 audit's: prefill.auto_floor, the auto audit over
+# the float64 floor (issue 41's target: <= 0.8). --reference auto is the
+# same run.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 check=0; peer=1; bindir=build; reffast=; want_ref=0
@@ -87,7 +89,8 @@ for shape in "8192 7168 4096 prefill" "16 7168 4096 decode"; do
             tag, S, g, v[p g "_err_max_abs"], v[p g "_err_max_of_nf_rms"], v[p g "_err_rel_l2"], v[p g "_err_rel_l2_of_nf"],
             v[p g "_check_err"], v[p g "_check_err_norm"], v[p g "_check_gate"], v[p g "_rel_l2_diff"] } }' "$out/q_$tag"
     done
-    awk -v tag="$tag" -v a="$a" '{v[$1] = $2; w[$1] = $3} END {
+    awk -v tag="$tag" -v a="$a" -v R="$out/ratios" '{v[$1] = $2; w[$1] = $3} END {
+      if (tag == "prefill") printf "%s.auto_floor %.4f\n", tag, v["refauto_audit_ms"] / v["floor_ms"] >> R;
       dx = v["refauto_ran"] ? sprintf("fast S=%d%s", v["refauto_ran"], v["refauto_kept"] ? "" : " (fell back)") : "float64";
       dw = w["refauto_ran"] ? sprintf("fast S=%d%s", w["refauto_ran"], w["refauto_kept"] ? "" : " (fell back)") : "float64";
       if (v["refauto_ran"]) dx = dx sprintf(", %d pairs", v["refauto_pairs"]);

@@ -136,7 +136,7 @@ for c in $CHECKS; do
     bench_guard) run bench_guard sh -c 'QC_BENCH_PLANT=0.10 sh bench/gpu_linear.sh --check --no-peer "$0"; rc=$?
         [ $rc = 1 ] && echo "bench_guard: the planted 10% slowdown fails the check (exit 1)" && exit 0
         echo "bench_guard: the planted 10% slowdown gave exit $rc, expected 1"; exit 1' "$Q" ;;
-    ozaki) run ozaki sh -c '"$0/test_gpu" --filter "gpu_ozaki/*" --verbose && sh bench/gpu_linear.sh --no-peer --reference fast "$0"' "$Q" ;;
+    ozaki) run ozaki sh -c '"$0/test_gpu" --filter "gpu_ozaki/*" --verbose && sh bench/gpu_linear.sh --check --no-peer --reference fast "$0"' "$Q" ;;
     dump_e2e) run dump_e2e sh bench/gpu_dump_e2e.sh "$QATCHECK" ;;
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
