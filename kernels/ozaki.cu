@@ -158,6 +158,29 @@ __device__ static void two_sum(double a, double b, double *s, double *e) {
   *e = (a - (x - z)) + (b - z);
 }
 
+/* One lane's step of a compensated dot product (Dot2): p = a b into
+ * (hi, lo) with the product's and the sum's errors, |p| into sc. */
+__device__ static void dot2_step(double a, double b, double *hi, double *lo, double *sc) {
+  double p = a * b, pe = fma(a, b, -p), t, te;
+  two_sum(*hi, p, &t, &te);
+  *hi = t;
+  *lo += pe + te;
+  *sc += fabs(p);
+}
+
+/* The warp's lanes' (hi, lo, sc) summed by a fixed tree (every lane ends
+ * with the total). */
+__device__ static void dot2_warp(double *hi, double *lo, double *sc) {
+  for (int o = 16; o > 0; o >>= 1) {
+    double h2 = __shfl_xor_sync(0xffffffffu, *hi, o), l2 = __shfl_xor_sync(0xffffffffu, *lo, o);
+    double c2 = __shfl_xor_sync(0xffffffffu, *sc, o), t, te;
+    two_sum(*hi, h2, &t, &te);
+    *hi = t;
+    *lo += l2 + te;
+    *sc += c2;
+  }
+}
+
 /* One warp per sampled element: the dot product op(A)[i, :] op(B)[:, j]
  * compensated (Ogita-Rump-Oishi Dot2: as if in twice the working
  * precision), its scale sum |a| |b|, and the fast result C[i, j]; per
@@ -172,22 +195,8 @@ __global__ static void __launch_bounds__(OZ_THREADS) k_check(const double *A, in
   int64_t i, j;
   sample_ij(s, m, n, ns, &i, &j);
   double hi = 0, lo = 0, sc = 0;
-  for (int64_t l = lane; l < k; l += 32) {
-    double a = A[i * sar + l * sal], b = B[l * sbl + j * sbc];
-    double p = a * b, pe = fma(a, b, -p), t, te;
-    two_sum(hi, p, &t, &te);
-    hi = t;
-    lo += pe + te;
-    sc += fabs(p);
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    double h2 = __shfl_xor_sync(0xffffffffu, hi, o), l2 = __shfl_xor_sync(0xffffffffu, lo, o);
-    double c2 = __shfl_xor_sync(0xffffffffu, sc, o), t, te;
-    two_sum(hi, h2, &t, &te);
-    hi = t;
-    lo += l2 + te;
-    sc += c2;
-  }
+  for (int64_t l = lane; l < k; l += 32) dot2_step(A[i * sar + l * sal], B[l * sbl + j * sbc], &hi, &lo, &sc);
+  dot2_warp(&hi, &lo, &sc);
   if (lane) return;
   double ex = hi + lo, f = C[i * ldc + j], d = fabs(f - ex);
   double rb = (double)__bfloat162float(__double2bfloat16(ex)) - ex;
@@ -228,23 +237,12 @@ __global__ static void __launch_bounds__(OZ_THREADS) k_plan(const int8_t *as, in
     }
     for (int t = 0; t < QK_OZ_SMAX; t++)
       for (int u = 0; u < QK_OZ_SMAX; u++) P[t][u] += (long long)(da[t] * db[u]);
-    double a = A[i * sar + l * sal], b = B[l * sbl + j * sbc];
-    double p = a * b, pe = fma(a, b, -p), x, xe;
-    two_sum(hi, p, &x, &xe);
-    hi = x;
-    lo += pe + xe;
-    sc += fabs(p);
+    dot2_step(A[i * sar + l * sal], B[l * sbl + j * sbc], &hi, &lo, &sc);
   }
-  for (int o = 16; o > 0; o >>= 1) {
+  for (int o = 16; o > 0; o >>= 1)
     for (int t = 0; t < QK_OZ_SMAX; t++)
       for (int u = 0; u < QK_OZ_SMAX; u++) P[t][u] += __shfl_xor_sync(0xffffffffu, P[t][u], o);
-    double h2 = __shfl_xor_sync(0xffffffffu, hi, o), l2 = __shfl_xor_sync(0xffffffffu, lo, o);
-    double c2 = __shfl_xor_sync(0xffffffffu, sc, o), x, xe;
-    two_sum(hi, h2, &x, &xe);
-    hi = x;
-    lo += l2 + xe;
-    sc += c2;
-  }
+  dot2_warp(&hi, &lo, &sc);
   if (lane) return;
   double *w = out + s * QK_OZ_PLAN_W;
   for (int t = 0; t < QK_OZ_SMAX; t++)
