@@ -24,6 +24,8 @@
 #include <nccl.h>
 #endif
 
+#define CU_OZ_PLANS 16 /* the fast reference's int8 GEMM descriptors cached (cu::cu_oz::plans) */
+
 extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/cuda.h"
@@ -104,13 +106,15 @@ typedef struct cu {
     double *host;           /* pinned: the same results and flags, downloaded at the settle; then
                              * [2] the plans' evidence, downloaded at cu_ref_run */
     cudaEvent_t plan_ev[2]; /* each slot's evidence downloaded */
-    struct oz_plan {        /* cuBLASLt int8 x int8 -> int32 descriptors and algorithm per shape */
+    struct oz_plan {        /* cuBLASLt int8 x int8 -> int32 descriptors and algorithm per shape and
+                             * contraction (a level's GEMM: its pairs x k): CU_OZ_PLANS of them, reused
+                             * round robin (an audit at S slices uses up to 2 S) */
       int used;
       int64_t mp, np, kc, kp;
       cublasLtMatmulDesc_t op;
       cublasLtMatrixLayout_t la, lb, ld;
       cublasLtMatmulAlgo_t algo;
-    } plans[8];
+    } plans[CU_OZ_PLANS];
     int next_plan;
     struct oz_pend {        /* a reference queued on the fast path, for the settle's DGEMM fallback */
       int used;
@@ -260,12 +264,6 @@ int cu_qfmt(const cu *c, const char *fmt, const char *profile, qk_qargs *a);
 int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n,
                 int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 int cu_ref_settle(cu *c, qc_linear_audit_out *o);
-/* The second half of cu_ref_gemm's fast path (cu_ref_settle calls it; the
- * audit may call it sooner): for each slot queued, d_weight's first, waits
- * for its plan's evidence, chooses its pairs (backend/ozplan.h) and queues
- * the int8 products, the combine and the self-check, or DGEMM where no
- * plan meets the gate. */
-int cu_ref_run(cu *c);
 /* Release the fast reference's plans and buffers at close (rc as cu_keep). */
 int cu_oz_free(cu *c, int rc);
 /* The fast reference's parts the hooks of bench.cu use: the small buffers

@@ -130,6 +130,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   /* QC_CUDA_DW_EARLY=1: d_weight's metrics on the second stream right
    * after its pair, beside the quantizer (measured side by side) */
   const int dw_early = c->sw[CU_SW_DW_EARLY];
+  int dw_now = 0; /* d_weight's metrics queued early: dw_early, on a DGEMM reference */
   gx = a->dx_cand ? a->dx_cand : cx;
   gw = a->dw_cand ? a->dw_cand : cw;
   CK(cudaEventRecord(c->ev[0], c->st), "event");
@@ -142,9 +143,9 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if (!a->dw_cand && (rc = cu_lt_gemm_on(c, c->st2, QC_OP_T, QC_OP_N, N, K, M, a->dy, N, a->x, K, cw, K, CUDA_R_16BF)))
     goto done;
   if ((rc = cu_ref_gemm(c, a->ref_slices, 1, c->st2, c->blas2, QC_OP_T, QC_OP_N, N, K, M, dy64, N, x64, K, rw, K))) goto done;
-  /* (the fast reference queues its products once its plan is chosen: cu_ref_run, before d_weight's metrics read them) */
-  if (dw_early && ((rc = cu_ref_run(c)) || (rc = cu_sums_queue(c, c->st2, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))))
-    goto done;
+  /* early only on DGEMM: a fast d_weight reference is final once cu_ref_settle has judged it (below) */
+  dw_now = dw_early && !c->oz.pend[1].used;
+  if (dw_now && (rc = cu_sums_queue(c, c->st2, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
   CK(cudaEventRecord(c->ev[6], c->st2), "event");
   /* W_ref: bf16 for the candidate, float64 for the reference */
   if (q.fmt == QK_NONE) {
@@ -171,6 +172,9 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if (fuse_dx) CK((cudaError_t)qk_fuse_dx_final(wq64, (int)tiles, (int)M, K, rx, c->st), "reference d_x");
   else if ((rc = cu_ref_gemm(c, a->ref_slices, 0, c->st, c->blas, QC_OP_N, QC_OP_N, M, K, N, dy64, N, wq64, K, rx, K))) goto done;
   if ((rc = cu_ref_settle(c, o))) goto done; /* the fast reference's check (ozaki.cu); nothing without one */
+  /* a fast d_weight reference's products (and any fallback) were queued on st2 after ev[6]: mark its end again,
+   * so that what waits for it does not rest on the settle's host sync */
+  if (o->ref_ran[1]) CK(cudaEventRecord(c->ev[6], c->st2), "event");
   CK(cudaEventRecord(c->ev[5], c->st), "event");
   /* d_x's candidate and metrics on the second stream, d_weight's metrics here */
   CK(cudaStreamWaitEvent(c->st2, c->ev[5], 0), "stream order");
@@ -179,7 +183,7 @@ int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_au
   if ((rc = cu_sums_queue(c, c->st2, gx, rx, M, K, 0, bu.bias, bu.bias_out))) goto done;
   CK(cudaEventRecord(c->ev[2], c->st2), "event");
   CK(cudaStreamWaitEvent(c->st, c->ev[6], 0), "stream order");
-  if (!dw_early && (rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
+  if (!dw_now && (rc = cu_sums_queue(c, c->st, gw, rw, N, K, 1, bu.bias2, bu.bias_out + QK_BIAS_NSUM))) goto done;
   CK(cudaStreamWaitEvent(c->st, c->ev[2], 0), "stream order");
   CK(cudaEventRecord(c->ev[4], c->st), "event");
   {

@@ -1,27 +1,32 @@
 /* ozaki.cu: the fast reference (--reference fast): the fused audit's
  * float64 reference GEMMs by the Ozaki scheme on int8 tensor cores.
  *
- * Each row of op(A) gets a power-of-two scale 2^e_i > max |row| and is cut
- * into S int8 digits per element (kernels/ozaki.cu): a = 2^e_i (sum_t d_t
- * 2^(-7t) + rest), |d_t| <= 127, |rest| < 2^(-7S); likewise each column of
- * op(B) with 2^f_j. Every pair of slices (t, u) with t + u <= S + 1 is one
- * cuBLASLt int8 GEMM with exact int32 accumulation (the pairs of one level
- * L = t + u accumulated into one int32 buffer with beta 1), and one kernel
- * combines the levels exactly in int64 and scales by 2^(e_i + f_j - 7(S+1))
- * into float64. The contraction is cut into chunks so that no int32 sum can
- * overflow (S pairs x kc x 127^2 < 2^31). Error analysis: docs/gpu.md.
+ * Each row of op(A) gets a power-of-two scale 2^e_i, twice the power of two
+ * above max |row|, and is cut into S int8 digits per element rounded to
+ * nearest (kernels/ozaki.cu): a = 2^e_i (sum_t d_t 2^(-7t) + rest), |d_t|
+ * <= 64, |rest| <= 2^(-7S-1); likewise each column of op(B) with 2^f_j. A
+ * plan (backend/ozplan.h), chosen on the host from the self-check's sample
+ * before any product runs, says which pairs of slices (t, u) run: t <= Sa,
+ * u <= Sb, t + u <= L <= S + 1. The pairs of one level t + u are one
+ * cuBLASLt int8 GEMM of contraction (pairs) x k with exact int32
+ * accumulation (a row's slices lie side by side, op(B)'s reversed), where
+ * (pairs) x k x 64^2 < 2^31; else one GEMM a pair and contraction chunk
+ * (S x kc x 127^2 < 2^31) summed into the level with beta 1. One kernel
+ * combines the levels exactly in int64 and scales by 2^(e_i + f_j - 7 L)
+ * into float64. Error analysis: docs/gpu.md.
  *
- * The self-check: after the GEMM, a fixed sample of elements is recomputed
- * as compensated float64 dot products on the device; cu_ref_settle keeps
- * the fast result only when the sample's error (max relative to sum |a||b|
- * and normwise) is below 1e-3 of the sample's noise floor, and recomputes
- * with DGEMM otherwise (said under --verbose).
+ * The self-check: the sample's exact values (compensated float64 dot
+ * products) are computed with the plan's evidence, before the products;
+ * cu_ref_settle keeps the fast result only when the sample's error (max
+ * relative to sum |a||b| and normwise) is below 1e-3 of the sample's noise
+ * floor, and recomputes with DGEMM otherwise (said under --verbose).
  *
  * cuBLASLt layout (column-major, "TN", what its IMMA kernels require): the
  * row-major product C[m, n] is computed as the column-major D[np, mp] =
- * Bs^T As, Bs the slices of op(B) stored kp x np (column j's k digits
- * contiguous), As those of op(A) stored kp x mp; m, n, k padded with zeros
- * to multiples of 16 (every pointer and leading dimension 16-byte aligned). */
+ * Bs^T As, Bs the slices of op(B) (column j's slices' digits contiguous,
+ * leading dimension S kp), As those of op(A) likewise; m, n, k padded with
+ * zeros to multiples of 16 (every pointer and leading dimension 16-byte
+ * aligned). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -45,7 +50,7 @@ static size_t oz_bytes(int64_t mp, int64_t np, int64_t kp, int S) {
 
 /* cuda_priv.h: the fast reference's plans and buffers released (at close). */
 int cu_oz_free(cu *c, int rc) {
-  for (int i = 0; i < 8; i++) rc = cu_plan_free(c, rc, &c->oz.plans[i]);
+  for (int i = 0; i < CU_OZ_PLANS; i++) rc = cu_plan_free(c, rc, &c->oz.plans[i]);
   rc = cu_keep(c, rc, cudaFree(c->oz.buf[0]), "cudaFree (fast reference)");
   rc = cu_keep(c, rc, cudaFree(c->oz.buf[1]), "cudaFree (fast reference)");
   rc = cu_keep(c, rc, cudaFree(c->oz.dev), "cudaFree (fast reference's self-check)");
@@ -87,7 +92,7 @@ static int oz_plan(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct
   const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
   const cudaDataType_t st = CUDA_R_32I;
   size_t wsb = WS_BYTES;
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < CU_OZ_PLANS; i++) {
     p = &c->oz.plans[i];
     if (p->used && p->mp == mp && p->np == np && p->kc == kc && p->kp == kp) {
       *out = p;
@@ -95,7 +100,7 @@ static int oz_plan(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct
     }
   }
   p = &c->oz.plans[c->oz.next_plan];
-  c->oz.next_plan = (c->oz.next_plan + 1) % 8;
+  c->oz.next_plan = (c->oz.next_plan + 1) % CU_OZ_PLANS;
   if ((rc = cu_plan_free(c, QC_OK, p))) goto done; /* evict the oldest */
   memset(&h, 0, sizeof h);
   BK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "cublasLtMatmulDescCreate (int8)");
@@ -204,7 +209,8 @@ static int oz_products(cu *c, cudaStream_t st, const oz_pend *p, int Sa, int Sb,
   const int S = p->S;
   const int64_t mp = p->mp, np = p->np, kp = p->kp, ld = S * kp, kmax = oz_chunk(S);
   const int top = L < Sa + Sb ? L : Sa + Sb; /* every level 2..top holds a pair */
-  const int whole = (int64_t)(S < Sa + Sb - 1 ? S : Sa + Sb - 1) * kp * 4096 < ((int64_t)1 << 31);
+  const int most = Sa < Sb ? (Sa < top - 1 ? Sa : top - 1) : (Sb < top - 1 ? Sb : top - 1); /* pairs of the fullest level */
+  const int whole = (int64_t)most * kp * 4096 < ((int64_t)1 << 31);
   for (int64_t k0 = 0; k0 < kp; k0 += whole ? kp : kmax) {
     const int64_t kc = whole ? kp : kp - k0 < kmax ? kp - k0 : kmax;
     for (int lv = 2; lv <= top; lv++) {
@@ -309,7 +315,11 @@ done:
   return rc;
 }
 
-int cu_ref_run(cu *c) {
+/* The second half of cu_ref_gemm's fast path (cu_ref_settle calls it): for
+ * each slot queued, d_weight's first, waits for its plan's evidence,
+ * chooses its pairs (backend/ozplan.h) and queues the int8 products, the
+ * combine and the self-check, or DGEMM where no plan meets the gate. */
+static int cu_ref_run(cu *c) {
   int rc = QC_OK;
   for (int s = 1; s >= 0; s--) {
     oz_pend *p = &c->oz.pend[s];
@@ -367,6 +377,9 @@ int cu_ref_settle(cu *c, qc_linear_audit_out *o) {
       {
         if (p->nonfinite)
           fprintf(stderr, "qatcheck: %s: fast reference %s: a non-finite operand: float64 DGEMM instead\n", c->name, names[s]);
+        else if (p->plan.pairs == 0)
+          fprintf(stderr, "qatcheck: %s: fast reference %s: no memory to predict its plan: float64 DGEMM instead\n", c->name,
+                  names[s]);
         else
           fprintf(stderr,
                   "qatcheck: %s: fast reference %s: on the self-check's %d elements even all %d slice products would miss the "
