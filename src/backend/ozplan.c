@@ -102,5 +102,8 @@ void qc_ozplan_choose(const double *smp, int ns, int S, qc_ozplan *out) {
         best = score;
         *out = (qc_ozplan){.Sa = Sa, .Sb = Sb, .L = L, .pairs = n, .err = e, .err_norm = en, .gate = gate};
       }
+  /* the digits a level <= L can use: the plan's pairs are the same, its name says what runs */
+  if (out->Sa > out->L - 1) out->Sa = out->L - 1;
+  if (out->Sb > out->L - 1) out->Sb = out->L - 1;
   free(v);
 }

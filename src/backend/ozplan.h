@@ -30,7 +30,8 @@
 #define QC_OZPLAN_MARGIN 0.25 /* a plan is taken only below this fraction of the gate */
 
 typedef struct qc_ozplan {
-  int Sa, Sb, L;   /* the pairs run: t <= Sa, u <= Sb, t + u <= L (L = 0: none fits the gate: DGEMM) */
+  int Sa, Sb, L;   /* the pairs run: t <= Sa, u <= Sb, t + u <= L (L = 0: none fits the gate: DGEMM);
+                      Sa, Sb at most L - 1 (the digits the pairs use) */
   int pairs;       /* how many (the full scheme: S (S + 1) / 2) */
   double err;      /* the plan's predicted self-check: max |fast - exact| / sum |a||b| over the sample */
   double err_norm; /* ... and ||fast - exact|| / ||exact|| */
