@@ -221,12 +221,13 @@ static void audit_fast_vs_f64(const qc_backend *be, int64_t M, int64_t K, int64_
             oq.ref_gate[0], oq.ref_gate[1]);
   cr_expect(!of.ref_fast[0] && !of.ref_fast[1], "the float64 audit reports no fast reference");
   /* the pairs the plan chose from the sample (backend/ozplan.h): at most the full 10, and the
-   * self-check, on the same sample, within the quarter of the gate the device's evidence predicted */
+   * self-check, on the same sample, within the quarter of the gate the device's evidence predicted
+   * (the full plan, the fallback when no shorter one fits the quarter, within the gate) */
   for (int g = 0; g < 2; g++) {
     cr_expect(oq.ref_pairs[g] >= 1 && oq.ref_pairs[g] <= 10, "%s %s: %s ran %d pairs", fmt, tag, g ? "d_weight" : "d_x", oq.ref_pairs[g]);
-    cr_expect(oq.ref_err[g] <= 0.25 * oq.ref_gate[g] * (1 + 1e-6) && oq.ref_err_norm[g] <= 0.25 * oq.ref_gate[g] * (1 + 1e-6),
-              "%s %s: %s's self-check %.3g %.3g beyond the plan's margin of the gate %.3g", fmt, tag, g ? "d_weight" : "d_x",
-              oq.ref_err[g], oq.ref_err_norm[g], oq.ref_gate[g]);
+    const double lim = (oq.ref_pairs[g] < 10 ? 0.25 : 1.0) * oq.ref_gate[g] * (1 + 1e-6);
+    cr_expect(oq.ref_err[g] <= lim && oq.ref_err_norm[g] <= lim, "%s %s: %s's self-check %.3g %.3g beyond %.3g (%d pairs, gate %.3g)",
+              fmt, tag, g ? "d_weight" : "d_x", oq.ref_err[g], oq.ref_err_norm[g], lim, oq.ref_pairs[g], oq.ref_gate[g]);
     cr_expect_eq(oq.ref_pairs[g], oq2.ref_pairs[g], "the same plan on a rerun");
   }
   /* the references: normwise far below the noise floor */
@@ -270,6 +271,9 @@ Test(gpu_ozaki, audit_fast_reference_same_verdicts, .timeout = 600) {
   audit_fast_vs_f64(be, 129, 512, 96, "nvfp4", 1);
   audit_fast_vs_f64(be, 16, 1024, 768, "mxfp8", 0);
   audit_fast_vs_f64(be, 1024, 768, 512, "fp8_block128", 1);
+  /* d_weight's contraction of 270000 tokens: past one level GEMM's int32 range even at 2 pairs, so the
+   * planned products take the per-pair, chunked path (k0 > 0, the combine accumulating) */
+  audit_fast_vs_f64(be, 270000, 64, 48, "none", 0);
   qc_backend_close(be);
 }
 
