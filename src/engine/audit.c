@@ -219,17 +219,10 @@ typedef struct grad_variants {
   int chosen; /* the failed check's closest variant (qc_variants_closest), -1: none */
   unsigned reads;          /* the variant parts the judged gradient reads (qc_grad_reads_of) */
   unsigned long long told; /* the variants -v has named as repeats for this check */
+  unsigned long long judged; /* the variants judged for this check (a repeat of one that was not is judged itself) */
   int runs, saved;         /* variant references run; runs saved (a repeat not at hand: qc_variant_repeats) */
 } grad_variants;
 
-/* The candidate's gradient judged against variant i's reference
- * (qc_variant_judge_fn). */
-/* Variant i's reference gradients into s->vars[i]: `grad` alone (the
- * class's other gradients skipped, where its reference honours qc_ctx.skip),
- * or every one (grad NULL), unless already there. A variant is tried for
- * one check at a time, and most of its gradients are never asked for: the
- * quantized linears' d_x alone was half of their variants' time (the MoE
- * layer of bench/dsv3_layer.sh). Returns a status. */
 /* 1 when variant i's reference of `grad` is at hand: its reference ran
  * whole, or for grad, or returned grad with another's. */
 static int have_ref(const grad_variants *s, int i, const char *grad) {
@@ -238,6 +231,12 @@ static int have_ref(const grad_variants *s, int i, const char *grad) {
   return (s->done & (1ull << i)) || qc_tset_get(&s->vars[i], grad) || strstr(s->asked[i], key);
 }
 
+/* Variant i's reference gradients into s->vars[i]: `grad` alone (the
+ * class's other gradients skipped, where its reference honours qc_ctx.skip),
+ * or every one (grad NULL), unless already there. A variant is tried for
+ * one check at a time, and most of its gradients are never asked for: the
+ * quantized linears' d_x alone was half of their variants' time (the MoE
+ * layer of bench/dsv3_layer.sh). Returns a status. */
 static int variant_ref(grad_variants *s, int i, const char *grad) {
   if (s->done & (1ull << i)) return QC_OK;
   char key[QC_NAMELEN + 3], skip[512] = "/";
@@ -279,7 +278,7 @@ static int variant_ref(grad_variants *s, int i, const char *grad) {
  * computed nor judged, and -v says so once for the check. */
 static int repeats(grad_variants *s, int i) {
   const int j = qc_variant_repeats(&s->list, i, s->reads);
-  if (j == i) return 0;
+  if (j == i || (j >= 0 && !(s->judged & (1ull << j)))) return 0; /* new, or what it repeats could not be judged */
   if (!(s->told & (1ull << i))) {
     s->told |= 1ull << i;
     s->saved += !have_ref(s, i, s->k->tensor); /* a run saved, not one another gradient's run made */
@@ -294,6 +293,8 @@ static int repeats(grad_variants *s, int i) {
   return 1;
 }
 
+/* The candidate's gradient judged against variant i's reference
+ * (qc_variant_judge_fn). */
 static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
   grad_variants *s = arg;
   (void)v;
@@ -305,14 +306,16 @@ static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
   qc_check_init(kv, s->m, s->dy->name, s->k->tensor, r->ndim, r->shape, s->t);
   snprintf(kv->cand_dtype, sizeof kv->cand_dtype, "%s", s->k->cand_dtype);
   rc = qc_audit_compare(s->ctx, s->g, r, s->t, kv);
-  return rc ? rc : qc_audit_judge(s->m, s->dy, s->t, kv);
+  if (!rc) rc = qc_audit_judge(s->m, s->dy, s->t, kv);
+  if (!rc) s->judged |= 1ull << i;
+  return rc;
 }
 
 /* Check k of g under t against the variants of s (qc_variants_judge); a failure
  * none passes, against the closest (qc_variants_closest: s->chosen, else -1). */
 static int try_variants(grad_variants *s, const qc_tensor *g, const qc_tol *t, qc_check *k) {
   s->g = g, s->t = t, s->k = k, s->chosen = -1;
-  s->reads = qc_grad_reads_of(s->m, k->tensor), s->told = 0;
+  s->reads = qc_grad_reads_of(s->m, k->tensor), s->told = 0, s->judged = 0;
   int rc = qc_variants_judge(&s->list, grad_variant, s, k);
   return rc ? rc : qc_variants_closest(&s->list, grad_variant, s, k, &s->chosen);
 }
