@@ -222,7 +222,9 @@ Test(attention_ref, blocks_match_naive_not_causal) {
 
 /* The host passes between the GEMMs run on qc_par_for's threads: 1 and 3
  * threads give the same bits (each row alone; d_k, d_v summed in a fixed
- * order), gradients and terms alike. */
+ * order), gradients and terms alike. A guard of the host passes only:
+ * OpenBLAS's own thread count is not varied here, and the loops before the
+ * GEMMs were thread-independent too. */
 Test(attention_ref, threads_do_not_change_bits) {
   const char *sets[] = {"causal_offset=2", "window=50", "softcap=3", NULL};
   h_inst in;
