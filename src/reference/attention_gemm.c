@@ -26,6 +26,7 @@
 #include "core/qc.h"
 #include "numerics/formats.h"
 #include "reference/ref_attention.h"
+#include "reference/ref_util.h"
 
 #define ROWS_MAX 256
 #define SCRATCH_BYTES ((int64_t)64 << 20)
@@ -45,12 +46,6 @@ static void keys_of(const qc_ref_att *a, int64_t i, int64_t *lo, int64_t *hi) {
   if (n > a->S) n = a->S;
   *lo = a->W > 0 && i - a->W + 1 > 0 ? i - a->W + 1 : 0; /* the window: i - j < W */
   *hi = n;
-}
-
-/* C [m, n] = op(A) op(B), row-major and packed, through the backend. */
-static int gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
-                const double *B, double *C) {
-  return be->gemm_f64(be, ta, tb, m, n, k, A, ta == QC_OP_N ? k : m, B, tb == QC_OP_N ? n : k, C, n);
 }
 
 /* dst[0, n) = |src|. */
@@ -258,24 +253,24 @@ int qc_ref_att_vjp(const qc_ref_att *a, double *dq, double *dk, double *dv) {
         b.i0 = i0;
         b.jlo = lo;
         b.nk = hi - lo;
-        if ((rc = gemm(be, QC_OP_N, QC_OP_T, m, b.nk, D, qb, k + lo * D, b.M1)) ||
-            (rc = gemm(be, QC_OP_N, QC_OP_T, m, b.nk, Dv, gb, v + lo * Dv, b.M2)))
+        if ((rc = qc_refu_gemm(be, QC_OP_N, QC_OP_T, m, b.nk, D, qb, k + lo * D, b.M1)) ||
+            (rc = qc_refu_gemm(be, QC_OP_N, QC_OP_T, m, b.nk, Dv, gb, v + lo * Dv, b.M2)))
           break;
         if (ab) {
           absv(qb, m * D, aQ);
           absv(gb, m * Dv, aG);
-          if ((rc = gemm(be, QC_OP_N, QC_OP_T, m, b.nk, D, aQ, aK + lo * D, b.M4)) ||
-              (rc = gemm(be, QC_OP_N, QC_OP_T, m, b.nk, Dv, aG, aV + lo * Dv, b.M5)))
+          if ((rc = qc_refu_gemm(be, QC_OP_N, QC_OP_T, m, b.nk, D, aQ, aK + lo * D, b.M4)) ||
+              (rc = qc_refu_gemm(be, QC_OP_N, QC_OP_T, m, b.nk, Dv, aG, aV + lo * Dv, b.M5)))
             break;
         }
         qc_par_for(m, 1, vjp_rows1, &b);
-        if (b.so && (rc = gemm(be, QC_OP_N, QC_OP_N, m, Dv, b.nk, b.M3, v + lo * Dv, ob))) break;
+        if (b.so && (rc = qc_refu_gemm(be, QC_OP_N, QC_OP_N, m, Dv, b.nk, b.M3, v + lo * Dv, ob))) break;
         qc_par_for(m, 1, vjp_rows2, &b);
         /* d_q's rows are this block's alone; d_k, d_v sum over blocks and heads */
-        if ((rc = gemm(be, QC_OP_N, QC_OP_N, m, D, b.nk, b.M1, (ab ? aK : k) + lo * D, dq + (h * S + i0) * D))) break;
-        if ((rc = gemm(be, QC_OP_T, QC_OP_N, b.nk, D, m, b.M1, ab ? aQ : qb, tmp))) break;
+        if ((rc = qc_refu_gemm(be, QC_OP_N, QC_OP_N, m, D, b.nk, b.M1, (ab ? aK : k) + lo * D, dq + (h * S + i0) * D))) break;
+        if ((rc = qc_refu_gemm(be, QC_OP_T, QC_OP_N, b.nk, D, m, b.M1, ab ? aQ : qb, tmp))) break;
         add_into(gk + lo * D, tmp, b.nk * D);
-        if ((rc = gemm(be, QC_OP_T, QC_OP_N, b.nk, Dv, m, ab ? b.M4 : b.M3, ab ? aG : gb, tmp))) break;
+        if ((rc = qc_refu_gemm(be, QC_OP_T, QC_OP_N, b.nk, Dv, m, ab ? b.M4 : b.M3, ab ? aG : gb, tmp))) break;
         add_into(gv + lo * Dv, tmp, b.nk * Dv);
       }
     }
@@ -363,10 +358,10 @@ int qc_ref_att_fwd(const qc_ref_att *a, int lse, double *out, double *t) {
       f.jlo = lo;
       f.nk = hi > lo ? hi - lo : 0;
       if (f.nk) {
-        if ((rc = gemm(be, QC_OP_N, QC_OP_T, m, f.nk, D, q + i0 * D, k + lo * D, f.M1))) break;
+        if ((rc = qc_refu_gemm(be, QC_OP_N, QC_OP_T, m, f.nk, D, q + i0 * D, k + lo * D, f.M1))) break;
         if (lse) {
           absv(q + i0 * D, m * D, aQ);
-          if ((rc = gemm(be, QC_OP_N, QC_OP_T, m, f.nk, D, aQ, aK + lo * D, f.M2))) break;
+          if ((rc = qc_refu_gemm(be, QC_OP_N, QC_OP_T, m, f.nk, D, aQ, aK + lo * D, f.M2))) break;
         }
       }
       qc_par_for(m, 1, fwd_rows, &f); /* with nk 0 every row is empty */
@@ -375,7 +370,7 @@ int qc_ref_att_fwd(const qc_ref_att *a, int lse, double *out, double *t) {
         memset(f.out + i0 * Dv, 0, (size_t)(m * Dv) * sizeof *out);
         continue;
       }
-      if ((rc = gemm(be, QC_OP_N, QC_OP_N, m, Dv, f.nk, f.M1, v + lo * Dv, f.out + i0 * Dv))) break;
+      if ((rc = qc_refu_gemm(be, QC_OP_N, QC_OP_N, m, Dv, f.nk, f.M1, v + lo * Dv, f.out + i0 * Dv))) break;
       qc_par_for(m, 1, fwd_norm, &f);
     }
   }

@@ -134,14 +134,6 @@ static void act_b(int relu2, double L, int pass, int ab, int rb, int64_t F, cons
   }
 }
 
-/* C [m, n] = op(A) op(B) through the backend's float64 GEMM (row-major,
- * contiguous: A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k]).
- * C is overwritten. */
-static int gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,
-                double *C) {
-  return be->gemm_f64(be, ta, tb, m, n, k, A, ta == QC_OP_N ? k : m, B, tb == QC_OP_N ? n : k, C, n);
-}
-
 /* The expert MLP over n rows (routed: one expert's slots; shared: every
  * token), its rounding points those of the variant rb and its operands
  * the terms' magnitudes under ab, as the file's top comment says. */
@@ -238,7 +230,7 @@ static void abs_all(double *v, int64_t n) {
 static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, double *W2f, double *Xb, double *W1b, double *W2b) {
   const int64_t H = p->H, F = p->F, R = p->R;
   int rc;
-  if ((rc = gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, Xf, W1f, p->h))) return rc;
+  if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, Xf, W1f, p->h))) return rc;
   if (p->rb >= 3) rnd_all(p->rb, p->h, n * R); /* rb >= 3: the GEMM's output held in bf16 */
   for (int64_t i = 0; i < n; i++) act_f(p->relu2, p->L, p->rb, F, p->h + i * R, p->a + i * F);
   rnd_all(p->rb, p->a, n * F);
@@ -256,7 +248,7 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, doubl
     rnd_all(p->rb, p->aq, n * F);
     A = p->aq;
   }
-  if ((rc = gemm(p->be, QC_OP_N, QC_OP_T, n, H, F, A, W2f, p->y))) return rc;
+  if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_T, n, H, F, A, W2f, p->y))) return rc;
   if (p->rb >= 2) rnd_all(p->rb, p->y, n * H);
   return QC_OK;
 }
@@ -269,16 +261,16 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, doubl
 static int mlp_bwd(mlp *p, int64_t n, const double *X, const double *W1, const double *W2, double *D1, double *D2) {
   const int64_t H = p->H, F = p->F, R = p->R;
   int rc;
-  if ((rc = gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2))) return rc;
-  if ((rc = gemm(p->be, QC_OP_N, QC_OP_N, n, F, H, p->wg, W2, p->a))) return rc; /* a no longer needed: dL/da */
+  if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2))) return rc;
+  if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, F, H, p->wg, W2, p->a))) return rc; /* a no longer needed: dL/da */
   if (p->rb >= 3) rnd_all(p->rb, p->a, n * F); /* dL/da: a GEMM's output held in bf16 */
   for (int64_t i = 0; i < n; i++) {
     act_b(p->relu2, p->L, p->pass, p->ab, p->rb, F, p->h + i * R, p->a + i * F, p->tmp);
     memcpy(p->h + i * R, p->tmp, (size_t)R * sizeof *p->tmp); /* h's row no longer needed: dL/dh */
   }
   rnd_all(p->rb, p->h, n * R);
-  if ((rc = gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1))) return rc;
-  return gemm(p->be, QC_OP_N, QC_OP_N, n, H, R, p->h, W1, p->y);
+  if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1))) return rc;
+  return qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, H, R, p->h, W1, p->y);
 }
 
 /* Expert e's [rows, cols] of the [E, rows, cols] tensor t, decoded into d. */

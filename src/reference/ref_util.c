@@ -68,3 +68,8 @@ done:
   free(X); free(G);
   return rc;
 }
+
+int qc_refu_gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,
+                 double *C) {
+  return be->gemm_f64(be, ta, tb, m, n, k, A, ta == QC_OP_N ? k : m, B, tb == QC_OP_N ? n : k, C, n);
+}

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "model/module.h"
 #include "core/tensor.h"
 
@@ -13,6 +14,11 @@ double *qc_refu_load(const qc_tensor *t, const char *what);
 /* Allocate a zeroed float64 tensor `name` [shape], add it to grads and point
  * *data at its storage. */
 int qc_refu_out(qc_tset *grads, const char *name, int ndim, const int64_t *shape, double **data);
+/* C [m, n] = op(A) op(B) through the backend's float64 GEMM, row-major and
+ * packed (A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k]); C is
+ * overwritten. Returns the backend's status. */
+int qc_refu_gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,
+                 double *C);
 /* Integer ids of t as int64 (exact); QC_EINPUT naming m/what when a value is
  * not an integer. */
 int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out);
