@@ -5,11 +5,12 @@
 # fields (vjp with planted defects: the same checks fail; contract: rows,
 # classes, outliers); a bad module on rank 2: every rank exits 2, the one
 # error line names rank 2 and the module, nothing hangs, only the error
-# report is written; a rank stopped (SIGSTOP) in a job of 3: the job ends
+# report is written; a rank stopped (SIGSTOP) in a job of 3: every rank ends
 # within seconds of its --rank-timeout, one line naming it, only the error
-# report; a rank stopped as it enters MPI_Init (a PMPI shim built with
-# mpicc): --rank-timeout, QATCHECK_RANK_TIMEOUT and --timeout each end the
-# job with one line, the older report replaced by the error report; a rank
+# report, exit 2 (unless mpirun's own shutdown hangs: docs/distributed.md);
+# a rank stopped as it enters MPI_Init (a PMPI shim built with mpicc):
+# --rank-timeout, QATCHECK_RANK_TIMEOUT and --timeout each end the job with
+# one line, the older report replaced by the error report; a rank
 # timeout under the minimum (--rank-timeout 0.01, QATCHECK_RANK_TIMEOUT=0.01)
 # is refused with one line instead of ending a healthy job; a verb that
 # does not distribute refuses several ranks.
@@ -110,6 +111,14 @@ reap() {
   [ -n "$1" ] && grep -qs qatcheck /proc/"$1"/cmdline || return 0
   kill -CONT "$1" 2>/dev/null; kill -KILL "$1" 2>/dev/null
 }
+# ranks_ended: every rank in $T/pids has ended (its pid gone, no longer a
+# qatcheck, or a zombie its parent has not reaped)
+ranks_ended() {
+  for q in $(awk '{ print $2 }' "$T/pids" 2>/dev/null); do
+    grep -qs qatcheck /proc/"$q"/cmdline || continue
+    [ "$(awk '/^State:/ { print $2 }' /proc/"$q"/status 2>/dev/null)" = Z ] || return 1
+  done
+}
 stall_run() { # stall_run DESC ENV ARG...: the job of 3 ranks under env ENV (VAR=VALUE), rank 1 stopped
   desc=$1; envv=$2; shift 2
   rm -f "$T/four/r.json" "$T/pids"
@@ -123,12 +132,31 @@ stall_run() { # stall_run DESC ENV ARG...: the job of 3 ranks under env ENV (VAR
     p=; sleep 0.05
   done
   [ -n "$p" ] || { bad "$desc: rank 1's heartbeat never started"; wait $job; return; }
+  mp=$(awk '{ print $4 }' /proc/"$p"/stat 2>/dev/null) # mpirun: rank 1's parent
   kill -STOP "$p"
   s=$(date +%s)
-  wait $job
+  # every rank ends (gone, or a zombie mpirun has not reaped yet) ...
+  i=0; while ! ranks_ended && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
   took=$(($(date +%s) - s))
-  [ "$took" -le 15 ] && ok "$desc: the job ends ${took} s after the stop" || bad "$desc: the job ended ${took} s after the stop"
-  [ "$(cat "$T/rc")" = 2 ] && ok "$desc: exit 2" || bad "$desc: exit $(cat "$T/rc"): $(cat "$T/err")"
+  [ "$took" -le 15 ] && ranks_ended && ok "$desc: every rank ends ${took} s after the stop" || bad "$desc: the ranks still ran ${took} s after the stop"
+  # ... then mpirun. Open MPI 4.1's can hang in its own shutdown once every
+  # rank has ended (main thread in PMIx_server_finalize, the PMIx progress
+  # thread waiting on a lock: seen about once in 50 such jobs on a loaded
+  # machine; docs/distributed.md): its exit status is then never given, so
+  # it is ended here and only what the ranks did is checked (it may crash
+  # there instead, its backtrace naming PMIx_server_finalize)
+  i=0; while kill -0 $job 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  if kill -0 $job 2>/dev/null && ranks_ended && grep -qs mpirun /proc/"$mp"/cmdline; then
+    echo "note $desc: mpirun's own shutdown hung after every rank had ended (Open MPI's PMIx server): ended, its exit status not checked"
+    kill -KILL "$mp"; wait $job
+  else
+    wait $job
+    rc=$(cat "$T/rc")
+    if [ "$rc" = 2 ]; then ok "$desc: exit 2"
+    elif [ "$rc" -gt 128 ] && grep -q 'PMIx_server_finalize' "$T/err"; then # the same shutdown, crashing instead
+      echo "note $desc: mpirun crashed in its own shutdown (PMIx_server_finalize) after every rank had ended: exit $rc not checked"
+    else bad "$desc: exit $rc: $(cat "$T/err")"; fi
+  fi
   [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && ok "$desc: one error line" || bad "$desc: $(grep -c 'qatcheck: error:' "$T/err") error lines: $(cat "$T/err")"
   grep 'qatcheck: error:' "$T/err" | grep -q "rank 1 (pid $p) made no progress for --rank-timeout 3 s" && ok "$desc: the line names rank 1" || bad "$desc: $(cat "$T/err")"
   [ -e "$T/four/r.json" ] && error_or_none "$T/four/r.json" && ok "$desc: the error report only" || bad "$desc: no error report at r.json, or another report"
