@@ -103,7 +103,7 @@ J
 bad_rank_run "$T/bad.json" "model.layers.2.norm.*grad_out"
 # ---- a stopped rank (SIGSTOP) ends the job within its --rank-timeout
 # rank 1 logs its pid and execs qatcheck; once its heartbeat thread runs
-# (the stall check is set up on every rank) it is stopped
+# and every rank has started MPI it is stopped
 # reap PID: the stopped rank ended, if PID is still that rank (a qatcheck);
 # once the job is over its pid may belong to another process (pid_max wraps
 # on a busy machine), which must never be signalled
@@ -132,6 +132,15 @@ stall_run() { # stall_run DESC ENV ARG...: the job of 3 ranks under env ENV (VAR
     p=; sleep 0.05
   done
   [ -n "$p" ] || { bad "$desc: rank 1's heartbeat never started"; wait $job; return; }
+  # the heartbeat starts before MPI_Init; a rank stopped inside MPI startup
+  # is init_stall_run's case: this one is stopped in the run proper, once
+  # every rank has started MPI (the node's segment file, in the job's PMIx
+  # folder, is unlinked then)
+  dir=$(tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | sed -n 's/^PMIX_SERVER_TMPDIR=//p')
+  for i in $(seq 400); do
+    [ -n "$dir" ] && ls "$dir"/qatcheck-beat-* >/dev/null 2>&1 || break
+    sleep 0.05
+  done
   mp=$(awk '{ print $4 }' /proc/"$p"/stat 2>/dev/null) # mpirun: rank 1's parent
   kill -STOP "$p"
   s=$(date +%s)
