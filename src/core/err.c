@@ -106,6 +106,7 @@ void *qc_calloc(size_t n, size_t size, const char *what) {
 void qc_mem_tune(void) {
   mallopt(M_MMAP_MAX, 0);               /* large buffers from the heap ... */
   mallopt(M_TRIM_THRESHOLD, -1);         /* ... and kept there when freed (-1: never trimmed) */
+  mallopt(M_ARENA_MAX, 1);               /* every thread's too: another arena maps a block over 64 MB afresh */
 }
 
 double qc_now_s(void) {

@@ -76,7 +76,10 @@ void *qc_calloc(size_t n, size_t size, const char *what);
  * each (measured: ~10% of a 2048^3 linear audit, and 10% of a whole
  * Qwen2-MoE audit whose lm_head tensors, 2.5 GB each, were still trimmed
  * under a 2 GB threshold). The heap is never trimmed: the process keeps
- * its high-water mark. Called once by main. */
+ * its high-water mark. Every thread allocates from that one heap (one
+ * arena): another thread's arena maps a block over 64 MB afresh and
+ * unmaps it when freed (the reader thread's module tensors). Called once
+ * by main. */
 void qc_mem_tune(void);
 
 /* Seconds on the monotonic clock (for phase timings). */
