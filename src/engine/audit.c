@@ -43,13 +43,27 @@ static int ref_not_finite(const qc_check *k) {
   return QC_EINPUT;
 }
 
-int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k) {
+/* The narrowest float type holding every value of g when it is stored as
+ * float32 or float64 (qc_values_dtype_of: one pass over g), else g's dtype. */
+static qc_dtype audit_values(const qc_tensor *g) {
+  return g->dtype == QC_F32 || g->dtype == QC_F64 ? qc_values_dtype_of(g) : g->dtype;
+}
+
+/* What compare_held reads of g: its values' dtype on the host path (one
+ * pass over g), nothing otherwise. */
+static qc_dtype held_of(const qc_tensor *g) { return qc_compare_host_dtype(g->dtype) ? audit_values(g) : g->dtype; }
+
+/* qc_audit_compare with held = held_of(g) given, for a candidate compared
+ * with several references (a check's variants): the pass over g that
+ * finds it is made once, not per reference. */
+static int compare_held(const qc_ctx *ctx, const qc_tensor *g, qc_dtype held, const qc_tensor *r, const qc_tol *t,
+                        qc_check *k) {
   int64_t n = qc_numel(r);
   if (qc_compare_host_dtype(g->dtype)) {
     /* on the host, whatever the backend: g and r are host tensors, and one
      * pass reading the candidate as it is stored costs less than staging
      * both on a device (two float64 copies uploaded for one reduction) */
-    const qc_dtype dt = qc_audit_cand_dtype(g, t, k);
+    const qc_dtype dt = qc_audit_dtype(g->dtype, held, t, k);
     const int64_t cols = r->ndim ? r->shape[r->ndim - 1] : 1;
     const int bias = dt == QC_BF16 || dt == QC_F16 || dt == QC_F32 || dt == QC_F64;
     int rc = qc_compare_host(g, (const double *)r->data, cols ? n / cols : 0, cols, dt, bias, &k->m);
@@ -83,9 +97,12 @@ int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, 
   return QC_OK;
 }
 
+int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k) {
+  return compare_held(ctx, g, held_of(g), r, t, k);
+}
+
 qc_dtype qc_audit_cand_dtype(const qc_tensor *g, const qc_tol *t, qc_check *k) {
-  const int f = g->dtype == QC_F32 || g->dtype == QC_F64; /* unreadable: judged at its storage dtype */
-  return qc_audit_dtype(g->dtype, f ? qc_values_dtype_of(g) : g->dtype, t, k);
+  return qc_audit_dtype(g->dtype, audit_values(g), t, k); /* unreadable: judged at its storage dtype */
 }
 
 void qc_check_init(qc_check *k, const qc_module *m, const char *dy, const char *tensor, int ndim, const int64_t *shape,
@@ -214,6 +231,7 @@ typedef struct grad_variants {
   char asked[QC_VARIANTS_MAX][128]; /* "/d_x/...": the gradients variant i's reference was run for alone */
   /* the check being judged */
   const qc_tensor *g;
+  qc_dtype held; /* held_of(g), found once for the check's variants (QC_DTYPE_COUNT: not yet) */
   const qc_tol *t;
   const qc_check *k;
   int chosen; /* the failed check's closest variant (qc_variants_closest), -1: none */
@@ -305,7 +323,8 @@ static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
   if (!r || !qc_shape_eq(s->g, r)) return QC_NA;
   qc_check_init(kv, s->m, s->dy->name, s->k->tensor, r->ndim, r->shape, s->t);
   snprintf(kv->cand_dtype, sizeof kv->cand_dtype, "%s", s->k->cand_dtype);
-  rc = qc_audit_compare(s->ctx, s->g, r, s->t, kv);
+  if (s->held == QC_DTYPE_COUNT) s->held = held_of(s->g);
+  rc = compare_held(s->ctx, s->g, s->held, r, s->t, kv);
   if (!rc) rc = qc_audit_judge(s->m, s->dy, s->t, kv);
   if (!rc) s->judged |= 1ull << i;
   return rc;
@@ -313,8 +332,8 @@ static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
 
 /* Check k of g under t against the variants of s (qc_variants_judge); a failure
  * none passes, against the closest (qc_variants_closest: s->chosen, else -1). */
-static int try_variants(grad_variants *s, const qc_tensor *g, const qc_tol *t, qc_check *k) {
-  s->g = g, s->t = t, s->k = k, s->chosen = -1;
+static int try_variants(grad_variants *s, const qc_tensor *g, qc_dtype held, const qc_tol *t, qc_check *k) {
+  s->g = g, s->held = held, s->t = t, s->k = k, s->chosen = -1;
   s->reads = qc_grad_reads_of(s->m, k->tensor), s->told = 0, s->judged = 0;
   int rc = qc_variants_judge(&s->list, grad_variant, s, k);
   return rc ? rc : qc_variants_closest(&s->list, grad_variant, s, k, &s->chosen);
@@ -385,7 +404,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
                  * host path, else (a failure) its diagnosis */
         if (g && qc_shape_eq(g, r)) {
           qc_check kv = *fk;
-          rc = try_variants(gv, g, t, &kv);
+          rc = try_variants(gv, g, QC_DTYPE_COUNT, t, &kv); /* g's values found if a variant is compared */
           if (!rc && (kv.verdict == QC_V_PASS || gv->chosen >= 0)) *fk = kv; /* the same judgement the host path reaches */
           if (!rc && fk->verdict != QC_V_PASS) rc = diagnose_judged(gv, &ctx, g, r, &ref, a->frozen, fk);
         }
@@ -410,9 +429,10 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
         snprintf(k.why, sizeof k.why, "shape mismatch: candidate %s, reference %s", qc_shape_str(g->ndim, g->shape, s1, sizeof s1),
                  qc_shape_str(r->ndim, r->shape, s2, sizeof s2));
       } else {
-        rc = qc_audit_compare(a->ctx, g, r, t, &k);
+        const qc_dtype held = held_of(g);
+        rc = compare_held(a->ctx, g, held, r, t, &k);
         if (!rc) rc = qc_audit_judge(m, dy, t, &k);
-        if (!rc) rc = try_variants(gv, g, t, &k);
+        if (!rc) rc = try_variants(gv, g, held, t, &k);
         if (!rc) rc = qc_audit_exact_zeros(m, g, 0, g->shape[0], &k);
       }
       if (!rc && k.verdict != QC_V_PASS) rc = diagnose_judged(gv, &ctx, g, r, &ref, a->frozen, &k);
