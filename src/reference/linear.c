@@ -94,13 +94,6 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   rc = QC_ESYS;
   if (!(G = qc_malloc((size_t)(M * N) * 8, "reference dY"))) goto done;
   if ((rc = qc_tensor_to_f64(dy, G))) goto done;
-  if (want_dx || want_dw) {
-    rc = QC_ESYS;
-    if (!(W = qc_malloc((size_t)(N * K) * 8, "reference weight"))) goto done;
-    if (!(X = qc_malloc((size_t)(M * K) * 8, "reference input"))) goto done;
-    if ((rc = qc_tensor_to_f64(w, W)) || (rc = qc_tensor_to_f64(x, X))) goto done;
-  }
-
   const qc_contract *c = &m->contract;
   const char *wf = qc_contract_str(c, "weight_format", "none");
   const char *af = qc_contract_str(c, "activation_format", "none");
@@ -108,6 +101,15 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   const qc_kv *ste = qc_contract_get(c, "ste");
   int clipped = ste && strcmp(ste->str, "clipped") == 0;
   double T = clipped ? (double)(float)ste->num : 0;
+  /* W is read by d_x, and by d_weight's mask under a clipped STE on a
+   * quantized weight; X by d_weight, and by d_x's mask under a clipped STE
+   * on a quantized activation: a gradient asked for alone (a variant's)
+   * converts only what it reads */
+  const int need_w = want_dx || (want_dw && clipped && strcmp(wf, "none") != 0);
+  const int need_x = want_dw || (want_dx && clipped && strcmp(af, "none") != 0);
+  rc = QC_ESYS;
+  if (need_w && (!(W = qc_malloc((size_t)(N * K) * 8, "reference weight")) || (rc = qc_tensor_to_f64(w, W)))) goto done;
+  if (need_x && (!(X = qc_malloc((size_t)(M * K) * 8, "reference input")) || (rc = qc_tensor_to_f64(x, X)))) goto done;
   qc_sr sr;
   if ((rc = qc_sr_from_contract(c, m->path, &sr))) goto done;
 
