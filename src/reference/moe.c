@@ -339,8 +339,9 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
       (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) ||
       !(gs = qc_malloc((size_t)T * sizeof *gs, "reference moe shared gate")) || (rc = mlp_alloc(&p, T)))
     goto done;
-  if (!out && ((rc = qc_refu_out(grads, "d_shared_w1", 2, t1->shape, &d1)) ||
-               (rc = qc_refu_out(grads, "d_shared_w2", 2, t2->shape, &d2)) ||
+  /* d_shared_w1, d_shared_w2: mlp_bwd's GEMM outputs, every element written when there are tokens */
+  if (!out && ((rc = qc_refu_out_z(grads, "d_shared_w1", 2, t1->shape, T == 0, &d1)) ||
+               (rc = qc_refu_out_z(grads, "d_shared_w2", 2, t2->shape, T == 0, &d2)) ||
                (tg && (rc = qc_refu_out(grads, "d_shared_gate", tg->ndim, tg->shape, &dg)))))
     goto done;
   /* the gate from the signed x and sg (the forward), before mlp_fwd makes X |x| under ab */
@@ -427,7 +428,11 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
     goto done;
   for (int64_t e = 0; e < E; e++) {
     const int64_t n = off[e + 1] - off[e], *sl = ord + off[e];
-    if (n == 0) continue; /* nobody selects e: its gradients stay zero */
+    if (n == 0) { /* nobody selects e: its gradients are zero */
+      if (dw1) memset(dw1 + e * R * H, 0, (size_t)(R * H) * sizeof *dw1);
+      if (dw2) memset(dw2 + e * H * F, 0, (size_t)(H * F) * sizeof *dw2);
+      continue;
+    }
     if ((rc = load_expert(w1t, e, W1)) || (rc = load_expert(w2t, e, W2))) goto done;
     /* the forward's weights, and the backward's: dequantized, or the masters */
     memcpy(W1q, W1, (size_t)(R * H) * sizeof *W1q);
@@ -582,8 +587,9 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   for (int64_t i = 0; ab && i < T * H; i++) G[i] = fabs(G[i]); /* the terms' scale: |dY|, |w| */
   for (int64_t i = 0; ab && i < T * k; i++) Wt[i] = fabs(Wt[i]);
   int64_t ws[2] = {T, k};
-  if ((rc = qc_refu_out(grads, "d_x", 2, in.xt->shape, &dx)) || (rc = qc_refu_out(grads, "d_w1", 3, in.w1t->shape, &dw1)) ||
-      (rc = qc_refu_out(grads, "d_w2", 3, in.w2t->shape, &dw2)) || (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
+  /* d_w1, d_w2: each expert's block is a GEMM's output, or zeroed by ref_routed when nobody selects it */
+  if ((rc = qc_refu_out(grads, "d_x", 2, in.xt->shape, &dx)) || (rc = qc_refu_out_z(grads, "d_w1", 3, in.w1t->shape, 0, &dw1)) ||
+      (rc = qc_refu_out_z(grads, "d_w2", 3, in.w2t->shape, 0, &dw2)) || (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
     goto done;
   if ((rc = ref_routed(p, in.w1t, in.w2t, X, XQ, G, Wt, in.id, T, k, in.E, dx, dwt, dw1, dw2, NULL, NULL))) goto done;
   rc = ref_shared(m, p, X, G, T, dx, grads, NULL);

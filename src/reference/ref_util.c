@@ -18,8 +18,12 @@ double *qc_refu_load(const qc_tensor *t, const char *what) {
 }
 
 int qc_refu_out(qc_tset *grads, const char *name, int ndim, const int64_t *shape, double **data) {
+  return qc_refu_out_z(grads, name, ndim, shape, 1, data);
+}
+
+int qc_refu_out_z(qc_tset *grads, const char *name, int ndim, const int64_t *shape, int zero, double **data) {
   qc_tensor t = {0};
-  int rc = qc_tensor_alloc(&t, name, QC_F64, ndim, shape);
+  int rc = zero ? qc_tensor_alloc(&t, name, QC_F64, ndim, shape) : qc_tensor_alloc_out(&t, name, QC_F64, ndim, shape);
   if (rc) return rc;
   double *p = t.data;
   if ((rc = qc_tset_add(grads, &t))) {

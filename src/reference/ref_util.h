@@ -14,6 +14,10 @@ double *qc_refu_load(const qc_tensor *t, const char *what);
 /* Allocate a zeroed float64 tensor `name` [shape], add it to grads and point
  * *data at its storage. */
 int qc_refu_out(qc_tset *grads, const char *name, int ndim, const int64_t *shape, double **data);
+/* qc_refu_out left unzeroed when zero is 0: for a gradient whose every
+ * element the caller writes (a GEMM's output), where zeroing a reused
+ * buffer costs a pass over it. */
+int qc_refu_out_z(qc_tset *grads, const char *name, int ndim, const int64_t *shape, int zero, double **data);
 /* C [m, n] = op(A) op(B) through the backend's float64 GEMM, row-major and
  * packed (A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k]); C is
  * overwritten. Returns the backend's status. */
