@@ -156,12 +156,7 @@ int qc_variant_repeats(const qc_variants *L, int i, unsigned reads) {
 }
 
 /* Round the float values of t to bf16 in place (float32 and float64 storage; others unchanged). */
-static void round_bf16(qc_tensor *t) {
-  int64_t n = qc_numel(t);
-  for (int64_t i = 0; i < n; i++)
-    if (t->dtype == QC_F32) ((float *)t->data)[i] = (float)qc_round_to(((float *)t->data)[i], QC_BF16);
-    else if (t->dtype == QC_F64) ((double *)t->data)[i] = qc_round_to(((double *)t->data)[i], QC_BF16);
-}
+static void round_bf16(qc_tensor *t) { qc_round_all(t->data, t->dtype, qc_numel(t), QC_BF16); }
 
 int qc_variant_apply(const qc_variant *v, const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_ctx *c, qc_module *alt,
                      qc_tensor *dv) {

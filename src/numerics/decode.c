@@ -37,6 +37,22 @@ int qc_float_to_f64(qc_dtype dt, const void *src, int64_t n, double *dst) {
   return QC_OK;
 }
 
+typedef struct narrow {
+  const double *src;
+  float *dst;
+} narrow;
+
+static void narrow_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const narrow *c = ctx;
+  for (int64_t i = lo; i < hi; i++) c->dst[i] = (float)c->src[i];
+}
+
+void qc_f64_to_f32s(const double *src, int64_t n, float *dst) {
+  narrow c = {src, dst};
+  if (n > 0) qc_par_for(n, (int64_t)1 << 16, narrow_piece, &c);
+}
+
 int qc_tensor_to_f64(const qc_tensor *t, double *out) {
   int64_t n = qc_numel(t);
   const void *p = t->data;

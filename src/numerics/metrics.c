@@ -137,6 +137,35 @@ double qc_round_to(double r, qc_dtype dt) {
   return f;
 }
 
+typedef struct round_job {
+  void *a;
+  qc_dtype container, dt;
+} round_job;
+
+static void round_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const round_job *j = ctx;
+  if (j->container == QC_F64) {
+    double *a = j->a;
+    if (j->dt == QC_BF16)
+      for (int64_t i = lo; i < hi; i++) a[i] = qc_round_bf16((float)a[i]);
+    else
+      for (int64_t i = lo; i < hi; i++) a[i] = qc_round_to(a[i], j->dt);
+  } else {
+    float *a = j->a;
+    if (j->dt == QC_BF16)
+      for (int64_t i = lo; i < hi; i++) a[i] = qc_round_bf16(a[i]);
+    else
+      for (int64_t i = lo; i < hi; i++) a[i] = (float)qc_round_to(a[i], j->dt);
+  }
+}
+
+void qc_round_all(void *a, qc_dtype container, int64_t n, qc_dtype dt) {
+  if ((container != QC_F64 && container != QC_F32) || dt == QC_F64 || n <= 0) return;
+  round_job j = {a, container, dt};
+  qc_par_for(n, (int64_t)1 << 16, round_piece, &j);
+}
+
 /* 1 when v (finite) is exactly a value of dt. */
 static int holds(double v, qc_dtype dt) {
   if (dt == QC_F64) return 1;

@@ -111,6 +111,10 @@ void qc_bias_allow(qc_metrics *m, double allow);
 void qc_bias_set_allow(qc_metrics *m, double allow);
 /* r rounded to element type dt (as qc_bias_pass rounds it). */
 double qc_round_to(double r, qc_dtype dt);
+/* The n elements at a (container QC_F64 or QC_F32; any other: a no-op)
+ * each replaced by qc_round_to(it, dt), on qc_par_for's threads: each
+ * element alone, so the result does not depend on the thread count. */
+void qc_round_all(void *a, qc_dtype container, int64_t n, qc_dtype dt);
 /* ---- metrics of a gradient held in blocks by several ranks ----------------
  * Each rank holds one block [r0, r1) x [c0, c1) of the [rows, cols] view of
  * g and r (the blocks tile the whole); it adds the block's sums into parts
