@@ -31,6 +31,8 @@
 #include "numerics/decode.h"
 #include "numerics/formats.h"
 #include "core/memo.h"
+#include "core/par.h"
+#include "numerics/metrics.h"
 
 /* dequant(quant(a)) in place for [rows, cols], when fmt is not "none"
  * (sr: stochastic payload rounding, NULL: nearest); a = src's values
@@ -43,15 +45,12 @@ static int ref_fake_quant(const char *profile, const char *fmt, int64_t rows, in
   char tag[96];
   snprintf(tag, sizeof tag, "linear fake_quant %s %s", fmt, profile ? profile : "");
   const float *kept = src && !sr ? qc_memo_get(src, tag, n) : NULL;
-  if (kept) {
-    for (int64_t i = 0; i < n; i++) a[i] = kept[i];
-    return QC_OK;
-  }
+  if (kept) return qc_float_to_f64(QC_F32, kept, n, a);
   float *f = qc_malloc((size_t)n * sizeof *f + 4, what);
   if (!f) return QC_ESYS;
-  for (int64_t i = 0; i < n; i++) f[i] = (float)a[i];
+  qc_f64_to_f32s(a, n, f);
   int rc = qc_fake_quant_sr(fmt, profile, rows, cols, f, f, sr, what);
-  for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
+  if (!rc) rc = qc_float_to_f64(QC_F32, f, n, a);
   if (rc || !src || sr || !qc_memo_take(src, tag, f, n)) free(f);
   return rc;
 }
@@ -65,6 +64,53 @@ static void stale_fp8_tensor(double *W, int64_t n, double f) {
   float s = (float)(amax * f / 448.0);
   if (!(s > 0)) return;
   for (int64_t i = 0; i < n; i++) W[i] = (double)qc_e4m3_to_f32(qc_f32_to_e4m3((float)(W[i] / s))) * s;
+}
+
+/* Host passes over a [rows, cols] float64 matrix on qc_par_for's threads,
+ * each element (or column, or row) alone, so the results do not depend on
+ * the thread count: column sums (d_bias, each column summed over the rows
+ * in order), a row vector added to every row (the bias), |a| in place. */
+typedef struct mat_job {
+  double *a;
+  const double *v;
+  int64_t rows, cols;
+  double *out;
+} mat_job;
+
+static void colsum_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const mat_job *j = ctx;
+  for (int64_t i = 0; i < j->rows; i++)
+    for (int64_t c = lo; c < hi; c++) j->out[c] += j->v[i * j->cols + c];
+}
+
+static void addrow_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const mat_job *j = ctx;
+  for (int64_t i = lo; i < hi; i++)
+    for (int64_t c = 0; c < j->cols; c++) j->a[i * j->cols + c] += j->v[c];
+}
+
+static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const mat_job *j = ctx;
+  for (int64_t i = lo; i < hi; i++) j->a[i] = fabs(j->a[i]);
+}
+
+/* The forward's terms T [rows, cols] (+ |b|, b of cols): row i's sum of
+ * squares into out[2 i], its largest into out[2 i + 1]. */
+static void terms_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const mat_job *j = ctx;
+  for (int64_t i = lo; i < hi; i++) {
+    double ss = 0, mx = 0;
+    for (int64_t c = 0; c < j->cols; c++) {
+      const double t = j->a[i * j->cols + c] + fabs(j->v[c]);
+      ss += t * t;
+      mx = fmax(mx, t);
+    }
+    j->out[2 * i] = ss, j->out[2 * i + 1] = mx;
+  }
 }
 
 /* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
@@ -122,8 +168,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
         (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x)))
       goto done;
-    if (ctx->round_ops) /* variant: the operand rounded to bf16 before the GEMM */
-      for (int64_t i = 0; i < M * K; i++) X[i] = qc_round_bf16((float)X[i]);
+    if (ctx->round_ops) qc_round_all(X, QC_F64, M * K, QC_BF16); /* variant: the operand rounded to bf16 before the GEMM */
     if ((rc = qc_tensor_alloc_out(&dw, "d_weight", QC_F64, 2, ws))) goto done;
     if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
     if (clipped && strcmp(wf, "none") != 0)
@@ -140,8 +185,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     } else if (deq && (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww, w))) {
       goto done;
     }
-    if (ctx->round_ops) /* variant: the dequantized weight rounded to bf16 before the GEMM */
-      for (int64_t i = 0; i < N * K; i++) W[i] = qc_round_bf16((float)W[i]);
+    if (ctx->round_ops) qc_round_all(W, QC_F64, N * K, QC_BF16); /* variant: the dequantized weight rounded to bf16 */
     if ((rc = qc_tensor_alloc_out(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
     if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;
     if (clipped && strcmp(af, "none") != 0) {
@@ -154,9 +198,8 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   if (want_dw && (rc = qc_tset_add(grads, &dw))) goto done;
   if (b) {
     if ((rc = qc_tensor_alloc(&db, "d_bias", QC_F64, 1, bs))) goto done;
-    double *d = db.data;
-    for (int64_t i = 0; i < M; i++)
-      for (int64_t n = 0; n < N; n++) d[n] += G[i * N + n];
+    mat_job j = {.v = G, .rows = M, .cols = N, .out = db.data}; /* the zeroed d_bias += each row of dY, in order */
+    qc_par_for(N, 256, colsum_piece, &j);
     if ((rc = qc_tset_add(grads, &db))) goto done;
   }
   rc = QC_OK;
@@ -204,32 +247,32 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   if ((rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x))) goto done;
   if (ctx->wscale > 0) stale_fp8_tensor(W, N * K, ctx->wscale);
   else if ((rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww, w))) goto done;
-  if (ctx->round_ops) /* variant: the quantized operands rounded to bf16 before the GEMM */
-    for (int64_t i = 0; i < N * K || i < M * K; i++) {
-      if (i < N * K) W[i] = qc_round_bf16((float)W[i]);
-      if (i < M * K) X[i] = qc_round_bf16((float)X[i]);
-    }
+  if (ctx->round_ops) { /* variant: the quantized operands rounded to bf16 before the GEMM */
+    qc_round_all(W, QC_F64, N * K, QC_BF16);
+    qc_round_all(X, QC_F64, M * K, QC_BF16);
+  }
   if ((rc = qc_tensor_alloc(&out, "y", QC_F64, x->ndim, ys))) goto done;
   double *Y = out.data;
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, M, N, K, X, K, W, K, Y, N))) goto done;
-  for (int64_t i = 0; i < M; i++)
-    for (int64_t n = 0; n < N; n++) Y[i * N + n] += B[n];
+  mat_job yb = {.a = Y, .v = B, .rows = M, .cols = N};
+  qc_par_for(M, 1, addrow_piece, &yb);
   /* the terms |X_q| |W_q|^T + |b|, over at most 256 evenly spaced rows
    * (||T|| scaled up from them; the per-element bound only from all rows) */
   const int64_t ms = M < 256 ? M : 256;
-  for (int64_t i = 0; i < N * K; i++) W[i] = fabs(W[i]);
+  mat_job wa = {.a = W};
+  qc_par_for(N * K, (int64_t)1 << 16, abs_piece, &wa);
   for (int64_t j = 0; j < ms; j++) {
     const int64_t i = j * M / ms;
     for (int64_t c = 0; c < K; c++) X[j * K + c] = fabs(X[i * K + c]);
   }
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, ms, N, K, X, K, W, K, T, N))) goto done;
   double ss = 0, smax = 0;
-  for (int64_t i = 0; i < ms; i++)
-    for (int64_t n = 0; n < N; n++) {
-      double t = T[i * N + n] + fabs(B[n]);
-      ss += t * t;
-      smax = fmax(smax, t);
-    }
+  { /* per row, then the rows in order */
+    double part[2 * 256];
+    mat_job tj = {.a = T, .v = B, .rows = ms, .cols = N, .out = part};
+    qc_par_for(ms, 1, terms_piece, &tj);
+    for (int64_t i = 0; i < ms; i++) ss += part[2 * i], smax = fmax(smax, part[2 * i + 1]);
+  }
   memset(tm, 0, sizeof *tm);
   tm->k = K > 0 ? K : 1;
   tm->lambda = 1;
