@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/par.h"
 #include "core/progress.h"
 #include "core/qc.h"
 #include "dist/dist.h"
@@ -77,17 +78,37 @@ static int check_tol_names(const qc_case *cs, const qc_class *const *cls, int nc
   return QC_OK;
 }
 
-/* NaN in a value (any float element type), or +-Inf when inf counts. */
-static int bad_value(const qc_tensor *t, int64_t i, int inf) {
-  double v;
-  switch (t->dtype) {
-    case QC_F64: v = ((const double *)t->data)[i]; break;
-    case QC_F32: v = ((const float *)t->data)[i]; break;
-    case QC_F16: { uint16_t h = ((const uint16_t *)t->data)[i]; return (h & 0x7c00) == 0x7c00 && ((h & 0x3ff) || inf); }
-    case QC_BF16: { uint16_t h = ((const uint16_t *)t->data)[i]; return (h & 0x7f80) == 0x7f80 && ((h & 0x7f) || inf); }
-    default: return 0;
+/* The scan for non-finite values of one tensor on qc_par_for's threads:
+ * NaN in any float element type, +-Inf too when inf; each piece (tid)
+ * counts its own and keeps its first, so the totals do not depend on the
+ * thread count. */
+typedef struct finite_scan {
+  const qc_tensor *t;
+  int inf;
+  int64_t bad[QC_PAR_MAX], first[QC_PAR_MAX];
+} finite_scan;
+
+static void finite_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  finite_scan *f = ctx;
+  const void *p = f->t->data;
+  const int inf = f->inf;
+  int64_t bad = 0, first = -1;
+#define QC_SCAN(test)                  \
+  for (int64_t i = lo; i < hi; i++)    \
+    if (test) {                        \
+      if (first < 0) first = i;        \
+      bad++;                           \
+    }
+  switch (f->t->dtype) {
+    case QC_F64: QC_SCAN(isnan(((const double *)p)[i]) || (inf && isinf(((const double *)p)[i]))) break;
+    case QC_F32: QC_SCAN(isnan(((const float *)p)[i]) || (inf && isinf(((const float *)p)[i]))) break;
+    case QC_F16: QC_SCAN((((const uint16_t *)p)[i] & 0x7c00) == 0x7c00 && ((((const uint16_t *)p)[i] & 0x3ff) || inf)) break;
+    case QC_BF16: QC_SCAN((((const uint16_t *)p)[i] & 0x7f80) == 0x7f80 && ((((const uint16_t *)p)[i] & 0x7f) || inf)) break;
+    default: break;
   }
-  return isnan(v) || (inf && isinf(v));
+#undef QC_SCAN
+  f->bad[tid] = bad;
+  f->first[tid] = first;
 }
 
 /* A module's data must be finite where a gradient depends on it: NaN in
@@ -100,12 +121,14 @@ static int check_finite(const qc_module *m, const char *where) {
   for (int r = 0; r < 3; r++)
     for (int j = 0; j < sets[r]->n; j++) {
       const qc_tensor *t = &sets[r]->t[j];
-      int64_t n = qc_numel(t), bad = 0, first = -1;
-      for (int64_t i = 0; i < n; i++)
-        if (bad_value(t, i, r > 0)) {
-          if (first < 0) first = i;
-          bad++;
-        }
+      finite_scan f = {.t = t, .inf = r > 0};
+      for (int p = 0; p < QC_PAR_MAX; p++) f.first[p] = -1;
+      qc_par_for(qc_numel(t), (int64_t)1 << 16, finite_piece, &f);
+      int64_t bad = 0, first = -1;
+      for (int p = 0; p < QC_PAR_MAX; p++) {
+        bad += f.bad[p];
+        if (first < 0) first = f.first[p]; /* the pieces in index order: the lowest piece's first */
+      }
       if (!bad) continue;
       char idx[160] = "";
       int64_t rest = first;
