@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "model/tol.h"
 #include "numerics/decode.h"
@@ -36,6 +37,47 @@ void qc_audit_terms_scope(const qc_module *m, const qc_tensor *dy, const qc_back
   g_terms.state = m ? 1 : 0;
 }
 
+/* The sum of squares of a's finite values: blocks of SS_BLOCK elements
+ * summed on qc_par_for's threads, then the blocks' sums in order, so the
+ * result does not depend on the thread count. */
+#define SS_BLOCK ((int64_t)1 << 16)
+typedef struct ss_job {
+  const double *a;
+  int64_t n;
+  double *part;
+} ss_job;
+
+static void ss_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const ss_job *j = ctx;
+  for (int64_t b = lo; b < hi; b++) {
+    double ss = 0;
+    for (int64_t i = b * SS_BLOCK, e = i + SS_BLOCK < j->n ? i + SS_BLOCK : j->n; i < e; i++)
+      if (isfinite(j->a[i])) ss += j->a[i] * j->a[i];
+    j->part[b] = ss;
+  }
+}
+
+static double finite_ss(const double *a, int64_t n) {
+  if (n <= 0) return 0.0;
+  const int64_t nb = (n + SS_BLOCK - 1) / SS_BLOCK;
+  double *part = malloc((size_t)nb * sizeof *part), ss = 0;
+  ss_job j = {a, n, part};
+  if (part) {
+    qc_par_for(nb, 1, ss_piece, &j);
+    for (int64_t b = 0; b < nb; b++) ss += part[b];
+  } else { /* no memory for the blocks' sums: the same blocks one by one */
+    double one;
+    for (int64_t b = 0; b < nb; b++) {
+      ss_job k = {a + b * SS_BLOCK, n - b * SS_BLOCK, &one};
+      ss_piece(&k, 0, 1, 0);
+      ss += one;
+    }
+  }
+  free(part);
+  return ss;
+}
+
 /* ||T||_2 of gradient `grad` from the class's reference run in its terms
  * mode (qc_ctx.terms: T_i the magnitudes of the terms element i adds up,
  * from the math); 0 when the row has no terms mode or the run fails (a
@@ -56,13 +98,8 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
     qc_err_restore(&es);
     if (scoped) g_terms.state = ok ? 2 : 3;
   }
-  double ss = 0;
   const qc_tensor *t = !scoped || g_terms.state == 2 ? qc_tset_get(ts, grad) : NULL;
-  const int64_t n = t && t->dtype == QC_F64 ? qc_numel(t) : 0;
-  for (int64_t i = 0; i < n; i++) {
-    const double v = ((const double *)t->data)[i];
-    if (isfinite(v)) ss += v * v;
-  }
+  const double ss = t && t->dtype == QC_F64 ? finite_ss((const double *)t->data, qc_numel(t)) : 0.0;
   qc_tset_free(&own);
   return sqrt(ss);
 }
