@@ -64,8 +64,10 @@
 #include "reference/ref_classes.h"
 #include "core/qc.h"
 #include "core/memo.h"
+#include "core/par.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
+#include "numerics/metrics.h"
 #include "numerics/quant.h"
 #include "reference/ref_util.h"
 
@@ -153,7 +155,7 @@ typedef struct mlp {
   double *a;   /* [n, F] a, then dL/da */
   double *y;   /* [n, H] y = W2 a, then the rows' W1^T dL/dh (d_x's terms) */
   double *wg;  /* [n, H] the caller's scaled dy rows (w_tj dy_t, g_t dy_t) */
-  double *tmp; /* [R] one row of dL/dh */
+  double *tmp; /* [threads, R] one row of dL/dh per thread (qc_par_for's tid) */
   double *aq;  /* [n, F] dequant(quant(a)) under afmt, the operand of y = W2 a */
 } mlp;
 
@@ -173,15 +175,12 @@ static int fq_of(const qc_tensor *src, int64_t e, const char *fmt, const char *p
   char tag[96];
   snprintf(tag, sizeof tag, "moe fake_quant %s %s %lld", fmt, prof ? prof : "", (long long)e);
   const float *kept = src ? qc_memo_get(src, tag, n) : NULL;
-  if (kept) {
-    for (int64_t i = 0; i < n; i++) a[i] = kept[i];
-    return QC_OK;
-  }
+  if (kept) return qc_float_to_f64(QC_F32, kept, n, a);
   float *f = qc_malloc((size_t)n * sizeof *f, what);
   if (!f) return QC_ESYS;
-  for (int64_t i = 0; i < n; i++) f[i] = (float)a[i];
+  qc_f64_to_f32s(a, n, f);
   int rc = qc_fake_quant(fmt, prof, rows, cols, f, f, what);
-  for (int64_t i = 0; i < n && !rc; i++) a[i] = f[i];
+  if (!rc) rc = qc_float_to_f64(QC_F32, f, n, a);
   if (rc || !src || !qc_memo_take(src, tag, f, n)) free(f);
   return rc;
 }
@@ -196,7 +195,7 @@ static int mlp_alloc(mlp *p, int64_t n) {
       !(p->a = qc_malloc((size_t)(n * p->F) * sizeof *p->a, "reference moe a")) ||
       !(p->y = qc_malloc((size_t)(n * p->H) * sizeof *p->y, "reference moe y")) ||
       !(p->wg = qc_malloc((size_t)(n * p->H) * sizeof *p->wg, "reference moe w dy")) ||
-      !(p->tmp = qc_malloc((size_t)p->R * sizeof *p->tmp, "reference moe dL/dh")) ||
+      !(p->tmp = qc_malloc((size_t)(qc_par_threads() * p->R) * sizeof *p->tmp, "reference moe dL/dh")) ||
       !(p->aq = qc_malloc((size_t)(n * p->F + 1) * sizeof *p->aq, "reference moe quantized a")))
     return QC_ESYS;
   return QC_OK;
@@ -207,14 +206,42 @@ static void mlp_free(mlp *p) {
   p->h = p->a = p->y = p->wg = p->tmp = p->aq = NULL;
 }
 
-/* v[i] = rnd(rb, v[i]) for n elements. */
+/* v[i] = rnd(rb, v[i]) for n elements (on qc_par_for's threads, each alone). */
 static void rnd_all(int rb, double *v, int64_t n) {
-  for (int64_t i = 0; rb && i < n; i++) v[i] = rnd(rb, v[i]);
+  if (rb) qc_round_all(v, QC_F64, n, QC_BF16);
 }
 
-/* |v[i]| for n elements, in place. */
+static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  double *v = ctx;
+  for (int64_t i = lo; i < hi; i++) v[i] = fabs(v[i]);
+}
+
+/* |v[i]| for n elements, in place (on qc_par_for's threads). */
 static void abs_all(double *v, int64_t n) {
-  for (int64_t i = 0; i < n; i++) v[i] = fabs(v[i]);
+  if (n > 0) qc_par_for(n, (int64_t)1 << 16, abs_piece, v);
+}
+
+/* The activation's rows [lo, hi) of mlp p, forward (act_f: a from h) or
+ * backward (act_b: dL/dh from h and dL/da, through the thread's own row of
+ * p->tmp, into h's row); each row alone, so any thread count gives the
+ * same values. */
+static void act_f_rows(void *ctx, int64_t lo, int64_t hi, int tid);
+static void act_b_rows(void *ctx, int64_t lo, int64_t hi, int tid);
+
+static void act_f_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const mlp *p = ctx;
+  for (int64_t i = lo; i < hi; i++) act_f(p->relu2, p->L, p->rb, p->F, p->h + i * p->R, p->a + i * p->F);
+}
+
+static void act_b_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  const mlp *p = ctx;
+  double *tmp = p->tmp + (int64_t)tid * p->R;
+  for (int64_t i = lo; i < hi; i++) {
+    act_b(p->relu2, p->L, p->pass, p->ab, p->rb, p->F, p->h + i * p->R, p->a + i * p->F, tmp);
+    memcpy(p->h + i * p->R, tmp, (size_t)p->R * sizeof *tmp); /* h's row no longer needed: dL/dh */
+  }
 }
 
 /* The forward of n rows through the weights the forward used, W1f [R, H]
@@ -232,7 +259,7 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, doubl
   int rc;
   if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, Xf, W1f, p->h))) return rc;
   if (p->rb >= 3) rnd_all(p->rb, p->h, n * R); /* rb >= 3: the GEMM's output held in bf16 */
-  for (int64_t i = 0; i < n; i++) act_f(p->relu2, p->L, p->rb, F, p->h + i * R, p->a + i * F);
+  qc_par_for(n, 1, act_f_rows, p);
   rnd_all(p->rb, p->a, n * F);
   if (p->ab) {
     abs_all(Xb, n * H);
@@ -264,10 +291,7 @@ static int mlp_bwd(mlp *p, int64_t n, const double *X, const double *W1, const d
   if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2))) return rc;
   if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, F, H, p->wg, W2, p->a))) return rc; /* a no longer needed: dL/da */
   if (p->rb >= 3) rnd_all(p->rb, p->a, n * F); /* dL/da: a GEMM's output held in bf16 */
-  for (int64_t i = 0; i < n; i++) {
-    act_b(p->relu2, p->L, p->pass, p->ab, p->rb, F, p->h + i * R, p->a + i * F, p->tmp);
-    memcpy(p->h + i * R, p->tmp, (size_t)R * sizeof *p->tmp); /* h's row no longer needed: dL/dh */
-  }
+  qc_par_for(n, 1, act_b_rows, p);
   rnd_all(p->rb, p->h, n * R);
   if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1))) return rc;
   return qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, H, R, p->h, W1, p->y);
