@@ -155,7 +155,7 @@ typedef struct mlp {
   double *a;   /* [n, F] a, then dL/da */
   double *y;   /* [n, H] y = W2 a, then the rows' W1^T dL/dh (d_x's terms) */
   double *wg;  /* [n, H] the caller's scaled dy rows (w_tj dy_t, g_t dy_t) */
-  double *tmp; /* [threads, R] one row of dL/dh per thread (qc_par_for's tid) */
+  double *tmp; /* [QC_PAR_MAX, R] one row of dL/dh per piece (qc_par_for's tid) */
   double *aq;  /* [n, F] dequant(quant(a)) under afmt, the operand of y = W2 a */
 } mlp;
 
@@ -195,7 +195,7 @@ static int mlp_alloc(mlp *p, int64_t n) {
       !(p->a = qc_malloc((size_t)(n * p->F) * sizeof *p->a, "reference moe a")) ||
       !(p->y = qc_malloc((size_t)(n * p->H) * sizeof *p->y, "reference moe y")) ||
       !(p->wg = qc_malloc((size_t)(n * p->H) * sizeof *p->wg, "reference moe w dy")) ||
-      !(p->tmp = qc_malloc((size_t)(qc_par_threads() * p->R) * sizeof *p->tmp, "reference moe dL/dh")) ||
+      !(p->tmp = qc_malloc((size_t)(QC_PAR_MAX * p->R) * sizeof *p->tmp, "reference moe dL/dh")) ||
       !(p->aq = qc_malloc((size_t)(n * p->F + 1) * sizeof *p->aq, "reference moe quantized a")))
     return QC_ESYS;
   return QC_OK;
@@ -229,6 +229,10 @@ static void abs_all(double *v, int64_t n) {
 static void act_f_rows(void *ctx, int64_t lo, int64_t hi, int tid);
 static void act_b_rows(void *ctx, int64_t lo, int64_t hi, int tid);
 
+/* Rows of `width` doubles a piece takes at least: about 2^14 elements, so
+ * a thread is started only for work worth more than its start. */
+static int64_t row_grain(int64_t width) { return width > 0 && width < ((int64_t)1 << 14) ? ((int64_t)1 << 14) / width : 1; }
+
 static void act_f_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   const mlp *p = ctx;
@@ -259,7 +263,7 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, doubl
   int rc;
   if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, Xf, W1f, p->h))) return rc;
   if (p->rb >= 3) rnd_all(p->rb, p->h, n * R); /* rb >= 3: the GEMM's output held in bf16 */
-  qc_par_for(n, 1, act_f_rows, p);
+  qc_par_for(n, row_grain(R), act_f_rows, p);
   rnd_all(p->rb, p->a, n * F);
   if (p->ab) {
     abs_all(Xb, n * H);
@@ -291,7 +295,7 @@ static int mlp_bwd(mlp *p, int64_t n, const double *X, const double *W1, const d
   if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2))) return rc;
   if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, F, H, p->wg, W2, p->a))) return rc; /* a no longer needed: dL/da */
   if (p->rb >= 3) rnd_all(p->rb, p->a, n * F); /* dL/da: a GEMM's output held in bf16 */
-  qc_par_for(n, 1, act_b_rows, p);
+  qc_par_for(n, row_grain(R), act_b_rows, p);
   rnd_all(p->rb, p->h, n * R);
   if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1))) return rc;
   return qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, H, R, p->h, W1, p->y);
