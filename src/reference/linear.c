@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "model/module.h"
 #include "reference/ref_classes.h"
+#include "reference/ref_util.h"
 #include "numerics/quant.h"
 #include "numerics/sr.h"
 #include "core/qc.h"
@@ -69,7 +70,7 @@ static void stale_fp8_tensor(double *W, int64_t n, double f) {
 /* Host passes over a [rows, cols] float64 matrix on qc_par_for's threads,
  * each element (or column, or row) alone, so the results do not depend on
  * the thread count: column sums (d_bias, each column summed over the rows
- * in order), a row vector added to every row (the bias), |a| in place. */
+ * in order), a row vector added to every row (the bias). */
 typedef struct mat_job {
   double *a;
   const double *v;
@@ -89,12 +90,6 @@ static void addrow_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
   const mat_job *j = ctx;
   for (int64_t i = lo; i < hi; i++)
     for (int64_t c = 0; c < j->cols; c++) j->a[i * j->cols + c] += j->v[c];
-}
-
-static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
-  const mat_job *j = ctx;
-  for (int64_t i = lo; i < hi; i++) j->a[i] = fabs(j->a[i]);
 }
 
 /* The forward's terms T [rows, cols] (+ |b|, b of cols): row i's sum of
@@ -259,8 +254,7 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   /* the terms |X_q| |W_q|^T + |b|, over at most 256 evenly spaced rows
    * (||T|| scaled up from them; the per-element bound only from all rows) */
   const int64_t ms = M < 256 ? M : 256;
-  mat_job wa = {.a = W};
-  qc_par_for(N * K, (int64_t)1 << 16, abs_piece, &wa);
+  qc_refu_abs(W, N * K);
   for (int64_t j = 0; j < ms; j++) {
     const int64_t i = j * M / ms;
     for (int64_t c = 0; c < K; c++) X[j * K + c] = fabs(X[i * K + c]);

@@ -211,16 +211,6 @@ static void rnd_all(int rb, double *v, int64_t n) {
   if (rb) qc_round_all(v, QC_F64, n, QC_BF16);
 }
 
-static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
-  double *v = ctx;
-  for (int64_t i = lo; i < hi; i++) v[i] = fabs(v[i]);
-}
-
-/* |v[i]| for n elements, in place (on qc_par_for's threads). */
-static void abs_all(double *v, int64_t n) {
-  if (n > 0) qc_par_for(n, (int64_t)1 << 16, abs_piece, v);
-}
 
 /* The activation's rows [lo, hi) of mlp p, forward (act_f: a from h) or
  * backward (act_b: dL/dh from h and dL/da, through the thread's own row of
@@ -266,11 +256,11 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, doubl
   qc_par_for(n, row_grain(R), act_f_rows, p);
   rnd_all(p->rb, p->a, n * F);
   if (p->ab) {
-    abs_all(Xb, n * H);
-    abs_all(W1b, R * H);
-    abs_all(W2b, H * F);
-    if (W2f != W2b) abs_all(W2f, H * F);
-    abs_all(p->a, n * F);
+    qc_refu_abs(Xb, n * H);
+    qc_refu_abs(W1b, R * H);
+    qc_refu_abs(W2b, H * F);
+    if (W2f != W2b) qc_refu_abs(W2f, H * F);
+    qc_refu_abs(p->a, n * F);
   }
   const double *A = p->a;
   if (p->afmt && strcmp(p->afmt, "none") != 0) {
@@ -395,7 +385,7 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
     gs[t] = SG ? gs[t] * (ab ? 1.0 + gs[t] : 1.0 - gs[t]) * dot : 0.0;
   }
   if ((rc = mlp_bwd(&p, T, X, W1, W2, d1, d2))) goto done;
-  if (ab && SG) abs_all(SG, H);
+  if (ab && SG) qc_refu_abs(SG, H);
   for (int64_t t = 0; t < T; t++)
     for (int64_t c = 0; c < H; c++) {
       dx[t * H + c] += p.y[t * H + c];

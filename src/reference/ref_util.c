@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/par.h"
 #include "core/qc.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
@@ -71,6 +72,16 @@ int qc_refu_pointwise(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
 done:
   free(X); free(G);
   return rc;
+}
+
+static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  double *v = ctx;
+  for (int64_t i = lo; i < hi; i++) v[i] = fabs(v[i]);
+}
+
+void qc_refu_abs(double *v, int64_t n) {
+  if (n > 0) qc_par_for(n, (int64_t)1 << 16, abs_piece, v);
 }
 
 int qc_refu_gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,

@@ -23,6 +23,8 @@ int qc_refu_out_z(qc_tset *grads, const char *name, int ndim, const int64_t *sha
  * overwritten. Returns the backend's status. */
 int qc_refu_gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,
                  double *C);
+/* v[0, n) = |v| in place, on qc_par_for's threads (each element alone). */
+void qc_refu_abs(double *v, int64_t n);
 /* Integer ids of t as int64 (exact); QC_EINPUT naming m/what when a value is
  * not an integer. */
 int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out);
