@@ -250,7 +250,7 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   double *Y = out.data;
   if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, M, N, K, X, K, W, K, Y, N))) goto done;
   mat_job yb = {.a = Y, .v = B, .rows = M, .cols = N};
-  qc_par_for(M, N < ((int64_t)1 << 14) ? ((int64_t)1 << 14) / (N ? N : 1) : 1, addrow_piece, &yb);
+  qc_par_for(M, qc_refu_row_grain(N), addrow_piece, &yb);
   /* the terms |X_q| |W_q|^T + |b|, over at most 256 evenly spaced rows
    * (||T|| scaled up from them; the per-element bound only from all rows) */
   const int64_t ms = M < 256 ? M : 256;
@@ -264,7 +264,7 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   { /* per row, then the rows in order */
     double part[2 * 256];
     mat_job tj = {.a = T, .v = B, .rows = ms, .cols = N, .out = part};
-    qc_par_for(ms, N < ((int64_t)1 << 14) ? ((int64_t)1 << 14) / (N ? N : 1) : 1, terms_piece, &tj);
+    qc_par_for(ms, qc_refu_row_grain(N), terms_piece, &tj);
     for (int64_t i = 0; i < ms; i++) ss += part[2 * i], smax = fmax(smax, part[2 * i + 1]);
   }
   memset(tm, 0, sizeof *tm);

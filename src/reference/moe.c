@@ -219,10 +219,6 @@ static void rnd_all(int rb, double *v, int64_t n) {
 static void act_f_rows(void *ctx, int64_t lo, int64_t hi, int tid);
 static void act_b_rows(void *ctx, int64_t lo, int64_t hi, int tid);
 
-/* Rows of `width` doubles a piece takes at least: about 2^14 elements, so
- * a thread is started only for work worth more than its start. */
-static int64_t row_grain(int64_t width) { return width > 0 && width < ((int64_t)1 << 14) ? ((int64_t)1 << 14) / width : 1; }
-
 static void act_f_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   const mlp *p = ctx;
@@ -253,7 +249,7 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, doubl
   int rc;
   if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, Xf, W1f, p->h))) return rc;
   if (p->rb >= 3) rnd_all(p->rb, p->h, n * R); /* rb >= 3: the GEMM's output held in bf16 */
-  qc_par_for(n, row_grain(R), act_f_rows, p);
+  qc_par_for(n, qc_refu_row_grain(R), act_f_rows, p);
   rnd_all(p->rb, p->a, n * F);
   if (p->ab) {
     qc_refu_abs(Xb, n * H);
@@ -285,7 +281,7 @@ static int mlp_bwd(mlp *p, int64_t n, const double *X, const double *W1, const d
   if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2))) return rc;
   if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, F, H, p->wg, W2, p->a))) return rc; /* a no longer needed: dL/da */
   if (p->rb >= 3) rnd_all(p->rb, p->a, n * F); /* dL/da: a GEMM's output held in bf16 */
-  qc_par_for(n, row_grain(R), act_b_rows, p);
+  qc_par_for(n, qc_refu_row_grain(R), act_b_rows, p);
   rnd_all(p->rb, p->h, n * R);
   if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1))) return rc;
   return qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, H, R, p->h, W1, p->y);

@@ -74,6 +74,8 @@ done:
   return rc;
 }
 
+int64_t qc_refu_row_grain(int64_t width) { return width > 0 && width < ((int64_t)1 << 14) ? ((int64_t)1 << 14) / width : 1; }
+
 static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   double *v = ctx;

@@ -23,6 +23,9 @@ int qc_refu_out_z(qc_tset *grads, const char *name, int ndim, const int64_t *sha
  * overwritten. Returns the backend's status. */
 int qc_refu_gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,
                  double *C);
+/* The rows of `width` doubles a qc_par_for piece takes at least: about
+ * 2^14 elements, so a thread is started only for work worth its start. */
+int64_t qc_refu_row_grain(int64_t width);
 /* v[0, n) = |v| in place, on qc_par_for's threads (each element alone). */
 void qc_refu_abs(double *v, int64_t n);
 /* Integer ids of t as int64 (exact); QC_EINPUT naming m/what when a value is
