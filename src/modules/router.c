@@ -212,12 +212,15 @@ static void scores_f64(int score, const double *x, int64_t E, double *s) {
 }
 
 /* The error model: K = E, the row the gradient reaches (the softmax's sum,
- * the normalization's sums), float32 scores with expf/log1pf: lambda 2,
- * times the computation's cancellation: the normalization's dy_j/D -
- * <dy, s>/D^2 (and the softmax's ds - <ds, s>) subtract terms larger than
- * their result when one score dominates its row, and each term carries its
- * own rounding; kappa = ||the terms' magnitudes|| / ||the result||, carried
- * through the score function, computed in float64 from the inputs and dY. */
+ * the normalization's sums), float32 scores with expf/log1pf: lambda 2.
+ * The normalization's dy_j/D - <dy, s>/D^2 (and the softmax's ds - <ds,
+ * s>) subtract terms larger than their result when one score dominates
+ * its row (top-1 with normalization: exactly, the weight is 1 whatever the
+ * logit), and each term carries its own rounding: the terms' scale, T_i the
+ * subtracted terms' magnitudes carried through the score function (float64
+ * from the inputs and dY), judged at lambda 2 sqrt(E) (a softmax's sum
+ * rounds every score alike), so a cancelling row is judged against what its
+ * arithmetic can make, not against its small result. */
 static int router_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   rt_view v;
   int rc = rt_view_get(m, &v);
@@ -253,10 +256,11 @@ static int router_tol_model(const qc_module *m, const qc_tensor *dy, const char 
       den += dl * dl;
     }
   }
-  double kappa = den > 0 ? fmax(1.0, sqrt(num / den)) : 1.0;
-  qc_mod_tm(tm, v.E, 2 * kappa, 0, 0, "K = E = %lld experts, the row the gradient reaches; float32 scores and sums with "
-            "expf/log1pf: lambda 2 x the cancellation kappa = %.3g (the normalization's and softmax's subtracted terms over "
-            "their result)", (long long)v.E, kappa);
+  qc_mod_tm(tm, v.E, 2, 0, 0, "K = E = %lld experts, the row the gradient reaches; float32 scores and sums with "
+            "expf/log1pf: lambda 2; the terms' scale (the normalization's and softmax's subtracted terms) at lambda 2 "
+            "sqrt(E), ||T|| / ||r|| = %.3g", (long long)v.E, den > 0 ? sqrt(num / den) : 0.0);
+  tm->terms = sqrt(num);
+  tm->terms_lambda = 2 * sqrt((double)v.E);
   rc = QC_OK;
 done:
   free(x); free(g); free(sc); free(v.id);

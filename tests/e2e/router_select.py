@@ -18,6 +18,11 @@ can be wrong. Groups (T = 64 tokens):
                    the same logit (an exact tie); the higher index saved
   /plain.softmax   softmax scores, top-6, as defined
   /plain.sqrtsp    sqrt(softplus) scores, top-6, as defined
+  /plain.top1      sigmoid, top-1, normalized: the weight is 1 whatever the
+                   logit, so the true d_logits cancels to ~eps/s^2 and the
+                   candidate's is float32 rounding of that cancellation
+  /plain.top1_bad  the same, the candidate's d_logits the unnormalized
+                   weights' (the normalization left out of the backward)
 Prints how many tokens each wrong selection routes differently.
 """
 import json
@@ -55,14 +60,17 @@ def weights(logits, ids, score="sigmoid", normalize=True, scale=SCALE):
 
 
 def group(f, path, contract, x, ids, bias=None, score="sigmoid", normalize=True, scale=SCALE, seed=0,
-          bias_name="e_score_correction_bias"):
+          bias_name="e_score_correction_bias", grad_normalize=None):
     g = f.create_group(path)
     g.attrs["class"] = "router"
     g.attrs["contract"] = json.dumps(contract)
     xl = torch.tensor(x, requires_grad=True)
     y = weights(xl, torch.tensor(ids), score, normalize, scale)
     dy = torch.tensor(np.random.default_rng(seed).standard_normal(y.shape).astype(np.float32))
-    y.backward(dy)
+    if grad_normalize is None or grad_normalize == normalize:
+        y.backward(dy)
+    else:  # a planted backward: y as normalize says, d_logits as grad_normalize
+        weights(xl, torch.tensor(ids), score, grad_normalize, scale).backward(dy)
     g.create_dataset("inputs/logits", data=x)
     if bias is not None:
         g.create_dataset("params/" + bias_name, data=bias).attrs["frozen"] = "1"
@@ -121,6 +129,11 @@ def main():
             xs = (2 * r.standard_normal((T, E))).astype(np.float32)
             i6 = torch.tensor(xs).topk(6, dim=-1)[1].numpy()
             group(f, "/plain." + name, {"score": score}, xs, i6, score=score, normalize=False, scale=1.0)
+        x1 = r.standard_normal((T, E)).astype(np.float32)
+        i1 = torch.tensor(x1).topk(1, dim=-1)[1].numpy()
+        c1 = {"score": "sigmoid", "normalize": "yes", "route_scale": SCALE}
+        group(f, "/plain.top1", c1, x1, i1)
+        group(f, "/plain.top1_bad", c1, x1, i1, grad_normalize=False)
     print("nobias: %d of %d tokens differ; nogroup: %d; near-tie gap %.3g (token 0, experts %d and %d)"
           % (differ(nob, ids), T, differ(nog, ids), gap, a, b))
 

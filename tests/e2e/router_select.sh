@@ -9,7 +9,11 @@
 # naming how many tokens differ and the first; the near-tied pair swapped
 # passes; an exact tie (two equal logits at the 8th place) saved the higher
 # index passes under tie_break "any" (the default) and fails under
-# "lowest_index"; softmax and sqrt_softplus routers pass. The bias is read
+# "lowest_index"; softmax and sqrt_softplus routers pass. A normalized
+# top-1 router (its weight 1 whatever the logit: d_logits cancels) passes
+# on the terms' scale, where its relative tolerance once carried no digits
+# (exit 2); with the normalization left out of its backward it fails on
+# d_logits. The bias is read
 # under transformers' name (params/e_score_correction_bias) and as
 # params/bias; scripts/qatdump.py dumps a router's bias buffer.
 # `qatcheck classes --json` lists the check.
@@ -47,7 +51,8 @@ for case in "noaux.correct pass 0 1 ambiguous" "noaux.neartie pass 0 1 ambiguous
             "noaux.nobias_pb fail 1 61 of 64 tokens" \
             "noaux.nogroup fail 1 57 of 64 tokens;in the best 4 of 8 groups" \
             "plain.twin pass 0 1 ambiguous;exact ties either way" \
-            "plain.softmax pass 0 64 tokens as the contract selects" "plain.sqrtsp pass 0 64 tokens as the contract selects"; do
+            "plain.softmax pass 0 64 tokens as the contract selects" "plain.sqrtsp pass 0 64 tokens as the contract selects" \
+            "plain.top1 pass 0 64 tokens as the contract selects"; do
   set -- $case
   grp=$1 want=$2 code=$3; shift 3
   needles=$*
@@ -56,6 +61,13 @@ for case in "noaux.correct pass 0 1 ambiguous" "noaux.neartie pass 0 1 ambiguous
   old_ifs=$IFS; IFS=';'; set -- $needles; IFS=$old_ifs
   verdicts "$grp" "$want" "$@" || bad "$grp: report"
 done
+run plain.top1_bad; got=$?
+[ "$got" -eq 1 ] && ok "plain.top1_bad: exit 1" || { bad "plain.top1_bad: exit $got, expected 1"; sed 's/^/      /' "$T/err" | head -3; }
+$PY -c "
+import json, sys
+v = {c['tensor']: c['verdict'] for c in json.load(open(sys.argv[1]))['checks']}
+assert v == {'y': 'pass', 'saved/topk_ids': 'pass', 'd_logits': 'fail'}, v
+" "$T/r.json" && ok "plain.top1_bad fails on d_logits alone" || bad "plain.top1_bad: report"
 run plain.twin '{"tie_break": "lowest_index"}'; got=$?
 [ "$got" -eq 1 ] && ok "plain.twin under tie_break lowest_index: exit 1" || bad "plain.twin lowest_index: exit $got, expected 1"
 verdicts plain.twin fail "1 of 64 tokens" "token 0 selects [0, 1, 2, 3, 4, 5, 6, 40], the contract [0, 1, 2, 3, 4, 5, 6, 20]" \
