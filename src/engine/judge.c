@@ -123,7 +123,15 @@ int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, q
   int rc = m->cls->tol_model(m, dy, grad, &am->tm);
   if (!rc) qc_audit_bf16_compute(m, &am->tm);
   if (!rc && !(am->tm.terms > 0)) am->tm.terms = ref_terms(m, dy, grad); /* the class's model leaves it to the reference */
-  if (!rc) rc = qc_tol_from_model(&am->tm, decl, qc_dtype_name(dt), &am->spec, &am->terms, &am->pre);
+  if (!rc) { /* the derivation's refusal names the tol option, not the module: say which check */
+    qc_err_state es;
+    qc_err_save(&es);
+    rc = qc_tol_from_model(&am->tm, decl, qc_dtype_name(dt), &am->spec, &am->terms, &am->pre);
+    char why[sizeof es.msg - 128];
+    snprintf(why, sizeof why, "%s", qc_err_msg());
+    qc_err_restore(&es);
+    if (rc && why[0]) qc_err("%s: the tolerance of '%s' cannot be derived: %s", m->path, grad, why);
+  }
   if (rc) return rc;
   if (out) qc_tol_fill_derived(&am->tm, &am->spec, &am->terms, decl, ref_zero, out);
   return QC_OK;

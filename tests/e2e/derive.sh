@@ -99,5 +99,6 @@ done <<EOF
 {"derive":true,"dtype":"int8"} 'dtype'
 {"derive":true,"bias_z":-2} 'bias_z'
 {"margin":2,"rel_l2":1e-3,"reasoning":"r"} 'margin'
+{"derive":true,"margin":1e12} the tolerance of 'd_q' cannot be derived: tol: the derived rel_l2
 EOF
 finish
