@@ -155,16 +155,53 @@ done:
   return rc;
 }
 
+/* O [B, Hq, S, Dv] (lse 0) or the natural LSE [B, Hq, S] (lse 1) of m
+ * recomputed from q, k, v under the contract (mask, window, softcap,
+ * scale) into r (float64, named `name`), from the math above: O_i = sum_j
+ * P_ij v_j and LSE_i = log sum_j exp(s_ij) over the visible keys; a query
+ * with no visible key has O_i = 0 and no LSE (-inf: the log of an empty
+ * sum). A (lse 1, [B, Hq, S]) gets the LSE's terms, |max| + c max_j
+ * sum_d |q_id k_jd| + 1 per query. QC_OK, or QC_EINPUT naming what is
+ * wrong, or QC_ESYS. */
+static int recompute(const qc_ctx *ctx, const qc_module *m, int lse, const char *name, qc_tensor *r, double *A) {
+  const qc_tensor *qt, *kt, *vt;
+  int rc;
+  if ((rc = need_qkv(m, &qt, &kt, &vt))) return rc;
+  const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
+  const int64_t Dv = vt->shape[3], os[4] = {B, Hq, S, Dv};
+  const qc_contract *c = &m->contract;
+  const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
+  const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);
+  const double wd = qc_contract_num(c, "window", 0), cap = qc_contract_num(c, "softcap", 0);
+  const double cod = qc_contract_num(c, "causal_offset", 0);
+  if (!(sc > 0) || !isfinite(sc) || !(wd >= 0) || floor(wd) != wd || wd > 4e18 || floor(cod) != cod || fabs(cod) > 4e18 ||
+      !(cap >= 0) || !isfinite(cap))
+    return qc_err("%s: the contract's softmax_scale, window, causal_offset or softcap is out of range", m->path);
+  const int64_t W = (int64_t)wd, off = causal ? (int64_t)cod : 0;
+  double *Q = NULL, *K = NULL, *V = NULL;
+  rc = QC_ESYS;
+  if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
+      !(V = qc_refu_load(vt, "reference attention v")))
+    goto done;
+  if ((rc = qc_tensor_alloc(r, name, QC_F64, lse ? 3 : 4, os))) goto done;
+  {
+    const qc_ref_att a = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .Q = Q, .K = K, .V = V, .B = B, .Hq = Hq,
+                          .Hkv = Hkv, .S = S, .D = D, .Dv = Dv, .W = W, .off = off, .sc = sc, .cap = cap,
+                          .causal = causal};
+    rc = qc_ref_att_fwd(&a, lse, r->data, A);
+  }
+done:
+  if (rc) qc_tensor_free(r);
+  free(Q); free(K); free(V);
+  return rc;
+}
+
 /* The saved O ("out", [B, Hq, S, Dv]) or LSE ("lse", [B, Hq, S], in the
- * contract's lse_base) recomputed from q, k, v under the contract (mask,
- * window, softcap, scale), from the math above: O_i = sum_j P_ij v_j and
- * LSE_i = log sum_j exp(s_ij) over the visible keys; a query with no
- * visible key has O_i = 0 and no LSE (-inf: the log of an empty sum). The
- * error model: O's is the forward check's (tm->k 0, as outputs/y, which O
- * is); the LSE's, the logits' reduction over D products and the sum over
- * the n visible keys (K the larger), its terms T_i = |max_j s_ij| + c
- * max_j sum_d |q_id k_jd| + 1 (the log of the sum) per query, in the
- * saved base. QC_NA for another name. (a qc_saved_ref_fn) */
+ * contract's lse_base) recomputed (recompute above). The error model: O's
+ * is the forward check's (tm->k 0, as outputs/y, which O is); the LSE's,
+ * the logits' reduction over D products and the sum over the n visible
+ * keys (K the larger), its terms per query in the saved base. QC_NA for
+ * another name. (a qc_saved_ref_fn) */
 static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char *name, qc_tensor *r, qc_tol_model *tm) {
   const qc_tensor *qt, *kt, *vt, *st;
   const int lse = strcmp(name, "lse") == 0;
@@ -173,44 +210,25 @@ static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char
   if (!lse && strcmp(name, "out") != 0) return QC_NA;
   if ((rc = need_qkv(m, &qt, &kt, &vt))) return rc;
   if ((rc = qc_module_need(m, "saved", name, lse ? 3 : 4, lse ? 3 : 4, &st))) return rc;
-  const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3], Hkv = kt->shape[1];
+  const int64_t B = qt->shape[0], Hq = qt->shape[1], S = qt->shape[2], D = qt->shape[3];
   const int64_t Dv = vt->shape[3], os[4] = {B, Hq, S, Dv};
   if (lse ? st->shape[0] != B || st->shape[1] != Hq || st->shape[2] != S : !same4(st, os))
     return qc_err("%s: 'saved/%s': expected the shape [B, Hq, S%s] of the rows of 'inputs/q'", m->path, name, lse ? "" : ", Dv");
-  const qc_contract *c = &m->contract;
-  const int causal = strcmp(qc_contract_str(c, "causal", "true"), "false") != 0;
-  const double sc = qc_contract_has(c, "softmax_scale") ? qc_contract_num(c, "softmax_scale", 0) : 1.0 / sqrt((double)D);
-  const double wd = qc_contract_num(c, "window", 0), cap = qc_contract_num(c, "softcap", 0);
-  const double cod = qc_contract_num(c, "causal_offset", 0);
-  const int base2 = strcmp(qc_contract_str(c, "lse_base", "e"), "2") == 0;
-  if (!(sc > 0) || !isfinite(sc) || !(wd >= 0) || floor(wd) != wd || wd > 4e18 || floor(cod) != cod || fabs(cod) > 4e18 ||
-      !(cap >= 0) || !isfinite(cap))
-    return qc_err("%s: the contract's softmax_scale, window, causal_offset or softcap is out of range", m->path);
-  const int64_t W = (int64_t)wd, off = causal ? (int64_t)cod : 0;
+  const double wd = qc_contract_num(&m->contract, "window", 0);
+  const int base2 = strcmp(qc_contract_str(&m->contract, "lse_base", "e"), "2") == 0;
   const double unit = base2 ? 1.4426950408889634 : 1.0; /* the saved base: log2 x = ln x log2(e) */
-  double *Q = NULL, *K = NULL, *V = NULL, *A = NULL, *out, tt = 0, tmax = 0;
-  rc = QC_ESYS;
-  if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||
-      !(V = qc_refu_load(vt, "reference attention v")))
-    goto done;
-  if ((rc = qc_tensor_alloc(r, name, QC_F64, st->ndim, st->shape))) goto done;
-  out = r->data;
-  rc = QC_ESYS;
-  if (lse && !(A = qc_calloc((size_t)(B * Hq * S), sizeof *A, "reference LSE terms"))) goto done;
-  {
-    const qc_ref_att a = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .Q = Q, .K = K, .V = V, .B = B, .Hq = Hq,
-                          .Hkv = Hkv, .S = S, .D = D, .Dv = Dv, .W = W, .off = off, .sc = sc, .cap = cap,
-                          .causal = causal};
-    if ((rc = qc_ref_att_fwd(&a, lse, out, A))) goto done;
-    for (int64_t i = 0; lse && i < B * Hq * S; i++) { /* in the saved base; the terms summed in the order of one loop */
-      out[i] *= unit;
-      A[i] *= unit;
-      tt += A[i] * A[i];
-      tmax = fmax(tmax, A[i]);
-    }
+  double *A = NULL, tt = 0, tmax = 0;
+  if (lse && !(A = qc_calloc((size_t)(B * Hq * S), sizeof *A, "reference LSE terms"))) return QC_ESYS;
+  if ((rc = recompute(ctx, m, lse, name, r, A))) goto done;
+  double *out = r->data;
+  for (int64_t i = 0; lse && i < B * Hq * S; i++) { /* in the saved base; the terms summed in the order of one loop */
+    out[i] *= unit;
+    A[i] *= unit;
+    tt += A[i] * A[i];
+    tmax = fmax(tmax, A[i]);
   }
   if (lse) {
-    const int64_t n = W > 0 && W < S ? W : S, kk = n > D ? n : D;
+    const int64_t W = (int64_t)wd, n = W > 0 && W < S ? W : S, kk = n > D ? n : D;
     tm->k = kk;
     tm->lambda = 1;
     tm->terms = sqrt(tt);
@@ -219,13 +237,25 @@ static int ref_attention_saved(const qc_ctx *ctx, const qc_module *m, const char
              "summed over up to n = %lld visible keys: K = %lld; terms |max| + c sum |q||k| + 1 per query", (long long)D,
              (long long)n, (long long)kk);
   }
-  rc = QC_OK;
 done:
-  if (rc) qc_tensor_free(r);
-  free(Q); free(K); free(V); free(A);
+  free(A);
   return rc;
+}
+
+/* The forward the contract defines, y = O [B, Hq, S, Dv] (recompute
+ * above: the products as float64 GEMMs on the audit's backend, where the
+ * class's own float64 forward loops over every logit on one thread: at
+ * 128 heads of 4,096 tokens it would take minutes); the error model left
+ * to the forward check's (tm->k 0), as the class's forward's was. QC_NA
+ * under a variant that rounds the class's ops or scales its weights: there
+ * is no such rounding in this forward. (a qc_fwd_ref_fn) */
+static int ref_attention_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
+  memset(tm, 0, sizeof *tm);
+  if (ctx && (ctx->round_ops || ctx->wscale > 0)) return QC_NA;
+  return recompute(ctx, m, 0, "y", y, NULL);
 }
 
 /* The class's reference, its one export (src/classes/registry.c pairs it
  * with src/modules/attention.c). */
-const qc_reference qc_reference_attention = {.vjp = ref_attention, .saved = ref_attention_saved, .terms = 1};
+const qc_reference qc_reference_attention = {.vjp = ref_attention, .forward = ref_attention_forward, .saved = ref_attention_saved,
+                                              .terms = 1};
