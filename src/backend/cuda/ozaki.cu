@@ -137,6 +137,21 @@ static int64_t oz_chunk(int S) { return qc_refcost_chunk(S); }
 
 typedef struct cu::cu_oz::oz_pend oz_pend;
 
+/* The record p of one fast GEMM, C = op(A) op(B) (cu_dgemm_dev's
+ * convention) with `slices` slices on stream st (h: the cuBLAS handle bound
+ * to st for the settle's DGEMM, NULL where none runs): zeroed, then every
+ * argument stored, nothing else (the layout, plan, ran, nonfinite and used
+ * stay 0 for oz_prep and the caller). Both paths fill it here, so what
+ * oz_prep, oz_products, oz_check and the settle read is set one way. */
+static void oz_pend_set(oz_pend *p, cudaStream_t st, cublasHandle_t h, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k,
+                        const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices) {
+  memset(p, 0, sizeof *p);
+  p->st = st; p->h = h;
+  p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k;
+  p->A = A; p->lda = lda; p->B = B; p->ldb = ldb; p->C = Cm; p->ldc = ldc;
+  p->S = slices;
+}
+
 /* op(A)'s panel strides (rows i, contraction l) and op(B)'s (columns j). */
 static void oz_strides(const oz_pend *p, int64_t *asr, int64_t *asl, int64_t *bsr, int64_t *bsl) {
   *asr = p->ta == QC_OP_N ? p->lda : 1;
@@ -254,9 +269,7 @@ int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t 
                          unsigned *flag) {
   int rc = QC_OK;
   oz_pend p;
-  memset(&p, 0, sizeof p);
-  p.ta = ta; p.tb = tb; p.m = m; p.n = n; p.k = k; p.A = A; p.lda = lda; p.B = B; p.ldb = ldb; p.C = Cm; p.ldc = ldc;
-  p.S = slices;
+  oz_pend_set(&p, st, NULL, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, slices);
   if (m == 0 || n == 0) return QC_OK;
   if (k == 0) {
     for (int64_t i = 0; i < m; i++) CK(cudaMemsetAsync(Cm + i * ldc, 0, (size_t)n * 8, st), "zero GEMM output");
@@ -280,11 +293,7 @@ int cu_ref_gemm(cu *c, int slices, int slot, cudaStream_t st, cublasHandle_t h, 
   if (slices == QC_REF_AUTO) slices = cu_ref_auto(c, slot, m, n, k); /* the cost model's pick (refprobe.cu) */
   if (slices <= 0 || m == 0 || n == 0 || k == 0) return cu_dgemm_dev_h(c, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
   oz_pend *p = &c->oz.pend[slot];
-  memset(p, 0, sizeof *p);
-  p->st = st; p->h = h;
-  p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldc = ldc;
-  p->A = A; p->B = B; p->C = Cm;
-  p->S = slices;
+  oz_pend_set(p, st, h, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, slices);
   if ((rc = cu_oz_small(c))) return rc;
   rc = oz_prep(c, slot, st, p, cu_oz_flag(c, slot));
   if (rc == QC_EINPUT) {
