@@ -4,7 +4,7 @@
  * concern:
  *   backend.cu   open / close: the device, stream, handles, the op table
  *   buffers.cu   device and pinned host memory, uploads and downloads
- *   gemm.cu      cuBLAS DGEMM (the reference's) and cuBLASLt bf16 (the candidate's)
+ *   gemm.cu      cuBLAS DGEMM (the reference's), cuBLASLt bf16 (the candidate's), the int8 plan (the fast reference's)
  *   metrics.cu   the fused deterministic metrics pass, queued results, sync
  *   quant.cu     the quantizer kernels, widening, fake-quant to float64
  *   linear.cu    the fused linear audit (the linear class's fast path)
@@ -279,6 +279,25 @@ unsigned *cu_oz_flag(cu *c, int slot);
 double *cu_oz_scratch(cu *c, int slot);
 int cu_ozaki_gemm(cu *c, int slot, cudaStream_t st, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A,
                   int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc, int slices, double *res, unsigned *flag);
+/* gemm.cu: the cuBLASLt plan of one int8 x int8 -> int32 GEMM of the fast
+ * reference (the audit's levels, cached by ozaki.cu, and the auto probe's
+ * timed GEMM), built into *p, which must be zeroed or released
+ * (cu_plan_free): column-major "TN" (TRANSA T, TRANSB N), D = la^T lb, i.e.
+ * the row-major C[mp, np] = As Bs^T (As: op(A)'s digits, Bs: op(B)'s, each
+ * row contiguous) with exact int32 sums, alpha and beta int32;
+ * descriptors op, la, lb, ld, the WS_BYTES workspace preference, and the
+ * heuristic's first algorithm; p's key (used, mp, np, kc, kp) set. QC_OK;
+ * else p released and QC_EINPUT where cuBLASLt has no such algorithm, or
+ * the failed call's error.
+ *   c   the backend (its cuBLASLt handle c->lt)
+ *   mp  rows of C, a multiple of 16: columns of lb (op(A)'s slices) and of D
+ *   np  columns of C, a multiple of 16: columns of la (op(B)'s slices), rows
+ *       and leading dimension of D (int32, np x mp)
+ *   kc  the contraction, in int8 digits: rows of la and lb
+ *   kp  the leading dimension of la and lb (bytes from one column, a row of
+ *       C's operand, to the next), >= kc, a multiple of 16
+ *   p   the plan filled */
+int cu_oz_plan_make(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct cu::cu_oz::oz_plan *p);
 /* refprobe.cu: --reference auto. cu_ref_probe measures, once per backend,
  * the rates of backend/refcost.h (DGEMM, an int8 cuBLASLt GEMM, the split,
  * the combine and the self-check on probe shapes; a few ms, device-wide

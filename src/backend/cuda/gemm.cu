@@ -1,6 +1,7 @@
 /* gemm.cu: the two GEMMs of the CUDA backend: cuBLAS DGEMM in plain FP64
  * (the reference's) and cuBLASLt with bf16 operands, fp32 accumulation and
- * fp32 output (the candidate's), on device buffers or staged host data. */
+ * fp32 output (the candidate's), on device buffers or staged host data;
+ * and the cuBLASLt int8 plan of the fast reference (ozaki.cu, refprobe.cu). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -78,6 +79,47 @@ static int plan_get(cu *c, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, 
   p->used = 1;
   p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldd = ldd; p->dt = dt;
   *out = p;
+done:
+  if (pref) rc = blas_keep(c, rc, cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
+  if (rc) rc = cu_plan_free(c, rc, p);
+  return rc;
+}
+
+/* cuda_priv.h: the fast reference's int8 plan (descriptors, workspace
+ * preference, the heuristic's first algorithm) built into p, released on
+ * failure. ozaki.cu caches it for the audit, refprobe.cu times it; it lives
+ * here because ozaki.cu calls refprobe.cu (cu_ref_auto), so refprobe.cu may
+ * not call into ozaki.cu (scripts/check-structure.sh, circle). */
+int cu_oz_plan_make(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct cu::cu_oz::oz_plan *p) {
+  int rc = QC_OK, nres = 0;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t h;
+  const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+  const cudaDataType_t st = CUDA_R_32I;
+  size_t wsb = WS_BYTES;
+  memset(&h, 0, sizeof h);
+  BK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "cublasLtMatmulDescCreate (int8)");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &st, sizeof st), "cublasLt SCALE_TYPE");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT), "cublasLt TRANSA");
+  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN), "cublasLt TRANSB");
+  BK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8I, kc, np, kp), "cublasLt layout (op(B) slices)");
+  BK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8I, kc, mp, kp), "cublasLt layout (op(A) slices)");
+  BK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32I, np, mp, np), "cublasLt layout (int32 product)");
+  BK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb),
+     "cublasLt workspace preference");
+  {
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &h, &nres);
+    if (s != CUBLAS_STATUS_SUCCESS || nres == 0) {
+      rc = qc_err("%s: cuBLASLt has no algorithm for an int8 x int8 -> int32 GEMM (m %lld, n %lld, k %lld, TN) on this "
+                  "GPU (status %d)",
+                  c->name, (long long)mp, (long long)np, (long long)kc, (int)s);
+      goto done;
+    }
+  }
+  p->algo = h.algo;
+  p->used = 1;
+  p->mp = mp; p->np = np; p->kc = kc; p->kp = kp;
 done:
   if (pref) rc = blas_keep(c, rc, cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
   if (rc) rc = cu_plan_free(c, rc, p);

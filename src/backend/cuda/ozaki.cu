@@ -83,15 +83,10 @@ static double *oz_ev_dev(cu *c, int slot) { return (double *)c->oz.dev + 10 + 8 
 static double *oz_ev_host(cu *c, int slot) { return c->oz.host + 10 + (size_t)CU_OZ_NS * QK_OZ_PLAN_W * slot; }
 
 /* The cached int8 plan for padded mp x np, contraction chunk kc, row pitch
- * kp (descriptors and the heuristic's first algorithm), or a new one. */
+ * kp (gemm.cu's cu_oz_plan_make), or a new one in place of the oldest. */
 static int oz_plan(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct cu::cu_oz::oz_plan **out) {
-  int rc = QC_OK, nres = 0;
+  int rc = QC_OK;
   struct cu::cu_oz::oz_plan *p;
-  cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t h;
-  const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-  const cudaDataType_t st = CUDA_R_32I;
-  size_t wsb = WS_BYTES;
   for (int i = 0; i < CU_OZ_PLANS; i++) {
     p = &c->oz.plans[i];
     if (p->used && p->mp == mp && p->np == np && p->kc == kc && p->kp == kp) {
@@ -101,35 +96,10 @@ static int oz_plan(cu *c, int64_t mp, int64_t np, int64_t kc, int64_t kp, struct
   }
   p = &c->oz.plans[c->oz.next_plan];
   c->oz.next_plan = (c->oz.next_plan + 1) % CU_OZ_PLANS;
-  if ((rc = cu_plan_free(c, QC_OK, p))) goto done; /* evict the oldest */
-  memset(&h, 0, sizeof h);
-  BK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "cublasLtMatmulDescCreate (int8)");
-  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &st, sizeof st), "cublasLt SCALE_TYPE");
-  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT), "cublasLt TRANSA");
-  BK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN), "cublasLt TRANSB");
-  BK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8I, kc, np, kp), "cublasLt layout (op(B) slices)");
-  BK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8I, kc, mp, kp), "cublasLt layout (op(A) slices)");
-  BK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32I, np, mp, np), "cublasLt layout (int32 product)");
-  BK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb),
-     "cublasLt workspace preference");
-  {
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &h, &nres);
-    if (s != CUBLAS_STATUS_SUCCESS || nres == 0) {
-      rc = qc_err("%s: cuBLASLt has no algorithm for an int8 x int8 -> int32 GEMM (m %lld, n %lld, k %lld, TN) on this "
-                  "GPU (status %d)",
-                  c->name, (long long)mp, (long long)np, (long long)kc, (int)s);
-      goto done;
-    }
-  }
-  p->algo = h.algo;
-  p->used = 1;
-  p->mp = mp; p->np = np; p->kc = kc; p->kp = kp;
+  if ((rc = cu_plan_free(c, QC_OK, p))) return rc; /* evict the oldest */
+  if ((rc = cu_oz_plan_make(c, mp, np, kc, kp, p))) return rc;
   *out = p;
-done:
-  if (pref) rc = blas_keep(c, rc, cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
-  if (rc) rc = cu_plan_free(c, rc, p);
-  return rc;
+  return QC_OK;
 }
 
 /* The largest contraction chunk whose int32 sums cannot overflow (the cost model's, backend/refcost.h). */
