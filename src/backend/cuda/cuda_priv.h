@@ -186,7 +186,7 @@ int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p);
 int cu_keep(const cu *c, int rc, cudaError_t e, const char *what);
 int blas_keep(const cu *c, int rc, int s, const char *what);
 
-/* Release a cuBLASLt plan (cu::lt_plan, cu::cu_oz::oz_plan or the auto probe's pr_i8: the
+/* Release a cuBLASLt plan (cu::lt_plan or cu::cu_oz::oz_plan, the auto probe's too: the
  * descriptors op, la, lb, ld; NULL ones skipped) and zero it; rc as
  * cu_keep. The one teardown of every plan. */
 template <typename P> static inline int cu_plan_free(const cu *c, int rc, P *p) {

@@ -62,44 +62,12 @@ static size_t pr_layout(char *p, pr_bufs *b) {
 /* The probe's steps. */
 enum { PR_CALL, PR_DGEMM, PR_I8, PR_SPLIT, PR_COMBINE, PR_CHECK, PR_NSTEPS };
 
-/* One int8 GEMM's descriptors: D[P, P] (int32) = Bs^T As, contraction 4P (ozaki.cu's TN layout). */
-typedef struct pr_i8 {
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t la, lb, ld;
-  cublasLtMatmulAlgo_t algo;
-} pr_i8;
-
-static int pr_i8_make(cu *c, pr_i8 *g) {
-  int rc = QC_OK, nres = 0;
-  const int64_t kc = 4 * (int64_t)PR_P;
-  const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-  const cudaDataType_t st = CUDA_R_32I;
-  size_t wsb = WS_BYTES;
-  cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t h;
-  memset(&h, 0, sizeof h);
-  BK(cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "cublasLtMatmulDescCreate (probe)");
-  BK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_SCALE_TYPE, &st, sizeof st), "cublasLt SCALE_TYPE");
-  BK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT), "cublasLt TRANSA");
-  BK(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN), "cublasLt TRANSB");
-  BK(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_8I, kc, PR_P, kc), "cublasLt layout (probe)");
-  BK(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_8I, kc, PR_P, kc), "cublasLt layout (probe)");
-  BK(cublasLtMatrixLayoutCreate(&g->ld, CUDA_R_32I, PR_P, PR_P, PR_P), "cublasLt layout (probe)");
-  BK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb),
-     "cublasLt workspace preference");
-  {
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, g->op, g->la, g->lb, g->ld, g->ld, pref, 1, &h, &nres);
-    if (s != CUBLAS_STATUS_SUCCESS || nres == 0) {
-      rc = qc_err("%s: cuBLASLt has no int8 x int8 -> int32 GEMM algorithm on this GPU (status %d)", c->name, (int)s);
-      goto done;
-    }
-  }
-  g->algo = h.algo;
-done:
-  if (pref) rc = blas_keep(c, rc, cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
-  return rc;
-}
+/* The timed int8 GEMM's plan: D[P, P] (int32) = Bs^T As, contraction 4P,
+ * built by cu_oz_plan_make (gemm.cu), the builder of ozaki.cu's plans (its
+ * TN layout, descriptors and heuristic). The probe's own, not one of the
+ * audit's cached plans (c->oz.plans): it neither evicts nor adds one, and
+ * it is released when the probe ends. */
+typedef struct cu::cu_oz::oz_plan pr_i8;
 
 /* Queue step `s` once on c->st. */
 static int pr_step(cu *c, int s, const pr_bufs *b, const pr_i8 *g) {
@@ -183,7 +151,7 @@ int cu_ref_probe(cu *c) {
   CK(cudaMemsetAsync(b.as, 0x11, (size_t)((char *)b.T - (char *)b.as), c->st), "probe slices");
   CK(cudaMemsetAsync(b.T, 0, (size_t)((char *)b.flag - (char *)b.T), c->st), "probe products");
   CK(cudaMemsetAsync(b.flag, 0, 16, c->st), "probe flag");
-  if ((rc = pr_i8_make(c, &g))) goto done;
+  if ((rc = cu_oz_plan_make(c, PR_P, PR_P, 4 * (int64_t)PR_P, 4 * (int64_t)PR_P, &g))) goto done; /* the operands as P x 4P */
   for (int s = 0; s < PR_NSTEPS && !rc; s++) rc = pr_time(c, s, &b, &g, &t[s]);
   if (rc) goto done;
   pr_rates(t, &c->ra.r);
