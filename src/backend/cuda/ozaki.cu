@@ -195,7 +195,7 @@ static int oz_products(cu *c, cudaStream_t st, const oz_pend *p, int Sa, int Sb,
   const int64_t mp = p->mp, np = p->np, kp = p->kp, ld = S * kp, kmax = oz_chunk(S);
   const int top = L < Sa + Sb ? L : Sa + Sb; /* every level 2..top holds a pair */
   const int most = Sa < Sb ? (Sa < top - 1 ? Sa : top - 1) : (Sb < top - 1 ? Sb : top - 1); /* pairs of the fullest level */
-  const int whole = (int64_t)most * kp * 4096 < ((int64_t)1 << 31);
+  const int whole = qc_refcost_whole(most, kp); /* the cost model prices the same choice */
   for (int64_t k0 = 0; k0 < kp; k0 += whole ? kp : kmax) {
     const int64_t kc = whole ? kp : kp - k0 < kmax ? kp - k0 : kmax;
     for (int lv = 2; lv <= top; lv++) {
