@@ -7,7 +7,9 @@
  * -> int32 cuBLASLt GEMM of P x P x 4P (int8 rate; the same descriptors as
  * ozaki.cu's), the split of a float64 operand into S int8 slices (its
  * bandwidth), the combine of S int32 levels (the memory-bound bandwidth)
- * and the self-check on its sample (per element and unit of k). A few ms.
+ * and the plan's evidence on the self-check's sample (qk_oz_plan: the exact
+ * values and every slice pair's product, per element and unit of k), as
+ * the audit runs them (ozaki.cu). A few ms.
  * The rates feed the cost model (backend/refcost.h), which picks, per
  * reference GEMM, the Ozaki scheme with QC_REF_FAST_SLICES slices or DGEMM.
  * The self-check gate (ozaki.cu) is unchanged: a fast result it refuses is
@@ -35,7 +37,7 @@ typedef struct pr_bufs {
   int32_t *T;          /* S P P int32 levels */
   int *ea, *eb;        /* P exponents each */
   unsigned *flag;
-  double *scratch, *res; /* the self-check's */
+  double *ev;          /* the plan's evidence: QC_REFCOST_CHECK_NS x QK_OZ_PLAN_W */
   void *ws;            /* the cuBLASLt workspace */
 } pr_bufs;
 
@@ -52,8 +54,7 @@ static size_t pr_layout(char *p, pr_bufs *b) {
   PR_CARVE(ea, int *, PR_P * 4);
   PR_CARVE(eb, int *, PR_P * 4);
   PR_CARVE(flag, unsigned *, 16);
-  PR_CARVE(scratch, double *, 4 * QC_REFCOST_CHECK_NS * 8);
-  PR_CARVE(res, double *, 4 * 8);
+  PR_CARVE(ev, double *, (size_t)QC_REFCOST_CHECK_NS * QK_OZ_PLAN_W * 8);
   PR_CARVE(ws, void *, WS_BYTES);
 #undef PR_CARVE
   return o;
@@ -90,9 +91,11 @@ static int pr_step(cu *c, int s, const pr_bufs *b, const pr_i8 *g) {
          "probe combine");
       break;
     case PR_CHECK:
-      CK((cudaError_t)qk_oz_check(b->A, PR_P, 1, b->B, PR_P, 1, b->C, PR_P, PR_P, PR_P, PR_P, QC_REFCOST_CHECK_NS, b->scratch,
-                                  b->res, c->st),
-         "probe self-check");
+      /* the slices laid out as ozaki.cu's: row i's slice t at as + i S P + t P, op(B)'s reversed */
+      CK((cudaError_t)qk_oz_plan(b->as, S * (int64_t)PR_P, PR_P, b->bs + (int64_t)(S - 1) * PR_P, S * (int64_t)PR_P,
+                                 -(int64_t)PR_P, S, b->ea, b->eb, b->A, PR_P, 1, b->B, PR_P, 1, PR_P, PR_P, PR_P,
+                                 QC_REFCOST_CHECK_NS, b->ev, c->st),
+         "probe plan evidence");
       break;
   }
 done:
@@ -118,16 +121,17 @@ done:
   return rc;
 }
 
-/* The rates from the steps' times (a step's own fixed cost taken out). */
+/* The rates from the steps' times (a step's own fixed cost taken out; the
+ * int8 GEMM's int32 write too, which the cost model adds after its max). */
 static void pr_rates(const double *t, qc_refcost_rates *r) {
   const double P = PR_P, pp = P * P, S = QC_REF_FAST_SLICES, call = t[PR_CALL];
   double e[PR_NSTEPS];
   for (int s = 0; s < PR_NSTEPS; s++) e[s] = fmax(t[s] - call, 0.5 * t[s]);
   r->call_s = call;
   r->dgemm_flops = 2 * pp * P / e[PR_DGEMM];
-  r->i8_ops = 2 * pp * 4 * P / e[PR_I8];
   r->split_bw = pp * (8 + S) / e[PR_SPLIT];
   r->bw = pp * (4 * S + 8) / e[PR_COMBINE];
+  r->i8_ops = 2 * pp * 4 * P / fmax(e[PR_I8] - 4 * pp / r->bw, 0.5 * e[PR_I8]);
   r->check_s = e[PR_CHECK] / (QC_REFCOST_CHECK_NS * P);
 }
 
@@ -159,7 +163,7 @@ int cu_ref_probe(cu *c) {
   if (qc_verbose)
     fprintf(stderr,
             "qatcheck: %s: --reference auto: probed DGEMM %.1f TFLOP/s, int8 %.0f TOP/s, split %.0f GB/s, memory %.0f GB/s, "
-            "a call %.1f us, self-check %.3g ns per element and k (%.1f ms)\n",
+            "a call %.1f us, plan evidence %.3g ns per element and k (%.1f ms)\n",
             c->name, c->ra.r.dgemm_flops * 1e-12, c->ra.r.i8_ops * 1e-12, c->ra.r.split_bw * 1e-9, c->ra.r.bw * 1e-9,
             c->ra.r.call_s * 1e6, c->ra.r.check_s * 1e9, (qc_now_s() - t0) * 1e3);
 done:
