@@ -187,7 +187,11 @@ static int bench_ref_fast(const qc_backend *be, qc_linear_audit *a, int reps, do
     qc_linear_audit_out o;
     a->ref_slices = QC_REF_AUTO;
     memset(&o, 0, sizeof o);
-    if ((rc = be->audit_linear(be, a, &o))) goto out;
+    /* the warm-up says (stderr) the probed rates and each GEMM's predicted times */
+    qc_verbose = 1;
+    rc = be->audit_linear(be, a, &o);
+    qc_verbose = 0;
+    if (rc) goto out;
     for (int i = 0; i < reps; i++) {
       double t0 = now_ms();
       if ((rc = be->audit_linear(be, a, &o))) goto out;
