@@ -17,6 +17,7 @@ typedef enum { QC_OP_N = 0, QC_OP_T = 1 } qc_op;
 
 struct qc_linear_audit;
 struct qc_linear_audit_out;
+struct qc_att_rows;
 
 typedef struct qc_backend {
   const char *name;        /* "cpu", "cuda:0" */
@@ -93,7 +94,36 @@ typedef struct qc_backend {
   int (*allreduce)(const struct qc_backend *be, void *buf, int64_t n, qc_dtype dt, qc_redop op); /* float64, float32, bfloat16 */
   /* Free device memory now (bytes), for deciding whether a unit fits; NULL: unknown. */
   int (*mem_free)(const struct qc_backend *be, size_t *bytes);
+  /* The attention reference's row passes on buffers (qc_att_rows below),
+   * queued on the stream; NULL, or not QC_OK for op QC_ATT_PROBE (switched
+   * off; no error set), where the reference runs them on the host. */
+  int (*att_rows)(const struct qc_backend *be, const struct qc_att_rows *j);
 } qc_backend;
+
+/* One row pass of the attention reference (reference/attention_gemm.c, whose
+ * host loops are the definition) over a block of `rows` query rows [i0, i0 +
+ * rows) of one head and its keys [jlo, jlo + nk): the matrices M1 .. M5 are
+ * [rows, nk] buffers, pd, pda, z [rows]. Query i sees the keys j < S with
+ * j <= i + off when causal and i - j < W when W > 0.
+ *   QC_ATT_VJP1      the softmax: M1 R -> ds/dr, M3 P, pd = sum P dP (M2 dP);
+ *                    ab: M4 |Q||K|^T -> w, pda = sum P M5
+ *   QC_ATT_VJP2      M1 = c dL/dr (ab: c T(dL/ds), M4 = P w) from pd
+ *   QC_ATT_FWD       M1 R -> exp(s - max), z; lse: out[i0 + r] = the LSE,
+ *                    t[i0 + r] its terms from M2 |Q||K|^T
+ *   QC_ATT_FWD_NORM  out [rows, Dv] (the block's O rows) /= z
+ *   QC_ATT_ADD       dst[0, n) += src[0, n) */
+enum { QC_ATT_PROBE, QC_ATT_VJP1, QC_ATT_VJP2, QC_ATT_FWD, QC_ATT_FWD_NORM, QC_ATT_ADD };
+typedef struct qc_att_rows {
+  int op;
+  int64_t rows, i0, jlo, nk, S, W, off, Dv;
+  int causal, ab, lse;
+  double sc, cap;
+  double *M1, *M2, *M3, *M4, *M5, *pd, *pda, *z;
+  double *out, *t;
+  double *dst;
+  const double *src;
+  int64_t n;
+} qc_att_rows;
 
 /* Bytes of a collectives id (NCCL_UNIQUE_ID_BYTES). */
 #define QC_COLL_ID_BYTES 128

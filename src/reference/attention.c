@@ -42,7 +42,9 @@
  * part, as a k_proj bias: sum_j dL/ds_ij = 0 cancels it) keeps the scale
  * of the common part's terms. The products (q.k, g.v, dS K, dS^T Q, P^T g,
  * P v and their magnitudes' twins) run as float64 GEMMs on the audit's
- * backend, a block of query rows at a time (reference/attention_gemm.c). */
+ * backend, a block of query rows at a time (reference/attention_gemm.c);
+ * on a device that has the row passes, with every operand in its buffers
+ * and the rows there too (reference/attention_dev.c). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -148,7 +150,7 @@ static int ref_attention(const qc_ctx *ctx, const qc_module *m, const qc_tensor 
     const qc_ref_att a = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .Q = Q, .K = K, .V = V, .G = G, .O = O,
                           .B = B, .Hq = Hq, .Hkv = Hkv, .S = S, .D = D, .Dv = Dv, .W = W, .off = off, .sc = sc,
                           .cap = cap, .causal = causal, .ab = ab, .odt = odt};
-    rc = qc_ref_att_vjp(&a, dq, dk, dv);
+    if ((rc = qc_ref_att_vjp_dev(&a, dq, dk, dv)) == QC_NA) rc = qc_ref_att_vjp(&a, dq, dk, dv); /* the device's rows, or the host's */
   }
 done:
   free(Q); free(K); free(V); free(G); free(O);
@@ -188,7 +190,7 @@ static int recompute(const qc_ctx *ctx, const qc_module *m, int lse, const char 
     const qc_ref_att a = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .Q = Q, .K = K, .V = V, .B = B, .Hq = Hq,
                           .Hkv = Hkv, .S = S, .D = D, .Dv = Dv, .W = W, .off = off, .sc = sc, .cap = cap,
                           .causal = causal};
-    rc = qc_ref_att_fwd(&a, lse, r->data, A);
+    if ((rc = qc_ref_att_fwd_dev(&a, lse, r->data, A)) == QC_NA) rc = qc_ref_att_fwd(&a, lse, r->data, A);
   }
 done:
   if (rc) qc_tensor_free(r);

@@ -31,17 +31,16 @@
 #define ROWS_MAX 256
 #define SCRATCH_BYTES ((int64_t)64 << 20)
 
-/* The rows of a block: as many as nmat [rows, S] float64 matrices hold in
- * SCRATCH_BYTES, at most ROWS_MAX and S, at least 1. */
-static int64_t block_rows(int64_t S, int nmat) {
+/* ref_attention.h. */
+int64_t qc_ref_att_block_rows(int64_t S, int nmat) {
   int64_t r = SCRATCH_BYTES / ((int64_t)nmat * S * (int64_t)sizeof(double));
   if (r > ROWS_MAX) r = ROWS_MAX;
   if (r > S) r = S;
   return r < 1 ? 1 : r;
 }
 
-/* The keys [*lo, *hi) query i sees (none when *hi <= *lo). */
-static void keys_of(const qc_ref_att *a, int64_t i, int64_t *lo, int64_t *hi) {
+/* ref_attention.h. */
+void qc_ref_att_keys(const qc_ref_att *a, int64_t i, int64_t *lo, int64_t *hi) {
   int64_t n = a->causal ? i + 1 + a->off : a->S;
   if (n > a->S) n = a->S;
   *lo = a->W > 0 && i - a->W + 1 > 0 ? i - a->W + 1 : 0; /* the window: i - j < W */
@@ -125,7 +124,7 @@ static void zero_out(double *x, int64_t lo, int64_t hi, int64_t n) {
 
 /* Row r's visible keys within the block, [*lo, *hi); 0 when it has none. */
 static int row_keys(const blk *b, int64_t r, int64_t *lo, int64_t *hi) {
-  keys_of(b->a, b->i0 + r, lo, hi);
+  qc_ref_att_keys(b->a, b->i0 + r, lo, hi);
   *lo -= b->jlo;
   *hi -= b->jlo;
   if (*hi > b->nk) *hi = b->nk;
@@ -212,7 +211,7 @@ int qc_ref_att_vjp(const qc_ref_att *a, double *dq, double *dk, double *dv) {
   const int64_t S = a->S, D = a->D, Dv = a->Dv, grp = a->Hq / a->Hkv, DD = D > Dv ? D : Dv;
   const int ab = a->ab, nmat = ab ? 5 : 3;
   if (S < 1) return QC_OK;
-  const int64_t rows = block_rows(S, nmat), mn = rows * S;
+  const int64_t rows = qc_ref_att_block_rows(S, nmat), mn = rows * S;
   double *scr = qc_malloc(((size_t)nmat * (size_t)mn + (size_t)(rows * Dv) + (size_t)(S * DD) + 3 * (size_t)rows +
                            (ab ? (size_t)(S * (D + Dv) + rows * (D + Dv)) : 0)) * sizeof *scr,
                           "reference attention blocks");
@@ -246,8 +245,8 @@ int qc_ref_att_vjp(const qc_ref_att *a, double *dq, double *dk, double *dv) {
       for (int64_t i0 = 0; i0 < S && !rc; i0 += rows) {
         const int64_t m = S - i0 < rows ? S - i0 : rows;
         int64_t lo, hi, l2, h2;
-        keys_of(a, i0, &lo, &l2);
-        keys_of(a, i0 + m - 1, &h2, &hi);
+        qc_ref_att_keys(a, i0, &lo, &l2);
+        qc_ref_att_keys(a, i0 + m - 1, &h2, &hi);
         if (hi <= lo) continue; /* no row of the block sees a key */
         const double *qb = q + i0 * D, *gb = b.g + i0 * Dv;
         b.i0 = i0;
@@ -335,7 +334,7 @@ int qc_ref_att_fwd(const qc_ref_att *a, int lse, double *out, double *t) {
   const qc_backend *be = a->be;
   const int64_t S = a->S, D = a->D, Dv = a->Dv, grp = a->Hq / a->Hkv;
   if (S < 1) return QC_OK;
-  const int64_t rows = block_rows(S, lse ? 2 : 1), mn = rows * S;
+  const int64_t rows = qc_ref_att_block_rows(S, lse ? 2 : 1), mn = rows * S;
   double *scr = qc_malloc(((size_t)(lse ? 2 : 1) * (size_t)mn + (size_t)rows +
                            (lse ? (size_t)(S * D + rows * D) : 0)) * sizeof *scr, "reference attention forward blocks");
   if (!scr) return QC_ESYS;
@@ -352,8 +351,8 @@ int qc_ref_att_fwd(const qc_ref_att *a, int lse, double *out, double *t) {
     for (int64_t i0 = 0; i0 < S && !rc; i0 += rows) {
       const int64_t m = S - i0 < rows ? S - i0 : rows;
       int64_t lo, hi, l2, h2;
-      keys_of(a, i0, &lo, &l2);
-      keys_of(a, i0 + m - 1, &h2, &hi);
+      qc_ref_att_keys(a, i0, &lo, &l2);
+      qc_ref_att_keys(a, i0 + m - 1, &h2, &hi);
       f.i0 = i0;
       f.jlo = lo;
       f.nk = hi > lo ? hi - lo : 0;

@@ -48,8 +48,9 @@ extern "C" {
  *   CU_SW_UNFUSED    QC_CUDA_UNFUSED: no reference d_x inside the block128 quantizer
  *   CU_SW_DW_EARLY   QC_CUDA_DW_EARLY: d_weight's metrics on the second stream after its pair
  *   CU_SW_QK_SCALAR  QC_CUDA_QK_SCALAR: the element-wise block128 quantizer
- *   CU_SW_PAGEABLE   QC_CUDA_PAGEABLE: host copies straight from pageable memory, no pinned chunks */
-enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SW_PAGEABLE, CU_SWITCHES };
+ *   CU_SW_PAGEABLE   QC_CUDA_PAGEABLE: host copies straight from pageable memory, no pinned chunks
+ *   CU_SW_ATT_HOST   QC_CUDA_ATT_HOST: the attention reference's rows on the host, its GEMMs staged (attrows.cu) */
+enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SW_PAGEABLE, CU_SW_ATT_HOST, CU_SWITCHES };
 
 typedef struct cu {
   qc_backend be;
@@ -218,6 +219,7 @@ int cu_coll_id(const qc_backend *be, void *id, size_t n);
 int cu_coll_init(const qc_backend *be, const void *id, int nranks, int rank);
 int cu_coll_ready(const qc_backend *be);
 int cu_mem_free(const qc_backend *be, size_t *bytes);
+int cu_att_rows(const qc_backend *be, const qc_att_rows *j);
 int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_audit_out *o);
 int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p);
 void cu_buf_free(const qc_backend *be, void *p);
