@@ -2,7 +2,8 @@
  * (reference/attention_dev.c, backend/cuda/attrows.cu) against the host
  * path on the CPU backend (reference/attention_gemm.c), whose loops define
  * the rows: d_q, d_k, d_v, the terms' scale (ab), O and the LSE with its
- * terms, over GQA, MLA's head dims, two blocks of rows, a window with a
+ * terms, over GQA, MLA's head dims, two blocks of rows, a window over three
+ * blocks, a window with a
  * softcap, a causal offset that leaves rows without a key, and no mask.
  * The row sums differ only in order (a tree on the device): agreement to
  * 1e-12 relative. QC_CUDA_ATT_HOST=1 turns the device path down. */
@@ -21,6 +22,7 @@ static const att_cfg g_cfgs[] = {
     {2, 2, 1, 200, 8, 8, 64, 0, 1, 30},   /* a window of 64 under a softcap of 30 */
     {1, 2, 2, 130, 8, 8, 0, -5, 1, 0},    /* causal offset -5: five rows see no key */
     {1, 2, 2, 100, 8, 8, 0, 0, 0, 0},     /* no mask */
+    {1, 2, 1, 600, 8, 8, 64, 0, 1, 0},    /* a window of 64 over three blocks: the later blocks' keys start past 0 */
 };
 
 /* rel of a against b where both may hold -inf at the same places (the LSE
