@@ -381,6 +381,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
       *at = gidx[i];
       break;
     }
+    const double t_read = qc_now_s(); /* the wait for the read-ahead ends */
     load_slot *cur = &L->slot[k];
     char where[QC_PATHLEN + 1100];
     snprintf(where, sizeof where, "dump '%s': module '%s'", cs->dump, ents[i].path);
@@ -402,6 +403,8 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
       if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m->path);
       rc = audit_described(a, m, first, t0, NULL, a->split && a->split[gidx[i]] ? gidx[i] : -1);
       a->frozen = a->autocast = NULL;
+      if (qc_verbose) /* where a module's time went besides its gradients' lines: the read, the forward checks */
+        fprintf(stderr, "qatcheck: %s: %.3f s in all, %.3f s of it waiting for its read\n", m->path, qc_now_s() - t0, t_read - t0);
     }
     qc_progress_step(&pg, i + 1, m->path);
     qc_module_free(m);
