@@ -54,9 +54,18 @@ static int dput(dbufs *d, const double *src, int64_t n, int ab, const char *what
   return rc;
 }
 
-static void dfree(dbufs *d) {
+/* Free d's buffers, after the queued work that may still read them when rc
+ * failed (the wait's own error is rc's); returns rc. */
+static int dfinish(dbufs *d, int rc) {
+  if (rc && d->be->sync) {
+    qc_err_state es;
+    qc_err_save(&es);
+    (void)d->be->sync(d->be);
+    qc_err_restore(&es);
+  }
   for (int i = 0; i < d->n; i++) d->be->buf_free(d->be, d->p[i]);
   d->n = 0;
+  return rc;
 }
 
 /* 1 when a's backend runs the rows on its device and `bytes` of buffers fit. */
@@ -107,10 +116,8 @@ int qc_ref_att_vjp_dev(const qc_ref_att *a, double *dq, double *dk, double *dv) 
     const double *k = K + u * S * D, *v = V + u * S * Dv, *ak = ab ? aK + u * S * D : NULL, *av = ab ? aV + u * S * Dv : NULL;
     for (int64_t hq = (u / a->Hkv) * a->Hq + (u % a->Hkv) * grp, h = hq; h < hq + grp && !rc; h++)
       for (int64_t i0 = 0; i0 < S && !rc; i0 += rows) {
-        const int64_t m = S - i0 < rows ? S - i0 : rows;
-        int64_t lo, hi, l2, h2;
-        qc_ref_att_keys(a, i0, &lo, &l2);
-        qc_ref_att_keys(a, i0 + m - 1, &h2, &hi);
+        int64_t m, lo, hi;
+        qc_ref_att_block(a, i0, rows, &m, &lo, &hi);
         if (hi <= lo) continue; /* no row of the block sees a key */
         const int64_t nk = hi - lo;
         const double *qb = Q + (h * S + i0) * D, *gb = G + (h * S + i0) * Dv;
@@ -142,14 +149,7 @@ int qc_ref_att_vjp_dev(const qc_ref_att *a, double *dq, double *dk, double *dv) 
   if (!rc && !(rc = be->download(be, dq, gq, (size_t)nQ * sizeof *dq)) && !(rc = be->download(be, dk, gk, (size_t)nK * sizeof *dk)))
     rc = be->download(be, dv, gv, (size_t)nV * sizeof *dv);
 done:
-  if (rc && be->sync) { /* the queued work may still read the buffers: wait before freeing (its error is rc's) */
-    qc_err_state es;
-    qc_err_save(&es);
-    (void)be->sync(be);
-    qc_err_restore(&es);
-  }
-  dfree(&d);
-  return rc;
+  return dfinish(&d, rc);
 }
 
 /* ref_attention.h. */
@@ -176,10 +176,8 @@ int qc_ref_att_fwd_dev(const qc_ref_att *a, int lse, double *out, double *t) {
   for (int64_t h = 0; h < a->B * a->Hq && !rc; h++) {
     const int64_t u = (h / a->Hq) * a->Hkv + (h % a->Hq) / grp; /* the kv head */
     for (int64_t i0 = 0; i0 < S && !rc; i0 += rows) {
-      const int64_t m = S - i0 < rows ? S - i0 : rows;
-      int64_t lo, hi, l2, h2;
-      qc_ref_att_keys(a, i0, &lo, &l2);
-      qc_ref_att_keys(a, i0 + m - 1, &h2, &hi);
+      int64_t m, lo, hi;
+      qc_ref_att_block(a, i0, rows, &m, &lo, &hi);
       j.rows = m;
       j.i0 = i0;
       j.jlo = lo;
@@ -207,12 +205,5 @@ int qc_ref_att_fwd_dev(const qc_ref_att *a, int lse, double *out, double *t) {
   if (!rc && !(rc = be->download(be, out, go, (size_t)nO * sizeof *out)) && lse)
     rc = be->download(be, t, gt, (size_t)nO * sizeof *t);
 done:
-  if (rc && be->sync) {
-    qc_err_state es;
-    qc_err_save(&es);
-    (void)be->sync(be);
-    qc_err_restore(&es);
-  }
-  dfree(&d);
-  return rc;
+  return dfinish(&d, rc);
 }

@@ -39,12 +39,20 @@ int64_t qc_ref_att_block_rows(int64_t S, int nmat) {
   return r < 1 ? 1 : r;
 }
 
-/* ref_attention.h. */
-void qc_ref_att_keys(const qc_ref_att *a, int64_t i, int64_t *lo, int64_t *hi) {
+/* The keys [*lo, *hi) query i sees (none when *hi <= *lo). */
+static void keys_of(const qc_ref_att *a, int64_t i, int64_t *lo, int64_t *hi) {
   int64_t n = a->causal ? i + 1 + a->off : a->S;
   if (n > a->S) n = a->S;
   *lo = a->W > 0 && i - a->W + 1 > 0 ? i - a->W + 1 : 0; /* the window: i - j < W */
   *hi = n;
+}
+
+/* ref_attention.h. */
+void qc_ref_att_block(const qc_ref_att *a, int64_t i0, int64_t rows, int64_t *m, int64_t *lo, int64_t *hi) {
+  int64_t l2, h2;
+  *m = a->S - i0 < rows ? a->S - i0 : rows;
+  keys_of(a, i0, lo, &l2);
+  keys_of(a, i0 + *m - 1, &h2, hi);
 }
 
 /* dst[0, n) = |src|. */
@@ -124,7 +132,7 @@ static void zero_out(double *x, int64_t lo, int64_t hi, int64_t n) {
 
 /* Row r's visible keys within the block, [*lo, *hi); 0 when it has none. */
 static int row_keys(const blk *b, int64_t r, int64_t *lo, int64_t *hi) {
-  qc_ref_att_keys(b->a, b->i0 + r, lo, hi);
+  keys_of(b->a, b->i0 + r, lo, hi);
   *lo -= b->jlo;
   *hi -= b->jlo;
   if (*hi > b->nk) *hi = b->nk;
@@ -243,10 +251,8 @@ int qc_ref_att_vjp(const qc_ref_att *a, double *dq, double *dk, double *dv) {
       b.g = a->G + h * S * Dv;
       b.so = a->O ? a->O + h * S * Dv : NULL;
       for (int64_t i0 = 0; i0 < S && !rc; i0 += rows) {
-        const int64_t m = S - i0 < rows ? S - i0 : rows;
-        int64_t lo, hi, l2, h2;
-        qc_ref_att_keys(a, i0, &lo, &l2);
-        qc_ref_att_keys(a, i0 + m - 1, &h2, &hi);
+        int64_t m, lo, hi;
+        qc_ref_att_block(a, i0, rows, &m, &lo, &hi);
         if (hi <= lo) continue; /* no row of the block sees a key */
         const double *qb = q + i0 * D, *gb = b.g + i0 * Dv;
         b.i0 = i0;
@@ -349,10 +355,8 @@ int qc_ref_att_fwd(const qc_ref_att *a, int lse, double *out, double *t) {
     f.t = lse ? t + h * S : NULL;
     if (lse && (h % a->Hq) % grp == 0) absv(k, S * D, aK);
     for (int64_t i0 = 0; i0 < S && !rc; i0 += rows) {
-      const int64_t m = S - i0 < rows ? S - i0 : rows;
-      int64_t lo, hi, l2, h2;
-      qc_ref_att_keys(a, i0, &lo, &l2);
-      qc_ref_att_keys(a, i0 + m - 1, &h2, &hi);
+      int64_t m, lo, hi;
+      qc_ref_att_block(a, i0, rows, &m, &lo, &hi);
       f.i0 = i0;
       f.jlo = lo;
       f.nk = hi > lo ? hi - lo : 0;

@@ -37,8 +37,9 @@ int qc_ref_att_fwd(const qc_ref_att *a, int lse, double *out, double *t);
 /* The rows of a block: as many as nmat [rows, S] float64 matrices hold in
  * the blocks' scratch budget, at most 256 and S, at least 1. */
 int64_t qc_ref_att_block_rows(int64_t S, int nmat);
-/* The keys [*lo, *hi) query i sees (none when *hi <= *lo). */
-void qc_ref_att_keys(const qc_ref_att *a, int64_t i, int64_t *lo, int64_t *hi);
+/* The block of rows from i0: *m rows (at most rows, to S), the keys
+ * [*lo, *hi) some row of it sees (none when *hi <= *lo). */
+void qc_ref_att_block(const qc_ref_att *a, int64_t i0, int64_t rows, int64_t *m, int64_t *lo, int64_t *hi);
 
 /* qc_ref_att_vjp and qc_ref_att_fwd with the operands in the backend's
  * device buffers and the rows on the device (reference/attention_dev.c);
