@@ -18,7 +18,8 @@ usage: dsv3_layer.py --out DIR [--size tiny|issue38|real] [--hidden N]
          [--experts N] [--topk N] [--n-group N] [--topk-group N]
          [--expert-width N] [--tokens N] [--heads N] [--device cpu|cuda]
          [--plant P[,P...]] [--estimate]
-  P: none | expert_grad (expert 2's d_w1 one percent high) | router_bias (the
+  P: none | expert_grad (expert 2's d_w1 one percent high; the lowest expert
+  with a token where expert 2 gets none) | router_bias (the
   router's weights from score + bias) | o_proj_dx (o_proj's d_x x 1.001);
   with several, each variant goes to DIR/P
 Prints "key value" lines: the estimate (est_*), then dump_s, dump_bytes,
@@ -131,6 +132,10 @@ class _ExpertsFn(torch.autograd.Function):
         dx, dtw = torch.zeros_like(x), torch.zeros_like(tw)
         dw1 = torch.zeros(sh1, dtype=dt, device=x.device)
         dw2 = torch.zeros(sh2, dtype=dt, device=x.device)
+        busy = torch.bincount(ids.flatten(), minlength=sh1[0]) > 0
+        # the planted expert: 2, or the lowest with a token where 2 gets none (an empty expert's
+        # gradient is 0, and 1.01 x 0 would plant nothing: top-1 routing, few tokens)
+        pe = 2 if busy[2] else int(torch.nonzero(busy)[0])
         for e in range(sh1[0]):
             tok, slot = torch.where(ids == e)
             if tok.numel() == 0:
@@ -147,8 +152,8 @@ class _ExpertsFn(torch.autograd.Function):
             da = wdy @ d2
             dh = torch.cat((da * u * sg * (1 + g * (1 - sg)), da * g * sg), -1)
             dw1[e] = dh.t() @ xe
-            if ctx.mod.qc_plant == "expert_grad" and e == 2:
-                dw1[e] *= 1.01  # the planted bug: expert 2's d_w1 one percent high
+            if ctx.mod.qc_plant == "expert_grad" and e == pe:
+                dw1[e] *= 1.01  # the planted bug: one expert's d_w1 one percent high
             dx.index_add_(0, tok, dh @ d1)
         return dx, dtw, dw1, dw2, None
 

@@ -14,7 +14,8 @@
 # during the audit, above what it was before; nvidia-smi), audit_exit and
 # qatcheck's verdict line. With --plant, three planted bugs follow, each
 # dumped and audited alike, and each must fail on its module and tensors
-# alone: expert_grad (expert 2's d_w1 one percent high: experts d_w1),
+# alone: expert_grad (expert 2's d_w1, or the lowest busy expert's where 2 gets no
+# token, one percent high: experts d_w1),
 # router_bias (the router's weights from score + bias: router y, d_logits),
 # o_proj_dx (o_proj's d_x times 1.001: o_proj d_x).
 #
