@@ -214,57 +214,27 @@ static void scores_f64(int score, const double *x, int64_t E, double *s) {
 /* The error model: K = E, the row the gradient reaches (the softmax's sum,
  * the normalization's sums), float32 scores with expf/log1pf: lambda 2.
  * The normalization's dy_j/D - <dy, s>/D^2 (and the softmax's ds - <ds,
- * s>) subtract terms larger than their result when one score dominates
- * its row (top-1 with normalization: exactly, the weight is 1 whatever the
- * logit), and each term carries its own rounding: the terms' scale, T_i the
- * subtracted terms' magnitudes carried through the score function (float64
- * from the inputs and dY), judged at lambda 2 sqrt(E) (a softmax's sum
- * rounds every score alike), so a cancelling row is judged against what its
- * arithmetic can make, not against its small result. */
+ * s>, the sigmoid's 1 - s) subtract terms larger than their result when
+ * one score dominates its row (top-1 with normalization: exactly, the
+ * weight is 1 whatever the logit) or the scores near 1, and each term
+ * carries its own rounding: the terms' scale, T_i the magnitudes of the
+ * terms element i adds up, from the reference's terms mode (reference/
+ * router.c), judged at lambda 2 sqrt(E) (a softmax's sum rounds every score
+ * alike), so a cancelling row is judged against what its arithmetic can
+ * make, not against its small result. */
 static int router_tol_model(const qc_module *m, const qc_tensor *dy, const char *grad, qc_tol_model *tm) {
   rt_view v;
   int rc = rt_view_get(m, &v);
-  if (rc) { free(v.id); return rc; }
-  if (strcmp(grad, "d_logits") != 0) { free(v.id); return qc_err("%s: class router has no gradient '%s'", m->path, grad); }
-  double *x = qc_mod_f64(v.logits, "router logits"), *g = qc_mod_f64(dy, "router dY");
-  double *sc = qc_malloc((size_t)v.E * 4 * sizeof *sc, "router scores"), num = 0, den = 0;
-  rc = QC_ESYS;
-  if (!x || !g || !sc || qc_numel(dy) != v.T * v.k) goto done;
-  double *ds = sc + v.E, *ta = sc + 2 * v.E;
-  for (int64_t t = 0; t < v.T; t++) {
-    const int64_t *id = v.id + t * v.k;
-    const double *gr = g + t * v.k;
-    scores_f64(v.score, x + t * v.E, v.E, sc);
-    double D = 1, S = 0;
-    if (v.normalize) {
-      D = v.eps;
-      for (int64_t j = 0; j < v.k; j++) { D += sc[id[j]]; S += gr[j] * sc[id[j]]; }
-    }
-    for (int64_t e = 0; e < v.E; e++) ds[e] = ta[e] = 0;
-    for (int64_t j = 0; j < v.k; j++) {
-      ds[id[j]] = v.normalize ? v.scale * (gr[j] / D - S / (D * D)) : v.scale * gr[j];
-      ta[id[j]] = v.normalize ? fabs(v.scale) * (fabs(gr[j]) / D + fabs(S) / (D * D)) : fabs(v.scale * gr[j]);
-    }
-    double dot = 0, adot = 0;
-    for (int64_t e = 0; e < v.E; e++) { dot += ds[e] * sc[e]; adot += ta[e] * sc[e]; }
-    for (int64_t e = 0; e < v.E; e++) {
-      double f = v.score == SC_SIGMOID ? sc[e] * (1 - sc[e])
-                 : v.score == SC_SQRT_SOFTPLUS ? (sc[e] > 0 ? 1.0 / (1.0 + exp(-x[t * v.E + e])) / (2 * sc[e]) : 0) : sc[e];
-      double dl = v.score == SC_SOFTMAX ? f * (ds[e] - dot) : f * ds[e];
-      double tl = v.score == SC_SOFTMAX ? f * (ta[e] + adot) : f * ta[e];
-      num += tl * tl;
-      den += dl * dl;
-    }
-  }
+  free(v.id);
+  if (rc) return rc;
+  if (strcmp(grad, "d_logits") != 0) return qc_err("%s: class router has no gradient '%s'", m->path, grad);
+  if (qc_numel(dy) != v.T * v.k)
+    return qc_err("%s: dY has %lld elements: expected T x k = %lld", m->path, (long long)qc_numel(dy), (long long)(v.T * v.k));
   qc_mod_tm(tm, v.E, 2, 0, 0, "K = E = %lld experts, the row the gradient reaches; float32 scores and sums with "
-            "expf/log1pf: lambda 2; the terms' scale (the normalization's and softmax's subtracted terms) at lambda 2 "
-            "sqrt(E), ||T|| / ||r|| = %.3g", (long long)v.E, den > 0 ? sqrt(num / den) : 0.0);
-  tm->terms = sqrt(num);
+            "expf/log1pf: lambda 2; the terms' scale (the normalization's, softmax's and sigmoid's subtracted terms, "
+            "from the reference's terms mode) at lambda 2 sqrt(E)", (long long)v.E);
   tm->terms_lambda = 2 * sqrt((double)v.E);
-  rc = QC_OK;
-done:
-  free(x); free(g); free(sc); free(v.id);
-  return rc;
+  return QC_OK;
 }
 
 /* Float64 forward y [T, k]; the ids (the discrete branch) are the saved ones. */

@@ -23,6 +23,8 @@ can be wrong. Groups (T = 64 tokens):
                    candidate's is float32 rounding of that cancellation
   /plain.top1_bad  the same, the candidate's d_logits the unnormalized
                    weights' (the normalization left out of the backward)
+  /plain.wide      sigmoid, top-8 of 64, normalized, logits N(0, 5^2): the
+                   selected scores near 1, where float32's 1 - s rounds
 Prints how many tokens each wrong selection routes differently.
 """
 import json
@@ -134,6 +136,8 @@ def main():
         c1 = {"score": "sigmoid", "normalize": "yes", "route_scale": SCALE}
         group(f, "/plain.top1", c1, x1, i1)
         group(f, "/plain.top1_bad", c1, x1, i1, grad_normalize=False)
+        xw = (5 * r.standard_normal((T, E))).astype(np.float32)
+        group(f, "/plain.wide", c1, xw, torch.tensor(xw).topk(K, dim=-1)[1].numpy())
     print("nobias: %d of %d tokens differ; nogroup: %d; near-tie gap %.3g (token 0, experts %d and %d)"
           % (differ(nob, ids), T, differ(nog, ids), gap, a, b))
 

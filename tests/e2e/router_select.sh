@@ -13,7 +13,8 @@
 # top-1 router (its weight 1 whatever the logit: d_logits cancels) passes
 # on the terms' scale, where its relative tolerance once carried no digits
 # (exit 2); with the normalization left out of its backward it fails on
-# d_logits. The bias is read
+# d_logits. A router whose selected scores sit near 1 (logits N(0, 25):
+# float32's 1 - s rounds) passes. The bias is read
 # under transformers' name (params/e_score_correction_bias) and as
 # params/bias; scripts/qatdump.py dumps a router's bias buffer.
 # `qatcheck classes --json` lists the check.
@@ -52,7 +53,7 @@ for case in "noaux.correct pass 0 1 ambiguous" "noaux.neartie pass 0 1 ambiguous
             "noaux.nogroup fail 1 57 of 64 tokens;in the best 4 of 8 groups" \
             "plain.twin pass 0 1 ambiguous;exact ties either way" \
             "plain.softmax pass 0 64 tokens as the contract selects" "plain.sqrtsp pass 0 64 tokens as the contract selects" \
-            "plain.top1 pass 0 64 tokens as the contract selects"; do
+            "plain.top1 pass 0 64 tokens as the contract selects" "plain.wide pass 0 64 tokens as the contract selects"; do
   set -- $case
   grp=$1 want=$2 code=$3; shift 3
   needles=$*
