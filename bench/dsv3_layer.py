@@ -135,7 +135,7 @@ class _ExpertsFn(torch.autograd.Function):
         busy = torch.bincount(ids.flatten(), minlength=sh1[0]) > 0
         # the planted expert: 2, or the lowest with a token where 2 gets none (an empty expert's
         # gradient is 0, and 1.01 x 0 would plant nothing: top-1 routing, few tokens)
-        pe = 2 if busy[2] else int(torch.nonzero(busy)[0])
+        pe = 2 if busy.numel() > 2 and busy[2] else int(torch.nonzero(busy)[0]) if busy.any() else -1
         for e in range(sh1[0]):
             tok, slot = torch.where(ids == e)
             if tok.numel() == 0:

@@ -180,6 +180,7 @@ static int recompute(const qc_ctx *ctx, const qc_module *m, int lse, const char 
       !(cap >= 0) || !isfinite(cap))
     return qc_err("%s: the contract's softmax_scale, window, causal_offset or softcap is out of range", m->path);
   const int64_t W = (int64_t)wd, off = causal ? (int64_t)cod : 0;
+  if (W > 0 && !causal) return qc_err("%s: contract key 'window' = %lld: needs causal = true", m->path, (long long)W);
   double *Q = NULL, *K = NULL, *V = NULL;
   rc = QC_ESYS;
   if (!(Q = qc_refu_load(qt, "reference attention q")) || !(K = qc_refu_load(kt, "reference attention k")) ||

@@ -93,6 +93,7 @@ int qc_ref_att_vjp_dev(const qc_ref_att *a, double *dq, double *dk, double *dv) 
   const qc_backend *be = a->be;
   const int64_t S = a->S, D = a->D, Dv = a->Dv, grp = a->Hq / a->Hkv, DD = D > Dv ? D : Dv;
   const int ab = a->ab, nmat = ab ? 5 : 3;
+  if (S < 1) return QC_NA; /* nothing to do: the host path's early return */
   const int64_t rows = qc_ref_att_block_rows(S, nmat), mn = rows * S;
   const int64_t nQ = a->B * a->Hq * S * D, nK = a->B * a->Hkv * S * D, nV = a->B * a->Hkv * S * Dv, nG = a->B * a->Hq * S * Dv;
   if (a->O || !use_device(a, 8.0 * ((double)(nQ + nK + nV + nG) * (ab ? 2 : 1) + (double)(nQ + nK + nV) +
@@ -156,6 +157,7 @@ done:
 int qc_ref_att_fwd_dev(const qc_ref_att *a, int lse, double *out, double *t) {
   const qc_backend *be = a->be;
   const int64_t S = a->S, D = a->D, Dv = a->Dv, grp = a->Hq / a->Hkv;
+  if (S < 1) return QC_NA;
   const int64_t rows = qc_ref_att_block_rows(S, lse ? 2 : 1), mn = rows * S;
   const int64_t nQ = a->B * a->Hq * S * D, nK = a->B * a->Hkv * S * D, nV = lse ? 0 : a->B * a->Hkv * S * Dv;
   const int64_t nO = lse ? a->B * a->Hq * S : a->B * a->Hq * S * Dv;

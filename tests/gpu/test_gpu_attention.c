@@ -23,6 +23,8 @@ static const att_cfg g_cfgs[] = {
     {1, 2, 2, 130, 8, 8, 0, -5, 1, 0},    /* causal offset -5: five rows see no key */
     {1, 2, 2, 100, 8, 8, 0, 0, 0, 0},     /* no mask */
     {1, 2, 1, 600, 8, 8, 64, 0, 1, 0},    /* a window of 64 over three blocks: the later blocks' keys start past 0 */
+    {1, 2, 2, 300, 8, 8, 0, -270, 1, 0},  /* causal offset -270: the first block sees no key at all */
+    {1, 2, 2, 300, 8, 8, 0, 7, 1, 0},     /* causal offset +7 */
 };
 
 /* rel of a against b where both may hold -inf at the same places (the LSE

@@ -155,6 +155,7 @@ Test(attention_dev, device_path_equals_host_bit_for_bit) {
   static const struct { int64_t B, Hq, Hkv, S, D, Dv, W, off; int causal; double cap; } cf[] = {
       {1, 4, 2, 300, 16, 16, 0, 0, 1, 0}, {1, 2, 2, 300, 24, 16, 0, 0, 1, 0}, {2, 2, 1, 200, 8, 8, 64, 0, 1, 30},
       {1, 2, 2, 130, 8, 8, 0, -5, 1, 0},  {1, 2, 2, 100, 8, 8, 0, 0, 0, 0},  {1, 2, 1, 600, 8, 8, 64, 0, 1, 0},
+      {1, 2, 2, 300, 8, 8, 0, -270, 1, 0}, {1, 2, 2, 300, 8, 8, 0, 7, 1, 0},
   };
   const qc_backend dev = emu();
   for (int c = 0; c < (int)(sizeof cf / sizeof cf[0]); c++) {
