@@ -9,23 +9,7 @@
  * 1e-12 relative. QC_CUDA_ATT_HOST=1 turns the device path down. */
 #include "gpu_common.h"
 #include "reference/ref_attention.h"
-
-typedef struct {
-  int64_t B, Hq, Hkv, S, D, Dv, W, off;
-  int causal;
-  double cap;
-} att_cfg;
-
-static const att_cfg g_cfgs[] = {
-    {1, 4, 2, 300, 16, 16, 0, 0, 1, 0},   /* GQA, two blocks of rows */
-    {1, 2, 2, 300, 24, 16, 0, 0, 1, 0},   /* MLA: D 24, Dv 16 */
-    {2, 2, 1, 200, 8, 8, 64, 0, 1, 30},   /* a window of 64 under a softcap of 30 */
-    {1, 2, 2, 130, 8, 8, 0, -5, 1, 0},    /* causal offset -5: five rows see no key */
-    {1, 2, 2, 100, 8, 8, 0, 0, 0, 0},     /* no mask */
-    {1, 2, 1, 600, 8, 8, 64, 0, 1, 0},    /* a window of 64 over three blocks: the later blocks' keys start past 0 */
-    {1, 2, 2, 300, 8, 8, 0, -270, 1, 0},  /* causal offset -270: the first block sees no key at all */
-    {1, 2, 2, 300, 8, 8, 0, 7, 1, 0},     /* causal offset +7 */
-};
+#include "../unit/att_cfgs.h"
 
 /* rel of a against b where both may hold -inf at the same places (the LSE
  * of a row without a key), those compared for equality. */
@@ -44,8 +28,8 @@ static double rel_inf(const double *a, const double *b, int64_t n) {
 
 Test(gpu_attention, device_rows_match_host, .timeout = 300) {
   const qc_backend *be = gpu_or_skip(), *cpu = qc_backend_cpu();
-  for (size_t c = 0; c < sizeof g_cfgs / sizeof g_cfgs[0]; c++) {
-    const att_cfg *f = &g_cfgs[c];
+  for (int c = 0; c < ATT_NCFGS; c++) {
+    const att_cfg *f = &g_att_cfgs[c];
     const int64_t nQ = f->B * f->Hq * f->S * f->D, nK = f->B * f->Hkv * f->S * f->D, nV = f->B * f->Hkv * f->S * f->Dv;
     const int64_t nG = f->B * f->Hq * f->S * f->Dv, nL = f->B * f->Hq * f->S;
     double *Q = gpu_randn(nQ, 11 + c, 1.0), *K = gpu_randn(nK, 21 + c, 1.0), *V = gpu_randn(nV, 31 + c, 1.0);
@@ -59,12 +43,12 @@ Test(gpu_attention, device_rows_match_host, .timeout = 300) {
       a.be = cpu;
       cr_assert_eq(qc_ref_att_vjp(&a, h[0], h[1], h[2]), QC_OK, "%s", qc_err_msg());
       a.be = be;
-      cr_assert_eq(qc_ref_att_vjp_dev(&a, d[0], d[1], d[2]), QC_OK, "config %zu ab %d: the device path was not taken: %s", c, ab,
+      cr_assert_eq(qc_ref_att_vjp_dev(&a, d[0], d[1], d[2]), QC_OK, "config %d ab %d: the device path was not taken: %s", c, ab,
                    qc_err_msg());
       const int64_t n[3] = {nQ, nK, nV};
       for (int t = 0; t < 3; t++) {
         const double r = gpu_rel(d[t], h[t], n[t]);
-        cr_expect(r < 1e-12, "config %zu ab %d %s: device against host %.3g", c, ab, t == 0 ? "d_q" : t == 1 ? "d_k" : "d_v", r);
+        cr_expect(r < 1e-12, "config %d ab %d %s: device against host %.3g", c, ab, t == 0 ? "d_q" : t == 1 ? "d_k" : "d_v", r);
         free(h[t]);
         free(d[t]);
       }
@@ -76,10 +60,10 @@ Test(gpu_attention, device_rows_match_host, .timeout = 300) {
       a.be = cpu;
       cr_assert_eq(qc_ref_att_fwd(&a, lse, ho, ht), QC_OK, "%s", qc_err_msg());
       a.be = be;
-      cr_assert_eq(qc_ref_att_fwd_dev(&a, lse, dout, dt), QC_OK, "config %zu lse %d: the device path was not taken", c, lse);
+      cr_assert_eq(qc_ref_att_fwd_dev(&a, lse, dout, dt), QC_OK, "config %d lse %d: the device path was not taken", c, lse);
       const double r = rel_inf(dout, ho, no);
-      cr_expect(r < 1e-12, "config %zu %s: device against host %.3g", c, lse ? "LSE" : "O", r);
-      if (lse) cr_expect(gpu_rel(dt, ht, nL) < 1e-12, "config %zu: the LSE's terms differ", c);
+      cr_expect(r < 1e-12, "config %d %s: device against host %.3g", c, lse ? "LSE" : "O", r);
+      if (lse) cr_expect(gpu_rel(dt, ht, nL) < 1e-12, "config %d: the LSE's terms differ", c);
       free(ho); free(dout); free(ht); free(dt);
     }
     free(Q); free(K); free(V); free(G);

@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "model/module.h"
 #include "reference/ref_attention.h"
+#include "att_cfgs.h"
 
 /* row r's keys relative to the block, as attention_gemm.c's row_keys */
 static int emu_keys(const qc_att_rows *j, int64_t r, int64_t *lo, int64_t *hi) {
@@ -152,20 +153,16 @@ static void same(const double *a, const double *b, int64_t n, const char *what, 
 }
 
 Test(attention_dev, device_path_equals_host_bit_for_bit) {
-  static const struct { int64_t B, Hq, Hkv, S, D, Dv, W, off; int causal; double cap; } cf[] = {
-      {1, 4, 2, 300, 16, 16, 0, 0, 1, 0}, {1, 2, 2, 300, 24, 16, 0, 0, 1, 0}, {2, 2, 1, 200, 8, 8, 64, 0, 1, 30},
-      {1, 2, 2, 130, 8, 8, 0, -5, 1, 0},  {1, 2, 2, 100, 8, 8, 0, 0, 0, 0},  {1, 2, 1, 600, 8, 8, 64, 0, 1, 0},
-      {1, 2, 2, 300, 8, 8, 0, -270, 1, 0}, {1, 2, 2, 300, 8, 8, 0, 7, 1, 0},
-  };
   const qc_backend dev = emu();
-  for (int c = 0; c < (int)(sizeof cf / sizeof cf[0]); c++) {
-    const int64_t nQ = cf[c].B * cf[c].Hq * cf[c].S * cf[c].D, nK = cf[c].B * cf[c].Hkv * cf[c].S * cf[c].D;
-    const int64_t nV = cf[c].B * cf[c].Hkv * cf[c].S * cf[c].Dv, nG = cf[c].B * cf[c].Hq * cf[c].S * cf[c].Dv;
-    const int64_t nL = cf[c].B * cf[c].Hq * cf[c].S;
+  for (int c = 0; c < ATT_NCFGS; c++) {
+    const att_cfg *cf = &g_att_cfgs[c];
+    const int64_t nQ = cf->B * cf->Hq * cf->S * cf->D, nK = cf->B * cf->Hkv * cf->S * cf->D;
+    const int64_t nV = cf->B * cf->Hkv * cf->S * cf->Dv, nG = cf->B * cf->Hq * cf->S * cf->Dv;
+    const int64_t nL = cf->B * cf->Hq * cf->S;
     double *Q = randn(nQ, 1 + c), *K = randn(nK, 11 + c), *V = randn(nV, 21 + c), *G = randn(nG, 31 + c);
-    qc_ref_att a = {.Q = Q, .K = K, .V = V, .G = G, .B = cf[c].B, .Hq = cf[c].Hq, .Hkv = cf[c].Hkv, .S = cf[c].S,
-                    .D = cf[c].D, .Dv = cf[c].Dv, .W = cf[c].W, .off = cf[c].off, .sc = 1.0 / sqrt((double)cf[c].D),
-                    .cap = cf[c].cap, .causal = cf[c].causal};
+    qc_ref_att a = {.Q = Q, .K = K, .V = V, .G = G, .B = cf->B, .Hq = cf->Hq, .Hkv = cf->Hkv, .S = cf->S,
+                    .D = cf->D, .Dv = cf->Dv, .W = cf->W, .off = cf->off, .sc = 1.0 / sqrt((double)cf->D),
+                    .cap = cf->cap, .causal = cf->causal};
     for (int ab = 0; ab < 2; ab++) {
       const int64_t n[3] = {nQ, nK, nV};
       double *h[3], *d[3];
