@@ -17,11 +17,12 @@ import h5py
 import numpy as np
 import torch
 
+import make_many_dump  # noqa: E402  (bench/: the module group's writer)
 
-def write(group, name, t):
-    """A bf16 tensor as the dump schema wants it: uint16 bits + dtype attribute."""
-    ds = group.create_dataset(name, data=t.contiguous().view(torch.int16).cpu().numpy().view(np.uint16))
-    ds.attrs["dtype"] = "bfloat16"
+
+def bits(t):
+    """A bf16 tensor's bits as the dump schema stores them (uint16)."""
+    return t.contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
 
 
 def main():
@@ -37,15 +38,8 @@ def main():
     dy = torch.randn(a.m, a.n, device="cuda", generator=g).bfloat16()
     with h5py.File(a.out, "w") as f:
         f.attrs["qatcheck_dump"] = 1
-        m = f.create_group("/model.layers.0.mlp.down_proj")
-        m.attrs["class"] = "linear"
-        m.attrs["contract"] = '{"weight_format": "none", "dx_weight": "master"}'
-        write(m.require_group("inputs"), "x", x)
-        write(m.require_group("params"), "weight", w)
-        write(m.require_group("grad_out"), "dy", dy)
-        gg = m.require_group("grads").require_group("dy")
-        write(gg, "d_x", dy @ w)
-        write(gg, "d_weight", dy.t() @ x)
+        make_many_dump.put_linear(f, "/model.layers.0.mlp.down_proj", bits(x), bits(w), bits(dy), bits(dy @ w),
+                                  bits(dy.t() @ x))
 
 
 if __name__ == "__main__":

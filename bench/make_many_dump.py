@@ -31,6 +31,21 @@ def put(g, name, bits):
     g.create_dataset(name, data=bits).attrs["dtype"] = "bfloat16"
 
 
+def put_linear(f, path, x, w, dy, dx, dw):
+    """One bias-less linear module group at path of open dump f: x [M, K],
+    w [N, K], dy [M, N] and the candidate's d_x, d_weight, each bf16 bits
+    (uint16), the weight unquantized (bench/make_big_dump.py's too)."""
+    m = f.create_group(path)
+    m.attrs["class"] = "linear"
+    m.attrs["contract"] = '{"weight_format": "none", "dx_weight": "master"}'
+    put(m.require_group("inputs"), "x", x)
+    put(m.require_group("params"), "weight", w)
+    put(m.require_group("grad_out"), "dy", dy)
+    gg = m.require_group("grads").require_group("dy")
+    put(gg, "d_x", dx)
+    put(gg, "d_weight", dw)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -46,15 +61,7 @@ def main():
             x = bf16(r.standard_normal((a.m, a.k), dtype=np.float32))
             w = bf16(r.standard_normal((a.n, a.k), dtype=np.float32) / np.float32(a.k ** 0.5))
             dy = bf16(r.standard_normal((a.m, a.n), dtype=np.float32))
-            m = f.create_group("/model.layers.%d.proj" % i)
-            m.attrs["class"] = "linear"
-            m.attrs["contract"] = '{"weight_format": "none", "dx_weight": "master"}'
-            put(m.require_group("inputs"), "x", x)
-            put(m.require_group("params"), "weight", w)
-            put(m.require_group("grad_out"), "dy", dy)
-            gg = m.require_group("grads").require_group("dy")
-            put(gg, "d_x", bf16(f32(dy) @ f32(w)))
-            put(gg, "d_weight", bf16(f32(dy).T @ f32(x)))
+            put_linear(f, "/model.layers.%d.proj" % i, x, w, dy, bf16(f32(dy) @ f32(w)), bf16(f32(dy).T @ f32(x)))
 
 
 if __name__ == "__main__":
