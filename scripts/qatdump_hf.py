@@ -220,6 +220,17 @@ class QcLinear(torch.nn.Linear):
         return _QLinearFn.apply(x, self.weight, self.bias, self)
 
 
+def reproduces(ref, got):
+    """Whether an instrumented block's output GOT is the library's REF up to
+    the order of float32 sums: the difference's norm within 1e-5 of REF's
+    (an elementwise atol fails a correct block at hidden 7168 on the CPU,
+    where sums of thousands of terms differ by a few ulps; one wrong expert,
+    weight or routing is O(1) relative). Returns (ok, relative difference)."""
+    d = (ref.double() - got.double()).norm().item()
+    r = ref.double().norm().item()
+    return d <= 1e-5 * r, d / r if r > 0 else d
+
+
 def _to_qc_linear(lin, fmt, deployed=True):
     lin.__class__ = QcLinear
     lin.qc_format, lin.qc_plant, lin.qc_deployed = fmt, "none", deployed and fmt != "none"
@@ -901,9 +912,10 @@ def _instrument449(model, fmt, plant, plant_layer, keep_linear, ssd_groups, depl
                 xt = torch.randn(2, 3, m.gate.in_features, device=m.gate.weight.device, dtype=m.gate.weight.dtype)
                 ref, _ = mq.Qwen2MoeSparseMoeBlock.forward(m, xt)
                 got, _ = new(xt)
-            if not torch.allclose(ref, got, rtol=1e-5, atol=1e-6):
+            ok, rel = reproduces(ref, got)
+            if not ok:
                 raise qatdump.QatDumpError("qatdump_hf: %s: the stacked experts do not reproduce the library's "
-                                           "block (max diff %.3g)" % (name, (ref - got).abs().max()))
+                                           "block (relative difference %.3g, expected <= 1e-5)" % (name, rel))
             setattr(parent, name.rsplit(".", 1)[1], new)
             new.router.ids = new.experts.ids = None
     _quantize_linears(model, fmt, keep_linear, deployed)

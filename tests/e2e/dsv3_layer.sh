@@ -31,5 +31,25 @@ c = [k for k in json.load(open(sys.argv[1]))["checks"] if k["verdict"] != "pass"
 assert len(c) == 1 and c[0]["tensor"] == "d_w1", c
 assert "the error sits in expert 2 of " in c[0]["diagnosis"]["summary"], c[0]["diagnosis"]["summary"]
 P
+# the dumper's self-check of its MoE block (qatdump_hf.reproduces): a
+# float32 sum of 7168 terms in another order is the same block (an
+# elementwise atol of 1e-6 refused DeepSeek-V3's real dims on the CPU);
+# one expert's weight 1% off is not
+$PY2 - <<'P' && ok "the dumper's block self-check: sum order passes, a 1% wrong expert is refused" || bad "qatdump_hf.reproduces"
+import sys
+sys.path.insert(0, "scripts")
+import torch, qatdump_hf as H
+g = torch.Generator().manual_seed(0)
+x = torch.randn(6, 7168, generator=g)
+w = torch.randn(7168, 512, generator=g) / 7168 ** 0.5
+ref = x @ w
+alt = sum(x[:, i:i + 97] @ w[i:i + 97] for i in range(0, 7168, 97))  # the same sums, another order
+assert (ref - alt).abs().max() > 0, "no order difference to test"
+ok, rel = H.reproduces(ref, alt)
+assert ok, rel
+w2 = w.clone(); w2[:, :64] *= 1.01
+ok, rel = H.reproduces(ref, x @ w2)
+assert not ok and rel > 1e-4, rel
+P
 sed 's/^/  /' "$T/log"
 finish
