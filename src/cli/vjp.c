@@ -50,6 +50,13 @@ static int dump_inputs(qc_run *run, const char *dump) {
 
 /* --reference auto | float64 | fast | fast:S into the number of slices
  * (o->value, an int; 0: float64, QC_REF_AUTO: auto); S in the entry's range. */
+/* --verbose: how long the phase that ends now took, from *t (then now). */
+static void phase(const char *what, double *t) {
+  const double now = qc_now_s();
+  if (qc_verbose) fprintf(stderr, "qatcheck: %s in %.3f s\n", what, now - *t);
+  *t = now;
+}
+
 static int opt_reference(const qc_opt *o, const char *v) {
   int *slices = o->value;
   double s;
@@ -119,7 +126,9 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
     goto done;
   }
   if (eager && (rc = qc_run_input(run, "eager", eager))) goto done;
+  double tp = qc_now_s();
   if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
+  phase("the backend opened", &tp);
   if (cs->has_split && (rc = qc_dist_device_begin(be))) goto done; /* split modules reduce through NCCL on a device */
   if (cs->cand == QC_CAND_PLUGIN && (rc = qc_plugin_open(cs->plugin, cs->symbol, &plugin))) goto done;
   if (ref_slices > 0 && !be->audit_linear && qc_verbose)
@@ -127,12 +136,14 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm", .ref_slices = ref_slices};
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};
   rc = qc_vjp_case(&a, o.profile);
+  phase("every module audited", &tp);
   if (rc || qc_dist_rank() != 0) goto done; /* rank 0 alone holds the merged results and reports them */
   /* the dump's execution mode, from its evidence and against the eager step (an eager dump: nothing to judge,
    * unless it holds a mode's evidence, which modes.c refuses) */
   if (cs->data == QC_DATA_DUMP && !qc_shard_pattern(cs->dump) &&
       (rc = qc_modes_audit(cs->dump, cs->modules_re, eager, &res, &mods)))
     goto done;
+  phase("the execution mode judged", &tp);
   if (res.n == 0) {
     rc = qc_err("case '%s': nothing was checked", case_path);
     goto done;
@@ -141,6 +152,7 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
                          .device = be->name, .profile = o.profile, .warnings = cs->nweak ? cs->weak : NULL,
                          .modules = &mods};
   if ((rc = qc_report_vjp(&out, &info, &res)) || (rc = qc_report_commit(&out))) goto done; /* all reports or none */
+  phase("the reports written", &tp);
   qc_report_table(&info, &res);
   rc = qc_results_verdict(&res);
 done:

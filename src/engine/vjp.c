@@ -35,7 +35,11 @@ static int audit_described(qc_audit *a, const qc_module *m, int first, double t0
   int empty = values == NULL && qc_vjp_is_empty(m); /* no token: zero gradients, no forward to check */
   const qc_tset *own[3] = {&m->params, &m->inputs, &m->saved};
   qc_memo_scope(own, 3); /* the forward check, the references and their variants share what they derive from m */
-  if (!rc && unit < 0 && !empty) rc = qc_forward_check(a, m); /* the output first: a quantizer or profile mismatch shows there */
+  if (!rc && unit < 0 && !empty) { /* the output first: a quantizer or profile mismatch shows there */
+    const double tf = qc_now_s();
+    rc = qc_forward_check(a, m);
+    if (qc_verbose) fprintf(stderr, "qatcheck: %s: forward check %.3f s\n", m->path, qc_now_s() - tf);
+  }
   if (!rc && empty) rc = qc_vjp_empty_audit(a, m);
   else if (!rc) rc = unit >= 0 ? qc_split_audit(a, m, unit) : qc_audit_module(a, m); /* a failed rank meets the others in the merge */
   qc_memo_scope(NULL, 0);
@@ -397,6 +401,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
     /* the class's reading, whatever the tolerances; an empty call (no token)
      * has no shapes to read: its names were checked, its gradients must be 0 */
     if (!rc && !qc_vjp_is_empty(m)) rc = qc_module_validate(m, where);
+    const double t_in = qc_now_s(); /* its inputs checked: the contract, the deployed bytes, finiteness, shapes */
     if (!rc) {
       a->frozen = cur->frozen;
       a->autocast = cur->autocast;
@@ -404,7 +409,8 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
       rc = audit_described(a, m, first, t0, NULL, a->split && a->split[gidx[i]] ? gidx[i] : -1);
       a->frozen = a->autocast = NULL;
       if (qc_verbose) /* where a module's time went besides its gradients' lines: the read, the forward checks */
-        fprintf(stderr, "qatcheck: %s: %.3f s in all, %.3f s of it waiting for its read\n", m->path, qc_now_s() - t0, t_read - t0);
+        fprintf(stderr, "qatcheck: %s: %.3f s in all, %.3f s of it waiting for its read, %.3f s checking its inputs\n", m->path,
+                qc_now_s() - t0, t_read - t0, t_in - t_read);
     }
     qc_progress_step(&pg, i + 1, m->path);
     qc_module_free(m);

@@ -120,7 +120,9 @@ void qc_prov_free(qc_prov *p) {
 void qc_prov_json(qc_prov *p, cJSON *root) {
   cJSON *cl = cJSON_AddArrayToObject(root, "command_line");
   for (int i = 0; p && cl && p->argv && i < p->argc; i++) cJSON_AddItemToArray(cl, cJSON_CreateString(p->argv[i]));
+  const double t0 = qc_now_s();
   if (p) qc_prov_join(p);
+  if (qc_verbose && qc_now_s() - t0 >= 0.05) fprintf(stderr, "qatcheck: %.3f s waiting for the inputs' SHA-256\n", qc_now_s() - t0);
   cJSON *ins = cJSON_AddArrayToObject(root, "inputs");
   for (int i = 0; p && ins && i < p->ninput; i++) {
     const qc_prov_input *in = p->in[i];
