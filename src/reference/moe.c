@@ -168,12 +168,17 @@ typedef struct mlp {
  * (core/memo.h) for the module's other references: its forward check,
  * the terms' run and the variants quantize each expert once. src NULL: a
  * is anything else, nothing kept. */
+/* The memo's tag of expert e's dequant(quant(.)) under fmt and prof. */
+static void fq_tag(char *tag, size_t cap, const char *fmt, const char *prof, int64_t e) {
+  snprintf(tag, cap, "moe fake_quant %s %s %lld", fmt, prof ? prof : "", (long long)e);
+}
+
 static int fq_of(const qc_tensor *src, int64_t e, const char *fmt, const char *prof, int64_t rows, int64_t cols, double *a,
                  const char *what) {
   if (!fmt || strcmp(fmt, "none") == 0 || rows * cols == 0) return QC_OK;
   const int64_t n = rows * cols;
   char tag[96];
-  snprintf(tag, sizeof tag, "moe fake_quant %s %s %lld", fmt, prof ? prof : "", (long long)e);
+  fq_tag(tag, sizeof tag, fmt, prof, e);
   const float *kept = src ? qc_memo_get(src, tag, n) : NULL;
   if (kept) return qc_float_to_f64(QC_F32, kept, n, a);
   float *f = qc_malloc((size_t)n * sizeof *f, what);
@@ -297,6 +302,22 @@ static int load_expert(const qc_tensor *t, int64_t e, double *d) {
   v.data = (char *)t->data + (size_t)(e * n) * qc_dtype_size(t->dtype);
   v.nbytes = (size_t)n * qc_dtype_size(t->dtype);
   return qc_tensor_to_f64(&v, d);
+}
+
+/* d [rows, cols] = expert e's matrix of the [E, rows, cols] tensor t, or
+ * dequant(quant(it)) under fmt (NULL: none): from the audit's memo where
+ * an earlier pass of this module made it (the master is not read then),
+ * else made from the master and kept. Returns a status. */
+static int expert_weight(const qc_tensor *t, int64_t e, const char *fmt, const char *prof, int64_t rows, int64_t cols, double *d,
+                         const char *name) {
+  if (!fmt) return load_expert(t, e, d);
+  char tag[96], what[96];
+  fq_tag(tag, sizeof tag, fmt, prof, e);
+  const float *kept = qc_memo_get(t, tag, rows * cols);
+  if (kept) return qc_float_to_f64(QC_F32, kept, rows * cols, d);
+  snprintf(what, sizeof what, "reference moe: params/%s expert %lld", name, (long long)e);
+  int rc = load_expert(t, e, d);
+  return rc ? rc : fq_of(t, e, fmt, prof, rows, cols, d, what);
 }
 
 /* The shared experts (contract shared_experts = S > 0), from the math: a
@@ -447,20 +468,15 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
       if (dw2) memset(dw2 + e * H * F, 0, (size_t)(H * F) * sizeof *dw2);
       continue;
     }
-    if ((rc = load_expert(w1t, e, W1)) || (rc = load_expert(w2t, e, W2))) goto done;
-    /* the forward's weights, and the backward's: dequantized, or the masters */
-    memcpy(W1q, W1, (size_t)(R * H) * sizeof *W1q);
-    memcpy(W2q, W2, (size_t)(H * F) * sizeof *W2q);
-    if (wq) {
-      char what[96];
-      snprintf(what, sizeof what, "reference moe: params/w1 expert %lld", (long long)e);
-      if ((rc = fq_of(w1t, e, p.wfmt, p.prof, R, H, W1q, what))) goto done;
-      snprintf(what, sizeof what, "reference moe: params/w2 expert %lld", (long long)e);
-      if ((rc = fq_of(w2t, e, p.wfmt, p.prof, H, F, W2q, what))) goto done;
-    }
+    /* the forward's weights, and the backward's: dequantized, or the masters (read only where the backward
+     * takes them: a forward pass, or the dequantized chain, never reads them) */
+    const int dxm = !out && !fc1 && (p.dx_master || p.master_e == e + 1);
+    if (dxm && ((rc = load_expert(w1t, e, W1)) || (rc = load_expert(w2t, e, W2)))) goto done;
+    if ((rc = expert_weight(w1t, e, wq ? p.wfmt : NULL, p.prof, R, H, W1q, "w1")) ||
+        (rc = expert_weight(w2t, e, wq ? p.wfmt : NULL, p.prof, H, F, W2q, "w2")))
+      goto done;
     rnd_all(p.rb, W1q, R * H); /* the variants: the production's bf16 operands */
     rnd_all(p.rb, W2q, H * F);
-    const int dxm = p.dx_master || p.master_e == e + 1;
     double *W1b = dxm ? W1 : W1q, *W2b = dxm ? W2 : W2q;
     for (int64_t i = 0; i < n; i++) {
       memcpy(Xe + i * H, X + sl[i] / k * H, (size_t)H * sizeof *Xe);
