@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "core/qc.h"
 #include "engine/deployed.h"
 #include "engine/vjp.h"
@@ -58,6 +59,52 @@ int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
  * the index along the stacked dimension of the whole module). Bytes the
  * contract leaves without a format, or scales without their payload, are
  * refused. *handled = 1 when m's class has stacked parameters. */
+/* Every expert's deployed bytes of one stacked parameter, checked on
+ * qc_par_for's threads (an expert's check is serial in its comparisons: a
+ * 256-expert layer's took minutes on one core), each expert into its own
+ * r[e], so the results do not depend on the thread count. */
+typedef struct expert_checks {
+  const qc_module *m;
+  const char *param;
+  qc_qfmt f;
+  qc_qprof prof;
+  qc_deployed_result *r; /* [E] */
+  int *rc;               /* [E]: 0, or the status of the piece's first failed expert (the rest of its piece not run) */
+  qc_err_state *es;      /* [E]: that expert's error, taken from its thread */
+} expert_checks;
+
+static void experts_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  expert_checks *c = ctx;
+  for (int64_t e = lo; e < hi; e++)
+    if ((c->rc[e] = qc_deployed_check_expert(c->m, c->param, e, c->f, c->prof, &c->r[e]))) {
+      qc_err_save(&c->es[e]);
+      return;
+    }
+}
+
+/* Fill c->r [E] (the caller frees it); the lowest failed expert's status
+ * and message, as a loop over the experts in order would give. */
+static int experts_checked(expert_checks *c, int64_t E) {
+  int rc = QC_ESYS;
+  c->r = qc_calloc((size_t)E, sizeof *c->r, "deployed checks");
+  c->rc = qc_calloc((size_t)E, sizeof *c->rc, "deployed checks");
+  c->es = qc_calloc((size_t)E, sizeof *c->es, "deployed checks");
+  if (c->r && c->rc && c->es) {
+    qc_par_for(E, 1, experts_piece, c);
+    rc = QC_OK;
+    for (int64_t e = 0; e < E && !rc; e++)
+      if ((rc = c->rc[e])) qc_err_keep(&c->es[e]);
+  }
+  free(c->rc);
+  free(c->es);
+  if (rc) {
+    free(c->r);
+    c->r = NULL;
+  }
+  return rc;
+}
+
 static int check_stacked(qc_audit *a, qc_module *m, int *handled) {
   const char *spec = m->cls->stacked_deployed;
   *handled = spec != NULL;
@@ -142,9 +189,10 @@ static int check_stacked(qc_audit *a, qc_module *m, int *handled) {
     int64_t nbad = 0, first = -1;
     char line[2048] = "", head[192];
     size_t hl = 0;
+    expert_checks ec = {.m = m, .param = params[i], .f = f, .prof = prof};
+    if ((rc = experts_checked(&ec, w->shape[0]))) return rc;
     for (int64_t e = 0; e < w->shape[0]; e++) {
-      qc_deployed_result r;
-      if ((rc = qc_deployed_check_expert(m, params[i], e, f, prof, &r))) return rc;
+      const qc_deployed_result r = ec.r[e];
       if (!(r.n_payload || r.n_scale || r.n_global || r.n_decoded)) continue;
       if (nbad++ == 0) { /* the first expert's mismatches in full */
         first = e;
@@ -153,6 +201,7 @@ static int check_stacked(qc_audit *a, qc_module *m, int *handled) {
       if (hl < sizeof head - 24) hl += (size_t)snprintf(head + hl, sizeof head - hl, "%s%lld", nbad > 1 ? ", " : "", (long long)e);
       else if (hl < sizeof head - 4) hl += (size_t)snprintf(head + hl, sizeof head - hl, " ...");
     }
+    free(ec.r);
     k.verdict = nbad ? QC_V_FAIL : QC_V_PASS;
     if (nbad)
       snprintf(k.why, sizeof k.why, "expert %lld: %lld of %lld experts differ (%s); expert %lld: %s", (long long)first, (long long)nbad,

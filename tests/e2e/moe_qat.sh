@@ -76,24 +76,27 @@ verdicts ep_stale 'c["quantizer/w1"]["why"].startswith("expert 4:") and "1 of 6 
 ep ep_empty 1
 verdicts ep_empty 'failed == {"d_w1@rank1"} and c["d_w1@rank1"]["why"].startswith("expert 3 has no token")'
 
-# bad input: bytes without a format, scales without their bytes, fc1_out misshapen, a payload not one per expert
+# bad input: bytes without a format, scales without their bytes, fc1_out misshapen, a payload not one per expert,
+# a NaN in expert 4's master (its bytes' check runs on a worker thread: its message must reach the one error line)
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
 import h5py
 with h5py.File(sys.argv[1], "a") as f:
-    for name in ("no_format", "scale_alone", "fc1_shape", "q_experts"):
+    for name in ("no_format", "scale_alone", "fc1_shape", "q_experts", "nan_master"):
         f.copy("moe.fp8", "bad." + name)
     g = f["bad.no_format"]; c = json.loads(g.attrs["contract"]); c["expert_weight_format"] = "none"; g.attrs["contract"] = json.dumps(c)
     del f["bad.scale_alone/saved/w2_q"]
     h = f["bad.fc1_shape/saved/fc1_out"][...]; del f["bad.fc1_shape/saved/fc1_out"]; f["bad.fc1_shape/saved/fc1_out"] = h[:, :1]
     q = f["bad.q_experts/saved/w1_q"]; a = q[...]; dt = q.attrs["dtype"]; del f["bad.q_experts/saved/w1_q"]
     f["bad.q_experts/saved/w1_q"] = a[:-1]; f["bad.q_experts/saved/w1_q"].attrs["dtype"] = dt
+    w = f["bad.nan_master/params/w1"]; a = w[...]; a[4, 1, 2] = 0x7fc0 if a.dtype.kind == "u" else float("nan"); w[...] = a  # bf16 bits or a float  # expert 4's bytes are checked on a worker thread
 P
 expect_refused_groups moe d.h5 "$TOL" <<EOF2
 no_format saved/w1_q
 scale_alone saved/w2_scale_inv
 fc1_shape saved/fc1_out
 q_experts saved/w1_q
+nan_master expert 4 of w1
 EOF2
 
 # the builtin production (grouped GEMMs on the dequantized experts, bf16 operands) against the
