@@ -19,6 +19,7 @@
 
 #include "model/module.h"
 #include "numerics/formats.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "modules/classes.h"
 #include "modules/mod_util.h"
@@ -96,6 +97,78 @@ done:
   return rc;
 }
 
+/* A norm's float64 passes on qc_par_for's threads: rows alone (the
+ * forward, the terms' row statistics and d_x sums), or features alone over
+ * the rows in order (the terms of d_weight and d_bias), so any thread
+ * count gives the same values. */
+typedef struct norm_pass {
+  const double *x, *w, *b, *g; /* [R, D], [D], [D] or NULL, [R, D] */
+  double *y;                   /* the forward's [R, D] */
+  int64_t D, R;
+  int center, which;           /* which: the terms of d_x 0, d_weight 1, d_bias 2 */
+  double eps;
+  double *mu, *rstd, *rss;     /* [R]: each row's mean, 1/std, and its d_x terms' sum of squares */
+  double *col;                 /* [D]: the terms of d_weight or d_bias */
+} norm_pass;
+
+static void fwd_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const norm_pass *p = ctx;
+  const int64_t D = p->D;
+  for (int64_t r = lo; r < hi; r++) {
+    const double *xr = p->x + r * D;
+    double mu = 0, ms = 0;
+    for (int64_t i = 0; p->center && i < D; i++) mu += xr[i] / (double)D;
+    for (int64_t i = 0; i < D; i++) ms += (xr[i] - mu) * (xr[i] - mu) / (double)D;
+    for (int64_t i = 0; i < D; i++) p->y[r * D + i] = (xr[i] - mu) / sqrt(ms + p->eps) * p->w[i] + (p->b ? p->b[i] : 0.0);
+  }
+}
+
+/* The terms' row statistics of rows [lo, hi), and under which 0 each row's
+ * sum of d_x's squared terms (see qc_mod_norm_tol_model). */
+static void terms_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const norm_pass *p = ctx;
+  const int64_t D = p->D;
+  const double *w = p->w;
+  for (int64_t r = lo; r < hi; r++) {
+    const double *xr = p->x + r * D, *gr = p->g + r * D;
+    double mu = 0, var = 0, sa = 0, sax = 0, sac = 0, ss = 0;
+    for (int64_t i = 0; p->center && i < D; i++) mu += xr[i] / (double)D;
+    for (int64_t i = 0; i < D; i++) var += (xr[i] - mu) * (xr[i] - mu) / (double)D;
+    const double rstd = 1.0 / sqrt(var + p->eps);
+    p->mu[r] = mu;
+    p->rstd[r] = rstd;
+    p->rss[r] = 0;
+    if (p->which) continue;
+    for (int64_t i = 0; i < D; i++) {
+      double c = (fabs(xr[i]) + fabs(mu)) * rstd, a = fabs(gr[i] * w[i]);
+      sa += a;
+      sax += a * fabs(xr[i] - mu) * rstd;
+      sac += a * c;
+    }
+    for (int64_t i = 0; i < D; i++) {
+      double c = (fabs(xr[i]) + fabs(mu)) * rstd;
+      /* d_x = rstd (g - mean g - xh mean(g xh)), xh off by up to u c */
+      double t = rstd * (fabs(gr[i] * w[i]) + sa / (double)D + c * sax / (double)D + fabs(xr[i] - mu) * rstd * sac / (double)D);
+      if (isfinite(t)) ss += t * t;
+    }
+    p->rss[r] = ss;
+  }
+}
+
+/* The terms of d_weight (|dY| c) or d_bias (|dY|) for features [lo, hi). */
+static void terms_cols(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const norm_pass *p = ctx;
+  const int64_t D = p->D;
+  for (int64_t r = 0; r < p->R; r++) {
+    const double *xr = p->x + r * D, *gr = p->g + r * D, mu = p->mu[r], rstd = p->rstd[r];
+    for (int64_t i = lo; i < hi; i++)
+      p->col[i] += p->which == 1 ? fabs(gr[i]) * ((fabs(xr[i]) + fabs(mu)) * rstd) : fabs(gr[i]);
+  }
+}
+
 /* The error model of each gradient (see qc_tol_model): d_x reads row
  * statistics that are float32 sums over the D features (lambda 2 for the
  * several sums), d_weight sums over the tokens of xh, which carries rstd's
@@ -127,38 +200,25 @@ int qc_mod_norm_tol_model(const qc_module *m, const qc_tensor *dy, const char *g
   const int64_t R = v.rows, D = v.D;
   const double eps = qc_contract_num(&m->contract, "eps", center ? 1e-5 : 1e-6);
   double *x = qc_mod_f64(v.x, "norm input"), *w = qc_mod_f64(v.w, "norm weight"), *g = qc_mod_f64(dy, "norm dY");
-  double *col = calloc((size_t)D, sizeof *col);
+  double *col = calloc((size_t)D, sizeof *col), *st = qc_malloc((size_t)(3 * R + 1) * sizeof *st, "norm rows");
   double ss = 0;
   rc = QC_ESYS;
-  if (!x || !w || !g || !col) goto done;
-  int which = strcmp(grad, "d_x") == 0 ? 0 : strcmp(grad, "d_weight") == 0 ? 1 : 2;
-  for (int64_t r = 0; r < R; r++) {
-    const double *xr = x + r * D, *gr = g + r * D;
-    double mu = 0, var = 0, sa = 0, sax = 0, sac = 0;
-    for (int64_t i = 0; center && i < D; i++) mu += xr[i] / (double)D;
-    for (int64_t i = 0; i < D; i++) var += (xr[i] - mu) * (xr[i] - mu) / (double)D;
-    const double rstd = 1.0 / sqrt(var + eps);
-    for (int64_t i = 0; i < D; i++) {
-      double c = (fabs(xr[i]) + fabs(mu)) * rstd, a = fabs(gr[i] * w[i]);
-      if (which == 1) col[i] += fabs(gr[i]) * c;
-      else if (which == 2) col[i] += fabs(gr[i]);
-      sa += a;
-      sax += a * fabs(xr[i] - mu) * rstd;
-      sac += a * c;
-    }
-    for (int64_t i = 0; which == 0 && i < D; i++) {
-      double c = (fabs(xr[i]) + fabs(mu)) * rstd;
-      /* d_x = rstd (g - mean g - xh mean(g xh)), xh off by up to u c */
-      double t = rstd * (fabs(gr[i] * w[i]) + sa / (double)D + c * sax / (double)D + fabs(xr[i] - mu) * rstd * sac / (double)D);
-      if (isfinite(t)) ss += t * t;
-    }
+  if (!x || !w || !g || !col || !st) goto done;
+  norm_pass p = {.x = x, .w = w, .g = g, .D = D, .center = center, .eps = eps, .mu = st, .rstd = st + R, .rss = st + 2 * R};
+  p.which = strcmp(grad, "d_x") == 0 ? 0 : strcmp(grad, "d_weight") == 0 ? 1 : 2;
+  qc_par_for(R, 16, terms_rows, &p);
+  for (int64_t r = 0; p.which == 0 && r < R; r++) ss += p.rss[r]; /* row by row, in order: any thread count, the same sum */
+  if (p.which) {
+    p.col = col;
+    p.R = R;
+    qc_par_for(D, 64, terms_cols, &p);
   }
-  for (int64_t i = 0; which && i < D; i++)
+  for (int64_t i = 0; p.which && i < D; i++)
     if (isfinite(col[i])) ss += col[i] * col[i];
   tm->terms = sqrt(ss);
   rc = QC_OK;
 done:
-  free(x); free(w); free(g); free(col);
+  free(x); free(w); free(g); free(col); free(st);
   return rc;
 }
 
@@ -218,7 +278,8 @@ static int rmsnorm_vjp(const qc_ctx *ctx, const qc_module *m, const qc_tensor *d
   return qc_mod_norm_vjp(ctx, m, dy, grads, 0);
 }
 
-/* Float64 forward y [rows, D]; a norm has no discrete branch. */
+/* Float64 forward y [rows, D]; a norm has no discrete branch. Rows on
+ * qc_par_for's threads, each alone. */
 int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *y, int center) {
   (void)branch;
   norm_view v;
@@ -233,13 +294,8 @@ int qc_mod_norm_forward(const qc_module *m, const qc_module *branch, qc_tensor *
   if (zero_centered(m))
     for (int64_t i = 0; i < D; i++) w[i] += 1.0;
   if ((rc = qc_tensor_alloc(y, "y", QC_F64, v.x->ndim, v.x->shape))) goto done;
-  for (int64_t r = 0; r < R; r++) {
-    double *xr = x + r * D, mu = 0, ms = 0;
-    for (int64_t i = 0; center && i < D; i++) mu += xr[i] / (double)D;
-    for (int64_t i = 0; i < D; i++) ms += (xr[i] - mu) * (xr[i] - mu) / (double)D;
-    for (int64_t i = 0; i < D; i++)
-      ((double *)y->data)[r * D + i] = (xr[i] - mu) / sqrt(ms + eps) * w[i] + (b ? b[i] : 0.0);
-  }
+  norm_pass p = {.x = x, .w = w, .b = b, .y = y->data, .D = D, .center = center, .eps = eps};
+  qc_par_for(R, 16, fwd_rows, &p);
   rc = QC_OK;
 done:
   free(x); free(w); free(b);

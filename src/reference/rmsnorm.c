@@ -14,11 +14,73 @@
 #include <string.h>
 
 #include "model/module.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "reference/ref_classes.h"
 #include "reference/ref_util.h"
 
-/* The shared reference (centered = 1: LayerNorm). */
+/* One norm's arrays for its row and column passes: X, G [rows, n], W [n];
+ * per row its mean mu and s = sqrt(mean c^2 + eps); the outputs. */
+typedef struct norm_job {
+  const double *X, *G, *W;
+  int64_t n;
+  int centered;
+  double eps;
+  double *mu, *s;         /* [rows] */
+  double *dx, *dw, *db;   /* [rows, n], [n], [n] or NULL */
+} norm_job;
+
+/* Rows [lo, hi): each row's statistics and d_x (rows alone: any thread
+ * count gives the same values). */
+static void norm_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const norm_job *j = ctx;
+  const int64_t n = j->n;
+  const double *W = j->W;
+  for (int64_t r = lo; r < hi; r++) {
+    const double *xr = j->X + r * n, *gr = j->G + r * n;
+    double mu = 0, ss = 0, gc = 0, gsum = 0;
+    if (j->centered) {
+      for (int64_t i = 0; i < n; i++) mu += xr[i];
+      mu /= (double)n;
+    }
+    for (int64_t i = 0; i < n; i++) ss += (xr[i] - mu) * (xr[i] - mu);
+    const double s2 = ss / (double)n + j->eps, s = sqrt(s2);
+    for (int64_t i = 0; i < n; i++) {
+      double g = gr[i] * W[i];
+      gc += g * (xr[i] - mu);
+      gsum += g;
+    }
+    const double pm = j->centered ? gsum / (double)n : 0.0;
+    for (int64_t i = 0; i < n; i++) j->dx[r * n + i] = (gr[i] * W[i] - pm - (xr[i] - mu) * gc / ((double)n * s2)) / s;
+    j->mu[r] = mu;
+    j->s[r] = s;
+  }
+}
+
+typedef struct norm_cols {
+  const norm_job *j;
+  int64_t rows;
+} norm_cols;
+
+/* Features [lo, hi): d_weight and d_bias, each a sum over the rows in row
+ * order (columns alone: any thread count gives the same values). */
+static void norm_cols_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const norm_cols *c = ctx;
+  const norm_job *j = c->j;
+  const int64_t n = j->n;
+  for (int64_t r = 0; r < c->rows; r++) {
+    const double *xr = j->X + r * n, *gr = j->G + r * n, mu = j->mu[r], s = j->s[r];
+    for (int64_t i = lo; i < hi; i++) {
+      j->dw[i] += gr[i] * (xr[i] - mu) / s;
+      if (j->db) j->db[i] += gr[i];
+    }
+  }
+}
+
+/* The shared reference (centered = 1: LayerNorm): the rows' d_x, then the
+ * features' sums over the rows, each pass on qc_par_for's threads. */
 int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered) {
   const qc_tensor *xt, *wt, *bt = NULL;
   int rc;
@@ -32,40 +94,21 @@ int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int cen
   const double eps = qc_contract_num(&m->contract, "eps", centered ? 1e-5 : 1e-6);
   if (!(eps >= 0)) return qc_err("%s: contract key 'eps' = %g: expected >= 0", m->path, eps);
   double *X = qc_refu_load(xt, "reference norm x"), *W = qc_refu_load(wt, "reference norm weight");
-  double *G = qc_refu_load(dy, "reference norm dY"), *c = qc_malloc((size_t)n * sizeof *c, "reference norm row");
-  double *dx, *dw, *db = NULL;
+  double *G = qc_refu_load(dy, "reference norm dY"), *st = qc_malloc((size_t)(2 * rows + 1) * sizeof *st, "reference norm rows");
+  norm_job j = {.X = X, .G = G, .W = W, .n = n, .centered = centered, .eps = eps, .mu = st, .s = st ? st + rows : NULL};
   rc = QC_ESYS;
-  if (!X || !W || !G || !c) goto done;
+  if (!X || !W || !G || !st) goto done;
   if (!centered && strcmp(qc_contract_str(&m->contract, "zero_centered", "false"), "true") == 0)
     for (int64_t i = 0; i < n; i++) W[i] = 1.0 + W[i]; /* the scale the forward applies */
-  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
-  if ((rc = qc_refu_out(grads, "d_weight", 1, &n, &dw))) goto done;
-  if (bt && (rc = qc_refu_out(grads, "d_bias", 1, &n, &db))) goto done;
-  for (int64_t r = 0; r < rows; r++) {
-    const double *xr = X + r * n, *gr = G + r * n;
-    double mu = 0, ss = 0, gc = 0, gsum = 0;
-    if (centered) {
-      for (int64_t i = 0; i < n; i++) mu += xr[i];
-      mu /= (double)n;
-    }
-    for (int64_t i = 0; i < n; i++) {
-      c[i] = xr[i] - mu;
-      ss += c[i] * c[i];
-    }
-    const double s2 = ss / (double)n + eps, s = sqrt(s2);
-    for (int64_t i = 0; i < n; i++) {
-      double g = gr[i] * W[i];
-      gc += g * c[i];
-      gsum += g;
-      dw[i] += gr[i] * c[i] / s;
-      if (db) db[i] += gr[i];
-    }
-    const double pm = centered ? gsum / (double)n : 0.0;
-    for (int64_t i = 0; i < n; i++) dx[r * n + i] = (gr[i] * W[i] - pm - c[i] * gc / ((double)n * s2)) / s;
-  }
+  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &j.dx))) goto done;
+  if ((rc = qc_refu_out(grads, "d_weight", 1, &n, &j.dw))) goto done;
+  if (bt && (rc = qc_refu_out(grads, "d_bias", 1, &n, &j.db))) goto done;
+  qc_par_for(rows, qc_refu_row_grain(n), norm_rows, &j);
+  norm_cols c = {&j, rows};
+  qc_par_for(n, 64, norm_cols_piece, &c);
   rc = QC_OK;
 done:
-  free(X); free(W); free(G); free(c);
+  free(X); free(W); free(G); free(st);
   return rc;
 }
 
