@@ -23,9 +23,76 @@
 
 #include "model/module.h"
 #include "reference/ref_classes.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "numerics/formats.h"
 #include "reference/ref_util.h"
+
+/* One rotation over v [T, H, D] into out: rope_apply's settings. */
+typedef struct rope_job {
+  const double *v, *f; /* f: inputs/inv_freq [R/2] or NULL (theta's) */
+  double *out;
+  const int64_t *p;    /* [T] positions */
+  int64_t H, D, R;
+  int inter, fwd, ab, rnd;
+  double s, off, k, theta;
+  volatile int nomem;  /* a piece could not allocate its angles */
+} rope_job;
+
+/* Tokens [lo, hi): each token's angles once (the same for its H heads),
+ * then its heads, each element alone: any thread count gives the same
+ * values. */
+static void rope_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  rope_job *J = ctx;
+  const int64_t H = J->H, D = J->D, R = J->R;
+  const int ab = J->ab, rnd = J->rnd, inter = J->inter;
+  double *cs = malloc((size_t)(R + 2) * sizeof *cs), *ph = malloc((size_t)(R / 2 + 1) * sizeof *ph);
+  if (!cs || !ph) {
+    J->nomem = 1;
+    free(cs);
+    free(ph);
+    return;
+  }
+  for (int64_t t = lo; t < hi; t++) {
+    for (int64_t j = 0; j < R / 2; j++) {
+      const double phi = J->s * ((double)J->p[t] + J->off) * (J->f ? J->f[j] : exp(-2.0 * (double)j / (double)R * log(J->theta)));
+      double co = J->k * cos(phi), si = J->k * sin(phi);
+      if (rnd) {
+        co = qc_round_bf16((float)co);
+        si = qc_round_bf16((float)si);
+      }
+      if (J->fwd) si = -si; /* Q(phi) = Q(-phi)^T */
+      ph[j] = phi;
+      cs[2 * j] = co;
+      cs[2 * j + 1] = si;
+    }
+    for (int64_t h = 0; h < H; h++) {
+      const double *g = J->v + (t * H + h) * D;
+      double *d = J->out + (t * H + h) * D;
+      for (int64_t i = R; i < D; i++) d[i] = ab ? fabs(g[i]) : g[i];
+      for (int64_t j = 0; j < R / 2; j++) {
+        const int64_t a = inter ? 2 * j : j, b = inter ? 2 * j + 1 : j + R / 2;
+        const double co = cs[2 * j], si = cs[2 * j + 1], phi = ph[j];
+        if (ab) {
+          d[a] = fabs(co * g[a]) + fabs(si * g[b]) + fabs(phi) * (fabs(si * g[a]) + fabs(co * g[b]));
+          d[b] = fabs(si * g[a]) + fabs(co * g[b]) + fabs(phi) * (fabs(co * g[a]) + fabs(si * g[b]));
+          continue;
+        }
+        /* Q(-phi) [g_a, g_b] */
+        if (rnd >= 2) { /* each product and the sum rounded to bf16, as a bf16 model's ops do */
+          d[a] = qc_round_bf16((float)((double)qc_round_bf16((float)(co * g[a])) + qc_round_bf16((float)(si * g[b]))));
+          d[b] = qc_round_bf16((float)((double)qc_round_bf16((float)(-si * g[a])) + qc_round_bf16((float)(co * g[b]))));
+          continue;
+        }
+        d[a] = co * g[a] + si * g[b];
+        d[b] = -si * g[a] + co * g[b];
+      }
+    }
+  }
+  free(cs);
+  free(ph);
+}
 
 /* Q(s phi) (fwd = 1) or Q(-s phi) (the VJP) applied to every token and
  * head of v [T, H, D] into out (ctx->terms: the terms' scale;
@@ -51,38 +118,13 @@ static int rope_apply(const qc_ctx *ctx, const qc_module *m, const double *v, in
     free(f);
     return rc;
   }
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t h = 0; h < H; h++) {
-      const double *g = v + (t * H + h) * D;
-      double *d = out + (t * H + h) * D;
-      for (int64_t i = R; i < D; i++) d[i] = ab ? fabs(g[i]) : g[i];
-      for (int64_t j = 0; j < R / 2; j++) {
-        const int64_t a = inter ? 2 * j : j, b = inter ? 2 * j + 1 : j + R / 2;
-        const double phi = s * ((double)p[t] + off) * (f ? f[j] : exp(-2.0 * (double)j / (double)R * log(theta)));
-        double co = k * cos(phi), si = k * sin(phi);
-        if (rnd) {
-          co = qc_round_bf16((float)co);
-          si = qc_round_bf16((float)si);
-        }
-        if (fwd) si = -si; /* Q(phi) = Q(-phi)^T */
-        if (ab) {
-          d[a] = fabs(co * g[a]) + fabs(si * g[b]) + fabs(phi) * (fabs(si * g[a]) + fabs(co * g[b]));
-          d[b] = fabs(si * g[a]) + fabs(co * g[b]) + fabs(phi) * (fabs(co * g[a]) + fabs(si * g[b]));
-          continue;
-        }
-        /* Q(-phi) [g_a, g_b] */
-        if (rnd >= 2) { /* each product and the sum rounded to bf16, as a bf16 model's ops do */
-          d[a] = qc_round_bf16((float)((double)qc_round_bf16((float)(co * g[a])) + qc_round_bf16((float)(si * g[b]))));
-          d[b] = qc_round_bf16((float)((double)qc_round_bf16((float)(-si * g[a])) + qc_round_bf16((float)(co * g[b]))));
-          continue;
-        }
-        d[a] = co * g[a] + si * g[b];
-        d[b] = -si * g[a] + co * g[b];
-      }
-    }
+  rope_job j = {.v = v, .out = out, .p = p, .f = f, .H = H, .D = D, .R = R, .inter = inter, .fwd = fwd, .ab = ab, .rnd = rnd,
+                .s = s, .off = off, .k = k, .theta = theta};
+  qc_par_for(T, 1 + ((int64_t)1 << 14) / (H * D + 1), rope_rows, &j);
+  if (j.nomem) rc = qc_err_sys("out of memory: the rotation of a token (reference rope)");
   free(p);
   free(f);
-  return QC_OK;
+  return rc;
 }
 
 /* The contract's checks shared by the VJP and the forward. */
