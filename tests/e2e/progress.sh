@@ -29,4 +29,11 @@ QATCHECK_PROFILE=1 "$QATCHECK" vjp --case "$T/defects.json" --quiet >"$T/out" 2>
 grep -q "^qatcheck: profile: cpu: [0-9.]* s since open, [0-9.]* s in the backend, [0-9.]* s outside it$" "$T/err" &&
   grep -qE "^qatcheck: profile: gemm_f64 +[1-9][0-9]* calls +[0-9.]+ s +[0-9.]+ GB$" "$T/err" && [ "$prc" = "$nrc" ] &&
   ok "QATCHECK_PROFILE: the seam's calls and times, the same exit ($prc)" || bad "profile: exit $prc vs $nrc: $(head -c 300 "$T/err")"
+# --verbose: where each module's time went, and the run's phases (docs/gpu.md "Where the time goes")
+"$QATCHECK" vjp --case "$T/defects.json" --verbose >"$T/out" 2>"$T/err"
+n=$(grep -c "^qatcheck: /[a-z_.0-9]*: [0-9.]* s in all, [0-9.]* s of it waiting for its read, [0-9.]* s checking its inputs$" "$T/err")
+f=$(grep -c "^qatcheck: /[a-z_.0-9]*: forward check [0-9.]* s$" "$T/err")
+[ "$n" = 7 ] && [ "$f" = 7 ] && grep -q "^qatcheck: the backend opened in [0-9.]* s$" "$T/err" &&
+  grep -q "^qatcheck: every module audited in [0-9.]* s$" "$T/err" && grep -q "^qatcheck: the reports written in [0-9.]* s$" "$T/err" &&
+  ok "--verbose: each module's time in all, read, inputs and forward check; the run's phases" || bad "--verbose: $n modules' times, $f forward checks: $(head -c 400 "$T/err")"
 finish
