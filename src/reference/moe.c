@@ -418,6 +418,54 @@ done:
   return rc;
 }
 
+/* One expert's rows on qc_par_for's threads: gathered by row, reduced by
+ * row, or added into their tokens by feature (every token's element takes
+ * its rows' terms in row order, a token routed twice to the expert
+ * twice), so any thread count gives the same values. */
+typedef struct slot_rows {
+  const int64_t *sl;  /* [n] the expert's slots s = t k + j */
+  int64_t n, k, H;
+  int rb, scaled;     /* scaled: acc += w y (the forward), else acc += y (d_x) */
+  const double *X, *XQ, *G, *Wt, *y;
+  double *Xe, *Xq, *wg, *dwt, *acc;
+} slot_rows;
+
+static void gather_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const slot_rows *r = ctx;
+  for (int64_t i = lo; i < hi; i++) {
+    memcpy(r->Xe + i * r->H, r->X + r->sl[i] / r->k * r->H, (size_t)r->H * sizeof *r->Xe);
+    memcpy(r->Xq + i * r->H, r->XQ + r->sl[i] / r->k * r->H, (size_t)r->H * sizeof *r->Xq);
+  }
+}
+
+static void dot_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const slot_rows *r = ctx;
+  const int64_t H = r->H;
+  for (int64_t i = lo; i < hi; i++) {
+    const double *g = r->G + r->sl[i] / r->k * H, w = r->Wt[r->sl[i]];
+    double dot = 0;
+    for (int64_t c = 0; c < H; c++) dot += g[c] * r->y[i * H + c];
+    r->dwt[r->sl[i]] = dot;
+    for (int64_t c = 0; c < H; c++) r->wg[i * H + c] = rnd(r->rb, w * g[c]);
+  }
+}
+
+static void add_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const slot_rows *r = ctx;
+  const int64_t H = r->H;
+  for (int64_t i = 0; i < r->n; i++) {
+    double *o = r->acc + r->sl[i] / r->k * H;
+    const double w = r->scaled ? r->Wt[r->sl[i]] : 1.0, *y = r->y + i * H;
+    if (r->scaled)
+      for (int64_t c = lo; c < hi; c++) o[c] += w * y[c];
+    else
+      for (int64_t c = lo; c < hi; c++) o[c] += y[c];
+  }
+}
+
 /* The routed experts, grouped by expert (the file's top comment): X, G
  * [T, H] (x and dY), XQ [T, H] (dequant(quant(x)) under the activation
  * format, the forward's input rows; X itself without one), Wt [T, k] (the
@@ -478,35 +526,25 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
     rnd_all(p.rb, W1q, R * H); /* the variants: the production's bf16 operands */
     rnd_all(p.rb, W2q, H * F);
     double *W1b = dxm ? W1 : W1q, *W2b = dxm ? W2 : W2q;
-    for (int64_t i = 0; i < n; i++) {
-      memcpy(Xe + i * H, X + sl[i] / k * H, (size_t)H * sizeof *Xe);
-      memcpy(Xq + i * H, XQ + sl[i] / k * H, (size_t)H * sizeof *Xq);
-    }
+    slot_rows sr = {.sl = sl, .k = k, .H = H, .rb = p.rb, .X = X, .XQ = XQ, .Xe = Xe, .Xq = Xq, .G = G, .Wt = Wt, .y = p.y,
+                    .wg = p.wg, .dwt = dwt, .acc = out ? out : dx};
+    qc_par_for(n, qc_refu_row_grain(H), gather_rows, &sr);
     if ((rc = mlp_fwd(&p, n, Xq, W1q, W2q, Xe, W1b, W2b))) goto done;
     if (fc1) { /* the saved FC1 output: each slot's h */
       for (int64_t i = 0; i < n; i++) memcpy(fc1 + sl[i] * R, p.h + i * R, (size_t)R * sizeof *fc1);
       continue;
     }
+    sr.n = n;
     if (out) { /* the forward: each slot's w_tj y added to its token, expert by expert */
-      for (int64_t i = 0; i < n; i++) {
-        double *o = out + sl[i] / k * H;
-        for (int64_t c = 0; c < H; c++) o[c] += Wt[sl[i]] * p.y[i * H + c];
-      }
+      sr.scaled = 1;
+      qc_par_for(H, 64, add_rows, &sr);
       continue;
     }
     /* dL/dw = <dy_t, y>;  the rows' w dy_t, rounded as the GEMMs' operand */
-    for (int64_t i = 0; i < n; i++) {
-      const double *g = G + sl[i] / k * H, w = Wt[sl[i]];
-      double dot = 0;
-      for (int64_t c = 0; c < H; c++) dot += g[c] * p.y[i * H + c];
-      dwt[sl[i]] = dot;
-      for (int64_t c = 0; c < H; c++) p.wg[i * H + c] = rnd(p.rb, w * g[c]);
-    }
+    qc_par_for(n, qc_refu_row_grain(H), dot_rows, &sr);
     if ((rc = mlp_bwd(&p, n, Xe, W1b, W2b, dw1 + e * R * H, dw2 + e * H * F))) goto done;
-    for (int64_t i = 0; i < n; i++) {
-      double *d = dx + sl[i] / k * H;
-      for (int64_t c = 0; c < H; c++) d[c] += p.y[i * H + c];
-    }
+    sr.scaled = 0;
+    qc_par_for(H, 64, add_rows, &sr); /* the rows' W1^T dL/dh into their tokens' d_x */
   }
   rc = QC_OK;
 done:
