@@ -48,8 +48,6 @@ static int dump_inputs(qc_run *run, const char *dump) {
   return rc;
 }
 
-/* --reference auto | float64 | fast | fast:S into the number of slices
- * (o->value, an int; 0: float64, QC_REF_AUTO: auto); S in the entry's range. */
 /* --verbose: how long the phase that ends now took, from *t (then now). */
 static void phase(const char *what, double *t) {
   const double now = qc_now_s();
@@ -57,6 +55,8 @@ static void phase(const char *what, double *t) {
   *t = now;
 }
 
+/* --reference auto | float64 | fast | fast:S into the number of slices
+ * (o->value, an int; 0: float64, QC_REF_AUTO: auto); S in the entry's range. */
 static int opt_reference(const qc_opt *o, const char *v) {
   int *slices = o->value;
   double s;
@@ -136,14 +136,14 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
   qc_ctx ctx = {.be = be, .profile = o.profile ? o.profile : "vllm", .ref_slices = ref_slices};
   qc_audit a = {.ctx = &ctx, .cs = cs, .plugin = plugin, .res = &res, .info = &mods};
   rc = qc_vjp_case(&a, o.profile);
-  phase("every module audited", &tp);
   if (rc || qc_dist_rank() != 0) goto done; /* rank 0 alone holds the merged results and reports them */
+  phase("every module audited", &tp);
   /* the dump's execution mode, from its evidence and against the eager step (an eager dump: nothing to judge,
    * unless it holds a mode's evidence, which modes.c refuses) */
-  if (cs->data == QC_DATA_DUMP && !qc_shard_pattern(cs->dump) &&
-      (rc = qc_modes_audit(cs->dump, cs->modules_re, eager, &res, &mods)))
-    goto done;
-  phase("the execution mode judged", &tp);
+  if (cs->data == QC_DATA_DUMP && !qc_shard_pattern(cs->dump)) {
+    if ((rc = qc_modes_audit(cs->dump, cs->modules_re, eager, &res, &mods))) goto done;
+    phase("the execution mode judged", &tp);
+  }
   if (res.n == 0) {
     rc = qc_err("case '%s': nothing was checked", case_path);
     goto done;

@@ -51,18 +51,13 @@ int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
  * reproduces the bytes becomes the module's (the check says which and why;
  * none: the check fails naming the closest, and vllm is used). No check
  * when there are no saved bytes; then auto means vllm. */
-/* The stacked parameters' deployed bytes (m's class row stacked_deployed,
- * "KEY P1 P2 ..."): every expert of each P with saved/<P>_q compared byte
- * for byte under the format KEY names and m's profile (auto: identified on
- * the first expert with bytes, then used for all), one `quantizer/<P>`
- * check per parameter naming the experts whose bytes differ (global ids:
- * the index along the stacked dimension of the whole module). Bytes the
- * contract leaves without a format, or scales without their payload, are
- * refused. *handled = 1 when m's class has stacked parameters. */
 /* Every expert's deployed bytes of one stacked parameter, checked on
  * qc_par_for's threads (an expert's check is serial in its comparisons: a
  * 256-expert layer's took minutes on one core), each expert into its own
- * r[e], so the results do not depend on the thread count. */
+ * r[e], so the results do not depend on the thread count. At most
+ * EXPERT_PIECES experts at once: each holds about 270 MB at DeepSeek-V3's
+ * expert size, and its quantizer runs on threads of its own. */
+#define EXPERT_PIECES 8
 typedef struct expert_checks {
   const qc_module *m;
   const char *param;
@@ -91,10 +86,14 @@ static int experts_checked(expert_checks *c, int64_t E) {
   c->rc = qc_calloc((size_t)E, sizeof *c->rc, "deployed checks");
   c->es = qc_calloc((size_t)E, sizeof *c->es, "deployed checks");
   if (c->r && c->rc && c->es) {
-    qc_par_for(E, 1, experts_piece, c);
+    qc_err_state pre; /* an earlier message stays first, whichever thread ran the failed expert */
+    qc_err_save(&pre);
+    qc_par_for(E, (E + EXPERT_PIECES - 1) / EXPERT_PIECES, experts_piece, c);
     rc = QC_OK;
     for (int64_t e = 0; e < E && !rc; e++)
-      if ((rc = c->rc[e])) qc_err_keep(&c->es[e]);
+      if ((rc = c->rc[e])) qc_err_restore(&c->es[e]);
+    if (rc) qc_err_keep(&pre);
+    else qc_err_restore(&pre);
   }
   free(c->rc);
   free(c->es);
@@ -105,6 +104,14 @@ static int experts_checked(expert_checks *c, int64_t E) {
   return rc;
 }
 
+/* The stacked parameters' deployed bytes (m's class row stacked_deployed,
+ * "KEY P1 P2 ..."): every expert of each P with saved/<P>_q compared byte
+ * for byte under the format KEY names and m's profile (auto: identified on
+ * the first expert with bytes, then used for all), one `quantizer/<P>`
+ * check per parameter naming the experts whose bytes differ (global ids:
+ * the index along the stacked dimension of the whole module). Bytes the
+ * contract leaves without a format, or scales without their payload, are
+ * refused. *handled = 1 when m's class has stacked parameters. */
 static int check_stacked(qc_audit *a, qc_module *m, int *handled) {
   const char *spec = m->cls->stacked_deployed;
   *handled = spec != NULL;

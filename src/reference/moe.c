@@ -159,6 +159,11 @@ typedef struct mlp {
   double *aq;  /* [n, F] dequant(quant(a)) under afmt, the operand of y = W2 a */
 } mlp;
 
+/* The memo's tag of expert e's dequant(quant(.)) under fmt and prof. */
+static void fq_tag(char *tag, size_t cap, const char *fmt, const char *prof, int64_t e) {
+  snprintf(tag, cap, "moe fake_quant %s %s %lld", fmt, prof ? prof : "", (long long)e);
+}
+
 /* dequant(quant(a)) in place for [rows, cols] under fmt (NULL or "none":
  * unchanged), round to nearest: the numerics library's quantizer, which
  * takes float32 (a float64 value is narrowed to float32 first, as a
@@ -168,11 +173,6 @@ typedef struct mlp {
  * (core/memo.h) for the module's other references: its forward check,
  * the terms' run and the variants quantize each expert once. src NULL: a
  * is anything else, nothing kept. */
-/* The memo's tag of expert e's dequant(quant(.)) under fmt and prof. */
-static void fq_tag(char *tag, size_t cap, const char *fmt, const char *prof, int64_t e) {
-  snprintf(tag, cap, "moe fake_quant %s %s %lld", fmt, prof ? prof : "", (long long)e);
-}
-
 static int fq_of(const qc_tensor *src, int64_t e, const char *fmt, const char *prof, int64_t rows, int64_t cols, double *a,
                  const char *what) {
   if (!fmt || strcmp(fmt, "none") == 0 || rows * cols == 0) return QC_OK;

@@ -36,20 +36,19 @@ typedef struct rope_job {
   int64_t H, D, R;
   int inter, fwd, ab, rnd;
   double s, off, k, theta;
-  volatile int nomem;  /* a piece could not allocate its angles */
+  int nomem[QC_PAR_MAX]; /* piece tid could not allocate its angles */
 } rope_job;
 
 /* Tokens [lo, hi): each token's angles once (the same for its H heads),
  * then its heads, each element alone: any thread count gives the same
  * values. */
 static void rope_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
   rope_job *J = ctx;
   const int64_t H = J->H, D = J->D, R = J->R;
   const int ab = J->ab, rnd = J->rnd, inter = J->inter;
   double *cs = malloc((size_t)(R + 2) * sizeof *cs), *ph = malloc((size_t)(R / 2 + 1) * sizeof *ph);
   if (!cs || !ph) {
-    J->nomem = 1;
+    J->nomem[tid] = 1;
     free(cs);
     free(ph);
     return;
@@ -121,7 +120,8 @@ static int rope_apply(const qc_ctx *ctx, const qc_module *m, const double *v, in
   rope_job j = {.v = v, .out = out, .p = p, .f = f, .H = H, .D = D, .R = R, .inter = inter, .fwd = fwd, .ab = ab, .rnd = rnd,
                 .s = s, .off = off, .k = k, .theta = theta};
   qc_par_for(T, 1 + ((int64_t)1 << 14) / (H * D + 1), rope_rows, &j);
-  if (j.nomem) rc = qc_err_sys("out of memory: the rotation of a token (reference rope)");
+  for (int i = 0; i < QC_PAR_MAX; i++)
+    if (j.nomem[i]) rc = qc_err_sys("out of memory: the rotation of a token (reference rope)");
   free(p);
   free(f);
   return rc;

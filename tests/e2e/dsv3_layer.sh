@@ -34,7 +34,7 @@ P
 # the dumper's self-check of its MoE block (qatdump_hf.reproduces): a
 # float32 sum of 7168 terms in another order is the same block (an
 # elementwise atol of 1e-6 refused DeepSeek-V3's real dims on the CPU);
-# one expert's weight 1% off is not
+# one expert's weight 1% off is not, nor an output with an Inf
 $PY2 - <<'P' && ok "the dumper's block self-check: sum order passes, a 1% wrong expert is refused" || bad "qatdump_hf.reproduces"
 import sys
 sys.path.insert(0, "scripts")
@@ -50,6 +50,8 @@ assert ok, rel
 w2 = w.clone(); w2[:, :64] *= 1.01
 ok, rel = H.reproduces(ref, x @ w2)
 assert not ok and rel > 1e-4, rel
+inf = ref.clone(); inf[0, 0] = float("inf")
+assert not H.reproduces(inf, ref)[0] and not H.reproduces(ref, inf)[0], "an Inf output reproduced"
 P
 sed 's/^/  /' "$T/log"
 finish
