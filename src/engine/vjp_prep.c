@@ -44,13 +44,6 @@ int qc_vjp_set_contract(qc_module *m, const qc_case *cs, const char *dump_contra
   return !explicit_profile && takes_profile(m) ? qc_contract_set(&m->contract, "profile", "auto", 0, 0) : QC_OK;
 }
 
-/* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check that
- * qatcheck's quantizer (contract's weight_format, profile, rounding)
- * reproduces them byte for byte. The profile is the contract's (the case's,
- * --profile's); absent or auto, every profile is tried and the first that
- * reproduces the bytes becomes the module's (the check says which and why;
- * none: the check fails naming the closest, and vllm is used). No check
- * when there are no saved bytes; then auto means vllm. */
 /* Every expert's deployed bytes of one stacked parameter, checked on
  * qc_par_for's threads (an expert's check is serial in its comparisons: a
  * 256-expert layer's took minutes on one core), each expert into its own
@@ -219,6 +212,13 @@ static int check_stacked(qc_audit *a, qc_module *m, int *handled) {
   return QC_OK;
 }
 
+/* Deployed bytes: when m's saved/ holds weight_q, a `quantizer` check that
+ * qatcheck's quantizer (contract's weight_format, profile, rounding)
+ * reproduces them byte for byte. The profile is the contract's (the case's,
+ * --profile's); absent or auto, every profile is tried and the first that
+ * reproduces the bytes becomes the module's (the check says which and why;
+ * none: the check fails naming the closest, and vllm is used). No check
+ * when there are no saved bytes; then auto means vllm. */
 int qc_vjp_check_deployed(qc_audit *a, qc_module *m) {
   int handled, rc = check_stacked(a, m, &handled);
   if (rc || handled) return rc;
