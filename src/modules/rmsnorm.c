@@ -111,15 +111,24 @@ typedef struct norm_pass {
   double *col;                 /* [D]: the terms of d_weight or d_bias */
 } norm_pass;
 
+/* A row's float64 mean (0 unless center) and mean square about it, each
+ * term divided by D as it is added. */
+static void row_stats(const double *xr, int64_t D, int center, double *mu, double *ms) {
+  double m = 0, v = 0;
+  for (int64_t i = 0; center && i < D; i++) m += xr[i] / (double)D;
+  for (int64_t i = 0; i < D; i++) v += (xr[i] - m) * (xr[i] - m) / (double)D;
+  *mu = m;
+  *ms = v;
+}
+
 static void fwd_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   const norm_pass *p = ctx;
   const int64_t D = p->D;
   for (int64_t r = lo; r < hi; r++) {
     const double *xr = p->x + r * D;
-    double mu = 0, ms = 0;
-    for (int64_t i = 0; p->center && i < D; i++) mu += xr[i] / (double)D;
-    for (int64_t i = 0; i < D; i++) ms += (xr[i] - mu) * (xr[i] - mu) / (double)D;
+    double mu, ms;
+    row_stats(xr, D, p->center, &mu, &ms);
     for (int64_t i = 0; i < D; i++) p->y[r * D + i] = (xr[i] - mu) / sqrt(ms + p->eps) * p->w[i] + (p->b ? p->b[i] : 0.0);
   }
 }
@@ -133,9 +142,8 @@ static void terms_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   const double *w = p->w;
   for (int64_t r = lo; r < hi; r++) {
     const double *xr = p->x + r * D, *gr = p->g + r * D;
-    double mu = 0, var = 0, sa = 0, sax = 0, sac = 0, ss = 0;
-    for (int64_t i = 0; p->center && i < D; i++) mu += xr[i] / (double)D;
-    for (int64_t i = 0; i < D; i++) var += (xr[i] - mu) * (xr[i] - mu) / (double)D;
+    double mu, var, sa = 0, sax = 0, sac = 0, ss = 0;
+    row_stats(xr, D, p->center, &mu, &var);
     const double rstd = 1.0 / sqrt(var + p->eps);
     p->mu[r] = mu;
     p->rstd[r] = rstd;
@@ -241,9 +249,8 @@ int qc_mod_norm_dx_without(const qc_module *m, const qc_tensor *dy, int center, 
   double *o = pred->data;
   for (int64_t r = 0; r < R; r++) {
     const double *xr = x + r * D, *gr = g + r * D;
-    double mu = 0, var = 0, sg = 0, sgx = 0;
-    for (int64_t i = 0; center && i < D; i++) mu += xr[i] / (double)D;
-    for (int64_t i = 0; i < D; i++) var += (xr[i] - mu) * (xr[i] - mu) / (double)D;
+    double mu, var, sg = 0, sgx = 0;
+    row_stats(xr, D, center, &mu, &var);
     const double rstd = 1.0 / sqrt(var + eps);
     for (int64_t i = 0; i < D; i++) {
       sg += gr[i] * w[i];
