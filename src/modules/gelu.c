@@ -82,7 +82,7 @@ const qc_class qc_class_gelu = {
     .fd_shape = "9,21",
     .tol_model = gelu_tol_model,
     .validate = qc_mod_unary_validate,
-    .round_ops = 1, /* reference variant: the tanh form with every op in bf16 (torch 1.13's CPU) */
+    .round_ops = 1, /* reference variant: every op in bf16 (torch 1.13 on the CPU) */
     .hypotheses = "factor sign rows zero dy_precision nonfinite",
     .hyps = gelu_hyps,
 };
