@@ -1095,11 +1095,15 @@ def run_one(arch, plant, out, a):
         # a bf16 model as from_pretrained(torch_dtype=...) makes it: every
         # parameter in bf16, the rotary inv_freq buffers kept in float32
         # (.to() alone rounds them too, and every rope then turns by other
-        # angles than the config's theta says)
+        # angles than the config's theta says: at 1024 positions the
+        # rotation's y is 5% off). Every buffer named *inv_freq is kept as
+        # built, in float32: 4.49's inv_freq, 5.x's original_inv_freq too
+        # (a buffer there, which .to() rounds) and Gemma 3's per layer type
+        keep = [(m, n, b.detach().clone()) for m in model.modules() for n, b in m.named_buffers(recurse=False)
+                if n.endswith("inv_freq") and b.is_floating_point()]
         model.to(getattr(torch, a.dtype))
-        for m in model.modules():
-            if hasattr(m, "original_inv_freq") and torch.is_tensor(getattr(m, "inv_freq", None)):
-                m.inv_freq = m.original_inv_freq.to(device=m.inv_freq.device, dtype=torch.float32)
+        for m, n, b in keep:
+            setattr(m, n, b.to(dtype=torch.float32))
     seq = a.seq or (12 if a.size == "tiny" else 1024)
     ids, mask = batch(model, a.batch, seq, a.seed + 1, a.device)
     dump = os.path.join(out, "step.h5")
