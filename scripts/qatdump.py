@@ -35,7 +35,12 @@ parameter does not require grad (and no d_ gradient is written for it),
 not record (non-tensor arguments, tensors inside lists, non-tensor outputs,
 uint8 tensors of unknown element type), each also raised as a warning,
 `autocast` on each module group: "off", or the dtype torch.autocast ran in
-when the module was called ("mixed" when its calls differ). Each tensor is
+when the module was called ("mixed" when its calls differ),
+`cpu_bf16_gemm_acc` on a module group called on the CPU in bf16 (a bf16
+input or parameter, or CPU autocast to bf16): "float32" or "bfloat16", how
+this torch accumulates bf16 GEMMs on this CPU (measured once: torch 1.13
+accumulates them in bf16 on CPUs without AVX-512; qatcheck refuses, as
+cannot judge, a class that multiplies matrices there). Each tensor is
 written in the dtype it had (bfloat16 and float8 with a `dtype` attribute).
 
 Sharded runs (tensor, vocab, sequence, expert parallel or FSDP flat shards;
@@ -361,6 +366,37 @@ def _autocast_on(device):
         return bool(getattr(torch, "is_autocast_cpu_enabled", lambda: False)())
 
 
+_CPU_BF16_GEMM_ACC = []  # the probe's answer, once per process
+
+
+def _cpu_bf16_gemm_acc():
+    """How this torch accumulates bf16 GEMMs on this CPU: "float32" or
+    "bfloat16", measured once. torch 1.13 hands them to oneDNN (float32
+    accumulation) only on CPUs with AVX-512; elsewhere its own kernels
+    (gemm_notrans_ and the batched baddbmm in aten/src/ATen/native/cpu at
+    v1.13.1) add each product into the bf16 output: measured on an AVX2
+    AMD EPYC, a linear's d_x and d_weight and a bmm at K = 512 differ from
+    the float32-accumulated product rounded once by 0.7% to 2.6% (rel L2),
+    where float32 accumulation differs by ~0 (torch 2.11: 1e-8). A linear's
+    forward, its backward and a bmm are probed; any beyond 2^-9 is
+    "bfloat16"."""
+    if not _CPU_BF16_GEMM_ACC:
+        bf = torch.bfloat16
+        g = torch.Generator().manual_seed(0)
+        x, w, dy = (torch.randn(*s, generator=g).to(bf) for s in ((32, 512), (48, 512), (32, 48)))
+        q, k = (torch.randn(*s, generator=g).to(bf) for s in ((4, 32, 512), (4, 512, 40)))
+        with torch.enable_grad():
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            torch.nn.functional.linear(xg, wg).backward(dy)
+            y = torch.nn.functional.linear(x, w)
+        xf, wf, dyf = x.float(), w.float(), dy.float()
+        pairs = ((y, xf @ wf.t()), (xg.grad, dyf @ wf), (wg.grad, dyf.t() @ xf),
+                 (torch.matmul(q, k), torch.matmul(q.float(), k.float())))
+        worst = max(float((a.float() - b.to(bf).float()).norm() / b.norm()) for a, b in pairs)
+        _CPU_BF16_GEMM_ACC.append("bfloat16" if worst > 2.0 ** -9 else "float32")
+    return _CPU_BF16_GEMM_ACC[0]
+
+
 def _autocast_state():
     """(device, dtype name) of the autocast on at this call (CUDA's first),
     or None when it is off."""
@@ -399,6 +435,7 @@ class _Record:
         self.tied = []          # parameter names read through a per-site alias (mode tied)
         self.by_call = {}       # mode tied: {call: {kind: {name: [gradients]}}}
         self.autocast = None    # "off", or the dtype autocast ran in, at the module's call(s) ("mixed": calls differ)
+        self.cpu_bf16 = False   # a call ran on the CPU in bf16 (a bf16 input or parameter, or CPU autocast bf16)
         self.fsdp1 = None       # (flat_param, wrapper, {param: (offset, numel, shape)}) under FSDP1
         self.fsdp2 = None       # (reduce, [param names]) under FSDP2
         self.hooked = {"input_grads": [], "param_grads": []}  # names given a gradient hook (taps, parameters)
@@ -644,6 +681,9 @@ class Dumper:
         rec.bf16_compute = any(d == torch.bfloat16 for d in fl) and not autocast
         state = autocast[1] if autocast else "off"
         rec.autocast = state if rec.autocast in (None, state) else "mixed"
+        on_cpu = all(t.device.type == "cpu" for t in rec.inputs.values() if torch.is_tensor(t))
+        if on_cpu and (autocast == ("cpu", "bfloat16") or (not autocast and any(d == torch.bfloat16 for d in fl))):
+            rec.cpu_bf16 = True
         for pname, v in slots:
             if torch.is_tensor(v) or v is None:
                 continue
@@ -1209,6 +1249,8 @@ class Dumper:
         g.attrs["not_captured"] = json.dumps(list(dict.fromkeys(rec.not_captured)))
         if rec.autocast is not None:  # evidence for qatcheck's reference variants (docs/tolerances.md)
             g.attrs["autocast"] = rec.autocast
+        if rec.cpu_bf16:  # qatcheck refuses GEMM classes whose producer accumulated them in bf16
+            g.attrs["cpu_bf16_gemm_acc"] = _cpu_bf16_gemm_acc()
         for role, d in (("inputs", ins), ("outputs", outs), ("saved", saveds),
                         ("grad_out", dys)):
             if d:

@@ -361,6 +361,15 @@ static int audit_sharded(qc_audit *a, const qc_case *cs, const char *profile, qc
     for (int r = 0; r < W && !rc; r++) rc = judge_rank(a, row, &w, rf, W, r, j, &ref, mean);
     qc_tset_free(&ref);
   }
+  for (int r = 0; r < W && !rc; r++) { /* any rank's producer summing bf16 GEMMs in bf16 (qc_vjp_check_gemm_acc) */
+    char acc[32] = "", where[QC_PATHLEN + 1100];
+    qc_err_state es; /* absent: not recorded */
+    qc_err_save(&es);
+    if (qc_dump_get_attr(rf[r].d, e->path, "cpu_bf16_gemm_acc", acc, sizeof acc) != QC_OK) acc[0] = 0;
+    qc_err_restore(&es);
+    snprintf(where, sizeof where, "dump '%s': module '%s'", qc_dump_path(rf[r].d), e->path);
+    rc = qc_vjp_check_gemm_acc(&w, acc, a->res, first, where);
+  }
   if (!rc && a->info) {
     if (!(mi = qc_malloc(sizeof *mi, "module facts"))) { rc = QC_ESYS; goto done; }
     if (!(rc = qc_modinfo_fill(mi, &w, "dump", "dump", NULL))) {

@@ -257,6 +257,7 @@ typedef struct load_slot {
   char contract[4096];
   char frozen[1024];      /* "/d_weight/d_bias/": gradients of parameters marked frozen="1" */
   char autocast[32];      /* the group's attribute autocast ("off", a dtype; "": not recorded) */
+  char gemm_acc[32];      /* the group's attribute cpu_bf16_gemm_acc ("": not recorded) */
   int loaded;
 } load_slot;
 
@@ -280,11 +281,13 @@ static int load_entry(void *arg, int item, int k) {
   int rc = qc_dump_load_module(L->d, path, L->with_grads, &s->m, s->contract, sizeof s->contract);
   s->loaded = rc == QC_OK;
   if (!rc && L->ckpt) rc = qc_ckpt_params(L->ckpt, L->prefix, &s->m);
-  s->frozen[0] = s->autocast[0] = 0;
+  s->frozen[0] = s->autocast[0] = s->gemm_acc[0] = 0;
   if (!rc) { /* qatdump records whether autocast was on at the module's call: evidence for engine/variants.c */
     qc_err_state es;
     qc_err_save(&es);
     if (qc_dump_get_attr(L->d, path, "autocast", s->autocast, sizeof s->autocast) != QC_OK) s->autocast[0] = 0;
+    /* and how its producer accumulated bf16 GEMMs on the CPU (qc_vjp_check_gemm_acc) */
+    if (qc_dump_get_attr(L->d, path, "cpu_bf16_gemm_acc", s->gemm_acc, sizeof s->gemm_acc) != QC_OK) s->gemm_acc[0] = 0;
     qc_err_restore(&es);
   }
   for (int j = 0; !rc && j < s->m.params.n; j++) { /* qatdump marks frozen parameters */
@@ -407,6 +410,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
       a->autocast = cur->autocast;
       if (qc_verbose) fprintf(stderr, "qatcheck: auditing %s\n", m->path);
       rc = audit_described(a, m, first, t0, NULL, a->split && a->split[gidx[i]] ? gidx[i] : -1);
+      if (!rc) rc = qc_vjp_check_gemm_acc(m, cur->gemm_acc, a->res, first, where);
       a->frozen = a->autocast = NULL;
       if (qc_verbose) /* where a module's time went besides its gradients' lines: the read, the forward checks */
         fprintf(stderr, "qatcheck: %s: %.3f s in all, %.3f s of it waiting for its read, %.3f s checking its inputs\n", m->path,

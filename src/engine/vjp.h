@@ -24,6 +24,13 @@ int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path);
  * profile becomes the first that does); otherwise an auto profile becomes
  * vllm. QC_OK or a status with the error set. */
 int qc_vjp_check_deployed(qc_audit *a, qc_module *m);
+/* m's failed checks attributable, after its audit put its checks at
+ * res->v[first..]: QC_EINPUT (cannot judge) when its class multiplies
+ * matrices (qc_class.bf16_gemm), its group's cpu_bf16_gemm_acc (acc, ""
+ * when absent) is "bfloat16" (the producer's bf16 GEMMs add each product
+ * into a bf16 sum, which qatcheck does not model) and a check with
+ * metrics failed; passes stand. where names the dump and module. */
+int qc_vjp_check_gemm_acc(const qc_module *m, const char *acc, const qc_results *res, int first, const char *where);
 
 /* ---- a module that received no token (vjp_empty.c) ---------------------------
  * 1 when every inputs/ and grad_out/ dataset of m is empty (0 elements):

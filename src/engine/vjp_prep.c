@@ -305,3 +305,30 @@ int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
   m->grad_out.n = w;
   return QC_OK;
 }
+
+/* m's failed checks attributable (vjp.h). A bf16 sum of K products has a
+ * relative error near sqrt(K) 2^-8 (docs/tolerances.md: `tol --acc-dtype
+ * bfloat16` refuses it), and torch 1.13's own CPU kernels sum that way
+ * where oneDNN is off. The attribute says what qatdump measured of the
+ * producer's kernels, not whether this module called them (a custom
+ * Function may compute in float32): a module that passes the float32
+ * model passed a tighter bound than any bf16 sum allows and stands; one
+ * that fails cannot be told from a correct one summed in bf16. A class
+ * without GEMMs is judged whatever the attribute says. */
+int qc_vjp_check_gemm_acc(const qc_module *m, const char *acc, const qc_results *res, int first, const char *where) {
+  if (!acc[0] || strcmp(acc, "float32") == 0) return QC_OK;
+  if (strcmp(acc, "bfloat16") != 0)
+    return qc_err("%s: attribute 'cpu_bf16_gemm_acc' is '%.32s': expected float32 or bfloat16", where, acc);
+  if (!m->cls->bf16_gemm) return QC_OK;
+  for (int i = first; i < res->n; i++) {
+    const qc_check *c = &res->v[i];
+    if (c->verdict != QC_V_FAIL || !c->has_metrics) continue; /* the deployed bytes do not depend on a GEMM */
+    qc_hint("a bf16 accumulator leaves no reliable digits; dump the step under torch 2 (its CPU GEMMs accumulate "
+            "bf16 in float32), on a CPU with AVX-512, or on the GPU, or leave this module out of data.modules");
+    return qc_err("%s: cannot judge: its %s check %s failed, and attribute 'cpu_bf16_gemm_acc' is 'bfloat16': its "
+                  "producer adds bf16 GEMM products into a bf16 sum (torch 1.13 on a CPU without AVX-512), which "
+                  "qatcheck does not model",
+                  where, c->kind[0] ? c->kind : c->dy, c->tensor);
+  }
+  return QC_OK;
+}

@@ -293,13 +293,14 @@ static int kid_item(void *arg, const qc_h5obj *o) {
 /* Module group g's attributes and children are ones the reader models:
  * QC_OK, or QC_EINPUT naming the first other one. */
 static int check_group(qc_dump *d, const qc_h5obj *g, const char *path) {
-  static const char *attrs[] = {"class", "contract", "not_captured", "parallel", "grad_reduce", "autocast"};
+  static const char *attrs[] = {"class", "contract", "not_captured", "parallel", "grad_reduce", "autocast", "cpu_bf16_gemm_acc"};
   for (int i = 0; i < g->nattr; i++) {
     int known = 0;
     for (size_t j = 0; j < sizeof attrs / sizeof attrs[0]; j++) known |= strcmp(g->attr[i].name, attrs[j]) == 0;
     if (!known)
       return qc_err("dump '%s': module '%s': attribute '%s' is not one qatcheck reads (class, contract, not_captured, "
-                    "parallel, grad_reduce, autocast): it would be ignored; put settings in the 'contract' attribute",
+                    "parallel, grad_reduce, autocast, cpu_bf16_gemm_acc): it would be ignored; put settings in the 'contract' "
+                    "attribute",
                     d->path, path, g->attr[i].name);
   }
   kids_ctx c = {.d = d, .path = path};

@@ -551,6 +551,7 @@ static int attention_validate(const qc_module *m, const qc_tensor *dy) {
 const qc_class qc_class_attention = {
     .name = "attention",
     .summary = "scaled dot-product attention (causal, sliding window, softcap, GQA) from the saved O and LSE, flash-attention style: d_q, d_k, d_v",
+    .bf16_gemm = 1,
     .tensors = "inputs/q inputs/k inputs/v saved/out saved/lse outputs/y",
     .grads = "d_q d_k d_v",
     .shape_help = "[B, Hq, Hkv, S, D] or [B, Hq, Hkv, S, D, Dv]: batch, query heads, kv heads, sequence, head_dim, v's "

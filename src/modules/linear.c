@@ -441,6 +441,7 @@ static const qc_grad_reads linear_reads[] = {
 const qc_class qc_class_linear = {
     .name = "linear",
     .summary = "Y = X W^T + b: d_x, d_weight, d_bias under a weight/activation quantization contract",
+    .bf16_gemm = 1,
     .tensors = "inputs/x params/weight params/bias saved/weight_q saved/weight_scale saved/weight_scale_inv saved/weight_scale_2 saved/weight_global_scale outputs/y",
     .grads = "d_x d_weight d_bias",
     .grad_reads = linear_reads,

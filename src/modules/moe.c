@@ -893,6 +893,7 @@ const qc_class qc_class_moe = {
     .name = "moe",
     .summary = "routed experts with fixed top-k ids: sort, grouped GEMMs, swiglu|relu2, restore, weighted sum, optional shared "
                "experts (gated or not): d_x, d_w1, d_w2, d_topk_weights, d_shared_w1, d_shared_w2, d_shared_gate",
+    .bf16_gemm = 1,
     .tensors = "inputs/x inputs/topk_weights saved/topk_weights saved/topk_ids params/w1 params/w2 params/shared_w1 "
                "params/shared_w2 params/shared_gate saved/fc1_out saved/w1_q saved/w1_scale saved/w1_scale_inv "
                "saved/w1_scale_2 saved/w1_global_scale saved/w2_q saved/w2_scale saved/w2_scale_inv saved/w2_scale_2 "
