@@ -20,13 +20,15 @@
 # needs a GPU to capture (tests/e2e/cuda_graph.sh); here its judgement runs
 # on the dumps an H200 made (tests/data/torch/cuda_graph/). Each module
 # group records autocast ("bfloat16" under torch.autocast, "off" outside).
-# Skips (77)
-# without torch.
+# The dumps come from a torch that sums CPU bf16 GEMMs in float32 (lib.inc's
+# torch_f32acc: torch 2, or torch 1.13 with AVX-512), as the linear class
+# models; skips (77) without one, or without torch.
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/qatdump.inc"
+torch_f32acc || { echo "skip: no torch here sums CPU bf16 GEMMs in float32 (torch 2 missing, torch 1.13 without AVX-512)"; exit 77; }
 D=$T/d
 mkdir -p "$D"
-"$PY" "$HERE/exec_modes.py" "$D/eager.h5:eager" "$D/plain.h5:eager:plain" \
+$PYF "$HERE/exec_modes.py" "$D/eager.h5:eager" "$D/plain.h5:eager:plain" \
   "$D/recompute_ok.h5:recompute" "$D/recompute_nonreentrant.h5:recompute:nonreentrant" "$D/recompute_reseed.h5:recompute:reseed" "$D/recompute_rescale.h5:recompute:rescale" \
   "$D/autocast_ok.h5:autocast" \
   "$D/grad_accum_ok.h5:grad_accum" "$D/grad_accum_zero_grad.h5:grad_accum:zero_grad" \
