@@ -29,7 +29,8 @@ int qc_vjp_check_deployed(qc_audit *a, qc_module *m);
  * matrices (qc_class.bf16_gemm), its group's cpu_bf16_gemm_acc (acc, ""
  * when absent) is "bfloat16" (the producer's bf16 GEMMs add each product
  * into a bf16 sum, which qatcheck does not model) and a check with
- * metrics failed; passes stand. where names the dump and module. */
+ * metrics failed within the error such a sum can make; passes stand, and
+ * so do failures beyond that reach. where names the dump and module. */
 int qc_vjp_check_gemm_acc(const qc_module *m, const char *acc, const qc_results *res, int first, const char *where);
 
 /* ---- a module that received no token (vjp_empty.c) ---------------------------

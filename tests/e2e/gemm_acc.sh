@@ -7,7 +7,8 @@
 #   under the float32 model stands);
 # - "bfloat16" on a linear whose d_x is 1% off: cannot judge (exit 2, one
 #   line naming the module, the check and the attribute; an error report);
-#   "float32" on the same: fails (exit 1);
+#   "float32" on the same: fails (exit 1); "bfloat16" on a d_x twice what
+#   it should be, farther off than a bf16 sum can err: fails (exit 1);
 # - a value other than float32 or bfloat16: refused naming both;
 # - "bfloat16" on a gelu (no GEMM) whose d_x is doubled: still fails (exit 1).
 . "$(dirname "$0")/lib.inc"
@@ -26,10 +27,12 @@ f = h5py.File(sys.argv[1], "a")
 g = f[sys.argv[2]]
 if sys.argv[3] != "-":
     g.attrs["cpu_bf16_gemm_acc"] = sys.argv[3]
-if float(sys.argv[4]) != 1.0:
+if float(sys.argv[4]) != 1.0:  # the bf16 values (stored as their uint16 bits) scaled, rounded to nearest even
     for dy in g["grads"]:
         d = g["grads/%s/d_x" % dy]
-        d[...] = (d[...].astype(np.float64) * float(sys.argv[4])).astype(d.dtype)
+        v = (d[...].astype(np.uint32) << 16).view(np.float32) * np.float32(sys.argv[4])
+        b = v.view(np.uint32)
+        d[...] = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
 P
   printf '{"module": "linear", "data": {"dump": "%s.h5", "modules": "^/model\\\\."}, "candidate": "dump",\n%s}\n' "$1" "$TOL" >"$T/$1.json"
 }
@@ -42,9 +45,11 @@ expect_exit 1 "cpu_bf16_gemm_acc float32, d_x 1% off: fails" "$QATCHECK" vjp --c
 plant b16_bad bfloat16 1.01
 expect_exit 2 "cpu_bf16_gemm_acc bfloat16, d_x 1% off: cannot judge" "$QATCHECK" vjp --case "$T/b16_bad.json" --json "$T/b16_bad.r.json"
 [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] &&
-  grep -q "module '$G': cannot judge: its dy check d_x failed, and attribute 'cpu_bf16_gemm_acc' is 'bfloat16'" "$T/err" &&
+  grep -q "module '$G': cannot judge: its dy check d_x failed at rel_l2 0.01[0-9]*, within the 0.0609 a bf16 sum of 64 products can err, and attribute 'cpu_bf16_gemm_acc' is 'bfloat16'" "$T/err" &&
   error_or_none "$T/b16_bad.r.json" && ok "one error line naming the module, d_x and the attribute; an error report" ||
   bad "the refusal: $(cat "$T/err")"
+plant b16_gross bfloat16 2
+expect_exit 1 "cpu_bf16_gemm_acc bfloat16, d_x doubled (beyond a bf16 sum's reach): fails" "$QATCHECK" vjp --case "$T/b16_gross.json"
 plant odd bf16 1
 expect_exit 2 "cpu_bf16_gemm_acc 'bf16' is refused" "$QATCHECK" vjp --case "$T/odd.json"
 grep -q "attribute 'cpu_bf16_gemm_acc' is 'bf16': expected float32 or bfloat16" "$T/err" &&

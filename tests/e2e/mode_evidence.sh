@@ -18,15 +18,18 @@
 #   tied         a site without its share (a lost share passed); sites that
 #                name no module
 # and a tie whose first site is not selected is judged (exit 1, planted).
-# Skips (77) without torch.
+# The dumps come from a torch that sums CPU bf16 GEMMs in float32 (lib.inc's
+# torch_f32acc), as exec_modes.sh's do. Skips (77) without one, or without
+# torch.
 . "$(dirname "$0")/lib.inc"
 . "$(dirname "$0")/qatdump.inc"
+torch_f32acc || { echo "skip: no torch here sums CPU bf16 GEMMs in float32 (torch 2 missing, torch 1.13 without AVX-512)"; exit 77; }
 D=$T/d
 mkdir -p "$D"
-"$PY" "$HERE/exec_modes.py" "$D/eager.h5:eager" "$D/plain.h5:eager:plain" "$D/recompute_ok.h5:recompute" \
+$PYF "$HERE/exec_modes.py" "$D/eager.h5:eager" "$D/plain.h5:eager:plain" "$D/recompute_ok.h5:recompute" \
   "$D/autocast_ok.h5:autocast" "$D/grad_accum_ok.h5:grad_accum" "$D/grad_accum_zero_grad.h5:grad_accum:zero_grad" \
   "$D/tied_ok.h5:tied" "$D/tied_storage.h5:tied:storage" >"$T/py.txt" 2>&1 &&
-  "$PY" "$HERE/mode_evidence.py" "$D" >>"$T/py.txt" 2>&1 || { cat "$T/py.txt"; echo "FAIL: dumping"; exit 1; }
+  $PYF "$HERE/mode_evidence.py" "$D" >>"$T/py.txt" 2>&1 || { cat "$T/py.txt"; echo "FAIL: dumping"; exit 1; }
 
 # vjp NAME EAGER REGEX: vjp on dump NAME's linears (the trainer's gradients, tolerances derived),
 # with --eager EAGER unless "-"
