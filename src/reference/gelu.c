@@ -17,8 +17,10 @@
  * tokens) only the rounded arithmetic reproduces.
  * The erf form in bf16, as torch 1.13 computes it where oneDNN's bf16
  * path is off (GeluKernelImpl and GeluBackwardKernelImpl in
- * aten/src/ATen/native/cpu/Activation.cpp at v1.13.1, scalar_t BFloat16:
- * CPUs without AVX-512; measured on Debian's 1.13.1+dfsg-4, an AVX2 AMD
+ * aten/src/ATen/native/cpu/Activation.cpp at v1.13.1, scalar_t BFloat16;
+ * gelu_out_cpu in aten/src/ATen/native/Activation.cpp takes oneDNN only
+ * where mkldnn_bf16_device_check() finds avx512bw, avx512vl and avx512dq;
+ * measured on Debian's 1.13.1+dfsg-4, an AVX2 AMD
  * EPYC: all of 2^22 elements equal, forward and backward), constants
  * alpha = b(sqrt(1/2)) = 0.70703125 and beta = b(1/sqrt(2 pi)) =
  * 0.3984375 (1.3e-3 below; the derivative's bias z -55 at 4M elements
