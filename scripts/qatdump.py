@@ -375,26 +375,33 @@ def _cpu_bf16_gemm_acc():
     accumulation) only on CPUs with AVX-512; elsewhere its own kernels
     (gemm_notrans_ and the batched baddbmm in aten/src/ATen/native/cpu at
     v1.13.1) add each product into the bf16 output: measured on an AVX2
-    AMD EPYC, a linear's d_x and d_weight and a bmm at K = 512 differ from
-    the float32-accumulated product rounded once by 0.7% to 2.6% (rel L2),
-    where float32 accumulation differs by ~0 (torch 2.11: 1e-8). A linear's
-    forward, its backward and a bmm are probed; any beyond 2^-9 is
+    AMD EPYC, a linear's d_x (K = 48) and d_weight (K = 32) and a bmm
+    (K = 512) differ from the float32-accumulated product rounded once by
+    0.7% to 2.6% (rel L2), where float32 accumulation differs by ~0 (torch
+    2.11: 1e-8). A linear's forward, its backward and a bmm are probed,
+    outside any autocast and inference mode; any beyond 2^-9 is
     "bfloat16"."""
     if not _CPU_BF16_GEMM_ACC:
-        bf = torch.bfloat16
-        g = torch.Generator().manual_seed(0)
-        x, w, dy = (torch.randn(*s, generator=g).to(bf) for s in ((32, 512), (48, 512), (32, 48)))
-        q, k = (torch.randn(*s, generator=g).to(bf) for s in ((4, 32, 512), (4, 512, 40)))
-        with torch.enable_grad():
-            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-            torch.nn.functional.linear(xg, wg).backward(dy)
-            y = torch.nn.functional.linear(x, w)
-        xf, wf, dyf = x.float(), w.float(), dy.float()
-        pairs = ((y, xf @ wf.t()), (xg.grad, dyf @ wf), (wg.grad, dyf.t() @ xf),
-                 (torch.matmul(q, k), torch.matmul(q.float(), k.float())))
-        worst = max(float((a.float() - b.to(bf).float()).norm() / b.norm()) for a, b in pairs)
-        _CPU_BF16_GEMM_ACC.append("bfloat16" if worst > 2.0 ** -9 else "float32")
+        with torch.autocast("cpu", enabled=False), torch.inference_mode(False):
+            _CPU_BF16_GEMM_ACC.append(_probe_bf16_gemm())
     return _CPU_BF16_GEMM_ACC[0]
+
+
+def _probe_bf16_gemm():
+    """_cpu_bf16_gemm_acc's measurement."""
+    bf = torch.bfloat16
+    g = torch.Generator().manual_seed(0)
+    x, w, dy = (torch.randn(*s, generator=g).to(bf) for s in ((32, 512), (48, 512), (32, 48)))
+    q, k = (torch.randn(*s, generator=g).to(bf) for s in ((4, 32, 512), (4, 512, 40)))
+    with torch.enable_grad():
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        torch.nn.functional.linear(xg, wg).backward(dy)
+        y = torch.nn.functional.linear(x, w)
+    xf, wf, dyf = x.float(), w.float(), dy.float()
+    pairs = ((y, xf @ wf.t()), (xg.grad, dyf @ wf), (wg.grad, dyf.t() @ xf),
+             (torch.matmul(q, k), torch.matmul(q.float(), k.float())))
+    worst = max(float((a.float() - b.to(bf).float()).norm() / b.norm()) for a, b in pairs)
+    return "bfloat16" if worst > 2.0 ** -9 else "float32"
 
 
 def _autocast_state():

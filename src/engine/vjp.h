@@ -28,9 +28,11 @@ int qc_vjp_check_deployed(qc_audit *a, qc_module *m);
  * res->v[first..]: QC_EINPUT (cannot judge) when its class multiplies
  * matrices (qc_class.bf16_gemm), its group's cpu_bf16_gemm_acc (acc, ""
  * when absent) is "bfloat16" (the producer's bf16 GEMMs add each product
- * into a bf16 sum, which qatcheck does not model) and a check with
- * metrics failed within the error such a sum can make; passes stand, and
- * so do failures beyond that reach. where names the dump and module. */
+ * into a bf16 sum, which qatcheck does not model) and every failed check
+ * of m is within the error such a sum can make; passes stand, and so does
+ * every verdict of a module with one failure beyond that reach (or one
+ * without metrics). Runs after the audit, unlike the rest of this section.
+ * where names the dump and module. */
 int qc_vjp_check_gemm_acc(const qc_module *m, const char *acc, const qc_results *res, int first, const char *where);
 
 /* ---- a module that received no token (vjp_empty.c) ---------------------------

@@ -307,24 +307,38 @@ int qc_vjp_select_dy(qc_module *m, const qc_case *cs, const char *dump_path) {
   return QC_OK;
 }
 
-/* The longest sum m's class model names for any of its gradients (its
- * tol_model's k; 1 when it names none): a speculative call per gradient,
- * the error state kept. */
-static int64_t longest_sum(const qc_module *m) {
+/* The length of the sum behind check c of m: its gradient's error model's
+ * k (a sharded check's "@rankN" dropped), else, for the forward check or a
+ * gradient the model does not name, the longest any of m's gradients
+ * names (1 when none does). Speculative calls: the error state is kept. */
+static int64_t sum_length(const qc_module *m, const qc_check *c) {
   int64_t k = 1;
   if (!m->cls->tol_model || m->grad_out.n == 0 || !m->cls->grads) return k;
-  char names[256];
-  snprintf(names, sizeof names, "%s", m->cls->grads);
   qc_err_state es;
   qc_err_save(&es);
-  for (char *sv = NULL, *g = strtok_r(names, " ", &sv); g; g = strtok_r(NULL, " ", &sv)) {
-    qc_tol_model tm;
+  char g[QC_NAMELEN];
+  snprintf(g, sizeof g, "%s", c->tensor);
+  g[strcspn(g, "@")] = 0;
+  qc_tol_model tm;
+  memset(&tm, 0, sizeof tm);
+  if (strcmp(c->kind, "forward") != 0 && m->cls->tol_model(m, &m->grad_out.t[0], g, &tm) == QC_OK && tm.k >= 1) {
+    qc_err_restore(&es);
+    return tm.k;
+  }
+  char names[256];
+  snprintf(names, sizeof names, "%s", m->cls->grads);
+  for (char *sv = NULL, *n = strtok_r(names, " ", &sv); n; n = strtok_r(NULL, " ", &sv)) {
     memset(&tm, 0, sizeof tm);
-    if (m->cls->tol_model(m, &m->grad_out.t[0], g, &tm) == QC_OK && tm.k > k) k = tm.k;
+    if (m->cls->tol_model(m, &m->grad_out.t[0], n, &tm) == QC_OK && tm.k > k) k = tm.k;
   }
   qc_err_restore(&es);
   return k;
 }
+
+/* The most a bf16 sum of k products can err, relative: sqrt(3) (sqrt(k) +
+ * 1) 2^-8 (the margin of derived tolerances; the sum's and the output's
+ * rounding). */
+static double bf16_sum_reach(int64_t k) { return sqrt(3.0) * (sqrt((double)k) + 1.0) * ldexp(1.0, -8); }
 
 /* m's failed checks attributable (vjp.h). A bf16 sum of K products has a
  * relative error near sqrt(K) 2^-8 (docs/tolerances.md: `tol --acc-dtype
@@ -334,30 +348,34 @@ static int64_t longest_sum(const qc_module *m) {
  * Function may compute in float32), so:
  *   - a check that passed met a tighter bound than any bf16 sum allows:
  *     it stands;
- *   - a failed check farther off than a bf16 sum of the class's longest
- *     sum K can err, rel_l2 > sqrt(3) (sqrt(K) + 1) 2^-8 (the margin of
- *     derived tolerances, the sum's and the output's rounding), or not
- *     finite, is a defect whatever the sums: it stands;
- *   - a failed check within that reach cannot be told from a correct
- *     module summed in bf16: cannot judge.
+ *   - a failed check farther off than a bf16 sum of its K products can
+ *     err (bf16_sum_reach), not finite, or without metrics (the deployed
+ *     bytes), is a defect whatever the sums: it stands, and with it every
+ *     verdict of the module;
+ *   - only when every failed check is within that reach can the module not
+ *     be told from a correct one summed in bf16: cannot judge.
  * A class without GEMMs is judged whatever the attribute says. */
 int qc_vjp_check_gemm_acc(const qc_module *m, const char *acc, const qc_results *res, int first, const char *where) {
   if (!acc[0] || strcmp(acc, "float32") == 0) return QC_OK;
   if (strcmp(acc, "bfloat16") != 0)
     return qc_err("%s: attribute 'cpu_bf16_gemm_acc' is '%.32s': expected float32 or bfloat16", where, acc);
   if (!m->cls->bf16_gemm) return QC_OK;
-  const int64_t k = longest_sum(m);
-  const double reach = sqrt(3.0) * (sqrt((double)k) + 1.0) * ldexp(1.0, -8);
+  const qc_check *within = NULL;
+  int64_t wk = 0;
   for (int i = first; i < res->n; i++) {
     const qc_check *c = &res->v[i];
-    if (c->verdict != QC_V_FAIL || !c->has_metrics) continue; /* the deployed bytes do not depend on a GEMM */
-    if (!(c->m.rel_l2 <= reach)) continue;                   /* beyond any bf16 sum's reach, or not finite */
-    qc_hint("a bf16 accumulator leaves no reliable digits; dump the step under torch 2 (its CPU GEMMs accumulate "
-            "bf16 in float32), on a CPU with AVX-512, or on the GPU, or leave this module out of data.modules");
-    return qc_err("%s: cannot judge: its %s check %s failed at rel_l2 %.3g, within the %.3g a bf16 sum of %lld "
-                  "products can err, and attribute 'cpu_bf16_gemm_acc' is 'bfloat16': its producer adds bf16 GEMM "
-                  "products into a bf16 sum (torch 1.13 on a CPU without AVX-512), which qatcheck does not model",
-                  where, c->kind[0] ? c->kind : c->dy, c->tensor, c->m.rel_l2, reach, (long long)k);
+    if (c->verdict != QC_V_FAIL) continue;
+    if (!c->has_metrics) return QC_OK; /* the deployed bytes do not depend on a GEMM: the failure stands */
+    const int64_t k = sum_length(m, c);
+    if (!(c->m.rel_l2 <= bf16_sum_reach(k))) return QC_OK; /* beyond any bf16 sum's reach, or not finite */
+    if (!within) within = c, wk = k;
   }
-  return QC_OK;
+  if (!within) return QC_OK;
+  qc_hint("a bf16 accumulator leaves no reliable digits; dump the step under torch 2 (its CPU GEMMs accumulate "
+          "bf16 in float32), on a CPU with AVX-512, or on the GPU, or leave this module out of data.modules");
+  return qc_err("%s: cannot judge: its %s check %s failed at rel_l2 %.3g, within the %.3g a bf16 sum of %lld "
+                "products can err, and attribute 'cpu_bf16_gemm_acc' is 'bfloat16': its producer adds bf16 GEMM "
+                "products into a bf16 sum (torch 1.13 on a CPU without AVX-512), which qatcheck does not model",
+                where, within->kind[0] ? within->kind : within->dy, within->tensor, within->m.rel_l2,
+                bf16_sum_reach(wk), (long long)wk);
 }

@@ -307,9 +307,9 @@ typedef struct qc_class {
                                   0: the class's bf16 arithmetic is compute_dtype's (moe, whose
                                   expert formats quantize weights inside a bf16 model) */
   int bf16_gemm;               /* 1: its production multiplies matrices in its operands' dtype (linear,
-                                  attention, moe): a bf16 call runs bf16 GEMMs, so a dump whose producer
-                                  accumulated them in bf16 (qatdump's cpu_bf16_gemm_acc) is refused
-                                  (engine/vjp_prep.c, qc_vjp_check_gemm_acc) */
+                                  attention, moe): a bf16 call may run bf16 GEMMs, so where the dump's
+                                  producer sums them in bf16 (qatdump's cpu_bf16_gemm_acc), failures
+                                  within a bf16 sum's error are cannot judge (qc_vjp_check_gemm_acc) */
   const char *not_checked;     /* differentiable inputs deliberately unchecked, and why ("" if none) */
   qc_fwd_fn forward;           /* optional float64 forward for `fd` (NULL: none) */
   const char *fd_shape;        /* optional default generate shape for `fd`, "13,4,64" */
