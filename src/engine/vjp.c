@@ -286,9 +286,11 @@ static int load_entry(void *arg, int item, int k) {
     qc_err_state es;
     qc_err_save(&es);
     if (qc_dump_get_attr(L->d, path, "autocast", s->autocast, sizeof s->autocast) != QC_OK) s->autocast[0] = 0;
-    /* and how its producer accumulated bf16 GEMMs on the CPU (qc_vjp_check_gemm_acc) */
-    if (qc_dump_get_attr(L->d, path, "cpu_bf16_gemm_acc", s->gemm_acc, sizeof s->gemm_acc) != QC_OK) s->gemm_acc[0] = 0;
     qc_err_restore(&es);
+    /* and how its producer summed bf16 GEMMs on the CPU (qc_vjp_check_gemm_acc): a value too long for the
+     * field is kept cut, which is neither float32 nor bfloat16 and is refused there */
+    const char *ga = qc_dump_attr_text(L->d, path, "cpu_bf16_gemm_acc");
+    snprintf(s->gemm_acc, sizeof s->gemm_acc, "%.*s", (int)sizeof s->gemm_acc - 1, ga ? ga : "");
   }
   for (int j = 0; !rc && j < s->m.params.n; j++) { /* qatdump marks frozen parameters */
     char ds[QC_PATHLEN + QC_NAMELEN + 16], v[8];

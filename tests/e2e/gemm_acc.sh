@@ -9,7 +9,7 @@
 #   line naming the module, the check and the attribute; an error report);
 #   "float32" on the same: fails (exit 1); "bfloat16" on a d_x twice what
 #   it should be, farther off than a bf16 sum can err: fails (exit 1);
-# - a value other than float32 or bfloat16: refused naming both;
+# - a value other than float32 or bfloat16, a long one too: refused naming both;
 # - "bfloat16" on a gelu (no GEMM) whose d_x is 0.5% off, within a bf16
 #   sum's reach: still fails (exit 1).
 . "$(dirname "$0")/lib.inc"
@@ -55,6 +55,11 @@ plant odd bf16 1
 expect_exit 2 "cpu_bf16_gemm_acc 'bf16' is refused" "$QATCHECK" vjp --case "$T/odd.json"
 grep -q "attribute 'cpu_bf16_gemm_acc' is 'bf16': expected float32 or bfloat16" "$T/err" &&
   ok "the refusal names the values expected" || bad "the refusal: $(cat "$T/err")"
+
+plant long bfloat16_measured_on_an_amd_epyc_without_avx512 1
+expect_exit 2 "a cpu_bf16_gemm_acc value longer than any expected one is refused" "$QATCHECK" vjp --case "$T/long.json"
+grep -q "attribute 'cpu_bf16_gemm_acc' is 'bfloat16_measured_on_an_amd_e[a-z_]*': expected float32 or bfloat16" "$T/err" &&
+  ok "the refusal names the value (cut) and the values expected" || bad "the refusal: $(cat "$T/err")"
 
 # a gelu, no GEMM: judged whatever the attribute says
 $PY - "$T/gelu.h5" <<'P' || bad "could not write the gelu dump"

@@ -152,6 +152,28 @@ P
 cp "$T"/empty/ok.rank*.h5 "$T/"
 "$PY" -c "import h5py, sys; h5py.File(sys.argv[1], 'r+')['fc'].attrs['parallel'] = 'sequence'" "$T/ok.rank1.h5"
 refuse "ranks disagreeing on the parallel kind" "parallel 'sequence' where rank 0's is 'fsdp': the ranks disagree" "ok.rank*.h5"
+# ---- cpu_bf16_gemm_acc on a sharded dump (gemm_acc.sh: the whole-dump
+# rule): every rank's /col says its producer summed bf16 GEMMs in bf16, and
+# rank 0's d_x is 0.1% off, within a bf16 sum's reach: cannot judge (exit
+# 2, naming the module); under "float32" the same rank fails (exit 1)
+for acc in bfloat16 float32; do
+  mkdir -p "$T/acc_$acc" && cp "$T"/sh/ok/step.rank*.h5 "$T/acc_$acc/"
+  "$PY" - "$T/acc_$acc" "$acc" <<'P' || bad "could not plant cpu_bf16_gemm_acc $acc"
+import glob, sys, h5py
+for p in sorted(glob.glob(sys.argv[1] + "/step.rank*.h5")):
+    with h5py.File(p, "r+") as f:
+        f["col"].attrs["cpu_bf16_gemm_acc"] = sys.argv[2]
+        if p.endswith("rank0.h5"):
+            for dy in f["col/grads"]:
+                d = f["col/grads/%s/d_x" % dy]
+                d[...] = d[...] * 1.001
+P
+  echo "{\"data\": {\"dump\": \"acc_$acc/step.rank*.h5\", \"modules\": \"^/col$\"}, \"candidate\": \"dump\", $TOL}" >"$T/acc_$acc.json"
+done
+expect_exit 2 "sharded, cpu_bf16_gemm_acc bfloat16, rank 0's d_x 0.1% off: cannot judge" "$QATCHECK" vjp --case "$T/acc_bfloat16.json"
+grep -q "module '/col': cannot judge: its dy check d_x@rank0 failed at rel_l2 .*'cpu_bf16_gemm_acc' is 'bfloat16'" "$T/err" &&
+  ok "sharded: the refusal names the module, rank 0's d_x and the attribute" || bad "sharded refusal: $(cat "$T/err")"
+expect_exit 1 "sharded, cpu_bf16_gemm_acc float32, rank 0's d_x 0.1% off: fails" "$QATCHECK" vjp --case "$T/acc_float32.json"
 # ---- mpirun -np 4: the same report; a bad file of the module rank 2 audits
 if command -v mpirun >/dev/null 2>&1 && "$QATCHECK" vjp --help 2>/dev/null | grep -q . ; then
   MPIRUN="mpirun --oversubscribe -np 4"; [ "$(id -u)" = 0 ] && MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 4"
