@@ -126,6 +126,9 @@ int qc_cmd_vjp(qc_run *run, int argc, char **argv) {
     goto done;
   }
   if (eager && (rc = qc_run_input(run, "eager", eager))) goto done;
+  /* --eager and the dump's mode are checked before the audit, so a wrong pair is refused at once (without
+   * --eager the mode is checked after it, without opening the dump twice) */
+  if (eager && (rc = qc_modes_check(cs->dump, eager))) goto done;
   double tp = qc_now_s();
   if ((rc = qc_backend_open(qc_opt_rank_device(o.device, devbuf, sizeof devbuf), &be))) goto done;
   phase("the backend opened", &tp);

@@ -641,12 +641,15 @@ static int eager_counterparts(mctx *c, const char *re, int accum) {
   return rc;
 }
 
-int qc_modes_audit(const char *path, const char *re, const char *eager, qc_results *res, qc_modinfos *mods) {
+/* Open dump `path` and (when given) the eager dump, and check the pair
+ * before anything is judged: *m the index of path's mode in modes[] (0:
+ * eager, nothing to judge), *dp and *ep open (ep NULL when no eager), both
+ * closed again on an error. QC_OK, or QC_EINPUT / QC_ESYS with the error
+ * set. */
+static int open_mode(const char *path, const char *eager, qc_dump **dp, qc_dump **ep, int *mp) {
   qc_dump *d = NULL, *e = NULL;
-  qc_dump_entry *ents = NULL;
-  int n = 0, m = 0, rc;
+  int m = 0, rc;
   char mode[64] = "eager", emode[64] = "eager";
-  mctx c = {.res = res};
   if ((rc = qc_dump_open(path, &d))) return rc;
   int has_mode = 1;
   if (qc_dump_get_attr(d, "/", "mode", mode, sizeof mode) != QC_OK) {
@@ -699,6 +702,34 @@ int qc_modes_audit(const char *path, const char *re, const char *eager, qc_resul
       goto done;
     }
   }
+done:
+  if (rc) {
+    if (e) qc_dump_close(e);
+    qc_dump_close(d);
+    d = e = NULL;
+  }
+  *dp = d;
+  *ep = e;
+  *mp = m;
+  return rc;
+}
+
+int qc_modes_check(const char *path, const char *eager) {
+  qc_dump *d = NULL, *e = NULL;
+  int m;
+  int rc = open_mode(path, eager, &d, &e, &m);
+  if (e) qc_dump_close(e);
+  if (d) qc_dump_close(d);
+  return rc;
+}
+
+int qc_modes_audit(const char *path, const char *re, const char *eager, qc_results *res, qc_modinfos *mods) {
+  qc_dump *d = NULL, *e = NULL;
+  qc_dump_entry *ents = NULL;
+  int n = 0, m = 0, rc;
+  mctx c = {.res = res};
+  if ((rc = open_mode(path, eager, &d, &e, &m))) return rc;
+  if (m == 0) goto done;
   c.d = d;
   c.e = e;
   c.mode = modes[m];

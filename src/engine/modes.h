@@ -36,5 +36,10 @@
  * missing is QC_EINPUT naming it, never left out. QC_OK (failed checks
  * are results), or QC_EINPUT / QC_ESYS with the error set. */
 int qc_modes_audit(const char *path, const char *re, const char *eager, qc_results *res, qc_modinfos *mods);
+/* qc_modes_audit's checks of the pair alone (the mode attribute, --eager
+ * given with an eager, autocast or tied dump, the eager dump's own mode),
+ * before any module is audited: a wrong --eager is refused at once, not
+ * after the audit. QC_OK, or QC_EINPUT / QC_ESYS with the error set. */
+int qc_modes_check(const char *path, const char *eager);
 
 #endif

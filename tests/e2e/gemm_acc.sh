@@ -10,6 +10,8 @@
 #   "float32" on the same: fails (exit 1); "bfloat16" on a d_x twice what
 #   it should be, farther off than a bf16 sum can err: fails (exit 1);
 # - a value other than float32 or bfloat16, a long one too: refused naming both;
+# - --eager beside the 1%-off dump marked mode autocast: refused before the
+#   audit (the pair is wrong), not reported as cannot judge;
 # - "bfloat16" on a gelu (no GEMM) whose d_x is 0.5% off, within a bf16
 #   sum's reach: still fails (exit 1).
 . "$(dirname "$0")/lib.inc"
@@ -51,6 +53,14 @@ expect_exit 2 "cpu_bf16_gemm_acc bfloat16, d_x 1% off: cannot judge" "$QATCHECK"
   bad "the refusal: $(cat "$T/err")"
 plant b16_gross bfloat16 2
 expect_exit 1 "cpu_bf16_gemm_acc bfloat16, d_x doubled (beyond a bf16 sum's reach): fails" "$QATCHECK" vjp --case "$T/b16_gross.json"
+# --eager with an autocast dump is refused before any module is audited:
+# the refusal, not the module's cannot judge
+cp "$T/b16_bad.h5" "$T/ac.h5"
+$PY -c "import sys, h5py; h5py.File(sys.argv[1], 'a').attrs['mode'] = 'autocast'" "$T/ac.h5" || bad "could not mark ac.h5"
+sed 's/b16_bad.h5/ac.h5/' "$T/b16_bad.json" >"$T/ac.json"
+expect_exit 2 "--eager with an autocast dump is refused" "$QATCHECK" vjp --case "$T/ac.json" --eager "$T/f32.h5"
+[ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "ac.h5' is written in mode autocast" "$T/err" &&
+  ok "the refusal comes before the audit: one line, the mode named" || bad "--eager refusal: $(cat "$T/err")"
 plant odd bf16 1
 expect_exit 2 "cpu_bf16_gemm_acc 'bf16' is refused" "$QATCHECK" vjp --case "$T/odd.json"
 grep -q "attribute 'cpu_bf16_gemm_acc' is 'bf16': expected float32 or bfloat16" "$T/err" &&
