@@ -18,8 +18,11 @@
 # anyway (--other-version), a piece that differs is named, not an
 # AttributeError. Mamba2 with n_groups 2 passes on 5.x's own grouping and
 # lists the per-group gated norm as not judged (a release whose gated norm
-# takes the whole row, 5.17, dumps it as rmsnorm). Skips (77) without torch 2 +
-# transformers 5.
+# takes the whole row, 5.17, dumps it as rmsnorm). Gemma 3 (a rotary table
+# per layer type) and DeepSeek-V3 (YaRN) in bf16 at 1024 tokens pass: 5.x's
+# original_inv_freq is a buffer that model.to(bfloat16) rounded, and every
+# rope failed (y 3% to 5% off) until the dumper kept the tables in float32.
+# Skips (77) without torch 2 + transformers 5.
 . "$(dirname "$0")/lib.inc"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -55,6 +58,8 @@ import qatdump, qatdump_hf as H
 qc, t = sys.argv[1], sys.argv[2]
 rc = H.main(["--qatcheck", qc, "--arch", "mamba2", "--ngroups", "2", "--out", t + "/mamba2_g2"])
 print("mamba2_g2 exit %d" % rc)
+rc = H.main(["--qatcheck", qc, "--arch", "gemma3", "deepseek_v3", "--dtype", "bfloat16", "--seq", "1024", "--out", t + "/bf16l"])
+print("bf16l exit %d" % rc)
 real = transformers.__version__
 transformers.__version__ = "4.57.1"
 err = io.StringIO()
@@ -81,6 +86,8 @@ except qatdump.QatDumpError as e:
 PYEOF
 $PY2 -W ignore "$T/second.py" "$QATCHECK" "$T" "$T/dist" >"$T/second.out" 2>&1
 grep -q "^mamba2_g2 exit 0" "$T/second.out" || { bad "mamba2 n_groups 2"; tail -20 "$T/second.out"; finish; }
+grep -q "^bf16l exit 0" "$T/second.out" && mv "$T/bf16l/gemma3" "$T/gemma3_bf16_long" &&
+  mv "$T/bf16l/deepseek_v3" "$T/deepseek_v3_bf16_long" || { bad "bf16 models at 1024 tokens"; tail -20 "$T/second.out"; finish; }
 grep '^qatdump_hf' "$T/dump.log"
 grep -q "transformers 5\." "$T/llama/plan.json" 2>/dev/null || grep -q '"transformers": "5\.' "$T/llama/plan.json" ||
   bad "the plan does not name a transformers 5 release: $(grep transformers "$T/llama/plan.json")"
@@ -92,7 +99,7 @@ check_report() {
   $PY2 "$(dirname "$0")/hf_report.py" '{"gemma2_softcap_grad": [["d_k", "d_q"], ["d_q"]], "mamba2_dskip_grad": [["d_x"]],
     "qwen3_moe_qk_norm_dx": [["d_x"]], "gemma3_qk_norm_dx": [["d_x"]], "deepseek_v3_route_scale_grad": [["d_logits"]]}' "$1" "$2"
 }
-for d in $clean mamba2_g2 gemma2_softcap_grad mamba2_dskip_grad qwen3_moe_qk_norm_dx gemma3_qk_norm_dx deepseek_v3_route_scale_grad; do
+for d in $clean mamba2_g2 gemma3_bf16_long deepseek_v3_bf16_long gemma2_softcap_grad mamba2_dskip_grad qwen3_moe_qk_norm_dx gemma3_qk_norm_dx deepseek_v3_route_scale_grad; do
   want=0
   case $d in *_grad|*_dx) want=1 ;; esac
   (cd "$T/$d" && "$QATCHECK" vjp --case case.json --json r.json >out.txt 2>&1)
