@@ -1,7 +1,8 @@
 /* vjp_prep.c: one module made ready for its audit, for both runs of a case
  * (vjp.c over one dump or generated instances, shard.c over a sharded
- * dump): its contract, its deployed bytes checked, its dYs selected. Below
- * both, so neither calls the other for it. */
+ * dump): its contract, its deployed bytes checked, its dYs selected; and,
+ * after its audit, whether its failures can be told from a producer's bf16
+ * GEMM sums. Below both, so neither calls the other for it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
