@@ -302,6 +302,10 @@ static int check_group(qc_dump *d, const qc_h5obj *g, const char *path) {
                     "parallel, grad_reduce, autocast, cpu_bf16_gemm_acc): it would be ignored; put settings in the 'contract' "
                     "attribute",
                     d->path, path, g->attr[i].name);
+    if (strcmp(g->attr[i].name, "cpu_bf16_gemm_acc") == 0 && g->attr[i].kind != QC_H5A_STR) /* else read as absent */
+      return qc_err("dump '%s': module '%s': attribute 'cpu_bf16_gemm_acc' is not a string: expected \"float32\" or "
+                    "\"bfloat16\"",
+                    d->path, path);
   }
   kids_ctx c = {.d = d, .path = path};
   qc_h5map_children(&d->map, path, kid_item, &c);

@@ -9,7 +9,7 @@
 #   line naming the module, the check and the attribute; an error report);
 #   "float32" on the same: fails (exit 1); "bfloat16" on a d_x twice what
 #   it should be, farther off than a bf16 sum can err: fails (exit 1);
-# - a value other than float32 or bfloat16, a long one too: refused naming both;
+# - a value other than float32 or bfloat16, a long one, an integer: refused naming both;
 # - --eager beside the 1%-off dump marked mode autocast: refused before the
 #   audit (the pair is wrong), not reported as cannot judge;
 # - "bfloat16" on a gelu (no GEMM) whose d_x is 0.5% off, within a bf16
@@ -24,18 +24,18 @@ G=/model.layers.0.mlp.down_proj
 # ("-": none) and d_x times FACTOR, and its case $T/NAME.json
 plant() {
   cp "$ROOT/cases/data/linear_small.h5" "$T/$1.h5"
-  $PY - "$T/$1.h5" "$G" "$2" "$3" <<'P' || bad "could not plant $1"
+  $PY - "$T/$1.h5" "$G" "$2" "$3" "$ROOT/scripts" <<'P' || bad "could not plant $1"
 import sys, h5py, numpy as np
+sys.path.insert(0, sys.argv[5])
+import bf16
 f = h5py.File(sys.argv[1], "a")
 g = f[sys.argv[2]]
 if sys.argv[3] != "-":
     g.attrs["cpu_bf16_gemm_acc"] = sys.argv[3]
-if float(sys.argv[4]) != 1.0:  # the bf16 values (stored as their uint16 bits) scaled, rounded to nearest even
+if float(sys.argv[4]) != 1.0:  # the bf16 values (stored as their bits) scaled, rounded to nearest even
     for dy in g["grads"]:
         d = g["grads/%s/d_x" % dy]
-        v = (d[...].astype(np.uint32) << 16).view(np.float32) * np.float32(sys.argv[4])
-        b = v.view(np.uint32)
-        d[...] = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+        d[...] = bf16.to_bits(bf16.from_bits(d[...]) * np.float32(sys.argv[4]))
 P
   printf '{"module": "linear", "data": {"dump": "%s.h5", "modules": "^/model\\\\."}, "candidate": "dump",\n%s}\n' "$1" "$TOL" >"$T/$1.json"
 }
@@ -61,6 +61,12 @@ sed 's/b16_bad.h5/ac.h5/' "$T/b16_bad.json" >"$T/ac.json"
 expect_exit 2 "--eager with an autocast dump is refused" "$QATCHECK" vjp --case "$T/ac.json" --eager "$T/f32.h5"
 [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "ac.h5' is written in mode autocast" "$T/err" &&
   ok "the refusal comes before the audit: one line, the mode named" || bad "--eager refusal: $(cat "$T/err")"
+plant num - 1
+$PY -c "import sys, h5py; h5py.File(sys.argv[1], 'a')[sys.argv[2]].attrs['cpu_bf16_gemm_acc'] = 16" "$T/num.h5" "$G" ||
+  bad "could not plant an integer attribute"
+expect_exit 2 "an integer cpu_bf16_gemm_acc is refused" "$QATCHECK" vjp --case "$T/num.json"
+grep -q "attribute 'cpu_bf16_gemm_acc' is not a string: expected \"float32\" or \"bfloat16\"" "$T/err" &&
+  ok "the refusal names the string values expected" || bad "the refusal: $(cat "$T/err")"
 plant odd bf16 1
 expect_exit 2 "cpu_bf16_gemm_acc 'bf16' is refused" "$QATCHECK" vjp --case "$T/odd.json"
 grep -q "attribute 'cpu_bf16_gemm_acc' is 'bf16': expected float32 or bfloat16" "$T/err" &&
