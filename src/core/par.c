@@ -30,6 +30,98 @@ int qc_par_threads(void) {
   return n > QC_PAR_MAX ? QC_PAR_MAX : (int)n;
 }
 
+/* ---- the pool ---------------------------------------------------------------
+ * A whole-model audit calls qc_par_for thousands of times (66,050 threads
+ * started in one Qwen2-MoE audit on 16 threads), each start and join on the
+ * caller's critical path. Workers started once wait for a job instead. One
+ * job at a time: a call that finds the pool busy (another thread's job, or
+ * a call from inside a piece) starts its own threads as before. Pieces are
+ * cut from n and t alone, and a piece's tid is its index whichever thread
+ * runs it, so results do not depend on which path ran them. */
+static struct {
+  pthread_mutex_t busy;        /* held by the caller whose job the pool runs */
+  pthread_mutex_t mu;          /* guards the fields below */
+  pthread_cond_t go, done;
+  int workers;                 /* started (they never stop) */
+  unsigned long gen;           /* bumped per job: workers wake on a change */
+  piece pc[QC_PAR_MAX];
+  int npieces, next, left;     /* the job's pieces, the next to take, those not finished */
+} P = {.busy = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
+       .done = PTHREAD_COND_INITIALIZER};
+
+/* Take and run the job's pieces until none is left to take (P.mu held on
+ * entry and on return). */
+static void drain(void) {
+  while (P.next < P.npieces) {
+    piece *q = &P.pc[P.next++];
+    pthread_mutex_unlock(&P.mu);
+    run_piece(q);
+    pthread_mutex_lock(&P.mu);
+    if (--P.left == 0) pthread_cond_signal(&P.done);
+  }
+}
+
+static void *worker(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&P.mu);
+  unsigned long seen = P.gen;
+  for (;;) {
+    while (P.gen == seen) pthread_cond_wait(&P.go, &P.mu);
+    seen = P.gen;
+    drain();
+  }
+  return NULL;
+}
+
+/* A child of fork() has none of the parent's workers: it starts its own. */
+static void after_fork_child(void) {
+  pthread_mutex_init(&P.busy, NULL);
+  pthread_mutex_init(&P.mu, NULL);
+  pthread_cond_init(&P.go, NULL);
+  pthread_cond_init(&P.done, NULL);
+  P.workers = 0;
+  P.npieces = P.next = P.left = 0;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_register(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+
+/* 1 when the pool ran fn's t pieces; 0 when it could not (busy, or no
+ * worker could start): the caller runs them itself. */
+static int pool_run(const piece *pc, int t) {
+  if (pthread_mutex_trylock(&P.busy) != 0) return 0;
+  pthread_once(&atfork_once, atfork_register);
+  pthread_mutex_lock(&P.mu);
+  while (P.workers < t - 1) { /* the caller is the t-th */
+    pthread_t th;
+    pthread_attr_t at;
+    int ok = pthread_attr_init(&at) == 0;
+    if (ok) {
+      (void)pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+      ok = pthread_create(&th, &at, worker, NULL) == 0;
+      pthread_attr_destroy(&at);
+    }
+    if (!ok) break;
+    P.workers++;
+  }
+  if (P.workers == 0) {
+    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&P.busy);
+    return 0;
+  }
+  for (int i = 0; i < t; i++) P.pc[i] = pc[i];
+  P.npieces = P.left = t;
+  P.next = 0;
+  P.gen++;
+  pthread_cond_broadcast(&P.go);
+  drain(); /* the caller takes pieces too: fewer workers than pieces still finish */
+  while (P.left > 0) pthread_cond_wait(&P.done, &P.mu);
+  P.npieces = 0;
+  pthread_mutex_unlock(&P.mu);
+  pthread_mutex_unlock(&P.busy);
+  return 1;
+}
+
 void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi, int tid), void *ctx) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
@@ -37,19 +129,17 @@ void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int6
   if (t > (n + grain - 1) / grain) t = (n + grain - 1) / grain;
   if (t <= 1) { fn(ctx, 0, n, 0); return; }
   piece pc[QC_PAR_MAX];
+  for (int64_t i = 0; i < t; i++) pc[i] = (piece){fn, ctx, n * i / t, n * (i + 1) / t, (int)i};
+  if (pool_run(pc, (int)t)) return;
   pthread_t th[QC_PAR_MAX];
   int started[QC_PAR_MAX] = {0};
-  for (int64_t i = 0; i < t; i++) {
-    pc[i] = (piece){fn, ctx, n * i / t, n * (i + 1) / t, (int)i};
-    if (i > 0) started[i] = pthread_create(&th[i], NULL, run_piece, &pc[i]) == 0;
-  }
+  for (int64_t i = 1; i < t; i++) started[i] = pthread_create(&th[i], NULL, run_piece, &pc[i]) == 0;
   run_piece(&pc[0]);
   for (int64_t i = 1; i < t; i++) {
     if (started[i]) pthread_join(th[i], NULL);
     else run_piece(&pc[i]);
   }
 }
-
 /* OpenBLAS's thread pool, weak: NULL under another BLAS, and then nothing
  * is changed (OpenBLAS's OpenMP build has them too; restarting its pool
  * does no harm). The variable set stays in the environment of any child. */

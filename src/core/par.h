@@ -8,9 +8,12 @@
 #include <stdint.h>
 
 /* fn(ctx, lo, hi, tid) over [0, n) cut into at most qc_par_threads()
- * contiguous pieces (tid 0 .. pieces-1), each at least `grain` indices;
- * the caller's thread runs piece 0. Returns when every piece is done. A
- * thread that cannot be started runs its piece in the caller instead. */
+ * contiguous pieces (tid 0 .. pieces-1, piece tid at n * tid / pieces),
+ * each at least `grain` indices. The pieces run on a pool of workers
+ * started once, the caller taking pieces too; a call that finds the pool
+ * busy (another thread's call, or one from inside a piece) starts threads
+ * of its own, and a piece no thread could take runs in the caller. Returns
+ * when every piece is done. Safe from any thread and after fork(). */
 void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi, int tid), void *ctx);
 
 /* The most threads qc_par_for uses (QATCHECK_THREADS when set, a whole
