@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/vjp_stream.sh: `qatcheck vjp` reads a dump module by module (one
-# read ahead, the rest on disk), so its peak memory should not grow with the
-# dump: two dumps of the same linear module, N1 and N2 copies
+# read ahead on the CPU, two on a device, the rest on disk), so its peak
+# memory should not grow with the dump: two dumps of the same linear module, N1 and N2 copies
 # (bench/make_many_dump.py, [M, K] x [N, K] bf16 each), audited with derived
 # tolerances; prints each dump's size, the audit's wall time and peak RSS
 # (/usr/bin/time), and what the peak grows by per module added against the

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/number.h"
 #include "core/par.h"
 #include "core/progress.h"
 #include "core/qc.h"
@@ -267,8 +268,21 @@ typedef struct loader {
   const char *prefix;
   const qc_dump_entry *ents;
   int with_grads;
-  load_slot slot[2];
+  pthread_mutex_t read;    /* one load_entry at a time: HDF5 is used by one thread at a time */
+  int nslot;               /* qc_prefetch's slots: vjp_ahead() + 1 */
+  load_slot *slot;         /* [nslot] */
 } loader;
+
+/* How many module groups are read ahead while one is audited: 1 on the
+ * CPU, whose GEMMs dwarf a read; 2 on a device, where a large group (a MoE
+ * layer's experts) read behind a small one (the norm before it) was waited
+ * for; QATCHECK_AHEAD=N (0 .. 8) overrides. At most ahead + 1 groups are in
+ * memory. */
+static int vjp_ahead(const qc_backend *be) {
+  double v = qc_env_value("QATCHECK_AHEAD", -1);
+  if (v >= 0) return (int)v;
+  return be->host_memory ? 1 : 2;
+}
 
 /* Read module `item` into slot `k` (qc_fetch_fn): every HDF5 call of the
  * audit of a module happens here, so the read-ahead can run it while the
@@ -278,6 +292,7 @@ static int load_entry(void *arg, int item, int k) {
   loader *L = arg;
   load_slot *s = &L->slot[k];
   const char *path = L->ents[item].path;
+  pthread_mutex_lock(&L->read);
   int rc = qc_dump_load_module(L->d, path, L->with_grads, &s->m, s->contract, sizeof s->contract);
   s->loaded = rc == QC_OK;
   if (!rc && L->ckpt) rc = qc_ckpt_params(L->ckpt, L->prefix, &s->m);
@@ -300,11 +315,12 @@ static int load_entry(void *arg, int item, int k) {
       snprintf(s->frozen + l, sizeof s->frozen - l, "%sd_%s/", l ? "" : "/", s->m.params.t[j].name);
     }
   }
+  pthread_mutex_unlock(&L->read);
   return rc;
 }
 
 /* Audit every matching module group of the dump, one module in memory at a
- * time plus the next one, whose read overlaps the current audit. */
+ * time plus those read ahead (vjp_ahead), whose reads overlap the audit. */
 /* This rank's module groups; *nunits all of them, *at the group it failed on. */
 static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long long *at, int *nunits, char **splitp,
                     qc_dump_entry **uncp, int *nuncp) {
@@ -364,8 +380,11 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   for (int i = 0; i < n; i++)
     if (gidx[i] == qc_dist_rank() || gidx[i] < 0) ents[nloc] = ents[i], gidx[nloc++] = i;
   n = nloc;
+  const int ahead = vjp_ahead(a->ctx->be);
   L = qc_calloc(1, sizeof *L, "module read slots");
-  if (!L) { rc = QC_ESYS; goto done; }
+  if (!L || !(L->slot = qc_calloc((size_t)ahead + 1, sizeof *L->slot, "module read slots"))) { rc = QC_ESYS; goto done; }
+  L->nslot = ahead + 1;
+  pthread_mutex_init(&L->read, NULL);
   L->d = d;
   L->ents = ents;
   if (cs->checkpoint[0] && (rc = qc_st_open(cs->checkpoint, &ck))) goto done;
@@ -381,7 +400,7 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   wctx.world_size = world > 1 ? (int)(world < 1 << 20 ? world : 1 << 20) : 1;
   ctx0 = a->ctx;
   a->ctx = &wctx;
-  if ((rc = qc_prefetch_start(&pf, n, 1, load_entry, L))) goto done;
+  if ((rc = qc_prefetch_start(&pf, n, ahead, load_entry, L))) goto done;
   qc_progress_start(&pg, "vjp", "modules", n);
   for (int i = 0; i < n && !rc; i++) {
     int k, first = a->res->n;
@@ -429,9 +448,12 @@ done:
   if (ctx0) a->ctx = ctx0;
   qc_progress_end(&pg);
   qc_prefetch_stop(&pf);
-  if (L)
-    for (int k = 0; k < 2; k++)
+  if (L && L->slot) {
+    for (int k = 0; k < L->nslot; k++)
       if (L->slot[k].loaded) qc_module_free(&L->slot[k].m);
+    pthread_mutex_destroy(&L->read);
+    free(L->slot);
+  }
   free(L);
   free(ents);
   free(gidx);
