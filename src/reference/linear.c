@@ -35,18 +35,23 @@
 #include "core/par.h"
 #include "numerics/metrics.h"
 
-/* dequant(quant(a)) in place for [rows, cols], when fmt is not "none"
- * (sr: stochastic payload rounding, NULL: nearest); a = src's values
- * widened (src NULL: anything else). Nearest rounding of src is kept in
- * the audit's memo (core/memo.h) for the module's other references. */
+/* a [rows, cols] = dequant(quant(src)) widened, when fmt is not "none"
+ * (sr: stochastic payload rounding, NULL: nearest), else src widened. a
+ * holds src's values widened on entry when `filled` (src NULL: a's values,
+ * whatever they are, always filled); otherwise they are read from src only
+ * when the memo lacks the result: nearest rounding of src is kept in the
+ * audit's memo (core/memo.h) for the module's other references, so a
+ * variant's reference does not widen a master it would overwrite. */
 static int ref_fake_quant(const char *profile, const char *fmt, int64_t rows, int64_t cols, double *a,
-                          const qc_sr *sr, const char *what, const qc_tensor *src) {
-  if (strcmp(fmt, "none") == 0) return QC_OK;
+                          const qc_sr *sr, const char *what, const qc_tensor *src, int filled) {
   int64_t n = rows * cols;
+  if (strcmp(fmt, "none") == 0) return filled ? QC_OK : qc_tensor_to_f64(src, a);
   char tag[96];
   snprintf(tag, sizeof tag, "linear fake_quant %s %s", fmt, profile ? profile : "");
   const float *kept = src && !sr ? qc_memo_get(src, tag, n) : NULL;
   if (kept) return qc_float_to_f64(QC_F32, kept, n, a);
+  int rc0 = filled ? QC_OK : qc_tensor_to_f64(src, a);
+  if (rc0) return rc0;
   float *f = qc_malloc((size_t)n * sizeof *f + 4, what);
   if (!f) return QC_ESYS;
   qc_f64_to_f32s(a, n, f);
@@ -146,10 +151,12 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
    * quantized weight; X by d_weight, and by d_x's mask under a clipped STE
    * on a quantized activation: a gradient asked for alone (a variant's)
    * converts only what it reads */
-  const int need_w = want_dx || (want_dw && clipped && strcmp(wf, "none") != 0);
+  const int master_w = want_dw && clipped && strcmp(wf, "none") != 0; /* d_weight's mask reads the master W */
+  const int need_w = want_dx || master_w;
   const int need_x = want_dw || (want_dx && clipped && strcmp(af, "none") != 0);
   rc = QC_ESYS;
-  if (need_w && (!(W = qc_malloc((size_t)(N * K) * 8, "reference weight")) || (rc = qc_tensor_to_f64(w, W)))) goto done;
+  if (need_w && !(W = qc_malloc((size_t)(N * K) * 8, "reference weight"))) goto done;
+  if (master_w && (rc = qc_tensor_to_f64(w, W))) goto done; /* else d_x widens what it reads, below */
   if (need_x && (!(X = qc_malloc((size_t)(M * K) * 8, "reference input")) || (rc = qc_tensor_to_f64(x, X)))) goto done;
   qc_sr sr;
   if ((rc = qc_sr_from_contract(c, m->path, &sr))) goto done;
@@ -161,7 +168,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
    * master W, before W is replaced below) */
   if (want_dw) {
     if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
-        (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x)))
+        (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x, 1)))
       goto done;
     if (ctx->round_ops) qc_round_all(X, QC_F64, M * K, QC_BF16); /* variant: the operand rounded to bf16 before the GEMM */
     if ((rc = qc_tensor_alloc_out(&dw, "d_weight", QC_F64, 2, ws))) goto done;
@@ -176,8 +183,9 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     int deq = strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0;
     if (ctx->wscale > 0) { /* variant: a stale per-tensor scale (diagnosis) */
       if (!deq || strcmp(wf, "fp8_tensor") != 0) { rc = QC_NA; goto done; }
+      if (!master_w && (rc = qc_tensor_to_f64(w, W))) goto done;
       stale_fp8_tensor(W, N * K, ctx->wscale);
-    } else if (deq && (rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww, w))) {
+    } else if ((rc = ref_fake_quant(prof, deq ? wf : "none", N, K, W, sr.on ? &sr : NULL, ww, w, master_w))) {
       goto done;
     }
     if (ctx->round_ops) qc_round_all(W, QC_F64, N * K, QC_BF16); /* variant: the dequantized weight rounded to bf16 */
@@ -238,10 +246,13 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   if (!(W = qc_malloc((size_t)(N * K + 1) * 8, "reference weight")) || !(X = qc_malloc((size_t)(M * K + 1) * 8, "reference input")) ||
       !(B = qc_calloc((size_t)N + 1, 8, "reference bias")) || !(T = qc_malloc((size_t)((M < 256 ? M : 256) * N + 1) * 8, "forward terms")))
     goto done;
-  if ((rc = qc_tensor_to_f64(w, W)) || (rc = qc_tensor_to_f64(x, X)) || (b && (rc = qc_tensor_to_f64(b, B)))) goto done;
-  if ((rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x))) goto done;
-  if (ctx->wscale > 0) stale_fp8_tensor(W, N * K, ctx->wscale);
-  else if ((rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww, w))) goto done;
+  if ((b && (rc = qc_tensor_to_f64(b, B))) || (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x, 0))) goto done;
+  if (ctx->wscale > 0) {
+    if ((rc = qc_tensor_to_f64(w, W))) goto done;
+    stale_fp8_tensor(W, N * K, ctx->wscale);
+  } else if ((rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww, w, 0))) {
+    goto done;
+  }
   if (ctx->round_ops) { /* variant: the quantized operands rounded to bf16 before the GEMM */
     qc_round_all(W, QC_F64, N * K, QC_BF16);
     qc_round_all(X, QC_F64, M * K, QC_BF16);
