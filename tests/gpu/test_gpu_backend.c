@@ -111,43 +111,6 @@ Test(gpu_backend, gemm_f64_large_operands_through_pinned_chunks, .timeout = 300)
   qc_backend_close(be);
 }
 
-/* Float64 operands holding float32 values cross as float32 and are widened
- * on the device (gemm.cu, stage_up_f64), chunk by chunk: op(A) of 17.5M
- * float32 values (two chunks), then the same with one value of the second
- * chunk not a float32 (that chunk goes as float64), each against the same
- * GEMM with QC_CUDA_WIDE (every operand as float64) and on device buffers
- * filled by plain copies: bit for bit. */
-Test(gpu_backend, gemm_f64_float32_operands_narrowed, .timeout = 300) {
-  const qc_backend *be = gpu_or_skip();
-  const int64_t m = 5000, n = 3, k = 3500;
-  double *A = gpu_randn(m * k, 21, 1.0), *B = gpu_randn(k * n, 22, 1.0);
-  double *c1 = calloc((size_t)(m * n), 8), *c2 = calloc((size_t)(m * n), 8), *c3 = calloc((size_t)(m * n), 8);
-  cr_assert(A && B && c1 && c2 && c3);
-  for (int64_t i = 0; i < m * k; i++) A[i] = (double)(float)A[i];
-  for (int64_t i = 0; i < k * n; i++) B[i] = (double)(float)B[i];
-  void *dA = NULL, *dB = NULL, *dC = NULL;
-  cr_assert_eq(be->buf_alloc(be, (size_t)(m * k) * 8, "A", &dA), QC_OK);
-  cr_assert_eq(be->buf_alloc(be, (size_t)(k * n) * 8, "B", &dB), QC_OK);
-  cr_assert_eq(be->buf_alloc(be, (size_t)(m * n) * 8, "C", &dC), QC_OK);
-  for (int odd = 0; odd < 2; odd++) {
-    if (odd) A[16500000] = 1.0 + 0x1p-40; /* not a float32: its chunk goes as float64 */
-    gpu_switch(be, "QC_CUDA_WIDE", 0);
-    cr_assert_eq(be->gemm_f64(be, QC_OP_N, QC_OP_N, m, n, k, A, k, B, n, c1, n), QC_OK, "%s", qc_err_msg());
-    gpu_switch(be, "QC_CUDA_WIDE", 1);
-    cr_assert_eq(be->gemm_f64(be, QC_OP_N, QC_OP_N, m, n, k, A, k, B, n, c2, n), QC_OK, "%s", qc_err_msg());
-    gpu_switch(be, "QC_CUDA_WIDE", 0);
-    cr_assert_eq(be->upload(be, dA, A, (size_t)(m * k) * 8), QC_OK);
-    cr_assert_eq(be->upload(be, dB, B, (size_t)(k * n) * 8), QC_OK);
-    cr_assert_eq(be->gemm_f64_buf(be, QC_OP_N, QC_OP_N, m, n, k, dA, k, dB, n, dC, n), QC_OK, "%s", qc_err_msg());
-    cr_assert_eq(be->download(be, c3, dC, (size_t)(m * n) * 8), QC_OK);
-    cr_expect_eq(memcmp(c1, c2, (size_t)(m * n) * 8), 0, "odd %d: narrowed operands give another product than float64 ones", odd);
-    cr_expect_eq(memcmp(c1, c3, (size_t)(m * n) * 8), 0, "odd %d: the staged GEMM differs from the one on device buffers", odd);
-  }
-  be->buf_free(be, dA), be->buf_free(be, dB), be->buf_free(be, dC);
-  free(A), free(B), free(c1), free(c2), free(c3);
-  qc_backend_close(be);
-}
-
 Test(gpu_backend, gemm_bf16_matches_cpu) {
   const qc_backend *be = gpu_or_skip(), *cpu = qc_backend_cpu();
   const int64_t m = 64, n = 48, k = 272;

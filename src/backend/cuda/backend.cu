@@ -56,7 +56,7 @@ static const qc_backend g_cuda_ops = {
 
 /* The side-by-side switches' environment variables (cuda_priv.h CU_SW_*). */
 static const char *const g_switch_env[CU_SWITCHES] = {"QC_CUDA_UNFUSED", "QC_CUDA_DW_EARLY", "QC_CUDA_QK_SCALAR",
-                                                               "QC_CUDA_PAGEABLE", "QC_CUDA_ATT_HOST", "QC_CUDA_WIDE"};
+                                                               "QC_CUDA_PAGEABLE", "QC_CUDA_ATT_HOST"};
 
 /* cuda.h: one switch of an open backend set by its variable's name. */
 extern "C" int qc_cuda_switch(const qc_backend *be, const char *name, int on) {
@@ -95,7 +95,6 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   rc = cu_keep(c, rc, cudaFree(c->ws), "cudaFree (cuBLASLt workspace)");
   rc = cu_keep(c, rc, cudaFree(c->arena), "cudaFree (the audit's arena)");
   rc = cu_keep(c, rc, cudaFree(c->gstage), "cudaFree (the GEMMs' staging)");
-  rc = cu_keep(c, rc, cudaFree(c->nscr), "cudaFree (the narrowed operands' chunk)");
   for (int i = 0; i < 2; i++) {
     if (c->pin[i]) rc = cu_keep(c, rc, cudaFreeHost(c->pin[i]), "cudaFreeHost (a staging chunk)");
     if (c->pev[i]) rc = cu_keep(c, rc, cudaEventDestroy(c->pev[i]), "cudaEventDestroy (a staging chunk)");

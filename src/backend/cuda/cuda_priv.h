@@ -49,9 +49,8 @@ extern "C" {
  *   CU_SW_DW_EARLY   QC_CUDA_DW_EARLY: d_weight's metrics on the second stream after its pair
  *   CU_SW_QK_SCALAR  QC_CUDA_QK_SCALAR: the element-wise block128 quantizer
  *   CU_SW_PAGEABLE   QC_CUDA_PAGEABLE: host copies straight from pageable memory, no pinned chunks
- *   CU_SW_ATT_HOST   QC_CUDA_ATT_HOST: the attention reference's rows on the host, its GEMMs staged (attrows.cu)
- *   CU_SW_WIDE       QC_CUDA_WIDE: float64 GEMM operands staged as float64 even where every value is a float32 (gemm.cu) */
-enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SW_PAGEABLE, CU_SW_ATT_HOST, CU_SW_WIDE, CU_SWITCHES };
+ *   CU_SW_ATT_HOST   QC_CUDA_ATT_HOST: the attention reference's rows on the host, its GEMMs staged (attrows.cu) */
+enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SW_PAGEABLE, CU_SW_ATT_HOST, CU_SWITCHES };
 
 typedef struct cu {
   qc_backend be;
@@ -70,7 +69,6 @@ typedef struct cu {
   void *pin[2];             /* two pinned host chunks of CU_PIN_CHUNK bytes: large host operands pass through them */
   int pin_off;              /* 1: pinned memory was refused; copies go straight from pageable memory */
   cudaEvent_t pev[2];       /* recorded after each chunk's copy on st */
-  float *nscr;              /* a chunk of float32 operand values, widened from here into its float64 place */
   void *mscratch;           /* metrics partials */
   qk_msum *mres;            /* [2 + PEND] metrics results: 2 for the fused audit, PEND for metrics_buf */
   qc_metrics *pend[PEND];   /* metrics_buf results waiting for sync: host destinations of mres[2 + i] */

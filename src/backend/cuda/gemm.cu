@@ -258,79 +258,6 @@ done:
   return rc;
 }
 
-/* ---- float64 operands that are float32 values ------------------------------
- * The references' GEMM operands are widened from float32, bfloat16 or a
- * quantizer's float32 output: nearly every one is a float32 value held in
- * a double. Such a chunk crosses to the device as float32 (half the bytes,
- * and the host writes half into the pinned chunk) and a kernel widens it
- * into its float64 place, exactly: the device sees the same doubles. The
- * test is per value, (double)(float)v == v, so a chunk holding any other
- * value (a float64 result, a rounding variant's padding, a NaN) goes as
- * float64. QC_CUDA_WIDE=1 (a side-by-side switch) stages every operand as
- * float64. */
-typedef struct narrow {
-  float *dst;
-  const double *src;
-  size_t n;
-  int exact[16];
-} narrow;
-
-static void narrow_piece(void *p, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
-  narrow *x = (narrow *)p;
-  for (int64_t k = lo; k < hi; k++) {
-    const size_t a = (size_t)k * (x->n / 16 + 1), b0 = (size_t)(k + 1) * (x->n / 16 + 1), b = b0 < x->n ? b0 : x->n;
-    int ok = 1;
-    for (size_t i = a; i < b; i++) {
-      const float f = (float)x->src[i];
-      x->dst[i] = f;
-      ok &= (double)f == x->src[i];
-    }
-    x->exact[k] = ok;
-  }
-}
-
-/* dst[0, n) = (float)src[0, n) on qc_par_for's threads: 1 when every value
- * was a float32 value (then dst holds them exactly). */
-static int par_narrow(float *dst, const double *src, size_t n) {
-  narrow x;
-  memset(&x, 0, sizeof x);
-  x.dst = dst, x.src = src, x.n = n;
-  qc_par_for(16, n >= ((size_t)8 << 20) ? 1 : 4, narrow_piece, &x);
-  int ok = 1;
-  for (int k = 0; k < 16; k++) ok &= x.exact[k];
-  return ok;
-}
-
-/* Upload n doubles from host src to device dst: chunk by chunk as float32
- * where every value of the chunk is one (see above), else as float64 (cu_stage_up). */
-static int stage_up_f64(cu *c, double *dst, const double *src, size_t n, const char *what) {
-  int rc = QC_OK;
-  if (n * 8 < CU_PIN_MIN || c->sw[CU_SW_WIDE] || c->sw[CU_SW_PAGEABLE] || cu_pinned(src) || !pin_ready(c))
-    return cu_stage_up(c, dst, src, n * 8, what);
-  if (!c->nscr && (rc = cu_dalloc(c, CU_PIN_CHUNK, "a narrowed operand chunk", (void **)&c->nscr))) return rc;
-  const size_t per = CU_PIN_CHUNK / 4; /* values a chunk holds as float32 */
-  for (size_t off = 0, i = 0; off < n; off += per, i ^= 1) {
-    const size_t len = n - off < per ? n - off : per;
-    CK(cudaEventSynchronize(c->pev[i]), what); /* the chunk's last DMA is done */
-    if (par_narrow((float *)c->pin[i], src + off, len)) {
-      CK(cudaMemcpyAsync(c->nscr, c->pin[i], len * 4, cudaMemcpyHostToDevice, c->st), what);
-      CK(cudaEventRecord(c->pev[i], c->st), what);
-      CK((cudaError_t)qk_to_f64(QK_T_F32, c->nscr, dst + off, (int64_t)len, c->st), what); /* before the next chunk's copy (one stream) */
-    } else {
-      for (size_t h = 0; h < len; h += per / 2) { /* as float64: two halves through the same pinned chunk */
-        const size_t hl = len - h < per / 2 ? len - h : per / 2;
-        if (h) CK(cudaEventSynchronize(c->pev[i]), what);
-        par_memcpy(c->pin[i], src + off + h, hl * 8);
-        CK(cudaMemcpyAsync(dst + off + h, c->pin[i], hl * 8, cudaMemcpyHostToDevice, c->st), what);
-        CK(cudaEventRecord(c->pev[i], c->st), what);
-      }
-    }
-  }
-done:
-  return rc;
-}
-
 /* Stage op(A), op(B) on the device, run the GEMM, bring C back. The three
  * operands share one staging buffer that only grows (a cudaMalloc and a
  * cudaFree per call cost more than a small GEMM, and cudaFree waits for the
@@ -359,11 +286,9 @@ static int host_gemm(const qc_backend *be, int f64, qc_op ta, qc_op tb, int64_t 
   }
   {
     char *dA = (char *)c->gstage, *dB = dA + al256(na), *dC = dB + al256(nb);
-    if (f64 ? (rc = stage_up_f64(c, (double *)dA, (const double *)A, na / 8, "upload GEMM operand A")) ||
-                  (rc = stage_up_f64(c, (double *)dB, (const double *)B, nb / 8, "upload GEMM operand B"))
-            : (rc = cu_stage_up(c, dA, A, na, "upload GEMM operand A")) || (rc = cu_stage_up(c, dB, B, nb, "upload GEMM operand B")))
+    if ((rc = cu_stage_up(c, dA, A, na, "upload GEMM operand A")) || (rc = cu_stage_up(c, dB, B, nb, "upload GEMM operand B")) ||
+        (ldc != n && (rc = cu_stage_up(c, dC, Cm, nc, "upload GEMM result C"))))
       goto done;
-    if (ldc != n && (rc = cu_stage_up(c, dC, Cm, nc, "upload GEMM result C"))) goto done;
     if (f64) rc = cu_dgemm_dev(c, ta, tb, m, n, k, (const double *)dA, lda, (const double *)dB, ldb, (double *)dC, ldc);
     else rc = cu_lt_gemm(c, ta, tb, m, n, k, dA, lda, dB, ldb, dC, ldc, CUDA_R_32F);
     if (rc) goto done;
