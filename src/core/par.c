@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/number.h"
+#include "core/qc.h"
 
 typedef struct piece {
   void (*fn)(void *, int64_t, int64_t, int);
@@ -50,11 +51,13 @@ static struct {
        .done = PTHREAD_COND_INITIALIZER};
 
 /* Take and run the job's pieces until none is left to take (P.mu held on
- * entry and on return). */
-static void drain(void) {
+ * entry and on return). A worker starts each piece with no error message
+ * (core/err.c keeps one a thread), as a thread started for it would. */
+static void drain(int worker) {
   while (P.next < P.npieces) {
     piece *q = &P.pc[P.next++];
     pthread_mutex_unlock(&P.mu);
+    if (worker) qc_err_clear();
     run_piece(q);
     pthread_mutex_lock(&P.mu);
     if (--P.left == 0) pthread_cond_signal(&P.done);
@@ -65,26 +68,32 @@ static void *worker(void *arg) {
   (void)arg;
   pthread_mutex_lock(&P.mu);
   unsigned long seen = P.gen;
+  drain(1); /* the job it was started for, already under way */
   for (;;) {
     while (P.gen == seen) pthread_cond_wait(&P.go, &P.mu);
     seen = P.gen;
-    drain();
+    drain(1);
   }
   return NULL;
 }
 
-/* A child of fork() has none of the parent's workers: it starts its own. */
+/* fork() copies P as it is; the child has none of the parent's workers, so
+ * it starts its own. P.mu is taken across the fork (it is only ever held
+ * for moments). P.busy stays as it was: held when a job was under way
+ * (the forking thread's or another's), and then the child's calls start
+ * threads of their own, as on a busy pool. */
+static void before_fork(void) { pthread_mutex_lock(&P.mu); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&P.mu); }
 static void after_fork_child(void) {
-  pthread_mutex_init(&P.busy, NULL);
-  pthread_mutex_init(&P.mu, NULL);
-  pthread_cond_init(&P.go, NULL);
+  pthread_cond_init(&P.go, NULL); /* their waiters were the parent's workers */
   pthread_cond_init(&P.done, NULL);
   P.workers = 0;
   P.npieces = P.next = P.left = 0;
+  pthread_mutex_unlock(&P.mu);
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static void atfork_register(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+static void atfork_register(void) { pthread_atfork(before_fork, after_fork_parent, after_fork_child); }
 
 /* 1 when the pool ran fn's t pieces; 0 when it could not (busy, or no
  * worker could start): the caller runs them itself. */
@@ -113,8 +122,10 @@ static int pool_run(const piece *pc, int t) {
   P.npieces = P.left = t;
   P.next = 0;
   P.gen++;
-  pthread_cond_broadcast(&P.go);
-  drain(); /* the caller takes pieces too: fewer workers than pieces still finish */
+  if (t - 1 >= P.workers) pthread_cond_broadcast(&P.go);
+  else
+    for (int i = 0; i < t - 1; i++) pthread_cond_signal(&P.go); /* a worker not woken takes the next job it sees */
+  drain(0); /* the caller takes pieces too: fewer workers than pieces still finish */
   while (P.left > 0) pthread_cond_wait(&P.done, &P.mu);
   P.npieces = 0;
   pthread_mutex_unlock(&P.mu);

@@ -25,6 +25,30 @@ swiglu /model.layers.0.mlp.act swiglu_clamp_pass d_up {"d_gate":{"rel_l2":1e-6,"
 logprob /model.lm_head.logprob logprob_count d_logits {"d_logits":{"rel_l2":5e-5,"reasoning":"fp32 log-sum-exp"}}
 router /model.layers.0.mlp.router router_ids d_logits {"d_logits":{"rel_l2":2e-6,"reasoning":"fp32 scores"}}
 EOF2
+# the same eight groups in one run, read 0, 1, 2 and 3 ahead (vjp reads 1
+# ahead on the CPU, 2 on a device): the same checks and verdicts, exit 1
+cat >"$T/ahead.json" <<J
+{"data": {"dump": "d.h5", "modules": "^(/model\\\\.layers\\\\.0\\\\.(input_layernorm|mlp\\\\.act|mlp\\\\.router)|/model\\\\.lm_head\\\\.logprob|/defect\\\\.(rmsnorm_no_mean|swiglu_clamp_pass|logprob_count|router_ids))\$"},
+ "candidate": "dump", "tolerances": {
+ "rmsnorm": {"d_x":{"rel_l2":2e-5,"reasoning":"fp32 statistics"},"d_weight":{"rel_l2":2e-5,"reasoning":"fp32 sums"}},
+ "swiglu": {"d_gate":{"rel_l2":1e-6,"reasoning":"elementwise fp32"},"d_up":{"rel_l2":1e-6,"reasoning":"elementwise fp32"}},
+ "logprob": {"d_logits":{"rel_l2":5e-5,"reasoning":"fp32 log-sum-exp"}},
+ "router": {"d_logits":{"rel_l2":2e-6,"reasoning":"fp32 scores"}}}}
+J
+for a in 0 1 2 3; do
+  expect_exit 1 "eight groups read $a ahead: the four defects fail" env QATCHECK_AHEAD=$a "$QATCHECK" vjp --case "$T/ahead.json" --json "$T/ahead$a.r.json"
+done
+$PY - "$T"/ahead0.r.json "$T"/ahead1.r.json "$T"/ahead2.r.json "$T"/ahead3.r.json <<'P' || bad "the reports differ with the read-ahead"
+import json, sys
+rs = [json.load(open(p))["checks"] for p in sys.argv[1:]]
+assert len({len(r) for r in rs}) == 1 and len(rs[0]) >= 8, [len(r) for r in rs]
+assert all(r == rs[0] for r in rs[1:]), "checks differ"
+mods = {c["module"] for c in rs[0]}
+assert len(mods) == 8, mods
+assert {c["module"] for c in rs[0] if c["verdict"] == "fail"} == {m for m in mods if m.startswith("/defect.")}
+print("read 0 to 3 ahead:", len(rs[0]), "checks, identical; the four defects fail")
+P
+
 # attention: an LSE saved in log2 under lse_base "e" spoils every gradient the
 # saved LSE feeds: the trainer's own (dump) and the builtin flash backward
 # (which reads the saved LSE) both fail on d_q, d_k and d_v; the correct

@@ -1,15 +1,19 @@
 /* test_par.c: qc_par_for's pool (core/par.c): every index once, each piece
  * at its own tid whichever thread ran it, from nested calls, from several
- * threads at once (the pool busy: their own threads), and in a forked
- * child (none of the parent's workers). */
+ * threads at once (the pool busy: their own threads); workers helping from
+ * the call that starts them, in a forked child too (none of the parent's
+ * workers), each piece without an earlier piece's error message. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/par.h"
+#include "core/qc.h"
 
 typedef struct cover {
   atomic_int hits[4096];
@@ -89,20 +93,86 @@ Test(par, concurrent_callers) {
   unsetenv("QATCHECK_THREADS");
 }
 
+/* Pieces that sleep 50 ms and note their thread: a pool whose workers sat
+ * a job out runs them all on the caller, one after another. */
+typedef struct who {
+  pthread_t th[QC_PAR_MAX];
+} who;
+
+static void sleepy(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)lo, (void)hi;
+  who *w = ctx;
+  w->th[tid] = pthread_self();
+  usleep(50000);
+}
+
+/* The distinct threads that ran qc_par_for(t, 1, sleepy) with t threads. */
+static int threads_used(int t) {
+  char v[8];
+  snprintf(v, sizeof v, "%d", t);
+  setenv("QATCHECK_THREADS", v, 1);
+  who w;
+  memset(&w, 0, sizeof w);
+  qc_par_for(t, 1, sleepy, &w);
+  int n = 0;
+  for (int i = 0; i < t; i++) {
+    int seen = 0;
+    for (int j = 0; j < i; j++) seen |= pthread_equal(w.th[i], w.th[j]);
+    n += !seen;
+  }
+  unsetenv("QATCHECK_THREADS");
+  return n;
+}
+
+/* Workers help from the job that starts them (the first call of a process,
+ * the call that grows the pool), not from the next one on. */
+Test(par, workers_join_the_job_that_starts_them) {
+  int n = threads_used(4);
+  cr_expect_geq(n, 2, "the first call ran its 4 sleeping pieces on %d thread(s)", n);
+  n = threads_used(8);
+  cr_expect_geq(n, 5, "the call that grew the pool to 8 ran on %d thread(s)", n);
+}
+
+/* A forked child has none of its parent's workers: it starts its own, and
+ * its pieces still run on several threads. */
 Test(par, forked_child) {
-  setenv("QATCHECK_THREADS", "4", 1);
-  atomic_long s = 0;
-  qc_par_for(1000, 1, add_one, &s); /* the parent's workers exist */
+  cr_assert_geq(threads_used(4), 2); /* the parent's workers exist */
   pid_t pid = fork();
   cr_assert(pid >= 0);
   if (pid == 0) {
+    alarm(20);
     atomic_long c = 0;
-    alarm(20); /* a child waiting on workers it does not have would hang */
+    setenv("QATCHECK_THREADS", "4", 1);
     qc_par_for(1000, 1, add_one, &c);
-    _exit(atomic_load(&c) == 499500 ? 0 : 1);
+    _exit(atomic_load(&c) != 499500 ? 1 : threads_used(4) >= 2 ? 0 : 3);
   }
   int st = 0;
   cr_assert_eq(waitpid(pid, &st, 0), pid);
-  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's qc_par_for: status %d", st);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's qc_par_for: status %d (3: its pieces ran on one thread)", st);
+}
+
+/* A worker starts each piece with no error message of an earlier piece's
+ * (core/err.c keeps one a thread; first message wins). */
+static void fail_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)ctx, (void)lo, (void)hi;
+  qc_err("piece %d failed", tid);
+  usleep(20000); /* the workers take pieces too */
+}
+
+static void msg_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)lo, (void)hi;
+  char (*m)[64] = ctx;
+  snprintf(m[tid], sizeof m[tid], "%s", qc_err_msg());
+  usleep(20000);
+}
+
+Test(par, workers_start_without_an_old_error) {
+  setenv("QATCHECK_THREADS", "4", 1);
+  qc_par_for(4, 1, fail_piece, NULL);
+  qc_err_clear(); /* the caller's own */
+  char m[4][64];
+  memset(m, 0, sizeof m);
+  qc_par_for(4, 1, msg_piece, m);
+  for (int i = 0; i < 4; i++) cr_expect_str_empty(m[i], "piece %d saw '%s'", i, m[i]);
   unsetenv("QATCHECK_THREADS");
 }
