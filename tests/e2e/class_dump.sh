@@ -1,7 +1,10 @@
 #!/bin/sh
 # class_dump.sh: the classes beyond linear work from a dump (spec schema):
 # a trainer's float32 gradients (scripts/make_class_dump.py) pass, and each
-# planted defect fails on its own tensor while its correct sibling passes.
+# planted defect fails on its own tensor while its correct sibling passes;
+# all eight groups in one run, read 0 to 3 ahead, give the same checks, and
+# a NaN in the last group's dY is the same one error line however far ahead
+# it is read.
 . "$(dirname "$0")/lib.inc"
 $PY scripts/make_class_dump.py "$T/d.h5" || exit 1
 # class  good-module  defect-group  failing-tensor  tolerances; ALL and TOLS
@@ -47,6 +50,21 @@ assert len(mods) == 8, mods
 assert {c["module"] for c in rs[0] if c["verdict"] == "fail"} == {m for m in mods if m.startswith("/defect.")}
 print("read 0 to 3 ahead:", len(rs[0]), "checks, identical; the four defects fail")
 P
+# a non-finite dY in the last group, read while earlier ones are audited:
+# the same one line and only the error report, however far ahead it is read
+cp "$T/d.h5" "$T/nan.h5"
+$PY -c "
+import h5py, sys  # dY in bfloat16 (uint16): 0x7FC0 is a NaN
+with h5py.File(sys.argv[1], 'r+') as f:
+    d = f['model.lm_head.logprob/grad_out/dy']; a = d[...]; a.flat[3] = 0x7FC0; d[...] = a" "$T/nan.h5" || bad "could not plant the NaN"
+sed 's/"d\.h5"/"nan.h5"/' "$T/ahead.json" >"$T/nan.json"
+for a in 0 1 2; do
+  rm -f "$T/nan$a.r.json"
+  expect_exit 2 "a non-finite dY read $a ahead" env QATCHECK_AHEAD=$a "$QATCHECK" vjp --case "$T/nan.json" --json "$T/nan$a.r.json"
+  [ "$(grep -c 'qatcheck: error:' "$T/err")" -eq 1 ] && grep -q "model.lm_head.logprob.*grad_out/dy.*non-finite" "$T/err" ||
+    bad "read $a ahead: not one line naming the group's grad_out/dy: $(cat "$T/err")"
+  error_or_none "$T/nan$a.r.json" || bad "read $a ahead: a report other than the error report"
+done
 
 # attention: an LSE saved in log2 under lse_base "e" spoils every gradient the
 # saved LSE feeds: the trainer's own (dump) and the builtin flash backward
