@@ -235,7 +235,8 @@ typedef struct grad_variants {
   const qc_tol *t;
   const qc_check *k;
   int chosen; /* the failed check's closest variant (qc_variants_closest), -1: none */
-  unsigned reads;          /* the variant parts the judged gradient reads (qc_grad_reads_of) */
+  unsigned reads, same;    /* the variant parts the judged gradient reads, and those of them that are one
+                              rounding (qc_grad_reads_of, qc_grad_same_of) */
   unsigned long long told; /* the variants -v has named as repeats for this check */
   unsigned long long judged; /* the variants judged for this check (a repeat of one that was not is judged itself) */
   int runs, saved;         /* variant references run; runs saved (a repeat not at hand: qc_variant_repeats) */
@@ -295,7 +296,7 @@ static int variant_ref(grad_variants *s, int i, const char *grad) {
  * contract's or an earlier variant's (qc_variant_repeats): it is neither
  * computed nor judged, and -v says so once for the check. */
 static int repeats(grad_variants *s, int i) {
-  const int j = qc_variant_repeats(&s->list, i, s->reads);
+  const int j = qc_variant_repeats(&s->list, i, s->reads, s->same);
   if (j == i || (j >= 0 && !(s->judged & (1ull << j)))) return 0; /* new, or what it repeats could not be judged */
   if (!(s->told & (1ull << i))) {
     s->told |= 1ull << i;
@@ -334,7 +335,7 @@ static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
  * none passes, against the closest (qc_variants_closest: s->chosen, else -1). */
 static int try_variants(grad_variants *s, const qc_tensor *g, qc_dtype held, const qc_tol *t, qc_check *k) {
   s->g = g, s->held = held, s->t = t, s->k = k, s->chosen = -1;
-  s->reads = qc_grad_reads_of(s->m, k->tensor), s->told = 0, s->judged = 0;
+  s->reads = qc_grad_reads_of(s->m, k->tensor), s->same = qc_grad_same_of(s->m, k->tensor), s->told = 0, s->judged = 0;
   int rc = qc_variants_judge(&s->list, grad_variant, s, k);
   return rc ? rc : qc_variants_closest(&s->list, grad_variant, s, k, &s->chosen);
 }

@@ -118,38 +118,79 @@ void qc_variants_of(const qc_module *m, const qc_tensor *dy, qc_variants_kind ki
   }
 }
 
-unsigned qc_grad_reads_of(const qc_module *m, const char *grad) {
-  static const struct { const char *word; unsigned part; } w[] = {
-      {"dy", QC_VAR_BF16_DY}, {"inputs", QC_VAR_BF16_INPUTS}, {"params", QC_VAR_BF16_PARAMS}, {"ops", QC_VAR_ROUND_OPS}};
+/* The row of grad_reads that holds for gradient `grad` of m, or NULL. */
+static const qc_grad_reads *reads_row(const qc_module *m, const char *grad) {
   const qc_grad_reads *r = m->cls->grad_reads;
   for (; r && r->grad; r++)
-    if (strcmp(r->grad, grad) == 0 && (!r->applies || r->applies(&m->contract))) break;
-  if (!r || !r->grad || !r->reads) return QC_VAR_ALL;
+    if (strcmp(r->grad, grad) == 0 && (!r->applies || r->applies(&m->contract))) return r;
+  return NULL;
+}
+
+/* The part named by the n bytes at p (QC_VAR_*), 0 for none. */
+static unsigned part_word(const char *p, size_t n) {
+  static const struct { const char *word; unsigned part; } w[] = {
+      {"dy", QC_VAR_BF16_DY}, {"inputs", QC_VAR_BF16_INPUTS}, {"params", QC_VAR_BF16_PARAMS}, {"ops", QC_VAR_ROUND_OPS}};
+  for (size_t j = 0; j < sizeof w / sizeof w[0]; j++)
+    if (strlen(w[j].word) == n && strncmp(p, w[j].word, n) == 0) return w[j].part;
+  return 0;
+}
+
+/* The parts read by row r's words ("dy inputs=ops"), and into *same the
+ * parts of its one '='-joined word (0: none). QC_VAR_ALL where a word is
+ * not known, or a second '=' word is there. */
+static unsigned parse_reads(const char *s, unsigned *same) {
   unsigned reads = 0;
-  for (const char *p = r->reads + strspn(r->reads, " "); *p; p += strspn(p, " ")) {
+  *same = 0;
+  for (const char *p = s + strspn(s, " "); *p; p += strspn(p, " ")) {
     const size_t n = strcspn(p, " ");
-    size_t j = 0;
-    while (j < sizeof w / sizeof w[0] && !(strlen(w[j].word) == n && strncmp(p, w[j].word, n) == 0)) j++;
-    if (j == sizeof w / sizeof w[0]) return QC_VAR_ALL; /* a word it does not know: it reads everything */
-    reads |= w[j].part;
+    unsigned group = 0;
+    int words = 0;
+    for (const char *q = p; q < p + n; q++) { /* a word, or words joined by '=' */
+      const size_t l = strcspn(q, "= ");
+      const unsigned part = part_word(q, l);
+      if (!part) return *same = 0, QC_VAR_ALL; /* a word it does not know: it reads everything */
+      group |= part, words++;
+      q += l;
+    }
+    if (words > 1) {
+      if (*same) return *same = 0, QC_VAR_ALL; /* one group only */
+      *same = group;
+    }
+    reads |= group;
     p += n;
   }
   return reads;
 }
 
+unsigned qc_grad_reads_of(const qc_module *m, const char *grad) {
+  const qc_grad_reads *r = reads_row(m, grad);
+  unsigned same;
+  return r && r->reads ? parse_reads(r->reads, &same) : QC_VAR_ALL;
+}
+
+unsigned qc_grad_same_of(const qc_module *m, const char *grad) {
+  const qc_grad_reads *r = reads_row(m, grad);
+  unsigned same = 0;
+  if (r && r->reads) (void)parse_reads(r->reads, &same);
+  return same;
+}
+
 /* Variant v as a gradient that reads the parts `reads` sees it: its parts
- * among them, and its level where round_ops is one (else 0). */
-static qc_variant effective(const qc_variant *v, unsigned reads) {
+ * among them, the parts of `same` (one rounding, however many of them are
+ * applied) as the group's lowest, and its level where round_ops is one of
+ * the parts left (else 0). */
+static qc_variant effective(const qc_variant *v, unsigned reads, unsigned same) {
   qc_variant e = {.parts = v->parts & reads, .level = 0};
+  if (e.parts & same) e.parts = (e.parts & ~same) | (same & -same); /* the group as its lowest part */
   if (e.parts & QC_VAR_ROUND_OPS) e.level = v->level;
   return e;
 }
 
-int qc_variant_repeats(const qc_variants *L, int i, unsigned reads) {
-  const qc_variant e = effective(&L->v[i], reads);
+int qc_variant_repeats(const qc_variants *L, int i, unsigned reads, unsigned same) {
+  const qc_variant e = effective(&L->v[i], reads, same);
   if (!e.parts) return -1;
   for (int j = 0; j < i; j++) {
-    const qc_variant f = effective(&L->v[j], reads);
+    const qc_variant f = effective(&L->v[j], reads, same);
     if (f.parts == e.parts && f.level == e.level) return j;
   }
   return i;

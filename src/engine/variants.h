@@ -89,14 +89,20 @@ void qc_variant_id(const qc_variant *v, char *buf, size_t n);
  * none, or where the row holds a word that is not one of those. */
 unsigned qc_grad_reads_of(const qc_module *m, const char *grad);
 
-/* For a gradient that reads the parts `reads` (qc_grad_reads_of): -1 when
- * variant i of L changes nothing it reads (its reference is the
- * contract's); j < i, the first variant of L whose effective variant is
- * i's (its parts among `reads`, and its level where round_ops is one: the
- * same reference, bit for bit); else i. A repeat can never be
+/* The parts that row's one '='-joined word names ("inputs=ops": applying
+ * either or both is one rounding of what the gradient reads, the same
+ * reference bit for bit); 0 where it has none. */
+unsigned qc_grad_same_of(const qc_module *m, const char *grad);
+
+/* For a gradient that reads the parts `reads` (qc_grad_reads_of), `same`
+ * of them one rounding (qc_grad_same_of): -1 when variant i of L changes
+ * nothing it reads (its reference is the contract's); j < i, the first
+ * variant of L whose effective variant is i's (its parts among `reads`,
+ * those of `same` counted as one, and its level where round_ops is one:
+ * the same reference, bit for bit); else i. A repeat can never be
  * judged strictly better than the one it repeats (qc_variant_better), so
  * the gradient checks do not compute it. */
-int qc_variant_repeats(const qc_variants *L, int i, unsigned reads);
+int qc_variant_repeats(const qc_variants *L, int i, unsigned reads, unsigned same);
 
 /* 1 when check k, judged against the contract's reference, is judged
  * against the variants too: it failed, or it passed with its bias test

@@ -273,10 +273,14 @@ struct qc_modinfo;
  *   inputs  the differentiated inputs       (bf16_inputs)
  *   params  the parameters                  (bf16_params)
  *   ops     the class's rounding levels, qc_ctx.round_ops (round_ops)
+ * Words joined by '=' (one such word a row, "dy inputs=ops") are one
+ * rounding of what the gradient reads: applying either part or both gives
+ * the same value (linear's d_weight rounds X to bf16 under bf16_inputs and
+ * under its rounding level alike).
  * A variant computes the same reference of that gradient as another one
  * (or as the contract's reference) when they differ only in parts it does
- * not read: the engine does not compute it again (it could never fit
- * strictly better). The rows must hold under every contract they apply to:
+ * not read, or in which parts of the '=' word they apply: the engine does
+ * not compute it again (it could never fit strictly better). The rows must hold under every contract they apply to:
  * naming more than the reference reads only costs time, naming less
  * changes verdicts. */
 typedef struct qc_grad_reads {

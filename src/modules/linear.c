@@ -424,15 +424,26 @@ static int linear_ste_mask(const qc_contract *c, const char *fmt_key) {
 static int linear_dx_mask(const qc_contract *c) { return linear_ste_mask(c, "activation_format"); }
 static int linear_dw_mask(const qc_contract *c) { return linear_ste_mask(c, "weight_format"); }
 
+/* d_weight's X_ref is x itself (dw_input original): rounding x to bf16
+ * (bf16_inputs) and rounding X_ref to bf16 (round_ops, the one level) are
+ * one rounding. With dw_input quantized, X_ref = dequant(quant(x)): the two
+ * round before and after the quantizer. */
+static int linear_dw_x(const qc_contract *c) { return strcmp(qc_contract_str(c, "dw_input", "original"), "original") == 0; }
+static int linear_dw_mask_x(const qc_contract *c) { return linear_dw_mask(c) && linear_dw_x(c); }
+
 /* What each gradient's reference reads (qc_grad_reads): d_x = dY W_ref
  * (round_ops rounds W_ref) reads x only for a clipped STE's mask;
  * d_weight = dY^T X_ref (round_ops rounds X_ref) reads W only for its
  * mask; d_bias = the column sums of dY, which no rounding level touches.
- * So the bf16_inputs variants of d_x repeat others' references. */
+ * So the bf16_inputs variants of d_x repeat others' references, and
+ * d_weight's bf16_inputs and round_ops are one rounding of x where X_ref
+ * is x (3 of its 7 variant references, not 7). */
 static const qc_grad_reads linear_reads[] = {
     {"d_x", "dy params inputs ops", linear_dx_mask},
     {"d_x", "dy params ops", NULL},
+    {"d_weight", "dy inputs=ops params", linear_dw_mask_x},
     {"d_weight", "dy inputs params ops", linear_dw_mask},
+    {"d_weight", "dy inputs=ops", linear_dw_x},
     {"d_weight", "dy inputs ops", NULL},
     {"d_bias", "dy", NULL},
     {NULL, NULL, NULL},

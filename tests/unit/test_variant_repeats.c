@@ -58,7 +58,7 @@ static void make_linear(h_inst *in, int64_t M, int64_t K, int64_t N, uint64_t se
 static int same_bits(h_inst *in, const char *grad, const char *what) {
   qc_variants L;
   qc_variants_of(&in->m, &in->dy, QC_VARIANTS_GRADS, 0, NULL, &L);
-  const unsigned reads = qc_grad_reads_of(&in->m, grad);
+  const unsigned reads = qc_grad_reads_of(&in->m, grad), same = qc_grad_same_of(&in->m, grad);
   qc_ctx ctx;
   memset(&ctx, 0, sizeof ctx);
   ctx.be = qc_backend_cpu();
@@ -74,7 +74,7 @@ static int same_bits(h_inst *in, const char *grad, const char *what) {
     if (!rc) rc = in->row->reference(&c, &alt, &dv, &refs[i]);
     qc_variant_release(&L.v[i], &in->m, &alt, &dv);
     cr_assert_eq(rc, QC_OK, "%s: variant %d: %s", what, i, qc_err_msg());
-    const int j = qc_variant_repeats(&L, i, reads);
+    const int j = qc_variant_repeats(&L, i, reads, same);
     if (j == i) continue;
     repeats++;
     const qc_tensor *a = qc_tset_get(&refs[i], grad), *b = qc_tset_get(j < 0 ? &base : &refs[j], grad);

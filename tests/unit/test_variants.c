@@ -155,10 +155,15 @@ Test(variants, judge_takes_the_best_and_names_it) {
 }
 
 /* The repeats of L for a gradient that reads `reads`, "0 -1 0 3 ..." (qc_variant_repeats). */
-static void repeats(const qc_variants *L, unsigned reads, char *buf, size_t n) {
+static void repeats(const qc_variants *L, unsigned reads, unsigned same, char *buf, size_t n) {
   size_t l = 0;
   buf[0] = 0;
-  for (int i = 0; i < L->n; i++) l += (size_t)snprintf(buf + l, n - l, "%s%d", i ? " " : "", qc_variant_repeats(L, i, reads));
+  for (int i = 0; i < L->n; i++) l += (size_t)snprintf(buf + l, n - l, "%s%d", i ? " " : "", qc_variant_repeats(L, i, reads, same));
+}
+
+/* repeats() of gradient g of m, its class's declaration. */
+static void repeats_of(const qc_variants *L, const qc_module *m, const char *g, char *buf, size_t n) {
+  repeats(L, qc_grad_reads_of(m, g), qc_grad_same_of(m, g), buf, n);
 }
 
 /* qc_grad_reads_of maps a class's grad_reads to the parts each gradient
@@ -183,14 +188,18 @@ Test(variants, a_gradient_repeats_what_it_does_not_read) {
   ids(&L, s, sizeof s);
   cr_assert_str_eq(s, "bf16_dy:0 bf16_inputs:0 bf16_dy+bf16_inputs:0 round_ops:1 bf16_dy+round_ops:1 bf16_inputs+round_ops:1 "
                       "bf16_dy+bf16_inputs+round_ops:1");
-  repeats(&L, qc_grad_reads_of(&m, "d_x"), s, sizeof s);
+  repeats_of(&L, &m, "d_x", s, sizeof s);
   cr_expect_str_eq(s, "0 -1 0 3 4 3 4", "d_x: bf16_inputs changes nothing it reads");
-  repeats(&L, qc_grad_reads_of(&m, "d_weight"), s, sizeof s);
-  cr_expect_str_eq(s, "0 1 2 3 4 5 6", "d_weight reads every part");
-  repeats(&L, qc_grad_reads_of(&m, "d_bias"), s, sizeof s);
+  cr_expect_eq(qc_grad_same_of(&m, "d_x"), 0u);
+  cr_expect_eq(qc_grad_same_of(&m, "d_weight"), in | ops, "X_ref is x: bf16_inputs and round_ops round it alike");
+  repeats_of(&L, &m, "d_weight", s, sizeof s);
+  cr_expect_str_eq(s, "0 1 2 1 2 1 2", "d_weight: round_ops as bf16_inputs, either or both");
+  repeats_of(&L, &m, "d_bias", s, sizeof s);
   cr_expect_str_eq(s, "0 -1 0 -1 0 -1 0", "d_bias: bf16_dy alone");
-  repeats(&L, QC_VAR_ALL, s, sizeof s);
+  repeats(&L, QC_VAR_ALL, 0, s, sizeof s);
   cr_expect_str_eq(s, "0 1 2 3 4 5 6", "a gradient that reads everything repeats nothing");
+  repeats(&L, QC_VAR_ALL, dy | ops, s, sizeof s);
+  cr_expect_str_eq(s, "0 1 2 0 0 2 2", "a group of dy and ops: either or both as dy, at level 0");
 
   /* a clipped STE masks d_x by |x| <= T where the activation is quantized:
    * then d_x reads x (bf16_inputs can move an element across T) */
@@ -199,10 +208,15 @@ Test(variants, a_gradient_repeats_what_it_does_not_read) {
   cr_expect_eq(qc_grad_reads_of(&m, "d_weight"), dy | in | ops);
   qc_contract_set(&m.contract, "activation_format", "fp8_token", 0, 0);
   cr_expect_eq(qc_grad_reads_of(&m, "d_x"), dy | in | par | ops, "the mask on d_x reads x");
-  repeats(&L, qc_grad_reads_of(&m, "d_x"), s, sizeof s);
+  repeats_of(&L, &m, "d_x", s, sizeof s);
   cr_expect_str_eq(s, "0 1 2 3 4 5 6");
   qc_contract_set(&m.contract, "weight_format", "fp8_block128", 0, 0);
   cr_expect_eq(qc_grad_reads_of(&m, "d_weight"), dy | in | par | ops, "the mask on d_weight reads W");
+  cr_expect_eq(qc_grad_same_of(&m, "d_weight"), in | ops, "X_ref is still x");
+  qc_contract_set(&m.contract, "dw_input", "quantized", 0, 0);
+  cr_expect_eq(qc_grad_same_of(&m, "d_weight"), 0u, "X_ref = dequant(quant(x)): bf16_inputs rounds before the quantizer");
+  repeats_of(&L, &m, "d_weight", s, sizeof s);
+  cr_expect_str_eq(s, "0 1 2 3 4 5 6");
   qc_module_free(&m);
 
   relu2(&m, 0);
@@ -220,12 +234,19 @@ Test(variants, every_declaration_is_well_formed) {
     for (const qc_grad_reads *r = rows[c].cls->grad_reads; r && r->grad; r++) {
       cr_expect(qc_class_has_grad(rows[c].cls, r->grad), "%s: grad_reads names '%s', not one of its grads", rows[c].cls->name, r->grad);
       char w[64];
+      int groups = 0;
       for (const char *p = r->reads; p && *p; p += strspn(p, " ")) {
         const size_t l = strcspn(p, " ");
-        snprintf(w, sizeof w, "%.*s", (int)l, p);
-        cr_expect(strcmp(w, "dy") == 0 || strcmp(w, "inputs") == 0 || strcmp(w, "params") == 0 || strcmp(w, "ops") == 0,
-                  "%s: %s reads '%s'", rows[c].cls->name, r->grad, w);
+        groups += memchr(p, '=', l) != NULL;
+        for (const char *q = p; q < p + l; q += strspn(q, "=")) { /* each part of a word "a=b" */
+          const size_t lw = strcspn(q, " =");
+          snprintf(w, sizeof w, "%.*s", (int)lw, q);
+          cr_expect(strcmp(w, "dy") == 0 || strcmp(w, "inputs") == 0 || strcmp(w, "params") == 0 || strcmp(w, "ops") == 0,
+                    "%s: %s reads '%s'", rows[c].cls->name, r->grad, w);
+          q += lw;
+        }
         p += l;
       }
+      cr_expect(groups <= 1, "%s: %s: one '=' word a row", rows[c].cls->name, r->grad);
     }
 }
