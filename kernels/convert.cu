@@ -53,3 +53,38 @@ extern "C" int qk_to_f32(int kind, const void *in, float *out, int64_t n, void *
   }
   return (int)cudaErrorInvalidValue;
 }
+
+/* numerics/formats.h's qc_round_bf16 of (float)v, bit for bit. */
+static __device__ double round_bf16(double v) {
+  unsigned u = __float_as_uint((float)v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) u = ((u >> 16) | 0x0040u) << 16; /* quiet NaN */
+  else u = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
+  return (double)__uint_as_float(u);
+}
+
+template <typename A, typename F> struct widen_x {
+  unsigned flags;
+  __device__ double operator()(A x) const {
+    double v = F()(x);
+    if (flags & QK_X_BF16) v = round_bf16(v);
+    return flags & QK_X_ABS ? fabs(v) : v;
+  }
+};
+
+template <typename A, typename F> static int launch_x(const void *in, double *out, int64_t n, unsigned flags, void *s) {
+  if (n <= 0) return 0;
+  int64_t blocks = (n + CV_THREADS - 1) / CV_THREADS;
+  if (blocks > 132 * 16) blocks = 132 * 16;
+  k_map<<<(unsigned)blocks, CV_THREADS, 0, (cudaStream_t)s>>>((const A *)in, out, n, widen_x<A, F>{flags});
+  return (int)cudaGetLastError();
+}
+
+extern "C" int qk_to_f64_x(int kind, const void *in, double *out, int64_t n, unsigned flags, void *s) {
+  switch (kind) {
+    case QK_T_F64: return launch_x<double, f64_f64>(in, out, n, flags, s);
+    case QK_T_F32: return launch_x<float, f32_f64>(in, out, n, flags, s);
+    case QK_T_F16: return launch_x<uint16_t, f16_f64>(in, out, n, flags, s);
+    case QK_T_BF16: return launch_x<uint16_t, bf16_f64>(in, out, n, flags, s);
+  }
+  return (int)cudaErrorInvalidValue;
+}

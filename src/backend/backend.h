@@ -19,6 +19,18 @@ struct qc_linear_audit;
 struct qc_linear_audit_out;
 struct qc_att_rows;
 
+/* One operand of gemm_f64_x: a row-major host matrix at p of dt (float64,
+ * float32, float16 or bfloat16), leading dimension ld, read as its exact
+ * float64 values, each rounded to bf16 where QC_GX_BF16 (qc_round_all's
+ * rounding: to float32, then bf16 RNE), then made |v| where QC_GX_ABS. */
+enum { QC_GX_BF16 = 1, QC_GX_ABS = 2 };
+typedef struct qc_gemm_x {
+  const void *p;
+  qc_dtype dt;
+  int64_t ld;
+  unsigned flags; /* QC_GX_* */
+} qc_gemm_x;
+
 typedef struct qc_backend {
   const char *name;        /* "cpu", "cuda:0" */
   /* The reference's GEMM: C[m,n] = op(A)[m,k] op(B)[k,n] in float64.
@@ -98,7 +110,24 @@ typedef struct qc_backend {
    * queued on the stream; NULL, or not QC_OK for op QC_ATT_PROBE (switched
    * off; no error set), where the reference runs them on the host. */
   int (*att_rows)(const struct qc_backend *be, const struct qc_att_rows *j);
+  /* gemm_f64 on operands as they are stored (qc_gemm_x): C[m,n] = op(A')
+   * op(B') in float64, A' and B' the operands' values read as above; every
+   * backend has it. A device backend uploads an operand in its own dtype
+   * (half the bytes of float64 or less), widens it there, and keeps its copy
+   * of one the audit's memo holds (qc_memo_holds, core/memo.h) until the
+   * memo's scope changes: a module's weight goes up once for its forward
+   * check, its reference and every variant. */
+  int (*gemm_f64_x)(const struct qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const qc_gemm_x *A,
+                    const qc_gemm_x *B, double *C, int64_t ldc);
 } qc_backend;
+
+/* Operand o's [rows, cols] values as gemm_f64_x reads them, on the host:
+ * *vals points at them (leading dimension o->ld; o->p itself for float64
+ * without flags), *owned at what the caller frees (NULL: nothing). QC_OK,
+ * QC_ESYS, or QC_EINPUT for a dtype gemm_f64_x does not take. */
+int qc_gemm_x_widen(const qc_gemm_x *o, int64_t rows, int64_t cols, const double **vals, double **owned);
+/* 1 when gemm_f64_x takes operands of dt. */
+int qc_gemm_x_dtype(qc_dtype dt);
 
 /* One row pass of the attention reference (reference/attention_gemm.c, whose
  * host loops are the definition) over a block of `rows` query rows [i0, i0 +

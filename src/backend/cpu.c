@@ -1,11 +1,13 @@
 /* cpu.c: the CPU backend: CBLAS (OpenBLAS) for both GEMMs, C for the rest. */
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/qc.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
+#include "numerics/metrics.h"
 #include "numerics/quant.h"
 #include "core/par.h"
 #include "backend/backend.h"
@@ -23,6 +25,51 @@ static int cpu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int
   }
   cblas_dgemm(CblasRowMajor, tr(ta), tr(tb), (int)m, (int)n, (int)k, 1.0, A, (int)lda, B, (int)ldb, 0.0, C, (int)ldc);
   return QC_OK;
+}
+
+int qc_gemm_x_dtype(qc_dtype dt) { return dt == QC_F64 || dt == QC_F32 || dt == QC_F16 || dt == QC_BF16; }
+
+static void absx_piece(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  double *v = p;
+  for (int64_t i = lo; i < hi; i++) v[i] = fabs(v[i]);
+}
+
+int qc_gemm_x_widen(const qc_gemm_x *o, int64_t rows, int64_t cols, const double **vals, double **owned) {
+  *vals = NULL;
+  *owned = NULL;
+  if (!qc_gemm_x_dtype(o->dt)) return qc_err("gemm_f64_x: an operand of %s: expected float64, float32, float16 or bfloat16",
+                                             qc_dtype_name(o->dt));
+  const int64_t span = rows > 0 && cols > 0 ? (rows - 1) * o->ld + cols : 0; /* elements from the first to the last */
+  if (o->dt == QC_F64 && !o->flags) {
+    *vals = o->p;
+    return QC_OK;
+  }
+  double *v = qc_malloc((size_t)(span ? span : 1) * sizeof *v, "gemm_f64_x operand (float64)");
+  if (!v) return QC_ESYS;
+  int rc = qc_float_to_f64(o->dt, o->p, span, v);
+  if (rc) {
+    free(v);
+    return rc;
+  }
+  if (o->flags & QC_GX_BF16) qc_round_all(v, QC_F64, span, QC_BF16);
+  if ((o->flags & QC_GX_ABS) && span) qc_par_for(span, (int64_t)1 << 16, absx_piece, v);
+  *vals = *owned = v;
+  return QC_OK;
+}
+
+/* gemm_f64_x on the host: each operand widened (and rounded, and made
+ * |v|) where it is not float64 as it is, then dgemm. */
+static int cpu_gemm_f64_x(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const qc_gemm_x *A,
+                          const qc_gemm_x *B, double *C, int64_t ldc) {
+  const double *a = NULL, *b = NULL;
+  double *oa = NULL, *ob = NULL;
+  int rc = qc_gemm_x_widen(A, ta == QC_OP_N ? m : k, ta == QC_OP_N ? k : m, &a, &oa);
+  if (!rc) rc = qc_gemm_x_widen(B, tb == QC_OP_N ? k : n, tb == QC_OP_N ? n : k, &b, &ob);
+  if (!rc) rc = cpu_gemm_f64(be, ta, tb, m, n, k, a, A->ld, b, B->ld, C, ldc);
+  free(oa);
+  free(ob);
+  return rc;
 }
 
 /* src[0, n) widened exactly to float32 on qc_par_for's threads. */
@@ -116,6 +163,7 @@ static const qc_backend g_cpu = {
     .buf_alloc = cpu_alloc, .buf_free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
     .host_alloc = cpu_alloc, .host_free = cpu_free,
     .host_memory = 1, .to_f64 = cpu_to_f64, .fake_quant_f64 = cpu_fake_quant_f64, .gemm_f64_buf = cpu_gemm_f64,
-    .metrics_buf = cpu_metrics_buf, .sync = cpu_sync, .fence = cpu_fence, .wait_fence = cpu_fence};
+    .metrics_buf = cpu_metrics_buf, .sync = cpu_sync, .fence = cpu_fence, .wait_fence = cpu_fence,
+    .gemm_f64_x = cpu_gemm_f64_x};
 
 const qc_backend *qc_backend_cpu(void) { return &g_cpu; }

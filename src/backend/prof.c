@@ -17,11 +17,11 @@
 #include "backend/prof.h"
 
 enum { P_GEMM_F64, P_GEMM_BF16, P_METRICS, P_BUF_ALLOC, P_UPLOAD, P_DOWNLOAD, P_HOST_ALLOC, P_QUANTIZE, P_AUDIT_LINEAR,
-       P_TO_F64, P_FAKE_QUANT, P_GEMM_F64_BUF, P_METRICS_BUF, P_SYNC, P_WAIT_FENCE, P_ALLREDUCE, P_N };
+       P_TO_F64, P_FAKE_QUANT, P_GEMM_F64_BUF, P_METRICS_BUF, P_SYNC, P_WAIT_FENCE, P_ALLREDUCE, P_GEMM_F64_X, P_N };
 static const char *const op_name[P_N] = {"gemm_f64",  "gemm_bf16", "metrics",      "buf_alloc",   "upload",
                                          "download",  "host_alloc", "quantize",    "audit_linear", "to_f64",
                                          "fake_quant_f64", "gemm_f64_buf", "metrics_buf", "sync", "wait_fence",
-                                         "allreduce"};
+                                         "allreduce", "gemm_f64_x"};
 
 /* The wrapper: `outer` first, so an operation's `be` is the wrapper itself. */
 typedef struct {
@@ -48,6 +48,14 @@ static int p_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64
   double t0 = qc_now_s();
   int rc = IN(be)->gemm_f64(IN(be), ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
   charge(be, P_GEMM_F64, t0, 8.0 * ((double)m * k + (double)k * n + (double)m * n));
+  return rc;
+}
+
+static int p_gemm_f64_x(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const qc_gemm_x *A,
+                        const qc_gemm_x *B, double *C, int64_t ldc) {
+  double t0 = qc_now_s();
+  int rc = IN(be)->gemm_f64_x(IN(be), ta, tb, m, n, k, A, B, C, ldc);
+  charge(be, P_GEMM_F64_X, t0, (double)m * k * qc_dtype_size(A->dt) + (double)k * n * qc_dtype_size(B->dt) + 8.0 * m * n);
   return rc;
 }
 
@@ -203,6 +211,7 @@ int qc_backend_profile_wrap(const qc_backend *inner, const qc_backend **out) {
   W(coll_ready, p_coll_ready);
   W(allreduce, p_allreduce);
   W(mem_free, p_mem_free);
+  W(gemm_f64_x, p_gemm_f64_x);
 #undef W
   *out = o;
   return QC_OK;

@@ -21,7 +21,12 @@ static _Thread_local struct {
   int64_t bytes;
 } g_memo;
 
+static _Atomic uint64_t g_gen = 1; /* scopes opened or closed, on every thread */
+
+uint64_t qc_memo_gen(void) { return g_gen; }
+
 void qc_memo_scope(const qc_tset *const *sets, int n) {
+  g_gen++;
   for (int i = 0; i < g_memo.n; i++) free(g_memo.e[i].v);
   free(g_memo.e);
   memset(&g_memo, 0, sizeof g_memo);
@@ -63,4 +68,22 @@ int qc_memo_take(const qc_tensor *t, const char *tag, float *v, int64_t n) {
   e->v = v;
   g_memo.bytes += n * (int64_t)sizeof *v;
   return 1;
+}
+
+/* 1 when [p, p + bytes) lies inside [a, a + n). */
+static int inside(const void *p, size_t bytes, const void *a, size_t n) {
+  const uintptr_t u = (uintptr_t)p, b = (uintptr_t)a;
+  return a && u >= b && bytes <= n && u - b <= n - bytes;
+}
+
+int qc_memo_holds(const void *p, size_t bytes) {
+  if (g_memo.off || !p) return 0;
+  for (int s = 0; s < g_memo.nsets; s++) {
+    const qc_tset *q = g_memo.sets[s];
+    for (int i = 0; q && i < q->n; i++)
+      if (inside(p, bytes, q->t[i].data, q->t[i].nbytes)) return 1;
+  }
+  for (int i = 0; i < g_memo.n; i++)
+    if (inside(p, bytes, g_memo.e[i].v, (size_t)g_memo.e[i].n * sizeof(float))) return 1;
+  return 0;
 }

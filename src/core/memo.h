@@ -8,8 +8,8 @@
  * terms, forward).
  *
  * A value is kept under (t, tag) only while a scope is open and only for a
- * tensor t of the scope's sets themselves (the module's own params, inputs
- * and saved tensors, by address): a variant that rounds its own copy of a tensor holds
+ * tensor t of the scope's sets themselves (the module's own params, inputs,
+ * saved tensors and dYs, by address): a variant that rounds its own copy of a tensor holds
  * another address, and neither finds nor leaves anything. The module's
  * tensors do not change during its audit, so an address names its values.
  * One scope a thread; at most QC_MEMO_BYTES kept in it. Values only: the
@@ -18,6 +18,7 @@
 #ifndef QC_CORE_MEMO_H
 #define QC_CORE_MEMO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/tensor.h"
@@ -38,5 +39,15 @@ const float *qc_memo_get(const qc_tensor *t, const char *tag, int64_t n);
  * memory, QATCHECK_MEMO=0 in the environment: the benchmarks' side by
  * side): the caller keeps and frees v. */
 int qc_memo_take(const qc_tensor *t, const char *tag, float *v, int64_t n);
+
+/* 1 when the calling thread's open scope holds the bytes [p, p + bytes)
+ * unchanged until it closes: they lie in a tensor of its sets or in a value
+ * kept in it (0 with QATCHECK_MEMO=0). A device backend keeps its copy of
+ * such an operand (backend.h, gemm_f64_x) while qc_memo_gen() stays the
+ * same. */
+int qc_memo_holds(const void *p, size_t bytes);
+
+/* A number that changes whenever a scope opens or closes, on any thread. */
+uint64_t qc_memo_gen(void);
 
 #endif

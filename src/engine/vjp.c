@@ -34,8 +34,8 @@ static int audit_described(qc_audit *a, const qc_module *m, int first, double t0
   if (a->info && !(mi = qc_malloc(sizeof *mi, "module facts"))) return QC_ESYS;
   if (mi) rc = qc_modinfo_fill(mi, m, values ? "generated" : "dump", cand_name(a->cs->cand), values);
   int empty = values == NULL && qc_vjp_is_empty(m); /* no token: zero gradients, no forward to check */
-  const qc_tset *own[3] = {&m->params, &m->inputs, &m->saved};
-  qc_memo_scope(own, 3); /* the forward check, the references and their variants share what they derive from m */
+  const qc_tset *own[4] = {&m->params, &m->inputs, &m->saved, &m->grad_out};
+  qc_memo_scope(own, 4); /* the forward check, the references and their variants share what they derive from m */
   if (!rc && unit < 0 && !empty) { /* the output first: a quantizer or profile mismatch shows there */
     const double tf = qc_now_s();
     rc = qc_forward_check(a, m);

@@ -16,7 +16,8 @@
  * GEMMs, the operands an implementation may legally cast (engine/audit.c).
  * Variant ctx->wscale > 0 (a diagnosis): W_ref of an fp8_tensor weight
  * quantized with that multiple of its scale amax / 448 (QC_NA otherwise).
- * Everything in float64; GEMMs through the backend's float64 GEMM only. */
+ * Everything in float64; GEMMs through the backend's float64 GEMM only
+ * (gemm_f64_x: dY, X_ref and W_ref as stored, widened by the backend). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,29 +36,53 @@
 #include "core/par.h"
 #include "numerics/metrics.h"
 
-/* a [rows, cols] = dequant(quant(src)) widened, when fmt is not "none"
- * (sr: stochastic payload rounding, NULL: nearest), else src widened. a
- * holds src's values widened on entry when `filled` (src NULL: a's values,
- * whatever they are, always filled); otherwise they are read from src only
- * when the memo lacks the result: nearest rounding of src is kept in the
- * audit's memo (core/memo.h) for the module's other references, so a
- * variant's reference does not widen a master it would overwrite. */
-static int ref_fake_quant(const char *profile, const char *fmt, int64_t rows, int64_t cols, double *a,
-                          const qc_sr *sr, const char *what, const qc_tensor *src, int filled) {
-  int64_t n = rows * cols;
-  if (strcmp(fmt, "none") == 0) return filled ? QC_OK : qc_tensor_to_f64(src, a);
+/* t [.., cols] as gemm_f64_x reads it: its own storage where the op takes
+ * its dtype, else widened into *owned (the caller frees it). */
+static int raw_op(const qc_tensor *t, int64_t cols, qc_gemm_x *op, void **owned) {
+  *owned = NULL;
+  if (qc_gemm_x_dtype(t->dtype)) {
+    *op = (qc_gemm_x){t->data, t->dtype, cols, 0};
+    return QC_OK;
+  }
+  double *a = qc_malloc((size_t)qc_numel(t) * sizeof *a + 8, "reference operand (float64)");
+  if (!a) return QC_ESYS;
+  *owned = a;
+  *op = (qc_gemm_x){a, QC_F64, cols, 0};
+  return qc_tensor_to_f64(t, a);
+}
+
+/* The [rows, cols] operand dequant(quant(src)) under fmt (sr: stochastic
+ * payload rounding, NULL: nearest), float32 as the quantizer leaves it; src
+ * itself (raw_op) for "none". Nearest rounding of src is kept in the audit's
+ * memo (core/memo.h) for the module's other references, its forward check
+ * and every variant: one fake quantization, and on a device one upload, a
+ * module. What is not kept is the caller's to free (*owned). */
+static int ref_wq_op(const char *profile, const char *fmt, int64_t rows, int64_t cols, const qc_sr *sr, const char *what,
+                     const qc_tensor *src, qc_gemm_x *op, void **owned) {
+  const int64_t n = rows * cols;
+  *owned = NULL;
+  if (strcmp(fmt, "none") == 0) return raw_op(src, cols, op, owned);
   char tag[96];
   snprintf(tag, sizeof tag, "linear fake_quant %s %s", fmt, profile ? profile : "");
-  const float *kept = src && !sr ? qc_memo_get(src, tag, n) : NULL;
-  if (kept) return qc_float_to_f64(QC_F32, kept, n, a);
-  int rc0 = filled ? QC_OK : qc_tensor_to_f64(src, a);
-  if (rc0) return rc0;
+  const float *kept = !sr ? qc_memo_get(src, tag, n) : NULL;
+  if (kept) {
+    *op = (qc_gemm_x){kept, QC_F32, cols, 0};
+    return QC_OK;
+  }
   float *f = qc_malloc((size_t)n * sizeof *f + 4, what);
   if (!f) return QC_ESYS;
-  qc_f64_to_f32s(a, n, f);
-  int rc = qc_fake_quant_sr(fmt, profile, rows, cols, f, f, sr, what);
-  if (!rc) rc = qc_float_to_f64(QC_F32, f, n, a);
-  if (rc || !src || sr || !qc_memo_take(src, tag, f, n)) free(f);
+  int rc = QC_OK;
+  if (src->dtype == QC_F32) {
+    memcpy(f, src->data, (size_t)n * sizeof *f);
+  } else { /* the quantizer's float32 input: src's values rounded to float32 */
+    double *a = qc_malloc((size_t)n * sizeof *a + 8, what);
+    if (!a) rc = QC_ESYS;
+    if (!rc && !(rc = qc_tensor_to_f64(src, a))) qc_f64_to_f32s(a, n, f);
+    free(a);
+  }
+  if (!rc) rc = qc_fake_quant_sr(fmt, profile, rows, cols, f, f, sr, what);
+  if (rc || sr || !qc_memo_take(src, tag, f, n)) *owned = f;
+  *op = (qc_gemm_x){f, QC_F32, cols, 0};
   return rc;
 }
 
@@ -133,13 +158,11 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
                   qc_shape_str(dy->ndim, dy->shape, s1, sizeof s1), (long long)M, (long long)N);
 
   double *W = NULL, *X = NULL, *G = NULL;
+  void *og = NULL, *ox = NULL, *ow = NULL; /* operands' storage the reference made (raw_op, ref_wq_op) */
   qc_tensor dx = {0}, dw = {0}, db = {0};
   int64_t ws[2] = {N, K}, bs[1] = {N};
   /* d_x and d_weight may be skipped: a fast path judged them (ctx->skip) */
   const int want_dx = qc_ctx_wants(ctx, "d_x"), want_dw = qc_ctx_wants(ctx, "d_weight");
-  rc = QC_ESYS;
-  if (!(G = qc_malloc((size_t)(M * N) * 8, "reference dY"))) goto done;
-  if ((rc = qc_tensor_to_f64(dy, G))) goto done;
   const qc_contract *c = &m->contract;
   const char *wf = qc_contract_str(c, "weight_format", "none");
   const char *af = qc_contract_str(c, "activation_format", "none");
@@ -147,16 +170,20 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   const qc_kv *ste = qc_contract_get(c, "ste");
   int clipped = ste && strcmp(ste->str, "clipped") == 0;
   double T = clipped ? (double)(float)ste->num : 0;
-  /* W is read by d_x, and by d_weight's mask under a clipped STE on a
-   * quantized weight; X by d_weight, and by d_x's mask under a clipped STE
-   * on a quantized activation: a gradient asked for alone (a variant's)
-   * converts only what it reads */
-  const int master_w = want_dw && clipped && strcmp(wf, "none") != 0; /* d_weight's mask reads the master W */
-  const int need_w = want_dx || master_w;
-  const int need_x = want_dw || (want_dx && clipped && strcmp(af, "none") != 0);
+  const unsigned rnd = ctx->round_ops ? QC_GX_BF16 : 0; /* variant: the GEMMs' operands rounded to bf16 */
+  /* the GEMMs read dY, X_ref and W_ref as gemm_f64_x operands (a device
+   * keeps the module's own and the memo's); float64 copies only where a
+   * host pass reads them: W for d_weight's mask under a clipped STE on a
+   * quantized weight (and a diagnosis's stale scale), X for d_x's mask
+   * under a clipped STE on a quantized activation, dY for d_bias */
+  const int master_w = want_dw && clipped && strcmp(wf, "none") != 0;
+  const int need_x = want_dx && clipped && strcmp(af, "none") != 0;
+  qc_gemm_x gop;
+  if ((rc = raw_op(dy, N, &gop, &og))) goto done;
   rc = QC_ESYS;
-  if (need_w && !(W = qc_malloc((size_t)(N * K) * 8, "reference weight"))) goto done;
-  if (master_w && (rc = qc_tensor_to_f64(w, W))) goto done; /* else d_x widens what it reads, below */
+  if ((master_w || (want_dx && ctx->wscale > 0)) &&
+      (!(W = qc_malloc((size_t)(N * K) * 8, "reference weight")) || (rc = qc_tensor_to_f64(w, W))))
+    goto done;
   if (need_x && (!(X = qc_malloc((size_t)(M * K) * 8, "reference input")) || (rc = qc_tensor_to_f64(x, X)))) goto done;
   qc_sr sr;
   if ((rc = qc_sr_from_contract(c, m->path, &sr))) goto done;
@@ -165,15 +192,15 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   snprintf(wx, sizeof wx, "%s: inputs/x", m->path);
   snprintf(ww, sizeof ww, "%s: params/weight", m->path);
   /* d_weight = dY^T X_ref, then the weight quantizer's STE mask (from the
-   * master W, before W is replaced below) */
+   * master W) */
   if (want_dw) {
-    if (strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0 &&
-        (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x, 1)))
-      goto done;
-    if (ctx->round_ops) qc_round_all(X, QC_F64, M * K, QC_BF16); /* variant: the operand rounded to bf16 before the GEMM */
+    qc_gemm_x xop;
+    const int xq = strcmp(qc_contract_str(c, "dw_input", "original"), "quantized") == 0;
+    if ((rc = ref_wq_op(prof, xq ? af : "none", M, K, NULL, wx, x, &xop, &ox))) goto done;
+    xop.flags |= rnd;
     if ((rc = qc_tensor_alloc_out(&dw, "d_weight", QC_F64, 2, ws))) goto done;
-    if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_T, QC_OP_N, N, K, M, G, N, X, K, (double *)dw.data, K))) goto done;
-    if (clipped && strcmp(wf, "none") != 0)
+    if ((rc = ctx->be->gemm_f64_x(ctx->be, QC_OP_T, QC_OP_N, N, K, M, &gop, &xop, (double *)dw.data, K))) goto done;
+    if (master_w)
       for (int64_t i = 0; i < N * K; i++)
         if (fabs(W[i]) > T) ((double *)dw.data)[i] = 0.0;
   }
@@ -181,25 +208,26 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   /* d_x = dY W_ref, then the activation quantizer's STE mask (from X) */
   if (want_dx) {
     int deq = strcmp(qc_contract_str(c, "dx_weight", "dequant"), "dequant") == 0;
+    qc_gemm_x wop;
     if (ctx->wscale > 0) { /* variant: a stale per-tensor scale (diagnosis) */
       if (!deq || strcmp(wf, "fp8_tensor") != 0) { rc = QC_NA; goto done; }
-      if (!master_w && (rc = qc_tensor_to_f64(w, W))) goto done;
       stale_fp8_tensor(W, N * K, ctx->wscale);
-    } else if ((rc = ref_fake_quant(prof, deq ? wf : "none", N, K, W, sr.on ? &sr : NULL, ww, w, master_w))) {
+      wop = (qc_gemm_x){W, QC_F64, K, 0};
+    } else if ((rc = ref_wq_op(prof, deq ? wf : "none", N, K, sr.on ? &sr : NULL, ww, w, &wop, &ow))) {
       goto done;
     }
-    if (ctx->round_ops) qc_round_all(W, QC_F64, N * K, QC_BF16); /* variant: the dequantized weight rounded to bf16 */
+    wop.flags |= rnd; /* variant: the dequantized weight rounded to bf16 */
     if ((rc = qc_tensor_alloc_out(&dx, "d_x", QC_F64, x->ndim, x->shape))) goto done;
-    if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_N, M, K, N, G, N, W, K, (double *)dx.data, K))) goto done;
-    if (clipped && strcmp(af, "none") != 0) {
-      if ((rc = qc_tensor_to_f64(x, X))) goto done; /* X may hold dequant(quant(X)) by now */
+    if ((rc = ctx->be->gemm_f64_x(ctx->be, QC_OP_N, QC_OP_N, M, K, N, &gop, &wop, (double *)dx.data, K))) goto done;
+    if (need_x)
       for (int64_t i = 0; i < M * K; i++)
         if (fabs(X[i]) > T) ((double *)dx.data)[i] = 0.0;
-    }
     if ((rc = qc_tset_add(grads, &dx))) goto done;
   }
   if (want_dw && (rc = qc_tset_add(grads, &dw))) goto done;
   if (b) {
+    rc = QC_ESYS;
+    if (!(G = qc_malloc((size_t)(M * N) * 8 + 8, "reference dY")) || (rc = qc_tensor_to_f64(dy, G))) goto done;
     if ((rc = qc_tensor_alloc(&db, "d_bias", QC_F64, 1, bs))) goto done;
     mat_job j = {.v = G, .rows = M, .cols = N, .out = db.data}; /* the zeroed d_bias += each row of dY, in order */
     qc_par_for(N, 256, colsum_piece, &j);
@@ -208,6 +236,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   rc = QC_OK;
 done:
   free(W); free(X); free(G);
+  free(og); free(ox); free(ow);
   qc_tensor_free(&db); /* no-ops on a tensor handed to grads */
   qc_tensor_free(&dw);
   qc_tensor_free(&dx);
@@ -217,7 +246,8 @@ done:
 /* The forward y = dequant(quant(X)) dequant(quant(W))^T + b in float64
  * (qc_fwd_ref_fn): X's rows quantized under activation_format, W under
  * weight_format with the contract's rounding, both under its profile; the
- * terms |X_q| |W_q|^T + |b| give the error model. */
+ * terms |X_q| |W_q|^T + |b| give the error model. Its operands are the
+ * memo's, as the VJP's (ref_wq_op). */
 static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y, qc_tol_model *tm) {
   const qc_tensor *x, *w, *b;
   int rc;
@@ -232,7 +262,8 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   const char *wf = qc_contract_str(c, "weight_format", "none"), *af = qc_contract_str(c, "activation_format", "none");
   const char *prof = qc_contract_str(c, "profile", "vllm");
   if (ctx->wscale > 0 && strcmp(wf, "fp8_tensor") != 0) return QC_NA; /* a stale scale of a per-tensor weight only */
-  double *W = NULL, *X = NULL, *B = NULL, *T = NULL;
+  double *W = NULL, *Xs = NULL, *B = NULL, *T = NULL;
+  void *ox = NULL, *ow = NULL;
   qc_tensor out = {0};
   int64_t ys[QC_MAXDIM];
   memcpy(ys, x->shape, sizeof ys);
@@ -242,35 +273,44 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   char wx[QC_PATHLEN + 32], ww[QC_PATHLEN + 32];
   snprintf(wx, sizeof wx, "%s: inputs/x", m->path);
   snprintf(ww, sizeof ww, "%s: params/weight", m->path);
+  const int64_t ms = M < 256 ? M : 256;
   rc = QC_ESYS;
-  if (!(W = qc_malloc((size_t)(N * K + 1) * 8, "reference weight")) || !(X = qc_malloc((size_t)(M * K + 1) * 8, "reference input")) ||
-      !(B = qc_calloc((size_t)N + 1, 8, "reference bias")) || !(T = qc_malloc((size_t)((M < 256 ? M : 256) * N + 1) * 8, "forward terms")))
+  if (!(Xs = qc_malloc((size_t)(ms * K + 1) * 8, "reference input (the terms' rows)")) ||
+      !(B = qc_calloc((size_t)N + 1, 8, "reference bias")) || !(T = qc_malloc((size_t)(ms * N + 1) * 8, "forward terms")))
     goto done;
-  if ((b && (rc = qc_tensor_to_f64(b, B))) || (rc = ref_fake_quant(prof, af, M, K, X, NULL, wx, x, 0))) goto done;
+  qc_gemm_x xop, wop;
+  if ((b && (rc = qc_tensor_to_f64(b, B))) || (rc = ref_wq_op(prof, af, M, K, NULL, wx, x, &xop, &ox))) goto done;
   if (ctx->wscale > 0) {
-    if ((rc = qc_tensor_to_f64(w, W))) goto done;
+    rc = QC_ESYS;
+    if (!(W = qc_malloc((size_t)(N * K + 1) * 8, "reference weight")) || (rc = qc_tensor_to_f64(w, W))) goto done;
     stale_fp8_tensor(W, N * K, ctx->wscale);
-  } else if ((rc = ref_fake_quant(prof, wf, N, K, W, sr.on ? &sr : NULL, ww, w, 0))) {
+    wop = (qc_gemm_x){W, QC_F64, K, 0};
+  } else if ((rc = ref_wq_op(prof, wf, N, K, sr.on ? &sr : NULL, ww, w, &wop, &ow))) {
     goto done;
   }
   if (ctx->round_ops) { /* variant: the quantized operands rounded to bf16 before the GEMM */
-    qc_round_all(W, QC_F64, N * K, QC_BF16);
-    qc_round_all(X, QC_F64, M * K, QC_BF16);
+    xop.flags |= QC_GX_BF16;
+    wop.flags |= QC_GX_BF16;
   }
   if ((rc = qc_tensor_alloc(&out, "y", QC_F64, x->ndim, ys))) goto done;
   double *Y = out.data;
-  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, M, N, K, X, K, W, K, Y, N))) goto done;
+  if ((rc = ctx->be->gemm_f64_x(ctx->be, QC_OP_N, QC_OP_T, M, N, K, &xop, &wop, Y, N))) goto done;
   mat_job yb = {.a = Y, .v = B, .rows = M, .cols = N};
   qc_par_for(M, qc_refu_row_grain(N), addrow_piece, &yb);
   /* the terms |X_q| |W_q|^T + |b|, over at most 256 evenly spaced rows
    * (||T|| scaled up from them; the per-element bound only from all rows) */
-  const int64_t ms = M < 256 ? M : 256;
-  qc_refu_abs(W, N * K);
   for (int64_t j = 0; j < ms; j++) {
-    const int64_t i = j * M / ms;
-    for (int64_t c = 0; c < K; c++) X[j * K + c] = fabs(X[i * K + c]);
+    qc_gemm_x row = xop;
+    row.p = (const char *)xop.p + (size_t)((j * M / ms) * K) * qc_dtype_size(xop.dt);
+    row.flags |= QC_GX_ABS;
+    const double *v;
+    double *own;
+    if ((rc = qc_gemm_x_widen(&row, 1, K, &v, &own))) goto done;
+    memcpy(Xs + j * K, v, (size_t)K * sizeof *v);
+    free(own);
   }
-  if ((rc = ctx->be->gemm_f64(ctx->be, QC_OP_N, QC_OP_T, ms, N, K, X, K, W, K, T, N))) goto done;
+  const qc_gemm_x xs = {Xs, QC_F64, K, 0}, wa = {wop.p, wop.dt, K, wop.flags | QC_GX_ABS};
+  if ((rc = ctx->be->gemm_f64_x(ctx->be, QC_OP_N, QC_OP_T, ms, N, K, &xs, &wa, T, N))) goto done;
   double ss = 0, smax = 0;
   { /* per row, then the rows in order */
     double part[2 * 256];
@@ -289,7 +329,8 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   rc = QC_OK;
 done:
   qc_tensor_free(&out);
-  free(W); free(X); free(B); free(T);
+  free(W); free(Xs); free(B); free(T);
+  free(ox); free(ow);
   return rc;
 }
 

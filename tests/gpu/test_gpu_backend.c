@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gpu_common.h"
+#include "core/memo.h"
 #include "numerics/formats.h"
 
 Test(gpu_backend, bad_index_is_input_error) {
@@ -193,5 +194,101 @@ Test(gpu_backend, fences_keep_each_units_metrics) {
   free(r);
   free(ga);
   free(gb);
+  qc_backend_close(be);
+}
+
+/* One gemm_f64_x operand of rows x cols (leading dimension ld) in dt, from
+ * float64 values v (float32 / float16 / bfloat16: rounded there, so the
+ * operand holds values of its dtype): its storage, the caller's to free. */
+static void *x_store(const double *v, int64_t n, qc_dtype dt) {
+  void *p = malloc((size_t)n * qc_dtype_size(dt) + 8);
+  for (int64_t i = 0; i < n; i++) {
+    if (dt == QC_F64) ((double *)p)[i] = v[i];
+    else if (dt == QC_F32) ((float *)p)[i] = (float)v[i];
+    else if (dt == QC_BF16) ((uint16_t *)p)[i] = qc_f32_to_bf16((float)v[i]);
+    else ((uint16_t *)p)[i] = qc_f32_to_f16((float)v[i]);
+  }
+  return p;
+}
+
+/* gemm_f64_x on the device against gemm_f64 on the same backend fed the
+ * operands as qc_gemm_x_widen reads them on the host: bit for bit, for
+ * every dtype, flag and transpose, a leading dimension past the columns,
+ * staged (not held by a memo scope) and kept (held: a second call finds
+ * the device copy; new values at the same address after the scope changed
+ * are read again). The CPU backend's gemm_f64_x is the same widening, then
+ * dgemm: within 1e-14. */
+Test(gpu_backend, gemm_f64_x_matches_widened_operands, .timeout = 300) {
+  const qc_backend *be = gpu_or_skip(), *cpu = qc_backend_cpu();
+  const int64_t m = 37, n = 29, k = 300; /* k x n large enough to pass the pinned chunks at 4 MiB: below; see the kept case */
+  const qc_dtype dts[4] = {QC_F64, QC_F32, QC_BF16, QC_F16};
+  double *va = gpu_randn(m * (k + 3), 21, 3.0), *vb = gpu_randn((k + 5) * (n + 5), 22, 0.25);
+  va[5] = -0.0, va[6] = 1e-30, vb[7] = 65504.0; /* a signed zero, a float32 subnormal's neighbourhood, float16's largest */
+  double *c1 = calloc((size_t)(m * n), 8), *c2 = calloc((size_t)(m * n), 8), *c3 = calloc((size_t)(m * n), 8);
+  int cases = 0;
+  for (int da = 0; da < 4; da++)
+    for (int db = 0; db < 4; db++)
+      for (unsigned fl = 0; fl < 4; fl++)
+        for (int ta = 0; ta < 2; ta++) {
+          const int tb = (da + db + (int)fl) & 1;
+          const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+          const int64_t lda = ac + 3, ldb = bc + 5;
+          void *pa = x_store(va, ar * lda, dts[da]), *pb = x_store(vb, br * ldb, dts[db]);
+          const qc_gemm_x A = {pa, dts[da], lda, fl}, B = {pb, dts[db], ldb, fl ^ 3u};
+          const double *wa, *wb;
+          double *oa, *ob;
+          cr_assert_eq(qc_gemm_x_widen(&A, ar, ac, &wa, &oa), QC_OK);
+          cr_assert_eq(qc_gemm_x_widen(&B, br, bc, &wb, &ob), QC_OK);
+          cr_assert_eq(be->gemm_f64(be, ta, tb, m, n, k, wa, lda, wb, ldb, c1, n), QC_OK, "%s", qc_err_msg());
+          cr_assert_eq(be->gemm_f64_x(be, ta, tb, m, n, k, &A, &B, c2, n), QC_OK, "%s", qc_err_msg());
+          cr_expect_eq(memcmp(c1, c2, (size_t)(m * n) * 8), 0, "dtypes %s %s flags %u ta %d tb %d: not bit for bit",
+                       qc_dtype_name(dts[da]), qc_dtype_name(dts[db]), fl, ta, tb);
+          cr_assert_eq(cpu->gemm_f64_x(cpu, ta, tb, m, n, k, &A, &B, c3, n), QC_OK);
+          cr_expect(gpu_rel(c2, c3, m * n) <= 1e-14, "dtypes %d %d flags %u: the CPU's differs", da, db, fl);
+          free(oa), free(ob), free(pa), free(pb);
+          cases++;
+        }
+  cr_expect_eq(cases, 128);
+
+  /* kept: a float32 weight of 2.2 MB and a bf16 one of 8.4 MB (the pinned
+   * chunks' path) in a memo scope's tensor set */
+  const int64_t kk = 2048, nn = 2048;
+  qc_tset set = {0};
+  qc_tensor w = {0};
+  const int64_t ws[2] = {nn, kk};
+  cr_assert_eq(qc_tensor_alloc(&w, "weight", QC_BF16, 2, ws), QC_OK);
+  double *vw = gpu_randn(nn * kk, 23, 0.1), *vx = gpu_randn(m * kk, 24, 1.0);
+  for (int64_t i = 0; i < nn * kk; i++) ((uint16_t *)w.data)[i] = qc_f32_to_bf16((float)vw[i]);
+  cr_assert_eq(qc_tset_add(&set, &w), QC_OK);
+  const qc_tset *sets[1] = {&set};
+  double *y1 = calloc((size_t)(m * nn), 8), *y2 = calloc((size_t)(m * nn), 8), *y3 = calloc((size_t)(m * nn), 8);
+  float *xf = x_store(vx, m * kk, QC_F32);
+  const qc_gemm_x X = {xf, QC_F32, kk, 0};
+  qc_gemm_x W = {set.t[0].data, QC_BF16, kk, 0};
+  qc_memo_scope(sets, 1);
+  cr_expect(qc_memo_holds(W.p, (size_t)(nn * kk) * 2), "the scope holds its tensor");
+  cr_expect(!qc_memo_holds(xf, (size_t)(m * kk) * 4), "nor anything else");
+  cr_assert_eq(be->gemm_f64_x(be, QC_OP_N, QC_OP_T, m, nn, kk, &X, &W, y1, nn), QC_OK, "%s", qc_err_msg());
+  W.flags = QC_GX_ABS; /* the kept copy again, read another way */
+  cr_assert_eq(be->gemm_f64_x(be, QC_OP_N, QC_OP_T, m, nn, kk, &X, &W, y2, nn), QC_OK, "%s", qc_err_msg());
+  W.flags = 0;
+  cr_assert_eq(cpu->gemm_f64_x(cpu, QC_OP_N, QC_OP_T, m, nn, kk, &X, &W, y3, nn), QC_OK);
+  cr_expect(gpu_rel(y1, y3, m * nn) <= 1e-14, "kept: against the CPU");
+  W.flags = QC_GX_ABS;
+  cr_assert_eq(cpu->gemm_f64_x(cpu, QC_OP_N, QC_OP_T, m, nn, kk, &X, &W, y3, nn), QC_OK);
+  cr_expect(gpu_rel(y2, y3, m * nn) <= 1e-14, "kept, |W|: against the CPU");
+  /* the same address, new values, a new scope: read again, not the old copy */
+  qc_memo_scope(NULL, 0);
+  for (int64_t i = 0; i < nn * kk; i++) ((uint16_t *)set.t[0].data)[i] = qc_f32_to_bf16((float)(-2.0 * vw[i]));
+  qc_memo_scope(sets, 1);
+  W.flags = 0;
+  cr_assert_eq(be->gemm_f64_x(be, QC_OP_N, QC_OP_T, m, nn, kk, &X, &W, y2, nn), QC_OK, "%s", qc_err_msg());
+  double worst = 0;
+  for (int64_t i = 0; i < m * nn; i++) worst = fmax(worst, fabs(y2[i] + 2.0 * y1[i]));
+  cr_expect(worst == 0, "after the scope changed the old copy was used (|y2 + 2 y1| up to %g)", worst);
+  qc_memo_scope(NULL, 0);
+  qc_tset_free(&set);
+  free(vw), free(vx), free(xf), free(y1), free(y2), free(y3);
+  free(va), free(vb), free(c1), free(c2), free(c3);
   qc_backend_close(be);
 }

@@ -52,6 +52,7 @@ static const qc_backend g_cuda_ops = {
     .allreduce = cu_allreduce,
     .mem_free = cu_mem_free,
     .att_rows = cu_att_rows,
+    .gemm_f64_x = cu_gemm_f64_x,
 };
 
 /* The side-by-side switches' environment variables (cuda_priv.h CU_SW_*). */
@@ -95,6 +96,7 @@ extern "C" void qc_backend_cuda_close(const qc_backend *be) {
   rc = cu_keep(c, rc, cudaFree(c->ws), "cudaFree (cuBLASLt workspace)");
   rc = cu_keep(c, rc, cudaFree(c->arena), "cudaFree (the audit's arena)");
   rc = cu_keep(c, rc, cudaFree(c->gstage), "cudaFree (the GEMMs' staging)");
+  rc = cu_keep_drop(c, rc);
   for (int i = 0; i < 2; i++) {
     if (c->pin[i]) rc = cu_keep(c, rc, cudaFreeHost(c->pin[i]), "cudaFreeHost (a staging chunk)");
     if (c->pev[i]) rc = cu_keep(c, rc, cudaEventDestroy(c->pev[i]), "cudaEventDestroy (a staging chunk)");

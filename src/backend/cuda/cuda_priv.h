@@ -25,12 +25,14 @@
 #endif
 
 #define CU_OZ_PLANS 16 /* the fast reference's int8 GEMM descriptors cached (cu::cu_oz::plans) */
+#define CU_KEEP 32     /* operands gemm_f64_x keeps on the device at once (cu::keep) */
 
 extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/cuda.h"
 #include "backend/ozplan.h"
 #include "backend/refcost.h"
+#include "core/memo.h"
 #include "core/par.h"
 #include "core/qc.h"
 #include "kernels/kernels.h"
@@ -66,6 +68,13 @@ typedef struct cu {
   size_t arena_bytes;
   void *gstage;             /* gemm_f64 / gemm_bf16 on host operands: A, B, C staged here, grown on demand */
   size_t gstage_bytes;
+  struct cu_keep {          /* gemm_f64_x: device copies of operands the memo holds (qc_memo_holds), as stored */
+    const void *host;       /* its host bytes [host, host + bytes) */
+    size_t bytes;
+    void *dev;
+  } keep[CU_KEEP];
+  uint64_t keep_gen;        /* qc_memo_gen() when they were made: another one drops them all */
+  size_t keep_bytes, keep_budget; /* bytes held; the most held (a quarter of the free memory at the first, 8 GiB at most) */
   void *pin[2];             /* two pinned host chunks of CU_PIN_CHUNK bytes: large host operands pass through them */
   int pin_off;              /* 1: pinned memory was refused; copies go straight from pageable memory */
   cudaEvent_t pev[2];       /* recorded after each chunk's copy on st */
@@ -228,6 +237,9 @@ int cu_fence(const qc_backend *be, int k);
 int cu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols, qc_dtype dt, const void *src, float *scratch, double *dst, const char *what);
 int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *Cm, int64_t ldc);
 int cu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
+int cu_gemm_f64_x(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const qc_gemm_x *A, const qc_gemm_x *B, double *Cm, int64_t ldc);
+/* Free gemm_f64_x's kept copies (rc as cu_keep): when the memo's scope changed, and at close. */
+int cu_keep_drop(cu *c, int rc);
 int cu_gemm_f64_buf(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, int64_t lda, const double *B, int64_t ldb, double *Cm, int64_t ldc);
 int cu_host_alloc(const qc_backend *be, size_t bytes, const char *what, void **p);
 void cu_host_free(const qc_backend *be, void *p);

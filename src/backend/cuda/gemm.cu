@@ -258,6 +258,20 @@ done:
   return rc;
 }
 
+/* The GEMMs' staging buffer at least `need` bytes (it only grows: a
+ * cudaMalloc and a cudaFree per call cost more than a small GEMM, and
+ * cudaFree waits for the whole device). */
+static int gstage_grow(cu *c, size_t need) {
+  if (c->gstage_bytes >= need) return QC_OK;
+  cudaError_t e = cudaFree(c->gstage);
+  c->gstage = NULL;
+  c->gstage_bytes = 0;
+  if (e != cudaSuccess) return cu_fail(c, "cudaFree (the GEMMs' smaller staging)", e);
+  int rc = cu_dalloc(c, need, "GEMM operands", &c->gstage);
+  if (!rc) c->gstage_bytes = need;
+  return rc;
+}
+
 /* Stage op(A), op(B) on the device, run the GEMM, bring C back. The three
  * operands share one staging buffer that only grows (a cudaMalloc and a
  * cudaFree per call cost more than a small GEMM, and cudaFree waits for the
@@ -275,15 +289,7 @@ static int host_gemm(const qc_backend *be, int f64, qc_op ta, qc_op tb, int64_t 
     zero_rows(Cm, m, n, ldc, ces);
     return QC_OK;
   }
-  size_t need = al256(na) + al256(nb) + al256(nc);
-  if (c->gstage_bytes < need) {
-    cudaError_t e = cudaFree(c->gstage);
-    c->gstage = NULL;
-    c->gstage_bytes = 0;
-    if (e != cudaSuccess) return cu_fail(c, "cudaFree (the GEMMs' smaller staging)", e);
-    if ((rc = cu_dalloc(c, need, "GEMM operands", &c->gstage))) return rc;
-    c->gstage_bytes = need;
-  }
+  if ((rc = gstage_grow(c, al256(na) + al256(nb) + al256(nc)))) return rc;
   {
     char *dA = (char *)c->gstage, *dB = dA + al256(na), *dC = dB + al256(nb);
     if ((rc = cu_stage_up(c, dA, A, na, "upload GEMM operand A")) || (rc = cu_stage_up(c, dB, B, nb, "upload GEMM operand B")) ||
@@ -308,6 +314,116 @@ int cu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, 
 int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const uint16_t *A,
                         int64_t lda, const uint16_t *B, int64_t ldb, float *Cm, int64_t ldc) {
   return host_gemm(be, 0, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc);
+}
+
+/* ---- gemm_f64_x: operands as they are stored, the memo's kept ---------- */
+
+int cu_keep_drop(cu *c, int rc) {
+  for (int i = 0; i < CU_KEEP; i++) {
+    if (c->keep[i].dev) rc = cu_keep(c, rc, cudaFree(c->keep[i].dev), "cudaFree (a kept GEMM operand)");
+    memset(&c->keep[i], 0, sizeof c->keep[i]);
+  }
+  c->keep_bytes = 0;
+  return rc;
+}
+
+/* QK_T_* of a dtype gemm_f64_x takes. */
+static int qk_kind(qc_dtype dt) { return dt == QC_F64 ? QK_T_F64 : dt == QC_F32 ? QK_T_F32 : dt == QC_F16 ? QK_T_F16 : QK_T_BF16; }
+
+/* The device copy of the `bytes` host bytes at p, which the memo holds:
+ * the one kept, else uploaded into a new one while the budget allows
+ * (*dev NULL where it does not: the caller stages it). */
+static int keep_get(cu *c, const void *p, size_t bytes, const void **dev) {
+  int rc = QC_OK, fresh = -1;
+  *dev = NULL;
+  if (c->keep_gen != qc_memo_gen()) { /* a scope opened or closed since: its addresses name other values */
+    if ((rc = cu_keep_drop(c, QC_OK))) return rc;
+    c->keep_gen = qc_memo_gen();
+  }
+  for (int i = 0; i < CU_KEEP; i++) {
+    if (c->keep[i].host == p && c->keep[i].bytes == bytes) {
+      *dev = c->keep[i].dev;
+      return QC_OK;
+    }
+    if (!c->keep[i].dev && fresh < 0) fresh = i;
+  }
+  if (!c->keep_budget) {
+    size_t fr = 0, tot = 0;
+    CK(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+    c->keep_budget = fr / 4 < ((size_t)8 << 30) ? fr / 4 : ((size_t)8 << 30);
+  }
+  if (fresh < 0 || c->keep_bytes + bytes > c->keep_budget) return QC_OK; /* not kept: staged as the others */
+  {
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes) != cudaSuccess) { /* a copy is an economy, not a need: without one it is staged */
+      (void)cudaGetLastError();
+      return QC_OK;
+    }
+    c->keep[fresh] = (struct cu::cu_keep){p, bytes, d};
+    c->keep_bytes += bytes;
+    if ((rc = cu_stage_up(c, d, p, bytes, "upload a kept GEMM operand"))) return rc;
+    *dev = d;
+  }
+done:
+  return rc;
+}
+
+/* Operand o of [rows, cols] as float64 on the device at *out: the kept copy
+ * or the staged bytes (into raw, al256(bytes) long, unless float64, which
+ * stages into f64 itself) widened into f64 with o's flags; a float64
+ * operand without flags is used where it lies. */
+static int x_operand(cu *c, const qc_gemm_x *o, int64_t rows, int64_t cols, void *raw, double *f64, const double **out) {
+  int rc = QC_OK;
+  const size_t bytes = cu_span(rows, cols, o->ld, qc_dtype_size(o->dt));
+  const int64_t n = (int64_t)(bytes / qc_dtype_size(o->dt));
+  const void *src = NULL;
+  if (qc_memo_holds(o->p, bytes) && (rc = keep_get(c, o->p, bytes, &src))) return rc;
+  if (!src) {
+    void *to = o->dt == QC_F64 ? (void *)f64 : raw;
+    if ((rc = cu_stage_up(c, to, o->p, bytes, "upload a GEMM operand"))) return rc;
+    src = to;
+  }
+  if (o->dt == QC_F64 && !o->flags) {
+    *out = (const double *)src;
+    return QC_OK;
+  }
+  CK((cudaError_t)qk_to_f64_x(qk_kind(o->dt), src, f64, n, (o->flags & QC_GX_BF16 ? QK_X_BF16 : 0) | (o->flags & QC_GX_ABS ? QK_X_ABS : 0),
+                              c->st),
+     "widen a GEMM operand");
+  *out = f64;
+done:
+  return rc;
+}
+
+/* backend.h gemm_f64_x: each operand uploaded as stored (or found kept),
+ * widened on the device, cuBLAS DGEMM, C brought back. */
+int cu_gemm_f64_x(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const qc_gemm_x *A,
+                  const qc_gemm_x *B, double *Cm, int64_t ldc) {
+  cu *c = C(be);
+  int rc = QC_OK;
+  if (!qc_gemm_x_dtype(A->dt) || !qc_gemm_x_dtype(B->dt))
+    return qc_err("%s: gemm_f64_x: an operand of %s: expected float64, float32, float16 or bfloat16", c->name,
+                  qc_dtype_name(qc_gemm_x_dtype(A->dt) ? B->dt : A->dt));
+  if (m == 0 || n == 0) return QC_OK;
+  if (k == 0) {
+    zero_rows(Cm, m, n, ldc, 8);
+    return QC_OK;
+  }
+  const int64_t ar = ta == QC_OP_N ? m : k, ac = ta == QC_OP_N ? k : m, br = tb == QC_OP_N ? k : n, bc = tb == QC_OP_N ? n : k;
+  const size_t fa = cu_span(ar, ac, A->ld, 8), fb = cu_span(br, bc, B->ld, 8), nc = cu_span(m, n, ldc, 8);
+  const size_t ra = A->dt == QC_F64 ? 0 : cu_span(ar, ac, A->ld, qc_dtype_size(A->dt));
+  const size_t rb = B->dt == QC_F64 ? 0 : cu_span(br, bc, B->ld, qc_dtype_size(B->dt));
+  if ((rc = gstage_grow(c, al256(fa) + al256(fb) + al256(nc) + al256(ra) + al256(rb)))) return rc;
+  {
+    char *dA = (char *)c->gstage, *dB = dA + al256(fa), *dC = dB + al256(fb), *rA = dC + al256(nc), *rB = rA + al256(ra);
+    const double *a = NULL, *b = NULL;
+    if ((rc = x_operand(c, A, ar, ac, rA, (double *)dA, &a)) || (rc = x_operand(c, B, br, bc, rB, (double *)dB, &b)) ||
+        (ldc != n && (rc = cu_stage_up(c, dC, Cm, nc, "upload GEMM result C"))))
+      return rc;
+    if ((rc = cu_dgemm_dev(c, ta, tb, m, n, k, a, A->ld, b, B->ld, (double *)dC, ldc))) return rc;
+    rc = cu_stage_down(c, Cm, dC, nc, "download GEMM result");
+  }
+  return rc;
 }
 
 /* qc_metrics from the kernel's sums, as qc_metrics_compute fills them. */
