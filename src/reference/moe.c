@@ -239,6 +239,16 @@ static void act_b_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   }
 }
 
+/* A float64 host matrix as a gemm_f64_x operand (leading dimension ld). */
+static qc_gemm_x f64op(const double *a, int64_t ld) { return (qc_gemm_x){a, QC_F64, ld, 0}; }
+
+/* C [m, n] = op(A) op(B) through the backend's gemm_f64_x (C's rows n
+ * apart): A a float64 matrix's operand (f64op), B any. */
+static int gx(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, qc_gemm_x A, const qc_gemm_x *B,
+              double *C) {
+  return be->gemm_f64_x(be, ta, tb, m, n, k, &A, B, C, n);
+}
+
 /* The forward of n rows through the weights the forward used, W1f [R, H]
  * and W2f [H, F], from its input rows Xf [n, H] (dequant(quant(x)) under
  * the activation format): p->h = Xf W1f^T (held in bf16 when rb >= 3),
@@ -246,21 +256,23 @@ static void act_b_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
  * under p->afmt (a itself otherwise; rounded when rb: the production's bf16
  * operand), p->y rounded when rb >= 2 (the y that dL/dw reads). Xb, W1b,
  * W2b are the backward's operands (x, and the weights of d_x's chain:
- * the same arrays as the forward's where the contract says so). Under ab
- * they, W2f and p->a are replaced by their magnitudes once h is made (y =
+ * the same ones as the forward's where the contract says so; the weights
+ * as gemm_f64_x operands). Under ab Xb and p->a are replaced by their
+ * magnitudes once h is made, and W1b, W2b and W2f read as theirs (y =
  * sum |W2f||aq|). Returns a status. */
-static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, double *W2f, double *Xb, double *W1b, double *W2b) {
+static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const qc_gemm_x *W1f, qc_gemm_x *W2f, double *Xb, qc_gemm_x *W1b,
+                   qc_gemm_x *W2b) {
   const int64_t H = p->H, F = p->F, R = p->R;
   int rc;
-  if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_T, n, R, H, Xf, W1f, p->h))) return rc;
+  if ((rc = gx(p->be, QC_OP_N, QC_OP_T, n, R, H, f64op(Xf, H), W1f, p->h))) return rc;
   if (p->rb >= 3) rnd_all(p->rb, p->h, n * R); /* rb >= 3: the GEMM's output held in bf16 */
   qc_par_for(n, qc_refu_row_grain(R), act_f_rows, p);
   rnd_all(p->rb, p->a, n * F);
   if (p->ab) {
     qc_refu_abs(Xb, n * H);
-    qc_refu_abs(W1b, R * H);
-    qc_refu_abs(W2b, H * F);
-    if (W2f != W2b) qc_refu_abs(W2f, H * F);
+    W1b->flags |= QC_GX_ABS; /* the weights read as |W| from here on */
+    W2b->flags |= QC_GX_ABS;
+    W2f->flags |= QC_GX_ABS;
     qc_refu_abs(p->a, n * F);
   }
   const double *A = p->a;
@@ -270,7 +282,7 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, doubl
     rnd_all(p->rb, p->aq, n * F);
     A = p->aq;
   }
-  if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_T, n, H, F, A, W2f, p->y))) return rc;
+  if ((rc = gx(p->be, QC_OP_N, QC_OP_T, n, H, F, f64op(A, F), W2f, p->y))) return rc;
   if (p->rb >= 2) rnd_all(p->rb, p->y, n * H);
   return QC_OK;
 }
@@ -280,16 +292,16 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const double *W1f, doubl
  * in bf16 when rb >= 3), dL/dH = act'(h) dL/dA (rounded when rb), D1 [R, H]
  * = dL/dH^T X, and p->y [n, H] = dL/dH W1 (each row's d_x terms). D1 and D2
  * are overwritten. Returns a status. */
-static int mlp_bwd(mlp *p, int64_t n, const double *X, const double *W1, const double *W2, double *D1, double *D2) {
+static int mlp_bwd(mlp *p, int64_t n, const double *X, const qc_gemm_x *W1, const qc_gemm_x *W2, double *D1, double *D2) {
   const int64_t H = p->H, F = p->F, R = p->R;
   int rc;
   if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2))) return rc;
-  if ((rc = qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, F, H, p->wg, W2, p->a))) return rc; /* a no longer needed: dL/da */
+  if ((rc = gx(p->be, QC_OP_N, QC_OP_N, n, F, H, f64op(p->wg, H), W2, p->a))) return rc; /* a no longer needed: dL/da */
   if (p->rb >= 3) rnd_all(p->rb, p->a, n * F); /* dL/da: a GEMM's output held in bf16 */
   qc_par_for(n, qc_refu_row_grain(R), act_b_rows, p);
   rnd_all(p->rb, p->h, n * R);
   if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1))) return rc;
-  return qc_refu_gemm(p->be, QC_OP_N, QC_OP_N, n, H, R, p->h, W1, p->y);
+  return gx(p->be, QC_OP_N, QC_OP_N, n, H, R, f64op(p->h, R), W1, p->y);
 }
 
 /* Expert e's [rows, cols] of the [E, rows, cols] tensor t, decoded into d. */
@@ -304,20 +316,34 @@ static int load_expert(const qc_tensor *t, int64_t e, double *d) {
   return qc_tensor_to_f64(&v, d);
 }
 
-/* d [rows, cols] = expert e's matrix of the [E, rows, cols] tensor t, or
- * dequant(quant(it)) under fmt (NULL: none): from the audit's memo where
- * an earlier pass of this module made it (the master is not read then),
- * else made from the master and kept. Returns a status. */
-static int expert_weight(const qc_tensor *t, int64_t e, const char *fmt, const char *prof, int64_t rows, int64_t cols, double *d,
-                         const char *name) {
+/* Expert e's matrix of the [E, rows, cols] tensor t, or dequant(quant(it))
+ * under fmt (NULL: none), as a gemm_f64_x operand *op: the master's own
+ * slice as stored (decoded into d where gemm_f64_x does not take its
+ * dtype); the quantized one from the audit's memo where an earlier pass of
+ * this module made it (the master is not read then), else made from the
+ * master into d and kept (the operand then the memo's float32, else d).
+ * Either way a device keeps its copy for the module's other passes
+ * (backend.h, gemm_f64_x). d: rows x cols doubles. Returns a status. */
+static int expert_op(const qc_tensor *t, int64_t e, const char *fmt, const char *prof, int64_t rows, int64_t cols, double *d,
+                     const char *name, qc_gemm_x *op) {
+  const int64_t n = rows * cols;
+  if (!fmt && qc_gemm_x_dtype(t->dtype)) {
+    *op = (qc_gemm_x){(const char *)t->data + (size_t)(e * n) * qc_dtype_size(t->dtype), t->dtype, cols, 0};
+    return QC_OK;
+  }
+  *op = f64op(d, cols);
   if (!fmt) return load_expert(t, e, d);
   char tag[96], what[96];
   fq_tag(tag, sizeof tag, fmt, prof, e);
-  const float *kept = qc_memo_get(t, tag, rows * cols);
-  if (kept) return qc_float_to_f64(QC_F32, kept, rows * cols, d);
-  snprintf(what, sizeof what, "reference moe: params/%s expert %lld", name, (long long)e);
-  int rc = load_expert(t, e, d);
-  return rc ? rc : fq_of(t, e, fmt, prof, rows, cols, d, what);
+  const float *kept = qc_memo_get(t, tag, n);
+  if (!kept) {
+    snprintf(what, sizeof what, "reference moe: params/%s expert %lld", name, (long long)e);
+    int rc = load_expert(t, e, d);
+    if (rc || (rc = fq_of(t, e, fmt, prof, rows, cols, d, what))) return rc;
+    kept = qc_memo_get(t, tag, n); /* what fq_of left there, if the memo took it */
+  }
+  if (kept) *op = (qc_gemm_x){kept, QC_F32, cols, 0};
+  return QC_OK;
 }
 
 /* The shared experts (contract shared_experts = S > 0), from the math: a
@@ -370,7 +396,10 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
   p.afmt = p.wfmt = NULL; /* the expert formats are the routed experts' */
   p.h = p.a = p.y = p.wg = p.tmp = p.aq = NULL;
   rc = QC_ESYS;
-  if (!(W1 = qc_refu_load(t1, "reference moe shared_w1")) || !(W2 = qc_refu_load(t2, "reference moe shared_w2")) ||
+  /* the weights as stored (a device keeps them for the module's other passes), decoded where gemm_f64_x takes
+   * not their dtype */
+  if ((!qc_gemm_x_dtype(t1->dtype) && !(W1 = qc_refu_load(t1, "reference moe shared_w1"))) ||
+      (!qc_gemm_x_dtype(t2->dtype) && !(W2 = qc_refu_load(t2, "reference moe shared_w2"))) ||
       (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) ||
       !(gs = qc_malloc((size_t)T * sizeof *gs, "reference moe shared gate")) || (rc = mlp_alloc(&p, T)))
     goto done;
@@ -386,7 +415,9 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
     if (rb >= 3) z = rnd(rb, z); /* the gate's GEMM output, then its sigmoid rounded (every op under rb 4) */
     gs[t] = !SG ? 1.0 : rb >= 4 ? rnd(1, 1.0 / rnd(1, 1.0 + rnd(1, exp(-z)))) : rb >= 3 ? rnd(1, sigma(z)) : sigma(z);
   }
-  if ((rc = mlp_fwd(&p, T, X, W1, W2, X, W1, W2))) goto done;
+  /* forward and backward: the same operands (|.| under ab once h is made) */
+  qc_gemm_x w1 = W1 ? f64op(W1, H) : (qc_gemm_x){t1->data, t1->dtype, H, 0}, w2 = W2 ? f64op(W2, Fs) : (qc_gemm_x){t2->data, t2->dtype, Fs, 0};
+  if ((rc = mlp_fwd(&p, T, X, &w1, &w2, X, &w1, &w2))) goto done;
   if (out) { /* the forward: out_t += g_t ys_t */
     for (int64_t t = 0; t < T; t++)
       for (int64_t c = 0; c < H; c++) out[t * H + c] += gs[t] * p.y[t * H + c];
@@ -401,7 +432,7 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
     for (int64_t c = 0; c < H; c++) p.wg[t * H + c] = SG ? rnd(rb, gs[t] * g[c]) : g[c];
     gs[t] = SG ? gs[t] * (ab ? 1.0 + gs[t] : 1.0 - gs[t]) * dot : 0.0;
   }
-  if ((rc = mlp_bwd(&p, T, X, W1, W2, d1, d2))) goto done;
+  if ((rc = mlp_bwd(&p, T, X, &w1, &w2, d1, d2))) goto done;
   if (ab && SG) qc_refu_abs(SG, H);
   for (int64_t t = 0; t < T; t++)
     for (int64_t c = 0; c < H; c++) {
@@ -519,17 +550,19 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
     /* the forward's weights, and the backward's: dequantized, or the masters (read only where the backward
      * takes them: a forward pass, or the dequantized chain, never reads them) */
     const int dxm = !out && !fc1 && (p.dx_master || p.master_e == e + 1);
-    if (dxm && ((rc = load_expert(w1t, e, W1)) || (rc = load_expert(w2t, e, W2)))) goto done;
-    if ((rc = expert_weight(w1t, e, wq ? p.wfmt : NULL, p.prof, R, H, W1q, "w1")) ||
-        (rc = expert_weight(w2t, e, wq ? p.wfmt : NULL, p.prof, H, F, W2q, "w2")))
+    qc_gemm_x w1m, w2m, w1q, w2q;
+    if (dxm && ((rc = expert_op(w1t, e, NULL, p.prof, R, H, W1, "w1", &w1m)) ||
+                (rc = expert_op(w2t, e, NULL, p.prof, H, F, W2, "w2", &w2m))))
       goto done;
-    rnd_all(p.rb, W1q, R * H); /* the variants: the production's bf16 operands */
-    rnd_all(p.rb, W2q, H * F);
-    double *W1b = dxm ? W1 : W1q, *W2b = dxm ? W2 : W2q;
+    if ((rc = expert_op(w1t, e, wq ? p.wfmt : NULL, p.prof, R, H, W1q, "w1", &w1q)) ||
+        (rc = expert_op(w2t, e, wq ? p.wfmt : NULL, p.prof, H, F, W2q, "w2", &w2q)))
+      goto done;
+    if (p.rb) w1q.flags |= QC_GX_BF16, w2q.flags |= QC_GX_BF16; /* the variants: the production's bf16 operands */
+    qc_gemm_x *W1b = dxm ? &w1m : &w1q, *W2b = dxm ? &w2m : &w2q;
     slot_rows sr = {.sl = sl, .k = k, .H = H, .rb = p.rb, .X = X, .XQ = XQ, .Xe = Xe, .Xq = Xq, .G = G, .Wt = Wt, .y = p.y,
                     .wg = p.wg, .dwt = dwt, .acc = out ? out : dx};
     qc_par_for(n, qc_refu_row_grain(H), gather_rows, &sr);
-    if ((rc = mlp_fwd(&p, n, Xq, W1q, W2q, Xe, W1b, W2b))) goto done;
+    if ((rc = mlp_fwd(&p, n, Xq, &w1q, &w2q, Xe, W1b, W2b))) goto done;
     if (fc1) { /* the saved FC1 output: each slot's h */
       for (int64_t i = 0; i < n; i++) memcpy(fc1 + sl[i] * R, p.h + i * R, (size_t)R * sizeof *fc1);
       continue;
