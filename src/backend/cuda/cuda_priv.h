@@ -25,7 +25,7 @@
 #endif
 
 #define CU_OZ_PLANS 16 /* the fast reference's int8 GEMM descriptors cached (cu::cu_oz::plans) */
-#define CU_KEEP 32     /* operands gemm_f64_x keeps on the device at once (cu::keep) */
+#define CU_KEEP 128    /* operands gemm_f64_x keeps on the device at once (cu::keep): a MoE layer's experts, two each */
 
 extern "C" {
 #include "backend/backend.h"
