@@ -18,6 +18,7 @@
 
 #include "model/module.h"
 #include "reference/ref_classes.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "reference/ref_util.h"
 
@@ -40,6 +41,40 @@ static void lp_weights(const double *mask, int64_t B, int64_t S, const char *nor
       else w[b * S + s] = on;
       if (!on) w[b * S + s] = 0;
     }
+  }
+}
+
+/* The rows of d_logits on qc_par_for's threads, each row alone (so any
+ * thread count gives the same values); a masked-out row stays zero. */
+typedef struct lp_rows {
+  const double *Z, *G, *w, *mask;
+  const int64_t *id;
+  double *dl;
+  int64_t V, K, P;
+  double T;
+  int ab;
+} lp_rows;
+
+static void lp_row_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const lp_rows *r = ctx;
+  const int64_t V = r->V, P = r->P;
+  const double T = r->T;
+  for (int64_t i = lo; i < hi; i++) {
+    if (r->mask[i] == 0) continue;
+    const double *z = r->Z + i * V, gw = r->G[i] * r->w[i];
+    double lse = -INFINITY;
+    for (int64_t k = 0; k < r->K; k++) {  /* shard k's log-sum-exp, folded in */
+      double mk = -INFINITY, sk = 0;
+      for (int64_t v = k * P; v < (k + 1) * P; v++) mk = fmax(mk, z[v] / T);
+      for (int64_t v = k * P; v < (k + 1) * P; v++) sk += exp(z[v] / T - mk);
+      double lk = mk + log(sk), hi2 = fmax(lse, lk);
+      lse = hi2 + log(exp(lse - hi2) + exp(lk - hi2));
+    }
+    double *dl = r->dl + i * V;
+    for (int64_t v = 0; v < V; v++)
+      dl[v] = r->ab ? fabs(gw) * ((v == r->id[i]) + exp(z[v] / T - lse) * (1 + fabs(z[v] / T) + fabs(lse))) / T
+                    : gw * ((v == r->id[i]) - exp(z[v] / T - lse)) / T;
   }
 }
 
@@ -71,25 +106,13 @@ static int ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *d
     for (int64_t i = 0; i < B * S; i++) mask[i] = 1;
   lp_weights(mask, B, S, qc_contract_str(&m->contract, "normalization", "sum"), w);
   if ((rc = qc_refu_out(grads, "d_logits", lt->ndim, lt->shape, &dl))) goto done;
-  for (int64_t i = 0; i < B * S; i++) {
-    if (mask[i] == 0) continue;
-    if (id[i] < 0 || id[i] >= V) {
+  for (int64_t i = 0; i < B * S; i++)
+    if (mask[i] != 0 && (id[i] < 0 || id[i] >= V)) {
       rc = qc_err("%s: 'saved/token_ids'[%lld] = %lld is outside the vocab 0..%lld at a counted position", m->path, (long long)i, (long long)id[i], (long long)(V - 1));
       goto done;
     }
-    const double *z = Z + i * V;
-    double lse = -INFINITY;
-    for (int64_t k = 0; k < K; k++) {  /* shard k's log-sum-exp, folded in */
-      double mk = -INFINITY, sk = 0;
-      for (int64_t v = k * P; v < (k + 1) * P; v++) mk = fmax(mk, z[v] / T);
-      for (int64_t v = k * P; v < (k + 1) * P; v++) sk += exp(z[v] / T - mk);
-      double lk = mk + log(sk), hi = fmax(lse, lk);
-      lse = hi + log(exp(lse - hi) + exp(lk - hi));
-    }
-    for (int64_t v = 0; v < V; v++)
-      dl[i * V + v] = ab ? fabs(G[i] * w[i]) * ((v == id[i]) + exp(z[v] / T - lse) * (1 + fabs(z[v] / T) + fabs(lse))) / T
-                         : G[i] * w[i] * ((v == id[i]) - exp(z[v] / T - lse)) / T;
-  }
+  lp_rows r = {.Z = Z, .G = G, .w = w, .mask = mask, .id = id, .dl = dl, .V = V, .K = K, .P = P, .T = T, .ab = ab};
+  qc_par_for(B * S, 1, lp_row_piece, &r);
   rc = QC_OK;
 done:
   free(id); free(Z); free(G); free(mask); free(w);
