@@ -28,6 +28,14 @@ int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p) {
   if (bytes == 0) bytes = 1;
   cudaError_t e = cudaMemGetInfo(&fr, &tot);
   if (e != cudaSuccess) return cu_fail(c, "cudaMemGetInfo", e);
+  if (c->keep_bytes && (bytes > fr || c->keep_gen != qc_memo_gen())) {
+    /* gemm_f64_x's kept copies are an economy: they go first, and those of
+     * a scope that has ended go at once (another class's module would
+     * otherwise hold them) */
+    int rc = cu_keep_drop(const_cast<cu *>(c), QC_OK);
+    if (rc) return rc;
+    if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess) return cu_fail(c, "cudaMemGetInfo", e);
+  }
   if (bytes <= fr && (e = cudaMalloc(p, bytes)) != cudaSuccess && e != cudaErrorMemoryAllocation) {
     *p = NULL;
     return cu_fail(c, what, e); /* not the memory: a device fault, named as it is */
@@ -40,6 +48,16 @@ int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p) {
     return QC_EINPUT;
   }
   return QC_OK;
+}
+
+/* cuda_priv.h: gemm_f64_x's kept copies freed (gemm.cu keeps them). */
+int cu_keep_drop(cu *c, int rc) {
+  for (int i = 0; i < CU_KEEP; i++) {
+    if (c->keep[i].dev) rc = cu_keep(c, rc, cudaFree(c->keep[i].dev), "cudaFree (a kept GEMM operand)");
+    memset(&c->keep[i], 0, sizeof c->keep[i]);
+  }
+  c->keep_bytes = 0;
+  return rc;
 }
 
 /* A release step's CUDA status folded into rc (cuda_priv.h). */

@@ -187,7 +187,9 @@ int cu_stage_down(cu *c, void *dst, const void *src, size_t n, const char *what)
 int cu_fail(const cu *c, const char *what, cudaError_t e);
 /* A failed cuBLAS / cuBLASLt call as the one error line (system error). */
 int blas_fail(const cu *c, const char *what, int s);
-/* Device allocation with the amount named when it cannot fit. */
+/* Device allocation with the amount named when it cannot fit; gemm_f64_x's
+ * kept copies are freed first where they are in the way or their memo
+ * scope has ended. */
 int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p);
 /* A release step (a free, a destroy, a sync in a cleanup label) whose
  * status is e (CUDA) or s (cuBLAS, cuBLASLt): rc when rc already failed (the

@@ -318,15 +318,6 @@ int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n,
 
 /* ---- gemm_f64_x: operands as they are stored, the memo's kept ---------- */
 
-int cu_keep_drop(cu *c, int rc) {
-  for (int i = 0; i < CU_KEEP; i++) {
-    if (c->keep[i].dev) rc = cu_keep(c, rc, cudaFree(c->keep[i].dev), "cudaFree (a kept GEMM operand)");
-    memset(&c->keep[i], 0, sizeof c->keep[i]);
-  }
-  c->keep_bytes = 0;
-  return rc;
-}
-
 /* QK_T_* of a dtype gemm_f64_x takes. */
 static int qk_kind(qc_dtype dt) { return dt == QC_F64 ? QK_T_F64 : dt == QC_F32 ? QK_T_F32 : dt == QC_F16 ? QK_T_F16 : QK_T_BF16; }
 
