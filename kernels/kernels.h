@@ -80,9 +80,10 @@ enum { QK_T_F64 = 0, QK_T_F32 = 1, QK_T_F16 = 2, QK_T_BF16 = 3 };
 int qk_to_f64(int kind, const void *in, double *out, int64_t n, void *stream);
 int qk_to_f32(int kind, const void *in, float *out, int64_t n, void *stream);
 /* qk_to_f64, then each value rounded to bf16 where flags has QK_X_BF16 (to
- * float32 RN, then bf16 RNE, a NaN made quiet: numerics/formats.h's
- * qc_round_bf16 of (float)v), then |v| where QK_X_ABS; in and out may be the
- * same float64 buffer. */
+ * float32 RN, then bf16 RNE: numerics/formats.h's qc_round_bf16 of
+ * (float)v, bit for bit for every non-NaN; a NaN stays a NaN, its sign and
+ * payload as the device's conversion leaves them), then |v| where
+ * QK_X_ABS; in and out may be the same float64 buffer. */
 enum { QK_X_BF16 = 1, QK_X_ABS = 2 };
 int qk_to_f64_x(int kind, const void *in, double *out, int64_t n, unsigned flags, void *stream);
 

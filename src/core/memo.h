@@ -47,7 +47,10 @@ int qc_memo_take(const qc_tensor *t, const char *tag, float *v, int64_t n);
  * same. */
 int qc_memo_holds(const void *p, size_t bytes);
 
-/* A number that changes whenever a scope opens or closes, on any thread. */
+/* A number that changes whenever a scope opens or closes, on any thread.
+ * A device backend reads it once at the start of a call (a scope's
+ * addresses are only the calling thread's to vouch for: the audit opens
+ * scopes and calls the backend on one thread). */
 uint64_t qc_memo_gen(void);
 
 #endif

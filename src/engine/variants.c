@@ -177,11 +177,12 @@ unsigned qc_grad_same_of(const qc_module *m, const char *grad) {
 
 /* Variant v as a gradient that reads the parts `reads` sees it: its parts
  * among them, the parts of `same` (one rounding, however many of them are
- * applied) as the group's lowest, and its level where round_ops is one of
- * the parts left (else 0). */
+ * applied; round_ops in it at the class's first level only) as the group's
+ * lowest, and its level where round_ops is one of the parts left (else 0). */
 static qc_variant effective(const qc_variant *v, unsigned reads, unsigned same) {
   qc_variant e = {.parts = v->parts & reads, .level = 0};
-  if (e.parts & same) e.parts = (e.parts & ~same) | (same & -same); /* the group as its lowest part */
+  const int deeper = (e.parts & QC_VAR_ROUND_OPS) && v->level > 1; /* a group holds ops at its first level only */
+  if ((e.parts & same) && !deeper) e.parts = (e.parts & ~same) | (same & -same); /* the group as its lowest part */
   if (e.parts & QC_VAR_ROUND_OPS) e.level = v->level;
   return e;
 }

@@ -276,7 +276,8 @@ struct qc_modinfo;
  * Words joined by '=' (one such word a row, "dy inputs=ops") are one
  * rounding of what the gradient reads: applying either part or both gives
  * the same value (linear's d_weight rounds X to bf16 under bf16_inputs and
- * under its rounding level alike).
+ * under its rounding level alike); ops in such a word is the class's first
+ * rounding level, a deeper level stays a variant of its own.
  * A variant computes the same reference of that gradient as another one
  * (or as the contract's reference) when they differ only in parts it does
  * not read, or in which parts of the '=' word they apply: the engine does

@@ -200,6 +200,12 @@ Test(variants, a_gradient_repeats_what_it_does_not_read) {
   cr_expect_str_eq(s, "0 1 2 3 4 5 6", "a gradient that reads everything repeats nothing");
   repeats(&L, QC_VAR_ALL, dy | ops, s, sizeof s);
   cr_expect_str_eq(s, "0 1 2 0 0 2 2", "a group of dy and ops: either or both as dy, at level 0");
+  { /* a class of two rounding levels: ops at level 2 is no member of the group */
+    qc_variants L2 = {.n = 4, .levels = 2};
+    L2.v[0] = (qc_variant){in, 0}, L2.v[1] = (qc_variant){ops, 1}, L2.v[2] = (qc_variant){ops, 2}, L2.v[3] = (qc_variant){in | ops, 2};
+    repeats(&L2, in | ops, in | ops, s, sizeof s);
+    cr_expect_str_eq(s, "0 0 2 3", "inputs=ops: level 1 repeats bf16_inputs, level 2 does not");
+  }
 
   /* a clipped STE masks d_x by |x| <= T where the activation is quantized:
    * then d_x reads x (bf16_inputs can move an element across T) */

@@ -321,16 +321,23 @@ int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n,
 /* QK_T_* of a dtype gemm_f64_x takes. */
 static int qk_kind(qc_dtype dt) { return dt == QC_F64 ? QK_T_F64 : dt == QC_F32 ? QK_T_F32 : dt == QC_F16 ? QK_T_F16 : QK_T_BF16; }
 
+/* The kept copies of a memo scope that has ended freed, at the start of a
+ * call: its addresses name other values now. */
+static int keep_sync(cu *c) {
+  const uint64_t g = qc_memo_gen();
+  if (c->keep_gen == g) return QC_OK;
+  int rc = cu_keep_drop(c, QC_OK);
+  if (!rc) c->keep_gen = g;
+  return rc;
+}
+
 /* The device copy of the `bytes` host bytes at p, which the memo holds:
  * the one kept, else uploaded into a new one while the budget allows
  * (*dev NULL where it does not: the caller stages it). */
 static int keep_get(cu *c, const void *p, size_t bytes, const void **dev) {
   int rc = QC_OK, fresh = -1;
   *dev = NULL;
-  if (c->keep_gen != qc_memo_gen()) { /* a scope opened or closed since: its addresses name other values */
-    if ((rc = cu_keep_drop(c, QC_OK))) return rc;
-    c->keep_gen = qc_memo_gen();
-  }
+  if (c->keep_gen != qc_memo_gen()) return QC_OK; /* a scope changed within this call: staged (keep_sync drops at the next) */
   for (int i = 0; i < CU_KEEP; i++) {
     if (c->keep[i].host == p && c->keep[i].bytes == bytes) {
       *dev = c->keep[i].dev;
@@ -350,9 +357,12 @@ static int keep_get(cu *c, const void *p, size_t bytes, const void **dev) {
       (void)cudaGetLastError();
       return QC_OK;
     }
-    c->keep[fresh] = (struct cu::cu_keep){p, bytes, d};
+    if ((rc = cu_stage_up(c, d, p, bytes, "upload a kept GEMM operand"))) {
+      rc = cu_keep(c, rc, cudaFree(d), "cudaFree (a kept GEMM operand)");
+      return rc;
+    }
+    c->keep[fresh] = (struct cu::cu_keep){p, bytes, d}; /* registered once its bytes are on their way */
     c->keep_bytes += bytes;
-    if ((rc = cu_stage_up(c, d, p, bytes, "upload a kept GEMM operand"))) return rc;
     *dev = d;
   }
 done:
@@ -400,6 +410,7 @@ int cu_gemm_f64_x(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n
     zero_rows(Cm, m, n, ldc, 8);
     return QC_OK;
   }
+  if ((rc = keep_sync(c))) return rc; /* once, here: a copy found for A is not freed while B is looked up */
   const int64_t ar = ta == QC_OP_N ? m : k, ac = ta == QC_OP_N ? k : m, br = tb == QC_OP_N ? k : n, bc = tb == QC_OP_N ? n : k;
   const size_t fa = cu_span(ar, ac, A->ld, 8), fb = cu_span(br, bc, B->ld, 8), nc = cu_span(m, n, ldc, 8);
   const size_t ra = A->dt == QC_F64 ? 0 : cu_span(ar, ac, A->ld, qc_dtype_size(A->dt));
