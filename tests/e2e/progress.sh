@@ -27,7 +27,7 @@ $CON >"$T/out" 2>"$T/err"
 QATCHECK_PROFILE=1 "$QATCHECK" vjp --case "$T/defects.json" --quiet >"$T/out" 2>"$T/err"; prc=$?
 "$QATCHECK" vjp --case "$T/defects.json" --quiet >/dev/null 2>&1; nrc=$?
 grep -q "^qatcheck: profile: cpu: [0-9.]* s since open, [0-9.]* s in the backend, [0-9.]* s outside it$" "$T/err" &&
-  grep -qE "^qatcheck: profile: gemm_f64 +[1-9][0-9]* calls +[0-9.]+ s +[0-9.]+ GB$" "$T/err" && [ "$prc" = "$nrc" ] &&
+  grep -qE "^qatcheck: profile: gemm_f64(_x)? +[1-9][0-9]* calls +[0-9.]+ s +[0-9.]+ GB$" "$T/err" && [ "$prc" = "$nrc" ] &&
   ok "QATCHECK_PROFILE: the seam's calls and times, the same exit ($prc)" || bad "profile: exit $prc vs $nrc: $(head -c 300 "$T/err")"
 # --verbose: where each module's time went, and the run's phases (docs/gpu.md "Where the time goes")
 "$QATCHECK" vjp --case "$T/defects.json" --verbose >"$T/out" 2>"$T/err"
