@@ -179,7 +179,13 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   const int master_w = want_dw && clipped && strcmp(wf, "none") != 0;
   const int need_x = want_dx && clipped && strcmp(af, "none") != 0;
   qc_gemm_x gop;
-  if ((rc = raw_op(dy, N, &gop, &og))) goto done;
+  if (ctx->be->host_memory) { /* dY widened once: the host's GEMMs (and d_bias) read it twice */
+    rc = QC_ESYS;
+    if (!(G = qc_malloc((size_t)(M * N) * 8 + 8, "reference dY")) || (rc = qc_tensor_to_f64(dy, G))) goto done;
+    gop = (qc_gemm_x){G, QC_F64, N, 0};
+  } else if ((rc = raw_op(dy, N, &gop, &og))) {
+    goto done;
+  }
   rc = QC_ESYS;
   if ((master_w || (want_dx && ctx->wscale > 0)) &&
       (!(W = qc_malloc((size_t)(N * K) * 8, "reference weight")) || (rc = qc_tensor_to_f64(w, W))))
@@ -227,7 +233,7 @@ static int ref_linear(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   if (want_dw && (rc = qc_tset_add(grads, &dw))) goto done;
   if (b) {
     rc = QC_ESYS;
-    if (!(G = qc_malloc((size_t)(M * N) * 8 + 8, "reference dY")) || (rc = qc_tensor_to_f64(dy, G))) goto done;
+    if (!G && (!(G = qc_malloc((size_t)(M * N) * 8 + 8, "reference dY")) || (rc = qc_tensor_to_f64(dy, G)))) goto done;
     if ((rc = qc_tensor_alloc(&db, "d_bias", QC_F64, 1, bs))) goto done;
     mat_job j = {.v = G, .rows = M, .cols = N, .out = db.data}; /* the zeroed d_bias += each row of dY, in order */
     qc_par_for(N, 256, colsum_piece, &j);
@@ -292,6 +298,15 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
     xop.flags |= QC_GX_BF16;
     wop.flags |= QC_GX_BF16;
   }
+  if (ctx->be->host_memory && !W) { /* W_q widened once: the host reads it twice (y, then |W_q| for the terms) */
+    const double *v;
+    double *own;
+    if ((rc = qc_gemm_x_widen(&wop, N, K, &v, &own))) goto done;
+    if (!own && !(own = qc_malloc((size_t)(N * K + 1) * 8, "reference weight"))) { rc = QC_ESYS; goto done; }
+    if (v != own) memcpy(own, v, (size_t)(N * K) * sizeof *own);
+    W = own;
+    wop = (qc_gemm_x){W, QC_F64, K, 0};
+  }
   if ((rc = qc_tensor_alloc(&out, "y", QC_F64, x->ndim, ys))) goto done;
   double *Y = out.data;
   if ((rc = ctx->be->gemm_f64_x(ctx->be, QC_OP_N, QC_OP_T, M, N, K, &xop, &wop, Y, N))) goto done;
@@ -309,7 +324,11 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
     memcpy(Xs + j * K, v, (size_t)K * sizeof *v);
     free(own);
   }
-  const qc_gemm_x xs = {Xs, QC_F64, K, 0}, wa = {wop.p, wop.dt, K, wop.flags | QC_GX_ABS};
+  qc_gemm_x xs = {Xs, QC_F64, K, 0}, wa = {wop.p, wop.dt, K, wop.flags | QC_GX_ABS};
+  if (wop.p == W) { /* the host's own float64 W_q: |.| in place, as the GEMM reads it */
+    qc_refu_abs(W, N * K);
+    wa.flags = 0;
+  }
   if ((rc = ctx->be->gemm_f64_x(ctx->be, QC_OP_N, QC_OP_T, ms, N, K, &xs, &wa, T, N))) goto done;
   double ss = 0, smax = 0;
   { /* per row, then the rows in order */

@@ -239,6 +239,21 @@ static void act_b_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   }
 }
 
+/* On a backend of host memory (the CPU), operand *o [rows, cols] widened
+ * once into d (rows x cols doubles) and *o made that float64: the
+ * expert's forward and backward both read it, and the host would widen it
+ * for each. A device keeps its own copy instead. Returns a status. */
+static int host_hold(const qc_backend *be, qc_gemm_x *o, int64_t rows, int64_t cols, double *d) {
+  if (!be->host_memory || (o->dt == QC_F64 && !o->flags) || o->ld != cols) return QC_OK;
+  const double *v;
+  double *own;
+  int rc = qc_gemm_x_widen(o, rows, cols, &v, &own);
+  if (!rc) memcpy(d, v, (size_t)(rows * cols) * sizeof *d);
+  free(own);
+  if (!rc) *o = (qc_gemm_x){d, QC_F64, cols, 0};
+  return rc;
+}
+
 /* A float64 host matrix as a gemm_f64_x operand (leading dimension ld). */
 static qc_gemm_x f64op(const double *a, int64_t ld) { return (qc_gemm_x){a, QC_F64, ld, 0}; }
 
@@ -396,10 +411,11 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
   p.afmt = p.wfmt = NULL; /* the expert formats are the routed experts' */
   p.h = p.a = p.y = p.wg = p.tmp = p.aq = NULL;
   rc = QC_ESYS;
-  /* the weights as stored (a device keeps them for the module's other passes), decoded where gemm_f64_x takes
-   * not their dtype */
-  if ((!qc_gemm_x_dtype(t1->dtype) && !(W1 = qc_refu_load(t1, "reference moe shared_w1"))) ||
-      (!qc_gemm_x_dtype(t2->dtype) && !(W2 = qc_refu_load(t2, "reference moe shared_w2"))) ||
+  /* the weights as stored (a device keeps them for the module's other passes); decoded once on the host's
+   * backend (its GEMMs read them twice) and where gemm_f64_x takes not their dtype */
+  const int wide = p.be->host_memory;
+  if (((wide || !qc_gemm_x_dtype(t1->dtype)) && !(W1 = qc_refu_load(t1, "reference moe shared_w1"))) ||
+      ((wide || !qc_gemm_x_dtype(t2->dtype)) && !(W2 = qc_refu_load(t2, "reference moe shared_w2"))) ||
       (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) ||
       !(gs = qc_malloc((size_t)T * sizeof *gs, "reference moe shared gate")) || (rc = mlp_alloc(&p, T)))
     goto done;
@@ -558,6 +574,9 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
         (rc = expert_op(w2t, e, wq ? p.wfmt : NULL, p.prof, H, F, W2q, "w2", &w2q)))
       goto done;
     if (p.rb) w1q.flags |= QC_GX_BF16, w2q.flags |= QC_GX_BF16; /* the variants: the production's bf16 operands */
+    if ((rc = host_hold(p.be, &w1q, R, H, W1q)) || (rc = host_hold(p.be, &w2q, H, F, W2q)) ||
+        (dxm && ((rc = host_hold(p.be, &w1m, R, H, W1)) || (rc = host_hold(p.be, &w2m, H, F, W2)))))
+      goto done;
     qc_gemm_x *W1b = dxm ? &w1m : &w1q, *W2b = dxm ? &w2m : &w2q;
     slot_rows sr = {.sl = sl, .k = k, .H = H, .rb = p.rb, .X = X, .XQ = XQ, .Xe = Xe, .Xq = Xq, .G = G, .Wt = Wt, .y = p.y,
                     .wg = p.wg, .dwt = dwt, .acc = out ? out : dx};
