@@ -299,13 +299,8 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
     wop.flags |= QC_GX_BF16;
   }
   if (ctx->be->host_memory && !W) { /* W_q widened once: the host reads it twice (y, then |W_q| for the terms) */
-    const double *v;
-    double *own;
-    if ((rc = qc_gemm_x_widen(&wop, N, K, &v, &own))) goto done;
-    if (!own && !(own = qc_malloc((size_t)(N * K + 1) * 8, "reference weight"))) { rc = QC_ESYS; goto done; }
-    if (v != own) memcpy(own, v, (size_t)(N * K) * sizeof *own);
-    W = own;
-    wop = (qc_gemm_x){W, QC_F64, K, 0};
+    rc = QC_ESYS;
+    if (!(W = qc_malloc((size_t)(N * K + 1) * 8, "reference weight")) || (rc = qc_refu_hold(ctx->be, &wop, N, K, W))) goto done;
   }
   if ((rc = qc_tensor_alloc(&out, "y", QC_F64, x->ndim, ys))) goto done;
   double *Y = out.data;

@@ -239,21 +239,6 @@ static void act_b_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-/* On a backend of host memory (the CPU), operand *o [rows, cols] widened
- * once into d (rows x cols doubles) and *o made that float64: the
- * expert's forward and backward both read it, and the host would widen it
- * for each. A device keeps its own copy instead. Returns a status. */
-static int host_hold(const qc_backend *be, qc_gemm_x *o, int64_t rows, int64_t cols, double *d) {
-  if (!be->host_memory || (o->dt == QC_F64 && !o->flags) || o->ld != cols) return QC_OK;
-  const double *v;
-  double *own;
-  int rc = qc_gemm_x_widen(o, rows, cols, &v, &own);
-  if (!rc) memcpy(d, v, (size_t)(rows * cols) * sizeof *d);
-  free(own);
-  if (!rc) *o = (qc_gemm_x){d, QC_F64, cols, 0};
-  return rc;
-}
-
 /* A float64 host matrix as a gemm_f64_x operand (leading dimension ld). */
 static qc_gemm_x f64op(const double *a, int64_t ld) { return (qc_gemm_x){a, QC_F64, ld, 0}; }
 
@@ -574,8 +559,8 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
         (rc = expert_op(w2t, e, wq ? p.wfmt : NULL, p.prof, H, F, W2q, "w2", &w2q)))
       goto done;
     if (p.rb) w1q.flags |= QC_GX_BF16, w2q.flags |= QC_GX_BF16; /* the variants: the production's bf16 operands */
-    if ((rc = host_hold(p.be, &w1q, R, H, W1q)) || (rc = host_hold(p.be, &w2q, H, F, W2q)) ||
-        (dxm && ((rc = host_hold(p.be, &w1m, R, H, W1)) || (rc = host_hold(p.be, &w2m, H, F, W2)))))
+    if ((rc = qc_refu_hold(p.be, &w1q, R, H, W1q)) || (rc = qc_refu_hold(p.be, &w2q, H, F, W2q)) ||
+        (dxm && ((rc = qc_refu_hold(p.be, &w1m, R, H, W1)) || (rc = qc_refu_hold(p.be, &w2m, H, F, W2)))))
       goto done;
     qc_gemm_x *W1b = dxm ? &w1m : &w1q, *W2b = dxm ? &w2m : &w2q;
     slot_rows sr = {.sl = sl, .k = k, .H = H, .rb = p.rb, .X = X, .XQ = XQ, .Xe = Xe, .Xq = Xq, .G = G, .Wt = Wt, .y = p.y,

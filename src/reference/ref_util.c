@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/par.h"
 #include "core/qc.h"
@@ -84,6 +85,17 @@ static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
 
 void qc_refu_abs(double *v, int64_t n) {
   if (n > 0) qc_par_for(n, (int64_t)1 << 16, abs_piece, v);
+}
+
+int qc_refu_hold(const qc_backend *be, qc_gemm_x *o, int64_t rows, int64_t cols, double *d) {
+  if (!be->host_memory || (o->dt == QC_F64 && !o->flags) || o->ld != cols) return QC_OK;
+  const double *v;
+  double *own;
+  int rc = qc_gemm_x_widen(o, rows, cols, &v, &own);
+  if (!rc) memcpy(d, v, (size_t)(rows * cols) * sizeof *d);
+  free(own);
+  if (!rc) *o = (qc_gemm_x){d, QC_F64, cols, 0};
+  return rc;
 }
 
 int qc_refu_gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,

@@ -23,6 +23,12 @@ int qc_refu_out_z(qc_tset *grads, const char *name, int ndim, const int64_t *sha
  * overwritten. Returns the backend's status. */
 int qc_refu_gemm(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n, int64_t k, const double *A, const double *B,
                  double *C);
+/* On a backend of host memory (the CPU), gemm_f64_x operand *o [rows,
+ * cols] (packed) widened once into d (rows x cols doubles) and *o made
+ * that float64, for a reference that hands it to several GEMMs (the host
+ * would widen it for each; a device keeps its own copy instead). Nothing
+ * is done on a device, or for a float64 operand without flags. */
+int qc_refu_hold(const qc_backend *be, qc_gemm_x *o, int64_t rows, int64_t cols, double *d);
 /* The rows of `width` doubles a qc_par_for piece takes at least: about
  * 2^14 elements, so a thread is started only for work worth its start. */
 int64_t qc_refu_row_grain(int64_t width);
