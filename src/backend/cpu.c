@@ -1,6 +1,5 @@
 /* cpu.c: the CPU backend: CBLAS (OpenBLAS) for both GEMMs, C for the rest. */
 #include <cblas.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,12 +28,6 @@ static int cpu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int
 
 int qc_gemm_x_dtype(qc_dtype dt) { return dt == QC_F64 || dt == QC_F32 || dt == QC_F16 || dt == QC_BF16; }
 
-static void absx_piece(void *p, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
-  double *v = p;
-  for (int64_t i = lo; i < hi; i++) v[i] = fabs(v[i]);
-}
-
 int qc_gemm_x_widen(const qc_gemm_x *o, int64_t rows, int64_t cols, const double **vals, double **owned) {
   *vals = NULL;
   *owned = NULL;
@@ -53,7 +46,7 @@ int qc_gemm_x_widen(const qc_gemm_x *o, int64_t rows, int64_t cols, const double
     return rc;
   }
   if (o->flags & QC_GX_BF16) qc_round_all(v, QC_F64, span, QC_BF16);
-  if ((o->flags & QC_GX_ABS) && span) qc_par_for(span, (int64_t)1 << 16, absx_piece, v);
+  if (o->flags & QC_GX_ABS) qc_abs_all(v, span);
   *vals = *owned = v;
   return QC_OK;
 }

@@ -166,6 +166,16 @@ void qc_round_all(void *a, qc_dtype container, int64_t n, qc_dtype dt) {
   qc_par_for(n, (int64_t)1 << 16, round_piece, &j);
 }
 
+static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  double *a = ctx;
+  for (int64_t i = lo; i < hi; i++) a[i] = fabs(a[i]);
+}
+
+void qc_abs_all(double *a, int64_t n) {
+  if (n > 0) qc_par_for(n, (int64_t)1 << 16, abs_piece, a);
+}
+
 /* 1 when v (finite) is exactly a value of dt. */
 static int holds(double v, qc_dtype dt) {
   if (dt == QC_F64) return 1;

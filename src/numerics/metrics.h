@@ -115,6 +115,9 @@ double qc_round_to(double r, qc_dtype dt);
  * each replaced by qc_round_to(it, dt), on qc_par_for's threads: each
  * element alone, so the result does not depend on the thread count. */
 void qc_round_all(void *a, qc_dtype container, int64_t n, qc_dtype dt);
+/* a[0, n) = |a| in place, float64, on qc_par_for's threads (each element
+ * alone). */
+void qc_abs_all(double *a, int64_t n);
 /* ---- metrics of a gradient held in blocks by several ranks ----------------
  * Each rank holds one block [r0, r1) x [c0, c1) of the [rows, cols] view of
  * g and r (the blocks tile the whole); it adds the block's sums into parts

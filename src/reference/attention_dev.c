@@ -47,7 +47,7 @@ static int dput(dbufs *d, const double *src, int64_t n, int ab, const char *what
   double *h = qc_malloc((size_t)n * sizeof *h, what);
   if (!h) return QC_ESYS;
   memcpy(h, src, (size_t)n * sizeof *h);
-  qc_refu_abs(h, n);
+  qc_abs_all(h, n);
   rc = d->be->upload(d->be, *out, h, (size_t)n * sizeof(double));
   if (!rc && d->be->sync) rc = d->be->sync(d->be); /* h is freed below: the copy must be done */
   free(h);

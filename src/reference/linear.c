@@ -321,7 +321,7 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   }
   qc_gemm_x xs = {Xs, QC_F64, K, 0}, wa = {wop.p, wop.dt, K, wop.flags | QC_GX_ABS};
   if (wop.p == W) { /* the host's own float64 W_q: |.| in place, as the GEMM reads it */
-    qc_refu_abs(W, N * K);
+    qc_abs_all(W, N * K);
     wa.flags = 0;
   }
   if ((rc = ctx->be->gemm_f64_x(ctx->be, QC_OP_N, QC_OP_T, ms, N, K, &xs, &wa, T, N))) goto done;

@@ -269,11 +269,11 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const qc_gemm_x *W1f, qc
   qc_par_for(n, qc_refu_row_grain(R), act_f_rows, p);
   rnd_all(p->rb, p->a, n * F);
   if (p->ab) {
-    qc_refu_abs(Xb, n * H);
+    qc_abs_all(Xb, n * H);
     W1b->flags |= QC_GX_ABS; /* the weights read as |W| from here on */
     W2b->flags |= QC_GX_ABS;
     W2f->flags |= QC_GX_ABS;
-    qc_refu_abs(p->a, n * F);
+    qc_abs_all(p->a, n * F);
   }
   const double *A = p->a;
   if (p->afmt && strcmp(p->afmt, "none") != 0) {
@@ -434,7 +434,7 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
     gs[t] = SG ? gs[t] * (ab ? 1.0 + gs[t] : 1.0 - gs[t]) * dot : 0.0;
   }
   if ((rc = mlp_bwd(&p, T, X, &w1, &w2, d1, d2))) goto done;
-  if (ab && SG) qc_refu_abs(SG, H);
+  if (ab && SG) qc_abs_all(SG, H);
   for (int64_t t = 0; t < T; t++)
     for (int64_t c = 0; c < H; c++) {
       dx[t * H + c] += p.y[t * H + c];

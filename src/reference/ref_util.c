@@ -77,15 +77,6 @@ done:
 
 int64_t qc_refu_row_grain(int64_t width) { return width > 0 && width < ((int64_t)1 << 14) ? ((int64_t)1 << 14) / width : 1; }
 
-static void abs_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
-  double *v = ctx;
-  for (int64_t i = lo; i < hi; i++) v[i] = fabs(v[i]);
-}
-
-void qc_refu_abs(double *v, int64_t n) {
-  if (n > 0) qc_par_for(n, (int64_t)1 << 16, abs_piece, v);
-}
 
 int qc_refu_hold(const qc_backend *be, qc_gemm_x *o, int64_t rows, int64_t cols, double *d) {
   if (!be->host_memory || (o->dt == QC_F64 && !o->flags) || o->ld != cols) return QC_OK;

@@ -32,8 +32,6 @@ int qc_refu_hold(const qc_backend *be, qc_gemm_x *o, int64_t rows, int64_t cols,
 /* The rows of `width` doubles a qc_par_for piece takes at least: about
  * 2^14 elements, so a thread is started only for work worth its start. */
 int64_t qc_refu_row_grain(int64_t width);
-/* v[0, n) = |v| in place, on qc_par_for's threads (each element alone). */
-void qc_refu_abs(double *v, int64_t n);
 /* Integer ids of t as int64 (exact); QC_EINPUT naming m/what when a value is
  * not an integer. */
 int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out);

@@ -158,6 +158,17 @@ typedef struct cu {
   int rel_rc;               /* the first failed release of buf_free / host_free (they return nothing): reported by sync */
 } cu;
 
+/* A float dtype as a conversion kernel's kind (kernels.h QK_T_*); -1 for others. */
+static inline int cu_tkind(qc_dtype dt) {
+  switch (dt) {
+    case QC_F64: return QK_T_F64;
+    case QC_F32: return QK_T_F32;
+    case QC_F16: return QK_T_F16;
+    case QC_BF16: return QK_T_BF16;
+    default: return -1;
+  }
+}
+
 /* The CUDA state behind a backend table. */
 static inline cu *C(const qc_backend *be) { return (cu *)be->priv; }
 

@@ -318,9 +318,6 @@ int cu_gemm_bf16(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int64_t n,
 
 /* ---- gemm_f64_x: operands as they are stored, the memo's kept ---------- */
 
-/* QK_T_* of a dtype gemm_f64_x takes. */
-static int qk_kind(qc_dtype dt) { return dt == QC_F64 ? QK_T_F64 : dt == QC_F32 ? QK_T_F32 : dt == QC_F16 ? QK_T_F16 : QK_T_BF16; }
-
 /* The kept copies of a memo scope that has ended freed, at the start of a
  * call: its addresses name other values now. */
 static int keep_sync(cu *c) {
@@ -388,7 +385,7 @@ static int x_operand(cu *c, const qc_gemm_x *o, int64_t rows, int64_t cols, void
     *out = (const double *)src;
     return QC_OK;
   }
-  CK((cudaError_t)qk_to_f64_x(qk_kind(o->dt), src, f64, n, (o->flags & QC_GX_BF16 ? QK_X_BF16 : 0) | (o->flags & QC_GX_ABS ? QK_X_ABS : 0),
+  CK((cudaError_t)qk_to_f64_x(cu_tkind(o->dt), src, f64, n, (o->flags & QC_GX_BF16 ? QK_X_BF16 : 0) | (o->flags & QC_GX_ABS ? QK_X_ABS : 0),
                               c->st),
      "widen a GEMM operand");
   *out = f64;

@@ -89,20 +89,9 @@ done:
 }
 
 
-/* A float dtype as a conversion kernel's kind; -1 for others. */
-static int tkind(qc_dtype dt) {
-  switch (dt) {
-    case QC_F64: return QK_T_F64;
-    case QC_F32: return QK_T_F32;
-    case QC_F16: return QK_T_F16;
-    case QC_BF16: return QK_T_BF16;
-    default: return -1;
-  }
-}
-
 int cu_to_f64(const qc_backend *be, qc_dtype dt, const void *src, int64_t n, double *dst) {
   cu *c = C(be);
-  int rc = QC_OK, k = tkind(dt);
+  int rc = QC_OK, k = cu_tkind(dt);
   if (k < 0) return qc_err("%s: cannot convert element type %s to a float", c->name, qc_dtype_name(dt));
   CK((cudaError_t)qk_to_f64(k, src, dst, n, c->st), "convert to float64");
 done:
@@ -112,7 +101,7 @@ done:
 int cu_fake_quant_f64(const qc_backend *be, const char *fmt, const char *profile, int64_t rows, int64_t cols,
                              qc_dtype dt, const void *src, float *scratch, double *dst, const char *what) {
   cu *c = C(be);
-  int rc = QC_OK, k = tkind(dt);
+  int rc = QC_OK, k = cu_tkind(dt);
   qk_qargs q;
   memset(&q, 0, sizeof q);
   if (k < 0) return qc_err("%s: cannot quantize element type %s", c->name, qc_dtype_name(dt));
