@@ -25,7 +25,8 @@
 #          (default: tiny, cuda when torch sees a device, else cpu)
 # QATCHECK (./qatcheck), PY (python3; /opt/qatcheck/torch2 put first on its
 # path when present, as tests/e2e/lib.inc's PY2), BENCH_TMP (a mktemp -d),
-# KEEP=1 keeps each dump (removed after its audit by default).
+# KEEP=1 keeps each dump (removed after its audit by default). AUDIT_ARGS:
+# more `qatcheck vjp` options for each audit (e.g. --verbose).
 # Exit 77 with one "skip:" line without torch 2 and transformers 5, with
 # --device cuda and no CUDA device, or when the estimate exceeds the disk or
 # the device's memory; 1 when the clean audit does not pass or a planted bug
@@ -96,8 +97,8 @@ for v in $(echo $variants | tr , ' '); do
   [ $qdev = cuda ] && command -v nvidia-smi >/dev/null &&
     base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${CUDA_VISIBLE_DEVICES:-0}" | head -1)
   t0=$(date +%s.%N)
-  (cd "$D" && if [ -x /usr/bin/time ]; then exec /usr/bin/time -f "rss_kib %M" -o time.txt "$Q" vjp --case case.json --device $qdev --json r.json
-               else exec "$Q" vjp --case case.json --device $qdev --json r.json; fi) >"$D/out.txt" 2>&1 &
+  (cd "$D" && if [ -x /usr/bin/time ]; then exec /usr/bin/time -f "rss_kib %M" -o time.txt "$Q" vjp --case case.json --device $qdev --json r.json ${AUDIT_ARGS:-}
+               else exec "$Q" vjp --case case.json --device $qdev --json r.json ${AUDIT_ARGS:-}; fi) >"$D/out.txt" 2>&1 &
   pid=$!
   peak=n/a; mon=""
   if [ $qdev = cuda ] && command -v nvidia-smi >/dev/null; then rm -f "$D/peak"; gpu_watch "$D/peak" & mon=$!; fi

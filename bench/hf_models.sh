@@ -16,7 +16,9 @@
 #          (default: cuda, gpu, float32, all four; bfloat16: a pure-bf16 model,
 #          every parameter bf16 as from_pretrained(torch_dtype=bf16) builds it)
 # QATCHECK (./qatcheck), PY (/usr/bin/python3), BENCH_TMP (a mktemp -d),
-# KEEP=1 keeps each dump (removed after its audit by default).
+# KEEP=1 keeps each dump (removed after its audit by default). AUDIT_ARGS:
+# more `qatcheck vjp` options for the timed audit (e.g. --verbose), to see
+# where the first audit after a dump spends its time.
 # Exit 77 with one "skip:" line without transformers 4.49, or with --device cuda
 # and no CUDA device for torch; 1 when an audit does not pass; 0 otherwise.
 set -u
@@ -78,7 +80,8 @@ PYEOF
   qdev=$dev
   case $dev in cuda*) ;; *) qdev=cpu ;; esac
   t0=$(date +%s.%N)
-  (cd "$W/$a" && "$Q" vjp --case case.json --device "$qdev" --json r.json >out.txt 2>&1)
+  # shellcheck disable=SC2086
+  (cd "$W/$a" && "$Q" vjp --case case.json --device "$qdev" --json r.json ${AUDIT_ARGS:-} >out.txt 2>&1)
   rc=$?
   t1=$(date +%s.%N)
   tail -1 "$W/$a/out.txt"
