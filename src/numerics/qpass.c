@@ -317,73 +317,184 @@ static void qq_stage2_block(const plan_t *pl, int64_t r0, int64_t r1, int64_t c0
   for (int64_t r = r0; r < r1; r++) qq_enc_run(scratch + (r - r0) * w, codes + r * cols + c0, w, b.k, b.div, 0);
 }
 
-/* Quantize in[rows, cols] by plan pl into codes[rows*cols] (one element a
- * byte, unpacked), per-block dequant multipliers deq[gr*gc] and scale bytes
- * sb[gr*gc], by stage 1's recipe, or with the stored scales of st (NULL:
- * derive; see qc_qstored). scratch (br*bc floats) is given for the
- * two-stage format: each block then goes through qq_stage2_block. Returns 1
- * (outputs unfinished) as soon as a block holds a non-finite value, else 0. */
-static int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, const qc_qstored *st,
-                         float g, uint8_t *codes, float *deq, uint8_t *sb, float *scratch) {
-  const float *ss = st ? st->scale : NULL;
-  const uint8_t *sbs = st ? st->scale_b : NULL;
-  int64_t br = pl->br ? pl->br : rows, bc = pl->bc ? pl->bc : cols;
-  int64_t gr = (rows + br - 1) / br, gc = (cols + bc - 1) / bc;
-  int use_sr = sr && sr->on;
-  for (int64_t bi = 0; bi < gr; bi++) {
+/* Units of `per` elements each a qc_par_for piece takes at least: small
+ * tensors stay on the calling thread. */
+static int64_t qp_grain(int64_t per) { return per > 0 && per < (1 << 16) ? (1 << 16) / per : 1; }
+
+/* One quantization pass's shared state (qq_quant_pass): the plan, the
+ * input, the stored scales, the outputs, and per piece a flag: 1 a block
+ * held a non-finite value, 2 no memory for the two-stage buffer. */
+typedef struct qp_job {
+  const plan_t *pl;
+  int64_t rows, cols, br, bc, gc;
+  const float *in;
+  const qc_sr *sr;
+  const float *ss;    /* stored float32 scales, or NULL */
+  const uint8_t *sbs; /* stored scale bytes, or NULL */
+  float g;
+  uint8_t *codes;
+  float *deq;
+  uint8_t *sb;
+  bscale one;         /* the single block's scale (qp_one_rows) */
+  uint32_t amax[QC_PAR_MAX];
+  int bad[QC_PAR_MAX];
+} qp_job;
+
+/* Rows [r0, r1), columns [c0, c1) of in encoded with block scale b into
+ * codes: round to nearest, or stochastically under sr; ModelOpt's cast. */
+static void qp_encode(const qp_job *j, int64_t r0, int64_t r1, int64_t c0, int64_t c1, bscale b) {
+  const plan_t *pl = j->pl;
+  const int64_t rows = j->rows, cols = j->cols;
+  const int use_sr = j->sr && j->sr->on;
+  for (int64_t r = r0; r < r1; r++) {
+    const float *x = j->in + r * cols;
+    uint8_t *q = j->codes + r * cols;
+    if (use_sr) {
+      for (int64_t c = c0; c < c1; c++) {
+        float v = b.div ? x[c] / b.k : x[c] * b.k;
+        q[c] = v != v ? 7
+                      : enc_sr(v, pl->fp4, qc_sr_bits(j->sr, qc_sr_index(j->sr, (uint64_t)(rows * cols), (uint64_t)(r * cols + c))));
+      }
+    } else {
+      qq_enc_run(x + c0, q + c0, c1 - c0, b.k, b.div, pl->fp4);
+    }
+    if (b.div == 2) /* ModelOpt's cast: +-0 -> 0, NaN (0/0) -> 7 */
+      for (int64_t c = c0; c < c1; c++) q[c] = qr_fp4_modelopt(x[c] / b.k, q[c]);
+  }
+}
+
+/* Block rows [lo, hi): each block's amax, its recipe's scale (or the
+ * stored one), its codes, and the two-stage format's second stage. Every
+ * block is its own: the result does not depend on how rows are split. */
+static void qp_blocks(void *p, int64_t lo, int64_t hi, int tid) {
+  qp_job *j = p;
+  const plan_t *pl = j->pl;
+  const int64_t rows = j->rows, cols = j->cols, br = j->br, bc = j->bc, gc = j->gc;
+  float *scratch = NULL;
+  if (pl->two_stage && !(scratch = malloc((size_t)(pl->br * pl->bc) * sizeof *scratch))) { j->bad[tid] = 2; return; }
+  for (int64_t bi = lo; bi < hi; bi++) {
     int64_t r0 = bi * br, r1 = r0 + br < rows ? r0 + br : rows;
     for (int64_t bj = 0; bj < gc; bj++) {
       int64_t c0 = bj * bc, c1 = c0 + bc < cols ? c0 + bc : cols;
       uint32_t mb = 0;
       for (int64_t r = r0; r < r1; r++) {
-        uint32_t m = qq_abs_max_bits(in + r * cols + c0, c1 - c0);
+        uint32_t m = qq_abs_max_bits(j->in + r * cols + c0, c1 - c0);
         mb = m > mb ? m : mb;
       }
-      if (mb >= 0x7f800000u) return 1;
-      float amax = bitsf(mb);
+      if (mb >= 0x7f800000u) { j->bad[tid] = 1; goto out; }
       const int64_t bk = bi * gc + bj;
-      bscale b = (ss || sbs) && !pl->two_stage ? qr_scale_given(&pl->rc, ss ? ss[bk] : 0.0f, sbs ? sbs[bk] : 0, g)
-                                               : qr_block_scale(&pl->rc, amax, g);
-      deq[bi * gc + bj] = b.deq;
-      sb[bi * gc + bj] = b.byte;
-      for (int64_t r = r0; r < r1; r++) {
-        const float *x = in + r * cols;
-        uint8_t *q = codes + r * cols;
-        if (use_sr) {
-          for (int64_t c = c0; c < c1; c++) {
-            float v = b.div ? x[c] / b.k : x[c] * b.k;
-            q[c] = v != v ? 7 : enc_sr(v, pl->fp4, qc_sr_bits(sr, qc_sr_index(sr, (uint64_t)(rows * cols), (uint64_t)(r * cols + c))));
-          }
-        } else {
-          qq_enc_run(x + c0, q + c0, c1 - c0, b.k, b.div, pl->fp4);
-        }
-        if (b.div == 2) /* ModelOpt's cast: +-0 -> 0, NaN (0/0) -> 7 */
-          for (int64_t c = c0; c < c1; c++) q[c] = qr_fp4_modelopt(x[c] / b.k, q[c]);
-      }
-      if (scratch) qq_stage2_block(pl, r0, r1, c0, c1, cols, codes, deq + bk, sb + bk, scratch, ss ? ss + bk : NULL);
+      bscale b = (j->ss || j->sbs) && !pl->two_stage ? qr_scale_given(&pl->rc, j->ss ? j->ss[bk] : 0.0f, j->sbs ? j->sbs[bk] : 0, j->g)
+                                                     : qr_block_scale(&pl->rc, bitsf(mb), j->g);
+      j->deq[bk] = b.deq;
+      j->sb[bk] = b.byte;
+      qp_encode(j, r0, r1, c0, c1, b);
+      if (scratch) qq_stage2_block(pl, r0, r1, c0, c1, cols, j->codes, j->deq + bk, j->sb + bk, scratch, j->ss ? j->ss + bk : NULL);
     }
   }
-  return 0;
+out:
+  free(scratch);
 }
 
-/* Dequantize codes with per-block multipliers deq into out. */
-void qq_dequant_pass(const plan_t *pl, int64_t rows, int64_t cols, const uint8_t *codes, const float *deq,
-                         float *out) {
-  int64_t br = pl->br ? pl->br : rows, bc = pl->bc ? pl->bc : cols;
-  int64_t gc = (cols + bc - 1) / bc;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *d = deq + (r / br) * gc;
-    const uint8_t *q = codes + r * cols;
-    float *o = out + r * cols;
-    for (int64_t j = 0, c0 = 0; j < gc; j++, c0 += bc) {
+/* Rows [lo, hi): their amax bits into j->amax[tid]. */
+static void qp_amax(void *p, int64_t lo, int64_t hi, int tid) {
+  qp_job *j = p;
+  j->amax[tid] = qq_abs_max_bits(j->in + lo * j->cols, (hi - lo) * j->cols);
+}
+
+/* Rows [lo, hi) of the single block, encoded with its scale j->one. */
+static void qp_one_rows(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  qp_job *j = p;
+  qp_encode(j, lo, hi, 0, j->cols, j->one);
+}
+
+/* The largest of in[rows, cols]'s |values| as float32 bits, rows in
+ * parallel (qq_abs_max_bits; >= 0x7f800000: a non-finite value). */
+static uint32_t qp_tensor_amax(qp_job *j) {
+  memset(j->amax, 0, sizeof j->amax);
+  qc_par_for(j->rows, qp_grain(j->cols), qp_amax, j);
+  uint32_t m = 0;
+  for (int i = 0; i < QC_PAR_MAX; i++) m = j->amax[i] > m ? j->amax[i] : m;
+  return m;
+}
+
+/* Quantize in[rows, cols] by plan pl into codes[rows*cols] (one element a
+ * byte, unpacked), per-block dequant multipliers deq[gr*gc] and scale bytes
+ * sb[gr*gc], by stage 1's recipe, or with the stored scales of st (NULL:
+ * derive; see qc_qstored); the two-stage format's blocks then go through
+ * qq_stage2_block. Block rows run on qc_par_for's threads (a single block,
+ * fp8_tensor's, splits its rows after its amax); every block is computed
+ * alone, so the bytes do not depend on the thread count. Returns 1
+ * (outputs unfinished) when a block holds a non-finite value, 2 when a
+ * block buffer could not be allocated, else 0. */
+static int qq_quant_pass(const plan_t *pl, int64_t rows, int64_t cols, const float *in, const qc_sr *sr, const qc_qstored *st,
+                         float g, uint8_t *codes, float *deq, uint8_t *sb) {
+  qp_job *j = calloc(1, sizeof *j);
+  if (!j) return 2;
+  *j = (qp_job){.pl = pl, .rows = rows, .cols = cols, .in = in, .sr = sr, .ss = st ? st->scale : NULL,
+                .sbs = st ? st->scale_b : NULL, .g = g, .codes = codes, .deq = deq, .sb = sb};
+  j->br = pl->br ? pl->br : rows;
+  j->bc = pl->bc ? pl->bc : cols;
+  const int64_t gr = (rows + j->br - 1) / j->br;
+  j->gc = (cols + j->bc - 1) / j->bc;
+  int bad = 0;
+  if (gr == 1 && j->gc == 1 && !pl->two_stage) { /* one block: its amax, then its rows */
+    uint32_t mb = qp_tensor_amax(j);
+    if (mb >= 0x7f800000u) {
+      bad = 1;
+    } else {
+      j->one = j->ss || j->sbs ? qr_scale_given(&pl->rc, j->ss ? j->ss[0] : 0.0f, j->sbs ? j->sbs[0] : 0, g)
+                               : qr_block_scale(&pl->rc, bitsf(mb), g);
+      deq[0] = j->one.deq;
+      sb[0] = j->one.byte;
+      qc_par_for(rows, qp_grain(cols), qp_one_rows, j);
+    }
+  } else {
+    qc_par_for(gr, qp_grain(j->br * cols), qp_blocks, j);
+  }
+  for (int i = 0; i < QC_PAR_MAX; i++) bad = bad ? bad : j->bad[i];
+  free(j);
+  return bad;
+}
+
+/* qq_dequant_pass's arguments, for its row pieces. */
+typedef struct dq_job {
+  const plan_t *pl;
+  int64_t cols, br, bc, gc;
+  const uint8_t *codes;
+  const float *deq;
+  float *out;
+} dq_job;
+
+/* Rows [lo, hi) of qq_dequant_pass. */
+static void dq_rows(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const dq_job *j = p;
+  const int64_t cols = j->cols, bc = j->bc;
+  for (int64_t r = lo; r < hi; r++) {
+    const float *d = j->deq + (r / j->br) * j->gc;
+    const uint8_t *q = j->codes + r * cols;
+    float *o = j->out + r * cols;
+    for (int64_t k = 0, c0 = 0; k < j->gc; k++, c0 += bc) {
       int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
-      float s = d[j];
-      if (pl->fp4)
+      float s = d[k];
+      if (j->pl->fp4)
         for (int64_t c = c0; c < c1; c++) o[c] = qq_e2m1_val[q[c] & 0xf] * s;
       else
         for (int64_t c = c0; c < c1; c++) o[c] = qq_e4m3_val[q[c]] * s;
     }
   }
+}
+
+/* Dequantize codes with per-block multipliers deq into out, rows on
+ * qc_par_for's threads (each element alone). */
+void qq_dequant_pass(const plan_t *pl, int64_t rows, int64_t cols, const uint8_t *codes, const float *deq,
+                         float *out) {
+  dq_job j = {.pl = pl, .cols = cols, .br = pl->br ? pl->br : rows, .bc = pl->bc ? pl->bc : cols, .codes = codes,
+              .deq = deq, .out = out};
+  if (rows < 1 || cols < 1) return;
+  j.gc = (cols + j.bc - 1) / j.bc;
+  qc_par_for(rows, qp_grain(cols), dq_rows, &j);
 }
 
 void qq_grid(const plan_t *pl, int64_t rows, int64_t cols, int64_t *gr, int64_t *gc) {
@@ -412,14 +523,16 @@ int qq_quant_core(qc_qfmt f, qc_qprof p, int64_t rows, int64_t cols, const float
   const float *g_in = st ? st->gscale : NULL;
   qq_tables_init();
   plan_t pl = qq_make_plan(f, p);
-  if (f == QC_QF_NVFP4 && qq_abs_max_bits(in, rows * cols) >= 0x7f800000u) return qq_check_finite(in, rows * cols, what);
-  float g = f != QC_QF_NVFP4 ? 0.0f : g_in ? *g_in : qq_nvfp4_g(&pl, bitsf(qq_abs_max_bits(in, rows * cols)));
+  float g = 0.0f;
+  if (f == QC_QF_NVFP4) { /* the global scale from the tensor's amax (or the stored one) */
+    qp_job a = {.rows = rows, .cols = cols, .in = in};
+    uint32_t mb = qp_tensor_amax(&a);
+    if (mb >= 0x7f800000u) return qq_check_finite(in, rows * cols, what);
+    g = g_in ? *g_in : qq_nvfp4_g(&pl, bitsf(mb));
+  }
   if (gout) *gout = g;
-  float *scratch = NULL;
-  if (pl.two_stage && !(scratch = qc_malloc((size_t)(pl.br * pl.bc) * sizeof *scratch, "two-stage block buffer")))
-    return QC_ESYS;
   /* the two-stage format: stage 1 is fp8_block128 (SR applies there) */
-  int bad = qq_quant_pass(&pl, rows, cols, in, sr, st, g, codes, deq, sb, scratch);
-  free(scratch);
+  int bad = qq_quant_pass(&pl, rows, cols, in, sr, st, g, codes, deq, sb);
+  if (bad == 2) return qc_err_sys("out of memory for a quantizer's block buffer");
   return bad ? qq_check_finite(in, rows * cols, what) : QC_OK;
 }

@@ -149,14 +149,14 @@ int qc_dequantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const 
   qq_tables_init();
   plan_t pl = qq_make_plan(fmt, prof);
   qq_grid(&pl, rows, cols, &gr, &gc);
-  uint8_t *codes = qc_malloc((size_t)(rows * cols), "dequant codes");
+  /* e4m3 payloads are the codes as they are; e2m1 pairs are unpacked */
+  uint8_t *codes = pl.fp4 ? qc_malloc((size_t)(rows * cols), "dequant codes") : NULL;
   float *deq = qc_malloc((size_t)(gr * gc) * sizeof *deq, "dequant scales");
   rc = QC_ESYS;
-  if (!codes || !deq) goto done;
+  if ((pl.fp4 && !codes) || !deq) goto done;
   const uint8_t *qp = z->q.data;
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++)
-      codes[r * cols + c] = pl.fp4 ? (uint8_t)((qp[r * qs[1] + c / 2] >> (4 * (c & 1))) & 0xf) : qp[r * cols + c];
+  for (int64_t r = 0; pl.fp4 && r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) codes[r * cols + c] = (uint8_t)((qp[r * qs[1] + c / 2] >> (4 * (c & 1))) & 0xf);
   float g = gn ? *(const float *)z->gscale.data : 0.0f;
   for (int64_t i = 0; i < gr * gc; i++) {
     if (sdt == QC_F32) deq[i] = ((const float *)z->scale.data)[i];
@@ -166,7 +166,7 @@ int qc_dequantize(qc_qfmt fmt, qc_qprof prof, int64_t rows, int64_t cols, const 
       deq[i] = pl.rc.nop == QN_DIVM ? sf * g : sf / g;
     }
   }
-  qq_dequant_pass(&pl, rows, cols, codes, deq, out);
+  qq_dequant_pass(&pl, rows, cols, pl.fp4 ? codes : qp, deq, out);
   rc = QC_OK;
 done:
   free(codes); free(deq);

@@ -377,6 +377,73 @@ Test(fake_quant_f64, equals_float32_path_widened) {
   unsetenv("QATCHECK_THREADS");
 }
 
+/* The quantizer's pass runs block rows (fp8_tensor: rows) on qc_par_for's
+ * threads once a tensor has more than 2^16 elements: its codes, scales,
+ * global scale and dequantized values are the same bytes on 1 and on 3
+ * threads, for every format under round to nearest and stochastic
+ * rounding, with stored scales given, and a non-finite value in the last
+ * piece is still refused naming its index. */
+static void quant_bytes(qc_qfmt f, const qc_sr *sr, const qc_qstored *st, int64_t rows, int64_t cols, const float *in,
+                        qc_quantized *z, float **deq) {
+  cr_assert_eq(qc_quantize_st(f, QC_QP_VLLM, rows, cols, in, sr, st, z, "t"), QC_OK, "%s: %s", qc_qfmt_name(f), qc_err_msg());
+  *deq = malloc((size_t)(rows * cols) * sizeof **deq);
+  cr_assert(*deq);
+  cr_assert_eq(qc_dequantize(f, QC_QP_VLLM, rows, cols, z, *deq, "t"), QC_OK, "%s", qc_err_msg());
+}
+
+Test(quant, threads_give_the_same_bytes) {
+  const int64_t rows = 600, cols = 264; /* 158,400 elements: several pieces; partial blocks of 128 */
+  float *in = malloc((size_t)(rows * cols) * sizeof *in);
+  cr_assert(in);
+  uint64_t s = 777;
+  for (int64_t i = 0; i < rows * cols; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    in[i] = (float)((((s >> 11) + 0.5) * 0x1p-53 - 0.5) * (i % 89 == 0 ? 2e3 : 1.0));
+  }
+  qc_sr sr = {.on = 1, .seed = 0x5eedull, .salt = 17, .step = 2};
+  for (int f = 1; f < QC_QF_COUNT; f++)
+    for (int k = 0; k < 3; k++) {
+      qc_quantized z[2], zs;
+      float *d[2];
+      const qc_sr *use = k == 1 ? &sr : NULL;
+      for (int th = 0; th < 2; th++) {
+        setenv("QATCHECK_THREADS", th ? "3" : "1", 1);
+        if (k < 2) {
+          quant_bytes((qc_qfmt)f, use, NULL, rows, cols, in, &z[th], &d[th]);
+        } else { /* the stored scales of a first quantization, taken as stored */
+          cr_assert_eq(qc_quantize((qc_qfmt)f, QC_QP_VLLM, rows, cols, in, NULL, &zs, "t"), QC_OK);
+          qc_qstored st = {zs.gscale.data, zs.scale.dtype == QC_F32 ? zs.scale.data : NULL,
+                           zs.scale.dtype != QC_F32 ? zs.scale.data : NULL};
+          quant_bytes((qc_qfmt)f, NULL, &st, rows, cols, in, &z[th], &d[th]);
+          qc_quantized_free(&zs);
+        }
+      }
+      const char *fn = qc_qfmt_name((qc_qfmt)f);
+      cr_expect_eq(memcmp(z[0].q.data, z[1].q.data, z[0].q.nbytes), 0, "%s case %d: payload", fn, k);
+      cr_expect_eq(memcmp(z[0].scale.data, z[1].scale.data, z[0].scale.nbytes), 0, "%s case %d: scales", fn, k);
+      cr_expect_eq(z[0].gscale.nbytes, z[1].gscale.nbytes);
+      if (z[0].gscale.data) cr_expect_eq(memcmp(z[0].gscale.data, z[1].gscale.data, z[0].gscale.nbytes), 0, "%s", fn);
+      cr_expect_eq(memcmp(d[0], d[1], (size_t)(rows * cols) * sizeof *d[0]), 0, "%s case %d: dequantized", fn, k);
+      for (int th = 0; th < 2; th++) {
+        qc_quantized_free(&z[th]);
+        free(d[th]);
+      }
+    }
+  /* the fused float64 path (its own block loop) agrees at this size too */
+  for (int f = 1; f < QC_QF_COUNT; f++) {
+    setenv("QATCHECK_THREADS", "3", 1);
+    fq64_compare(qc_qfmt_name((qc_qfmt)f), "vllm", rows, cols, in);
+  }
+  in[rows * cols - 5] = NAN; /* in the last piece */
+  for (int f = 1; f < QC_QF_COUNT; f++) {
+    qc_quantized z;
+    cr_expect_eq(qc_quantize((qc_qfmt)f, QC_QP_VLLM, rows, cols, in, NULL, &z, "w"), QC_EINPUT, "%s", qc_qfmt_name((qc_qfmt)f));
+    cr_expect(strstr(qc_err_msg(), "flat index 158395") != NULL, "%s: %s", qc_qfmt_name((qc_qfmt)f), qc_err_msg());
+  }
+  unsetenv("QATCHECK_THREADS");
+  free(in);
+}
+
 Test(fake_quant_f64, refuses_non_finite) {
   float in[4 * 40];
   double out[4 * 40];
