@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/par.h"
 #include "core/qc.h"
 #include "io/dump_priv.h"
 
@@ -310,15 +311,59 @@ int qc_dump_locate(qc_dump *d, const char *dset, long long index, qc_dump_loc *l
   return QC_OK;
 }
 
+/* A read split over threads: each piece's bytes and how its pread loop
+ * ended (0 read, an errno value, or -1: the file ended early). */
+#define PREAD_PIECE ((size_t)16 << 20)
+#define PREAD_PIECES 8
+typedef struct pread_job {
+  int fd;
+  char *buf;
+  long long offset;
+  size_t n, per;
+  int status[PREAD_PIECES];
+} pread_job;
+
+/* pread all of [off, off + n) into buf: 0, an errno value, or -1 at the
+ * file's end. */
+static int pread_full(int fd, char *buf, size_t n, long long off) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + (long long)got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno ? errno : EIO;
+    if (r == 0) return -1;
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+static void pread_piece(void *p, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  pread_job *j = p;
+  for (int64_t k = lo; k < hi; k++) {
+    const size_t a = (size_t)k * j->per, b = a + j->per < j->n ? a + j->per : j->n;
+    j->status[k] = a < b ? pread_full(j->fd, j->buf + a, b - a, j->offset + (long long)a) : 0;
+  }
+}
+
+/* A large read is split into up to PREAD_PIECES pieces of at least
+ * PREAD_PIECE bytes read on qc_par_for's threads: one thread copying from
+ * the page cache (and faulting in the fresh buffer) reads a few GB/s, and
+ * an MoE layer's experts (a GB at GPU size) were read behind the audit
+ * of the module before them. The bytes are the same either way; the
+ * first failing piece in file order names the error. */
 int qc_dump_pread(const qc_dump *d, const char *dset, const qc_dump_loc *loc, void *buf) {
   if (loc->offset < 0 || d->fd < 0) return qc_err("dump '%s': dataset '%s': no direct read", d->path, dset);
-  size_t got = 0;
-  while (got < loc->nbytes) {
-    ssize_t r = pread(d->fd, (char *)buf + got, loc->nbytes - got, (off_t)(loc->offset + (long long)got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return qc_err_sys("dump '%s': dataset '%s': read failed: %s", d->path, dset, strerror(errno));
-    if (r == 0) return qc_err("dump '%s': dataset '%s': the file ends early (truncated?)", d->path, dset);
-    got += (size_t)r;
+  pread_job j = {.fd = d->fd, .buf = buf, .offset = loc->offset, .n = loc->nbytes};
+  int64_t pieces = (int64_t)(loc->nbytes / PREAD_PIECE);
+  pieces = pieces < 1 ? 1 : pieces > PREAD_PIECES ? PREAD_PIECES : pieces;
+  j.per = (loc->nbytes + (size_t)pieces - 1) / (size_t)pieces;
+  if (pieces == 1) pread_piece(&j, 0, 1, 0);
+  else qc_par_for(pieces, 1, pread_piece, &j);
+  for (int64_t k = 0; k < pieces; k++) {
+    if (j.status[k] > 0)
+      return qc_err_sys("dump '%s': dataset '%s': read failed: %s", d->path, dset, strerror(j.status[k]));
+    if (j.status[k] < 0) return qc_err("dump '%s': dataset '%s': the file ends early (truncated?)", d->path, dset);
   }
   return QC_OK;
 }

@@ -230,3 +230,37 @@ Test(dump, direct_reads_match_hdf5) {
   qc_dump_close(d);
   unlink(g_path);
 }
+
+/* A direct read of 50 MB is split into pieces on threads: the same bytes
+ * as HDF5's own read, on 1 and 3 threads; a file cut short after it was
+ * opened is an error naming the dataset (the last piece meets the end),
+ * not a partial buffer. */
+Test(dump, large_direct_read_in_pieces) {
+  tmpfile_path();
+  qc_dump *d;
+  cr_assert_eq(qc_dump_create(g_path, &d), QC_OK, "%s", qc_err_msg());
+  qc_tensor t;
+  int64_t shape[2] = {5, 2621440}; /* 5 x 10 MiB of float32 */
+  cr_assert_eq(qc_tensor_alloc(&t, "w", QC_F32, 2, shape), QC_OK);
+  for (size_t b = 0; b < t.nbytes; b++) ((uint8_t *)t.data)[b] = (uint8_t)(b * 131 + (b >> 20));
+  cr_assert_eq(qc_dump_write(d, "/m/params/weight", &t), QC_OK, "%s", qc_err_msg());
+  qc_dump_close(d);
+  cr_assert_eq(qc_dump_open(g_path, &d), QC_OK, "%s", qc_err_msg());
+  for (int th = 0; th < 2; th++) {
+    setenv("QATCHECK_THREADS", th ? "3" : "1", 1);
+    check_direct(d, "/m/params/weight", -1, 1);
+  }
+  unsetenv("QATCHECK_THREADS");
+  qc_dump_loc loc;
+  cr_assert_eq(qc_dump_locate(d, "/m/params/weight", -1, &loc), QC_OK, "%s", qc_err_msg());
+  cr_assert(loc.offset >= 0);
+  cr_assert_eq(truncate(g_path, (off_t)(loc.offset + (long long)loc.nbytes - 4096)), 0);
+  void *buf = malloc(loc.nbytes);
+  cr_assert(buf);
+  cr_expect_eq(qc_dump_pread(d, "/m/params/weight", &loc, buf), QC_EINPUT);
+  cr_expect(strstr(qc_err_msg(), "'/m/params/weight': the file ends early") != NULL, "%s", qc_err_msg());
+  free(buf);
+  qc_dump_close(d);
+  qc_tensor_free(&t);
+  unlink(g_path);
+}
