@@ -126,6 +126,10 @@ typedef struct qc_backend {
  * without flags), *owned at what the caller frees (NULL: nothing). QC_OK,
  * QC_ESYS, or QC_EINPUT for a dtype gemm_f64_x does not take. */
 int qc_gemm_x_widen(const qc_gemm_x *o, int64_t rows, int64_t cols, const double **vals, double **owned);
+/* The first n elements from o->p as gemm_f64_x reads them, into out[n]
+ * (the caller's: no copy made): QC_OK, or QC_EINPUT for a dtype it does
+ * not take. */
+int qc_gemm_x_widen_into(const qc_gemm_x *o, int64_t n, double *out);
 /* 1 when gemm_f64_x takes operands of dt. */
 int qc_gemm_x_dtype(qc_dtype dt);
 

@@ -28,6 +28,16 @@ static int cpu_gemm_f64(const qc_backend *be, qc_op ta, qc_op tb, int64_t m, int
 
 int qc_gemm_x_dtype(qc_dtype dt) { return dt == QC_F64 || dt == QC_F32 || dt == QC_F16 || dt == QC_BF16; }
 
+int qc_gemm_x_widen_into(const qc_gemm_x *o, int64_t n, double *out) {
+  if (!qc_gemm_x_dtype(o->dt)) return qc_err("gemm_f64_x: an operand of %s: expected float64, float32, float16 or bfloat16",
+                                             qc_dtype_name(o->dt));
+  int rc = qc_float_to_f64(o->dt, o->p, n, out);
+  if (rc) return rc;
+  if (o->flags & QC_GX_BF16) qc_round_all(out, QC_F64, n, QC_BF16);
+  if (o->flags & QC_GX_ABS) qc_abs_all(out, n);
+  return QC_OK;
+}
+
 int qc_gemm_x_widen(const qc_gemm_x *o, int64_t rows, int64_t cols, const double **vals, double **owned) {
   *vals = NULL;
   *owned = NULL;
@@ -40,13 +50,11 @@ int qc_gemm_x_widen(const qc_gemm_x *o, int64_t rows, int64_t cols, const double
   }
   double *v = qc_malloc((size_t)(span ? span : 1) * sizeof *v, "gemm_f64_x operand (float64)");
   if (!v) return QC_ESYS;
-  int rc = qc_float_to_f64(o->dt, o->p, span, v);
+  int rc = qc_gemm_x_widen_into(o, span, v);
   if (rc) {
     free(v);
     return rc;
   }
-  if (o->flags & QC_GX_BF16) qc_round_all(v, QC_F64, span, QC_BF16);
-  if (o->flags & QC_GX_ABS) qc_abs_all(v, span);
   *vals = *owned = v;
   return QC_OK;
 }

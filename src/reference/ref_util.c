@@ -80,11 +80,7 @@ int64_t qc_refu_row_grain(int64_t width) { return width > 0 && width < ((int64_t
 
 int qc_refu_hold(const qc_backend *be, qc_gemm_x *o, int64_t rows, int64_t cols, double *d) {
   if (!be->host_memory || (o->dt == QC_F64 && !o->flags) || o->ld != cols) return QC_OK;
-  const double *v;
-  double *own;
-  int rc = qc_gemm_x_widen(o, rows, cols, &v, &own);
-  if (!rc) memcpy(d, v, (size_t)(rows * cols) * sizeof *d);
-  free(own);
+  int rc = qc_gemm_x_widen_into(o, rows * cols, d); /* straight into d: no second copy */
   if (!rc) *o = (qc_gemm_x){d, QC_F64, cols, 0};
   return rc;
 }
