@@ -63,6 +63,7 @@ __attribute__((constructor)) static void registry_install(void) {
                                   .terms = g_lines[i].ref->terms,
                                   .saved = g_lines[i].ref->saved,
                                   .select = g_lines[i].ref->select,
-                                  .selected = g_lines[i].ref->selected};
+                                  .selected = g_lines[i].ref->selected,
+                                  .bf16_params = g_lines[i].ref->bf16_params};
   qc_registry_install(g_rows, NLINES);
 }

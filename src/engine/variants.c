@@ -214,7 +214,10 @@ int qc_variant_apply(const qc_variant *v, const qc_ctx *ctx, const qc_module *m,
     for (int j = 0; j < alt->inputs.n; j++)
       if (qc_module_input_grad(m, alt->inputs.t[j].name)) round_bf16(&alt->inputs.t[j]);
   }
-  if (v->parts & QC_VAR_BF16_PARAMS) {
+  const qc_registry_row *row = m->cls ? qc_registry_find(m->cls->name) : NULL;
+  if ((v->parts & QC_VAR_BF16_PARAMS) && row && row->bf16_params && !dy) {
+    c->bf16_params = 1; /* the forward rounds them as it reads them */
+  } else if (v->parts & QC_VAR_BF16_PARAMS) {
     memset(&alt->params, 0, sizeof alt->params);
     if ((rc = qc_tset_clone(&alt->params, &m->params))) return rc;
     for (int j = 0; j < alt->params.n; j++) round_bf16(&alt->params.t[j]);

@@ -68,6 +68,9 @@ typedef struct qc_ctx {
   double wscale;               /* diagnosis variants (engine/forward.c, diagnose.c): > 0, a per-tensor
                                   weight scale this many times the weight's own (a stale scale), for a
                                   reference that models it (else it returns QC_NA); 0: its own */
+  int bf16_params;             /* forward variant bf16_params, for a reference whose qc_reference sets
+                                  `bf16_params`: it reads its parameters rounded to bf16 itself (the
+                                  engine then hands it the module as it is, not rounded copies) */
   int64_t master_expert;       /* diagnosis variant (moe): e + 1 = expert e's backward (d_a, d_x) through
                                   its master weights where the contract says dequantized, for a
                                   reference that models it; 0: as the contract says */
@@ -410,6 +413,8 @@ typedef struct qc_reference {
   const char *selected;        /* their names, space-separated ("topk_ids"; NULL: none) */
   int terms;                   /* 1: vjp honors qc_ctx.terms (the terms' scale of every gradient whose
                                   class model leaves qc_tol_model.terms at 0) */
+  int bf16_params;             /* 1: forward honors qc_ctx.bf16_params (a device then rounds the
+                                  weight it already holds instead of receiving a rounded copy) */
 } qc_reference;
 
 /* A registry row: the class, its independent reference and, optionally, a
@@ -429,6 +434,7 @@ typedef struct qc_registry_row {
   qc_select_ref_fn select;     /* NULL, or src/reference/<name>.c: the saved selections it judges
                                   (engine/forward_select.c) */
   const char *selected;        /* their names, space-separated (NULL: none) */
+  int bf16_params;             /* 1: forward honors qc_ctx.bf16_params (qc_reference.bf16_params) */
 } qc_registry_row;
 
 /* The class table is src/classes/registry.c's, installed when the program

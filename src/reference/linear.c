@@ -268,6 +268,13 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   const char *wf = qc_contract_str(c, "weight_format", "none"), *af = qc_contract_str(c, "activation_format", "none");
   const char *prof = qc_contract_str(c, "profile", "vllm");
   if (ctx->wscale > 0 && strcmp(wf, "fp8_tensor") != 0) return QC_NA; /* a stale scale of a per-tensor weight only */
+  /* variant bf16_params (qc_ctx.bf16_params): the weight and bias rounded
+   * to bf16 as they are read, where they are float32 or float64 (16-bit
+   * ones are kept, as the engine's rounded copies keep them); a variant
+   * asked only of a contract that quantizes nothing (engine/variants.c) */
+  if (ctx->bf16_params && strcmp(wf, "none") != 0) return QC_NA;
+  const int round_w = ctx->bf16_params && (w->dtype == QC_F32 || w->dtype == QC_F64);
+  const int round_b = ctx->bf16_params && b && (b->dtype == QC_F32 || b->dtype == QC_F64);
   double *W = NULL, *Xs = NULL, *B = NULL, *T = NULL;
   void *ox = NULL, *ow = NULL;
   qc_tensor out = {0};
@@ -286,6 +293,7 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
     goto done;
   qc_gemm_x xop, wop;
   if ((b && (rc = qc_tensor_to_f64(b, B))) || (rc = ref_wq_op(prof, af, M, K, NULL, wx, x, &xop, &ox))) goto done;
+  if (round_b) qc_round_all(B, QC_F64, N, QC_BF16);
   if (ctx->wscale > 0) {
     rc = QC_ESYS;
     if (!(W = qc_malloc((size_t)(N * K + 1) * 8, "reference weight")) || (rc = qc_tensor_to_f64(w, W))) goto done;
@@ -294,6 +302,7 @@ static int ref_linear_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *
   } else if ((rc = ref_wq_op(prof, wf, N, K, sr.on ? &sr : NULL, ww, w, &wop, &ow))) {
     goto done;
   }
+  if (round_w) wop.flags |= QC_GX_BF16;
   if (ctx->round_ops) { /* variant: the quantized operands rounded to bf16 before the GEMM */
     xop.flags |= QC_GX_BF16;
     wop.flags |= QC_GX_BF16;
@@ -350,4 +359,4 @@ done:
 
 /* The class's reference, its one export (src/classes/registry.c pairs it
  * with src/modules/linear.c). */
-const qc_reference qc_reference_linear = {.vjp = ref_linear, .forward = ref_linear_forward};
+const qc_reference qc_reference_linear = {.vjp = ref_linear, .forward = ref_linear_forward, .bf16_params = 1};

@@ -18,6 +18,8 @@
 #include "engine/fd.h"
 #include "engine/variants.h"
 #include "numerics/decode.h"
+#include "numerics/formats.h"
+#include "numerics/metrics.h"
 
 /* A generated linear [M, K, N] under the contract settings `sets` (NULL-
  * terminated "key=value"), with a float32 N(0, 1) dY [M, N] (the class has
@@ -114,4 +116,64 @@ Test(variant_repeats, linear_repeats_are_the_same_bits) {
     h_free(&in);
   }
   cr_expect(total > 0, "no variant was declared a repeat: the test judged nothing");
+}
+
+/* The forward variant bf16_params of a class whose reference rounds its
+ * parameters as it reads them (linear: qc_reference.bf16_params) gives the
+ * bits the rounded copies did: the flag path of qc_variant_apply against
+ * the module with its float32 weight and bias rounded to bf16 by hand, y
+ * and the error model's fields; a float16 weight stays as it is on both
+ * paths (the copies round float32 and float64 storage only). */
+Test(variant_repeats, linear_bf16_params_by_flag_is_the_rounded_copies) {
+  for (int f16 = 0; f16 < 2; f16++) {
+    h_inst in;
+    make_linear(&in, 48, 64, 40, 97 + f16, NULL);
+    qc_tensor *w = (qc_tensor *)qc_tset_get(&in.m.params, "weight"), b;
+    cr_assert(w);
+    const int64_t nw = qc_numel(w), N = w->shape[0];
+    double *wd = malloc((size_t)nw * sizeof *wd);
+    cr_assert(wd && qc_tensor_to_f64(w, wd) == QC_OK);
+    qc_tensor w2;
+    cr_assert_eq(qc_tensor_alloc(&w2, "weight", f16 ? QC_F16 : QC_F32, 2, w->shape), QC_OK);
+    for (int64_t i = 0; i < nw; i++) { /* off the bf16 grid */
+      const float v = (float)wd[i] * (1.0f + 3.0f / 4096.0f);
+      if (f16) ((uint16_t *)w2.data)[i] = qc_f32_to_f16(v);
+      else ((float *)w2.data)[i] = v;
+    }
+    free(wd);
+    qc_tensor_free(w);
+    *w = w2;
+    cr_assert_eq(qc_tensor_alloc(&b, "bias", QC_F32, 1, &N), QC_OK);
+    for (int64_t i = 0; i < N; i++) ((float *)b.data)[i] = 0.1f + 0.0137f * (float)i;
+    cr_assert_eq(qc_tset_add(&in.m.params, &b), QC_OK);
+    cr_assert(in.row->forward && qc_registry_find("linear")->bf16_params);
+    qc_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.be = qc_backend_cpu();
+    qc_variant v = {.parts = QC_VAR_BF16_PARAMS, .level = 0};
+    qc_ctx c;
+    qc_module alt;
+    cr_assert_eq(qc_variant_apply(&v, &ctx, &in.m, NULL, &c, &alt, NULL), QC_OK, "%s", qc_err_msg());
+    cr_assert(c.bf16_params && alt.params.t == in.m.params.t, "linear's variant must go by the flag, not copies");
+    qc_tensor y1 = {0}, y2 = {0};
+    qc_tol_model t1, t2;
+    cr_assert_eq(in.row->forward(&c, &alt, &y1, &t1), QC_OK, "%s", qc_err_msg());
+    qc_variant_release(&v, &in.m, &alt, NULL);
+    /* the copies, by hand */
+    qc_module hand = in.m;
+    memset(&hand.params, 0, sizeof hand.params);
+    cr_assert_eq(qc_tset_clone(&hand.params, &in.m.params), QC_OK);
+    for (int j = 0; j < hand.params.n; j++) qc_round_all(hand.params.t[j].data, hand.params.t[j].dtype, qc_numel(&hand.params.t[j]), QC_BF16);
+    cr_assert_eq(in.row->forward(&ctx, &hand, &y2, &t2), QC_OK, "%s", qc_err_msg());
+    cr_expect_eq(memcmp(y1.data, y2.data, (size_t)qc_numel(&y1) * sizeof(double)), 0, "f16 %d: y differs", f16);
+    cr_expect(t1.terms == t2.terms && t1.scale == t2.scale && t1.k == t2.k, "f16 %d: the error model differs", f16);
+    /* and the rounding moved something (a test that cannot fail judges nothing) */
+    qc_tensor y0 = {0};
+    qc_tol_model t0;
+    cr_assert_eq(in.row->forward(&ctx, &in.m, &y0, &t0), QC_OK);
+    cr_expect_neq(memcmp(y0.data, y1.data, (size_t)qc_numel(&y0) * sizeof(double)), 0, "f16 %d: bf16_params changed nothing", f16);
+    qc_tensor_free(&y0); qc_tensor_free(&y1); qc_tensor_free(&y2);
+    qc_tset_free(&hand.params);
+    h_free(&in);
+  }
 }
