@@ -413,8 +413,7 @@ typedef struct qc_reference {
   const char *selected;        /* their names, space-separated ("topk_ids"; NULL: none) */
   int terms;                   /* 1: vjp honors qc_ctx.terms (the terms' scale of every gradient whose
                                   class model leaves qc_tol_model.terms at 0) */
-  int bf16_params;             /* 1: forward honors qc_ctx.bf16_params (a device then rounds the
-                                  weight it already holds instead of receiving a rounded copy) */
+  int bf16_params;             /* 1: forward honors qc_ctx.bf16_params (no rounded copies made) */
 } qc_reference;
 
 /* A registry row: the class, its independent reference and, optionally, a

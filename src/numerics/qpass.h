@@ -37,6 +37,11 @@ void qq_dequant_pass(const plan_t *pl, int64_t rows, int64_t cols, const uint8_t
 
 void qq_enc_run(const float *x, uint8_t *q, int64_t n, float k, int div, int fp4);
 
+/* Stochastic rounding of v (finite) to the element format (E2M1 when
+ * fp4, else E4M3) with the 24 random bits r24 (qpass.c, beside the
+ * magnitude tables it reads; qq_tables_init first). */
+uint8_t qq_enc_sr(float v, int fp4, uint32_t r24);
+
 void qq_grid(const plan_t *pl, int64_t rows, int64_t cols, int64_t *gr, int64_t *gc);
 
 plan_t qq_make_plan(qc_qfmt f, qc_qprof p);
