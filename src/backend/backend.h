@@ -127,8 +127,8 @@ typedef struct qc_backend {
  * QC_ESYS, or QC_EINPUT for a dtype gemm_f64_x does not take. */
 int qc_gemm_x_widen(const qc_gemm_x *o, int64_t rows, int64_t cols, const double **vals, double **owned);
 /* The first n elements from o->p as gemm_f64_x reads them, into out[n]
- * (the caller's: no copy made): QC_OK, or QC_EINPUT for a dtype it does
- * not take. */
+ * (the caller's; out may be o->p itself for float64, rounded in place):
+ * QC_OK, or QC_EINPUT for a dtype it does not take. */
 int qc_gemm_x_widen_into(const qc_gemm_x *o, int64_t n, double *out);
 /* 1 when gemm_f64_x takes operands of dt. */
 int qc_gemm_x_dtype(qc_dtype dt);

@@ -31,7 +31,7 @@ int qc_gemm_x_dtype(qc_dtype dt) { return dt == QC_F64 || dt == QC_F32 || dt == 
 int qc_gemm_x_widen_into(const qc_gemm_x *o, int64_t n, double *out) {
   if (!qc_gemm_x_dtype(o->dt)) return qc_err("gemm_f64_x: an operand of %s: expected float64, float32, float16 or bfloat16",
                                              qc_dtype_name(o->dt));
-  int rc = qc_float_to_f64(o->dt, o->p, n, out);
+  int rc = o->dt == QC_F64 && o->p == out ? QC_OK : qc_float_to_f64(o->dt, o->p, n, out); /* in place: no self-copy */
   if (rc) return rc;
   if (o->flags & QC_GX_BF16) qc_round_all(out, QC_F64, n, QC_BF16);
   if (o->flags & QC_GX_ABS) qc_abs_all(out, n);

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include "core/par.h"
 #include "core/qc.h"
 #include "io/dump_priv.h"
@@ -337,29 +339,52 @@ static int pread_full(int fd, char *buf, size_t n, long long off) {
   return 0;
 }
 
-static void pread_piece(void *p, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
-  pread_job *j = p;
-  for (int64_t k = lo; k < hi; k++) {
-    const size_t a = (size_t)k * j->per, b = a + j->per < j->n ? a + j->per : j->n;
-    j->status[k] = a < b ? pread_full(j->fd, j->buf + a, b - a, j->offset + (long long)a) : 0;
-  }
+/* One piece k of job j (its own thread's start routine takes a slot). */
+typedef struct pread_slot {
+  pread_job *j;
+  int k;
+} pread_slot;
+
+static void pread_one(pread_job *j, int k) {
+  const size_t a = (size_t)k * j->per, b = a + j->per < j->n ? a + j->per : j->n;
+  j->status[k] = a < b ? pread_full(j->fd, j->buf + a, b - a, j->offset + (long long)a) : 0;
+}
+
+static void *pread_thread(void *arg) {
+  pread_slot *s = arg;
+  pread_one(s->j, s->k);
+  return NULL;
 }
 
 /* A large read is split into up to PREAD_PIECES pieces of at least
- * PREAD_PIECE bytes read on qc_par_for's threads: one thread copying from
- * the page cache (and faulting in the fresh buffer) reads a few GB/s, and
- * an MoE layer's experts (a GB at GPU size) were read behind the audit
- * of the module before them. The bytes are the same either way; the
- * first failing piece in file order names the error. */
+ * PREAD_PIECE bytes (no more than qc_par_threads), each on a thread of
+ * its own (not qc_par_for's pool:
+ * the read-ahead would hold it for the read's whole length, and every
+ * host pass of the audit in the meantime would start threads afresh):
+ * one thread copying from the page cache (and faulting in the fresh
+ * buffer) reads a few GB/s, and an MoE layer's experts (a GB at GPU size)
+ * were read behind the audit of the module before them. The bytes are the
+ * same either way; the first failing piece in file order names the error;
+ * a piece no thread could take is read by the caller. */
 int qc_dump_pread(const qc_dump *d, const char *dset, const qc_dump_loc *loc, void *buf) {
   if (loc->offset < 0 || d->fd < 0) return qc_err("dump '%s': dataset '%s': no direct read", d->path, dset);
   pread_job j = {.fd = d->fd, .buf = buf, .offset = loc->offset, .n = loc->nbytes};
   int64_t pieces = (int64_t)(loc->nbytes / PREAD_PIECE);
-  pieces = pieces < 1 ? 1 : pieces > PREAD_PIECES ? PREAD_PIECES : pieces;
+  const int64_t most = qc_par_threads() < PREAD_PIECES ? qc_par_threads() : PREAD_PIECES; /* QATCHECK_THREADS */
+  pieces = pieces < 1 ? 1 : pieces > most ? most : pieces;
   j.per = (loc->nbytes + (size_t)pieces - 1) / (size_t)pieces;
-  if (pieces == 1) pread_piece(&j, 0, 1, 0);
-  else qc_par_for(pieces, 1, pread_piece, &j);
+  pthread_t th[PREAD_PIECES];
+  pread_slot sl[PREAD_PIECES];
+  int started[PREAD_PIECES] = {0};
+  for (int k = 1; k < pieces; k++) {
+    sl[k] = (pread_slot){&j, k};
+    started[k] = pthread_create(&th[k], NULL, pread_thread, &sl[k]) == 0;
+  }
+  pread_one(&j, 0);
+  for (int k = 1; k < pieces; k++) {
+    if (started[k]) pthread_join(th[k], NULL);
+    else pread_one(&j, k);
+  }
   for (int64_t k = 0; k < pieces; k++) {
     if (j.status[k] > 0)
       return qc_err_sys("dump '%s': dataset '%s': read failed: %s", d->path, dset, strerror(j.status[k]));
