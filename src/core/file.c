@@ -54,6 +54,18 @@ int qc_open_regular(const char *path, const char *what, int *fd, int64_t *size) 
   return QC_OK;
 }
 
+int qc_pread_full(int fd, void *buf, size_t n, long long off) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + (long long)got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno ? errno : EIO;
+    if (r == 0) return -1;
+    got += (size_t)r;
+  }
+  return 0;
+}
+
 int qc_is_gzip(const void *head, size_t n) {
   const unsigned char *h = head;
   return n >= 2 && h[0] == 0x1f && h[1] == 0x8b;

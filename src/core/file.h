@@ -22,6 +22,11 @@ int qc_read_file(const char *path, const char *what, size_t max, char **buf, siz
 /* The same, taking any bytes (a reader that decompresses gzip itself). */
 int qc_read_file_any(const char *path, const char *what, size_t max, char **buf, size_t *len);
 
+/* pread all of [off, off + n) of fd into buf, again after EINTR and short
+ * reads: 0, an errno value, or -1 when the file ends first. No message
+ * (any thread may call it; the caller names the file and dataset). */
+int qc_pread_full(int fd, void *buf, size_t n, long long off);
+
 /* 1 when the n bytes at head begin with gzip's magic bytes (1f 8b). */
 int qc_is_gzip(const void *head, size_t n);
 /* QC_EINPUT with "<what> 'path': is gzip-compressed: decompress it first"

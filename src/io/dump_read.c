@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 
+#include "core/file.h"
 #include "core/par.h"
 #include "core/qc.h"
 #include "io/dump_priv.h"
@@ -325,20 +326,6 @@ typedef struct pread_job {
   int status[PREAD_PIECES];
 } pread_job;
 
-/* pread all of [off, off + n) into buf: 0, an errno value, or -1 at the
- * file's end. */
-static int pread_full(int fd, char *buf, size_t n, long long off) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + (long long)got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return errno ? errno : EIO;
-    if (r == 0) return -1;
-    got += (size_t)r;
-  }
-  return 0;
-}
-
 /* One piece k of job j (its own thread's start routine takes a slot). */
 typedef struct pread_slot {
   pread_job *j;
@@ -347,7 +334,7 @@ typedef struct pread_slot {
 
 static void pread_one(pread_job *j, int k) {
   const size_t a = (size_t)k * j->per, b = a + j->per < j->n ? a + j->per : j->n;
-  j->status[k] = a < b ? pread_full(j->fd, j->buf + a, b - a, j->offset + (long long)a) : 0;
+  j->status[k] = a < b ? qc_pread_full(j->fd, j->buf + a, b - a, j->offset + (long long)a) : 0;
 }
 
 static void *pread_thread(void *arg) {

@@ -281,14 +281,9 @@ int qc_st_parse(const void *data, size_t len, const char *where, qc_st **out) {
 
 /* pread all of [off, off + n) or fail naming the file. */
 int qc_st_read_full(int fd, const char *path, uint64_t off, void *buf, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return qc_err_sys("safetensors '%s': read failed: %s", path, strerror(errno));
-    if (r == 0) return qc_err("safetensors '%s': the file ends early (truncated?)", path);
-    got += (size_t)r;
-  }
+  const int e = qc_pread_full(fd, buf, n, (long long)off);
+  if (e > 0) return qc_err_sys("safetensors '%s': read failed: %s", path, strerror(e));
+  if (e < 0) return qc_err("safetensors '%s': the file ends early (truncated?)", path);
   return QC_OK;
 }
 
