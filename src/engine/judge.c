@@ -90,7 +90,7 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
   if (!scoped || g_terms.state == 1) {
     qc_ctx c;
     memset(&c, 0, sizeof c);
-    c.terms = 1;
+    c.terms = 2; /* only ||T||_2 is read: a reference may return its blocks' norms */
     c.be = scoped && g_terms.be ? g_terms.be : qc_backend_cpu(); /* the MoE layer's: 5.7 s of its audit on the CPU */
     qc_err_state es; /* a terms run that fails leaves the relative model alone, no error */
     qc_err_save(&es);

@@ -62,9 +62,9 @@ typedef struct qc_ctx {
                                   outputs held in bf16 between GEMMs (class round_ops 2); 0 = exact */
   int terms;                   /* 1: a reference whose qc_reference sets `terms` returns, under each
                                   gradient's name and shape, T instead of the gradient: T_i the sum of
-                                  the magnitudes of the terms that element i adds up, each weighted
-                                  by its operands' conditioning where the math says (the terms' scale
-                                  of the error model: qc_tol_model.terms); 0 = the gradient */
+                                  the magnitudes of the terms element i adds up, weighted by operands'
+                                  conditioning where the math says (qc_tol_model.terms); 2: the same, or
+                                  norms of T's blocks (only ||T||_2 is read); 0 = the gradient */
   double wscale;               /* diagnosis variants (engine/forward.c, diagnose.c): > 0, a per-tensor
                                   weight scale this many times the weight's own (a stale scale), for a
                                   reference that models it (else it returns QC_NA); 0: its own */

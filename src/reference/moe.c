@@ -36,7 +36,9 @@
  * product, |W2 a| summed as sum_f |W2||a|, and act' as the magnitudes of
  * its terms (swiglu's silu' = sigma + z sigma (1 - sigma) cancels near
  * z = -1.28: sigma + |z| sigma (1 - sigma)); the gate's 1 - g is a
- * difference (1 + g).
+ * difference (1 + g). Under ctx->terms 2 (only ||T||_2 read) d_w1 and
+ * d_w2 are each expert's block's norm, [E], and the shared ones [1]:
+ * from the rows' Gram matrices (terms_norm), not the blocks.
  * Variant ctx->round_ops (the legal roundings of a grouped-GEMM backward):
  * the operands the production builds and feeds to its bf16 GEMMs rounded
  * to bf16: a (into y, dL/dW2), w dy_t (into dL/da, dL/dW2), dL/dh (into
@@ -147,6 +149,8 @@ typedef struct mlp {
    * format of a's rows into W2, and its profile */
   const char *afmt, *prof;
   const char *wfmt; /* each routed expert's w1[e], w2[e] (NULL: none) */
+  int tn;           /* the terms' norms (ctx->terms 2, under ab): D1 and D2 of mlp_bwd are each one
+                     * double, ||T||_2 of the block (terms_norm), not the [R, H] and [H, F] blocks */
   int dx_master;    /* d_x's chain through the master weights, not the dequantized ones */
   int64_t master_e; /* e + 1: expert e's alone so (ctx->master_expert, a diagnosis variant); 0: none */
   int64_t H, F, R; /* R = 2F swiglu, F relu2 */
@@ -287,6 +291,43 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const qc_gemm_x *W1f, qc
   return QC_OK;
 }
 
+/* *out = ||A^T B||_F for A [n, ka] and B [n, kb], both the terms'
+ * magnitudes (>= 0): sqrt(<A A^T, B B^T>), the sum over row pairs of
+ * their two [n, n] Gram matrices, where those cost fewer products than
+ * A^T B itself (n (ka + kb) < ka kb: an expert's few rows against its
+ * [R, H] block), else A^T B into a scratch block and its finite squares
+ * summed. Equal in exact arithmetic; the Gram sum has no cancellation (no
+ * negative term), so it agrees to rounding. A non-finite Gram sum (an
+ * overflow the block's finite squares would have skipped) takes the
+ * block. Sums in a fixed order. Returns a status. */
+static int terms_norm(const qc_backend *be, int64_t n, int64_t ka, const double *A, int64_t kb, const double *B, double *out) {
+  *out = 0.0;
+  if (n < 1 || ka < 1 || kb < 1) return QC_OK;
+  double ss = NAN;
+  int rc;
+  if ((double)n * (double)(ka + kb) < (double)ka * (double)kb) {
+    double *g = qc_malloc((size_t)(2 * n * n) * sizeof *g, "reference moe terms' Gram matrices");
+    if (!g) return QC_ESYS;
+    rc = qc_refu_gemm(be, QC_OP_N, QC_OP_T, n, n, ka, A, A, g);
+    if (!rc) rc = qc_refu_gemm(be, QC_OP_N, QC_OP_T, n, n, kb, B, B, g + n * n);
+    ss = 0.0;
+    for (int64_t i = 0; !rc && i < n * n; i++) ss += g[i] * g[n * n + i];
+    free(g);
+    if (rc) return rc;
+  }
+  if (!isfinite(ss)) {
+    double *d = qc_malloc((size_t)(ka * kb) * sizeof *d, "reference moe terms' block");
+    if (!d) return QC_ESYS;
+    rc = qc_refu_gemm(be, QC_OP_T, QC_OP_N, ka, kb, n, A, B, d);
+    ss = 0.0;
+    for (int64_t i = 0; !rc && i < ka * kb; i++) ss += isfinite(d[i]) ? d[i] * d[i] : 0.0;
+    free(d);
+    if (rc) return rc;
+  }
+  *out = sqrt(ss);
+  return QC_OK;
+}
+
 /* The backward of the n rows mlp_fwd made, from p->wg [n, H] (the caller's
  * scaled dy, rounded as it says): D2 [H, F] = WG^T A, dL/dA = WG W2 (held
  * in bf16 when rb >= 3), dL/dH = act'(h) dL/dA (rounded when rb), D1 [R, H]
@@ -295,12 +336,14 @@ static int mlp_fwd(mlp *p, int64_t n, const double *Xf, const qc_gemm_x *W1f, qc
 static int mlp_bwd(mlp *p, int64_t n, const double *X, const qc_gemm_x *W1, const qc_gemm_x *W2, double *D1, double *D2) {
   const int64_t H = p->H, F = p->F, R = p->R;
   int rc;
-  if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2))) return rc;
+  if ((rc = p->tn ? terms_norm(p->be, n, H, p->wg, F, p->a, D2) : qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2)))
+    return rc;
   if ((rc = gx(p->be, QC_OP_N, QC_OP_N, n, F, H, f64op(p->wg, H), W2, p->a))) return rc; /* a no longer needed: dL/da */
   if (p->rb >= 3) rnd_all(p->rb, p->a, n * F); /* dL/da: a GEMM's output held in bf16 */
   qc_par_for(n, qc_refu_row_grain(R), act_b_rows, p);
   rnd_all(p->rb, p->h, n * R);
-  if ((rc = qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1))) return rc;
+  if ((rc = p->tn ? terms_norm(p->be, n, R, p->h, H, X, D1) : qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1)))
+    return rc;
   return gx(p->be, QC_OP_N, QC_OP_N, n, H, R, f64op(p->h, R), W1, p->y);
 }
 
@@ -404,9 +447,11 @@ static int ref_shared(const qc_module *m, mlp p, double *X, const double *G, int
       (tg && !(SG = qc_refu_load(tg, "reference moe shared_gate"))) ||
       !(gs = qc_malloc((size_t)T * sizeof *gs, "reference moe shared gate")) || (rc = mlp_alloc(&p, T)))
     goto done;
-  /* d_shared_w1, d_shared_w2: mlp_bwd's GEMM outputs, every element written when there are tokens */
-  if (!out && ((rc = qc_refu_out_z(grads, "d_shared_w1", 2, t1->shape, T == 0, &d1)) ||
-               (rc = qc_refu_out_z(grads, "d_shared_w2", 2, t2->shape, T == 0, &d2)) ||
+  /* d_shared_w1, d_shared_w2: mlp_bwd's GEMM outputs, every element written when there are tokens (under
+   * p.tn each one norm) */
+  static const int64_t one = 1;
+  if (!out && ((rc = qc_refu_out_z(grads, "d_shared_w1", p.tn ? 1 : 2, p.tn ? &one : t1->shape, T == 0, &d1)) ||
+               (rc = qc_refu_out_z(grads, "d_shared_w2", p.tn ? 1 : 2, p.tn ? &one : t2->shape, T == 0, &d2)) ||
                (tg && (rc = qc_refu_out(grads, "d_shared_gate", tg->ndim, tg->shape, &dg)))))
     goto done;
   /* the gate from the signed x and sg (the forward), before mlp_fwd makes X |x| under ab */
@@ -515,7 +560,7 @@ static void add_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
 static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const double *X, const double *XQ, const double *G,
                       const double *Wt, const int64_t *id, int64_t T, int64_t k, int64_t E, double *dx, double *dwt, double *dw1,
                       double *dw2, double *out, double *fc1) {
-  const int64_t H = p.H, F = p.F, R = p.R;
+  const int64_t H = p.H, F = p.F, R = p.R, s1 = p.tn ? 1 : R * H, s2 = p.tn ? 1 : H * F; /* an expert's block */
   int64_t *off = NULL, *ord = NULL, nmax = 0;
   double *W1 = NULL, *W2 = NULL, *W1q = NULL, *W2q = NULL, *Xe = NULL, *Xq = NULL;
   const int wq = p.wfmt && strcmp(p.wfmt, "none") != 0;
@@ -544,8 +589,8 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
   for (int64_t e = 0; e < E; e++) {
     const int64_t n = off[e + 1] - off[e], *sl = ord + off[e];
     if (n == 0) { /* nobody selects e: its gradients are zero */
-      if (dw1) memset(dw1 + e * R * H, 0, (size_t)(R * H) * sizeof *dw1);
-      if (dw2) memset(dw2 + e * H * F, 0, (size_t)(H * F) * sizeof *dw2);
+      if (dw1) memset(dw1 + e * s1, 0, (size_t)s1 * sizeof *dw1);
+      if (dw2) memset(dw2 + e * s2, 0, (size_t)s2 * sizeof *dw2);
       continue;
     }
     /* the forward's weights, and the backward's: dequantized, or the masters (read only where the backward
@@ -579,7 +624,7 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
     }
     /* dL/dw = <dy_t, y>;  the rows' w dy_t, rounded as the GEMMs' operand */
     qc_par_for(n, qc_refu_row_grain(H), dot_rows, &sr);
-    if ((rc = mlp_bwd(&p, n, Xe, W1b, W2b, dw1 + e * R * H, dw2 + e * H * F))) goto done;
+    if ((rc = mlp_bwd(&p, n, Xe, W1b, W2b, dw1 + e * s1, dw2 + e * s2))) goto done;
     sr.scaled = 0;
     qc_par_for(H, 64, add_rows, &sr); /* the rows' W1^T dL/dh into their tokens' d_x */
   }
@@ -683,6 +728,7 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) goto done;
   /* the terms' scale runs with a bare ctx (engine/audit.c): the CPU's float64 GEMM then */
   const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass, .ab = ab, .rb = rb,
+                 .tn = ab && ctx->terms >= 2,
                  .L = in.L, .H = H, .F = in.F, .R = in.R, .afmt = in.afmt, .prof = in.prof, .wfmt = in.wfmt,
                  .dx_master = in.dx_master, .master_e = ctx ? ctx->master_expert : 0};
   rc = QC_ESYS;
@@ -692,9 +738,12 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   for (int64_t i = 0; ab && i < T * H; i++) G[i] = fabs(G[i]); /* the terms' scale: |dY|, |w| */
   for (int64_t i = 0; ab && i < T * k; i++) Wt[i] = fabs(Wt[i]);
   int64_t ws[2] = {T, k};
-  /* d_w1, d_w2: each expert's block is a GEMM's output, or zeroed by ref_routed when nobody selects it */
-  if ((rc = qc_refu_out(grads, "d_x", 2, in.xt->shape, &dx)) || (rc = qc_refu_out_z(grads, "d_w1", 3, in.w1t->shape, 0, &dw1)) ||
-      (rc = qc_refu_out_z(grads, "d_w2", 3, in.w2t->shape, 0, &dw2)) || (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
+  /* d_w1, d_w2: each expert's block is a GEMM's output, or zeroed by ref_routed when nobody selects it;
+   * under p.tn each expert's block one norm, [E] */
+  if ((rc = qc_refu_out(grads, "d_x", 2, in.xt->shape, &dx)) ||
+      (rc = qc_refu_out_z(grads, "d_w1", p.tn ? 1 : 3, p.tn ? &in.E : in.w1t->shape, 0, &dw1)) ||
+      (rc = qc_refu_out_z(grads, "d_w2", p.tn ? 1 : 3, p.tn ? &in.E : in.w2t->shape, 0, &dw2)) ||
+      (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
     goto done;
   if ((rc = ref_routed(p, in.w1t, in.w2t, X, XQ, G, Wt, in.id, T, k, in.E, dx, dwt, dw1, dw2, NULL, NULL))) goto done;
   rc = ref_shared(m, p, X, G, T, dx, grads, NULL);

@@ -67,6 +67,57 @@ Test(moe, generator_plants_empty_expert_repeats_and_ties) {
   h_free(&in);
 }
 
+/* The terms' scale with only its norm read (ctx.terms 2): d_w1 and d_w2
+ * come as each expert's block's norm [E] (the shared ones [1]) from the
+ * rows' Gram matrices, and each equals the norm of the block the full
+ * terms run (ctx.terms 1) makes, to rounding; an empty expert's is 0; the
+ * other gradients are the same tensors. Shapes: an empty expert (9 tokens),
+ * the Gram path (few rows an expert) and the shared experts' block path
+ * (64 tokens, more than the Gram saves at H = 128). */
+Test(moe, terms_norms_equal_the_blocks_norms) {
+  const char *sh[] = {"shared_experts=2", NULL};
+  const char *qw[] = {"shared_experts=1", "shared_gate=true", "limit=7", NULL};
+  const char *r2[] = {"activation=relu2", NULL};
+  const struct { const char *shape; const char *const *sets; } cs[] = {
+      {"9,16,8,5,3", NULL}, {"64,128,40,6,2", sh}, {"37,96,48,9,4", qw}, {"64,128,40,6,2", r2}};
+  static const char *const names[] = {"d_w1", "d_w2", "d_shared_w1", "d_shared_w2"};
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    h_inst in;
+    h_make(&in, "moe", cs[c].shape, 11 + c, "normal", cs[c].sets);
+    qc_ctx full = {.be = qc_backend_cpu(), .profile = "vllm", .terms = 1}, nrm = full;
+    nrm.terms = 2;
+    qc_tset a = {0}, b = {0};
+    cr_assert_eq(in.row->reference(&full, &in.m, &in.dy, &a), QC_OK, "%s", qc_err_msg());
+    cr_assert_eq(in.row->reference(&nrm, &in.m, &in.dy, &b), QC_OK, "%s", qc_err_msg());
+    cr_assert_eq(a.n, b.n, "%s: the same gradients", cs[c].shape);
+    for (int i = 0; i < a.n; i++) {
+      const qc_tensor *ta = &a.t[i], *tb = qc_tset_get(&b, ta->name);
+      cr_assert(tb, "%s: %s under terms 2", cs[c].shape, ta->name);
+      int blocks = -1;
+      for (int j = 0; j < 4; j++) blocks = strcmp(ta->name, names[j]) == 0 ? j : blocks;
+      if (blocks < 0) { /* d_x, d_topk_weights, d_shared_gate: the same */
+        cr_assert(qc_shape_eq(ta, tb) && memcmp(ta->data, tb->data, ta->nbytes) == 0, "%s: %s", cs[c].shape, ta->name);
+        continue;
+      }
+      const int64_t nb = blocks < 2 ? ta->shape[0] : 1, per = qc_numel(ta) / nb;
+      cr_assert(tb->ndim == 1 && tb->shape[0] == nb, "%s: %s is [%lld]", cs[c].shape, ta->name, (long long)nb);
+      const double *x = ta->data, *y = tb->data;
+      int zero = 0;
+      for (int64_t e = 0; e < nb; e++) {
+        double ss = 0;
+        for (int64_t q = 0; q < per; q++) ss += x[e * per + q] * x[e * per + q];
+        zero += ss == 0;
+        cr_expect(fabs(y[e] - sqrt(ss)) <= 1e-13 * sqrt(ss) && (ss > 0 || y[e] == 0), "%s: %s block %lld: %.17g, the block's %.17g",
+                  cs[c].shape, ta->name, (long long)e, y[e], sqrt(ss));
+      }
+      if (c == 0 && blocks < 2) cr_expect_eq(zero, 1, "%s: the empty expert's norm 0", ta->name);
+    }
+    qc_tset_free(&a);
+    qc_tset_free(&b);
+    h_free(&in);
+  }
+}
+
 enum { D_NONE, D_WRONG_INVERSE, D_OVERWRITE, D_NO_DWT, D_RELU_DERIV };
 
 /* A second implementation of the production pipeline (sort by expert, per
