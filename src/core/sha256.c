@@ -138,7 +138,7 @@ void qc_sha256_update(qc_sha256 *c, const void *buf, size_t n) {
   c->fill = n;
 }
 
-void qc_sha256_final_hex(qc_sha256 *c, char out[65]) {
+void qc_sha256_final(qc_sha256 *c, uint8_t out[32]) {
   uint8_t tail[128] = {0};
   size_t r = c->fill;
   memcpy(tail, c->buf, r);
@@ -147,7 +147,13 @@ void qc_sha256_final_hex(qc_sha256 *c, char out[65]) {
   uint64_t bits = c->n * 8;
   for (int j = 0; j < 8; j++) tail[tl - 1 - j] = (uint8_t)(bits >> (8 * j));
   blocks(c->h, tail, tl / 64);
-  for (int j = 0; j < 8; j++) snprintf(out + 8 * j, 9, "%08x", c->h[j]);
+  for (int j = 0; j < 32; j++) out[j] = (uint8_t)(c->h[j / 4] >> (24 - 8 * (j % 4)));
+}
+
+void qc_sha256_final_hex(qc_sha256 *c, char out[65]) {
+  uint8_t d[32];
+  qc_sha256_final(c, d);
+  for (int j = 0; j < 32; j++) snprintf(out + 2 * j, 3, "%02x", d[j]);
 }
 
 void qc_sha256_hex(const void *buf, size_t n, char out[65]) {

@@ -14,6 +14,8 @@ typedef struct qc_sha256 {
 
 void qc_sha256_init(qc_sha256 *c);
 void qc_sha256_update(qc_sha256 *c, const void *buf, size_t n);
+/* The digest, 32 bytes. */
+void qc_sha256_final(qc_sha256 *c, uint8_t out[32]);
 /* The hex digest (65 bytes with the NUL). */
 void qc_sha256_final_hex(qc_sha256 *c, char out[65]);
 /* Whether the x86 SHA extensions are used (1) or the portable code (0).
