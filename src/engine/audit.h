@@ -25,6 +25,10 @@ typedef struct qc_audit {
                                  (engine/split.c), set by vjp.c for the merge */
   const char *autocast;       /* NULL, or the module group's attribute autocast as vjp.c read it ("off",
                                  or the dtype autocast ran in): evidence for engine/variants.c */
+  int (*be_open)(void *arg);  /* NULL, or the backend is opened late (cli/vjp.c): ctx->be is NULL, a
+                                 device's, until the dump's module loop calls this once, after the
+                                 read-ahead of its first modules has begun; it sets ctx->be */
+  void *be_arg;
 } qc_audit;
 
 /* Audit module m (cls and contract set; grad_out holds the dYs; cand set

@@ -281,7 +281,7 @@ typedef struct loader {
 static int vjp_ahead(const qc_backend *be) {
   double v = qc_env_value("QATCHECK_AHEAD", -1);
   if (v >= 0) return (int)v;
-  return be->host_memory ? 1 : 2;
+  return be && be->host_memory ? 1 : 2; /* NULL: a device's, opened late (qc_audit.be_open) */
 }
 
 /* Read module `item` into slot `k` (qc_fetch_fn): every HDF5 call of the
@@ -401,6 +401,10 @@ static int run_dump(qc_audit *a, const qc_case *cs, const char *profile, long lo
   ctx0 = a->ctx;
   a->ctx = &wctx;
   if ((rc = qc_prefetch_start(&pf, n, ahead, load_entry, L))) goto done;
+  int (*be_open)(void *) = a->be_open; /* a device opened late: it starts while the first modules are read */
+  a->be_open = NULL;
+  if (be_open && (rc = be_open(a->be_arg))) goto done;
+  wctx.be = ctx0->be;
   qc_progress_start(&pg, "vjp", "modules", n);
   for (int i = 0; i < n && !rc; i++) {
     int k, first = a->res->n;
