@@ -20,12 +20,18 @@
  * gradients (the scope): one run of the reference's terms mode serves them
  * all. Outside a scope (tol --dump, a split or sharded check) each call
  * runs its own. */
+#define MODELS_KEPT 16
 static _Thread_local struct {
   const qc_module *m;
   const qc_tensor *dy;
   const qc_backend *be; /* the audit's backend: the terms' GEMMs run there too */
   qc_tset ts;
   int state; /* 0: none, 1: scoped, not run; 2: run (ts valid); 3: run, failed */
+  /* the class's model of each gradient made in the scope (it depends on m, dY and the gradient alone):
+   * a check judged against several variants (their references differ, the model does not) makes it once */
+  int nkept;
+  char kept_grad[MODELS_KEPT][QC_NAMELEN];
+  qc_tol_model kept[MODELS_KEPT];
 } g_terms;
 
 void qc_audit_terms_scope(const qc_module *m, const qc_tensor *dy, const qc_backend *be) {
@@ -120,9 +126,21 @@ int qc_audit_derive(const qc_module *m, const qc_tensor *dy, const char *grad, q
     qc_err("%s: class %s has no error model for '%s': its tolerance cannot be derived", m->path, m->cls->name, grad);
     return QC_EINPUT;
   }
-  int rc = m->cls->tol_model(m, dy, grad, &am->tm);
-  if (!rc) qc_audit_bf16_compute(m, &am->tm);
-  if (!rc && !(am->tm.terms > 0)) am->tm.terms = ref_terms(m, dy, grad); /* the class's model leaves it to the reference */
+  const int scoped = g_terms.state && g_terms.m == m && g_terms.dy == dy;
+  int rc = QC_OK, kept = -1;
+  for (int i = 0; scoped && i < g_terms.nkept; i++)
+    if (strcmp(g_terms.kept_grad[i], grad) == 0) kept = i;
+  if (kept >= 0) {
+    am->tm = g_terms.kept[kept];
+  } else {
+    rc = m->cls->tol_model(m, dy, grad, &am->tm);
+    if (!rc) qc_audit_bf16_compute(m, &am->tm);
+    if (!rc && !(am->tm.terms > 0)) am->tm.terms = ref_terms(m, dy, grad); /* the class's model leaves it to the reference */
+    if (!rc && scoped && g_terms.nkept < MODELS_KEPT && strlen(grad) < QC_NAMELEN) {
+      snprintf(g_terms.kept_grad[g_terms.nkept], QC_NAMELEN, "%s", grad);
+      g_terms.kept[g_terms.nkept++] = am->tm;
+    }
+  }
   if (!rc) { /* the derivation's refusal names the tol option, not the module: say which check */
     qc_err_state es;
     qc_err_save(&es);

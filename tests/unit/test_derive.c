@@ -1,13 +1,15 @@
 /* test_derive.c: the tolerance keys of issue 16 in a case (bias_z, dtype,
  * {"derive": true} with its options), each refusal on its own, and the
  * derived tolerance of one check from a class's error model, a zero
- * reference included. */
+ * reference included; the model kept for a (module, dY)'s other checks. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "class_harness.h"
 #include "core/qc.h"
+#include "engine/audit.h"
 #include "model/case.h"
 #include "model/tol.h"
 
@@ -101,4 +103,35 @@ Test(derive, fill_from_model) {
   tm.scale = 0; /* no magnitude bound: exact zero required, said so */
   qc_tol_fill_derived(&tm, &spec, &terms, &decl, 1, &out);
   cr_expect(out.has_max_abs && out.max_abs == 0 && strstr(out.reasoning, "exactly zero"), "%s", out.reasoning);
+}
+
+/* Within a (module, dY)'s scope the class's model of each gradient is made
+ * once and kept (its variants' checks ask again): asked in any order and
+ * again, each gradient gets its own model, the same as outside a scope,
+ * and a module or dY other than the scope's is not served from it. */
+Test(derive, scope_keeps_each_gradients_model) {
+  h_inst a, b;
+  h_make(&a, "moe", "9,16,8,5,3", 3, "normal", NULL);
+  h_make(&b, "moe", "5,16,8,5,3", 4, "normal", NULL);
+  static const char *const g[] = {"d_x", "d_w1", "d_x", "d_w1", "d_x"};
+  qc_tol decl;
+  memset(&decl, 0, sizeof decl);
+  decl.derive = 1;
+  qc_audit_model want[2], got;
+  for (int i = 0; i < 2; i++)
+    cr_assert_eq(qc_audit_derive(&a.m, &a.dy, g[i], QC_BF16, &decl, 0, &want[i], NULL), QC_OK, "%s", qc_err_msg());
+  cr_assert(want[0].tm.k != want[1].tm.k || want[0].tm.terms != want[1].tm.terms, "the two gradients' models differ");
+  qc_audit_terms_scope(&a.m, &a.dy, NULL);
+  for (int i = 0; i < 5; i++) {
+    cr_assert_eq(qc_audit_derive(&a.m, &a.dy, g[i], QC_BF16, &decl, 0, &got, NULL), QC_OK, "%s", qc_err_msg());
+    cr_expect(memcmp(&got.tm, &want[i % 2].tm, sizeof got.tm) == 0, "%s, asked %d: its own model", g[i], i);
+  }
+  qc_audit_model other, plain;
+  cr_assert_eq(qc_audit_derive(&b.m, &b.dy, "d_x", QC_BF16, &decl, 0, &other, NULL), QC_OK, "%s", qc_err_msg());
+  qc_audit_terms_scope(NULL, NULL, NULL);
+  cr_assert_eq(qc_audit_derive(&b.m, &b.dy, "d_x", QC_BF16, &decl, 0, &plain, NULL), QC_OK, "%s", qc_err_msg());
+  cr_expect(memcmp(&other.tm, &plain.tm, sizeof plain.tm) == 0 && other.tm.terms != want[0].tm.terms,
+            "another module in the scope gets its own model");
+  h_free(&a);
+  h_free(&b);
 }
