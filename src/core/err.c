@@ -2,10 +2,12 @@
 #include "core/qc.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <malloc.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,16 +93,25 @@ void qc_err_print(void) {
   if (g_hint[0]) put_line("hint: ", g_hint);
 }
 
+void *qc_mem_huge(void *p, size_t n) {
+  const uintptr_t hp = (uintptr_t)2 << 20;
+  if (p && n >= ((size_t)32 << 20)) {
+    const uintptr_t a = ((uintptr_t)p + hp - 1) & ~(hp - 1), e = ((uintptr_t)p + n) & ~(hp - 1);
+    if (e > a) (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE); /* advice: EINVAL without THP is fine */
+  }
+  return p;
+}
+
 void *qc_malloc(size_t n, const char *what) {
   void *p = malloc(n ? n : 1);
   if (!p) qc_err_sys("out of memory: %zu bytes for %s", n, what);
-  return p;
+  return qc_mem_huge(p, n);
 }
 
 void *qc_calloc(size_t n, size_t size, const char *what) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p) qc_err_sys("out of memory: %zu x %zu bytes for %s", n, size, what);
-  return p;
+  return qc_mem_huge(p, n * size);
 }
 
 void qc_mem_tune(void) {

@@ -66,9 +66,19 @@ void qc_err_clear(void);
 /* Print the current error (and hint) to stderr in the house format. */
 void qc_err_print(void);
 
-/* Allocation that reports failure through qc_err_sys (naming what). */
+/* Allocation that reports failure through qc_err_sys (naming what); a
+ * buffer of 32 MB or more gets qc_mem_huge. */
 void *qc_malloc(size_t n, const char *what);
 void *qc_calloc(size_t n, size_t size, const char *what);
+/* Ask for p's n bytes (32 MB or more; a smaller buffer is left alone) to
+ * be backed by transparent huge pages, over the 2 MB pages inside it
+ * (madvise MADV_HUGEPAGE: where THP is "madvise", the usual default, the
+ * heap's buffers get 4 KB pages otherwise). A first touch then faults once
+ * a 2 MB page, and the exit releases them at once: on the 2-core VM a
+ * fresh 4 GB buffer's first pass took 3.4 to 5.8 s in 4 KB pages and 2.4
+ * to 3.6 s in huge ones, and the exit 0.3 s against none. An advice: where
+ * the kernel has no THP nothing changes. Returns p. */
+void *qc_mem_huge(void *p, size_t n);
 
 /* Keep freed large buffers in the heap for reuse instead of returning them
  * to the system: an audit allocates and frees the same tensor-sized

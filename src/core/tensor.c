@@ -76,7 +76,7 @@ static int tensor_alloc(qc_tensor *t, const char *name, qc_dtype dt, int ndim, c
   t->ndim = ndim;
   t->dtype = dt;
   t->nbytes = (size_t)n * qc_dtype_size(dt);
-  t->data = zero ? calloc(t->nbytes ? t->nbytes : 1, 1) : malloc(t->nbytes ? t->nbytes : 1);
+  t->data = qc_mem_huge(zero ? calloc(t->nbytes ? t->nbytes : 1, 1) : malloc(t->nbytes ? t->nbytes : 1), t->nbytes);
   if (!t->data) {
     char sb[128];
     return qc_err_sys("out of memory: tensor '%s' %s %s needs %zu bytes", name,
