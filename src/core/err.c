@@ -1,6 +1,7 @@
 /* err.c: the single error channel (see qc.h). */
 #include "core/qc.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,7 +98,9 @@ void *qc_mem_huge(void *p, size_t n) {
   const uintptr_t hp = (uintptr_t)2 << 20;
   if (p && n >= ((size_t)32 << 20)) {
     const uintptr_t a = ((uintptr_t)p + hp - 1) & ~(hp - 1), e = ((uintptr_t)p + n) & ~(hp - 1);
-    if (e > a) (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE); /* advice: EINVAL without THP is fine */
+    const int saved = errno; /* advice: EINVAL without THP is fine, and no later message may read it */
+    if (e > a) (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE);
+    errno = saved;
   }
   return p;
 }

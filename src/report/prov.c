@@ -66,6 +66,10 @@ static void *tree_worker(void *arg) {
     qc_sha256_init(&c);
     long long off = i * QC_PROV_PIECE, end = off + QC_PROV_PIECE < j->in->size ? off + QC_PROV_PIECE : j->in->size;
     while (off < end) {
+      if (atomic_load(j->in->cancel)) { /* stopped: within a read of 1 MiB, as the single stream */
+        atomic_store(&j->bad, 1);
+        break;
+      }
       ssize_t k = pread(j->fd, buf, (size_t)(end - off) < cap ? (size_t)(end - off) : cap, (off_t)off);
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0) {
@@ -81,12 +85,16 @@ static void *tree_worker(void *arg) {
   return NULL;
 }
 
-/* The hashing threads of one tree: half the cores, 2 to 8 (the audit
- * runs beside them on its thread pool; its first seconds share the cores,
- * and a short audit no longer waits for one stream). */
+/* The hashing threads of the process's trees: half the cores, 2 to 8
+ * (1 where the run has one thread), shared by its inputs: each input's own
+ * thread, and extra ones while fewer than that many run (the audit runs
+ * beside them on its thread pool; its first seconds share the cores, and
+ * a short audit no longer waits for one stream). */
+static atomic_int g_tree_extra; /* extra hashing threads running, every input's */
+
 static int tree_workers(void) {
-  int w = qc_par_threads() / 2;
-  return w < 2 ? 2 : w > 8 ? 8 : w;
+  const int t = qc_par_threads(), w = t / 2;
+  return w < 2 ? (t < 2 ? 1 : 2) : w > 8 ? 8 : w;
 }
 
 /* in's SHA-256 tree from fd into in->sha (in->hashed 1), or nothing (a
@@ -98,9 +106,15 @@ static void tree_hash(qc_prov_input *in, int fd) {
   pthread_t th[8];
   int nt = 0;
   if (!(j.dig = malloc((size_t)j.npieces * sizeof *j.dig))) return;
-  for (int w = tree_workers(); nt < w - 1 && pthread_create(&th[nt], NULL, tree_worker, &j) == 0; nt++) {}
+  for (int w = tree_workers(); nt < w - 1 && nt < 7; nt++) {
+    if (atomic_fetch_add(&g_tree_extra, 1) >= w - 1 || pthread_create(&th[nt], NULL, tree_worker, &j) != 0) {
+      atomic_fetch_sub(&g_tree_extra, 1); /* the process's extra threads are all busy, or none can start */
+      break;
+    }
+  }
   tree_worker(&j);
   for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  atomic_fetch_sub(&g_tree_extra, nt);
   struct stat st;
   if (!atomic_load(&j.bad) && !atomic_load(in->cancel) && fstat(fd, &st) == 0 && st.st_size == in->size) {
     qc_sha256 c;
