@@ -1,6 +1,7 @@
 /* modinfo.c: a module instance described for the reports (modinfo.h). */
 #include "model/modinfo.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,17 @@ static double nonzero(const qc_tensor *t) {
   int64_t n = qc_numel(t), nz = 0;
   size_t es = qc_dtype_size(t->dtype);
   const unsigned char *p = t->data;
+  /* each element's bits but the sign (its last byte's top bit: little-endian), a word at a time where the
+   * element is one (a whole model's dYs byte by byte were 0.12 s of an audit's main thread) */
+  if (es == 2 || es == 4 || es == 8) {
+    const uint64_t mask = es == 8 ? 0x7fffffffffffffffu : es == 4 ? 0x7fffffffu : 0x7fffu;
+    for (int64_t i = 0; i < n; i++) {
+      uint64_t w = 0;
+      memcpy(&w, p + i * es, es);
+      nz += (w & mask) != 0;
+    }
+    return n ? (double)nz / (double)n : 0;
+  }
   for (int64_t i = 0; i < n; i++) {
     int any = 0;
     for (size_t b = 0; b < es; b++) any |= p[i * es + b] & (b + 1 == es ? 0x7f : 0xff);
