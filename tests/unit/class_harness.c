@@ -39,6 +39,7 @@ void h_make_with(h_inst *in, const char *cls, const char *shape, uint64_t seed, 
   /* dY: the forward output's shape, from the class's own float64 forward,
    * or (a class without one, kv_quant) the generated outputs/y's */
   const qc_tensor *yo = qc_tset_get(&in->m.outputs, "y");
+  cr_assert(in->row->cls->forward || yo, "class %s: no float64 forward and no generated outputs/y: dY's shape unknown", cls);
   if (!in->row->cls->forward && yo) {
     cr_assert_eq(qc_tensor_alloc(&in->dy, "dy", QC_F32, yo->ndim, yo->shape), QC_OK);
   } else {
