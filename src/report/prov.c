@@ -2,7 +2,6 @@
 #include "report/prov.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/par.h"
 #include "core/qc.h"
 #include "core/sha256.h"
@@ -70,14 +70,13 @@ static void *tree_worker(void *arg) {
         atomic_store(&j->bad, 1);
         break;
       }
-      ssize_t k = pread(j->fd, buf, (size_t)(end - off) < cap ? (size_t)(end - off) : cap, (off_t)off);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) {
+      const size_t k = (size_t)(end - off) < cap ? (size_t)(end - off) : cap;
+      if (qc_pread_full(j->fd, buf, k, off)) { /* a read failed, or the file ended early */
         atomic_store(&j->bad, 1);
         break;
       }
-      qc_sha256_update(&c, buf, (size_t)k);
-      off += k;
+      qc_sha256_update(&c, buf, k);
+      off += (long long)k;
     }
     qc_sha256_final(&c, j->dig[i]);
   }
