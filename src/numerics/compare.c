@@ -37,7 +37,8 @@ typedef struct cmp_piece {
 
 typedef struct cmp_ctx {
   const qc_tensor *g;
-  const double *r;
+  const double *r;             /* the block's rows [r0, r1) of the reference */
+  int64_t r0, r1, k0;          /* k0: the block's first piece */
   int64_t rows, cols, per;
   qc_dtype dt; /* the rounding of the bias pass */
   int bias;
@@ -150,19 +151,22 @@ QC_LANES_CLONES static int row_lanes(const double *a, const double *b, int64_t c
   return 1;
 }
 
+/* The block's rows of pieces k0 + [lo, hi): each piece's rows in row
+ * order, wherever the blocks start and end (a piece's sums are the same
+ * whether its rows come in one block or several). */
 static void cmp_pieces(void *pv, int64_t lo, int64_t hi, int tid) {
   const cmp_ctx *x = pv;
   const int64_t cols = x->cols;
   const int lanes_ok = x->dt == QC_BF16 || x->dt == QC_F32 || x->dt == QC_F64 || !x->bias;
   double *row = x->row + (int64_t)tid * cols;
-  for (int64_t k = lo; k < hi; k++) {
+  for (int64_t k = x->k0 + lo; k < x->k0 + hi; k++) {
     cmp_piece *p = &x->p[k];
-    p->mx = -1;
-    p->worst = -1;
     double *ct = x->ct ? x->ct + k * 2 * cols : NULL;
-    const int64_t r1 = (k + 1) * x->per < x->rows ? (k + 1) * x->per : x->rows;
-    for (int64_t i = k * x->per; i < r1; i++) {
-      const double *ri = x->r + i * cols;
+    int64_t i0 = k * x->per, r1 = (k + 1) * x->per < x->rows ? (k + 1) * x->per : x->rows;
+    i0 = i0 > x->r0 ? i0 : x->r0;
+    r1 = r1 < x->r1 ? r1 : x->r1;
+    for (int64_t i = i0; i < r1; i++) {
+      const double *ri = x->r + (i - x->r0) * cols;
       double t = 0, c = 0;
       read_f64(x->g, i * cols, cols, row);
       if (lanes_ok && row_lanes(row, ri, cols, x->dt, x->bias, ct, i * cols, p)) continue;
@@ -196,44 +200,94 @@ static void cmp_pieces(void *pv, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-int qc_compare_host(const qc_tensor *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, int bias, qc_metrics *m) {
+struct qc_cmp_stream {
+  cmp_ctx x;
+  int64_t np, next; /* pieces; the rows delivered so far, [0, next) */
+};
+
+void qc_cmp_free(qc_cmp_stream *s) {
+  if (!s) return;
+  free(s->x.p), free(s->x.ct), free(s->x.row), free(s);
+}
+
+int qc_cmp_open(const qc_tensor *g, int64_t rows, int64_t cols, qc_dtype dt, int bias, qc_cmp_stream **out) {
+  *out = NULL;
   if (!qc_compare_host_dtype(g->dtype)) return qc_err("'%s': compare pass of element type %s", g->name, qc_dtype_name(g->dtype));
   const int use_cols = bias && qc_bias_use_cols(rows, cols);
   int64_t per, np = qc_row_pieces(rows, cols, use_cols, &per);
-  cmp_piece *p = calloc((size_t)np, sizeof *p);
+  qc_cmp_stream *s = calloc(1, sizeof *s);
+  cmp_piece *p = calloc((size_t)(np ? np : 1), sizeof *p);
   double *ct = use_cols ? calloc((size_t)(np * cols * 2), sizeof *ct) : NULL;
   double *row = malloc((size_t)(qc_par_threads() * (cols > 0 ? cols : 1)) * sizeof *row);
-  if (!p || !row || (use_cols && !ct)) {
-    free(p), free(ct), free(row);
+  if (!s || !p || !row || (use_cols && !ct)) {
+    free(s), free(p), free(ct), free(row);
     return qc_err_sys("out of memory for the compare pass of '%s' (%lld columns)", g->name, (long long)cols);
   }
-  cmp_ctx x = {g, r, rows, cols, per, dt, bias, p, ct, row};
-  if (rows > 0 && cols > 0) qc_par_for(np, 1, cmp_pieces, &x);
+  for (int64_t k = 0; k < np; k++) p[k].mx = -1, p[k].worst = -1;
+  s->x = (cmp_ctx){.g = g, .rows = rows, .cols = cols, .per = per, .dt = dt, .bias = bias, .p = p, .ct = ct, .row = row};
+  s->np = np;
+  *out = s;
+  return QC_OK;
+}
+
+int qc_cmp_rows(qc_cmp_stream *s, const double *r, int64_t r0, int64_t r1) {
+  if (r0 != s->next || r1 < r0 || r1 > s->x.rows)
+    return qc_err("compare pass of '%s': rows [%lld, %lld) given after %lld of %lld", s->x.g->name, (long long)r0,
+                  (long long)r1, (long long)s->next, (long long)s->x.rows);
+  if (r1 > r0 && s->x.cols > 0) {
+    const int64_t k0 = r0 / s->x.per, k1 = (r1 - 1) / s->x.per + 1;
+    s->x.r = r, s->x.r0 = r0, s->x.r1 = r1, s->x.k0 = k0;
+    qc_par_for(k1 - k0, 1, cmp_pieces, &s->x);
+  }
+  s->next = r1;
+  return QC_OK;
+}
+
+int qc_cmp_finish(qc_cmp_stream *s, qc_metrics *m) {
+  if (s->next != s->x.rows) {
+    int rc = qc_err("compare pass of '%s': %lld of %lld rows given", s->x.g->name, (long long)s->next, (long long)s->x.rows);
+    qc_cmp_free(s);
+    return rc;
+  }
+  const cmp_piece *p = s->x.p;
+  const double *ct = s->x.ct;
+  const int64_t np = s->np, cols = s->x.cols;
   double sg = 0, sr = 0, sd = 0, dot = 0, mx = -1;
   int64_t worst = -1, bad = 0, rbad = 0;
-  qc_bias_sums s;
-  memset(&s, 0, sizeof s);
+  qc_bias_sums b;
+  memset(&b, 0, sizeof b);
   for (int64_t k = 0; k < np; k++) { /* piece order; the lowest index wins a tie */
     sg += p[k].sg, sr += p[k].sr, sd += p[k].sd, dot += p[k].dot;
     bad += p[k].bad, rbad += p[k].rbad;
     if (p[k].mx > mx) { mx = p[k].mx; worst = p[k].worst; }
-    s.snf += p[k].s.snf, s.sxr += p[k].s.sxr, s.srr += p[k].s.srr, s.sxx += p[k].s.sxx;
-    s.sx2r2 += p[k].s.sx2r2, s.sxr3 += p[k].s.sxr3, s.sr4 += p[k].s.sr4;
-    s.row_tt += p[k].s.row_tt, s.row_tc += p[k].s.row_tc, s.row_cc += p[k].s.row_cc;
+    b.snf += p[k].s.snf, b.sxr += p[k].s.sxr, b.srr += p[k].s.srr, b.sxx += p[k].s.sxx;
+    b.sx2r2 += p[k].s.sx2r2, b.sxr3 += p[k].s.sxr3, b.sr4 += p[k].s.sr4;
+    b.row_tt += p[k].s.row_tt, b.row_tc += p[k].s.row_tc, b.row_cc += p[k].s.row_cc;
   }
   for (int64_t j = 0; ct && j < cols; j++) {
     double t = 0, c = 0;
     for (int64_t k = 0; k < np; k++) t += ct[k * 2 * cols + 2 * j], c += ct[k * 2 * cols + 2 * j + 1];
-    s.col_tt += t * t, s.col_tc += t * c, s.col_cc += c * c;
+    b.col_tt += t * t, b.col_tc += t * c, b.col_cc += c * c;
   }
-  free(p), free(ct), free(row);
   qc_metrics_set(sg, sr, sd, dot, mx, worst, bad, rbad, m);
-  if (bias) {
-    s.rows = rows;
-    s.cols = use_cols ? cols : 0; /* no column clusters */
-    qc_bias_finish(&s, m);
+  if (s->x.bias) {
+    b.rows = s->x.rows;
+    b.cols = ct ? cols : 0; /* no column clusters */
+    qc_bias_finish(&b, m);
   }
+  qc_cmp_free(s);
   return QC_OK;
+}
+
+int qc_compare_host(const qc_tensor *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, int bias, qc_metrics *m) {
+  qc_cmp_stream *s;
+  int rc = qc_cmp_open(g, rows, cols, dt, bias, &s);
+  if (!rc) rc = qc_cmp_rows(s, r, 0, rows);
+  if (rc) {
+    qc_cmp_free(s);
+    return rc;
+  }
+  return qc_cmp_finish(s, m);
 }
 
 /* Pieces of qc_values_dtype_of: held[piece] for QC_VCHUNK-sized pieces,

@@ -319,10 +319,13 @@ static void bias_rows(const double *g, const double *r, int64_t r0, int64_t r1, 
  * the shape alone (QC_BIAS_PIECES at most, at least QC_BIAS_PIECE_MIN
  * elements each, their column sums within QC_BIAS_PIECE_COLS doubles), and
  * their sums are added in piece order: the same result on any number of
- * threads. */
-#define QC_BIAS_PIECES 16
+ * threads. Many small pieces, not one a thread: a reference that streams
+ * (qc_cmp_rows) hands over one expert's rows at a time, and only the
+ * pieces those rows touch run in parallel (an expert of a [256 x 4096,
+ * 7168] d_w1 spans 9 pieces; its column sums are then 256 MB). */
+#define QC_BIAS_PIECES 4096
 #define QC_BIAS_PIECE_MIN ((int64_t)1 << 18)
-#define QC_BIAS_PIECE_COLS ((int64_t)1 << 21)
+#define QC_BIAS_PIECE_COLS ((int64_t)1 << 24)
 typedef struct bias_ctx {
   const double *g, *r;
   int64_t rows, cols, per;

@@ -165,6 +165,19 @@ int qc_compare_host_dtype(qc_dtype dt);
  * candidate in its own element type, no float64 copy of it. QC_EINPUT for
  * an element type qc_compare_host_dtype refuses, QC_ESYS. */
 int qc_compare_host(const qc_tensor *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, int bias, qc_metrics *m);
+/* The same pass with the reference given in blocks of rows, for a
+ * reference too large to hold whole (a reference that streams: model/
+ * sink.h): open it for g, hand it rows [r0, r1) of r in increasing order,
+ * each row once (qc_cmp_rows; r0 the rows given so far), and finish once
+ * every row is in (qc_cmp_finish frees the stream; qc_cmp_free drops one
+ * not finished). A row piece's sums are formed row by row in row order
+ * whatever the blocks, so the metrics equal qc_compare_host's bit for bit
+ * (which is this stream with one block). Each returns a status. */
+typedef struct qc_cmp_stream qc_cmp_stream;
+int qc_cmp_open(const qc_tensor *g, int64_t rows, int64_t cols, qc_dtype dt, int bias, qc_cmp_stream **out);
+int qc_cmp_rows(qc_cmp_stream *s, const double *r, int64_t r0, int64_t r1);
+int qc_cmp_finish(qc_cmp_stream *s, qc_metrics *m);
+void qc_cmp_free(qc_cmp_stream *s);
 /* qc_values_dtype of a float tensor read in its own element type. */
 qc_dtype qc_values_dtype_of(const qc_tensor *g);
 /* The noise floor: rel-L2 between r and r rounded to dtype (bf16, f16,

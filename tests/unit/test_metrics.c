@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/qc.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
 #include "numerics/metrics.h"
@@ -285,5 +286,59 @@ Test(metrics, compare_lanes_match_the_passes_apart) {
   const double want[5] = {mf.rel_l2, mf.cosine, mf.noise_floor, mf.e_par, mf.bias_sd};
   for (int k = 0; k < 5; k++)
     cr_expect(fabs(got[k] - want[k]) <= 1e-11 * fabs(want[k]) && isfinite(got[k]), "value %d: %a against %a", k, got[k], want[k]);
+  free(r), free(fg), free(b);
+}
+
+/* A reference that streams (model/sink.h) hands its rows over in blocks:
+ * the compare in blocks of any sizes (one row, blocks that start and end
+ * inside a row piece, the rest at once) is the one-block compare bit for
+ * bit, non-finite values, the worst element and the column clusters
+ * included; rows out of order, past the end, or missing at the finish are
+ * refused with a message. */
+Test(metrics, compare_in_blocks_is_the_whole_bit_for_bit) {
+  enum { ROWS = 700, COLS = 1500, N = ROWS * COLS };
+  double *r = malloc(N * sizeof *r), *fg = malloc(N * sizeof *fg);
+  uint16_t *b = malloc(N * sizeof *b);
+  cr_assert(r && fg && b);
+  near_pair(N, 4242, 5, 2e-3, 0.4, r, fg);
+  for (int i = 0; i < N; i++) b[i] = qc_f32_to_bf16((float)fg[i]);
+  b[3 * COLS + 11] = 0x7fc0;   /* a NaN candidate value */
+  r[650 * COLS + 5] = INFINITY; /* a reference value not finite */
+  qc_tensor bt = {.name = "d_w1", .dtype = QC_BF16, .ndim = 2, .shape = {ROWS, COLS}, .data = b};
+  const int64_t blocks[][6] = {{1, 6, 57, 200, 136, 300}, {ROWS, 0, 0, 0, 0, 0}, {350, 350, 0, 0, 0, 0}};
+  const qc_dtype dts[2] = {QC_BF16, QC_F32};
+  for (int d = 0; d < 2; d++) {
+    qc_metrics whole;
+    memset(&whole, 0, sizeof whole);
+    cr_assert_eq(qc_compare_host(&bt, r, ROWS, COLS, dts[d], 1, &whole), 0);
+    for (size_t c = 0; c < sizeof blocks / sizeof blocks[0]; c++) {
+      qc_cmp_stream *s;
+      qc_metrics m;
+      memset(&m, 0, sizeof m);
+      cr_assert_eq(qc_cmp_open(&bt, ROWS, COLS, dts[d], 1, &s), 0);
+      int64_t at = 0;
+      for (int k = 0; k < 6 && blocks[c][k]; k++) {
+        cr_assert_eq(qc_cmp_rows(s, r + at * COLS, at, at + blocks[c][k]), 0, "%s", qc_err_msg());
+        at += blocks[c][k];
+      }
+      cr_assert_eq(at, ROWS);
+      cr_assert_eq(qc_cmp_finish(s, &m), 0);
+      cr_expect_eq(memcmp(&m, &whole, sizeof m), 0, "blocks %zu at %s: rel_l2 %a against %a, bias_sd %a against %a", c,
+                   qc_dtype_name(dts[d]), m.rel_l2, whole.rel_l2, m.bias_sd, whole.bias_sd);
+    }
+  }
+  qc_cmp_stream *s;
+  qc_metrics m;
+  cr_assert_eq(qc_cmp_open(&bt, ROWS, COLS, QC_BF16, 1, &s), 0);
+  cr_assert_eq(qc_cmp_rows(s, r, 0, 10), 0);
+  qc_err_clear();
+  cr_expect_eq(qc_cmp_rows(s, r, 20, 30), QC_EINPUT, "a gap in the rows");
+  cr_expect(strstr(qc_err_msg(), "'d_w1'") && strstr(qc_err_msg(), "[20, 30)"), "%s", qc_err_msg());
+  qc_err_clear();
+  cr_expect_eq(qc_cmp_rows(s, r, 10, ROWS + 1), QC_EINPUT, "past the end");
+  qc_err_clear();
+  cr_expect_eq(qc_cmp_finish(s, &m), QC_EINPUT, "rows missing at the finish");
+  cr_expect(strstr(qc_err_msg(), "10 of 700 rows"), "%s", qc_err_msg());
+  qc_err_clear();
   free(r), free(fg), free(b);
 }
