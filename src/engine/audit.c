@@ -13,21 +13,8 @@
 #include "numerics/decode.h"
 #include "model/tol.h"
 #include "engine/diagnose.h"
+#include "engine/stream.h"
 #include "engine/variants.h"
-
-qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k) {
-  qc_dtype dt = stored, d;
-  if (t->dtype[0] && qc_dtype_from_name(t->dtype, &d) == QC_OK) {
-    snprintf(k->precision, sizeof k->precision, "judged at %s as the case declares (stored as %s)", t->dtype,
-             qc_dtype_name(stored));
-    return d;
-  }
-  if (stored == QC_F32 || stored == QC_F64) dt = values;
-  if (dt != stored)
-    snprintf(k->precision, sizeof k->precision, "every value is a %s value: judged at %s precision (stored as %s)",
-             qc_dtype_name(dt), qc_dtype_name(dt), qc_dtype_name(stored));
-  return dt;
-}
 
 /* The precision check k is judged at (qc_audit_dtype of g's values gd). */
 static qc_dtype judged_dtype(const qc_tensor *g, const double *gd, const qc_tol *t, qc_check *k) {
@@ -345,7 +332,17 @@ static int try_variants(grad_variants *s, const qc_tensor *g, qc_dtype held, con
  * of module, dY and arithmetic): every fit is made against what it matches. */
 static int diagnose_judged(grad_variants *s, const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tset *ref,
                            const char *frozen, qc_check *k) {
-  if (s->chosen < 0 || !qc_tset_get(&s->vars[s->chosen], k->tensor)) return qc_diagnose(ctx, s->m, s->dy, g, r, ref, frozen, k);
+  if ((s->chosen < 0 || !qc_tset_get(&s->vars[s->chosen], k->tensor)) && (r->data || qc_numel(r) == 0))
+    return qc_diagnose(ctx, s->m, s->dy, g, r, ref, frozen, k);
+  if (s->chosen < 0 || !qc_tset_get(&s->vars[s->chosen], k->tensor)) {
+    qc_tset whole = {0}; /* r was handed over in blocks (engine/stream.h): made again whole for the diagnosis */
+    int rc = s->row->reference(ctx, s->m, s->dy, &whole);
+    const qc_tensor *w = rc ? NULL : qc_tset_get(&whole, k->tensor);
+    if (!rc && !w) rc = qc_err("%s: the reference made whole again lacks '%s'", s->m->path, k->tensor);
+    if (!rc) rc = qc_diagnose(ctx, s->m, s->dy, g, w, &whole, frozen, k);
+    qc_tset_free(&whole);
+    return rc;
+  }
   const qc_variant *v = &s->list.v[s->chosen];
   qc_ctx c;
   qc_module alt;
@@ -385,7 +382,12 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     ctx.skip = skip[0] ? skip : NULL;
     qc_audit sub = *a;
     sub.ctx = &ctx;
-    rc = row->reference(&ctx, m, dy, &ref);
+    /* a dump's gradients the reference may hand over in blocks, each compared as it comes (engine/stream.h) */
+    qc_streams *st = NULL;
+    if (a->cs->cand == QC_CAND_DUMP && m->cand) rc = qc_streams_open(a->cs, m, &m->cand[i], &st);
+    ctx.sink = st ? qc_streams_sink(st) : NULL;
+    if (!rc) rc = row->reference(&ctx, m, dy, &ref);
+    ctx.sink = NULL; /* the variants' and diagnoses' references are made whole */
     double t1 = qc_now_s();
     if (!rc) rc = run_candidate(&sub, m, i, &cand, &cset);
     double t2 = qc_now_s();
@@ -430,8 +432,15 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
         snprintf(k.why, sizeof k.why, "shape mismatch: candidate %s, reference %s", qc_shape_str(g->ndim, g->shape, s1, sizeof s1),
                  qc_shape_str(r->ndim, r->shape, s2, sizeof s2));
       } else {
-        const qc_dtype held = held_of(g);
-        rc = compare_held(a->ctx, g, held, r, t, &k);
+        qc_dtype held;
+        const int streamed = qc_streams_has(st, r->name, &held);
+        if (streamed) {
+          rc = qc_streams_finish(st, r->name, t, &k);
+          if (!rc && k.m.ref_nonfinite) rc = ref_not_finite(&k);
+        } else {
+          held = held_of(g);
+          rc = compare_held(a->ctx, g, held, r, t, &k);
+        }
         if (!rc) rc = qc_audit_judge(m, dy, t, &k);
         if (!rc) rc = try_variants(gv, g, held, t, &k);
         if (!rc) rc = qc_audit_exact_zeros(m, g, 0, g->shape[0], &k);
@@ -445,6 +454,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
     if (qc_verbose && (gv->runs || gv->saved))
       fprintf(stderr, "qatcheck: %s dy=%s: variant references: %d computed, %d saved (repeats of another's)\n", m->path,
               dy->name, gv->runs, gv->saved);
+    qc_streams_free(st);
     qc_tset_free(&ref);
     qc_tset_free(&cand);
     for (int v = 0; v < QC_VARIANTS_MAX; v++) qc_tset_free(&gv->vars[v]);

@@ -43,11 +43,6 @@ int qc_audit_module(qc_audit *a, const qc_module *m);
  * verdict: qc_audit_judge gives it. */
 int qc_audit_compare(const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tol *t, qc_check *k);
 
-/* The precision a candidate stored as `stored` is judged at: t's declared
- * dtype, else (float32, float64 storage) `values`, the narrowest type that
- * holds its values (qc_values_dtype), else its storage; noted in
- * k->precision when it is not the storage type. */
-qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k);
 
 /* The precision candidate g is judged at, as qc_audit_compare judges it
  * (qc_audit_dtype of its values; k may be NULL). Never fails: a tensor

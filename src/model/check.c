@@ -128,3 +128,17 @@ int qc_judge(const qc_metrics *m, const qc_tol *t, char *why, int whylen) {
   }
   return bad ? QC_V_FAIL : QC_V_PASS;
 }
+
+qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k) {
+  qc_dtype dt = stored, d;
+  if (t->dtype[0] && qc_dtype_from_name(t->dtype, &d) == QC_OK) {
+    snprintf(k->precision, sizeof k->precision, "judged at %s as the case declares (stored as %s)", t->dtype,
+             qc_dtype_name(stored));
+    return d;
+  }
+  if (stored == QC_F32 || stored == QC_F64) dt = values;
+  if (dt != stored)
+    snprintf(k->precision, sizeof k->precision, "every value is a %s value: judged at %s precision (stored as %s)",
+             qc_dtype_name(dt), qc_dtype_name(dt), qc_dtype_name(stored));
+  return dt;
+}

@@ -101,4 +101,10 @@ void qc_results_free(qc_results *r);
 /* 0 pass (all passed and n > 0), 1 fail, 2 nothing checked. */
 int qc_results_verdict(const qc_results *r);
 
+/* The precision a candidate stored as `stored` is judged at: t's declared
+ * dtype, else (float32, float64 storage) `values`, the narrowest type that
+ * holds its values (qc_values_dtype), else its storage; noted in
+ * k->precision when it is not the storage type. */
+qc_dtype qc_audit_dtype(qc_dtype stored, qc_dtype values, const qc_tol *t, qc_check *k);
+
 #endif

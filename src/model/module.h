@@ -16,6 +16,7 @@
 
 struct qc_backend;
 struct qc_rng;
+struct qc_grad_sink;
 
 #define QC_PATHLEN 256
 
@@ -34,9 +35,8 @@ typedef struct qc_module {
 
 void qc_module_free(qc_module *m);
 
-/* The ranks that run one module together, each on its slice of the split
- * dimension (docs/distributed.md): a production VJP of a split module
- * completes its partial results through `allreduce`, as a trainer's
+/* The ranks that run one module together, each on its slice of the split dimension (docs/distributed.md):
+ * a production VJP of a split module completes its partial results through `allreduce`, as a trainer's
  * tensor- or vocab-parallel backward does through its communicator. */
 typedef struct qc_group {
   int rank, size;
@@ -80,6 +80,7 @@ typedef struct qc_ctx {
                                   with S int8 slices, where a backend has one (the CUDA fused linear
                                   audit, backend.h qc_linear_audit.ref_slices); -1 = auto (vjp's
                                   default: backend.h QC_REF_AUTO); ignored elsewhere */
+  const struct qc_grad_sink *sink; /* NULL, or the engine's offer to take gradients in blocks (model/sink.h) */
 } qc_ctx;
 
 /* 1 unless ctx->skip names gradient `grad` ("d_x"). */
@@ -116,9 +117,8 @@ typedef int (*qc_fwd_fn)(const qc_module *m, const qc_module *branch, qc_tensor 
  * gradients it covers computed together on the backend (one upload, no host
  * copy of the big tensors), returned as metrics for the engine to judge.
  * Declared in the class's row (qc_class.fast); the engine names no class. */
-/* Which GEMM made a gradient's reference (--reference; docs/gpu.md, "The
- * fast reference"): a zeroed one is float64 (DGEMM or the host's float64
- * arithmetic: every reference but the fused CUDA linear audit's fast one). */
+/* Which GEMM made a gradient's reference (--reference; docs/gpu.md, "The fast reference"): a zeroed one
+ * is float64 (DGEMM or the host's float64 arithmetic: all but the fused CUDA linear audit's fast one). */
 typedef struct qc_refgemm {
   int slices;                  /* 0: float64; S: the Ozaki scheme with S int8 slices ran */
   int kept;                    /* with slices: 1 its self-check held and it was used; 0 it did not

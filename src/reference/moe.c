@@ -63,6 +63,7 @@
 
 #include "backend/backend.h"
 #include "model/module.h"
+#include "model/sink.h"
 #include "reference/ref_classes.h"
 #include "core/qc.h"
 #include "core/memo.h"
@@ -153,6 +154,9 @@ typedef struct mlp {
                      * double, ||T||_2 of the block (terms_norm), not the [R, H] and [H, F] blocks */
   int dx_master;    /* d_x's chain through the master weights, not the dequantized ones */
   int64_t master_e; /* e + 1: expert e's alone so (ctx->master_expert, a diagnosis variant); 0: none */
+  const qc_grad_sink *sk; /* st1, st2: d_w1, d_w2 handed to sk an expert's block at a time (model/sink.h),
+                           * not stored (ref_routed's dw1, dw2 NULL then) */
+  int st1, st2;
   int64_t H, F, R; /* R = 2F swiglu, F relu2 */
   /* buffers for up to the rows they were made for */
   double *h;   /* [n, R] h, then dL/dh */
@@ -543,6 +547,15 @@ static void add_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   }
 }
 
+/* Expert e's blocks of the streamed gradients, B1 [R, H] of d_w1 and B2
+ * [H, F] of d_w2, handed to p->sk (its rows e R .. and e H ..). */
+static int put_expert(const mlp *p, int64_t e, const double *B1, const double *B2) {
+  int rc = QC_OK;
+  if (p->st1) rc = p->sk->rows(p->sk, "d_w1", e * p->R, (e + 1) * p->R, B1);
+  if (!rc && p->st2) rc = p->sk->rows(p->sk, "d_w2", e * p->H, (e + 1) * p->H, B2);
+  return rc;
+}
+
 /* The routed experts, grouped by expert (the file's top comment): X, G
  * [T, H] (x and dY), XQ [T, H] (dequant(quant(x)) under the activation
  * format, the forward's input rows; X itself without one), Wt [T, k] (the
@@ -562,7 +575,7 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
                       double *dw2, double *out, double *fc1) {
   const int64_t H = p.H, F = p.F, R = p.R, s1 = p.tn ? 1 : R * H, s2 = p.tn ? 1 : H * F; /* an expert's block */
   int64_t *off = NULL, *ord = NULL, nmax = 0;
-  double *W1 = NULL, *W2 = NULL, *W1q = NULL, *W2q = NULL, *Xe = NULL, *Xq = NULL;
+  double *W1 = NULL, *W2 = NULL, *W1q = NULL, *W2q = NULL, *Xe = NULL, *Xq = NULL, *B1 = NULL, *B2 = NULL;
   const int wq = p.wfmt && strcmp(p.wfmt, "none") != 0;
   int rc = QC_ESYS;
   p.h = p.a = p.y = p.wg = p.tmp = p.aq = NULL;
@@ -584,13 +597,17 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
       !(W1q = qc_malloc((size_t)(R * H) * sizeof *W1q, "reference moe w1 dequantized")) ||
       !(W2q = qc_malloc((size_t)(H * F) * sizeof *W2q, "reference moe w2 dequantized")) ||
       !(Xe = qc_malloc((size_t)(nmax * H + 1) * sizeof *Xe, "reference moe x rows")) ||
-      !(Xq = qc_malloc((size_t)(nmax * H + 1) * sizeof *Xq, "reference moe x rows")) || (rc = mlp_alloc(&p, nmax)))
+      !(Xq = qc_malloc((size_t)(nmax * H + 1) * sizeof *Xq, "reference moe x rows")) || (rc = mlp_alloc(&p, nmax)) ||
+      (p.st1 && !(B1 = qc_malloc((size_t)s1 * sizeof *B1, "reference moe d_w1 of an expert"))) ||
+      (p.st2 && !(B2 = qc_malloc((size_t)s2 * sizeof *B2, "reference moe d_w2 of an expert"))))
     goto done;
   for (int64_t e = 0; e < E; e++) {
     const int64_t n = off[e + 1] - off[e], *sl = ord + off[e];
+    double *d1 = p.st1 ? B1 : dw1 ? dw1 + e * s1 : NULL, *d2 = p.st2 ? B2 : dw2 ? dw2 + e * s2 : NULL;
     if (n == 0) { /* nobody selects e: its gradients are zero */
-      if (dw1) memset(dw1 + e * s1, 0, (size_t)s1 * sizeof *dw1);
-      if (dw2) memset(dw2 + e * s2, 0, (size_t)s2 * sizeof *dw2);
+      if (d1) memset(d1, 0, (size_t)s1 * sizeof *d1);
+      if (d2) memset(d2, 0, (size_t)s2 * sizeof *d2);
+      if ((rc = put_expert(&p, e, B1, B2))) goto done;
       continue;
     }
     /* the forward's weights, and the backward's: dequantized, or the masters (read only where the backward
@@ -624,13 +641,13 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
     }
     /* dL/dw = <dy_t, y>;  the rows' w dy_t, rounded as the GEMMs' operand */
     qc_par_for(n, qc_refu_row_grain(H), dot_rows, &sr);
-    if ((rc = mlp_bwd(&p, n, Xe, W1b, W2b, dw1 + e * s1, dw2 + e * s2))) goto done;
+    if ((rc = mlp_bwd(&p, n, Xe, W1b, W2b, d1, d2)) || (rc = put_expert(&p, e, B1, B2))) goto done;
     sr.scaled = 0;
     qc_par_for(H, 64, add_rows, &sr); /* the rows' W1^T dL/dh into their tokens' d_x */
   }
   rc = QC_OK;
 done:
-  free(off); free(ord); free(W1); free(W2); free(W1q); free(W2q); free(Xe); free(Xq);
+  free(off); free(ord); free(W1); free(W2); free(W1q); free(W2q); free(Xe); free(Xq); free(B1); free(B2);
   mlp_free(&p);
   return rc;
 }
@@ -727,7 +744,7 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   double *dx, *dw1, *dw2, *dwt;
   if ((rc = qc_module_check_dy(m, dy, T * H, H, "the shape of inputs/x [T, H]"))) goto done;
   /* the terms' scale runs with a bare ctx (engine/audit.c): the CPU's float64 GEMM then */
-  const mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass, .ab = ab, .rb = rb,
+  mlp p = {.be = ctx && ctx->be ? ctx->be : qc_backend_cpu(), .relu2 = in.relu2, .pass = in.pass, .ab = ab, .rb = rb,
                  .tn = ab && ctx->terms >= 2,
                  .L = in.L, .H = H, .F = in.F, .R = in.R, .afmt = in.afmt, .prof = in.prof, .wfmt = in.wfmt,
                  .dx_master = in.dx_master, .master_e = ctx ? ctx->master_expert : 0};
@@ -739,12 +756,13 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   for (int64_t i = 0; ab && i < T * k; i++) Wt[i] = fabs(Wt[i]);
   int64_t ws[2] = {T, k};
   /* d_w1, d_w2: each expert's block is a GEMM's output, or zeroed by ref_routed when nobody selects it;
-   * under p.tn each expert's block one norm, [E] */
+   * under p.tn each expert's block one norm, [E]; or each block handed to the engine's sink */
   if ((rc = qc_refu_out(grads, "d_x", 2, in.xt->shape, &dx)) ||
-      (rc = qc_refu_out_z(grads, "d_w1", p.tn ? 1 : 3, p.tn ? &in.E : in.w1t->shape, 0, &dw1)) ||
-      (rc = qc_refu_out_z(grads, "d_w2", p.tn ? 1 : 3, p.tn ? &in.E : in.w2t->shape, 0, &dw2)) ||
+      (rc = p.tn ? qc_refu_out_z(grads, "d_w1", 1, &in.E, 0, &dw1) : qc_refu_out_s(ctx, grads, "d_w1", 3, in.w1t->shape, 0, &dw1)) ||
+      (rc = p.tn ? qc_refu_out_z(grads, "d_w2", 1, &in.E, 0, &dw2) : qc_refu_out_s(ctx, grads, "d_w2", 3, in.w2t->shape, 0, &dw2)) ||
       (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
     goto done;
+  p.sk = ctx ? ctx->sink : NULL, p.st1 = !dw1, p.st2 = !dw2;
   if ((rc = ref_routed(p, in.w1t, in.w2t, X, XQ, G, Wt, in.id, T, k, in.E, dx, dwt, dw1, dw2, NULL, NULL))) goto done;
   rc = ref_shared(m, p, X, G, T, dx, grads, NULL);
 done:

@@ -2,8 +2,11 @@
 #include "reference/ref_util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/sink.h"
 
 #include "core/par.h"
 #include "core/qc.h"
@@ -34,6 +37,19 @@ int qc_refu_out_z(qc_tset *grads, const char *name, int ndim, const int64_t *sha
   }
   *data = p;
   return QC_OK;
+}
+
+int qc_refu_out_s(const qc_ctx *ctx, qc_tset *grads, const char *name, int ndim, const int64_t *shape, int zero,
+                  double **data) {
+  const qc_grad_sink *sk = ctx ? ctx->sink : NULL;
+  if (!sk || !sk->begin(sk, name, ndim, shape)) return qc_refu_out_z(grads, name, ndim, shape, zero, data);
+  qc_tensor t = {0};
+  snprintf(t.name, sizeof t.name, "%s", name);
+  t.dtype = QC_F64;
+  t.ndim = ndim;
+  memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
+  *data = NULL;
+  return qc_tset_add(grads, &t);
 }
 
 int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_t **out) {

@@ -18,6 +18,11 @@ int qc_refu_out(qc_tset *grads, const char *name, int ndim, const int64_t *shape
  * element the caller writes (a GEMM's output), where zeroing a reused
  * buffer costs a pass over it. */
 int qc_refu_out_z(qc_tset *grads, const char *name, int ndim, const int64_t *shape, int zero, double **data);
+/* qc_refu_out_z, or, when ctx offers a sink (model/sink.h) and it takes
+ * `name`: its shape alone added to grads (data NULL) and *data NULL; the
+ * caller then hands every row of it to ctx->sink->rows in order. */
+int qc_refu_out_s(const qc_ctx *ctx, qc_tset *grads, const char *name, int ndim, const int64_t *shape, int zero,
+                  double **data);
 /* C [m, n] = op(A) op(B) through the backend's float64 GEMM, row-major and
  * packed (A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k]); C is
  * overwritten. Returns the backend's status. */

@@ -5,6 +5,7 @@
  * d_topk_weights, relu's derivative under relu2), and bad input. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "class_harness.h"
 #include "engine/fd.h"
 #include "model/modinfo.h"
+#include "model/sink.h"
 #include "core/qc.h"
 
 /* The unit tests' dY is float32 N(0,1), which the production rounds to bf16
@@ -114,6 +116,108 @@ Test(moe, terms_norms_equal_the_blocks_norms) {
     }
     qc_tset_free(&a);
     qc_tset_free(&b);
+    h_free(&in);
+  }
+}
+
+/* A sink (model/sink.h) that keeps what it is handed: the rows of the
+ * gradients it takes (`take`), in the order given, into whole buffers. */
+typedef struct keep_sink {
+  const char *take;            /* "/d_w1/d_w2/" */
+  int fail_at;                 /* > 0: the fail_at-th call of rows fails */
+  int calls, n;
+  char name[4][QC_NAMELEN];
+  int64_t next[4], rows[4], cols[4];
+  double *buf[4];
+} keep_sink;
+
+static int ks_find(const keep_sink *k, const char *grad) {
+  for (int i = 0; i < k->n; i++)
+    if (strcmp(k->name[i], grad) == 0) return i;
+  return -1;
+}
+
+static int ks_begin(const qc_grad_sink *s, const char *grad, int ndim, const int64_t *shape) {
+  keep_sink *k = s->arg;
+  char key[QC_NAMELEN + 2];
+  snprintf(key, sizeof key, "/%s/", grad);
+  if (!strstr(k->take, key) || k->n == 4) return 0;
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  snprintf(k->name[k->n], sizeof k->name[0], "%s", grad);
+  k->cols[k->n] = shape[ndim - 1], k->rows[k->n] = n / shape[ndim - 1], k->next[k->n] = 0;
+  k->buf[k->n] = calloc((size_t)n, sizeof(double));
+  return ++k->n;
+}
+
+static int ks_rows(const qc_grad_sink *s, const char *grad, int64_t r0, int64_t r1, const double *blk) {
+  keep_sink *k = s->arg;
+  const int i = ks_find(k, grad);
+  if (++k->calls == k->fail_at) return qc_err("keep_sink: refused at call %d", k->calls);
+  cr_assert(i >= 0 && r0 == k->next[i] && r1 > r0 && r1 <= k->rows[i], "%s: rows [%lld, %lld) after %lld", grad, (long long)r0,
+            (long long)r1, (long long)(i >= 0 ? k->next[i] : -1));
+  memcpy(k->buf[i] + r0 * k->cols[i], blk, (size_t)((r1 - r0) * k->cols[i]) * sizeof *blk);
+  k->next[i] = r1;
+  return QC_OK;
+}
+
+/* The reference hands d_w1 and d_w2 to a sink an expert at a time when
+ * the sink takes them (the engine then never holds them whole): each
+ * arrives in order, every row once, the same bits as the whole reference
+ * (an empty expert's zero rows included), the set holding their shapes
+ * without data; every other gradient as without a sink; a sink that takes
+ * nothing changes nothing; an error from the sink is the reference's. */
+Test(moe, streamed_blocks_are_the_whole_gradient) {
+  const char *sh[] = {"shared_experts=2", NULL};
+  const char *r2[] = {"activation=relu2", NULL};
+  const struct { const char *shape; const char *const *sets; } cs[] = {
+      {"9,16,8,5,3", NULL}, {"64,128,40,6,2", sh}, {"37,96,48,9,4", r2}};
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    h_inst in;
+    h_make(&in, "moe", cs[c].shape, 21 + c, "normal", cs[c].sets);
+    const char *takes[2] = {"/d_w1/d_w2/", "/none/"};
+    qc_ctx plain = {.be = qc_backend_cpu(), .profile = "vllm"};
+    qc_tset whole = {0};
+    cr_assert_eq(in.row->reference(&plain, &in.m, &in.dy, &whole), QC_OK, "%s", qc_err_msg());
+    for (int t = 0; t < 2; t++) {
+      keep_sink k = {.take = takes[t]};
+      qc_grad_sink sk = {.begin = ks_begin, .rows = ks_rows, .arg = &k};
+      qc_ctx ctx = plain;
+      ctx.sink = &sk;
+      qc_tset got = {0};
+      cr_assert_eq(in.row->reference(&ctx, &in.m, &in.dy, &got), QC_OK, "%s", qc_err_msg());
+      cr_assert_eq(got.n, whole.n);
+      cr_expect_eq(k.n, t == 0 ? 2 : 0, "%s: %d gradients streamed", cs[c].shape, k.n);
+      for (int i = 0; i < whole.n; i++) {
+        const qc_tensor *w = &whole.t[i], *g = qc_tset_get(&got, w->name);
+        const int j = ks_find(&k, w->name);
+        cr_assert(g && qc_shape_eq(g, w), "%s: %s", cs[c].shape, w->name);
+        if (j < 0) {
+          cr_expect(g->data && memcmp(g->data, w->data, w->nbytes) == 0, "%s: %s as without a sink", cs[c].shape, w->name);
+          continue;
+        }
+        cr_expect(g->data == NULL, "%s: %s streamed has no data", cs[c].shape, w->name);
+        cr_expect_eq(k.next[j], k.rows[j], "%s: %s: %lld of %lld rows", cs[c].shape, w->name, (long long)k.next[j],
+                     (long long)k.rows[j]);
+        cr_expect_eq(memcmp(k.buf[j], w->data, w->nbytes), 0, "%s: %s: the blocks are the whole reference", cs[c].shape, w->name);
+      }
+      cr_expect(t == 1 || k.calls == 2 * qc_tset_get(&in.m.params, "w1")->shape[0], "%s: one call an expert and gradient",
+                cs[c].shape);
+      for (int i = 0; i < k.n; i++) free(k.buf[i]);
+      qc_tset_free(&got);
+    }
+    keep_sink k = {.take = "/d_w1/d_w2/", .fail_at = 3};
+    qc_grad_sink sk = {.begin = ks_begin, .rows = ks_rows, .arg = &k};
+    qc_ctx ctx = plain;
+    ctx.sink = &sk;
+    qc_tset got = {0};
+    qc_err_clear();
+    cr_expect_eq(in.row->reference(&ctx, &in.m, &in.dy, &got), QC_EINPUT, "the sink's error stops the reference");
+    cr_expect(strstr(qc_err_msg(), "refused at call 3"), "%s", qc_err_msg());
+    qc_err_clear();
+    for (int i = 0; i < k.n; i++) free(k.buf[i]);
+    qc_tset_free(&got);
+    qc_tset_free(&whole);
     h_free(&in);
   }
 }
