@@ -237,6 +237,17 @@ static int have_ref(const grad_variants *s, int i, const char *grad) {
   return (s->done & (1ull << i)) || qc_tset_get(&s->vars[i], grad) || strstr(s->asked[i], key);
 }
 
+/* skip [n] = "/" + every gradient of class c but `grad` + "/" (qc_ctx.skip:
+ * a reference run for `grad` alone). */
+static void skip_others(const qc_class *c, const char *grad, char *skip, size_t n) {
+  snprintf(skip, n, "/");
+  for (const char *g = c->grads ? c->grads : ""; *g;) {
+    size_t l = strcspn(g, " ");
+    if (l && !(l == strlen(grad) && strncmp(g, grad, l) == 0) && strlen(skip) + l + 2 < n) strncat(skip, g, l), strcat(skip, "/");
+    g += l + (g[l] == ' ');
+  }
+}
+
 /* Variant i's reference gradients into s->vars[i]: `grad` alone (the
  * class's other gradients skipped, where its reference honours qc_ctx.skip),
  * or every one (grad NULL), unless already there. A variant is tried for
@@ -253,13 +264,7 @@ static int variant_ref(grad_variants *s, int i, const char *grad) {
       grad = NULL; /* no room to remember, or a name the class does not list ("d_x@rank2"): run it whole */
   }
   if (grad) {
-    const char *g = s->m->cls->grads ? s->m->cls->grads : "";
-    while (*g) { /* skip = "/" + every other gradient + "/" */
-      size_t n = strcspn(g, " ");
-      if (n && !(n == strlen(grad) && strncmp(g, grad, n) == 0) && strlen(skip) + n + 2 < sizeof skip)
-        strncat(skip, g, n), strcat(skip, "/");
-      g += n + (g[n] == ' ');
-    }
+    skip_others(s->m->cls, grad, skip, sizeof skip);
     strcat(s->asked[i], key + (s->asked[i][0] ? 1 : 0));
   } else {
     s->done |= 1ull << i;
@@ -336,7 +341,11 @@ static int diagnose_judged(grad_variants *s, const qc_ctx *ctx, const qc_tensor 
     return qc_diagnose(ctx, s->m, s->dy, g, r, ref, frozen, k);
   if (s->chosen < 0 || !qc_tset_get(&s->vars[s->chosen], k->tensor)) {
     qc_tset whole = {0}; /* r was handed over in blocks (engine/stream.h): made again whole for the diagnosis */
-    int rc = s->row->reference(ctx, s->m, s->dy, &whole);
+    char skip[512];
+    qc_ctx c = *ctx;
+    skip_others(s->m->cls, k->tensor, skip, sizeof skip);
+    c.skip = skip;
+    int rc = s->row->reference(&c, s->m, s->dy, &whole);
     const qc_tensor *w = rc ? NULL : qc_tset_get(&whole, k->tensor);
     if (!rc && !w) rc = qc_err("%s: the reference made whole again lacks '%s'", s->m->path, k->tensor);
     if (!rc) rc = qc_diagnose(ctx, s->m, s->dy, g, w, &whole, frozen, k);

@@ -264,11 +264,7 @@ int qc_cmp_finish(qc_cmp_stream *s, qc_metrics *m) {
     b.sx2r2 += p[k].s.sx2r2, b.sxr3 += p[k].s.sxr3, b.sr4 += p[k].s.sr4;
     b.row_tt += p[k].s.row_tt, b.row_tc += p[k].s.row_tc, b.row_cc += p[k].s.row_cc;
   }
-  for (int64_t j = 0; ct && j < cols; j++) {
-    double t = 0, c = 0;
-    for (int64_t k = 0; k < np; k++) t += ct[k * 2 * cols + 2 * j], c += ct[k * 2 * cols + 2 * j + 1];
-    b.col_tt += t * t, b.col_tc += t * c, b.col_cc += c * c;
-  }
+  if (ct) qc_col_sums(s->x.ct, np, cols, &b);
   qc_metrics_set(sg, sr, sd, dot, mx, worst, bad, rbad, m);
   if (s->x.bias) {
     b.rows = s->x.rows;

@@ -322,7 +322,8 @@ static void bias_rows(const double *g, const double *r, int64_t r0, int64_t r1, 
  * threads. Many small pieces, not one a thread: a reference that streams
  * (qc_cmp_rows) hands over one expert's rows at a time, and only the
  * pieces those rows touch run in parallel (an expert of a [256 x 4096,
- * 7168] d_w1 spans 9 pieces; its column sums are then 256 MB). */
+ * 7168] d_w1 spans 10 or 11 pieces of 449 rows; its column sums are then
+ * 256 MiB, added up by qc_col_sums). */
 #define QC_BIAS_PIECES 4096
 #define QC_BIAS_PIECE_MIN ((int64_t)1 << 18)
 #define QC_BIAS_PIECE_COLS ((int64_t)1 << 24)
@@ -382,16 +383,7 @@ int qc_bias_pass(const double *g, const double *r, int64_t rows, int64_t cols, q
     s.row_cc += ps[k].row_cc;
   }
   if (ct)
-    for (int64_t j = 0; j < cols; j++) {
-      double t = 0, c = 0;
-      for (int64_t k = 0; k < np; k++) {
-        t += ct[k * 2 * cols + 2 * j];
-        c += ct[k * 2 * cols + 2 * j + 1];
-      }
-      s.col_tt += t * t;
-      s.col_tc += t * c;
-      s.col_cc += c * c;
-    }
+    qc_col_sums(ct, np, cols, &s);
   else
     s.cols = 0; /* no column clusters */
   free(ct);

@@ -99,6 +99,12 @@ int qc_bias_use_cols(int64_t rows, int64_t cols);
 #define QC_DEV_SUM_ROWS 64
 #define QC_DEV_SUM_FB 64
 size_t qc_bias_dev_doubles(int64_t rows, int64_t cols);
+/* The column clusters' sums of a pass in np row pieces: ct [np][2 cols]
+ * holds each piece's interleaved (sum x r, sum r^2) a column; each column
+ * is summed over the pieces in piece order (into piece 0's, in place, on
+ * qc_par_for's threads a column range each) and its squares and product
+ * added to s's col_tt, col_tc, col_cc. */
+void qc_col_sums(double *ct, int64_t np, int64_t cols, qc_bias_sums *s);
 /* Fill m's noise floor and bias fields from the sums (m->norm_r set). */
 void qc_bias_finish(const qc_bias_sums *s, qc_metrics *m);
 /* Raise m's bias allowance to `allow` (a systematic error the candidate's

@@ -336,17 +336,17 @@ static int terms_norm(const qc_backend *be, int64_t n, int64_t ka, const double 
  * scaled dy, rounded as it says): D2 [H, F] = WG^T A, dL/dA = WG W2 (held
  * in bf16 when rb >= 3), dL/dH = act'(h) dL/dA (rounded when rb), D1 [R, H]
  * = dL/dH^T X, and p->y [n, H] = dL/dH W1 (each row's d_x terms). D1 and D2
- * are overwritten. Returns a status. */
+ * are overwritten (NULL: not computed). Returns a status. */
 static int mlp_bwd(mlp *p, int64_t n, const double *X, const qc_gemm_x *W1, const qc_gemm_x *W2, double *D1, double *D2) {
   const int64_t H = p->H, F = p->F, R = p->R;
   int rc;
-  if ((rc = p->tn ? terms_norm(p->be, n, H, p->wg, F, p->a, D2) : qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2)))
+  if (D2 && (rc = p->tn ? terms_norm(p->be, n, H, p->wg, F, p->a, D2) : qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, H, F, n, p->wg, p->a, D2)))
     return rc;
   if ((rc = gx(p->be, QC_OP_N, QC_OP_N, n, F, H, f64op(p->wg, H), W2, p->a))) return rc; /* a no longer needed: dL/da */
   if (p->rb >= 3) rnd_all(p->rb, p->a, n * F); /* dL/da: a GEMM's output held in bf16 */
   qc_par_for(n, qc_refu_row_grain(R), act_b_rows, p);
   rnd_all(p->rb, p->h, n * R);
-  if ((rc = p->tn ? terms_norm(p->be, n, R, p->h, H, X, D1) : qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1)))
+  if (D1 && (rc = p->tn ? terms_norm(p->be, n, R, p->h, H, X, D1) : qc_refu_gemm(p->be, QC_OP_T, QC_OP_N, R, H, n, p->h, X, D1)))
     return rc;
   return gx(p->be, QC_OP_N, QC_OP_N, n, H, R, f64op(p->h, R), W1, p->y);
 }
@@ -597,9 +597,9 @@ static int ref_routed(mlp p, const qc_tensor *w1t, const qc_tensor *w2t, const d
       !(W1q = qc_malloc((size_t)(R * H) * sizeof *W1q, "reference moe w1 dequantized")) ||
       !(W2q = qc_malloc((size_t)(H * F) * sizeof *W2q, "reference moe w2 dequantized")) ||
       !(Xe = qc_malloc((size_t)(nmax * H + 1) * sizeof *Xe, "reference moe x rows")) ||
-      !(Xq = qc_malloc((size_t)(nmax * H + 1) * sizeof *Xq, "reference moe x rows")) || (rc = mlp_alloc(&p, nmax)) ||
+      !(Xq = qc_malloc((size_t)(nmax * H + 1) * sizeof *Xq, "reference moe x rows")) ||
       (p.st1 && !(B1 = qc_malloc((size_t)s1 * sizeof *B1, "reference moe d_w1 of an expert"))) ||
-      (p.st2 && !(B2 = qc_malloc((size_t)s2 * sizeof *B2, "reference moe d_w2 of an expert"))))
+      (p.st2 && !(B2 = qc_malloc((size_t)s2 * sizeof *B2, "reference moe d_w2 of an expert"))) || (rc = mlp_alloc(&p, nmax)))
     goto done;
   for (int64_t e = 0; e < E; e++) {
     const int64_t n = off[e + 1] - off[e], *sl = ord + off[e];
@@ -757,12 +757,16 @@ static int ref_moe(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   int64_t ws[2] = {T, k};
   /* d_w1, d_w2: each expert's block is a GEMM's output, or zeroed by ref_routed when nobody selects it;
    * under p.tn each expert's block one norm, [E]; or each block handed to the engine's sink */
+  const int want1 = qc_ctx_wants(ctx, "d_w1"), want2 = qc_ctx_wants(ctx, "d_w2"); /* a variant run for another leaves them out */
+  dw1 = dw2 = NULL;
   if ((rc = qc_refu_out(grads, "d_x", 2, in.xt->shape, &dx)) ||
-      (rc = p.tn ? qc_refu_out_z(grads, "d_w1", 1, &in.E, 0, &dw1) : qc_refu_out_s(ctx, grads, "d_w1", 3, in.w1t->shape, 0, &dw1)) ||
-      (rc = p.tn ? qc_refu_out_z(grads, "d_w2", 1, &in.E, 0, &dw2) : qc_refu_out_s(ctx, grads, "d_w2", 3, in.w2t->shape, 0, &dw2)) ||
+      (want1 && (rc = p.tn ? qc_refu_out_z(grads, "d_w1", 1, &in.E, 0, &dw1)
+                           : qc_refu_out_s(ctx, grads, "d_w1", 3, in.w1t->shape, 0, &dw1))) ||
+      (want2 && (rc = p.tn ? qc_refu_out_z(grads, "d_w2", 1, &in.E, 0, &dw2)
+                           : qc_refu_out_s(ctx, grads, "d_w2", 3, in.w2t->shape, 0, &dw2))) ||
       (rc = qc_refu_out(grads, "d_topk_weights", 2, ws, &dwt)))
     goto done;
-  p.sk = ctx ? ctx->sink : NULL, p.st1 = !dw1, p.st2 = !dw2;
+  p.sk = ctx ? ctx->sink : NULL, p.st1 = want1 && !dw1, p.st2 = want2 && !dw2;
   if ((rc = ref_routed(p, in.w1t, in.w2t, X, XQ, G, Wt, in.id, T, k, in.E, dx, dwt, dw1, dw2, NULL, NULL))) goto done;
   rc = ref_shared(m, p, X, G, T, dx, grads, NULL);
 done:
