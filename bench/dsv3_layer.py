@@ -14,10 +14,23 @@ forward on the dequantized experts, d_x through them (dx_weight dequant),
 d_w1, d_w2 straight through, the bytes and scales saved (saved/w1_q,
 w1_scale, w2_q, w2_scale: checked byte for byte by the audit).
 
+The routed experts' masters w1, w2 (and so their gradients) are float32 or
+bfloat16 (--expert-dtype; the size's default: float32 for tiny and issue38,
+bf16 for real, where float32 experts alone are 84 GiB of masters and
+gradients): a trainer holding bf16 expert masters, the rest of the model
+float32. The experts' arithmetic is float32 either way (the quantizer reads
+the master as float32, the products run on the dequantized bytes), each
+expert's d_w1, d_w2 rounded once into the master's dtype; the contract
+says compute_dtype float32 (else the dumper would declare a pure-bf16
+module from the bf16 parameters). The dumper keeps what it records in host
+memory (qatdump_hf.dump_step's host_copies), so the device holds the
+model, its gradients, the fp8 bytes and one expert's temporaries, not a
+second copy of the experts.
+
 usage: dsv3_layer.py --out DIR [--size tiny|issue38|real] [--hidden N]
          [--experts N] [--topk N] [--n-group N] [--topk-group N]
          [--expert-width N] [--tokens N] [--heads N] [--device cpu|cuda]
-         [--plant P[,P...]] [--estimate]
+         [--expert-dtype float32|bf16] [--plant P[,P...]] [--estimate]
   P: none | expert_grad (expert 2's d_w1 one percent high; the lowest expert
   with a token where expert 2 gets none) | router_bias (the
   router's weights from score + bias) | o_proj_dx (o_proj's d_x x 1.001);
@@ -26,6 +39,7 @@ Prints "key value" lines: the estimate (est_*), then dump_s, dump_bytes,
 dumper_rss_gib, dumper_gpu_gib. Exit 77 (one "skip:" line) when the
 estimate exceeds the disk under DIR or the device's memory."""
 import argparse
+import gc
 import json
 import os
 import resource
@@ -43,17 +57,20 @@ import torch.nn.functional as F  # noqa: E402
 import qatdump_hf  # noqa: E402
 
 # per size: hidden, routed experts, top-k, n_group, topk_group, expert width F, tokens (batch x seq), heads,
-# q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_head, vocab
+# q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_head, vocab, the routed experts' master dtype
 SIZES = {
     "tiny": dict(hidden=256, experts=32, topk=8, n_group=8, topk_group=3, expert_width=128, batch=2, seq=16,
-                 heads=2, q_lora=128, kv_lora=128, nope=16, rope=8, v_head=16, vocab=96),
+                 heads=2, q_lora=128, kv_lora=128, nope=16, rope=8, v_head=16, vocab=96, expert_dtype="float32"),
     # issue 38: hidden >= 2048, >= 64 experts, top-8, 3 of 8 groups kept
     "issue38": dict(hidden=2048, experts=64, topk=8, n_group=8, topk_group=3, expert_width=512, batch=2, seq=512,
-                    heads=16, q_lora=768, kv_lora=256, nope=128, rope=64, v_head=128, vocab=1024),
-    # issue 41: DeepSeek-V3's own layer (config.json of deepseek-ai/DeepSeek-V3)
+                    heads=16, q_lora=768, kv_lora=256, nope=128, rope=64, v_head=128, vocab=1024,
+                    expert_dtype="float32"),
+    # issue 41: DeepSeek-V3's own layer (config.json of deepseek-ai/DeepSeek-V3); bf16 expert masters
+    # (float32 ones: 84 GiB of masters and gradients on the device, 105 GiB of dump)
     "real": dict(hidden=7168, experts=256, topk=8, n_group=8, topk_group=4, expert_width=2048, batch=1, seq=4096,
-                 heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128, vocab=1024),
+                 heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128, vocab=1024, expert_dtype="bf16"),
 }
+EXPERT_DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
 PLANTS = ("none", "expert_grad", "router_bias", "o_proj_dx")
 YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "rope_theta": 10000.0}
@@ -103,8 +120,9 @@ class _ExpertsFn(torch.autograd.Function):
     """The routed experts: forward on dequant(quant(W)); backward d_x
     through the dequantized experts, d_w1 = d_h^T x, d_w2 = (w dY)^T a
     (x and a = silu(gate) up unquantized: identity straight-through), all
-    float32; the activations recomputed per expert (nothing per expert
-    kept between the passes but the bytes)."""
+    float32, each expert's d_w1, d_w2 rounded once into the masters' dtype
+    (bf16 masters: bf16 gradients, RNE); the activations recomputed per
+    expert (nothing per expert kept between the passes but the bytes)."""
 
     @staticmethod
     def forward(ctx, x, tw, w1, w2, mod):
@@ -148,23 +166,40 @@ class _ExpertsFn(torch.autograd.Function):
             dy = gy[tok]
             dtw[tok, slot] = (dy * (a @ d2.t())).sum(-1)
             wdy = dy * tw[tok, slot, None]
-            dw2[e] = wdy.t() @ a
+            dw2[e] = wdy.t() @ a  # float32 products, rounded once into the master's dtype
             da = wdy @ d2
             dh = torch.cat((da * u * sg * (1 + g * (1 - sg)), da * g * sg), -1)
-            dw1[e] = dh.t() @ xe
+            g1 = dh.t() @ xe
             if ctx.mod.qc_plant == "expert_grad" and e == pe:
-                dw1[e] *= 1.01  # the planted bug: one expert's d_w1 one percent high
+                g1 *= 1.01  # the planted bug: one expert's d_w1 one percent high (before any bf16 rounding)
+            dw1[e] = g1
             dx.index_add_(0, tok, dh @ d1)
         return dx, dtw, dw1, dw2, None
 
 
-def fp8_experts(moe):
+def fp8_experts(moe, expert_dtype="float32"):
     """qatdump_hf5.QcMoE5 (the library's experts as the moe class) turned
     into the FP8 expert-QAT trainer: the routed experts through _ExpertsFn,
-    the shared expert unquantized (as QcMoE5 runs it)."""
+    the shared expert unquantized (as QcMoE5 runs it). With expert_dtype
+    bf16, the routed experts' masters w1, w2 become bfloat16 parameters
+    (the float32 ones as built, rounded to nearest even, the float32 ones
+    dropped): their gradients are bf16 too; the module still computes in
+    float32 (compute_dtype float32 in its contract)."""
     moe.__class__ = type("QcMoEFP8", (type(moe),), {"forward": _moe_forward})
     moe.qatcheck_contract = dict(moe.qatcheck_contract, expert_weight_format="fp8_block128",
                                  expert_act_format="none", dx_weight="dequant", profile="vllm")
+    dt = EXPERT_DTYPES[expert_dtype]
+    if moe.w1.dtype != dt:
+        with torch.no_grad():
+            for n in ("w1", "w2"):
+                w = getattr(moe, n)
+                setattr(moe, n, torch.nn.Parameter(w.detach().to(dt), requires_grad=w.requires_grad))
+                del w
+        gc.collect()  # the float32 masters: nothing else holds them (the library's experts module is gone)
+    if dt != torch.float32:
+        # its arithmetic is float32 on the dequantized bytes: said, so that the dumper does not declare a
+        # pure-bf16 module from the bf16 parameters (compute_dtype bfloat16, docs/classes.md)
+        moe.qatcheck_contract["compute_dtype"] = "float32"
     moe.qatcheck_saved = ["topk_ids", "w1_q", "w1_scale", "w2_q", "w2_scale"]
     moe.qc_plant = "none"
 
@@ -194,7 +229,7 @@ def _router_bias_forward(self, logits):
 
 def dims(a):
     d = dict(SIZES[a.size])
-    for k in ("hidden", "experts", "topk", "n_group", "topk_group", "expert_width", "heads"):
+    for k in ("hidden", "experts", "topk", "n_group", "topk_group", "expert_width", "heads", "expert_dtype"):
         if getattr(a, k) is not None:
             d[k] = getattr(a, k)
     if a.tokens is not None:
@@ -202,21 +237,87 @@ def dims(a):
     return d
 
 
-def estimate(d):
-    """Bytes: the dump, the device's peak (the dumper), the host's peak."""
-    T = d["batch"] * d["seq"]
-    pe = d["experts"] * 3 * d["hidden"] * d["expert_width"]          # routed expert elements
-    qk = d["nope"] + d["rope"]
-    pa = (d["hidden"] * d["q_lora"] + d["q_lora"] * d["heads"] * qk + d["hidden"] * (d["kv_lora"] + d["rope"])
-          + d["kv_lora"] * d["heads"] * (d["nope"] + d["v_head"]) + d["heads"] * d["v_head"] * d["hidden"])
-    act = T * (8 * d["hidden"] + d["heads"] * (2 * qk + 2 * d["v_head"]) + 2 * d["vocab"]) * 4
-    att = d["batch"] * d["heads"] * d["seq"] ** 2 * 4                 # one eager score matrix, float32
-    # the dump: experts' masters and gradients (float32) and fp8 bytes; the linears' the same and bf16 copies
-    dump = pe * 9 + pa * 9 + act * 3
-    # the device: master, .grad, the dumper's snapshot and gradient clone (4 x float32), the fp8 bytes, one
-    # expert's float32 temporaries; eager attention's scores, probabilities and their gradients
-    dev = pe * 17 + pa * 20 + act * 6 + att * 4
-    host = 2 * 4 * d["experts"] * 2 * d["expert_width"] * d["hidden"] + act * 4 + (2 << 30)  # a tensor's CPU copy
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def dump_bytes(d):
+    """The dump's datasets, byte for byte (HDF5's headers aside: about 1.5 KB
+    a dataset): per module, what scripts/qatdump.py writes for it. The
+    routed experts' masters and gradients in the experts' dtype, their fp8
+    bytes and float32 block scales; everything else float32 (token ids
+    int64, the loss mask int32), the MLA linears with their fp8 bytes."""
+    B, S = d["batch"], d["seq"]
+    T, Tl = B * S, B * (S - 1)
+    H, E, K, F, h = d["hidden"], d["experts"], d["topk"], d["expert_width"], d["heads"]
+    ql, kl, nope, rope, vh, V = d["q_lora"], d["kv_lora"], d["nope"], d["rope"], d["v_head"], d["vocab"]
+    qk, es = nope + rope, 2 if d["expert_dtype"] == "bf16" else 4
+    pe = E * 3 * H * F
+
+    def linear(i, o, fp8):  # x, d_x, y, dy, weight, d_weight (+ weight_q, weight_scale)
+        return 4 * (2 * T * i + 2 * T * o + 2 * i * o) + (i * o + 4 * _cdiv(o, 128) * _cdiv(i, 128) if fp8 else 0)
+
+    def rmsnorm(n):  # x, d_x, y, dy, weight, d_weight
+        return 4 * (4 * T * n + 2 * n)
+    b = linear(H, V, False) + linear(H, E, False)                    # lm_head, the router's gate
+    b += (linear(H, ql, True) + linear(ql, h * qk, True) + linear(H, kl + rope, True)
+          + linear(kl, h * (nope + vh), True) + linear(h * vh, H, True))   # the MLA linears
+    b += 3 * rmsnorm(H) + rmsnorm(ql) + rmsnorm(kl)
+    b += 4 * (2 * T * K + 2 * T * E + E) + 8 * T * K                 # router: logits, d_logits, y, dy, bias; ids
+    b += 4 * (4 * T * H + 2 * T * K + 2 * 3 * F * H) + 8 * T * K     # moe: x, d_x, y, dy, weights, shared, ids
+    b += 2 * pe * es + pe + 4 * (pe // (128 * 128))                  # experts: w, d_w; fp8 bytes, block scales
+    b += 4 * T * h * (4 * qk + 5 * vh + 1)                           # attention: q, k, v, grads, y, dy, O, LSE
+    b += 16 * T * (h + 1) * rope + 16 * T + 4 * rope                 # rope q, k: x, d_x, y, dy; positions, inv_freq
+    b += 4 * (2 * Tl * V + 3 * Tl) + 8 * Tl                          # logprob: logits, d_logits, y, dy, mask; ids
+    return b
+
+
+def estimate(d, device="cuda"):
+    """Bytes: the dump (dump_bytes), the device's peak (torch's allocated
+    peak in the dumper), the host's peak. The dumper keeps its records on
+    the host (host_copies), so the device holds the model (routed experts
+    in their dtype, the rest float32), the gradients, the experts' fp8
+    bytes while the autograd graph holds them, eager attention's
+    [B, heads, S, S] float32 matrices and the other activations. The peak
+    is the largest of: the build (float32 experts as built, and their bf16
+    copy), the forward's attention, the experts' quantization, the
+    experts' backward (their fp8 bytes, the new gradients beside the
+    masters, the probabilities kept), the attention's backward (every
+    gradient, four score-sized matrices: P, dP, dS and the scaled dS).
+    Measured on an H100 at the real dims with 32 and 64 experts (bf16 and
+    float32): the peak is the attention's backward, 35.75 GiB plus twice
+    the experts' bytes (masters and gradients), which this overestimates
+    by 2.1 GiB; the dump's datasets to the byte. The host: what the dumper
+    recorded (the whole dump, until it is written) plus about 3 GiB (the
+    interpreter, torch, CUDA, the oracle's fake quantization of the MLA
+    linears: 2.2 GiB measured); on a cpu device the model and its step
+    live there too."""
+    B, S = d["batch"], d["seq"]
+    T = B * S
+    H, E, F, h, V = d["hidden"], d["experts"], d["expert_width"], d["heads"], d["vocab"]
+    ql, kl, nope, rope, vh = d["q_lora"], d["kv_lora"], d["nope"], d["rope"], d["v_head"]
+    qk, es = nope + rope, 2 if d["expert_dtype"] == "bf16" else 4
+    pe = E * 3 * H * F                                                # routed expert elements
+    lin = [(H, ql), (ql, h * qk), (H, kl + rope), (kl, h * (nope + vh)), (h * vh, H)]
+    pa = sum(i * o for i, o in lin)                                   # the MLA linears' elements
+    experts = pe * es
+    rest = 4 * (2 * V * H + pa + 3 * F * H + E * H + 3 * H + ql + kl + E)   # embedding, lm_head, MLA, shared, gate
+    fp8 = pe + 4 * (pe // (128 * 128))
+    att = B * h * S * S * 4                                           # one eager score matrix, float32
+    # activations the graph keeps (norms, the linears' bf16 inputs and dequantized weights, q, k, v, O, the
+    # MLA projections) and one expert's float32 temporaries
+    act = 4 * T * (8 * H + h * (4 * qk + 4 * vh) + 2 * V) + 2 * pa + 16 * F * H
+    chunk = 3 * 4 * min(E, max(1, (1 << 28) // (2 * F * H))) * 2 * F * H  # quant_fp8_block128's float32 chunks
+    build = rest + 4 * pe + (experts if es != 4 else 0)
+    phases = (experts + rest + 4 * att + act,                          # the attention's forward
+              experts + rest + att + fp8 + chunk + act,                # the experts' quantization
+              2 * (experts + rest) + att + fp8 + act,                  # the experts' backward
+              2 * (experts + rest) + 4 * att + act)                    # the attention's backward
+    dev = max(build, max(phases))
+    dump = dump_bytes(d)
+    host = dump + (3 << 30)
+    if not str(device).startswith("cuda"):
+        host += dev
     return dump, dev, host
 
 
@@ -251,7 +352,7 @@ def one(a, d, plant, out):
     plan = qatdump_hf.instrument(model, "fp8_block128", "o_proj_dx" if plant == "o_proj_dx" else "none", 0)
     for name, m in model.named_modules():
         if type(m).__name__ == "QcMoE5":
-            fp8_experts(m)
+            fp8_experts(m, d["expert_dtype"])
             m.qc_plant = plant
             if plant == "expert_grad":
                 plan["planted"] = name
@@ -263,7 +364,7 @@ def one(a, d, plant, out):
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     t0 = time.perf_counter()
-    tm = qatdump_hf.dump_step(model, plan, ids, mask, dump)
+    tm = qatdump_hf.dump_step(model, plan, ids, mask, dump, host_copies=True)
     dump_s = time.perf_counter() - t0
     qatdump_hf.write_case(plan, dump, os.path.join(out, "case.json"), name="dsv3_layer_" + a.size,
                           qatcheck=a.qatcheck)
@@ -278,6 +379,8 @@ def one(a, d, plant, out):
     print("dumper_rss_gib %.2f" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / float(1 << 20)))
     print("dumper_gpu_gib %s" % ("%.2f" % (torch.cuda.max_memory_allocated(dev) / GIB) if dev.type == "cuda"
                                  else "n/a"))
+    print("dumper_gpu_reserved_gib %s" % ("%.2f" % (torch.cuda.max_memory_reserved(dev) / GIB)
+                                          if dev.type == "cuda" else "n/a"))
 
 
 def main(argv=None):
@@ -286,15 +389,22 @@ def main(argv=None):
     ap.add_argument("--size", default="tiny", choices=sorted(SIZES))
     for k in ("hidden", "experts", "topk", "n-group", "topk-group", "expert-width", "tokens", "heads"):
         ap.add_argument("--" + k, type=int, default=None)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when torch sees a device, else cpu; "
+                    "with --estimate, cuda: the estimate of the GPU run)")
+    ap.add_argument("--expert-dtype", default=None, choices=sorted(EXPERT_DTYPES),
+                    help="the routed experts' masters w1, w2 and their gradients (default: the size's, %s)"
+                         % ", ".join("%s %s" % (k, v["expert_dtype"]) for k, v in sorted(SIZES.items())))
     ap.add_argument("--plant", default="none", help="a planted bug, or a comma-separated list (each into OUT/PLANT): %s" % ", ".join(PLANTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--estimate", action="store_true", help="print the estimate and stop")
     ap.add_argument("--qatcheck", default=None, help="the qatcheck binary (the case's gradients: its class table)")
     a = ap.parse_args(argv)
+    if a.device is None:
+        a.device = "cuda" if a.estimate or torch.cuda.is_available() else "cpu"
     d = dims(a)
-    dump_b, dev_b, host_b = estimate(d)
+    dump_b, dev_b, host_b = estimate(d, a.device)
     print("dims %s" % json.dumps(d, sort_keys=True))
+    print("est_device %s" % a.device)
     print("est_dump_gib %.2f" % (dump_b / GIB))
     print("est_dumper_gpu_gib %.2f" % (dev_b / GIB))
     print("est_host_gib %.2f" % (host_b / GIB))
@@ -318,6 +428,9 @@ def main(argv=None):
     for v in a.plant.split(","):
         print("variant %s" % v)
         one(a, d, v, os.path.join(a.out, v) if "," in a.plant else a.out)
+        gc.collect()  # the variant's model (its modules hold cycles) before the next one's is built
+        if a.device.startswith("cuda"):
+            torch.cuda.empty_cache()
     return 0
 
 

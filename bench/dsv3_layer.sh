@@ -6,9 +6,17 @@
 # block-128 expert QAT with their deployed bytes, one shared expert;
 # fp8_block128 MLA linears), runs one forward and backward on the device,
 # dumps it with scripts/qatdump.py, and `qatcheck vjp` audits the dump on
-# the same device. Prints "key value" lines: the estimate (est_dump_gib,
-# est_dumper_gpu_gib, est_host_gib), dump_s (forward, backward and the
-# write), dump_bytes, dumper_rss_gib, dumper_gpu_gib (torch's peak), then
+# the same device. --expert-dtype float32|bf16: the routed experts' master
+# weights w1, w2 and so their gradients (the rest of the model float32; the
+# experts' arithmetic float32 either way, each gradient rounded once into
+# the master's dtype); default float32 for tiny and issue38, bf16 for real
+# (its float32 experts alone are 84 GiB of masters and gradients, a 105 GiB
+# dump). The dumper keeps its records on the host (the device holds the
+# model, its gradients and the fp8 bytes, no second copy). Prints "key
+# value" lines: the estimate (est_device, est_dump_gib, est_dumper_gpu_gib,
+# est_host_gib), dump_s (forward, backward and the write), dump_bytes,
+# dumper_rss_gib, dumper_gpu_gib (torch's peak, after the build),
+# dumper_gpu_reserved_gib (its allocator's), then
 # audit_s (qatcheck's wall time, reading the dump included), audit_rss_gib
 # (its peak resident set), audit_gpu_gib (the device's peak memory in use
 # during the audit, above what it was before; nvidia-smi), audit_exit and
@@ -20,8 +28,9 @@
 # o_proj_dx (o_proj's d_x times 1.001: o_proj d_x).
 #
 # usage: sh bench/dsv3_layer.sh [--size tiny|issue38|real] [--device cuda|cpu]
-#          [--plant] [--estimate] [dsv3_layer.py's dims: --hidden N --experts N
-#          --topk N --n-group N --topk-group N --expert-width N --tokens N --heads N]
+#          [--plant] [--estimate] [--expert-dtype float32|bf16] [dsv3_layer.py's dims:
+#          --hidden N --experts N --topk N --n-group N --topk-group N --expert-width N
+#          --tokens N --heads N]
 #          (default: tiny, cuda when torch sees a device, else cpu)
 # QATCHECK (./qatcheck), PY (python3; /opt/qatcheck/torch2 put first on its
 # path when present, as tests/e2e/lib.inc's PY2), BENCH_TMP (a mktemp -d),
@@ -45,7 +54,7 @@ while [ $# -gt 0 ]; do
     --device) dev=$2; shift ;;
     --plant) plant=1 ;;
     --estimate) est=--estimate ;;
-    --hidden|--experts|--topk|--n-group|--topk-group|--expert-width|--tokens|--heads) extra="$extra $1 $2"; shift ;;
+    --hidden|--experts|--topk|--n-group|--topk-group|--expert-width|--tokens|--heads|--expert-dtype) extra="$extra $1 $2"; shift ;;
     *) echo "bench/dsv3_layer.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift

@@ -75,6 +75,17 @@ sites under /qatcheck_mode/tied); the root attribute `mode` names it
 ("eager" by default). `qatcheck vjp --eager EAGER.h5` judges it against
 the eager dump of the same step.
 
+Where the copies are kept: by default every tensor the helper records
+(inputs, parameters as at the forward, saved tensors, outputs, dY and
+gradients) is cloned on its own device until write(). With
+attach(..., host_copies=True) each is copied to host memory the moment it
+is recorded (one synchronous device-to-host copy per tensor), so the
+device holds only what the step itself holds: a whole model's parameter
+snapshot and gradient clones would otherwise double its parameters and
+gradients there (a large MoE layer's experts). The dump is the same, byte
+for byte; the host then holds about the dump's size until write(). Not
+under mode cuda_graph (no host copy inside a capture).
+
 Tensor arguments are recorded whether passed by position or by keyword
 (`lin(x=x)`): the call is bound to the forward's signature. float8 tensors
 get their `dtype` attribute; on torch < 2.1 (no float8 dtypes) uint8 bytes
@@ -455,10 +466,14 @@ class Dumper:
     """Hooks on the selected modules of one model; see attach()."""
 
     def __init__(self, model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None,
-                 mode="eager"):
+                 mode="eager", host_copies=False):
         self.model, self.path, self.prefix = model, path, prefix
         if mode not in MODES:
             raise QatDumpError("mode %r: expected one of %s" % (mode, ", ".join(MODES)))
+        if host_copies and mode == "cuda_graph":
+            raise QatDumpError("mode cuda_graph with host_copies: a device-to-host copy cannot run inside a CUDA "
+                               "Graph capture; record on the device (host_copies=False)")
+        self.host_copies = bool(host_copies)
         if mode == "cuda_graph" and not torch.cuda.is_available():
             raise QatDumpError("mode cuda_graph: no CUDA device (torch.cuda.is_available() is False): a CUDA Graph "
                                "is captured and replayed on a GPU")
@@ -524,7 +539,13 @@ class Dumper:
                 continue  # only what can become an empty call (a linear named with an index) needs it
             for p in rec.module._parameters.values():
                 if p is not None and p.grad is not None:
-                    self._grad0[id(p)] = p.grad.detach().clone()
+                    self._grad0[id(p)] = self._copy(p.grad)
+
+    def _copy(self, t):
+        """The helper's own copy of tensor t as it is now: a clone on its
+        device, or with host_copies a copy in host memory."""
+        t = t.detach()
+        return t.to("cpu", copy=True) if self.host_copies else t.clone()
 
     def _tie_prepare(self):
         """Mode tied: every trainable parameter of the selected modules is
@@ -668,7 +689,7 @@ class Dumper:
         new = [v for _, v in slots]
         for name, i in zip(names, tens):
             a = slots[i][1]
-            rec.inputs[name] = a.detach().clone()
+            rec.inputs[name] = self._copy(a)
             if a.is_floating_point() and torch.is_grad_enabled():
                 # (a forward without grad, a checkpoint's first, gets no tap: its backward never runs)
                 # a private alias: its gradient is this module's alone;
@@ -688,7 +709,7 @@ class Dumper:
         rec.bf16_compute = any(d == torch.bfloat16 for d in fl) and not autocast
         state = autocast[1] if autocast else "off"
         rec.autocast = state if rec.autocast in (None, state) else "mixed"
-        on_cpu = all(t.device.type == "cpu" for t in rec.inputs.values() if torch.is_tensor(t))
+        on_cpu = all(slots[i][1].device.type == "cpu" for i in tens)  # the call's own (records: host copies)
         if on_cpu and (autocast == ("cpu", "bfloat16") or (not autocast and any(d == torch.bfloat16 for d in fl))):
             rec.cpu_bf16 = True
         for pname, v in slots:
@@ -768,7 +789,7 @@ class Dumper:
                                        "forward: the compute copy, not the sharded master; refusing (dump from "
                                        "an unsharded, single-rank run)" % (rec.name, pn))
                 master = p.full_tensor() if _is_dtensor(p) else p  # the sharded master, gathered
-                rec.params[pn] = (master.detach().clone(), not p.requires_grad)
+                rec.params[pn] = (self._copy(master), not p.requires_grad)
                 if p.requires_grad:
                     if _is_dtensor(p):
                         raise QatDumpError("module '%s': parameter '%s' is a DTensor: its gradient is "
@@ -781,8 +802,7 @@ class Dumper:
             return None
         return hook
 
-    @staticmethod
-    def _capture_buffers(m, rec):
+    def _capture_buffers(self, m, rec):
         """The buffers the class reads (BUFFER_DEFAULTS, the module's
         `qatcheck_buffers`) as frozen params; a router's others noted."""
         names = tuple(getattr(m, "qatcheck_buffers", None) or ()) + BUFFER_DEFAULTS.get(rec.cls, ())
@@ -790,7 +810,7 @@ class Dumper:
             if b is None or bn in rec.params:
                 continue
             if bn in names:
-                rec.params[bn] = (b.detach().clone(), True)
+                rec.params[bn] = (self._copy(b), True)
             elif rec.cls in BUFFER_DEFAULTS:
                 rec.not_captured.append("buffer %r not dumped: name it in qatcheck_buffers if the forward reads it" % bn)
 
@@ -821,7 +841,7 @@ class Dumper:
                                             % (i, type(o).__name__))
             names = self._names(m, "qatcheck_outputs", "y", len(outs))
             for name, o in zip(names, outs):
-                rec.outputs[name] = o.detach().clone()
+                rec.outputs[name] = self._copy(o)
                 if o.requires_grad and torch.is_grad_enabled():
                     dyname = "dy" if len(outs) == 1 else "d" + name
                     rec.dy_expected.append(dyname)
@@ -859,8 +879,7 @@ class Dumper:
             return None
         return hook
 
-    @staticmethod
-    def _keep_saved(rec, into, st, saved_names):
+    def _keep_saved(self, rec, into, st, saved_names):
         for name, t in zip(saved_names, st):
             if name is None:  # a position the module leaves out of the dump
                 continue
@@ -870,7 +889,7 @@ class Dumper:
             if t is None:
                 rec.not_captured.append("saved %s: the Function saved None there" % name)
                 continue
-            into[name] = t.detach().clone()
+            into[name] = self._copy(t)
         if len(st) != len(saved_names):
             rec.not_captured.append("saved: %d tensor(s) saved, %d named by qatcheck_saved (the extra "
                                     "ones are not recorded)" % (len(st), len(saved_names)))
@@ -902,7 +921,7 @@ class Dumper:
             if g is None:  # torch 2 calls a tensor's hooks with None where the backward returned none
                 rec.nones.add((kind, name))
                 return None
-            rec.by_call.setdefault(k, {}).setdefault(kind, {}).setdefault(name, []).append(g.detach().clone())
+            rec.by_call.setdefault(k, {}).setdefault(kind, {}).setdefault(name, []).append(self._copy(g))
             return None
         return hook
 
@@ -920,7 +939,7 @@ class Dumper:
             if g is None:
                 rec.nones.add((kind, name))
                 return None
-            d.setdefault(name, []).append(g.detach().clone())
+            d.setdefault(name, []).append(self._copy(g))
             return None
         return hook
 
@@ -1068,7 +1087,7 @@ class Dumper:
                 rec.autocast = like.autocast
                 for pn, p in rec.module._parameters.items():
                     if p is not None:
-                        rec.params[pn] = (p.detach().clone(), not p.requires_grad)
+                        rec.params[pn] = (self._copy(p), not p.requires_grad)
             else:
                 like, c = rec, 0
             trainable = {pn: p for pn, p in rec.module._parameters.items() if p is not None and p.requires_grad}
@@ -1156,21 +1175,21 @@ class Dumper:
                     raise QatDumpError("module '%s': FSDP2 parameter '%s' is %s after the backward: expected a DTensor "
                                        "sharded along dimension 0 on a 1-D mesh (HSDP and other placements are not "
                                        "supported)" % (rec.name, pn, pl or type(p).__name__))
-                rec.params[pn] = (p.to_local().detach().clone(), not p.requires_grad)
+                rec.params[pn] = (self._copy(p.to_local()), not p.requires_grad)
                 if p.requires_grad:
                     if p.grad is None:
                         raise QatDumpError("module '%s': FSDP2 parameter '%s' has no gradient: run backward before "
                                            "write()" % (rec.name, pn))
                     g = p.grad.to_local() if _is_dtensor(p.grad) else p.grad
-                    rec.param_grads[pn] = [g.detach().clone()]
+                    rec.param_grads[pn] = [self._copy(g)]
 
     def _grad_now(self, p):
         """What this step added to p.grad (None when it has none)."""
         if p.grad is None:
             return None
-        g = p.grad.detach()
+        g = self._copy(p.grad)
         g0 = self._grad0.get(id(p))
-        return (g - g0) if g0 is not None else g.clone()
+        return (g - g0) if g0 is not None else g
 
     def _gpath(self, rec):
         """The module group's path: "/fc1" (the dumper's prefix, the name without FSDP's wrapper level)."""
@@ -1384,7 +1403,8 @@ class Dumper:
         return False
 
 
-def attach(model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None, mode="eager"):
+def attach(model, path=None, modules=None, classes=None, prefix="/", rank=None, world_size=None, mode="eager",
+           host_copies=False):
     """Hook the modules of `model` whose name matches the regex `modules`
     (None: all) and whose class is in `classes` ({torch class: qatcheck
     class}, added to DEFAULT_CLASSES) or that carry a `qatcheck_class`
@@ -1393,8 +1413,11 @@ def attach(model, path=None, modules=None, classes=None, prefix="/", rank=None, 
     with rank= and world_size=) each rank writes its own file: put "{rank}"
     in the path. `mode` names the execution mode the step runs under
     (MODES; docs/qatdump.md "Execution modes"): written as the root
-    attribute `mode`, with the evidence the mode needs."""
-    return Dumper(model, path, modules, classes, prefix, rank, world_size, mode)
+    attribute `mode`, with the evidence the mode needs. With host_copies
+    every recorded tensor is copied to host memory at once instead of
+    cloned on its device (the same dump; the device holds no second copy
+    of the parameters and gradients)."""
+    return Dumper(model, path, modules, classes, prefix, rank, world_size, mode, host_copies)
 
 
 def _ls(path):

@@ -1019,13 +1019,17 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def dump_step(model, plan, ids, mask, path, lr=1e-3, warm=0):
+def dump_step(model, plan, ids, mask, path, lr=1e-3, warm=0, host_copies=False):
     """One training step: forward, loss (the logprob module), backward,
     dump, optimizer step. With warm > 0, that many undumped steps run
-    first and the last is timed (forward, backward, optimizer step).
-    Returns {"loss", "dumped_step_s" (forward and backward with the dump's
-    hooks), "write_s", and with warm: "step_s", "quant_s" (of step_s, the
-    host-side fake quantization by the conformance oracle)}."""
+    first and the last is timed (forward, backward, optimizer step). With
+    host_copies, the dumper keeps what it records in host memory, copied
+    tensor by tensor as the step produces it (qatdump.attach's
+    host_copies: no device-side snapshot of the parameters nor clone of
+    the gradients; the same dump). Returns {"loss", "dumped_step_s"
+    (forward and backward with the dump's hooks), "write_s", and with
+    warm: "step_s", "quant_s" (of step_s, the host-side fake quantization
+    by the conformance oracle)}."""
     names = sorted(plan["modules"])
     rx = "^(%s)$" % "|".join(re.escape(n) for n in names)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -1054,7 +1058,7 @@ def dump_step(model, plan, ids, mask, path, lr=1e-3, warm=0):
         _sync(ids.device)
         out["step_s"], out["quant_s"] = time.perf_counter() - t0, _QUANT_S[0]
     opt.zero_grad(set_to_none=True)
-    d = qatdump.attach(model, path, modules=rx)
+    d = qatdump.attach(model, path, modules=rx, host_copies=host_copies)
     t0 = time.perf_counter()
     loss = step()
     _sync(ids.device)
