@@ -12,7 +12,10 @@ here by a trainer's FP8 forward / float32 backward (QcMoEFP8): each expert's
 w1[e], w2[e] quantized fp8_block128 (profile vllm) on the device, the
 forward on the dequantized experts, d_x through them (dx_weight dequant),
 d_w1, d_w2 straight through, the bytes and scales saved (saved/w1_q,
-w1_scale, w2_q, w2_scale: checked byte for byte by the audit).
+w1_scale, w2_q, w2_scale: checked byte for byte by the audit), or not
+dumped under --no-expert-bytes (the audit then quantizes the masters
+itself, as for any expert-QAT dump without bytes: 256 experts' bytes are
+11 GB the lent machines' disk cannot spare).
 
 The routed experts' masters w1, w2 (and so their gradients) are float32 or
 bfloat16 (--expert-dtype; the size's default: float32 for tiny and issue38,
@@ -30,7 +33,7 @@ second copy of the experts.
 usage: dsv3_layer.py --out DIR [--size tiny|issue38|real] [--hidden N]
          [--experts N] [--topk N] [--n-group N] [--topk-group N]
          [--expert-width N] [--tokens N] [--heads N] [--device cpu|cuda]
-         [--expert-dtype float32|bf16] [--plant P[,P...]] [--estimate]
+         [--expert-dtype float32|bf16] [--no-expert-bytes] [--plant P[,P...]] [--estimate]
   P: none | expert_grad (expert 2's d_w1 one percent high; the lowest expert
   with a token where expert 2 gets none) | router_bias (the
   router's weights from score + bias) | o_proj_dx (o_proj's d_x x 1.001);
@@ -177,7 +180,7 @@ class _ExpertsFn(torch.autograd.Function):
         return dx, dtw, dw1, dw2, None
 
 
-def fp8_experts(moe, expert_dtype="float32"):
+def fp8_experts(moe, expert_dtype="float32", bytes_=True):
     """qatdump_hf5.QcMoE5 (the library's experts as the moe class) turned
     into the FP8 expert-QAT trainer: the routed experts through _ExpertsFn,
     the shared expert unquantized (as QcMoE5 runs it). With expert_dtype
@@ -200,7 +203,7 @@ def fp8_experts(moe, expert_dtype="float32"):
         # its arithmetic is float32 on the dequantized bytes: said, so that the dumper does not declare a
         # pure-bf16 module from the bf16 parameters (compute_dtype bfloat16, docs/classes.md)
         moe.qatcheck_contract["compute_dtype"] = "float32"
-    moe.qatcheck_saved = ["topk_ids", "w1_q", "w1_scale", "w2_q", "w2_scale"]
+    moe.qatcheck_saved = ["topk_ids"] + (["w1_q", "w1_scale", "w2_q", "w2_scale"] if bytes_ else [None] * 4)
     moe.qc_plant = "none"
 
 
@@ -234,6 +237,8 @@ def dims(a):
             d[k] = getattr(a, k)
     if a.tokens is not None:
         d["batch"], d["seq"] = 1, a.tokens
+    if getattr(a, "no_expert_bytes", False):
+        d["expert_bytes"] = False
     return d
 
 
@@ -265,7 +270,7 @@ def dump_bytes(d):
     b += 3 * rmsnorm(H) + rmsnorm(ql) + rmsnorm(kl)
     b += 4 * (2 * T * K + 2 * T * E + E) + 8 * T * K                 # router: logits, d_logits, y, dy, bias; ids
     b += 4 * (4 * T * H + 2 * T * K + 2 * 3 * F * H) + 8 * T * K     # moe: x, d_x, y, dy, weights, shared, ids
-    b += 2 * pe * es + pe + 4 * (pe // (128 * 128))                  # experts: w, d_w; fp8 bytes, block scales
+    b += 2 * pe * es + (pe + 4 * (pe // (128 * 128)) if d.get("expert_bytes", True) else 0)  # experts: w, d_w; fp8 bytes, scales
     b += 4 * T * h * (4 * qk + 5 * vh + 1)                           # attention: q, k, v, grads, y, dy, O, LSE
     b += 16 * T * (h + 1) * rope + 16 * T + 4 * rope                 # rope q, k: x, d_x, y, dy; positions, inv_freq
     b += 4 * (2 * Tl * V + 3 * Tl) + 8 * Tl                          # logprob: logits, d_logits, y, dy, mask; ids
@@ -352,7 +357,7 @@ def one(a, d, plant, out):
     plan = qatdump_hf.instrument(model, "fp8_block128", "o_proj_dx" if plant == "o_proj_dx" else "none", 0)
     for name, m in model.named_modules():
         if type(m).__name__ == "QcMoE5":
-            fp8_experts(m, d["expert_dtype"])
+            fp8_experts(m, d["expert_dtype"], d.get("expert_bytes", True))
             m.qc_plant = plant
             if plant == "expert_grad":
                 plan["planted"] = name
@@ -394,6 +399,8 @@ def main(argv=None):
     ap.add_argument("--expert-dtype", default=None, choices=sorted(EXPERT_DTYPES),
                     help="the routed experts' masters w1, w2 and their gradients (default: the size's, %s)"
                          % ", ".join("%s %s" % (k, v["expert_dtype"]) for k, v in sorted(SIZES.items())))
+    ap.add_argument("--no-expert-bytes", action="store_true",
+                    help="leave the routed experts' fp8 bytes and scales out of the dump (the audit quantizes the masters)")
     ap.add_argument("--plant", default="none", help="a planted bug, or a comma-separated list (each into OUT/PLANT): %s" % ", ".join(PLANTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--estimate", action="store_true", help="print the estimate and stop")

@@ -28,7 +28,7 @@
 # o_proj_dx (o_proj's d_x times 1.001: o_proj d_x).
 #
 # usage: sh bench/dsv3_layer.sh [--size tiny|issue38|real] [--device cuda|cpu]
-#          [--plant] [--estimate] [--expert-dtype float32|bf16] [dsv3_layer.py's dims:
+#          [--plant] [--estimate] [--expert-dtype float32|bf16] [--no-expert-bytes] [dsv3_layer.py's dims:
 #          --hidden N --experts N --topk N --n-group N --topk-group N --expert-width N
 #          --tokens N --heads N]
 #          (default: tiny, cuda when torch sees a device, else cpu)
@@ -55,6 +55,7 @@ while [ $# -gt 0 ]; do
     --plant) plant=1 ;;
     --estimate) est=--estimate ;;
     --hidden|--experts|--topk|--n-group|--topk-group|--expert-width|--tokens|--heads|--expert-dtype) extra="$extra $1 $2"; shift ;;
+    --no-expert-bytes) extra="$extra $1" ;;
     *) echo "bench/dsv3_layer.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift
