@@ -444,6 +444,7 @@ int qc_audit_module(qc_audit *a, const qc_module *m) {
         qc_dtype held;
         const int streamed = qc_streams_has(st, r->name, &held);
         if (streamed) {
+          if (qc_verbose) fprintf(stderr, "qatcheck: %s dy=%s: %s compared in blocks as the reference made it\n", m->path, dy->name, r->name);
           rc = qc_streams_finish(st, r->name, t, &k);
           if (!rc && k.m.ref_nonfinite) rc = ref_not_finite(&k);
         } else {

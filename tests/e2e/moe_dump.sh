@@ -7,7 +7,8 @@
 # whose Fs is not a multiple of shared_experts) exits 2 with
 # one `qatcheck: error:` line naming the dataset or key, and only the error report.
 # A trainer's own gradients (candidate: dump) with a gated shared expert
-# pass, and its planted defects fail on d_x and d_shared_gate.
+# pass, and its planted defects fail on d_x, d_shared_gate and (one
+# expert's block 20% high) d_w1, compared in blocks and diagnosed.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -121,6 +122,7 @@ def grads(defect=None):
         dz = (gs if defect == "gate_deriv" else gs * (1 - gs)) * (G[t] @ ys)
         d["d_shared_w1"] += d1; d["d_shared_w2"] += d2; d["d_shared_gate"] += dz * X[t]
         if defect != "no_shared_dx": d["d_x"][t] += dx + dz * sg.astype(np.float64)
+    if defect == "w1_expert": d["d_w1"][1] *= 1.2  # one expert's block (the case declares rel_l2 2e-2)
     return d
 def forward(defect=None):  # y = sum_j w_tj expert_j(x_t) + sigmoid(x_t . g) shared(x_t), float64
     Y = np.zeros((T, H))
@@ -131,7 +133,7 @@ def forward(defect=None):  # y = sum_j w_tj expert_j(x_t) + sigmoid(x_t . g) sha
     return Y
 with h5py.File(sys.argv[1], "w") as f:
     f.attrs["qatcheck_dump"] = 1
-    for name in ("ok", "no_shared_dx", "gate_deriv", "fwd_ungated"):
+    for name in ("ok", "no_shared_dx", "gate_deriv", "fwd_ungated", "w1_expert"):
         g = f.create_group("trainer." + name); g.attrs["class"] = "moe"
         g.attrs["contract"] = json.dumps({"activation": "swiglu", "shared_experts": 1, "shared_gate": True})
         g["inputs/x"] = x; g["inputs/topk_weights"] = wt; g["saved/topk_ids"] = ids; g["grad_out/dy"] = dy
@@ -140,7 +142,7 @@ with h5py.File(sys.argv[1], "w") as f:
         for n, v in grads(None if name in ("ok", "fwd_ungated") else name).items():
             g["grads/dy/" + n] = v.astype(np.float32)
 P
-for t in ok:0: no_shared_dx:1:d_x gate_deriv:1:d_shared_gate; do
+for t in ok:0: no_shared_dx:1:d_x gate_deriv:1:d_shared_gate w1_expert:1:d_w1; do
   name=${t%%:*}; rest=${t#*:}; want=${rest%%:*}; tensor=${rest#*:}
   cat >"$T/tr_$name.json" <<J
 {"data": {"dump": "tr.h5", "modules": "^/trainer\\\\.$name\$"}, "candidate": "dump", "tolerances": $STOL}
@@ -157,6 +159,15 @@ bad = {c["tensor"] for c in json.load(open(sys.argv[1]))["checks"] if c["verdict
 sys.exit(0 if sys.argv[2] in bad else 1)
 P
 done
+# d_w1 and d_w2 came to the compare an expert at a time (never whole), and
+# the failed d_w1 was made again whole for its diagnosis, which names the expert
+"$QATCHECK" vjp --case "$T/tr_ok.json" --verbose 2>&1 | grep -c "d_w[12] compared in blocks as the reference made it" | grep -qx 2 &&
+  ok "ok: d_w1 and d_w2 compared in blocks" || bad "ok: d_w1, d_w2 not compared in blocks"
+$PY - "$T/tr_w1_expert.r.json" <<'P' && ok "w1_expert: d_w1 fails alone, its diagnosis names expert 1" || bad "w1_expert: not d_w1 alone, or no diagnosis naming expert 1"
+import json, sys
+c = [c for c in json.load(open(sys.argv[1]))["checks"] if c["verdict"] != "pass"]
+sys.exit(0 if [x["tensor"] for x in c] == ["d_w1"] and "expert 1" in json.dumps(c[0].get("diagnosis")) else 1)
+P
 # a forward that adds the shared expert ungated (its gradients correct):
 # outputs/y alone fails, against the grouped float64 reference forward
 cat >"$T/tr_fwd.json" <<J
