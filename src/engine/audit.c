@@ -337,9 +337,8 @@ static int try_variants(grad_variants *s, const qc_tensor *g, qc_dtype held, con
  * of module, dY and arithmetic): every fit is made against what it matches. */
 static int diagnose_judged(grad_variants *s, const qc_ctx *ctx, const qc_tensor *g, const qc_tensor *r, const qc_tset *ref,
                            const char *frozen, qc_check *k) {
-  if ((s->chosen < 0 || !qc_tset_get(&s->vars[s->chosen], k->tensor)) && (r->data || qc_numel(r) == 0))
-    return qc_diagnose(ctx, s->m, s->dy, g, r, ref, frozen, k);
   if (s->chosen < 0 || !qc_tset_get(&s->vars[s->chosen], k->tensor)) {
+    if (r->data || qc_numel(r) == 0) return qc_diagnose(ctx, s->m, s->dy, g, r, ref, frozen, k);
     qc_tset whole = {0}; /* r was handed over in blocks (engine/stream.h): made again whole for the diagnosis */
     char skip[512];
     qc_ctx c = *ctx;
