@@ -54,6 +54,7 @@ static const env_num g_env[] = {
     {"QATCHECK_THREADS", 1, 65536, QC_NUM_WHOLE},             /* core/par.c: the host threads (at most QC_PAR_MAX used) */
     {"QATCHECK_AHEAD", 0, 8, QC_NUM_WHOLE},                   /* sweep/pipeline.c, engine/vjp.c: units read ahead (QC_MAX_AHEAD) */
     {"QATCHECK_MEM_FREE", 0, 9007199254740992.0, QC_NUM_WHOLE}, /* engine/split.c: free device bytes, pretended */
+    {"QATCHECK_HOST_MEMORY", 1, 9007199254740992.0, QC_NUM_WHOLE}, /* engine/audit_vars.c: host bytes a diagnosis may assume */
     {"QATCHECK_RANK_TIMEOUT", 0, 1e9, 0},                     /* dist/dist.c: seconds, 0: off (as --rank-timeout) */
     {"QATCHECK_HDF5_DEADLINE", 0, 86400, QC_NUM_ABOVE},       /* io/dump_box.c: the dump sandbox's seconds of CPU */
 };

@@ -275,6 +275,12 @@ int qc_cmp_finish(qc_cmp_stream *s, qc_metrics *m) {
   return QC_OK;
 }
 
+void qc_cmp_sums(const qc_cmp_stream *s, double *sd, double *sr) {
+  double d = 0, r = 0;
+  for (int64_t k = 0; k < s->np; k++) d += s->x.p[k].sd, r += s->x.p[k].sr;
+  *sd = d, *sr = r;
+}
+
 int qc_compare_host(const qc_tensor *g, const double *r, int64_t rows, int64_t cols, qc_dtype dt, int bias, qc_metrics *m) {
   qc_cmp_stream *s;
   int rc = qc_cmp_open(g, rows, cols, dt, bias, &s);

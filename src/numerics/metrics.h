@@ -184,6 +184,10 @@ int qc_cmp_open(const qc_tensor *g, int64_t rows, int64_t cols, qc_dtype dt, int
 int qc_cmp_rows(qc_cmp_stream *s, const double *r, int64_t r0, int64_t r1);
 int qc_cmp_finish(qc_cmp_stream *s, qc_metrics *m);
 void qc_cmp_free(qc_cmp_stream *s);
+/* The squared differences *sd and the reference's squares *sr over the
+ * rows given so far (not the finished metrics' sums bit for bit: a
+ * difference of two of these names where a block's error lies). */
+void qc_cmp_sums(const qc_cmp_stream *s, double *sd, double *sr);
 /* qc_values_dtype of a float tensor read in its own element type. */
 qc_dtype qc_values_dtype_of(const qc_tensor *g);
 /* The noise floor: rel-L2 between r and r rounded to dtype (bf16, f16,

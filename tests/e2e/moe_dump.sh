@@ -8,7 +8,9 @@
 # one `qatcheck: error:` line naming the dataset or key, and only the error report.
 # A trainer's own gradients (candidate: dump) with a gated shared expert
 # pass, and its planted defects fail on d_x, d_shared_gate and (one
-# expert's block 20% high) d_w1, compared in blocks and diagnosed.
+# expert's block 20% high) d_w1, compared in blocks with its variants and
+# diagnosed, or, with no room for the diagnosis, said not diagnosed with
+# the block the difference lies in.
 . "$(dirname "$0")/lib.inc"
 $PY - "$T/d.h5" <<'P' || exit 1
 import json, sys
@@ -167,6 +169,19 @@ $PY - "$T/tr_w1_expert.r.json" <<'P' && ok "w1_expert: d_w1 fails alone, its dia
 import json, sys
 c = [c for c in json.load(open(sys.argv[1]))["checks"] if c["verdict"] != "pass"]
 sys.exit(0 if [x["tensor"] for x in c] == ["d_w1"] and "expert 1" in json.dumps(c[0].get("diagnosis")) else 1)
+P
+# the failed d_w1's variants are compared in blocks too; where its
+# diagnosis would not fit the host's memory (QATCHECK_HOST_MEMORY pretends
+# 1000 bytes) the verdict stands, the check says it was not diagnosed and
+# which block holds the difference: expert 1's rows [16, 32)
+"$QATCHECK" vjp --case "$T/tr_w1_expert.json" --verbose 2>&1 | grep -q "variant .*'s d_w1 compared in blocks as its reference made it" &&
+  ok "w1_expert: d_w1's variants compared in blocks" || bad "w1_expert: d_w1's variants not compared in blocks"
+expect_exit 1 "w1_expert with a diagnosis too large for the host" env QATCHECK_HOST_MEMORY=1000 "$QATCHECK" vjp --case "$T/tr_w1_expert.json" --json "$T/tr_mem.r.json"
+$PY - "$T/tr_mem.r.json" <<'P' && ok "w1_expert, no room: d_w1 fails alone, not diagnosed, rows [16, 32) named" || bad "w1_expert, no room: not d_w1 alone, or no word of the diagnosis not made and where"
+import json, sys
+c = [c for c in json.load(open(sys.argv[1]))["checks"] if c["verdict"] != "pass"]
+s = c[0]["diagnosis"]["summary"] if c and c[0].get("diagnosis") else ""
+sys.exit(0 if [x["tensor"] for x in c] == ["d_w1"] and s.startswith("not diagnosed") and "rows [16, 32) of its 64" in s else 1)
 P
 # a forward that adds the shared expert ungated (its gradients correct):
 # outputs/y alone fails, against the grouped float64 reference forward
