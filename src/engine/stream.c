@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/qc.h"
+#include "engine/audit_priv.h"
 #include "numerics/metrics.h"
 
 /* The most gradients of one (module, dY) taken in blocks. */
@@ -53,7 +54,7 @@ static int sink_begin(const qc_grad_sink *sk, const char *grad, int ndim, const 
   grad_stream *s = &ss->s[ss->n];
   qc_check k; /* the precision's words are the caller's: qc_streams_finish sets them again */
   memset(&k, 0, sizeof k);
-  s->held = ss->one ? ss->one_held : g->dtype == QC_F32 || g->dtype == QC_F64 ? qc_values_dtype_of(g) : g->dtype;
+  s->held = ss->one ? ss->one_held : qc_audit_held_of(g);
   const qc_dtype dt = qc_audit_dtype(g->dtype, s->held, t, &k);
   const int bias = dt == QC_BF16 || dt == QC_F16 || dt == QC_F32 || dt == QC_F64;
   qc_err_state es; /* an offer refused, not an error: out of memory here, the whole path meets it */
