@@ -13,6 +13,10 @@ int qc_tensor_to_f64(const qc_tensor *t, double *out);
  * bfloat16) at src, exactly, on qc_par_for's threads; QC_EINPUT for another
  * dtype. */
 int qc_float_to_f64(qc_dtype dt, const void *src, int64_t n, double *dst);
+/* dst[0, n) = the n elements of float dtype dt (float32, float16,
+ * bfloat16) at src, exactly, on qc_par_for's threads; QC_EINPUT for
+ * another dtype (float64 does not widen to float32 exactly). */
+int qc_float_to_f32(qc_dtype dt, const void *src, int64_t n, float *dst);
 /* dst[0, n) = src[0, n) rounded to float32 (a C cast each), on
  * qc_par_for's threads. */
 void qc_f64_to_f32s(const double *src, int64_t n, float *dst);

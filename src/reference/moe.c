@@ -383,10 +383,25 @@ static int expert_op(const qc_tensor *t, int64_t e, const char *fmt, const char 
   char tag[96], what[96];
   fq_tag(tag, sizeof tag, fmt, prof, e);
   const float *kept = qc_memo_get(t, tag, n);
+  int rc = QC_OK;
+  snprintf(what, sizeof what, "reference moe: params/%s expert %lld", name, (long long)e);
+  if (!kept && strcmp(fmt, "none") != 0 && n > 0 && (t->dtype == QC_BF16 || t->dtype == QC_F16 || t->dtype == QC_F32)) {
+    /* a master that widens to float32 exactly: quantized from there, as fq_of's narrowing of its float64 gives it,
+     * without the float64 passes (the operand is the memo's float32) */
+    float *f = qc_malloc((size_t)n * sizeof *f, what);
+    if (!f) return QC_ESYS;
+    rc = qc_float_to_f32(t->dtype, (const char *)t->data + (size_t)(e * n) * qc_dtype_size(t->dtype), n, f);
+    if (!rc) rc = qc_fake_quant(fmt, prof, rows, cols, f, f, what);
+    if (!rc && qc_memo_take(t, tag, f, n)) {
+      *op = (qc_gemm_x){qc_memo_get(t, tag, n), QC_F32, cols, 0};
+      return QC_OK;
+    }
+    if (!rc) rc = qc_float_to_f64(QC_F32, f, n, d); /* the memo keeps nothing (QATCHECK_MEMO=0): d is the operand */
+    free(f);
+    return rc;
+  }
   if (!kept) {
-    snprintf(what, sizeof what, "reference moe: params/%s expert %lld", name, (long long)e);
-    int rc = load_expert(t, e, d);
-    if (rc || (rc = fq_of(t, e, fmt, prof, rows, cols, d, what))) return rc;
+    if ((rc = load_expert(t, e, d)) || (rc = fq_of(t, e, fmt, prof, rows, cols, d, what))) return rc;
     kept = qc_memo_get(t, tag, n); /* what fq_of left there, if the memo took it */
   }
   if (kept) *op = (qc_gemm_x){kept, QC_F32, cols, 0};
