@@ -36,6 +36,7 @@ struct qc_gvars {
   int chosen; /* the failed check's closest variant (qc_variants_closest), -1: none */
   int blocks;  /* the check's gradient was taken in blocks: so are its variants' references */
   qc_check *kept;              /* [QC_VARIANTS_MAX]: a variant's check compared in blocks, for the second look */
+  int kept_rc[QC_VARIANTS_MAX]; /* and its status (a variant that could not be judged is not run again) */
   unsigned long long has_kept; /* which of kept hold this check's */
   unsigned reads, same;    /* the variant parts the judged gradient reads, and those of them that are one
                               rounding (qc_grad_reads_of, qc_grad_same_of) */
@@ -122,15 +123,16 @@ static int repeats(grad_variants *s, int i) {
 
 /* Variant i's reference of the judged gradient compared in blocks as the
  * reference makes it (the contract's was: engine/stream.h), so its float64
- * gradient is never whole; its check kept for qc_variants_closest's second
- * look. A variant whose reference makes it whole anyway is kept in vars
- * (*whole = 1) for the caller's compare. QC_NA: it has no such gradient.
- * A status. */
+ * gradient is never whole; its check and status kept for
+ * qc_variants_closest's second look, the other gradients it returned whole
+ * kept in vars. A variant whose reference makes the judged one whole
+ * anyway is kept in vars too (*whole = 1) for the caller's compare.
+ * QC_NA: it has no such gradient. A status. */
 static int variant_blocks(grad_variants *s, int i, qc_check *kv, int *whole) {
   *whole = 0;
   if (s->has_kept & (1ull << i)) {
-    *kv = s->kept[i];
-    return QC_OK;
+    if (!s->kept_rc[i]) *kv = s->kept[i];
+    return s->kept_rc[i];
   }
   const char *grad = s->k->tensor;
   char skip[512];
@@ -163,12 +165,17 @@ static int variant_blocks(grad_variants *s, int i, qc_check *kv, int *whole) {
     rc = qc_streams_finish(st, grad, s->t, kv);
     if (!rc && kv->m.ref_nonfinite) rc = qc_audit_ref_not_finite(kv);
     if (!rc) rc = qc_audit_judge(s->m, s->dy, s->t, kv);
-    if (!rc) s->judged |= 1ull << i, s->kept[i] = *kv, s->has_kept |= 1ull << i;
+    if (!rc) s->judged |= 1ull << i, s->kept[i] = *kv;
+    for (int j = 0; !rc && j < got.n; j++) /* what it made whole beside, as variant_ref keeps it */
+      if (strcmp(got.t[j].name, grad) != 0 && (got.t[j].data || qc_numel(&got.t[j]) == 0) &&
+          !qc_tset_get(&s->vars[i], got.t[j].name))
+        rc = qc_tset_add(&s->vars[i], &got.t[j]); /* moved */
   } else if (!rc) { /* made whole: kept as variant_ref keeps it */
     *whole = 1;
     for (int j = 0; !rc && j < got.n; j++)
       if (!qc_tset_get(&s->vars[i], got.t[j].name)) rc = qc_tset_add(&s->vars[i], &got.t[j]); /* moved */
   }
+  if (rc != QC_ESYS && !*whole) s->kept_rc[i] = rc, s->has_kept |= 1ull << i;
   qc_tset_free(&got);
   qc_streams_free(st);
   return rc;
@@ -215,7 +222,7 @@ int qc_gvars_try(grad_variants *s, const qc_tensor *g, qc_dtype held, const qc_t
  * in blocks, fits in half the host memory the audit may assume
  * (QATCHECK_HOST_MEMORY bytes, else the physical memory); 0 with k's
  * diagnosis saying it was not made and where the difference lies. */
-static int diagnosis_fits(const grad_variants *s, const qc_tensor *r, qc_check *k) {
+static int diagnosis_fits(const grad_variants *s, const qc_tensor *r, int variant, qc_check *k) {
   double mem = qc_env_value("QATCHECK_HOST_MEMORY", -1); /* checked before the run (core/number.c) */
   if (mem < 0) mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
   const double need = QC_DIAG_COPIES * 8.0 * (double)qc_numel(r);
@@ -225,7 +232,8 @@ static int diagnosis_fits(const grad_variants *s, const qc_tensor *r, qc_check *
                    "hold about %.1f GB of float64 copies, more than half of the host's %.1f GB", k->tensor, need / 1e9,
                    mem / 1e9);
   if (n > 0 && (size_t)n < sizeof k->diagnosis && qc_streams_where(s->st, k->tensor, where, sizeof where))
-    snprintf(k->diagnosis + n, sizeof k->diagnosis - (size_t)n, "; %s", where);
+    snprintf(k->diagnosis + n, sizeof k->diagnosis - (size_t)n, "; against the contract's reference%s, %s",
+             variant ? " (not the variant judged)" : "", where);
   return 0;
 }
 
@@ -255,19 +263,18 @@ int qc_gvars_diagnose(grad_variants *s, const qc_ctx *ctx, const qc_tensor *g, c
   if (!v && (r->data || qc_numel(r) == 0)) return qc_diagnose(ctx, s->m, s->dy, g, r, ref, frozen, k);
   /* the judged reference was handed over in blocks (engine/stream.h): made whole again for the diagnosis, for
    * k's gradient alone, where it fits; a diagnosis that cannot be made is said in the check, the verdict stands */
-  if (!diagnosis_fits(s, r, k)) return QC_OK;
+  if (!diagnosis_fits(s, r, v != NULL, k)) return QC_OK;
   qc_tset whole = {0};
   char skip[512];
-  qc_ctx c;
+  qc_ctx c = *ctx;
   qc_module alt;
   qc_tensor dv;
   skip_others(s->m->cls, k->tensor, skip, sizeof skip);
   qc_err_state es; /* out of memory making it whole: not diagnosed, said below */
   qc_err_save(&es);
   rc = v ? qc_variant_apply(v, ctx, s->m, s->dy, &c, &alt, &dv) : QC_OK;
-  if (!v) c = *ctx, alt = *s->m, dv = *s->dy;
   c.skip = skip;
-  if (!rc) rc = s->row->reference(&c, &alt, &dv, &whole);
+  if (!rc) rc = s->row->reference(&c, v ? &alt : s->m, v ? &dv : s->dy, &whole); /* the module itself: the memo's keys */
   if (v) qc_variant_release(v, s->m, &alt, &dv);
   const qc_tensor *w = rc ? NULL : qc_tset_get(&whole, k->tensor);
   if (!rc && !w) rc = qc_err("%s: the reference made whole again lacks '%s'", s->m->path, k->tensor);
@@ -278,8 +285,9 @@ int qc_gvars_diagnose(grad_variants *s, const qc_ctx *ctx, const qc_tensor *g, c
     qc_tset_free(&whole);
     return QC_OK;
   }
-  qc_err_restore(&es);
-  if (!rc) rc = diagnose_as(s, v, ctx, g, w, &whole, frozen, k);
+  if (rc) qc_err_keep(&es); /* the run's error: the first message stays first */
+  else qc_err_restore(&es);
+  if (!rc) rc = diagnose_as(s, v, ctx, g, w, ref, frozen, k); /* ref: every gradient's name, for the hypotheses' skips */
   qc_tset_free(&whole);
   return rc;
 }
