@@ -14,17 +14,28 @@
 typedef struct conv {
   qc_dtype dt;
   const void *p;
-  double *out;
+  double *out;  /* float64 out, or */
+  float *out32; /* float32 out (dt not float64) */
 } conv;
 
 static void conv_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
   (void)tid;
   const conv *c = ctx;
+  const uint16_t *h = c->p;
+  if (c->out32) {
+    switch (c->dt) {
+      case QC_F32: memcpy(c->out32 + lo, (const float *)c->p + lo, (size_t)(hi - lo) * 4); break;
+      case QC_F16: for (int64_t i = lo; i < hi; i++) c->out32[i] = qc_f16_to_f32(h[i]); break;
+      case QC_BF16: for (int64_t i = lo; i < hi; i++) c->out32[i] = qc_bf16_to_f32(h[i]); break;
+      default: break;
+    }
+    return;
+  }
   switch (c->dt) {
     case QC_F64: memcpy(c->out + lo, (const double *)c->p + lo, (size_t)(hi - lo) * 8); break;
     case QC_F32: for (int64_t i = lo; i < hi; i++) c->out[i] = ((const float *)c->p)[i]; break;
-    case QC_F16: for (int64_t i = lo; i < hi; i++) c->out[i] = qc_f16_to_f32(((const uint16_t *)c->p)[i]); break;
-    case QC_BF16: for (int64_t i = lo; i < hi; i++) c->out[i] = qc_bf16_to_f32(((const uint16_t *)c->p)[i]); break;
+    case QC_F16: for (int64_t i = lo; i < hi; i++) c->out[i] = qc_f16_to_f32(h[i]); break;
+    case QC_BF16: for (int64_t i = lo; i < hi; i++) c->out[i] = qc_bf16_to_f32(h[i]); break;
     default: break;
   }
 }
@@ -32,33 +43,16 @@ static void conv_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
 int qc_float_to_f64(qc_dtype dt, const void *src, int64_t n, double *dst) {
   if (dt != QC_F64 && dt != QC_F32 && dt != QC_F16 && dt != QC_BF16)
     return qc_err("cannot convert element type %s to a float", qc_dtype_name(dt));
-  conv c = {dt, src, dst};
+  conv c = {dt, src, dst, NULL};
   qc_par_for(n, (int64_t)1 << 16, conv_piece, &c);
   return QC_OK;
-}
-
-typedef struct conv32 {
-  qc_dtype dt;
-  const void *p;
-  float *out;
-} conv32;
-
-static void conv32_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
-  (void)tid;
-  const conv32 *c = ctx;
-  switch (c->dt) {
-    case QC_F32: memcpy(c->out + lo, (const float *)c->p + lo, (size_t)(hi - lo) * 4); break;
-    case QC_F16: for (int64_t i = lo; i < hi; i++) c->out[i] = qc_f16_to_f32(((const uint16_t *)c->p)[i]); break;
-    case QC_BF16: for (int64_t i = lo; i < hi; i++) c->out[i] = qc_bf16_to_f32(((const uint16_t *)c->p)[i]); break;
-    default: break;
-  }
 }
 
 int qc_float_to_f32(qc_dtype dt, const void *src, int64_t n, float *dst) {
   if (dt != QC_F32 && dt != QC_F16 && dt != QC_BF16)
     return qc_err("cannot convert element type %s to float32 exactly", qc_dtype_name(dt));
-  conv32 c = {dt, src, dst};
-  if (n > 0) qc_par_for(n, (int64_t)1 << 16, conv32_piece, &c);
+  conv c = {dt, src, NULL, dst};
+  if (n > 0) qc_par_for(n, (int64_t)1 << 16, conv_piece, &c);
   return QC_OK;
 }
 
