@@ -15,6 +15,8 @@
 #include "report/audit.h"
 #include "report/baseline.h"
 #include "report/tlist.h"
+#include "model/modinfo.h"
+#include "class_harness.h"
 
 static int count(const char *s, const char *needle) {
   int n = 0;
@@ -175,4 +177,33 @@ Test(audit_doc, cells_escaped_and_rows_padded) {
   cr_expect(strstr(d.html.s, "&lt;b&gt;") != NULL && strstr(d.html.s, "<title>t &lt;&amp;&gt;</title>") != NULL);
   qc_sbuf_free(&d.md);
   qc_sbuf_free(&d.html);
+}
+
+/* A module's dY described for the report: its fraction of non-zero
+ * elements, -0 counted as zero, counted on the thread pool at each element
+ * width (2, 4, 8 bytes and 1 for float8) the same as one loop gives. */
+Test(modinfo, dy_nonzero_at_every_width) {
+  static const qc_dtype dts[] = {QC_BF16, QC_F32, QC_F64, QC_E4M3};
+  const int64_t n = (int64_t)3 << 18; /* several pieces */
+  for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+    h_inst in;
+    h_make(&in, "gelu", "64,256", 3, "normal", NULL);
+    qc_tensor t;
+    int64_t shape[2] = {n / 512, 512}, want = 0;
+    cr_assert_eq(qc_tensor_alloc(&t, "dy", dts[d], 2, shape), QC_OK);
+    unsigned char *p = t.data;
+    const size_t es = qc_dtype_size(dts[d]);
+    for (int64_t i = 0; i < n; i++) {
+      const int kind = (int)(i * 2654435761u % 7); /* 0: +0, 1: -0, else non-zero */
+      if (kind == 1) p[i * (int64_t)es + (int64_t)es - 1] = 0x80; /* the sign bit alone: -0 */
+      if (kind >= 2) p[i * (int64_t)es] = (unsigned char)(1 + kind), want++;
+    }
+    cr_assert_eq(qc_tset_add(&in.m.grad_out, &t), QC_OK);
+    qc_modinfo mi;
+    cr_assert_eq(qc_modinfo_fill(&mi, &in.m, "dump", "dump", NULL), QC_OK);
+    cr_expect_eq(mi.ndy, 1);
+    cr_expect_float_eq(mi.dy[0].nonzero, (double)want / (double)n, 1e-15, "%s: nonzero %.17g, want %.17g",
+                       qc_dtype_name(dts[d]), mi.dy[0].nonzero, (double)want / (double)n);
+    h_free(&in);
+  }
 }
