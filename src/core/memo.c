@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct memo_ent {
   const qc_tensor *t;
@@ -24,6 +25,15 @@ static _Thread_local struct {
 static _Atomic uint64_t g_gen = 1; /* scopes opened or closed, on every thread */
 
 uint64_t qc_memo_gen(void) { return g_gen; }
+
+int64_t qc_memo_budget(void) {
+  static _Atomic int64_t b; /* found once */
+  if (!b) {
+    const double m = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    b = m > 0 ? (int64_t)(m / 3) : (int64_t)4 << 30;
+  }
+  return b;
+}
 
 void qc_memo_scope(const qc_tset *const *sets, int n) {
   g_gen++;
@@ -53,7 +63,7 @@ const float *qc_memo_get(const qc_tensor *t, const char *tag, int64_t n) {
 
 int qc_memo_take(const qc_tensor *t, const char *tag, float *v, int64_t n) {
   if (g_memo.off || !own(t) || !v || n < 0 || strlen(tag) >= sizeof g_memo.e[0].tag || qc_memo_get(t, tag, n) ||
-      g_memo.bytes + n * (int64_t)sizeof *v > QC_MEMO_BYTES)
+      g_memo.bytes + n * (int64_t)sizeof *v > qc_memo_budget())
     return 0;
   if (g_memo.n == g_memo.cap) {
     int cap = g_memo.cap ? 2 * g_memo.cap : 16;

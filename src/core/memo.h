@@ -12,7 +12,7 @@
  * saved tensors and dYs, by address): a variant that rounds its own copy of a tensor holds
  * another address, and neither finds nor leaves anything. The module's
  * tensors do not change during its audit, so an address names its values.
- * One scope a thread; at most QC_MEMO_BYTES kept in it. Values only: the
+ * One scope a thread; at most qc_memo_budget() bytes kept in it. Values only: the
  * reference computes them itself, so it stays independent of the
  * production code (scripts/check-independence.sh allows core/). */
 #ifndef QC_CORE_MEMO_H
@@ -23,7 +23,12 @@
 
 #include "core/tensor.h"
 
-#define QC_MEMO_BYTES ((int64_t)4 << 30)
+/* The most bytes a scope keeps: a third of the physical memory (a MoE
+ * layer at DeepSeek-V3's real size keeps 45 GB of its experts' quantized
+ * weights, each made once for the forward check, the reference and the
+ * terms' run; 4 GiB, the fixed budget before, held a fifth of them at 128
+ * experts and the rest were quantized three times). */
+int64_t qc_memo_budget(void);
 
 /* Open the scope of the n tensor sets (n 0: close it); frees what the last
  * one kept. The sets must stay where they are until it closes. */

@@ -47,7 +47,7 @@ Test(memo, own_tensors_only_and_scoped) {
   cr_expect_eq(qc_memo_take(cw, "fq fp8", d, 32), 0, "a copy's values are not kept");
   cr_expect_eq(qc_memo_take(pw, "fq fp8", d, 32), 0, "one value a key");
   free(d);
-  cr_expect_eq(qc_memo_take(pw, "huge", (float *)&c, QC_MEMO_BYTES), 0, "over the budget");
+  cr_expect_eq(qc_memo_take(pw, "huge", (float *)&c, qc_memo_budget()), 0, "over the budget");
 
   qc_memo_scope(NULL, 0); /* frees b and c (ASan would see a leak or a double free) */
   cr_expect_null(qc_memo_get(pw, "fq fp8", 32), "nothing after the scope closes");

@@ -25,7 +25,8 @@
 #endif
 
 #define CU_OZ_PLANS 16 /* the fast reference's int8 GEMM descriptors cached (cu::cu_oz::plans) */
-#define CU_KEEP 128    /* operands gemm_f64_x keeps on the device at once (cu::keep): a MoE layer's experts, two each */
+#define CU_KEEP 1024   /* operands gemm_f64_x keeps on the device at once (cu::keep): a MoE layer's experts, two each
+                        * (512 at DeepSeek-V3's 256), and their variants' */
 
 extern "C" {
 #include "backend/backend.h"
@@ -74,7 +75,8 @@ typedef struct cu {
     void *dev;
   } keep[CU_KEEP];
   uint64_t keep_gen;        /* qc_memo_gen() when they were made: another one drops them all */
-  size_t keep_bytes, keep_budget; /* bytes held; the most held (a quarter of the free memory at the first, 8 GiB at most) */
+  size_t keep_bytes, keep_budget; /* bytes held; the most held (half the free memory at the first: 256 real-size
+                                   * experts' quantized weights are 45 GB, 8 GiB at most held a sixth) */
   void *pin[2];             /* two pinned host chunks of CU_PIN_CHUNK bytes: large host operands pass through them */
   int pin_off;              /* 1: pinned memory was refused; copies go straight from pageable memory */
   cudaEvent_t pev[2];       /* recorded after each chunk's copy on st */

@@ -345,7 +345,7 @@ static int keep_get(cu *c, const void *p, size_t bytes, const void **dev) {
   if (!c->keep_budget) {
     size_t fr = 0, tot = 0;
     CK(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
-    c->keep_budget = fr / 4 < ((size_t)8 << 30) ? fr / 4 : ((size_t)8 << 30);
+    c->keep_budget = fr / 2;
   }
   if (fresh < 0 || c->keep_bytes + bytes > c->keep_budget) return QC_OK; /* not kept: staged as the others */
   {
