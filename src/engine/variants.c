@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "core/qc.h"
 #include "numerics/decode.h"
 #include "numerics/metrics.h"
@@ -27,15 +28,37 @@ static int qc_variant_levels(const qc_module *m) {
   return n > 2 && !qc_contract_bf16_compute(&m->contract) ? 2 : n;
 }
 
-/* 1 when some finite value of t is not a bf16 value (rounding it to bf16 changes it). */
+/* not_bf16's pieces: moved = 1 once a piece finds a value that moves (the
+ * others then stop early; the answer is the same whatever the pieces). */
+typedef struct nb_ctx {
+  const qc_tensor *t;
+  _Atomic int moved;
+} nb_ctx;
+
+static void nb_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  nb_ctx *c = ctx;
+  const int f32 = c->t->dtype == QC_F32;
+  for (int64_t i = lo; i < hi; i++) {
+    if ((i & 4095) == 0 && c->moved) return;
+    const double v = f32 ? ((const float *)c->t->data)[i] : ((const double *)c->t->data)[i];
+    if (isfinite(v) && qc_round_to(v, QC_BF16) != v) {
+      c->moved = 1;
+      return;
+    }
+  }
+}
+
+/* 1 when some finite value of t is not a bf16 value (rounding it to bf16
+ * changes it), on qc_par_for's threads (a tensor that holds only bf16
+ * values is read whole: 1 s of the real-size DeepSeek-V3 layer's main
+ * thread on one). */
 static int not_bf16(const qc_tensor *t) {
   if (t->dtype != QC_F32 && t->dtype != QC_F64) return 0;
-  int64_t n = qc_numel(t);
-  for (int64_t i = 0; i < n; i++) {
-    double v = t->dtype == QC_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
-    if (isfinite(v) && qc_round_to(v, QC_BF16) != v) return 1;
-  }
-  return 0;
+  nb_ctx c = {.t = t};
+  const int64_t n = qc_numel(t);
+  if (n > 0) qc_par_for(n, (int64_t)1 << 16, nb_piece, &c);
+  return c.moved;
 }
 
 /* 1 when rounding m's differentiated float inputs to bf16 changes one (a

@@ -256,3 +256,27 @@ Test(variants, every_declaration_is_well_formed) {
       cr_expect(groups <= 1, "%s: %s: one '=' word a row", rows[c].cls->name, r->grad);
     }
 }
+
+/* Whether the inputs move under bf16 rounding is read on the thread pool:
+ * a large bf16-valued input with one value that is not, anywhere (first
+ * piece, middle, last element), still offers bf16_inputs; none, not. */
+Test(variants, one_input_value_off_bf16_anywhere_offers_bf16_inputs) {
+  const int64_t n = (int64_t)5 << 18;
+  const int64_t at[] = {-1, 3, n / 2 + 17, n - 1};
+  for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+    qc_module m;
+    memset(&m, 0, sizeof m);
+    m.cls = qc_registry_find("swiglu")->cls;
+    put(&m.inputs, "gate", n, QC_F32, 1);
+    put(&m.inputs, "up", n, QC_F32, 1);
+    put(&m.grad_out, "dy", n, QC_F32, 1);
+    if (at[a] >= 0) ((float *)m.inputs.t[1].data)[at[a]] = 1.0f + 0x1p-12f; /* not a bf16 value */
+    qc_variants L;
+    qc_variants_of(&m, &m.grad_out.t[0], QC_VARIANTS_GRADS, 0, NULL, &L);
+    int bf16_inputs = 0;
+    for (int i = 0; i < L.n; i++) bf16_inputs |= L.v[i].parts == QC_VAR_BF16_INPUTS;
+    cr_expect_eq(bf16_inputs, at[a] >= 0, "the off value at %lld: bf16_inputs %s", (long long)at[a],
+                 bf16_inputs ? "offered" : "not offered");
+    qc_module_free(&m);
+  }
+}
