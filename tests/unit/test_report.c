@@ -207,3 +207,34 @@ Test(modinfo, dy_nonzero_at_every_width) {
     h_free(&in);
   }
 }
+
+/* The inputs' value facts, their rows read in pieces on the thread pool:
+ * a zero row with a value over 20 RMS is "extremes", rows whose RMS span
+ * over 100x are "scales", wherever in a many-piece tensor they sit. */
+Test(modinfo, input_extremes_and_scales_in_any_piece) {
+  const int64_t rows = 1000, cols = 16;
+  for (int want = 0; want < 3; want++) { /* 0: neither, 1: extremes, 2: scales */
+    h_inst in;
+    h_make(&in, "gelu", "64,256", 4, "normal", NULL);
+    qc_tset_free(&in.m.inputs);
+    qc_tensor x;
+    int64_t shape[2] = {rows, cols};
+    cr_assert_eq(qc_tensor_alloc(&x, "x", QC_F32, 2, shape), QC_OK);
+    float *v = x.data;
+    for (int64_t i = 0; i < rows * cols; i++) v[i] = (float)(1 + (i * 7919) % 13) / 8.0f;
+    if (want == 1) {
+      for (int64_t j = 0; j < cols; j++) v[777 * cols + j] = 0; /* a zero row, late */
+      v[5 * cols + 3] = 40.0f; /* a value over 20 RMS (its row no scale apart), early */
+    }
+    if (want == 2)
+      for (int64_t j = 0; j < cols; j++) v[901 * cols + j] *= 1e-3f; /* one row 1000x quieter */
+    cr_assert_eq(qc_tset_add(&in.m.inputs, &x), QC_OK);
+    qc_modinfo mi;
+    cr_assert_eq(qc_modinfo_fill(&mi, &in.m, "dump", "dump", NULL), QC_OK);
+    cr_expect_eq(mi.cover >> QC_COV_EXTREMES & 1, (unsigned)(want == 1), "case %d: extremes %s", want,
+                 mi.cover >> QC_COV_EXTREMES & 1 ? "set" : "not set");
+    cr_expect_eq(mi.cover >> QC_COV_SCALES & 1, (unsigned)(want == 2), "case %d: scales %s", want,
+                 mi.cover >> QC_COV_SCALES & 1 ? "set" : "not set");
+    h_free(&in);
+  }
+}
