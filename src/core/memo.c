@@ -4,7 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "core/par.h"
 
 typedef struct memo_ent {
   const qc_tensor *t;
@@ -28,10 +29,7 @@ uint64_t qc_memo_gen(void) { return g_gen; }
 
 int64_t qc_memo_budget(void) {
   static _Atomic int64_t b; /* found once */
-  if (!b) {
-    const double m = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    b = m > 0 ? (int64_t)(m / 3) : (int64_t)4 << 30;
-  }
+  if (!b) b = qc_host_memory() / 3;
   return b;
 }
 

@@ -23,7 +23,8 @@
 
 #include "core/tensor.h"
 
-/* The most bytes a scope keeps: a third of the physical memory (a MoE
+/* The most bytes a scope keeps: a third of the host memory the process may
+ * assume (core/par.h qc_host_memory; a MoE
  * layer at DeepSeek-V3's real size keeps 45 GB of its experts' quantized
  * weights, each made once for the forward check, the reference and the
  * terms' run; 4 GiB, the fixed budget before, held a fifth of them at 128

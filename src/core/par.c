@@ -31,6 +31,44 @@ int qc_par_threads(void) {
   return n > QC_PAR_MAX ? QC_PAR_MAX : (int)n;
 }
 
+/* The first whole number in file `path` (a cgroup's memory limit), or -1
+ * ("max", absent or unreadable). */
+static double file_number(const char *path) {
+  FILE *f = fopen(path, "r");
+  double v = -1;
+  if (f) {
+    char buf[64] = "";
+    if (fgets(buf, sizeof buf, f)) {
+      char *end;
+      const double x = strtod(buf, &end);
+      if (end != buf && x > 0) v = x;
+    }
+    fclose(f);
+  }
+  return v;
+}
+
+int64_t qc_host_memory(void) {
+  const double env = qc_env_value("QATCHECK_HOST_MEMORY", -1);
+  if (env >= 1) return (int64_t)env;
+  double m = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  static const char *limits[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+  for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+    const double l = file_number(limits[i]);
+    if (l > 0 && (!(m > 0) || l < m)) m = l; /* a container's limit (cgroup v2, v1: "unlimited" is huge) */
+  }
+  static const char *local[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+  for (size_t i = 0; i < sizeof local / sizeof local[0]; i++) {
+    const char *e = getenv(local[i]);
+    const long r = e ? strtol(e, NULL, 10) : 0;
+    if (r > 1) {
+      m /= (double)r; /* the processes of this host share it */
+      break;
+    }
+  }
+  return m >= 1 ? (int64_t)m : (int64_t)1 << 30;
+}
+
 /* ---- the pool ---------------------------------------------------------------
  * A whole-model audit calls qc_par_for thousands of times (66,050 threads
  * started in one Qwen2-MoE audit on 16 threads), each start and join on the

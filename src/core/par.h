@@ -21,6 +21,14 @@ void qc_par_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int6
 #define QC_PAR_MAX 64
 int qc_par_threads(void);
 
+/* The host memory this process may assume, in bytes: QATCHECK_HOST_MEMORY
+ * when set (core/number.c), else the physical memory, capped by the
+ * container's limit (cgroup v2 memory.max, v1 memory.limit_in_bytes) and
+ * shared among this host's ranks of an MPI or Slurm job (their launcher's
+ * local size). What the memo keeps and whether a diagnosis fits are
+ * sized from it. */
+int64_t qc_host_memory(void);
+
 /* OpenBLAS's idle threads spin (sched_yield) for 2^28 clock ticks, about
  * 0.1 s, after each BLAS call before they sleep; the host passes that sit
  * between the audit's GEMMs (qc_par_for above) then share the cores with

@@ -7,9 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "core/number.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "engine/diagnose.h"
 #include "engine/variants.h"
@@ -220,11 +219,10 @@ int qc_gvars_try(grad_variants *s, const qc_tensor *g, qc_dtype held, const qc_t
 
 /* 1 when the diagnosis of failed check k, whose reference r was compared
  * in blocks, fits in half the host memory the audit may assume
- * (QATCHECK_HOST_MEMORY bytes, else the physical memory); 0 with k's
+ * (core/par.h qc_host_memory); 0 with k's
  * diagnosis saying it was not made and where the difference lies. */
 static int diagnosis_fits(const grad_variants *s, const qc_tensor *r, int variant, qc_check *k) {
-  double mem = qc_env_value("QATCHECK_HOST_MEMORY", -1); /* checked before the run (core/number.c) */
-  if (mem < 0) mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  const double mem = (double)qc_host_memory();
   const double need = QC_DIAG_COPIES * 8.0 * (double)qc_numel(r);
   if (need <= 0.5 * mem) return 1;
   char where[256];

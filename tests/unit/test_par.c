@@ -176,3 +176,19 @@ Test(par, workers_start_without_an_old_error) {
   for (int i = 0; i < 4; i++) cr_expect_str_empty(m[i], "piece %d saw '%s'", i, m[i]);
   unsetenv("QATCHECK_THREADS");
 }
+
+/* The host memory a process assumes: QATCHECK_HOST_MEMORY when set, else
+ * the machine's (or its container's) shared among the host's ranks as the
+ * MPI launcher says. */
+Test(par, host_memory_from_env_and_local_ranks) {
+  static const char *vars[] = {"QATCHECK_HOST_MEMORY", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  const int64_t all = qc_host_memory();
+  cr_expect_gt(all, (int64_t)1 << 20, "some memory: %lld", (long long)all);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  const int64_t quarter = qc_host_memory();
+  cr_expect(quarter >= all / 4 - 1 && quarter <= all / 4 + 1, "4 local ranks: %lld of %lld", (long long)quarter, (long long)all);
+  setenv("QATCHECK_HOST_MEMORY", "12345", 1);
+  cr_expect_eq(qc_host_memory(), 12345, "the environment's value stands");
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
