@@ -36,7 +36,14 @@ int cu_dalloc(const cu *c, size_t bytes, const char *what, void **p) {
     if (rc) return rc;
     if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess) return cu_fail(c, "cudaMemGetInfo", e);
   }
-  if (bytes <= fr && (e = cudaMalloc(p, bytes)) != cudaSuccess && e != cudaErrorMemoryAllocation) {
+  if (bytes <= fr && (e = cudaMalloc(p, bytes)) == cudaErrorMemoryAllocation && c->keep_bytes) {
+    (void)cudaGetLastError(); /* free on paper, not in one piece: the kept copies go, and it is tried again */
+    int rc = cu_keep_drop(const_cast<cu *>(c), QC_OK);
+    if (rc) return rc;
+    if ((e = cudaMemGetInfo(&fr, &tot)) != cudaSuccess) return cu_fail(c, "cudaMemGetInfo", e);
+    e = bytes <= fr ? cudaMalloc(p, bytes) : cudaErrorMemoryAllocation;
+  }
+  if (bytes <= fr && e != cudaSuccess && e != cudaErrorMemoryAllocation) {
     *p = NULL;
     return cu_fail(c, what, e); /* not the memory: a device fault, named as it is */
   }

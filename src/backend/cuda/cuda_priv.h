@@ -27,6 +27,7 @@
 #define CU_OZ_PLANS 16 /* the fast reference's int8 GEMM descriptors cached (cu::cu_oz::plans) */
 #define CU_KEEP 1024   /* operands gemm_f64_x keeps on the device at once (cu::keep): a MoE layer's experts, two each
                         * (512 at DeepSeek-V3's 256), and their variants' */
+#define CU_KEEP_SPARE ((size_t)2 << 30) /* device bytes a kept copy always leaves free */
 
 extern "C" {
 #include "backend/backend.h"

@@ -342,12 +342,12 @@ static int keep_get(cu *c, const void *p, size_t bytes, const void **dev) {
     }
     if (!c->keep[i].dev && fresh < 0) fresh = i;
   }
-  if (!c->keep_budget) {
-    size_t fr = 0, tot = 0;
-    CK(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
-    c->keep_budget = fr / 2;
-  }
-  if (fresh < 0 || c->keep_bytes + bytes > c->keep_budget) return QC_OK; /* not kept: staged as the others */
+  size_t fr = 0, tot = 0;
+  CK(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+  if (!c->keep_budget) c->keep_budget = fr / 2;
+  /* not kept, staged as the others: over the budget, or a copy that would leave less than CU_KEEP_SPARE free
+   * for what allocates outside cu_dalloc (cuBLAS, NCCL, a kernel's first load) */
+  if (fresh < 0 || c->keep_bytes + bytes > c->keep_budget || bytes + CU_KEEP_SPARE > fr) return QC_OK;
   {
     void *d = NULL;
     if (cudaMalloc(&d, bytes) != cudaSuccess) { /* a copy is an economy, not a need: without one it is staged */
