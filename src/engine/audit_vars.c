@@ -64,6 +64,32 @@ static void skip_others(const qc_class *c, const char *grad, char *skip, size_t 
   }
 }
 
+/* Variant i's reference run into *got under the variant's roundings,
+ * with qc_ctx.skip and .sink as given (NULL: none). A status. */
+static int run_variant(grad_variants *s, int i, const char *skip, const qc_grad_sink *sink, qc_tset *got) {
+  qc_ctx c;
+  qc_module alt;
+  qc_tensor dv;
+  s->runs++;
+  int rc = qc_variant_apply(&s->list.v[i], s->ctx, s->m, s->dy, &c, &alt, &dv);
+  if (skip) c.skip = skip;
+  c.sink = sink;
+  if (!rc) rc = s->row->reference(&c, &alt, &dv, got);
+  qc_variant_release(&s->list.v[i], s->m, &alt, &dv);
+  return rc;
+}
+
+/* The gradients of got made whole (not `except`, not one handed over in
+ * blocks) moved into s->vars[i] where it has none of that name. A status. */
+static int keep_made(grad_variants *s, int i, qc_tset *got, const char *except) {
+  int rc = QC_OK;
+  for (int j = 0; !rc && j < got->n; j++)
+    if ((!except || strcmp(got->t[j].name, except) != 0) && (got->t[j].data || qc_numel(&got->t[j]) == 0) &&
+        !qc_tset_get(&s->vars[i], got->t[j].name))
+      rc = qc_tset_add(&s->vars[i], &got->t[j]); /* moved */
+  return rc;
+}
+
 /* Variant i's reference gradients into s->vars[i]: `grad` alone (the
  * class's other gradients skipped, where its reference honours qc_ctx.skip),
  * or every one (grad NULL), unless already there. A variant is tried for
@@ -85,17 +111,9 @@ static int variant_ref(grad_variants *s, int i, const char *grad) {
   } else {
     s->done |= 1ull << i;
   }
-  qc_ctx c;
-  qc_module alt;
-  qc_tensor dv;
   qc_tset got = {0};
-  s->runs++;
-  int rc = qc_variant_apply(&s->list.v[i], s->ctx, s->m, s->dy, &c, &alt, &dv);
-  if (grad) c.skip = skip;
-  if (!rc) rc = s->row->reference(&c, &alt, &dv, &got);
-  qc_variant_release(&s->list.v[i], s->m, &alt, &dv);
-  for (int j = 0; !rc && j < got.n; j++)
-    if (!qc_tset_get(&s->vars[i], got.t[j].name)) rc = qc_tset_add(&s->vars[i], &got.t[j]); /* moved */
+  int rc = run_variant(s, i, grad ? skip : NULL, NULL, &got);
+  if (!rc) rc = keep_made(s, i, &got, NULL);
   qc_tset_free(&got);
   return rc;
 }
@@ -136,20 +154,13 @@ static int variant_blocks(grad_variants *s, int i, qc_check *kv, int *whole) {
   const char *grad = s->k->tensor;
   char skip[512];
   qc_streams *st = NULL;
-  qc_ctx c;
-  qc_module alt;
-  qc_tensor dv;
   qc_tset got = {0};
   if (!s->kept && !(s->kept = qc_calloc(QC_VARIANTS_MAX, sizeof *s->kept, "variant checks"))) return QC_ESYS;
   if (s->held == QC_DTYPE_COUNT) s->held = qc_audit_held_of(s->g);
   int rc = qc_streams_open_one(s->cs, s->m, s->g, s->held, &st);
   if (rc) return rc;
   skip_others(s->m->cls, grad, skip, sizeof skip);
-  s->runs++;
-  rc = qc_variant_apply(&s->list.v[i], s->ctx, s->m, s->dy, &c, &alt, &dv);
-  c.skip = skip, c.sink = qc_streams_sink(st);
-  if (!rc) rc = s->row->reference(&c, &alt, &dv, &got);
-  qc_variant_release(&s->list.v[i], s->m, &alt, &dv);
+  rc = run_variant(s, i, skip, qc_streams_sink(st), &got);
   const qc_tensor *r = rc ? NULL : qc_tset_get(&got, grad);
   if (!rc && !r) rc = QC_NA;
   if (!rc && qc_streams_has(st, grad, NULL)) {
@@ -165,20 +176,17 @@ static int variant_blocks(grad_variants *s, int i, qc_check *kv, int *whole) {
     if (!rc && kv->m.ref_nonfinite) rc = qc_audit_ref_not_finite(kv);
     if (!rc) rc = qc_audit_judge(s->m, s->dy, s->t, kv);
     if (!rc) s->judged |= 1ull << i, s->kept[i] = *kv;
-    for (int j = 0; !rc && j < got.n; j++) /* what it made whole beside, as variant_ref keeps it */
-      if (strcmp(got.t[j].name, grad) != 0 && (got.t[j].data || qc_numel(&got.t[j]) == 0) &&
-          !qc_tset_get(&s->vars[i], got.t[j].name))
-        rc = qc_tset_add(&s->vars[i], &got.t[j]); /* moved */
+    if (!rc) rc = keep_made(s, i, &got, grad); /* what it made whole beside, as variant_ref keeps it */
   } else if (!rc) { /* made whole: kept as variant_ref keeps it */
     *whole = 1;
-    for (int j = 0; !rc && j < got.n; j++)
-      if (!qc_tset_get(&s->vars[i], got.t[j].name)) rc = qc_tset_add(&s->vars[i], &got.t[j]); /* moved */
+    rc = keep_made(s, i, &got, NULL);
   }
   if (rc != QC_ESYS && !*whole) s->kept_rc[i] = rc, s->has_kept |= 1ull << i;
   qc_tset_free(&got);
   qc_streams_free(st);
   return rc;
 }
+
 /* The candidate's gradient judged against variant i's reference
  * (qc_variant_judge_fn). */
 static int grad_variant(void *arg, int i, const qc_variant *v, qc_check *kv) {
