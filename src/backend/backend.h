@@ -18,6 +18,8 @@ typedef enum { QC_OP_N = 0, QC_OP_T = 1 } qc_op;
 struct qc_linear_audit;
 struct qc_linear_audit_out;
 struct qc_att_rows;
+struct qc_norm_rows;
+struct qc_pw;
 
 /* One operand of gemm_f64_x: a row-major host matrix at p of dt (float64,
  * float32, float16 or bfloat16), leading dimension ld, read as its exact
@@ -110,6 +112,13 @@ typedef struct qc_backend {
    * queued on the stream; NULL, or not QC_OK for op QC_ATT_PROBE (switched
    * off; no error set), where the reference runs them on the host. */
   int (*att_rows)(const struct qc_backend *be, const struct qc_att_rows *j);
+  /* The RMSNorm / LayerNorm reference's two passes on buffers (qc_norm_rows
+   * below), queued on the stream; NULL, or not QC_OK for op QC_NORM_PROBE
+   * (switched off; no error set), where the reference runs them on the host. */
+  int (*norm_rows)(const struct qc_backend *be, const struct qc_norm_rows *j);
+  /* The elementwise classes' references on buffers (qc_pw below), queued
+   * on the stream; NULL, or not QC_OK for op QC_PW_PROBE, as norm_rows. */
+  int (*pointwise)(const struct qc_backend *be, const struct qc_pw *j);
   /* gemm_f64 on operands as they are stored (qc_gemm_x): C[m,n] = op(A')
    * op(B') in float64, A' and B' the operands' values read as above; every
    * backend has it. A device backend uploads an operand in its own dtype
@@ -157,6 +166,42 @@ typedef struct qc_att_rows {
   const double *src;
   int64_t n;
 } qc_att_rows;
+
+/* One pass of the norm reference (reference/rmsnorm.c, whose host loops are
+ * the definition) over X, G [rows, n] and W [n] (the scale the forward
+ * applies), float64 buffers; c = x - mu (mu the row's mean when centered,
+ * else 0), s = sqrt(mean c^2 + eps):
+ *   QC_NORM_ROWS  each row's mu[r], s[r] and its d_x row into dx [rows, n]
+ *   QC_NORM_COLS  dw[i] = sum_r G c / s and, when db is not NULL, db[i] =
+ *                 sum_r G, each summed over the rows in row order */
+enum { QC_NORM_PROBE, QC_NORM_ROWS, QC_NORM_COLS };
+typedef struct qc_norm_rows {
+  int op;
+  int64_t rows, n;
+  int centered;
+  double eps;
+  const double *X, *G, *W;
+  double *mu, *s, *dx, *dw, *db;
+} qc_norm_rows;
+
+/* One elementwise reference over n elements of float64 buffers (the host
+ * functions of reference/gelu.c and swiglu.c are the definition);
+ * mode 0: the float64 VJP, 1: the terms' scale, 2 and 3: the class's bf16
+ * rounding variants:
+ *   QC_PW_GELU    dx = dy gelu'(x), form 1 tanh, 0 erf; mode 2 the derivative
+ *                 in bf16 arithmetic (gelu_tanh_bf16 / gelu_erf_bf16), dx =
+ *                 b(dy d)
+ *   QC_PW_SWIGLU  dx (d_gate), du (d_up) from x (gate), u (up), dy; the
+ *                 clamp at limit (0: none; pass: at_limit pass); modes 2
+ *                 and 3 round_ops 1 and 2 */
+enum { QC_PW_PROBE, QC_PW_GELU, QC_PW_SWIGLU };
+typedef struct qc_pw {
+  int op, mode, form, pass;
+  int64_t n;
+  double limit;
+  const double *x, *u, *dy;
+  double *dx, *du;
+} qc_pw;
 
 /* Bytes of a collectives id (NCCL_UNIQUE_ID_BYTES). */
 #define QC_COLL_ID_BYTES 128

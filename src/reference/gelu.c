@@ -90,8 +90,8 @@ static double gelu_grad_bf16(double x, int variant) { return variant & 1 ? gelu_
  * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
 static int ref_gelu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   if (ctx && ctx->round_ops && !ctx->terms)
-    return qc_refu_pointwise(ctx, m, dy, grads, gelu_grad_bf16, QC_REFU_BF16 | gelu_tanh(m));
-  return qc_refu_pointwise(ctx, m, dy, grads, gelu_grad, gelu_tanh(m));
+    return qc_refu_pointwise_dev(ctx, m, dy, grads, gelu_grad_bf16, QC_REFU_BF16 | gelu_tanh(m), QC_PW_GELU);
+  return qc_refu_pointwise_dev(ctx, m, dy, grads, gelu_grad, gelu_tanh(m), QC_PW_GELU);
 }
 
 /* The forward y = gelu(x) in float64 (a qc_fwd_ref_fn), or under the

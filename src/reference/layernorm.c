@@ -7,8 +7,7 @@
 /* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
  * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
 static int ref_layernorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
-  return qc_ref_norm(m, dy, grads, 1);
+  return qc_ref_norm(ctx, m, dy, grads, 1);
 }
 
 /* The class's reference, its one export (src/classes/registry.c pairs it

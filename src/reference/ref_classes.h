@@ -17,7 +17,14 @@
 #define QC_REFERENCE_DECLARE(n) extern const qc_reference qc_reference_##n;
 
 /* The RMSNorm (centered = 0) and LayerNorm (centered = 1) reference
- * together (reference/rmsnorm.c). */
-int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered);
+ * together (reference/rmsnorm.c), on ctx's backend's device where it can. */
+int qc_ref_norm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered);
+/* Its two passes on be's device (reference/norm_dev.c): x [rows, n] and
+ * dy as stored, W [n] the scale the forward applies; d_x [rows, n] (need
+ * not be zeroed), d_weight [n] and d_bias [n] (or NULL) into the host's
+ * arrays. QC_OK; QC_NA (no error set) where the device path is not taken:
+ * the caller runs the host loops; or an error. */
+int qc_ref_norm_dev(const struct qc_backend *be, const qc_tensor *xt, const qc_tensor *dy, const double *W, int centered,
+                    double eps, double *dx, double *dw, double *db);
 
 #endif

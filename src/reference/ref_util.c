@@ -12,6 +12,7 @@
 #include "core/qc.h"
 #include "numerics/decode.h"
 #include "numerics/formats.h"
+#include "reference/ref_dev.h"
 
 double *qc_refu_load(const qc_tensor *t, const char *what) {
   double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);
@@ -69,24 +70,48 @@ int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_
   return rc;
 }
 
+typedef struct pw_job {
+  const double *X, *G;
+  double *dx;
+  double (*grad)(double x, int variant);
+  int variant, ab;
+} pw_job;
+
+/* Elements [lo, hi) of qc_refu_pointwise (each alone: any thread count
+ * gives the same values). */
+static void pw_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const pw_job *j = ctx;
+  for (int64_t i = lo; i < hi; i++) {
+    double d = j->ab ? fabs(j->G[i]) * j->grad(j->X[i], j->variant | QC_REFU_TERMS) : j->G[i] * j->grad(j->X[i], j->variant);
+    if (!j->ab && (j->variant & QC_REFU_BF16)) d = qc_round_bf16((float)d);
+    j->dx[i] = d;
+  }
+}
+
 int qc_refu_pointwise(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads,
                       double (*grad)(double x, int variant), int variant) {
+  return qc_refu_pointwise_dev(ctx, m, dy, grads, grad, variant, QC_PW_PROBE);
+}
+
+int qc_refu_pointwise_dev(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads,
+                          double (*grad)(double x, int variant), int variant, int pw_op) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *xt;
   double *dx;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
   if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
+  if ((rc = qc_refu_out_z(grads, "d_x", xt->ndim, xt->shape, 0, &dx))) return rc;
+  const qc_pw pj = {.op = pw_op, .mode = ab ? 1 : (variant & QC_REFU_BF16) ? 2 : 0, .form = variant & 0xff};
+  if (pw_op != QC_PW_PROBE && (rc = qc_ref_pw_dev(ctx ? ctx->be : NULL, pj, xt, NULL, dy, dx, NULL)) != QC_NA) return rc;
   double *X = qc_refu_load(xt, "reference x"), *G = qc_refu_load(dy, "reference dY");
   rc = QC_ESYS;
-  if (!X || !G) goto done;
-  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
-  for (int64_t i = 0; i < qc_numel(xt); i++) {
-    dx[i] = ab ? fabs(G[i]) * grad(X[i], variant | QC_REFU_TERMS) : G[i] * grad(X[i], variant);
-    if (!ab && (variant & QC_REFU_BF16)) dx[i] = qc_round_bf16((float)dx[i]);
+  if (X && G) {
+    pw_job j = {X, G, dx, grad, variant, ab};
+    qc_par_for(qc_numel(xt), (int64_t)1 << 14, pw_piece, &j);
+    rc = QC_OK;
   }
-  rc = QC_OK;
-done:
   free(X); free(G);
   return rc;
 }

@@ -51,6 +51,12 @@ int qc_refu_ids(const qc_module *m, const qc_tensor *t, const char *what, int64_
  * rounding to bf16: grad then returns its own rounded derivative. */
 #define QC_REFU_TERMS 0x100
 #define QC_REFU_BF16 0x200
+/* grad runs on qc_par_for's threads (it must be a pure function). */
 int qc_refu_pointwise(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads,
                       double (*grad)(double x, int variant), int variant);
+/* The same on ctx's device where its backend has pw_op's pass (backend.h
+ * qc_pw: QC_PW_GELU; variant's low byte its form;
+ * reference/pointwise_dev.c), else as qc_refu_pointwise. */
+int qc_refu_pointwise_dev(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads,
+                          double (*grad)(double x, int variant), int variant, int pw_op);
 #endif

@@ -80,8 +80,9 @@ static void norm_cols_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
 }
 
 /* The shared reference (centered = 1: LayerNorm): the rows' d_x, then the
- * features' sums over the rows, each pass on qc_par_for's threads. */
-int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered) {
+ * features' sums over the rows, each pass on ctx's device where its backend
+ * has them (reference/norm_dev.c), else on qc_par_for's threads. */
+int qc_ref_norm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads, int centered) {
   const qc_tensor *xt, *wt, *bt = NULL;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 1, QC_MAXDIM, &xt))) return rc;
@@ -93,16 +94,26 @@ int qc_ref_norm(const qc_module *m, const qc_tensor *dy, qc_tset *grads, int cen
   if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
   const double eps = qc_contract_num(&m->contract, "eps", centered ? 1e-5 : 1e-6);
   if (!(eps >= 0)) return qc_err("%s: contract key 'eps' = %g: expected >= 0", m->path, eps);
-  double *X = qc_refu_load(xt, "reference norm x"), *W = qc_refu_load(wt, "reference norm weight");
-  double *G = qc_refu_load(dy, "reference norm dY"), *st = qc_malloc((size_t)(2 * rows + 1) * sizeof *st, "reference norm rows");
-  norm_job j = {.X = X, .G = G, .W = W, .n = n, .centered = centered, .eps = eps, .mu = st, .s = st ? st + rows : NULL};
+  double *X = NULL, *G = NULL, *st = NULL, *W = qc_refu_load(wt, "reference norm weight");
+  norm_job j = {.n = n, .centered = centered, .eps = eps};
   rc = QC_ESYS;
-  if (!X || !W || !G || !st) goto done;
+  if (!W) goto done;
   if (!centered && strcmp(qc_contract_str(&m->contract, "zero_centered", "false"), "true") == 0)
     for (int64_t i = 0; i < n; i++) W[i] = 1.0 + W[i]; /* the scale the forward applies */
-  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &j.dx))) goto done;
+  if ((rc = qc_refu_out_z(grads, "d_x", xt->ndim, xt->shape, 0, &j.dx))) goto done;
   if ((rc = qc_refu_out(grads, "d_weight", 1, &n, &j.dw))) goto done;
   if (bt && (rc = qc_refu_out(grads, "d_bias", 1, &n, &j.db))) goto done;
+  if ((rc = qc_ref_norm_dev(ctx ? ctx->be : NULL, xt, dy, W, centered, eps, j.dx, j.dw, j.db)) != QC_NA) goto done;
+  X = qc_refu_load(xt, "reference norm x");
+  G = qc_refu_load(dy, "reference norm dY");
+  st = qc_malloc((size_t)(2 * rows + 1) * sizeof *st, "reference norm rows");
+  rc = QC_ESYS;
+  if (!X || !G || !st) goto done;
+  j.X = X;
+  j.G = G;
+  j.W = W;
+  j.mu = st;
+  j.s = st + rows;
   qc_par_for(rows, qc_refu_row_grain(n), norm_rows, &j);
   norm_cols c = {&j, rows};
   qc_par_for(n, 64, norm_cols_piece, &c);
@@ -115,8 +126,7 @@ done:
 /* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
  * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
 static int ref_rmsnorm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
-  (void)ctx;
-  return qc_ref_norm(m, dy, grads, 0);
+  return qc_ref_norm(ctx, m, dy, grads, 0);
 }
 
 /* The class's reference, its one export (src/classes/registry.c pairs it

@@ -29,6 +29,8 @@
 #include "reference/ref_classes.h"
 #include "core/qc.h"
 #include "numerics/formats.h"
+#include "core/par.h"
+#include "reference/ref_dev.h"
 #include "reference/ref_util.h"
 
 static double sigma(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
@@ -67,8 +69,29 @@ static void swiglu_clamp(double L, int pass, double *z, double *w, double *da, d
   }
 }
 
-/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
- * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+typedef struct swiglu_job {
+  const double *G, *U, *D;
+  double *dg, *du;
+  double L;
+  int pass, ab, rnd;
+} swiglu_job;
+
+/* Elements [lo, hi) of the VJP (each alone: any thread count gives the
+ * same values). */
+static void swiglu_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const swiglu_job *j = ctx;
+  for (int64_t i = lo; i < hi; i++) {
+    double z = j->G[i], w = j->U[i], da, db;
+    swiglu_clamp(j->L, j->pass, &z, &w, &da, &db);
+    swiglu_elem(j->ab, j->rnd, z, w, j->D[i], da, db, &j->dg[i], &j->du[i]);
+  }
+}
+
+/* The float64 VJP from the math above (a qc_vjp_fn), on ctx's device where
+ * its backend has the pass (reference/pointwise_dev.c), else on
+ * qc_par_for's threads: every gradient the contract makes differentiable
+ * into grads; QC_EINPUT naming what is wrong with bad input. */
 static int ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *gt, *ut;
@@ -80,20 +103,21 @@ static int ref_swiglu(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   const double L = qc_contract_num(&m->contract, "limit", 0);
   const int pass = strcmp(qc_contract_str(&m->contract, "at_limit", "pass"), "pass") == 0;
   if (!(L >= 0)) return qc_err("%s: contract key 'limit' = %g: expected >= 0", m->path, L);
-  double *G = qc_refu_load(gt, "reference gate"), *U = qc_refu_load(ut, "reference up");
-  double *D = qc_refu_load(dy, "reference swiglu dY"), *dg, *du;
-  rc = QC_ESYS;
-  if (!G || !U || !D) goto done;
-  if ((rc = qc_refu_out(grads, "d_gate", gt->ndim, gt->shape, &dg))) goto done;
-  if ((rc = qc_refu_out(grads, "d_up", ut->ndim, ut->shape, &du))) goto done;
+  double *G = NULL, *U = NULL, *D = NULL, *dg, *du;
+  if ((rc = qc_refu_out_z(grads, "d_gate", gt->ndim, gt->shape, 0, &dg))) return rc;
+  if ((rc = qc_refu_out_z(grads, "d_up", ut->ndim, ut->shape, 0, &du))) return rc;
   const int rnd = ctx && !ab ? ctx->round_ops : 0;
-  for (int64_t i = 0; i < qc_numel(gt); i++) {
-    double z = G[i], w = U[i], da, db;
-    swiglu_clamp(L, pass, &z, &w, &da, &db);
-    swiglu_elem(ab, rnd, z, w, D[i], da, db, &dg[i], &du[i]);
+  const qc_pw pj = {.op = QC_PW_SWIGLU, .mode = ab ? 1 : rnd ? rnd + 1 : 0, .limit = L, .pass = pass};
+  if ((rc = qc_ref_pw_dev(ctx ? ctx->be : NULL, pj, gt, ut, dy, dg, du)) != QC_NA) return rc;
+  G = qc_refu_load(gt, "reference gate");
+  U = qc_refu_load(ut, "reference up");
+  D = qc_refu_load(dy, "reference swiglu dY");
+  rc = QC_ESYS;
+  if (G && U && D) {
+    swiglu_job j = {G, U, D, dg, du, L, pass, ab, rnd};
+    qc_par_for(qc_numel(gt), (int64_t)1 << 14, swiglu_piece, &j);
+    rc = QC_OK;
   }
-  rc = QC_OK;
-done:
   free(G); free(U); free(D);
   return rc;
 }
