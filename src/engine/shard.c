@@ -135,7 +135,7 @@ static int diagnose_check(qc_audit *a, const qc_registry_row *row, qc_module *w,
   qc_err_save(&es);
   if (d < 0 && !c->have_partial) { /* the reference on this rank's pieces alone: its partial gradient */
     c->have_partial = 1;
-    (void)row->reference(a->ctx, mr, &mr->grad_out.t[j], &c->partial); /* not every class has one */
+    if (row->reference(a->ctx, mr, &mr->grad_out.t[j], &c->partial)) qc_tset_free(&c->partial); /* not every class has one */
   }
   if (d >= 0 && !c->have_own) { /* what this rank computes from its own pieces: a share not reduced */
     c->have_own = 1;

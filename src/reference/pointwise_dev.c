@@ -3,8 +3,10 @@
  * (be->pointwise, backend/cuda/pointwise.cu). The inputs go up as they are
  * stored and are widened there; the gradients come down in float64. Not
  * taken (QC_NA: the host loop runs) where the backend has no such pass or
- * host memory, where the probe says no (QC_CUDA_PW_HOST=1), or where the
- * buffers would not fit in 90% of the device's free memory. */
+ * host memory, where the probe says no (QC_CUDA_PW_HOST=1), for inputs
+ * stored in another type than a float, or where the buffers would not fit
+ * in 90% of the device's free memory or could not be allocated after
+ * all. */
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -29,8 +31,10 @@ int qc_ref_pw_dev(const qc_backend *be, qc_pw j, const qc_tensor *x, const qc_te
   const int64_t n = qc_numel(x);
   const size_t ob = (size_t)n * sizeof(double);
   const double bytes = qc_rdev_bytes(x) + qc_rdev_bytes(dy) + (u ? qc_rdev_bytes(u) + (double)ob : 0.0) + (double)ob;
-  if (n <= 0 || !qc_rdev_usable(be, probe(be), bytes)) return QC_NA;
-  qc_rdev d = {.be = be};
+  if (n <= 0 || !qc_rdev_float(x) || !qc_rdev_float(dy) || (u && !qc_rdev_float(u)) || !qc_rdev_usable(be, probe(be), bytes))
+    return QC_NA;
+  qc_rdev d;
+  qc_rdev_begin(&d, be);
   double *X, *U = NULL, *G, *DX, *DU = NULL;
   int rc;
   if ((rc = qc_rdev_put(&d, x, "reference x", &X)) || (u && (rc = qc_rdev_put(&d, u, "reference up", &U))) ||

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
+#include "core/qc.h"
 #include "core/tensor.h"
 
 #define QC_RDEV_BUFS 16
@@ -16,7 +17,15 @@ typedef struct qc_rdev {
   const qc_backend *be;
   void *p[QC_RDEV_BUFS];
   int n;
+  int short_of_memory;  /* a buffer could not be allocated */
+  qc_err_state es;      /* the error state at qc_rdev_begin */
 } qc_rdev;
+
+/* Start d on be, saving the error state for qc_rdev_finish. */
+void qc_rdev_begin(qc_rdev *d, const qc_backend *be);
+/* 1 when t's values go up as stored (float64, float32, float16, bfloat16):
+ * the device paths take no other dtype (the host loops read them). */
+int qc_rdev_float(const qc_tensor *t);
 
 /* 1 when be has device buffers (not host memory), its widening, a sync,
  * and `bytes` fit in 90% of its free memory; probe_ok: the pass's own
@@ -26,12 +35,13 @@ int qc_rdev_usable(const qc_backend *be, int probe_ok, double bytes);
 /* A device buffer of `bytes` in d, freed by qc_rdev_finish. */
 int qc_rdev_alloc(qc_rdev *d, size_t bytes, const char *what, void **out);
 /* A device float64 copy of t's values [numel] in d: uploaded as stored
- * and widened on the device for float64, float32, float16 and bfloat16,
- * else read on the host and uploaded in float64. */
+ * and widened on the device (qc_rdev_float's dtypes only). */
 int qc_rdev_put(qc_rdev *d, const qc_tensor *t, const char *what, double **out);
 /* Wait for d's queued work (when rc is set the wait's own error is not
  * kept: rc's message stays the one), free d's buffers; returns rc, or the
- * wait's status when rc is QC_OK. */
+ * wait's status when rc is QC_OK; QC_NA, the error state as it was at
+ * qc_rdev_begin, when a buffer could not be allocated (the device was
+ * shorter of memory than its free memory said: the host loops run). */
 int qc_rdev_finish(qc_rdev *d, int rc);
 /* The device buffers of a tensor qc_rdev_put uploads: its float64 copy and
  * its stored bytes (for the fit). */

@@ -67,6 +67,15 @@ Test(gpu_norm, device_passes_match_host, .timeout = 120) {
       qc_tset h = {0}, g = {0};
       cr_assert_eq(row->reference(&hc, &m, &dy, &h), QC_OK, "%s", qc_err_msg());
       cr_assert_eq(row->reference(&dc, &m, &dy, &g), QC_OK, "%s", qc_err_msg());
+      { /* the device path itself is taken on this instance (not host against host) */
+        const qc_tensor *x = qc_tset_get(&m.inputs, "x");
+        const int64_t n = x->shape[x->ndim - 1], rows = qc_numel(x) / n;
+        double *W = calloc((size_t)n, 8), *dx = malloc((size_t)(rows * n + 1) * 8), *dw = calloc((size_t)n, 8);
+        for (int64_t i = 0; i < n; i++) W[i] = 1.0;
+        cr_assert_eq(qc_ref_norm_dev(be, x, &dy, W, 0, 1e-6, dx, dw, NULL), QC_OK, "config %zu: the device path was not taken: %s", c,
+                     qc_err_msg());
+        free(W); free(dx); free(dw);
+      }
       cr_assert_eq(h.n, g.n, "config %zu: %d host gradients, %d device", c, h.n, g.n);
       cr_assert(h.n >= 2, "config %zu: d_x and d_weight", c);
       for (int t = 0; t < h.n; t++) {

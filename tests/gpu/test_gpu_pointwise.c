@@ -7,7 +7,8 @@
  * arithmetic, swiglu's round_ops 1 and 2) equal but for elements on a bf16
  * rounding boundary: at most 1 in 10^4, each one bf16 step apart. Inputs
  * stored in float32 and bfloat16; "special" values too (zeros, large
- * magnitudes, values at the clamp). QC_CUDA_PW_HOST=1 turns the device
+ * magnitudes, values at the clamp, its derivative there passed and
+ * blocked). QC_CUDA_PW_HOST=1 turns the device
  * path down. */
 #include "gpu_common.h"
 #include "engine/fd.h"
@@ -27,7 +28,10 @@ static int64_t pw_diffs(const double *a, const double *b, int64_t n, double *wor
   int64_t k = 0;
   *worst = 0;
   for (int64_t i = 0; i < n; i++)
-    if (a[i] != b[i]) {
+    if (isnan(a[i]) != isnan(b[i])) {
+      k++;
+      *worst = INFINITY;
+    } else if (a[i] != b[i]) {
       k++;
       const double r = fabs(a[i] - b[i]) / (fabs(b[i]) > 0 ? fabs(b[i]) : 1e-300);
       if (r > *worst) *worst = r;
@@ -41,7 +45,8 @@ Test(gpu_pointwise, device_elements_match_host, .timeout = 120) {
       {"gelu", NULL, NULL, "normal", 512, 1000},        {"gelu", "approximate", "tanh", "normal", 512, 1000},
       {"gelu", "approximate", "tanh", "special", 64, 300}, {"gelu", NULL, NULL, "special", 64, 300},
       {"gelu", NULL, NULL, "normal", 256, 777},         {"swiglu", NULL, NULL, "normal", 512, 1000},
-      {"swiglu", "limit", "7", "normal", 512, 1000},     {"swiglu", "limit", "7", "special", 64, 300}};
+      {"swiglu", "limit", "7", "normal", 512, 1000},     {"swiglu", "limit", "7", "special", 64, 300},
+      {"swiglu", "at_limit", "block", "special", 64, 300}};
   const int variants[][2] = {{0, 0}, {0, 1}, {1, 0}, {2, 0}}; /* {round_ops, terms} */
   for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
     const qc_registry_row *row = qc_registry_find(cfg[c].cls);
@@ -56,6 +61,7 @@ Test(gpu_pointwise, device_elements_match_host, .timeout = 120) {
       char *end;
       const double v = strtod(cfg[c].val, &end);
       cr_assert_eq(qc_contract_set(&k, cfg[c].key, *end == 0 ? NULL : cfg[c].val, v, *end == 0), QC_OK);
+      if (strcmp(cfg[c].key, "at_limit") == 0) cr_assert_eq(qc_contract_set(&k, "limit", NULL, 7, 1), QC_OK); /* the clamp it applies to */
     }
     qc_module m = {0};
     qc_err_clear();
@@ -76,6 +82,15 @@ Test(gpu_pointwise, device_elements_match_host, .timeout = 120) {
       qc_tset h = {0}, d = {0};
       cr_assert_eq(row->reference(&hc, &m, &dy, &h), QC_OK, "%s", qc_err_msg());
       cr_assert_eq(row->reference(&dc, &m, &dy, &d), QC_OK, "%s", qc_err_msg());
+      if (v == 0) { /* the device path itself is taken on this instance (not host against host) */
+        const int sw = strcmp(cfg[c].cls, "swiglu") == 0;
+        const qc_tensor *x = qc_tset_get(&m.inputs, sw ? "gate" : "x"), *u = sw ? qc_tset_get(&m.inputs, "up") : NULL;
+        double *o1 = malloc((size_t)(qc_numel(x) + 1) * 8), *o2 = malloc((size_t)(qc_numel(x) + 1) * 8);
+        const qc_pw j = {.op = sw ? QC_PW_SWIGLU : QC_PW_GELU};
+        cr_assert_eq(qc_ref_pw_dev(be, j, x, u, &dy, o1, sw ? o2 : NULL), QC_OK, "config %zu: the device path was not taken: %s", c,
+                     qc_err_msg());
+        free(o1); free(o2);
+      }
       cr_assert_eq(h.n, d.n);
       const int rounded = variants[v][0] && !variants[v][1];
       for (int t = 0; t < h.n; t++) {
