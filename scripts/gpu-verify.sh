@@ -25,6 +25,10 @@
 #                  and decode) and bench/gpu_linear.sh --reference fast
 #                  (times, errors against DGEMM for 3 and 4 slices, the
 #                  audit under auto against float64)
+#   gpu_classes    bench/gpu_classes.sh --check: the norms' and the
+#                  elementwise classes' references on the device against
+#                  their host loops at a real model's size (host / device
+#                  against bench/baseline.json; exit 1 on a regression)
 #   dump_e2e       bench/gpu_dump_e2e.sh: the end-to-end dump run
 #   fsdp_real      tests/e2e/fsdp_real.sh: the fsdp_flat layout against real
 #                  FSDP1 bytes (this machine's torch runs FSDP1 on the CPU;
@@ -70,7 +74,7 @@
 # QC_UNPACKED=1: the bundle is already unpacked in /tmp/qc (parallel runs).
 set -u
 OUT=$1; shift
-CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard ozaki dump_e2e st_bench proxy gpu_mpi fsdp_real cuda_graph hf_models}
+CHECKS=${*:-test_gpu gpu_vjp gpu_contract calib quant_torch linear_bench bench_guard ozaki gpu_classes dump_e2e st_bench proxy gpu_mpi fsdp_real cuda_graph hf_models}
 Q=/tmp/qc
 mkdir -p "$Q" "$OUT"
 [ "${QC_UNPACKED:-0}" = 1 ] || tar -C "$Q" -xJf .gpu/bundle.tar.xz || { echo "gpu-verify: no .gpu/bundle.tar.xz (scripts/gpu-pack.sh)"; exit 2; }
@@ -137,6 +141,7 @@ for c in $CHECKS; do
         [ $rc = 1 ] && echo "bench_guard: the planted 10% slowdown fails the check (exit 1)" && exit 0
         echo "bench_guard: the planted 10% slowdown gave exit $rc, expected 1"; exit 1' "$Q" ;;
     ozaki) run ozaki sh -c '"$0/test_gpu" --filter "gpu_ozaki/*" --verbose && sh bench/gpu_linear.sh --check --no-peer --reference fast "$0"' "$Q" ;;
+    gpu_classes) run gpu_classes sh bench/gpu_classes.sh --check "$QATCHECK" ;;
     dump_e2e) run dump_e2e sh bench/gpu_dump_e2e.sh "$QATCHECK" ;;
     fsdp_real) run fsdp_real sh tests/e2e/fsdp_real.sh ;;
     cuda_graph) run cuda_graph sh tests/e2e/cuda_graph.sh ;;
