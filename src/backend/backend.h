@@ -20,6 +20,7 @@ struct qc_linear_audit_out;
 struct qc_att_rows;
 struct qc_norm_rows;
 struct qc_pw;
+struct qc_lp_rows;
 
 /* One operand of gemm_f64_x: a row-major host matrix at p of dt (float64,
  * float32, float16 or bfloat16), leading dimension ld, read as its exact
@@ -119,6 +120,9 @@ typedef struct qc_backend {
   /* The elementwise classes' references on buffers (qc_pw below), queued
    * on the stream; NULL, or not QC_OK for op QC_PW_PROBE, as norm_rows. */
   int (*pointwise)(const struct qc_backend *be, const struct qc_pw *j);
+  /* The logprob reference's rows on buffers (qc_lp_rows below), queued on
+   * the stream; NULL, or not QC_OK for op QC_LP_PROBE, as norm_rows. */
+  int (*lp_rows)(const struct qc_backend *be, const struct qc_lp_rows *j);
   /* gemm_f64 on operands as they are stored (qc_gemm_x): C[m,n] = op(A')
    * op(B') in float64, A' and B' the operands' values read as above; every
    * backend has it. A device backend uploads an operand in its own dtype
@@ -202,6 +206,22 @@ typedef struct qc_pw {
   const double *x, *u, *dy;
   double *dx, *du;
 } qc_pw;
+
+/* The logprob reference's rows (reference/logprob.c's lp_row_piece is the
+ * definition) over Z [rows, V] float64 logits: a row with gw[r] = 0 (not
+ * counted, or a zero dY) and id[r] < 0 stays 0; else its log-sum-exp of
+ * Z / T folded over K equal vocab shards, each shard's (max, sum) first,
+ * and dl[r, v] = gw (1[v = id] - exp(z_v / T - lse)) / T, or with ab the
+ * terms' scale |gw| (1[v = id] + p_v (1 + |z_v / T| + |lse|)) / T. */
+enum { QC_LP_PROBE, QC_LP_ROWS };
+typedef struct qc_lp_rows {
+  int op, ab;
+  int64_t rows, V, K;
+  double T;
+  const double *Z, *gw;
+  const int64_t *id;
+  double *dl;
+} qc_lp_rows;
 
 /* Bytes of a collectives id (NCCL_UNIQUE_ID_BYTES). */
 #define QC_COLL_ID_BYTES 128

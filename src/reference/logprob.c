@@ -78,8 +78,10 @@ static void lp_row_piece(void *ctx, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-/* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
- * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
+/* The float64 VJP from the math above (a qc_vjp_fn), its rows on ctx's
+ * device where its backend has them (reference/logprob_dev.c), else on
+ * qc_par_for's threads: every gradient the contract makes differentiable
+ * into grads; QC_EINPUT naming what is wrong with bad input. */
 static int ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_tset *grads) {
   const int ab = ctx && ctx->terms;
   const qc_tensor *lt, *it, *mt;
@@ -99,7 +101,7 @@ static int ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *d
   double *Z = NULL, *G = NULL, *mask = NULL, *w = NULL, *dl;
   if ((rc = qc_refu_ids(m, it, "saved/token_ids", &id))) return rc;
   rc = QC_ESYS;
-  if (!(Z = qc_refu_load(lt, "reference logits")) || !(G = qc_refu_load(dy, "reference logprob dY"))) goto done;
+  if (!(G = qc_refu_load(dy, "reference logprob dY"))) goto done;
   if (!(w = qc_malloc((size_t)(B * S) * sizeof *w, "reference weights"))) goto done;
   if (!(mask = mt ? qc_refu_load(mt, "reference mask") : qc_malloc((size_t)(B * S) * sizeof *mask, "reference mask"))) goto done;
   if (!mt)
@@ -111,6 +113,14 @@ static int ref_logprob(const qc_ctx *ctx, const qc_module *m, const qc_tensor *d
       rc = qc_err("%s: 'saved/token_ids'[%lld] = %lld is outside the vocab 0..%lld at a counted position", m->path, (long long)i, (long long)id[i], (long long)(V - 1));
       goto done;
     }
+  for (int64_t i = 0; i < B * S; i++) { /* the device's rows: dY times the weight, and -1 for a row not counted */
+    w[i] *= G[i];
+    if (mask[i] == 0) id[i] = -1;
+  }
+  if ((rc = qc_ref_lp_dev(ctx ? ctx->be : NULL, lt, w, id, K, T, ab, dl)) != QC_NA) goto done;
+  rc = QC_ESYS;
+  if (!(Z = qc_refu_load(lt, "reference logits"))) goto done;
+  for (int64_t i = 0; i < B * S; i++) G[i] = 1; /* w holds dY times the weight now */
   lp_rows r = {.Z = Z, .G = G, .w = w, .mask = mask, .id = id, .dl = dl, .V = V, .K = K, .P = P, .T = T, .ab = ab};
   qc_par_for(B * S, 1, lp_row_piece, &r);
   rc = QC_OK;

@@ -12,6 +12,7 @@
  *   attrows.cu   the attention reference's row passes (softmax rows, their sums)
  *   normrows.cu  the RMSNorm / LayerNorm reference's row and column passes
  *   pointwise.cu the elementwise classes' references (gelu, swiglu)
+ *   lprows.cu    the logprob reference's rows (softmax over the vocab)
  *   coll.cu      collectives across processes (NCCL, when built with it)
  *   bench.cu     timing and conformance hooks for bench/ (cuda.h)
  *   stamp.cu     the ABI stamp open.c checks before it calls anything here */
@@ -58,8 +59,9 @@ extern "C" {
  *   CU_SW_PAGEABLE   QC_CUDA_PAGEABLE: host copies straight from pageable memory, no pinned chunks
  *   CU_SW_ATT_HOST   QC_CUDA_ATT_HOST: the attention reference's rows on the host, its GEMMs staged (attrows.cu)
  *   CU_SW_NORM_HOST  QC_CUDA_NORM_HOST: the norm reference's passes on the host (normrows.cu)
- *   CU_SW_PW_HOST    QC_CUDA_PW_HOST: the elementwise classes' references on the host (pointwise.cu) */
-enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SW_PAGEABLE, CU_SW_ATT_HOST, CU_SW_NORM_HOST, CU_SW_PW_HOST, CU_SWITCHES };
+ *   CU_SW_PW_HOST    QC_CUDA_PW_HOST: the elementwise classes' references on the host (pointwise.cu)
+ *   CU_SW_LP_HOST    QC_CUDA_LP_HOST: the logprob reference's rows on the host (lprows.cu) */
+enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SW_PAGEABLE, CU_SW_ATT_HOST, CU_SW_NORM_HOST, CU_SW_PW_HOST, CU_SW_LP_HOST, CU_SWITCHES };
 
 typedef struct cu {
   qc_backend be;
@@ -252,6 +254,7 @@ int cu_mem_free(const qc_backend *be, size_t *bytes);
 int cu_att_rows(const qc_backend *be, const qc_att_rows *j);
 int cu_norm_rows(const qc_backend *be, const qc_norm_rows *j);
 int cu_pointwise(const qc_backend *be, const qc_pw *j);
+int cu_lp_rows(const qc_backend *be, const qc_lp_rows *j);
 int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_audit_out *o);
 int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p);
 void cu_buf_free(const qc_backend *be, void *p);
