@@ -33,19 +33,6 @@ __device__ static void ar_zero_out(double *x, int64_t lo, int64_t hi, int64_t n)
     if (k < lo || k >= hi) x[k] = 0;
 }
 
-/* The block's sum (op 0) or max (op 1) of v, the same tree every run. */
-__device__ static double ar_reduce(double v, int op, double *sh) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = AR_THREADS / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) sh[threadIdx.x] = op ? fmax(sh[threadIdx.x], sh[threadIdx.x + s]) : sh[threadIdx.x] + sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double r = sh[0];
-  __syncthreads();
-  return r;
-}
-
 /* vjp_rows1: one block a row. */
 __global__ static void __launch_bounds__(AR_THREADS) ar_vjp1(qc_att_rows j) {
   __shared__ double sh[AR_THREADS];
@@ -74,10 +61,10 @@ __global__ static void __launch_bounds__(AR_THREADS) ar_vjp1(qc_att_rows j) {
     }
     mx = fmax(mx, P[k]);
   }
-  mx = ar_reduce(mx, 1, sh);
+  mx = cu_block_reduce<AR_THREADS>(mx, 1, sh);
   double z = 0;
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) z += (P[k] = exp(P[k] - mx));
-  z = ar_reduce(z, 0, sh);
+  z = cu_block_reduce<AR_THREADS>(z, 0, sh);
   double pd = 0, pda = 0;
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
     P[k] /= z;
@@ -87,8 +74,8 @@ __global__ static void __launch_bounds__(AR_THREADS) ar_vjp1(qc_att_rows j) {
       pda += P[k] * Pa[k];
     }
   }
-  pd = ar_reduce(pd, 0, sh);
-  if (Wt) pda = ar_reduce(pda, 0, sh);
+  pd = cu_block_reduce<AR_THREADS>(pd, 0, sh);
+  if (Wt) pda = cu_block_reduce<AR_THREADS>(pda, 0, sh);
   if (threadIdx.x == 0) {
     j.z[r] = z;
     j.pd[r] = pd;
@@ -138,11 +125,11 @@ __global__ static void __launch_bounds__(AR_THREADS) ar_fwd(qc_att_rows j) {
     mx = fmax(mx, P[k]);
     if (j.lse) amax = fmax(amax, j.sc * j.M2[r * nk + k]);
   }
-  mx = ar_reduce(mx, 1, sh);
-  if (j.lse) amax = ar_reduce(amax, 1, sh);
+  mx = cu_block_reduce<AR_THREADS>(mx, 1, sh);
+  if (j.lse) amax = cu_block_reduce<AR_THREADS>(amax, 1, sh);
   double z = 0;
   for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) z += (P[k] = exp(P[k] - mx));
-  z = ar_reduce(z, 0, sh);
+  z = cu_block_reduce<AR_THREADS>(z, 0, sh);
   if (threadIdx.x == 0) {
     j.z[r] = z;
     if (j.lse) {

@@ -245,6 +245,22 @@ typedef struct lin_bufs {
   uint16_t *wq16, *cx, *cw;           /* W_ref, builtin candidates d_x, d_weight: bf16 */
 } lin_bufs;
 
+/* The thread block's sum (op 0) or max (op 1) of v over its N threads,
+ * the same tree every run: the row passes' sums (attrows.cu, normrows.cu,
+ * lprows.cu), deterministic and within a few float64 ulps of a sequential
+ * sum. sh: N doubles of shared memory; every thread of the block calls it. */
+template <int N> __device__ static inline double cu_block_reduce(double v, int op, double *sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = N / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) sh[threadIdx.x] = op ? fmax(sh[threadIdx.x], sh[threadIdx.x + s]) : sh[threadIdx.x] + sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  const double r = sh[0];
+  __syncthreads();
+  return r;
+}
+
 /* ---- the seam's operations, each in the file of its concern ---- */
 int cu_allreduce(const qc_backend *be, void *buf, int64_t n, qc_dtype dt, qc_redop op);
 int cu_coll_id(const qc_backend *be, void *id, size_t n);

@@ -12,19 +12,6 @@
 
 #define LP_THREADS 256
 
-/* The block's sum (op 0) or max (op 1) of v, the same tree every run. */
-__device__ static double lp_reduce(double v, int op, double *sh) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = LP_THREADS / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) sh[threadIdx.x] = op ? fmax(sh[threadIdx.x], sh[threadIdx.x + s]) : sh[threadIdx.x] + sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double r = sh[0];
-  __syncthreads();
-  return r;
-}
-
 /* lp_row_piece: one block a row. */
 __global__ static void __launch_bounds__(LP_THREADS) lp_row(qc_lp_rows j) {
   __shared__ double sh[LP_THREADS];
@@ -39,9 +26,9 @@ __global__ static void __launch_bounds__(LP_THREADS) lp_row(qc_lp_rows j) {
   for (int64_t k = 0; k < j.K; k++) {
     double mk = -INFINITY, sk = 0;
     for (int64_t v = k * P + threadIdx.x; v < (k + 1) * P; v += LP_THREADS) mk = fmax(mk, z[v] / T);
-    mk = lp_reduce(mk, 1, sh);
+    mk = cu_block_reduce<LP_THREADS>(mk, 1, sh);
     for (int64_t v = k * P + threadIdx.x; v < (k + 1) * P; v += LP_THREADS) sk += exp(z[v] / T - mk);
-    sk = lp_reduce(sk, 0, sh);
+    sk = cu_block_reduce<LP_THREADS>(sk, 0, sh);
     const double lk = mk + log(sk), hi = fmax(lse, lk);
     lse = hi + log(exp(lse - hi) + exp(lk - hi));
   }

@@ -14,19 +14,6 @@
 
 #define NR_THREADS 256
 
-/* The block's sum of v, the same tree every run. */
-__device__ static double nr_sum(double v, double *sh) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = NR_THREADS / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double r = sh[0];
-  __syncthreads();
-  return r;
-}
-
 /* norm_rows: one block a row. */
 __global__ static void __launch_bounds__(NR_THREADS) nr_rows(qc_norm_rows j) {
   __shared__ double sh[NR_THREADS];
@@ -35,17 +22,17 @@ __global__ static void __launch_bounds__(NR_THREADS) nr_rows(qc_norm_rows j) {
   double mu = 0, ss = 0, gc = 0, gs = 0;
   if (j.centered) {
     for (int64_t i = threadIdx.x; i < n; i += NR_THREADS) mu += xr[i];
-    mu = nr_sum(mu, sh) / (double)n;
+    mu = cu_block_reduce<NR_THREADS>(mu, 0, sh) / (double)n;
   }
   for (int64_t i = threadIdx.x; i < n; i += NR_THREADS) ss += (xr[i] - mu) * (xr[i] - mu);
-  const double s2 = nr_sum(ss, sh) / (double)n + j.eps, s = sqrt(s2);
+  const double s2 = cu_block_reduce<NR_THREADS>(ss, 0, sh) / (double)n + j.eps, s = sqrt(s2);
   for (int64_t i = threadIdx.x; i < n; i += NR_THREADS) {
     const double g = gr[i] * W[i];
     gc += g * (xr[i] - mu);
     gs += g;
   }
-  gc = nr_sum(gc, sh);
-  gs = nr_sum(gs, sh);
+  gc = cu_block_reduce<NR_THREADS>(gc, 0, sh);
+  gs = cu_block_reduce<NR_THREADS>(gs, 0, sh);
   const double pm = j.centered ? gs / (double)n : 0.0;
   for (int64_t i = threadIdx.x; i < n; i += NR_THREADS) j.dx[r * n + i] = (gr[i] * W[i] - pm - (xr[i] - mu) * gc / ((double)n * s2)) / s;
   if (threadIdx.x == 0) {
