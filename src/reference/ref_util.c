@@ -15,7 +15,8 @@
 #include "reference/ref_dev.h"
 
 double *qc_refu_load(const qc_tensor *t, const char *what) {
-  double *d = qc_malloc((size_t)(qc_numel(t) + 1) * sizeof *d, what);
+  const int64_t n = qc_numel(t) * (t->dtype == QC_E2M1X2 ? 2 : 1); /* a packed byte holds two values */
+  double *d = qc_malloc((size_t)(n + 1) * sizeof *d, what);
   if (d && qc_tensor_to_f64(t, d)) {
     free(d);
     return NULL;

@@ -9,7 +9,8 @@
 #include "model/module.h"
 #include "core/tensor.h"
 
-/* A new float64 array holding t decoded; NULL with the error set. */
+/* A new float64 array holding t decoded (two values a byte for a packed
+ * float4 tensor); NULL with the error set. */
 double *qc_refu_load(const qc_tensor *t, const char *what);
 /* Allocate a zeroed float64 tensor `name` [shape], add it to grads and point
  * *data at its storage. */

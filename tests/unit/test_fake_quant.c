@@ -14,6 +14,7 @@
 #include "class_harness.h"
 #include "core/qc.h"
 #include "engine/fd.h"
+#include "reference/ref_util.h"
 
 #define FQ_TOL 1e-4 /* d_scale: float32 sums of cancelling terms over up to 4096 elements */
 
@@ -128,4 +129,25 @@ Test(fake_quant, bad_input_is_refused) {
   cr_assert_eq(qc_fd_parse_set(&in.m.contract, "axis=2"), QC_OK);
   h_expect_refused(&in, "axis");
   h_free(&in);
+}
+
+/* The references' loader decodes a packed float4 tensor's two values a
+ * byte into an array sized for them (sized a value a byte before, the
+ * decode overran it: `make asan` fails this test on that). */
+Test(fake_quant, refu_load_packed_float4) {
+  qc_tensor t = {0};
+  const int64_t shape[] = {3, 2}; /* 3 rows of 2 bytes: 4 values a row */
+  cr_assert_eq(qc_tensor_alloc(&t, "w", QC_E2M1X2, 2, shape), QC_OK);
+  const uint8_t b[6] = {0x21, 0x7f, 0x00, 0x9a, 0x44, 0xf8};
+  memcpy(t.data, b, sizeof b);
+  double *d = qc_refu_load(&t, "packed");
+  cr_assert_not_null(d);
+  /* e2m1 codes 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 the sign; low nibble first */
+  static const double v[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+  for (int i = 0; i < 6; i++) {
+    cr_expect_eq(d[2 * i], v[b[i] & 0xf], "byte %d low", i);
+    cr_expect_eq(d[2 * i + 1], v[b[i] >> 4], "byte %d high", i);
+  }
+  free(d);
+  qc_tensor_free(&t);
 }
