@@ -5,7 +5,7 @@
  * float64) and are widened there, with each row's loss weight times dY
  * and its token id (-1: not counted); d_logits comes down in float64. Not
  * taken (QC_NA: the host rows run) where the backend has no such pass or
- * host memory, where the probe says no (QC_CUDA_LP_HOST=1), for logits
+ * host memory, for more rows than a grid holds (2^31 - 1), where the probe says no (QC_CUDA_LP_HOST=1), for logits
  * stored in another type than a float, or where the buffers would not fit
  * in 90% of the device's free memory or could not be allocated after
  * all. */
@@ -32,8 +32,8 @@ static int probe(const qc_backend *be) {
 int qc_ref_lp_dev(const qc_backend *be, const qc_tensor *lt, const double *gw, const int64_t *id, int64_t K, double T, int ab,
                   double *dl) {
   const int64_t V = lt->shape[lt->ndim - 1], rows = V > 0 ? qc_numel(lt) / V : 0;
-  const size_t zb = (size_t)(rows * V) * sizeof(double), rb = (size_t)rows * sizeof(double);
-  if (rows <= 0 || V <= 0 || !qc_rdev_float(lt) || !qc_rdev_usable(be, probe(be), qc_rdev_bytes(lt) + (double)zb + 2.0 * (double)rb))
+  const size_t zb = (size_t)(rows * V) * sizeof(double), rb = (size_t)rows * 8; /* rows of a double, or of an int64 */
+  if (rows <= 0 || rows > INT32_MAX || V <= 0 || !qc_rdev_float(lt) || !qc_rdev_usable(be, probe(be), qc_rdev_bytes(lt) + (double)zb + 2.0 * (double)rb))
     return QC_NA;
   qc_rdev d;
   qc_rdev_begin(&d, be);

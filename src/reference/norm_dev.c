@@ -8,7 +8,8 @@
  * row's mean and s on the device for the columns pass; d_x, d_weight and
  * d_bias come down in float64. Not taken (QC_NA: the host loops run) where
  * the backend has no such passes or host memory, where the probe says no
- * (QC_CUDA_NORM_HOST=1), for x or dY stored in another type than a float,
+ * (QC_CUDA_NORM_HOST=1), for more rows than a grid holds (2^31 - 1), for
+ * x or dY stored in another type than a float,
  * or where the buffers would not fit in 90% of the device's free memory
  * or could not be allocated after all. */
 #include <stdint.h>
@@ -35,7 +36,7 @@ int qc_ref_norm_dev(const qc_backend *be, const qc_tensor *xt, const qc_tensor *
                     double *dx, double *dw, double *db) {
   const int64_t n = xt->shape[xt->ndim - 1], rows = n > 0 ? qc_numel(xt) / n : 0;
   const size_t xb = (size_t)(rows * n) * sizeof(double), wb = (size_t)n * sizeof(double);
-  if (rows <= 0 || n <= 0 || !qc_rdev_float(xt) || !qc_rdev_float(dy) ||
+  if (rows <= 0 || rows > INT32_MAX || n <= 0 || !qc_rdev_float(xt) || !qc_rdev_float(dy) ||
       !qc_rdev_usable(be, probe(be), qc_rdev_bytes(xt) + qc_rdev_bytes(dy) + (double)xb + 8.0 * (2.0 * (double)rows + 3.0 * (double)n)))
     return QC_NA;
   qc_rdev d;

@@ -24,6 +24,8 @@ int qc_ref_norm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_t
  * not be zeroed), d_weight [n] and d_bias [n] (or NULL) into the host's
  * arrays. QC_OK; QC_NA (no error set) where the device path is not taken:
  * the caller runs the host loops; or an error. */
+int qc_ref_norm_dev(const struct qc_backend *be, const qc_tensor *xt, const qc_tensor *dy, const double *W, int centered,
+                    double eps, double *dx, double *dw, double *db);
 /* The logprob reference's rows on be's device (reference/logprob_dev.c):
  * logits lt [rows, V] as stored, gw [rows] each row's loss weight times
  * dY, id [rows] its token id or -1 (not counted: the row stays 0), K
@@ -32,7 +34,5 @@ int qc_ref_norm(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, qc_t
  * not taken: the caller runs the host rows; or an error. */
 int qc_ref_lp_dev(const struct qc_backend *be, const qc_tensor *lt, const double *gw, const int64_t *id, int64_t K, double T,
                   int ab, double *dl);
-int qc_ref_norm_dev(const struct qc_backend *be, const qc_tensor *xt, const qc_tensor *dy, const double *W, int centered,
-                    double eps, double *dx, double *dw, double *db);
 
 #endif

@@ -10,6 +10,7 @@
 #include "engine/fd.h"
 #include "model/contract.h"
 #include "model/module.h"
+#include "numerics/decode.h"
 #include "reference/ref_classes.h"
 
 Test(gpu_logprob, device_rows_match_host, .timeout = 120) {
@@ -51,16 +52,40 @@ Test(gpu_logprob, device_rows_match_host, .timeout = 120) {
       qc_tset_free(&h);
       qc_tset_free(&d);
     }
-    { /* the device path itself is taken on this instance (not host against host) */
+    { /* the device path itself, called directly (not host against host): every row counted with the
+       * unit weight and dY 1 except every third, not counted (id -1, a zero row), against the rows
+       * written out here from the definition */
       const qc_tensor *lt = qc_tset_get(&m.inputs, "logits");
-      const int64_t rows = cfg[c].B * cfg[c].S;
-      double *gw = calloc((size_t)rows, 8), *dl = malloc((size_t)qc_numel(lt) * 8);
+      const int64_t rows = cfg[c].B * cfg[c].S, V = cfg[c].V, K = (int64_t)cfg[c].shards, P = V / K;
+      const double T = cfg[c].T;
+      double *gw = malloc((size_t)rows * 8), *dl = malloc((size_t)qc_numel(lt) * 8), *z = malloc((size_t)qc_numel(lt) * 8);
       int64_t *id = malloc((size_t)rows * 8);
-      for (int64_t i = 0; i < rows; i++) id[i] = -1;
-      cr_assert_eq(qc_ref_lp_dev(be, lt, gw, id, 1, 1.0, 0, dl), QC_OK, "config %zu: the device path was not taken: %s", c,
+      cr_assert_eq(qc_tensor_to_f64(lt, z), QC_OK);
+      for (int64_t i = 0; i < rows; i++) {
+        gw[i] = 1;
+        id[i] = i % 3 == 2 ? -1 : (i * 7919) % V;
+      }
+      cr_assert_eq(qc_ref_lp_dev(be, lt, gw, id, K, T, 0, dl), QC_OK, "config %zu: the device path was not taken: %s", c,
                    qc_err_msg());
-      for (int64_t i = 0; i < qc_numel(lt); i++) cr_assert_eq(dl[i], 0.0, "a row not counted stays zero");
-      free(gw); free(dl); free(id);
+      double d2 = 0, r2 = 0;
+      for (int64_t i = 0; i < rows; i++) {
+        double lse = -INFINITY;
+        for (int64_t k = 0; k < K; k++) {
+          double mk = -INFINITY, sk = 0;
+          for (int64_t v = k * P; v < (k + 1) * P; v++) mk = fmax(mk, z[i * V + v] / T);
+          for (int64_t v = k * P; v < (k + 1) * P; v++) sk += exp(z[i * V + v] / T - mk);
+          const double lk = mk + log(sk), hi = fmax(lse, lk);
+          lse = hi + log(exp(lse - hi) + exp(lk - hi));
+        }
+        for (int64_t v = 0; v < V; v++) {
+          const double e = id[i] < 0 ? 0.0 : ((v == id[i]) - exp(z[i * V + v] / T - lse)) / T;
+          if (id[i] < 0) cr_assert_eq(dl[i * V + v], 0.0, "row %lld is not counted: it stays zero", (long long)i);
+          d2 += (dl[i * V + v] - e) * (dl[i * V + v] - e);
+          r2 += e * e;
+        }
+      }
+      cr_expect(sqrt(d2) <= 1e-12 * sqrt(r2), "config %zu: the direct call against the definition %.3g", c, sqrt(d2 / r2));
+      free(gw); free(dl); free(id); free(z);
     }
     qc_tensor_free(&dy);
     qc_module_free(&m);

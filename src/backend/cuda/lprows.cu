@@ -44,6 +44,9 @@ int cu_lp_rows(const qc_backend *be, const qc_lp_rows *j) {
   if (j->op == QC_LP_PROBE) return c->sw[CU_SW_LP_HOST] ? 1 : QC_OK; /* 1: switched off, no error set */
   if (j->op != QC_LP_ROWS) return qc_err("lp_rows: op %d: expected QC_LP_ROWS", j->op);
   if (j->rows <= 0 || j->V <= 0) return QC_OK;
+  if (j->K < 1 || j->V % j->K || !(j->T > 0) || j->rows > 0x7fffffff)
+    return qc_err("lp_rows: %lld rows of vocab %lld in %lld shards at temperature %g: expected shards dividing the vocab, "
+                  "a positive temperature and at most 2^31 - 1 rows", (long long)j->rows, (long long)j->V, (long long)j->K, j->T);
   lp_row<<<(unsigned)j->rows, LP_THREADS, 0, c->st>>>(*j);
   CK(cudaGetLastError(), "logprob reference row kernel");
 done:

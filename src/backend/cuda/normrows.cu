@@ -61,6 +61,7 @@ int cu_norm_rows(const qc_backend *be, const qc_norm_rows *j) {
   int rc = QC_OK;
   if (j->op == QC_NORM_PROBE) return c->sw[CU_SW_NORM_HOST] ? 1 : QC_OK; /* 1: switched off, no error set */
   if (j->rows <= 0 || j->n <= 0) return QC_OK;
+  if (j->rows > 0x7fffffff) return qc_err("norm_rows: %lld rows: at most 2^31 - 1 (one thread block a row)", (long long)j->rows);
   switch (j->op) {
     case QC_NORM_ROWS: nr_rows<<<(unsigned)j->rows, NR_THREADS, 0, c->st>>>(*j); break;
     case QC_NORM_COLS: nr_cols<<<(unsigned)((j->n + NR_THREADS - 1) / NR_THREADS), NR_THREADS, 0, c->st>>>(*j); break;
