@@ -208,11 +208,12 @@ typedef struct qc_pw {
 } qc_pw;
 
 /* The logprob reference's rows (reference/logprob.c's lp_row_piece is the
- * definition) over Z [rows, V] float64 logits: a row with gw[r] = 0 (not
- * counted, or a zero dY) and id[r] < 0 stays 0; else its log-sum-exp of
- * Z / T folded over K equal vocab shards, each shard's (max, sum) first,
- * and dl[r, v] = gw (1[v = id] - exp(z_v / T - lse)) / T, or with ab the
- * terms' scale |gw| (1[v = id] + p_v (1 + |z_v / T| + |lse|)) / T. */
+ * definition) over Z [rows, V] float64 logits, gw [rows] each row's loss
+ * weight times dY: a row with id[r] < 0 (not counted) stays 0; else its
+ * log-sum-exp of Z / T folded over K equal vocab shards, each shard's
+ * (max, sum) first, and dl[r, v] = gw (1[v = id] - exp(z_v / T - lse)) /
+ * T, or with ab the terms' scale |gw| (1[v = id] + p_v (1 + |z_v / T| +
+ * |lse|)) / T. */
 enum { QC_LP_PROBE, QC_LP_ROWS };
 typedef struct qc_lp_rows {
   int op, ab;
