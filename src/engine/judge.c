@@ -93,6 +93,7 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
   if (!row || !row->terms) return 0.0;
   const int scoped = g_terms.state && g_terms.m == m && g_terms.dy == dy;
   qc_tset own = {0}, *ts = scoped ? &g_terms.ts : &own;
+  int ok = scoped ? g_terms.state == 2 : 0;
   if (!scoped || g_terms.state == 1) {
     qc_ctx c;
     memset(&c, 0, sizeof c);
@@ -100,11 +101,12 @@ static double ref_terms(const qc_module *m, const qc_tensor *dy, const char *gra
     c.be = scoped && g_terms.be ? g_terms.be : qc_backend_cpu(); /* the MoE layer's: 5.7 s of its audit on the CPU */
     qc_err_state es; /* a terms run that fails leaves the relative model alone, no error */
     qc_err_save(&es);
-    const int ok = row->reference(&c, m, dy, ts) == QC_OK;
+    ok = row->reference(&c, m, dy, ts) == QC_OK;
     qc_err_restore(&es);
     if (scoped) g_terms.state = ok ? 2 : 3;
   }
-  const qc_tensor *t = !scoped || g_terms.state == 2 ? qc_tset_get(ts, grad) : NULL;
+  /* a run that failed may have added gradients it never finished writing: none is read */
+  const qc_tensor *t = ok ? qc_tset_get(ts, grad) : NULL;
   const double ss = t && t->dtype == QC_F64 ? finite_ss((const double *)t->data, qc_numel(t)) : 0.0;
   qc_tset_free(&own);
   return sqrt(ss);
