@@ -81,7 +81,7 @@ static int own_share(const qc_ctx *ctx, const qc_registry_row *row, qc_module *w
       if ((rc = qc_tset_add(qc_shard_role(&m, roles[ri]), &c))) qc_tensor_free(&c);
     }
   }
-  if (!rc && *any) rc = row->reference(ctx, &m, &m.grad_out.t[j], out);
+  if (!rc && *any && (rc = row->reference(ctx, &m, &m.grad_out.t[j], out))) qc_tset_free(out); /* nothing half made is read */
   qc_tset_free(&m.inputs);
   qc_tset_free(&m.params);
   qc_tset_free(&m.saved);
