@@ -52,8 +52,19 @@ static int check_one(const qc_qcal_output *o, const qc_backend *be, const char *
   snprintf(where, sizeof where, "%s: %s/%s on input '%s'", file, o->profile, o->format, o->in->name);
   if ((rc = qc_qfmt_parse(o->format, &f)) || (rc = qc_qprof_parse(o->profile, &p))) return rc;
   const int64_t rows = o->in->rows, cols = o->in->cols, n = rows * cols;
-  for (int64_t i = 0; i < n; i++)
-    x[i] = o->in->dtype == QC_BF16 ? qc_bf16_to_f32(((const uint16_t *)o->in->data)[i]) : ((const float *)o->in->data)[i];
+  /* the values sit in the file's buffer wherever their chunk starts (not
+   * aligned for a float or a uint16_t): each is copied out, never read
+   * through a cast pointer */
+  const unsigned char *in = o->in->data;
+  for (int64_t i = 0; i < n; i++) {
+    if (o->in->dtype == QC_BF16) {
+      uint16_t h;
+      memcpy(&h, in + 2 * i, sizeof h);
+      x[i] = qc_bf16_to_f32(h);
+    } else {
+      memcpy(&x[i], in + 4 * i, sizeof x[i]);
+    }
+  }
   qc_dtype qdt, sdt;
   int64_t qs[2], ss[2];
   int sn, gn;

@@ -22,7 +22,7 @@ typedef struct qc_qcal_input {
   qc_dtype dtype;           /* QC_F32 or QC_BF16 */
   int64_t rows, cols;
   char name[33];
-  const void *data;         /* rows * cols elements, inside the file buffer */
+  const void *data;         /* rows * cols elements, inside the file buffer, unaligned: read with memcpy */
 } qc_qcal_input;
 
 typedef struct qc_qcal_output {
