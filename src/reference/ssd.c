@@ -44,8 +44,159 @@
 
 #include "model/module.h"
 #include "reference/ref_classes.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "reference/ref_util.h"
+
+/* The sweeps of every (b, h) (ref_ssd's arrays, loaded and checked). */
+typedef struct ssd_job {
+  const double *X, *DT, *AA, *BB, *CC, *H0, *DD, *Z;
+  double *G;                                 /* dY: the gate turns a head's rows into do silu(z) in place */
+  double *dx, *ddt, *dA, *dz, *dh0, *dD;    /* each element a head's own */
+  double *sB, *sC;                           /* [W, B, L, N]: head h0 + w's terms of d_Bm and d_Cm */
+  int64_t Bt, L, H, P, N, NG, hpg, h0;
+  int ab, gate, skip, init;
+  int nomem[QC_PAR_MAX];                     /* piece tid could not allocate its states */
+} ssd_job;
+
+/* Heads h0 + [lo, hi): each head's batches in order, its forward sweep
+ * keeping every state, then its reverse sweep with the adjoint state. A
+ * head writes only its own elements of d_x, d_dt, d_z, d_initial_state, d_A
+ * and d_D, in the order the one loop over (b, h) wrote them, and its terms
+ * of d_Bm and d_Cm into its rows of sB and sC: any thread count gives the
+ * same values. */
+static void ssd_heads(void *ctx, int64_t lo, int64_t hi, int tid) {
+  ssd_job *J = ctx;
+  const int64_t Bt = J->Bt, L = J->L, H = J->H, P = J->P, N = J->N, NG = J->NG, PN = P * N;
+  const int ab = J->ab, gate = J->gate, skip = J->skip;
+  const double *X = J->X, *DT = J->DT, *AA = J->AA, *BB = J->BB, *CC = J->CC, *DD = J->DD, *Z = J->Z;
+  double *G = J->G, *dx = J->dx, *ddt = J->ddt, *dA = J->dA, *dz = J->dz, *dD = J->dD;
+  double *hs = malloc((size_t)((L + 1) * PN) * sizeof *hs), *adj = malloc((size_t)PN * sizeof *adj);
+  if (!hs || !adj) {
+    J->nomem[tid] = 1;
+    free(hs);
+    free(adj);
+    return;
+  }
+  for (int64_t w = lo; w < hi; w++) {
+    const int64_t h = J->h0 + w, g_of = h / J->hpg;
+    double *sB = J->sB + w * Bt * L * N, *sC = J->sC + w * Bt * L * N;
+    for (int64_t b = 0; b < Bt; b++) {
+      /* forward sweep: hs[t] = h_t, t = 0..L */
+      for (int64_t e = 0; e < PN; e++) hs[e] = J->init ? J->H0[(b * H + h) * PN + e] : 0.0;
+      for (int64_t t = 1; t <= L; t++) {
+        const int64_t r = (b * L + t - 1) * H + h;
+        const double g = exp(DT[r] * AA[h]);
+        const double *xr = X + r * P, *br = BB + ((b * L + t - 1) * NG + g_of) * N;
+        const double *prev = hs + (t - 1) * PN;
+        double *cur = hs + t * PN;
+        for (int64_t p = 0; p < P; p++)
+          for (int64_t n = 0; n < N; n++) cur[p * N + n] = g * prev[p * N + n] + DT[r] * xr[p] * br[n];
+        /* the gate: d_z from the output y_t (the read-out plus the skip), and
+         * this head's dy turned into do silu(z) for the sweep below */
+        const double *cr = CC + ((b * L + t - 1) * NG + g_of) * N;
+        for (int64_t p = 0; gate && p < P; p++) {
+          double y = skip ? DD[h] * xr[p] : 0.0;
+          for (int64_t n = 0; n < N; n++) y += cur[p * N + n] * cr[n];
+          const int64_t i = r * P + p;
+          const double z = Z[i], sg = 1.0 / (1.0 + exp(-z));
+          dz[i] = ab ? fabs(G[i]) * y * (sg + fabs(z) * sg * (1.0 - sg)) : G[i] * y * sg * (1.0 + z * (1.0 - sg));
+          G[i] *= ab ? fabs(z * sg) : z * sg;
+        }
+      }
+      /* reverse sweep with the adjoint state */
+      memset(adj, 0, (size_t)PN * sizeof *adj);
+      for (int64_t t = L; t >= 1; t--) {
+        const int64_t r = (b * L + t - 1) * H + h, row = (b * L + t - 1) * N;
+        const double *xr = X + r * P, *br = BB + ((b * L + t - 1) * NG + g_of) * N, *cr = CC + ((b * L + t - 1) * NG + g_of) * N;
+        const double *gr = G + r * P, *ht = hs + t * PN, *hp = hs + (t - 1) * PN;
+        /* adj currently holds g_{t+1} G_{t+1}; add the read-out y_t = h_t C_t */
+        for (int64_t p = 0; p < P; p++)
+          for (int64_t n = 0; n < N; n++) adj[p * N + n] += gr[p] * cr[n];
+        for (int64_t n = 0; n < N; n++) {
+          double s = 0;
+          for (int64_t p = 0; p < P; p++) s += ht[p * N + n] * gr[p];
+          sC[row + n] = s;
+        }
+        const double g = exp(DT[r] * AA[h]);
+        double e = 0, xg = 0;
+        for (int64_t p = 0; p < P; p++) {
+          double gb = 0;
+          for (int64_t n = 0; n < N; n++) {
+            gb += adj[p * N + n] * br[n];
+            e += adj[p * N + n] * hp[p * N + n];
+          }
+          dx[r * P + p] = DT[r] * gb + (skip ? DD[h] * gr[p] : 0.0); /* the state path + the skip path */
+          if (skip) dD[h] += gr[p] * xr[p];
+          xg += xr[p] * gb;
+        }
+        for (int64_t n = 0; n < N; n++) {
+          double s = 0;
+          for (int64_t p = 0; p < P; p++) s += adj[p * N + n] * xr[p];
+          sB[row + n] = DT[r] * s;
+        }
+        e *= g;
+        ddt[r] = (ab ? fabs(AA[h]) : AA[h]) * e + xg;
+        dA[h] += DT[r] * e;
+        for (int64_t i = 0; i < PN; i++) adj[i] *= g; /* now g_t G_t: dL/dh_{t-1} from step t */
+      }
+      if (J->dh0)
+        for (int64_t i = 0; i < PN; i++) J->dh0[(b * H + h) * PN + i] = adj[i];
+    }
+  }
+  free(hs);
+  free(adj);
+}
+
+/* The reduction of a wave of W heads: the rows [lo, hi) of B x L, each
+ * group's d_Bm and d_Cm gaining its heads' terms in head order (as the
+ * one loop over (b, h) added them). */
+typedef struct ssd_red {
+  const ssd_job *J;
+  int64_t W;
+  double *dB, *dC;
+} ssd_red;
+
+static void ssd_reduce(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const ssd_red *R = ctx;
+  const ssd_job *J = R->J;
+  const int64_t N = J->N, BL = J->Bt * J->L;
+  for (int64_t q = lo; q < hi; q++)
+    for (int64_t w = 0; w < R->W; w++) {
+      const int64_t g = (J->h0 + w) / J->hpg;
+      double *db = R->dB + (q * J->NG + g) * N, *dc = R->dC + (q * J->NG + g) * N;
+      const double *sb = J->sB + (w * BL + q) * N, *sc = J->sC + (w * BL + q) * N;
+      for (int64_t n = 0; n < N; n++) {
+        db[n] += sb[n];
+        dc[n] += sc[n];
+      }
+    }
+}
+
+/* Every head's sweeps on qc_par_for's threads, in waves of heads whose
+ * terms of d_Bm and d_Cm ([W, B, L, N] each) fit in 1 GiB, or one
+ * thread's worth of heads a wave, each wave then added into dB and dC. A
+ * status. */
+static int ssd_sweeps(ssd_job *j, double *dB, double *dC) {
+  const int64_t per = 2 * j->Bt * j->L * j->N * (int64_t)sizeof(double), T = qc_par_threads();
+  int64_t W = ((int64_t)1 << 30) / (per > 0 ? per : 1);
+  W = W < T ? T : W;
+  W = W > j->H ? j->H : W;
+  int rc = QC_OK;
+  if (!(j->sB = qc_malloc((size_t)(W * per), "reference ssd d_Bm and d_Cm terms"))) return QC_ESYS;
+  j->sC = j->sB + W * j->Bt * j->L * j->N;
+  for (j->h0 = 0; j->h0 < j->H && !rc; j->h0 += W) {
+    const int64_t w = j->H - j->h0 < W ? j->H - j->h0 : W;
+    qc_par_for(w, 1, ssd_heads, j);
+    for (int i = 0; i < QC_PAR_MAX; i++)
+      if (j->nomem[i] && !rc) rc = qc_err_sys("out of memory: the states of a head's sweep (reference ssd)");
+    ssd_red red = {.J = j, .W = w, .dB = dB, .dC = dC};
+    if (!rc) qc_par_for(j->Bt * j->L, 64, ssd_reduce, &red);
+  }
+  free(j->sB);
+  return rc;
+}
 
 /* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
  * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
@@ -93,7 +244,7 @@ static int ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   if (!(cs >= 1) || cs != floor(cs)) return qc_err("%s: contract key 'chunk_size' = %g: expected a whole number >= 1", m->path, cs);
   if ((rc = qc_module_check_dy(m, dy, Bt * L * H * P, P, "the shape of inputs/x [B, L, H, P]"))) return rc;
   const int64_t PN = P * N;
-  double *X = NULL, *DT = NULL, *AA = NULL, *BB = NULL, *CC = NULL, *H0 = NULL, *G = NULL, *hs = NULL, *adj = NULL;
+  double *X = NULL, *DT = NULL, *AA = NULL, *BB = NULL, *CC = NULL, *H0 = NULL, *G = NULL;
   double *DD = NULL, *Z = NULL;
   double *dx, *ddt, *dA, *dB, *dC, *dh0 = NULL, *dD = NULL, *dz = NULL;
   rc = QC_ESYS;
@@ -119,10 +270,6 @@ static int ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
     for (int j = 0; j < 6; j++)
       for (int64_t i = 0; i < len[j]; i++) arr[j][i] = fabs(arr[j][i]);
   }
-  rc = QC_ESYS;
-  if (!(hs = qc_malloc((size_t)((L + 1) * PN) * sizeof *hs, "reference ssd states")) ||
-      !(adj = qc_malloc((size_t)PN * sizeof *adj, "reference ssd adjoint state")))
-    goto done;
   if ((rc = qc_refu_out(grads, "d_x", 4, xt->shape, &dx))) goto done;
   if ((rc = qc_refu_out(grads, "d_dt", 3, dtt->shape, &ddt))) goto done;
   if ((rc = qc_refu_out(grads, "d_A", 1, at->shape, &dA))) goto done;
@@ -131,72 +278,12 @@ static int ref_ssd(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, q
   if (init && (rc = qc_refu_out(grads, "d_initial_state", 4, h0t->shape, &dh0))) goto done;
   if (skip && (rc = qc_refu_out(grads, "d_D", 1, Dt->shape, &dD))) goto done;
   if (gate && (rc = qc_refu_out(grads, "d_z", 4, zt->shape, &dz))) goto done;
-  for (int64_t b = 0; b < Bt; b++)
-    for (int64_t h = 0; h < H; h++) {
-      /* forward sweep: hs[t] = h_t, t = 0..L */
-      for (int64_t e = 0; e < PN; e++) hs[e] = init ? H0[(b * H + h) * PN + e] : 0.0;
-      for (int64_t t = 1; t <= L; t++) {
-        const int64_t r = (b * L + t - 1) * H + h;
-        const double g = exp(DT[r] * AA[h]);
-        const double *xr = X + r * P, *br = BB + ((b * L + t - 1) * NG + h / hpg) * N;
-        const double *prev = hs + (t - 1) * PN;
-        double *cur = hs + t * PN;
-        for (int64_t p = 0; p < P; p++)
-          for (int64_t n = 0; n < N; n++) cur[p * N + n] = g * prev[p * N + n] + DT[r] * xr[p] * br[n];
-        /* the gate: d_z from the output y_t (the read-out plus the skip), and
-         * this head's dy turned into do silu(z) for the sweep below */
-        const double *cr = CC + ((b * L + t - 1) * NG + h / hpg) * N;
-        for (int64_t p = 0; gate && p < P; p++) {
-          double y = skip ? DD[h] * xr[p] : 0.0;
-          for (int64_t n = 0; n < N; n++) y += cur[p * N + n] * cr[n];
-          const int64_t i = r * P + p;
-          const double z = Z[i], sg = 1.0 / (1.0 + exp(-z));
-          dz[i] = ab ? fabs(G[i]) * y * (sg + fabs(z) * sg * (1.0 - sg)) : G[i] * y * sg * (1.0 + z * (1.0 - sg));
-          G[i] *= ab ? fabs(z * sg) : z * sg;
-        }
-      }
-      /* reverse sweep with the adjoint state */
-      memset(adj, 0, (size_t)PN * sizeof *adj);
-      for (int64_t t = L; t >= 1; t--) {
-        const int64_t r = (b * L + t - 1) * H + h;
-        const double *xr = X + r * P, *br = BB + ((b * L + t - 1) * NG + h / hpg) * N, *cr = CC + ((b * L + t - 1) * NG + h / hpg) * N, *gr = G + r * P;
-        const double *ht = hs + t * PN, *hp = hs + (t - 1) * PN;
-        /* adj currently holds g_{t+1} G_{t+1}; add the read-out y_t = h_t C_t */
-        for (int64_t p = 0; p < P; p++)
-          for (int64_t n = 0; n < N; n++) adj[p * N + n] += gr[p] * cr[n];
-        for (int64_t n = 0; n < N; n++) {
-          double s = 0;
-          for (int64_t p = 0; p < P; p++) s += ht[p * N + n] * gr[p];
-          dC[((b * L + t - 1) * NG + h / hpg) * N + n] += s;
-        }
-        const double g = exp(DT[r] * AA[h]);
-        double e = 0, xg = 0;
-        for (int64_t p = 0; p < P; p++) {
-          double gb = 0;
-          for (int64_t n = 0; n < N; n++) {
-            gb += adj[p * N + n] * br[n];
-            e += adj[p * N + n] * hp[p * N + n];
-          }
-          dx[r * P + p] = DT[r] * gb + (skip ? DD[h] * gr[p] : 0.0); /* the state path + the skip path */
-          if (skip) dD[h] += gr[p] * xr[p];
-          xg += xr[p] * gb;
-        }
-        for (int64_t n = 0; n < N; n++) {
-          double s = 0;
-          for (int64_t p = 0; p < P; p++) s += adj[p * N + n] * xr[p];
-          dB[((b * L + t - 1) * NG + h / hpg) * N + n] += DT[r] * s;
-        }
-        e *= g;
-        ddt[r] = (ab ? fabs(AA[h]) : AA[h]) * e + xg;
-        dA[h] += DT[r] * e;
-        for (int64_t i = 0; i < PN; i++) adj[i] *= g; /* now g_t G_t: dL/dh_{t-1} from step t */
-      }
-      if (dh0)
-        for (int64_t i = 0; i < PN; i++) dh0[(b * H + h) * PN + i] = adj[i];
-    }
-  rc = QC_OK;
+  ssd_job j = {.X = X, .DT = DT, .AA = AA, .BB = BB, .CC = CC, .H0 = H0, .DD = DD, .Z = Z, .G = G, .dx = dx, .ddt = ddt,
+               .dA = dA, .dz = dz, .dh0 = dh0, .dD = dD, .Bt = Bt, .L = L, .H = H, .P = P, .N = N, .NG = NG, .hpg = hpg,
+               .ab = ab, .gate = gate, .skip = skip, .init = init};
+  rc = ssd_sweeps(&j, dB, dC);
 done:
-  free(X); free(DT); free(AA); free(BB); free(CC); free(H0); free(DD); free(Z); free(G); free(hs); free(adj);
+  free(X); free(DT); free(AA); free(BB); free(CC); free(H0); free(DD); free(Z); free(G);
   return rc;
 }
 
