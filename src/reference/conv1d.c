@@ -13,10 +13,39 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/par.h"
 #include "core/qc.h"
 #include "model/module.h"
 #include "reference/ref_classes.h"
 #include "reference/ref_util.h"
+
+/* ref_conv1d's arrays, for its channels' pieces. */
+typedef struct conv_job {
+  const double *X, *W, *G;
+  double *dx, *dw, *db;
+  int64_t B, L, C, K;
+} conv_job;
+
+/* Channels [lo, hi): every sum of a channel is its own (d_x, d_weight and
+ * d_bias at that channel), each taken over b, t and k in that order, so
+ * any thread count gives the same values. */
+static void conv_channels(void *ctx, int64_t lo, int64_t hi, int tid) {
+  (void)tid;
+  const conv_job *J = ctx;
+  const int64_t L = J->L, C = J->C, K = J->K;
+  for (int64_t b = 0; b < J->B; b++)
+    for (int64_t t = 0; t < L; t++)
+      for (int64_t c = lo; c < hi; c++) {
+        const double g = J->G[(b * L + t) * C + c];
+        if (J->db) J->db[c] += g;
+        for (int64_t k = 0; k < K; k++) {
+          const int64_t s = t - (K - 1) + k;
+          if (s < 0) continue; /* the zero padding: no input, no gradient */
+          J->dx[(b * L + s) * C + c] += J->W[c * K + k] * g;
+          J->dw[c * K + k] += g * J->X[(b * L + s) * C + c];
+        }
+      }
+}
 
 /* The float64 VJP from the math above (a qc_vjp_fn): every gradient the contract makes
  * differentiable into grads; QC_EINPUT naming what is wrong with bad input. */
@@ -44,18 +73,8 @@ static int ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
   if (ab) /* the terms' scale: every product in magnitude */
     for (int64_t i = 0; i < B * L * C; i++) { X[i] = fabs(X[i]); G[i] = fabs(G[i]); }
   for (int64_t i = 0; ab && i < C * K; i++) W[i] = fabs(W[i]);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t t = 0; t < L; t++)
-      for (int64_t c = 0; c < C; c++) {
-        const double g = G[(b * L + t) * C + c];
-        if (db) db[c] += g;
-        for (int64_t k = 0; k < K; k++) {
-          const int64_t s = t - (K - 1) + k;
-          if (s < 0) continue; /* the zero padding: no input, no gradient */
-          dx[(b * L + s) * C + c] += W[c * K + k] * g;
-          dw[c * K + k] += g * X[(b * L + s) * C + c];
-        }
-      }
+  conv_job j = {.X = X, .W = W, .G = G, .dx = dx, .dw = dw, .db = db, .B = B, .L = L, .C = C, .K = K};
+  qc_par_for(C, 1 + ((int64_t)1 << 14) / (B * L * K + 1), conv_channels, &j);
   rc = QC_OK;
 done:
   free(X); free(W); free(G);
