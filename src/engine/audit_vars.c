@@ -221,9 +221,11 @@ int qc_gvars_try(grad_variants *s, const qc_tensor *g, qc_dtype held, const qc_t
 }
 
 /* The float64 copies of a gradient's size a diagnosis holds at once: the
- * reference made whole, the candidate's and a prediction's copies, and a
- * hypothesis's reference run. */
-#define QC_DIAG_COPIES 4
+ * reference made whole, the candidate's and a prediction's copies
+ * (engine/diagnose.c qc_dg_setup), a hypothesis's reference run, and the
+ * best prediction a scan of the contract's keys or of block sizes keeps
+ * beside it (qc_dg_scan_keys, diagnose_block.c). */
+#define QC_DIAG_COPIES 5
 
 /* 1 when the diagnosis of failed check k, whose reference r was compared
  * in blocks, fits in half the host memory the audit may assume
