@@ -27,11 +27,7 @@ static _Atomic uint64_t g_gen = 1; /* scopes opened or closed, on every thread *
 
 uint64_t qc_memo_gen(void) { return g_gen; }
 
-int64_t qc_memo_budget(void) {
-  static _Atomic int64_t b; /* found once */
-  if (!b) b = qc_host_memory() / 3;
-  return b;
-}
+int64_t qc_memo_budget(void) { return qc_host_memory() / 3; } /* read each time: see memo.h */
 
 void qc_memo_scope(const qc_tset *const *sets, int n) {
   g_gen++;

@@ -28,7 +28,11 @@
  * layer at DeepSeek-V3's real size keeps 45 GB of its experts' quantized
  * weights, each made once for the forward check, the reference and the
  * terms' run; 4 GiB, the fixed budget before, held a fifth of them at 128
- * experts and the rest were quantized three times). */
+ * experts and the rest were quantized three times). Read again at each
+ * call: a virtual machine whose memory grows as it is used (Firecracker
+ * with its memory hot-added; the lent H200s' MemTotal starts at a fraction
+ * of what they hold) shows more as the audit runs, and a budget fixed at
+ * the first read kept the fraction. */
 int64_t qc_memo_budget(void);
 
 /* Open the scope of the n tensor sets (n 0: close it); frees what the last
