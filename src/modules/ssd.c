@@ -46,6 +46,7 @@
 #include "model/module.h"
 #include "modules/classes.h"
 #include "numerics/formats.h"
+#include "core/par.h"
 #include "core/qc.h"
 #include "modules/mod_util.h"
 
@@ -452,30 +453,31 @@ static int ssd_tol_model(const qc_module *m, const qc_tensor *dy, const char *gr
   return QC_OK;
 }
 
-/* Float64 forward y [B, L, H, P] by the recurrence, gated by silu(z) under
- * z_gate (for `fd`); no discrete branch. */
-static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
-  (void)branch;
-  ssd_view v;
-  int rc = ssd_view_get(m, &v);
-  if (rc) return rc;
-  const int64_t L = v.L, H = v.H, P = v.P, N = v.N, G = v.G;
-  double *x = qc_mod_f64(v.x, "ssd x"), *dt = qc_mod_f64(v.dt, "ssd dt"), *A = qc_mod_f64(v.A, "ssd A");
-  double *Bm = qc_mod_f64(v.Bm, "ssd Bm"), *Cm = qc_mod_f64(v.Cm, "ssd Cm");
-  double *h0 = v.h0 ? qc_mod_f64(v.h0, "ssd initial_state") : NULL;
-  double *Dh = v.D ? qc_mod_f64(v.D, "ssd D") : NULL, *Z = v.z ? qc_mod_f64(v.z, "ssd z") : NULL;
-  double *st = qc_malloc((size_t)(P * N + 1) * sizeof *st, "ssd state");
-  rc = QC_ESYS;
-  if (!x || !dt || !A || !Bm || !Cm || (v.h0 && !h0) || (v.D && !Dh) || (v.z && !Z) || !st) goto done;
-  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 4, v.x->shape))) goto done;
-  double *Y = y->data;
-  for (int64_t b = 0; b < v.Bt; b++)
-    for (int64_t h = 0; h < H; h++) {
-      for (int64_t e = 0; e < P * N; e++) st[e] = h0 ? h0[(b * H + h) * P * N + e] : 0;
+/* ssd_forward's arrays, for its heads' pieces. */
+typedef struct fwd_job {
+  const double *x, *dt, *A, *Bm, *Cm, *h0, *Dh, *Z;
+  double *Y;
+  int64_t Bt, L, H, P, N, G;
+  int nomem[QC_PAR_MAX]; /* piece tid could not allocate its state */
+} fwd_job;
+
+/* Heads [lo, hi), each its batches in order: every output element is its
+ * own head's, so any thread count gives the same values. */
+static void fwd_heads(void *ctx, int64_t lo, int64_t hi, int tid) {
+  fwd_job *J = ctx;
+  const int64_t L = J->L, H = J->H, P = J->P, N = J->N, G = J->G;
+  double *st = malloc((size_t)(P * N + 1) * sizeof *st);
+  if (!st) {
+    J->nomem[tid] = 1;
+    return;
+  }
+  for (int64_t h = lo; h < hi; h++)
+    for (int64_t b = 0; b < J->Bt; b++) {
+      for (int64_t e = 0; e < P * N; e++) st[e] = J->h0 ? J->h0[(b * H + h) * P * N + e] : 0;
       for (int64_t t = 0; t < L; t++) {
-        const double d = dt[(b * L + t) * H + h], g = exp(d * A[h]);
-        const double *xt = x + ((b * L + t) * H + h) * P, *bt = Bm + ((b * L + t) * G + h / (H / G)) * N,
-                     *ct = Cm + ((b * L + t) * G + h / (H / G)) * N;
+        const double d = J->dt[(b * L + t) * H + h], g = exp(d * J->A[h]);
+        const double *xt = J->x + ((b * L + t) * H + h) * P, *bt = J->Bm + ((b * L + t) * G + h / (H / G)) * N,
+                     *ct = J->Cm + ((b * L + t) * G + h / (H / G)) * N;
         for (int64_t p = 0; p < P; p++) {
           double acc = 0;
           for (int64_t q = 0; q < N; q++) {
@@ -484,13 +486,36 @@ static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y
             acc += *sp * ct[q];
           }
           const int64_t i = ((b * L + t) * H + h) * P + p;
-          Y[i] = (acc + (Dh ? Dh[h] * xt[p] : 0)) * (Z ? Z[i] / (1.0 + exp(-Z[i])) : 1.0);
+          J->Y[i] = (acc + (J->Dh ? J->Dh[h] * xt[p] : 0)) * (J->Z ? J->Z[i] / (1.0 + exp(-J->Z[i])) : 1.0);
         }
       }
     }
-  rc = QC_OK;
+  free(st);
+}
+
+/* Float64 forward y [B, L, H, P] by the recurrence, gated by silu(z) under
+ * z_gate (for `fd` and the forward check), a head a unit on qc_par_for's
+ * threads; no discrete branch. */
+static int ssd_forward(const qc_module *m, const qc_module *branch, qc_tensor *y) {
+  (void)branch;
+  ssd_view v;
+  int rc = ssd_view_get(m, &v);
+  if (rc) return rc;
+  double *x = qc_mod_f64(v.x, "ssd x"), *dt = qc_mod_f64(v.dt, "ssd dt"), *A = qc_mod_f64(v.A, "ssd A");
+  double *Bm = qc_mod_f64(v.Bm, "ssd Bm"), *Cm = qc_mod_f64(v.Cm, "ssd Cm");
+  double *h0 = v.h0 ? qc_mod_f64(v.h0, "ssd initial_state") : NULL;
+  double *Dh = v.D ? qc_mod_f64(v.D, "ssd D") : NULL, *Z = v.z ? qc_mod_f64(v.z, "ssd z") : NULL;
+  rc = QC_ESYS;
+  if (!x || !dt || !A || !Bm || !Cm || (v.h0 && !h0) || (v.D && !Dh) || (v.z && !Z)) goto done;
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, 4, v.x->shape))) goto done;
+  fwd_job j = {.x = x, .dt = dt, .A = A, .Bm = Bm, .Cm = Cm, .h0 = h0, .Dh = Dh, .Z = Z, .Y = y->data,
+               .Bt = v.Bt, .L = v.L, .H = v.H, .P = v.P, .N = v.N, .G = v.G};
+  qc_par_for(v.H, 1, fwd_heads, &j);
+  for (int i = 0; i < QC_PAR_MAX && rc == QC_OK; i++)
+    if (j.nomem[i]) rc = qc_err_sys("out of memory: the state of a head's forward (ssd)");
+  if (rc) qc_tensor_free(y); /* no half-made forward */
 done:
-  free(x); free(dt); free(A); free(Bm); free(Cm); free(h0); free(Dh); free(Z); free(st);
+  free(x); free(dt); free(A); free(Bm); free(Cm); free(h0); free(Dh); free(Z);
   return rc;
 }
 
