@@ -176,19 +176,24 @@ static void ssd_reduce(void *ctx, int64_t lo, int64_t hi, int tid) {
 
 /* Every head's sweeps on qc_par_for's threads, in waves of heads whose
  * terms of d_Bm and d_Cm ([W, B, L, N] each) fit in 1 GiB, or one
- * thread's worth of heads a wave, each wave then added into dB and dC. A
- * status. */
+ * thread's worth of heads a wave, each wave then added into dB and dC;
+ * the pieces' states within an eighth of the host's memory. A status. */
 static int ssd_sweeps(ssd_job *j, double *dB, double *dC) {
   const int64_t per = 2 * j->Bt * j->L * j->N * (int64_t)sizeof(double), T = qc_par_threads();
   int64_t W = ((int64_t)1 << 30) / (per > 0 ? per : 1);
   W = W < T ? T : W;
   W = W > j->H ? j->H : W;
+  /* each piece holds a head's states [L + 1, P, N]: no more pieces at once
+   * than an eighth of the host's memory holds (long sequences) */
+  const double hs = 8.0 * (double)((j->L + 1) * j->P * j->N);
+  int64_t pieces = (int64_t)((double)qc_host_memory() / 8.0 / (hs > 0 ? hs : 1.0));
+  pieces = pieces < 1 ? 1 : pieces;
   int rc = QC_OK;
   if (!(j->sB = qc_malloc((size_t)(W * per), "reference ssd d_Bm and d_Cm terms"))) return QC_ESYS;
   j->sC = j->sB + W * j->Bt * j->L * j->N;
   for (j->h0 = 0; j->h0 < j->H && !rc; j->h0 += W) {
-    const int64_t w = j->H - j->h0 < W ? j->H - j->h0 : W;
-    qc_par_for(w, 1, ssd_heads, j);
+    const int64_t w = j->H - j->h0 < W ? j->H - j->h0 : W, grain = (w + pieces - 1) / pieces;
+    qc_par_for(w, grain, ssd_heads, j);
     for (int i = 0; i < QC_PAR_MAX; i++)
       if (j->nomem[i] && !rc) rc = qc_err_sys("out of memory: the states of a head's sweep (reference ssd)");
     ssd_red red = {.J = j, .W = w, .dB = dB, .dC = dC};
