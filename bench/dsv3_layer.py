@@ -15,7 +15,11 @@ d_w1, d_w2 straight through, the bytes and scales saved (saved/w1_q,
 w1_scale, w2_q, w2_scale: checked byte for byte by the audit), or not
 dumped under --no-expert-bytes (the audit then quantizes the masters
 itself, as for any expert-QAT dump without bytes: 256 experts' bytes are
-11 GB the lent machines' disk cannot spare).
+11 GB the lent machines' disk cannot spare). At the real size the
+attention core runs eager attention's arithmetic a block of heads at a
+time (--attention chunked, _ChunkedAttn), so that 256 experts fit an
+H100's 80 GB: eager's four [1, 128, 4096, 4096] float32 matrices in its
+backward are 32 GiB.
 
 The routed experts' masters w1, w2 (and so their gradients) are float32 or
 bfloat16 (--expert-dtype; the size's default: float32 for tiny and issue38,
@@ -33,7 +37,8 @@ second copy of the experts.
 usage: dsv3_layer.py --out DIR [--size tiny|issue38|real] [--hidden N]
          [--experts N] [--topk N] [--n-group N] [--topk-group N]
          [--expert-width N] [--tokens N] [--heads N] [--device cpu|cuda]
-         [--expert-dtype float32|bf16] [--no-expert-bytes] [--plant P[,P...]] [--estimate]
+         [--expert-dtype float32|bf16] [--attention eager|chunked] [--no-expert-bytes]
+         [--plant P[,P...]] [--estimate]
   P: none | expert_grad (expert 2's d_w1 one percent high; the lowest expert
   with a token where expert 2 gets none) | router_bias (the
   router's weights from score + bias) | o_proj_dx (o_proj's d_x x 1.001);
@@ -71,7 +76,8 @@ SIZES = {
     # issue 41: DeepSeek-V3's own layer (config.json of deepseek-ai/DeepSeek-V3); bf16 expert masters
     # (float32 ones: 84 GiB of masters and gradients on the device, 105 GiB of dump)
     "real": dict(hidden=7168, experts=256, topk=8, n_group=8, topk_group=4, expert_width=2048, batch=1, seq=4096,
-                 heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128, vocab=1024, expert_dtype="bf16"),
+                 heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128, vocab=1024, expert_dtype="bf16",
+                 attention="chunked"),
 }
 EXPERT_DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
 PLANTS = ("none", "expert_grad", "router_bias", "o_proj_dx")
@@ -228,11 +234,90 @@ def _router_bias_forward(self, logits):
     return qatdump_hf._Saved.apply(w, self.ids)
 
 
+# ---- the attention core a block of heads at a time ----
+
+ATT_BLOCK_BYTES = 1 << 30   # one block's [B, heads, S, S] float32 scores at most (at least one head)
+
+
+def att_block(B, S, heads):
+    """Heads a block of _ChunkedAttn takes: its scores within ATT_BLOCK_BYTES."""
+    return max(1, min(heads, ATT_BLOCK_BYTES // (4 * B * S * S)))
+
+
+def _att_scores(q, k, mask, scaling):
+    """transformers' eager attention's scores (eager_attention_forward in
+    models/deepseek_v3/modeling_deepseek_v3.py, 5.x): q k^T, scaled, the
+    additive mask added."""
+    s = torch.matmul(q, k.transpose(2, 3)) * scaling
+    return s if mask is None else s + mask[:, :, :, : k.shape[-2]]
+
+
+class _ChunkedAttn(torch.autograd.Function):
+    """Eager attention's arithmetic (float32 scores, the additive mask, a
+    float32 softmax, P V), a block of heads at a time, forward and backward:
+    eager attention keeps P [B, heads, S, S] for its backward and holds four
+    such matrices in it (8 GiB each at the real dims, 32 GiB of the 80 GiB
+    the step at 256 experts needed); here at most a block's few are alive,
+    and the backward recomputes each block's P from q and k. Its gradients
+    are the softmax's: dS = P (dP - rowsum(dP P)), dP = dO V^T, then d_q =
+    c dS K, d_k = c dS^T Q, d_v = P^T dO (c the scaling). Returns O [B,
+    heads, S, Dv] and the LSE [B, heads, S] of the masked, scaled scores
+    (no gradient). MHA only (as many key heads as query heads)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scaling, hb):
+        B, H, S, _ = q.shape
+        o = q.new_empty(B, H, S, v.shape[-1])
+        lse = q.new_empty(B, H, S, dtype=torch.float32)
+        for h0 in range(0, H, hb):
+            b = slice(h0, h0 + hb)
+            s = _att_scores(q[:, b], k[:, b], mask, scaling)
+            lse[:, b] = torch.logsumexp(s.float(), dim=-1)
+            p = F.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+            del s
+            o[:, b] = torch.matmul(p, v[:, b])
+            del p
+        ctx.save_for_backward(q, k, v, mask)
+        ctx.scaling, ctx.hb = scaling, hb
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, mask = ctx.saved_tensors
+        c, hb = ctx.scaling, ctx.hb
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        for h0 in range(0, q.shape[1], hb):
+            b = slice(h0, h0 + hb)
+            p = F.softmax(_att_scores(q[:, b], k[:, b], mask, c), dim=-1, dtype=torch.float32).to(q.dtype)
+            dv[:, b] = torch.matmul(p.transpose(2, 3), do[:, b])
+            dp = torch.matmul(do[:, b], v[:, b].transpose(2, 3))
+            ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+            del dp, p
+            ds *= c
+            dq[:, b] = torch.matmul(ds, k[:, b])
+            dk[:, b] = torch.matmul(ds.transpose(2, 3), q[:, b])
+            del ds
+        return dq, dk, dv, None, None, None
+
+
+def _chunked_core(self, q, k, v):
+    """qatdump_hf.QcAttention.forward through _ChunkedAttn: the same O and
+    LSE saved, the same gradients to within float32 rounding."""
+    parent, mask, scaling, softcap = self.call
+    if softcap is not None or k.shape[1] != q.shape[1] or self.qc_plant != "none":
+        raise ValueError("--attention chunked: MHA without a softcap or a plant only")
+    o, lse = _ChunkedAttn.apply(q, k, v, mask, scaling, att_block(q.shape[0], q.shape[2], q.shape[1]))
+    return qatdump_hf._Saved.apply(o, o.detach().float().contiguous(), lse.contiguous())
+
+
 # ---- the layer ----
 
 def dims(a):
     d = dict(SIZES[a.size])
-    for k in ("hidden", "experts", "topk", "n_group", "topk_group", "expert_width", "heads", "expert_dtype"):
+    d.setdefault("attention", "eager")
+    for k in ("hidden", "experts", "topk", "n_group", "topk_group", "expert_width", "heads", "expert_dtype",
+              "attention"):
         if getattr(a, k) is not None:
             d[k] = getattr(a, k)
     if a.tokens is not None:
@@ -289,8 +374,10 @@ def estimate(d, device="cuda"):
     experts' backward (their fp8 bytes, the new gradients beside the
     masters, the probabilities kept), the attention's backward (every
     gradient, four score-sized matrices: P, dP, dS and the scaled dS).
-    Measured on an H100 at the real dims with 32 and 64 experts (bf16 and
-    float32): the peak is the attention's backward, 35.75 GiB plus twice
+    Under chunked attention (_ChunkedAttn) no P is kept and a block's
+    scores replace the four matrices. Measured on an H100 at the real dims
+    with 32 and 64 experts (bf16 and float32, eager): the peak is the
+    attention's backward, 35.75 GiB plus twice
     the experts' bytes (masters and gradients), which this overestimates
     by 2.1 GiB; the dump's datasets to the byte. The host: what the dumper
     recorded (the whole dump, until it is written) plus about 3 GiB (the
@@ -309,15 +396,18 @@ def estimate(d, device="cuda"):
     rest = 4 * (2 * V * H + pa + 3 * F * H + E * H + 3 * H + ql + kl + E)   # embedding, lm_head, MLA, shared, gate
     fp8 = pe + 4 * (pe // (128 * 128))
     att = B * h * S * S * 4                                           # one eager score matrix, float32
+    kept, work = att, 4 * att              # eager: P kept for the backward; four alive in the backward
+    if d.get("attention") == "chunked":    # _ChunkedAttn: nothing kept, a block's five at most
+        kept, work = 0, 5 * B * att_block(B, S, h) * S * S * 4
     # activations the graph keeps (norms, the linears' bf16 inputs and dequantized weights, q, k, v, O, the
     # MLA projections) and one expert's float32 temporaries
     act = 4 * T * (8 * H + h * (4 * qk + 4 * vh) + 2 * V) + 2 * pa + 16 * F * H
     chunk = 3 * 4 * min(E, max(1, (1 << 28) // (2 * F * H))) * 2 * F * H  # quant_fp8_block128's float32 chunks
     build = rest + 4 * pe + (experts if es != 4 else 0)
-    phases = (experts + rest + 4 * att + act,                          # the attention's forward
-              experts + rest + att + fp8 + chunk + act,                # the experts' quantization
-              2 * (experts + rest) + att + fp8 + act,                  # the experts' backward
-              2 * (experts + rest) + 4 * att + act)                    # the attention's backward
+    phases = (experts + rest + work + act,                             # the attention's forward
+              experts + rest + kept + fp8 + chunk + act,               # the experts' quantization
+              2 * (experts + rest) + kept + fp8 + act,                 # the experts' backward
+              2 * (experts + rest) + work + act)                       # the attention's backward
     dev = max(build, max(phases))
     dump = dump_bytes(d)
     host = dump + (3 << 30)
@@ -364,6 +454,8 @@ def one(a, d, plant, out):
         elif type(m).__name__ == "QcRouterDS" and plant == "router_bias":
             m.forward = _router_bias_forward.__get__(m)
             plan["planted"] = name
+        elif type(m).__name__ == "QcAttention" and d["attention"] == "chunked":
+            m.forward = _chunked_core.__get__(m)
     ids, mask = qatdump_hf.batch(model, d["batch"], d["seq"], a.seed + 1, dev)
     dump = os.path.join(out, "step.h5")
     if dev.type == "cuda":
@@ -401,6 +493,10 @@ def main(argv=None):
                          % ", ".join("%s %s" % (k, v["expert_dtype"]) for k, v in sorted(SIZES.items())))
     ap.add_argument("--no-expert-bytes", action="store_true",
                     help="leave the routed experts' fp8 bytes and scales out of the dump (the audit quantizes the masters)")
+    ap.add_argument("--attention", default=None, choices=("eager", "chunked"),
+                    help="the attention core: transformers' eager function, or the same arithmetic a block of "
+                         "heads at a time (_ChunkedAttn; default: the size's, %s)"
+                    % ", ".join("%s %s" % (k, v.get("attention", "eager")) for k, v in sorted(SIZES.items())))
     ap.add_argument("--plant", default="none", help="a planted bug, or a comma-separated list (each into OUT/PLANT): %s" % ", ".join(PLANTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--estimate", action="store_true", help="print the estimate and stop")

@@ -30,7 +30,7 @@
 # usage: sh bench/dsv3_layer.sh [--size tiny|issue38|real] [--device cuda|cpu]
 #          [--plant] [--estimate] [--expert-dtype float32|bf16] [--no-expert-bytes] [dsv3_layer.py's dims:
 #          --hidden N --experts N --topk N --n-group N --topk-group N --expert-width N
-#          --tokens N --heads N]
+#          --tokens N --heads N --attention eager|chunked]
 #          (default: tiny, cuda when torch sees a device, else cpu)
 # QATCHECK (./qatcheck), PY (python3; /opt/qatcheck/torch2 put first on its
 # path when present, as tests/e2e/lib.inc's PY2), BENCH_TMP (a mktemp -d),
@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
     --device) dev=$2; shift ;;
     --plant) plant=1 ;;
     --estimate) est=--estimate ;;
-    --hidden|--experts|--topk|--n-group|--topk-group|--expert-width|--tokens|--heads|--expert-dtype) extra="$extra $1 $2"; shift ;;
+    --hidden|--experts|--topk|--n-group|--topk-group|--expert-width|--tokens|--heads|--expert-dtype|--attention) extra="$extra $1 $2"; shift ;;
     --no-expert-bytes) extra="$extra $1" ;;
     *) echo "bench/dsv3_layer.sh: unknown option '$1'" >&2; exit 2 ;;
   esac

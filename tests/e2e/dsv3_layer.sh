@@ -53,5 +53,39 @@ assert not ok and rel > 1e-4, rel
 inf = ref.clone(); inf[0, 0] = float("inf")
 assert not H.reproduces(inf, ref)[0] and not H.reproduces(ref, inf)[0], "an Inf output reproduced"
 P
+# the dumper's attention a block of heads at a time (--attention chunked,
+# the real size's: eager's four [B, heads, S, S] matrices are 32 GiB there):
+# in float64 (its softmax in the input's type) O and the gradients those of
+# autograd through eager's arithmetic, for every block size; and the tiny
+# layer dumped through it passes
+$PY2 - <<'P' && ok "chunked attention: O and d_q, d_k, d_v those of eager autograd in float64, blocks of 1 to 3 heads" || bad "bench/dsv3_layer.py's _ChunkedAttn"
+import sys
+sys.path.insert(0, "bench")
+import torch, torch.nn.functional as F, dsv3_layer as D
+class F64:  # the module's F, its softmax in the input's dtype
+    def __getattr__(self, n): return getattr(F, n)
+    @staticmethod
+    def softmax(x, dim, dtype=None): return F.softmax(x, dim)
+D.F = F64()
+g = torch.Generator().manual_seed(0)
+B, H, S = 2, 3, 7
+q, k = (torch.randn(B, H, S, 5, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+v = torch.randn(B, H, S, 4, generator=g, dtype=torch.float64, requires_grad=True)
+mask = torch.full((S, S), torch.finfo(torch.float64).min, dtype=torch.float64).triu(1)[None, None].expand(B, 1, S, S)
+s = torch.matmul(q, k.transpose(2, 3)) * 0.37 + mask
+o = torch.matmul(F.softmax(s, -1), v)
+go = torch.randn(o.shape, generator=g, dtype=torch.float64)
+want = torch.autograd.grad(o, (q, k, v), go)
+for hb in (1, 2, 3):
+    o2, lse = D._ChunkedAttn.apply(q, k, v, mask, 0.37, hb)
+    assert torch.allclose(o2, o, rtol=1e-14, atol=0)
+    assert lse.dtype == torch.float32 and torch.allclose(lse.double(), torch.logsumexp(s, -1), rtol=1e-6)
+    got = torch.autograd.grad(o2, (q, k, v), go)
+    for n, a, b in zip("qkv", want, got):
+        assert (a - b).abs().max() <= 1e-13 * a.abs().max(), (hb, n, (a - b).abs().max())
+P
+QATCHECK=$QATCHECK PY=$PY BENCH_TMP=$T/c sh bench/dsv3_layer.sh --size tiny --device cpu --attention chunked >"$T/logc" 2>&1 &&
+  grep -q '"attention": "chunked"' "$T/logc" && grep -q '^audit_exit 0' "$T/logc" &&
+  ok "the tiny layer with --attention chunked passes" || { bad "--attention chunked"; cat "$T/logc"; }
 sed 's/^/  /' "$T/log"
 finish
