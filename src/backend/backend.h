@@ -21,6 +21,7 @@ struct qc_att_rows;
 struct qc_norm_rows;
 struct qc_pw;
 struct qc_lp_rows;
+struct qc_rope_rows;
 
 /* One operand of gemm_f64_x: a row-major host matrix at p of dt (float64,
  * float32, float16 or bfloat16), leading dimension ld, read as its exact
@@ -123,6 +124,9 @@ typedef struct qc_backend {
   /* The logprob reference's rows on buffers (qc_lp_rows below), queued on
    * the stream; NULL, or not QC_OK for op QC_LP_PROBE, as norm_rows. */
   int (*lp_rows)(const struct qc_backend *be, const struct qc_lp_rows *j);
+  /* The RoPE reference's rotation on buffers (qc_rope_rows below), queued
+   * on the stream; NULL, or not QC_OK for op QC_ROPE_PROBE, as norm_rows. */
+  int (*rope_rows)(const struct qc_backend *be, const struct qc_rope_rows *j);
   /* gemm_f64 on operands as they are stored (qc_gemm_x): C[m,n] = op(A')
    * op(B') in float64, A' and B' the operands' values read as above; every
    * backend has it. A device backend uploads an operand in its own dtype
@@ -223,6 +227,24 @@ typedef struct qc_lp_rows {
   const int64_t *id;
   double *dl;
 } qc_lp_rows;
+
+/* The RoPE reference's rotation (reference/rope.c's rope_rows is the
+ * definition) of v [T, H, D] float64 into out [T, H, D]: per token t and
+ * pair j < R/2 (half layout (j, j + R/2), interleaved (2j, 2j+1)) the
+ * angle phi = s (p[t] + off) f_j, f_j = f[j] or theta^(-2j/R) when f is
+ * NULL; co = k cos(phi), si = k sin(phi), each rounded to bf16 when rnd;
+ * fwd: Q(phi) [a, b], else Q(-phi) [a, b] (the VJP); rnd 2 rounds each
+ * product and the pair's sum to bf16; ab: the terms' scale instead;
+ * features from R on pass through (|v| under ab). */
+enum { QC_ROPE_PROBE, QC_ROPE_ROWS };
+typedef struct qc_rope_rows {
+  int op, inter, fwd, ab, rnd;
+  int64_t T, H, D, R;
+  double s, off, k, theta;
+  const double *v, *f;
+  const int64_t *p;
+  double *out;
+} qc_rope_rows;
 
 /* Bytes of a collectives id (NCCL_UNIQUE_ID_BYTES). */
 #define QC_COLL_ID_BYTES 128

@@ -1,7 +1,7 @@
 /* ref_dev.h: device buffers for a reference whose passes run on the
- * backend's device (reference/norm_dev.c, reference/pointwise_dev.c): the
- * buffers a pass needs, a tensor uploaded as stored and widened there,
- * and one wait-and-free at the end. */
+ * backend's device (reference/norm_dev.c, reference/pointwise_dev.c,
+ * reference/rope_dev.c): the buffers a pass needs, a tensor uploaded as
+ * stored and widened there, and one wait-and-free at the end. */
 #ifndef QC_REF_DEV_H
 #define QC_REF_DEV_H
 
@@ -55,5 +55,13 @@ double qc_rdev_bytes(const qc_tensor *t);
  * its host loop; or an error. */
 int qc_ref_pw_dev(const qc_backend *be, qc_pw j, const qc_tensor *x, const qc_tensor *u, const qc_tensor *dy, double *dx,
                   double *du);
+
+/* The RoPE reference's rotation j (backend.h qc_rope_rows: its settings;
+ * its buffers filled here) of v [T, H, D] as stored, with positions p [T]
+ * and the frequency table f [R/2] (or NULL: theta's), on be's device
+ * (reference/rope_dev.c) into out [T, H, D] on the host. QC_OK; QC_NA (no
+ * error set) where the device path is not taken: the caller runs its host
+ * rows; or an error. */
+int qc_ref_rope_dev(const qc_backend *be, qc_rope_rows j, const qc_tensor *v, const int64_t *p, const double *f, double *out);
 
 #endif

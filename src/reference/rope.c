@@ -26,6 +26,7 @@
 #include "core/par.h"
 #include "core/qc.h"
 #include "numerics/formats.h"
+#include "reference/ref_dev.h"
 #include "reference/ref_util.h"
 
 /* One rotation over v [T, H, D] into out: rope_apply's settings. */
@@ -94,9 +95,12 @@ static void rope_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
 }
 
 /* Q(s phi) (fwd = 1) or Q(-s phi) (the VJP) applied to every token and
- * head of v [T, H, D] into out (ctx->terms: the terms' scale;
- * ctx->round_ops: the bf16 variants). A status. */
-static int rope_apply(const qc_ctx *ctx, const qc_module *m, const double *v, int fwd, double *out) {
+ * head of vt [T, H, D] (dY or x; `what` names it) into out (ctx->terms: the
+ * terms' scale; ctx->round_ops: the bf16 variants), on be's device where
+ * it takes it (reference/rope_dev.c), else on the host's threads. A
+ * status. */
+static int rope_apply(const qc_ctx *ctx, const qc_backend *be, const qc_module *m, const qc_tensor *vt, const char *what, int fwd,
+                      double *out) {
   const qc_tensor *xt, *pt;
   int rc;
   if ((rc = qc_module_need(m, "inputs", "x", 2, 3, &xt))) return rc;
@@ -117,11 +121,22 @@ static int rope_apply(const qc_ctx *ctx, const qc_module *m, const double *v, in
     free(f);
     return rc;
   }
+  const qc_rope_rows dj = {.inter = inter, .fwd = fwd, .ab = ab, .rnd = rnd, .T = T, .H = H, .D = D, .R = R, .s = s, .off = off,
+                           .k = k, .theta = theta};
+  double *v = NULL;
+  if ((rc = qc_ref_rope_dev(be, dj, vt, p, f, out)) != QC_NA) goto done;
+  rc = QC_OK;
+  if (!(v = qc_refu_load(vt, what))) {
+    rc = QC_ESYS;
+    goto done;
+  }
   rope_job j = {.v = v, .out = out, .p = p, .f = f, .H = H, .D = D, .R = R, .inter = inter, .fwd = fwd, .ab = ab, .rnd = rnd,
                 .s = s, .off = off, .k = k, .theta = theta};
   qc_par_for(T, 1 + ((int64_t)1 << 14) / (H * D + 1), rope_rows, &j);
   for (int i = 0; i < QC_PAR_MAX; i++)
     if (j.nomem[i]) rc = qc_err_sys("out of memory: the rotation of a token (reference rope)");
+done:
+  free(v);
   free(p);
   free(f);
   return rc;
@@ -161,14 +176,9 @@ static int ref_rope(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy, 
   int rc;
   if ((rc = rope_check(m, &xt))) return rc;
   if ((rc = qc_module_check_dy(m, dy, qc_numel(xt), xt->shape[xt->ndim - 1], "the shape of inputs/x"))) return rc;
-  double *G = NULL, *dx;
-  rc = QC_ESYS;
-  if (!(G = qc_refu_load(dy, "reference rope dY"))) goto done;
-  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) goto done;
-  rc = rope_apply(ctx, m, G, 0, dx);
-done:
-  free(G);
-  return rc;
+  double *dx;
+  if ((rc = qc_refu_out(grads, "d_x", xt->ndim, xt->shape, &dx))) return rc;
+  return rope_apply(ctx, ctx ? ctx->be : NULL, m, dy, "reference rope dY", 0, dx);
 }
 
 /* The forward y = Q(phi) x in float64 (a qc_fwd_ref_fn): tm left zero, so
@@ -178,14 +188,8 @@ static int ref_rope_forward(const qc_ctx *ctx, const qc_module *m, qc_tensor *y,
   int rc;
   memset(tm, 0, sizeof *tm);
   if ((rc = rope_check(m, &xt))) return rc;
-  double *X = NULL;
-  rc = QC_ESYS;
-  if (!(X = qc_refu_load(xt, "reference rope x"))) goto done;
-  if ((rc = qc_tensor_alloc(y, "y", QC_F64, xt->ndim, xt->shape))) goto done;
-  rc = rope_apply(ctx && ctx->terms ? NULL : ctx, m, X, 1, (double *)y->data);
-done:
-  free(X);
-  return rc;
+  if ((rc = qc_tensor_alloc(y, "y", QC_F64, xt->ndim, xt->shape))) return rc;
+  return rope_apply(ctx && ctx->terms ? NULL : ctx, ctx ? ctx->be : NULL, m, xt, "reference rope x", 1, (double *)y->data);
 }
 
 /* The class's reference, its one export (src/classes/registry.c pairs it
