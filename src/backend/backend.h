@@ -22,6 +22,7 @@ struct qc_norm_rows;
 struct qc_pw;
 struct qc_lp_rows;
 struct qc_rope_rows;
+struct qc_conv_rows;
 
 /* One operand of gemm_f64_x: a row-major host matrix at p of dt (float64,
  * float32, float16 or bfloat16), leading dimension ld, read as its exact
@@ -127,6 +128,9 @@ typedef struct qc_backend {
   /* The RoPE reference's rotation on buffers (qc_rope_rows below), queued
    * on the stream; NULL, or not QC_OK for op QC_ROPE_PROBE, as norm_rows. */
   int (*rope_rows)(const struct qc_backend *be, const struct qc_rope_rows *j);
+  /* The conv1d reference's sums on buffers (qc_conv_rows below), queued on
+   * the stream; NULL, or not QC_OK for op QC_CONV_PROBE, as norm_rows. */
+  int (*conv_rows)(const struct qc_backend *be, const struct qc_conv_rows *j);
   /* gemm_f64 on operands as they are stored (qc_gemm_x): C[m,n] = op(A')
    * op(B') in float64, A' and B' the operands' values read as above; every
    * backend has it. A device backend uploads an operand in its own dtype
@@ -245,6 +249,20 @@ typedef struct qc_rope_rows {
   const int64_t *p;
   double *out;
 } qc_rope_rows;
+
+/* The conv1d reference's sums (reference/conv1d.c's conv_channels is the
+ * definition) over X, G [B, L, C] and W [C, K] float64 buffers, the causal
+ * depthwise convolution's VJP: dx [B, L, C], dw [C, K] and, when db is not
+ * NULL, db [C], each sum over b, t (and k) in the host loop's order, so the
+ * values are the host's to the bit; ab: every operand in magnitude (the
+ * terms' scale). */
+enum { QC_CONV_PROBE, QC_CONV_VJP };
+typedef struct qc_conv_rows {
+  int op, ab;
+  int64_t B, L, C, K;
+  const double *X, *W, *G;
+  double *dx, *dw, *db;
+} qc_conv_rows;
 
 /* Bytes of a collectives id (NCCL_UNIQUE_ID_BYTES). */
 #define QC_COLL_ID_BYTES 128

@@ -9,7 +9,9 @@
  *   d_x[b, s, c] += weight[c, k] dy[b, t, c]
  *   d_weight[c, k] += dy[b, t, c] x[b, s, c]
  * and d_bias[c] += dy[b, t, c]. The terms' scale (ctx->terms): the same
- * sums of the products' magnitudes. */
+ * sums of the products' magnitudes. On the backend's device where it takes
+ * them (reference/conv1d_dev.c: the same sums in the same order), else on
+ * the host's threads. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -17,6 +19,7 @@
 #include "core/qc.h"
 #include "model/module.h"
 #include "reference/ref_classes.h"
+#include "reference/ref_dev.h"
 #include "reference/ref_util.h"
 
 /* ref_conv1d's arrays, for its channels' pieces. */
@@ -63,13 +66,15 @@ static int ref_conv1d(const qc_ctx *ctx, const qc_module *m, const qc_tensor *dy
     return qc_err("%s: 'params/bias': expected [C] = [%lld]", m->path, (long long)C);
   if ((rc = qc_module_check_dy(m, dy, B * L * C, C, "the shape of inputs/x [B, L, C]"))) return rc;
   double *X = NULL, *W = NULL, *G = NULL, *dx, *dw, *db = NULL;
+  if ((rc = qc_refu_out(grads, "d_x", 3, xt->shape, &dx))) goto done;
+  if ((rc = qc_refu_out(grads, "d_weight", wt->ndim, wt->shape, &dw))) goto done;
+  if (bt && (rc = qc_refu_out(grads, "d_bias", 1, bt->shape, &db))) goto done;
+  const qc_conv_rows dj = {.ab = ab, .B = B, .L = L, .C = C, .K = K};
+  if ((rc = qc_ref_conv_dev(ctx ? ctx->be : NULL, dj, xt, wt, dy, dx, dw, db)) != QC_NA) goto done; /* the device's sums */
   rc = QC_ESYS;
   if (!(X = qc_refu_load(xt, "reference conv1d x")) || !(W = qc_refu_load(wt, "reference conv1d weight")) ||
       !(G = qc_refu_load(dy, "reference conv1d dY")))
     goto done;
-  if ((rc = qc_refu_out(grads, "d_x", 3, xt->shape, &dx))) goto done;
-  if ((rc = qc_refu_out(grads, "d_weight", wt->ndim, wt->shape, &dw))) goto done;
-  if (bt && (rc = qc_refu_out(grads, "d_bias", 1, bt->shape, &db))) goto done;
   if (ab) /* the terms' scale: every product in magnitude */
     for (int64_t i = 0; i < B * L * C; i++) { X[i] = fabs(X[i]); G[i] = fabs(G[i]); }
   for (int64_t i = 0; ab && i < C * K; i++) W[i] = fabs(W[i]);

@@ -1,6 +1,6 @@
 /* ref_dev.h: device buffers for a reference whose passes run on the
  * backend's device (reference/norm_dev.c, reference/pointwise_dev.c,
- * reference/rope_dev.c): the buffers a pass needs, a tensor uploaded as
+ * reference/rope_dev.c, reference/conv1d_dev.c): the buffers a pass needs, a tensor uploaded as
  * stored and widened there, and one wait-and-free at the end. */
 #ifndef QC_REF_DEV_H
 #define QC_REF_DEV_H
@@ -63,5 +63,14 @@ int qc_ref_pw_dev(const qc_backend *be, qc_pw j, const qc_tensor *x, const qc_te
  * error set) where the device path is not taken: the caller runs its host
  * rows; or an error. */
 int qc_ref_rope_dev(const qc_backend *be, qc_rope_rows j, const qc_tensor *v, const int64_t *p, const double *f, double *out);
+
+/* The conv1d reference's sums j (backend.h qc_conv_rows: B, L, C, K, ab;
+ * its buffers filled here) of x [B, L, C], w [C, K] (or [C, 1, K]) and dy
+ * [B, L, C] as stored, on be's device (reference/conv1d_dev.c), into dx,
+ * dw and db (or NULL: no bias) on the host. QC_OK; QC_NA (no error set)
+ * where the device path is not taken: the caller runs its host loop; or
+ * an error. */
+int qc_ref_conv_dev(const qc_backend *be, qc_conv_rows j, const qc_tensor *x, const qc_tensor *w, const qc_tensor *dy, double *dx,
+                    double *dw, double *db);
 
 #endif

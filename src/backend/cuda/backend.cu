@@ -56,13 +56,15 @@ static const qc_backend g_cuda_ops = {
     .pointwise = cu_pointwise,
     .lp_rows = cu_lp_rows,
     .rope_rows = cu_rope_rows,
+    .conv_rows = cu_conv_rows,
     .gemm_f64_x = cu_gemm_f64_x,
 };
 
 /* The side-by-side switches' environment variables (cuda_priv.h CU_SW_*). */
 static const char *const g_switch_env[CU_SWITCHES] = {"QC_CUDA_UNFUSED", "QC_CUDA_DW_EARLY", "QC_CUDA_QK_SCALAR",
                                                                "QC_CUDA_PAGEABLE", "QC_CUDA_ATT_HOST", "QC_CUDA_NORM_HOST",
-                                                               "QC_CUDA_PW_HOST", "QC_CUDA_LP_HOST", "QC_CUDA_ROPE_HOST"};
+                                                               "QC_CUDA_PW_HOST", "QC_CUDA_LP_HOST", "QC_CUDA_ROPE_HOST",
+                                                               "QC_CUDA_CONV_HOST"};
 
 /* cuda.h: one switch of an open backend set by its variable's name. */
 extern "C" int qc_cuda_switch(const qc_backend *be, const char *name, int on) {

@@ -61,9 +61,10 @@ extern "C" {
  *   CU_SW_NORM_HOST  QC_CUDA_NORM_HOST: the norm reference's passes on the host (normrows.cu)
  *   CU_SW_PW_HOST    QC_CUDA_PW_HOST: the elementwise classes' references on the host (pointwise.cu)
  *   CU_SW_LP_HOST    QC_CUDA_LP_HOST: the logprob reference's rows on the host (lprows.cu)
- *   CU_SW_ROPE_HOST  QC_CUDA_ROPE_HOST: the RoPE reference's rotation on the host (roperows.cu) */
+ *   CU_SW_ROPE_HOST  QC_CUDA_ROPE_HOST: the RoPE reference's rotation on the host (roperows.cu)
+ *   CU_SW_CONV_HOST  QC_CUDA_CONV_HOST: the conv1d reference's sums on the host (convrows.cu) */
 enum { CU_SW_UNFUSED, CU_SW_DW_EARLY, CU_SW_QK_SCALAR, CU_SW_PAGEABLE, CU_SW_ATT_HOST, CU_SW_NORM_HOST, CU_SW_PW_HOST, CU_SW_LP_HOST,
-       CU_SW_ROPE_HOST, CU_SWITCHES };
+       CU_SW_ROPE_HOST, CU_SW_CONV_HOST, CU_SWITCHES };
 
 typedef struct cu {
   qc_backend be;
@@ -274,6 +275,7 @@ int cu_norm_rows(const qc_backend *be, const qc_norm_rows *j);
 int cu_pointwise(const qc_backend *be, const qc_pw *j);
 int cu_lp_rows(const qc_backend *be, const qc_lp_rows *j);
 int cu_rope_rows(const qc_backend *be, const qc_rope_rows *j);
+int cu_conv_rows(const qc_backend *be, const qc_conv_rows *j);
 int cu_audit_linear(const qc_backend *be, const qc_linear_audit *a, qc_linear_audit_out *o);
 int cu_buf_alloc(const qc_backend *be, size_t bytes, const char *what, void **p);
 void cu_buf_free(const qc_backend *be, void *p);
