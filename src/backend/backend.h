@@ -236,7 +236,7 @@ typedef struct qc_lp_rows {
  * definition) of v [T, H, D] float64 into out [T, H, D]: per token t and
  * pair j < R/2 (half layout (j, j + R/2), interleaved (2j, 2j+1)) the
  * angle phi = s (p[t] + off) f_j, f_j = f[j] or theta^(-2j/R) when f is
- * NULL; co = k cos(phi), si = k sin(phi), each rounded to bf16 when rnd;
+ * NULL (the device's exp and log: pass the host's table for its angles); co = k cos(phi), si = k sin(phi), each rounded to bf16 when rnd;
  * fwd: Q(phi) [a, b], else Q(-phi) [a, b] (the VJP); rnd 2 rounds each
  * product and the pair's sum to bf16; ab: the terms' scale instead;
  * features from R on pass through (|v| under ab). */

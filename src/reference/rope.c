@@ -31,12 +31,12 @@
 
 /* One rotation over v [T, H, D] into out: rope_apply's settings. */
 typedef struct rope_job {
-  const double *v, *f; /* f: inputs/inv_freq [R/2] or NULL (theta's) */
+  const double *v, *f; /* f [R/2]: inputs/inv_freq, or theta^(-2j/R) */
   double *out;
   const int64_t *p;    /* [T] positions */
   int64_t H, D, R;
   int inter, fwd, ab, rnd;
-  double s, off, k, theta;
+  double s, off, k;
   int nomem[QC_PAR_MAX]; /* piece tid could not allocate its angles */
 } rope_job;
 
@@ -56,7 +56,7 @@ static void rope_rows(void *ctx, int64_t lo, int64_t hi, int tid) {
   }
   for (int64_t t = lo; t < hi; t++) {
     for (int64_t j = 0; j < R / 2; j++) {
-      const double phi = J->s * ((double)J->p[t] + J->off) * (J->f ? J->f[j] : exp(-2.0 * (double)j / (double)R * log(J->theta)));
+      const double phi = J->s * ((double)J->p[t] + J->off) * J->f[j];
       double co = J->k * cos(phi), si = J->k * sin(phi);
       if (rnd) {
         co = qc_round_bf16((float)co);
@@ -115,8 +115,9 @@ static int rope_apply(const qc_ctx *ctx, const qc_backend *be, const qc_module *
   const double off = qc_contract_num(c, "position_offset", 0), k = qc_contract_num(c, "scale", 1);
   const qc_tensor *ft = qc_tset_get(&m->inputs, "inv_freq");
   int64_t *p = NULL;
-  double *f = NULL;
-  if (ft && !(f = qc_refu_load(ft, "reference rope inv_freq"))) return QC_ESYS;
+  double *f = ft ? qc_refu_load(ft, "reference rope inv_freq") : malloc((size_t)(R / 2 + 1) * sizeof *f);
+  if (!f) return ft ? QC_ESYS : qc_err_sys("out of memory: the frequencies (reference rope)");
+  for (int64_t i = 0; !ft && i < R / 2; i++) f[i] = exp(-2.0 * (double)i / (double)R * log(theta)); /* theta's, once for both paths */
   if ((rc = qc_refu_ids(m, pt, "inputs/positions", &p))) {
     free(f);
     return rc;
@@ -131,7 +132,7 @@ static int rope_apply(const qc_ctx *ctx, const qc_backend *be, const qc_module *
     goto done;
   }
   rope_job j = {.v = v, .out = out, .p = p, .f = f, .H = H, .D = D, .R = R, .inter = inter, .fwd = fwd, .ab = ab, .rnd = rnd,
-                .s = s, .off = off, .k = k, .theta = theta};
+                .s = s, .off = off, .k = k};
   qc_par_for(T, 1 + ((int64_t)1 << 14) / (H * D + 1), rope_rows, &j);
   for (int i = 0; i < QC_PAR_MAX; i++)
     if (j.nomem[i]) rc = qc_err_sys("out of memory: the rotation of a token (reference rope)");

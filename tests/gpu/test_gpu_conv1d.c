@@ -3,8 +3,9 @@
  * loop on the CPU backend (reference/conv1d.c, the definition): d_x,
  * d_weight and d_bias, and their terms' scale, equal byte for byte (each
  * sum in the host's order, nothing fused), with and without a bias, K from
- * 1 to 4, a sequence shorter than the kernel, dY stored in float32 and
- * bfloat16, "special" values (+-3e4, 1e-30). QC_CUDA_CONV_HOST=1 turns
+ * 1 to 4 and 16 (float32 weights: d_x's terms round, so a sum in another
+ * order shows), a sequence shorter than the kernel, dY stored in float32
+ * and bfloat16, "special" values (+-3e4, 1e-30). QC_CUDA_CONV_HOST=1 turns
  * the device path down. */
 #include "gpu_common.h"
 #include "engine/fd.h"
@@ -15,9 +16,9 @@
 
 Test(gpu_conv1d, device_sums_are_the_host_s, .timeout = 120) {
   const qc_backend *be = gpu_or_skip(), *cpu = qc_backend_cpu();
-  static const struct { int64_t B, L, C, K, bias; const char *values; } cfg[] = {
-      {2, 512, 256, 4, 1, "normal"}, {1, 1000, 96, 1, 0, "normal"}, {3, 3, 64, 4, 1, "normal"},
-      {2, 300, 130, 2, 0, "special"}, {2, 256, 128, 3, 1, "special"}};
+  static const struct { int64_t B, L, C, K, bias, f32; const char *values; } cfg[] = {
+      {2, 512, 256, 4, 1, 0, "normal"}, {1, 1000, 96, 1, 0, 0, "normal"}, {3, 3, 64, 4, 1, 0, "normal"},
+      {2, 300, 130, 2, 0, 0, "special"}, {2, 256, 128, 3, 1, 0, "special"}, {2, 400, 64, 16, 1, 1, "normal"}};
   const qc_registry_row *row = qc_registry_find("conv1d");
   cr_assert(row);
   for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
@@ -34,6 +35,15 @@ Test(gpu_conv1d, device_sums_are_the_host_s, .timeout = 120) {
     qc_err_clear();
     cr_assert_eq(qc_fd_instance(row->cls, &g, &k, &m), QC_OK, "%s", qc_err_msg());
     const qc_tensor *x = qc_tset_get(&m.inputs, "x");
+    for (int i = 0; cfg[c].f32 && i < m.params.n; i++) /* float32 weights: d_x's 16 terms each round, so their order shows */
+      if (strcmp(m.params.t[i].name, "weight") == 0) {
+        const int64_t ws[2] = {cfg[c].C, cfg[c].K};
+        double *wv = gpu_randn(cfg[c].C * cfg[c].K, 77, 0.25);
+        qc_tensor_free(&m.params.t[i]);
+        cr_assert_eq(qc_tensor_alloc(&m.params.t[i], "weight", QC_F32, 2, ws), QC_OK);
+        for (int64_t e = 0; e < cfg[c].C * cfg[c].K; e++) ((float *)m.params.t[i].data)[e] = (float)wv[e];
+        free(wv);
+      }
     qc_tensor dy = {0};
     cr_assert_eq(qc_tensor_alloc(&dy, "dy", c % 2 ? QC_BF16 : QC_F32, x->ndim, x->shape), QC_OK);
     double *gv = gpu_randn(qc_numel(x), 13 + c, 1.0);

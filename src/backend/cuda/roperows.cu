@@ -2,11 +2,15 @@
  * device buffers (qc_rope_rows). reference/rope.c's rope_rows is the
  * definition: one thread an element computes its pair's angle and the
  * same expression, every product and sum rounded on its own (__dmul_rn,
- * __dadd_rn: never fused), as the host computes them. The device's exp,
- * log, cos and sin are within 2 float64 ulps of the host's, so the
- * float64 results agree to about 1e-15 relative and a bf16 variant can
- * differ on an element whose value sits on a rounding boundary, no more
- * (tests/gpu/test_gpu_rope.c counts them). QC_CUDA_ROPE_HOST=1 switches
+ * __dadd_rn: never fused), as the host computes them. The reference passes
+ * the host's frequency table (theta's made there, once, for both paths),
+ * so each angle is the host's to the bit; the device's cos and sin are
+ * within 2 float64 ulps of the host's, so the float64 results agree to
+ * about 1e-15 relative and a bf16 variant can differ on an element whose
+ * value sits on a rounding boundary, no more (tests/gpu/test_gpu_rope.c
+ * counts them). Without a table (f NULL) the device makes theta's with
+ * its own exp and log, an ulp from the host's: an angle at position p
+ * then moves by about p ulps of the frequency. QC_CUDA_ROPE_HOST=1 switches
  * it off (QC_ROPE_PROBE answers 1). */
 #include <cuda_runtime.h>
 #include <math.h>
