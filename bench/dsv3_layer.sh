@@ -38,7 +38,8 @@
 # more `qatcheck vjp` options for each audit (e.g. --verbose).
 # Exit 77 with one "skip:" line without torch 2 and transformers 5, with
 # --device cuda and no CUDA device, or when the estimate exceeds the disk or
-# the device's memory; 1 when the clean audit does not pass or a planted bug
+# the device's memory; 2 (its one error line) when dsv3_layer.py refuses an
+# argument; 1 when the clean audit does not pass or a planted bug
 # does not fail as it should; 0 otherwise.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -83,6 +84,7 @@ variants=none
 rc=$?
 grep -v '^modules ' "$W/dump.log" | grep -v '^ *not mapped' | grep -E '^[a-z_]+ |^skip:'
 [ $rc = 77 ] && exit 77
+[ $rc = 2 ] && { grep -m1 "error:" "$W/dump.log" >&2; exit 2; } # the dumper refused its arguments: its one line
 [ $rc = 0 ] || { echo "dump_exit $rc"; tail -5 "$W/dump.log"; exit 1; }
 [ -n "$est" ] && exit 0
 
